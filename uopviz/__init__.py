@@ -1,0 +1,49 @@
+"""uopviz: a visual compiler explorer for the UOp dialect, made for Jupyter.
+
+``import uopviz as uv`` gives the IR (``uv.UOp``, ``uv.Ops``, ``uv.dtypes``...), rewriting with
+traces, the Tensor front end, ``uv.compile`` and the widgets (``uv.explore``).  Heavier parts
+(backends, widgets, NNEF) are imported on first use so ``import uopviz`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from uopviz.core import *  # noqa: F403 - the IR is the package's face
+from uopviz.core import __all__ as _core_names
+
+__version__ = "0.1.0"
+
+# name -> "module:attribute" (attribute empty: the module itself), imported on first use
+_LAZY: dict[str, str] = {
+    "Tensor": "uopviz.core.tensor:Tensor",
+    "function": "uopviz.core.function:function",
+    "gradient": "uopviz.core.gradient:gradient",
+    "simplify": "uopviz.core.symbolic:simplify",
+    "compile": "uopviz.passes.pipeline:compile",
+    "Program": "uopviz.passes.pipeline:Program",
+    "Kernel": "uopviz.passes.kernel:Kernel",
+    "Opt": "uopviz.passes.kernel:Opt",
+    "OptOp": "uopviz.passes.kernel:OptOp",
+    "OptError": "uopviz.passes.kernel:OptError",
+    "Timing": "uopviz.backends.timing:Timing",
+    "explore": "uopviz.widgets:explore",
+    "backends": "uopviz.backends:",
+    "passes": "uopviz.passes:",
+    "widgets": "uopviz.widgets:",
+    "nnef": "uopviz.nnef:",
+}
+
+__all__ = [*_core_names, *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'uopviz' has no attribute {name!r}")
+    module_name, _, attribute = target.partition(":")
+    module = importlib.import_module(module_name)
+    value = getattr(module, attribute) if attribute else module
+    globals()[name] = value
+    return value
