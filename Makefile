@@ -1,0 +1,84 @@
+# uopviz developer entry points. GNU make.
+#
+#   make lab        JupyterLab on the tour notebook (prints the URL with its token)
+#   make test       the whole test suite, slow and browser tests included (pytest-xdist)
+#   make test-fast  the suite without `slow` and `browser` tests
+#   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
+#   make lint       ruff
+#   make venv       system packages (when root) + .venv with `pip install -e .[dev,bench]`
+#   make clean      caches and build outputs; `make distclean` also removes .venv
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.uopviz-installed
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d
+LAB_NEWS_OFF  := {"fetchNews": "false", "checkForUpdates": false}
+
+# Extra arguments: make test PYTEST_ARGS="-k rewrite", make lab LAB_ARGS="--port 8888",
+# make bench BENCH_ARGS="core".
+PYTEST_ARGS ?=
+LAB_ARGS    ?=
+BENCH_ARGS  ?=
+# When set, `make test` writes pytest's own exit status to this file (.ci/run reads it).
+PYTEST_RC_FILE ?=
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_NO_INPUT := 1
+export DEBIAN_FRONTEND := noninteractive
+
+.PHONY: help venv system-deps test test-fast lab bench lint clean distclean
+
+help:
+	@echo "uopviz: make lab | test | test-fast | bench | lint | venv | system-deps | clean | distclean"
+
+system-deps:
+	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
+
+venv: $(STAMP)
+
+# Re-run pip only when pyproject.toml or this Makefile changes (or the venv is new); system
+# packages are checked every time, which costs one dpkg-query when everything is there.
+# editable_mode=compat puts the checkout itself on sys.path: packages and modules that others add
+# later (uopviz/__init__.py, new subpackages) import without reinstalling. The default mode would
+# keep treating uopviz as the namespace package it was at install time.
+$(STAMP): pyproject.toml Makefile | system-deps
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "uopviz needs Python >= 3.11; $(PYTHON) is $$($(PYTHON) -V 2>&1). Try: make PYTHON=python3.11"; exit 1; }
+	@test -x $(PY) || { echo "Creating $(VENV) with $$($(PYTHON) -V)"; $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install --progress-bar off -e '.[dev,bench]' --config-settings editable_mode=compat
+	@# JupyterLab in this venv: never ask about (or fetch) news and updates; the network is closed
+	@# and the toast would cover notebooks in screenshots.
+	@mkdir -p $(LAB_OVERRIDES)
+	@echo '{"@jupyterlab/apputils-extension:notification": $(LAB_NEWS_OFF)}' > $(LAB_OVERRIDES)/uopviz.json
+	@touch $@
+	@echo "$(VENV) is ready."
+
+test: venv
+	@echo "$(PY) -m pytest -n auto $(PYTEST_ARGS)"
+	@rc=0; $(PY) -m pytest -n auto $(PYTEST_ARGS) || rc=$$?; \
+	 if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
+
+test-fast: venv
+	$(PY) -m pytest -n auto -m "not slow and not browser" $(PYTEST_ARGS)
+
+lab: venv
+	$(VENV)/bin/uopviz lab $(LAB_ARGS)
+
+bench: venv
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check $(wildcard uopviz tests benchmarks)
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis tests/artifacts benchmarks/results.json
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)
