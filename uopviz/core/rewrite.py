@@ -507,11 +507,12 @@ class _Rewriter:
         return result
 
     def run(self, root: UOp, bottom_up: bool) -> UOp:
-        done, chain = self.done, self.chain
+        done, chain, apply = self.done, self.chain, self._apply
         # frames: (node, stage, replacement); stage 0 = visit, 1 = rebuild + rewrite, 2 = adopt result
         stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+        push, pop = stack.append, stack.pop
         while stack:
-            node, stage, replacement = stack.pop()
+            node, stage, replacement = pop()
             if stage == 2:
                 done[node] = done[replacement]
                 chain.pop(node, None)
@@ -520,32 +521,37 @@ class _Rewriter:
                 continue
             if stage == 0:
                 if not bottom_up:
-                    result = self._apply(node)
+                    result = apply(node)
                     if result is not None:
                         chain[node] = "top-down"
-                        stack.append((node, 2, result))
-                        stack.append((result, 0, None))
+                        push((node, 2, result))
+                        push((result, 0, None))
                         continue
-                stack.append((node, 1, None))
-                stack.extend((s, 0, None) for s in reversed(node.src) if s not in done)
+                push((node, 1, None))
+                for s in reversed(node.src):
+                    if s not in done:
+                        push((s, 0, None))
                 continue
-            new_src = tuple(done[s] for s in node.src)
-            rebuilt = node if all(a is b for a, b in zip(new_src, node.src, strict=True)) \
-                else UOp(node.op, new_src, node.arg, node.tag)
+            rebuilt = node
+            source = node.src
+            for position, s in enumerate(source):
+                if done[s] is not s:
+                    rebuilt = UOp(node.op, tuple([done[t] for t in source]), node.arg, node.tag)
+                    break
             if rebuilt is not node and rebuilt in done:
                 done[node] = done[rebuilt]
                 continue
-            result = self._apply(rebuilt)
+            result = apply(rebuilt)
             if result is None:
                 done[node] = rebuilt
                 done[rebuilt] = rebuilt
                 continue
             chain[node] = "bottom-up"
             chain[rebuilt] = "bottom-up"
-            stack.append((node, 2, result))
+            push((node, 2, result))
             if rebuilt is not node:
-                stack.append((rebuilt, 2, result))
-            stack.append((result, 0, None))
+                push((rebuilt, 2, result))
+            push((result, 0, None))
         return done[root]
 
 
