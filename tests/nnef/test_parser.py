@@ -1,0 +1,952 @@
+"""The SkriptND parser and printer: tree shapes, precedence, round trips and located syntax errors.
+
+Round trips check ``parse(print(parse(src))) == parse(src)`` (positions are not part of ``==``) and
+that printing is idempotent. The spec examples below are copied from chapters 2 and 3 of the
+NNEF 2.0 draft with the extraction defects listed in /work/shared/spec/README.md corrected.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from uopviz.nnef import ast
+from uopviz.nnef.errors import NNEFError, NNEFWarning
+from uopviz.nnef.parser import parse_expression, parse_module
+from uopviz.nnef.printer import print_expression, print_module
+
+STDLIB = Path(__file__).resolve().parents[2] / "uopviz" / "nnef" / "stdlib"
+
+
+def roundtrip(source: str) -> ast.Module:
+    """Parse, print, re-parse; the trees must be equal and printing must be a fixed point."""
+    module = parse_module(source, "first.sknd")
+    text = print_module(module)
+    again = parse_module(text, "second.sknd")
+    assert again == module, f"round trip changed the tree; printed text:\n{text}"
+    assert print_module(again) == text
+    return module
+
+
+def expression_roundtrip(source: str) -> ast.Expr:
+    """The same for a lone expression."""
+    tree = parse_expression(source, type_names=frozenset({"T"}))
+    text = print_expression(tree)
+    assert parse_expression(text, type_names=frozenset({"T"})) == tree, text
+    return tree
+
+
+def op(body: str, head: str = "operator op") -> str:
+    """Wrap blocks into a definition."""
+    return f"{head} {{\n{body}\n}}\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# Expression trees
+
+
+I = ast.Identifier  # noqa: E741 - short constructors keep the expected trees readable
+N = ast.IntLiteral
+
+
+def B(op: str, left: ast.Expr, right: ast.Expr) -> ast.Binary:
+    """A binary node."""
+    return ast.Binary(op, left, right)
+
+
+@pytest.mark.parametrize(
+    ("source", "tree"),
+    [
+        ("a + b * c", B("+", I("a"), B("*", I("b"), I("c")))),
+        ("a - b - c", B("-", B("-", I("a"), I("b")), I("c"))),
+        ("a * b + c", B("+", B("*", I("a"), I("b")), I("c"))),
+        ("a / b \\ c % d", B("%", B("\\", B("/", I("a"), I("b")), I("c")), I("d"))),
+        ("a + b <? c", B("<?", B("+", I("a"), I("b")), I("c"))),
+        ("a <? b < c", B("<", B("<?", I("a"), I("b")), I("c"))),
+        ("a < b && c", B("&&", B("<", I("a"), I("b")), I("c"))),
+        ("a && b || c", B("||", B("&&", I("a"), I("b")), I("c"))),
+        ("a || b && c", B("&&", B("||", I("a"), I("b")), I("c"))),
+        ("a ^ b", B("^", I("a"), I("b"))),
+        ("a && b => c", B("=>", B("&&", I("a"), I("b")), I("c"))),
+        ("x is -1", B("is", I("x"), ast.Unary("-", N(1)))),
+        ("x in xs == true", B("==", B("in", I("x"), I("xs")), ast.BoolLiteral(True))),
+        ("a ** b ** c", B("**", B("**", I("a"), I("b")), I("c"))),
+        ("-x ** 2", ast.Unary("-", B("**", I("x"), N(2)))),
+        ("2 ** -x", B("**", N(2), ast.Unary("-", I("x")))),
+        ("!a && b", B("&&", ast.Unary("!", I("a")), I("b"))),
+        ("?x && c", B("&&", ast.Unary("?", I("x")), I("c"))),
+        ("c ? a : b", ast.Select(I("c"), I("a"), I("b"))),
+        ("c ? a", ast.Select(I("c"), I("a"), None)),
+        ("c ? a : d ? e : f", ast.Select(I("c"), I("a"), ast.Select(I("d"), I("e"), I("f")))),
+        ("a ?? b ?? c", ast.Coalesce(I("a"), ast.Coalesce(I("b"), I("c")))),
+        ("2 * p ?? q + 1", ast.Coalesce(B("*", N(2), I("p")), B("+", I("q"), N(1)))),
+        ("c ? a : b ?? d", ast.Select(I("c"), I("a"), ast.Coalesce(I("b"), I("d")))),
+        ("x + ..", ast.Fold("+", I("x"))),
+        ("x + ...", ast.Fold("+", I("x"), cumulative=True)),
+        ("a * b + ..", ast.Fold("+", B("*", I("a"), I("b")))),
+        ("a + b * ..", B("+", I("a"), ast.Fold("*", I("b")))),
+        ("x + .. + 42", B("+", ast.Fold("+", I("x")), N(42))),
+        ("x <? ..", ast.Fold("<?", I("x"))),
+        ("x >? ...", ast.Fold(">?", I("x"), cumulative=True)),
+        ("v := ..", ast.Fold(":=", I("v"))),
+        ("axes != ..", ast.Fold("!=", I("axes"))),
+        ("x && ..", ast.Fold("&&", I("x"))),
+        ("(x + ..) * 2", B("*", ast.Fold("+", I("x")), N(2))),
+        ("x.shape", ast.Member("x", "shape")),
+        ("x.rank + xs.size", B("+", ast.Member("x", "rank"), ast.Member("xs", "size"))),
+        ("input.shape[i]", ast.Index(ast.Member("input", "shape"), I("i"))),
+        ("a[i]", ast.Index(I("a"), I("i"))),
+        ("a[i:j]", ast.Index(I("a"), ast.Range(I("i"), I("j")))),
+        ("a[::-1]", ast.Index(I("a"), ast.Range(None, None, ast.Unary("-", N(1))))),
+        ("a[1:]", ast.Index(I("a"), ast.Range(N(1), None))),
+        ("a[:r]", ast.Index(I("a"), ast.Range(None, I("r")))),
+        ("a[!m]", ast.Index(I("a"), ast.Unary("!", I("m")))),
+        ("p[:-1][1:]",
+         ast.Index(ast.Index(I("p"), ast.Range(None, ast.Unary("-", N(1)))), ast.Range(N(1), None))),
+        ("x[i,]", ast.TensorAccess(I("x"), (I("i"),))),
+        ("x[i, j]", ast.TensorAccess(I("x"), (I("i"), I("j")))),
+        ("x[]", ast.TensorAccess(I("x"), ())),
+        ("x[i..]", ast.TensorAccess(I("x"), (ast.Expand(I("i")),))),
+        ("x[:,]", ast.TensorAccess(I("x"), (ast.Range(None, None),))),
+        ("x[i, :]", ast.TensorAccess(I("x"), (I("i"), ast.Range(None, None)))),
+        ("xs[k][i, j]", ast.TensorAccess(ast.Index(I("xs"), I("k")), (I("i"), I("j")))),
+        ("x[|i|]", ast.TensorAccess(I("x"), (ast.Bounded(I("i")),))),
+        ("x[|i <> 0 : s - 1|, j]",
+         ast.TensorAccess(I("x"), (ast.Bounded(I("i"), N(0), B("-", I("s"), N(1))), I("j")))),
+        ("x[|i|..]", ast.TensorAccess(I("x"), (ast.Expand(ast.Bounded(I("i"))),))),
+        ("a[i] <- b", ast.Substitute(I("a"), I("i"), I("b"))),
+        ("a[i] <- b + 1", ast.Substitute(I("a"), I("i"), B("+", I("b"), N(1)))),
+        ("[a, b.., c]", ast.List((I("a"), ast.Expand(I("b")), I("c")))),
+        ("[a..(5)]", ast.List((ast.Expand(I("a"), N(5)),))),
+        ("[1 ..(d)]", ast.List((ast.Expand(N(1), I("d")),))),
+        ("[0, 2:n, b..]", ast.List((N(0), ast.Range(N(2), I("n")), ast.Expand(I("b"))))),
+        ("[b:e:s]", ast.List((ast.Range(I("b"), I("e"), I("s")),))),
+        ("[(a, b)..]", ast.List((ast.Expand(ast.Zip((I("a"), I("b")))),))),
+        ("[]", ast.List(())),
+        ("[o[c] <- s..]", ast.List((ast.Expand(ast.Substitute(I("o"), I("c"), I("s"))),))),
+        ("int(x)", ast.Cast("int", I("x"))),
+        ("real()", ast.Cast("real", None)),
+        ("T(1)", ast.Cast("T", N(1))),
+        ("sqrt(x)", ast.Builtin("sqrt", I("x"))),
+        ("true", ast.BoolLiteral(True)),
+        ("inf", ast.KeywordConstant("inf")),
+        ("-pi", ast.Unary("-", ast.KeywordConstant("pi"))),
+        ("1.5", ast.RealLiteral(1.5)),
+        ("'a' 'b'", ast.StringLiteral("ab")),
+        ('"a = {a + 2}"', ast.Format(("a = ", B("+", I("a"), N(2))))),
+        ('"{x}" " and {y}"', ast.Format((I("x"), " and ", I("y")))),
+        ("(a, b, c)", ast.Zip((I("a"), I("b"), I("c")))),
+        ("is + 1", B("+", I("is"), N(1))),
+    ],
+)
+def test_expression_trees(source: str, tree: ast.Expr) -> None:
+    assert parse_expression(source, type_names=frozenset({"T"})) == tree
+    expression_roundtrip(source)
+
+
+def test_positions_of_nodes() -> None:
+    tree = parse_expression("a +\n  b * c", "p.sknd")
+    assert tree.pos == ast.Position("p.sknd", 1, 1)
+    assert tree.right.pos == ast.Position("p.sknd", 2, 3)
+    assert tree.right.right.pos == ast.Position("p.sknd", 2, 7)
+
+
+def test_placeholder_expressions_are_located_in_the_file() -> None:
+    module = parse_module(op('    @assert {\n        a > 0: "bad {a + b}";\n    }'), "q.sknd")
+    message = module.definitions[0].asserts[0].message
+    assert isinstance(message, ast.Format)
+    assert message.parts[1].pos == ast.Position("q.sknd", 3, 22)
+    assert message.parts[1].right.pos == ast.Position("q.sknd", 3, 26)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "(a + b) * c", "a - (b - c)", "a - (b + ..)", "(a ?? b) + c", "(c ? a : b) * 2",
+        "c ? (d ? x) : y", "c ? (d ? x : y) : z", "(c ? a : b) ? x : y", "(a[i] <- b)[j]",
+        "(a[i] <- b) + 1", "(-x) ** 2", "-(-x)", "!(!x)", "?(?x)", "2 ** (-1)", "a ** (b ** c)",
+        "-(a + b)", "(a + b)[i]", "[(x + ..)..]", "[x + .. ..]", "|(c ? a : b)|", "x[(c ? a)..(2)]",
+        "a[(c ? a):b]", "a[i] <- (c ? x)", "(a, b)", "sqrt(x) + int(y)", "f ?? (g ?? h)",
+        "((a => b) => c)", "a => (b => c)", "x <? ..", "[1 ..(3), 2.5 ..(n), x..]", "(1.5)",
+        '"quote \\" and brace \\{ \\} and {x}"', "'single'", "1e-05", "1e+16", "[0:r:2]",
+    ],
+)
+def test_expression_roundtrips(source: str) -> None:
+    expression_roundtrip(source)
+
+
+# ------------------------------------------------------------------------------------------------
+# Module structure
+
+
+def test_imports_version_and_extensions() -> None:
+    module = roundtrip("version 2.0;\nextension KHR_a, KHR_b;\nimport nn, layout;\nimport custom.ops;\n")
+    assert module.version == (2, 0)
+    assert module.extensions == ("KHR_a", "KHR_b")
+    assert [item.module for item in module.imports] == ["nn", "layout", "custom.ops"]
+
+
+def test_import_without_semicolon_before_a_definition() -> None:
+    module = parse_module("import nn\nimport layout\ngraph G { }")
+    assert [item.module for item in module.imports] == ["nn", "layout"]
+
+
+def test_definition_kinds() -> None:
+    module = roundtrip("operator a { }\npublic operator b { }\ngraph c { }\n")
+    assert [(d.name, d.kind, d.public, d.is_graph) for d in module.definitions] == [
+        ("a", "operator", False, False),
+        ("b", "operator", True, False),
+        ("c", "graph", False, True),
+    ]
+    assert module.graphs == (module.definitions[2],)
+    assert module.definition("b") is module.definitions[1]
+
+
+def test_generic_parameters_after_the_name_are_dtypes() -> None:
+    written = parse_module("operator f<T: num = real, S: type> { @input { x: T[n]; } }")
+    blocks = parse_module("operator f { @dtype { T: num = real; S: type; } @input { x: T[n]; } }")
+    assert written == blocks
+    assert written.definitions[0].dtypes == (ast.TypeParam("T", "num", "real"), ast.TypeParam("S", "type"))
+
+
+def test_declarations() -> None:
+    module = roundtrip(
+        op(
+            """
+    @dtype { T: num; }
+    @attrib {
+        a: int = 42;
+        b: int..(k) = [];
+        c: optional int..(d);
+        e: int.. = [0:r];
+        shape: dynamic int..;
+        f: optional dynamic int;
+    }
+    @input {
+        x: real^(r)[s..(d), z..];
+        xs: real[z, s..(l), ..t]..(k);
+        y: T[b, static c];
+        w: real[s | 10, ~ | 20, t | 5 ..(3)];
+        p: optional real[n] = 0.0;
+        q: real[n]..(static k);
+    }
+    @constant {
+        I: real[n, n] = i == j ? 1.0 : 0.0, i < n, j < n;
+    }
+    @output {
+        o: real[~ | k, m];
+        g: real;
+        h: real[~, ~];
+        u: int[d, k | (s * ..)];
+    }
+"""
+        )
+    )
+    definition = module.definitions[0]
+    a, b, c, e, shape, f = definition.attribs
+    assert a.default == N(42) and a.type == ast.TypeSpec("int")
+    assert b.type.pack == ast.PackSpec(I("k")) and b.default == ast.List(())
+    assert c.type.optional and c.type.pack.count == I("d")
+    assert e.type.pack == ast.PackSpec() and e.default == ast.List((ast.Range(N(0), I("r")),))
+    assert shape.type.qualifier == "dynamic" and shape.type.pack == ast.PackSpec()
+    assert f.type.optional and f.type.qualifier == "dynamic"
+    x, xs, y, w, p, q = definition.inputs
+    assert x.type.rank == I("r")
+    assert x.type.shape.extents == (
+        ast.Extent(I("s"), pack=ast.PackSpec(I("d"))),
+        ast.Extent(I("z"), pack=ast.PackSpec()),
+    )
+    assert xs.type.shape.extents[2] == ast.Extent(I("t"), distinct=True)
+    assert xs.type.pack == ast.PackSpec(I("k"))
+    assert y.type.shape.extents[1] == ast.Extent(I("c"), qualifier="static")
+    assert w.type.shape.extents == (
+        ast.Extent(I("s"), bound=N(10)),
+        ast.Extent(ast.Placeholder(), bound=N(20)),
+        ast.Extent(I("t"), bound=N(5), pack=ast.PackSpec(N(3))),
+    )
+    assert p.default == ast.RealLiteral(0.0)
+    assert q.type.pack == ast.PackSpec(I("k"), qualifier="static")
+    (identity,) = definition.constants
+    assert identity.bounds == (ast.LoopBound("i", I("n")), ast.LoopBound("j", I("n")))
+    o, g, h, u = definition.outputs
+    assert o.type.shape.extents[0] == ast.Extent(ast.Placeholder(), bound=I("k"))
+    assert g.type.shape is None
+    assert u.type.shape.extents[1] == ast.Extent(I("k"), bound=ast.Fold("*", I("s")))
+
+
+def test_using_and_assert_blocks() -> None:
+    module = roundtrip(
+        op(
+            """
+    @using {
+        c = a + d;
+        c..(n) = [a..(n)];
+        [a, b..] = c;
+        [(e, f)..] = c;
+    }
+    @assert {
+        b > 0: "b must be positive", b;
+        a % b == 0: "a must be divisible by b", a, b;
+        r + c == 42: "some condition";
+        stride != 0;
+        axes >= -d: "axes between {-d} and {d}", 'output.rank': d + k, axes;
+    }
+"""
+        )
+    )
+    definition = module.definitions[0]
+    assert definition.usings[1].count == I("n")
+    assert definition.usings[2].target == ast.List((I("a"), ast.Expand(I("b"))))
+    assert definition.usings[3].target == ast.List((ast.Expand(ast.Zip((I("e"), I("f")))),))
+    last = definition.asserts[4]
+    assert last.prints == (ast.AssertPrint(B("+", I("d"), I("k")), "output.rank"), ast.AssertPrint(I("axes")))
+    assert definition.asserts[3].message is None
+
+
+def test_lowering_forms() -> None:
+    module = roundtrip(
+        op(
+            """
+    @lower {
+        C[i, j] += A[i, l] * B[l, j], i < m, l < k, j < n;
+        idx[] = 0;
+        idx[] := i, i < n | x[i,] > x[idx[],];
+        idx[:,] := [i, j], i < m, j < n | x[i, j] > x[idx[:,]..];
+        unroll..(ki -> k) ys[ki][ni, mi] = xs[ki][ni, mi] + z[ni, mi], ni < n, mi < m;
+        with z = x[i..] ** 2, w = z + 1: y[i..] = z * sin(w), i < s;
+        y[i] <?= x[|i - n <> 0 : s - 1|], i < s + 2 * n;
+        y[i] >?= x[i], i < s;
+        b[i] &= c[i], i < s;
+        b[i] |= c[i], i < s;
+        p[i] *= c[i], i < s;
+        output[si.., (i * strides) + .., ti..] = input[si.., i.., ti..], si < s, i < shape, ti < t;
+    }
+"""
+        )
+    )
+    lowerings = module.definitions[0].lowerings
+    assert [lowering.op for lowering in lowerings] == [
+        "+=", "=", ":=", ":=", "=", "=", "<?=", ">?=", "&=", "|=", "*=", "=",
+    ]  # fmt: skip
+    assert lowerings[2].condition == B(">", ast.TensorAccess(I("x"), (I("i"),)),
+                                       ast.TensorAccess(I("x"), (ast.TensorAccess(I("idx"), ()),)))
+    assert (lowerings[4].unroll_index, lowerings[4].unroll_count) == ("ki", I("k"))
+    assert [local.name for local in lowerings[5].locals] == ["z", "w"]
+    assert lowerings[11].target.indices[1] == ast.Fold("+", B("*", I("i"), I("strides")))
+
+
+def test_compose_forms() -> None:
+    module = roundtrip(
+        op(
+            """
+    @compose {
+        z = mul(x, a);
+        a, ~, c = op(x, ~, z);
+        a..(n), [b, c..(k)] = op(x, [y, z]);
+        y = op1: op{a = true, b = [1, 2, 3]}(x);
+        x = op<real>(y);
+        w = nn.conv{padding = 0, stride = 4}(input, kernel1, bias1);
+        q = layout.flatten{axis = 1}(w);
+        y = x;
+        y = (sqrt(x));
+        y = x < y;
+        d = a < b > (c && e);
+        v = if cond(x, y) then op1(x, y) else op2(x, y);
+        v = if ?x && c then op1(x) elif c2 then {
+            r = op2(x);
+            yield r;
+        } else x;
+        y = with sum: real[n] = 0.0 for x : xs do add(sum, x);
+        ys = for x : xs do add(x, z);
+        s = with s = 0 do..(i -> k) add(s, i);
+        B = with X = I do..(p) matmul(X, A);
+        z = with x = x0 do op(x, y) while cond(x);
+        z = with x = x0 while cond(x) do op(x, y);
+        z, ~ = with x = x0, cond = True while cond do op(x, y);
+        y = with sum: real[n] = 0.0 for x : xs unroll add(sum, x);
+        t = with a = 0 do..(i ->) step(a, i) while c(a);
+        b = label: {
+            y = op1(x);
+            z = op2(y);
+            yield y, z;
+        };
+        m: real[n], (e, f)..(2) = op(x);
+    }
+    @update {
+        w = mul_add(dw, update_rate, w);
+    }
+    @quantize {
+        a: quant_op1{attr1 = true};
+        op1.w: quant.linear<real>{bits = 8};
+    }
+"""
+        )
+    )
+    definition = module.definitions[0]
+    components = definition.components
+    assert components[1].results == (ast.Result("a"), ast.Result(None), ast.Result("c"))
+    assert components[1].value.args == (I("x"), ast.Placeholder(), I("z"))
+    assert components[2].results == (
+        ast.Result("a", pack=ast.PackSpec(I("n"))),
+        ast.ResultList((ast.Result("b"), ast.Result("c", pack=ast.PackSpec(I("k"))))),
+    )
+    labelled = components[3].value
+    assert (labelled.label, labelled.name) == ("op1", "op")
+    assert labelled.attribs == (("a", ast.BoolLiteral(True)), ("b", ast.List((N(1), N(2), N(3)))))
+    assert components[4].value.types == ("real",)
+    assert components[5].value.name == "nn.conv"
+    assert components[7].value == I("x")
+    assert components[8].value == ast.Builtin("sqrt", I("x"))
+    assert components[9].value == B("<", I("x"), I("y"))
+    branch = components[12].value
+    assert isinstance(branch, ast.If) and len(branch.branches) == 2
+    assert isinstance(branch.branches[1][1], ast.Block) and branch.otherwise == I("x")
+    loop = components[13].value
+    assert loop.carries == (ast.Carry("sum", ast.RealLiteral(0.0), ast.TypeSpec("real", shape=ast.Shape(
+        (ast.Extent(I("n")),)))),)  # fmt: skip
+    assert loop.scans == (ast.Scan("x", I("xs")),)
+    assert (components[15].value.index, components[15].value.count) == ("i", I("k"))
+    assert components[17].value.pretest is False and components[18].value.pretest is True
+    assert components[20].value.unroll is True
+    assert (components[21].value.index, components[21].value.count) == ("i", None)
+    assert components[22].value.label == "label" and len(components[22].value.yields) == 2
+    typed, pair = components[23].results
+    assert typed.type.name == "real" and pair.pack == ast.PackSpec(N(2))
+    assert definition.quantizations[1].tensor == "op1.w"
+    assert definition.quantizations[1].invocation.types == ("real",)
+
+
+def test_attribute_assignments_accept_a_colon() -> None:
+    colon = parse_module(op("@compose { y = op1: op{a: 42}(x); }"))
+    equals = parse_module(op("@compose { y = op1: op{a = 42}(x); }"))
+    assert colon == equals
+
+
+def test_component_ending_in_a_brace_may_omit_the_semicolon() -> None:
+    module = parse_module(op("@compose { z = if c then { r = a(x); yield r; } else { r = b(x); yield r; } }"))
+    assert isinstance(module.definitions[0].components[0].value, ast.If)
+
+
+def test_walk_visits_every_node() -> None:
+    module = parse_module(op("@compose { y = f{a = 1 + b}(x[i] <- 2); }"))
+    kinds = [type(node).__name__ for node in ast.walk(module)]
+    assert kinds == [
+        "Module", "Definition", "Component", "Result", "Invocation", "Substitute", "Identifier",
+        "Identifier", "IntLiteral", "Binary", "IntLiteral", "Identifier",
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# The '...' policy
+
+
+def test_triple_dots_for_expansion_are_an_error_by_default() -> None:
+    with pytest.raises(NNEFError) as caught:
+        parse_module(op("@input { x: real[s...]; }"), "d.sknd")
+    assert (caught.value.line, caught.value.column) == (2, 19)
+    assert "'...' is the cumulative-fold token" in caught.value.message
+    assert "written '..'" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("lenient_source", "strict_source"),
+    [
+        ("@input { x: real[s...(d), t...]; }", "@input { x: real[s..(d), t..]; }"),
+        ("@attrib { a: int...(k); }", "@attrib { a: int..(k); }"),
+        ("@input { xs: real[m, ...n]..(k); }", "@input { xs: real[m, ..n]..(k); }"),
+        ("@lower { y[i...] = x[i...], i < s; }", "@lower { y[i..] = x[i..], i < s; }"),
+        ("@assert { axes != ...: \"distinct\"; }", "@assert { axes != ..: \"distinct\"; }"),
+        ("@using { u = z := ...; }", "@using { u = z := ..; }"),
+        ("@using { v = [a, b...]; }", "@using { v = [a, b..]; }"),
+    ],
+)
+def test_lenient_mode_reads_misplaced_triple_dots_as_two_with_a_warning(
+    lenient_source: str, strict_source: str
+) -> None:
+    with pytest.raises(NNEFError):
+        parse_module(op(lenient_source))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lenient = parse_module(op(lenient_source), "l.sknd", lenient=True)
+    assert lenient == parse_module(op(strict_source))
+    assert caught and all(issubclass(item.category, NNEFWarning) for item in caught)
+    assert all(item.message.file == "l.sknd" and item.message.line == 2 for item in caught)
+
+
+def test_cumulative_folds_keep_their_meaning_in_lenient_mode() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module = parse_module(op("@using { p = [1, s..] * ...; }"), lenient=True)
+    assert module.definitions[0].usings[0].value.cumulative is True
+
+
+# ------------------------------------------------------------------------------------------------
+# Spec examples (chapters 2 and 3), corrected
+
+
+SPEC_EXAMPLES = {
+    "alexnet": """
+import nn;
+import layout;
+
+graph AlexNet {
+    @attrib {
+        batch: int = 1;
+        classes: int = 1000;
+    }
+    @input {
+        input: real[batch,3,224,224];
+    }
+    @output {
+        output: real[batch,classes];
+    }
+    @variable {
+        kernel1: real[64, 3, 11, 11];
+        bias1: real[64];
+        kernel2: real[192, 64, 5, 5];
+        bias2: real[192];
+        kernel8: real[classes, 4096];
+        bias8: real[classes];
+    }
+    @compose {
+        conv1 = nn.conv{padding=0, stride=4}(input, kernel1, bias1);
+        relu1 = nn.relu(conv1);
+        pool1 = nn.max_pool{padding=0, size=3, stride=2}(relu1);
+        conv2 = nn.conv{padding=2}(pool1, kernel2, bias2);
+        flat1 = layout.flatten{axis=1}(conv2);
+        conv8 = nn.linear(flat1, kernel8, bias8);
+        output = nn.softmax(conv8);
+    }
+}
+""",
+    "matmul": """
+operator matmul {
+    @input {
+        A: real[m,k];
+        B: real[k,n];
+        Z: optional real[m,n];
+    }
+    @output {
+        C: real[m,n];
+    }
+    @lower {
+        C[i,j] = Z[i,j] ?? 0.0,
+            i < m, j < n;
+        C[i,j] += A[i,l] * B[l,j],
+            i < m, l < k, j < n;
+    }
+}
+""",
+    "conv": """
+operator conv {
+    @attrib {
+        stride: int..(d) = 1;
+        dilation: int..(d) = 1;
+        padding: optional int..(d);
+    }
+    @input {
+        input: real[b,c,is..(d)];
+        filter: real[n,c,fs..(d)];
+        bias: optional real[n];
+    }
+    @using {
+        fd = (fs - 1) * dilation + 1;
+        paddings = 2 * padding ?? (is \\ stride - 1) * stride + fd - is;
+        os = (is + paddings - fd) / stride + 1;
+    }
+    @output {
+        output: real[b,n,os..];
+    }
+    @assert {
+        stride > 0: "'stride' must be positive; got {stride}";
+        dilation > 0: "'dilation' must be positive; got {dilation}";
+        is + paddings >= fd: "padded input-size must be greater than (dilated) filter-size; "
+                             "got input-size={is}, filter-size={fs}, "
+                             "dilation={dilation}, "
+                             "total-padding={paddings}";
+    }
+    @lower {
+        output[bi,ni,i..] = bias[ni,] ?? 0.0,
+            bi < b, ni < n, i < os;
+        output[bi,ni,i..] += input[bi,ci,|stride * i + dilation * j - paddings / 2|..]
+                            * filter[ni,ci,j..],
+            bi < b, ni < n, ci < c, i < os, j < fs;
+    }
+}
+""",
+    "block_overview": """
+operator Op {
+    @dtype {
+        # generic data-types
+    }
+    @attrib {
+        # compile-time (scalar) attributes
+    }
+    @input { }
+    @using { }
+    @constant { }
+    @variable { }
+    @output { }
+    @assert { }
+    @lower { }
+    @compose { }
+    @update { }
+    @quantize { }
+}
+""",
+    "graph_dynamic": """
+graph G {
+    @input {
+        x: real[s|10];
+        y: real[s];
+        input: real[~|10, ~|20];
+        other: real[s|10 ..(3)];
+        third: real[~|10 ..(3)];
+    }
+    @output {
+        z: real[s];
+        output: real[~, ~, ~];
+        any: real;
+    }
+}
+""",
+    "dynamic_output": """
+operator Op {
+    @attrib {
+        k: int;
+    }
+    @input {
+        x: real[n,m];
+    }
+    @output {
+        y: real[~|k,m];    # at most k outputs (in first dimension)
+        z: real[s|k,m];
+    }
+}
+""",
+    "binding_order": """
+operator binding {
+    @attrib {
+        r: int;
+        a: optional int;
+        b: int..(d) = 0;
+        c: int = 2 * d + r;
+    }
+    @input {
+        x: real[s..(r),z..(d),t..];
+        y: real[s..(r),z..(d)];
+        w: real[m, k + 1, q..(2 * d), r / 2];
+    }
+}
+""",
+    "mul_add": """
+operator mul_add {
+    @input {
+        x: real[n];
+        a: real[n];
+        b: real[n];
+    }
+    @output {
+        y: real[n];
+    }
+    @compose {
+        z = mul(x, a);
+        y = add(z, b);
+    }
+}
+""",
+    "branches": """
+public operator branching {
+    @compose {
+        z = if {
+            c = cond(x,y);
+            yield c;
+        } then {
+            r = op1(x,y);
+            yield r;
+        } else {
+            r = op2(x,y);
+            yield r;
+        }
+        c = cond(x,y);
+        z = if c then op1(x,y) else op2(x,y);
+    }
+}
+""",
+    "loops": """
+operator add_to_all {
+  @input {
+    xs: real[n]..(k);
+    z: real[n];
+  }
+  @output {
+    ys: real[n]..(k);
+  }
+  @compose {
+    ys = for x : xs do add(x, z);
+  }
+}
+
+operator add_all {
+    @input {
+        xs: real[n]..(k);
+    }
+    @output {
+        y: real[n];
+    }
+    @compose {
+        y = with sum: real[n] = 0.0 for x : xs unroll add(sum, x);
+    }
+}
+
+operator matpow {
+    @input {
+        A: real[n,n];
+        p: int[];
+    }
+    @output {
+        B: real[n,n];
+    }
+    @constant {
+        I: real[n,n] = i == j ? 1 : 0, i < n, j < n;
+    }
+    @compose {
+        B = with X = I do..(p) matmul(X, A);
+    }
+}
+""",
+    "lowering_examples": """
+operator add_to_all {
+    @input {
+        xs: real[n,m]..(k);
+        z: real[n,m];
+    }
+    @output {
+        ys: real[n,m]..(k);
+    }
+    @lower {
+        unroll..(ki -> k)
+        ys[ki][ni,mi] = xs[ki][ni,mi] + z[ni,mi],
+        ni < n, mi < m;
+    }
+}
+
+operator add_to_all_tensor {
+    @input {
+        xs: real[n,m,k];
+        z: real[n,m];
+    }
+    @output {
+        ys: real[n,m,k];
+    }
+    @using {
+        ki = [0:k];
+    }
+    @lower {
+        ys[ni,mi,ki] = xs[ni,mi,ki] + z[ni,mi],
+        ni < n, mi < m;
+        ys[ni,mi,:] = xs[ni,mi,:] + z[ni,mi],
+        ni < n, mi < m;
+    }
+}
+
+operator max_idx {
+    @input {
+        x: real[n];
+    }
+    @output {
+        idx: int[];
+    }
+    @lower {
+        idx[] = 0;
+        idx[] := i,
+            i < n | x[i,] > x[idx[],];
+    }
+}
+
+operator max_idx_2d {
+    @input {
+        x: real[m,n];
+    }
+    @output {
+        idx: int[2];
+    }
+    @lower {
+        idx[:,] = 0;
+        idx[:,] := [i,j],
+            i < m, j < n | x[i,j] > x[idx[:,]..];
+    }
+}
+
+operator square_sin {
+    @input {
+        x: real[s..];
+    }
+    @output {
+        y: real[s..];
+    }
+    @lower {
+        with
+            z = x[i..] ** 2:
+            y[i..] = z * sin(z),
+            i < s;
+    }
+}
+
+operator smooth {
+    @attrib {
+        w: int;
+    }
+    @input {
+        x: real[s];
+    }
+    @output {
+        y: real[s];
+    }
+    @lower {
+        y[i,] += x[|i + j - w/2|] / real(w),
+            i < s, j < w;
+    }
+}
+
+operator replicate_border {
+    @attrib {
+        n: int;
+    }
+    @input {
+        x: real[s];
+    }
+    @output {
+        y: real[s + 2 * n];
+    }
+    @lower {
+        y[i,] = x[|i - n <> 0 : s - 1|],
+            i < s + 2 * n;
+    }
+}
+
+operator where_true {
+    @input {
+        cond: bool[s..(d)];
+    }
+    @output {
+        idx: int[d,k|(s * ..)];
+    }
+    @lower {
+        idx[:,k] = i,
+        i < s | cond[i..];
+    }
+}
+""",
+    "generics_and_quantize": """
+operator generic {
+    @dtype {
+        T: num;
+        S: type = real;
+    }
+    @attrib {
+        a: T = T(1);
+        update_rate: real;
+    }
+    @variable {
+        w: real[s..];
+    }
+    @compose {
+        a = op1(x, y);
+        b = op2(a, z);
+        x = op<real>(y);
+    }
+    @update {
+        w = mul_add(dw, update_rate, w);
+    }
+    @quantize {
+        a: quant_op1{attr1=true};
+        b: quant_op2{attr2=42};
+    }
+}
+""",
+    "tensor_generator": """
+operator tensor {
+    @dtype {
+        T: type;
+    }
+    @attrib {
+        shape: int..(d) = [];
+        value: T..(shape * ..);
+    }
+    @output {
+        output: T[shape..];
+    }
+    @using {
+        u = value := ..;
+        prods = [1, shape[::-1]..] * ...;
+        strides = prods[::-1][1:];
+    }
+    @lower {
+        output[i..] = u ?? value[(i * strides) + ..],
+            i < shape;
+    }
+}
+""",
+    "squeeze": """
+operator squeeze {
+    @dtype {
+        T: type;
+    }
+    @attrib {
+        axes: int..(k);
+    }
+    @input {
+        input: T[s..(d)];
+    }
+    @output {
+        output: T[s[kept_axes]..];
+    }
+    @using {
+        dims = [0:d];
+        axes_mask = dims in (axes < 0 ? axes + d : axes);
+        kept_axes = dims[!axes_mask];
+        zeros = [0 ..(d)];
+    }
+    @assert {
+        axes >= -d && axes < d:
+            "axes must be between -input.rank (inclusive) and input.rank (exclusive)",
+            input.rank, axes;
+        axes != ..:
+            "axes must be distinct", axes;
+        s[axes] == 1:
+            "input.shape at 'axes' must be 1", input.shape, axes;
+    }
+    @lower {
+        output[si..] = input[zeros[kept_axes] <- si..],
+            si < s[kept_axes];
+    }
+}
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_EXAMPLES))
+def test_spec_examples_roundtrip(name: str) -> None:
+    module = roundtrip(SPEC_EXAMPLES[name])
+    assert module.definitions
+
+
+def test_alexnet_structure() -> None:
+    graph = parse_module(SPEC_EXAMPLES["alexnet"]).definition("AlexNet")
+    assert graph.is_graph
+    assert [param.name for param in graph.attribs] == ["batch", "classes"]
+    assert graph.components[0].value == ast.Invocation(
+        "nn.conv", (I("input"), I("kernel1"), I("bias1")), (("padding", N(0)), ("stride", N(4)))
+    )
+
+
+@pytest.mark.parametrize("path", sorted(STDLIB.glob("*.sknd")), ids=lambda path: path.stem)
+def test_stdlib_roundtrips(path: Path) -> None:
+    roundtrip(path.read_text(encoding="utf-8"))
+
+
+def test_stdlib_is_present() -> None:
+    assert len(list(STDLIB.glob("*.sknd"))) >= 7

@@ -1,0 +1,22 @@
+"""NNEF 2.0 / SkriptND support: parsing, printing and tensor data files.
+
+- :func:`parse_module` turns SkriptND text into the syntax tree of :mod:`uopviz.nnef.ast`;
+  :func:`print_module` turns a tree back into canonical text.
+- :func:`read_tensor` / :func:`write_tensor` read and write NNEF ``.dat`` tensor files.
+- Every problem in an input raises :class:`NNEFError` (``.file``, ``.line``, ``.column``).
+"""
+
+from uopviz.nnef import ast
+from uopviz.nnef.errors import NNEFError, NNEFWarning
+from uopviz.nnef.parser import parse_expression, parse_module
+from uopviz.nnef.printer import print_expression, print_module
+
+__all__ = [
+    "NNEFError",
+    "NNEFWarning",
+    "ast",
+    "parse_expression",
+    "parse_module",
+    "print_expression",
+    "print_module",
+]

@@ -1,0 +1,1269 @@
+"""Recursive-descent parser for SkriptND (NNEF 2.0), producing the tree of :mod:`uopviz.nnef.ast`.
+
+Entry point: :func:`parse_module` ``(text, file="<string>", *, lenient=False) -> ast.Module``;
+:func:`parse_expression` parses a lone expression (tests, tools).
+
+What is accepted is chapter 2 of the NNEF 2.0 draft and its §2.16 grammar, with the corrections
+listed in ``/work/shared/spec/README.md`` and the forms the reference tools and real files use:
+``import a, b;``, an optional ``version 2.0;`` and ``extension ...;`` header, ``dynamic`` and
+``static`` qualifiers (``shape: dynamic int..``, ``real[b, static c]``, ``..(static n)``), the
+``with ... :`` loop-local values of lowerings, ``<T: num>`` generic parameters written after a
+definition's name (an alternative spelling of ``@dtype``). Small, meaning-preserving
+irregularities are tolerated: a missing ``;`` after ``import x`` or after a component that ends
+with ``}``, and ``{a: 1}`` for ``{a = 1}`` in invocation attributes.
+
+Operator precedence (lowest first; binary operators are left-associative), as in the reference
+implementation:
+
+====  ======================================================================
+ 0    ``c ? a : b`` and ``a ?? b`` (right-associative; ``??`` applies after a select)
+ 1    ``=>``
+ 2    ``&&  ||  ^`` (one level, left to right)
+ 3    ``<  <=  >  >=  ==  !=  is  in`` (and ``:=`` as a fold)
+ 4    ``<?  >?``
+ 5    ``+  -``
+ 6    ``*  /  \\  %``
+ 7    ``**`` (left-associative; binds tighter than a leading unary: ``-x ** 2 == -(x ** 2)``)
+ 8    unary ``+  -  !  ?``
+ 9    postfix ``a[i]``, ``a[i, j]``, ``a[i] <- v`` (the substituted value extends to the right)
+====  ======================================================================
+
+A fold ``x op ..`` (``x op ...`` cumulative) takes as operand everything to its left at the
+precedence of ``op``: ``a * b + ..`` folds ``a * b``; ``x + .. + 42`` adds 42 to the sum.
+Pack expansion ``x..`` / repetition ``x..(n)`` applies to a whole item of a list, index list,
+shape or ``@using`` target: ``[a[i] <- s..]`` expands the substitution.
+
+Single-item subscripts ``x[i]`` are :class:`~uopviz.nnef.ast.Index` (pack indexing) since the
+parser does not know whether ``x`` is a tensor; ``x[i,]``, ``x[i, j]``, ``x[]``, ``x[i..]`` and
+``x[|i|]`` are :class:`~uopviz.nnef.ast.TensorAccess`.
+
+**Policy on** ``...`` **where** ``..`` **is meant.** The PDF extraction of the specification
+turned many pack expansions ``x..`` into ``x...``. ``...`` is a real, different token (the
+cumulative fold ``x + ...``), so the parser never reinterprets it silently. By default,
+``...`` where only ``..`` is valid (right after an item, a type or a shape extent, or after an
+operator that has no cumulative fold such as ``!=`` or ``:=``) is an :class:`NNEFError` that
+says to write ``..``. With ``lenient=True`` such a ``...`` is read as ``..`` and an
+:class:`~uopviz.nnef.errors.NNEFWarning` naming the place is emitted for each occurrence.
+A ``...`` after ``+ * <? >? && ||`` is always the cumulative fold, in both modes.
+
+Every syntax error is an :class:`~uopviz.nnef.errors.NNEFError` with file, line and column.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Callable as Function
+
+from uopviz.nnef import ast
+from uopviz.nnef.errors import NNEFError, NNEFWarning, register_source
+from uopviz.nnef.lexer import Kind, Placeholder, Token, tokenize
+
+__all__ = [
+    "BINARY_PRECEDENCE", "BLOCK_NAMES", "BUILTIN_FUNCTIONS", "CUMULATIVE_FOLD_OPERATORS",
+    "FOLD_OPERATORS", "LOWERING_OPERATORS", "TYPE_NAMES", "parse_expression", "parse_module",
+]  # fmt: skip
+
+BINARY_PRECEDENCE: dict[str, int] = {
+    "=>": 1,
+    "&&": 2, "||": 2, "^": 2,
+    "<": 3, "<=": 3, ">": 3, ">=": 3, "==": 3, "!=": 3, "is": 3, "in": 3, ":=": 3,
+    "<?": 4, ">?": 4,
+    "+": 5, "-": 5,
+    "*": 6, "/": 6, "\\": 6, "%": 6,
+    "**": 7,
+}  # fmt: skip
+FOLD_OPERATORS = frozenset({"+", "*", "<?", ">?", "&&", "||", ":=", "<", "<=", ">", ">=", "==", "!="})
+CUMULATIVE_FOLD_OPERATORS = frozenset({"+", "*", "<?", ">?", "&&", "||"})
+LOWERING_OPERATORS = ("=", "+=", "*=", "&=", "|=", "<?=", ">?=", ":=")
+TYPE_NAMES = frozenset({"type", "arith", "num", "int", "real", "bool", "str"})
+ABSTRACT_TYPE_NAMES = frozenset({"type", "arith", "num"})
+BUILTIN_FUNCTIONS = frozenset(
+    {
+        "abs", "sign", "sqrt", "exp", "log", "sin", "cos", "tan", "asin", "acos", "atan",
+        "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "round", "floor", "ceil", "frac", "erf",
+    }
+)  # fmt: skip
+BLOCK_NAMES = (
+    "dtype", "attrib", "input", "output", "constant", "variable",
+    "using", "assert", "lower", "compose", "update", "quantize",
+)  # fmt: skip
+_PARAM_BLOCKS = {"attrib": "attribs", "input": "inputs", "output": "outputs",
+                 "constant": "constants", "variable": "variables"}  # fmt: skip
+_QUALIFIERS = ("static", "dynamic")
+_SOFT_KEYWORDS = ("is", "in")
+_LOOP_KEYWORDS = ("with", "for", "while", "do", "unroll")
+_CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">", "|": "|"}
+
+
+class _Parser:
+    """Parser state: the token list, a cursor, and the options of one parse."""
+
+    def __init__(self, tokens: list[Token], file: str, lenient: bool, type_names: frozenset[str]) -> None:
+        self.tokens = tokens
+        self.index = 0
+        self.file = file
+        self.lenient = lenient
+        # Names callable as casts: type keywords plus the generics of the current definition.
+        self.type_names = type_names
+
+    # -- token helpers ---------------------------------------------------------------------------
+
+    @property
+    def token(self) -> Token:
+        """The current token."""
+        return self.tokens[self.index]
+
+    def peek(self, offset: int = 1) -> Token:
+        """The token ``offset`` positions ahead (the END token past the end)."""
+        return self.tokens[min(self.index + offset, len(self.tokens) - 1)]
+
+    def advance(self) -> Token:
+        """Consume and return the current token."""
+        token = self.tokens[self.index]
+        if token.kind is not Kind.END:
+            self.index += 1
+        return token
+
+    def at(self, *ops: str) -> bool:
+        """Whether the current token is one of the operators ``ops``."""
+        return self.token.is_op(*ops)
+
+    def at_keyword(self, *words: str) -> bool:
+        """Whether the current token is one of the keywords ``words``."""
+        return self.token.is_keyword(*words)
+
+    def at_word(self, *words: str) -> bool:
+        """Whether the current token is an identifier spelled as one of ``words`` (contextual)."""
+        return self.token.kind is Kind.IDENTIFIER and self.token.text in words
+
+    def accept(self, *ops: str) -> Token | None:
+        """Consume the current token if it is one of ``ops``."""
+        return self.advance() if self.at(*ops) else None
+
+    def pos(self, token: Token | None = None) -> ast.Position:
+        """The AST position of ``token`` (default: the current one)."""
+        token = token or self.token
+        return ast.Position(self.file, token.line, token.column)
+
+    def error(self, token: Token, message: str) -> NNEFError:
+        """An NNEFError located at ``token``."""
+        return NNEFError(message, self.file, token.line, token.column)
+
+    def error_after_previous(self, message: str) -> NNEFError:
+        """An NNEFError just after the previous token (where a missing ';' belongs)."""
+        previous = self.tokens[self.index - 1] if self.index > 0 else self.token
+        lines = previous.text.split("\n")
+        line = previous.line + len(lines) - 1
+        column = (previous.column if len(lines) == 1 else 1) + len(lines[-1])
+        return NNEFError(message, self.file, line, column)
+
+    def warn(self, token: Token, message: str) -> None:
+        """Emit an NNEFWarning located at ``token`` (lenient mode only)."""
+        warnings.warn(NNEFWarning(message, self.file, token.line, token.column), stacklevel=4)
+
+    def expect(self, op: str, context: str = "") -> Token:
+        """Consume the operator ``op`` or fail naming what was found."""
+        if self.at(op):
+            return self.advance()
+        where = f" {context}" if context else ""
+        raise self.error(self.token, f"expected '{op}'{where}, found {self.token.describe()}")
+
+    def expect_close(self, opener: Token) -> Token:
+        """Consume the delimiter closing ``opener`` or report where the pair was opened."""
+        closer = _CLOSERS[opener.text]
+        if self.at(closer):
+            return self.advance()
+        raise self.error(
+            self.token,
+            f"expected '{closer}' to close '{opener.text}' opened at {opener.line}:{opener.column}, "
+            f"found {self.token.describe()}",
+        )
+
+    def expect_semicolon(self, what: str) -> None:
+        """Consume the ';' ending ``what``; a missing one is reported after the previous token."""
+        if not self.accept(";"):
+            raise self.error_after_previous(f"expected ';' after {what}, found {self.token.describe()}")
+
+    def at_name(self) -> bool:
+        """Whether the current token can be a name.
+
+        ``is`` and ``in`` are operators only between two operands; where a name is expected they
+        are names (the specification's own ``conv`` calls an input extent ``is``).
+        """
+        return self.token.kind is Kind.IDENTIFIER or self.token.is_keyword(*_SOFT_KEYWORDS)
+
+    def expect_identifier(self, what: str) -> Token:
+        """Consume an identifier, or fail naming ``what`` was expected."""
+        if self.at_name():
+            return self.advance()
+        found = self.token.describe()
+        if self.token.kind is Kind.KEYWORD:
+            found = f"keyword '{self.token.text}' (reserved, not usable as a name)"
+        raise self.error(self.token, f"expected {what}, found {found}")
+
+    def qualified_name(self, what: str) -> str:
+        """A possibly dotted name ``a.b.c``."""
+        parts = [self.expect_identifier(what).text]
+        while self.at(".") and self.peek().kind is Kind.IDENTIFIER:
+            self.advance()
+            parts.append(self.advance().text)
+        return ".".join(parts)
+
+    def at_dots(self) -> bool:
+        """Whether the current token is '..' or a '...' meant as '..' (policy in the module doc)."""
+        return self.at("..") or self.at("...")
+
+    def accept_expansion_dots(self, what: str) -> Token | None:
+        """Consume '..' where only an expansion / pack is valid, applying the '...' policy."""
+        if self.at(".."):
+            return self.advance()
+        if self.at("..."):
+            token = self.token
+            message = (f"'...' is the cumulative-fold token; {what} is written '..' "
+                       "(the PDF extraction of the specification often shows '...' for '..')")  # fmt: skip
+            if not self.lenient:
+                raise self.error(token, message)
+            self.warn(token, f"read '...' as '..' ({what}); " + message)
+            return self.advance()
+        return None
+
+    # -- module level ----------------------------------------------------------------------------
+
+    def module(self) -> ast.Module:
+        """``document ::= [version] extension* import* definition*``."""
+        start = self.token
+        version = self.version() if self.at_word("version") else None
+        extensions: list[str] = []
+        while self.at_word("extension"):
+            extensions.extend(self.extension())
+        imports: list[ast.Import] = []
+        while self.at_keyword("import"):
+            imports.extend(self.imports())
+        definitions: list[ast.Definition] = []
+        names: dict[str, ast.Definition] = {}
+        while self.token.kind is not Kind.END:
+            definition = self.definition()
+            if definition.name in names:
+                first = names[definition.name].pos
+                raise NNEFError(f"'{definition.name}' is already defined at {first.line}:{first.column}",
+                                self.file, definition.pos.line, definition.pos.column)  # fmt: skip
+            names[definition.name] = definition
+            definitions.append(definition)
+        return ast.Module(file=self.file, imports=tuple(imports), definitions=tuple(definitions),
+                          version=version, extensions=tuple(extensions), pos=self.pos(start))  # fmt: skip
+
+    def version(self) -> tuple[int, int]:
+        """``version MAJOR.MINOR;``"""
+        self.advance()
+        token = self.token
+        if token.kind is Kind.REAL and token.text.replace(".", "", 1).isdigit() and "." in token.text:
+            self.advance()
+            major, minor = token.text.split(".")
+        elif token.kind is Kind.INTEGER and self.peek().is_op(".") and self.peek(2).kind is Kind.INTEGER:
+            major = self.advance().text
+            self.advance()
+            minor = self.advance().text
+        else:
+            raise self.error(token, f"expected a version number such as '2.0', found {token.describe()}")
+        self.expect_semicolon("the version")
+        return int(major), int(minor or 0)
+
+    def extension(self) -> list[str]:
+        """``extension NAME [,] NAME ... ;``"""
+        self.advance()
+        names = [self.qualified_name("an extension name")]
+        while not self.at(";"):
+            self.accept(",")
+            if self.token.kind is not Kind.IDENTIFIER:
+                break
+            names.append(self.qualified_name("an extension name"))
+        self.expect_semicolon("the extension list")
+        return names
+
+    def imports(self) -> list[ast.Import]:
+        """``import a[, b]*;`` (the ';' may be left out before the next top-level item)."""
+        self.advance()
+        result = [self._import_name()]
+        while self.accept(","):
+            result.append(self._import_name())
+        if not self.accept(";"):
+            starts_item = self.at_keyword("import", "operator", "public", "graph")
+            starts_item = starts_item or self.token.kind is Kind.END
+            if not starts_item:
+                raise self.error_after_previous(
+                    f"expected ';' or ',' after the imported module name, found {self.token.describe()}"
+                )
+        return result
+
+    def _import_name(self) -> ast.Import:
+        """One module name of an import statement."""
+        token = self.token
+        return ast.Import(self.qualified_name("a module name after 'import'"), pos=self.pos(token))
+
+    def definition(self) -> ast.Definition:
+        """``[public] operator NAME [<generics>] { blocks }`` or ``graph NAME { blocks }``."""
+        start = self.token
+        public = bool(self.at_keyword("public") and self.advance())
+        if self.at_keyword("operator", "graph"):
+            kind = self.advance().text
+        elif self.at_keyword("import"):
+            raise self.error(self.token, "imports must come before all operator and graph definitions")
+        elif self.token.kind is Kind.BLOCK:
+            raise self.error(self.token,
+                             f"block '{self.token.text}' outside of an operator or graph definition")
+        else:
+            expected = "'operator' or 'graph'" if public else "'operator', 'public operator' or 'graph'"
+            raise self.error(self.token, f"expected {expected}, found {self.token.describe()}")
+        name = self.expect_identifier(f"the name of the {kind}").text
+        generics = self.generic_parameters() if self.at("<") else []
+        opener = self.expect("{", f"to open the body of {kind} '{name}'")
+        self.type_names = TYPE_NAMES | {param.name for param in generics} | self._scan_dtype_names()
+        blocks: dict[str, list] = {}
+        block_tokens: dict[str, Token] = {}
+        while not self.at("}"):
+            block_name, entries = self.block(name, block_tokens)
+            blocks[block_name] = entries
+        self.expect_close(opener)
+        if generics:
+            blocks["dtype"] = generics + blocks.get("dtype", [])
+        self._check_unique_dtypes(blocks.get("dtype", []))
+        fields = {_PARAM_BLOCKS.get(key, key): tuple(value) for key, value in blocks.items()}
+        renamed = {"dtype": "dtypes", "using": "usings", "assert": "asserts", "lower": "lowerings",
+                   "compose": "components", "update": "updates", "quantize": "quantizations"}  # fmt: skip
+        fields = {renamed.get(key, key): value for key, value in fields.items()}
+        return ast.Definition(name=name, kind=kind, public=public, pos=self.pos(start), **fields)
+
+    def _check_unique_dtypes(self, params: list[ast.TypeParam]) -> None:
+        """Generic type names must be unique within a definition."""
+        seen: set[str] = set()
+        for param in params:
+            if param.name in seen:
+                raise NNEFError(f"generic type '{param.name}' is declared twice", self.file,
+                                param.pos.line, param.pos.column)  # fmt: skip
+            seen.add(param.name)
+
+    def _scan_dtype_names(self) -> set[str]:
+        """Names declared in this definition's @dtype block, found ahead of parsing (casts use them)."""
+        names: set[str] = set()
+        depth, index = 0, self.index
+        while index < len(self.tokens) - 1:
+            token = self.tokens[index]
+            if token.is_op("{"):
+                depth += 1
+            elif token.is_op("}"):
+                depth -= 1
+                if depth < 0:
+                    break
+            elif depth == 0 and token.kind is Kind.BLOCK and token.value == "dtype":
+                index += 1
+                inner = 0
+                while index < len(self.tokens) - 1:
+                    current = self.tokens[index]
+                    inner += current.is_op("{") - current.is_op("}")
+                    if inner <= 0 and current.is_op("}"):
+                        break
+                    if inner == 1 and current.kind is Kind.IDENTIFIER and self.tokens[index + 1].is_op(":"):
+                        names.add(current.text)
+                    index += 1
+            index += 1
+        return names
+
+    def generic_parameters(self) -> list[ast.TypeParam]:
+        """``<T: num, S: type = real>`` after a definition's name."""
+        opener = self.advance()
+        params = [self.type_param()]
+        while self.accept(","):
+            params.append(self.type_param())
+        self.expect_close(opener)
+        return params
+
+    def block(self, definition: str, seen: dict[str, Token]) -> tuple[str, list]:
+        """One ``@name { entries }`` block of a definition."""
+        token = self.token
+        if token.kind is not Kind.BLOCK:
+            if token.kind is Kind.END:
+                raise self.error(token, f"unexpected end of input inside the definition of '{definition}'")
+            raise self.error(token, f"expected a block such as '@input' or '}}', found {token.describe()}")
+        name = token.value
+        if name not in BLOCK_NAMES:
+            close = difflib.get_close_matches(name, BLOCK_NAMES, n=1)
+            known = ", ".join("@" + block for block in BLOCK_NAMES)
+            hint = f"; did you mean '@{close[0]}'?" if close else f" (blocks: {known})"
+            raise self.error(token, f"unknown block '{token.text}'{hint}")
+        if name in seen:
+            first = seen[name]
+            raise self.error(token,
+                             f"duplicate block '{token.text}' (first defined at {first.line}:{first.column})")
+        seen[name] = token
+        self.advance()
+        opener = self.expect("{", f"after '{token.text}'")
+        entry = self._entry_parser(name)
+        entries = []
+        while not self.at("}"):
+            if self.token.kind in (Kind.END, Kind.BLOCK):
+                raise self.expect_close(opener)
+            entries.append(entry())
+        self.expect_close(opener)
+        return name, entries
+
+    def _entry_parser(self, block: str) -> Function[[], object]:
+        """The function parsing one entry of the block ``block``."""
+        if block in _PARAM_BLOCKS:
+            return lambda: self.param(block)
+        return {
+            "dtype": self.dtype_entry,
+            "using": self.using,
+            "assert": self.assertion,
+            "lower": self.lowering,
+            "compose": self.component,
+            "update": self.component,
+            "quantize": self.quantization,
+        }[block]
+
+    # -- declarations ----------------------------------------------------------------------------
+
+    def type_param(self) -> ast.TypeParam:
+        """``NAME : base [= default]``."""
+        start = self.token
+        name = self.expect_identifier("a generic type name").text
+        self.expect(":", f"after generic type '{name}'")
+        base = self.type_keyword("a base type (type, arith, num, int, real, bool, str)")
+        default = None
+        if self.accept("="):
+            default = self.type_keyword("a default type")
+        return ast.TypeParam(name, base, default, pos=self.pos(start))
+
+    def dtype_entry(self) -> ast.TypeParam:
+        """An @dtype entry terminated by ';'."""
+        param = self.type_param()
+        self.expect_semicolon(f"the declaration of generic type '{param.name}'")
+        return param
+
+    def type_keyword(self, what: str) -> str:
+        """One of the built-in type keywords."""
+        if self.token.kind is Kind.KEYWORD and self.token.text in TYPE_NAMES:
+            return self.advance().text
+        raise self.error(self.token, f"expected {what}, found {self.token.describe()}")
+
+    def type_name(self) -> str:
+        """A type in a declaration: a type keyword or a generic name."""
+        if self.token.kind is Kind.KEYWORD and self.token.text in TYPE_NAMES:
+            return self.advance().text
+        if self.token.kind is Kind.IDENTIFIER:
+            if self.token.text not in self.type_names:
+                close = difflib.get_close_matches(self.token.text, sorted(self.type_names), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else " (generic types are declared in @dtype)"
+                raise self.error(self.token, f"unknown type '{self.token.text}'{hint}")
+            return self.advance().text
+        raise self.error(self.token, f"expected a type (int, real, bool, str or a generic type), "
+                                     f"found {self.token.describe()}")  # fmt: skip
+
+    def qualifier(self) -> str | None:
+        """A contextual ``dynamic`` / ``static`` qualifier before something it can qualify."""
+        if self.at_word(*_QUALIFIERS):
+            following = self.peek()
+            if following.kind in (Kind.IDENTIFIER, Kind.INTEGER) or following.is_keyword(
+                "optional", *TYPE_NAMES
+            ) or following.is_op("~", "(", "..", "..."):
+                return self.advance().text
+        return None
+
+    def type_spec(self, allow_shape: bool = True, allow_pack: bool = True) -> ast.TypeSpec:
+        """``[dynamic] [optional] [dynamic] type [^(rank)] [shape] [pack]``."""
+        start = self.token
+        qualifier = self.qualifier()
+        optional = bool(self.at_keyword("optional") and self.advance())
+        qualifier = qualifier or self.qualifier()
+        name = self.type_name()
+        rank = None
+        if self.at("^"):
+            self.advance()
+            opener = self.expect("(", "after '^' (rank capture is written '^(r)')")
+            rank = self.expression()
+            self.expect_close(opener)
+        shape = self.shape() if allow_shape and self.at("[") else None
+        pack = None
+        if allow_pack and self.at_dots():
+            pack = self.pack_spec("a pack type")
+        return ast.TypeSpec(name, optional, rank, shape, pack, qualifier, pos=self.pos(start))
+
+    def pack_spec(self, what: str) -> ast.PackSpec:
+        """``..`` [``(`` [static|dynamic] (~ | count) [| bound] ``)``]."""
+        start = self.token
+        self.accept_expansion_dots(what)
+        if not self.at("("):
+            return ast.PackSpec(pos=self.pos(start))
+        opener = self.advance()
+        qualifier = None
+        if self.at_word(*_QUALIFIERS) and not self.peek().is_op(")", "|"):
+            qualifier = self.advance().text
+        placeholder = self.accept("~")
+        count = ast.Placeholder(pos=self.pos(placeholder)) if placeholder else self.expression()
+        bound = self.expression() if self.accept("|") else None
+        self.expect_close(opener)
+        return ast.PackSpec(count, bound, qualifier, pos=self.pos(start))
+
+    def shape(self) -> ast.Shape:
+        """``[ extent, ... ]``."""
+        opener = self.advance()
+        extents = []
+        if not self.at("]"):
+            extents.append(self.extent())
+            while self.accept(","):
+                extents.append(self.extent())
+        self.expect_close(opener)
+        return ast.Shape(tuple(extents), pos=self.pos(opener))
+
+    def extent(self) -> ast.Extent:
+        """``[static] [..] (~ | expr) [| bound] [..[(count)]]``."""
+        start = self.token
+        qualifier = self.qualifier()
+        distinct = bool(self.accept_expansion_dots("a per-item (distinct) extent"))
+        placeholder = self.accept("~")
+        value = ast.Placeholder(pos=self.pos(placeholder)) if placeholder else self.expression()
+        bound = self.expression() if self.accept("|") else None
+        pack = self.pack_spec("a packed extent") if self.at_dots() else None
+        return ast.Extent(value, bound, distinct, pack, qualifier, pos=self.pos(start))
+
+    def param(self, block: str) -> ast.Param:
+        """``NAME : type [= default [, i < n]*] ;``."""
+        start = self.token
+        name = self.expect_identifier(f"a name to declare in @{block}").text
+        self.expect(":", f"after '{name}' (declarations are written 'name: type')")
+        spec = self.type_spec()
+        default = None
+        bounds: list[ast.LoopBound] = []
+        if self.accept("="):
+            default = self.expression()
+            while self.accept(","):
+                bounds.append(self.loop_bound())
+        self.expect_semicolon(f"the declaration of '{name}'")
+        return ast.Param(name, spec, default, tuple(bounds), pos=self.pos(start))
+
+    def loop_bound(self) -> ast.LoopBound:
+        """``NAME < bound``."""
+        start = self.token
+        name = self.expect_identifier("an index name of a loop bound 'i < n'").text
+        if self.at("<-"):
+            raise self.error(self.token, "'<-' is substitution; write '< -' for a bound that is negative")
+        self.expect("<", f"after index '{name}' (loop bounds are written '{name} < n')")
+        return ast.LoopBound(name, self.expression(), pos=self.pos(start))
+
+    def using(self) -> ast.Using:
+        """``target [..(count)] = value ;``."""
+        start = self.token
+        if self.at("["):
+            target = self.list_expression()
+            self._check_using_target(target)
+        else:
+            token = self.expect_identifier("a name or a list of names to define in @using")
+            target = ast.Identifier(token.text, pos=self.pos(token))
+        count = None
+        if self.at_dots():
+            dots = self.token
+            pack = self.pack_spec("a pack length hint")
+            if pack.count is None:
+                raise self.error(dots, "a pack length hint in @using is written 'name..(length)'")
+            count = pack.count
+        self.expect("=", "in @using (entries are written 'name = expression')")
+        value = self.expression()
+        self.expect_semicolon("the @using entry")
+        return ast.Using(target, value, count, pos=self.pos(start))
+
+    def _check_using_target(self, node: ast.Expr) -> None:
+        """A destructuring target may only contain names, expansions and tuples of names."""
+        if isinstance(node, ast.Identifier):
+            return
+        if isinstance(node, (ast.List, ast.Zip)):
+            for item in node.items:
+                self._check_using_target(item)
+            return
+        if isinstance(node, ast.Expand):
+            self._check_using_target(node.value)
+            return
+        raise NNEFError("only names, 'name..' and '(a, b)..' may appear on the left-hand side of @using",
+                        self.file, node.pos.line, node.pos.column)  # fmt: skip
+
+    def assertion(self) -> ast.Assert:
+        """``condition [: message [, ['label':] value]*] ;``."""
+        start = self.token
+        condition = self.expression()
+        message = None
+        prints: list[ast.AssertPrint] = []
+        if self.accept(":"):
+            if self.token.kind is not Kind.STRING:
+                raise self.error(self.token, f"expected a message string after ':' in the assertion, "
+                                             f"found {self.token.describe()}")  # fmt: skip
+            message = self.string_literal()
+            while self.accept(","):
+                prints.append(self.assert_print())
+        self.expect_semicolon("the assertion")
+        return ast.Assert(condition, message, tuple(prints), pos=self.pos(start))
+
+    def assert_print(self) -> ast.AssertPrint:
+        """A printed value of an assertion: ``['label':] expression``."""
+        start = self.token
+        label = None
+        if self.token.kind is Kind.STRING and self.peek().is_op(":"):
+            literal = self.string_literal()
+            if not isinstance(literal, ast.StringLiteral):
+                raise self.error(start, "an assertion label cannot contain '{}' placeholders")
+            label = literal.value
+            self.advance()
+        return ast.AssertPrint(self.expression(), label, pos=self.pos(start))
+
+    def lowering(self) -> ast.Lowering:
+        """``[unroll..(i -> n)] [with locals :] target op value [, i < n]* [| condition] ;``."""
+        start = self.token
+        unroll_index = unroll_count = None
+        if self.at_keyword("unroll"):
+            unroll_token = self.advance()
+            if not self.at_dots():
+                raise self.error(self.token, "expected '..(index -> count)' after 'unroll'")
+            unroll_index, unroll_count = self.iteration_count(allow_omitted_count=False)
+            if unroll_count is None:
+                raise self.error(unroll_token, "an unrolled lowering needs a count: 'unroll..(i -> n)'")
+        local_defs: list[ast.LocalDef] = []
+        if self.at_keyword("with"):
+            self.advance()
+            local_defs.append(self.local_def())
+            while self.accept(","):
+                local_defs.append(self.local_def())
+            if not self.accept(":"):
+                raise self.error(self.token, f"expected ':' after the 'with' values of the lowering, "
+                                             f"found {self.token.describe()}")  # fmt: skip
+        target = self.lowering_target()
+        if not (self.token.kind is Kind.OPERATOR and self.token.text in LOWERING_OPERATORS):
+            ops = ", ".join(f"'{op}'" for op in LOWERING_OPERATORS)
+            raise self.error(self.token,
+                             f"expected a lowering assignment ({ops}), found {self.token.describe()}")
+        op = self.advance().text
+        value = self.expression()
+        bounds: list[ast.LoopBound] = []
+        while self.accept(","):
+            bounds.append(self.loop_bound())
+        condition = self.expression() if self.accept("|") else None
+        self.expect_semicolon("the lowering")
+        return ast.Lowering(target, op, value, tuple(bounds), condition, tuple(local_defs),
+                            unroll_index, unroll_count, pos=self.pos(start))  # fmt: skip
+
+    def local_def(self) -> ast.LocalDef:
+        """``NAME = value`` in a lowering's ``with`` clause."""
+        start = self.token
+        name = self.expect_identifier("a loop-local name after 'with'").text
+        self.expect("=", f"after loop-local '{name}'")
+        return ast.LocalDef(name, self.expression(), pos=self.pos(start))
+
+    def lowering_target(self) -> ast.Expr:
+        """``tensor[indices]`` or ``pack[k][indices]`` on the left of a lowering."""
+        token = self.expect_identifier("the output tensor of the lowering")
+        target: ast.Expr = ast.Identifier(token.text, pos=self.pos(token))
+        if not self.at("["):
+            raise self.error(self.token, f"expected '[' after '{token.text}' (the left-hand side of a "
+                                         f"lowering is a tensor access such as '{token.text}[i, j]')")
+        while self.at("["):
+            target = self.subscript(target, allow_substitution=False)
+        return target
+
+    def quantization(self) -> ast.Quantization:
+        """``tensor : op[<types>][{attribs}] ;``."""
+        start = self.token
+        tensor = self.qualified_name("a tensor name to quantize")
+        self.expect(":", f"after '{tensor}' (quantization is written 'tensor: op{{...}}')")
+        op_token = self.token
+        name = self.qualified_name("a quantization operator")
+        types = self.generic_arguments() if self.at("<") else ()
+        attribs = self.attribute_assignments() if self.at("{") else ()
+        self.expect_semicolon(f"the quantization of '{tensor}'")
+        invocation = ast.Invocation(name, (), attribs, types, pos=self.pos(op_token))
+        return ast.Quantization(tensor, invocation, pos=self.pos(start))
+
+    # -- composition -----------------------------------------------------------------------------
+
+    def component(self) -> ast.Component:
+        """``results = value ;`` in @compose / @update / blocks."""
+        start = self.token
+        results = [self.result_group()]
+        while self.accept(","):
+            results.append(self.result_group())
+        self.expect("=", "after the results of the component")
+        value = self.component_value()
+        ends_with_brace = self.tokens[self.index - 1].is_op("}")
+        if not self.accept(";") and not ends_with_brace:
+            raise self.error_after_previous(
+                f"expected ';' after the component, found {self.token.describe()}")
+        return ast.Component(tuple(results), value, pos=self.pos(start))
+
+    def result_group(self) -> ast.Result | ast.ResultList | ast.ResultTuple:
+        """``[a, b..]``, ``(a, b)..``, ``~`` or ``name[: type[shape]][..(n)]``."""
+        if self.at("["):
+            opener = self.advance()
+            items: list[ast.Result | ast.ResultTuple] = []
+            if not self.at("]"):
+                items.append(self.result_tuple() if self.at("(") else self.result())
+                while self.accept(","):
+                    items.append(self.result_tuple() if self.at("(") else self.result())
+            self.expect_close(opener)
+            return ast.ResultList(tuple(items), pos=self.pos(opener))
+        if self.at("("):
+            return self.result_tuple()
+        return self.result()
+
+    def result_tuple(self) -> ast.ResultTuple:
+        """``(a, b)..[(n)]`` that unzips a pack."""
+        opener = self.advance()
+        items = [self.result()]
+        while self.accept(","):
+            items.append(self.result())
+        self.expect_close(opener)
+        pack = self.pack_spec("a packed result") if self.at_dots() else None
+        return ast.ResultTuple(tuple(items), pack, pos=self.pos(opener))
+
+    def result(self) -> ast.Result:
+        """``~`` or ``name [: type[shape]] [..[(count)]]``."""
+        start = self.token
+        if self.accept("~"):
+            return ast.Result(None, pos=self.pos(start))
+        name = self.expect_identifier("a result name or '~'").text
+        spec = None
+        if self.accept(":"):
+            spec = self.type_spec(allow_pack=False)
+        pack = self.pack_spec("a packed result") if self.at_dots() else None
+        return ast.Result(name, spec, pack, pos=self.pos(start))
+
+    def component_value(self) -> ast.Callable:
+        """The right-hand side of a component: branch, loop or callable."""
+        if self.at_keyword("if"):
+            return self.branch()
+        if self.at_keyword(*_LOOP_KEYWORDS):
+            return self.loop()
+        return self.callable()
+
+    def branch(self) -> ast.If:
+        """``if c then v (elif c then v)* else v``."""
+        start = self.token
+        branches = []
+        while True:
+            self.advance()
+            condition = self.callable()
+            if not self.at_keyword("then"):
+                raise self.error(self.token,
+                                 f"expected 'then' after the condition, found {self.token.describe()}")
+            self.advance()
+            branches.append((condition, self.callable()))
+            if not self.at_keyword("elif"):
+                break
+        if not self.at_keyword("else"):
+            raise self.error(self.token, f"expected 'elif' or 'else' (a branch must end with an 'else'), "
+                                         f"found {self.token.describe()}")  # fmt: skip
+        self.advance()
+        return ast.If(tuple(branches), self.callable(), pos=self.pos(start))
+
+    def loop(self) -> ast.Loop:
+        """``[with ...] [for ...] [while c] (do|unroll)[..([i ->] n)] body [while c]``."""
+        start = self.token
+        carries: list[ast.Carry] = []
+        scans: list[ast.Scan] = []
+        if self.at_keyword("with"):
+            self.advance()
+            carries.append(self.carry())
+            while self.accept(","):
+                carries.append(self.carry())
+        if self.at_keyword("for"):
+            self.advance()
+            scans.append(self.scan())
+            while self.accept(","):
+                scans.append(self.scan())
+        condition = None
+        if self.at_keyword("while"):
+            self.advance()
+            condition = self.callable()
+        if not self.at_keyword("do", "unroll"):
+            raise self.error(self.token, f"expected 'do' or 'unroll' to start the loop body, "
+                                         f"found {self.token.describe()}")  # fmt: skip
+        unroll = self.advance().text == "unroll"
+        index = count = None
+        if self.at_dots():
+            index, count = self.iteration_count(allow_omitted_count=True)
+        body = self.callable()
+        pretest = condition is not None
+        if condition is None and self.at_keyword("while"):
+            self.advance()
+            condition = self.callable()
+        return ast.Loop(body, tuple(carries), tuple(scans), condition, pretest, unroll, index, count,
+                        pos=self.pos(start))  # fmt: skip
+
+    def carry(self) -> ast.Carry:
+        """``name [: type[shape]] = initial``."""
+        start = self.token
+        name = self.expect_identifier("a loop-carried variable name after 'with'").text
+        spec = self.type_spec(allow_pack=False) if self.accept(":") else None
+        self.expect("=", f"after loop variable '{name}' (written '{name} = initial value')")
+        return ast.Carry(name, self.expression(), spec, pos=self.pos(start))
+
+    def scan(self) -> ast.Scan:
+        """``item : pack``."""
+        start = self.token
+        name = self.expect_identifier("a loop item name after 'for'").text
+        self.expect(":", f"after loop item '{name}' (scans are written '{name} : pack')")
+        return ast.Scan(name, self.expression(), pos=self.pos(start))
+
+    def iteration_count(self, allow_omitted_count: bool) -> tuple[str | None, ast.Expr | None]:
+        """``..( [index ->] count )``; the count may be left out after ``->`` for loops."""
+        self.accept_expansion_dots("an iteration count")
+        opener = self.expect("(", "after '..' of the iteration count")
+        index = None
+        if self.token.kind is Kind.IDENTIFIER and self.peek().is_op("->"):
+            index = self.advance().text
+            self.advance()
+            if self.at(")"):
+                if not allow_omitted_count:
+                    raise self.error(self.token, "expected the iteration count after '->'")
+                self.advance()
+                return index, None
+        count = self.expression()
+        self.expect_close(opener)
+        return index, count
+
+    def callable(self) -> ast.Callable:
+        """An invocation, a ``{...}`` block (either optionally labelled) or an expression."""
+        start = self.token
+        if self.at("{"):
+            return self.block_body(None, start)
+        if self.token.kind is not Kind.IDENTIFIER:
+            return self.expression()
+        if self.peek().is_op(":"):
+            label = self.advance().text
+            self.advance()
+            if self.at("{"):
+                return self.block_body(label, start)
+            if self.token.kind is not Kind.IDENTIFIER:
+                raise self.error(self.token, f"expected an operator invocation or a block after label "
+                                             f"'{label}:', found {self.token.describe()}")  # fmt: skip
+            return self.invocation(label, start)
+        mark = self.index
+        self.qualified_name("an operator name")
+        is_invocation = self.at("(", "{") or (self.at("<") and self._generic_arguments_ahead())
+        self.index = mark
+        if is_invocation:
+            return self.invocation(None, start)
+        return self.expression()
+
+    def _generic_arguments_ahead(self) -> bool:
+        """Whether ``<T, ...>`` followed by ``(`` or ``{`` starts here (versus a comparison)."""
+        index = self.index + 1
+        while True:
+            token = self.tokens[index]
+            # Only declared types qualify, which tells 'op<T>(x)' from 'a < b > (c)'.
+            if token.text not in self.type_names or token.kind not in (Kind.IDENTIFIER, Kind.KEYWORD):
+                return False
+            index += 1
+            if self.tokens[index].is_op(","):
+                index += 1
+                continue
+            return self.tokens[index].is_op(">") and self.tokens[index + 1].is_op("(", "{")
+
+    def invocation(self, label: str | None, start: Token) -> ast.Invocation:
+        """``name [<types>] [{attribs}] (args)``."""
+        name = self.qualified_name("an operator name")
+        types = self.generic_arguments() if self.at("<") else ()
+        attribs = self.attribute_assignments() if self.at("{") else ()
+        if not self.at("("):
+            raise self.error(self.token,
+                             f"expected '(' with the arguments of '{name}', found {self.token.describe()}")
+        opener = self.advance()
+        args: list[ast.Expr] = []
+        if not self.at(")"):
+            args.append(self.argument())
+            while self.accept(","):
+                args.append(self.argument())
+        self.expect_close(opener)
+        return ast.Invocation(name, tuple(args), attribs, types, label, pos=self.pos(start))
+
+    def argument(self) -> ast.Expr:
+        """An invocation argument: an expression or ``~``."""
+        token = self.accept("~")
+        return ast.Placeholder(pos=self.pos(token)) if token else self.expression()
+
+    def generic_arguments(self) -> tuple[str, ...]:
+        """``<type, ...>`` of an invocation."""
+        opener = self.advance()
+        types = [self.type_name()]
+        while self.accept(","):
+            types.append(self.type_name())
+        self.expect_close(opener)
+        return tuple(types)
+
+    def attribute_assignments(self) -> tuple[tuple[str, ast.Expr], ...]:
+        """``{name = value, ...}`` (``name: value`` is accepted too)."""
+        opener = self.advance()
+        pairs: list[tuple[str, ast.Expr]] = []
+        names: set[str] = set()
+        while not self.at("}"):
+            token = self.expect_identifier("an attribute name")
+            if token.text in names:
+                raise self.error(token, f"attribute '{token.text}' is assigned twice")
+            names.add(token.text)
+            if not self.accept("=", ":"):
+                raise self.error(self.token, f"expected '=' after attribute '{token.text}', "
+                                             f"found {self.token.describe()}")  # fmt: skip
+            pairs.append((token.text, self.expression()))
+            if not self.accept(","):
+                break
+        self.expect_close(opener)
+        return tuple(pairs)
+
+    def block_body(self, label: str | None, start: Token) -> ast.Block:
+        """``{ components; yield values; }``."""
+        opener = self.advance()
+        components = []
+        while not self.at_keyword("yield"):
+            if self.at("}"):
+                raise self.error(self.token, "a block must end with 'yield values;' before its '}'")
+            if self.token.kind in (Kind.END, Kind.BLOCK):
+                raise self.expect_close(opener)
+            components.append(self.component())
+        self.advance()
+        yields = [self.expression()]
+        while self.accept(","):
+            yields.append(self.expression())
+        self.expect_semicolon("the yielded values")
+        if not self.at("}"):
+            raise self.error(self.token, "'yield' must be the last statement of a block; expected '}' to "
+                                         f"close '{{' opened at {opener.line}:{opener.column}, "
+                                         f"found {self.token.describe()}")
+        self.advance()
+        return ast.Block(tuple(components), tuple(yields), label, pos=self.pos(start))
+
+    # -- expressions -----------------------------------------------------------------------------
+
+    def expression(self) -> ast.Expr:
+        """A full expression: binary operators, then ``? :`` and ``??``."""
+        start = self.token
+        value = self.binary(1)
+        if self.at("?"):
+            self.advance()
+            then = self.expression()
+            otherwise = self.expression() if self.accept(":") else None
+            value = ast.Select(value, then, otherwise, pos=self.pos(start))
+        if self.at("??"):
+            self.advance()
+            value = ast.Coalesce(value, self.expression(), pos=self.pos(start))
+        return value
+
+    def binary_operator(self) -> str | None:
+        """The binary operator at the cursor, if any (``is`` / ``in`` included)."""
+        token = self.token
+        if token.kind is Kind.OPERATOR and token.text in BINARY_PRECEDENCE:
+            return token.text
+        if token.is_keyword("is", "in"):
+            return token.text
+        return None
+
+    def binary(self, min_precedence: int) -> ast.Expr:
+        """Precedence climbing over the binary operators, with folds ``x op ..``."""
+        start = self.token
+        left = self.unary()
+        while True:
+            if self.at("<-"):
+                raise self.error(self.token, "substitution '<-' needs an indexed pack on its left "
+                                             "('a[i] <- v'); write '< -' to compare with a negative value")
+            op = self.binary_operator()
+            if op is None or op == "**" or BINARY_PRECEDENCE[op] < min_precedence:
+                return left
+            op_token = self.advance()
+            if self.at("..", "..."):
+                left = self.fold(op, op_token, left, start)
+                continue
+            if op == ":=":
+                raise self.error(op_token, "':=' is only a fold ('x := ..') or a lowering assignment")
+            right = self.binary(BINARY_PRECEDENCE[op] + 1)
+            left = ast.Binary(op, left, right, pos=self.pos(start))
+
+    def fold(self, op: str, op_token: Token, operand: ast.Expr, start: Token) -> ast.Fold:
+        """``operand op ..`` or ``operand op ...`` (the dots are the current token)."""
+        dots = self.advance()
+        cumulative = dots.text == "..."
+        if op not in FOLD_OPERATORS:
+            raise self.error(op_token, f"'{op}' has no fold; folds exist for "
+                                       f"{' '.join(sorted(FOLD_OPERATORS))}")  # fmt: skip
+        if cumulative and op not in CUMULATIVE_FOLD_OPERATORS:
+            message = (f"'{op}' has no cumulative fold ('x {op} ...'); its reduction is written 'x {op} ..' "
+                       "(the PDF extraction of the specification often shows '...' for '..')")  # fmt: skip
+            if not self.lenient:
+                raise self.error(dots, message)
+            self.warn(dots, f"read '...' as '..' after '{op}'; " + message)
+            cumulative = False
+        return ast.Fold(op, operand, cumulative, pos=self.pos(start))
+
+    def unary(self) -> ast.Expr:
+        """Prefix ``+ - ! ?`` then a power expression."""
+        start = self.token
+        if self.at("+", "-", "!", "?"):
+            op = self.advance().text
+            return ast.Unary(op, self.unary(), pos=self.pos(start))
+        if self.at("??"):
+            raise self.error(start, "'??' needs a value on its left; a null test is written '?x'")
+        return self.power()
+
+    def power(self) -> ast.Expr:
+        """``base ** exponent ** ...`` (left-associative; the exponent may have a unary sign)."""
+        start = self.token
+        value = self.postfix()
+        while self.at("**"):
+            op_token = self.advance()
+            if self.at("..", "..."):
+                raise self.error(op_token, "'**' has no fold")
+            value = ast.Binary("**", value, self.exponent(), pos=self.pos(start))
+        return value
+
+    def exponent(self) -> ast.Expr:
+        """The right operand of ``**``: optional unary signs then a postfix expression."""
+        start = self.token
+        if self.at("+", "-", "!", "?"):
+            op = self.advance().text
+            return ast.Unary(op, self.exponent(), pos=self.pos(start))
+        return self.postfix()
+
+    def postfix(self) -> ast.Expr:
+        """A primary followed by subscripts ``[...]`` (and possibly a substitution)."""
+        value = self.primary()
+        while self.at("["):
+            value = self.subscript(value, allow_substitution=True)
+            if isinstance(value, ast.Substitute):
+                break
+        return value
+
+    def subscript(self, base: ast.Expr, allow_substitution: bool) -> ast.Expr:
+        """``base[...]``: pack index, slice, tensor access, or substitution ``base[i] <- v``."""
+        opener = self.advance()
+        position = base.pos
+        if self.at("]"):
+            self.advance()
+            return ast.TensorAccess(base, (), pos=position)
+        first = self.item(allow_open_range=True)
+        if self.at(",") or isinstance(first, (ast.Expand, ast.Bounded)):
+            indices = [first]
+            while self.accept(","):
+                if self.at("]"):
+                    break
+                indices.append(self.item(allow_open_range=True))
+            self.expect_close(opener)
+            return ast.TensorAccess(base, tuple(indices), pos=position)
+        self.expect_close(opener)
+        if self.at("<-") and not isinstance(first, ast.Range):
+            if not allow_substitution:
+                raise self.error(self.token, "substitution '<-' is not allowed here")
+            self.advance()
+            return ast.Substitute(base, first, self.expression(), pos=position)
+        return ast.Index(base, first, pos=position)
+
+    def item(self, allow_open_range: bool = False) -> ast.Expr:
+        """A list / index item: expression, ``x..[(n)]`` or range ``a:b[:c]``."""
+        start = self.token
+        if allow_open_range and self.at(":"):
+            return self.range_rest(None, start, allow_open_range)
+        value = self.expression()
+        if self.at_dots():
+            self.accept_expansion_dots("pack expansion")
+            count = None
+            if self.at("("):
+                opener = self.advance()
+                count = self.expression()
+                self.expect_close(opener)
+            return ast.Expand(value, count, pos=self.pos(start))
+        if self.at(":"):
+            return self.range_rest(value, start, allow_open_range)
+        return value
+
+    def range_rest(self, first: ast.Expr | None, start: Token, allow_open: bool) -> ast.Range:
+        """The ``:stop[:step]`` part of a range whose start was parsed."""
+        self.advance()
+        ends = ("]", ",", ":")
+        stop = None if allow_open and self.at(*ends) else self.expression()
+        step = None
+        if self.accept(":"):
+            step = None if allow_open and self.at("]", ",") else self.expression()
+        return ast.Range(first, stop, step, pos=self.pos(start))
+
+    def primary(self) -> ast.Expr:
+        """Literals, names, casts, builtins, parentheses / zips, lists and bounded indices."""
+        token = self.token
+        position = self.pos(token)
+        if token.kind is Kind.INTEGER:
+            self.advance()
+            return ast.IntLiteral(token.value, pos=position)
+        if token.kind is Kind.REAL:
+            self.advance()
+            return ast.RealLiteral(token.value, pos=position)
+        if token.kind is Kind.STRING:
+            return self.string_literal()
+        if self.at_name():
+            return self.name_primary(token)
+        if token.kind is Kind.KEYWORD:
+            return self.keyword_primary(token)
+        if token.is_op("("):
+            return self.parenthesized()
+        if token.is_op("["):
+            return self.list_expression()
+        if token.is_op("|"):
+            return self.bounded()
+        if token.is_op("~"):
+            raise self.error(token,
+                             "'~' (omitted value) is only allowed as an argument, result or shape extent")
+        if token.is_op("..", "..."):
+            raise self.error(token, f"expected an expression before '{token.text}'")
+        raise self.error(token, f"expected an expression, found {token.describe()}")
+
+    def keyword_primary(self, token: Token) -> ast.Expr:
+        """``true false inf pi`` and casts ``int(x)``."""
+        position = self.pos(token)
+        if token.text in ("true", "false"):
+            self.advance()
+            return ast.BoolLiteral(token.text == "true", pos=position)
+        if token.text in ("inf", "pi"):
+            self.advance()
+            return ast.KeywordConstant(token.text, pos=position)
+        if token.text in TYPE_NAMES:
+            self.advance()
+            if not self.at("("):
+                raise self.error(token,
+                                 f"type '{token.text}' used as a value; a cast is written '{token.text}(x)'")
+            if token.text in ABSTRACT_TYPE_NAMES:
+                raise self.error(token, f"cannot cast to the abstract type '{token.text}'")
+            return self.cast(token.text, position)
+        raise self.error(token, f"expected an expression, found keyword '{token.text}'")
+
+    def name_primary(self, token: Token) -> ast.Expr:
+        """Identifiers, ``x.shape``-style members, builtins and generic casts ``T(x)``."""
+        position = self.pos(token)
+        self.advance()
+        name = token.text
+        if self.at("("):
+            if name in self.type_names:
+                return self.cast(name, position)
+            if name in BUILTIN_FUNCTIONS:
+                return self.builtin(name, position)
+            close = difflib.get_close_matches(name, sorted(BUILTIN_FUNCTIONS | self.type_names), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise self.error(token, f"unknown function '{name}'{hint} (operator invocations cannot appear "
+                                    f"inside expressions; built-ins: {', '.join(sorted(BUILTIN_FUNCTIONS))})")
+        if self.at(".") and self.peek().kind is Kind.IDENTIFIER:
+            member = self.peek()
+            if member.text in ("shape", "rank", "size"):
+                self.advance()
+                self.advance()
+                return ast.Member(name, member.text, pos=position)
+            raise self.error(member, f"expected 'shape', 'rank' or 'size' after '{name}.', found "
+                                     f"'{member.text}' (scoped names cannot be used in expressions)")
+        return ast.Identifier(name, pos=position)
+
+    def cast(self, type_name: str, position: ast.Position) -> ast.Cast:
+        """``type(arg)`` or the default value ``type()``."""
+        opener = self.advance()
+        arg = None if self.at(")") else self.expression()
+        if self.at(","):
+            raise self.error(self.token, f"a cast to '{type_name}' takes one argument")
+        self.expect_close(opener)
+        return ast.Cast(type_name, arg, pos=position)
+
+    def builtin(self, func: str, position: ast.Position) -> ast.Builtin:
+        """``func(arg)`` for a built-in math function."""
+        opener = self.advance()
+        if self.at(")"):
+            raise self.error(self.token, f"built-in function '{func}' takes one argument")
+        arg = self.expression()
+        if self.at(","):
+            raise self.error(self.token, f"built-in function '{func}' takes one argument")
+        self.expect_close(opener)
+        return ast.Builtin(func, arg, pos=position)
+
+    def parenthesized(self) -> ast.Expr:
+        """``(expr)`` or a zip tuple ``(a, b, ...)``."""
+        opener = self.advance()
+        first = self.expression()
+        if self.at(","):
+            items = [first]
+            while self.accept(","):
+                items.append(self.expression())
+            self.expect_close(opener)
+            return ast.Zip(tuple(items), pos=self.pos(opener))
+        self.expect_close(opener)
+        return first
+
+    def list_expression(self) -> ast.List:
+        """``[item, ...]``."""
+        opener = self.advance()
+        items = []
+        if not self.at("]"):
+            items.append(self.item())
+            while self.accept(","):
+                items.append(self.item())
+        self.expect_close(opener)
+        return ast.List(tuple(items), pos=self.pos(opener))
+
+    def bounded(self) -> ast.Bounded:
+        """``|index|`` or ``|index <> lower : upper|``."""
+        opener = self.advance()
+        index = self.expression()
+        lower = upper = None
+        if self.accept("<>"):
+            lower = self.expression()
+            self.expect(":", "between the lower and upper replacement of '|i <> lower : upper|'")
+            upper = self.expression()
+        elif self.at(":") and isinstance(index, ast.Binary) and index.op == "<":
+            # '|i < a : b|' is how the PDF extraction renders '|i <> a : b|'.
+            raise self.error(self.token, "expected '|' to close the bounded index; a remapped index is "
+                                         "written '|i <> lower : upper|'")  # fmt: skip
+        self.expect_close(opener)
+        return ast.Bounded(index, lower, upper, pos=self.pos(opener))
+
+    def string_literal(self) -> ast.StringLiteral | ast.Format:
+        """One or more adjacent string tokens, joined; placeholders become expressions."""
+        start = self.token
+        parts: list[str | ast.Expr] = []
+        while self.token.kind is Kind.STRING:
+            for part in self.advance().value:
+                if isinstance(part, Placeholder):
+                    parts.append(self.placeholder_expression(part))
+                elif parts and isinstance(parts[-1], str):
+                    parts[-1] += part
+                else:
+                    parts.append(part)
+        if all(isinstance(part, str) for part in parts):
+            return ast.StringLiteral("".join(parts), pos=self.pos(start))  # type: ignore[arg-type]
+        return ast.Format(tuple(part for part in parts if part != ""), pos=self.pos(start))
+
+    def placeholder_expression(self, placeholder: Placeholder) -> ast.Expr:
+        """The expression inside a ``{...}`` string placeholder."""
+        tokens = tokenize(placeholder.text, self.file, placeholder.line, placeholder.column)
+        sub = _Parser(tokens, self.file, self.lenient, self.type_names)
+        value = sub.expression()
+        if sub.token.kind is not Kind.END:
+            raise sub.error(sub.token, f"unexpected {sub.token.describe()} in string placeholder")
+        return value
+
+
+def parse_module(text: str, file: str = "<string>", *, lenient: bool = False) -> ast.Module:
+    """Parse SkriptND source ``text`` (read from ``file``, used in positions and errors).
+
+    With ``lenient=True``, ``...`` written where only ``..`` is valid is read as ``..`` with an
+    :class:`~uopviz.nnef.errors.NNEFWarning` (see the module docstring). Raises
+    :class:`~uopviz.nnef.errors.NNEFError` on the first syntax error.
+    """
+    register_source(file, text)
+    parser = _Parser(tokenize(text, file), file, lenient, TYPE_NAMES)
+    return parser.module()
+
+
+def parse_expression(
+    text: str, file: str = "<string>", *, lenient: bool = False, type_names: frozenset[str] = frozenset()
+) -> ast.Expr:
+    """Parse a single SkriptND expression; ``type_names`` adds generic names usable as casts."""
+    register_source(file, text)
+    parser = _Parser(tokenize(text, file), file, lenient, TYPE_NAMES | type_names)
+    value = parser.expression()
+    if parser.token.kind is not Kind.END:
+        raise parser.error(parser.token, f"unexpected {parser.token.describe()} after the expression")
+    return value
