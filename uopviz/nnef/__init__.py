@@ -7,6 +7,7 @@
 """
 
 from uopviz.nnef import ast
+from uopviz.nnef.data import read_header, read_tensor, tensor_bytes, write_tensor
 from uopviz.nnef.errors import NNEFError, NNEFWarning
 from uopviz.nnef.parser import parse_expression, parse_module
 from uopviz.nnef.printer import print_expression, print_module
@@ -19,4 +20,8 @@ __all__ = [
     "parse_module",
     "print_expression",
     "print_module",
+    "read_header",
+    "read_tensor",
+    "tensor_bytes",
+    "write_tensor",
 ]
