@@ -43,15 +43,14 @@ venv: $(STAMP)
 
 # Re-run pip only when pyproject.toml or this Makefile changes (or the venv is new); system
 # packages are checked every time, which costs one dpkg-query when everything is there.
-# editable_mode=compat puts the checkout itself on sys.path: packages and modules that others add
-# later (uopviz/__init__.py, new subpackages) import without reinstalling. The default mode would
-# keep treating uopviz as the namespace package it was at install time.
+# The editable install maps the package `uopviz` to ./uopviz, so modules and subpackages added
+# later import without reinstalling.
 $(STAMP): pyproject.toml Makefile | system-deps
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "uopviz needs Python >= 3.11; $(PYTHON) is $$($(PYTHON) -V 2>&1). Try: make PYTHON=python3.11"; exit 1; }
 	@test -x $(PY) || { echo "Creating $(VENV) with $$($(PYTHON) -V)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install --progress-bar off -e '.[dev,bench]' --config-settings editable_mode=compat
+	$(PY) -m pip install --progress-bar off -e '.[dev,bench]'
 	@# JupyterLab in this venv: never ask about (or fetch) news and updates; the network is closed
 	@# and the toast would cover notebooks in screenshots.
 	@mkdir -p $(LAB_OVERRIDES)
