@@ -7,6 +7,7 @@ NNEF 2.0 draft with the extraction defects listed in /work/shared/spec/README.md
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from pathlib import Path
 
@@ -950,3 +951,181 @@ def test_stdlib_roundtrips(path: Path) -> None:
 
 def test_stdlib_is_present() -> None:
     assert len(list(STDLIB.glob("*.sknd"))) >= 7
+
+
+# ------------------------------------------------------------------------------------------------
+# Syntax errors: file, line, column and a message naming the problem
+
+
+@pytest.mark.parametrize(
+    ("source", "line", "column", "fragment"),
+    [
+        ('operator f {\n    @input {\n        x: real[n;\n    }\n}',
+         3, 18, "expected ']' to close '[' opened at 3:16, found ';'"),
+        ('operator f {\n    @inptu {\n        x: real[n];\n    }\n}',
+         2, 5, "unknown block '@inptu'; did you mean '@input'?"),
+        ('operator f {\n    @compose {\n        y = nn.conv(input;\n    }\n}',
+         3, 26, "expected ')' to close '(' opened at 3:20, found ';'"),
+        ('operator f {\n    @input {\n        x: real[n]\n    }\n}',
+         3, 19, "expected ';' after the declaration of 'x', found '}'"),
+        ('operator f {\n    @input { x: real[n]; }\n    @input { y: real[n]; }\n}',
+         3, 5, "duplicate block '@input' (first defined at 2:5)"),
+        ('operator f {\n    @input { x real[n]; }\n}',
+         2, 16, "expected ':' after 'x' (declarations are written 'name:"),
+        ('operator f {\n    @input { x: rael[n]; }\n}',
+         2, 17, "unknown type 'rael'; did you mean 'real'?"),
+        ('operator f {\n    @attrib { a: int = ; }\n}',
+         2, 24, "expected an expression, found ';'"),
+        ('operator f {\n    @using { a = (b + c; }\n}',
+         2, 24, "expected ')' to close '(' opened at 2:18, found ';'"),
+        ('operator f {\n    @using { a = [1, 2; }\n}',
+         2, 23, "expected ']' to close '[' opened at 2:18, found ';'"),
+        ('operator f {\n    @using { a = b + * c; }\n}',
+         2, 22, "expected an expression, found '*'"),
+        ('operator f {\n    @using { a = b ? c : ; }\n}',
+         2, 26, "expected an expression, found ';'"),
+        ('operator f {\n    @using { a = foo(b); }\n}',
+         2, 18, "unknown function 'foo'; did you mean 'floor'? (operator"),
+        ('operator f {\n    @using { a = sqrt(b, c); }\n}',
+         2, 24, "built-in function 'sqrt' takes one argument"),
+        ('operator f {\n    @using { a = x.shpe; }\n}',
+         2, 20, "expected 'shape', 'rank' or 'size' after 'x.', found 'shpe'"),
+        ('operator f {\n    @using { a = b - ..; }\n}',
+         2, 20, "'-' has no fold; folds exist for != && * + := < <= <? == >"),
+        ('operator f {\n    @using { a = b != ...; }\n}',
+         2, 23, "'!=' has no cumulative fold ('x != ...'); its reduction is"),
+        ('operator f {\n    @using { a = b := c; }\n}',
+         2, 20, "':=' is only a fold ('x := ..') or a lowering assignment"),
+        ('operator f {\n    @using { a = b <-1; }\n}',
+         2, 20, "substitution '<-' needs an indexed pack on its left ('a[i]"),
+        ('operator f {\n    @using { a = int; }\n}',
+         2, 18, "type 'int' used as a value; a cast is written 'int(x)'"),
+        ('operator f {\n    @using { a = ~; }\n}',
+         2, 18, "'~' (omitted value) is only allowed as an argument, result"),
+        ('operator f {\n    @using { a = [b...]; }\n}',
+         2, 20, "'...' is the cumulative-fold token; pack expansion is"),
+        ('operator f {\n    @using { 1 = b; }\n}',
+         2, 14, 'expected a name or a list of names to define in @using,'),
+        ('operator f {\n    @using { [a + 1] = b; }\n}',
+         2, 15, "only names, 'name..' and '(a, b)..' may appear on the"),
+        ('operator f {\n    @assert { a > 0: 42; }\n}',
+         2, 22, "expected a message string after ':' in the assertion, found"),
+        ('operator f {\n    @assert { a > 0 "msg"; }\n}',
+         2, 20, "expected ';' after the assertion, found a string"),
+        ('operator f {\n    @lower { y[i] = x[i], i > n; }\n}',
+         2, 29, "expected '<' after index 'i' (loop bounds are written 'i <"),
+        ('operator f {\n    @lower { y[i] == x[i], i < n; }\n}',
+         2, 19, "expected a lowering assignment ('=', '+=', '*=', '&=',"),
+        ('operator f {\n    @lower { y = x[i], i < n; }\n}',
+         2, 16, "expected '[' after 'y' (the left-hand side of a lowering is"),
+        ('operator f {\n    @lower { with z = x[i]; y[i] = z, i < n; }\n}',
+         2, 27, "expected ':' after the 'with' values of the lowering, found"),
+        ('operator f {\n    @lower { y[i] = x[|i < 0 : 1|], i < n; }\n}',
+         2, 30, "expected '|' to close the bounded index; a remapped index"),
+        ('operator f {\n    @compose { y = if c then a(x); }\n}',
+         2, 34, "expected 'elif' or 'else' (a branch must end with an"),
+        ('operator f {\n    @compose { y = if c a(x) else b(x); }\n}',
+         2, 25, "expected 'then' after the condition, found 'a'"),
+        ('operator f {\n    @compose { y = with s = 0 for x : xs add(s, x); }\n}',
+         2, 42, "expected 'do' or 'unroll' to start the loop body, found"),
+        ('operator f {\n    @compose { y = { z = a(x); }; }\n}',
+         2, 32, "a block must end with 'yield values;' before its '}'"),
+        ('operator f {\n    @compose { y = { yield z; w = a(x); }; }\n}',
+         2, 31, "'yield' must be the last statement of a block; expected '}'"),
+        ('operator f {\n    @compose { y = op{a = 1, a = 2}(x); }\n}',
+         2, 30, "attribute 'a' is assigned twice"),
+        ('operator f {\n    @compose { y = op{a 1}(x); }\n}',
+         2, 25, "expected '=' after attribute 'a', found '1'"),
+        ('operator f {\n    @compose { y = op(x) }\n}',
+         2, 25, "expected ';' after the component, found '}'"),
+        ('operator f {\n    @compose { y = op(x);\n}',
+         3, 2, "expected '}' to close '{' opened at 1:12, found end of"),
+        ('operator f {\n    @compose { 1 = op(x); }\n}',
+         2, 16, "expected a result name or '~', found '1'"),
+        ('operator f {\n    @compose { y = op{a = 1}; }\n}',
+         2, 29, "expected '(' with the arguments of 'op', found ';'"),
+        ('operator f {\n    @quantize { a quant{bits = 8}; }\n}',
+         2, 19, "expected ':' after 'a' (quantization is written 'tensor:"),
+        ('operator f {\n    @dtype { T: float; }\n}',
+         2, 17, 'expected a base type (type, arith, num, int, real, bool,'),
+        ('operator f {\n    @dtype { T: num; T: type; }\n}',
+         2, 22, "generic type 'T' is declared twice"),
+        ('operator f { }\noperator f { }',
+         2, 1, "'f' is already defined at 1:1"),
+        ('operator { }',
+         1, 10, "expected the name of the operator, found '{'"),
+        ('operator f @input { }',
+         1, 12, "expected '{' to open the body of operator 'f', found"),
+        ('operator f {\n    @input { x: real[n]; }\n',
+         3, 1, "expected '}' to close '{' opened at 1:12, found end of"),
+        ('import nn\noperator f { }\nimport layout;',
+         3, 1, 'imports must come before all operator and graph definitions'),
+        ('import nn layout;',
+         1, 10, "expected ';' or ',' after the imported module name, found"),
+        ('import;',
+         1, 7, "expected a module name after 'import', found ';'"),
+        ('version 2;\n',
+         1, 9, "expected a version number such as '2.0', found '2'"),
+        ('foo f { }',
+         1, 1, "expected 'operator', 'public operator' or 'graph', found"),
+        ('public graph_ f { }',
+         1, 8, "expected 'operator' or 'graph', found 'graph_'"),
+        ('@input { x: real; }',
+         1, 1, "block '@input' outside of an operator or graph definition"),
+        ('operator f {\n    x: real;\n}',
+         2, 5, "expected a block such as '@input' or '}', found 'x'"),
+        ('operator f {\n    @input { x: real^r[n]; }\n}',
+         2, 22, "expected '(' after '^' (rank capture is written '^(r)'),"),
+        ('operator f {\n    @input { operator: real[n]; }\n}',
+         2, 14, 'expected a name to declare in @input, found keyword'),
+        ('operator f {\n    @using { a = b[1:2] <- c; }\n}',
+         2, 25, "substitution '<-' needs an indexed pack on its left ('a[i]"),
+        ('operator f {\n    @using { a = "x {b +} y"; }\n}',
+         2, 25, "expected an expression, found the end of the '{}'"),
+        ('operator f {\n    @using { a = real; }\n}',
+         2, 18, "type 'real' used as a value; a cast is written 'real(x)'"),
+        ('operator f {\n    @attrib { a: num(3); }\n}',
+         2, 21, "expected ';' after the declaration of 'a', found '('"),
+        ('operator f {\n    @using { a = num(3); }\n}',
+         2, 18, "cannot cast to the abstract type 'num'"),
+        ('operator f {\n    @using { a = b ** ..; }\n}',
+         2, 20, "'**' has no fold"),
+        ('operator f {\n    @using { a = ?? b; }\n}',
+         2, 18, "'??' needs a value on its left; a null test is written '?x'"),
+        ('operator f {\n    @using { a = b.c.d; }\n}',
+         2, 20, "expected 'shape', 'rank' or 'size' after 'b.', found 'c'"),
+        ('operator f {\n    @compose { y = for x xs do a(x); }\n}',
+         2, 26, "expected ':' after loop item 'x' (scans are written 'x :"),
+        ('operator f {\n    @lower { unroll..(i ->) y[i] = x[i], i < n; }\n}',
+         2, 27, "expected the iteration count after '->'"),
+    ],
+)
+def test_syntax_errors(source: str, line: int, column: int, fragment: str) -> None:
+    with pytest.raises(NNEFError) as caught:
+        parse_module(source, "e.sknd")
+    error = caught.value
+    assert (error.file, error.line, error.column) == ("e.sknd", line, column), error.message
+    assert fragment in error.message
+    text = str(error)
+    assert text.startswith(f"e.sknd:{line}:{column}: {error.message}")
+    lines = source.split("\n")
+    if line <= len(lines) and lines[line - 1]:
+        assert text.split("\n")[1:] == ["    " + lines[line - 1], "    " + " " * (column - 1) + "^"]
+
+
+def test_error_excerpt_and_caret() -> None:
+    with pytest.raises(NNEFError) as caught:
+        parse_module("operator f {\n    @compose {\n        y = nn.conv(input;\n    }\n}", "m.sknd")
+    assert str(caught.value) == (
+        "m.sknd:3:26: expected ')' to close '(' opened at 3:20, found ';'\n"
+        "            y = nn.conv(input;\n"
+        "                             ^"
+    )
+
+
+def test_errors_survive_pickling() -> None:
+    with pytest.raises(NNEFError) as caught:
+        parse_module("operator f { @inptu { } }", "p.sknd")
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert (again.file, again.line, again.column, again.message) == ("p.sknd", 1, 14, caught.value.message)
+    assert str(again) == str(caught.value)

@@ -106,6 +106,8 @@ class _Parser:
         self.lenient = lenient
         # Names callable as casts: type keywords plus the generics of the current definition.
         self.type_names = type_names
+        # What the END token stands for in messages ('' for the end of the input).
+        self.end_name = ""
 
     # -- token helpers ---------------------------------------------------------------------------
 
@@ -146,6 +148,12 @@ class _Parser:
         token = token or self.token
         return ast.Position(self.file, token.line, token.column)
 
+    def describe(self, token: Token) -> str:
+        """How messages name ``token``; the end of a string placeholder is not the end of the file."""
+        if token.kind is Kind.END and self.end_name:
+            return self.end_name
+        return token.describe()
+
     def error(self, token: Token, message: str) -> NNEFError:
         """An NNEFError located at ``token``."""
         return NNEFError(message, self.file, token.line, token.column)
@@ -167,7 +175,7 @@ class _Parser:
         if self.at(op):
             return self.advance()
         where = f" {context}" if context else ""
-        raise self.error(self.token, f"expected '{op}'{where}, found {self.token.describe()}")
+        raise self.error(self.token, f"expected '{op}'{where}, found {self.describe(self.token)}")
 
     def expect_close(self, opener: Token) -> Token:
         """Consume the delimiter closing ``opener`` or report where the pair was opened."""
@@ -177,13 +185,13 @@ class _Parser:
         raise self.error(
             self.token,
             f"expected '{closer}' to close '{opener.text}' opened at {opener.line}:{opener.column}, "
-            f"found {self.token.describe()}",
+            f"found {self.describe(self.token)}",
         )
 
     def expect_semicolon(self, what: str) -> None:
         """Consume the ';' ending ``what``; a missing one is reported after the previous token."""
         if not self.accept(";"):
-            raise self.error_after_previous(f"expected ';' after {what}, found {self.token.describe()}")
+            raise self.error_after_previous(f"expected ';' after {what}, found {self.describe(self.token)}")
 
     def at_name(self) -> bool:
         """Whether the current token can be a name.
@@ -197,7 +205,7 @@ class _Parser:
         """Consume an identifier, or fail naming ``what`` was expected."""
         if self.at_name():
             return self.advance()
-        found = self.token.describe()
+        found = self.describe(self.token)
         if self.token.kind is Kind.KEYWORD:
             found = f"keyword '{self.token.text}' (reserved, not usable as a name)"
         raise self.error(self.token, f"expected {what}, found {found}")
@@ -265,7 +273,7 @@ class _Parser:
             self.advance()
             minor = self.advance().text
         else:
-            raise self.error(token, f"expected a version number such as '2.0', found {token.describe()}")
+            raise self.error(token, f"expected a version number such as '2.0', found {self.describe(token)}")
         self.expect_semicolon("the version")
         return int(major), int(minor or 0)
 
@@ -292,7 +300,7 @@ class _Parser:
             starts_item = starts_item or self.token.kind is Kind.END
             if not starts_item:
                 raise self.error_after_previous(
-                    f"expected ';' or ',' after the imported module name, found {self.token.describe()}"
+                    f"expected ';' or ',' after the imported module name, found {self.describe(self.token)}"
                 )
         return result
 
@@ -314,7 +322,7 @@ class _Parser:
                              f"block '{self.token.text}' outside of an operator or graph definition")
         else:
             expected = "'operator' or 'graph'" if public else "'operator', 'public operator' or 'graph'"
-            raise self.error(self.token, f"expected {expected}, found {self.token.describe()}")
+            raise self.error(self.token, f"expected {expected}, found {self.describe(self.token)}")
         name = self.expect_identifier(f"the name of the {kind}").text
         generics = self.generic_parameters() if self.at("<") else []
         opener = self.expect("{", f"to open the body of {kind} '{name}'")
@@ -322,7 +330,9 @@ class _Parser:
         blocks: dict[str, list] = {}
         block_tokens: dict[str, Token] = {}
         while not self.at("}"):
-            block_name, entries = self.block(name, block_tokens)
+            if self.token.kind is Kind.END:
+                raise self.expect_close(opener)
+            block_name, entries = self.block(block_tokens)
             blocks[block_name] = entries
         self.expect_close(opener)
         if generics:
@@ -378,13 +388,12 @@ class _Parser:
         self.expect_close(opener)
         return params
 
-    def block(self, definition: str, seen: dict[str, Token]) -> tuple[str, list]:
+    def block(self, seen: dict[str, Token]) -> tuple[str, list]:
         """One ``@name { entries }`` block of a definition."""
         token = self.token
         if token.kind is not Kind.BLOCK:
-            if token.kind is Kind.END:
-                raise self.error(token, f"unexpected end of input inside the definition of '{definition}'")
-            raise self.error(token, f"expected a block such as '@input' or '}}', found {token.describe()}")
+            found = self.describe(token)
+            raise self.error(token, f"expected a block such as '@input' or '}}', found {found}")
         name = token.value
         if name not in BLOCK_NAMES:
             close = difflib.get_close_matches(name, BLOCK_NAMES, n=1)
@@ -444,7 +453,7 @@ class _Parser:
         """One of the built-in type keywords."""
         if self.token.kind is Kind.KEYWORD and self.token.text in TYPE_NAMES:
             return self.advance().text
-        raise self.error(self.token, f"expected {what}, found {self.token.describe()}")
+        raise self.error(self.token, f"expected {what}, found {self.describe(self.token)}")
 
     def type_name(self) -> str:
         """A type in a declaration: a type keyword or a generic name."""
@@ -457,7 +466,7 @@ class _Parser:
                 raise self.error(self.token, f"unknown type '{self.token.text}'{hint}")
             return self.advance().text
         raise self.error(self.token, f"expected a type (int, real, bool, str or a generic type), "
-                                     f"found {self.token.describe()}")  # fmt: skip
+                                     f"found {self.describe(self.token)}")  # fmt: skip
 
     def qualifier(self) -> str | None:
         """A contextual ``dynamic`` / ``static`` qualifier before something it can qualify."""
@@ -594,7 +603,7 @@ class _Parser:
         if self.accept(":"):
             if self.token.kind is not Kind.STRING:
                 raise self.error(self.token, f"expected a message string after ':' in the assertion, "
-                                             f"found {self.token.describe()}")  # fmt: skip
+                                             f"found {self.describe(self.token)}")  # fmt: skip
             message = self.string_literal()
             while self.accept(","):
                 prints.append(self.assert_print())
@@ -632,12 +641,12 @@ class _Parser:
                 local_defs.append(self.local_def())
             if not self.accept(":"):
                 raise self.error(self.token, f"expected ':' after the 'with' values of the lowering, "
-                                             f"found {self.token.describe()}")  # fmt: skip
+                                             f"found {self.describe(self.token)}")  # fmt: skip
         target = self.lowering_target()
         if not (self.token.kind is Kind.OPERATOR and self.token.text in LOWERING_OPERATORS):
             ops = ", ".join(f"'{op}'" for op in LOWERING_OPERATORS)
             raise self.error(self.token,
-                             f"expected a lowering assignment ({ops}), found {self.token.describe()}")
+                             f"expected a lowering assignment ({ops}), found {self.describe(self.token)}")
         op = self.advance().text
         value = self.expression()
         bounds: list[ast.LoopBound] = []
@@ -692,7 +701,7 @@ class _Parser:
         ends_with_brace = self.tokens[self.index - 1].is_op("}")
         if not self.accept(";") and not ends_with_brace:
             raise self.error_after_previous(
-                f"expected ';' after the component, found {self.token.describe()}")
+                f"expected ';' after the component, found {self.describe(self.token)}")
         return ast.Component(tuple(results), value, pos=self.pos(start))
 
     def result_group(self) -> ast.Result | ast.ResultList | ast.ResultTuple:
@@ -749,14 +758,14 @@ class _Parser:
             condition = self.callable()
             if not self.at_keyword("then"):
                 raise self.error(self.token,
-                                 f"expected 'then' after the condition, found {self.token.describe()}")
+                                 f"expected 'then' after the condition, found {self.describe(self.token)}")
             self.advance()
             branches.append((condition, self.callable()))
             if not self.at_keyword("elif"):
                 break
         if not self.at_keyword("else"):
             raise self.error(self.token, f"expected 'elif' or 'else' (a branch must end with an 'else'), "
-                                         f"found {self.token.describe()}")  # fmt: skip
+                                         f"found {self.describe(self.token)}")  # fmt: skip
         self.advance()
         return ast.If(tuple(branches), self.callable(), pos=self.pos(start))
 
@@ -781,7 +790,7 @@ class _Parser:
             condition = self.callable()
         if not self.at_keyword("do", "unroll"):
             raise self.error(self.token, f"expected 'do' or 'unroll' to start the loop body, "
-                                         f"found {self.token.describe()}")  # fmt: skip
+                                         f"found {self.describe(self.token)}")  # fmt: skip
         unroll = self.advance().text == "unroll"
         index = count = None
         if self.at_dots():
@@ -840,7 +849,7 @@ class _Parser:
                 return self.block_body(label, start)
             if self.token.kind is not Kind.IDENTIFIER:
                 raise self.error(self.token, f"expected an operator invocation or a block after label "
-                                             f"'{label}:', found {self.token.describe()}")  # fmt: skip
+                                             f"'{label}:', found {self.describe(self.token)}")  # fmt: skip
             return self.invocation(label, start)
         mark = self.index
         self.qualified_name("an operator name")
@@ -870,8 +879,8 @@ class _Parser:
         types = self.generic_arguments() if self.at("<") else ()
         attribs = self.attribute_assignments() if self.at("{") else ()
         if not self.at("("):
-            raise self.error(self.token,
-                             f"expected '(' with the arguments of '{name}', found {self.token.describe()}")
+            found = self.describe(self.token)
+            raise self.error(self.token, f"expected '(' with the arguments of '{name}', found {found}")
         opener = self.advance()
         args: list[ast.Expr] = []
         if not self.at(")"):
@@ -907,7 +916,7 @@ class _Parser:
             names.add(token.text)
             if not self.accept("=", ":"):
                 raise self.error(self.token, f"expected '=' after attribute '{token.text}', "
-                                             f"found {self.token.describe()}")  # fmt: skip
+                                             f"found {self.describe(self.token)}")  # fmt: skip
             pairs.append((token.text, self.expression()))
             if not self.accept(","):
                 break
@@ -932,7 +941,7 @@ class _Parser:
         if not self.at("}"):
             raise self.error(self.token, "'yield' must be the last statement of a block; expected '}' to "
                                          f"close '{{' opened at {opener.line}:{opener.column}, "
-                                         f"found {self.token.describe()}")
+                                         f"found {self.describe(self.token)}")
         self.advance()
         return ast.Block(tuple(components), tuple(yields), label, pos=self.pos(start))
 
@@ -1114,7 +1123,7 @@ class _Parser:
                              "'~' (omitted value) is only allowed as an argument, result or shape extent")
         if token.is_op("..", "..."):
             raise self.error(token, f"expected an expression before '{token.text}'")
-        raise self.error(token, f"expected an expression, found {token.describe()}")
+        raise self.error(token, f"expected an expression, found {self.describe(token)}")
 
     def keyword_primary(self, token: Token) -> ast.Expr:
         """``true false inf pi`` and casts ``int(x)``."""
@@ -1239,9 +1248,10 @@ class _Parser:
         """The expression inside a ``{...}`` string placeholder."""
         tokens = tokenize(placeholder.text, self.file, placeholder.line, placeholder.column)
         sub = _Parser(tokens, self.file, self.lenient, self.type_names)
+        sub.end_name = "the end of the '{}' placeholder"
         value = sub.expression()
         if sub.token.kind is not Kind.END:
-            raise sub.error(sub.token, f"unexpected {sub.token.describe()} in string placeholder")
+            raise sub.error(sub.token, f"unexpected {sub.describe(sub.token)} in string placeholder")
         return value
 
 
@@ -1265,5 +1275,5 @@ def parse_expression(
     parser = _Parser(tokenize(text, file), file, lenient, TYPE_NAMES | type_names)
     value = parser.expression()
     if parser.token.kind is not Kind.END:
-        raise parser.error(parser.token, f"unexpected {parser.token.describe()} after the expression")
+        raise parser.error(parser.token, f"unexpected {parser.describe(parser.token)} after the expression")
     return value
