@@ -2,10 +2,11 @@
 
 The expected operator names per module are listed explicitly from chapter 4 of the NNEF 2.0 draft
 (sections 4.1 to 4.7), plus the extra modules `misc`, `rand` and `layer` that real models import.
-Besides parsing, the tests check facts that the transcription of the spec text must get right:
-which operators are bodiless intrinsics, that every operator invoked by a composition exists in the
-module it names (and that module is imported), where cumulative folds (`...`) occur, and the
-attribute signatures of the operators that models call most.
+Besides parsing (and re-parsing the canonical printed text), the tests check facts that the
+transcription of the spec text must get right: which operators are bodiless intrinsics, that every
+operator invoked by a composition exists in the module it names (and that module is imported),
+where cumulative folds (`...`) occur, and the attribute signatures of the operators that models
+call most.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.parser import parse_module
+from uopviz.nnef.printer import print_module
 
 STDLIB = Path(__file__).resolve().parents[2] / "uopviz" / "nnef" / "stdlib"
 
@@ -163,6 +165,13 @@ def test_module_parses(module: str) -> None:
         pytest.fail(f"stdlib module '{module}' does not parse:\n{error}")
     assert isinstance(result, ast.Module)
     assert result.graphs == (), "imported modules must not define graphs (spec 2.15)"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_canonical_text_reparses_to_the_same_tree(module: str) -> None:
+    """The stdlib exercises most of the grammar: printing it must lose nothing."""
+    text = print_module(parsed(module))
+    assert parse_module(text, file=f"{module}.printed.sknd") == parsed(module)
 
 
 @pytest.mark.parametrize("module", MODULES)
