@@ -1,0 +1,313 @@
+"""The graph model (uopviz.widgets.graph): nodes, colours from the spec, folding, collapsing,
+both layout engines and the graph diff. No browser."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import uopviz as uv
+from uopviz import AxisType, OpFamily, Ops, UOp, dtypes
+from uopviz.widgets import graph as graph_module
+from uopviz.widgets.graph import (
+    LayoutError,
+    build_graph,
+    graph_diff,
+    is_foldable,
+    layout,
+    node_color,
+    node_key,
+)
+
+SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "uop-dialect.tex"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def random_graph(seed: int, size: int) -> UOp:
+    """A random elementwise/movement/reduce graph over a few buffers (several shapes and ops)."""
+    rng = random.Random(seed)
+    values = [UOp.buffer(24, dtypes.float32).reshape((4, 6)) for _ in range(rng.randint(1, 3))]
+    for _ in range(size):
+        op = rng.choice(["add", "mul", "max", "recip", "permute2", "where", "const_add", "reduce"])
+        a, b = rng.choice(values), rng.choice(values)
+        if op == "add":
+            values.append(a + b)
+        elif op == "mul":
+            values.append(a * b)
+        elif op == "max":
+            values.append(a.maximum(b))
+        elif op == "recip":
+            values.append(a.recip())
+        elif op == "permute2":
+            values.append(a.permute((1, 0)).permute((1, 0)))
+        elif op == "where":
+            values.append((a < b).where(a, b))
+        elif op == "const_add":
+            values.append(a + float(rng.randint(1, 9)))
+        else:
+            values.append(a.reduce(Ops.ADD, (1,)).expand((4, 6)))
+    root = values[-1]
+    for v in values[-4:-1]:
+        root = root + v
+    return root
+
+
+def spec_colours() -> tuple[dict[str, str], dict[str, str]]:
+    """(family title -> colour, AxisType name -> colour) read from the spec's LaTeX source."""
+    text = SPEC.read_text()
+    definitions = re.findall(r"\\definecolor\{(\w+)\}\{HTML\}\{(\w+)\}", text)
+    defined = {name: "#" + value.upper() for name, value in definitions}
+    families = {title: defined[name] for name, title in
+                re.findall(r"\\subsection\*\{\{\\color\{(\w+)\}(\w+) Ops\}", text)}
+    axes = {name.replace("\\_", "_"): defined[colour] for colour, name in
+            re.findall(r"\{\\color\{(\w+)\}\\texttt\{([A-Z\\_]+)\}\}", text)}
+    return families, axes
+
+
+def boxes_overlap(a: dict, b: dict) -> bool:
+    (ax, ay), (bx, by) = a["pos"], b["pos"]
+    apart_x = abs(ax - bx) * 2 >= (a["width"] + b["width"]) - 1e-6
+    return not apart_x and abs(ay - by) * 2 < (a["height"] + b["height"]) - 1e-6
+
+
+ENGINES = ["layered"] + (["dot"] if graph_module.dot_available() else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# colours
+
+
+@pytest.mark.skipif(not SPEC.is_file(), reason=f"the spec is not checked out beside the repo ({SPEC})")
+def test_family_and_axis_colours_are_the_specs():
+    families, axes = spec_colours()
+    assert len(families) == 8, families  # the card colours eight families
+    for family in OpFamily:
+        if family.title in families:
+            assert family.color.upper() == families[family.title], family
+    assert set(axes) == {a.name for a in AxisType}
+    for axis_type in AxisType:
+        assert axis_type.color.upper() == axes[axis_type.name]
+    # and the graph model uses them: one node of several families
+    buffer = UOp.buffer(16, dtypes.float32)
+    root = (buffer.reshape((4, 4)) + 1.0).reduce(Ops.ADD, (1,))
+    g = layout(root, engine="layered")
+    by_op = {d["op"]: d for _, d in g.nodes(data=True)}
+    assert by_op["RESHAPE"]["color"].upper() == families["Movement"]
+    assert by_op["ADD"]["color"].upper() == families["Elementwise"]
+    assert by_op["REDUCE"]["color"].upper() == families["Reduce"]
+    assert by_op["RESHAPE"]["family"] == "Movement"
+
+
+@pytest.mark.parametrize("axis_type", list(AxisType))
+def test_range_nodes_take_their_axis_type_colour(axis_type):
+    r = UOp.range(8, axis_type)
+    buffer = UOp.buffer(8, dtypes.float32)
+    root = buffer.index(r)
+    g = layout(root, engine="layered")
+    (range_data,) = [d for _, d in g.nodes(data=True) if d["op"] == "RANGE"]
+    assert range_data["color"] == axis_type.color
+    assert range_data["axis_type"] == axis_type.name
+    assert node_color(r) == axis_type.color
+    assert axis_type.name in range_data["label"]
+    assert range_data["details"]["axis_type"].startswith(axis_type.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# nodes, labels, folding
+
+
+@pytest.mark.parametrize("seed,size", [(0, 5), (1, 20), (2, 60), (3, 150)])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_one_node_per_shown_uop_and_edges_follow_sources(seed, size, engine):
+    root = random_graph(seed, size)
+    g = layout(root, engine=engine)
+    shown = [u for u in root.toposort() if not is_foldable(u) or u is root]
+    assert set(g.nodes) == {node_key(u) for u in shown}
+    assert g.graph["root"] == node_key(root)
+    assert g.graph["engine"] == engine
+    expected_edges = {(node_key(s), node_key(u), slot) for u in shown for slot, s in enumerate(u.src)
+                      if not is_foldable(s)}
+    assert {(s, t, slot) for s, t, slots in g.edges(data="slots") for slot in slots} == expected_edges
+    for _, _, data in g.edges(data=True):
+        assert data["slot"] == data["slots"][0]
+    for key, data in g.nodes(data=True):
+        u = data["uop"]
+        assert key == node_key(u)
+        assert data["op"] == u.op.name
+        assert data["family"] == u.op.family.title
+        assert data["color"] == node_color(u)
+        assert u.dtype.name in data["label"]
+        assert len(data["pos"]) == 2 and all(isinstance(v, float) for v in data["pos"])
+    assert nx.is_directed_acyclic_graph(g)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("seed", [4, 5])
+def test_sources_sit_above_users_and_nodes_do_not_overlap(engine, seed):
+    g = layout(random_graph(seed, 40), engine=engine)
+    for s, t in g.edges:
+        assert g.nodes[s]["pos"][1] > g.nodes[t]["pos"][1], (g.nodes[s]["op"], g.nodes[t]["op"])
+    data = [d for _, d in g.nodes(data=True)]
+    for i, a in enumerate(data):
+        for b in data[i + 1:]:
+            assert not boxes_overlap(a, b), (a["label"], b["label"])
+    width, height = g.graph["size"]
+    assert width > 0 and height > 0
+
+
+def test_constants_and_shape_stacks_fold_into_user_labels():
+    buffer = UOp.buffer(16, dtypes.float32)
+    root = buffer.reshape((4, 4)) * 3.5
+    folded = layout(root, engine="layered")
+    ops = sorted(d["op"] for _, d in folded.nodes(data=True))
+    assert ops == ["BUFFER", "MUL", "RESHAPE"]
+    labels = {d["op"]: d["label"] for _, d in folded.nodes(data=True)}
+    assert "(·, (4, 4))" in labels["RESHAPE"]
+    assert "(·, 3.5)" in labels["MUL"]
+    assert labels["MUL"].splitlines()[-1] == "float32 (4, 4)"
+    unfolded = layout(root, engine="layered", fold_constants=False)
+    unfolded_ops = sorted(d["op"] for _, d in unfolded.nodes(data=True))
+    assert unfolded_ops.count("CONST") == 2  # index 4 (hash-consed: both axes share it) and 3.5
+    assert "STACK" in unfolded_ops
+    assert unfolded.number_of_nodes() == len(root.toposort())
+
+
+def test_a_root_constant_is_still_a_node():
+    c = UOp.const(dtypes.int32, 7)
+    g = layout(c)
+    assert [d["op"] for _, d in g.nodes(data=True)] == ["CONST"]
+    assert "7" in g.nodes[node_key(c)]["label"]
+
+
+def test_details_name_every_property_the_panel_shows():
+    r = UOp.range(16, AxisType.REDUCE)
+    buffer = UOp.buffer(16, dtypes.int32, "CPU")
+    value = buffer.index(r) + 2
+    data = layout(value).nodes[node_key(value)]
+    details = data["details"]
+    assert set(details) >= {"op", "dtype", "shape", "arg", "sources", "min_max", "device", "axis"}
+    assert details["op"] == "ADD" and details["dtype"] == "int32" and details["device"] == "CPU"
+    assert details["min_max"] == repr(value.min_max)
+    assert "INDEX" in details["sources"] and "CONST 2" in details["sources"]
+
+
+# ---------------------------------------------------------------------------------------------
+# FUNCTION / CALL bodies
+
+
+def function_graph() -> tuple[UOp, UOp]:
+    p0 = UOp.param(0, (4,), dtypes.float32)
+    p1 = UOp.param(1, (4,), dtypes.float32)
+    body = UOp(Ops.TUPLE, ((p0 * p1 + p0).recip(),))
+    a, b = UOp.buffer(4, dtypes.float32), UOp.buffer(4, dtypes.float32)
+    function = UOp(Ops.FUNCTION, (body, a, b))
+    return UOp(Ops.GET_TUPLE, (function,), 0), function
+
+
+def test_function_bodies_collapse_and_expand():
+    root, function = function_graph()
+    expanded = layout(root, engine="layered")
+    collapsed = layout(root, engine="layered", collapse=True)
+    by_key = layout(root, engine="layered", collapse=[node_key(function)])
+    body_ops = {"TUPLE", "PARAM", "MUL", "ADD", "RECIP"}
+    assert body_ops <= {d["op"] for _, d in expanded.nodes(data=True)}
+    assert not body_ops & {d["op"] for _, d in collapsed.nodes(data=True)}
+    assert set(collapsed.nodes) == set(by_key.nodes)
+    data = collapsed.nodes[node_key(function)]
+    assert data["collapsible"] and data["collapsed"] and data["body_size"] == len(function.src[0].toposort())
+    assert "{…}" in data["label"]
+    assert expanded.nodes[node_key(function)]["collapsed"] is False
+    # the expanded body is framed by a cluster box around exactly its nodes
+    (cluster,) = expanded.graph["clusters"]
+    assert cluster["key"] == node_key(function)
+    for key in expanded.graph["bodies"][node_key(function)]:
+        x, y = expanded.nodes[key]["pos"]
+        assert cluster["x0"] < x < cluster["x1"] and cluster["y0"] < y < cluster["y1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# engines and errors
+
+
+def test_without_dot_auto_falls_back_and_dot_by_name_fails(monkeypatch):
+    monkeypatch.setattr(graph_module.shutil, "which", lambda name: None)
+    root = random_graph(7, 10)
+    g = layout(root, engine="auto")
+    assert g.graph["engine"] == "layered"
+    with pytest.raises(LayoutError, match="dot"):
+        layout(root, engine="dot")
+
+
+@pytest.mark.skipif(not graph_module.dot_available(), reason="graphviz dot is not installed")
+def test_auto_uses_dot_for_small_graphs_and_layered_for_huge_ones(monkeypatch):
+    root = random_graph(8, 10)
+    assert layout(root).graph["engine"] == "dot"
+    monkeypatch.setattr(graph_module, "DOT_NODE_LIMIT", 3)
+    assert layout(root).graph["engine"] == "layered"
+
+
+def test_bad_input_errors_name_the_problem():
+    with pytest.raises(TypeError, match="takes a UOp, got int"):
+        layout(3)
+    with pytest.raises(ValueError, match="engine must be"):
+        layout(UOp.const(dtypes.int32, 1), engine="neato")
+
+
+# ---------------------------------------------------------------------------------------------
+# diff
+
+
+def test_diff_of_a_graph_with_itself_is_empty():
+    root = random_graph(9, 30)
+    g = build_graph(root)
+    diff = graph_diff(g, layout(root))
+    assert diff.empty and diff.summary() == "+0 −0 ~0"
+
+
+def test_diff_finds_the_rewritten_node_and_its_rebuilt_users():
+    buffer = UOp.buffer(16, dtypes.float32).reshape((4, 4))
+    inner = buffer + buffer
+    before = (inner * 3.0).recip()
+    replacement = buffer * 2.0
+    after = (replacement * 3.0).recip()
+    diff = graph_diff(build_graph(before), build_graph(after))
+    # the path root→rewrite site was rebuilt: RECIP and the MUL by 3 are 'changed'; the MUL by 2 is
+    # where the ADD stood but is another op: it is 'added', the ADD 'removed'
+    assert diff.changed == {node_key(after): node_key(before),
+                            node_key(after.src[0]): node_key(before.src[0])}
+    assert diff.added == {node_key(replacement)}
+    assert diff.removed == {node_key(inner)}
+
+
+def test_a_changed_constant_marks_its_user_changed():
+    buffer = UOp.buffer(4, dtypes.float32)
+    a, b = buffer + 1.0, buffer + 2.0
+    diff = graph_diff(build_graph(a), build_graph(b))
+    assert diff.changed == {node_key(b): node_key(a)} and not diff.added and not diff.removed
+
+
+@given(st.integers(0, 10_000), st.integers(1, 25))
+def test_diff_partitions_both_node_sets(seed, size):
+    a, b = random_graph(seed, size), random_graph(seed + 1, size)
+    ga, gb = build_graph(a), build_graph(b)
+    diff = graph_diff(ga, gb)
+    common = set(ga.nodes) & set(gb.nodes)
+    assert diff.added | set(diff.changed) | common == set(gb.nodes)
+    assert not diff.added & set(diff.changed)
+    assert diff.removed | set(diff.changed.values()) | common == set(ga.nodes)
+    for b_key, a_key in diff.changed.items():
+        assert ga.nodes[a_key]["op"] == gb.nodes[b_key]["op"]
+
+
+def test_layout_through_the_package_namespace():
+    root = random_graph(11, 5)
+    assert set(uv.widgets.layout(root).nodes) == set(layout(root).nodes)

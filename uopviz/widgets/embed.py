@@ -1,0 +1,150 @@
+"""Standalone HTML pages: the views with their state embedded, for files opened with no server.
+
+:class:`StaticPage` collects tabs of content (DAG views, rewrite players with every frame
+precomputed, HTML, bokeh figures) and writes one HTML file with everything inline: the front
+end's JS and CSS, bokeh's JS when a figure is present (bokeh ``INLINE`` resources), and the views'
+state as JSON.  Nothing is fetched when the file is opened.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from uopviz.core.rewrite import Trace
+from uopviz.core.uop import UOp
+from uopviz.widgets.graph import layout
+from uopviz.widgets.player import PlayerState
+from uopviz.widgets.serialize import graph_json, legend, marks_json, split_static
+
+#: Frames embedded per pass at most (each holds a laid-out graph); later steps are left out and
+#: the page says so.
+MAX_FRAMES_PER_PASS = 60
+
+def _json_script(element_id: str, data: Any) -> str:
+    text = json.dumps(data, separators=(",", ":"), default=str).replace("</", "<\\/")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def dag_state(uop: UOp, *, height: int = 560, engine: str = "auto") -> dict[str, Any]:
+    """The embedded state of a DAG view: the expanded layout and, when the graph has FUNCTION or
+    CALL nodes, the all-collapsed one (the page toggles between the two)."""
+    expanded = layout(uop, engine=engine)
+    state: dict[str, Any] = {"kind": "dag", "legend": legend(), "height": height, "collapsed": [],
+                             "marks": marks_json(), "selected": ""}
+    state["graph"] = graph_json(expanded)
+    has_functions = any(d.get("collapsible") for _, d in expanded.nodes(data=True))
+    state["can_toggle"] = has_functions
+    if has_functions:
+        collapsed = graph_json(layout(uop, engine=engine, collapse=True))
+        state["variants"] = {"expanded": state["graph"], "collapsed": collapsed}
+    return state
+
+
+def player_state(trace: Trace, *, height: int = 480, engine: str = "auto",
+                 max_frames: int = MAX_FRAMES_PER_PASS,
+                 hide_unchanged: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """The embedded state of a rewrite player: every frame of every pass that changed something
+    (at most ``max_frames`` per pass), nodes shared through one table.  Returns the state and notes
+    about what was left out."""
+    state_model = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
+    table: dict[str, dict[str, Any]] = {}
+    frames: dict[str, list[dict[str, Any]]] = {}
+    notes: list[str] = []
+    passes = []
+    for entry in state_model.entries:
+        passes.append({"index": entry.index, "name": entry.name, "depth": entry.depth,
+                       "steps": entry.step_count, "changed": entry.changed})
+        if hide_unchanged and not entry.changed:
+            continue
+        state_model.pass_index = entry.index
+        shown = min(entry.step_count, max_frames)
+        if shown < entry.step_count:
+            notes.append(f"{entry.name}: the first {shown} of {entry.step_count} steps are embedded")
+            passes[-1]["steps"] = shown
+        pass_frames = []
+        for step in range(shown + 1):
+            state_model.step = step
+            frame = state_model.frame().to_json()
+            frame["step_count"] = shown
+            frame["graph"] = split_static(frame["graph"], table)
+            pass_frames.append(frame)
+        frames[str(entry.index)] = pass_frames
+    first = next((e for e in state_model.entries if str(e.index) in frames and e.step_count), None)
+    position = [first.index, 1] if first else [next(iter(map(int, frames)), 0), 0]
+    return ({"kind": "player", "legend": legend(), "height": height, "passes": passes, "frames": frames,
+             "node_table": table, "position": position, "hide_unchanged": hide_unchanged}, notes)
+
+
+@dataclass
+class StaticPage:
+    """A standalone HTML page of tabs, each holding blocks (views, HTML, bokeh figures)."""
+
+    title: str
+    meta: str = ""
+    tabs: dict[str, list[str]] = field(default_factory=dict)
+    _scripts: list[str] = field(default_factory=list)
+    _bokeh: list[Any] = field(default_factory=list)
+    _count: int = 0
+
+    def _block(self, tab: str, heading: str, inner: str, notes: list[str] | None = None) -> None:
+        notes_html = "".join(f'<p class="rp-note">{html.escape(n)}</p>' for n in notes or [])
+        heading_html = f"<h2>{html.escape(heading)}</h2>" if heading else ""
+        self.tabs.setdefault(tab, []).append(f'<div class="rp-block">{heading_html}{notes_html}{inner}</div>')
+
+    def _view(self, tab: str, heading: str, state: dict[str, Any], notes: list[str] | None = None) -> None:
+        self._count += 1
+        element_id = f"uv-state-{self._count}"
+        self._scripts.append(_json_script(element_id, state))
+        self._block(tab, heading, f'<div class="uv-mount" data-state="{element_id}"></div>', notes)
+
+    def add_dag(self, tab: str, heading: str, uop: UOp, notes: list[str] | None = None,
+                **options: Any) -> None:
+        """A DAG view of ``uop``."""
+        self._view(tab, heading, dag_state(uop, **options), notes)
+
+    def add_player(self, tab: str, heading: str, trace: Trace, notes: list[str] | None = None,
+                   **options: Any) -> None:
+        """A rewrite player over ``trace`` with its frames embedded."""
+        state, left_out = player_state(trace, **options)
+        self._view(tab, heading, state, (notes or []) + left_out)
+
+    def add_html(self, tab: str, heading: str, fragment: str, notes: list[str] | None = None) -> None:
+        """A block of ready HTML (escaped by the caller)."""
+        self._block(tab, heading, fragment, notes)
+
+    def add_bokeh(self, tab: str, heading: str, figure: Any, notes: list[str] | None = None) -> None:
+        """A bokeh figure (rendered by bokeh's inline JS)."""
+        from bokeh.embed import components
+
+        script, div = components(figure)
+        self._bokeh.append(script)
+        self._block(tab, heading, div, notes)
+
+    def render(self) -> str:
+        """The whole page as one HTML string."""
+        from uopviz.widgets.views import STATIC, script, stylesheet
+
+        page_css = (STATIC / "report.css").read_text()
+        boot = (STATIC / "report.js").read_text()
+        head_extra = ""
+        if self._bokeh:
+            from bokeh.resources import INLINE
+
+            head_extra = INLINE.render_js() + INLINE.render_css()
+        tab_buttons = "".join(f'<button class="rp-tab" data-tab="t{i}">{html.escape(name)}</button>'
+                              for i, name in enumerate(self.tabs))
+        panels = "".join(f'<section class="rp-panel" data-tab="t{i}">{"".join(blocks)}</section>'
+                         for i, blocks in enumerate(self.tabs.values()))
+        return (
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(self.title)}</title>"
+            f"<style>{stylesheet()}\n{page_css}</style>{head_extra}</head><body>"
+            f'<div class="rp-header"><h1>{html.escape(self.title)}</h1>'
+            f'<div class="rp-meta">{html.escape(self.meta)}</div></div>'
+            f'<nav class="rp-tabs">{tab_buttons}</nav>{panels}'
+            + "".join(self._scripts) + "".join(self._bokeh)
+            + f"<script>{script()}\n{boot}</script></body></html>\n"
+        )

@@ -1,0 +1,462 @@
+"""The graph model behind every DAG view: a laid-out ``networkx.DiGraph`` of a UOp graph.
+
+:func:`layout` turns a UOp graph into one node per shown UOp, with everything a view needs:
+the op, its family and colour (the spec's colours; a RANGE takes its AxisType's colour), a
+label (op and arg summary, folded operands, dtype and shape), the details shown on click
+(sources, min_max, device, axis...) and a position.  Constants and constant shape STACKs are
+folded into the labels of their users (``RESHAPE(·, (4, 4))``) instead of being drawn as nodes.
+FUNCTION and CALL bodies can be collapsed into their FUNCTION/CALL node.
+
+Positions come from graphviz ``dot`` (read from its JSON output) when the program is installed,
+else from :mod:`uopviz.widgets.layered`, a pure-Python layered layout.  Positions are in points
+with y growing upwards (graphviz's convention); sources sit above their users, the root at the
+bottom.
+
+:func:`graph_diff` compares two laid-out graphs (added, removed and changed nodes): the rewrite
+player highlights a step's changes with it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from uopviz.core.dtype import DType
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.uop import BufferArg, ParamArg, UOp, format_device, inline_text
+from uopviz.widgets import layered
+
+#: Above this many nodes ``engine="auto"`` skips ``dot`` (its crossing minimisation grows fast)
+#: and uses the layered layout, which stays well under a second.
+DOT_NODE_LIMIT = 1200
+#: Seconds ``dot`` may run before the layered layout takes over.
+DOT_TIMEOUT_S = 20.0
+#: Size estimate of the label font (monospace, 11px): points per character and per line.
+CHAR_WIDTH = 6.7
+LINE_HEIGHT = 14.0
+#: Characters kept from a long arg in labels (the side panel shows more).
+LABEL_ARG_CHARS = 34
+DETAIL_CHARS = 600
+
+
+class LayoutError(RuntimeError):
+    """A layout engine was asked for by name and cannot run (``dot`` missing or failing)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# colours and text of one UOp
+
+
+def _axis_type(u: UOp) -> AxisType | None:
+    """The AxisType of a RANGE (None for other ops)."""
+    if u.op is Ops.RANGE and isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[1], AxisType):
+        return u.arg[1]
+    return None
+
+
+def node_color(u: UOp) -> str:
+    """The colour of ``u``'s node: its AxisType's colour for a RANGE, else its op family's."""
+    axis_type = _axis_type(u)
+    return axis_type.color if axis_type is not None else u.op.family.color
+
+
+def node_key(u: UOp) -> str:
+    """A key naming ``u`` while it lives (UOps are hash-consed, so equal UOps share it)."""
+    return f"u{id(u):x}"
+
+
+def arg_summary(u: UOp, limit: int = LABEL_ARG_CHARS) -> str:
+    """A short readable form of ``u.arg`` for labels ('' when the op has no arg worth showing)."""
+    arg = u.arg
+    if arg is None:
+        return ""
+    if u.op is Ops.CONST:
+        text = repr(arg[0])
+    elif u.op is Ops.RANGE and isinstance(arg, tuple) and len(arg) == 2:
+        text = f"r{arg[0]} {arg[1].name if isinstance(arg[1], AxisType) else arg[1]}"
+    elif isinstance(arg, BufferArg):
+        text = f"buf{arg.number} [{arg.size}] {format_device(arg.device)}"
+        if arg.addrspace.name != "GLOBAL":
+            text += f" {arg.addrspace.name}"
+    elif isinstance(arg, ParamArg):
+        text = f"param{arg.slot}" + (f" {format_device(arg.device)}" if arg.device is not None else "")
+    elif isinstance(arg, DType):
+        if u.op is Ops.STACK:
+            return ""
+        text = arg.name
+    elif u.op is Ops.REDUCE and isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[0], Ops):
+        text = arg[0].name + (f" axes={arg[1]}" if arg[1] else "")
+    elif isinstance(arg, Ops):
+        text = arg.name
+    elif isinstance(arg, bytes | bytearray):
+        text = f"<{len(arg)} bytes>"
+    elif isinstance(arg, str):
+        text = arg.splitlines()[0] if arg else "''"
+    else:
+        text = repr(arg)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def type_summary(u: UOp) -> str:
+    """``float32 (4, 4)``: the dtype, and the shape when the value is not a scalar."""
+    return u.dtype.name + (f" {u.shape}" if u.shape else "")
+
+
+def _safe_text(compute: Any) -> str:
+    """The text of a derived property; a property that cannot be derived says why (the panel must
+    still open on a node of a half-built graph)."""
+    try:
+        value = compute()
+    except Exception as error:  # noqa: BLE001 - shown to the user, not swallowed
+        return f"unavailable: {type(error).__name__}: {error}"
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
+
+
+def node_details(u: UOp, source_names: list[str]) -> dict[str, str]:
+    """What the side panel shows for ``u``: op, family, dtype, shape, arg, sources, min_max,
+    device and axis, each as text."""
+    details = {
+        "op": u.op.name,
+        "family": u.op.family.title,
+        "dtype": u.dtype.name,
+        "shape": repr(u.shape),
+        "arg": _safe_text(lambda: "—" if u.arg is None else repr(u.arg)),
+        "sources": ", ".join(source_names) if source_names else "—",
+        "min_max": _safe_text(lambda: u.min_max),
+        "device": _safe_text(lambda: format_device(u.device)),
+        "axis": _safe_text(lambda: u.axis),
+    }
+    axis_type = _axis_type(u)
+    if axis_type is not None:
+        details["axis_type"] = f"{axis_type.name} ({axis_type.letter})"
+    if u.tag is not None:
+        details["tag"] = _safe_text(lambda: u.tag)
+    return details
+
+
+def is_foldable(u: UOp) -> bool:
+    """True for UOps written inline in their users' labels: CONSTs and constant shape STACKs."""
+    return inline_text(u) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# which UOps become nodes
+
+
+def _collapsed_set(root: UOp, order: list[UOp], collapse: bool | Iterable[Any] | None) -> set[UOp]:
+    """The FUNCTION/CALL UOps whose bodies are hidden. ``collapse``: True (all), or node keys /
+    UOps naming some of them."""
+    functions = [u for u in order if u.op in (Ops.FUNCTION, Ops.CALL)]
+    if not collapse:
+        return set()
+    if collapse is True:
+        return set(functions)
+    wanted = list(collapse)
+    keys = {w for w in wanted if isinstance(w, str)}
+    uops = {w for w in wanted if isinstance(w, UOp)}
+    return {f for f in functions if node_key(f) in keys or f in uops}
+
+
+def _visible(root: UOp, collapsed: set[UOp], fold_constants: bool) -> list[UOp]:
+    """The UOps drawn as nodes, sources before users: everything reachable from ``root`` except
+    folded constants and what only a collapsed body reaches."""
+    seen: set[UOp] = set()
+    order: list[UOp] = []
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        sources = node.src[1:] if node in collapsed else node.src
+        for s in reversed(sources):
+            if s in seen or (fold_constants and is_foldable(s)):
+                continue
+            stack.append((s, False))
+    return order
+
+
+def _body_size(function: UOp) -> int:
+    return len(function.src[0].toposort()) if function.src else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+
+
+def layout(uop: UOp, *, fold_constants: bool = True, collapse: bool | Iterable[Any] | None = None,
+           engine: str = "auto") -> nx.DiGraph:
+    """Lay out ``uop``'s graph: a ``networkx.DiGraph`` with one node per shown UOp.
+
+    Node attributes: ``op`` (name), ``family`` (the OpFamily's title), ``color`` (``#RRGGBB``, the
+    spec's colour), ``label`` (lines of text), ``pos`` ((x, y) in points, y up), ``width`` and
+    ``height`` (points), ``uop`` (the UOp), ``details`` (the side panel's text) and, for
+    FUNCTION/CALL nodes, ``collapsible``/``collapsed``/``body_size``.  Edges go source → user with
+    the source ``slot`` (the first one) and ``slots`` (all: ``x + x`` is one edge with two).
+    ``graph.graph`` holds ``root`` (its key), ``engine`` (the one used), ``clusters`` (bounding
+    boxes of expanded bodies) and ``size`` ((width, height)).
+
+    ``fold_constants`` writes CONSTs and shape STACKs into their users' labels; ``collapse``
+    (True or keys/UOps of FUNCTION/CALL nodes) hides those bodies; ``engine`` is ``"dot"``,
+    ``"layered"`` or ``"auto"`` (dot when installed and the graph is not huge).
+    """
+    if not isinstance(uop, UOp):
+        raise TypeError(f"layout() takes a UOp, got {type(uop).__name__}")
+    if engine not in ("auto", "dot", "layered"):
+        raise ValueError(f"layout engine must be 'auto', 'dot' or 'layered', got {engine!r}")
+    graph = build_graph(uop, fold_constants=fold_constants, collapse=collapse)
+    place(graph, engine)
+    return graph
+
+
+def build_graph(uop: UOp, *, fold_constants: bool = True,
+                collapse: bool | Iterable[Any] | None = None) -> nx.DiGraph:
+    """The graph of :func:`layout` without positions (every attribute but ``pos``)."""
+    all_uops = uop.toposort()
+    collapsed = _collapsed_set(uop, all_uops, collapse)
+    shown = _visible(uop, collapsed, fold_constants)
+    shown_set = set(shown)
+    graph = nx.DiGraph(root=node_key(uop), engine=None, clusters=[], size=(0.0, 0.0))
+    for u in shown:
+        key = node_key(u)
+        operand_texts, source_names, folded_any = [], [], False
+        for slot, s in enumerate(u.src):
+            if u in collapsed and slot == 0:
+                operand_texts.append("{…}")
+                source_names.append(f"{s.op.name} (collapsed body)")
+                continue
+            if s in shown_set:
+                operand_texts.append("·")
+                source_names.append(f"{s.op.name} {node_key(s)}")
+            else:
+                text = inline_text(s) or s.op.name
+                operand_texts.append(text)
+                source_names.append(f"{s.op.name} {text}")
+                folded_any = True
+        title = u.op.name
+        summary = arg_summary(u)
+        if summary:
+            title += " " + summary
+        lines = [title]
+        if folded_any or u in collapsed:
+            operands = "(" + ", ".join(operand_texts) + ")"
+            if len(operands) > LABEL_ARG_CHARS + 6:
+                operands = operands[: LABEL_ARG_CHARS + 5] + "…"
+            lines.append(operands)
+        lines.append(type_summary(u))
+        attributes: dict[str, Any] = {
+            "op": u.op.name, "family": u.op.family.title, "color": node_color(u), "label": "\n".join(lines),
+            "uop": u, "details": node_details(u, source_names),
+            "width": max(len(line) for line in lines) * CHAR_WIDTH + 16.0,
+            "height": len(lines) * LINE_HEIGHT + 8.0,
+        }
+        if _axis_type(u) is not None:
+            attributes["axis_type"] = _axis_type(u).name
+        if u.op in (Ops.FUNCTION, Ops.CALL):
+            attributes.update(collapsible=True, collapsed=u in collapsed, body_size=_body_size(u))
+            attributes["width"] += 20.0  # room for the collapse toggle
+        graph.add_node(key, **attributes)
+        for slot, s in enumerate(u.src):
+            if s in shown_set and not (u in collapsed and slot == 0):
+                # x + x: one edge carrying both slots (a DiGraph holds one edge per pair)
+                if graph.has_edge(node_key(s), key):
+                    graph.edges[node_key(s), key]["slots"] += (slot,)
+                else:
+                    graph.add_edge(node_key(s), key, slot=slot, slots=(slot,))
+    expanded = [f for f in shown if f.op in (Ops.FUNCTION, Ops.CALL) and f not in collapsed and f.src]
+    graph.graph["bodies"] = {node_key(f): [node_key(b) for b in f.src[0].toposort() if b in shown_set]
+                             for f in expanded}
+    return graph
+
+
+def dot_available() -> bool:
+    """True when graphviz's ``dot`` program is on PATH."""
+    return shutil.which("dot") is not None
+
+
+def place(graph: nx.DiGraph, engine: str = "auto") -> str:
+    """Give every node of ``graph`` a ``pos``; return the engine used ("dot" or "layered")."""
+    small = graph.number_of_nodes() <= DOT_NODE_LIMIT
+    use_dot = engine == "dot" or (engine == "auto" and dot_available() and small)
+    positions: dict[str, tuple[float, float]] | None = None
+    used = "layered"
+    if use_dot:
+        try:
+            positions = dot_positions(graph)
+            used = "dot"
+        except LayoutError as error:
+            if engine == "dot":
+                raise
+            warnings.warn(f"graphviz dot failed ({error}); using the layered layout")
+    if positions is None:
+        positions = layered.layered_positions(graph)
+    for key, pos in positions.items():
+        graph.nodes[key]["pos"] = pos
+    graph.graph["engine"] = used
+    graph.graph["clusters"] = _clusters(graph)
+    graph.graph["size"] = _extent(graph)
+    return used
+
+
+def _dot_text(graph: nx.DiGraph) -> tuple[str, list[str]]:
+    """The DOT description of ``graph`` (nodes numbered; fixed sizes, no labels to measure)."""
+    keys = list(graph.nodes)
+    number = {k: i for i, k in enumerate(keys)}
+    lines = ["digraph G {",
+             "graph [rankdir=TB, nodesep=0.22, ranksep=0.38, splines=false, ordering=in, "
+             "nslimit=4, mclimit=0.6, searchsize=40];",
+             'node [shape=box, fixedsize=true, label=""];']
+    for key in keys:
+        data = graph.nodes[key]
+        lines.append(f"n{number[key]} [width={data['width'] / 72:.3f}, height={data['height'] / 72:.3f}];")
+    # sources in slot order so dot's 'ordering=in' keeps operands left to right
+    for key in keys:
+        incoming = sorted(graph.in_edges(key, data="slot"), key=lambda edge: edge[2])
+        for source, _, _ in incoming:
+            lines.append(f"n{number[source]} -> n{number[key]};")
+    lines.append("}")
+    return "\n".join(lines), keys
+
+
+def dot_positions(graph: nx.DiGraph, timeout_s: float = DOT_TIMEOUT_S) -> dict[str, tuple[float, float]]:
+    """Node centres computed by ``dot -Tjson0``: key -> (x, y) in points, y up."""
+    if not dot_available():
+        raise LayoutError("graphviz 'dot' is not installed (apt-get install graphviz)")
+    if graph.number_of_nodes() == 0:
+        return {}
+    text, keys = _dot_text(graph)
+    try:
+        done = subprocess.run(["dot", "-Tjson0"], input=text, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired as error:
+        raise LayoutError(f"dot ran longer than {timeout_s:.0f}s on {len(keys)} nodes") from error
+    if done.returncode != 0:
+        raise LayoutError(f"dot exited with {done.returncode}: {done.stderr.strip()[:300]}")
+    try:
+        objects = json.loads(done.stdout)["objects"]
+        positions: dict[str, tuple[float, float]] = {}
+        for obj in objects:
+            name = obj.get("name", "")
+            if not name.startswith("n") or "pos" not in obj:
+                continue
+            x, y = obj["pos"].split(",")
+            positions[keys[int(name[1:])]] = (float(x), float(y))
+    except (KeyError, ValueError, IndexError) as error:
+        raise LayoutError(f"cannot read dot's JSON output: {error}") from error
+    if len(positions) != len(keys):
+        raise LayoutError(f"dot placed {len(positions)} of {len(keys)} nodes")
+    return positions
+
+
+def _clusters(graph: nx.DiGraph) -> list[dict[str, Any]]:
+    """Bounding boxes (with a margin) of every expanded FUNCTION/CALL body."""
+    clusters = []
+    for function_key, members in graph.graph.get("bodies", {}).items():
+        boxes = [_box(graph.nodes[m]) for m in members if "pos" in graph.nodes[m]]
+        if not boxes:
+            continue
+        margin, title_room = 10.0, 14.0
+        clusters.append({
+            "key": function_key, "label": graph.nodes[function_key]["op"] + " body",
+            "x0": min(b[0] for b in boxes) - margin, "y0": min(b[1] for b in boxes) - margin,
+            "x1": max(b[2] for b in boxes) + margin, "y1": max(b[3] for b in boxes) + margin + title_room,
+        })
+    return clusters
+
+
+def _box(data: dict[str, Any]) -> tuple[float, float, float, float]:
+    x, y = data["pos"]
+    half_w, half_h = data["width"] / 2, data["height"] / 2
+    return x - half_w, y - half_h, x + half_w, y + half_h
+
+
+def _extent(graph: nx.DiGraph) -> tuple[float, float]:
+    if graph.number_of_nodes() == 0:
+        return (0.0, 0.0)
+    boxes = [_box(data) for _, data in graph.nodes(data=True)]
+    width = max(b[2] for b in boxes) - min(b[0] for b in boxes)
+    return (width, max(b[3] for b in boxes) - min(b[1] for b in boxes))
+
+
+# ---------------------------------------------------------------------------------------------
+# diff
+
+
+@dataclass
+class GraphDiff:
+    """What changed from graph ``a`` to graph ``b``.
+
+    ``added``: keys of ``b``'s nodes with no counterpart in ``a``; ``removed``: keys of ``a``'s
+    nodes with none in ``b``; ``changed``: ``{b_key: a_key}`` for nodes that kept their place (same
+    op and arg, reached by the same path from the root) but whose label or sources differ.
+    """
+
+    added: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+    changed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """True when the graphs show the same nodes."""
+        return not (self.added or self.removed or self.changed)
+
+    def summary(self) -> str:
+        """``+3 −1 ~2``: counts of added, removed and changed nodes."""
+        return f"+{len(self.added)} −{len(self.removed)} ~{len(self.changed)}"
+
+
+def _same_place(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    ua, ub = a["uop"], b["uop"]
+    return ua.op is ub.op and len(ua.src) == len(ub.src) and _arg_key(ua) == _arg_key(ub)
+
+
+def _arg_key(u: UOp) -> str:
+    # CONSTs are matched by position whatever their value (a changed constant is a change)
+    return "" if u.op is Ops.CONST else repr(u.arg)
+
+
+def _sources(graph: nx.DiGraph, key: str) -> dict[int, str]:
+    return {slot: source for source, _, slot in graph.in_edges(key, data="slot")}
+
+
+def graph_diff(a: nx.DiGraph, b: nx.DiGraph) -> GraphDiff:
+    """Compare two graphs made by :func:`layout` (or :func:`build_graph`).
+
+    Nodes present in both (the same UOp) are unchanged.  The rest are aligned from the roots
+    down, source slot by source slot: a node of ``b`` that stands where a node of ``a`` stood
+    with the same op and arg is *changed*; whatever cannot be aligned is *added* / *removed*.
+    """
+    common = set(a.nodes) & set(b.nodes)
+    changed: dict[str, str] = {}
+    root_a, root_b = a.graph.get("root"), b.graph.get("root")
+    pairs = [(root_a, root_b)] if root_a in a and root_b in b else []
+    seen: set[tuple[str, str]] = set()
+    while pairs:
+        key_a, key_b = pairs.pop()
+        if (key_a, key_b) in seen or key_a == key_b:
+            continue
+        seen.add((key_a, key_b))
+        data_a, data_b = a.nodes[key_a], b.nodes[key_b]
+        if key_b in common or key_a in common or not _same_place(data_a, data_b) or key_b in changed:
+            continue
+        changed[key_b] = key_a
+        sources_a, sources_b = _sources(a, key_a), _sources(b, key_b)
+        for slot, source_b in sources_b.items():
+            source_a = sources_a.get(slot)
+            if source_a is not None:
+                pairs.append((source_a, source_b))
+    paired_a = set(changed.values())
+    return GraphDiff(added=set(b.nodes) - common - set(changed), removed=set(a.nodes) - common - paired_a,
+                     changed=changed)

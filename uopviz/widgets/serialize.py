@@ -1,0 +1,75 @@
+"""Turn the data models into the JSON the front end (``static/uopviz.js``) draws.
+
+Plain dicts and lists only: the same JSON goes to a live widget through its traitlets and into a
+standalone report.  Nothing here decides compiler facts; it only renames and rounds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from uopviz.core.ops import AxisType, OpFamily
+from uopviz.widgets.graph import GraphDiff
+
+
+def legend() -> dict[str, list[dict[str, str]]]:
+    """The legend: every op family and every AxisType with its spec colour."""
+    return {
+        "families": [{"name": f.title, "color": f.color, "title": f"{f.title} ops"} for f in OpFamily],
+        "axis_types": [{"name": f"{a.name} ({a.letter})", "color": a.color,
+                        "title": f"RANGE of AxisType {a.name}"} for a in AxisType],
+    }
+
+
+#: The node attributes that never change for a given UOp (shared between frames in reports).
+STATIC_NODE_FIELDS = ("w", "h", "c", "l", "op", "f", "d", "s", "col")
+
+
+def node_json(key: str, data: dict[str, Any], index_of: dict[str, int]) -> dict[str, Any]:
+    """One node as the front end wants it (short field names: graphs reach thousands of nodes)."""
+    x, y = data.get("pos", (0.0, 0.0))
+    u = data["uop"]
+    collapsible = 0
+    if data.get("collapsible"):
+        collapsible = 2 if data.get("collapsed") else 1
+    sources = []
+    for slot, s in enumerate(u.src):
+        if data.get("collapsed") and slot == 0:
+            sources.append(None)
+            continue
+        source_key = f"u{id(s):x}"
+        sources.append(source_key if source_key in index_of else None)
+    return {"k": key, "x": round(x, 1), "y": round(y, 1), "w": round(data["width"], 1),
+            "h": round(data["height"], 1), "c": data["color"], "l": data["label"], "op": data["op"],
+            "f": data["family"], "d": data["details"], "s": sources, "col": collapsible}
+
+
+def graph_json(graph: nx.DiGraph) -> dict[str, Any]:
+    """A laid-out graph (:func:`uopviz.widgets.graph.layout`) as JSON for the DAG canvas."""
+    keys = list(graph.nodes)
+    index_of = {k: i for i, k in enumerate(keys)}
+    nodes = [node_json(k, graph.nodes[k], index_of) for k in keys]
+    edges = [[index_of[s], index_of[t], slot] for s, t, slot in graph.edges(data="slot")]
+    return {"nodes": nodes, "edges": edges, "clusters": graph.graph.get("clusters", []),
+            "engine": graph.graph.get("engine"), "root": graph.graph.get("root")}
+
+
+def marks_json(diff: GraphDiff | None = None, focus: str | None = None) -> dict[str, Any]:
+    """Which nodes to highlight: added and changed ones of ``diff``, and a ``focus`` node."""
+    if diff is None:
+        return {"added": [], "changed": [], "focus": focus}
+    return {"added": sorted(diff.added), "changed": sorted(diff.changed), "focus": focus}
+
+
+def split_static(graph: dict[str, Any], table: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Move each node's static fields into ``table`` (shared by many frames); return the compact
+    graph whose nodes keep only key and position."""
+    compact_nodes = []
+    for node in graph["nodes"]:
+        key = node["k"]
+        if key not in table:
+            table[key] = {field: node[field] for field in STATIC_NODE_FIELDS if field in node}
+        compact_nodes.append({"k": key, "x": node["x"], "y": node["y"]})
+    return dict(graph, nodes=compact_nodes)

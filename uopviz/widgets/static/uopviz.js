@@ -1,0 +1,471 @@
+// uopviz front end: the DAG canvas, the rewrite player and the static-model shim used by reports.
+// Plain JS, no dependencies, nothing fetched: the same text is the _esm of the anywidgets (with an
+// `export default` appended by Python) and is inlined into standalone HTML reports.
+// Data comes from Python (uopviz/widgets/serialize.py); this file computes no compiler facts.
+const UOPVIZ = (() => {
+  "use strict";
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k === "text") el.textContent = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children) if (c !== null && c !== undefined) el.append(c);
+    return el;
+  }
+
+  function escapeXml(s) {
+    return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  }
+
+  function textColor(hex) {
+    const n = parseInt(hex.slice(1), 16);
+    const r = (n >> 16) & 255, g = (n >> 8) & 255, b = n & 255;
+    return (0.299 * r + 0.587 * g + 0.114 * b) > 150 ? "#111" : "#fff";
+  }
+
+  // Nodes may come compact ({k, x, y}) with their static attributes in a shared table (reports).
+  function hydrate(graph, table) {
+    if (!graph || !table) return graph;
+    graph.nodes = graph.nodes.map((n) => (n.l === undefined && table[n.k] ? Object.assign({}, table[n.k], n) : n));
+    return graph;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // the legend of op families and AxisTypes
+  function legendEl(legend) {
+    const row = h("div", { class: "uv-legend" });
+    if (!legend) return row;
+    const group = (title, items) => {
+      const g = h("span", { class: "uv-legend-group" }, h("span", { class: "uv-legend-title", text: title }));
+      for (const it of items) {
+        g.append(h("span", { class: "uv-chip", title: it.title || it.name },
+          h("span", { class: "uv-swatch", style: `background:${it.color}` }), it.name));
+      }
+      return g;
+    };
+    row.append(group("ops", legend.families || []), group("axes", legend.axis_types || []));
+    return row;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // the DAG canvas: SVG, zoom (wheel), pan (drag), hover tooltip, click → side panel
+  class DagCanvas {
+    constructor(container, options) {
+      this.options = Object.assign({ onSelect: null, onToggle: null, canToggle: true }, options || {});
+      this.root = h("div", { class: "uv-dag" });
+      this.viewport = h("div", { class: "uv-viewport" });
+      this.svg = document.createElementNS(SVG_NS, "svg");
+      this.svg.setAttribute("class", "uv-svg");
+      this.scene = document.createElementNS(SVG_NS, "g");
+      this.svg.append(this.scene);
+      this.tooltip = h("div", { class: "uv-tooltip" });
+      this.tools = h("div", { class: "uv-tools" },
+        h("button", { class: "uv-btn", title: "fit the graph", onclick: () => this.fit(), text: "fit" }),
+        h("button", { class: "uv-btn", title: "zoom in", onclick: () => this.zoomBy(1.25), text: "+" }),
+        h("button", { class: "uv-btn", title: "zoom out", onclick: () => this.zoomBy(0.8), text: "−" }));
+      this.info = h("div", { class: "uv-info" });
+      this.viewport.append(this.svg, this.tools, this.info, this.tooltip);
+      this.panel = h("div", { class: "uv-panel" }, h("div", { class: "uv-panel-empty", text: "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis." }));
+      this.root.append(this.viewport, this.panel);
+      container.append(this.root);
+      this.view = { k: 1, x: 0, y: 0 };
+      this.graph = null;
+      this.byKey = new Map();
+      this.selected = null;
+      this._bindEvents();
+    }
+
+    _bindEvents() {
+      let drag = null;
+      this.viewport.addEventListener("wheel", (ev) => {
+        ev.preventDefault();
+        const rect = this.viewport.getBoundingClientRect();
+        this.zoomBy(Math.exp(-ev.deltaY * 0.0015), ev.clientX - rect.left, ev.clientY - rect.top);
+      }, { passive: false });
+      this.viewport.addEventListener("pointerdown", (ev) => {
+        if (ev.target.closest(".uv-node") || ev.target.closest(".uv-tools")) return;
+        drag = { x: ev.clientX, y: ev.clientY, vx: this.view.x, vy: this.view.y };
+        this.viewport.setPointerCapture(ev.pointerId);
+        this.viewport.classList.add("uv-dragging");
+      });
+      this.viewport.addEventListener("pointermove", (ev) => {
+        if (!drag) return;
+        this.view.x = drag.vx + ev.clientX - drag.x;
+        this.view.y = drag.vy + ev.clientY - drag.y;
+        this._applyView();
+      });
+      const end = () => { drag = null; this.viewport.classList.remove("uv-dragging"); };
+      this.viewport.addEventListener("pointerup", end);
+      this.viewport.addEventListener("pointercancel", end);
+      this.scene.addEventListener("click", (ev) => {
+        const toggle = ev.target.closest(".uv-toggle");
+        const node = ev.target.closest(".uv-node");
+        if (!node) return;
+        if (toggle && this.options.onToggle) { this.options.onToggle(node.dataset.key); return; }
+        this.select(node.dataset.key, true);
+      });
+      this.scene.addEventListener("mouseover", (ev) => {
+        const node = ev.target.closest(".uv-node");
+        if (!node) return;
+        const n = this.byKey.get(node.dataset.key);
+        if (!n) return;
+        const d = n.d || {};
+        this.tooltip.innerHTML = `<b>${escapeXml(n.op)}</b> <span class="uv-dim">${escapeXml(n.f || "")}</span><br>` +
+          `${escapeXml(d.dtype || "")} ${escapeXml(d.shape || "")}<br><span class="uv-dim">arg</span> ${escapeXml((d.arg || "").slice(0, 120))}` +
+          (d.axis_type ? `<br><span class="uv-dim">axis type</span> ${escapeXml(d.axis_type)}` : "");
+        this.tooltip.style.display = "block";
+      });
+      this.scene.addEventListener("mousemove", (ev) => {
+        if (this.tooltip.style.display !== "block") return;
+        const rect = this.viewport.getBoundingClientRect();
+        this.tooltip.style.left = `${ev.clientX - rect.left + 14}px`;
+        this.tooltip.style.top = `${ev.clientY - rect.top + 12}px`;
+      });
+      this.scene.addEventListener("mouseout", (ev) => {
+        if (!ev.relatedTarget || !ev.relatedTarget.closest || !ev.relatedTarget.closest(".uv-node")) this.tooltip.style.display = "none";
+      });
+    }
+
+    zoomBy(factor, cx, cy) {
+      const rect = this.viewport.getBoundingClientRect();
+      if (cx === undefined) { cx = rect.width / 2; cy = rect.height / 2; }
+      const k = Math.min(8, Math.max(0.02, this.view.k * factor));
+      const f = k / this.view.k;
+      this.view.x = cx - (cx - this.view.x) * f;
+      this.view.y = cy - (cy - this.view.y) * f;
+      this.view.k = k;
+      this._applyView();
+    }
+
+    _applyView() {
+      this.scene.setAttribute("transform", `translate(${this.view.x},${this.view.y}) scale(${this.view.k})`);
+      this.svg.classList.toggle("uv-lod", this.view.k < 0.38);
+    }
+
+    fit() {
+      if (!this.graph) return;
+      const rect = this.viewport.getBoundingClientRect();
+      const width = rect.width || 800, height = rect.height || 500;
+      const [gw, gh] = this.extent;
+      const k = Math.min(1.0, Math.max(0.02, Math.min((width - 30) / Math.max(gw, 1), (height - 30) / Math.max(gh, 1))));
+      this.view = { k, x: (width - gw * k) / 2 - this.minX * k, y: (height - gh * k) / 2 - this.minY * k };
+      this._applyView();
+    }
+
+    // graph: {nodes:[{k,x,y,w,h,c,l,op,f,d,col}], edges:[[s,t,slot]], clusters:[...]}; marks: {added, changed, focus}
+    setGraph(graph, marks, keepView) {
+      const t0 = performance.now();
+      this.graph = graph;
+      this.byKey = new Map(graph.nodes.map((n) => [n.k, n]));
+      const added = new Set((marks && marks.added) || []);
+      const changed = new Set((marks && marks.changed) || []);
+      const focus = marks && marks.focus;
+      let maxY = -Infinity, minX = Infinity, maxX = -Infinity, minY = Infinity;
+      for (const n of graph.nodes) {
+        maxY = Math.max(maxY, n.y + n.h / 2); minY = Math.min(minY, n.y - n.h / 2);
+        minX = Math.min(minX, n.x - n.w / 2); maxX = Math.max(maxX, n.x + n.w / 2);
+      }
+      for (const c of graph.clusters || []) {
+        maxY = Math.max(maxY, c.y1); minY = Math.min(minY, c.y0); minX = Math.min(minX, c.x0); maxX = Math.max(maxX, c.x1);
+      }
+      if (!graph.nodes.length) { maxY = 0; minY = 0; minX = 0; maxX = 0; }
+      this.maxY = maxY;
+      const sy = (y) => maxY - y; // graphviz y-up → screen y-down
+      this.minX = minX; this.minY = 0; this.extent = [maxX - minX, maxY - minY];
+      if (this.options.maxHeight) {
+        // small graphs get a shorter canvas (no acre of empty grid); large ones stop at maxHeight
+        const wanted = Math.max(220, Math.min(this.options.maxHeight, this.extent[1] + 50));
+        this.root.style.height = `${wanted}px`;
+      }
+      const parts = [];
+      for (const c of graph.clusters || []) {
+        parts.push(`<g class="uv-cluster"><rect x="${c.x0}" y="${sy(c.y1)}" width="${c.x1 - c.x0}" height="${c.y1 - c.y0}" rx="8"/>` +
+          `<text x="${c.x0 + 6}" y="${sy(c.y1) + 12}">${escapeXml(c.label)}</text></g>`);
+      }
+      parts.push('<g class="uv-edges">');
+      for (const [s, t] of graph.edges) {
+        const a = graph.nodes[s], b = graph.nodes[t];
+        const x1 = a.x, y1 = sy(a.y) + a.h / 2, x2 = b.x, y2 = sy(b.y) - b.h / 2;
+        const my = (y1 + y2) / 2;
+        const cls = added.has(b.k) || changed.has(b.k) ? "uv-edge uv-edge-hot" : "uv-edge";
+        parts.push(`<path class="${cls}" d="M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}"/>`);
+      }
+      parts.push("</g><g class=\"uv-nodes\">");
+      for (const n of graph.nodes) {
+        const x = n.x - n.w / 2, y = sy(n.y) - n.h / 2;
+        let cls = "uv-node";
+        if (added.has(n.k)) cls += " uv-added";
+        if (changed.has(n.k)) cls += " uv-changed";
+        if (focus === n.k) cls += " uv-focus";
+        if (this.selected === n.k) cls += " uv-selected";
+        const lines = String(n.l).split("\n");
+        const fg = textColor(n.c);
+        let text = `<text x="${x + 8}" y="${y + 15}" fill="${fg}">`;
+        lines.forEach((line, i) => {
+          text += `<tspan x="${x + 8}" dy="${i === 0 ? 0 : 14}"${i === 0 ? ' class="uv-title"' : ""}>${escapeXml(line)}</tspan>`;
+        });
+        text += "</text>";
+        let toggle = "";
+        if (n.col && this.options.canToggle) {
+          toggle = `<g class="uv-toggle"><rect x="${x + n.w - 18}" y="${y + 3}" width="14" height="14" rx="3"/>` +
+            `<text x="${x + n.w - 11}" y="${y + 14}" text-anchor="middle">${n.col === 2 ? "+" : "−"}</text></g>`;
+        }
+        parts.push(`<g class="${cls}" data-key="${n.k}" data-op="${n.op}"><rect class="uv-box" x="${x}" y="${y}" width="${n.w}" height="${n.h}" rx="5" fill="${n.c}"/>${text}${toggle}</g>`);
+      }
+      parts.push("</g>");
+      this.scene.innerHTML = parts.join("");
+      const counts = graph.nodes.length + " nodes · " + graph.edges.length + " edges" + (graph.engine ? " · " + graph.engine : "");
+      this.info.textContent = counts;
+      if (!keepView) requestAnimationFrame(() => this.fit());
+      else this._applyView();
+      if (this.selected && this.byKey.has(this.selected)) this.select(this.selected, false);
+      else if (this.selected) this._showPanel(null);
+      this.renderMs = performance.now() - t0;
+      this.root.dataset.renderMs = this.renderMs.toFixed(1);
+      return this.renderMs;
+    }
+
+    select(key, notify) {
+      for (const el of this.scene.querySelectorAll(".uv-selected")) el.classList.remove("uv-selected");
+      this.selected = key;
+      const el = key ? this.scene.querySelector(`.uv-node[data-key="${key}"]`) : null;
+      if (el) el.classList.add("uv-selected");
+      this._showPanel(key ? this.byKey.get(key) : null);
+      if (notify && this.options.onSelect) this.options.onSelect(key);
+    }
+
+    centerOn(key) {
+      const n = this.byKey.get(key);
+      if (!n) return;
+      const rect = this.viewport.getBoundingClientRect();
+      this.view.x = rect.width / 2 - n.x * this.view.k;
+      this.view.y = rect.height / 2 - (this.maxY - n.y) * this.view.k;
+      this._applyView();
+    }
+
+    _showPanel(n) {
+      this.panel.innerHTML = "";
+      if (!n) {
+        this.panel.append(h("div", { class: "uv-panel-empty", text: "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis." }));
+        return;
+      }
+      const d = n.d || {};
+      this.panel.append(h("div", { class: "uv-panel-head", style: `border-left: 6px solid ${n.c}` },
+        h("b", { text: n.op }), h("span", { class: "uv-dim", text: " " + (n.f || "") })));
+      const table = h("table", { class: "uv-details" });
+      const order = ["op", "family", "dtype", "shape", "arg", "axis_type", "sources", "min_max", "device", "axis", "tag"];
+      for (const key of order) {
+        if (d[key] === undefined) continue;
+        const value = h("td", {});
+        if (key === "sources" && n.s) {
+          const names = d.sources.split(", ");
+          names.forEach((name, i) => {
+            const srcKey = n.s[i];
+            if (srcKey && this.byKey.has(srcKey)) {
+              value.append(h("a", { href: "#", class: "uv-link", text: name.split(" ")[0], onclick: (ev) => { ev.preventDefault(); this.select(srcKey, true); this.centerOn(srcKey); } }));
+            } else value.append(h("span", { text: name }));
+            if (i < names.length - 1) value.append(", ");
+          });
+        } else value.textContent = d[key];
+        table.append(h("tr", {}, h("th", { text: key.replace("_", " ") }), value));
+      }
+      this.panel.append(table);
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // widgets: each renders from a model (an anywidget model, or StaticModel in reports)
+  function renderDag(model, el) {
+    const wrap = h("div", { class: "uv-root uv-dag-widget", tabindex: "0" });
+    wrap.style.setProperty("--uv-height", `${model.get("height") || 520}px`);
+    el.append(wrap);
+    wrap.append(legendEl(model.get("legend")));
+    const canvas = new DagCanvas(wrap, {
+      maxHeight: model.get("height") || 520,
+      canToggle: model.get("can_toggle") !== false,
+      onSelect: (key) => { model.set("selected", key || ""); model.save_changes(); },
+      onToggle: (key) => {
+        const collapsed = new Set(model.get("collapsed") || []);
+        if (collapsed.has(key)) collapsed.delete(key); else collapsed.add(key);
+        model.set("collapsed", Array.from(collapsed)); model.save_changes();
+      },
+    });
+    const table = model.get("node_table");
+    const draw = (keepView) => canvas.setGraph(hydrate(model.get("graph"), table), model.get("marks"), keepView);
+    draw(false);
+    model.on("change:graph", () => draw(true));
+    model.on("change:marks", () => draw(true));
+    return () => {};
+  }
+
+  function diffEl(lines) {
+    const pre = h("pre", { class: "uv-diff" });
+    for (const line of lines || []) {
+      const cls = line.startsWith("+") ? "uv-add" : line.startsWith("-") ? "uv-del" : line.startsWith("@@") ? "uv-hunk" : "";
+      pre.append(h("span", { class: cls, text: line + "\n" }));
+    }
+    if (!lines || !lines.length) pre.append(h("span", { class: "uv-dim", text: "(no textual change)" }));
+    return pre;
+  }
+
+  function renderPlayer(model, el) {
+    const wrap = h("div", { class: "uv-root uv-player", tabindex: "0" });
+    wrap.style.setProperty("--uv-height", `${model.get("height") || 520}px`);
+    el.append(wrap);
+    const passList = h("div", { class: "uv-passes" });
+    const hide = h("input", { type: "checkbox" });
+    hide.checked = !!model.get("hide_unchanged");
+    hide.addEventListener("change", () => { model.set("hide_unchanged", hide.checked); model.save_changes(); drawPasses(); });
+    const side = h("div", { class: "uv-side" },
+      h("div", { class: "uv-side-title", text: "Passes" }),
+      h("label", { class: "uv-hide" }, hide, " hide passes that changed nothing"), passList);
+    const slider = h("input", { type: "range", class: "uv-slider", min: "0", max: "0", value: "0", step: "1" });
+    const stepLabel = h("span", { class: "uv-step-label" });
+    const button = (text, title, delta) => h("button", { class: "uv-btn", title, text, onclick: () => go(delta) });
+    const controls = h("div", { class: "uv-controls" },
+      button("|◀", "first step: the input (Home)", "first"), button("◀", "previous step (←)", -1), slider,
+      button("▶", "next step (→)", 1), button("▶|", "last step (End)", "last"), stepLabel);
+    const ruleBox = h("div", { class: "uv-rule" });
+    const main = h("div", { class: "uv-main" }, controls, ruleBox);
+    const body = h("div", { class: "uv-player-body" }, side, main);
+    wrap.append(legendEl(model.get("legend")), body);
+    const canvas = new DagCanvas(main, { canToggle: false });
+    const diffBox = h("div", { class: "uv-diffbox" });
+    main.append(diffBox);
+    const table = model.get("node_table");
+
+    function visiblePasses() {
+      const passes = model.get("passes") || [];
+      return passes.filter((p) => !hide.checked || p.changed);
+    }
+    function drawPasses() {
+      passList.innerHTML = "";
+      const current = (model.get("frame") || {}).pass_index;
+      for (const p of visiblePasses()) {
+        const item = h("div", { class: "uv-pass" + (p.index === current ? " uv-active" : "") + (p.changed ? "" : " uv-unchanged"), "data-index": p.index, title: p.name },
+          h("span", { class: "uv-pass-name", style: `padding-left:${p.depth * 12}px`, text: p.name }),
+          h("span", { class: "uv-count", text: String(p.steps) }));
+        item.addEventListener("click", () => moveTo(p.index, p.steps > 0 ? 1 : 0));
+        passList.append(item);
+      }
+    }
+    function moveTo(passIndex, step) {
+      model.set("position", [passIndex, step]); model.save_changes();
+    }
+    function go(delta) {
+      const frame = model.get("frame") || {};
+      const count = frame.step_count || 0;
+      const current = frame.step || 0;
+      let step = current;
+      if (delta === "first") step = 0; else if (delta === "last") step = count; else step = Math.min(count, Math.max(0, step + delta));
+      if (step !== current) moveTo(frame.pass_index, step);
+    }
+    function drawFrame(keepView) {
+      const f = model.get("frame") || {};
+      slider.max = String(f.step_count || 0);
+      slider.value = String(f.step || 0);
+      stepLabel.textContent = `step ${f.step || 0} / ${f.step_count || 0}`;
+      ruleBox.innerHTML = "";
+      if (f.step) {
+        ruleBox.append(h("span", { class: "uv-rule-name", text: f.rule || "" }),
+          h("span", { class: "uv-location", text: f.location || "" }),
+          f.code ? h("code", { class: "uv-code", text: f.code }) : null,
+          h("span", { class: "uv-dim", text: f.summary ? "  " + f.summary : "" }));
+      } else {
+        ruleBox.append(h("span", { class: "uv-rule-name", text: `${f.pass_name || ""}: input` }),
+          h("span", { class: "uv-dim", text: " — the graph before the first step; move the slider or press → " }));
+      }
+      if (f.graph) canvas.setGraph(hydrate(f.graph, table), f.marks, keepView);
+      diffBox.innerHTML = "";
+      diffBox.append(h("div", { class: "uv-side-title", text: "Printed graph diff" }), diffEl(f.diff));
+      wrap.dataset.step = String(f.step || 0);
+      drawPasses();
+    }
+    slider.addEventListener("input", () => moveTo((model.get("frame") || {}).pass_index, parseInt(slider.value, 10)));
+    wrap.addEventListener("keydown", (ev) => {
+      if (ev.target.tagName === "INPUT" && ev.target.type === "checkbox") return;
+      const moves = { ArrowRight: 1, ArrowLeft: -1, Home: "first", End: "last" };
+      if (ev.key in moves) { ev.preventDefault(); ev.stopPropagation(); go(moves[ev.key]); }
+      if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+        ev.preventDefault(); ev.stopPropagation();
+        const passes = visiblePasses();
+        const at = passes.findIndex((p) => p.index === (model.get("frame") || {}).pass_index);
+        const next = passes[Math.min(passes.length - 1, Math.max(0, at + (ev.key === "ArrowDown" ? 1 : -1)))];
+        if (next) moveTo(next.index, next.steps > 0 ? 1 : 0);
+      }
+    });
+    let previousPass = null;
+    model.on("change:frame", () => {
+      const f = model.get("frame") || {};
+      drawFrame(previousPass === f.pass_index);
+      previousPass = f.pass_index;
+    });
+    previousPass = (model.get("frame") || {}).pass_index;
+    drawFrame(false);
+    return () => {};
+  }
+
+  // Colour-coded axis string of a kernel (tuner) and plain HTML pieces rendered by Python need no JS.
+  const RENDERERS = { dag: renderDag, player: renderPlayer };
+
+  function render({ model, el }) {
+    const kind = model.get("kind");
+    const renderer = RENDERERS[kind];
+    if (!renderer) { el.textContent = `uopviz: unknown view ${kind}`; return; }
+    return renderer(model, el);
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // StaticModel: the anywidget model interface over embedded state, for reports (no kernel).
+  // `resolve(model, key)` recomputes derived keys (e.g. the player's frame) from embedded data.
+  class StaticModel {
+    constructor(state, resolve) { this.state = Object.assign({}, state); this.listeners = {}; this.resolve = resolve; this.pending = new Set(); }
+    get(key) { return this.state[key]; }
+    set(key, value) { this.state[key] = value; this.pending.add(key); }
+    on(event, callback) { (this.listeners[event] = this.listeners[event] || []).push(callback); }
+    emit(key) { for (const cb of this.listeners["change:" + key] || []) cb(); }
+    save_changes() {
+      const keys = Array.from(this.pending); this.pending.clear();
+      const changed = this.resolve ? this.resolve(this, keys) : [];
+      for (const key of changed) this.emit(key);
+    }
+  }
+
+  // Resolvers for embedded views: the player picks precomputed frames; the DAG picks a variant.
+  function playerResolver(model, keys) {
+    if (!keys.includes("position")) return [];
+    const [passIndex, wanted] = model.get("position");
+    const passFrames = model.get("frames")[String(passIndex)] || [];
+    if (!passFrames.length) return [];
+    const step = Math.max(0, Math.min(wanted, passFrames.length - 1));
+    model.state.position = [passIndex, step];
+    model.state.frame = passFrames[step];
+    return ["frame"];
+  }
+  function dagResolver(model, keys) {
+    if (!keys.includes("collapsed")) return [];
+    const variants = model.get("variants") || {};
+    const wanted = (model.get("collapsed") || []).length ? "collapsed" : "expanded";
+    if (variants[wanted]) { model.state.graph = variants[wanted]; return ["graph"]; }
+    return [];
+  }
+
+  function mountStatic(el, state) {
+    const resolver = state.kind === "player" ? playerResolver : dagResolver;
+    const model = new StaticModel(state, resolver);
+    if (state.kind === "player") {
+      const [passIndex, step] = state.position;
+      model.state.frame = (state.frames[String(passIndex)] || [])[step];
+    }
+    render({ model, el });
+    return model;
+  }
+
+  return { render, mountStatic, StaticModel, DagCanvas, hydrate };
+})();

@@ -1,0 +1,169 @@
+"""The anywidget views: the DAG canvas (:class:`GraphView`) and the rewrite player
+(:class:`RewritePlayer`).
+
+Both draw with ``static/uopviz.js`` (bundled, nothing from a CDN) and keep their state in
+traitlets; every compiler fact they show was computed by the data layer
+(:mod:`uopviz.widgets.graph`, :mod:`uopviz.widgets.player`).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import networkx as nx
+import traitlets
+
+from uopviz.core.rewrite import Trace
+from uopviz.core.uop import UOp
+from uopviz.widgets.graph import GraphDiff, layout
+from uopviz.widgets.player import PlayerState
+from uopviz.widgets.serialize import graph_json, legend, marks_json
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+@cache
+def script() -> str:
+    """The front end's JavaScript (shared by widgets and reports)."""
+    return (STATIC / "uopviz.js").read_text()
+
+
+@cache
+def stylesheet() -> str:
+    """The front end's CSS."""
+    return (STATIC / "uopviz.css").read_text()
+
+
+@cache
+def widget_module() -> str:
+    """The ES module an anywidget loads: the script plus its ``render`` export."""
+    return script() + "\nexport default { render: UOPVIZ.render };\n"
+
+
+class GraphView(anywidget.AnyWidget):
+    """An interactive DAG of a UOp graph: zoom (wheel), pan (drag), hover details, click a node
+    for the side panel, FUNCTION/CALL bodies collapsible, a legend of families and AxisTypes.
+
+    ``GraphView(uop)``; ``view.show(uop, diff=..., focus=...)`` replaces the graph (keeping the
+    zoom); ``view.graph_model`` is the laid-out ``networkx.DiGraph``.
+    """
+
+    _esm = traitlets.Unicode(widget_module()).tag(sync=True)
+    _css = traitlets.Unicode(stylesheet()).tag(sync=True)
+    kind = traitlets.Unicode("dag").tag(sync=True)
+    graph = traitlets.Dict().tag(sync=True)
+    marks = traitlets.Dict().tag(sync=True)
+    legend = traitlets.Dict().tag(sync=True)
+    selected = traitlets.Unicode("").tag(sync=True)
+    collapsed = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    height = traitlets.Int(520).tag(sync=True)
+    can_toggle = traitlets.Bool(True).tag(sync=True)
+
+    def __init__(self, uop: UOp | None = None, *, height: int = 520, engine: str = "auto",
+                 collapse: bool | list[str] | None = None, **kwargs: Any):
+        super().__init__(height=height, legend=legend(), **kwargs)
+        self.engine = engine
+        self.uop: UOp | None = None
+        self.graph_model: nx.DiGraph | None = None
+        if uop is not None:
+            self.show(uop, collapse=collapse)
+
+    def show(self, uop: UOp, *, diff: GraphDiff | None = None, focus: str | None = None,
+             collapse: bool | list[str] | None = None, graph: nx.DiGraph | None = None) -> None:
+        """Draw ``uop`` (or an already laid-out ``graph`` of it), highlighting ``diff``'s added and
+        changed nodes and ``focus``."""
+        if not isinstance(uop, UOp):
+            raise TypeError(f"GraphView shows a UOp, got {type(uop).__name__}")
+        self.uop = uop
+        if graph is None:
+            wanted = collapse if collapse is not None else list(self.collapsed)
+            graph = layout(uop, engine=self.engine, collapse=wanted)
+        self.graph_model = graph
+        collapsed_now = [k for k, d in graph.nodes(data=True) if d.get("collapsed")]
+        with self.hold_sync():
+            self.graph = graph_json(graph)
+            self.marks = marks_json(diff, focus)
+            if collapsed_now != list(self.collapsed):
+                self._relayout_enabled = False
+                self.collapsed = collapsed_now
+                self._relayout_enabled = True
+
+    _relayout_enabled = True
+
+    @traitlets.observe("collapsed")
+    def _on_collapsed(self, change: dict[str, Any]) -> None:
+        if self._relayout_enabled and self.uop is not None:
+            self.show(self.uop, collapse=list(change["new"]))
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes are drawn."""
+        return len(self.graph.get("nodes", []))
+
+
+class RewritePlayer(anywidget.AnyWidget):
+    """Step through a rewrite trace: the pass list with step counts (unchanged passes hidden on
+    request), a slider, buttons and arrow keys (←/→ steps, ↑/↓ passes, Home/End), and for each
+    step the graph after it with changed nodes highlighted, the rule's name and ``file:line``,
+    and a diff of the printed graph.
+
+    ``RewritePlayer(trace)``; ``player.state`` is the :class:`PlayerState`; ``player.goto(pass,
+    step)`` moves from Python.
+    """
+
+    _esm = traitlets.Unicode(widget_module()).tag(sync=True)
+    _css = traitlets.Unicode(stylesheet()).tag(sync=True)
+    kind = traitlets.Unicode("player").tag(sync=True)
+    passes = traitlets.List().tag(sync=True)
+    position = traitlets.List([0, 0]).tag(sync=True)
+    hide_unchanged = traitlets.Bool(True).tag(sync=True)
+    frame = traitlets.Dict().tag(sync=True)
+    legend = traitlets.Dict().tag(sync=True)
+    height = traitlets.Int(480).tag(sync=True)
+
+    def __init__(self, trace: Trace, *, hide_unchanged: bool = True, height: int = 480, engine: str = "auto",
+                 pass_name: str | None = None, **kwargs: Any):
+        self.state = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
+        if not self.state.entries:
+            raise ValueError("this trace recorded no passes: run graph_rewrite inside `with uv.tracing()`")
+        if pass_name is not None:
+            self.state.select(pass_name)
+        super().__init__(height=height, legend=legend(), hide_unchanged=hide_unchanged,
+                         passes=[_pass_json(e) for e in self.state.entries], **kwargs)
+        self._sync_frame()
+
+    def goto(self, pass_index: int | str, step: int | None = None) -> None:
+        """Show ``step`` of a pass (an index into ``passes`` or a name)."""
+        self.state.select(pass_index, step)
+        self._sync_frame()
+
+    def _sync_frame(self) -> None:
+        frame = self.state.frame()
+        with self.hold_sync():
+            self._syncing = True
+            self.position = [self.state.pass_index, self.state.step]
+            self._syncing = False
+            self.frame = frame.to_json()
+
+    _syncing = False
+
+    @traitlets.observe("position")
+    def _on_position(self, change: dict[str, Any]) -> None:
+        if self._syncing:
+            return
+        pass_index, step = change["new"]
+        self.state.pass_index = pass_index
+        self.state.step = step
+        self._sync_frame()
+
+    @traitlets.observe("hide_unchanged")
+    def _on_hide(self, change: dict[str, Any]) -> None:
+        self.state.hide_unchanged = bool(change["new"])
+
+
+def _pass_json(entry: Any) -> dict[str, Any]:
+    return {"index": entry.index, "name": entry.name, "depth": entry.depth, "steps": entry.step_count,
+            "changed": entry.changed}
