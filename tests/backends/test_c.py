@@ -1,0 +1,182 @@
+"""The C backend: every hand-made linear program against numpy, integer semantics, rendering details."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from uopviz.backends import get
+from uopviz.backends.base import CompileError, KernelMeta, RenderError
+from uopviz.backends.c import find_c_compiler, openmp_works
+from uopviz.core.dtype import dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.uop import UOp
+
+from . import linear_programs as lp
+
+pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) on this machine")
+
+
+@pytest.mark.parametrize("case", lp.correctness_cases(), ids=repr)
+def test_linear_program_matches_numpy(case: lp.LinearCase) -> None:
+    for seed in (0, 1):
+        lp.assert_case_matches("c", case, seed)
+
+
+@pytest.mark.parametrize("case", lp.integer_cases(), ids=repr)
+def test_integer_semantics(case: lp.LinearCase) -> None:
+    lp.assert_case_matches("c", case)
+
+
+# ---------------------------------------------------------------------------------------------
+# what the source looks like
+
+
+def test_source_declares_restrict_pointers_and_const_inputs() -> None:
+    source = get("c").render(lp.elementwise(8).linear)
+    assert "void E_8(float* restrict data0, const float* restrict data1, const float* restrict data2)" in source
+    assert KernelMeta.from_source(source).params[0].written
+    assert not KernelMeta.from_source(source).params[1].written
+
+
+def test_thread_range_becomes_an_openmp_loop_and_registers_are_private() -> None:
+    source = get("c").render(lp.thread_range(2, 8).linear)
+    lines = source.splitlines()
+    pragma = next(i for i, line in enumerate(lines) if "#pragma omp parallel for" in line)
+    assert "// THREAD" in lines[pragma + 1]
+    declaration = next(i for i, line in enumerate(lines) if "float acc0[1];" in line)
+    assert declaration > pragma + 1, "a REG accumulator must be declared inside the parallel loop"
+
+
+def test_vector_lanes_use_gcc_vectors_and_contiguous_memcpy() -> None:
+    source = get("c").render(lp.vector_lanes(4).linear)
+    assert "typedef float float32x4 __attribute__((vector_size(16)));" in source
+    assert "load_float32x4(data1 + alu0)" in source
+    assert "indexx4" not in source, "contiguous addresses need no index vector"
+
+
+def test_gather_reads_each_lane() -> None:
+    source = get("c").render(lp.vector_gather(8, 16).linear)
+    assert "load_float32x4" not in source
+    assert "((float32x4){data1[" in source
+
+
+@pytest.mark.skipif(find_c_compiler() is None or openmp_works(find_c_compiler()) is not None,
+                    reason="OpenMP does not work with this compiler; THREAD loops run sequentially")
+def test_thread_range_runs_on_several_threads() -> None:
+    b = lp.Builder()
+    out = b.param(0, 64, dtypes.int32)
+    t = b.loop(64, lp.AxisType.THREAD)
+    thread = b.emit(UOp(Ops.CUSTOM, (), ("omp_get_thread_num()", dtypes.int32)))
+    b.end(t, b.store(out, t, thread))
+    backend = get("c")
+    kernel = backend.compile(backend.render(b.linear("thread_ids")), "thread_ids")
+    ids = np.full(64, -1, np.int32)
+    kernel(ids)
+    assert (ids >= 0).all()
+    import os
+
+    if len(os.sched_getaffinity(0)) > 1 and os.environ.get("OMP_NUM_THREADS", "2") != "1":
+        assert len(set(ids.tolist())) > 1, f"every iteration ran on thread {ids[0]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+
+
+def test_end_that_closes_the_wrong_loop_is_reported() -> None:
+    b = lp.Builder()
+    out = b.param(0, 4)
+    outer = b.loop(2)
+    inner = b.loop(2)
+    b.store(out, outer * lp.idx(2) + inner, lp.const(dtypes.float32, 1.0))
+    b.end(outer)
+    b.end(inner)
+    with pytest.raises(RenderError, match="END closes range .* innermost open block is RANGE"):
+        get("c").render(b.linear("bad_nesting"))
+
+
+def test_value_used_after_its_loop_ended_is_reported() -> None:
+    b = lp.Builder()
+    out, a = b.param(0, 4), b.param(1, 4)
+    i = b.loop(4)
+    value = b.load(a, i)
+    b.end(i)
+    b.store(out, lp.idx(0), value)
+    with pytest.raises(RenderError, match="defined inside a loop or IF that is already closed"):
+        get("c").render(b.linear("escaping_value"))
+
+
+def test_missing_end_is_reported() -> None:
+    b = lp.Builder()
+    out = b.param(0, 4)
+    i = b.loop(4)
+    b.store(out, i, lp.const(dtypes.float32, 0.0))
+    with pytest.raises(RenderError, match="ends with an open range"):
+        get("c").render(b.linear("open_loop"))
+
+
+def test_special_is_refused_on_a_cpu_backend() -> None:
+    b = lp.Builder()
+    out = b.param(0, 4)
+    g = b.emit(UOp(Ops.SPECIAL, (lp.idx(4),), "gidx0"))
+    b.store(out, g, lp.const(dtypes.float32, 0.0))
+    with pytest.raises(RenderError, match="SPECIAL 'gidx0' needs a GPU backend"):
+        get("c").render(b.linear("gpu_only"))
+
+
+def test_param_slots_must_be_dense() -> None:
+    b = lp.Builder()
+    out = b.param(1, 4)
+    b.store(out, lp.idx(0), lp.const(dtypes.float32, 0.0))
+    with pytest.raises(RenderError, match=r"PARAM slots \[1\]"):
+        get("c").render(b.linear("gap"))
+
+
+def test_compile_error_quotes_the_compiler() -> None:
+    b = lp.Builder()
+    out = b.param(0, 4)
+    b.emit(UOp(Ops.CUSTOM, (out,), ("{0}[0] = undefined_name_here", dtypes.void)))
+    backend = get("c")
+    with pytest.raises(CompileError, match="undefined_name_here") as info:
+        backend.compile(backend.render(b.linear("broken")), "broken")
+    assert "broken" in str(info.value)
+
+
+def test_wrong_arguments_are_reported() -> None:
+    case = lp.elementwise(8)
+    backend = get("c")
+    kernel = backend.compile(backend.render(case.linear), case.linear.arg)
+    good = case.make_arrays(np.random.default_rng(0))
+    with pytest.raises(TypeError, match="takes 3 arrays"):
+        kernel(*good[:2])
+    with pytest.raises(TypeError, match="argument 1 must have dtype float32, got float64"):
+        kernel(good[0], good[1].astype(np.float64), good[2])
+    with pytest.raises(ValueError, match="argument 2 needs 8 elements, got 4"):
+        kernel(good[0], good[1], good[2][:4])
+
+
+# ---------------------------------------------------------------------------------------------
+# the disk cache
+
+
+def test_compiled_library_is_cached_on_disk(tmp_path, monkeypatch) -> None:
+    from uopviz.backends.c import CBackend
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+    case = lp.elementwise(16)
+    first = CBackend()
+    source = first.render(case.linear)
+    kernel = first.compile(source, case.linear.arg)
+    assert kernel.extra["cached"] is False
+    assert kernel.library_path.startswith(str(tmp_path))
+    again = CBackend().compile(source, case.linear.arg)  # a fresh backend: only the disk remembers
+    assert again.extra["cached"] is True and again.library_path == kernel.library_path
+    changed = CBackend().compile(source.replace("2.0f", "3.0f"), case.linear.arg)
+    assert changed.extra["cached"] is False and changed.library_path != kernel.library_path
+    arrays = case.make_arrays(np.random.default_rng(3))
+    changed(*arrays)
+    np.testing.assert_allclose(arrays[0], arrays[1] * 3 + arrays[2], rtol=1e-6)
+    assert isinstance(ctypes.CDLL(kernel.library_path), ctypes.CDLL)

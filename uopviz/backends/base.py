@@ -1,0 +1,283 @@
+"""The backend interface of ``docs/design/kernel-ir.md``: Backend, TensorCore, CompiledKernel.
+
+NOTE: created by the backends engineer because the renderers needed it first; the pipeline
+engineer owns this file and the registry in ``uopviz/backends/__init__.py``.  Kept minimal: what
+kernel-ir.md lists, plus what running a compiled kernel needs (``KernelParam``, ``Launch``,
+``CompileError``, ``BackendUnavailable``).
+
+A compiled kernel is called with host numpy arrays, one per PARAM slot, in slot order; it writes
+its outputs into them.  ``prepare`` binds the arrays once (copying them to the device where the
+backend has one) and returns a :class:`Launch` that runs the kernel again and again without
+transfers: that is what the timing harness times.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uopviz.core.dtype import DType, dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.uop import UOp
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here (no compiler, no device, a missing Python package)."""
+
+
+class CompileError(RuntimeError):
+    """The backend's compiler rejected a source; the message quotes the compiler's diagnostics."""
+
+    def __init__(self, backend: str, name: str, message: str, source: str = ""):
+        super().__init__(f"{backend} backend could not compile kernel {name!r}:\n{message}")
+        self.backend, self.kernel_name, self.diagnostics, self.source = backend, name, message, source
+
+
+class RenderError(ValueError):
+    """A linear program the renderer cannot express: names the uop, its position and why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor cores
+
+
+Operand = str  # "a", "b" or "c"
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """One multiply-accumulate tile a backend offers: ``D[M,N] = A[M,K] @ B[K,N] + C[M,N]``.
+
+    ``threads`` lanes (a warp) share one tile; each holds ``elements(op)`` values of each operand
+    in a vector.  ``layout_a[t * elements("a") + e]`` is the ``(m, k)`` coordinate that element
+    ``e`` of lane ``t`` holds; ``layout_b`` gives ``(k, n)`` and ``layout_c`` gives ``(m, n)``
+    (``c`` is both the accumulator and the result).  ``WMMA(a, b, acc)`` with this config as arg
+    takes each lane's three vectors and returns its result vector.
+
+    With ``threads == 1`` one thread holds whole tiles (row-major unless the layout says
+    otherwise): that is how CPU backends emulate tensor cores, lowering WMMA to scalar code.
+    """
+
+    name: str
+    dims: tuple[int, int, int]  # (M, N, K)
+    dtype_in: DType
+    dtype_out: DType
+    threads: int
+    layout_a: tuple[tuple[int, int], ...]
+    layout_b: tuple[tuple[int, int], ...]
+    layout_c: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        m, n, k = self.dims
+        for operand, rows, cols in (("a", m, k), ("b", k, n), ("c", m, n)):
+            layout = self.layout(operand)
+            if sorted(layout) != [(r, c) for r in range(rows) for c in range(cols)]:
+                raise ValueError(f"tensor core {self.name}: layout of {operand} must hold every element of "
+                                 f"its {rows}x{cols} tile exactly once")
+            if len(layout) % self.threads:
+                raise ValueError(f"tensor core {self.name}: {len(layout)} elements of {operand} do not "
+                                 f"split over {self.threads} threads")
+
+    def layout(self, operand: Operand) -> tuple[tuple[int, int], ...]:
+        """The (row, column) of every (lane, element), lane-major, of operand ``a``, ``b`` or ``c``."""
+        try:
+            return {"a": self.layout_a, "b": self.layout_b, "c": self.layout_c}[operand]
+        except KeyError:
+            raise ValueError(f"tensor core operands are 'a', 'b', 'c'; got {operand!r}") from None
+
+    def elements(self, operand: Operand) -> int:
+        """How many values of ``operand`` each lane holds (the lane count of its vector)."""
+        return len(self.layout(operand)) // self.threads
+
+    def coordinate(self, operand: Operand, lane: int, element: int) -> tuple[int, int]:
+        """The tile coordinate held by ``element`` of ``lane`` for ``operand``."""
+        return self.layout(operand)[lane * self.elements(operand) + element]
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one tile (a multiply and an add per product)."""
+        m, n, k = self.dims
+        return 2 * m * n * k
+
+    @staticmethod
+    def row_major(name: str, dims: tuple[int, int, int], dtype_in: DType, dtype_out: DType) -> TensorCore:
+        """A one-thread tile with every operand held row-major (the CPU emulation)."""
+        m, n, k = dims
+
+        def grid(rows: int, cols: int) -> tuple[tuple[int, int], ...]:
+            return tuple((r, c) for r in range(rows) for c in range(cols))
+
+        return TensorCore(name, dims, dtype_in, dtype_out, 1, grid(m, k), grid(k, n), grid(m, n))
+
+
+def cpu_tensor_cores() -> tuple[TensorCore, ...]:
+    """The tiles CPU backends emulate: float32 4x4x4 (and an 8x8x8 for wider registers)."""
+    return (TensorCore.row_major("cpu_f32_4x4x4", (4, 4, 4), dtypes.float32, dtypes.float32),
+            TensorCore.row_major("cpu_f32_8x8x8", (8, 8, 8), dtypes.float32, dtypes.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled kernels
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel argument: PARAM ``slot`` pointing to ``size`` elements of ``dtype``."""
+
+    slot: int
+    dtype: DType
+    size: int
+    written: bool
+
+    def check(self, kernel: str, array: Any) -> np.ndarray:
+        """``array`` as the contiguous numpy array the kernel reads/writes, or a clear error."""
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"kernel {kernel}: argument {self.slot} must be a numpy array, got "
+                            f"{type(array).__name__}")
+        expected = numpy_dtype(self.dtype)
+        if array.dtype != expected:
+            raise TypeError(f"kernel {kernel}: argument {self.slot} must have dtype {expected}, got {array.dtype}")
+        if array.size < self.size:
+            raise ValueError(f"kernel {kernel}: argument {self.slot} needs {self.size} elements, got {array.size}")
+        if not array.flags.c_contiguous or (self.written and not array.flags.writeable):
+            raise ValueError(f"kernel {kernel}: argument {self.slot} must be a C-contiguous"
+                             f"{' writeable' if self.written else ''} array")
+        return array
+
+
+def numpy_dtype(dtype: DType) -> np.dtype:
+    """The numpy dtype that holds a buffer of ``dtype`` (bfloat16 lives in uint16)."""
+    if dtype.scalar is dtypes.bfloat16:
+        return np.dtype(np.uint16)
+    if dtype.numpy_name is None:
+        raise TypeError(f"{dtype.name} has no numpy storage")
+    return np.dtype(dtype.numpy_name)
+
+
+@dataclass(frozen=True)
+class KernelMeta:
+    """What a launch needs besides the code: name, params, and GPU launch sizes.
+
+    Renderers write it into the source as one comment line (``uopviz-meta {...}``), so that
+    ``Backend.compile(source, name)`` can launch a kernel from its source alone.
+    """
+
+    name: str
+    params: tuple[KernelParam, ...]
+    global_size: tuple[int, ...] = (1, 1, 1)
+    local_size: tuple[int, ...] = (1, 1, 1)
+
+    def to_comment_text(self) -> str:
+        """The JSON text renderers put inside a comment."""
+        body = {"name": self.name, "global": list(self.global_size), "local": list(self.local_size),
+                "params": [[p.slot, p.dtype.name, p.size, p.written] for p in self.params]}
+        return "uopviz-meta " + json.dumps(body, separators=(",", ":"))
+
+    @staticmethod
+    def from_source(source: str, backend: str = "") -> KernelMeta:
+        """Read the meta comment back from a rendered source."""
+        found = re.search(r"uopviz-meta (\{.*\})", source)
+        if found is None:
+            raise CompileError(backend, "?", "the source has no 'uopviz-meta {...}' comment line; render it "
+                                              "with the backend's render() first")
+        body = json.loads(found.group(1))
+        params = tuple(KernelParam(slot, dtypes.from_name(name), size, written)
+                       for slot, name, size, written in body["params"])
+        return KernelMeta(body["name"], params, tuple(body["global"]), tuple(body["local"]))
+
+
+class Launch(abc.ABC):
+    """A kernel bound to its arguments: ``run()`` executes it once and returns elapsed seconds."""
+
+    @abc.abstractmethod
+    def run(self) -> float:
+        """Run once on the bound data, wait for it, and return the seconds it took."""
+
+    def read_back(self) -> None:  # noqa: B027 - a no-op by default: CPU arrays are the kernel's memory
+        """Copy the outputs back into the host arrays (a no-op where the arrays are the device data)."""
+
+
+@dataclass
+class CompiledKernel(abc.ABC):
+    """A kernel ready to run: ``kernel(*arrays)`` runs it on host numpy arrays in PARAM slot order."""
+
+    backend: str
+    meta: KernelMeta
+    source: str
+    compile_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The kernel's name (the LINEAR's arg)."""
+        return self.meta.name
+
+    @property
+    def params(self) -> tuple[KernelParam, ...]:
+        """The arguments, in slot order."""
+        return self.meta.params
+
+    def check_arguments(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """The arrays after checking count, dtype, size and layout against the params."""
+        if len(arrays) != len(self.params):
+            raise TypeError(f"kernel {self.name} takes {len(self.params)} arrays (slots "
+                            f"{[p.slot for p in self.params]}), got {len(arrays)}")
+        return [p.check(self.name, a) for p, a in zip(self.params, arrays)]
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        """Run once on host arrays; outputs are written into them."""
+        launch = self.prepare(*arrays)
+        launch.run()
+        launch.read_back()
+
+    @abc.abstractmethod
+    def prepare(self, *arrays: np.ndarray) -> Launch:
+        """Bind host arrays (device copies made here) for repeated runs."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the backend
+
+
+class Backend(abc.ABC):
+    """A code generator and runtime for one target (see kernel-ir.md, "Backends")."""
+
+    name: str = ""
+    supported_ops: frozenset[Ops] = frozenset()
+    vector_widths: tuple[int, ...] = ()
+    has_local: bool = False
+    has_threads: bool = False
+    tensor_cores: tuple[TensorCore, ...] = ()
+
+    def available(self) -> bool:
+        """True when this machine can compile and run this backend's kernels."""
+        return self.unavailable_reason() is None
+
+    def unavailable_reason(self) -> str | None:
+        """Why the backend cannot run here, or None when it can."""
+        return None
+
+    @property
+    def device(self) -> str:
+        """A name of the device kernels run on (cache and tuning keys include it)."""
+        return self.name
+
+    @abc.abstractmethod
+    def render(self, linear: UOp) -> str:
+        """The source code of a LINEAR program."""
+
+    @abc.abstractmethod
+    def compile(self, source: str, name: str) -> CompiledKernel:
+        """Compile a rendered source (cached by source hash)."""
+
+    def require(self) -> None:
+        """Raise BackendUnavailable with the reason when the backend cannot run here."""
+        reason = self.unavailable_reason()
+        if reason is not None:
+            raise BackendUnavailable(f"backend {self.name!r} is not available: {reason}")

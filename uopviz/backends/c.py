@@ -1,0 +1,1265 @@
+"""The C backend, and the renderer shared by the C-family backends (C, OpenCL C, CUDA C).
+
+Rendering walks the LINEAR program once, in order, one source line per uop (so a line of the
+source maps back to a uop of the program).  The integer semantics of kernel-ir.md are kept in C,
+where the language leaves them undefined:
+
+* fixed-width integer ``+ - *`` and negation are computed in the unsigned type of the same width
+  (at least 32 bits) and converted back, so they wrap around instead of being undefined;
+* ``IDIV`` is floor division and ``MOD`` its modulo (sign of the divisor), through small inline
+  helpers; as numpy does, dividing by zero gives 0 and ``MIN // -1`` wraps to ``MIN``;
+* shifts by the width or more (or by a negative amount) give 0, or -1 for ``SHR`` of a negative
+  value (numpy's rule); ``SHR`` of signed values is arithmetic;
+* float → int casts truncate toward zero; values that do not fit go through int32 (targets up
+  to 32 bits) or int64 and wrap, the way numpy's casts behave on x86-64, never undefined.
+
+The C backend emits GCC vector extensions for vector lanes (``float32x4`` typedefs; contiguous
+loads and stores through ``__builtin_memcpy``), runs THREAD ranges with ``#pragma omp parallel
+for`` and compiles with gcc (or clang) ``-O3 -march=native -shared -fPIC`` into a shared library
+that ``ctypes`` loads.  Compiled libraries are cached on disk by a hash of source, compiler and flags.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uopviz.backends.base import (
+    Backend,
+    CompiledKernel,
+    CompileError,
+    KernelMeta,
+    KernelParam,
+    Launch,
+    RenderError,
+    TensorCore,
+    cpu_tensor_cores,
+)
+from uopviz.backends.cache import cached_file, content_key
+from uopviz.core.dtype import AddrSpace, DType, DTypeKind, dtypes
+from uopviz.core.ops import AxisType, GroupOp, Ops
+from uopviz.core.uop import UOp
+
+# ---------------------------------------------------------------------------------------------
+# what every C-family renderer shares
+
+
+@dataclass
+class Address:
+    """Where an INDEX points: ``buffer`` (a rendered name) at a scalar ``offset``, at ``count``
+    contiguous elements from ``offset``, or at one element per lane (``lanes``)."""
+
+    buffer: str
+    buffer_uop: UOp
+    dtype: DType  # the dtype a LOAD from here produces
+    offset: str | None = None  # scalar or contiguous-vector start
+    lanes: list[str] | None = None  # gather/scatter: one element offset per lane
+
+    @property
+    def contiguous(self) -> bool:
+        """True for a vector access of consecutive elements."""
+        return self.offset is not None and self.dtype.count > 1
+
+
+@dataclass
+class Scope:
+    """An open block of the rendered code: a RANGE loop, an IF, or the function body."""
+
+    opener: UOp | None
+    kind: str  # "function", "range", "if"
+    number: int
+
+
+_FLOAT_HELPER_TYPES = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double"}
+
+
+def _hex_float(value: float) -> str:
+    return float(value).hex()
+
+
+def _is_buffer_like(u: UOp) -> bool:
+    return u.op in (Ops.PARAM, Ops.BUFFER)
+
+
+def _underlying_buffer(u: UOp) -> UOp:
+    """A PARAM/BUFFER seen through AFTER passthroughs."""
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u
+
+
+def affine_lanes(u: UOp) -> list[tuple[UOp | None, int]] | None:
+    """Each lane of an index vector as ``(base, constant)`` with lane = base + constant (base None:
+    a constant lane), or None when some lane is not of that form."""
+    if u.op is Ops.VECTORIZE:
+        out: list[tuple[UOp | None, int]] = []
+        for lane in u.src:
+            if lane.op is Ops.CONST:
+                out.append((None, int(lane.arg[0])))
+            elif lane.op is Ops.ADD and lane.src[1].op is Ops.CONST:
+                out.append((lane.src[0], int(lane.src[1].arg[0])))
+            elif lane.op is Ops.ADD and lane.src[0].op is Ops.CONST:
+                out.append((lane.src[1], int(lane.src[0].arg[0])))
+            else:
+                out.append((lane, 0))
+        return out
+    if u.op is Ops.GEP:
+        inner = affine_lanes(u.src[0])
+        return None if inner is None else [inner[i] for i in u.arg]
+    if u.op is Ops.ADD:
+        left, right = affine_lanes(u.src[0]), affine_lanes(u.src[1])
+        if left is None or right is None:
+            return None
+        combined: list[tuple[UOp | None, int]] = []
+        for (base_l, const_l), (base_r, const_r) in zip(left, right):
+            if base_l is not None and base_r is not None:
+                return None
+            combined.append((base_l if base_l is not None else base_r, const_l + const_r))
+        return combined
+    return None
+
+
+def contiguous_start(index: UOp) -> tuple[UOp | None, int] | None:
+    """``(base, start)`` when the lanes of a vector index are ``base + start + lane`` (base None: constant
+    lanes ``start + lane``), else None."""
+    lanes = affine_lanes(index)
+    if lanes is None:
+        return None
+    base, start = lanes[0]
+    if all(b is base for b, _ in lanes) and all(c == start + i for i, (_, c) in enumerate(lanes)):
+        return base, start
+    return None
+
+
+_SIDE_EFFECTS = frozenset({Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.CUSTOM,
+                           Ops.ATOMIC_ADD, Ops.PARAM, Ops.SPECIAL})
+
+
+def live_uops(program: Sequence[UOp]) -> set[UOp]:
+    """The uops whose values reach a side effect.  A contiguous vector INDEX needs only its base lane,
+    not the index vector, so the lane arithmetic of vector addresses is not rendered."""
+    live: set[UOp] = set()
+    for u in reversed(program):
+        if u.op not in _SIDE_EFFECTS and u not in live:
+            continue
+        live.add(u)
+        sources: Sequence[UOp] = u.src
+        if u.op is Ops.INDEX and len(u.src) == 2 and u.src[1].dtype.count > 1:
+            found = contiguous_start(u.src[1])
+            if found is not None:
+                sources = (u.src[0],) if found[0] is None else (u.src[0], found[0])
+        live.update(sources)
+    return live
+
+
+class CStyleRenderer:
+    """Renders a LINEAR program to a C-family language; dialects override the hooks below."""
+
+    dialect = "c"
+    kernel_prefix = "void"
+    helper_prefix = "static inline"
+    global_qualifier = ""
+    restrict = "restrict"
+    comment = "//"
+    #: vector lane counts this dialect has types for (others are padded or refused)
+    native_vector_counts: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    #: ops computed on whole vectors (everything else is computed lane by lane)
+    native_vector_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.NEG, Ops.AND,
+                                                   Ops.OR, Ops.XOR, Ops.RECIP, Ops.MULACC})
+    #: how the dialect calls math functions, by op, for float32 (f) and float64 ("")
+    math_functions: dict[Ops, str] = {Ops.SQRT: "__builtin_sqrt", Ops.EXP2: "__builtin_exp2",
+                                      Ops.LOG2: "__builtin_log2", Ops.SIN: "__builtin_sin",
+                                      Ops.TRUNC: "__builtin_trunc", Ops.POW: "__builtin_pow"}
+    scalar_type_names: dict[str, str] = {
+        "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+        "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+        "float16": "_Float16", "bfloat16": "float", "float32": "float", "float64": "double", "index": "int64_t"}
+
+    def __init__(self, tensor_cores: Sequence[TensorCore] = ()):
+        self.tensor_cores = tuple(tensor_cores)
+
+    # -- dialect hooks ------------------------------------------------------------------------
+    def scalar_type(self, dtype: DType) -> str:
+        """The type of a value of scalar ``dtype`` held in a variable."""
+        try:
+            return self.scalar_type_names[dtype.scalar.name]
+        except KeyError:
+            raise RenderError(f"{self.dialect}: no type for {dtype.name}") from None
+
+    def memory_type(self, dtype: DType) -> str:
+        """The element type of a buffer of ``dtype`` (bfloat16 is stored as its 16 bits)."""
+        if dtype.count > 1:
+            return self.vector_type(dtype)
+        return "uint16_t" if dtype.scalar is dtypes.bfloat16 else self.scalar_type(dtype)
+
+    def padded_count(self, count: int) -> int:
+        """Lanes of the vector type used for ``count`` lanes."""
+        if count in self.native_vector_counts:
+            return count
+        bigger = [c for c in self.native_vector_counts if c >= count]
+        if not bigger:
+            raise RenderError(f"{self.dialect}: no vector type with {count} lanes")
+        return min(bigger)
+
+    def vector_type(self, dtype: DType) -> str:
+        """The name of the vector type for ``dtype`` (recorded so its typedef is emitted)."""
+        if dtype.count == 1:
+            return self.scalar_type(dtype)
+        if dtype.scalar is dtypes.bfloat16:
+            raise RenderError(f"{self.dialect}: bfloat16 vectors are not rendered; devectorize them")
+        name = f"{dtype.scalar.name}x{dtype.count}"
+        if self._state is not None and name not in self._state.typedefs:
+            lanes = self.padded_count(dtype.count)
+            self._state.typedefs[name] = self.vector_typedef(name, dtype, lanes)
+        return name
+
+    def vector_typedef(self, name: str, dtype: DType, lanes: int) -> str:
+        """The declaration of a vector type of ``lanes`` lanes."""
+        element = "signed char" if dtype.scalar is dtypes.bool else self.scalar_type(dtype.scalar)
+        return f"typedef {element} {name} __attribute__((vector_size({lanes * dtype.scalar.itemsize})));"
+
+    def lane(self, expression: str, index: int, dtype: DType) -> str:
+        """Lane ``index`` of a vector expression."""
+        if dtype.count == 1:
+            return expression
+        return f"{expression}[{index}]"
+
+    def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
+        """A vector of ``dtype`` built from one expression per lane."""
+        return f"(({self.vector_type(dtype)}){{{', '.join(items)}}})"
+
+    def const(self, value: Any, dtype: DType) -> str:
+        """A constant written inline."""
+        scalar = dtype.scalar
+        if scalar.is_bool:
+            return "1" if value else "0"
+        if scalar.is_float:
+            return self.float_const(float(value), scalar)
+        value = int(value)
+        if scalar is dtypes.index:
+            return str(value) if -(2**31) < value < 2**31 else f"{value}LL"
+        if scalar.is_unsigned:
+            suffix = "ull" if scalar.itemsize == 8 else "u"
+            text = f"{value}{suffix}"
+            return text if scalar.itemsize >= 4 else f"(({self.scalar_type(scalar)}){text})"
+        if value == scalar.min:
+            return f"({value + 1}{'LL' if scalar.itemsize == 8 else ''}-1)"
+        text = f"{value}{'LL' if scalar.itemsize == 8 else ''}"
+        return text if scalar.itemsize >= 4 else f"(({self.scalar_type(scalar)}){text})"
+
+    def float_const(self, value: float, dtype: DType) -> str:
+        """A float constant (inf and nan through builtins)."""
+        suffix = "" if dtype is dtypes.float64 else "f"
+        if math.isnan(value):
+            text = f"__builtin_nan{suffix}(\"\")"
+        elif math.isinf(value):
+            text = f"{'-' if value < 0 else ''}__builtin_inf{suffix}()"
+        else:
+            text = f"{value!r}{suffix}" if "e" in repr(value) or "." in repr(value) else f"{value!r}.0{suffix}"
+        if dtype is dtypes.float16:
+            return f"((_Float16){text})"
+        return text
+
+    def kernel_signature(self, name: str, params: Sequence[tuple[KernelParam, str]]) -> str:
+        """The first line of the kernel function."""
+        args = []
+        for param, pname in params:
+            const = "" if param.written else "const "
+            args.append(f"{self.global_qualifier}{const}{self.memory_type(param.dtype)}* {self.restrict} {pname}")
+        return f"{self.kernel_prefix} {name}({', '.join(args) or 'void'})"
+
+    def special(self, name: str) -> str:
+        """The expression of a GPU index (SPECIAL) named ``name``."""
+        raise RenderError(f"{self.dialect}: SPECIAL {name!r} needs a GPU backend; CPU backends use RANGEs")
+
+    def barrier(self) -> str:
+        """The statement of a workgroup barrier."""
+        return "/* BARRIER: workgroups are one thread here, nothing to wait for */"
+
+    def local_declaration(self, dtype: DType, name: str, size: int) -> str:
+        """A workgroup-shared (LOCAL) array declaration."""
+        return f"{self.memory_type(dtype)} {name}[{size}];"
+
+    def register_declaration(self, dtype: DType, name: str, size: int) -> str:
+        """A per-thread (REG) array declaration."""
+        return f"{self.memory_type(dtype)} {name}[{size}];"
+
+    def range_header(self, range_uop: UOp, name: str, bound: str, parallel: bool) -> list[str]:
+        """The lines that open a RANGE loop."""
+        prefix = ["#pragma omp parallel for schedule(static)"] if parallel else []
+        ctype = self.scalar_type(dtypes.index)
+        return [*prefix, f"for ({ctype} {name} = 0; {name} < {bound}; {name}++) {{"]
+
+    def includes(self) -> list[str]:
+        """Lines at the very top of the source."""
+        return ["#include <stdint.h>", "#include <stdbool.h>", "#ifdef _OPENMP", "#include <omp.h>", "#endif"]
+
+    def vector_load(self, address: Address) -> str:
+        """An expression loading ``address.dtype.count`` contiguous elements."""
+        helper = self.helper_vector_load(address.dtype)
+        return f"{helper}({address.buffer} + {address.offset})"
+
+    def vector_store(self, address: Address, value: str) -> str:
+        """A statement storing a vector to contiguous elements."""
+        helper = self.helper_vector_store(address.dtype)
+        return f"{helper}({address.buffer} + {address.offset}, {value});"
+
+    def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
+        """Statements and the expression reinterpreting ``value``'s bits as ``target``."""
+        name = self._state.fresh("bits")
+        declared = self.memory_type(target) if target.count == 1 else self.vector_type(target)
+        lines = [f"{declared} {name};", f"__builtin_memcpy(&{name}, &{value}, sizeof({name}));"]
+        return lines, name
+
+    def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:
+        """A math function call on scalars of ``dtype``."""
+        base = self.math_functions[op]
+        if dtype is dtypes.float64:
+            return f"{base}({', '.join(args)})"
+        if dtype is dtypes.float16:
+            return f"((_Float16){base}f({', '.join(f'(float){a}' for a in args)}))"
+        return f"{base}f({', '.join(args)})"
+
+    # -- helpers emitted into the prelude -----------------------------------------------------
+    def helper(self, name: str, make: Callable[[], str]) -> str:
+        """Request helper ``name`` (its definition made by ``make``) and return its name."""
+        if name not in self._state.helpers:
+            self._state.helpers[name] = make()
+        return name
+
+    def _unsigned_name(self, dtype: DType) -> str:
+        return self.scalar_type(dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32)
+
+    def helper_idiv(self, dtype: DType) -> str:
+        """Floor division of ``dtype`` (0 for division by zero, wrapping at MIN // -1)."""
+        t, u = self.scalar_type(dtype), self._unsigned_name(dtype)
+        if dtype.is_unsigned:
+            return self.helper(f"idiv_{dtype.name}", lambda: (
+                f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{ return b == 0 ? 0 : a / b; }}"))
+        return self.helper(f"idiv_{dtype.name}", lambda: (
+            f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{\n"
+            f"  if (b == 0) return 0;\n"
+            f"  if (b == -1) return ({t})(({u})0 - ({u})a);  /* MIN // -1 wraps, as numpy */\n"
+            f"  {t} q = a / b;\n"
+            f"  return q - (({t})(a % b != 0) & ({t})((a < 0) != (b < 0)));\n"
+            f"}}"))
+
+    def helper_mod(self, dtype: DType) -> str:
+        """Modulo with the divisor's sign (0 for modulo by zero)."""
+        t = self.scalar_type(dtype)
+        if dtype.is_unsigned:
+            return self.helper(f"mod_{dtype.name}", lambda: (
+                f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{ return b == 0 ? 0 : a % b; }}"))
+        return self.helper(f"mod_{dtype.name}", lambda: (
+            f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{\n"
+            f"  if (b == 0 || b == -1) return 0;\n"
+            f"  {t} r = a % b;\n"
+            f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n"
+            f"}}"))
+
+    def helper_shift(self, op: Ops, dtype: DType) -> str:
+        """SHL/SHR with numpy's rule for counts outside ``[0, bits)``."""
+        t, u = self.scalar_type(dtype), self._unsigned_name(dtype)
+        bits = dtype.bits
+        narrow = self.scalar_type(dtypes.from_name(f"uint{bits}"))
+        if op is Ops.SHL:
+            return self.helper(f"shl_{dtype.name}", lambda: (
+                f"{self.helper_prefix} {t} shl_{dtype.name}({t} a, {t} b) {{ "
+                f"return ({narrow})b < {bits}u ? ({t})(({u})({narrow})a << b) : 0; }}"))
+        overflow = "(a < 0 ? -1 : 0)" if not dtype.is_unsigned else "0"
+        return self.helper(f"shr_{dtype.name}", lambda: (
+            f"{self.helper_prefix} {t} shr_{dtype.name}({t} a, {t} b) {{ "
+            f"return ({narrow})b < {bits}u ? ({t})(a >> b) : {overflow}; }}"))
+
+    def helper_max(self, dtype: DType) -> str:
+        """MAX that propagates NaN like numpy.maximum."""
+        t = self.scalar_type(dtype)
+        return self.helper(f"max_{dtype.name}", lambda: (
+            f"{self.helper_prefix} {t} max_{dtype.name}({t} a, {t} b) {{ return (a != a || a > b) ? a : b; }}"))
+
+    def helper_float_to_int(self, dtype: DType) -> str:
+        """Truncating float → int conversion without undefined behaviour (see module docstring)."""
+        t = self.scalar_type(dtype)
+        i32, i64 = self.scalar_type(dtypes.int32), self.scalar_type(dtypes.int64)
+        u64 = self.scalar_type(dtypes.uint64)
+        double = self.scalar_type(dtypes.float64)
+        name = f"float_to_{dtype.name}"
+        if dtype.itemsize <= 4 and dtype is not dtypes.uint32:
+            body = (f"return ({t})((x > -2147483649.0 && x < 2147483648.0) ? ({i32})x : "
+                    f"({i32})(-2147483647 - 1));")
+        elif dtype is dtypes.uint64:
+            body = (f"if (x >= 9223372036854775808.0 && x < 18446744073709551616.0) return ({u64})x;\n"
+                    f"  return ({u64})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? "
+                    f"({i64})x : ({i64})(-9223372036854775807LL - 1));")
+        else:
+            body = (f"return ({t})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? ({i64})x : "
+                    f"({i64})(-9223372036854775807LL - 1));")
+        return self.helper(name, lambda: f"{self.helper_prefix} {t} {name}({double} x) {{\n  {body}\n}}")
+
+    def helper_bfloat16(self) -> tuple[str, str]:
+        """Helpers converting bfloat16 bits to float and float to bfloat16 bits (round to nearest even)."""
+        u16, u32 = self.memory_type(dtypes.bfloat16), self.scalar_type(dtypes.uint32)
+        to_float = self.helper("bf16_to_float", lambda: (
+            f"{self.helper_prefix} float bf16_to_float({u16} h) {{ {u32} u = ({u32})h << 16; float f; "
+            f"__builtin_memcpy(&f, &u, 4); return f; }}"))
+        from_float = self.helper("float_to_bf16", lambda: (
+            f"{self.helper_prefix} {u16} float_to_bf16(float f) {{\n"
+            f"  {u32} u; __builtin_memcpy(&u, &f, 4);\n"
+            f"  if ((u & 0x7fffffffu) > 0x7f800000u) return ({u16})((u >> 16) | 0x40u);  /* quiet NaN */\n"
+            f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+            f"  return ({u16})(u >> 16);\n"
+            f"}}"))
+        return to_float, from_float
+
+    def helper_vector_load(self, dtype: DType) -> str:
+        """``load_<vec>(pointer)``: contiguous unaligned vector load."""
+        vtype, element = self.vector_type(dtype), self.memory_type(dtype.scalar)
+        size = dtype.count * dtype.scalar.itemsize
+        return self.helper(f"load_{vtype}", lambda: (
+            f"{self.helper_prefix} {vtype} load_{vtype}(const {element}* p) {{ {vtype} v; "
+            f"__builtin_memcpy(&v, p, {size}); return v; }}"))
+
+    def helper_vector_store(self, dtype: DType) -> str:
+        """``store_<vec>(pointer, value)``: contiguous unaligned vector store."""
+        vtype, element = self.vector_type(dtype), self.memory_type(dtype.scalar)
+        size = dtype.count * dtype.scalar.itemsize
+        return self.helper(f"store_{vtype}", lambda: (
+            f"{self.helper_prefix} void store_{vtype}({element}* p, {vtype} v) {{ "
+            f"__builtin_memcpy(p, &v, {size}); }}"))
+
+    # -- scalar expressions ---------------------------------------------------------------------
+    def wrapping(self, dtype: DType) -> bool:
+        """True when arithmetic on ``dtype`` must be done unsigned to wrap without UB."""
+        return dtype.kind is DTypeKind.SIGNED
+
+    def alu_expression(self, op: Ops, dtype: DType, operands: Sequence[str], uop: UOp) -> str:
+        """The C expression of one scalar ALU op; ``dtype`` is the operands' scalar dtype."""
+        a = operands[0]
+        b = operands[1] if len(operands) > 1 else ""
+        t = self.scalar_type(dtype)
+        if dtype.is_bool and op in (Ops.ADD, Ops.MAX, Ops.OR):
+            return f"({a} | {b})"
+        if dtype.is_bool and op in (Ops.MUL, Ops.AND):
+            return f"({a} & {b})"
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL) and self.wrapping(dtype):
+            u = self._unsigned_name(dtype)
+            symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
+            return f"(({t})(({u}){a} {symbol} ({u}){b}))"
+        simple = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.CMP_LT: "<", Ops.CMP_NE: "!=",
+                  Ops.CMP_GT: ">", Ops.CMP_GE: ">=", Ops.CMP_LE: "<=", Ops.CMP_EQ: "==", Ops.XOR: "^",
+                  Ops.OR: "|", Ops.AND: "&"}
+        if op in simple:
+            return f"({a} {simple[op]} {b})"
+        if op is Ops.NEG:
+            if self.wrapping(dtype):
+                return f"(({t})(({self._unsigned_name(dtype)})0 - ({self._unsigned_name(dtype)}){a}))"
+            return f"(-{a})" if not dtype.is_bool else a
+        if op is Ops.NOT:
+            return f"(!{a})" if dtype.is_bool else f"(({t})~{a})"
+        if op is Ops.MAX:
+            if dtype.is_float:
+                return f"{self.helper_max(dtype)}({a}, {b})"
+            return f"({a} > {b} ? {a} : {b})"
+        if op in (Ops.IDIV, Ops.MOD):
+            if dtype is dtypes.index and uop.src[0].vmin >= 0 and uop.src[1].vmin > 0:
+                return f"({a} {'/' if op is Ops.IDIV else '%'} {b})"
+            helper = self.helper_idiv(dtype) if op is Ops.IDIV else self.helper_mod(dtype)
+            return f"{helper}({a}, {b})"
+        if op in (Ops.SHL, Ops.SHR):
+            if dtype is dtypes.index:
+                return f"({a} {'<<' if op is Ops.SHL else '>>'} {b})"
+            return f"{self.helper_shift(op, dtype)}({a}, {b})"
+        if op is Ops.WHERE:
+            return f"({a} ? {b} : {operands[2]})"
+        if op is Ops.RECIP:
+            return f"({self.const(1.0, dtype)} / {a})"
+        if op is Ops.MULACC:
+            return f"({a} * {b} + {operands[2]})"
+        if op in self.math_functions:
+            if not dtype.is_float:
+                raise RenderError(f"{self.dialect}: {op.name} of {dtype.name}")
+            return self.math_call(op, dtype, operands)
+        raise RenderError(f"{self.dialect}: cannot render {op.name} (Instruction Selection should have "
+                          f"decomposed it for this backend)")
+
+    def cast_expression(self, value: str, source: DType, target: DType) -> str:
+        """A scalar conversion with numpy's semantics."""
+        if source == target:
+            return value
+        t = self.scalar_type(target)
+        if target.is_bool:
+            return f"({value} != 0)"
+        if source is dtypes.bfloat16:
+            source = dtypes.float32  # bfloat16 values are held in float variables
+        if target is dtypes.bfloat16:
+            to_float, from_float = self.helper_bfloat16()
+            return f"{to_float}({from_float}((float){value}))"
+        if source.is_float and target.is_int:
+            return f"{self.helper_float_to_int(target)}(({self.scalar_type(dtypes.float64)}){value})"
+        return f"(({t}){value})"
+
+    # -- memory and vector hooks ----------------------------------------------------------------
+    def element_value(self, text: str, dtype: DType) -> str:
+        """An element read from memory as a value (C: the element itself)."""
+        return text
+
+    def element_store_value(self, value: str, dtype: DType) -> str:
+        """A value converted to the element type it is stored as."""
+        return value
+
+    def vector_wrapping(self, op: Ops, a: str, b: str, dtype: DType, unsigned: DType) -> str:
+        """Wrapping vector arithmetic through the unsigned vector type (a bit reinterpretation)."""
+        return _vector_wrapping_c(op, a, b, dtype, self.vector_type(unsigned), self.vector_type(dtype))
+
+    def vector_cast(self, value: str, source: DType, target: DType) -> str:
+        """A lane-wise conversion; int↔float and float↔float use ``__builtin_convertvector``."""
+        s, t = source.scalar, target.scalar
+        plain = (s.is_int and t.is_float and s is not dtypes.index) or (s.is_float and t.is_float) or \
+                (s.is_int and t.is_int and s is not dtypes.index and t is not dtypes.index)
+        if plain and dtypes.bfloat16 not in (s, t) and \
+                self.padded_count(source.count) == self.padded_count(target.count):
+            return f"__builtin_convertvector({value}, {self.vector_type(target)})"
+        items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
+        return self.vector_literal(target, items)
+
+    def render_wmma(self, state: _RenderState, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
+        """WMMA lowered to scalar multiply-adds (CPU backends emulate one-thread tiles)."""
+        render_wmma_scalar(self, state, u, config, a, b, c)
+
+    # -- the entry point ----------------------------------------------------------------------
+    _state: _RenderState | None = None
+
+    def render(self, linear: UOp) -> str:
+        """The source of a LINEAR program (its arg is the kernel name)."""
+        if linear.op is not Ops.LINEAR:
+            raise RenderError(f"{self.dialect}: render takes a LINEAR program, got {linear.op.name}")
+        state = _RenderState(self, linear)
+        previous, self._state = self._state, state
+        try:
+            return state.run()
+        finally:
+            self._state = previous
+
+    def assemble(self, state: _RenderState, signature: str, body: list[str], meta: KernelMeta) -> str:
+        """The whole source file from its parts."""
+        out = [f"{self.comment} {meta.to_comment_text()}", *self.includes()]
+        out += list(state.typedefs.values())
+        out += list(state.helpers.values())
+        out += [signature + " {", *body, "}", ""]
+        return "\n".join(out)
+
+
+class _RenderState:
+    """One rendering of one LINEAR program (names, scopes, emitted lines)."""
+
+    def __init__(self, renderer: CStyleRenderer, linear: UOp):
+        self.r = renderer
+        self.linear = linear
+        self.program: tuple[UOp, ...] = linear.src
+        self.names: dict[UOp, str] = {}
+        self.addresses: dict[UOp, Address] = {}
+        self.defined_in: dict[UOp, tuple[int, ...]] = {}
+        self.scopes: list[Scope] = [Scope(None, "function", 0)]
+        self.scope_numbers = 0
+        self.lines: list[str] = []
+        self.typedefs: dict[str, str] = {}
+        self.helpers: dict[str, str] = {}
+        self.counters: dict[str, int] = {}
+        self.parallel_depth = 0
+        self.position = 0
+        self.register_scopes: dict[UOp, tuple[UOp | None, ...]] = {}
+        self.pending_registers: dict[UOp | None, list[UOp]] = {}
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def fresh(self, prefix: str) -> str:
+        number = self.counters.get(prefix, 0)
+        self.counters[prefix] = number + 1
+        return f"{prefix}{number}"
+
+    def fail(self, u: UOp, problem: str) -> RenderError:
+        return RenderError(f"{self.r.dialect}: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
+                           f"{self.linear.arg!r}: {problem}")
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * len(self.scopes) + line)
+
+    def scope_path(self) -> tuple[int, ...]:
+        return tuple(s.number for s in self.scopes)
+
+    def define(self, u: UOp, name: str) -> str:
+        self.names[u] = name
+        self.defined_in[u] = self.scope_path()
+        return name
+
+    def ref(self, u: UOp) -> str:
+        """The name of an earlier uop's value, checking it is in scope here."""
+        u = u.src[0] if u.op is Ops.AFTER and u not in self.names else u
+        if u.op is Ops.CONST:
+            return self.r.const(u.arg[0], u.dtype)
+        if u not in self.names:
+            if u.op is Ops.INDEX and u in self.addresses:
+                return self.address_expression(self.addresses[u])
+            raise self.fail(u, f"uses a {u.op.name} that was not rendered before it (is it missing from "
+                               f"the LINEAR, or placed after its user?)")
+        where = self.defined_in.get(u)
+        here = self.scope_path()
+        if where is not None and here[:len(where)] != where:
+            raise self.fail(u, f"uses a {u.op.name} defined inside a loop or IF that is already closed")
+        return self.names[u]
+
+    def assign(self, u: UOp, prefix: str, expression: str) -> str:
+        name = self.fresh(prefix)
+        ctype = self.r.vector_type(u.dtype) if u.dtype.count > 1 else self.r.scalar_type(u.dtype)
+        self.emit(f"{ctype} {name} = {expression};")
+        return self.define(u, name)
+
+    # -- passes -------------------------------------------------------------------------------
+    def run(self) -> str:
+        params = self.collect_params()
+        self.plan_registers()
+        meta_sizes = self.launch_sizes()
+        for param, pname in params:
+            self.names[self.param_uops[param.slot]] = pname
+        live = live_uops(self.program)
+        for position, u in enumerate(self.program):
+            self.position = position
+            if u in live:
+                self.render_uop(u)
+        if len(self.scopes) != 1:
+            opener = self.scopes[-1].opener
+            raise RenderError(f"{self.r.dialect}: kernel {self.linear.arg!r} ends with an open "
+                              f"{self.scopes[-1].kind} ({opener.op.name if opener is not None else '?'}); "
+                              f"an END or ENDIF is missing")
+        meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params), *meta_sizes)
+        signature = self.r.kernel_signature(meta.name, params)
+        return self.r.assemble(self, signature, self.lines, meta)
+
+    def collect_params(self) -> list[tuple[KernelParam, str]]:
+        self.param_uops: dict[int, UOp] = {}
+        written: set[int] = set()
+        for u in self.program:
+            if u.op is Ops.PARAM:
+                slot = u.arg.slot
+                if slot in self.param_uops and self.param_uops[slot] is not u:
+                    raise self.fail(u, f"two different PARAMs share slot {slot}")
+                self.param_uops[slot] = u
+            if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+                target = _underlying_buffer(u.src[0].src[0])
+                if target.op is Ops.PARAM:
+                    written.add(target.arg.slot)
+            if u.op in (Ops.CUSTOM, Ops.ATOMIC_ADD):
+                for s in u.toposort():
+                    if s.op is Ops.PARAM:
+                        written.add(s.arg.slot)
+        slots = sorted(self.param_uops)
+        if slots != list(range(len(slots))):
+            raise RenderError(f"{self.r.dialect}: kernel {self.linear.arg!r} has PARAM slots {slots}; "
+                              f"slots must be 0..n-1 (they are the argument positions)")
+        out = []
+        for slot in slots:
+            u = self.param_uops[slot]
+            size = u.shape[0] if u.shape else 1
+            out.append((KernelParam(slot, u.arg.dtype, size, slot in written), f"data{slot}"))
+        return out
+
+    def plan_registers(self) -> None:
+        """Each REG buffer is declared at the start of the innermost loop holding all its uses, so
+        a thread of a parallel loop gets its own copy."""
+        path: list[UOp | None] = [None]
+        uses: dict[UOp, list[tuple[UOp | None, ...]]] = {}
+        for u in self.program:
+            for s in u.src:
+                base = _underlying_buffer(s)
+                if base.op is Ops.BUFFER and base.arg.addrspace is AddrSpace.REG:
+                    uses.setdefault(base, []).append(tuple(path))
+            if u.op in (Ops.RANGE, Ops.IF):
+                path.append(u)
+            elif u.op in (Ops.END, Ops.ENDIF) and len(path) > 1:
+                path.pop()
+        for buffer, paths in uses.items():
+            common = paths[0]
+            for p in paths[1:]:
+                length = 0
+                while length < min(len(common), len(p)) and common[length] is p[length]:
+                    length += 1
+                common = common[:length]
+            # an IF scope is not a lifetime: declare at the enclosing loop
+            while len(common) > 1 and common[-1].op is Ops.IF:
+                common = common[:-1]
+            self.register_scopes[buffer] = common
+            self.pending_registers.setdefault(common[-1], []).append(buffer)
+
+    def launch_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        groups, local, flat = [1, 1, 1], [1, 1, 1], {}
+        for u in self.program:
+            if u.op is not Ops.SPECIAL:
+                continue
+            bound = u.src[0]
+            if bound.op is not Ops.CONST:
+                raise self.fail(u, "a SPECIAL's bound must be a constant (it is a launch size)")
+            kind, dim = u.arg.rstrip("0123456789"), int(u.arg[len(u.arg.rstrip("0123456789")):] or 0)
+            if dim > 2:
+                raise self.fail(u, f"SPECIAL {u.arg}: at most 3 launch dimensions")
+            if kind == "gidx":
+                groups[dim] = int(bound.arg[0])
+            elif kind == "lidx":
+                local[dim] = int(bound.arg[0])
+            elif kind == "idx":
+                flat[dim] = int(bound.arg[0])
+            else:
+                raise self.fail(u, f"SPECIAL name {u.arg!r}: expected gidxN, lidxN or idxN")
+        for dim, total in flat.items():
+            if total % local[dim]:
+                raise RenderError(f"{self.r.dialect}: idx{dim} bound {total} is not a multiple of the local "
+                                  f"size {local[dim]}")
+            groups[dim] = total // local[dim]
+        return tuple(groups), tuple(local)
+
+    def declare_registers(self, opener: UOp | None) -> None:
+        for buffer in self.pending_registers.pop(opener, []):
+            name = self.define(buffer, self.fresh("acc"))
+            self.emit(self.r.register_declaration(buffer.arg.dtype, name, buffer.arg.size))
+
+    # -- per op -------------------------------------------------------------------------------
+    def render_uop(self, u: UOp) -> None:
+        op = u.op
+        if self.position == 0 or not self.lines:
+            self.declare_registers(None)
+        handler = _HANDLERS.get(op)
+        if handler is not None:
+            handler(self, u)
+            return
+        if op in GroupOp.ELEMENTWISE:
+            self.render_alu(u)
+            return
+        raise self.fail(u, f"{op.name} cannot appear in a linear program for this backend")
+
+    def render_param(self, u: UOp) -> None:
+        return None  # named in run(); the argument list declares it
+
+    def render_buffer(self, u: UOp) -> None:
+        space = u.arg.addrspace
+        if space is AddrSpace.REG:
+            return None  # declared where plan_registers decided
+        if space is AddrSpace.LOCAL:
+            name = self.define(u, self.fresh("temp"))
+            self.emit(self.r.local_declaration(u.arg.dtype, name, u.arg.size))
+            return None
+        raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
+
+    def render_nothing(self, u: UOp) -> None:
+        return None
+
+    def render_after(self, u: UOp) -> None:
+        source = u.src[0]
+        if source in self.names:
+            self.names[u] = self.names[source]
+            if source in self.defined_in:
+                self.defined_in[u] = self.defined_in[source]
+        if source in self.addresses:
+            self.addresses[u] = self.addresses[source]
+
+    def render_special(self, u: UOp) -> None:
+        ctype = self.r.scalar_type(dtypes.index)
+        self.emit(f"{ctype} {u.arg} = {self.r.special(u.arg)};  {self.r.comment} 0 .. {u.src[0].arg[0] - 1}")
+        self.define(u, u.arg)
+
+    def render_range(self, u: UOp) -> None:
+        number, axis_type = u.arg
+        name = self.fresh("ridx")
+        bound = self.ref(u.src[0])
+        parallel = axis_type is AxisType.THREAD and self.parallel_depth == 0 and self.r.dialect == "c"
+        header = self.r.range_header(u, name, bound, parallel)
+        comment = f"  {self.r.comment} {axis_type.name}"
+        for line in header[:-1]:
+            self.emit(line)
+        self.emit(header[-1] + comment)
+        self.define(u, name)
+        self.scope_numbers += 1
+        self.scopes.append(Scope(u, "range", self.scope_numbers))
+        if parallel:
+            self.parallel_depth = len(self.scopes)
+        self.declare_registers(u)
+
+    def render_end(self, u: UOp) -> None:
+        ranges = [s for s in u.src if s.op is Ops.RANGE]
+        if not ranges:
+            raise self.fail(u, "END needs its RANGE as a source")
+        target = ranges[-1]
+        if self.scopes[-1].opener is not target:
+            open_one = self.scopes[-1].opener
+            raise self.fail(u, f"END closes range {target.arg[0]} but the innermost open block is "
+                               f"{'the function' if open_one is None else open_one.op.name}")
+        if self.parallel_depth == len(self.scopes):
+            self.parallel_depth = 0
+        self.scopes.pop()
+        self.emit("}")
+
+    def render_if(self, u: UOp) -> None:
+        gate = self.ref(u.src[0])
+        self.emit(f"if ({gate}) {{")
+        self.scope_numbers += 1
+        self.scopes.append(Scope(u, "if", self.scope_numbers))
+        self.declare_registers(u)
+
+    def render_endif(self, u: UOp) -> None:
+        if self.scopes[-1].opener is not u.src[0]:
+            raise self.fail(u, "ENDIF does not close the innermost open IF")
+        self.scopes.pop()
+        self.emit("}")
+
+    def render_barrier(self, u: UOp) -> None:
+        self.emit(self.r.barrier())
+
+    def render_vectorize(self, u: UOp) -> None:
+        items = [self.ref(s) for s in u.src]
+        self.assign(u, "vec", self.r.vector_literal(u.dtype, items))
+
+    def render_gep(self, u: UOp) -> None:
+        source = u.src[0]
+        if source.dtype.count == 1:
+            lanes = [self.ref(source)] * len(u.arg)
+        elif source.op is Ops.VECTORIZE:
+            lanes = [self.ref(source.src[i]) for i in u.arg]
+        else:
+            vector = self.ref(source)
+            lanes = [self.r.lane(vector, i, source.dtype) for i in u.arg]
+        if len(lanes) == 1:
+            if source.op is Ops.VECTORIZE or source.dtype.count == 1:
+                self.names[u] = lanes[0]
+                self.defined_in[u] = self.defined_in.get(source.src[u.arg[0]] if source.op is Ops.VECTORIZE
+                                                         else source, self.scope_path())
+                return
+            self.assign(u, "gep", lanes[0])
+            return
+        self.assign(u, "gep", self.r.vector_literal(u.dtype, lanes))
+
+    # -- memory -------------------------------------------------------------------------------
+    def render_index(self, u: UOp) -> None:
+        buffer_uop = _underlying_buffer(u.src[0])
+        if not _is_buffer_like(buffer_uop):
+            raise self.fail(u, f"INDEX must address a PARAM or BUFFER, got {buffer_uop.op.name}")
+        buffer = self.ref(buffer_uop)
+        if len(u.src) != 2:
+            raise self.fail(u, "INDEX in a linear program takes (buffer, flat index)")
+        index = u.src[1]
+        if index.dtype.count == 1:
+            self.addresses[u] = Address(buffer, buffer_uop, u.dtype, offset=self.ref(index))
+            return
+        count = index.dtype.count
+        found = contiguous_start(index)
+        if found is not None:
+            base, start = found
+            if base is None:
+                offset = str(start)
+            else:
+                offset = self.ref(base) if start == 0 else f"({self.ref(base)} + {start})"
+            self.addresses[u] = Address(buffer, buffer_uop, u.dtype, offset=offset)
+            return
+        if index.op is Ops.VECTORIZE:
+            offsets = [self.ref(s) for s in index.src]
+        else:
+            vector = self.ref(index)
+            offsets = [self.r.lane(vector, i, index.dtype) for i in range(count)]
+        self.addresses[u] = Address(buffer, buffer_uop, u.dtype, lanes=offsets)
+
+    def address_of(self, u: UOp) -> Address:
+        source = u.src[0]
+        while source.op is Ops.AFTER:
+            source = source.src[0]
+        if source not in self.addresses:
+            raise self.fail(u, f"{u.op.name} needs an INDEX rendered before it as its first source, got "
+                               f"{source.op.name}")
+        return self.addresses[source]
+
+    def address_expression(self, address: Address) -> str:
+        if address.offset is None:
+            raise RenderError(f"{self.r.dialect}: a gathered INDEX has no single address")
+        return f"({address.buffer} + {address.offset})"
+
+    def element(self, address: Address, offset: str) -> str:
+        """A scalar element read, converted to its value type."""
+        text = f"{address.buffer}[{offset}]"
+        if address.dtype.scalar is dtypes.bfloat16:
+            to_float, _ = self.r.helper_bfloat16()
+            return f"{to_float}({text})"
+        return self.r.element_value(text, address.dtype.scalar)
+
+    def render_load(self, u: UOp) -> None:
+        address = self.address_of(u)
+        dtype = u.dtype
+        gate = self.ref(u.src[2]) if len(u.src) == 3 else None
+        alt = self.ref(u.src[1]) if len(u.src) >= 2 else None
+        if len(u.src) == 2:
+            raise self.fail(u, "LOAD takes (index) or (index, alt, gate)")
+        if dtype.count == 1 or address.offset is not None and dtype.count == 1:
+            value = self.element(address, address.offset)
+            self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
+            return
+        gate_dtype = u.src[2].dtype if gate is not None else None
+        if address.contiguous and (gate is None or gate_dtype.count == 1):
+            value = self.r.vector_load(address)
+            self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
+            return
+        offsets = address.lanes if address.lanes is not None else \
+            [f"{address.offset} + {i}" for i in range(dtype.count)]
+        items = []
+        for i, offset in enumerate(offsets):
+            value = self.element(address, offset)
+            if gate is not None:
+                lane_gate = self.r.lane(gate, i, gate_dtype)
+                value = f"({lane_gate} ? {value} : {self.r.lane(alt, i, u.src[1].dtype)})"
+            items.append(value)
+        self.assign(u, "val", self.r.vector_literal(dtype, items))
+
+    def stored(self, address: Address, value: str, dtype: DType) -> str:
+        if dtype.scalar is dtypes.bfloat16:
+            _, from_float = self.r.helper_bfloat16()
+            return f"{from_float}({value})"
+        return self.r.element_store_value(value, dtype.scalar)
+
+    def render_store(self, u: UOp) -> None:
+        address = self.address_of(u)
+        value_uop = u.src[1]
+        value = self.ref(value_uop)
+        gate = self.ref(u.src[2]) if len(u.src) == 3 else None
+        dtype = value_uop.dtype
+        if dtype.count == 1:
+            statement = f"{address.buffer}[{address.offset}] = {self.stored(address, value, dtype)};"
+            self.emit(statement if gate is None else f"if ({gate}) {statement}")
+            return
+        gate_dtype = u.src[2].dtype if gate is not None else None
+        if address.contiguous and (gate is None or gate_dtype.count == 1):
+            statement = self.r.vector_store(address, value)
+            self.emit(statement if gate is None else f"if ({gate}) {{ {statement} }}")
+            return
+        offsets = address.lanes if address.lanes is not None else \
+            [f"{address.offset} + {i}" for i in range(dtype.count)]
+        for i, offset in enumerate(offsets):
+            lane_value = self.stored(address, self.r.lane(value, i, dtype), dtype)
+            statement = f"{address.buffer}[{offset}] = {lane_value};"
+            if gate is not None:
+                statement = f"if ({self.r.lane(gate, i, gate_dtype)}) {statement}"
+            self.emit(statement)
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def render_alu(self, u: UOp) -> None:
+        op = u.op
+        if op is Ops.THREEFRY:
+            raise self.fail(u, "THREEFRY must be decomposed by Instruction Selection")
+        operands = [self.ref(s) for s in u.src]
+        operand_dtype = u.src[-1].dtype if op is Ops.WHERE else u.src[0].dtype
+        scalar = operand_dtype.scalar
+        count = u.dtype.count
+        prefix = "alu"
+        if count == 1:
+            expression = self.r.alu_expression(op, scalar, operands, u)
+        elif op in self.r.native_vector_ops and scalar is not dtypes.bfloat16 and \
+                not (scalar.is_bool and op in (Ops.ADD, Ops.MUL, Ops.NEG)):
+            expression = self.vector_alu(u, op, scalar, operands)
+        elif op is Ops.WHERE and u.src[0].dtype.count == 1:
+            expression = f"({operands[0]} ? {operands[1]} : {operands[2]})"
+        else:
+            items = []
+            for i in range(count):
+                lanes = [self.r.lane(o, i, s.dtype) for o, s in zip(operands, u.src)]
+                items.append(self.r.alu_expression(op, scalar, lanes, u))
+            expression = self.r.vector_literal(u.dtype, items)
+        if scalar is dtypes.bfloat16 and op not in GroupOp.COMPARISON:
+            to_float, from_float = self.r.helper_bfloat16()
+            expression = f"{to_float}({from_float}({expression}))"
+        self.assign(u, prefix, expression)
+
+    def vector_alu(self, u: UOp, op: Ops, scalar: DType, operands: list[str]) -> str:
+        """A whole-vector expression (GCC/OpenCL vector arithmetic)."""
+        a = operands[0]
+        b = operands[1] if len(operands) > 1 else ""
+        if self.r.wrapping(scalar) and op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
+            unsigned = dtypes.from_name(f"uint{scalar.bits}").vec(u.dtype.count)
+            return self.r.vector_wrapping(op, a, b, u.dtype, unsigned)
+        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+        if op in symbol:
+            return f"({a} {symbol[op]} {b})"
+        if op is Ops.NEG:
+            return f"(-{a})"
+        if op is Ops.RECIP:
+            return f"({self.r.const(1.0, scalar)} / {a})"
+        if op is Ops.MULACC:
+            return f"({a} * {b} + {operands[2]})"
+        raise self.fail(u, f"no vector form of {op.name}")
+
+    def render_cast(self, u: UOp) -> None:
+        source = u.src[0]
+        value = self.ref(source)
+        if u.dtype.count == 1:
+            self.assign(u, "cast", self.r.cast_expression(value, source.dtype.scalar, u.dtype.scalar))
+            return
+        self.assign(u, "cast", self.r.vector_cast(value, source.dtype, u.dtype))
+
+    def render_bitcast(self, u: UOp) -> None:
+        source = u.src[0]
+        if source.dtype.itemsize != u.dtype.itemsize:
+            raise self.fail(u, f"BITCAST from {source.dtype.name} to {u.dtype.name} changes the size")
+        lines, expression = self.r.bitcast(self.ref(source), source.dtype, u.dtype)
+        for line in lines:
+            self.emit(line)
+        self.assign(u, "cast", expression)
+
+    def render_wmma(self, u: UOp) -> None:
+        config = u.arg
+        if not isinstance(config, TensorCore):
+            raise self.fail(u, f"WMMA's arg must be a TensorCore, got {type(config).__name__}")
+        a, b, c = (self.ref(s) for s in u.src)
+        self.r.render_wmma(self, u, config, a, b, c)
+
+    def render_custom(self, u: UOp) -> None:
+        if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[0], str)):
+            raise self.fail(u, "CUSTOM's arg is (format, dtype)")
+        operands = [self.ref(s) for s in u.src]
+        try:
+            text = u.arg[0].format(*operands)
+        except (IndexError, KeyError) as error:
+            raise self.fail(u, f"CUSTOM format {u.arg[0]!r} needs more sources: {error}") from None
+        if u.dtype is dtypes.void:
+            self.emit(text if text.rstrip().endswith((";", "}")) else text + ";")
+            return
+        self.assign(u, "custom", text)
+
+
+_HANDLERS: dict[Ops, Callable[[_RenderState, UOp], None]] = {
+    Ops.PARAM: _RenderState.render_param, Ops.BUFFER: _RenderState.render_buffer,
+    Ops.CONST: _RenderState.render_nothing, Ops.SINK: _RenderState.render_nothing,
+    Ops.GROUP: _RenderState.render_nothing, Ops.AFTER: _RenderState.render_after,
+    Ops.SPECIAL: _RenderState.render_special, Ops.RANGE: _RenderState.render_range,
+    Ops.END: _RenderState.render_end, Ops.IF: _RenderState.render_if, Ops.ENDIF: _RenderState.render_endif,
+    Ops.BARRIER: _RenderState.render_barrier, Ops.VECTORIZE: _RenderState.render_vectorize,
+    Ops.GEP: _RenderState.render_gep, Ops.INDEX: _RenderState.render_index, Ops.LOAD: _RenderState.render_load,
+    Ops.STORE: _RenderState.render_store, Ops.CAST: _RenderState.render_cast,
+    Ops.BITCAST: _RenderState.render_bitcast, Ops.WMMA: _RenderState.render_wmma,
+    Ops.CUSTOM: _RenderState.render_custom,
+}
+
+
+def _vector_wrapping_c(op: Ops, a: str, b: str, dtype: DType, unsigned_name: str, vtype: str) -> str:
+    if op is Ops.NEG:
+        return f"(({vtype})(-(({unsigned_name}){a})))"
+    symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
+    return f"(({vtype})((({unsigned_name}){a}) {symbol} (({unsigned_name}){b})))"
+
+
+class CRenderer(CStyleRenderer):
+    """C99 with GCC vector extensions and OpenMP pragmas (the defaults of CStyleRenderer)."""
+
+    dialect = "c"
+
+
+def render_wmma_scalar(renderer: CStyleRenderer, state: _RenderState, u: UOp, config: TensorCore,
+                       a: str, b: str, c: str) -> None:
+    """Emit ``D = A @ B + C`` of a one-thread tile, one output lane per line."""
+    if config.threads != 1:
+        raise state.fail(u, f"tensor core {config.name} spreads a tile over {config.threads} lanes; the "
+                            f"{renderer.dialect} backend emulates only one-thread tiles")
+    a_dtype, b_dtype, c_dtype = (s.dtype for s in u.src)
+    if a_dtype.count != config.elements("a") or b_dtype.count != config.elements("b") or \
+            c_dtype.count != config.elements("c"):
+        raise state.fail(u, f"WMMA {config.name} takes vectors of {config.elements('a')}, "
+                            f"{config.elements('b')} and {config.elements('c')} lanes, got "
+                            f"{a_dtype.count}, {b_dtype.count} and {c_dtype.count}")
+    where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
+    where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
+    out_type = config.dtype_out
+    name = state.fresh("wmma")
+    state.emit(f"{renderer.vector_type(u.dtype)} {name};  {renderer.comment} {config.name}: "
+               f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds")
+    for lane, (m, n) in enumerate(config.layout_c):
+        terms = [renderer.lane(c, lane, c_dtype)]
+        for k in range(config.dims[2]):
+            left = renderer.cast_expression(renderer.lane(a, where_a[(m, k)], a_dtype), config.dtype_in, out_type)
+            right = renderer.cast_expression(renderer.lane(b, where_b[(k, n)], b_dtype), config.dtype_in, out_type)
+            terms.append(f"{left}*{right}")
+        state.emit(f"{renderer.lane_target(name, lane, u.dtype)} = {' + '.join(terms)};")
+    state.define(u, name)
+
+
+CStyleRenderer.lane_target = CStyleRenderer.lane  # an assignable lane; dialects override if different
+
+
+# ---------------------------------------------------------------------------------------------
+# compiling and running C
+
+
+@functools.cache
+def find_c_compiler() -> str | None:
+    """gcc, else clang, else cc (``$UOPVIZ_CC`` overrides); None when there is none."""
+    override = os.environ.get("UOPVIZ_CC")
+    if override:
+        return shutil.which(override)
+    for candidate in ("gcc", "clang", "cc"):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+@functools.cache
+def compiler_version(compiler: str) -> str:
+    """The first line of ``compiler --version`` (part of the cache key)."""
+    out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.splitlines()[0] if out.stdout else compiler
+
+
+@functools.cache
+def openmp_works(compiler: str) -> str | None:
+    """None when ``compiler -fopenmp`` builds and runs a parallel loop, else why not."""
+    import tempfile
+
+    code = "#include <omp.h>\nint count(void){int s=0;\n#pragma omp parallel for reduction(+:s)\n" \
+           "for(int i=0;i<64;i++)s+=i;\nreturn s + 0*omp_get_max_threads();}\n"
+    with tempfile.TemporaryDirectory() as folder:
+        library = Path(folder) / "probe.so"
+        result = subprocess.run([compiler, "-O1", "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o",
+                                 str(library)], input=code, capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            return f"{compiler} -fopenmp failed: {result.stderr.strip()[:300]}"
+        try:
+            value = ctypes.CDLL(str(library)).count()
+        except OSError as error:
+            return f"the OpenMP probe library does not load: {error}"
+        return None if value == 2016 else f"the OpenMP probe computed {value}, not 2016"
+
+
+C_FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-std=gnu11")
+
+
+class CPULaunch(Launch):
+    """A ctypes function bound to host arrays (the arrays are the kernel's memory)."""
+
+    def __init__(self, function: Any, arrays: Sequence[np.ndarray]):
+        self.function = function
+        self.arrays = list(arrays)  # keep them alive while their pointers are used
+        self.pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+
+    def run(self) -> float:
+        start = time.perf_counter()
+        self.function(*self.pointers)
+        return time.perf_counter() - start
+
+
+@dataclass
+class CPUCompiledKernel(CompiledKernel):
+    """A kernel in a shared library, called through ctypes with one pointer per param."""
+
+    library_path: str = ""
+    function: Any = field(default=None, repr=False)
+
+    def prepare(self, *arrays: np.ndarray) -> Launch:
+        return CPULaunch(self.function, self.check_arguments(arrays))
+
+
+def load_function(library_path: str, name: str, argument_count: int) -> Any:
+    """The ``void name(void*, ...)`` function of a shared library."""
+    library = ctypes.CDLL(library_path)
+    function = getattr(library, name)
+    function.argtypes = [ctypes.c_void_p] * argument_count
+    function.restype = None
+    return function
+
+
+class CBackend(Backend):
+    """C compiled by gcc/clang with OpenMP for THREAD axes and GCC vectors for UPCAST lanes."""
+
+    name = "c"
+    supported_ops = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR,
+                               Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.RECIP, Ops.TRUNC, Ops.CAST,
+                               Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ,
+                               Ops.NOT, Ops.SQRT, Ops.MULACC})
+    vector_widths = (2, 4, 8, 16)
+    has_local = False
+    tensor_cores = cpu_tensor_cores()
+
+    def __init__(self) -> None:
+        self.renderer = CRenderer(self.tensor_cores)
+        self._compiled: dict[str, CPUCompiledKernel] = {}
+
+    @property
+    def has_threads(self) -> bool:  # type: ignore[override]
+        """True when the compiler's OpenMP works (else THREAD loops run sequentially)."""
+        compiler = find_c_compiler()
+        return compiler is not None and openmp_works(compiler) is None
+
+    def threads_note(self) -> str:
+        """Why THREAD axes run sequentially, or '' when they run in parallel."""
+        compiler = find_c_compiler()
+        if compiler is None:
+            return "no C compiler"
+        return openmp_works(compiler) or ""
+
+    def unavailable_reason(self) -> str | None:
+        if find_c_compiler() is None:
+            return "no C compiler found (install gcc or clang, or set UOPVIZ_CC)"
+        return None
+
+    @property
+    def device(self) -> str:
+        """The host CPU model."""
+        return host_cpu_name()
+
+    def render(self, linear: UOp) -> str:
+        return self.renderer.render(linear)
+
+    def flags(self) -> list[str]:
+        """The compiler flags (OpenMP when it works)."""
+        compiler = find_c_compiler()
+        extra = ["-fopenmp"] if compiler is not None and openmp_works(compiler) is None else []
+        return [*C_FLAGS, *extra]
+
+    def compile(self, source: str, name: str) -> CPUCompiledKernel:
+        self.require()
+        compiler = find_c_compiler()
+        assert compiler is not None
+        flags = self.flags()
+        key = content_key(source, compiler_version(compiler), flags)
+        cached = self._compiled.get(key)
+        if cached is not None:
+            return cached
+        meta = KernelMeta.from_source(source, self.name)
+        start = time.perf_counter()
+
+        def build(target: Path) -> None:
+            result = subprocess.run([compiler, *flags, "-x", "c", "-", "-o", str(target), "-lm"], input=source,
+                                    capture_output=True, text=True, timeout=300)
+            if result.returncode != 0:
+                raise CompileError(self.name, name, result.stderr.strip(), source)
+
+        path, was_cached = cached_file("c", key, ".so", build)
+        compile_s = time.perf_counter() - start
+        function = load_function(str(path), meta.name, len(meta.params))
+        kernel = CPUCompiledKernel(self.name, meta, source, compile_s, {"cached": was_cached},
+                                   library_path=str(path), function=function)
+        self._compiled[key] = kernel
+        return kernel
+
+
+@functools.cache
+def host_cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (tuning results are kept per device)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "CPU:" + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return "CPU:" + (platform.processor() or platform.machine())

@@ -1,0 +1,65 @@
+"""A disk cache of compiled objects, keyed by a hash of the source and everything that shapes the build.
+
+The cache lives in ``$UOPVIZ_CACHE`` when set, else ``~/.cache/uopviz``.  Entries are written to a
+temporary file and renamed into place, so several processes (a notebook, the timing worker, BEAM's
+compile pool) can build the same kernel at once without ever reading a half-written file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """The root of uopviz's on-disk caches (created on first use)."""
+    root = os.environ.get("UOPVIZ_CACHE")
+    path = Path(root).expanduser() if root else Path.home() / ".cache" / "uopviz"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def content_key(*parts: str | bytes | Iterable[str]) -> str:
+    """A hex sha256 over ``parts`` (strings, bytes, or lists of strings such as compiler flags)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, str):
+            data = part.encode()
+        elif isinstance(part, bytes):
+            data = part
+        else:
+            data = "\0".join(part).encode()
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def cached_file(namespace: str, key: str, suffix: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
+    """The path of the cached object ``namespace/key+suffix``, building it with ``build(tmp_path)`` when
+    missing.  Returns ``(path, was_cached)``.  ``build`` writes the object to the path it is given."""
+    folder = cache_dir() / namespace
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{key}{suffix}"
+    if target.exists():
+        return target, True
+    handle, temporary = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=suffix, dir=folder)
+    os.close(handle)
+    try:
+        build(Path(temporary))
+        os.replace(temporary, target)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    return target, False
+
+
+def read_cached_bytes(namespace: str, key: str, suffix: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
+    """Bytes cached under ``namespace/key+suffix``, made by ``build()`` when missing."""
+    def write(path: Path) -> None:
+        path.write_bytes(build())
+
+    path, was_cached = cached_file(namespace, key, suffix, write)
+    return path.read_bytes(), was_cached
