@@ -38,6 +38,9 @@ class CompileError(RuntimeError):
         super().__init__(f"{backend} backend could not compile kernel {name!r}:\n{message}")
         self.backend, self.kernel_name, self.diagnostics, self.source = backend, name, message, source
 
+    def __reduce__(self):  # travels between processes (worker, compile pool) as itself
+        return (CompileError, (self.backend, self.kernel_name, self.diagnostics, self.source))
+
 
 class RenderError(ValueError):
     """A linear program the renderer cannot express: names the uop, its position and why."""

@@ -1,0 +1,108 @@
+"""Kernels run in a worker process: crashes and hangs become exceptions and the caller survives."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from uopviz.backends import get
+from uopviz.backends.base import CompileError
+from uopviz.backends.c import find_c_compiler
+from uopviz.backends.worker import KernelCrashed, KernelTimeout, Worker
+from uopviz.core.dtype import dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.uop import UOp
+
+from . import linear_programs as lp
+
+pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) on this machine")
+
+
+@pytest.fixture
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+def _source(case: lp.LinearCase) -> str:
+    return get("c").render(case.linear)
+
+
+def _statement_kernel(name: str, statement: str) -> lp.LinearCase:
+    b = lp.Builder()
+    out = b.param(0, 4)
+    b.emit(UOp(Ops.CUSTOM, (out,), (statement, dtypes.void)))
+    return lp.LinearCase(name, b.linear(name), lambda rng: [np.zeros(4, np.float32)], lambda arrays: {})
+
+
+def test_isolated_run_gives_the_in_process_results(worker) -> None:
+    case = lp.reduction(16, 256)
+    arrays = case.make_arrays(np.random.default_rng(0))
+    expected = case.expected([a.copy() for a in arrays])
+    outputs = worker.run("c", _source(case), case.linear.arg, arrays)
+    assert set(outputs) == {0}
+    np.testing.assert_allclose(outputs[0], expected[0], rtol=1e-4, atol=1e-4)
+    assert worker.pid is not None and worker.pid != os.getpid()
+
+
+def test_segfault_is_reported_and_the_caller_goes_on(worker) -> None:
+    case = lp.crash_custom()
+    with pytest.raises(KernelCrashed) as info:
+        worker.run("c", _source(case), case.linear.arg, case.make_arrays(np.random.default_rng(0)), timeout_s=60)
+    assert info.value.signal_name in ("SIGSEGV", "SIGBUS"), info.value
+    assert "crash_out_of_bounds" in str(info.value) and "SIG" in str(info.value)
+    # the same worker object starts a new process and runs the next kernel correctly
+    good = lp.elementwise(64)
+    arrays = good.make_arrays(np.random.default_rng(1))
+    outputs = worker.run("c", _source(good), good.linear.arg, arrays)
+    np.testing.assert_allclose(outputs[0], arrays[1] * 2 + arrays[2], rtol=1e-6)
+    assert worker.restarts == 1
+
+
+def test_abort_is_reported_with_its_signal(worker) -> None:
+    case = _statement_kernel("aborting", "__builtin_abort()")
+    with pytest.raises(KernelCrashed) as info:
+        worker.run("c", _source(case), "aborting", case.make_arrays(None), timeout_s=60)
+    assert info.value.signal_name == "SIGABRT"
+
+
+def test_exit_is_reported_with_its_code(worker) -> None:
+    case = _statement_kernel("exiting", "__builtin__exit(3)")
+    with pytest.raises(KernelCrashed) as info:
+        worker.run("c", _source(case), "exiting", case.make_arrays(None), timeout_s=60)
+    assert info.value.exit_code == 3 and info.value.signal_name is None
+
+
+def test_a_kernel_that_never_returns_times_out(worker) -> None:
+    case = lp.spin_custom()
+    source = _source(case)
+    worker.compile("c", source, case.linear.arg)  # compile first so the timeout measures the run
+    with pytest.raises(KernelTimeout, match="did not finish within 1.5 s"):
+        worker.run("c", source, case.linear.arg, case.make_arrays(None), timeout_s=1.5)
+    good = lp.gated_load(10)
+    arrays = good.make_arrays(np.random.default_rng(2))
+    outputs = worker.run("c", _source(good), good.linear.arg, arrays)
+    assert outputs[0][0] == -1.0 and outputs[0][5] == arrays[1][3]
+
+
+def test_errors_raised_in_the_worker_come_back_as_themselves(worker) -> None:
+    case = _statement_kernel("broken", "{0}[0] = not_a_name")
+    with pytest.raises(CompileError, match="not_a_name") as info:
+        worker.run("c", _source(case), "broken", case.make_arrays(None))
+    assert any("kernel worker process" in note for note in getattr(info.value, "__notes__", []))
+    assert worker.restarts == 0, "a compile error must not cost the worker its life"
+
+
+def test_isolated_timing_survives_a_crash_in_between(worker) -> None:
+    case = lp.elementwise(1000)
+    arrays = case.make_arrays(np.random.default_rng(0))
+    first = worker.time("c", _source(case), case.linear.arg, arrays, repeats=5, flops=case.flops)
+    crash = lp.crash_custom()
+    with pytest.raises(KernelCrashed):
+        worker.time("c", _source(crash), crash.linear.arg, crash.make_arrays(None), repeats=1, timeout_s=60)
+    second = worker.time("c", _source(case), case.linear.arg, arrays, repeats=5, flops=case.flops)
+    assert first.runs == second.runs == 5
+    assert first.kernel == second.kernel == case.linear.arg

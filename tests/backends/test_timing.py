@@ -1,0 +1,104 @@
+"""The timing harness: statistics, warm-up and repeats, input rotation, throughput from counted work."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from uopviz.backends import get
+from uopviz.backends.base import Launch
+from uopviz.backends.c import find_c_compiler
+from uopviz.backends.timing import Timing, count_work, time_compiled, time_kernel, time_launches
+from uopviz.core.dtype import dtypes
+
+from . import linear_programs as lp
+
+needs_c = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) on this machine")
+
+
+def test_statistics_of_known_times() -> None:
+    times = (0.004, 0.001, 0.003, 0.002, 0.010)
+    timing = Timing(times, flops=2_000_000, bytes=8_000_000)
+    assert timing.runs == 5
+    assert timing.median_s == 0.003 and timing.min_s == 0.001 and timing.max_s == 0.010
+    low, _, high = statistics.quantiles(times, n=4, method="inclusive")
+    assert timing.spread == pytest.approx((high - low) / 0.003)
+    assert timing.gflops == pytest.approx(2e6 / 0.003 / 1e9)
+    assert timing.gbs == pytest.approx(8e6 / 0.003 / 1e9)
+    assert "GFLOP/s" in str(timing) and "median 3 ms" in str(timing)
+    assert Timing((0.5,)).spread == 0.0 and Timing((0.5,)).gflops is None
+    with pytest.raises(ValueError, match="at least one run"):
+        Timing(())
+
+
+class CountingLaunch(Launch):
+    """A fake launch that records its runs and reports a fixed time."""
+
+    def __init__(self, name: str, log: list[str], seconds: float):
+        self.name, self.log, self.seconds = name, log, seconds
+
+    def run(self) -> float:
+        self.log.append(self.name)
+        return self.seconds
+
+
+def test_warmup_repeats_and_rotation_order() -> None:
+    log: list[str] = []
+    launches = [CountingLaunch(n, log, 0.001) for n in "abc"]
+    times = time_launches(launches, warmup=2, repeats=4)
+    assert log == ["a", "b", "c", "a", "b", "c"]
+    assert times == [0.001] * 4
+
+
+def test_budget_stops_early_after_three_runs() -> None:
+    log: list[str] = []
+    times = time_launches([CountingLaunch("a", log, 1.0)], warmup=0, repeats=50, budget_s=0.5)
+    assert len(times) == 3
+
+
+@needs_c
+def test_real_kernel_timing_is_sane() -> None:
+    case = lp.gemm(64, 64, 64, upcast=8)
+    backend = get("c")
+    kernel = backend.compile(backend.render(case.linear), case.linear.arg)
+    arrays = case.make_arrays(np.random.default_rng(0))
+    timing = time_compiled(kernel, arrays, warmup=1, repeats=7, flops=case.flops, bytes_moved=3 * 64 * 64 * 4)
+    assert timing.runs == 7
+    assert 0 < timing.min_s <= timing.median_s <= timing.max_s < 5
+    assert timing.gflops == pytest.approx(case.flops / timing.median_s / 1e9)
+    np.testing.assert_allclose(arrays[0], case.expected(arrays)[0], rtol=1e-4, atol=1e-3)  # results kept
+
+
+@needs_c
+def test_rotation_runs_on_separate_copies() -> None:
+    b = lp.Builder()
+    counter = b.param(0, 1)
+    b.store(counter, lp.idx(0), b.load(counter, lp.idx(0)) + lp.const(dtypes.float32, 1.0))
+    linear = b.linear("increment")
+    backend = get("c")
+    kernel = backend.compile(backend.render(linear), "increment")
+    original = np.zeros(1, np.float32)
+    time_compiled(kernel, [original], warmup=0, repeats=6, rotate=3)
+    assert original[0] == 2.0, "with 3 copies and 6 runs the first copy runs twice"
+
+
+@needs_c
+def test_isolated_timing_matches_the_request() -> None:
+    case = lp.elementwise(4096)
+    source = get("c").render(case.linear)
+    timing = time_kernel("c", source, case.linear.arg, case.make_arrays(np.random.default_rng(0)), repeats=4,
+                         warmup=1, rotate=2, flops=case.flops)
+    assert timing.runs == 4 and timing.rotate == 2 and timing.backend == "c"
+    assert timing.gflops is not None and timing.gflops > 0
+
+
+def test_count_work_of_linear_programs() -> None:
+    flops, moved = count_work(lp.gemm(8, 16, 4, upcast=4).linear)
+    assert flops == 2 * 8 * 16 * 4  # a MUL and an ADD per product, 4 lanes each
+    assert moved == (8 * 16 + 8 * 4 + 4 * 16) * 4
+    flops, _ = count_work(lp.wmma_gemm(2, 3, 4).linear)
+    assert flops == 2 * 8 * 12 * 16
+    flops, moved = count_work(lp.elementwise(100).linear)
+    assert flops == 200 and moved == 1200

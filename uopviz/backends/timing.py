@@ -1,0 +1,197 @@
+"""Timing kernels: warm-up, repeats, robust statistics, input rotation, GFLOP/s and GB/s.
+
+``time_launches`` is the measuring loop itself (it runs wherever the kernel runs: by default in
+the isolated worker process of :mod:`uopviz.backends.worker`, so a crashing kernel cannot take a
+notebook down).  ``time_kernel`` is the entry point the rest of uopviz uses::
+
+    timing = time_kernel("c", source, name, arrays, flops=2 * n**3)
+    timing.median_s, timing.min_s, timing.spread, timing.gflops
+
+Input rotation (``rotate=k``) makes ``k`` copies of every argument and cycles through them, so a
+kernel whose data fits in cache is not timed on data its previous run left there.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from uopviz.backends.base import CompiledKernel, Launch
+from uopviz.core.dtype import AddrSpace
+from uopviz.core.ops import GroupOp, Ops
+from uopviz.core.uop import UOp
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Run times of one kernel (seconds, one per timed run, in run order) and what they mean.
+
+    ``spread`` is the interquartile range over the median: 0.05 means the middle half of the runs
+    lie within 5% of the median's size of each other.  ``gflops`` and ``gbs`` use the median time.
+    """
+
+    times_s: tuple[float, ...]
+    flops: int = 0
+    bytes: int = 0
+    warmup: int = 0
+    rotate: int = 1
+    backend: str = ""
+    kernel: str = ""
+    compile_s: float = 0.0
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.times_s:
+            raise ValueError("a Timing needs at least one run")
+
+    @property
+    def runs(self) -> int:
+        """How many runs were timed (warm-up runs excluded)."""
+        return len(self.times_s)
+
+    @property
+    def median_s(self) -> float:
+        """The median run time."""
+        return statistics.median(self.times_s)
+
+    @property
+    def min_s(self) -> float:
+        """The fastest run."""
+        return min(self.times_s)
+
+    @property
+    def max_s(self) -> float:
+        """The slowest run."""
+        return max(self.times_s)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the run times divided by their median."""
+        if len(self.times_s) < 2:
+            return 0.0
+        low, _, high = statistics.quantiles(self.times_s, n=4, method="inclusive")
+        median = self.median_s
+        return (high - low) / median if median > 0 else 0.0
+
+    @property
+    def gflops(self) -> float | None:
+        """Billions of floating-point operations per second at the median time (None: no count)."""
+        return self.flops / self.median_s / 1e9 if self.flops and self.median_s > 0 else None
+
+    @property
+    def gbs(self) -> float | None:
+        """Gigabytes per second moved at the median time (None: no count)."""
+        return self.bytes / self.median_s / 1e9 if self.bytes and self.median_s > 0 else None
+
+    def __str__(self) -> str:
+        parts = [f"median {_seconds(self.median_s)}", f"min {_seconds(self.min_s)}",
+                 f"spread {self.spread:.1%}", f"{self.runs} runs"]
+        if self.gflops is not None:
+            parts.append(f"{self.gflops:.2f} GFLOP/s")
+        if self.gbs is not None:
+            parts.append(f"{self.gbs:.2f} GB/s")
+        return f"{self.kernel or 'kernel'} on {self.backend or '?'}: " + ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        """The numbers as plain data (for tables and JSON)."""
+        return {"kernel": self.kernel, "backend": self.backend, "median_s": self.median_s, "min_s": self.min_s,
+                "max_s": self.max_s, "spread": self.spread, "runs": self.runs, "gflops": self.gflops,
+                "gbs": self.gbs, "compile_s": self.compile_s}
+
+
+def _seconds(value: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def time_launches(launches: Sequence[Launch], warmup: int = 2, repeats: int = 10,
+                  budget_s: float | None = None) -> list[float]:
+    """Run ``warmup`` untimed then ``repeats`` timed runs, cycling through ``launches`` (one per copy of
+    the inputs).  With ``budget_s`` timing stops early once that much run time is spent (3 runs at least)."""
+    if not launches:
+        raise ValueError("time_launches needs at least one launch")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    for i in range(warmup):
+        launches[i % len(launches)].run()
+    times: list[float] = []
+    spent = 0.0
+    for i in range(repeats):
+        elapsed = launches[(warmup + i) % len(launches)].run()
+        times.append(elapsed)
+        spent += elapsed
+        if budget_s is not None and spent > budget_s and len(times) >= 3:
+            break
+    return times
+
+
+def time_compiled(kernel: CompiledKernel, arrays: Sequence[np.ndarray], *, warmup: int = 2, repeats: int = 10,
+                  rotate: int = 1, flops: int = 0, bytes_moved: int = 0, budget_s: float | None = None) -> Timing:
+    """Time an already compiled kernel in this process (see ``time_kernel`` for the isolated way)."""
+    if rotate < 1:
+        raise ValueError(f"rotate must be at least 1, got {rotate}")
+    copies = [list(arrays)] + [[np.array(a, copy=True) for a in arrays] for _ in range(rotate - 1)]
+    launches = [kernel.prepare(*copy) for copy in copies]
+    times = time_launches(launches, warmup, repeats, budget_s)
+    launches[0].read_back()
+    return Timing(tuple(times), flops, bytes_moved, warmup, rotate, kernel.backend, kernel.name, kernel.compile_s)
+
+
+def time_kernel(backend: str, source: str, name: str, arrays: Sequence[np.ndarray], *, warmup: int = 2,
+                repeats: int = 10, rotate: int = 1, flops: int = 0, bytes_moved: int = 0,
+                budget_s: float | None = None, isolated: bool = True, timeout_s: float = 120.0) -> Timing:
+    """Compile ``source`` on ``backend`` and time it on ``arrays`` (numpy arrays in PARAM slot order).
+
+    With ``isolated`` (the default) it runs in the worker process: a crash raises
+    ``KernelCrashed`` and a run past ``timeout_s`` raises ``KernelTimeout``, and this process goes on.
+    """
+    if isolated:
+        from uopviz.backends.worker import default_worker
+
+        return default_worker().time(backend, source, name, arrays, warmup=warmup, repeats=repeats, rotate=rotate,
+                                     flops=flops, bytes_moved=bytes_moved, budget_s=budget_s, timeout_s=timeout_s)
+    from uopviz.backends import get
+
+    kernel = get(backend).compile(source, name)
+    return time_compiled(kernel, arrays, warmup=warmup, repeats=repeats, rotate=rotate, flops=flops,
+                         bytes_moved=bytes_moved, budget_s=budget_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# counting work in a linear program
+
+
+_NOT_FLOPS = GroupOp.COMPARISON | {Ops.CAST, Ops.WHERE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.NOT,
+                                   Ops.BITCAST}
+
+
+def count_work(linear: UOp) -> tuple[int, int]:
+    """``(flops, bytes)`` of a LINEAR program: float ALU lanes times their loops' trip counts (MULACC
+    counts 2, a WMMA its share of the tile's 2·M·N·K; GPU threads multiply everything), and the bytes of its GLOBAL buffers (each read or written
+    once: the least memory traffic the kernel can have).  Loops with non-constant bounds count once."""
+    flops = 0
+    threads = 1  # every GPU thread (SPECIAL) runs the whole program
+    for u in linear.src:
+        if u.op is Ops.SPECIAL and u.src[0].op is Ops.CONST:
+            threads *= int(u.src[0].arg[0])
+    multiplier = [threads]
+    for u in linear.src:
+        if u.op is Ops.RANGE:
+            bound = u.src[0]
+            multiplier.append(multiplier[-1] * (int(bound.arg[0]) if bound.op is Ops.CONST else 1))
+        elif u.op is Ops.END and len(multiplier) > 1:
+            multiplier.pop()
+        elif u.op is Ops.WMMA:
+            flops += multiplier[-1] * u.arg.flops // u.arg.threads  # each lane does its share of the tile
+        elif u.op in GroupOp.ELEMENTWISE and u.op not in _NOT_FLOPS and u.dtype.scalar.is_float:
+            flops += multiplier[-1] * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
+    moved = 0
+    for u in linear.src:
+        if u.op is Ops.PARAM and (u.arg.addrspace in (None, AddrSpace.GLOBAL)):
+            moved += (u.shape[0] if u.shape else 1) * u.arg.dtype.itemsize
+    return flops, moved

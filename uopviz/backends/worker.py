@@ -1,0 +1,238 @@
+"""Isolated kernel execution: kernels run in a worker process, so a crash cannot kill the caller.
+
+A notebook kernel that calls a generated kernel in-process dies with it when the kernel writes out
+of bounds.  Here the kernel is compiled and run by a long-lived worker process (started with the
+``spawn`` method, so it shares no OpenMP or OpenCL state with the caller).  When the worker dies —
+a segfault, an abort, a kernel that never returns — the caller gets :class:`KernelCrashed`
+(with the signal or exit code) or :class:`KernelTimeout`, a fresh worker is started for the next
+request, and the caller goes on.
+
+Errors raised inside the worker (a ``CompileError``, a bad argument) come back as themselves.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import pickle
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from uopviz.backends.timing import Timing
+
+
+class KernelCrashed(RuntimeError):
+    """The process running a kernel died: ``signal_name`` (e.g. ``SIGSEGV``) or ``exit_code`` says how."""
+
+    def __init__(self, kernel: str, backend: str, exit_code: int | None):
+        self.kernel, self.backend, self.exit_code = kernel, backend, exit_code
+        self.signal_number = -exit_code if exit_code is not None and exit_code < 0 else None
+        self.signal_name = _signal_name(self.signal_number) if self.signal_number is not None else None
+        how = f"signal {self.signal_number} ({self.signal_name})" if self.signal_number is not None \
+            else f"exit code {exit_code}"
+        super().__init__(f"kernel {kernel!r} on backend {backend!r} crashed its worker process with {how}; "
+                         f"this process is unaffected and the next request starts a new worker")
+
+    def __reduce__(self):
+        return (KernelCrashed, (self.kernel, self.backend, self.exit_code))
+
+
+class KernelTimeout(RuntimeError):
+    """A kernel (with its compilation) ran past its time limit; its worker process was killed."""
+
+    def __init__(self, kernel: str, backend: str, timeout_s: float):
+        self.kernel, self.backend, self.timeout_s = kernel, backend, timeout_s
+        super().__init__(f"kernel {kernel!r} on backend {backend!r} did not finish within {timeout_s:g} s; its "
+                         f"worker process was killed and the next request starts a new one")
+
+    def __reduce__(self):
+        return (KernelTimeout, (self.kernel, self.backend, self.timeout_s))
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+# ---------------------------------------------------------------------------------------------
+# inside the worker
+
+
+def _compile(backend: str, source: str, name: str) -> Any:
+    from uopviz.backends import get
+
+    return get(backend).compile(source, name)
+
+
+def _handle_run(backend: str, source: str, name: str, arrays: list[np.ndarray]) -> dict[int, np.ndarray]:
+    kernel = _compile(backend, source, name)
+    kernel(*arrays)
+    return {p.slot: arrays[i] for i, p in enumerate(kernel.params) if p.written}
+
+
+def _handle_time(backend: str, source: str, name: str, arrays: list[np.ndarray], **options: Any) -> Timing:
+    from uopviz.backends.timing import time_compiled
+
+    kernel = _compile(backend, source, name)
+    return time_compiled(kernel, arrays, **options)
+
+
+def _handle_compile(backend: str, source: str, name: str) -> float:
+    return _compile(backend, source, name).compile_s
+
+
+def _handle_ping() -> int:
+    import os
+
+    return os.getpid()
+
+
+_REQUESTS = {"run": _handle_run, "time": _handle_time, "compile": _handle_compile, "ping": _handle_ping}
+
+
+def worker_main(connection: Any) -> None:
+    """The worker's loop: answer ``(kind, payload)`` requests until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the caller, which kills us if needed
+    while True:
+        try:
+            kind, payload = connection.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer = ("ok", _REQUESTS[kind](**payload))
+        except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
+            answer = ("error", _portable(error), traceback.format_exc())
+        connection.send(answer)
+
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling, else a RuntimeError carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001 - any pickling failure
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the caller's side
+
+
+class Worker:
+    """A kernel-running process, restarted after every crash or timeout.  Thread-safe (one request at
+    a time)."""
+
+    def __init__(self) -> None:
+        self._process: Any = None
+        self._connection: Any = None
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process id (None before the first request)."""
+        return self._process.pid if self._process is not None and self._process.is_alive() else None
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(target=worker_main, args=(child,), daemon=True, name="uopviz-kernel-worker")
+        process.start()
+        child.close()
+        self._process, self._connection = process, parent
+
+    def _discard(self, kill: bool) -> int | None:
+        process, self._process = self._process, None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        if process is None:
+            return None
+        if kill and process.is_alive():
+            process.kill()
+        process.join(timeout=10)
+        self.restarts += 1
+        return process.exitcode
+
+    def request(self, kind: str, payload: dict[str, Any], timeout_s: float, kernel: str = "",
+                backend: str = "") -> Any:
+        """Send one request and wait for its answer (raising what the worker raised)."""
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                if self._process is not None:
+                    self._discard(kill=True)
+                self._start()
+            try:
+                self._connection.send((kind, payload))
+            except (BrokenPipeError, OSError):
+                raise KernelCrashed(kernel, backend, self._discard(kill=True)) from None
+            deadline = time.monotonic() + timeout_s
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._discard(kill=True)
+                    raise KernelTimeout(kernel, backend, timeout_s)
+                if self._connection.poll(min(remaining, 0.5)):
+                    try:
+                        answer = self._connection.recv()
+                    except (EOFError, OSError):
+                        raise KernelCrashed(kernel, backend, self._discard(kill=False)) from None
+                    break
+                if not self._process.is_alive():
+                    raise KernelCrashed(kernel, backend, self._discard(kill=False))
+        if answer[0] == "ok":
+            return answer[1]
+        error = answer[1]
+        if isinstance(error, BaseException):
+            error.add_note(f"raised in the kernel worker process:\n{answer[2]}")
+            raise error
+        raise RuntimeError(f"kernel worker failed: {error}")
+
+    def run(self, backend: str, source: str, name: str, arrays: Sequence[np.ndarray],
+            timeout_s: float = 120.0) -> dict[int, np.ndarray]:
+        """Compile and run a kernel on copies of ``arrays``; returns slot → contents of each written array."""
+        return self.request("run", {"backend": backend, "source": source, "name": name, "arrays": list(arrays)},
+                            timeout_s, name, backend)
+
+    def time(self, backend: str, source: str, name: str, arrays: Sequence[np.ndarray], *,
+             timeout_s: float = 120.0, **options: Any) -> Timing:
+        """Compile and time a kernel (options of ``timing.time_compiled``)."""
+        payload = {"backend": backend, "source": source, "name": name, "arrays": list(arrays), **options}
+        return self.request("time", payload, timeout_s, name, backend)
+
+    def compile(self, backend: str, source: str, name: str, timeout_s: float = 300.0) -> float:
+        """Compile (filling the disk cache) and return the compile time."""
+        return self.request("compile", {"backend": backend, "source": source, "name": name}, timeout_s, name,
+                            backend)
+
+    def close(self) -> None:
+        """Stop the worker process."""
+        with self._lock:
+            if self._process is not None:
+                self._discard(kill=True)
+
+
+_default: Worker | None = None
+
+
+def default_worker() -> Worker:
+    """The process-wide worker that ``time_kernel`` and ``run_isolated`` use."""
+    global _default
+    if _default is None:
+        _default = Worker()
+        atexit.register(_default.close)
+    return _default
+
+
+def run_isolated(backend: str, source: str, name: str, arrays: Sequence[np.ndarray],
+                 timeout_s: float = 120.0) -> dict[int, np.ndarray]:
+    """Run a kernel in the default worker; returns slot → contents of each array it writes."""
+    return default_worker().run(backend, source, name, arrays, timeout_s)
