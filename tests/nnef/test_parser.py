@@ -15,10 +15,19 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError, NNEFWarning
-from uopviz.nnef.parser import parse_expression, parse_module
+from uopviz.nnef.parser import (
+    BINARY_PRECEDENCE,
+    BUILTIN_FUNCTIONS,
+    CUMULATIVE_FOLD_OPERATORS,
+    FOLD_OPERATORS,
+    parse_expression,
+    parse_module,
+)
 from uopviz.nnef.printer import print_expression, print_module
 
 STDLIB = Path(__file__).resolve().parents[2] / "uopviz" / "nnef" / "stdlib"
@@ -1296,3 +1305,116 @@ def test_every_spec_example_parses_and_roundtrips() -> None:
         assert parse_module(print_module(module)) == module
     assert failures == []
     assert parsed >= len(examples) - len(SPEC_ILLUSTRATIONS)
+
+
+# ------------------------------------------------------------------------------------------------
+# Properties: printing any expression tree re-parses to the same tree; no input crashes the parser
+
+_NAMES = st.sampled_from(["a", "b", "x", "is", "in", "shape", "_", "k2"])
+_LEAVES = st.one_of(
+    _NAMES.map(ast.Identifier),
+    st.integers(0, 10**6).map(ast.IntLiteral),
+    st.floats(0, 1e6, allow_nan=False).map(ast.RealLiteral),
+    st.booleans().map(ast.BoolLiteral),
+    st.sampled_from(["inf", "pi"]).map(ast.KeywordConstant),
+    st.builds(ast.Member, st.sampled_from(["x", "y"]), st.sampled_from(["shape", "rank", "size"])),
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6).map(ast.StringLiteral),
+)
+_BINARY_OPERATORS = sorted(op for op in BINARY_PRECEDENCE if op != ":=")
+
+
+def _compound(children: st.SearchStrategy) -> st.SearchStrategy:
+    """Every expression form built from ``children``."""
+    optional = st.none() | children
+    items = st.one_of(
+        children,
+        st.builds(ast.Expand, children, optional),
+        st.builds(ast.Range, children, children, optional),
+        st.builds(ast.Expand, st.lists(children, min_size=2, max_size=3).map(lambda xs: ast.Zip(tuple(xs)))),
+    )
+    index_items = items | st.builds(ast.Range, optional, optional, optional) | st.builds(
+        ast.Bounded, children
+    ) | st.builds(ast.Bounded, children, children, children)
+    plain_index = children.filter(lambda node: not isinstance(node, (ast.Expand, ast.Bounded)))
+    format_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=4)
+    expression_in_format = children.filter(
+        lambda node: not any(isinstance(part, (ast.StringLiteral, ast.Format)) for part in ast.walk(node))
+    )
+    return st.one_of(
+        st.builds(ast.Unary, st.sampled_from(["+", "-", "!", "?"]), children),
+        st.builds(ast.Binary, st.sampled_from(_BINARY_OPERATORS), children, children),
+        st.builds(ast.Select, children, children, optional),
+        st.builds(ast.Coalesce, children, children),
+        st.builds(ast.Fold, st.sampled_from(sorted(FOLD_OPERATORS)), children, st.just(False)),
+        st.builds(ast.Fold, st.sampled_from(sorted(CUMULATIVE_FOLD_OPERATORS)), children, st.just(True)),
+        st.builds(ast.Index, children, plain_index | st.builds(ast.Range, optional, optional, optional)),
+        st.builds(ast.TensorAccess, children, st.lists(index_items, max_size=3).map(tuple)),
+        st.builds(ast.Substitute, children, plain_index, children),
+        st.lists(items, max_size=4).map(lambda xs: ast.List(tuple(xs))),
+        st.lists(children, min_size=2, max_size=3).map(lambda xs: ast.Zip(tuple(xs))),
+        st.builds(ast.Cast, st.sampled_from(["int", "real", "bool", "str", "T"]), optional),
+        st.builds(ast.Builtin, st.sampled_from(sorted(BUILTIN_FUNCTIONS)), children),
+        st.tuples(format_text, expression_in_format, st.none() | format_text).map(
+            lambda parts: ast.Format(tuple(part for part in parts if part is not None))
+        ),
+    )
+
+
+def _operators(children: st.SearchStrategy) -> st.SearchStrategy:
+    """Only the operator forms, so that precedence and associativity get exercised densely."""
+    optional = st.none() | children
+    return st.one_of(
+        st.builds(ast.Unary, st.sampled_from(["-", "!", "?"]), children),
+        st.builds(ast.Binary, st.sampled_from(_BINARY_OPERATORS), children, children),
+        st.builds(ast.Binary, st.sampled_from(_BINARY_OPERATORS), children, children),
+        st.builds(ast.Select, children, children, optional),
+        st.builds(ast.Coalesce, children, children),
+        st.builds(ast.Fold, st.sampled_from(sorted(FOLD_OPERATORS)), children, st.just(False)),
+        st.builds(ast.Fold, st.sampled_from(sorted(CUMULATIVE_FOLD_OPERATORS)), children, st.just(True)),
+        st.builds(ast.Substitute, children, children.filter(lambda node: not isinstance(node, ast.Bounded)),
+                  children),  # fmt: skip
+    )
+
+
+EXPRESSIONS = st.recursive(_LEAVES, _compound, max_leaves=12)
+_SYMBOLS = "abxy01_.,:;()[]{}<>=!?|&^~+-*/\\%@#\"' \n"
+OPERATOR_EXPRESSIONS = st.recursive(_NAMES.map(ast.Identifier), _operators, max_leaves=8)
+
+
+@settings(max_examples=400)
+@given(EXPRESSIONS)
+def test_printed_expressions_reparse_to_the_same_tree(tree: ast.Expr) -> None:
+    text = print_expression(tree)
+    assert parse_expression(text, type_names=frozenset({"T"})) == tree, text
+
+
+@settings(max_examples=400)
+@given(OPERATOR_EXPRESSIONS)
+def test_printed_operator_expressions_reparse_to_the_same_tree(tree: ast.Expr) -> None:
+    text = print_expression(tree)
+    assert parse_expression(text) == tree, text
+
+
+@settings(max_examples=200)
+@given(EXPRESSIONS | OPERATOR_EXPRESSIONS)
+def test_printed_compose_values_reparse_to_the_same_tree(tree: ast.Expr) -> None:
+    component = ast.Component((ast.Result("y"),), tree)
+    definition = ast.Definition("f", dtypes=(ast.TypeParam("T", "type"),), components=(component,))
+    module = ast.Module("m", definitions=(definition,))
+    assert parse_module(print_module(module)) == module
+
+
+@settings(max_examples=300)
+@given(st.text(st.sampled_from(list(_SYMBOLS)) | st.characters(), max_size=60))
+def test_arbitrary_text_fails_only_with_nnef_errors(text: str) -> None:
+    for source in (text, f"operator f {{ @lower {{ {text} }} }}", f"operator f {{ @compose {{ {text} }} }}"):
+        try:
+            parse_module(source)
+        except NNEFError as error:
+            assert error.line is not None and error.line >= 1 and error.column >= 1
+
+
+def test_deep_nesting_is_an_error_not_a_crash() -> None:
+    with pytest.raises(NNEFError) as caught:
+        parse_expression("(" * 5000 + "x" + ")" * 5000, "deep.sknd")
+    assert "nested too deeply" in caught.value.message and caught.value.line == 1

@@ -54,6 +54,7 @@ from __future__ import annotations
 import difflib
 import warnings
 from collections.abc import Callable as Function
+from typing import TypeVar
 
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError, NNEFWarning, register_source
@@ -94,6 +95,7 @@ _QUALIFIERS = ("static", "dynamic")
 _SOFT_KEYWORDS = ("is", "in")
 _LOOP_KEYWORDS = ("with", "for", "while", "do", "unroll")
 _CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">", "|": "|"}
+_Result = TypeVar("_Result")
 
 
 class _Parser:
@@ -1255,6 +1257,14 @@ class _Parser:
         return value
 
 
+def _guarded(parser: _Parser, parse: Function[[], _Result]) -> _Result:
+    """Run ``parse``, turning Python's recursion limit into a located error."""
+    try:
+        return parse()
+    except RecursionError:
+        raise parser.error(parser.token, "expression or block nested too deeply for the parser") from None
+
+
 def parse_module(text: str, file: str = "<string>", *, lenient: bool = False) -> ast.Module:
     """Parse SkriptND source ``text`` (read from ``file``, used in positions and errors).
 
@@ -1264,7 +1274,7 @@ def parse_module(text: str, file: str = "<string>", *, lenient: bool = False) ->
     """
     register_source(file, text)
     parser = _Parser(tokenize(text, file), file, lenient, TYPE_NAMES)
-    return parser.module()
+    return _guarded(parser, parser.module)
 
 
 def parse_expression(
@@ -1273,7 +1283,7 @@ def parse_expression(
     """Parse a single SkriptND expression; ``type_names`` adds generic names usable as casts."""
     register_source(file, text)
     parser = _Parser(tokenize(text, file), file, lenient, TYPE_NAMES | type_names)
-    value = parser.expression()
+    value = _guarded(parser, parser.expression)
     if parser.token.kind is not Kind.END:
         raise parser.error(parser.token, f"unexpected {parser.describe(parser.token)} after the expression")
     return value
