@@ -1404,6 +1404,29 @@ def test_printed_compose_values_reparse_to_the_same_tree(tree: ast.Expr) -> None
     assert parse_module(print_module(module)) == module
 
 
+@settings(max_examples=200)
+@given(EXPRESSIONS | OPERATOR_EXPRESSIONS, EXPRESSIONS | OPERATOR_EXPRESSIONS)
+def test_printed_declarations_and_lowerings_reparse_to_the_same_tree(
+    first: ast.Expr, second: ast.Expr
+) -> None:
+    extent = ast.Extent(first, bound=second, pack=ast.PackSpec(second))
+    spec = ast.TypeSpec("real", shape=ast.Shape((extent, ast.Extent(second))), pack=ast.PackSpec(first))
+    target = ast.TensorAccess(ast.Identifier("y"), (first,))
+    definition = ast.Definition(
+        "f",
+        dtypes=(ast.TypeParam("T", "type"),),
+        inputs=(ast.Param("x", spec, first, (ast.LoopBound("i", second),)),),
+        usings=(ast.Using(ast.Identifier("u"), first, second),),
+        asserts=(ast.Assert(first, ast.StringLiteral("m"), (ast.AssertPrint(second, "label"),)),
+                 ast.Assert(second)),
+        lowerings=(ast.Lowering(target, "+=", second, (ast.LoopBound("i", first),), second,
+                                (ast.LocalDef("z", first),), "k", second),),
+    )  # fmt: skip
+    module = ast.Module("m", definitions=(definition,))
+    text = print_module(module)
+    assert parse_module(text) == module, text
+
+
 @settings(max_examples=300)
 @given(st.text(st.sampled_from(list(_SYMBOLS)) | st.characters(), max_size=60))
 def test_arbitrary_text_fails_only_with_nnef_errors(text: str) -> None:

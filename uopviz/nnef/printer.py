@@ -136,6 +136,7 @@ def _assertion(assertion: ast.Assert) -> str:
     """``condition[: message[, prints]];``"""
     text = print_expression(assertion.condition)
     if assertion.message is not None:
+        text = _before_colon(assertion.condition)
         text += f": {print_expression(assertion.message)}"
         for item in assertion.prints:
             label = f"{_string(item.label)}: " if item.label is not None else ""
@@ -150,7 +151,7 @@ def _lowering(lowering: ast.Lowering) -> str:
         index = f"{lowering.unroll_index} -> " if lowering.unroll_index else ""
         text += f"unroll..({index}{print_expression(lowering.unroll_count)}) "
     if lowering.locals:
-        local_defs = (f"{item.name} = {print_expression(item.value)}" for item in lowering.locals)
+        local_defs = (f"{item.name} = {_before_colon(item.value)}" for item in lowering.locals)
         text += "with " + ", ".join(local_defs)
         text += ": "
     text += f"{print_expression(lowering.target)} {lowering.op} {print_expression(lowering.value)}"
@@ -403,16 +404,31 @@ def _fold(node: ast.Fold) -> str:
     return f"{_expr(node.operand, BINARY_PRECEDENCE[node.op])} {node.op} {dots}"
 
 
+def _ends_with_open_select(node: ast.Expr) -> bool:
+    """Whether the text of ``node`` ends with a select without ':' (which would take a following ':')."""
+    while True:
+        if isinstance(node, ast.Select):
+            if node.otherwise is None:
+                return True
+            node = node.otherwise
+        elif isinstance(node, ast.Coalesce):
+            node = node.fallback
+        else:
+            return False
+
+
+def _before_colon(node: ast.Expr) -> str:
+    """An expression followed by ':' (select branch, assertion condition, lowering local)."""
+    text = print_expression(node)
+    return f"({text})" if _ends_with_open_select(node) else text
+
+
 def _select(node: ast.Select) -> str:
     """``c ? a : b`` / ``c ? a``."""
     condition = _expr(node.condition, 1)
-    then_minimum = 1 if node.otherwise is not None else _LOWEST
-    then = _expr(node.then, then_minimum) if isinstance(node.then, ast.Select) else _expr(node.then, _LOWEST)
     if node.otherwise is None:
-        return f"{condition} ? {then}"
-    if isinstance(node.then, ast.Select) and node.then.otherwise is None:
-        then = f"({_render(node.then)})"
-    return f"{condition} ? {then} : {print_expression(node.otherwise)}"
+        return f"{condition} ? {print_expression(node.then)}"
+    return f"{condition} ? {_before_colon(node.then)} : {print_expression(node.otherwise)}"
 
 
 def _base(node: ast.Expr) -> str:
