@@ -1441,3 +1441,22 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
     with pytest.raises(NNEFError) as caught:
         parse_expression("(" * 5000 + "x" + ")" * 5000, "deep.sknd")
     assert "nested too deeply" in caught.value.message and caught.value.line == 1
+
+
+def test_generic_casts_work_whatever_the_block_order() -> None:
+    late = parse_module("operator f {\n @attrib { a: T = T(1); }\n @dtype { T: num; }\n}\noperator g { }")
+    assert late.definitions[0].attribs[0].default == ast.Cast("T", N(1))
+    with pytest.raises(NNEFError, match="unknown function 'T'"):
+        parse_module("operator f { @dtype { T: num; } }\noperator g { @using { a = T(1); } }")
+
+
+def test_large_graph_parses() -> None:
+    layers = 2000
+    variables = "".join(f"        k{i}: real[64, 64, 3, 3];\n" for i in range(layers))
+    components = "".join(f"        c{i} = nn.conv{{padding = 1}}(c{i - 1}, k{i});\n"
+                         for i in range(1, layers))  # fmt: skip
+    source = (f"import nn;\ngraph G {{\n    @variable {{\n{variables}    }}\n"
+              f"    @compose {{\n{components}    }}\n}}\n")  # fmt: skip
+    graph = parse_module(source, "big.sknd").definitions[0]
+    assert len(graph.variables) == layers and len(graph.components) == layers - 1
+    assert graph.components[-1].pos == ast.Position("big.sknd", 2 * layers + 4, 9)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 __all__ = [
     "Assert", "AssertPrint", "Binary", "Block", "Bounded", "BoolLiteral", "Builtin", "Callable",
@@ -46,9 +47,8 @@ __all__ = [
 ]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Position:
-    """Where a node starts: file name, 1-based line and column."""
+class Position(NamedTuple):
+    """Where a node starts: file name, 1-based line and column (a tuple: cheap to make)."""
 
     file: str
     line: int

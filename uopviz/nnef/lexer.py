@@ -16,8 +16,11 @@ Strings are delimited by ``"`` or ``'``, may not span lines, understand the esca
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_right
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from uopviz.nnef.errors import NNEFError, register_source
 
@@ -61,6 +64,18 @@ OPERATORS = frozenset(
 )  # fmt: skip
 
 _MAX_OPERATOR_LENGTH = max(len(op) for op in OPERATORS)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIGITS = re.compile(r"[0-9]+")
+_SPACE_AND_COMMENTS = re.compile(r"(?:\s+|#[^\n]*)+")
+_NEWLINE = re.compile(r"\n")
+# Regular tokens in one pattern. A number is taken here only when what follows cannot make it
+# malformed (no letter, digit, '_' or '.' right after); otherwise number() reports the problem.
+_FAST_TOKEN = re.compile(
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<real>[0-9]+(?:\.(?!\.)[0-9]*(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+))(?![A-Za-z0-9_.])"
+    r"|(?P<integer>[0-9]+)(?![A-Za-z0-9_]|\.(?!\.))"
+    r"|(?P<operator>" + "|".join(re.escape(op) for op in sorted(OPERATORS, key=len, reverse=True)) + ")"
+)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "{": "{", "}": "}"}
 
 
@@ -73,8 +88,7 @@ class Placeholder:
     column: int
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     """One token: its kind, its exact source text, its value and its 1-based position.
 
     ``value`` is the int / float for numbers, the name (without ``@``) for blocks, and for strings
@@ -107,12 +121,26 @@ class Token:
 class _Lexer:
     """A single pass over a source text producing tokens."""
 
-    def __init__(self, text: str, file: str) -> None:
+    def __init__(self, text: str, file: str, line: int = 1, column: int = 1) -> None:
         self.text = text
         self.file = file
         self.index = 0
-        self.line = 1
-        self.column = 1
+        # Positions are computed from the index when needed, which keeps scanning cheap.
+        self.line_starts = [0] + [match.end() for match in _NEWLINE.finditer(text)]
+        self.first_line = line
+        self.first_column = column
+
+    @property
+    def line(self) -> int:
+        """The 1-based line of the current index."""
+        return self.first_line + bisect_right(self.line_starts, self.index) - 1
+
+    @property
+    def column(self) -> int:
+        """The 1-based column of the current index."""
+        row = bisect_right(self.line_starts, self.index) - 1
+        start_column = self.first_column if row == 0 else 1
+        return start_column + self.index - self.line_starts[row]
 
     def error(self, message: str, line: int | None = None, column: int | None = None) -> NNEFError:
         """An NNEFError at the current position (or the one given)."""
@@ -127,38 +155,52 @@ class _Lexer:
         return self.text[position] if position < len(self.text) else ""
 
     def advance(self, count: int = 1) -> str:
-        """Consume ``count`` characters (tracking lines and columns) and return them."""
+        """Consume ``count`` characters and return them."""
         consumed = self.text[self.index : self.index + count]
-        for char in consumed:
-            if char == "\n":
-                self.line += 1
-                self.column = 1
-            else:
-                self.column += 1
         self.index += len(consumed)
         return consumed
 
     def skip_space_and_comments(self) -> None:
         """Skip white space and ``#`` comments."""
-        while self.index < len(self.text):
-            char = self.peek()
-            if char == "#":
-                end = self.text.find("\n", self.index)
-                self.advance((len(self.text) if end < 0 else end) - self.index)
-            elif char.isspace():
-                self.advance()
-            else:
-                return
+        match = _SPACE_AND_COMMENTS.match(self.text, self.index)
+        if match:
+            self.index = match.end()
 
     def tokens(self) -> list[Token]:
-        """All tokens of the text, ending with a single END token."""
+        """All tokens of the text, ending with a single END token.
+
+        Names, numbers and operators take a fast path through one regular expression; strings,
+        blocks and anything irregular (errors included) go through the methods below.
+        """
         result = []
+        text, line_starts, end = self.text, self.line_starts, len(self.text)
+        row = 0
         while True:
             self.skip_space_and_comments()
-            if self.index >= len(self.text):
+            if self.index >= end:
                 result.append(Token(Kind.END, "", self.line, self.column))
                 return result
-            result.append(self.token())
+            match = _FAST_TOKEN.match(text, self.index)
+            if match is None:
+                result.append(self.token())
+                continue
+            start = self.index
+            while row + 1 < len(line_starts) and line_starts[row + 1] <= start:
+                row += 1
+            line = self.first_line + row
+            column = (self.first_column if row == 0 else 1) + start - line_starts[row]
+            token_text = match.group()
+            self.index = match.end()
+            kind = match.lastgroup
+            if kind == "name":
+                result.append(Token(Kind.KEYWORD if token_text in KEYWORDS else Kind.IDENTIFIER,
+                                    token_text, line, column, token_text))  # fmt: skip
+            elif kind == "integer":
+                result.append(Token(Kind.INTEGER, token_text, line, column, int(token_text)))
+            elif kind == "real":
+                result.append(Token(Kind.REAL, token_text, line, column, float(token_text)))
+            else:
+                result.append(Token(Kind.OPERATOR, token_text, line, column))
 
     def token(self) -> Token:
         """The token starting at the current position."""
@@ -175,17 +217,17 @@ class _Lexer:
 
     def identifier(self) -> Token:
         """An identifier or keyword."""
-        line, column, start = self.line, self.column, self.index
-        while self.peek().isascii() and (self.peek().isalnum() or self.peek() == "_"):
-            self.advance()
-        text = self.text[start : self.index]
+        line, column = self.line, self.column
+        text = _NAME.match(self.text, self.index).group()
+        self.index += len(text)
         kind = Kind.KEYWORD if text in KEYWORDS else Kind.IDENTIFIER
         return Token(kind, text, line, column, text)
 
     def digits(self) -> None:
         """Consume a run of decimal digits."""
-        while self.peek().isascii() and self.peek().isdigit():
-            self.advance()
+        match = _DIGITS.match(self.text, self.index)
+        if match:
+            self.index = match.end()
 
     def number(self) -> Token:
         """An integer or real literal (``12``, ``1.5``, ``2.``, ``1e-5``, ``1.5E+3``)."""
@@ -206,7 +248,7 @@ class _Lexer:
             is_real = True
             self.advance(1 + sign)
             self.digits()
-        if self.peek().isascii() and (self.peek().isalpha() or self.peek() == "_"):
+        if _NAME.match(self.text, self.index):
             number = self.text[start : self.index]
             raise self.error(f"invalid character '{self.peek()}' after number '{number}'")
         text = self.text[start : self.index]
@@ -277,10 +319,10 @@ class _Lexer:
         """A block name such as ``@input`` (validated by the parser)."""
         line, column, start = self.line, self.column, self.index
         self.advance()
-        if not (self.peek().isascii() and (self.peek().isalpha() or self.peek() == "_")):
+        name = _NAME.match(self.text, self.index)
+        if not name:
             raise self.error("expected a block name after '@'")
-        while self.peek().isascii() and (self.peek().isalnum() or self.peek() == "_"):
-            self.advance()
+        self.index = name.end()
         text = self.text[start : self.index]
         return Token(Kind.BLOCK, text, line, column, text[1:])
 
@@ -308,6 +350,4 @@ def tokenize(text: str, file: str = "<string>", line: int = 1, column: int = 1) 
     """
     if (line, column) == (1, 1):
         register_source(file, text)
-    lexer = _Lexer(text, file)
-    lexer.line, lexer.column = line, column
-    return lexer.tokens()
+    return _Lexer(text, file, line, column).tokens()

@@ -110,6 +110,11 @@ class _Parser:
         self.type_names = type_names
         # What the END token stands for in messages ('' for the end of the input).
         self.end_name = ""
+        # Where @dtype blocks and definitions start, to find generic names before parsing a body.
+        self._dtype_blocks = [index for index, token in enumerate(tokens)
+                              if token.kind is Kind.BLOCK and token.value == "dtype"]  # fmt: skip
+        self._definition_keywords = [index for index, token in enumerate(tokens)
+                                     if token.is_keyword("operator", "graph")]  # fmt: skip
 
     # -- token helpers ---------------------------------------------------------------------------
 
@@ -131,7 +136,8 @@ class _Parser:
 
     def at(self, *ops: str) -> bool:
         """Whether the current token is one of the operators ``ops``."""
-        return self.token.is_op(*ops)
+        token = self.tokens[self.index]
+        return token.kind is Kind.OPERATOR and token.text in ops
 
     def at_keyword(self, *words: str) -> bool:
         """Whether the current token is one of the keywords ``words``."""
@@ -356,28 +362,30 @@ class _Parser:
             seen.add(param.name)
 
     def _scan_dtype_names(self) -> set[str]:
-        """Names declared in this definition's @dtype block, found ahead of parsing (casts use them)."""
+        """Names declared in this definition's @dtype block, found ahead of parsing (casts use them).
+
+        Blocks only occur directly in a definition and 'operator' / 'graph' are reserved, so the
+        @dtype blocks of this definition are those before the next definition keyword.
+        """
+        following = [index for index in self._definition_keywords if index > self.index]
+        limit = following[0] if following else len(self.tokens)
         names: set[str] = set()
-        depth, index = 0, self.index
+        for block in self._dtype_blocks:
+            if self.index <= block < limit:
+                names.update(self._names_declared_in(block + 1))
+        return names
+
+    def _names_declared_in(self, index: int) -> set[str]:
+        """The ``NAME :`` declarations directly inside the braces starting at ``index``."""
+        names: set[str] = set()
+        depth = 0
         while index < len(self.tokens) - 1:
             token = self.tokens[index]
-            if token.is_op("{"):
-                depth += 1
-            elif token.is_op("}"):
-                depth -= 1
-                if depth < 0:
-                    break
-            elif depth == 0 and token.kind is Kind.BLOCK and token.value == "dtype":
-                index += 1
-                inner = 0
-                while index < len(self.tokens) - 1:
-                    current = self.tokens[index]
-                    inner += current.is_op("{") - current.is_op("}")
-                    if inner <= 0 and current.is_op("}"):
-                        break
-                    if inner == 1 and current.kind is Kind.IDENTIFIER and self.tokens[index + 1].is_op(":"):
-                        names.add(current.text)
-                    index += 1
+            depth += token.is_op("{") - token.is_op("}")
+            if depth <= 0 and token.is_op("}"):
+                break
+            if depth == 1 and token.kind is Kind.IDENTIFIER and self.tokens[index + 1].is_op(":"):
+                names.add(token.text)
             index += 1
         return names
 
