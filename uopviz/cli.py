@@ -4,6 +4,7 @@ Subcommands:
 
 * ``uopviz lab`` starts JupyterLab (no browser; on a headless machine it prints the URL, token
   included, to open) on the tour notebook ``notebooks/00_tour.ipynb``.
+* ``uopviz report SOURCE -o out.html`` writes a standalone interactive HTML report.
 
 Each subcommand is one ``add_<name>_parser(subparsers)`` function listed in ``SUBCOMMANDS``; it
 builds its argparse sub-parser and sets ``func``, the handler that receives the parsed namespace
@@ -211,12 +212,54 @@ def add_lab_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 # --------------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write a standalone HTML report (see ``uopviz.report``); imported here, on use, because it
+    loads the compiler and the widgets."""
+    from uopviz.report import cmd_report as run_report
+
+    return run_report(args)
+
+
+def _opts_argument(text: str) -> str | None:
+    lowered = text.lower()
+    if lowered not in ("none", "heuristic", "beam"):
+        raise argparse.ArgumentTypeError(f"--opts is none, heuristic or beam, got {text!r}")
+    return None if lowered == "none" else lowered
+
+
+def add_report_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``uopviz report``."""
+    p = subparsers.add_parser(
+        "report", help="write a standalone interactive HTML report",
+        description="Compile what SOURCE builds and write one HTML file (everything inline: opens from "
+                    "disk with no server and no network) with the graph, the lowering pipeline player, "
+                    "the kernels with their sources and timings, and the backends. SOURCE: a Python file "
+                    "defining main() that returns tensors (or module-level tensors), or a model a "
+                    "registered loader reads.")
+    p.add_argument("source", metavar="SOURCE", help="a .py file that builds tensors, or a model")
+    p.add_argument("-o", "--output", default="report.html",
+                   help="the HTML file to write (default: %(default)s)")
+    p.add_argument("--backend", action="append", default=[],
+                   help="a backend to compile for and show (repeatable; default: every available one)")
+    p.add_argument("--opts", type=_opts_argument, default="heuristic",
+                   help="kernel opts: none, heuristic or beam (default: %(default)s)")
+    p.add_argument("--no-timing", action="store_true", help="do not time the kernels")
+    p.add_argument("--title", default=None, help="the page title (default: from SOURCE)")
+    p.set_defaults(func=cmd_report)
+
+
+# --------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------
 
 #: One function per subcommand; each adds its parser and sets ``func`` (see the module docstring).
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     add_lab_parser,
+    add_report_parser,
 ]
 
 

@@ -66,10 +66,14 @@ def spec_colours() -> tuple[dict[str, str], dict[str, str]]:
     text = SPEC.read_text()
     definitions = re.findall(r"\\definecolor\{(\w+)\}\{HTML\}\{(\w+)\}", text)
     defined = {name: "#" + value.upper() for name, value in definitions}
-    families = {title: defined[name] for name, title in
-                re.findall(r"\\subsection\*\{\{\\color\{(\w+)\}(\w+) Ops\}", text)}
-    axes = {name.replace("\\_", "_"): defined[colour] for colour, name in
-            re.findall(r"\{\\color\{(\w+)\}\\texttt\{([A-Z\\_]+)\}\}", text)}
+    families = {
+        title: defined[name]
+        for name, title in re.findall(r"\\subsection\*\{\{\\color\{(\w+)\}(\w+) Ops\}", text)
+    }
+    axes = {
+        name.replace("\\_", "_"): defined[colour]
+        for colour, name in re.findall(r"\{\\color\{(\w+)\}\\texttt\{([A-Z\\_]+)\}\}", text)
+    }
     return families, axes
 
 
@@ -134,8 +138,9 @@ def test_one_node_per_shown_uop_and_edges_follow_sources(seed, size, engine):
     assert set(g.nodes) == {node_key(u) for u in shown}
     assert g.graph["root"] == node_key(root)
     assert g.graph["engine"] == engine
-    expected_edges = {(node_key(s), node_key(u), slot) for u in shown for slot, s in enumerate(u.src)
-                      if not is_foldable(s)}
+    expected_edges = {
+        (node_key(s), node_key(u), slot) for u in shown for slot, s in enumerate(u.src) if not is_foldable(s)
+    }
     assert {(s, t, slot) for s, t, slots in g.edges(data="slots") for slot in slots} == expected_edges
     for _, _, data in g.edges(data=True):
         assert data["slot"] == data["slots"][0]
@@ -158,7 +163,7 @@ def test_sources_sit_above_users_and_nodes_do_not_overlap(engine, seed):
         assert g.nodes[s]["pos"][1] > g.nodes[t]["pos"][1], (g.nodes[s]["op"], g.nodes[t]["op"])
     data = [d for _, d in g.nodes(data=True)]
     for i, a in enumerate(data):
-        for b in data[i + 1:]:
+        for b in data[i + 1 :]:
             assert not boxes_overlap(a, b), (a["label"], b["label"])
     width, height = g.graph["size"]
     assert width > 0 and height > 0
@@ -282,8 +287,10 @@ def test_diff_finds_the_rewritten_node_and_its_rebuilt_users():
     diff = graph_diff(build_graph(before), build_graph(after))
     # the path root→rewrite site was rebuilt: RECIP and the MUL by 3 are 'changed'; the MUL by 2 is
     # where the ADD stood but is another op: it is 'added', the ADD 'removed'
-    assert diff.changed == {node_key(after): node_key(before),
-                            node_key(after.src[0]): node_key(before.src[0])}
+    assert diff.changed == {
+        node_key(after): node_key(before),
+        node_key(after.src[0]): node_key(before.src[0]),
+    }
     assert diff.added == {node_key(replacement)}
     assert diff.removed == {node_key(inner)}
 

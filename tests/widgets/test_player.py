@@ -9,10 +9,12 @@ from uopviz import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, traced
 from uopviz.widgets.graph import layout, node_key
 from uopviz.widgets.player import PlayerState, source_line, text_diff
 
-RULES = PatternMatcher([
-    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2, "x+x -> x*2"),
-    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, 1))), lambda x: x, "x*1 -> x"),
-])
+RULES = PatternMatcher(
+    [
+        (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2, "x+x -> x*2"),
+        (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, 1))), lambda x: x, "x*1 -> x"),
+    ]
+)
 NOTHING = PatternMatcher([(UPat(Ops.SIN), lambda: None, "never fires")])
 
 

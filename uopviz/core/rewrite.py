@@ -350,7 +350,12 @@ class PassTrace:
         substitution: dict[UOp, UOp] = {}
         for earlier in self._own_steps[: position + 1]:
             substitution[earlier.before] = earlier.after
-        graph = substitute_closure(self.input, substitution)
+        # start from the latest replayed graph before this step (it already holds every earlier
+        # substitution): stepping through a pass then costs one substitution per step, not one per
+        # link of the whole chain of rewrites so far
+        start = next((self._graph_memo[p] for p in range(position - 1, -1, -1) if p in self._graph_memo),
+                     self.input)
+        graph = substitute_closure(start, substitution)
         self._graph_memo[position] = graph
         return graph
 

@@ -18,8 +18,17 @@ from typing import Any
 
 from uopviz.widgets.graph import GraphDiff, LayoutError, graph_diff, layout
 
-__all__ = ["GraphDiff", "GraphView", "KernelTuner", "LayoutError", "RewritePlayer", "explore", "graph_diff",
-           "layout", "register_explorer"]
+__all__ = [
+    "GraphDiff",
+    "GraphView",
+    "KernelTuner",
+    "LayoutError",
+    "RewritePlayer",
+    "explore",
+    "graph_diff",
+    "layout",
+    "register_explorer",
+]
 
 _LAZY = {
     "GraphView": "uopviz.widgets.views",

@@ -23,6 +23,7 @@ from uopviz.widgets.serialize import graph_json, legend, marks_json, split_stati
 #: the page says so.
 MAX_FRAMES_PER_PASS = 60
 
+
 def _json_script(element_id: str, data: Any) -> str:
     text = json.dumps(data, separators=(",", ":"), default=str).replace("</", "<\\/")
     return f'<script type="application/json" id="{element_id}">{text}</script>'
@@ -32,8 +33,14 @@ def dag_state(uop: UOp, *, height: int = 560, engine: str = "auto") -> dict[str,
     """The embedded state of a DAG view: the expanded layout and, when the graph has FUNCTION or
     CALL nodes, the all-collapsed one (the page toggles between the two)."""
     expanded = layout(uop, engine=engine)
-    state: dict[str, Any] = {"kind": "dag", "legend": legend(), "height": height, "collapsed": [],
-                             "marks": marks_json(), "selected": ""}
+    state: dict[str, Any] = {
+        "kind": "dag",
+        "legend": legend(),
+        "height": height,
+        "collapsed": [],
+        "marks": marks_json(),
+        "selected": "",
+    }
     state["graph"] = graph_json(expanded)
     has_functions = any(d.get("collapsible") for _, d in expanded.nodes(data=True))
     state["can_toggle"] = has_functions
@@ -43,9 +50,14 @@ def dag_state(uop: UOp, *, height: int = 560, engine: str = "auto") -> dict[str,
     return state
 
 
-def player_state(trace: Trace, *, height: int = 480, engine: str = "auto",
-                 max_frames: int = MAX_FRAMES_PER_PASS,
-                 hide_unchanged: bool = True) -> tuple[dict[str, Any], list[str]]:
+def player_state(
+    trace: Trace,
+    *,
+    height: int = 480,
+    engine: str = "auto",
+    max_frames: int = MAX_FRAMES_PER_PASS,
+    hide_unchanged: bool = True,
+) -> tuple[dict[str, Any], list[str]]:
     """The embedded state of a rewrite player: every frame of every pass that changed something
     (at most ``max_frames`` per pass), nodes shared through one table.  Returns the state and notes
     about what was left out."""
@@ -55,8 +67,15 @@ def player_state(trace: Trace, *, height: int = 480, engine: str = "auto",
     notes: list[str] = []
     passes = []
     for entry in state_model.entries:
-        passes.append({"index": entry.index, "name": entry.name, "depth": entry.depth,
-                       "steps": entry.step_count, "changed": entry.changed})
+        passes.append(
+            {
+                "index": entry.index,
+                "name": entry.name,
+                "depth": entry.depth,
+                "steps": entry.step_count,
+                "changed": entry.changed,
+            }
+        )
         if hide_unchanged and not entry.changed:
             continue
         state_model.pass_index = entry.index
@@ -74,8 +93,19 @@ def player_state(trace: Trace, *, height: int = 480, engine: str = "auto",
         frames[str(entry.index)] = pass_frames
     first = next((e for e in state_model.entries if str(e.index) in frames and e.step_count), None)
     position = [first.index, 1] if first else [next(iter(map(int, frames)), 0), 0]
-    return ({"kind": "player", "legend": legend(), "height": height, "passes": passes, "frames": frames,
-             "node_table": table, "position": position, "hide_unchanged": hide_unchanged}, notes)
+    return (
+        {
+            "kind": "player",
+            "legend": legend(),
+            "height": height,
+            "passes": passes,
+            "frames": frames,
+            "node_table": table,
+            "position": position,
+            "hide_unchanged": hide_unchanged,
+        },
+        notes,
+    )
 
 
 @dataclass
@@ -100,13 +130,15 @@ class StaticPage:
         self._scripts.append(_json_script(element_id, state))
         self._block(tab, heading, f'<div class="uv-mount" data-state="{element_id}"></div>', notes)
 
-    def add_dag(self, tab: str, heading: str, uop: UOp, notes: list[str] | None = None,
-                **options: Any) -> None:
+    def add_dag(
+        self, tab: str, heading: str, uop: UOp, notes: list[str] | None = None, **options: Any
+    ) -> None:
         """A DAG view of ``uop``."""
         self._view(tab, heading, dag_state(uop, **options), notes)
 
-    def add_player(self, tab: str, heading: str, trace: Trace, notes: list[str] | None = None,
-                   **options: Any) -> None:
+    def add_player(
+        self, tab: str, heading: str, trace: Trace, notes: list[str] | None = None, **options: Any
+    ) -> None:
         """A rewrite player over ``trace`` with its frames embedded."""
         state, left_out = player_state(trace, **options)
         self._view(tab, heading, state, (notes or []) + left_out)
@@ -134,17 +166,22 @@ class StaticPage:
             from bokeh.resources import INLINE
 
             head_extra = INLINE.render_js() + INLINE.render_css()
-        tab_buttons = "".join(f'<button class="rp-tab" data-tab="t{i}">{html.escape(name)}</button>'
-                              for i, name in enumerate(self.tabs))
-        panels = "".join(f'<section class="rp-panel" data-tab="t{i}">{"".join(blocks)}</section>'
-                         for i, blocks in enumerate(self.tabs.values()))
+        tab_buttons = "".join(
+            f'<button class="rp-tab" data-tab="t{i}">{html.escape(name)}</button>'
+            for i, name in enumerate(self.tabs)
+        )
+        panels = "".join(
+            f'<section class="rp-panel" data-tab="t{i}">{"".join(blocks)}</section>'
+            for i, blocks in enumerate(self.tabs.values())
+        )
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(self.title)}</title>"
             f"<style>{stylesheet()}\n{page_css}</style>{head_extra}</head><body>"
             f'<div class="rp-header"><h1>{html.escape(self.title)}</h1>'
             f'<div class="rp-meta">{html.escape(self.meta)}</div></div>'
             f'<nav class="rp-tabs">{tab_buttons}</nav>{panels}'
-            + "".join(self._scripts) + "".join(self._bokeh)
+            + "".join(self._scripts)
+            + "".join(self._bokeh)
             + f"<script>{script()}\n{boot}</script></body></html>\n"
         )

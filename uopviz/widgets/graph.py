@@ -22,6 +22,7 @@ import json
 import shutil
 import subprocess
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,8 +197,13 @@ def _body_size(function: UOp) -> int:
 # layout
 
 
-def layout(uop: UOp, *, fold_constants: bool = True, collapse: bool | Iterable[Any] | None = None,
-           engine: str = "auto") -> nx.DiGraph:
+def layout(
+    uop: UOp,
+    *,
+    fold_constants: bool = True,
+    collapse: bool | Iterable[Any] | None = None,
+    engine: str = "auto",
+) -> nx.DiGraph:
     """Lay out ``uop``'s graph: a ``networkx.DiGraph`` with one node per shown UOp.
 
     Node attributes: ``op`` (name), ``family`` (the OpFamily's title), ``color`` (``#RRGGBB``, the
@@ -221,64 +227,96 @@ def layout(uop: UOp, *, fold_constants: bool = True, collapse: bool | Iterable[A
     return graph
 
 
-def build_graph(uop: UOp, *, fold_constants: bool = True,
-                collapse: bool | Iterable[Any] | None = None) -> nx.DiGraph:
+def build_graph(
+    uop: UOp, *, fold_constants: bool = True, collapse: bool | Iterable[Any] | None = None
+) -> nx.DiGraph:
     """The graph of :func:`layout` without positions (every attribute but ``pos``)."""
-    all_uops = uop.toposort()
-    collapsed = _collapsed_set(uop, all_uops, collapse)
+    collapsed = _collapsed_set(uop, uop.toposort(), collapse) if collapse else set()
     shown = _visible(uop, collapsed, fold_constants)
     shown_set = set(shown)
     graph = nx.DiGraph(root=node_key(uop), engine=None, clusters=[], size=(0.0, 0.0))
     for u in shown:
         key = node_key(u)
-        operand_texts, source_names, folded_any = [], [], False
+        is_collapsed = u in collapsed
+        graph.add_node(key, **node_attributes(u, fold_constants, is_collapsed))
         for slot, s in enumerate(u.src):
-            if u in collapsed and slot == 0:
-                operand_texts.append("{…}")
-                source_names.append(f"{s.op.name} (collapsed body)")
-                continue
-            if s in shown_set:
-                operand_texts.append("·")
-                source_names.append(f"{s.op.name} {node_key(s)}")
-            else:
-                text = inline_text(s) or s.op.name
-                operand_texts.append(text)
-                source_names.append(f"{s.op.name} {text}")
-                folded_any = True
-        title = u.op.name
-        summary = arg_summary(u)
-        if summary:
-            title += " " + summary
-        lines = [title]
-        if folded_any or u in collapsed:
-            operands = "(" + ", ".join(operand_texts) + ")"
-            if len(operands) > LABEL_ARG_CHARS + 6:
-                operands = operands[: LABEL_ARG_CHARS + 5] + "…"
-            lines.append(operands)
-        lines.append(type_summary(u))
-        attributes: dict[str, Any] = {
-            "op": u.op.name, "family": u.op.family.title, "color": node_color(u), "label": "\n".join(lines),
-            "uop": u, "details": node_details(u, source_names),
-            "width": max(len(line) for line in lines) * CHAR_WIDTH + 16.0,
-            "height": len(lines) * LINE_HEIGHT + 8.0,
-        }
-        if _axis_type(u) is not None:
-            attributes["axis_type"] = _axis_type(u).name
-        if u.op in (Ops.FUNCTION, Ops.CALL):
-            attributes.update(collapsible=True, collapsed=u in collapsed, body_size=_body_size(u))
-            attributes["width"] += 20.0  # room for the collapse toggle
-        graph.add_node(key, **attributes)
-        for slot, s in enumerate(u.src):
-            if s in shown_set and not (u in collapsed and slot == 0):
+            if s in shown_set and not (is_collapsed and slot == 0):
                 # x + x: one edge carrying both slots (a DiGraph holds one edge per pair)
                 if graph.has_edge(node_key(s), key):
                     graph.edges[node_key(s), key]["slots"] += (slot,)
                 else:
                     graph.add_edge(node_key(s), key, slot=slot, slots=(slot,))
     expanded = [f for f in shown if f.op in (Ops.FUNCTION, Ops.CALL) and f not in collapsed and f.src]
-    graph.graph["bodies"] = {node_key(f): [node_key(b) for b in f.src[0].toposort() if b in shown_set]
-                             for f in expanded}
+    graph.graph["bodies"] = {
+        node_key(f): [node_key(b) for b in f.src[0].toposort() if b in shown_set] for f in expanded
+    }
     return graph
+
+
+#: Node attributes by (id, folding, collapsed), with the UOp kept beside them so that a reused id
+#: is never mistaken for it.  Consecutive rewrite steps share most UOps: the player draws a new
+#: step without recomputing labels and details (min_max, device...) of the unchanged nodes.
+_ATTRIBUTE_CACHE: OrderedDict[tuple[int, bool, bool], tuple[UOp, dict[str, Any]]] = OrderedDict()
+ATTRIBUTE_CACHE_SIZE = 50_000
+
+
+def node_attributes(u: UOp, fold_constants: bool = True, collapsed: bool = False) -> dict[str, Any]:
+    """Every attribute of ``u``'s node but its position (a fresh dict; the computation is cached)."""
+    key = (id(u), fold_constants, collapsed)
+    cached = _ATTRIBUTE_CACHE.get(key)
+    if cached is not None and cached[0] is u:
+        return dict(cached[1])
+    attributes = _compute_attributes(u, fold_constants, collapsed)
+    _ATTRIBUTE_CACHE[key] = (u, attributes)
+    if len(_ATTRIBUTE_CACHE) > ATTRIBUTE_CACHE_SIZE:
+        for _ in range(ATTRIBUTE_CACHE_SIZE // 10):
+            _ATTRIBUTE_CACHE.popitem(last=False)
+    return dict(attributes)
+
+
+def _compute_attributes(u: UOp, fold_constants: bool, collapsed: bool) -> dict[str, Any]:
+    operand_texts, source_names, folded_any = [], [], False
+    for slot, s in enumerate(u.src):
+        if collapsed and slot == 0:
+            operand_texts.append("{…}")
+            source_names.append(f"{s.op.name} (collapsed body)")
+            continue
+        if not (fold_constants and is_foldable(s)):
+            operand_texts.append("·")
+            source_names.append(f"{s.op.name} {node_key(s)}")
+        else:
+            text = inline_text(s) or s.op.name
+            operand_texts.append(text)
+            source_names.append(f"{s.op.name} {text}")
+            folded_any = True
+    title = u.op.name
+    summary = arg_summary(u)
+    if summary:
+        title += " " + summary
+    lines = [title]
+    if folded_any or collapsed:
+        operands = "(" + ", ".join(operand_texts) + ")"
+        if len(operands) > LABEL_ARG_CHARS + 6:
+            operands = operands[: LABEL_ARG_CHARS + 5] + "…"
+        lines.append(operands)
+    lines.append(type_summary(u))
+    attributes: dict[str, Any] = {
+        "op": u.op.name,
+        "family": u.op.family.title,
+        "color": node_color(u),
+        "label": "\n".join(lines),
+        "uop": u,
+        "details": node_details(u, source_names),
+        "width": max(len(line) for line in lines) * CHAR_WIDTH + 16.0,
+        "height": len(lines) * LINE_HEIGHT + 8.0,
+    }
+    axis_type = _axis_type(u)
+    if axis_type is not None:
+        attributes["axis_type"] = axis_type.name
+    if u.op in (Ops.FUNCTION, Ops.CALL):
+        attributes.update(collapsible=True, collapsed=collapsed, body_size=_body_size(u))
+        attributes["width"] += 20.0  # room for the collapse toggle
+    return attributes
 
 
 def dot_available() -> bool:
@@ -314,10 +352,12 @@ def _dot_text(graph: nx.DiGraph) -> tuple[str, list[str]]:
     """The DOT description of ``graph`` (nodes numbered; fixed sizes, no labels to measure)."""
     keys = list(graph.nodes)
     number = {k: i for i, k in enumerate(keys)}
-    lines = ["digraph G {",
-             "graph [rankdir=TB, nodesep=0.22, ranksep=0.38, splines=false, ordering=in, "
-             "nslimit=4, mclimit=0.6, searchsize=40];",
-             'node [shape=box, fixedsize=true, label=""];']
+    lines = [
+        "digraph G {",
+        "graph [rankdir=TB, nodesep=0.22, ranksep=0.38, splines=false, ordering=in, "
+        "nslimit=4, mclimit=0.6, searchsize=40];",
+        'node [shape=box, fixedsize=true, label=""];',
+    ]
     for key in keys:
         data = graph.nodes[key]
         lines.append(f"n{number[key]} [width={data['width'] / 72:.3f}, height={data['height'] / 72:.3f}];")
@@ -338,8 +378,9 @@ def dot_positions(graph: nx.DiGraph, timeout_s: float = DOT_TIMEOUT_S) -> dict[s
         return {}
     text, keys = _dot_text(graph)
     try:
-        done = subprocess.run(["dot", "-Tjson0"], input=text, capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run(
+            ["dot", "-Tjson0"], input=text, capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired as error:
         raise LayoutError(f"dot ran longer than {timeout_s:.0f}s on {len(keys)} nodes") from error
     if done.returncode != 0:
@@ -368,11 +409,16 @@ def _clusters(graph: nx.DiGraph) -> list[dict[str, Any]]:
         if not boxes:
             continue
         margin, title_room = 10.0, 14.0
-        clusters.append({
-            "key": function_key, "label": graph.nodes[function_key]["op"] + " body",
-            "x0": min(b[0] for b in boxes) - margin, "y0": min(b[1] for b in boxes) - margin,
-            "x1": max(b[2] for b in boxes) + margin, "y1": max(b[3] for b in boxes) + margin + title_room,
-        })
+        clusters.append(
+            {
+                "key": function_key,
+                "label": graph.nodes[function_key]["op"] + " body",
+                "x0": min(b[0] for b in boxes) - margin,
+                "y0": min(b[1] for b in boxes) - margin,
+                "x1": max(b[2] for b in boxes) + margin,
+                "y1": max(b[3] for b in boxes) + margin + title_room,
+            }
+        )
     return clusters
 
 
@@ -458,5 +504,6 @@ def graph_diff(a: nx.DiGraph, b: nx.DiGraph) -> GraphDiff:
             if source_a is not None:
                 pairs.append((source_a, source_b))
     paired_a = set(changed.values())
-    return GraphDiff(added=set(b.nodes) - common - set(changed), removed=set(a.nodes) - common - paired_a,
-                     changed=changed)
+    return GraphDiff(
+        added=set(b.nodes) - common - set(changed), removed=set(a.nodes) - common - paired_a, changed=changed
+    )

@@ -85,8 +85,9 @@ class PlayerState:
     (the pass's input) to the pass's step count.  Setting either clamps it into range.
     """
 
-    def __init__(self, trace: Trace, *, hide_unchanged: bool = True, engine: str = "auto",
-                 fold_constants: bool = True):
+    def __init__(
+        self, trace: Trace, *, hide_unchanged: bool = True, engine: str = "auto", fold_constants: bool = True
+    ):
         if not isinstance(trace, Trace):
             raise TypeError(f"PlayerState needs a uopviz Trace, got {type(trace).__name__}")
         self.trace = trace
@@ -221,8 +222,18 @@ class PlayerState:
         diff = graph_diff(self.laid_out(before), graph)
         focus = node_key(record.after) if node_key(record.after) in graph else None
         lines = text_diff(str(before), str(after))
-        return Frame(entry, self._step, graph, diff, focus, record.rule, record.location,
-                     source_line(record.location), lines, after)
+        return Frame(
+            entry,
+            self._step,
+            graph,
+            diff,
+            focus,
+            record.rule,
+            record.location,
+            source_line(record.location),
+            lines,
+            after,
+        )
 
 
 @dataclass
@@ -247,8 +258,15 @@ class Frame:
         from uopviz.widgets.serialize import graph_json, marks_json
 
         return {
-            "pass_index": self.entry.index, "pass_name": self.entry.name, "step": self.step,
-            "step_count": self.entry.step_count, "graph": graph_json(self.graph),
-            "marks": marks_json(self.diff, self.focus), "rule": self.rule, "location": self.location,
-            "code": self.code, "diff": self.diff_lines, "summary": self.diff.summary() if self.diff else "",
+            "pass_index": self.entry.index,
+            "pass_name": self.entry.name,
+            "step": self.step,
+            "step_count": self.entry.step_count,
+            "graph": graph_json(self.graph),
+            "marks": marks_json(self.diff, self.focus),
+            "rule": self.rule,
+            "location": self.location,
+            "code": self.code,
+            "diff": self.diff_lines,
+            "summary": self.diff.summary() if self.diff else "",
         }

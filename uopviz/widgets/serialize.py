@@ -18,8 +18,10 @@ def legend() -> dict[str, list[dict[str, str]]]:
     """The legend: every op family and every AxisType with its spec colour."""
     return {
         "families": [{"name": f.title, "color": f.color, "title": f"{f.title} ops"} for f in OpFamily],
-        "axis_types": [{"name": f"{a.name} ({a.letter})", "color": a.color,
-                        "title": f"RANGE of AxisType {a.name}"} for a in AxisType],
+        "axis_types": [
+            {"name": f"{a.name} ({a.letter})", "color": a.color, "title": f"RANGE of AxisType {a.name}"}
+            for a in AxisType
+        ],
     }
 
 
@@ -41,9 +43,20 @@ def node_json(key: str, data: dict[str, Any], index_of: dict[str, int]) -> dict[
             continue
         source_key = f"u{id(s):x}"
         sources.append(source_key if source_key in index_of else None)
-    return {"k": key, "x": round(x, 1), "y": round(y, 1), "w": round(data["width"], 1),
-            "h": round(data["height"], 1), "c": data["color"], "l": data["label"], "op": data["op"],
-            "f": data["family"], "d": data["details"], "s": sources, "col": collapsible}
+    return {
+        "k": key,
+        "x": round(x, 1),
+        "y": round(y, 1),
+        "w": round(data["width"], 1),
+        "h": round(data["height"], 1),
+        "c": data["color"],
+        "l": data["label"],
+        "op": data["op"],
+        "f": data["family"],
+        "d": data["details"],
+        "s": sources,
+        "col": collapsible,
+    }
 
 
 def graph_json(graph: nx.DiGraph) -> dict[str, Any]:
@@ -52,8 +65,13 @@ def graph_json(graph: nx.DiGraph) -> dict[str, Any]:
     index_of = {k: i for i, k in enumerate(keys)}
     nodes = [node_json(k, graph.nodes[k], index_of) for k in keys]
     edges = [[index_of[s], index_of[t], slot] for s, t, slot in graph.edges(data="slot")]
-    return {"nodes": nodes, "edges": edges, "clusters": graph.graph.get("clusters", []),
-            "engine": graph.graph.get("engine"), "root": graph.graph.get("root")}
+    return {
+        "nodes": nodes,
+        "edges": edges,
+        "clusters": graph.graph.get("clusters", []),
+        "engine": graph.graph.get("engine"),
+        "root": graph.graph.get("root"),
+    }
 
 
 def marks_json(diff: GraphDiff | None = None, focus: str | None = None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ traitlets; every compiler fact they show was computed by the data layer
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from uopviz.widgets.player import PlayerState
 from uopviz.widgets.serialize import graph_json, legend, marks_json
 
 STATIC = Path(__file__).resolve().parent / "static"
+#: Frames (JSON) a player keeps, so going back to a step sends it again without recomputing.
+FRAME_CACHE_SIZE = 128
 
 
 @cache
@@ -62,8 +65,15 @@ class GraphView(anywidget.AnyWidget):
     height = traitlets.Int(520).tag(sync=True)
     can_toggle = traitlets.Bool(True).tag(sync=True)
 
-    def __init__(self, uop: UOp | None = None, *, height: int = 520, engine: str = "auto",
-                 collapse: bool | list[str] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        uop: UOp | None = None,
+        *,
+        height: int = 520,
+        engine: str = "auto",
+        collapse: bool | list[str] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(height=height, legend=legend(), **kwargs)
         self.engine = engine
         self.uop: UOp | None = None
@@ -71,8 +81,15 @@ class GraphView(anywidget.AnyWidget):
         if uop is not None:
             self.show(uop, collapse=collapse)
 
-    def show(self, uop: UOp, *, diff: GraphDiff | None = None, focus: str | None = None,
-             collapse: bool | list[str] | None = None, graph: nx.DiGraph | None = None) -> None:
+    def show(
+        self,
+        uop: UOp,
+        *,
+        diff: GraphDiff | None = None,
+        focus: str | None = None,
+        collapse: bool | list[str] | None = None,
+        graph: nx.DiGraph | None = None,
+    ) -> None:
         """Draw ``uop`` (or an already laid-out ``graph`` of it), highlighting ``diff``'s added and
         changed nodes and ``focus``."""
         if not isinstance(uop, UOp):
@@ -124,15 +141,29 @@ class RewritePlayer(anywidget.AnyWidget):
     legend = traitlets.Dict().tag(sync=True)
     height = traitlets.Int(480).tag(sync=True)
 
-    def __init__(self, trace: Trace, *, hide_unchanged: bool = True, height: int = 480, engine: str = "auto",
-                 pass_name: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        trace: Trace,
+        *,
+        hide_unchanged: bool = True,
+        height: int = 480,
+        engine: str = "auto",
+        pass_name: str | None = None,
+        **kwargs: Any,
+    ):
         self.state = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
+        self._frames: OrderedDict[tuple[int, int], dict[str, Any]] = OrderedDict()
         if not self.state.entries:
             raise ValueError("this trace recorded no passes: run graph_rewrite inside `with uv.tracing()`")
         if pass_name is not None:
             self.state.select(pass_name)
-        super().__init__(height=height, legend=legend(), hide_unchanged=hide_unchanged,
-                         passes=[_pass_json(e) for e in self.state.entries], **kwargs)
+        super().__init__(
+            height=height,
+            legend=legend(),
+            hide_unchanged=hide_unchanged,
+            passes=[_pass_json(e) for e in self.state.entries],
+            **kwargs,
+        )
         self._sync_frame()
 
     def goto(self, pass_index: int | str, step: int | None = None) -> None:
@@ -141,12 +172,20 @@ class RewritePlayer(anywidget.AnyWidget):
         self._sync_frame()
 
     def _sync_frame(self) -> None:
-        frame = self.state.frame()
+        key = (self.state.pass_index, self.state.step)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self.state.frame().to_json()
+            self._frames[key] = frame
+            while len(self._frames) > FRAME_CACHE_SIZE:
+                self._frames.popitem(last=False)
+        else:
+            self._frames.move_to_end(key)
         with self.hold_sync():
             self._syncing = True
-            self.position = [self.state.pass_index, self.state.step]
+            self.position = list(key)
             self._syncing = False
-            self.frame = frame.to_json()
+            self.frame = frame
 
     _syncing = False
 
@@ -165,5 +204,10 @@ class RewritePlayer(anywidget.AnyWidget):
 
 
 def _pass_json(entry: Any) -> dict[str, Any]:
-    return {"index": entry.index, "name": entry.name, "depth": entry.depth, "steps": entry.step_count,
-            "changed": entry.changed}
+    return {
+        "index": entry.index,
+        "name": entry.name,
+        "depth": entry.depth,
+        "steps": entry.step_count,
+        "changed": entry.changed,
+    }

@@ -1,0 +1,120 @@
+"""Standalone reports (uopviz.report, `uopviz report`) from sources that build UOps and traces;
+reports of compiled tensors are in test_report_program.py. No browser (see tests/browser)."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from uopviz.cli import main as cli_main
+from uopviz.report import ReportError, load_source, write_report
+
+SOURCE = textwrap.dedent("""
+    import uopviz as uv
+    from uopviz import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+
+    RULES = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2,
+                             "x+x -> x*2")])
+
+    def main():
+        x = UOp.buffer({size}, dtypes.float32)
+        y = (x + x).recip() + (x + x)
+        with uv.tracing() as trace:
+            z = graph_rewrite(y, RULES, name="double")
+        return {{"graph": y, "rewrites": trace}}
+""")
+
+
+class Collector(HTMLParser):
+    """Every tag with its attributes, and the JSON state blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.states: list[dict] = []
+        self._in_state = False
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        self.tags.append((tag, attributes))
+        self._in_state = tag == "script" and attributes.get("type") == "application/json"
+
+    def handle_data(self, data):
+        if self._in_state:
+            self.states.append(json.loads(data))
+            self._in_state = False
+
+
+def parse(path: Path) -> Collector:
+    collector = Collector()
+    collector.feed(path.read_text())
+    return collector
+
+
+@pytest.mark.parametrize("size", [4, 16, 33])
+def test_report_of_a_python_source_is_self_contained(tmp_path, size):
+    source = tmp_path / "build.py"
+    source.write_text(SOURCE.format(size=size))
+    out = write_report(source, tmp_path / "out" / "report.html")
+    page = parse(out)
+    for tag, attributes in page.tags:  # nothing is loaded from anywhere
+        assert "src" not in attributes or attributes["src"].startswith("data:"), (tag, attributes)
+        if tag == "link":
+            assert not re.match(r"https?:|//", attributes.get("href", "")), attributes
+    kinds = sorted(state["kind"] for state in page.states)
+    assert kinds == ["dag", "player"]
+    dag = next(s for s in page.states if s["kind"] == "dag")
+    assert sorted(n["op"] for n in dag["graph"]["nodes"]) == ["ADD", "ADD", "BUFFER", "RECIP"]
+    player = next(s for s in page.states if s["kind"] == "player")
+    frames = player["frames"][str(player["position"][0])]
+    assert [f["step"] for f in frames] == list(range(len(frames)))
+    assert frames[1]["rule"] == "x+x -> x*2" and frames[1]["location"].endswith("build.py:5")
+    assert all(n["k"] in player["node_table"] for f in frames for n in f["graph"]["nodes"])
+    assert "buf" in out.read_text() and "UOPVIZ.mountStatic" in out.read_text()
+
+
+def test_module_level_values_are_found_without_main(tmp_path):
+    source = tmp_path / "values.py"
+    source.write_text(
+        "from uopviz import UOp, dtypes\nu = UOp.buffer(4, dtypes.float32) * 2.0\n_hidden = u\nn = 3\n"
+    )
+    assert [name for name, _ in load_source(source)] == ["u"]
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("x = 1\n", "builds no Tensor, Program, Kernel, UOp or Trace"),
+        ("def main():\n    return 5\n", "found main\\(\\): int"),
+        ("raise RuntimeError('boom')\n", "running it failed: RuntimeError: boom"),
+    ],
+)
+def test_bad_sources_say_why(tmp_path, text, message):
+    source = tmp_path / "bad.py"
+    source.write_text(text)
+    with pytest.raises(ReportError, match=message):
+        load_source(source)
+
+
+def test_missing_and_unknown_sources(tmp_path):
+    with pytest.raises(ReportError, match="no such file"):
+        load_source(tmp_path / "nothing.py")
+    other = tmp_path / "model.onnx"
+    other.write_bytes(b"\0")
+    with pytest.raises(ReportError, match="not a source uopviz can report"):
+        load_source(other)
+
+
+def test_cli_report_writes_the_file_and_exits_2_on_bad_input(tmp_path, capsys):
+    source = tmp_path / "build.py"
+    source.write_text(SOURCE.format(size=8))
+    out = tmp_path / "r.html"
+    assert cli_main(["report", str(source), "-o", str(out), "--no-timing"]) == 0
+    assert out.is_file() and "wrote" in capsys.readouterr().out
+    assert cli_main(["report", str(tmp_path / "missing.py"), "-o", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,222 @@
+"""Standalone interactive HTML reports: ``uopviz report SOURCE -o out.html``.
+
+SOURCE is a Python file that builds what to show: a ``main()`` returning it, or module-level
+values.  Tensors (one, or a list) are compiled with ``uv.compile`` and reported whole (tabs
+Graph, Pipeline, Kernels, Backends); UOps get a Graph tab, traces a Pipeline tab, programs and
+kernels what they have.  Other sources (NNEF models) plug in through :func:`register_loader`.
+
+The page is one file with everything inline (the views' JS and CSS, bokeh's JS, the state as
+JSON); it opens from disk with no server and no network.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import runpy
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from uopviz.core.rewrite import Trace
+from uopviz.core.uop import UOp
+
+
+class ReportError(RuntimeError):
+    """A report cannot be made: the source is missing, fails to run, or builds nothing to show."""
+
+
+Loader = Callable[[Path], list[tuple[str, Any]]]
+_LOADERS: list[tuple[Callable[[Path], bool], Loader]] = []
+
+
+def register_loader(accepts: Callable[[Path], bool], load: Loader) -> None:
+    """Let ``uopviz report`` read another kind of SOURCE: ``load(path)`` returns ``(name, object)``
+    pairs to report for every path where ``accepts(path)`` is true (newest registration first)."""
+    _LOADERS.append((accepts, load))
+
+
+def _is_tensor(x: Any) -> bool:
+    return type(x).__name__ == "Tensor" and isinstance(getattr(x, "uop", None), UOp)
+
+
+def _is_program(x: Any) -> bool:
+    return hasattr(x, "kernels") and isinstance(getattr(x, "trace", None), Trace)
+
+
+def _is_kernel(x: Any) -> bool:
+    return all(hasattr(x, n) for n in ("axes", "opts", "apply", "source")) and not _is_program(x)
+
+
+def _reportable(x: Any) -> bool:
+    if isinstance(x, list | tuple):
+        return bool(x) and all(_is_tensor(v) for v in x)
+    return _is_tensor(x) or isinstance(x, UOp | Trace) or _is_program(x) or _is_kernel(x)
+
+
+def load_python_source(path: Path) -> list[tuple[str, Any]]:
+    """Run a Python file and collect what it builds: ``main()``'s result if it defines ``main``,
+    else its module-level Tensors, Programs, Kernels, UOps and Traces (by name)."""
+    directory = str(path.parent.resolve())
+    sys.path.insert(0, directory)
+    try:
+        namespace = runpy.run_path(str(path), run_name="__uopviz_report__")
+        if callable(namespace.get("main")):
+            result = namespace["main"]()
+            if isinstance(result, dict):
+                items = list(result.items())
+            elif _reportable(result):
+                items = [("main()", result)]
+            elif isinstance(result, list | tuple):
+                items = [(f"main()[{i}]", v) for i, v in enumerate(result)]
+            else:
+                items = [("main()", result)]
+        else:
+            items = [
+                (name, value)
+                for name, value in namespace.items()
+                if not name.startswith("_") and _reportable(value)
+            ]
+    except ReportError:
+        raise
+    except Exception as error:
+        raise ReportError(f"{path}: running it failed: {type(error).__name__}: {error}") from error
+    finally:
+        if directory in sys.path:
+            sys.path.remove(directory)
+    shown = [(name, value) for name, value in items if _reportable(value)]
+    if not shown:
+        found = ", ".join(f"{n}: {type(v).__name__}" for n, v in items) or "nothing"
+        raise ReportError(
+            f"{path}: builds no Tensor, Program, Kernel, UOp or Trace to report (found {found}); "
+            "define main() returning tensors, or module-level tensors"
+        )
+    return shown
+
+
+def load_source(source: str | Path) -> list[tuple[str, Any]]:
+    """The ``(name, object)`` pairs a SOURCE path stands for."""
+    path = Path(source)
+    if not path.exists():
+        raise ReportError(f"{path}: no such file or directory")
+    for accepts, load in reversed(_LOADERS):
+        if accepts(path):
+            return load(path)
+    if path.suffix == ".py":
+        return load_python_source(path)
+    raise ReportError(
+        f"{path}: not a source uopviz can report (a .py file that builds tensors"
+        + (", or a model a registered loader reads" if _LOADERS else "")
+        + ")"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# building the page
+
+
+def build_report(
+    items: list[tuple[str, Any]],
+    title: str = "uopviz report",
+    *,
+    backends: list[str] | None = None,
+    opts: Any = "heuristic",
+    time_kernels: bool = True,
+    meta: str = "",
+) -> str:
+    """The HTML of a report over ``items`` (``(name, object)`` pairs)."""
+    from uopviz.widgets.embed import StaticPage
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    page = StaticPage(title, meta=(meta + " · " if meta else "") + f"made {stamp} by uopviz")
+    for name, value in items:
+        _add_item(page, name, value, backends=backends, opts=opts, time_kernels=time_kernels)
+    return page.render()
+
+
+def _add_item(page: Any, name: str, value: Any, **options: Any) -> None:
+    if isinstance(value, UOp):
+        page.add_dag("Graph", name, value)
+    elif isinstance(value, Trace):
+        page.add_player("Pipeline", name, value)
+    elif _is_kernel(value):
+        _add_kernels(page, name, [value], **options)
+    else:
+        program, graph = _program_of(value, options["opts"], options["backends"])
+        if graph is not None:
+            page.add_dag("Graph", f"{name}: tensor graph", graph)
+        if program.trace.passes:
+            page.add_player("Pipeline", f"{name}: lowering pipeline", program.trace)
+        _add_kernels(page, name, list(program.kernels), **options)
+
+
+def _program_of(value: Any, opts: Any, backends: list[str] | None) -> tuple[Any, UOp | None]:
+    import uopviz
+
+    if _is_program(value):
+        stage = next((p for p in value.trace.passes if p.input is not None), None)
+        return value, stage.input if stage is not None else None
+    tensors = list(value) if isinstance(value, list | tuple) else [value]
+    compile_options: dict[str, Any] = {"opts": opts}
+    if backends:
+        compile_options["backend"] = backends[0]
+    program = uopviz.compile(tensors if len(tensors) > 1 else tensors[0], **compile_options)
+    graph = tensors[0].uop if len(tensors) == 1 else UOp(uopviz.Ops.SINK, tuple(t.uop for t in tensors))
+    return program, graph
+
+
+def _add_kernels(
+    page: Any, name: str, kernels: list[Any], *, backends: list[str] | None, time_kernels: bool, **_: Any
+) -> None:
+    from uopviz.widgets.backends_view import backend_names, backends_table_html, timing_figure
+    from uopviz.widgets.tuner import TunerState
+    from uopviz.widgets.tuner_view import axes_html, sources_html
+
+    names = backend_names(backends)
+    for kernel in kernels:
+        state = TunerState(kernel)
+        heading = f"{name}: kernel {getattr(kernel, 'name', '')}"
+        opts_text = html.escape(state.export_python()) if state.opts else "(no opts: the kernel as lowered)"
+        page.add_html(
+            "Kernels",
+            heading,
+            f'<div class="uv-axes">{axes_html(state)}</div>'
+            f'<pre class="uv-opts">{opts_text}</pre>{sources_html(state, names)}',
+        )
+        if isinstance(getattr(kernel, "ast", None), UOp):
+            page.add_dag("Kernels", "", kernel.ast, height=420)
+        if time_kernels:
+            entries = [state.timing(b) for b in names]
+            page.add_bokeh("Kernels", "", timing_figure(entries, getattr(kernel, "name", "")))
+    page.add_html("Backends", f"{name}: backends", backends_table_html(kernels, names, time_kernels=False))
+
+
+def write_report(source: str | Path, output: str | Path, **options: Any) -> Path:
+    """Read SOURCE, build the report, write it to ``output``; return the output path."""
+    items = load_source(source)
+    title = options.pop("title", None) or f"uopviz report: {Path(source).name}"
+    text = build_report(items, title, meta=str(source), **options)
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def cmd_report(args: Any) -> int:
+    """``uopviz report``: write the report, print where; exit 2 with the reason on bad input."""
+    try:
+        out = write_report(
+            args.source,
+            args.output,
+            backends=args.backend or None,
+            opts=args.opts,
+            time_kernels=not args.no_timing,
+            title=args.title,
+        )
+    except ReportError as error:
+        print(f"uopviz report: {error}", file=sys.stderr)
+        return 2
+    size_kib = out.stat().st_size / 1024
+    print(f"uopviz report: wrote {out} ({size_kib:.0f} KiB); open it in a browser (no server needed)")
+    return 0

@@ -1,0 +1,176 @@
+"""``uv.explore(x)``: one widget with tabs Graph, Pipeline, Kernels and Backends for whatever
+``x`` is.
+
+What to show is decided by a registry of (test, builder) pairs, tried newest first, so other
+parts of uopviz (the NNEF loader, say) plug in their own objects without this module knowing
+them: ``register_explorer(lambda x: isinstance(x, NNEFGraph), build)``.  Built in: UOp, Trace,
+Tensor (compiled with ``uv.compile``), Program, Kernel.  Objects are recognised by duck typing
+(what they have), so the widgets never import the modules that define them.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as widgets
+
+from uopviz.core.rewrite import Trace
+from uopviz.core.uop import UOp
+
+TABS = ("Graph", "Pipeline", "Kernels", "Backends")
+
+Test = Callable[[Any], bool]
+Builder = Callable[..., dict[str, widgets.Widget]]
+_REGISTRY: list[tuple[str, Test, Builder]] = []
+
+
+def register_explorer(name: str, test: Test, build: Builder) -> None:
+    """Make ``explore(x)`` use ``build(x, **options)`` for every ``x`` where ``test(x)`` is true.
+
+    ``build`` returns ``{tab title: widget}`` (tabs named as in :data:`TABS` are shown in that
+    order, others after them).  Later registrations win, and registering a ``name`` again replaces
+    it.
+    """
+    _REGISTRY[:] = [entry for entry in _REGISTRY if entry[0] != name]
+    _REGISTRY.append((name, test, build))
+
+
+def explorer_for(x: Any) -> tuple[str, Builder]:
+    """The (name, builder) that ``explore`` would use for ``x``."""
+    for name, test, build in reversed(_REGISTRY):
+        try:
+            matches = test(x)
+        except Exception:  # noqa: BLE001 - a test that cannot look at x does not match it
+            matches = False
+        if matches:
+            return name, build
+    known = ", ".join(name for name, _, _ in _REGISTRY)
+    raise TypeError(
+        f"uv.explore() cannot show a {type(x).__name__}; it shows: {known} "
+        "(add more with uopviz.widgets.register_explorer)"
+    )
+
+
+def explore(x: Any, **options: Any) -> widgets.Widget:
+    """An explorer widget for ``x`` (a Tensor, Program, Kernel, UOp, Trace, or anything
+    registered): tabs Graph, Pipeline, Kernels, Backends as far as they apply."""
+    name, build = explorer_for(x)
+    tabs = build(x, **options)
+    ordered = [t for t in TABS if t in tabs] + [t for t in tabs if t not in TABS]
+    tab = widgets.Tab(children=[tabs[t] for t in ordered])
+    for i, title in enumerate(ordered):
+        tab.set_title(i, title)
+    tab.add_class("uv-explorer")
+    tab.explorer_name = name
+    tab.views = tabs
+    return tab
+
+
+def note(text: str) -> widgets.HTML:
+    """A short explanatory line under a tab's view."""
+    return widgets.HTML(f'<div class="uv-dim" style="font-size:12px;color:#57606a">{html.escape(text)}</div>')
+
+
+# ---------------------------------------------------------------------------------------------
+# built-in explorers
+
+
+def _is_tensor(x: Any) -> bool:
+    return type(x).__name__ == "Tensor" and isinstance(getattr(x, "uop", None), UOp)
+
+
+def _is_program(x: Any) -> bool:
+    return hasattr(x, "kernels") and isinstance(getattr(x, "trace", None), Trace)
+
+
+def _is_kernel(x: Any) -> bool:
+    return all(hasattr(x, name) for name in ("axes", "opts", "apply", "source")) and not _is_program(x)
+
+
+def _build_uop(x: UOp, **options: Any) -> dict[str, widgets.Widget]:
+    from uopviz.widgets.views import GraphView
+
+    return {"Graph": GraphView(x, **options)}
+
+
+def _build_trace(x: Trace, **options: Any) -> dict[str, widgets.Widget]:
+    from uopviz.widgets.views import RewritePlayer
+
+    return {"Pipeline": RewritePlayer(x, **options)}
+
+
+def _build_program(
+    program: Any, graph: UOp | None = None, backends: list[str] | None = None, **options: Any
+) -> dict[str, widgets.Widget]:
+    from uopviz.widgets.views import GraphView, RewritePlayer
+
+    tabs: dict[str, widgets.Widget] = {}
+    root = graph if graph is not None else _program_input(program)
+    if root is not None:
+        tabs["Graph"] = GraphView(root)
+    if program.trace.passes:
+        tabs["Pipeline"] = RewritePlayer(program.trace)
+    if program.kernels:
+        from uopviz.widgets.tuner_view import KernelTuner
+
+        tabs["Kernels"] = KernelTuner(program.kernels, backends=backends)
+        from uopviz.widgets.backends_view import backends_panel
+
+        tabs["Backends"] = backends_panel(program.kernels, backends=backends)
+    return tabs
+
+
+def _program_input(program: Any) -> UOp | None:
+    for stage in program.trace.passes:
+        if stage.input is not None:
+            return stage.input
+    return None
+
+
+def _build_tensor(
+    tensor: Any, backend: str | None = None, opts: Any = "heuristic", **options: Any
+) -> dict[str, widgets.Widget]:
+    import uopviz
+
+    compile_options = {"opts": opts}
+    if backend is not None:
+        compile_options["backend"] = backend
+    program = uopviz.compile(tensor, **compile_options)
+    return _build_program(program, graph=tensor.uop, **options)
+
+
+def _build_tensor_list(tensors: Any, **options: Any) -> dict[str, widgets.Widget]:
+    import uopviz
+
+    program = uopviz.compile(list(tensors), opts=options.pop("opts", "heuristic"))
+    sink = UOp(__import__("uopviz").Ops.SINK, tuple(t.uop for t in tensors))
+    return _build_program(program, graph=sink, **options)
+
+
+def _build_kernel(
+    kernel: Any, backends: list[str] | None = None, **options: Any
+) -> dict[str, widgets.Widget]:
+    from uopviz.widgets.backends_view import backends_panel
+    from uopviz.widgets.tuner_view import KernelTuner
+    from uopviz.widgets.views import GraphView
+
+    tabs: dict[str, widgets.Widget] = {}
+    if isinstance(getattr(kernel, "ast", None), UOp):
+        tabs["Graph"] = GraphView(kernel.ast)
+    tabs["Kernels"] = KernelTuner([kernel], backends=backends)
+    tabs["Backends"] = backends_panel([kernel], backends=backends)
+    return tabs
+
+
+register_explorer("UOp", lambda x: isinstance(x, UOp), _build_uop)
+register_explorer("Trace", lambda x: isinstance(x, Trace), _build_trace)
+register_explorer("Kernel", _is_kernel, _build_kernel)
+register_explorer("Program", _is_program, _build_program)
+register_explorer("Tensor", _is_tensor, _build_tensor)
+register_explorer(
+    "list of Tensors",
+    lambda x: isinstance(x, list | tuple) and bool(x) and all(map(_is_tensor, x)),
+    _build_tensor_list,
+)
