@@ -405,7 +405,9 @@ class Lowering(Node):
 
         [unroll..(index -> count)] [with locals:] target op value [, bounds]* [| condition]
 
-    ``target`` is a TensorAccess (possibly on an Index for pack items, ``ys[k][i, j]``).
+    ``target`` is a TensorAccess (possibly on an Index for pack items, ``ys[k][i, j]``), or an
+    Index when a 1-D tensor is written without the trailing comma (``y[i]`` for ``y[i,]``): the
+    parser cannot tell a tensor from a pack, the consumer decides.
     """
 
     target: Expr

@@ -155,9 +155,12 @@ def _lowering(lowering: ast.Lowering) -> str:
         text += "with " + ", ".join(local_defs)
         text += ": "
     text += f"{print_expression(lowering.target)} {lowering.op} {print_expression(lowering.value)}"
-    text += "".join(f", {_bound(bound)}" for bound in lowering.bounds)
+    # The loop bounds and the condition go on a continuation line, as in the specification.
+    tail = ", ".join(_bound(bound) for bound in lowering.bounds)
     if lowering.condition is not None:
-        text += f" | {print_expression(lowering.condition)}"
+        tail += f" | {print_expression(lowering.condition)}"
+    if tail:
+        text += ("," if lowering.bounds else "") + "\n" + _INDENT * 3 + tail.lstrip()
     return text + ";"
 
 
