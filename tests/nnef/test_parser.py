@@ -1460,3 +1460,51 @@ def test_large_graph_parses() -> None:
     graph = parse_module(source, "big.sknd").definitions[0]
     assert len(graph.variables) == layers and len(graph.components) == layers - 1
     assert graph.components[-1].pos == ast.Position("big.sknd", 2 * layers + 4, 9)
+
+
+def test_forms_used_by_real_files() -> None:
+    """Forms the reference tools and real models use beyond the text of the draft."""
+    module = roundtrip(
+        """
+import layer, image, layout, quant, math, algo, rand, nn, linalg, misc;
+
+graph sqrt {
+    @input {
+        inputs: real[4, c|2, 8]..(5);
+        items: real[2]..(s|5);
+        dynamic_input: real[h|100, w|100];
+    }
+    @output {
+        output: real[4, 5 * c, 8];
+        parts: real[1]..(s);
+        indices: int[1, ~|10];
+    }
+    @compose {
+        output = layout.concat{axis=1}(inputs);
+        parts..(s) = layout.split{axis=0, count=s}(items);
+        [first, second] = layout.split{axis=0, sizes=[s \\ 2, s / 2]}(items);
+        conv = nn.conv{}(output, filter);
+        indices = layout.nonzero(dynamic_input);
+        constant = layout.constant{shape=[10,20], value=42.0}();
+        y = layout.cast<int>(output);
+    }
+}
+"""
+    )
+    graph = module.definitions[0]
+    assert graph.name == "sqrt" and len(module.imports) == 10
+    assert graph.inputs[0].type.shape.extents[1] == ast.Extent(I("c"), bound=N(2))
+    assert graph.inputs[1].type.pack == ast.PackSpec(I("s"), bound=N(5))
+    components = graph.components
+    assert components[1].results == (ast.Result("parts", pack=ast.PackSpec(I("s"))),)
+    assert components[3].value.attribs == () and components[5].value.args == ()
+    assert components[6].value.types == ("int",)
+
+
+def test_byte_order_mark_is_ignored() -> None:
+    with_mark = parse_module("\ufeffoperator f { @input { x: real; } }", "bom.sknd")
+    assert with_mark == parse_module("operator f { @input { x: real; } }")
+    assert with_mark.definitions[0].pos == ast.Position("bom.sknd", 1, 1)
+    with pytest.raises(NNEFError) as caught:
+        parse_module("\ufeffoperator $", "bom2.sknd")
+    assert (caught.value.column, caught.value.source_line) == (10, "operator $")

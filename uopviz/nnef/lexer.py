@@ -349,5 +349,7 @@ def tokenize(text: str, file: str = "<string>", line: int = 1, column: int = 1) 
     unterminated strings.
     """
     if (line, column) == (1, 1):
+        # A byte-order mark is not part of the text editors show (columns count without it).
+        text = text.removeprefix("\ufeff")
         register_source(file, text)
     return _Lexer(text, file, line, column).tokens()

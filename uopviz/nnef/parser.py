@@ -57,7 +57,7 @@ from collections.abc import Callable as Function
 from typing import TypeVar
 
 from uopviz.nnef import ast
-from uopviz.nnef.errors import NNEFError, NNEFWarning, register_source
+from uopviz.nnef.errors import NNEFError, NNEFWarning
 from uopviz.nnef.lexer import Kind, Placeholder, Token, tokenize
 
 __all__ = [
@@ -1280,7 +1280,6 @@ def parse_module(text: str, file: str = "<string>", *, lenient: bool = False) ->
     :class:`~uopviz.nnef.errors.NNEFWarning` (see the module docstring). Raises
     :class:`~uopviz.nnef.errors.NNEFError` on the first syntax error.
     """
-    register_source(file, text)
     parser = _Parser(tokenize(text, file), file, lenient, TYPE_NAMES)
     return _guarded(parser, parser.module)
 
@@ -1289,7 +1288,6 @@ def parse_expression(
     text: str, file: str = "<string>", *, lenient: bool = False, type_names: frozenset[str] = frozenset()
 ) -> ast.Expr:
     """Parse a single SkriptND expression; ``type_names`` adds generic names usable as casts."""
-    register_source(file, text)
     parser = _Parser(tokenize(text, file), file, lenient, TYPE_NAMES | type_names)
     value = _guarded(parser, parser.expression)
     if parser.token.kind is not Kind.END:
