@@ -1,0 +1,711 @@
+"""Instruction Selection: rewrite what a target lacks into the primitives it has.
+
+:func:`instruction_selection_matcher` builds, for one backend's ``supported_ops`` and
+``vector_widths``, a :class:`PatternMatcher` of the spec's "decomposed elementwise ops":
+
+=============  ================================================================================
+``NEG``        ``MUL(x, -1)``
+``SUB``        ``ADD(a, NEG(b))``
+``DIV``        ``MUL(a, RECIP(b))``
+``CMP_GT``     ``CMP_LT(b, a)``; ``CMP_GE`` / ``CMP_LE`` / ``CMP_EQ`` as ``CMP_NE(…, True)`` of a
+               ``CMP_LT`` / ``CMP_NE``, as the spec's table writes them (so with a nan operand they
+               answer True where IEEE says False)
+``NOT``        ``CMP_NE(x, True)`` on bool, ``XOR(x, all-ones)`` on integers
+``EXP2``       round to ``n + f`` (``|f| <= 1/2``), a minimax polynomial for ``2**f``, and ``2**n``
+               built from exponent bits (``BITCAST(SHL(n + bias))``) in two halves, so results
+               underflow to denormals and overflow to inf correctly
+``LOG2``       denormals scaled by ``2**64``; exponent and mantissa from the bits; mantissa
+               centred on ``[√½, √2)``; ``log2(m) = s·R(s²)`` with ``s = (m-1)/(m+1)``; ``x < 0``
+               gives nan, ``0`` gives ``-inf``, ``inf`` gives ``inf``
+``SIN``        Cody–Waite reduction by ``k·π/2`` (π/2 split into parts whose products with ``k`` are
+               exact), quadrant selection, minimax polynomials for sin and cos on ``[-π/4, π/4]``
+``SQRT``       ``EXP2(0.5·LOG2(x))`` as the spec writes it, then one Newton step
+               ``y + (x/y - y)/2`` (without it the error grows with ``|log2 x|``); ``0`` and
+               ``inf`` pass through
+``POW``        ``EXP2(LOG2(|a|)·b)``; a negative base with an integer exponent gets the sign of
+               ``(-1)**b``, with a non-integer exponent nan; ``b = 0`` or ``a = 1`` give 1.  The
+               error grows with ``|b·log2 a|`` (the exponent of the result), see the table below.
+``MULACC``     ``ADD(MUL(a, b), c)`` where the target lacks it; where it has it, ``ADD(MUL(a, b), c)``
+               is fused into ``MULACC``
+``THREEFRY``   Threefry-2x32-20 on uint32 words: 5 groups of 4 add-rotate-xor rounds with the
+               rotations (13, 15, 26, 6), (17, 29, 16, 24) and a key injection after each group
+``MAX``        ``WHERE(CMP_LT(a, b), b, a)`` (a nan in ``b`` is not propagated)
+``SHL``/``SHR``  by a constant: ``MUL`` / floor ``IDIV`` by ``2**c``
+=============  ================================================================================
+
+float16 and bfloat16 transcendentals are computed in float32 and rounded back; float64 ones use
+polynomials of higher degree.  Vector ops of a width the target does not have are split into
+per-lane scalar ops (:data:`devectorize_rules`, :func:`devectorize`).
+
+Accuracy (measured by ``tests/passes/test_isel.py`` against numpy's float64 / long double, in
+ulps of the result; the full table with inputs and means is ``docs/accuracy.md``):
+
+=========  ===============================  ==============  ==============
+function   inputs                           float32 max     float64 max
+=========  ===============================  ==============  ==============
+exp2       [-126, 127] / [-1022, 1023]      1               1
+log2       [1e-38, 1e38] / [1e-300, 1e300]  2               2
+sin        [-1e4, 1e4]                      2               2
+sqrt       [1e-38, 1e38] / [1e-300, 1e300]  1               1
+=========  ===============================  ==============  ==============
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from fractions import Fraction
+from typing import Any
+
+from uopviz.core.alu import exec_alu, wrap_integer
+from uopviz.core.dtype import DType, dtypes
+from uopviz.core.ops import GroupOp, Ops
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopviz.core.uop import UOp
+
+__all__ = [
+    "DECOMPOSITIONS",
+    "devectorize",
+    "devectorize_rules",
+    "instruction_selection_matcher",
+    "mulacc_fusion",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# building primitives (scalars or vectors alike)
+
+
+def const_like(x: UOp, value: Any, dtype: DType | None = None) -> UOp:
+    """A constant with ``x``'s lane count, of ``dtype`` (default ``x.dtype``): a CONST, or a
+    VECTORIZE of CONSTs for a vector."""
+    dtype = dtype or x.dtype
+    scalar = dtype.scalar
+    if scalar.is_int:
+        value = wrap_integer(int(value), scalar)
+    elif scalar.is_float:
+        value = exec_alu(Ops.CAST, scalar, (float(value),))  # the constant as the dtype holds it
+    const = UOp.const(scalar, value)
+    return const if x.dtype.count == 1 else UOp(Ops.VECTORIZE, (const,) * x.dtype.count)
+
+
+def _lanes(dtype: DType, x: UOp) -> DType:
+    """``dtype`` with ``x``'s lane count."""
+    return dtype.scalar.vec(x.dtype.count) if x.dtype.count > 1 else dtype.scalar
+
+
+def _operand(x: UOp, value: UOp | int | float) -> UOp:
+    return value if isinstance(value, UOp) else const_like(x, value)
+
+
+def _binary(op: Ops, a: UOp | int | float, b: UOp | int | float) -> UOp:
+    """``op(a, b)``; a Python number becomes a constant of the other operand's type."""
+    reference = a if isinstance(a, UOp) else b
+    return UOp(op, (_operand(reference, a), _operand(reference, b)))
+
+
+def add(a: UOp | int | float, b: UOp | int | float) -> UOp:
+    """ADD."""
+    return _binary(Ops.ADD, a, b)
+
+
+def mul(a: UOp | int | float, b: UOp | int | float) -> UOp:
+    """MUL."""
+    return _binary(Ops.MUL, a, b)
+
+
+def sub(a: UOp, b: UOp | int | float) -> UOp:
+    """``a - b`` as ``ADD(a, MUL(b, -1))`` (primitives only)."""
+    return add(a, mul(_operand(a, b), -1))
+
+
+def less(a: UOp | int | float, b: UOp | int | float) -> UOp:
+    """CMP_LT."""
+    return _binary(Ops.CMP_LT, a, b)
+
+
+def not_equal(a: UOp | int | float, b: UOp | int | float) -> UOp:
+    """CMP_NE."""
+    return _binary(Ops.CMP_NE, a, b)
+
+
+def where(condition: UOp, a: UOp | int | float, b: UOp | int | float) -> UOp:
+    """WHERE (numbers become constants of the other branch's type)."""
+    reference = a if isinstance(a, UOp) else b
+    return UOp(Ops.WHERE, (condition, _operand(reference, a), _operand(reference, b)))
+
+
+def bit_and(a: UOp, b: UOp | int) -> UOp:
+    """AND."""
+    return UOp(Ops.AND, (a, _operand(a, b)))
+
+
+def bit_or(a: UOp, b: UOp | int) -> UOp:
+    """OR."""
+    return UOp(Ops.OR, (a, _operand(a, b)))
+
+
+def shift_left(a: UOp, b: UOp | int) -> UOp:
+    """SHL."""
+    return UOp(Ops.SHL, (a, _operand(a, b)))
+
+
+def shift_right(a: UOp, b: UOp | int) -> UOp:
+    """SHR."""
+    return UOp(Ops.SHR, (a, _operand(a, b)))
+
+
+def cast(x: UOp, dtype: DType) -> UOp:
+    """CAST to ``dtype`` with ``x``'s lane count."""
+    target = _lanes(dtype, x)
+    return x if target == x.dtype else UOp(Ops.CAST, (x,), target)
+
+
+def bitcast(x: UOp, dtype: DType) -> UOp:
+    """BITCAST to ``dtype`` with ``x``'s lane count."""
+    return UOp(Ops.BITCAST, (x,), _lanes(dtype, x))
+
+
+def truncate(x: UOp) -> UOp:
+    """TRUNC."""
+    return UOp(Ops.TRUNC, (x,))
+
+
+def recip(x: UOp) -> UOp:
+    """RECIP."""
+    return UOp(Ops.RECIP, (x,))
+
+
+def polynomial(x: UOp, coefficients: Iterable[float]) -> UOp:
+    """``c0 + x*(c1 + x*(c2 + ...))`` by Horner's rule."""
+    coefficients = list(coefficients)
+    result = const_like(x, coefficients[-1])
+    for c in reversed(coefficients[:-1]):
+        result = add(mul(result, x), c)
+    return result
+
+
+def _round_to_integer(x: UOp) -> UOp:
+    """``x`` rounded to the nearest integer (halves away from zero), as a float: TRUNC(x ± 0.5)."""
+    return truncate(add(x, where(less(x, 0.0), const_like(x, -0.5), 0.5)))
+
+
+# ---------------------------------------------------------------------------------------------
+# float formats and polynomial coefficients
+
+
+class _Format:
+    """What the bit-level decompositions need of a float type."""
+
+    def __init__(self, dtype: DType, integer: DType, mantissa_bits: int, bias: int):
+        self.dtype, self.integer, self.mantissa_bits, self.bias = dtype, integer, mantissa_bits, bias
+        self.exponent_mask = (1 << (dtype.itemsize * 8 - 1 - mantissa_bits)) - 1
+        self.mantissa_mask = (1 << mantissa_bits) - 1
+        self.min_normal = 2.0 ** (1 - bias)
+
+
+_FORMATS = {
+    dtypes.float32: _Format(dtypes.float32, dtypes.int32, 23, 127),
+    dtypes.float64: _Format(dtypes.float64, dtypes.int64, 52, 1023),
+}
+
+# Minimax coefficients (relative error), fitted with an iteratively reweighted least-squares
+# exchange in 60-digit arithmetic (mpmath) on the intervals named.  Errors of the fits:
+# exp2 2e-9 / 3e-18, log2 7e-10 / 1e-18, sin 3e-11 / 6e-24, cos 2e-12 / 3e-25 (float32 / float64).
+
+# 2**f = 1 + f*P(f) on [-0.5, 0.5]
+_EXP2 = {
+    dtypes.float32: (
+        1.0,
+        0.6931472028813067500298997,
+        0.2402264790883385115782422,
+        0.05550332407991092362905522,
+        0.00961843774988184404462112,
+        0.001339890084621712966161411,
+        0.0001535330659590782715265116,
+    ),
+    dtypes.float64: (
+        1.0,
+        0.6931471805599453258437328,
+        0.2402265069591013138466778,
+        0.05550410866482008025264737,
+        0.009618129107594063699738652,
+        0.001333355814677517272715181,
+        0.0001540353045719005855698454,
+        0.0000152527334927550389092422,
+        0.0000013215435240456696262955,
+        0.0000001017819966258482930768762,
+        7.073790897534339305311136e-9,
+        4.434766994412991886891405e-10,
+    ),
+}
+# log2(m) = s*R(s*s), s = (m-1)/(m+1) in [-0.1716, 0.1716]
+_LOG2 = {
+    dtypes.float32: (
+        2.885390079761645256310452,
+        0.9617988678028180621089011,
+        0.5767122430074934865923906,
+        0.4317914756856748758607864,
+    ),
+    dtypes.float64: (
+        2.885390081777926811369735,
+        0.9617966939259900927266557,
+        0.5770780163453078639451625,
+        0.4121985858871417169309266,
+        0.3205985301397077235991571,
+        0.2623346045942250731103878,
+        0.2209065056694182391525839,
+        0.2137262010635321200001775,
+    ),
+}
+# log((1+s)/(1-s)) = 2s + s*R(s*s): R = ln2 * (the log2 series above) - 2, in exact arithmetic
+_LN2 = Fraction(
+    "0.69314718055994530941723212145817656807550013436025525412068000949339362196969471560586332699641868754"
+)
+_LOG_CORRECTION = {
+    dtype: tuple(float(Fraction(c) * _LN2 - (2 if k == 0 else 0)) for k, c in enumerate(coefficients))
+    for dtype, coefficients in _LOG2.items()
+}
+_INVERSE_LN2 = float(1 / _LN2)
+
+# sin(r) = r + r**3 * S(r*r), cos(r) = 1 - r*r/2 + r**4 * Q(r*r) on [-π/4, π/4]
+_SIN = {
+    dtypes.float32: (
+        -0.1666666666374720028836568,
+        0.008333331832314338524354166,
+        -0.0001984006376193635543014002,
+        0.000002724694588512385441767546,
+    ),
+    dtypes.float64: (
+        -0.166666666666666666666661,
+        0.008333333333333333332170935,
+        -0.0001984126984126983735100162,
+        0.000002755731922398085746395294,
+        -2.50521083822670481082365e-8,
+        1.605904274932877785143482e-10,
+        -7.646957314384386210811633e-13,
+        2.791043767662234136566008e-15,
+    ),
+}
+_COS = {
+    dtypes.float32: (
+        0.04166666666423030422887543,
+        -0.001388888763643281101945587,
+        0.00002480058111702094992369717,
+        -0.0000002729846283007272389448453,
+    ),
+    dtypes.float64: (
+        0.04166666666666666666666638,
+        -0.001388888888888888888830735,
+        0.00002480158730158729962675976,
+        -0.0000002755731922398337266831878,
+        2.087675698627992753735931e-9,
+        -1.147074505371629254226382e-11,
+        4.779374078839521839883397e-14,
+        -1.551710643836556031643307e-16,
+    ),
+}
+
+# π to 100 digits: the source of the Cody–Waite parts of π/2
+_PI = Fraction(
+    "3.1415926535897932384626433832795028841971693993751058209749445923078164062862089986280348253421170679"
+)
+
+
+def _split(value: Fraction, bits: int, parts: int) -> tuple[float, ...]:
+    """``value`` as a sum of ``parts`` floats of at most ``bits`` significant bits each (each part
+    truncated, the next part carries the rest): ``k * part`` is exact while ``k`` has at most
+    ``53 - bits`` (float64) or ``24 - bits`` (float32) bits."""
+    out = []
+    rest = value
+    for _ in range(parts):
+        exponent = rest.numerator.bit_length() - rest.denominator.bit_length()
+        while Fraction(2) ** exponent > rest:
+            exponent -= 1
+        while Fraction(2) ** (exponent + 1) <= rest:
+            exponent += 1
+        step = Fraction(2) ** (exponent - bits + 1)
+        part = (rest // step) * step
+        out.append(float(part))
+        rest -= part
+    return tuple(out)
+
+
+# (bits of each part, parts): float32 reduces exactly for |k| < 2**14 (|x| < 25 700), float64 for
+# |k| < 2**26 (|x| < 1.05e8); the parts carry 70 and 135 bits of π/2
+_HALF_PI_PARTS = {dtypes.float32: _split(_PI / 2, 10, 7), dtypes.float64: _split(_PI / 2, 27, 5)}
+_REDUCTION_LIMIT = {dtypes.float32: 2.0**14, dtypes.float64: 2.0**26}
+
+
+def _in_float32(x: UOp, compute: Callable[[UOp], UOp]) -> UOp | None:
+    """float16 / bfloat16: compute in float32 and round back; float32/float64: compute directly."""
+    scalar = x.dtype.scalar
+    if scalar in _FORMATS:
+        return compute(x)
+    if scalar in (dtypes.float16, dtypes.bfloat16):
+        return cast(compute(cast(x, dtypes.float32)), scalar)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# transcendental decompositions
+
+
+def _power_of_two(n: UOp, form: _Format) -> UOp:
+    """``2**n`` for an integer ``n`` in the normal exponent range, from exponent bits."""
+    return bitcast(shift_left(add(n, form.bias), form.mantissa_bits), form.dtype)
+
+
+def decompose_exp2(x: UOp) -> UOp:
+    """``2**x``: ``x = n + f`` with ``|f| <= 1/2``, ``2**f`` by a polynomial, ``2**n`` from bits."""
+    form = _FORMATS[x.dtype.scalar]
+    low, high = (-151.0, 129.0) if form.dtype is dtypes.float32 else (-1076.0, 1025.0)
+    is_nan = not_equal(x, x)
+    clamped = where(less(x, low), low, where(less(high, x), high, where(is_nan, 0.0, x)))
+    n = _round_to_integer(clamped)
+    f = sub(clamped, n)
+    p = polynomial(f, _EXP2[form.dtype])
+    k = cast(n, form.integer)
+    half = shift_right(k, 1)  # 2**n as 2**half * 2**(n - half): both halves are normal numbers
+    result = mul(mul(p, _power_of_two(half, form)), _power_of_two(sub(k, half), form))
+    return where(is_nan, x, result)
+
+
+def decompose_log2(x: UOp) -> UOp:
+    """``log2 x``: exponent from the bits, the mantissa's logarithm by a polynomial."""
+    form = _FORMATS[x.dtype.scalar]
+    small = less(x, form.min_normal)  # denormals (and 0, negatives: replaced below) scaled up
+    scaled = where(small, mul(x, 2.0**64), x)
+    bits = bitcast(scaled, form.integer)
+    exponent = sub(bit_and(shift_right(bits, form.mantissa_bits), form.exponent_mask), form.bias)
+    exponent = sub(exponent, where(small, const_like(bits, 64), const_like(bits, 0)))
+    one_bits = form.bias << form.mantissa_bits
+    mantissa = bitcast(bit_or(bit_and(bits, form.mantissa_mask), one_bits), form.dtype)  # in [1, 2)
+    above = less(const_like(x, 2.0**0.5), mantissa)  # centre on [√½, √2)
+    mantissa = where(above, mul(mantissa, 0.5), mantissa)
+    exponent = add(exponent, where(above, const_like(bits, 1), const_like(bits, 0)))
+    # log(1+f) = f - (f²/2 - s·(f²/2 + R(s²))) with s = f/(2+f): f is exact and the terms after it
+    # are small corrections, so the natural logarithm is within about one ulp before scaling by 1/ln 2
+    f = sub(mantissa, 1.0)
+    s = mul(f, recip(add(f, 2.0)))
+    half_square = mul(mul(f, f), 0.5)
+    correction = polynomial(mul(s, s), _LOG_CORRECTION[form.dtype])
+    natural = sub(f, sub(half_square, mul(s, add(half_square, correction))))
+    result = add(cast(exponent, form.dtype), mul(natural, _INVERSE_LN2))
+    result = where(less(x, float("inf")), result, x)  # inf → inf, nan → nan
+    result = where(not_equal(x, 0.0), result, float("-inf"))
+    return where(less(x, 0.0), float("nan"), result)
+
+
+def decompose_sin(x: UOp) -> UOp:
+    """``sin x``: ``x = k·π/2 + r`` (Cody–Waite), then sin or cos of ``r`` by the quadrant ``k mod 4``."""
+    dtype = x.dtype.scalar
+    not_finite = not_equal(mul(x, 0.0), 0.0)  # x*0 is nan exactly for inf and nan
+    finite = where(not_finite, 0.0, x)
+    k = _round_to_integer(mul(finite, float(2 / _PI)))
+    r = finite
+    for part in _HALF_PI_PARTS[dtype]:
+        r = sub(r, mul(k, part))
+    # beyond the exact reduction range the parts' products round: keep r where the polynomials hold
+    limit = 1.0
+    r = where(less(r, -limit), -limit, where(less(limit, r), limit, r))
+    quadrant = sub(k, mul(truncate(mul(k, 0.25)), 4.0))  # k mod 4 in (-4, 4), exact
+    quadrant = bit_and(cast(quadrant, dtypes.int32), 3)
+    t = mul(r, r)
+    sine = add(r, mul(mul(r, t), polynomial(t, _SIN[dtype])))
+    cosine = add(mul(t, add(mul(t, polynomial(t, _COS[dtype])), -0.5)), 1.0)
+    odd = not_equal(bit_and(quadrant, 1), 0)
+    value = where(odd, cosine, sine)
+    value = where(not_equal(bit_and(quadrant, 2), 0), mul(value, -1.0), value)
+    return where(not_finite, float("nan"), value)
+
+
+def decompose_sqrt(x: UOp) -> UOp:
+    """``sqrt x`` as ``EXP2(0.5·LOG2(x))`` then one Newton step; ``±0`` and ``inf`` pass through."""
+    estimate = UOp(Ops.EXP2, (mul(UOp(Ops.LOG2, (x,)), 0.5),))
+    refined = mul(add(estimate, mul(x, recip(estimate))), 0.5)
+    refined = where(less(x, float("inf")), refined, x)
+    return where(not_equal(x, 0.0), refined, x)
+
+
+def decompose_pow(a: UOp, b: UOp) -> UOp:
+    """``a**b`` as ``EXP2(LOG2(|a|)·b)`` with the sign of a negative base for integer ``b``."""
+    negative = less(a, 0.0)
+    magnitude = where(negative, mul(a, -1.0), a)
+    result = UOp(Ops.EXP2, (mul(UOp(Ops.LOG2, (magnitude,)), b),))
+    integer = UOp(Ops.CMP_NE, (not_equal(truncate(b), b), const_like(b, True, dtypes.bool)))
+    half = mul(b, 0.5)
+    odd = not_equal(truncate(half), half)
+    signed = where(odd, mul(result, -1.0), result)
+    result = where(negative, where(integer, signed, float("nan")), result)
+    one = UOp(
+        Ops.OR,
+        (
+            UOp(Ops.CMP_NE, (not_equal(b, 0.0), const_like(b, True, dtypes.bool))),
+            UOp(Ops.CMP_NE, (not_equal(a, 1.0), const_like(a, True, dtypes.bool))),
+        ),
+    )
+    return where(one, 1.0, result)
+
+
+# ---------------------------------------------------------------------------------------------
+# Threefry 2x32 on uint32 words
+
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = 0x1BD11BDA
+
+
+def decompose_threefry(x: UOp, key: UOp) -> UOp:
+    """Threefry-2x32-20 of uint64 counters under uint64 keys, on uint32 ADD/SHL/SHR/OR/XOR."""
+
+    def low(v: UOp) -> UOp:
+        return cast(bit_and(v, 0xFFFFFFFF), dtypes.uint32)
+
+    def high(v: UOp) -> UOp:
+        return cast(shift_right(v, 32), dtypes.uint32)
+
+    def rotate(v: UOp, amount: int) -> UOp:
+        return bit_or(shift_left(v, amount), shift_right(v, 32 - amount))
+
+    k0, k1 = low(key), high(key)
+    schedule = (k0, k1, UOp(Ops.XOR, (UOp(Ops.XOR, (k0, k1)), const_like(k0, _PARITY))))
+    x0, x1 = add(low(x), schedule[0]), add(high(x), schedule[1])
+    for group in range(5):
+        for amount in _ROTATIONS[group % 2]:
+            x0 = add(x0, x1)
+            x1 = UOp(Ops.XOR, (rotate(x1, amount), x0))
+        x0 = add(x0, schedule[(group + 1) % 3])
+        x1 = add(add(x1, schedule[(group + 2) % 3]), group + 1)
+    return bit_or(shift_left(cast(x1, dtypes.uint64), 32), cast(x0, dtypes.uint64))
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules, one list per decomposed op (each rule fires only where the target lacks the op)
+
+
+def _all_ones(dtype: DType) -> int:
+    return dtype.scalar.max if dtype.is_unsigned else -1
+
+
+def _true_like(x: UOp) -> UOp:
+    return const_like(x, True, dtypes.bool)
+
+
+def _not(x: UOp) -> UOp:
+    if x.dtype.scalar is dtypes.bool:
+        return UOp(Ops.CMP_NE, (x, _true_like(x)))
+    return UOp(Ops.XOR, (x, const_like(x, _all_ones(x.dtype))))
+
+
+def _power_of_two_shift(x: UOp, c: UOp) -> int | None:
+    amount = c.arg[0] if c.op is Ops.CONST else None
+    if amount is None or not 0 <= amount < x.dtype.scalar.itemsize * 8:
+        return None
+    return 1 << amount
+
+
+def _shift_as_multiply(x: UOp, c: UOp) -> UOp | None:
+    factor = _power_of_two_shift(x, c)
+    return None if factor is None else mul(x, factor)
+
+
+def _shift_as_divide(x: UOp, c: UOp) -> UOp | None:
+    factor = _power_of_two_shift(x, c)
+    if factor is None or (not x.dtype.is_unsigned and factor == 1 << (x.dtype.scalar.itemsize * 8 - 1)):
+        return None
+    return UOp(Ops.IDIV, (x, const_like(x, factor)))  # floor division is the arithmetic shift
+
+
+_A, _B = UPat.var("a"), UPat.var("b")
+_FLOAT_X = UPat.var("x")
+
+#: op → the rules that remove it (used for the ops a target lacks).
+DECOMPOSITIONS: dict[Ops, list[tuple]] = {
+    Ops.NEG: [(UPat(Ops.NEG, src=(_FLOAT_X,)), lambda x: mul(x, -1), "NEG → MUL(x, -1)")],
+    Ops.SUB: [(UPat(Ops.SUB, src=(_A, _B)), lambda a, b: add(a, UOp(Ops.NEG, (b,))), "SUB → ADD(a, NEG b)")],
+    Ops.DIV: [(UPat(Ops.DIV, src=(_A, _B)), lambda a, b: mul(a, recip(b)), "DIV → MUL(a, RECIP b)")],
+    Ops.CMP_GT: [(UPat(Ops.CMP_GT, src=(_A, _B)), lambda a, b: less(b, a), "CMP_GT → CMP_LT(b, a)")],
+    Ops.CMP_GE: [
+        (UPat(Ops.CMP_GE, src=(_A, _B)), lambda a, b: _not(less(a, b)), "CMP_GE → CMP_NE(CMP_LT(a, b), 1)")
+    ],
+    Ops.CMP_LE: [
+        (UPat(Ops.CMP_LE, src=(_A, _B)), lambda a, b: _not(less(b, a)), "CMP_LE → CMP_NE(CMP_LT(b, a), 1)")
+    ],
+    Ops.CMP_EQ: [
+        (
+            UPat(Ops.CMP_EQ, src=(_A, _B)),
+            lambda a, b: _not(not_equal(a, b)),
+            "CMP_EQ → CMP_NE(CMP_NE(a, b), 1)",
+        )
+    ],
+    Ops.NOT: [(UPat(Ops.NOT, src=(_FLOAT_X,)), _not, "NOT → CMP_NE(x, 1) / XOR(x, -1)")],
+    Ops.EXP2: [
+        (
+            UPat(Ops.EXP2, src=(_FLOAT_X,)),
+            lambda x: _in_float32(x, decompose_exp2),
+            "EXP2 → 2**n (exponent bits) · polynomial(f)",
+        )
+    ],
+    Ops.LOG2: [
+        (
+            UPat(Ops.LOG2, src=(_FLOAT_X,)),
+            lambda x: _in_float32(x, decompose_log2),
+            "LOG2 → exponent + polynomial(mantissa)",
+        )
+    ],
+    Ops.SIN: [
+        (
+            UPat(Ops.SIN, src=(_FLOAT_X,)),
+            lambda x: _in_float32(x, decompose_sin),
+            "SIN → Cody–Waite reduction + polynomial",
+        )
+    ],
+    Ops.SQRT: [
+        (
+            UPat(Ops.SQRT, src=(_FLOAT_X,)),
+            lambda x: _in_float32(x, decompose_sqrt),
+            "SQRT → EXP2(0.5·LOG2(x)) + Newton step",
+        )
+    ],
+    Ops.POW: [
+        (
+            UPat(Ops.POW, src=(_A, _B)),
+            lambda a, b: _in_float32(
+                a,
+                lambda a32: decompose_pow(
+                    a32, cast(b, dtypes.float32) if a.dtype.scalar not in _FORMATS else b
+                ),
+            ),
+            "POW → EXP2(LOG2(|a|)·b) with the sign of (-1)**b",
+        )
+    ],
+    Ops.MULACC: [
+        (
+            UPat(Ops.MULACC, src=(_A, _B, UPat.var("c"))),
+            lambda a, b, c: add(mul(a, b), c),
+            "MULACC → ADD(MUL(a, b), c)",
+        )
+    ],
+    Ops.THREEFRY: [
+        (
+            UPat(Ops.THREEFRY, src=(_FLOAT_X, UPat.var("key"))),
+            decompose_threefry,
+            "THREEFRY → 20 rounds of uint32 add-rotate-xor",
+        )
+    ],
+    Ops.MAX: [
+        (UPat(Ops.MAX, src=(_A, _B)), lambda a, b: where(less(a, b), b, a), "MAX → WHERE(a < b, b, a)")
+    ],
+    Ops.SHL: [(UPat(Ops.SHL, src=(_FLOAT_X, UPat.cvar("c"))), _shift_as_multiply, "SHL by c → MUL by 2**c")],
+    Ops.SHR: [
+        (UPat(Ops.SHR, src=(_FLOAT_X, UPat.cvar("c"))), _shift_as_divide, "SHR by c → floor IDIV by 2**c")
+    ],
+}
+
+#: ``ADD(MUL(a, b), c) → MULACC(a, b, c)`` for targets with a multiply-add.
+mulacc_fusion = PatternMatcher(
+    [
+        (
+            UPat(Ops.ADD, src=[UPat(Ops.MUL, src=(_A, _B)), UPat.var("c")]),
+            lambda a, b, c: UOp(Ops.MULACC, (a, b, c)),
+            "ADD(MUL(a, b), c) → MULACC(a, b, c)",
+        ),
+    ],
+    name="mulacc fusion",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# devectorization
+
+
+def _lane(x: UOp, i: int) -> UOp:
+    return UOp(Ops.GEP, (x,), (i,))
+
+
+def _devectorize_alu(x: UOp) -> UOp | None:
+    count = x.dtype.count
+    if count == 1 or any(s.dtype.count != count for s in x.src):
+        return None
+    arg = x.arg
+    if x.op in (Ops.CAST, Ops.BITCAST):
+        if x.op is Ops.BITCAST and x.src[0].dtype.scalar.itemsize != x.dtype.scalar.itemsize:
+            return None
+        arg = x.dtype.scalar
+    lanes = [UOp(x.op, tuple(_lane(s, i) for s in x.src), arg) for i in range(count)]
+    return UOp(Ops.VECTORIZE, tuple(lanes))
+
+
+def _gep_of_vectorize(g: UOp, v: UOp) -> UOp:
+    picked = [v.src[i] for i in g.arg]
+    return picked[0] if len(picked) == 1 else UOp(Ops.VECTORIZE, tuple(picked))
+
+
+def _gep_of_gep(g: UOp, inner: UOp) -> UOp:
+    return UOp(Ops.GEP, (inner.src[0],), tuple(inner.arg[i] for i in g.arg))
+
+
+_VECTOR_ALU = GroupOp.ELEMENTWISE | {Ops.BITCAST}
+
+#: Rules that split vector ALU ops into VECTORIZE of per-lane scalar ops (lanes taken with GEP),
+#: and fold the GEPs of VECTORIZEs this leaves behind.
+devectorize_rules = PatternMatcher(
+    [
+        (UPat(_VECTOR_ALU, name="x"), _devectorize_alu, "vector ALU → VECTORIZE of lanes"),
+        (
+            UPat(Ops.GEP, src=(UPat(Ops.VECTORIZE, name="v"),), name="g"),
+            _gep_of_vectorize,
+            "GEP(VECTORIZE) → lane",
+        ),
+        (UPat(Ops.GEP, src=(UPat(Ops.GEP, name="inner"),), name="g"), _gep_of_gep, "GEP(GEP) → GEP"),
+        (
+            UPat(Ops.GEP, name="g"),
+            lambda g: g.src[0] if g.arg == tuple(range(g.src[0].dtype.count)) else None,
+            "GEP of every lane → the vector",
+        ),
+    ],
+    name="devectorize",
+)
+
+
+def devectorize(root: UOp) -> UOp:
+    """``root`` with every vector ALU op split into scalar lanes (for targets without vectors)."""
+    return graph_rewrite(root, devectorize_rules, name="devectorize")
+
+
+def _devectorize_unsupported_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
+    """Devectorization of the vector ALU ops whose lane count the target does not render."""
+    widths = frozenset(vector_widths)
+
+    def split(x: UOp) -> UOp | None:
+        return None if x.dtype.count in widths else _devectorize_alu(x)
+
+    return PatternMatcher(
+        [
+            (UPat(_VECTOR_ALU, name="x"), split, "vector ALU of an unsupported width → lanes"),
+            *devectorize_rules.rules[1:],
+        ],
+        name="devectorize widths",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the matcher of one target
+
+
+def instruction_selection_matcher(
+    supported_ops: frozenset[Ops], vector_widths: tuple[int, ...] = ()
+) -> PatternMatcher:
+    """The Instruction Selection rules of a target that renders ``supported_ops`` natively and
+    vectors of ``vector_widths`` lanes: every decomposed op it lacks is rewritten into ones it has
+    (or into ops that are decomposed in turn), MULACC is fused where it exists, and vector ALU ops
+    of other widths are split into lanes."""
+    supported = frozenset(supported_ops)
+    rules: list = []
+    for op, decompositions in DECOMPOSITIONS.items():
+        if op not in supported:
+            rules.extend(decompositions)
+    if Ops.MULACC in supported:
+        rules.extend(mulacc_fusion.rules)
+    rules.extend(_devectorize_unsupported_widths(tuple(vector_widths)).rules)
+    return PatternMatcher(rules, name="instruction selection")
