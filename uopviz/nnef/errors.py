@@ -77,6 +77,7 @@ class NNEFError(Exception):
         )
 
     def _format(self) -> str:
+        """``file:line:column: message`` and, when the source is known, the line and a caret."""
         location = ":".join(str(part) for part in (self.file, self.line, self.column) if part is not None)
         text = f"{location}: {self.message}" if location else self.message
         if self.source_line is not None:

@@ -187,13 +187,16 @@ class _Parser:
 
     def expect_close(self, opener: Token) -> Token:
         """Consume the delimiter closing ``opener`` or report where the pair was opened."""
-        closer = _CLOSERS[opener.text]
-        if self.at(closer):
+        if self.at(_CLOSERS[opener.text]):
             return self.advance()
-        raise self.error(
+        raise self.unclosed(opener)
+
+    def unclosed(self, opener: Token) -> NNEFError:
+        """The error for a missing closer of ``opener`` at the current token."""
+        return self.error(
             self.token,
-            f"expected '{closer}' to close '{opener.text}' opened at {opener.line}:{opener.column}, "
-            f"found {self.describe(self.token)}",
+            f"expected '{_CLOSERS[opener.text]}' to close '{opener.text}' opened at "
+            f"{opener.line}:{opener.column}, found {self.describe(self.token)}",
         )
 
     def expect_semicolon(self, what: str) -> None:
@@ -339,7 +342,7 @@ class _Parser:
         block_tokens: dict[str, Token] = {}
         while not self.at("}"):
             if self.token.kind is Kind.END:
-                raise self.expect_close(opener)
+                raise self.unclosed(opener)
             block_name, entries = self.block(block_tokens)
             blocks[block_name] = entries
         self.expect_close(opener)
@@ -421,7 +424,7 @@ class _Parser:
         entries = []
         while not self.at("}"):
             if self.token.kind in (Kind.END, Kind.BLOCK):
-                raise self.expect_close(opener)
+                raise self.unclosed(opener)
             entries.append(entry())
         self.expect_close(opener)
         return name, entries
@@ -941,7 +944,7 @@ class _Parser:
             if self.at("}"):
                 raise self.error(self.token, "a block must end with 'yield values;' before its '}'")
             if self.token.kind in (Kind.END, Kind.BLOCK):
-                raise self.expect_close(opener)
+                raise self.unclosed(opener)
             components.append(self.component())
         self.advance()
         yields = [self.expression()]
