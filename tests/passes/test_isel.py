@@ -91,7 +91,7 @@ def near_multiples_of_pi(dtype, count: int = 4000, limit: float = 1e4) -> np.nda
     k = np.unique(np.linspace(1, limit / np.pi, count).astype(np.int64))
     centres = (k.astype(np.longdouble) * np.longdouble(np.pi)).astype(npd)  # long double π: 64 bits
     values = [centres]
-    for step in (1, 2):
+    for _ in (1, 2):
         values += [np.nextafter(centres, np.inf, dtype=npd), np.nextafter(centres, -np.inf, dtype=npd)]
         centres = values[-1]
     out = np.concatenate(values)
