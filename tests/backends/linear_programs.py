@@ -17,7 +17,7 @@ import numpy as np
 from uopviz.backends.base import TensorCore, cpu_tensor_cores, numpy_dtype
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.uop import UOp
+from uopviz.core.uop import UOp  # noqa: F401 - re-exported for tests
 
 Arrays = list[np.ndarray]
 
@@ -35,6 +35,7 @@ class LinearCase:
     atol: float = 1e-6
     flops: int = 0
     tags: set[str] = field(default_factory=set)
+    tensor_core: TensorCore | None = None  # the tile a WMMA case needs the backend to offer
 
     def __repr__(self) -> str:
         return self.name
@@ -362,7 +363,7 @@ def wmma_gemm(tiles_m: int, tiles_n: int, tiles_k: int, config: TensorCore | Non
         return {0: (x[1].reshape(m, k).astype(np.float64) @ x[2].reshape(k, n)).astype(np.float32).reshape(-1)}
 
     return LinearCase(f"wmma_{tc.name}_{m}x{n}x{k}", b.linear(f"r_wmma_{m}_{n}_{k}"), make, expected,
-                      rtol=1e-4, atol=1e-4, flops=2 * m * n * k, tags={"wmma"})
+                      rtol=1e-4, atol=1e-4, flops=2 * m * n * k, tags={"wmma"}, tensor_core=tc)
 
 
 def gemm(m: int, n: int, k: int, upcast: int = 1) -> LinearCase:
@@ -612,6 +613,70 @@ def float_specials(dtype: DType = dtypes.float32) -> LinearCase:
                       exact=True)
 
 
+def gpu_elementwise(groups: int, local: int, n: int | None = None) -> LinearCase:
+    """``out[i] = a[i] * 2 + b[i]`` over SPECIAL workgroup and lane indices, gated past ``n``."""
+    n = groups * local if n is None else n
+    b = Builder()
+    out, a, c = b.param(0, n), b.param(1, n), b.param(2, n)
+    group = b.emit(UOp(Ops.SPECIAL, (idx(groups),), "gidx0"))
+    lane = b.emit(UOp(Ops.SPECIAL, (idx(local),), "lidx0"))
+    i = b.emit(group * idx(local) + lane)
+    inside = b.emit(i < idx(n))
+    zero = const(dtypes.float32, 0.0)
+    value = b.load(a, i, zero, inside) * const(dtypes.float32, 2.0) + b.load(c, i, zero, inside)
+    b.store(out, i, value, inside)
+
+    def make(rng):
+        return [np.zeros(n, np.float32), random_array(rng, n, dtypes.float32), random_array(rng, n, dtypes.float32)]
+
+    return LinearCase(f"gpu_elementwise_{groups}x{local}_{n}", b.linear(f"E_g{groups}_l{local}"), make,
+                      lambda x: {0: x[1] * 2 + x[2]}, tags={"gpu"})
+
+
+def group_reduce(rows: int, local: int, cols: int) -> LinearCase:
+    """Row sums by workgroups: each lane sums a strided part in a REG, lanes meet in a LOCAL buffer after
+    a BARRIER, and lane 0 adds the partial sums (GROUP_REDUCE)."""
+    b = Builder()
+    out, a = b.param(0, rows), b.param(1, rows * cols)
+    partial = b.emit(UOp.buffer(local, dtypes.float32, "CPU", AddrSpace.LOCAL))
+    acc = b.register(1)
+    row = b.emit(UOp(Ops.SPECIAL, (idx(rows),), "gidx0"))
+    lane = b.emit(UOp(Ops.SPECIAL, (idx(local),), "lidx0"))
+    b.store(acc, 0, const(dtypes.float32, 0.0))
+    steps = (cols + local - 1) // local
+    k = b.loop(steps, AxisType.REDUCE)
+    col = b.emit(k * idx(local) + lane)
+    inside = b.emit(col < idx(cols))
+    read = b.load(acc, 0)
+    value = b.load(a, row * idx(cols) + col, const(dtypes.float32, 0.0), inside)
+    b.end(k, b.store(acc, 0, read + value))
+    mine = b.again(read)
+    stored = b.store(partial, lane, mine)
+    barrier = b.emit(UOp(Ops.BARRIER, (stored,)))
+    first = b.emit(lane.eq(idx(0)))
+    block = b.emit(UOp(Ops.IF, (first, barrier)))
+    total = b.register(1)
+    b.store(total, 0, const(dtypes.float32, 0.0))
+    j = b.loop(local, AxisType.GROUP_REDUCE)
+    total_read = b.load(total, 0)
+    b.end(j, b.store(total, 0, total_read + b.load(partial, j)))
+    result = b.again(total_read)
+    done = b.store(out, row, result)
+    b.emit(UOp(Ops.ENDIF, (block, done)))
+
+    def make(rng):
+        return [np.zeros(rows, np.float32), random_array(rng, rows * cols, dtypes.float32)]
+
+    return LinearCase(f"group_reduce_{rows}x{local}_{cols}", b.linear(f"r_g{rows}_l{local}_{cols}"), make,
+                      lambda x: {0: x[1].reshape(rows, cols).astype(np.float64).sum(1).astype(np.float32)},
+                      rtol=1e-4, atol=1e-4, tags={"gpu", "local"})
+
+
+def gpu_cases() -> list[LinearCase]:
+    """Programs with SPECIAL indices, LOCAL buffers and BARRIERs (GPU backends only)."""
+    return [gpu_elementwise(4, 8), gpu_elementwise(3, 16, 40), group_reduce(5, 8, 100), group_reduce(2, 16, 16)]
+
+
 def crash_custom(n: int = 16) -> LinearCase:
     """A CUSTOM op that writes far outside its buffer (for the isolation tests; it crashes)."""
     b = Builder()
@@ -669,10 +734,16 @@ def integer_cases() -> list[LinearCase]:
 
 
 def run_case(backend_name: str, case: LinearCase, seed: int = 0) -> tuple[Arrays, dict[int, np.ndarray]]:
-    """Render, compile and run ``case`` on a backend; returns (arrays after the run, expected)."""
+    """Render, compile and run ``case`` on a backend; returns (arrays after the run, expected).
+    Skips (with the reason) a WMMA case whose tile the backend does not offer."""
+    import pytest
+
     from uopviz.backends import get
 
     backend = get(backend_name)
+    if case.tensor_core is not None and case.tensor_core not in backend.tensor_cores:
+        pytest.skip(f"{backend_name} offers no {case.tensor_core.name} tensor core "
+                    f"(it has {', '.join(tc.name for tc in backend.tensor_cores)})")
     source = backend.render(case.linear)
     kernel = backend.compile(source, case.linear.arg)
     arrays = case.make_arrays(np.random.default_rng(seed))

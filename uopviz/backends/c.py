@@ -172,6 +172,9 @@ class CStyleRenderer:
     global_qualifier = ""
     restrict = "restrict"
     comment = "//"
+    long_suffix = "LL"
+    #: LOCAL arrays must be declared at the top of the kernel (OpenCL)
+    locals_at_top = False
     #: vector lane counts this dialect has types for (others are padded or refused)
     native_vector_counts: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
     #: ops computed on whole vectors (everything else is computed lane by lane)
@@ -248,14 +251,14 @@ class CStyleRenderer:
             return self.float_const(float(value), scalar)
         value = int(value)
         if scalar is dtypes.index:
-            return str(value) if -(2**31) < value < 2**31 else f"{value}LL"
+            return str(value) if -(2**31) < value < 2**31 else f"{value}{self.long_suffix}"
         if scalar.is_unsigned:
-            suffix = "ull" if scalar.itemsize == 8 else "u"
+            suffix = f"u{self.long_suffix.lower()}" if scalar.itemsize == 8 else "u"
             text = f"{value}{suffix}"
             return text if scalar.itemsize >= 4 else f"(({self.scalar_type(scalar)}){text})"
         if value == scalar.min:
-            return f"({value + 1}{'LL' if scalar.itemsize == 8 else ''}-1)"
-        text = f"{value}{'LL' if scalar.itemsize == 8 else ''}"
+            return f"({value + 1}{self.long_suffix if scalar.itemsize == 8 else ''}-1)"
+        text = f"{value}{self.long_suffix if scalar.itemsize == 8 else ''}"
         return text if scalar.itemsize >= 4 else f"(({self.scalar_type(scalar)}){text})"
 
     def float_const(self, value: float, dtype: DType) -> str:
@@ -279,8 +282,9 @@ class CStyleRenderer:
             args.append(f"{self.global_qualifier}{const}{self.memory_type(param.dtype)}* {self.restrict} {pname}")
         return f"{self.kernel_prefix} {name}({', '.join(args) or 'void'})"
 
-    def special(self, name: str) -> str:
-        """The expression of a GPU index (SPECIAL) named ``name``."""
+    def special(self, name: str, uses_local: bool) -> str:
+        """The expression of a GPU index (SPECIAL) named ``name`` (``gidxN`` workgroup, ``lidxN`` lane in the
+        workgroup, ``idxN`` global); ``uses_local`` says whether the kernel has workgroup lanes at all."""
         raise RenderError(f"{self.dialect}: SPECIAL {name!r} needs a GPU backend; CPU backends use RANGEs")
 
     def barrier(self) -> str:
@@ -556,7 +560,7 @@ class CStyleRenderer:
         out = [f"{self.comment} {meta.to_comment_text()}", *self.includes()]
         out += list(state.typedefs.values())
         out += list(state.helpers.values())
-        out += [signature + " {", *body, "}", ""]
+        out += [signature + " {", *state.top_lines, *body, "}", ""]
         return "\n".join(out)
 
 
@@ -573,6 +577,7 @@ class _RenderState:
         self.scopes: list[Scope] = [Scope(None, "function", 0)]
         self.scope_numbers = 0
         self.lines: list[str] = []
+        self.top_lines: list[str] = []
         self.typedefs: dict[str, str] = {}
         self.helpers: dict[str, str] = {}
         self.counters: dict[str, int] = {}
@@ -754,7 +759,12 @@ class _RenderState:
             return None  # declared where plan_registers decided
         if space is AddrSpace.LOCAL:
             name = self.define(u, self.fresh("temp"))
-            self.emit(self.r.local_declaration(u.arg.dtype, name, u.arg.size))
+            declaration = self.r.local_declaration(u.arg.dtype, name, u.arg.size)
+            if self.r.locals_at_top:
+                self.defined_in[u] = (0,)
+                self.top_lines.append("  " + declaration)
+            else:
+                self.emit(declaration)
             return None
         raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
 
@@ -772,7 +782,9 @@ class _RenderState:
 
     def render_special(self, u: UOp) -> None:
         ctype = self.r.scalar_type(dtypes.index)
-        self.emit(f"{ctype} {u.arg} = {self.r.special(u.arg)};  {self.r.comment} 0 .. {u.src[0].arg[0] - 1}")
+        uses_local = any(s.op is Ops.SPECIAL and s.arg.startswith("lidx") for s in self.program)
+        self.emit(f"{ctype} {u.arg} = {self.r.special(u.arg, uses_local)};  {self.r.comment} 0 .. "
+                  f"{u.src[0].arg[0] - 1}")
         self.define(u, u.arg)
 
     def render_range(self, u: UOp) -> None:

@@ -1,0 +1,340 @@
+"""The OpenCL backend: OpenCL C rendered by the shared C-family renderer, built and run with pyopencl.
+
+GPU indices come from SPECIAL uops: ``gidxN`` is ``get_group_id(N)`` (``get_global_id(N)`` when the
+kernel has no ``lidx``: then the runtime may choose the workgroup size), ``lidxN`` is
+``get_local_id(N)`` and ``idxN`` is ``get_global_id(N)``.  The launch sizes are their bounds:
+``global = groups × local``.  LOCAL buffers are ``__local`` arrays at the top of the kernel and
+BARRIER is ``barrier(CLK_LOCAL_MEM_FENCE)``.  Vector lanes use OpenCL's vector types
+(``float4``, ``vload4``/``vstore4``, ``.s0``…); bool buffers are ``uchar`` (OpenCL forbids bool
+pointers), bfloat16 buffers ``ushort``.
+
+Runs on the first OpenCL GPU, else the first CPU device (pocl here); ``$UOPVIZ_OPENCL_DEVICE``
+picks another by a substring of its name.  Program binaries are cached on disk by a hash of the
+source, device and driver.  Run times come from OpenCL profiling events (device time).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from uopviz.backends.base import (
+    Backend,
+    CompiledKernel,
+    CompileError,
+    KernelMeta,
+    Launch,
+    RenderError,
+    cpu_tensor_cores,
+)
+from uopviz.backends.c import CStyleRenderer, _RenderState, render_wmma_scalar
+from uopviz.backends.cache import content_key, read_cached_bytes
+from uopviz.core.dtype import DType, dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.uop import UOp
+
+_HEX_LANES = "0123456789abcdef"
+
+
+class OpenCLRenderer(CStyleRenderer):
+    """OpenCL C 1.2 (runs on OpenCL 1.2 and 3.0 devices)."""
+
+    dialect = "opencl"
+    kernel_prefix = "__kernel void"
+    helper_prefix = "static inline"
+    global_qualifier = "__global "
+    long_suffix = "L"
+    locals_at_top = True
+    native_vector_counts = (2, 3, 4, 8, 16)
+    math_functions = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc",
+                      Ops.POW: "pow"}
+    scalar_type_names = {
+        "bool": "bool", "int8": "char", "int16": "short", "int32": "int", "int64": "long", "uint8": "uchar",
+        "uint16": "ushort", "uint32": "uint", "uint64": "ulong", "float16": "half", "bfloat16": "float",
+        "float32": "float", "float64": "double", "index": "long"}
+
+    def __init__(self, tensor_cores=(), has_fp16: bool = True, has_fp64: bool = True):
+        super().__init__(tensor_cores)
+        self.has_fp16, self.has_fp64 = has_fp16, has_fp64
+
+    def scalar_type(self, dtype: DType) -> str:
+        if dtype.scalar is dtypes.float16 and not self.has_fp16:
+            raise RenderError("opencl: this device has no cl_khr_fp16, so float16 values cannot be rendered; "
+                              "compute in float32")
+        return super().scalar_type(dtype)
+
+    def memory_type(self, dtype: DType) -> str:
+        if dtype.count == 1 and dtype.scalar.is_bool:
+            return "uchar"
+        if dtype.count == 1 and dtype.scalar is dtypes.bfloat16:
+            return "ushort"
+        return super().memory_type(dtype)
+
+    def vector_type(self, dtype: DType) -> str:
+        if dtype.count == 1:
+            return self.scalar_type(dtype)
+        if dtype.count not in self.native_vector_counts:
+            raise RenderError(f"opencl: no vector type with {dtype.count} lanes (OpenCL has 2, 3, 4, 8, 16)")
+        if dtype.scalar is dtypes.bfloat16:
+            raise RenderError("opencl: bfloat16 vectors are not rendered; devectorize them")
+        element = "char" if dtype.scalar.is_bool else self.scalar_type(dtype.scalar)
+        return f"{element}{dtype.count}"
+
+    def lane(self, expression: str, index: int, dtype: DType) -> str:
+        if dtype.count == 1:
+            return expression
+        return f"{expression}.s{_HEX_LANES[index]}"
+
+    def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
+        return f"(({self.vector_type(dtype)})({', '.join(items)}))"
+
+    def float_const(self, value: float, dtype: DType) -> str:
+        import math
+
+        if math.isnan(value) or math.isinf(value):
+            text = "NAN" if math.isnan(value) else f"{'-' if value < 0 else ''}INFINITY"
+            return f"(({self.scalar_type(dtype)}){text})"
+        text = super().float_const(value, dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
+        return f"((half){text})" if dtype is dtypes.float16 else text
+
+    def special(self, name: str, uses_local: bool) -> str:
+        kind, dim = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")):]
+        if kind == "gidx":
+            return f"get_group_id({dim})" if uses_local else f"get_global_id({dim})"
+        if kind == "lidx":
+            return f"get_local_id({dim})"
+        return f"get_global_id({dim})"
+
+    def barrier(self) -> str:
+        return "barrier(CLK_LOCAL_MEM_FENCE);"
+
+    def local_declaration(self, dtype: DType, name: str, size: int) -> str:
+        return f"__local {self.memory_type(dtype)} {name}[{size}];"
+
+    def range_header(self, range_uop: UOp, name: str, bound: str, parallel: bool) -> list[str]:
+        return [f"for (long {name} = 0; {name} < {bound}; {name}++) {{"]
+
+    def includes(self) -> list[str]:
+        lines = []
+        if self.has_fp16:
+            lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+        if self.has_fp64:
+            lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        return lines
+
+    def element_value(self, text: str, dtype: DType) -> str:
+        return f"({text} != 0)" if dtype.is_bool else text
+
+    def element_store_value(self, value: str, dtype: DType) -> str:
+        return f"(uchar)({value})" if dtype.is_bool else value
+
+    def vector_load(self, address) -> str:
+        count = address.dtype.count
+        loaded = f"vload{count}(0, {address.buffer} + {address.offset})"
+        return f"as_char{count}({loaded})" if address.dtype.scalar.is_bool else loaded
+
+    def vector_store(self, address, value: str) -> str:
+        count = address.dtype.count
+        if address.dtype.scalar.is_bool:
+            value = f"as_uchar{count}({value})"
+        return f"vstore{count}({value}, 0, {address.buffer} + {address.offset});"
+
+    def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
+        return [], f"as_{self.vector_type(target)}({value})"
+
+    def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:
+        return f"{self.math_functions[op]}({', '.join(args)})"
+
+    def helper_bfloat16(self) -> tuple[str, str]:
+        to_float = self.helper("bf16_to_float", lambda: (
+            f"{self.helper_prefix} float bf16_to_float(ushort h) {{ return as_float((uint)h << 16); }}"))
+        from_float = self.helper("float_to_bf16", lambda: (
+            f"{self.helper_prefix} ushort float_to_bf16(float f) {{\n"
+            f"  uint u = as_uint(f);\n"
+            f"  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);  /* quiet NaN */\n"
+            f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+            f"  return (ushort)(u >> 16);\n"
+            f"}}"))
+        return to_float, from_float
+
+    def vector_wrapping(self, op: Ops, a: str, b: str, dtype: DType, unsigned: DType) -> str:
+        vtype, utype = self.vector_type(dtype), self.vector_type(unsigned)
+        if op is Ops.NEG:
+            return f"as_{vtype}(-as_{utype}({a}))"
+        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
+        return f"as_{vtype}(as_{utype}({a}) {symbol} as_{utype}({b}))"
+
+    def vector_cast(self, value: str, source: DType, target: DType) -> str:
+        s, t = source.scalar, target.scalar
+        plain = (s.is_int and t.is_float) or (s.is_float and t.is_float) or (s.is_int and t.is_int)
+        if plain and dtypes.bfloat16 not in (s, t):
+            return f"convert_{self.vector_type(target)}({value})"
+        items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
+        return self.vector_literal(target, items)
+
+    def render_wmma(self, state: _RenderState, u: UOp, config, a: str, b: str, c: str) -> None:
+        render_wmma_scalar(self, state, u, config, a, b, c)
+
+
+# ---------------------------------------------------------------------------------------------
+# runtime
+
+
+@functools.cache
+def _opencl() -> tuple[Any, Any] | str:
+    """``(pyopencl module, device)``, or a string saying why there is none."""
+    try:
+        import pyopencl as cl
+    except ImportError as error:
+        return f"pyopencl is not installed ({error}); pip install pyopencl"
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as error:
+        return f"no OpenCL platform ({error}); install an ICD such as pocl-opencl-icd"
+    devices = [d for p in platforms for d in p.get_devices()]
+    if not devices:
+        return "the OpenCL platforms have no devices"
+    wanted = os.environ.get("UOPVIZ_OPENCL_DEVICE")
+    if wanted:
+        chosen = [d for d in devices if wanted.lower() in d.name.lower()]
+        if not chosen:
+            return f"no OpenCL device matches UOPVIZ_OPENCL_DEVICE={wanted!r}; there are " + \
+                   ", ".join(d.name for d in devices)
+        return cl, chosen[0]
+    gpus = [d for d in devices if d.type & cl.device_type.GPU]
+    return cl, (gpus or devices)[0]
+
+
+@functools.cache
+def _context_and_queue() -> tuple[Any, Any]:
+    cl, device = _opencl()  # type: ignore[misc]
+    context = cl.Context(devices=[device])
+    queue = cl.CommandQueue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    return context, queue
+
+
+class OpenCLLaunch(Launch):
+    """Device buffers made once from the host arrays; ``run`` enqueues and waits, timed by the event."""
+
+    def __init__(self, kernel: OpenCLCompiledKernel, arrays: Sequence[np.ndarray]):
+        cl, _ = _opencl()  # type: ignore[misc]
+        context, self.queue = _context_and_queue()
+        self.kernel, self.arrays = kernel, list(arrays)
+        flags = cl.mem_flags
+        self.buffers = []
+        for param, array in zip(kernel.params, arrays):
+            nbytes = max(array.nbytes, 1)
+            if array.nbytes:
+                self.buffers.append(cl.Buffer(context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=array))
+            else:
+                self.buffers.append(cl.Buffer(context, flags.READ_WRITE, size=nbytes))
+        meta = kernel.meta
+        uses_local = "get_local_id" in kernel.source
+        self.local = tuple(meta.local_size) if uses_local else None
+        self.global_size = tuple(g * l for g, l in zip(meta.global_size, meta.local_size))
+        self.program_kernel = kernel.program_kernel
+
+    def run(self) -> float:
+        event = self.program_kernel(self.queue, self.global_size, self.local, *self.buffers)
+        event.wait()
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def read_back(self) -> None:
+        cl, _ = _opencl()  # type: ignore[misc]
+        for param, array, buffer in zip(self.kernel.params, self.arrays, self.buffers):
+            if param.written and array.nbytes:
+                cl.enqueue_copy(self.queue, array, buffer)
+        self.queue.finish()
+
+
+class OpenCLCompiledKernel(CompiledKernel):
+    """A built OpenCL program and its kernel."""
+
+    def __init__(self, backend: str, meta: KernelMeta, source: str, compile_s: float, extra: dict[str, Any],
+                 program: Any):
+        super().__init__(backend, meta, source, compile_s, extra)
+        self.program = program
+        self.program_kernel = getattr(program, meta.name)
+
+    def prepare(self, *arrays: np.ndarray) -> Launch:
+        return OpenCLLaunch(self, self.check_arguments(arrays))
+
+
+class OpenCLBackend(Backend):
+    """OpenCL C on the first OpenCL GPU, else the first CPU device (pocl)."""
+
+    name = "opencl"
+    supported_ops = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR,
+                               Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.RECIP, Ops.TRUNC, Ops.CAST,
+                               Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ,
+                               Ops.NOT, Ops.SQRT, Ops.MULACC})
+    vector_widths = (2, 4, 8, 16)
+    has_local = True
+    has_threads = False
+    tensor_cores = cpu_tensor_cores()[:1]  # 16-lane operands: OpenCL vectors have at most 16 lanes
+
+    def __init__(self) -> None:
+        found = _opencl()
+        fp16 = fp64 = True
+        if not isinstance(found, str):
+            extensions = found[1].extensions
+            fp16, fp64 = "cl_khr_fp16" in extensions, "cl_khr_fp64" in extensions
+        self.renderer = OpenCLRenderer(self.tensor_cores, has_fp16=fp16, has_fp64=fp64)
+        self._compiled: dict[str, OpenCLCompiledKernel] = {}
+
+    def unavailable_reason(self) -> str | None:
+        found = _opencl()
+        return found if isinstance(found, str) else None
+
+    @property
+    def device(self) -> str:
+        found = _opencl()
+        if isinstance(found, str):
+            return "OpenCL:none"
+        return f"OpenCL:{found[1].name}"
+
+    @property
+    def max_local_size(self) -> int:
+        """The device's largest workgroup (0 when there is no device)."""
+        found = _opencl()
+        return 0 if isinstance(found, str) else int(found[1].max_work_group_size)
+
+    def render(self, linear: UOp) -> str:
+        return self.renderer.render(linear)
+
+    def compile(self, source: str, name: str) -> OpenCLCompiledKernel:
+        self.require()
+        cl, device = _opencl()  # type: ignore[misc]
+        key = content_key(source, device.name, device.version, device.driver_version, device.platform.version)
+        cached = self._compiled.get(key)
+        if cached is not None:
+            return cached
+        meta = KernelMeta.from_source(source, self.name)
+        context, _ = _context_and_queue()
+        start = time.perf_counter()
+        options = ["-cl-std=CL1.2"]
+
+        def build_binary() -> bytes:
+            try:
+                program = cl.Program(context, source).build(options=options)
+            except cl.Error as error:
+                raise CompileError(self.name, name, str(error), source) from None
+            return program.get_info(cl.program_info.BINARIES)[0]
+
+        binary, was_cached = read_cached_bytes("opencl", key, ".bin", build_binary)
+        try:
+            program = cl.Program(context, [device], [binary]).build(options=options)
+        except cl.Error as error:
+            raise CompileError(self.name, name, f"the cached binary does not load: {error}", source) from None
+        kernel = OpenCLCompiledKernel(self.name, meta, source, time.perf_counter() - start, {"cached": was_cached},
+                                      program)
+        self._compiled[key] = kernel
+        return kernel
+
+
+__all__ = ["OpenCLBackend", "OpenCLRenderer"]
