@@ -1,0 +1,2239 @@
+"""Graph composition (NNEF 2.0 chapter 3, §2.5–2.15): from a parsed main module to a :class:`Graph`.
+
+For every invocation in a ``@compose`` block, in order:
+
+1. the operator is resolved (qualified names through the module's imports, unqualified ones in
+   the module itself);
+2. attributes are evaluated in the caller; values the invocation omits take their defaults when
+   those are constant, *deferred* defaults (expressions of other symbols) wait (§2.5);
+3. input shapes are bound in the binding order of §2.6.2 — an input is bound when at most one of
+   its packed extents has an unknown length; affine extents (``4 * n``, ``s..(d + 2)``) are solved
+   for their one unknown symbol; known extents are checked;
+4. pack lengths of packed attributes are deduced or checked, deferred defaults evaluated and
+   single values given for packs made uniform (§2.6.2 steps 3–4);
+5. ``@using`` symbols are evaluated in order, each preceded by every assertion that can already
+   be evaluated (§2.9); the remaining assertions follow; a failed one raises its formatted
+   message and printed values;
+6. output shapes are evaluated; a composite operator (``@compose``, no ``@lower``) is then
+   expanded recursively under the invocation's label and its results checked against the
+   declared outputs; other operators become leaf :class:`~uopviz.nnef.graph.Operation` objects.
+
+Static branches and loops with compile-time counts are expanded; generics are deduced from the
+inputs and attributes; null values propagate (§2.4.1). Every problem is an :class:`NNEFError`
+located at the invocation in the model's file (for errors found inside standard operators, the
+message names the operator and where in the library the check is).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections import ChainMap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uopviz.nnef import ast
+from uopviz.nnef.errors import NNEFError
+from uopviz.nnef.expressions import (
+    UNDECIDED,
+    DynamicExtent,
+    Evaluator,
+    Unknown,
+    format_value,
+    type_name_of,
+)
+from uopviz.nnef.graph import Composite, Graph, Operation, TensorInfo, numpy_dtype_of
+from uopviz.nnef.printer import print_expression
+from uopviz.nnef.stdlib_loader import STDLIB_DIR, ModuleSet
+
+__all__ = ["Composer", "DefinitionInfo", "compose", "identifiers"]
+
+_CONCRETE_TYPES = ("int", "real", "bool", "str")
+_ABSTRACT_TYPES = {
+    "type": ("int", "real", "bool", "str"),
+    "arith": ("int", "real", "bool"),
+    "num": ("int", "real"),
+}
+_MISSING = object()
+_RESULT_DEFINITION = ast.Definition("<result>")  # scope for checking declared result types
+_STDLIB_PREFIX = str(STDLIB_DIR)
+
+VariableLoader = Callable[[str, TensorInfo], "np.ndarray | None"]
+
+
+# ------------------------------------------------------------------------------------------------
+# static analysis of definitions (cached)
+
+_IDENTIFIERS: dict[int, tuple[ast.Node, frozenset[str]]] = {}
+
+
+def identifiers(node: ast.Node | None) -> frozenset[str]:
+    """The identifiers an expression refers to (``x.shape`` counts as ``x``); cached per node."""
+    if node is None:
+        return frozenset()
+    cached = _IDENTIFIERS.get(id(node))
+    if cached is not None and cached[0] is node:
+        return cached[1]
+    names = frozenset(item.name for item in ast.walk(node) if isinstance(item, ast.Identifier | ast.Member))
+    _IDENTIFIERS[id(node)] = (node, names)  # the node is kept alive so its id stays unique
+    return names
+
+
+def _type_identifiers(spec: ast.TypeSpec) -> set[str]:
+    names: set[str] = set(identifiers(spec.rank))
+    if spec.pack is not None:
+        names |= identifiers(spec.pack.count)
+    if spec.shape is not None:
+        for extent in spec.shape.extents:
+            names |= identifiers(extent.value) | identifiers(extent.bound)
+            if extent.pack is not None:
+                names |= identifiers(extent.pack.count)
+    return names
+
+
+class DefinitionInfo:
+    """What the composer needs to know about one operator definition, computed once."""
+
+    _cache: dict[int, DefinitionInfo] = {}
+
+    def __init__(self, definition: ast.Definition, module_name: str) -> None:
+        self.definition = definition
+        self.module_name = module_name
+        self.qualified = f"{module_name}.{definition.name}" if module_name else definition.name
+        self.attrib_names = frozenset(param.name for param in definition.attribs)
+        self.using_names = frozenset(
+            name for using in definition.usings for name in _target_names(using.target)
+        )
+        self.input_symbols: set[str] = set()
+        for param in definition.inputs:
+            self.input_symbols |= _type_identifiers(param.type)
+        self.input_symbols -= self.attrib_names | self.using_names
+        declared: set[str] = set(self.attrib_names) | self.using_names | self.input_symbols
+        for param in (
+            *definition.attribs,
+            *definition.inputs,
+            *definition.outputs,
+            *definition.constants,
+            *definition.variables,
+        ):
+            declared.add(param.name)
+            declared |= _type_identifiers(param.type)
+        self.declared = frozenset(declared)
+        generics = {param.name for param in definition.dtypes}
+        self.constant_default = {
+            param.name: param.default is not None
+            and not identifiers(param.default)
+            and not any(
+                isinstance(node, ast.Cast) and node.type_name in generics for node in ast.walk(param.default)
+            )
+            for param in definition.attribs
+        }  # a default like T(0) waits until the generic T is bound
+        self.is_leaf = bool(definition.lowerings) or not definition.components
+        # §2.9: an assertion is checked right before the first @using entry after the last one it
+        # depends on (-1: before any); a static schedule of the interleaving.
+        last_using = {
+            name: index
+            for index, using in enumerate(definition.usings)
+            for name in _target_names(using.target)
+        }
+        self.assert_schedule = sorted(
+            (
+                max(
+                    (last_using[name] for name in identifiers(assertion.condition) if name in last_using),
+                    default=-1,
+                ),
+                index,
+            )
+            for index, assertion in enumerate(definition.asserts)
+        )
+        self.dtype_params = {param.name: param for param in definition.dtypes}
+
+    @classmethod
+    def of(cls, definition: ast.Definition, module_name: str) -> DefinitionInfo:
+        """The (cached) info of ``definition`` from module ``module_name``."""
+        info = cls._cache.get(id(definition))
+        if info is None or info.definition is not definition:
+            info = cls(definition, module_name)
+            cls._cache[id(definition)] = info
+        return info
+
+
+def _target_names(target: ast.Expr) -> list[str]:
+    if isinstance(target, ast.Identifier):
+        return [target.name]
+    if isinstance(target, ast.List):
+        return [name for item in target.items for name in _target_names(item)]
+    if isinstance(target, ast.Expand):
+        return _target_names(target.value)
+    if isinstance(target, ast.Zip):
+        return [name for item in target.items for name in _target_names(item)]
+    return []
+
+
+def _in_stdlib(file: str | None) -> bool:
+    return bool(file) and file.startswith(_STDLIB_PREFIX)
+
+
+def _describe_type(spec: ast.TypeSpec) -> str:
+    from uopviz.nnef.printer import _type_spec
+
+    return _type_spec(spec)
+
+
+class _Describe:
+    """'op: attribute 'x' (type)' for messages, built only when a message is built."""
+
+    __slots__ = ("instance", "param")
+
+    def __init__(self, instance: _Instance, param: ast.Param) -> None:
+        self.instance = instance
+        self.param = param
+
+    def __str__(self) -> str:
+        return f"{self.instance.name}: attribute '{self.param.name}' ({_describe_type(self.param.type)})"
+
+    __format__ = lambda self, spec: str(self)  # noqa: E731 - f-strings use __format__
+
+
+# ------------------------------------------------------------------------------------------------
+# the state of one invocation
+
+
+@dataclass
+class _Instance:
+    """The symbols of one operator invocation while it is being instantiated."""
+
+    info: DefinitionInfo
+    position: ast.Position
+    label: str
+    symbols: dict[str, Any] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
+    attribs: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    done_usings: set[int] = field(default_factory=set)
+    done_asserts: set[int] = field(default_factory=set)
+
+    def evaluator(self, symbols: Mapping[str, Any] | None = None) -> Evaluator:
+        """An evaluator over this invocation's symbols (or an overlay of them)."""
+        return Evaluator(self.symbols if symbols is None else symbols, self.info.declared, self.types)
+
+    @property
+    def name(self) -> str:
+        """The qualified operator name."""
+        return self.info.qualified
+
+    def declaration(self, name: str) -> bool:
+        """Whether an unbound ``name`` in an input shape declares a new shape symbol."""
+        return (
+            name not in self.symbols
+            and name not in self.info.using_names
+            and name not in self.info.attrib_names
+        )
+
+
+@dataclass
+class _Frame:
+    """A composition context: the symbols visible in a @compose block and where tensors go."""
+
+    module_name: str
+    symbols: Any  # dict or ChainMap
+    types: dict[str, str]
+    scope: str  # prefix of tensor names created here ('' or 'label.')
+    declared: frozenset[str]
+    scopes: tuple[str, ...] = ()
+
+    def evaluator(self) -> Evaluator:
+        """An evaluator over the frame's symbols."""
+        return Evaluator(self.symbols, self.declared, self.types)
+
+
+# ------------------------------------------------------------------------------------------------
+# the composer
+
+
+class Composer:
+    """Composes graphs of one model (a :class:`ModuleSet`).
+
+    ``variable_loader(name, info)`` returns the data of a variable (or None when there is none);
+    the loader of a model folder reads ``<name>.dat`` files with it.
+    """
+
+    def __init__(self, modules: ModuleSet, variable_loader: VariableLoader | None = None) -> None:
+        self.modules = modules
+        self.variable_loader = variable_loader
+        self.tensors: dict[str, TensorInfo] = {}
+        self.operations: list[Operation] = []
+        self.composites: list[Composite] = []
+        self.updates: dict[str, str] = {}
+        self._serial = itertools.count()
+
+    # -- entry point ---------------------------------------------------------------------------------
+
+    def compose(
+        self,
+        module_name: str = "main",
+        graph_name: str | None = None,
+        attribs: Mapping[str, Any] | None = None,
+        input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> Graph:
+        """Compose the graph ``graph_name`` (default: the first graph) of module ``module_name``."""
+        module = self.modules.get(module_name)
+        graphs = module.graphs
+        if not graphs:
+            raise NNEFError(f"module '{module_name}' ({module.file}) defines no graph")
+        if graph_name is None:
+            definition = graphs[0]
+        else:
+            matches = [graph for graph in graphs if graph.name == graph_name]
+            if not matches:
+                raise NNEFError(
+                    f"module '{module_name}' has no graph '{graph_name}'; its graphs: "
+                    f"{', '.join(graph.name for graph in graphs)}"
+                )
+            definition = matches[0]
+        info = DefinitionInfo.of(definition, module_name)
+        instance = _Instance(info, definition.pos, "")
+        self._graph_attributes(instance, dict(attribs or {}))
+        inputs = self._graph_inputs(instance, dict(input_shapes or {}))
+        self._usings_and_asserts(instance)
+        frame = _Frame(module_name, instance.symbols, instance.types, "", info.declared)
+        self._declare_locals(definition, frame, instance)
+        for component in definition.components:
+            self._component(component, frame)
+        outputs = self._graph_outputs(instance, frame)
+        self._updates(definition, frame)
+        self._quantizations(definition, frame)
+        return Graph(
+            name=definition.name,
+            inputs=inputs,
+            outputs=outputs,
+            tensors=self.tensors,
+            operations=self.operations,
+            attribs=dict(instance.attribs),
+            composites=self.composites,
+            updates=self.updates,
+            definition=definition,
+            modules=dict(self.modules.modules),
+        )
+
+    # -- errors -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _error(position: ast.Position, message: str) -> NNEFError:
+        return NNEFError.at(position, message)
+
+    # -- tensors ------------------------------------------------------------------------------------
+
+    def _new_tensor(
+        self,
+        name: str,
+        dtype: str,
+        shape: list | tuple,
+        kind: str,
+        position: ast.Position,
+        data: np.ndarray | None = None,
+    ) -> TensorInfo:
+        if name in self.tensors:
+            raise self._error(
+                position, f"tensor name '{name}' is already used (defined at {self.tensors[name].position})"
+            )
+        for extent in shape:
+            if isinstance(extent, int) and not isinstance(extent, bool) and extent < 0:
+                raise self._error(
+                    position,
+                    f"tensor '{name}' would have the negative extent {extent} "
+                    f"in its shape {format_value(list(shape))}",
+                )
+        tensor = TensorInfo(
+            name, dtype, tuple(shape), kind, data, position=position, serial=next(self._serial)
+        )
+        self.tensors[name] = tensor
+        return tensor
+
+    def _unique_name(self, base: str) -> str:
+        if base not in self.tensors:
+            return base
+        for number in itertools.count(1):
+            candidate = f"{base}#{number}"
+            if candidate not in self.tensors:
+                return candidate
+        raise AssertionError("unreachable")
+
+    def _rename(self, tensor: TensorInfo, name: str, position: ast.Position) -> None:
+        if tensor.name == name:
+            return
+        if name in self.tensors:
+            raise self._error(
+                position, f"tensor name '{name}' is already used (defined at {self.tensors[name].position})"
+            )
+        del self.tensors[tensor.name]
+        old = tensor.name
+        tensor.name = name
+        self.tensors[name] = tensor
+        producer = tensor.producer
+        if producer is not None:
+            producer.outputs = _replace_name(producer.outputs, old, name)
+        for op in reversed(self.operations):
+            if op is producer:
+                break
+            if old in op.input_names():
+                op.inputs = _replace_name(op.inputs, old, name)
+        for composite in self.composites:
+            composite.inputs = _replace_name(composite.inputs, old, name)
+            composite.outputs = _replace_name(composite.outputs, old, name)
+
+    def _constant_tensor(
+        self, value: Any, dtype: str, shape: tuple, name: str, position: ast.Position
+    ) -> TensorInfo:
+        array = (
+            np.full(shape, value, dtype=numpy_dtype_of(dtype))
+            if not isinstance(value, np.ndarray)
+            else value.astype(numpy_dtype_of(dtype))
+        )
+        return self._new_tensor(self._unique_name(name), dtype, shape, "constant", position, array)
+
+    # -- operator resolution ------------------------------------------------------------------------
+
+    def _resolve(self, name: str, module_name: str, position: ast.Position) -> DefinitionInfo:
+        module = self.modules.get(module_name)
+        target_module, _, operator = name.rpartition(".")
+        if not target_module:
+            target_module = module_name
+        elif target_module != module_name and target_module not in {item.module for item in module.imports}:
+            raise self._error(
+                position,
+                f"unknown operator '{name}': module '{target_module}' is not imported "
+                f"by {module_name} (add 'import {target_module};')",
+            )
+        target = self.modules.get(target_module, position)
+        for definition in target.definitions:
+            if definition.name == operator:
+                return DefinitionInfo.of(definition, target_module)
+        names = [definition.name for definition in target.definitions]
+        close = difflib.get_close_matches(operator, names, n=3)
+        hint = f"; did you mean {', '.join(repr(f'{target_module}.{c}') for c in close)}?" if close else ""
+        raise self._error(
+            position,
+            f"unknown operator '{name}': module '{target_module}' has no operator '{operator}'{hint}",
+        )
+
+    # ==============================================================================================
+    # instantiation: attributes, inputs, using, asserts, outputs
+
+    def _instantiate(
+        self,
+        info: DefinitionInfo,
+        attribs: dict[str, tuple[Any, ast.Node]],
+        type_args: tuple[str, ...],
+        args: list[tuple[Any, ast.Node | None]],
+        position: ast.Position,
+        label: str,
+    ) -> _Instance:
+        instance = _Instance(info, position, label)
+        self._generic_arguments(instance, type_args)
+        deferred, uniform = self._attributes(instance, attribs)
+        self._inputs(instance, args)
+        self._check_generics(instance)
+        self._finish_attributes(instance, deferred, uniform)
+        self._usings_and_asserts(instance)
+        return instance
+
+    # -- generics ------------------------------------------------------------------------------------
+
+    def _generic_arguments(self, instance: _Instance, type_args: tuple[str, ...]) -> None:
+        params = instance.info.definition.dtypes
+        if len(type_args) > len(params):
+            raise self._error(
+                instance.position,
+                f"{instance.name} takes {len(params)} generic type(s), got {len(type_args)}",
+            )
+        for param, concrete in zip(params, type_args, strict=False):
+            self._bind_type(instance, param.name, concrete, instance.position, "explicitly")
+
+    def _bind_type(
+        self, instance: _Instance, name: str, concrete: str, position: ast.Position, source: str
+    ) -> None:
+        param = instance.info.dtype_params.get(name)
+        if param is None:
+            return
+        allowed = _ABSTRACT_TYPES.get(param.base, (param.base,))
+        if concrete not in allowed:
+            raise self._error(
+                position,
+                f"{instance.name}: generic type {name}: {param.base} cannot be {concrete} (given {source})",
+            )
+        bound = instance.types.get(name)
+        if bound is not None and bound != concrete:
+            if {bound, concrete} == {"int", "real"} and source.startswith("from the value"):
+                return  # a scalar literal adapts to the type deduced from tensors
+            raise self._error(
+                position,
+                f"{instance.name}: generic type {name} is {bound} but would also be {concrete} ({source})",
+            )
+        instance.types[name] = concrete
+
+    def _check_generics(self, instance: _Instance) -> None:
+        for param in instance.info.definition.dtypes:
+            if param.name not in instance.types:
+                if param.default is None:
+                    raise self._error(
+                        instance.position,
+                        f"{instance.name}: cannot deduce the generic type "
+                        f"{param.name}; give it as {instance.name}<type>(...)",
+                    )
+                instance.types[param.name] = param.default
+
+    def _element_type(self, instance: _Instance, spec: ast.TypeSpec) -> str | None:
+        if spec.name in _CONCRETE_TYPES:
+            return spec.name
+        if spec.name in instance.info.dtype_params:
+            return instance.types.get(spec.name)
+        if spec.name in _ABSTRACT_TYPES:
+            return None
+        raise self._error(spec.pos, f"unknown type '{spec.name}'")
+
+    # -- attributes ------------------------------------------------------------------------------------
+
+    def _attributes(self, instance: _Instance, given: dict[str, tuple[Any, ast.Node]]) -> tuple[list, dict]:
+        info = instance.info
+        definition = info.definition
+        for name, (_, node) in given.items():
+            if name not in info.attrib_names:
+                close = difflib.get_close_matches(name, list(info.attrib_names), n=3)
+                hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+                known = ", ".join(param.name for param in definition.attribs) or "none"
+                raise self._error(
+                    node.pos, f"{instance.name} has no attribute '{name}'{hint} (its attributes: {known})"
+                )
+        deferred: list[ast.Param] = []
+        uniform: dict[str, Any] = {}
+        evaluator = instance.evaluator()
+        for param in definition.attribs:
+            if param.name in given:
+                value, node = given[param.name]
+                position = node.pos
+            elif param.default is None:
+                if not param.type.optional:
+                    raise self._error(
+                        instance.position,
+                        f"{instance.name}: attribute '{param.name}' "
+                        f"({_describe_type(param.type)}) must be given",
+                    )
+                value, position = None, param.pos
+            elif info.constant_default[param.name]:
+                value, position = evaluator(param.default), param.default.pos
+            else:
+                deferred.append(param)
+                continue
+            self._set_attribute(instance, param, value, position, uniform)
+        return deferred, uniform
+
+    def _set_attribute(
+        self,
+        instance: _Instance,
+        param: ast.Param,
+        value: Any,
+        position: ast.Position,
+        uniform: dict[str, Any],
+    ) -> None:
+        value = self._check_attribute(instance, param, value, position)
+        instance.attribs[param.name] = value
+        if param.type.pack is not None and value is not None and not isinstance(value, list):
+            uniform[param.name] = value  # expanded once the pack length is known
+        else:
+            instance.symbols[param.name] = value
+
+    def _check_attribute(
+        self, instance: _Instance, param: ast.Param, value: Any, position: ast.Position
+    ) -> Any:
+        spec = param.type
+        what = _Describe(instance, param)
+        if value is None:
+            if not spec.optional:
+                raise self._error(position, f"{what} must not be null")
+            return None
+        if isinstance(value, list) and spec.pack is None:
+            raise self._error(
+                position, f"{what} takes a single value, got the pack {format_value(value, True)}"
+            )
+        if isinstance(value, list):
+            return [self._check_item(instance, spec, item, position, what) for item in value]
+        return self._check_item(instance, spec, value, position, what)
+
+    def _check_item(
+        self, instance: _Instance, spec: ast.TypeSpec, item: Any, position: ast.Position, what: _Describe
+    ) -> Any:
+        expected = spec.name
+        if (
+            type(item) is int
+            and expected == "int"
+            or type(item) is float
+            and expected == "real"
+            or type(item) is str
+            and expected == "str"
+            or type(item) is bool
+            and expected == "bool"
+        ):
+            return item  # the common case, without building names
+        actual = type_name_of(item)
+        if expected in instance.info.dtype_params:
+            bound = instance.types.get(expected)
+            if bound is None:
+                if actual not in _CONCRETE_TYPES:
+                    raise self._error(position, f"{what} got {actual} {format_value(item, True)}")
+                self._bind_type(instance, expected, actual, position, "from the value of an attribute")
+                return item
+            expected = bound
+        if expected in _ABSTRACT_TYPES:
+            if actual not in _ABSTRACT_TYPES[expected]:
+                raise self._error(position, f"{what} got {actual} {format_value(item, True)}")
+            return item
+        if actual == expected:
+            return item
+        if expected == "real" and actual == "int" and not isinstance(item, DynamicExtent):
+            return float(item)
+        raise self._error(position, f"{what} expects {expected}, got {actual} {format_value(item, True)}")
+
+    def _finish_attributes(
+        self, instance: _Instance, deferred: list[ast.Param], uniform: dict[str, Any]
+    ) -> None:
+        """Pack lengths of packed attributes, deferred defaults, uniform values (§2.6.2, 3–4)."""
+        definition = instance.info.definition
+        params = {param.name: param for param in definition.attribs}
+        lengths_done: set[str] = set()
+        while True:
+            progress = False
+            for param in definition.attribs:
+                name = param.name
+                if name in lengths_done or param.type.pack is None:
+                    continue
+                value = instance.symbols.get(name, _MISSING)
+                if not isinstance(value, list):
+                    if value is None:
+                        lengths_done.add(name)
+                    continue
+                count = param.type.pack.count
+                if (
+                    count is None
+                    or isinstance(count, ast.Placeholder)
+                    or self._bind_or_check(instance, count, len(value), param.pos, f"the length of '{name}'")
+                ):
+                    lengths_done.add(name)
+                    progress = True
+            for param in list(deferred):
+                try:
+                    value = instance.evaluator()(param.default)
+                except Unknown:
+                    continue
+                deferred.remove(param)
+                progress = True
+                if value is None and not param.type.optional:
+                    raise self._error(
+                        instance.position,
+                        f"{instance.name}: attribute '{param.name}' must be "
+                        f"given: its default '{print_expression(param.default)}' "
+                        f"is null for this invocation",
+                    )
+                self._set_attribute(instance, param, value, param.default.pos, uniform)
+            for name, value in list(uniform.items()):
+                count_node = params[name].type.pack.count
+                if count_node is None or isinstance(count_node, ast.Placeholder):
+                    continue
+                try:
+                    count = instance.evaluator()(count_node)
+                except Unknown:
+                    continue
+                if isinstance(count, bool):
+                    count = int(count)
+                if not isinstance(count, int):
+                    raise self._error(
+                        count_node.pos,
+                        f"{instance.name}: the length of '{name}' must be an int, got {format_value(count)}",
+                    )
+                instance.symbols[name] = [value] * count
+                instance.attribs[name] = instance.symbols[name]
+                del uniform[name]
+                lengths_done.add(name)
+                progress = True
+            if not progress:
+                break
+        if uniform:
+            name = next(iter(uniform))
+            raise self._error(
+                instance.position,
+                f"{instance.name}: cannot tell the length of the packed "
+                f"attribute '{name}' given the single value "
+                f"{format_value(uniform[name], True)}; give a list",
+            )
+        if deferred:
+            param = deferred[0]
+            missing = self._unknown_in(instance, param.default)
+            raise self._error(
+                instance.position,
+                f"{instance.name}: the default of attribute '{param.name}' "
+                f"('{print_expression(param.default)}') refers to "
+                f"'{missing}', which is not known",
+            )
+
+    def _unknown_in(self, instance: _Instance, node: ast.Node) -> str:
+        for name in sorted(identifiers(node)):
+            if name not in instance.symbols:
+                return name
+        return "?"
+
+    # -- inputs ----------------------------------------------------------------------------------------
+
+    def _inputs(self, instance: _Instance, args: list[tuple[Any, ast.Node | None]]) -> None:
+        definition = instance.info.definition
+        params = definition.inputs
+        if len(args) > len(params):
+            raise self._error(
+                instance.position, f"{instance.name} takes {len(params)} input(s), got {len(args)}"
+            )
+        pending: list[tuple[ast.Param, Any, ast.Position]] = []
+        defaults: list[ast.Param] = []
+        for index, param in enumerate(params):
+            value, node = args[index] if index < len(args) else (None, None)
+            position = node.pos if node is not None else instance.position
+            if value is None:
+                if param.default is not None:
+                    defaults.append(param)
+                    continue
+                if not param.type.optional:
+                    raise self._error(
+                        position,
+                        f"{instance.name}: input '{param.name}' ({_describe_type(param.type)}) must be given",
+                    )
+                instance.symbols[param.name] = None
+                instance.inputs[param.name] = None
+                continue
+            self._check_input_type(instance, param, value, position)
+            pending.append((param, value, position))
+        pending.sort(key=lambda entry: entry[0].type.optional)  # optional inputs bind last
+        while pending:
+            progress = False
+            for entry in list(pending):
+                if self._bind_input(instance, *entry):
+                    pending.remove(entry)
+                    progress = True
+            if not progress and not self._advance_usings(instance):
+                param, value, position = pending[0]
+                raise self._error(
+                    position,
+                    f"{instance.name}: cannot bind the shape of input '{param.name}' "
+                    f"({_describe_type(param.type)}) unambiguously",
+                )
+        for name in instance.info.input_symbols:
+            instance.symbols.setdefault(name, None)  # symbols of omitted optional inputs are null
+        for param in definition.inputs:
+            value = instance.inputs.get(param.name)
+            items = value if isinstance(value, list) else [value]
+            if param.type.name in instance.info.dtype_params and param.type.name not in instance.types:
+                literal = next((item for item in items if _is_scalar_argument(item)), None)
+                if literal is not None:
+                    self._bind_type(
+                        instance,
+                        param.type.name,
+                        type_name_of(literal),
+                        instance.position,
+                        "from the value of a literal argument",
+                    )
+        for param in defaults:
+            self._default_input(instance, param)
+
+    def _check_input_type(
+        self, instance: _Instance, param: ast.Param, value: Any, position: ast.Position
+    ) -> None:
+        spec = param.type
+        what = f"{instance.name}: input '{param.name}' ({_describe_type(spec)})"
+        items = value if isinstance(value, list) else [value]
+        if spec.pack is not None and not isinstance(value, list):
+            raise self._error(position, f"{what} takes a pack of tensors, got a single value")
+        if spec.pack is None and isinstance(value, list):
+            raise self._error(position, f"{what} takes one tensor, got a pack of {len(value)}")
+        for item in items:
+            if isinstance(item, TensorInfo):
+                actual, source = item.dtype, f"from tensor '{item.name}'"
+            elif isinstance(item, bool | int | float | str):
+                continue  # literals adopt the declared type (checked when made constants)
+            else:
+                raise self._error(position, f"{what} got {type_name_of(item)}")
+            if spec.name in instance.info.dtype_params:
+                self._bind_type(instance, spec.name, actual, position, source)
+            elif spec.name in _ABSTRACT_TYPES:
+                if actual not in _ABSTRACT_TYPES[spec.name]:
+                    raise self._error(position, f"{what} got a {actual} tensor")
+            elif actual != spec.name:
+                raise self._error(
+                    position, f"{what} expects a {spec.name} tensor, got {actual} tensor '{item.name}'"
+                )
+
+    def _bind_input(self, instance: _Instance, param: ast.Param, value: Any, position: ast.Position) -> bool:
+        spec = param.type
+        what = f"input '{param.name}'"
+        if spec.pack is not None:
+            count = spec.pack.count
+            if count is not None and not isinstance(count, ast.Placeholder):
+                if not self._bind_or_check(
+                    instance, count, len(value), position, f"the number of {what} tensors"
+                ):
+                    return False
+            distinct: dict[str, list] = {}
+            for item in value:
+                if not self._bind_dims(instance, spec, _shape_of(item), position, what, distinct, value):
+                    return False
+            for name, values in distinct.items():
+                if name in instance.symbols and instance.symbols[name] is not None:
+                    if instance.symbols[name] != values:
+                        raise self._error(
+                            position,
+                            f"{instance.name}: {what}: extents '{name}' are "
+                            f"{format_value(values)}, expected {format_value(instance.symbols[name])}",
+                        )
+                else:
+                    instance.symbols[name] = values
+        elif not self._bind_dims(instance, spec, _shape_of(value), position, what, None, value):
+            return False
+        instance.symbols[param.name] = value
+        instance.inputs[param.name] = value
+        return True
+
+    def _default_input(self, instance: _Instance, param: ast.Param) -> None:
+        element = self._element_type(instance, param.type) or "real"
+        value = instance.evaluator()(param.default)
+        shape = (
+            self._evaluate_shape(instance, param.type, param.name, 0) if param.type.shape is not None else []
+        )
+        name = f"{instance.label}.{param.name}" if instance.label else param.name
+        tensor = self._constant_tensor(value, element, tuple(shape), name, param.pos)
+        instance.symbols[param.name] = tensor
+        instance.inputs[param.name] = tensor
+
+    # -- binding shapes ------------------------------------------------------------------------------
+
+    def _bind_dims(
+        self,
+        instance: _Instance,
+        spec: ast.TypeSpec,
+        dims: list,
+        position: ast.Position,
+        what: str,
+        distinct: dict[str, list] | None,
+        value: Any,
+    ) -> bool:
+        """Bind/check ``dims`` against a declared shape; False when it cannot be bound yet."""
+        if spec.rank is not None and not self._bind_or_check(
+            instance, spec.rank, len(dims), position, f"the rank of {what}"
+        ):
+            return False
+        if spec.shape is None:
+            return True
+        evaluator = instance.evaluator()
+        plan: list[tuple[ast.Extent, int | None, bool]] = []
+        unknown = -1
+        for extent in spec.shape.extents:
+            length, count_is_bool = self._extent_length(instance, extent, evaluator)
+            if length is False:
+                return False
+            if length is None:
+                if unknown >= 0:
+                    return False  # two packs of unknown length: wait for other inputs
+                unknown = len(plan)
+            plan.append((extent, length, count_is_bool))
+        known = sum(length for _, length, _ in plan if length is not None)
+        if unknown < 0 and known != len(dims) or known > len(dims):
+            raise self._shape_error(
+                instance,
+                spec,
+                dims,
+                position,
+                what,
+                value,
+                f"rank {len(dims)} where {known}{'+' if unknown >= 0 else ''} is declared",
+            )
+        offset = 0
+        for index, (extent, length, count_is_bool) in enumerate(plan):
+            if index == unknown:
+                length = len(dims) - known
+                count = extent.pack.count if extent.pack is not None else None
+                if count is not None and not isinstance(count, ast.Placeholder):
+                    self._solve(instance, count, length, position, f"the length of a pack in {what}")
+            part = dims[offset : offset + length]
+            offset += length
+            self._bind_extent(
+                instance, spec, extent, part, count_is_bool, dims, position, what, distinct, evaluator, value
+            )
+        return True
+
+    def _extent_length(
+        self, instance: _Instance, extent: ast.Extent, evaluator: Evaluator
+    ) -> tuple[Any, bool]:
+        """(length, count is bool): length None = unknown but solvable, False = not yet bindable."""
+        if extent.pack is None or extent.distinct:
+            if (
+                extent.distinct
+                or isinstance(extent.value, ast.Placeholder)
+                or self._declares(instance, extent.value)
+            ):
+                return 1, False
+            try:
+                value = evaluator(extent.value)
+            except Unknown:
+                return False, False
+            if isinstance(value, list):
+                raise self._error(extent.pos, "a pack used as a shape extent needs '..' after it")
+            return (0 if value is None else 1), False
+        count = extent.pack.count
+        if count is None or isinstance(count, ast.Placeholder):
+            if isinstance(extent.value, ast.Identifier) and isinstance(
+                instance.symbols.get(extent.value.name), list
+            ):
+                return len(instance.symbols[extent.value.name]), False
+            if isinstance(extent.value, ast.Identifier) and instance.declaration(extent.value.name):
+                return None, False
+            try:
+                value = evaluator(extent.value)
+            except Unknown:
+                return False, False
+            return (len(value) if isinstance(value, list) else None), False
+        try:
+            length = evaluator(count)
+        except Unknown:
+            return (None, False) if self._declares(instance, count) else (False, False)
+        if length is None:
+            return 0, False
+        if isinstance(length, bool):
+            return int(length), True
+        if not isinstance(length, int) or length < 0:
+            raise self._error(
+                count.pos, f"a pack length must be a non-negative int, got {format_value(length)}"
+            )
+        return length, False
+
+    def _declares(self, instance: _Instance, node: ast.Node) -> bool:
+        """Whether ``node`` is an affine expression of exactly one new shape symbol."""
+        new = [name for name in identifiers(node) if instance.declaration(name)]
+        if len(new) != 1:
+            return False
+        others = identifiers(node) - {new[0]}
+        return all(name in instance.symbols for name in others)
+
+    def _bind_extent(
+        self,
+        instance: _Instance,
+        spec: ast.TypeSpec,
+        extent: ast.Extent,
+        part: list,
+        count_is_bool: bool,
+        dims: list,
+        position: ast.Position,
+        what: str,
+        distinct: dict[str, list] | None,
+        evaluator: Evaluator,
+        value: Any,
+    ) -> None:
+        node = extent.value
+        if isinstance(node, ast.Placeholder):
+            return
+        if extent.distinct:
+            if not isinstance(node, ast.Identifier) or distinct is None:
+                raise self._error(extent.pos, "a distinct extent '..x' must be a name in a tensor pack")
+            distinct.setdefault(node.name, []).append(part[0])
+            return
+        if extent.pack is not None and not count_is_bool:
+            if isinstance(node, ast.Identifier) and instance.declaration(node.name):
+                instance.symbols[node.name] = list(part)
+                return
+            expected = evaluator(node)
+            expected_items = expected if isinstance(expected, list) else [expected] * len(part)
+            if expected is None:
+                expected_items = []
+            if len(expected_items) != len(part) or any(
+                not _extent_matches(e, d) for e, d in zip(expected_items, part, strict=False)
+            ):
+                raise self._shape_error(
+                    instance,
+                    spec,
+                    dims,
+                    position,
+                    what,
+                    value,
+                    f"extents {format_value(part)} where '{print_expression(node)}' = "
+                    f"{format_value(expected)}",
+                )
+            return
+        if not part:
+            return
+        actual = part[0]
+        if self._declares(instance, node):
+            self._solve(instance, node, actual, position, what)
+            return
+        expected = evaluator(node)
+        if not _extent_matches(expected, actual):
+            raise self._shape_error(
+                instance,
+                spec,
+                dims,
+                position,
+                what,
+                value,
+                f"extent {format_value(actual)} where '{print_expression(node)}' = {format_value(expected)}",
+            )
+
+    def _shape_error(
+        self,
+        instance: _Instance,
+        spec: ast.TypeSpec,
+        dims: list,
+        position: ast.Position,
+        what: str,
+        value: Any,
+        detail: str,
+    ) -> NNEFError:
+        argument = f"the argument '{value.name}'" if isinstance(value, TensorInfo) else "the argument"
+        if isinstance(value, list):
+            argument = "an item of the argument"
+        return self._error(
+            position,
+            f"shape mismatch: {instance.name} {what} is declared "
+            f"{_describe_type(spec)} but {argument} has shape "
+            f"{format_value(list(dims))}: {detail}",
+        )
+
+    def _bind_or_check(
+        self, instance: _Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
+    ) -> bool:
+        """Bind ``node`` (a new symbol or an affine expression of one) to ``value``, or check it."""
+        if self._declares(instance, node):
+            self._solve(instance, node, value, position, what)
+            return True
+        try:
+            expected = instance.evaluator()(node)
+        except Unknown:
+            return False
+        if isinstance(expected, bool):
+            expected = int(expected)
+        if expected is not None and not _extent_matches(expected, value):
+            raise self._error(
+                position,
+                f"{instance.name}: {what} is {format_value(value)} but "
+                f"'{print_expression(node)}' = {format_value(expected)}",
+            )
+        return True
+
+    def _solve(
+        self, instance: _Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
+    ) -> None:
+        """Solve the affine ``node`` (one unknown symbol) for ``node == value`` and bind the symbol."""
+        if isinstance(node, ast.Identifier):
+            instance.symbols[node.name] = value
+            return
+        (name,) = [n for n in identifiers(node) if instance.declaration(n)]
+        if isinstance(value, DynamicExtent):
+            raise self._error(
+                position,
+                f"{instance.name}: {what}: cannot solve '{print_expression(node)}' for a run-time extent",
+            )
+
+        def at(x: int) -> Any:
+            return instance.evaluator(ChainMap({name: x}, instance.symbols))(node)
+
+        try:
+            f0, f1, f2 = at(0), at(1), at(2)
+        except NNEFError:
+            f0 = f1 = f2 = None
+        if (
+            not all(isinstance(f, int) and not isinstance(f, bool) for f in (f0, f1, f2))
+            or f2 - f1 != f1 - f0
+            or f1 == f0
+        ):
+            raise self._error(
+                node.pos,
+                f"'{print_expression(node)}' is not an affine expression of '{name}'; it cannot declare it",
+            )
+        slope = f1 - f0
+        solution, remainder = divmod(value - f0, slope)
+        if remainder or at(solution) != value:
+            raise self._error(
+                position,
+                f"{instance.name}: {what} is {value}, which '{print_expression(node)}' "
+                f"cannot equal for an integer '{name}'",
+            )
+        instance.symbols[name] = solution
+
+    # -- using and asserts ------------------------------------------------------------------------------
+
+    def _advance_usings(self, instance: _Instance) -> bool:
+        """Evaluate every @using entry that can be evaluated now (asserts first, §2.9)."""
+        progress = False
+        for index, using in enumerate(instance.info.definition.usings):
+            if index in instance.done_usings:
+                continue
+            self._check_asserts(instance, final=False)
+            try:
+                value = instance.evaluator()(using.value)
+            except Unknown:
+                continue
+            self._assign_using(instance, using, value)
+            instance.done_usings.add(index)
+            progress = True
+        return progress
+
+    def _usings_and_asserts(self, instance: _Instance) -> None:
+        usings = instance.info.definition.usings
+        schedule = instance.info.assert_schedule
+        position = 0
+        for index, using in enumerate(usings):
+            while position < len(schedule) and schedule[position][0] < index:
+                self._check_assert(instance, schedule[position][1], final=False)
+                position += 1
+            if index in instance.done_usings:
+                continue
+            try:
+                value = instance.evaluator()(using.value)
+            except Unknown as unknown:
+                raise self._error(
+                    using.pos,
+                    f"{instance.name}: '{unknown.name}' is used before it is known "
+                    f"(in @using '{print_expression(using.value)}')",
+                ) from None
+            self._assign_using(instance, using, value)
+            instance.done_usings.add(index)
+        self._check_asserts(instance, final=True)
+
+    def _assign_using(self, instance: _Instance, using: ast.Using, value: Any) -> None:
+        target = using.target
+        if isinstance(target, ast.Identifier):
+            if using.count is not None:
+                self._check_using_count(instance, using, value)
+            instance.symbols[target.name] = value
+            return
+        if value is None:
+            for name in _target_names(target):
+                instance.symbols[name] = None
+            return
+        if not isinstance(value, list):
+            raise self._error(
+                using.pos, f"{instance.name}: cannot destructure the non-pack {format_value(value)}"
+            )
+        self._destructure(instance, target, value, using.pos)
+
+    def _check_using_count(self, instance: _Instance, using: ast.Using, value: Any) -> None:
+        length = instance.evaluator()(using.count)
+        actual = len(value) if isinstance(value, list) else None
+        if value is not None and actual != length:
+            raise self._error(
+                using.pos,
+                f"{instance.name}: '{print_expression(using.target)}' has length "
+                f"{actual}, but its hint says {format_value(length)}",
+            )
+
+    def _destructure(
+        self, instance: _Instance, target: ast.List, value: list, position: ast.Position
+    ) -> None:
+        items = target.items
+        expanded = [i for i, item in enumerate(items) if isinstance(item, ast.Expand)]
+        if len(items) == 1 and expanded and isinstance(items[0].value, ast.Zip):
+            names = [item.name for item in items[0].value.items]
+            if len(value) % len(names):
+                raise self._error(
+                    position, f"cannot unzip a pack of length {len(value)} into {len(names)} packs"
+                )
+            for offset, name in enumerate(names):
+                instance.symbols[name] = value[offset :: len(names)]
+            return
+        if len(expanded) > 1:
+            raise self._error(position, "at most one item of a destructuring list may be a pack")
+        fixed = len(items) - len(expanded)
+        if (not expanded and len(value) != fixed) or len(value) < fixed:
+            raise self._error(
+                position, f"cannot destructure a pack of length {len(value)} into {len(items)} items"
+            )
+        rest = len(value) - fixed
+        offset = 0
+        for item in items:
+            if isinstance(item, ast.Expand):
+                instance.symbols[item.value.name] = value[offset : offset + rest]
+                offset += rest
+            else:
+                instance.symbols[item.name] = value[offset]
+                offset += 1
+
+    def _check_asserts(self, instance: _Instance, final: bool) -> None:
+        for index in range(len(instance.info.definition.asserts)):
+            self._check_assert(instance, index, final)
+
+    def _check_assert(self, instance: _Instance, index: int, final: bool) -> None:
+        if index in instance.done_asserts:
+            return
+        assertion = instance.info.definition.asserts[index]
+        symbols = instance.symbols
+        if not final and not all(name in symbols for name in identifiers(assertion.condition)):
+            return  # refers to a symbol not known yet (cheaper than trying)
+        try:
+            value = instance.evaluator()(assertion.condition)
+        except Unknown as unknown:
+            if final:
+                raise self._error(
+                    assertion.pos,
+                    f"{instance.name}: assertion refers to '{unknown.name}', which is never defined",
+                ) from None
+            return
+        instance.done_asserts.add(index)
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if item is None or item is UNDECIDED:
+                continue
+            if not isinstance(item, bool):
+                raise self._error(
+                    assertion.pos, f"{instance.name}: an assertion must be a bool, got {format_value(item)}"
+                )
+            if not item:
+                raise self._assertion_error(instance, assertion)
+
+    def _assertion_error(self, instance: _Instance, assertion: ast.Assert) -> NNEFError:
+        evaluator = instance.evaluator()
+        if assertion.message is None:
+            message = f"assertion '{print_expression(assertion.condition)}' failed"
+        else:
+            try:
+                message = evaluator(assertion.message)
+            except (Unknown, NNEFError):
+                message = print_expression(assertion.message)
+        printed = []
+        for item in assertion.prints:
+            label = item.label or print_expression(item.value)
+            try:
+                printed.append(f"{label} = {format_value(evaluator(item.value), True)}")
+            except (Unknown, NNEFError):
+                printed.append(f"{label} = ?")
+        detail = f" ({', '.join(printed)})" if printed else ""
+        where = f" [assertion at {assertion.pos}]" if _in_stdlib(assertion.pos.file) else ""
+        return self._error(instance.position, f"{instance.name}: {message}{detail}{where}")
+
+    # -- output declarations -----------------------------------------------------------------------------
+
+    def _evaluate_shape(
+        self, instance: _Instance, spec: ast.TypeSpec, name: str, item: int, bind_dynamic: bool = True
+    ) -> list:
+        """The shape of a declared output / constant / variable (item ``item`` of a pack)."""
+        evaluator = instance.evaluator()
+        shape: list = []
+        for position, extent in enumerate(spec.shape.extents):
+            node = extent.value
+            bound = None if extent.bound is None else evaluator(extent.bound)
+            if isinstance(node, ast.Placeholder):
+                dynamic = DynamicExtent((instance.label or instance.name, name, position), bound)
+                shape.extend([dynamic] * self._extent_count(instance, extent, evaluator))
+                continue
+            if (
+                extent.bound is not None
+                and isinstance(node, ast.Identifier)
+                and node.name not in instance.symbols
+            ):
+                dynamic = DynamicExtent(
+                    f"{instance.label}.{node.name}" if instance.label else node.name, bound
+                )
+                if bind_dynamic:
+                    instance.symbols[node.name] = dynamic
+                shape.append(dynamic)
+                continue
+            value = evaluator(node)
+            if extent.distinct:
+                if not isinstance(value, list) or item >= len(value):
+                    raise self._error(
+                        extent.pos,
+                        f"the distinct extent '..{print_expression(node)}' needs a pack "
+                        f"with an item per tensor",
+                    )
+                shape.append(value[item])
+            elif extent.pack is not None:
+                if value is None:
+                    continue
+                if isinstance(value, list):
+                    count = extent.pack.count
+                    if count is not None and not isinstance(count, ast.Placeholder):
+                        length = evaluator.repeat_count(count)
+                        if (
+                            length is not None
+                            and length != len(value)
+                            and not isinstance(evaluator(count), bool)
+                        ):
+                            raise self._error(
+                                extent.pos,
+                                f"'{print_expression(node)}' has {len(value)} items, "
+                                f"its declared length is {length}",
+                            )
+                    shape.extend(value)
+                else:
+                    shape.extend([value] * self._extent_count(instance, extent, evaluator))
+            else:
+                if value is None:
+                    continue
+                if isinstance(value, list):
+                    raise self._error(
+                        extent.pos, f"'{print_expression(node)}' is a pack; expand it with '..'"
+                    )
+                shape.append(value)
+        for extent in shape:
+            if isinstance(extent, bool) or not isinstance(extent, int | DynamicExtent):
+                raise self._error(
+                    spec.pos,
+                    f"{instance.name}: the shape of '{name}' evaluates to "
+                    f"{format_value(shape)}, which is not a list of ints",
+                )
+        return shape
+
+    def _extent_count(self, instance: _Instance, extent: ast.Extent, evaluator: Evaluator) -> int:
+        if extent.pack is None:
+            return 1
+        if extent.pack.count is None or isinstance(extent.pack.count, ast.Placeholder):
+            raise self._error(extent.pos, "a repeated extent needs a length: x..(n)")
+        return evaluator.repeat_count(extent.pack.count) or 0
+
+    def _declared_outputs(self, instance: _Instance) -> dict[str, tuple[str, Any]]:
+        """Each declared output: (element type, shape or list of shapes for a pack)."""
+        out: dict[str, tuple[str, Any]] = {}
+        for param in instance.info.definition.outputs:
+            element = self._element_type(instance, param.type)
+            if element is None:
+                raise self._error(
+                    param.pos,
+                    f"{instance.name}: output '{param.name}' has the abstract type '{param.type.name}'",
+                )
+            out[param.name] = (element, self._declared_shapes(instance, param))
+        return out
+
+    def _declared_shapes(self, instance: _Instance, param: ast.Param) -> Any:
+        spec = param.type
+        if spec.pack is None:
+            return None if spec.shape is None else self._evaluate_shape(instance, spec, param.name, 0)
+        count_node = spec.pack.count
+        if count_node is None or isinstance(count_node, ast.Placeholder):
+            return None
+        count = instance.evaluator().repeat_count(count_node)
+        if spec.shape is None:
+            return [None] * (count or 0)
+        return [self._evaluate_shape(instance, spec, param.name, item) for item in range(count or 0)]
+
+    # ==============================================================================================
+    # composition
+
+    def _component(self, component: ast.Component, frame: _Frame) -> None:
+        serial = next(self._serial)
+        names = [_first_name(group) for group in component.results]
+        values = self._callable(component.value, frame, names, component.pos)
+        self._assign(component.results, values, frame, serial, component.pos)
+
+    def _callable(
+        self, value: ast.Callable, frame: _Frame, names: list[str | None], position: ast.Position
+    ) -> list:
+        if isinstance(value, ast.Invocation):
+            return self._invoke(value, frame, names)
+        if isinstance(value, ast.Block):
+            return self._block(value, frame, names)
+        if isinstance(value, ast.If):
+            return self._branch(value, frame, names)
+        if isinstance(value, ast.Loop):
+            return self._loop(value, frame, names)
+        result = frame.evaluator()(value)
+        return [self._as_tensor_value(result, frame, names[0] if names else None, value.pos)]
+
+    def _as_tensor_value(self, value: Any, frame: _Frame, name: str | None, position: ast.Position) -> Any:
+        """A compose-level value as tensors: literals become constant tensors of rank 0."""
+        if isinstance(value, list):
+            return [
+                self._as_tensor_value(item, frame, f"{name}[{index}]" if name else None, position)
+                for index, item in enumerate(value)
+            ]
+        if isinstance(value, bool | int | float) and not isinstance(value, DynamicExtent):
+            base = frame.scope + (name or "constant")
+            return self._constant_tensor(value, type_name_of(value), (), base, position)
+        return value
+
+    def _assign(
+        self, results: tuple, values: list, frame: _Frame, serial: int, position: ast.Position
+    ) -> None:
+        if len(values) < len(results):
+            raise self._error(
+                position, f"{len(results)} results are assigned but only {len(values)} value(s) are produced"
+            )
+        for group, value in zip(results, values, strict=False):
+            if isinstance(group, ast.Result):
+                self._assign_result(group, value, frame, serial)
+            elif isinstance(group, ast.ResultList):
+                self._assign_list(group, value, frame, serial)
+            else:
+                self._assign_tuple(group, value, frame, serial)
+
+    def _assign_result(self, result: ast.Result, value: Any, frame: _Frame, serial: int) -> None:
+        if result.name is None:
+            return
+        own = frame.symbols.maps[0] if isinstance(frame.symbols, ChainMap) else frame.symbols
+        if isinstance(own.get(result.name), TensorInfo | list):
+            raise self._error(
+                result.pos, f"'{result.name}' is already defined; every result needs a new name"
+            )
+        if result.pack is not None:
+            if not isinstance(value, list):
+                raise self._error(result.pos, f"'{result.name}..' expects a pack of tensors, got one value")
+            count = result.pack.count
+            if count is not None and not isinstance(count, ast.Placeholder):
+                self._bind_frame_count(frame, count, len(value), result)
+            for index, item in enumerate(value):
+                self._name_tensor(item, f"{frame.scope}{result.name}[{index}]", serial, result.pos)
+        elif isinstance(value, list):  # a pack result without '..': lenient, as the spec's own cumsum
+            for index, item in enumerate(value):
+                self._name_tensor(item, f"{frame.scope}{result.name}[{index}]", serial, result.pos)
+        else:
+            self._name_tensor(value, frame.scope + result.name, serial, result.pos)
+        if result.type is not None:
+            self._check_result_type(result, value, frame)
+        frame.symbols[result.name] = value
+
+    def _assign_list(self, group: ast.ResultList, value: Any, frame: _Frame, serial: int) -> None:
+        if not isinstance(value, list):
+            raise self._error(group.pos, "a bracketed result list needs a pack of tensors")
+        packed = [
+            i for i, item in enumerate(group.items) if isinstance(item, ast.Result) and item.pack is not None
+        ]
+        fixed = len(group.items) - len(packed)
+        if len(packed) > 1 or (not packed and fixed != len(value)) or len(value) < fixed:
+            raise self._error(
+                group.pos, f"cannot destructure {len(value)} tensors into {len(group.items)} results"
+            )
+        offset, rest = 0, len(value) - fixed
+        for item in group.items:
+            if isinstance(item, ast.Result) and item.pack is not None:
+                self._assign_result(item, value[offset : offset + rest], frame, serial)
+                offset += rest
+            elif isinstance(item, ast.Result):
+                self._assign_result(item, value[offset], frame, serial)
+                offset += 1
+            else:
+                self._assign_tuple(item, value[offset], frame, serial)
+                offset += 1
+
+    def _assign_tuple(self, group: ast.ResultTuple, value: Any, frame: _Frame, serial: int) -> None:
+        if not isinstance(value, list) or len(value) % len(group.items):
+            raise self._error(
+                group.pos, "a (a, b).. result needs a pack whose length is a multiple of its items"
+            )
+        for offset, item in enumerate(group.items):
+            self._assign_result(
+                ast.Result(item.name, item.type, ast.PackSpec(), pos=item.pos),
+                value[offset :: len(group.items)],
+                frame,
+                serial,
+            )
+
+    def _bind_frame_count(self, frame: _Frame, count: ast.Expr, length: int, result: ast.Result) -> None:
+        if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
+            frame.symbols[count.name] = length
+            return
+        try:
+            expected = frame.evaluator()(count)
+        except Unknown:
+            if isinstance(count, ast.Identifier):
+                frame.symbols[count.name] = length
+                return
+            raise
+        if expected != length:
+            raise self._error(
+                result.pos,
+                f"'{result.name}' receives {length} tensors, but its length is declared "
+                f"{format_value(expected)}",
+            )
+
+    def _check_result_type(self, result: ast.Result, value: Any, frame: _Frame) -> None:
+        spec = result.type
+        instance = _Instance(
+            DefinitionInfo.of(_RESULT_DEFINITION, frame.module_name),
+            result.pos,
+            frame.scope,
+            symbols=dict(frame.symbols),
+            types=dict(frame.types),
+        )
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if not isinstance(item, TensorInfo):
+                continue
+            if spec.name in _CONCRETE_TYPES and item.dtype != spec.name:
+                raise self._error(
+                    result.pos, f"'{result.name}' is declared {spec.name} but is a {item.dtype} tensor"
+                )
+            if spec.shape is not None:
+                expected = self._evaluate_shape(instance, spec, result.name or "", 0, bind_dynamic=False)
+                if not _shapes_match(expected, item.shape):
+                    raise self._error(
+                        result.pos,
+                        f"'{result.name}' is declared with shape {format_value(expected)} "
+                        f"but has shape {format_value(list(item.shape))}",
+                    )
+
+    def _name_tensor(self, value: Any, name: str, serial: int, position: ast.Position) -> None:
+        """Give a tensor created by the right-hand side (after ``serial``) its result name."""
+        if (
+            isinstance(value, TensorInfo)
+            and value.serial > serial
+            and value.kind in ("intermediate", "constant")
+        ):
+            if value.name != name and name not in self.tensors:
+                self._rename(value, name, position)
+
+    # -- invocations --------------------------------------------------------------------------------------
+
+    def _invoke(self, invocation: ast.Invocation, frame: _Frame, names: list[str | None]) -> list:
+        info = self._resolve(invocation.name, frame.module_name, invocation.pos)
+        evaluator = frame.evaluator()
+        attribs = {name: (evaluator(node), node) for name, node in invocation.attribs}
+        args = [
+            (None if isinstance(node, ast.Placeholder) else evaluator(node), node) for node in invocation.args
+        ]
+        label = invocation.label or (names[0] if len(names) == 1 and names[0] else None)
+        if label is None:
+            label = next((name for name in names if name), None) or f"_{invocation.name.replace('.', '_')}"
+        try:
+            instance = self._instantiate(
+                info, attribs, invocation.types, args, invocation.pos, frame.scope + label
+            )
+            if info.is_leaf:
+                return self._leaf(instance, frame, names, invocation.pos)
+            return self._expand(instance, frame, invocation)
+        except NNEFError as error:
+            if _in_stdlib(error.file) and not _in_stdlib(invocation.pos.file):
+                raise NNEFError.at(
+                    invocation.pos,
+                    f"in {info.qualified}: {error.message} [{error.file}:{error.line}:{error.column}]",
+                ) from error
+            raise
+
+    def _input_tensors(self, instance: _Instance) -> None:
+        """Turn literal arguments into constant tensors of the declared (or deduced) type."""
+        for param in instance.info.definition.inputs:
+            value = instance.inputs.get(param.name)
+            if value is None:
+                continue
+            if isinstance(value, list):
+                converted = [
+                    self._literal_tensor(instance, param, item, index) for index, item in enumerate(value)
+                ]
+            else:
+                converted = self._literal_tensor(instance, param, value, None)
+            instance.inputs[param.name] = converted
+            instance.symbols[param.name] = converted
+
+    def _literal_tensor(self, instance: _Instance, param: ast.Param, value: Any, index: int | None) -> Any:
+        if not _is_scalar_argument(value):
+            return value
+        element = self._element_type(instance, param.type) or type_name_of(value)
+        if element == "real" and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type_name_of(value) != element:
+            raise self._error(
+                instance.position,
+                f"{instance.name}: input '{param.name}' expects {element}, got "
+                f"{type_name_of(value)} {format_value(value, True)}",
+            )
+        suffix = f"[{index}]" if index is not None else ""
+        return self._constant_tensor(
+            value, element, (), f"{instance.label}.{param.name}{suffix}", instance.position
+        )
+
+    def _leaf(
+        self, instance: _Instance, frame: _Frame, names: list[str | None], position: ast.Position
+    ) -> list:
+        self._input_tensors(instance)
+        declared = self._declared_outputs(instance)
+        constants = self._operator_locals(instance)
+        results = []
+        for index, param in enumerate(instance.info.definition.outputs):
+            element, shape = declared[param.name]
+            name = names[index] if index < len(names) and names[index] else None
+            base = frame.scope + name if name else f"{instance.label}.{param.name}"
+            if param.type.pack is not None:
+                if shape is None:
+                    raise self._error(
+                        param.pos,
+                        f"{instance.name}: the length of the output pack '{param.name}' is not declared",
+                    )
+                value = [
+                    self._new_tensor(
+                        self._unique_name(f"{base}[{item}]"),
+                        element,
+                        tuple(item_shape),
+                        "intermediate",
+                        position,
+                    )
+                    for item, item_shape in enumerate(shape)
+                ]
+            else:
+                if shape is None:
+                    raise self._error(
+                        param.pos, f"{instance.name}: output '{param.name}' has no declared shape"
+                    )
+                value = self._new_tensor(
+                    self._unique_name(base), element, tuple(shape), "intermediate", position
+                )
+            instance.symbols[param.name] = value
+            results.append(value)
+        op = Operation(
+            type=instance.name,
+            attribs=dict(instance.attribs),
+            inputs=tuple(
+                _names_of(instance.inputs.get(param.name)) for param in instance.info.definition.inputs
+            ),
+            outputs=tuple(_names_of(value) for value in results),
+            label=instance.label,
+            definition=instance.info.definition,
+            dtypes=dict(instance.types),
+            position=position,
+            scopes=frame.scopes,
+            constants={name: tensor.name for name, tensor in constants.items()},
+            symbols=instance.symbols,
+        )
+        for value in results:
+            for tensor in value if isinstance(value, list) else [value]:
+                tensor.producer = op
+        self.operations.append(op)
+        return results
+
+    def _operator_locals(self, instance: _Instance) -> dict[str, TensorInfo]:
+        """Constants and variables declared by an operator, as tensors under its label."""
+        created: dict[str, TensorInfo] = {}
+        definition = instance.info.definition
+        for param in (*definition.constants, *definition.variables):
+            kind = "constant" if param in definition.constants else "variable"
+            tensor = self._local_tensor(instance, param, kind, f"{instance.label}.{param.name}")
+            instance.symbols[param.name] = tensor
+            created[param.name] = tensor
+        return created
+
+    def _local_tensor(self, instance: _Instance, param: ast.Param, kind: str, name: str) -> TensorInfo:
+        element = self._element_type(instance, param.type)
+        if element is None:
+            raise self._error(param.pos, f"{kind} '{param.name}' needs a concrete type")
+        shape = (
+            tuple(self._evaluate_shape(instance, param.type, param.name, 0))
+            if param.type.shape is not None
+            else ()
+        )
+        if kind == "constant":
+            data = self._constant_data(instance, param, element, shape)
+            return self._new_tensor(name, element, shape, kind, param.pos, data)
+        tensor = self._new_tensor(name, element, shape, kind, param.pos)
+        if self.variable_loader is not None:
+            data = self.variable_loader(name, tensor)
+            if data is not None:
+                tensor.data = self._check_variable_data(tensor, data)
+        return tensor
+
+    def _check_variable_data(self, tensor: TensorInfo, data: np.ndarray) -> np.ndarray:
+        if tuple(data.shape) != tuple(tensor.shape):
+            raise NNEFError(
+                f"variable '{tensor.name}': its data has shape {list(data.shape)} but the graph declares "
+                f"{format_value(list(tensor.shape))}",
+                tensor.position.file,
+                tensor.position.line,
+                tensor.position.column,
+            )
+        kind = data.dtype.kind
+        expected = {"real": "f", "int": "iu", "bool": "b"}[tensor.dtype]
+        if kind not in expected and not (tensor.dtype == "real" and kind in "iu"):
+            raise NNEFError(
+                f"variable '{tensor.name}': its data is {data.dtype} but the graph declares {tensor.dtype}",
+                tensor.position.file,
+                tensor.position.line,
+                tensor.position.column,
+            )
+        return data.astype(tensor.numpy_dtype, copy=False)
+
+    def _constant_data(self, instance: _Instance, param: ast.Param, element: str, shape: tuple) -> np.ndarray:
+        if param.default is None:
+            raise self._error(param.pos, f"constant '{param.name}' needs a value")
+        dtype = numpy_dtype_of(element)
+        if not param.bounds:
+            value = instance.evaluator()(param.default)
+            if isinstance(value, list):
+                if len(value) != int(np.prod(shape, dtype=np.int64)):
+                    raise self._error(
+                        param.pos,
+                        f"constant '{param.name}' of shape {list(shape)} needs "
+                        f"{int(np.prod(shape))} values, got {len(value)}",
+                    )
+                return np.array(value, dtype=dtype).reshape(shape)
+            if value is None:
+                raise self._error(param.pos, f"the value of constant '{param.name}' is null")
+            return np.full(shape, value, dtype=dtype)
+        return self._constant_per_element(instance, param, dtype, shape)
+
+    def _constant_per_element(
+        self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple
+    ) -> np.ndarray:
+        evaluator = instance.evaluator()
+        bounds = [(bound.name, evaluator(bound.bound)) for bound in param.bounds]
+        axes: list[tuple[str, int | None, int]] = []  # (symbol, item in its pack or None, extent)
+        for name, bound in bounds:
+            if isinstance(bound, list):
+                axes.extend((name, item, extent) for item, extent in enumerate(bound))
+            else:
+                axes.append((name, None, bound))
+        extents = tuple(extent for _, _, extent in axes)
+        if extents != tuple(shape):
+            raise self._error(
+                param.pos,
+                f"the index bounds {list(extents)} of constant '{param.name}' do not match "
+                f"its shape {list(shape)}",
+            )
+        data = np.empty(shape, dtype=dtype)
+        for point in np.ndindex(*extents) if extents else [()]:
+            local: dict[str, Any] = {}
+            for (name, item, _), value in zip(axes, point, strict=True):
+                if item is None:
+                    local[name] = value
+                else:
+                    local.setdefault(name, []).append(value)
+            data[point] = instance.evaluator(ChainMap(local, instance.symbols))(param.default)
+        return data
+
+    # -- composite expansion --------------------------------------------------------------------------------
+
+    def _expand(self, instance: _Instance, frame: _Frame, invocation: ast.Invocation) -> list:
+        self._input_tensors(instance)
+        definition = instance.info.definition
+        declared = self._declared_outputs(instance)
+        propagate = (
+            len(definition.components) == 1
+            and not definition.constants
+            and not definition.variables
+            and isinstance(definition.components[0].value, ast.Invocation | ast.If)
+        )
+        label = instance.label
+        scope = f"{label}." if label else ""
+        inner = _Frame(
+            instance.info.module_name,
+            instance.symbols,
+            instance.types,
+            scope,
+            instance.info.declared,
+            (*frame.scopes, label),
+        )
+        composite = Composite(
+            instance.name,
+            label,
+            dict(instance.attribs),
+            tuple(_names_of(instance.inputs.get(p.name)) for p in definition.inputs),
+            (),
+            definition,
+            invocation.pos,
+            frame.scopes,
+        )
+        self.composites.append(composite)
+        serial = next(self._serial)
+        self._operator_locals(instance)
+        if propagate:
+            component = definition.components[0]
+            value = component.value
+            if isinstance(value, ast.Invocation) and value.label is None:
+                value = ast.Invocation(
+                    value.name, value.args, value.attribs, value.types, None, pos=value.pos
+                )
+            names = [_first_name(group) for group in component.results]
+            inner_frame = _Frame(
+                inner.module_name, inner.symbols, inner.types, frame.scope, inner.declared, inner.scopes
+            )
+            values = self._propagated(value, inner_frame, names, label, component.pos)
+            self._assign(
+                component.results,
+                values,
+                _Frame(inner.module_name, inner.symbols, inner.types, scope, inner.declared, inner.scopes),
+                serial,
+                component.pos,
+            )
+        else:
+            for component in definition.components:
+                self._component(component, inner)
+        results = []
+        for param in definition.outputs:
+            if param.name not in instance.symbols or instance.symbols[param.name] is None:
+                raise self._error(
+                    param.pos, f"{instance.name}: output '{param.name}' is not assigned by its @compose"
+                )
+            value = instance.symbols[param.name]
+            self._check_output(instance, param, value, declared[param.name], invocation.pos)
+            results.append(value)
+        composite.outputs = tuple(_names_of(value) for value in results)
+        self._updates(definition, inner)
+        self._quantizations(definition, inner)
+        return results
+
+    def _propagated(
+        self, value: ast.Callable, frame: _Frame, names: list[str | None], label: str, position: ast.Position
+    ) -> list:
+        """The single component of a composite, invoked under the composite's own label (§2.10)."""
+        if isinstance(value, ast.Invocation):
+            labelled = ast.Invocation(
+                value.name,
+                value.args,
+                value.attribs,
+                value.types,
+                label.rpartition(".")[2] if label else None,
+                pos=value.pos,
+            )
+            parent = label.rpartition(".")[0]
+            outer = _Frame(
+                frame.module_name,
+                frame.symbols,
+                frame.types,
+                f"{parent}." if parent else "",
+                frame.declared,
+                frame.scopes,
+            )
+            return self._invoke(labelled, outer, [None] * len(names))
+        return self._callable(
+            value,
+            _Frame(
+                frame.module_name,
+                frame.symbols,
+                frame.types,
+                f"{label}." if label else "",
+                frame.declared,
+                frame.scopes,
+            ),
+            names,
+            position,
+        )
+
+    def _check_output(
+        self,
+        instance: _Instance,
+        param: ast.Param,
+        value: Any,
+        declared: tuple[str, Any],
+        position: ast.Position,
+    ) -> None:
+        element, shapes = declared
+        items = value if isinstance(value, list) else [value]
+        expected_shapes = (
+            shapes if isinstance(shapes, list) and param.type.pack is not None else [shapes] * len(items)
+        )
+        if param.type.pack is not None and isinstance(shapes, list) and len(shapes) != len(items):
+            raise self._error(
+                position,
+                f"{instance.name}: output '{param.name}' should be {len(shapes)} tensors, "
+                f"its @compose produced {len(items)}",
+            )
+        for item, shape in zip(items, expected_shapes, strict=False):
+            if not isinstance(item, TensorInfo):
+                raise self._error(position, f"{instance.name}: output '{param.name}' is not a tensor")
+            if item.dtype != element:
+                raise self._error(
+                    position,
+                    f"{instance.name}: output '{param.name}' is declared {element} but its "
+                    f"@compose produced a {item.dtype} tensor",
+                )
+            if shape is not None and not _shapes_match(shape, item.shape):
+                raise self._error(
+                    position,
+                    f"{instance.name}: output '{param.name}' is declared with shape "
+                    f"{format_value(shape)} but its @compose produced "
+                    f"{format_value(list(item.shape))}",
+                )
+
+    # -- blocks, branches, loops ----------------------------------------------------------------------------
+
+    def _block(self, block: ast.Block, frame: _Frame, names: list[str | None]) -> list:
+        scope = frame.scope + f"{block.label}." if block.label else frame.scope
+        inner = _Frame(
+            frame.module_name,
+            ChainMap({}, frame.symbols),
+            frame.types,
+            scope,
+            frame.declared,
+            (*frame.scopes, block.label) if block.label else frame.scopes,
+        )
+        for component in block.components:
+            self._component(component, inner)
+        evaluator = inner.evaluator()
+        values = []
+        for index, node in enumerate(block.yields):
+            value = evaluator(node)
+            if value is None:
+                raise self._error(node.pos, "a block must not yield a null value")
+            values.append(
+                self._as_tensor_value(value, inner, names[index] if index < len(names) else None, node.pos)
+            )
+        return values
+
+    def _condition(self, value: ast.Callable, frame: _Frame) -> bool:
+        if isinstance(value, ast.Invocation | ast.Block | ast.Loop | ast.If):
+            raise self._error(
+                value.pos,
+                "branching on a computed (tensor) condition is not supported: only "
+                "compile-time conditions select a branch",
+            )
+        condition = frame.evaluator()(value)
+        if isinstance(condition, TensorInfo):
+            if condition.kind == "constant" and condition.data is not None and condition.data.size == 1:
+                return bool(condition.data.reshape(()))
+            raise self._error(
+                value.pos,
+                f"branching on the tensor '{condition.name}' is not supported: only "
+                f"compile-time conditions select a branch",
+            )
+        if not isinstance(condition, bool):
+            raise self._error(value.pos, f"a branch condition must be a bool, got {format_value(condition)}")
+        return condition
+
+    def _branch(self, branch: ast.If, frame: _Frame, names: list[str | None]) -> list:
+        for condition, then in branch.branches:
+            if self._condition(condition, frame):
+                return self._callable(then, frame, names, then.pos)
+        return self._callable(branch.otherwise, frame, names, branch.otherwise.pos)
+
+    def _loop(self, loop: ast.Loop, frame: _Frame, names: list[str | None]) -> list:
+        if loop.condition is not None:
+            raise self._error(
+                loop.pos,
+                "condition-based (while) loops are not supported: their trip count is decided at run time",
+            )
+        evaluator = frame.evaluator()
+        scans = []
+        for scan in loop.scans:
+            pack = evaluator(scan.pack)
+            if not isinstance(pack, list):
+                raise self._error(scan.pos, f"the scanned value of '{scan.name}' must be a pack of tensors")
+            scans.append((scan.name, pack))
+        lengths = {len(pack) for _, pack in scans}
+        if len(lengths) > 1:
+            raise self._error(loop.pos, f"scanned packs have different lengths {sorted(lengths)}")
+        count = evaluator(loop.count) if loop.count is not None else None
+        if isinstance(count, TensorInfo):
+            raise self._error(
+                loop.count.pos,
+                f"a loop count given by the tensor '{count.name}' is decided at run "
+                f"time; dynamic loops are not supported",
+            )
+        if count is None:
+            if not scans:
+                raise self._error(loop.pos, "a loop needs a 'for' clause or an iteration count")
+            count = lengths.pop()
+        if scans and count > len(scans[0][1]):
+            raise self._error(
+                loop.pos, f"the loop count {count} exceeds the scanned packs' length {len(scans[0][1])}"
+            )
+        carries = []
+        for carry in loop.carries:
+            initial = evaluator(carry.initial)
+            if not isinstance(initial, TensorInfo):
+                initial = self._carry_constant(carry, initial, frame)
+            carries.append(initial)
+        base = next((name for name in names if name), "loop")
+        scan_outputs: list[list] = []
+        for step in range(count):
+            local: dict[str, Any] = {
+                carry.name: value for carry, value in zip(loop.carries, carries, strict=True)
+            }
+            local.update({name: pack[step] for name, pack in scans})
+            if loop.index is not None:
+                local[loop.index] = self._constant_tensor(
+                    step, "int", (), f"{frame.scope}{base}.{step}.{loop.index}", loop.pos
+                )
+            body_frame = _Frame(
+                frame.module_name,
+                ChainMap(local, frame.symbols),
+                frame.types,
+                f"{frame.scope}{base}.{step}.",
+                frame.declared,
+                frame.scopes,
+            )
+            outputs = self._callable(loop.body, body_frame, [None] * 8, loop.body.pos)
+            if len(outputs) < len(carries):
+                raise self._error(
+                    loop.body.pos,
+                    f"the loop body yields {len(outputs)} values but {len(carries)} are carried",
+                )
+            carries = outputs[: len(carries)]
+            for index, value in enumerate(outputs[len(carries) :]):
+                if len(scan_outputs) <= index:
+                    scan_outputs.append([])
+                scan_outputs[index].append(value)
+        return [*carries, *scan_outputs]
+
+    def _carry_constant(self, carry: ast.Carry, value: Any, frame: _Frame) -> TensorInfo:
+        if carry.type is None or carry.type.shape is None:
+            return self._as_tensor_value(value, frame, carry.name, carry.pos)
+        instance = _Instance(
+            DefinitionInfo.of(_RESULT_DEFINITION, frame.module_name),
+            carry.pos,
+            frame.scope,
+            symbols=dict(frame.symbols),
+            types=dict(frame.types),
+        )
+        shape = self._evaluate_shape(instance, carry.type, carry.name, 0, bind_dynamic=False)
+        element = (
+            carry.type.name
+            if carry.type.name in _CONCRETE_TYPES
+            else frame.types.get(carry.type.name, "real")
+        )
+        return self._constant_tensor(value, element, tuple(shape), f"{frame.scope}{carry.name}", carry.pos)
+
+    # -- graph level ----------------------------------------------------------------------------------------
+
+    def _graph_attributes(self, instance: _Instance, given: dict[str, Any]) -> None:
+        definition = instance.info.definition
+        unknown = set(given) - instance.info.attrib_names
+        if unknown:
+            raise NNEFError(
+                f"graph {definition.name} has no attribute(s) {sorted(unknown)}; its attributes: "
+                f"{', '.join(param.name for param in definition.attribs) or 'none'}"
+            )
+        wrapped = {name: (value, definition) for name, value in given.items()}
+        deferred, uniform = self._attributes(instance, wrapped)
+        self._finish_attributes(instance, deferred, uniform)
+
+    def _graph_inputs(self, instance: _Instance, shapes: dict[str, tuple[int, ...]]) -> list[str]:
+        definition = instance.info.definition
+        unknown = set(shapes) - {param.name for param in definition.inputs}
+        if unknown:
+            raise NNEFError(f"graph {definition.name} has no input(s) {sorted(unknown)}")
+        names = []
+        for param in definition.inputs:
+            element = self._element_type(instance, param.type)
+            if element is None:
+                raise self._error(param.pos, f"graph input '{param.name}' needs a concrete type")
+            if param.type.pack is not None:
+                raise self._error(param.pos, "packs of graph inputs are not supported")
+            if param.type.shape is None:
+                raise self._error(param.pos, f"graph input '{param.name}' needs a shape")
+            if param.name in shapes:
+                shape = self._given_input_shape(instance, param, list(shapes[param.name]))
+            else:
+                shape = self._input_shape(instance, param)
+            tensor = self._new_tensor(param.name, element, tuple(shape), "input", param.pos)
+            instance.symbols[param.name] = tensor
+            names.append(param.name)
+        return names
+
+    def _given_input_shape(self, instance: _Instance, param: ast.Param, dims: list[int]) -> list[int]:
+        upper = self._input_shape(instance, param, probe=True)
+        if len(upper) != len(dims):
+            raise NNEFError(
+                f"graph input '{param.name}' has rank {len(upper)}, the given shape {dims} has rank "
+                f"{len(dims)}"
+            )
+        for declared, actual in zip(upper, dims, strict=True):
+            bound = declared.bound if isinstance(declared, DynamicExtent) else declared
+            if bound is not None and (
+                actual > bound if isinstance(declared, DynamicExtent) else actual != bound
+            ):
+                raise NNEFError(
+                    f"graph input '{param.name}': the given shape {dims} does not fit the declared "
+                    f"{format_value(upper)}"
+                )
+        if not self._bind_dims(instance, param.type, dims, param.pos, f"input '{param.name}'", None, None):
+            raise self._error(param.pos, f"cannot bind the shape of graph input '{param.name}'")
+        return dims
+
+    def _input_shape(self, instance: _Instance, param: ast.Param, probe: bool = False) -> list:
+        evaluator = instance.evaluator()
+        shape: list = []
+        for position, extent in enumerate(param.type.shape.extents):
+            bound = None if extent.bound is None else evaluator(extent.bound)
+            node = extent.value
+            count = 1 if extent.pack is None else self._extent_count(instance, extent, evaluator)
+            if isinstance(node, ast.Placeholder):
+                if bound is None:
+                    raise self._error(
+                        extent.pos,
+                        f"graph input '{param.name}': an omitted extent needs an upper bound (~|n)",
+                    )
+                shape.extend(DynamicExtent((param.name, position, item), bound) for item in range(count))
+                continue
+            if isinstance(node, ast.Identifier) and node.name not in instance.symbols:
+                if bound is None:
+                    raise self._error(
+                        extent.pos,
+                        f"graph input '{param.name}': the extent '{node.name}' is not "
+                        f"known; give it an upper bound ({node.name}|n)",
+                    )
+                values = [
+                    DynamicExtent(node.name if count == 1 else (node.name, item), bound)
+                    for item in range(count)
+                ]
+                if not probe:
+                    instance.symbols[node.name] = values[0] if extent.pack is None else values
+                shape.extend(values)
+                continue
+            value = evaluator(node)
+            if isinstance(value, list):
+                shape.extend(value)
+            elif value is not None:
+                shape.extend([value] * count)
+        return shape
+
+    def _graph_outputs(self, instance: _Instance, frame: _Frame) -> list[str]:
+        names = []
+        for param in instance.info.definition.outputs:
+            value = frame.symbols.get(param.name)
+            if value is None:
+                raise self._error(param.pos, f"graph output '{param.name}' is not assigned in @compose")
+            if isinstance(value, list):
+                raise self._error(param.pos, "packs of graph outputs are not supported")
+            if not isinstance(value, TensorInfo):
+                raise self._error(param.pos, f"graph output '{param.name}' is not a tensor")
+            if param.type.shape is not None and all(
+                not isinstance(e.value, ast.Placeholder) for e in param.type.shape.extents
+            ):
+                expected = self._evaluate_shape(instance, param.type, param.name, 0, bind_dynamic=False)
+                if not _shapes_match(expected, value.shape):
+                    raise self._error(
+                        param.pos,
+                        f"graph output '{param.name}' is declared with shape "
+                        f"{format_value(expected)} but the graph computes "
+                        f"{format_value(list(value.shape))}",
+                    )
+            element = self._element_type(instance, param.type)
+            if element is not None and element != value.dtype:
+                raise self._error(
+                    param.pos,
+                    f"graph output '{param.name}' is declared {element} but is a {value.dtype} tensor",
+                )
+            if value.name != param.name or value.kind != "intermediate":
+                value = self._identity(value, param.name, frame, param.pos)
+            value.kind = "output"
+            names.append(param.name)
+        return names
+
+    def _identity(self, tensor: TensorInfo, name: str, frame: _Frame, position: ast.Position) -> TensorInfo:
+        """An explicit copy (``math.iden``) so that a graph output has a tensor of its own name."""
+        invocation = ast.Invocation("math.iden", (ast.Identifier("__source__", pos=position),), pos=position)
+        local = _Frame(
+            "__uopviz__",
+            ChainMap({"__source__": tensor}, frame.symbols),
+            frame.types,
+            "",
+            frame.declared,
+            frame.scopes,
+        )
+        if "__uopviz__" not in self.modules.modules:
+            self.modules.add("__uopviz__", ast.Module("<uopviz>", imports=(ast.Import("math"),)))
+        if name in self.tensors:
+            self._rename(self.tensors[name], self._unique_name(f"{name}.source"), position)
+        (value,) = self._invoke(invocation, local, [name])
+        return value
+
+    def _declare_locals(self, definition: ast.Definition, frame: _Frame, instance: _Instance) -> None:
+        for param in (*definition.constants, *definition.variables):
+            kind = "constant" if param in definition.constants else "variable"
+            tensor = self._local_tensor(instance, param, kind, param.name)
+            frame.symbols[param.name] = tensor
+
+    def _updates(self, definition: ast.Definition, frame: _Frame) -> None:
+        if not definition.updates:
+            return
+        variables = {param.name for param in definition.variables}
+        update_frame = _Frame(
+            frame.module_name,
+            ChainMap({}, frame.symbols),
+            frame.types,
+            frame.scope,
+            frame.declared,
+            frame.scopes,
+        )
+        for component in definition.updates:
+            serial = next(self._serial)
+            names = [_first_name(group) for group in component.results]
+            renamed = [f"{name}.updated" if name in variables else name for name in names]
+            values = self._callable(component.value, update_frame, renamed, component.pos)
+            for name, value in zip(names, values, strict=False):
+                if name is None:
+                    continue
+                if name in variables:
+                    variable = frame.symbols[name]
+                    if isinstance(value, TensorInfo) and value.serial > serial:
+                        self._rename(value, self._unique_name(f"{variable.name}.updated"), component.pos)
+                    self.updates[variable.name] = value.name
+                else:
+                    update_frame.symbols[name] = value
+
+    def _quantizations(self, definition: ast.Definition, frame: _Frame) -> None:
+        for entry in definition.quantizations:
+            name = frame.scope + entry.tensor
+            tensor = self.tensors.get(name) or self.tensors.get(entry.tensor)
+            if tensor is None:
+                raise self._error(entry.pos, f"@quantize names the unknown tensor '{entry.tensor}'")
+            info = self._resolve(entry.invocation.name, frame.module_name, entry.invocation.pos)
+            evaluator = frame.evaluator()
+            attribs = {name: evaluator(node) for name, node in entry.invocation.attribs}
+            tensor.quantization = {"op": info.qualified, "attribs": attribs, "types": entry.invocation.types}
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _first_name(group: ast.Result | ast.ResultList | ast.ResultTuple) -> str | None:
+    if isinstance(group, ast.Result):
+        return group.name
+    return None
+
+
+def _names_of(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_names_of(item) for item in value]
+    if isinstance(value, TensorInfo):
+        return value.name
+    return format_value(value)
+
+
+def _replace_name(values: Any, old: str, new: str) -> Any:
+    if isinstance(values, tuple):
+        return tuple(_replace_name(value, old, new) for value in values)
+    if isinstance(values, list):
+        return [_replace_name(value, old, new) for value in values]
+    return new if values == old else values
+
+
+def _shape_of(value: Any) -> list:
+    if isinstance(value, TensorInfo):
+        return list(value.shape)
+    return []  # a literal argument is a rank-0 tensor
+
+
+def _is_scalar_argument(value: Any) -> bool:
+    return isinstance(value, bool | int | float) and not isinstance(value, DynamicExtent)
+
+
+def _extent_matches(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, bool):
+        expected = int(expected)
+    if isinstance(expected, DynamicExtent) or isinstance(actual, DynamicExtent):
+        return True  # checked at run time
+    return expected == actual
+
+
+def _shapes_match(expected: list, actual: tuple) -> bool:
+    if len(expected) != len(actual):
+        return False
+    return all(_extent_matches(e, a) for e, a in zip(expected, actual, strict=True))
+
+
+def compose(
+    text_or_module: str | ast.Module,
+    graph_name: str | None = None,
+    attribs: Mapping[str, Any] | None = None,
+    file: str = "<string>",
+) -> Graph:
+    """Compose the first (or the named) graph of SkriptND text that imports only standard modules."""
+    from uopviz.nnef.parser import parse_module
+
+    module = parse_module(text_or_module, file) if isinstance(text_or_module, str) else text_or_module
+    modules = ModuleSet(None)
+    modules.add("main", module)
+    return Composer(modules).compose("main", graph_name, attribs)

@@ -1,0 +1,330 @@
+"""The composed NNEF graph (chapter 3 of the NNEF 2.0 draft): tensors and operations.
+
+:class:`Graph` is what :func:`uopviz.nnef.load` returns. Its operations are the *leaf*
+invocations of the composition: operators with a ``@lower`` formula and intrinsics (operators
+without a body); composite operators (``@compose``) are expanded, and each leaf remembers the
+chain of composites it came from (:attr:`Operation.scopes`), so a viewer can group them.
+
+Tensors are named as written in the graph; tensors created inside an invocation are qualified by
+the invocation's label (``conv1.filter``, ``output.max``). Packs of tensors are named
+``name[0]``, ``name[1]``, ...
+
+``g.compile(backend=...)`` lowers every operation to UOp kernels (:mod:`uopviz.nnef.lowering`)
+and compiles them with the ordinary pipeline; ``g.run(inputs)`` executes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uopviz.nnef import ast
+from uopviz.nnef.errors import NNEFError
+
+__all__ = ["CATEGORIES", "Composite", "Graph", "Operation", "TensorInfo", "numpy_dtype_of"]
+
+# SkriptND element type -> numpy type used for tensor data and kernels.
+_NUMPY_TYPES = {"real": np.float32, "int": np.int32, "bool": np.bool_}
+
+# Module of an operation -> category shown by viewers (colour key).
+CATEGORIES = {
+    "layout": "layout", "math": "math", "linalg": "linear algebra", "nn": "neural network",
+    "image": "image", "quant": "quantization", "algo": "algorithm", "misc": "misc", "rand": "random",
+    "layer": "layer",
+}  # fmt: skip
+
+
+def numpy_dtype_of(type_name: str) -> np.dtype:
+    """The numpy type that holds tensors of the SkriptND type ``type_name``."""
+    try:
+        return np.dtype(_NUMPY_TYPES[type_name])
+    except KeyError:
+        raise NNEFError(f"tensors of type '{type_name}' have no numeric representation") from None
+
+
+@dataclass(eq=False)
+class TensorInfo:
+    """A tensor of the graph.
+
+    ``dtype`` is the SkriptND element type (``real``, ``int``, ``bool``); ``shape`` a tuple of
+    ints, with :class:`~uopviz.nnef.expressions.DynamicExtent` for extents only known at run
+    time. ``kind`` is ``input``, ``output``, ``variable``, ``constant`` or ``intermediate``;
+    ``data`` holds the values of constants and of variables read from ``.dat`` files.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple
+    kind: str = "intermediate"
+    data: np.ndarray | None = None
+    quantization: dict | None = None
+    position: ast.Position = ast.NOWHERE
+    serial: int = 0
+    producer: Operation | None = field(default=None, repr=False)
+
+    @property
+    def rank(self) -> int:
+        """The number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every extent is known at compile time."""
+        return all(isinstance(extent, int) for extent in self.shape)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy type of this tensor's data."""
+        return numpy_dtype_of(self.dtype)
+
+    @property
+    def upper_shape(self) -> tuple[int, ...]:
+        """The shape with each run-time extent replaced by its upper bound (for allocation)."""
+        out = []
+        for extent in self.shape:
+            if isinstance(extent, int):
+                out.append(extent)
+            elif getattr(extent, "bound", None) is not None:
+                out.append(int(extent.bound))
+            else:
+                raise NNEFError(f"tensor '{self.name}' has a run-time extent without an upper bound")
+        return tuple(out)
+
+    def __repr__(self) -> str:
+        shape = ", ".join(str(extent) for extent in self.shape)
+        return f"TensorInfo({self.name!r}, {self.dtype}[{shape}], {self.kind})"
+
+
+@dataclass(eq=False)
+class Operation:
+    """One leaf operation: an invocation of an operator with a ``@lower`` body or an intrinsic.
+
+    ``type`` is the qualified operator name (``nn.conv``); ``inputs`` / ``outputs`` follow the
+    operator's declarations: a tensor name, a list of names (a tensor pack) or None (an omitted
+    optional input). ``attribs`` are the evaluated attribute values (defaults included),
+    ``dtypes`` the bound generic types, ``label`` the qualified invocation label, ``scopes`` the
+    labels of the composites it was expanded from (outermost first).
+    """
+
+    type: str
+    attribs: dict[str, Any]
+    inputs: tuple
+    outputs: tuple
+    label: str
+    definition: ast.Definition = field(repr=False)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    position: ast.Position = field(default=ast.NOWHERE, repr=False)
+    scopes: tuple[str, ...] = ()
+    constants: dict[str, str] = field(default_factory=dict)
+    symbols: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def module(self) -> str:
+        """The module that defines the operator (``nn`` for ``nn.conv``)."""
+        return self.type.rpartition(".")[0]
+
+    @property
+    def name(self) -> str:
+        """The operator's name without its module."""
+        return self.type.rpartition(".")[2]
+
+    @property
+    def category(self) -> str:
+        """A coarse category for colouring: the standard module's theme, else the module name."""
+        return CATEGORIES.get(self.module, self.module or "user")
+
+    @property
+    def is_intrinsic(self) -> bool:
+        """Whether the operator has no ``@lower`` formula (its kernels are built in)."""
+        return not self.definition.lowerings
+
+    def input_names(self) -> list[str]:
+        """Every tensor name read (packs flattened, constants of the operator included)."""
+        return [*_flatten_names(self.inputs), *self.constants.values()]
+
+    def output_names(self) -> list[str]:
+        """Every tensor name written (packs flattened)."""
+        return list(_flatten_names(self.outputs))
+
+    def definition_text(self) -> str:
+        """The SkriptND text of the operator's definition (canonical form)."""
+        from uopviz.nnef.printer import print_definition
+
+        return print_definition(self.definition)
+
+
+def _flatten_names(values: tuple | list) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        if isinstance(value, list | tuple):
+            out.extend(_flatten_names(value))
+        elif value is not None:
+            out.append(value)
+    return out
+
+
+@dataclass(eq=False)
+class Composite:
+    """An invocation of a composite operator that was expanded into ``operations``."""
+
+    type: str
+    label: str
+    attribs: dict[str, Any]
+    inputs: tuple
+    outputs: tuple
+    definition: ast.Definition = field(repr=False)
+    position: ast.Position = field(default=ast.NOWHERE, repr=False)
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass(eq=False)
+class Graph:
+    """A composed graph: named tensors and leaf operations in execution order."""
+
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    tensors: dict[str, TensorInfo]
+    operations: list[Operation]
+    attribs: dict[str, Any] = field(default_factory=dict)
+    composites: list[Composite] = field(default_factory=list)
+    updates: dict[str, str] = field(default_factory=dict)
+    definition: ast.Definition | None = field(default=None, repr=False)
+    modules: dict[str, ast.Module] = field(default_factory=dict, repr=False)
+    source: Any = field(default=None, repr=False)
+    _programs: dict = field(default_factory=dict, repr=False)
+    _lowered: dict = field(default_factory=dict, repr=False)
+
+    # -- inspection --------------------------------------------------------------------------------
+
+    @property
+    def variables(self) -> list[str]:
+        """The names of the variable tensors (model weights)."""
+        return [name for name, info in self.tensors.items() if info.kind == "variable"]
+
+    @property
+    def constants(self) -> list[str]:
+        """The names of the constant tensors."""
+        return [name for name, info in self.tensors.items() if info.kind == "constant"]
+
+    def producer(self, tensor: str) -> Operation | None:
+        """The operation that writes ``tensor`` (None for inputs, variables and constants)."""
+        return self.tensors[tensor].producer
+
+    def consumers(self, tensor: str) -> list[Operation]:
+        """The operations that read ``tensor``."""
+        return [op for op in self.operations if tensor in op.input_names()]
+
+    def to_networkx(self):
+        """The operator graph as a ``networkx.MultiDiGraph``.
+
+        Nodes: one per operation (key ``op:<index>``, attributes ``kind='operation'``, ``type``,
+        ``label``, ``module``, ``category``, ``attribs``, ``scopes``) and one per graph input,
+        variable and constant (``kind`` = the tensor kind). Edges go from a producer to each
+        consumer with ``tensor``, ``shape`` and ``dtype``; graph outputs get a node
+        (``kind='output'``) too.
+        """
+        import networkx as nx
+
+        graph = nx.MultiDiGraph(name=self.name)
+        source_of: dict[str, str] = {}
+        for name, info in self.tensors.items():
+            if info.kind in ("input", "variable", "constant") and info.producer is None:
+                node = f"tensor:{name}"
+                graph.add_node(
+                    node, kind=info.kind, label=name, tensor=name, shape=info.shape, dtype=info.dtype
+                )
+                source_of[name] = node
+        for index, op in enumerate(self.operations):
+            node = f"op:{index}"
+            graph.add_node(
+                node,
+                kind="operation",
+                type=op.type,
+                label=op.label,
+                module=op.module,
+                category=op.category,
+                attribs=op.attribs,
+                scopes=op.scopes,
+                index=index,
+            )
+            for name in op.output_names():
+                source_of[name] = node
+        for index, op in enumerate(self.operations):
+            for name in op.input_names():
+                if name in source_of:
+                    info = self.tensors[name]
+                    graph.add_edge(
+                        source_of[name], f"op:{index}", tensor=name, shape=info.shape, dtype=info.dtype
+                    )
+        for name in self.outputs:
+            node = f"output:{name}"
+            graph.add_node(node, kind="output", label=name, tensor=name)
+            if name in source_of:
+                info = self.tensors[name]
+                graph.add_edge(source_of[name], node, tensor=name, shape=info.shape, dtype=info.dtype)
+        return graph
+
+    def summary(self) -> str:
+        """A text table of the operations with their output shapes."""
+        lines = [f"graph {self.name}: {len(self.operations)} operations, {len(self.tensors)} tensors"]
+        for op in self.operations:
+            outs = ", ".join(
+                f"{name}: {self.tensors[name].dtype}{list(self.tensors[name].shape)}"
+                for name in op.output_names()
+            )
+            lines.append(f"  {op.label:<28} {op.type:<24} -> {outs}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"Graph({self.name!r}, inputs={self.inputs}, outputs={self.outputs}, "
+            f"{len(self.operations)} operations, {len(self.tensors)} tensors)"
+        )
+
+    # -- lowering, compiling, running ---------------------------------------------------------------
+
+    def lower(self, operation: Operation | int | None = None):
+        """The kernels of one operation (or of the whole graph): :class:`LoweredKernel` objects."""
+        from uopviz.nnef.lowering import lower_operation
+
+        ops = self.operations if operation is None else [self._operation(operation)]
+        kernels = []
+        for op in ops:
+            key = id(op)
+            if key not in self._lowered:
+                self._lowered[key] = lower_operation(self, op)
+            kernels.extend(self._lowered[key])
+        return kernels
+
+    def kernels(self, operation: Operation | int, backend: str = "python"):
+        """The compiled pipeline kernels (``uopviz.Kernel``) of one operation."""
+        from uopviz.nnef.lowering import operation_kernels
+
+        return operation_kernels(self, self._operation(operation), backend)
+
+    def compile(self, backend: str = "python", opts: Any = None, progress: Any = None):
+        """Lower every operation and compile the kernels with the pipeline: a Program."""
+        from uopviz.nnef.lowering import compile_graph
+
+        key = (backend, repr(opts))
+        if key not in self._programs:
+            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=progress)
+        return self._programs[key]
+
+    def run(
+        self, inputs: Mapping[str, Any] | None = None, backend: str = "python", opts: Any = None
+    ) -> dict[str, np.ndarray]:
+        """Execute the graph: ``inputs`` maps input (and, optionally, variable) names to arrays.
+
+        Returns the graph outputs by name as numpy arrays.
+        """
+        from uopviz.nnef.lowering import run_graph
+
+        return run_graph(self, dict(inputs or {}), backend=backend, opts=opts)
+
+    def _operation(self, operation: Operation | int) -> Operation:
+        return self.operations[operation] if isinstance(operation, int) else operation
