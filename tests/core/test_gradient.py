@@ -256,6 +256,18 @@ def test_gradient_of_multi_device_copy():
 
 
 @needs_pipeline
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradients_through_the_pipeline(name):
+    build, shapes, domain = CASES[name]
+    arrays = case_inputs(name, shapes, domain)
+    inputs = [Tensor(a) for a in arrays]
+    loss = build(*inputs).sum()
+    eps = 1e-3 if name == "cast_float32" else 1e-6
+    for grad, want in zip(gradient(loss, inputs), finite_differences(loss, inputs, arrays, eps)):
+        np.testing.assert_allclose(grad.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@needs_pipeline
 @pytest.mark.parametrize("shape", [(4,), (3, 5)])
 def test_square_gradient_through_the_pipeline(shape):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
