@@ -672,6 +672,78 @@ def group_reduce(rows: int, local: int, cols: int) -> LinearCase:
                       rtol=1e-4, atol=1e-4, tags={"gpu", "local"})
 
 
+def layout_expression(config: TensorCore, operand: str, lane: UOp, element: int) -> tuple[UOp, UOp]:
+    """The (row, column) a lane's ``element`` of ``operand`` holds, as index expressions of the ``lane``
+    UOp.  PTX's fragment layouts are bit permutations: each bit of a coordinate that varies with the
+    lane is one bit of the lane number; this reads them off the layout table (and checks it)."""
+    coordinates = [config.coordinate(operand, t, element) for t in range(config.threads)]
+    out = []
+    for axis in (0, 1):
+        values = [coordinate[axis] for coordinate in coordinates]
+        constant = values[0]
+        sources: list[tuple[int, int]] = []  # (coordinate bit, lane bit)
+        for bit in range(max(values).bit_length()):
+            varying = [((v ^ constant) >> bit) & 1 for v in values]
+            if not any(varying):
+                continue
+            lane_bit = next((lb for lb in range((config.threads - 1).bit_length())
+                             if all(varying[t] == (t >> lb) & 1 for t in range(config.threads))), None)
+            if lane_bit is None:
+                raise ValueError(f"{config.name}: bit {bit} of {operand}'s coordinates is not a lane bit")
+            sources.append((bit, lane_bit))
+        for t, value in enumerate(values):
+            rebuilt = constant + sum(((t >> lb) & 1) << bit for bit, lb in sources)
+            if rebuilt != value or any((constant >> bit) & 1 for bit, _ in sources):
+                raise ValueError(f"{config.name}: the layout of {operand} is not a bit permutation")
+        expression = idx(constant)
+        for bit, lane_bit in sources:
+            expression = expression + ((lane // idx(1 << lane_bit)) % idx(2)) * idx(1 << bit)
+        out.append(expression)
+    return out[0], out[1]
+
+
+def warp_wmma_gemm(tiles_k: int, config: TensorCore) -> LinearCase:
+    """One ``M×N`` output tile of ``A[M,K] @ B[K,N]`` computed by one warp with the tensor core ``config``:
+    lane = ``lidx0``; each lane loads its fragment elements, WMMA, stores its result elements."""
+    tm, tn, tk = config.dims
+    k = tiles_k * tk
+    b = Builder()
+    out, a, c = b.param(0, tm * tn), b.param(1, tm * k, config.dtype_in), b.param(2, k * tn, config.dtype_in)
+    lane = b.emit(UOp(Ops.SPECIAL, (idx(config.threads),), "lidx0"))
+    count_c = config.elements("c")
+    acc = b.register(count_c, config.dtype_out)
+    c_lanes = lanes(*(idx(e) for e in range(count_c)))
+    out_rows = [layout_expression(config, "c", lane, e) for e in range(count_c)]
+    b.emit(lanes(*(row * idx(tn) + col for row, col in out_rows)))
+    b.store(acc, c_lanes, lanes(*(const(config.dtype_out, 0),) * count_c))
+    kt = b.loop(tiles_k, AxisType.REDUCE)
+    a_values = []
+    for e in range(config.elements("a")):
+        row, col = layout_expression(config, "a", lane, e)
+        a_values.append(b.load(a, row * idx(k) + kt * idx(tk) + col))
+    b_values = []
+    for e in range(config.elements("b")):
+        row, col = layout_expression(config, "b", lane, e)
+        b_values.append(b.load(c, (kt * idx(tk) + row) * idx(tn) + col))
+    read = b.load(acc, c_lanes)
+    product = b.emit(UOp(Ops.WMMA, (b.emit(lanes(*a_values)), b.emit(lanes(*b_values)), read), config))
+    b.end(kt, b.store(acc, c_lanes, product))
+    result = b.again(read)
+    for e, (row, col) in enumerate(out_rows):
+        b.store(out, row * idx(tn) + col, b.emit(UOp(Ops.GEP, (result,), (e,))))
+
+    def make(rng):
+        return [np.zeros(tm * tn, np.float32), random_array(rng, tm * k, config.dtype_in, -2, 2),
+                random_array(rng, k * tn, config.dtype_in, -2, 2)]
+
+    def expected(x):
+        product = x[1].reshape(tm, k).astype(np.float64) @ x[2].reshape(k, tn).astype(np.float64)
+        return {0: product.astype(np.float32).reshape(-1)}
+
+    return LinearCase(f"warp_wmma_{config.name}_k{k}", b.linear(f"r_warp_wmma_{k}"), make, expected, rtol=2e-3,
+                      atol=2e-3, flops=2 * tm * tn * k, tags={"gpu", "wmma"}, tensor_core=config)
+
+
 def gpu_cases() -> list[LinearCase]:
     """Programs with SPECIAL indices, LOCAL buffers and BARRIERs (GPU backends only)."""
     return [gpu_elementwise(4, 8), gpu_elementwise(3, 16, 40), group_reduce(5, 8, 100), group_reduce(2, 16, 16)]

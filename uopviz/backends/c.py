@@ -146,9 +146,10 @@ _SIDE_EFFECTS = frozenset({Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops
                            Ops.ATOMIC_ADD, Ops.PARAM, Ops.SPECIAL})
 
 
-def live_uops(program: Sequence[UOp]) -> set[UOp]:
+def live_uops(program: Sequence[UOp], gather_by_lanes: bool = True) -> set[UOp]:
     """The uops whose values reach a side effect.  A contiguous vector INDEX needs only its base lane,
-    not the index vector, so the lane arithmetic of vector addresses is not rendered."""
+    not the index vector, so the lane arithmetic of vector addresses is not rendered; with
+    ``gather_by_lanes`` a gathering INDEX of a VECTORIZE needs only the lanes, not the vector."""
     live: set[UOp] = set()
     for u in reversed(program):
         if u.op not in _SIDE_EFFECTS and u not in live:
@@ -159,6 +160,8 @@ def live_uops(program: Sequence[UOp]) -> set[UOp]:
             found = contiguous_start(u.src[1])
             if found is not None:
                 sources = (u.src[0],) if found[0] is None else (u.src[0], found[0])
+            elif gather_by_lanes and u.src[1].op is Ops.VECTORIZE:
+                sources = (u.src[0], *u.src[1].src)
         live.update(sources)
     return live
 
@@ -237,6 +240,10 @@ class CStyleRenderer:
         if dtype.count == 1:
             return expression
         return f"{expression}[{index}]"
+
+    def lane_target(self, expression: str, index: int, dtype: DType) -> str:
+        """An assignable lane of a vector variable (the lane expression itself in every dialect here)."""
+        return self.lane(expression, index, dtype)
 
     def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
         """A vector of ``dtype`` built from one expression per lane."""
@@ -1104,7 +1111,6 @@ def render_wmma_scalar(renderer: CStyleRenderer, state: _RenderState, u: UOp, co
     state.define(u, name)
 
 
-CStyleRenderer.lane_target = CStyleRenderer.lane  # an assignable lane; dialects override if different
 
 
 # ---------------------------------------------------------------------------------------------

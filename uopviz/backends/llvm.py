@@ -281,7 +281,7 @@ class _LLVMState:
         self.thread_range = parallel_range(self.program) if self.r.parallel else None
         for param, name in params:
             self.names[self.param_uops[param.slot]] = name
-        live = live_uops(self.program)
+        live = live_uops(self.program, gather_by_lanes=False)
         for position, u in enumerate(self.program):
             self.position = position
             if u in live:

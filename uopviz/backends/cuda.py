@@ -1,0 +1,452 @@
+"""The CUDA backend: CUDA C++ rendered by the shared C-family renderer; runs where an NVIDIA GPU is.
+
+``gidxN``/``lidxN``/``idxN`` SPECIALs are ``blockIdx``/``threadIdx``/global indices, LOCAL buffers are
+``__shared__`` arrays, BARRIER is ``__syncthreads()``.  CUDA has no vector arithmetic, so the
+backend asks for devectorized programs (``vector_widths = ()``); the vectors that remain (WMMA
+operands, or any vector a hand-made program holds) are small structs (``float32x4 {float v[4];}``)
+handled lane by lane.
+
+WMMA is real tensor-core code: the ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` PTX
+instruction, one warp (32 lanes) per 16×8×16 tile, each lane holding the fragment elements the
+PTX ISA assigns it (``TensorCore.layout_*`` records that assignment).  It needs sm_80 or newer.
+
+Compiling and running: the source is compiled by ``nvcc`` (``-cubin`` for the GPU's exact
+architecture) or, where ``libnvrtc`` is present, by NVRTC; the cubin/PTX is loaded and launched
+through the CUDA driver API (``libcuda``, via ctypes, so no Python package is needed).  Without a
+GPU the backend is unavailable, with the reason, but ``render`` still works, and
+``compile_to_ptx`` checks the source with ``nvcc -ptx`` wherever nvcc exists.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uopviz.backends.base import (
+    Backend,
+    BackendUnavailable,
+    CompiledKernel,
+    CompileError,
+    KernelMeta,
+    Launch,
+    RenderError,
+    TensorCore,
+)
+from uopviz.backends.c import CStyleRenderer, _RenderState, render_wmma_scalar
+from uopviz.backends.cache import cached_file, content_key
+from uopviz.core.dtype import DType, dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.uop import UOp
+
+# ---------------------------------------------------------------------------------------------
+# the tensor core: PTX mma.m16n8k16 with f16 inputs and f32 accumulators
+
+
+def _mma_m16n8k16_layouts() -> tuple[tuple, tuple, tuple]:
+    """Fragment layouts of mma.m16n8k16 (.f16 A/B, .f32 C/D) as the PTX ISA defines them:
+    ``group = lane >> 2``, ``thread = lane % 4``."""
+    a, b, c = [], [], []
+    for lane in range(32):
+        group, thread = lane >> 2, lane % 4
+        for i in range(8):  # A is 16x16 (m, k), 8 halves per lane
+            row = group + (8 if (i >> 1) & 1 else 0)
+            col = thread * 2 + (i & 1) + (8 if i >= 4 else 0)
+            a.append((row, col))
+        for i in range(4):  # B is 16x8 (k, n), 4 halves per lane
+            b.append((thread * 2 + (i & 1) + (8 if i >= 2 else 0), group))
+        for i in range(4):  # C/D are 16x8 (m, n), 4 floats per lane
+            c.append((group + (8 if i >= 2 else 0), thread * 2 + (i & 1)))
+    return tuple(a), tuple(b), tuple(c)
+
+
+MMA_M16N8K16_F16_F32 = TensorCore("cuda_mma_m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32, 32,
+                                  *_mma_m16n8k16_layouts())
+
+
+# ---------------------------------------------------------------------------------------------
+# the renderer
+
+
+class CUDARenderer(CStyleRenderer):
+    """CUDA C++ for NVRTC or nvcc."""
+
+    dialect = "cuda"
+    kernel_prefix = 'extern "C" __global__ void'
+    helper_prefix = "__device__ static inline"
+    restrict = "__restrict__"
+    locals_at_top = False
+    native_vector_counts = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256)
+    native_vector_ops: frozenset[Ops] = frozenset()
+    math_functions = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc",
+                      Ops.POW: "pow"}
+    scalar_type_names = {
+        "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+        "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+        "uint64": "unsigned long long", "float16": "half", "bfloat16": "float", "float32": "float",
+        "float64": "double", "index": "long long"}
+
+    def padded_count(self, count: int) -> int:
+        return count
+
+    def memory_type(self, dtype: DType) -> str:
+        if dtype.count == 1 and dtype.scalar is dtypes.bfloat16:
+            return "unsigned short"
+        return super().memory_type(dtype)
+
+    def vector_typedef(self, name: str, dtype: DType, lanes: int) -> str:
+        element = self.scalar_type(dtype.scalar)
+        size = lanes * dtype.scalar.itemsize
+        align = min(16, 1 << (size.bit_length() - 1)) if size else 1
+        return f"typedef struct __align__({align}) {{ {element} v[{lanes}]; }} {name};"
+
+    def lane(self, expression: str, index: int, dtype: DType) -> str:
+        if dtype.count == 1:
+            return expression
+        return f"{expression}.v[{index}]"
+
+    def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
+        return f"{self.vector_type(dtype)}{{{{{', '.join(items)}}}}}"
+
+    def float_const(self, value: float, dtype: DType) -> str:
+        if math.isnan(value) or math.isinf(value):
+            if dtype is dtypes.float64:
+                bits = {math.inf: "0x7ff0000000000000LL", -math.inf: "0xfff0000000000000LL"}.get(value,
+                                                                                                "0x7ff8000000000000LL")
+                return f"__longlong_as_double({bits})"
+            bits = {math.inf: "0x7f800000", -math.inf: "0xff800000"}.get(value, "0x7fc00000")
+            text = f"__int_as_float({bits})"
+        else:
+            text = super().float_const(value, dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
+        return f"__float2half({text})" if dtype is dtypes.float16 else text
+
+    def special(self, name: str, uses_local: bool) -> str:
+        kind, dim = name.rstrip("0123456789"), int(name[len(name.rstrip("0123456789")):] or 0)
+        axis = "xyz"[dim]
+        if kind == "gidx":
+            return f"blockIdx.{axis}"
+        if kind == "lidx":
+            return f"threadIdx.{axis}"
+        return f"(blockIdx.{axis} * blockDim.{axis} + threadIdx.{axis})"
+
+    def barrier(self) -> str:
+        return "__syncthreads();"
+
+    def local_declaration(self, dtype: DType, name: str, size: int) -> str:
+        return f"__shared__ {self.memory_type(dtype)} {name}[{size}];"
+
+    def range_header(self, range_uop: UOp, name: str, bound: str, parallel: bool) -> list[str]:
+        return [f"for (long long {name} = 0; {name} < {bound}; {name}++) {{"]
+
+    def includes(self) -> list[str]:
+        return ["#include <cuda_fp16.h>"]
+
+    def element_value(self, text: str, dtype: DType) -> str:
+        return text
+
+    def element_store_value(self, value: str, dtype: DType) -> str:
+        return value
+
+    def vector_load(self, address) -> str:
+        count = address.dtype.count
+        items = [self.element_value(f"{address.buffer}[{address.offset} + {i}]", address.dtype.scalar)
+                 for i in range(count)]
+        return self.vector_literal(address.dtype, items)
+
+    def vector_store(self, address, value: str) -> str:
+        return " ".join(f"{address.buffer}[{address.offset} + {i}] = {self.lane(value, i, address.dtype)};"
+                        for i in range(address.dtype.count))
+
+    def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
+        name = self._state.fresh("bits")
+        declared = self.memory_type(target) if target.count == 1 else self.vector_type(target)
+        return [f"{declared} {name};", f"memcpy(&{name}, &{value}, sizeof({name}));"], name
+
+    def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:
+        base = self.math_functions[op]
+        if dtype is dtypes.float64:
+            return f"{base}({', '.join(args)})"
+        if dtype is dtypes.float16:
+            return f"__float2half({base}f({', '.join(f'__half2float({a})' for a in args)}))"
+        return f"{base}f({', '.join(args)})"
+
+    def cast_expression(self, value: str, source: DType, target: DType) -> str:
+        if source is dtypes.float16 and target != source and not target.is_float:
+            value, source = f"__half2float({value})", dtypes.float32
+        if target is dtypes.float16 and source != target:
+            return f"__float2half((float){value})"
+        return super().cast_expression(value, source, target)
+
+    def helper_bfloat16(self) -> tuple[str, str]:
+        to_float = self.helper("bf16_to_float", lambda: (
+            f"{self.helper_prefix} float bf16_to_float(unsigned short h) {{ "
+            f"return __uint_as_float((unsigned int)h << 16); }}"))
+        from_float = self.helper("float_to_bf16", lambda: (
+            f"{self.helper_prefix} unsigned short float_to_bf16(float f) {{\n"
+            f"  unsigned int u = __float_as_uint(f);\n"
+            f"  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  /* quiet NaN */\n"
+            f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+            f"  return (unsigned short)(u >> 16);\n"
+            f"}}"))
+        return to_float, from_float
+
+    def vector_cast(self, value: str, source: DType, target: DType) -> str:
+        items = [self.cast_expression(self.lane(value, i, source), source.scalar, target.scalar)
+                 for i in range(target.count)]
+        return self.vector_literal(target, items)
+
+    def render_wmma(self, state: _RenderState, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
+        if config.threads == 1:
+            render_wmma_scalar(self, state, u, config, a, b, c)
+            return
+        if config != MMA_M16N8K16_F16_F32:
+            raise state.fail(u, f"the cuda backend has no instruction for tensor core {config.name}")
+        if (u.src[0].dtype, u.src[1].dtype, u.src[2].dtype) != (dtypes.float16.vec(8), dtypes.float16.vec(4),
+                                                                dtypes.float32.vec(4)):
+            raise state.fail(u, f"{config.name} takes half8, half4 and float4 fragments, got "
+                                f"{', '.join(s.dtype.name for s in u.src)}")
+        a_type, b_type, c_type = (self.vector_type(s.dtype) for s in u.src)
+        helper = self.helper("mma_m16n8k16_f16_f32", lambda: (
+            f"{self.helper_prefix} {c_type} mma_m16n8k16_f16_f32({a_type} a, {b_type} b, {c_type} c) {{\n"
+            f"  const unsigned int* ar = reinterpret_cast<const unsigned int*>(&a);\n"
+            f"  const unsigned int* br = reinterpret_cast<const unsigned int*>(&b);\n"
+            f"  asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%0, %1, %2, %3}}, "
+            f"{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\"\n"
+            f"      : \"+f\"(c.v[0]), \"+f\"(c.v[1]), \"+f\"(c.v[2]), \"+f\"(c.v[3])\n"
+            f"      : \"r\"(ar[0]), \"r\"(ar[1]), \"r\"(ar[2]), \"r\"(ar[3]), \"r\"(br[0]), \"r\"(br[1]));\n"
+            f"  return c;\n"
+            f"}}"))
+        state.assign(u, "wmma", f"{helper}({a}, {b}, {c})")
+
+
+# ---------------------------------------------------------------------------------------------
+# compilers
+
+
+@functools.cache
+def find_nvcc() -> str | None:
+    """``$UOPVIZ_NVCC``, else nvcc on PATH, else ``$CUDA_HOME/bin/nvcc``; None when there is none."""
+    override = os.environ.get("UOPVIZ_NVCC")
+    if override:
+        return shutil.which(override)
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidate = Path(home) / "bin" / "nvcc"
+    return str(candidate) if candidate.exists() else None
+
+
+def run_nvcc(source: str, output: str, arch: str, extra: Sequence[str] = ()) -> bytes:
+    """Compile ``source`` with nvcc to ``output`` (``ptx`` or ``cubin``) for ``arch`` (``sm_80``)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise BackendUnavailable("nvcc not found (install the CUDA toolkit or set UOPVIZ_NVCC)")
+    with tempfile.TemporaryDirectory(prefix="uopviz-nvcc-") as folder:
+        source_path = Path(folder) / "kernel.cu"
+        target = Path(folder) / f"kernel.{output}"
+        source_path.write_text(source)
+        command = [nvcc, f"-{output}", f"-arch={arch}", "-O3", *extra, str(source_path), "-o", str(target)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise CompileError("cuda", KernelMeta.from_source(source, "cuda").name,
+                               (result.stderr or result.stdout).strip(), source)
+        return target.read_bytes()
+
+
+def compile_to_ptx(source: str, arch: str = "sm_80") -> str:
+    """The PTX of a rendered CUDA source (nvcc -ptx): checks that the source compiles, no GPU needed."""
+    return run_nvcc(source, "ptx", arch).decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver API through ctypes
+
+
+class CUDAError(RuntimeError):
+    """A CUDA driver call failed."""
+
+
+class _Driver:
+    """The few CUDA driver functions a kernel launch needs (libcuda via ctypes)."""
+
+    def __init__(self, library: ctypes.CDLL):
+        self.lib = library
+        self.check(library.cuInit(0), "cuInit")
+        count = ctypes.c_int()
+        self.check(library.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+        if count.value == 0:
+            raise CUDAError("the CUDA driver sees no GPU")
+        self.device = ctypes.c_int()
+        self.check(library.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
+        self.context = ctypes.c_void_p()
+        self.check(library.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
+        self.activate()
+        name = ctypes.create_string_buffer(256)
+        self.check(library.cuDeviceGetName(name, 256, self.device), "cuDeviceGetName")
+        self.name = name.value.decode()
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.check(library.cuDeviceGetAttribute(ctypes.byref(major), 75, self.device), "compute capability major")
+        self.check(library.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.device), "compute capability minor")
+        self.arch = f"sm_{major.value}{minor.value}"
+        library.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        library.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+        library.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        library.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+        library.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + \
+            [ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+
+    def activate(self) -> None:
+        self.check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def check(self, status: int, what: str) -> None:
+        if status != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(status, ctypes.byref(text))
+            raise CUDAError(f"{what} failed: {text.value.decode() if text.value else status}")
+
+
+@functools.cache
+def _driver() -> _Driver | str:
+    """The driver, or why there is none."""
+    path = ctypes.util.find_library("cuda") or "libcuda.so.1"
+    try:
+        library = ctypes.CDLL(path)
+    except OSError:
+        return "no NVIDIA driver (libcuda) on this machine"
+    try:
+        return _Driver(library)
+    except (CUDAError, AttributeError) as error:
+        return f"the CUDA driver cannot run kernels here: {error}"
+
+
+class CUDALaunch(Launch):
+    """Device copies of the arguments; ``run`` launches and times with CUDA events."""
+
+    def __init__(self, kernel: CUDACompiledKernel, arrays: Sequence[np.ndarray]):
+        driver = kernel.driver
+        driver.activate()
+        self.kernel, self.driver, self.arrays = kernel, driver, list(arrays)
+        self.pointers: list[ctypes.c_uint64] = []
+        for array in arrays:
+            pointer = ctypes.c_uint64()
+            driver.check(driver.lib.cuMemAlloc_v2(ctypes.byref(pointer), max(array.nbytes, 1)), "cuMemAlloc")
+            if array.nbytes:
+                driver.check(driver.lib.cuMemcpyHtoD_v2(pointer, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
+            self.pointers.append(pointer)
+        self.parameters = (ctypes.c_void_p * len(self.pointers))(
+            *[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p) for p in self.pointers])
+        self.start, self.stop = ctypes.c_void_p(), ctypes.c_void_p()
+        driver.check(driver.lib.cuEventCreate(ctypes.byref(self.start), 0), "cuEventCreate")
+        driver.check(driver.lib.cuEventCreate(ctypes.byref(self.stop), 0), "cuEventCreate")
+
+    def run(self) -> float:
+        lib, meta = self.driver.lib, self.kernel.meta
+        self.driver.check(lib.cuEventRecord(self.start, None), "cuEventRecord")
+        self.driver.check(lib.cuLaunchKernel(self.kernel.function, *meta.global_size, *meta.local_size, 0, None,
+                                             self.parameters, None), "cuLaunchKernel")
+        self.driver.check(lib.cuEventRecord(self.stop, None), "cuEventRecord")
+        self.driver.check(lib.cuEventSynchronize(self.stop), "cuEventSynchronize")
+        milliseconds = ctypes.c_float()
+        self.driver.check(lib.cuEventElapsedTime(ctypes.byref(milliseconds), self.start, self.stop),
+                          "cuEventElapsedTime")
+        return milliseconds.value * 1e-3
+
+    def read_back(self) -> None:
+        for param, array, pointer in zip(self.kernel.params, self.arrays, self.pointers):
+            if param.written and array.nbytes:
+                self.driver.check(self.driver.lib.cuMemcpyDtoH_v2(array.ctypes.data, pointer, array.nbytes),
+                                  "cuMemcpyDtoH")
+
+    def __del__(self) -> None:
+        for pointer in getattr(self, "pointers", []):
+            self.driver.lib.cuMemFree_v2(pointer)
+
+
+class CUDACompiledKernel(CompiledKernel):
+    """A loaded CUDA module and its kernel function."""
+
+    def __init__(self, backend: str, meta: KernelMeta, source: str, compile_s: float, extra: dict[str, Any],
+                 driver: _Driver, module: ctypes.c_void_p, function: ctypes.c_void_p):
+        super().__init__(backend, meta, source, compile_s, extra)
+        self.driver, self.module, self.function = driver, module, function
+
+    def prepare(self, *arrays: np.ndarray) -> Launch:
+        return CUDALaunch(self, self.check_arguments(arrays))
+
+
+class CUDABackend(Backend):
+    """CUDA C++ on an NVIDIA GPU (rendering works everywhere)."""
+
+    name = "cuda"
+    supported_ops = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR,
+                               Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.RECIP, Ops.TRUNC, Ops.CAST,
+                               Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ,
+                               Ops.NOT, Ops.SQRT, Ops.MULACC})
+    vector_widths = ()
+    has_local = True
+    has_threads = False
+    tensor_cores = (MMA_M16N8K16_F16_F32,)
+
+    def __init__(self) -> None:
+        self.renderer = CUDARenderer(self.tensor_cores)
+        self._compiled: dict[str, CUDACompiledKernel] = {}
+
+    def unavailable_reason(self) -> str | None:
+        driver = _driver()
+        if isinstance(driver, str):
+            return driver
+        if find_nvcc() is None:
+            return "a GPU is present but nvcc is not (install the CUDA toolkit or set UOPVIZ_NVCC)"
+        return None
+
+    @property
+    def device(self) -> str:
+        driver = _driver()
+        return "CUDA:none" if isinstance(driver, str) else f"CUDA:{driver.name}"
+
+    def render(self, linear: UOp) -> str:
+        return self.renderer.render(linear)
+
+    def compile(self, source: str, name: str) -> CUDACompiledKernel:
+        self.require()
+        driver = _driver()
+        assert not isinstance(driver, str)
+        nvcc = find_nvcc()
+        assert nvcc is not None
+        key = content_key(source, driver.arch, subprocess.run([nvcc, "--version"], capture_output=True,
+                                                              text=True).stdout)
+        cached = self._compiled.get(key)
+        if cached is not None:
+            return cached
+        meta = KernelMeta.from_source(source, self.name)
+        start = time.perf_counter()
+
+        def build(target: Path) -> None:
+            target.write_bytes(run_nvcc(source, "cubin", driver.arch))
+
+        path, was_cached = cached_file("cuda", key, ".cubin", build)
+        driver.activate()
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        image = path.read_bytes()
+        driver.check(driver.lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+        driver.check(driver.lib.cuModuleGetFunction(ctypes.byref(function), module, meta.name.encode()),
+                     "cuModuleGetFunction")
+        kernel = CUDACompiledKernel(self.name, meta, source, time.perf_counter() - start, {"cached": was_cached},
+                                    driver, module, function)
+        self._compiled[key] = kernel
+        return kernel
+
+
+__all__ = ["CUDABackend", "CUDARenderer", "MMA_M16N8K16_F16_F32", "RenderError", "compile_to_ptx"]
