@@ -782,7 +782,7 @@ def correctness_cases() -> list[LinearCase]:
     cases += [gated_store(n) for n in (5, 64)]
     cases += [wmma_gemm(1, 1, 1), wmma_gemm(2, 3, 4), wmma_gemm(1, 2, 2, cpu_tensor_cores()[1])]
     cases += [gemm(8, 8, 8), gemm(5, 12, 7, upcast=4), gemm(16, 32, 16, upcast=8)]
-    cases += [half_arithmetic(33), bfloat16_roundtrip(40), float_specials(dtypes.float32),
+    cases += [half_arithmetic(33), half_vectors(9), bfloat16_roundtrip(40), float_specials(dtypes.float32),
               float_specials(dtypes.float64)]
     return cases
 
@@ -839,3 +839,21 @@ def assert_case_matches(backend_name: str, case: LinearCase, seed: int = 0) -> N
             assert same, f"{where}: got {got[:16]} want {want[:16]} ({mismatch})"
         else:
             np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol, err_msg=where)
+
+
+def half_vectors(n4: int) -> LinearCase:
+    """float16 vectors: contiguous loads, lane-wise arithmetic, a cast to float32 vectors."""
+    b = Builder()
+    n = n4 * 4
+    out, x, y = b.param(0, n, dtypes.float32), b.param(1, n, dtypes.float16), b.param(2, n, dtypes.float16)
+    i = b.loop(n4)
+    address = lanes(*(i * idx(4) + idx(k) for k in range(4)))
+    xv, yv = b.load(x, address), b.load(y, address)
+    b.end(i, b.store(out, address, (xv * yv + xv).cast(dtypes.float32.vec(4))))
+
+    def make(rng):
+        return [np.zeros(n, np.float32), random_array(rng, n, dtypes.float16), random_array(rng, n, dtypes.float16)]
+
+    return LinearCase(f"half_vectors_{n4}x4", b.linear(f"E_half_{n4}_u4"), make,
+                      lambda a: {0: (a[1] * a[2] + a[1]).astype(np.float32)}, rtol=2e-3, atol=2e-3,
+                      tags={"vector"})

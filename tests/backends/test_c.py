@@ -180,3 +180,27 @@ def test_compiled_library_is_cached_on_disk(tmp_path, monkeypatch) -> None:
     changed(*arrays)
     np.testing.assert_allclose(arrays[0], arrays[1] * 3 + arrays[2], rtol=1e-6)
     assert isinstance(ctypes.CDLL(kernel.library_path), ctypes.CDLL)
+
+
+# ---------------------------------------------------------------------------------------------
+# what every backend of this family declares
+
+
+@pytest.mark.parametrize("name", ["c", "llvm", "opencl", "cuda"])
+def test_backend_declarations(name: str) -> None:
+    from uopviz.backends.base import TensorCore
+
+    try:
+        backend = get(name)
+    except Exception as error:  # noqa: BLE001 - a missing optional package
+        pytest.skip(f"{name} cannot be made here: {error}")
+    assert backend.name == name
+    assert {Ops.ADD, Ops.MUL, Ops.CMP_LT, Ops.WHERE, Ops.IDIV, Ops.MOD} <= backend.supported_ops
+    assert all(w >= 2 and w & (w - 1) == 0 for w in backend.vector_widths)
+    assert isinstance(backend.has_local, bool) and isinstance(backend.has_threads, bool)
+    assert len(backend.tensor_cores) >= 1 and all(isinstance(tc, TensorCore) for tc in backend.tensor_cores)
+    assert backend.available() == (backend.unavailable_reason() is None)
+    if name == "cuda":
+        assert backend.tensor_cores[0].threads == 32 and backend.vector_widths == ()
+    else:
+        assert all(tc.threads == 1 for tc in backend.tensor_cores), "CPU-style backends emulate one-thread tiles"

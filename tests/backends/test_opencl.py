@@ -22,8 +22,6 @@ def _backend():
 
 def _check(case: lp.LinearCase) -> None:
     backend = _backend()
-    if "half" in case.name and not backend.renderer.has_fp16:
-        pytest.skip(f"the OpenCL device {backend.device} has no cl_khr_fp16")
     for seed in (0, 1):
         lp.assert_case_matches("opencl", case, seed)
 

@@ -81,13 +81,6 @@ class Scope:
     number: int
 
 
-_FLOAT_HELPER_TYPES = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double"}
-
-
-def _hex_float(value: float) -> str:
-    return float(value).hex()
-
-
 def _is_buffer_like(u: UOp) -> bool:
     return u.op in (Ops.PARAM, Ops.BUFFER)
 
@@ -504,6 +497,30 @@ class CStyleRenderer:
         raise RenderError(f"{self.dialect}: cannot render {op.name} (Instruction Selection should have "
                           f"decomposed it for this backend)")
 
+    # -- types held in float variables (bfloat16 everywhere; float16 where the dialect lacks it) --------
+    def held_as_float(self, dtype: DType) -> bool:
+        """True when values of ``dtype`` live in float variables, rounded after every op."""
+        return dtype.scalar is dtypes.bfloat16
+
+    def round_to(self, expression: str, dtype: DType) -> str:
+        """A float expression rounded to the precision of ``dtype`` (one held as float)."""
+        to_float, from_float = self.helper_bfloat16()
+        return f"{to_float}({from_float}({expression}))"
+
+    def load_element(self, buffer: str, offset: str, dtype: DType) -> str:
+        """The value of element ``offset`` of ``buffer`` (of scalar ``dtype``)."""
+        if dtype.scalar is dtypes.bfloat16:
+            to_float, _ = self.helper_bfloat16()
+            return f"{to_float}({buffer}[{offset}])"
+        return self.element_value(f"{buffer}[{offset}]", dtype.scalar)
+
+    def store_element(self, buffer: str, offset: str, value: str, dtype: DType) -> str:
+        """The statement storing ``value`` to element ``offset`` of ``buffer``."""
+        if dtype.scalar is dtypes.bfloat16:
+            _, from_float = self.helper_bfloat16()
+            return f"{buffer}[{offset}] = {from_float}({value});"
+        return f"{buffer}[{offset}] = {self.element_store_value(value, dtype.scalar)};"
+
     def cast_expression(self, value: str, source: DType, target: DType) -> str:
         """A scalar conversion with numpy's semantics."""
         if source == target:
@@ -511,11 +528,10 @@ class CStyleRenderer:
         t = self.scalar_type(target)
         if target.is_bool:
             return f"({value} != 0)"
-        if source is dtypes.bfloat16:
-            source = dtypes.float32  # bfloat16 values are held in float variables
-        if target is dtypes.bfloat16:
-            to_float, from_float = self.helper_bfloat16()
-            return f"{to_float}({from_float}((float){value}))"
+        if self.held_as_float(source):
+            source = dtypes.float32
+        if self.held_as_float(target):
+            return self.round_to(f"(float){value}", target)
         if source.is_float and target.is_int:
             return f"{self.helper_float_to_int(target)}(({self.scalar_type(dtypes.float64)}){value})"
         return f"(({t}){value})"
@@ -538,7 +554,7 @@ class CStyleRenderer:
         s, t = source.scalar, target.scalar
         plain = (s.is_int and t.is_float and s is not dtypes.index) or (s.is_float and t.is_float) or \
                 (s.is_int and t.is_int and s is not dtypes.index and t is not dtypes.index)
-        if plain and dtypes.bfloat16 not in (s, t) and \
+        if plain and not self.held_as_float(s) and not self.held_as_float(t) and \
                 self.padded_count(source.count) == self.padded_count(target.count):
             return f"__builtin_convertvector({value}, {self.vector_type(target)})"
         items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
@@ -909,11 +925,7 @@ class _RenderState:
 
     def element(self, address: Address, offset: str) -> str:
         """A scalar element read, converted to its value type."""
-        text = f"{address.buffer}[{offset}]"
-        if address.dtype.scalar is dtypes.bfloat16:
-            to_float, _ = self.r.helper_bfloat16()
-            return f"{to_float}({text})"
-        return self.r.element_value(text, address.dtype.scalar)
+        return self.r.load_element(address.buffer, offset, address.dtype.scalar)
 
     def render_load(self, u: UOp) -> None:
         address = self.address_of(u)
@@ -942,12 +954,6 @@ class _RenderState:
             items.append(value)
         self.assign(u, "val", self.r.vector_literal(dtype, items))
 
-    def stored(self, address: Address, value: str, dtype: DType) -> str:
-        if dtype.scalar is dtypes.bfloat16:
-            _, from_float = self.r.helper_bfloat16()
-            return f"{from_float}({value})"
-        return self.r.element_store_value(value, dtype.scalar)
-
     def render_store(self, u: UOp) -> None:
         address = self.address_of(u)
         value_uop = u.src[1]
@@ -955,7 +961,7 @@ class _RenderState:
         gate = self.ref(u.src[2]) if len(u.src) == 3 else None
         dtype = value_uop.dtype
         if dtype.count == 1:
-            statement = f"{address.buffer}[{address.offset}] = {self.stored(address, value, dtype)};"
+            statement = self.r.store_element(address.buffer, address.offset, value, dtype)
             self.emit(statement if gate is None else f"if ({gate}) {statement}")
             return
         gate_dtype = u.src[2].dtype if gate is not None else None
@@ -966,8 +972,7 @@ class _RenderState:
         offsets = address.lanes if address.lanes is not None else \
             [f"{address.offset} + {i}" for i in range(dtype.count)]
         for i, offset in enumerate(offsets):
-            lane_value = self.stored(address, self.r.lane(value, i, dtype), dtype)
-            statement = f"{address.buffer}[{offset}] = {lane_value};"
+            statement = self.r.store_element(address.buffer, offset, self.r.lane(value, i, dtype), dtype)
             if gate is not None:
                 statement = f"if ({self.r.lane(gate, i, gate_dtype)}) {statement}"
             self.emit(statement)
@@ -982,9 +987,12 @@ class _RenderState:
         scalar = operand_dtype.scalar
         count = u.dtype.count
         prefix = "alu"
+        held = self.r.held_as_float(scalar) and op not in GroupOp.COMPARISON
         if count == 1:
             expression = self.r.alu_expression(op, scalar, operands, u)
-        elif op in self.r.native_vector_ops and scalar is not dtypes.bfloat16 and \
+            if held:
+                expression = self.r.round_to(expression, scalar)
+        elif op in self.r.native_vector_ops and not self.r.held_as_float(scalar) and \
                 not (scalar.is_bool and op in (Ops.ADD, Ops.MUL, Ops.NEG)):
             expression = self.vector_alu(u, op, scalar, operands)
         elif op is Ops.WHERE and u.src[0].dtype.count == 1:
@@ -993,11 +1001,9 @@ class _RenderState:
             items = []
             for i in range(count):
                 lanes = [self.r.lane(o, i, s.dtype) for o, s in zip(operands, u.src)]
-                items.append(self.r.alu_expression(op, scalar, lanes, u))
+                item = self.r.alu_expression(op, scalar, lanes, u)
+                items.append(self.r.round_to(item, scalar) if held else item)
             expression = self.r.vector_literal(u.dtype, items)
-        if scalar is dtypes.bfloat16 and op not in GroupOp.COMPARISON:
-            to_float, from_float = self.r.helper_bfloat16()
-            expression = f"{to_float}({from_float}({expression}))"
         self.assign(u, prefix, expression)
 
     def vector_alu(self, u: UOp, op: Ops, scalar: DType, operands: list[str]) -> str:

@@ -64,8 +64,7 @@ class OpenCLRenderer(CStyleRenderer):
 
     def scalar_type(self, dtype: DType) -> str:
         if dtype.scalar is dtypes.float16 and not self.has_fp16:
-            raise RenderError("opencl: this device has no cl_khr_fp16, so float16 values cannot be rendered; "
-                              "compute in float32")
+            return "float"  # without cl_khr_fp16 half values live in floats (see held_as_float)
         return super().scalar_type(dtype)
 
     def memory_type(self, dtype: DType) -> str:
@@ -73,7 +72,30 @@ class OpenCLRenderer(CStyleRenderer):
             return "uchar"
         if dtype.count == 1 and dtype.scalar is dtypes.bfloat16:
             return "ushort"
+        if dtype.count == 1 and dtype.scalar is dtypes.float16:
+            return "half"  # half pointers need no extension: vload_half/vstore_half read them
         return super().memory_type(dtype)
+
+    def held_as_float(self, dtype: DType) -> bool:
+        return dtype.scalar is dtypes.bfloat16 or (dtype.scalar is dtypes.float16 and not self.has_fp16)
+
+    def round_to(self, expression: str, dtype: DType) -> str:
+        if dtype.scalar is not dtypes.float16:
+            return super().round_to(expression, dtype)
+        helper = self.helper("round_half", lambda: (
+            f"{self.helper_prefix} float round_half(float x) {{ ushort bits; vstore_half(x, 0, (half*)&bits); "
+            f"return vload_half(0, (half*)&bits); }}"))
+        return f"{helper}({expression})"
+
+    def load_element(self, buffer: str, offset: str, dtype: DType) -> str:
+        if self.held_as_float(dtype) and dtype.scalar is dtypes.float16:
+            return f"vload_half({offset}, {buffer})"
+        return super().load_element(buffer, offset, dtype)
+
+    def store_element(self, buffer: str, offset: str, value: str, dtype: DType) -> str:
+        if self.held_as_float(dtype) and dtype.scalar is dtypes.float16:
+            return f"vstore_half({value}, {offset}, {buffer});"
+        return super().store_element(buffer, offset, value, dtype)
 
     def vector_type(self, dtype: DType) -> str:
         if dtype.count == 1:
@@ -83,7 +105,7 @@ class OpenCLRenderer(CStyleRenderer):
         if dtype.scalar is dtypes.bfloat16:
             raise RenderError("opencl: bfloat16 vectors are not rendered; devectorize them")
         element = "char" if dtype.scalar.is_bool else self.scalar_type(dtype.scalar)
-        return f"{element}{dtype.count}"
+        return f"{element}{dtype.count}"  # (float16 held as float: floatN)
 
     def lane(self, expression: str, index: int, dtype: DType) -> str:
         if dtype.count == 1:
@@ -100,7 +122,7 @@ class OpenCLRenderer(CStyleRenderer):
             text = "NAN" if math.isnan(value) else f"{'-' if value < 0 else ''}INFINITY"
             return f"(({self.scalar_type(dtype)}){text})"
         text = super().float_const(value, dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
-        return f"((half){text})" if dtype is dtypes.float16 else text
+        return f"((half){text})" if dtype is dtypes.float16 and self.has_fp16 else text
 
     def special(self, name: str, uses_local: bool) -> str:
         kind, dim = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")):]
@@ -135,11 +157,15 @@ class OpenCLRenderer(CStyleRenderer):
 
     def vector_load(self, address) -> str:
         count = address.dtype.count
+        if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
+            return f"vload_half{count}(0, {address.buffer} + {address.offset})"
         loaded = f"vload{count}(0, {address.buffer} + {address.offset})"
         return f"as_char{count}({loaded})" if address.dtype.scalar.is_bool else loaded
 
     def vector_store(self, address, value: str) -> str:
         count = address.dtype.count
+        if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
+            return f"vstore_half{count}({value}, 0, {address.buffer} + {address.offset});"
         if address.dtype.scalar.is_bool:
             value = f"as_uchar{count}({value})"
         return f"vstore{count}({value}, 0, {address.buffer} + {address.offset});"
@@ -172,7 +198,7 @@ class OpenCLRenderer(CStyleRenderer):
     def vector_cast(self, value: str, source: DType, target: DType) -> str:
         s, t = source.scalar, target.scalar
         plain = (s.is_int and t.is_float) or (s.is_float and t.is_float) or (s.is_int and t.is_int)
-        if plain and dtypes.bfloat16 not in (s, t):
+        if plain and not self.held_as_float(s) and not self.held_as_float(t):
             return f"convert_{self.vector_type(target)}({value})"
         items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
         return self.vector_literal(target, items)
@@ -286,6 +312,12 @@ class OpenCLBackend(Backend):
             fp16, fp64 = "cl_khr_fp16" in extensions, "cl_khr_fp64" in extensions
         self.renderer = OpenCLRenderer(self.tensor_cores, has_fp16=fp16, has_fp64=fp64)
         self._compiled: dict[str, OpenCLCompiledKernel] = {}
+
+    def supports_dtype(self, dtype: DType) -> bool:
+        """float16 always (held in floats where the device lacks cl_khr_fp16); float64 with cl_khr_fp64."""
+        if dtype.scalar is dtypes.float64:
+            return self.renderer.has_fp64
+        return True
 
     def unavailable_reason(self) -> str | None:
         found = _opencl()
