@@ -271,6 +271,17 @@ class Backend(abc.ABC):
         """A name of the device kernels run on (cache and tuning keys include it)."""
         return self.name
 
+    def supports_dtype(self, dtype: DType) -> bool:
+        """True when kernels may compute with ``dtype`` here.  float16 and float64 depend on the
+        device on some targets: a renderer says so with ``has_fp16`` / ``has_fp64`` (backends with
+        other limits override this)."""
+        renderer = getattr(self, "renderer", None)
+        if dtype.scalar is dtypes.float16:
+            return bool(getattr(renderer, "has_fp16", True))
+        if dtype.scalar is dtypes.float64:
+            return bool(getattr(renderer, "has_fp64", True))
+        return True
+
     @abc.abstractmethod
     def render(self, linear: UOp) -> str:
         """The source code of a LINEAR program."""

@@ -1,0 +1,295 @@
+"""OptOps: every rule of the spec's AxisType table, kernel names, tensor cores, the heuristics,
+BEAM, and the property that any sequence of valid opts leaves the results unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import uopviz as uv
+from uopviz import AxisType, Ops, Tensor
+from uopviz.backends import available
+from uopviz.passes.kernel import Kernel, Opt, OptError, OptOp
+from uopviz.passes.optimize import candidate_opts
+
+BACKENDS = available()
+U, R, G, L, T = AxisType.UPCAST, AxisType.REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.THREAD
+
+
+def split(axis: int, factor: int, target: AxisType, top: bool = False) -> Opt:
+    return Opt(OptOp.SPLIT, axis, (factor, target, top))
+
+
+def matmul(m: int = 8, k: int = 12, n: int = 8, seed: int = 0) -> tuple[Tensor, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    return Tensor(a) @ Tensor(b), a @ b
+
+
+def matmul_kernel(backend: str = "python") -> Kernel:
+    out, _ = matmul()
+    return uv.compile(out, backend=backend).kernels[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the AxisType table
+
+
+INVALID = [
+    (split(0, 3, U), "does not divide"),
+    (split(0, 1, U), "at least 2"),
+    (split(2, 4, U), "UPCAST is split from GLOBAL/LOCAL/LOOP"),
+    (split(0, 2, AxisType.UNROLL), "UNROLL is split from GROUP_REDUCE/REDUCE"),
+    (split(0, 2, T, top=False), "outer part"),
+    (split(1, 2, U, top=True), "inner part"),
+    (split(0, 2, AxisType.WARP), "only TC creates WARP"),
+    (split(0, 2, AxisType.GLOBAL), "not made by splitting"),
+    (split(5, 2, U), "does not exist"),
+    (Opt(OptOp.PADTO, 0, 4), "already a multiple"),
+    (Opt(OptOp.PADTO, 0, 1), "at least 2"),
+    (Opt(OptOp.SWAP, 0, 2), "different groups"),
+    (Opt(OptOp.SWAP, 1, 1), "itself"),
+    (Opt(OptOp.NOLOCALS, 0, None), "no axis"),
+    (Opt(OptOp.TC, 3, (-1, 0, 1)), "reduce axis 3 does not exist"),
+    (Opt(OptOp.TC, 0, (-1, 0, 7)), "mode"),
+]
+
+
+@pytest.mark.parametrize("opt, message", INVALID, ids=[repr(o) for o, _ in INVALID])
+def test_invalid_opt_raises_and_leaves_the_kernel(opt: Opt, message: str) -> None:
+    kernel = matmul_kernel()
+    before = (kernel.ast, kernel.opts, kernel.axes)
+    with pytest.raises(OptError, match=message):
+        kernel.apply(opt)
+    assert (kernel.ast, kernel.opts, kernel.axes) == before
+
+
+def test_local_needs_a_backend_with_workgroups() -> None:
+    with pytest.raises(OptError, match="no workgroups or local memory"):
+        matmul_kernel().apply(split(0, 2, L))
+
+
+def test_thread_needs_a_global_axis_split_from_the_outside() -> None:
+    kernel = matmul_kernel()
+    threaded = kernel.apply(split(0, 2, T, top=True))
+    assert threaded.axes[0] == (2, T)
+    with pytest.raises(OptError, match="THREAD is split from GLOBAL"):
+        threaded.apply(split(0, 2, T, top=True))
+
+
+@pytest.mark.skipif("opencl" not in BACKENDS, reason="needs workgroups; opencl is not available")
+def test_nolocals_forbids_local_axes() -> None:
+    kernel = matmul_kernel("opencl")
+    with pytest.raises(OptError, match="NOLOCALS was applied"):
+        kernel.apply(Opt(OptOp.NOLOCALS)).apply(split(0, 2, L))
+    with pytest.raises(OptError, match="already has LOCAL axes"):
+        kernel.apply(split(0, 2, L)).apply(Opt(OptOp.NOLOCALS))
+
+
+def test_group_reduce_is_refused_with_a_reason() -> None:
+    with pytest.raises(OptError, match="GROUP_REDUCE"):
+        matmul_kernel().apply(split(2, 2, AxisType.GROUP_REDUCE))
+
+
+def test_too_many_lanes() -> None:
+    kernel = matmul_kernel().apply(split(0, 8, U)).apply(split(0, 8, U))
+    with pytest.raises(OptError, match="lanes"):
+        kernel.apply(split(0, 12, AxisType.UNROLL))
+
+
+def test_tc_must_be_first() -> None:
+    with pytest.raises(OptError, match="TC must be the first opt"):
+        matmul_kernel().apply(split(0, 2, U)).apply(Opt(OptOp.TC, 0, (-1, 0, 1)))
+
+
+def test_tc_needs_a_sum_of_products() -> None:
+    kernel = uv.compile(Tensor(np.ones((4, 8), np.float32)).max(1)).kernels[0]
+    with pytest.raises(OptError, match="sum of products"):
+        kernel.apply(Opt(OptOp.TC, 0, (-1, 0, 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# names and composition
+
+
+def test_kernel_name_shows_axis_letters() -> None:
+    kernel = matmul_kernel()
+    assert kernel.name == "r_g8_g8_R12"
+    kernel = kernel.apply(split(1, 4, U)).apply(split(2, 4, AxisType.UNROLL)).apply(split(0, 2, T, top=True))
+    assert kernel.name == "r_t2_g4_g2_R3_u4_r4"
+    assert kernel.opts == (split(1, 4, U), split(2, 4, AxisType.UNROLL), split(0, 2, T, top=True))
+    assert uv.compile(Tensor(np.ones((3, 5), np.float32)) + 1).kernels[0].name == "E_g3_g5"
+
+
+def test_opts_compose_left_to_right_and_are_recorded() -> None:
+    out, expected = matmul()
+    opts = [split(1, 4, U), split(2, 3, AxisType.UNROLL), Opt(OptOp.SWAP, 0, 1)]
+    program = uv.compile(out, opts=opts)
+    assert program.kernels[0].opts == tuple(opts)
+    steps = [s.rule for s in program.trace.find("Optimize").steps]
+    assert [s.split(":")[0] for s in steps if ":" in s] == ["split_axis", "split_axis", "swap_axes"]
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_per_kernel_opts_by_index_and_name() -> None:
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    t = Tensor(x).softmax()
+    program = uv.compile(t, opts={2: [split(1, 4, U)]})
+    assert program.kernels[2].opts == (split(1, 4, U),) and not program.kernels[0].opts
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(program.run()[0], e / e.sum(1, keepdims=True), rtol=1e-5)
+    program = uv.compile(t, opts=[[], [split(1, 4, AxisType.UNROLL)], []])
+    assert program.kernels[1].name == "r_g4_R2_r4"
+
+
+# ---------------------------------------------------------------------------------------------
+# results under opts
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_padto_masks_output_and_reduce_axes(backend: str) -> None:
+    out, expected = matmul(7, 9, 5)
+    program = uv.compile(out, backend=backend, opts=[Opt(OptOp.PADTO, 0, 4), Opt(OptOp.PADTO, 2, 4),
+                                                     split(2, 4, AxisType.UNROLL), split(0, 4, U)])
+    assert program.kernels[0].axes == ((2, G), (5, G), (3, R), (4, U), (4, AxisType.UNROLL))
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_padto_of_a_max_reduction_uses_its_identity() -> None:
+    x = -np.abs(np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)) - 1
+    program = uv.compile(Tensor(x).max(1), opts=[Opt(OptOp.PADTO, 1, 4)])
+    np.testing.assert_array_equal(program.run()[0], x.max(1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_core_emits_wmma(backend: str) -> None:
+    out, expected = matmul(8, 12, 8)
+    program = uv.compile(out, backend=backend, opts=[Opt(OptOp.TC, 0, (-1, 0, 1))])
+    kernel = program.kernels[0]
+    assert kernel.axes == ((2, G), (2, G), (3, R), (4, U), (4, U), (4, AxisType.UNROLL))
+    linear = program.items[0].body.src[0]
+    assert any(u.op is Ops.WMMA for u in linear.src)
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_tensor_core_then_more_opts() -> None:
+    out, expected = matmul(16, 8, 8)
+    opts = [Opt(OptOp.TC, 0, (-1, 0, 1)), split(0, 2, T, top=True), Opt(OptOp.PADTO, 2, 3)]
+    program = uv.compile(out, opts=opts)
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_tensor_core_shape_only_mode() -> None:
+    out, expected = matmul(8, 8, 8)
+    program = uv.compile(out, opts=[Opt(OptOp.TC, 0, (-1, 0, 3))])
+    assert not any(u.op is Ops.WMMA for u in program.items[0].body.src[0].src)
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+HEURISTIC_CASES = {
+    "matmul": lambda rng: matmul(16, 24, 12),
+    "conv": lambda rng: _conv(rng),
+    "softmax": lambda rng: _softmax(rng),
+    "elementwise": lambda rng: _elementwise(rng),
+    "cumsum": lambda rng: _cumsum(rng),
+}
+
+
+def _conv(rng):
+    x = rng.standard_normal((1, 2, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    ref = np.zeros((1, 4, 6, 6), np.float32)
+    for i in range(6):
+        for j in range(6):
+            ref[:, :, i, j] = np.einsum("nchw,ochw->no", x[:, :, i:i + 3, j:j + 3], w)
+    return Tensor(x).conv2d(Tensor(w)), ref
+
+
+def _softmax(rng):
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    e = np.exp(x - x.max(1, keepdims=True))
+    return Tensor(x).softmax(), e / e.sum(1, keepdims=True)
+
+
+def _elementwise(rng):
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    return (Tensor(x) * 2 + 1).exp(), np.exp(x * 2 + 1)
+
+
+def _cumsum(rng):
+    x = rng.standard_normal(24).astype(np.float32)
+    return Tensor(x).cumsum(), np.cumsum(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(HEURISTIC_CASES))
+def test_heuristic_opts_keep_results(case: str, backend: str) -> None:
+    out, expected = HEURISTIC_CASES[case](np.random.default_rng(0))
+    program = uv.compile(out, backend=backend, opts="heuristic")
+    assert any(k.opts for k in program.kernels), "the heuristics chose something"
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_beam_search_finds_a_valid_kernel() -> None:
+    out, expected = matmul(8, 8, 8)
+    from uopviz.passes.optimize import beam_search
+
+    kernel = uv.compile(out).kernels[0]
+    best = beam_search(kernel, width=2, rounds=2, budget_s=5.0)
+    program = uv.compile(out, opts=[list(best.opts)])
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# the property: valid opts never change results
+
+
+PROPERTY_PROGRAMS = {
+    "matmul": lambda: matmul(6, 8, 4),
+    "reduce rows": lambda: _reduce_rows(),
+    "padded elementwise": lambda: _padded(),
+    "conv": lambda: _conv(np.random.default_rng(2)),
+}
+
+
+def _reduce_rows():
+    x = np.random.default_rng(5).standard_normal((6, 12)).astype(np.float32)
+    return (Tensor(x) * Tensor(x)).sum(1) + Tensor(x).max(1), (x * x).sum(1) + x.max(1)
+
+
+def _padded():
+    x = np.random.default_rng(6).standard_normal((6, 4)).astype(np.float32)
+    return Tensor(x).pad(((2, 0), (1, 3))).exp2() * 2, np.exp2(np.pad(x, ((2, 0), (1, 3)))) * 2
+
+
+def _all_opts(kernel: Kernel) -> list[Opt]:
+    opts = candidate_opts(kernel)
+    for axis in range(len(kernel.axes)):
+        for multiple in (3, 4):
+            opts.append(Opt(OptOp.PADTO, axis, multiple))
+        for other in range(len(kernel.axes)):
+            opts.append(Opt(OptOp.SWAP, axis, other))
+    if not kernel.opts:
+        opts.append(Opt(OptOp.TC, 0, (-1, 2, 1)))
+    return opts
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(sorted(PROPERTY_PROGRAMS)))
+def test_any_sequence_of_valid_opts_keeps_results(data, name: str) -> None:
+    out, expected = PROPERTY_PROGRAMS[name]()
+    kernel = uv.compile(out).kernels[0]
+    chosen: list[Opt] = []
+    for _ in range(data.draw(st.integers(0, 4), label="length")):
+        options = _all_opts(kernel)
+        opt = data.draw(st.sampled_from(options), label="opt")
+        try:
+            kernel = kernel.apply(opt)
+        except OptError:
+            continue  # not valid here: the property is about the valid ones
+        chosen.append(opt)
+    program = uv.compile(out, opts=[chosen] + [[]] * 8)
+    assert program.kernels[0].opts == tuple(chosen)
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)

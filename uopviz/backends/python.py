@@ -1,0 +1,568 @@
+"""The Python backend: the reference interpreter of linear programs.
+
+``render`` turns a LINEAR program into straight-line Python over numpy, one line per uop (so a
+line of the source maps back to a uop), and ``compile`` executes that source.  Every ALU op goes
+through :func:`uopviz.core.alu.exec_alu_array`, the one definition of the dialect's semantics, so
+this backend is the reference the compiled backends are checked against.
+
+Speed comes from *lifting* loops: a RANGE whose iterations are independent becomes a numpy axis
+(``arange`` along its own dimension) instead of a Python ``for``; every value is an array that
+broadcasts over the lifted loops it depends on, with vector lanes on a trailing axis.  A loop
+whose iterations carry state (an accumulator read before it is written in the loop body: a
+reduction) runs as a Python ``for`` inside the lifted ones.  THREAD, GLOBAL and LOOP ranges are
+lifted, which runs them "sequentially" in the sense that no two threads ever run at once.
+
+Registers (REG buffers) get one copy per iteration of the lifted loops (a trailing axis of the
+buffer's size).  IF blocks become masks applied to the stores (and loads) inside them.
+Out-of-bounds accesses raise instead of reading a wrong element: this backend exists to catch
+pipeline bugs, and numpy would silently wrap a negative index.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uopviz.backends.base import (
+    Backend,
+    CompiledKernel,
+    CompileError,
+    KernelMeta,
+    KernelParam,
+    Launch,
+    RenderError,
+    TensorCore,
+    cpu_tensor_cores,
+)
+from uopviz.core.alu import exec_alu_array
+from uopviz.core.alu import numpy_dtype as value_numpy_dtype
+from uopviz.core.dtype import AddrSpace, DType, dtypes
+from uopviz.core.ops import GroupOp, Ops
+from uopviz.core.uop import UOp
+
+# ---------------------------------------------------------------------------------------------
+# the runtime the generated code calls
+
+
+class KernelFault(RuntimeError):
+    """A kernel did something a real device would not survive: an out-of-bounds access."""
+
+
+def lifted_range(bound: int, position: int, total: int) -> np.ndarray:
+    """The values ``0..bound-1`` of a lifted loop, along dimension ``position`` of ``total``."""
+    shape = [1] * total
+    shape[position] = bound
+    return np.arange(bound, dtype=np.int64).reshape(shape)
+
+
+def make_const(value: Any, dtype_name: str) -> Any:
+    """A constant as the numpy scalar the ALU semantics work on."""
+    return np.asarray(value, dtype=value_numpy_dtype(dtypes.from_name(dtype_name)))[()]
+
+
+def _from_storage(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Buffer contents as values (bfloat16 bits become float32 numbers)."""
+    if dtype.scalar is dtypes.bfloat16:
+        return (values.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return values
+
+
+def _to_storage(values: Any, dtype: DType) -> np.ndarray:
+    """Values as buffer contents (float32 rounded to bfloat16 bits for bfloat16 buffers)."""
+    if dtype.scalar is dtypes.bfloat16:
+        bits = np.asarray(values, dtype=np.float32).view(np.uint32)
+        rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        return np.where(np.isnan(np.asarray(values, dtype=np.float32)), np.uint16(0x7FC0),
+                        rounded.astype(np.uint16))
+    return np.asarray(values).astype(value_numpy_dtype(dtype), copy=False)
+
+
+def _check_bounds(where: str, index: np.ndarray, size: int) -> None:
+    if index.size and (int(index.min()) < 0 or int(index.max()) >= size):
+        raise KernelFault(f"{where}: index {int(index.min())}..{int(index.max())} out of a buffer of {size} "
+                          f"elements")
+
+
+def load_global(where: str, buffer: np.ndarray, dtype_name: str, index: Any, alt: Any = None,
+                gate: Any = None) -> np.ndarray:
+    """``buffer[index]`` (``gate ? buffer[index] : alt`` with a gate), broadcast over the lifted loops."""
+    dtype = dtypes.from_name(dtype_name)
+    index = np.asarray(index)
+    if gate is None:
+        _check_bounds(where, index, buffer.size)
+        return _from_storage(buffer[index], dtype)
+    gate, index = np.broadcast_arrays(np.asarray(gate), index)
+    if buffer.size == 0:
+        return np.broadcast_to(np.asarray(alt), index.shape).copy()
+    _check_bounds(where, index[gate], buffer.size)
+    safe = np.where(gate, index, 0)
+    return np.where(gate, _from_storage(buffer[safe], dtype), alt)
+
+
+def store_global(where: str, buffer: np.ndarray, dtype_name: str, index: Any, value: Any,
+                 gate: Any = None) -> None:
+    """``buffer[index] = value`` for every lifted iteration (where ``gate`` holds)."""
+    dtype = dtypes.from_name(dtype_name)
+    if gate is None:
+        index, value = np.broadcast_arrays(np.asarray(index), np.asarray(value))
+    else:
+        index, value, gate = np.broadcast_arrays(np.asarray(index), np.asarray(value), np.asarray(gate))
+        index, value = index[gate], value[gate]
+    _check_bounds(where, index, buffer.size)
+    buffer[index.reshape(-1)] = _to_storage(value, dtype).reshape(-1)
+
+
+def new_register(size: int, dtype_name: str, lifted_shape: tuple[int, ...]) -> np.ndarray:
+    """A REG buffer: ``size`` elements for every iteration of the lifted loops."""
+    dtype = dtypes.from_name(dtype_name)
+    return np.zeros((*lifted_shape, size), dtype=value_numpy_dtype(dtype))
+
+
+def _register_index(register: np.ndarray, index: Any, lanes: int) -> tuple[Any, bool]:
+    """``(key, simple)``: a key for ``register[..., key]`` when the index is the same in every lifted
+    iteration, else a broadcast index array for take/put_along_axis."""
+    index = np.asarray(index)
+    if index.ndim == 0 or (lanes > 1 and index.ndim == 1):
+        return index, True
+    shape = register.shape[:-1] + ((lanes,) if lanes > 1 else (1,))
+    full = np.broadcast_to(index if lanes > 1 else index[..., None], shape)
+    return full, False
+
+
+def load_register(where: str, register: np.ndarray, index: Any, lanes: int, alt: Any = None,
+                  gate: Any = None) -> np.ndarray:
+    """Read a REG buffer at ``index`` (lanes on the trailing axis for a vector index)."""
+    key, simple = _register_index(register, index, lanes)
+    _check_bounds(where, np.asarray(key), register.shape[-1])
+    if simple:
+        value = register[..., key]
+    else:
+        value = np.take_along_axis(register, key, -1)
+        value = value if lanes > 1 else value[..., 0]
+    return value if gate is None else np.where(gate, value, alt)
+
+
+def store_register(where: str, register: np.ndarray, index: Any, value: Any, lanes: int,
+                   gate: Any = None) -> None:
+    """Write a REG buffer at ``index`` in every lifted iteration (where ``gate`` holds)."""
+    key, simple = _register_index(register, index, lanes)
+    _check_bounds(where, np.asarray(key), register.shape[-1])
+    if simple:
+        target_shape = register[..., key].shape
+        value = np.broadcast_to(np.asarray(value), target_shape)
+        if gate is not None:
+            value = np.where(np.broadcast_to(gate, target_shape), value, register[..., key])
+        register[..., key] = value
+        return
+    value = np.asarray(value)
+    value = np.broadcast_to(value if lanes > 1 else value[..., None], key.shape)
+    if gate is not None:
+        old = np.take_along_axis(register, key, -1)
+        gate = np.asarray(gate)
+        value = np.where(np.broadcast_to(gate if lanes > 1 else gate[..., None], key.shape), value, old)
+    np.put_along_axis(register, key, value, -1)
+
+
+def alu(op: Ops, dtype_name: str, *operands: Any) -> np.ndarray:
+    """One elementwise op with the dialect's semantics (``uopviz.core.alu``)."""
+    return exec_alu_array(op, dtypes.from_name(dtype_name), operands)
+
+
+def cast(value: Any, source_name: str, target_name: str) -> np.ndarray:
+    """CAST with the dialect's semantics (truncation toward zero, wraparound, bool as != 0)."""
+    return exec_alu_array(Ops.CAST, dtypes.from_name(target_name), (np.asarray(value),),
+                          (dtypes.from_name(source_name),))
+
+
+def bitcast(value: Any, source_name: str, target_name: str) -> np.ndarray:
+    """Reinterpret the bytes of every value (and lane) as ``target``."""
+    source, target = dtypes.from_name(source_name), dtypes.from_name(target_name)
+    raw = np.array(_to_storage(value, source), copy=True)  # contiguous, and keeps a 0-d shape
+    storage = np.uint16 if target is dtypes.bfloat16 else value_numpy_dtype(target)
+    return _from_storage(raw.view(storage), target)
+
+
+def vectorize(*lanes: Any) -> np.ndarray:
+    """Lanes → a vector (lanes on a trailing axis)."""
+    return np.stack(np.broadcast_arrays(*(np.asarray(lane) for lane in lanes)), axis=-1)
+
+
+def gep(vector: Any, lanes: tuple[int, ...], source_count: int) -> np.ndarray:
+    """Lanes of a vector (a scalar source is repeated)."""
+    vector = np.asarray(vector)
+    if source_count == 1:
+        return vector if len(lanes) == 1 else np.stack([vector] * len(lanes), axis=-1)
+    return vector[..., lanes[0]] if len(lanes) == 1 else vector[..., list(lanes)]
+
+
+def wmma(a: Any, b: Any, c: Any, dims: tuple[int, int, int], layout_a: tuple, layout_b: tuple,
+         layout_c: tuple, dtype_in: str, dtype_out: str) -> np.ndarray:
+    """``D = A @ B + C`` of a one-thread tile: each operand's lanes placed by its layout."""
+    m, n, k = dims
+    out_dtype = dtypes.from_name(dtype_out)
+    a, b, c = (np.asarray(x) for x in (a, b, c))
+    batch = np.broadcast_shapes(a.shape[:-1], b.shape[:-1], c.shape[:-1])
+    matrix_a = np.zeros((*batch, m, k), dtype=value_numpy_dtype(out_dtype))
+    matrix_b = np.zeros((*batch, k, n), dtype=value_numpy_dtype(out_dtype))
+    for lane, (row, column) in enumerate(layout_a):
+        matrix_a[..., row, column] = cast(a[..., lane], dtype_in, dtype_out)
+    for lane, (row, column) in enumerate(layout_b):
+        matrix_b[..., row, column] = cast(b[..., lane], dtype_in, dtype_out)
+    product = np.matmul(matrix_a, matrix_b)
+    out = np.empty((*batch, len(layout_c)), dtype=value_numpy_dtype(out_dtype))
+    for lane, (row, column) in enumerate(layout_c):
+        out[..., lane] = exec_alu_array(Ops.ADD, out_dtype, (product[..., row, column], c[..., lane]))
+    return out
+
+
+RUNTIME: dict[str, Any] = {
+    "np": np, "Ops": Ops, "lifted_range": lifted_range, "make_const": make_const, "load_global": load_global,
+    "store_global": store_global, "new_register": new_register, "load_register": load_register,
+    "store_register": store_register, "alu": alu, "cast": cast, "bitcast": bitcast, "vectorize": vectorize,
+    "gep": gep, "wmma": wmma, "math": math,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering a LINEAR program to Python
+
+
+def _buffer_of(u: UOp) -> UOp:
+    """The PARAM/BUFFER an INDEX source refers to, through AFTER passthroughs."""
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u
+
+
+def _is_register(u: UOp) -> bool:
+    base = _buffer_of(u)
+    return base.op is Ops.BUFFER and base.arg.addrspace in (AddrSpace.REG, AddrSpace.LOCAL)
+
+
+def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
+    """The RANGEs whose iterations carry state: inside the loop, some register is read before it is
+    written.  Those run as Python loops; every other range is lifted into a numpy axis."""
+    carried: set[UOp] = set()
+    open_loops: list[tuple[UOp, set[UOp], set[UOp]]] = []  # (range, registers written, registers read)
+    for u in program:
+        if u.op is Ops.RANGE:
+            open_loops.append((u, set(), set()))
+            continue
+        if u.op is Ops.END:
+            target = u.src[-1]
+            while open_loops and open_loops[-1][0] is not target:
+                open_loops.pop()
+            if open_loops:
+                open_loops.pop()
+            continue
+        if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and _is_register(u.src[0].src[0]):
+            register = _buffer_of(u.src[0].src[0])
+            for loop, written, read in open_loops:
+                if u.op is Ops.LOAD and register not in written:
+                    read.add(register)
+                    carried.add(loop)
+                elif u.op is Ops.STORE:
+                    written.add(register)
+    return carried
+
+
+@dataclass
+class _Emitter:
+    """The state of rendering one program: names, indentation, lifted dimensions, masks."""
+
+    linear: UOp
+    lines: list[str] = field(default_factory=list)
+    header: list[str] = field(default_factory=list)
+    names: dict[UOp, str] = field(default_factory=dict)
+    indent: int = 1
+    masks: list[str] = field(default_factory=list)
+    open_loops: list[tuple[UOp, bool]] = field(default_factory=list)
+    counter: int = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def emit(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def ref(self, u: UOp) -> str:
+        if u.op is Ops.AFTER:
+            return self.ref(u.src[0])
+        name = self.names.get(u)
+        if name is None:
+            if u.op is Ops.CONST:
+                return self.constant(u)
+            raise RenderError(f"python: {u.op.name} is used before it is computed in kernel "
+                              f"{self.linear.arg!r}")
+        return name
+
+    def constant(self, u: UOp) -> str:
+        name = self.names.get(u)
+        if name is None:
+            name = f"c{len(self.header)}"
+            value = u.arg[0]
+            literal = repr(float(value)) if isinstance(value, float) else repr(value)
+            if isinstance(value, float) and not math.isfinite(value):
+                literal = f"float({str(value)!r})"
+            self.header.append(f"{name} = make_const({literal}, {u.dtype.scalar.name!r})")
+            self.names[u] = name
+        return name
+
+    def mask(self) -> str | None:
+        return self.masks[-1] if self.masks else None
+
+
+def _fail(u: UOp, position: int, problem: str) -> RenderError:
+    return RenderError(f"python: {u.op.name} at position {position}: {problem}")
+
+
+def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> str:
+    """The Python source of a LINEAR program (see the module docstring for how it runs)."""
+    program = list(linear.src)
+    carried = carried_ranges(program)
+    lifted = [u for u in dict.fromkeys(program) if u.op in (Ops.RANGE, Ops.SPECIAL) and u not in carried]
+    for u in lifted:
+        if u.src[0].op is not Ops.CONST:
+            raise RenderError(f"python: the bound of lifted {u.op.name} {u.arg} must be a constant")
+    position_of = {u: i for i, u in enumerate(lifted)}
+    lifted_shape = tuple(int(u.src[0].arg[0]) for u in lifted)
+    state = _Emitter(linear)
+    params: dict[int, UOp] = {}
+    written: set[int] = set()
+    for u in program:
+        if u.op is Ops.PARAM:
+            params.setdefault(u.arg.slot, u)
+        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _buffer_of(u.src[0].src[0]).op is Ops.PARAM:
+            written.add(_buffer_of(u.src[0].src[0]).arg.slot)
+    slots = sorted(params)
+    if slots != list(range(len(slots))):
+        raise RenderError(f"python: kernel {linear.arg!r} has PARAM slots {slots}; they must be 0..n-1")
+    for slot in slots:
+        state.names[params[slot]] = f"data{slot}"
+    for position, u in enumerate(program):
+        _render_uop(state, u, position, carried, position_of, lifted_shape)
+    if state.open_loops:
+        raise RenderError(f"python: kernel {linear.arg!r} ends inside an open loop; an END is missing")
+    meta = KernelMeta(str(linear.arg), tuple(
+        KernelParam(slot, params[slot].arg.dtype, params[slot].shape[0] if params[slot].shape else 1,
+                    slot in written) for slot in slots))
+    signature = ", ".join(f"data{slot}" for slot in slots)
+    body = state.lines or ["    pass"]
+    title = f"# kernel {linear.arg}: {len(program)} uops, lifted loops {list(lifted_shape)}"
+    header = [f"# {meta.to_comment_text()}", title, *state.header]
+    return "\n".join([*header, f"def kernel({signature}):", *body, ""])
+
+
+def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], position_of: dict[UOp, int],
+                lifted_shape: tuple[int, ...]) -> None:
+    op = u.op
+    where = f"{state.linear.arg}@{position}"
+    if op in (Ops.PARAM, Ops.SINK, Ops.GROUP, Ops.AFTER, Ops.BARRIER, Ops.STACK):
+        return  # parameters are named; AFTER is its buffer; BARRIER: lifted threads run in lockstep
+    if op is Ops.CONST:
+        state.constant(u)
+        return
+    if op is Ops.BUFFER:
+        if u.arg.addrspace is AddrSpace.GLOBAL:
+            raise _fail(u, position, "a GLOBAL BUFFER inside a kernel must be a PARAM")
+        name = state.fresh("reg")
+        state.names[u] = name
+        state.emit(f"{name} = new_register({u.arg.size}, {u.arg.dtype.scalar.name!r}, {lifted_shape!r})")
+        return
+    if op in (Ops.RANGE, Ops.SPECIAL):
+        name = state.fresh("r" if op is Ops.RANGE else "s")
+        state.names[u] = name
+        bound = state.ref(u.src[0])
+        if u in carried:
+            state.emit(f"for {name} in range(int({bound})):")
+            state.indent += 1
+            state.emit(f"{name} = np.int64({name})")
+        else:
+            state.emit(f"{name} = lifted_range(int({bound}), {position_of[u]}, {len(lifted_shape)})")
+        if op is Ops.RANGE:
+            state.open_loops.append((u, u in carried))
+        return
+    if op is Ops.END:
+        target = u.src[-1]
+        if not state.open_loops or state.open_loops[-1][0] is not target:
+            raise _fail(u, position, "END does not close the innermost open RANGE")
+        _, was_carried = state.open_loops.pop()
+        if was_carried:
+            state.indent -= 1
+        return
+    if op is Ops.IF:
+        name = state.fresh("mask")
+        gate = state.ref(u.src[0])
+        outer = state.mask()
+        state.emit(f"{name} = {gate}" if outer is None else f"{name} = np.logical_and({outer}, {gate})")
+        state.masks.append(name)
+        state.names[u] = name
+        return
+    if op is Ops.ENDIF:
+        if not state.masks:
+            raise _fail(u, position, "ENDIF without an open IF")
+        state.masks.pop()
+        return
+    if op is Ops.INDEX:
+        return  # rendered into the LOAD/STORE that uses it
+    if op is Ops.LOAD:
+        _render_load(state, u, position, where)
+        return
+    if op is Ops.STORE:
+        _render_store(state, u, position, where)
+        return
+    name = state.fresh("v")
+    if op is Ops.VECTORIZE:
+        expression = f"vectorize({', '.join(state.ref(s) for s in u.src)})"
+    elif op is Ops.GEP:
+        expression = f"gep({state.ref(u.src[0])}, {tuple(u.arg)!r}, {u.src[0].dtype.count})"
+    elif op is Ops.CAST:
+        expression = f"cast({state.ref(u.src[0])}, {u.src[0].dtype.scalar.name!r}, {u.dtype.scalar.name!r})"
+    elif op is Ops.BITCAST:
+        source, target = u.src[0].dtype.scalar.name, u.dtype.scalar.name
+        expression = f"bitcast({state.ref(u.src[0])}, {source!r}, {target!r})"
+    elif op is Ops.WMMA:
+        config = u.arg
+        if not isinstance(config, TensorCore) or config.threads != 1:
+            raise _fail(u, position, "WMMA needs a one-thread TensorCore config (the Python backend emulates "
+                                     "tiles held by one thread)")
+        a, b, c = (state.ref(s) for s in u.src)
+        expression = (f"wmma({a}, {b}, {c}, {config.dims!r}, {config.layout_a!r}, {config.layout_b!r}, "
+                      f"{config.layout_c!r}, {config.dtype_in.name!r}, {config.dtype_out.name!r})")
+    elif op in GroupOp.ELEMENTWISE:
+        operands = ", ".join(state.ref(s) for s in u.src)
+        expression = f"alu(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"
+    else:
+        raise _fail(u, position, f"{op.name} cannot run on the Python backend")
+    state.names[u] = name
+    state.emit(f"{name} = {expression}")
+
+
+def _render_load(state: _Emitter, u: UOp, position: int, where: str) -> None:
+    index = u.src[0]
+    if index.op is not Ops.INDEX:
+        raise _fail(u, position, f"LOAD reads an INDEX, got {index.op.name}")
+    buffer, address = index.src[0], state.ref(index.src[1])
+    gate = state.ref(u.src[2]) if len(u.src) > 2 else None
+    alt = state.ref(u.src[1]) if len(u.src) > 1 else None
+    mask = state.mask()
+    if mask is not None:  # a load inside an IF must not fault where the IF is false
+        if gate is None:
+            alt = state.constant(UOp.const(u.dtype.scalar, 0))
+            gate = mask
+        else:
+            combined = state.fresh("g")
+            state.emit(f"{combined} = np.logical_and({mask}, {gate})")
+            gate = combined
+    gated = "" if gate is None else f", {alt}, {gate}"
+    name = state.fresh("v")
+    if _is_register(buffer):
+        register = state.ref(_buffer_of(buffer))
+        expression = f"load_register({where!r}, {register}, {address}, {u.dtype.count}{gated})"
+    else:
+        base = _buffer_of(buffer)
+        if base.op is not Ops.PARAM:
+            raise _fail(u, position, f"LOAD from a {base.op.name}; kernels read PARAMs and REG buffers")
+        dtype_name = base.arg.dtype.scalar.name
+        expression = f"load_global({where!r}, {state.ref(base)}, {dtype_name!r}, {address}{gated})"
+    state.names[u] = name
+    state.emit(f"{name} = {expression}")
+
+
+def _render_store(state: _Emitter, u: UOp, position: int, where: str) -> None:
+    index = u.src[0]
+    if index.op is not Ops.INDEX:
+        raise _fail(u, position, f"STORE writes an INDEX, got {index.op.name}")
+    buffer, address, value = index.src[0], state.ref(index.src[1]), state.ref(u.src[1])
+    gate = state.ref(u.src[2]) if len(u.src) > 2 else None
+    mask = state.mask()
+    if mask is not None:
+        if gate is None:
+            gate = mask
+        else:
+            combined = state.fresh("g")
+            state.emit(f"{combined} = np.logical_and({mask}, {gate})")
+            gate = combined
+    gated = "" if gate is None else f", {gate}"
+    if _is_register(buffer):
+        state.emit(f"store_register({where!r}, {state.ref(_buffer_of(buffer))}, {address}, {value}, "
+                   f"{u.src[1].dtype.count}{gated})")
+        return
+    base = _buffer_of(buffer)
+    if base.op is not Ops.PARAM:
+        raise _fail(u, position, f"STORE into a {base.op.name}; kernels write PARAMs and REG buffers")
+    dtype_name = base.arg.dtype.scalar.name
+    state.emit(f"store_global({where!r}, {state.ref(base)}, {dtype_name!r}, {address}, {value}{gated})")
+
+
+# ---------------------------------------------------------------------------------------------
+# compiling and running
+
+
+class PythonLaunch(Launch):
+    """The generated function bound to host arrays."""
+
+    def __init__(self, function: Any, arrays: Sequence[np.ndarray]):
+        self.function, self.arrays = function, list(arrays)
+
+    def run(self) -> float:
+        start = time.perf_counter()
+        with np.errstate(all="ignore"):
+            self.function(*self.arrays)
+        return time.perf_counter() - start
+
+
+@dataclass
+class PythonCompiledKernel(CompiledKernel):
+    """A kernel as a Python function over numpy arrays."""
+
+    function: Any = field(default=None, repr=False)
+
+    def prepare(self, *arrays: np.ndarray) -> Launch:
+        return PythonLaunch(self.function, self.check_arguments(arrays))
+
+
+class PythonBackend(Backend):
+    """The reference interpreter: every op native, vectors native, THREAD axes lifted (never parallel),
+    the CPU tensor cores emulated."""
+
+    name = "python"
+    supported_ops = frozenset(GroupOp.ELEMENTWISE)
+    vector_widths = (2, 3, 4, 8, 16)
+    has_local = False
+    has_threads = True
+    tensor_cores = cpu_tensor_cores()
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, PythonCompiledKernel] = {}
+
+    @property
+    def device(self) -> str:
+        return "python"
+
+    def render(self, linear: UOp) -> str:
+        if linear.op is not Ops.LINEAR:
+            raise RenderError(f"python: render takes a LINEAR program, got {linear.op.name}")
+        return render_python(linear)
+
+    def compile(self, source: str, name: str) -> PythonCompiledKernel:
+        cached = self._compiled.get(source)
+        if cached is not None:
+            return cached
+        meta = KernelMeta.from_source(source, self.name)
+        start = time.perf_counter()
+        namespace = dict(RUNTIME)
+        try:
+            exec(compile(source, f"<uopviz kernel {name}>", "exec"), namespace)  # noqa: S102 - our own source
+        except SyntaxError as error:
+            raise CompileError(self.name, name, f"{error.msg} at line {error.lineno}", source) from error
+        kernel = PythonCompiledKernel(self.name, meta, source, time.perf_counter() - start,
+                                      function=namespace["kernel"])
+        self._compiled[source] = kernel
+        return kernel

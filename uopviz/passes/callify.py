@@ -1,0 +1,102 @@
+"""Callify: the Tensor graph becomes one stateless FUNCTION of its inputs.
+
+Two passes, both rules:
+
+1. **resolve functions**: every ``GET_TUPLE(FUNCTION(TUPLE(body...), args...), i)`` made by
+   ``@function`` is replaced by ``body[i]`` with each ``PARAM(k)`` substituted by ``args[k]``
+   (``uopviz.core.function.resolve_functions`` when it exists, else the rule here);
+2. **parametrize inputs**: every data leaf (a ``BUFFER`` or raw ``BINARY`` data) becomes
+   ``PARAM(k)``, in order of first use.
+
+The result is ``FUNCTION(TUPLE(outputs...), input0, input1, ...)``: the body depends only on
+PARAMs and constants; the inputs are the FUNCTION's arguments, whose data the Program binds
+when it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from uopviz.core.dtype import AddrSpace
+from uopviz.core.ops import Ops
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from uopviz.core.uop import UOp
+
+
+class CallifyError(ValueError):
+    """A graph that is not a program: a free PARAM, an output that is not a value, ..."""
+
+
+def _substitute_params(body: UOp, arguments: Sequence[UOp]) -> UOp:
+    params = {u: arguments[u.arg.slot] for u in body.toposort()
+              if u.op is Ops.PARAM and u.arg.addrspace is None and u.arg.slot < len(arguments)}
+    return substitute(body, params)
+
+
+def inline_function(call: UOp, function: UOp) -> UOp:
+    """``GET_TUPLE(FUNCTION(TUPLE(b...), a...), i)`` is ``b[i]`` with ``PARAM(k)`` replaced by ``a[k]``
+    (bottom-up, functions called inside the body were inlined already)."""
+    body = function.src[0]
+    return _substitute_params(body.src[call.arg], function.src[1:])
+
+
+function_rules = PatternMatcher([
+    (UPat(Ops.GET_TUPLE, src=(UPat(Ops.FUNCTION, name="function"),), name="call"), inline_function, "inline_function"),  # noqa: E501
+], name="resolve functions")
+
+
+def resolve_functions(root: UOp) -> UOp:
+    """Inline every ``@function`` call of ``root`` (the core's resolver when it exists)."""
+    try:
+        from uopviz.core.function import resolve_functions as core_resolve  # type: ignore[attr-defined]
+    except ImportError:
+        core_resolve = None
+    if core_resolve is not None:
+        return core_resolve(root)
+    return graph_rewrite(root, function_rules, name="resolve functions")
+
+
+@dataclass
+class InputContext:
+    """The data leaves found so far, in slot order."""
+
+    inputs: list[UOp] = field(default_factory=list)
+    params: dict[UOp, UOp] = field(default_factory=dict)
+
+
+def input_to_param(ctx: InputContext, data: UOp) -> UOp | None:
+    """A BUFFER (or raw BINARY data) the program reads becomes a PARAM of the function."""
+    if data.op is Ops.BUFFER and data.arg.addrspace is not AddrSpace.GLOBAL:
+        return None
+    found = ctx.params.get(data)
+    if found is None:
+        dtype = data.arg.dtype if data.op is Ops.BUFFER else data.dtype
+        found = UOp.param(len(ctx.inputs), data.shape, dtype, data.device)
+        ctx.inputs.append(data)
+        ctx.params[data] = found
+    return found
+
+
+input_rules = PatternMatcher([
+    (UPat((Ops.BUFFER, Ops.BINARY), name="data"), input_to_param, "input_to_param"),
+], name="parametrize inputs")
+
+
+def callify(outputs: Sequence[UOp]) -> UOp:
+    """``FUNCTION(TUPLE(outputs...), inputs...)``: the whole program as one stateless function."""
+    for position, out in enumerate(outputs):
+        if not isinstance(out, UOp):
+            raise CallifyError(f"output {position} is a {type(out).__name__}; compile takes Tensors or UOps")
+        if out.dtype.scalar.kind.value == "void":
+            raise CallifyError(f"output {position} is a {out.op.name} with no value (dtype void); "
+                               f"compile takes values (Tensors or value UOps)")
+    body = UOp(Ops.TUPLE, tuple(outputs))
+    body = resolve_functions(body)
+    free = [u for u in body.toposort() if u.op is Ops.PARAM]
+    if free:
+        raise CallifyError(f"the graph has a free PARAM (slot {free[0].arg.slot}, shape {free[0].shape}); "
+                           f"a program needs concrete inputs: call the @function with Tensors or use BUFFERs")
+    ctx = InputContext()
+    body = graph_rewrite(body, input_rules, ctx=ctx, name="parametrize inputs")
+    return UOp(Ops.FUNCTION, (body, *ctx.inputs))

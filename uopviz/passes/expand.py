@@ -1,0 +1,253 @@
+"""Expand: UPCAST and UNROLL ranges become vector lanes.
+
+Each UPCAST/UNROLL range of size ``n`` becomes the index vector ``VECTORIZE(0, 1, ..., n-1)``.
+Every UOp that depends on such ranges becomes a vector whose lanes run over them, row-major in
+kernel order (its *lane axes*).  Operands with fewer lane axes are broadcast: a scalar is repeated
+(``VECTORIZE(x, x, ...)``), a vector is rearranged with ``GEP``.  A REDUCE over UNROLL ranges
+combines their lanes (a horizontal reduction of GEPs) and keeps looping over its other ranges.
+A REDUCE of a tensor-core multiply (``WMMA`` made by the TC opt) gathers the A, B and C tiles
+from the lanes in the tensor core's layouts.
+
+The rules are a table (op → rule function); each rewritten UOp is a recorded step named after
+its rule.  Backends without vectors get them split again in Instruction Selection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.rewrite import traced_pass
+from uopviz.core.uop import UOp
+from uopviz.passes.indexing import iconst
+from uopviz.passes.kernel import LANE_TYPES, _location_of, kernel_order, range_size
+
+Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order
+
+
+@dataclass
+class ExpandContext:
+    """Original UOp → expanded UOp, and the lane axes of every expanded UOp."""
+
+    new: dict[UOp, UOp] = field(default_factory=dict)
+    axes: dict[UOp, Axes] = field(default_factory=dict)  # keyed by the original UOp
+
+    def lanes_of(self, original: UOp) -> Axes:
+        return self.axes.get(original, ())
+
+
+def _union(*groups: Axes) -> Axes:
+    return tuple(kernel_order(list(dict.fromkeys(r for g in groups for r in g))))
+
+
+def _count(axes: Axes) -> int:
+    return math.prod(range_size(r) for r in axes)
+
+
+def lane_map(source: Axes, target: Axes) -> list[int]:
+    """For each lane of ``target`` (row-major over its axes), the lane of ``source`` holding the value
+    at the same coordinates (``source`` axes must be a subset of ``target`` axes)."""
+    sizes = [range_size(r) for r in target]
+    out = []
+    for coordinates in product(*(range(s) for s in sizes)):
+        where = dict(zip(target, coordinates))
+        lane = 0
+        for r in source:
+            lane = lane * range_size(r) + where[r]
+        out.append(lane)
+    return out
+
+
+def broadcast(value: UOp, source: Axes, target: Axes) -> UOp:
+    """``value`` (lanes over ``source``) as lanes over ``target``."""
+    if len(source) == len(target) and all(a is b for a, b in zip(source, target)):
+        return value
+    count = _count(target)
+    if not source:
+        return UOp(Ops.VECTORIZE, (value,) * count) if count > 1 else value
+    lanes = lane_map(source, target)
+    if lanes == list(range(_count(source))):
+        return value
+    if value.op is Ops.VECTORIZE:
+        return UOp(Ops.VECTORIZE, tuple(value.src[i] for i in lanes)) if count > 1 else value.src[lanes[0]]
+    return UOp(Ops.GEP, (value,), tuple(lanes))
+
+
+def _rebuild(u: UOp, sources: Sequence[UOp], count: int) -> UOp:
+    arg = u.arg
+    if u.op in (Ops.CAST, Ops.BITCAST) and count > 1:
+        arg = arg.scalar.vec(count)
+    return UOp(u.op, tuple(sources), arg)
+
+
+def expand_range(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """An UPCAST or UNROLL range is the vector of its values ``(0, 1, ..., n-1)``."""
+    if u.arg[1] not in LANE_TYPES:
+        return u, ()
+    return UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(range_size(u)))), (u,)
+
+
+def expand_index(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """INDEX(buffer, i): one address per lane of ``i``; the buffer stays a pointer."""
+    buffer, index = ctx.new[u.src[0]], ctx.new[u.src[1]]
+    return UOp(Ops.INDEX, (buffer, index)), ctx.lanes_of(u.src[1])
+
+
+def _broadcast_address(ctx: ExpandContext, address: UOp, target: Axes) -> UOp:
+    buffer, index = address.src
+    return UOp(Ops.INDEX, (ctx.new[buffer], broadcast(ctx.new[index], ctx.lanes_of(index), target)))
+
+
+def expand_memory(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """LOAD/STORE: address, value, alt and gate brought to the same lanes (a vector access)."""
+    target = _union(*(ctx.lanes_of(s) for s in u.src))
+    address = _broadcast_address(ctx, u.src[0], target)
+    rest = [broadcast(ctx.new[s], ctx.lanes_of(s), target) for s in u.src[1:]]
+    return UOp(u.op, (address, *rest), u.arg), (target if u.op is Ops.LOAD else ())
+
+
+def expand_elementwise(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """An ALU op (or CAST/BITCAST) of operands with different lanes: broadcast them to all lanes."""
+    target = _union(*(ctx.lanes_of(s) for s in u.src))
+    sources = [broadcast(ctx.new[s], ctx.lanes_of(s), target) for s in u.src]
+    return _rebuild(u, sources, _count(target)), target
+
+
+def _combine(op: Ops, parts: Sequence[UOp]) -> UOp:
+    """A balanced tree of ``op`` over ``parts`` (short dependency chains)."""
+    parts = list(parts)
+    while len(parts) > 1:
+        parts = [UOp(op, (parts[i], parts[i + 1])) if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def expand_reduce(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """REDUCE over UNROLL ranges: combine those lanes; keep looping over the other ranges."""
+    op = u.arg[0]
+    value = u.src[0]
+    if value.op is Ops.WMMA:
+        return expand_tensor_core(ctx, u)
+    unrolled = tuple(r for r in u.src[1:] if r.arg[1] in LANE_TYPES)
+    loops = tuple(ctx.new[r] for r in u.src[1:] if r.arg[1] not in LANE_TYPES)
+    source_axes = ctx.lanes_of(value)
+    every = _union(source_axes, unrolled)
+    kept = tuple(r for r in every if not any(r is x for x in unrolled))
+    full = broadcast(ctx.new[value], source_axes, every)
+    if unrolled:
+        parts = []
+        for coordinates in product(*(range(range_size(r)) for r in unrolled)):
+            fixed = dict(zip(unrolled, coordinates))
+            lanes = []
+            for kept_coordinates in product(*(range(range_size(r)) for r in kept)):
+                where = {**fixed, **dict(zip(kept, kept_coordinates))}
+                lane = 0
+                for r in every:
+                    lane = lane * range_size(r) + where[r]
+                lanes.append(lane)
+            parts.append(_gep(full, lanes))
+        combined = _combine(op, parts)
+    else:
+        combined = full
+    if not loops:
+        return combined, kept
+    return UOp(Ops.REDUCE, (combined, *loops), u.arg), kept
+
+
+def _gep(vector: UOp, lanes: list[int]) -> UOp:
+    if vector.dtype.count == 1:
+        return vector if len(lanes) == 1 else UOp(Ops.VECTORIZE, (vector,) * len(lanes))
+    if vector.op is Ops.VECTORIZE:
+        if len(lanes) == 1:
+            return vector.src[lanes[0]]
+        return UOp(Ops.VECTORIZE, tuple(vector.src[i] for i in lanes))
+    if lanes == list(range(vector.dtype.count)):
+        return vector
+    return UOp(Ops.GEP, (vector,), tuple(lanes))
+
+
+def expand_tensor_core(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """REDUCE(WMMA(a, b, c)) after TC: gather the A (M x K), B (K x N) and C (M x N) tiles from the
+    lanes of ``a`` and ``b`` in the tensor core's layouts; the WMMA consumes the K lanes."""
+    wmma = u.src[0]
+    config, m_range, n_range, k_range = wmma.arg
+    a, b = wmma.src[0], wmma.src[1]
+    loops = tuple(ctx.new[r] for r in u.src[1:] if r.arg[1] not in LANE_TYPES)
+    tile_axes = (m_range, n_range, k_range)
+    others = tuple(r for r in _union(ctx.lanes_of(a), ctx.lanes_of(b)) if not any(r is x for x in tile_axes))
+    if others:
+        raise ValueError(f"tensor core operands vary over other UPCAST/UNROLL axes {others}")
+    tiles = {}
+    for operand, value, rows, columns in (("a", a, m_range, k_range), ("b", b, k_range, n_range)):
+        axes = ctx.lanes_of(value)
+        full = broadcast(ctx.new[value], axes, _union(axes, (rows, columns)))
+        every = _union(axes, (rows, columns))
+        lanes = []
+        for row, column in config.layout(operand):
+            where = {rows: row, columns: column}
+            lane = 0
+            for r in every:
+                lane = lane * range_size(r) + where[r]
+            lanes.append(lane)
+        tiles[operand] = _gep(full, lanes)
+    out_axes = _union((m_range, n_range))
+    out_dtype = config.dtype_out.vec(config.elements("c"))
+    zero = UOp(Ops.VECTORIZE, (UOp.const(config.dtype_out, 0),) * config.elements("c"))
+    product_tile = UOp(Ops.WMMA, (tiles["a"], tiles["b"], zero), config)
+    assert product_tile.dtype == out_dtype
+    # the WMMA's lanes follow layout_c; bring them to row-major (m, n) order of the kernel
+    position = {coordinate: lane for lane, coordinate in enumerate(config.layout_c)}
+    order = [position[coordinate] for coordinate in _row_major(out_axes, m_range, n_range)]
+    value = _gep(product_tile, order)
+    if not loops:
+        return value, out_axes
+    return UOp(Ops.REDUCE, (value, *loops), u.arg), out_axes
+
+
+def _row_major(axes: Axes, m_range: UOp, n_range: UOp) -> list[tuple[int, int]]:
+    """The ``(m, n)`` coordinate of each lane of a value whose lane axes are ``axes`` (M and N)."""
+    out = []
+    for coordinates in product(*(range(range_size(r)) for r in axes)):
+        where = dict(zip(axes, coordinates))
+        out.append((where[m_range], where[n_range]))
+    return out
+
+
+def keep(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """Sources, constants and the SINK have no lanes of their own."""
+    sources = tuple(ctx.new[s] for s in u.src)
+    return (u if all(a is b for a, b in zip(sources, u.src)) else UOp(u.op, sources, u.arg, u.tag)), ()
+
+
+EXPANSION_RULES: dict[Ops, Callable[[ExpandContext, UOp], tuple[UOp, Axes]]] = {
+    Ops.RANGE: expand_range, Ops.INDEX: expand_index, Ops.LOAD: expand_memory, Ops.STORE: expand_memory,
+    Ops.REDUCE: expand_reduce, Ops.CONST: keep, Ops.PARAM: keep, Ops.BUFFER: keep, Ops.SINK: keep,
+    Ops.STACK: keep,
+}
+
+
+def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
+    """The kernel AST with every UPCAST/UNROLL range turned into vector lanes."""
+    if not any(u.op is Ops.RANGE and u.arg[1] in LANE_TYPES for u in ast.toposort()):
+        return ast
+    ctx = ExpandContext()
+    with traced_pass(f"expand {name}", ast) as record:
+        for u in ast.toposort():
+            if u.op is Ops.WMMA:  # expanded with its REDUCE
+                ctx.new[u] = u
+                continue
+            rule = EXPANSION_RULES.get(u.op, expand_elementwise)
+            new, axes = rule(ctx, u)
+            ctx.new[u] = new
+            if axes:
+                ctx.axes[u] = axes
+            if new is not u:
+                record.step(rule.__name__, u, new, location=_location_of(rule))
+        record.output = ctx.new[ast]
+    return ctx.new[ast]
+
+
+__all__ = ["EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]

@@ -1,0 +1,498 @@
+"""Kernel objects and the OptOps that reshape their iteration space.
+
+A :class:`Kernel` wraps one kernel AST (``docs/design/kernel-ir.md``) for a backend.  Its ``axes``
+are its RANGEs in *kernel order* — grouped by AxisType (parallel outputs, workgroup, loops,
+reductions, then the lanes), and within a group by range number — each as ``(size, AxisType)``.
+``apply(Opt)`` returns a new Kernel; a kernel is never modified.  An opt that the spec's AxisType
+table forbids raises :class:`OptError` saying which rule it breaks.
+
+The OptOps (spec "Kernel Optimizations"):
+
+* ``SPLIT(axis, (k, target, top))``: axis of size ``n`` becomes ``(n/k, k)`` — the inner part of
+  the ``target`` type — or ``(k, n/k)`` with the outer part of the target type when ``top``.
+  Allowed splits (type of the new part ← types it may come from, direction):
+  LOCAL ← GLOBAL, LOOP (inner); THREAD ← GLOBAL (outer); GROUP_REDUCE ← REDUCE (either);
+  UPCAST ← GLOBAL, LOCAL, LOOP (inner); UNROLL ← REDUCE, GROUP_REDUCE (inner).
+* ``PADTO(axis, m)``: pad the axis to the next multiple of ``m``; loads and stores of the padded
+  iterations are gated off, and reductions see their identity there.
+* ``SWAP(i, j)``: exchange two axes of the same group (their loop nesting).
+* ``NOLOCALS``: no LOCAL axes from now on.
+* ``TC(reduce_index, (tc_select, tc_opt, mode))``: a tensor core: the M, N and K axes of a
+  multiply-reduce are split into UPCAST (M, N) and UNROLL (K) dims of the tile's sizes and the
+  multiply-accumulate becomes ``WMMA``.  Only as the first opt.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from uopviz.core.dtype import dtypes
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute, traced_pass
+from uopviz.core.uop import UOp
+from uopviz.passes.indexing import conjuncts, iadd, iconst, imul, simplify_indices
+
+
+class OptError(ValueError):
+    """An optimization that cannot apply to this kernel; the message says which rule it breaks."""
+
+
+class OptOp(enum.Enum):
+    """The spec's kernel optimizations."""
+
+    SPLIT = "SPLIT"
+    PADTO = "PADTO"
+    SWAP = "SWAP"
+    NOLOCALS = "NOLOCALS"
+    TC = "TC"
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One optimization ``(op, axis, arg)`` as the spec writes it."""
+
+    op: OptOp
+    axis: int | None = None
+    arg: Any = None
+
+    def __repr__(self) -> str:
+        arg = self.arg
+        if isinstance(arg, tuple):
+            arg = "(" + ", ".join(a.name if isinstance(a, AxisType) else repr(a) for a in arg) + ")"
+        return f"Opt({self.op.name}, {self.axis}, {arg})"
+
+
+# the kernel order: groups of AxisTypes, then the range number
+_GROUP = {AxisType.THREAD: 0, AxisType.GLOBAL: 0, AxisType.LOOP: 0, AxisType.LOCAL: 1, AxisType.WARP: 1,
+          AxisType.GROUP_REDUCE: 2, AxisType.REDUCE: 2, AxisType.UPCAST: 3, AxisType.UNROLL: 4}
+REDUCE_TYPES = frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL})
+LANE_TYPES = frozenset({AxisType.UPCAST, AxisType.UNROLL})
+MAX_LANES = 256  # UPCAST x UNROLL lanes of one kernel: beyond this the vectors stop being registers
+
+# what SPLIT may create, from what, in which direction (None: either)
+SPLIT_RULES: dict[AxisType, tuple[frozenset[AxisType], bool | None]] = {
+    AxisType.LOCAL: (frozenset({AxisType.GLOBAL, AxisType.LOOP}), False),
+    AxisType.THREAD: (frozenset({AxisType.GLOBAL}), True),
+    AxisType.GROUP_REDUCE: (frozenset({AxisType.REDUCE}), None),
+    AxisType.UPCAST: (frozenset({AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP}), False),
+    AxisType.UNROLL: (frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE}), False),
+}
+
+
+def kernel_order(ranges: Sequence[UOp]) -> list[UOp]:
+    """RANGEs sorted into kernel order (group of their AxisType, then number)."""
+    return sorted(ranges, key=lambda r: (_GROUP[r.arg[1]], r.arg[0]))
+
+
+def ranges_of(ast: UOp) -> list[UOp]:
+    """The distinct RANGEs of a kernel AST, in kernel order."""
+    return kernel_order([u for u in ast.toposort() if u.op is Ops.RANGE])
+
+
+def position_of(items: Sequence[UOp], item: UOp) -> int:
+    """The position of ``item`` in ``items`` by identity (``list.index`` would build CMP_EQ UOps)."""
+    for position, candidate in enumerate(items):
+        if candidate is item:
+            return position
+    raise ValueError(f"{item!r} is not in the sequence")
+
+
+def range_size(r: UOp) -> int:
+    """The trip count of a RANGE with a constant bound."""
+    return int(r.src[0].arg[0])
+
+
+def substitute_ranges(ast: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """``substitute`` for RANGEs: also renames the ranges a pre-expand WMMA names in its arg
+    (``(config, m_range, n_range, k_range)``)."""
+    if not mapping:
+        return ast
+    out = substitute(ast, mapping)
+    fixed: dict[UOp, UOp] = {}
+    for u in out.toposort():
+        if u.op is Ops.WMMA and isinstance(u.arg, tuple) and any(a in mapping for a in u.arg[1:]):
+            fixed[u] = UOp(Ops.WMMA, u.src, (u.arg[0], *(mapping.get(a, a) for a in u.arg[1:])))
+        elif u.op is Ops.REDUCE and any(s.op is not Ops.RANGE for s in u.src[1:]):
+            # a split reduce range is now an expression: the REDUCE loops over the ranges in it
+            inside = (r for s in u.src[1:] for r in s.toposort() if r.op is Ops.RANGE)
+            loops = kernel_order(list(dict.fromkeys(inside)))
+            fixed[u] = UOp(Ops.REDUCE, (u.src[0], *loops), u.arg)
+    return substitute(out, fixed) if fixed else out
+
+
+def renumber(ast: UOp, ordered: Sequence[UOp]) -> UOp:
+    """The AST with its ranges renumbered 0.. in the given order (keeps kernel order stable and
+    source text deterministic)."""
+    mapping = {}
+    for number, r in enumerate(ordered):
+        if r.arg[0] != number:
+            mapping[r] = UOp.range(r.src[0], r.arg[1], number)
+    return substitute_ranges(ast, mapping)
+
+
+def _location_of(function: Any) -> str:
+    """``file:line`` of a function's definition, as the trace writes locations."""
+    from uopviz.core.rewrite import _short_path
+
+    return f"{_short_path(inspect.getsourcefile(function) or '?')}:{inspect.getsourcelines(function)[1]}"
+
+
+class Kernel:
+    """One kernel: its AST, the opts applied to it, and the backend it is shaped for."""
+
+    def __init__(self, ast: UOp, backend: str = "python", opts: Sequence[Opt] = (), name_hint: str = ""):
+        if ast.op is not Ops.SINK:
+            raise TypeError(f"a Kernel wraps a kernel AST (a SINK of STOREs), got {ast.op.name}")
+        self.ast = ast
+        self.backend = backend
+        self.opts: tuple[Opt, ...] = tuple(opts)
+        self.name_hint = name_hint
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name} opts={list(self.opts)}>"
+
+    # -- what the kernel is ---------------------------------------------------------------------
+    @property
+    def ranges(self) -> list[UOp]:
+        """The RANGE UOps in kernel order."""
+        cached = self.__dict__.get("_ranges")
+        if cached is None:
+            cached = ranges_of(self.ast)
+            self.__dict__["_ranges"] = cached
+        return cached
+
+    @property
+    def axes(self) -> tuple[tuple[int, AxisType], ...]:
+        """``(size, AxisType)`` of every axis, in kernel order."""
+        return tuple((range_size(r), r.arg[1]) for r in self.ranges)
+
+    @property
+    def has_reduce(self) -> bool:
+        """True when the kernel accumulates (a reduction axis, or a REDUCE fully unrolled)."""
+        if any(t in REDUCE_TYPES for _, t in self.axes):
+            return True
+        return any(u.op is Ops.REDUCE for u in self.ast.toposort())
+
+    @property
+    def name(self) -> str:
+        """``r_`` (reduces) or ``E_`` (elementwise), then each axis as its letter and size."""
+        parts = [f"{t.letter}{size}" for size, t in self.axes]
+        return ("r_" if self.has_reduce else "E_") + ("_".join(parts) if parts else "1")
+
+    @property
+    def nolocals(self) -> bool:
+        """True once NOLOCALS was applied."""
+        return any(o.op is OptOp.NOLOCALS for o in self.opts)
+
+    @property
+    def backend_object(self) -> Any:
+        """The Backend this kernel is shaped for (its abilities decide which opts apply)."""
+        from uopviz.backends import get
+
+        return get(self.backend)
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one run: float ALU ops times the iterations around them."""
+        iterations: dict[UOp, frozenset[UOp]] = {}
+        total = 0
+        for u in self.ast.toposort():
+            own = frozenset({u}) if u.op is Ops.RANGE else frozenset()
+            ranges = frozenset().union(own, *(iterations[s] for s in u.src))
+            iterations[u] = ranges
+            if u.op.is_elementwise and u.op not in (Ops.CAST, Ops.WHERE) and u.dtype.scalar.is_float \
+                    and u.op not in (Ops.CMP_LT, Ops.CMP_NE):
+                total += math.prod(range_size(r) for r in ranges) * u.dtype.count
+            elif u.op is Ops.REDUCE and u.dtype.scalar.is_float:
+                total += math.prod(range_size(r) for r in ranges) * u.dtype.count
+            elif u.op is Ops.WMMA:
+                total += math.prod(range_size(r) for r in ranges) * u.arg[0].flops
+        return total
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the buffers the kernel reads and writes (each once: the least traffic possible)."""
+        params = {u for u in self.ast.toposort() if u.op is Ops.PARAM}
+        return sum(p.shape[0] * p.arg.dtype.itemsize for p in params)
+
+    # -- optimizing -----------------------------------------------------------------------------
+    def apply(self, opt: Opt) -> Kernel:
+        """A new kernel with ``opt`` applied; raises :class:`OptError` (this kernel unchanged)."""
+        if not isinstance(opt, Opt):
+            raise OptError(f"apply takes an Opt, got {type(opt).__name__} {opt!r}")
+        handler = _HANDLERS.get(opt.op)
+        if handler is None:
+            raise OptError(f"{opt}: unknown OptOp {opt.op!r}")
+        with traced_pass(f"apply {opt}", self.ast) as record:
+            new_ast = handler(self, opt)
+            new_ast = renumber(new_ast, ranges_of(new_ast))
+            new_ast = simplify_indices(new_ast)
+            record.step(f"{handler.__name__}: {opt}", self.ast, new_ast, location=_location_of(handler))
+            record.output = new_ast
+        return Kernel(new_ast, self.backend, (*self.opts, opt), self.name_hint)
+
+    def apply_all(self, opts: Sequence[Opt]) -> Kernel:
+        """The kernel with ``opts`` applied left to right."""
+        kernel = self
+        for opt in opts:
+            kernel = kernel.apply(opt)
+        return kernel
+
+    def with_parallel_outputs(self) -> Kernel:
+        """The initial state on a backend with parallel hardware: output LOOP axes become GLOBAL."""
+        backend = self.backend_object
+        if not (backend.has_local or backend.has_threads):
+            return self
+        mapping = {r: UOp.range(r.src[0], AxisType.GLOBAL, r.arg[0])
+                   for r in self.ranges if r.arg[1] is AxisType.LOOP}
+        if not mapping:
+            return self
+        with traced_pass(f"parallel outputs {self.name}", self.ast) as record:
+            ast = substitute_ranges(self.ast, mapping)
+            where = _location_of(Kernel.with_parallel_outputs)
+            record.step("parallel_outputs", self.ast, ast, location=where)
+            record.output = ast
+        return Kernel(ast, self.backend, self.opts, self.name_hint)
+
+    # -- lowering and running ---------------------------------------------------------------------
+    def lower(self, backend: str | None = None) -> Any:
+        """The kernel through Expand, Instruction Selection, Linearize, Register Plan and Render."""
+        from uopviz.passes.pipeline import lower_kernel
+
+        return lower_kernel(self, backend or self.backend)
+
+    def source(self, backend: str | None = None) -> str:
+        """The rendered source for ``backend`` (default: the kernel's own)."""
+        return self.lower(backend).source
+
+    def linear(self, backend: str | None = None) -> UOp:
+        """The LINEAR program for ``backend``."""
+        return self.lower(backend).linear
+
+    def time(self, backend: str | None = None, repeats: int = 10, isolated: bool = False) -> Any:
+        """Run time on random inputs (``uopviz.backends.timing.Timing``: median_s, min_s, runs)."""
+        from uopviz.backends.timing import time_kernel
+
+        lowered = self.lower(backend)
+        arrays = lowered.random_arguments()
+        return time_kernel(lowered.backend, lowered.source, lowered.name, arrays, repeats=repeats,
+                           flops=self.flops, bytes_moved=self.bytes, isolated=isolated)
+
+
+# ---------------------------------------------------------------------------------------------
+# the OptOps
+
+
+def _axis(kernel: Kernel, opt: Opt, what: str = "axis") -> UOp:
+    if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(kernel.ranges):
+        raise OptError(f"{opt}: {what} {opt.axis} does not exist; the kernel {kernel.name} has "
+                       f"{len(kernel.ranges)} axes {kernel.axes_text()}")
+    return kernel.ranges[opt.axis]
+
+
+def _lanes(ranges: Sequence[UOp]) -> int:
+    return math.prod(range_size(r) for r in ranges if r.arg[1] in LANE_TYPES)
+
+
+def split_axis(kernel: Kernel, opt: Opt) -> UOp:
+    """SPLIT: ``r = outer * k + inner``; the new part gets the target AxisType."""
+    r = _axis(kernel, opt)
+    if not (isinstance(opt.arg, tuple) and len(opt.arg) == 3):
+        raise OptError(f"{opt}: SPLIT's arg is (factor, target AxisType, top)")
+    factor, target, top = opt.arg
+    size, source_type = range_size(r), r.arg[1]
+    if not isinstance(factor, int) or isinstance(factor, bool) or factor < 2:
+        raise OptError(f"{opt}: the factor must be an integer of at least 2, got {factor!r}")
+    if target not in SPLIT_RULES:
+        made_by = "only TC creates WARP axes" if target is AxisType.WARP else \
+            f"{getattr(target, 'name', target)} axes are not made by splitting"
+        raise OptError(f"{opt}: SPLIT cannot create {getattr(target, 'name', target)} ({made_by}); "
+                       f"targets are {', '.join(t.name for t in SPLIT_RULES)}")
+    allowed, direction = SPLIT_RULES[target]
+    if source_type not in allowed:
+        sources = "/".join(sorted(t.name for t in allowed))
+        raise OptError(f"{opt}: {target.name} is split from {sources} axes; axis {opt.axis} is "
+                       f"{source_type.name} (spec AxisType table, 'Split from')")
+    if direction is not None and bool(top) != direction:
+        raise OptError(f"{opt}: {target.name} takes the {'outer' if direction else 'inner'} part of the axis "
+                       f"(top={direction}); got top={bool(top)} (spec AxisType table, 'Direction')")
+    if size % factor:
+        raise OptError(f"{opt}: factor {factor} does not divide axis {opt.axis} of size {size}; "
+                       f"PADTO it first")
+    _check_backend(kernel, opt, target)
+    if target in LANE_TYPES and _lanes(kernel.ranges) * factor > MAX_LANES:
+        raise OptError(f"{opt}: the kernel would have {_lanes(kernel.ranges) * factor} UPCAST/UNROLL lanes; "
+                       f"at most {MAX_LANES}")
+    rest = size // factor
+    ordered = list(kernel.ranges)
+    position = position_of(ordered, r)
+    new = UOp.range(factor, target, 10_000)
+    kept = UOp.range(rest, source_type, 10_001) if rest > 1 else None
+    outer, inner = (new, kept) if top else (kept, new)
+    inner_size = range_size(inner) if inner is not None else 1
+    if outer is not None and inner is not None:
+        value = iadd(imul(outer, inner_size), inner)
+    else:
+        value = outer if outer is not None else inner
+    ordered[position:position + 1] = [u for u in (outer, inner) if u is not None]
+    ast = substitute_ranges(kernel.ast, {r: value})
+    return _reorder(ast, ordered)
+
+
+def _reorder(ast: UOp, ordered: Sequence[UOp]) -> UOp:
+    """Renumber so that kernel order within each group follows ``ordered``."""
+    present = {u for u in ast.toposort() if u.op is Ops.RANGE}
+    return renumber(ast, [r for r in ordered if r in present])
+
+
+def _check_backend(kernel: Kernel, opt: Opt, target: AxisType) -> None:
+    backend = kernel.backend_object
+    if target is AxisType.LOCAL and kernel.nolocals:
+        raise OptError(f"{opt}: NOLOCALS was applied, so no LOCAL axes")
+    if target in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and not backend.has_local:
+        raise OptError(f"{opt}: the {backend.name} backend has no workgroups or local memory for "
+                       f"{target.name} axes")
+    if target is AxisType.THREAD and not backend.has_threads:
+        raise OptError(f"{opt}: the {backend.name} backend has no threads for THREAD axes")
+    if target is AxisType.GROUP_REDUCE:
+        raise OptError(f"{opt}: GROUP_REDUCE (shared-memory group reduction) is not lowered by this "
+                       f"pipeline yet")
+
+
+def _identity(op: Ops, dtype: Any) -> UOp:
+    scalar = dtype.scalar
+    if op is Ops.ADD:
+        return UOp.const(scalar, 0)
+    if op is Ops.MUL:
+        return UOp.const(scalar, 1)
+    return UOp.const(scalar, scalar.min)
+
+
+def _depends_on(u: UOp, r: UOp) -> bool:
+    return any(s is r for s in u.toposort())
+
+
+@dataclass
+class _PadContext:
+    padded: UOp
+    valid: UOp
+
+
+def pad_mask_load(ctx: _PadContext, load: UOp) -> UOp | None:
+    """A load whose address uses the padded range is gated off on the padded iterations."""
+    address = load.src[0]
+    if not _depends_on(address, ctx.padded):
+        return None
+    if len(load.src) == 1:
+        return UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), ctx.valid))
+    if any(t is ctx.valid for t in conjuncts(load.src[2])):
+        return None
+    return UOp(Ops.LOAD, (address, load.src[1], UOp(Ops.AND, (load.src[2], ctx.valid))))
+
+
+def pad_mask_store(ctx: _PadContext, store: UOp) -> UOp | None:
+    """A store whose address uses the padded range is gated off on the padded iterations."""
+    address, value = store.src[0], store.src[1]
+    if not _depends_on(address, ctx.padded):
+        return None
+    if len(store.src) > 2:
+        if any(t is ctx.valid for t in conjuncts(store.src[2])):
+            return None
+        return UOp(Ops.STORE, (address, value, UOp(Ops.AND, (store.src[2], ctx.valid))))
+    return UOp(Ops.STORE, (address, value, ctx.valid))
+
+
+def pad_mask_reduce(ctx: _PadContext, reduce: UOp) -> UOp | None:
+    """A reduction over the padded range sees its identity on the padded iterations."""
+    if not any(s is ctx.padded for s in reduce.src[1:]):
+        return None
+    value = reduce.src[0]
+    if value.op is Ops.WHERE and value.src[0] is ctx.valid:
+        return None
+    masked = UOp(Ops.WHERE, (ctx.valid, value, _identity(reduce.arg[0], value.dtype)))
+    return UOp(Ops.REDUCE, (masked, *reduce.src[1:]), reduce.arg)
+
+
+pad_rules = PatternMatcher([
+    (UPat(Ops.LOAD, name="load"), pad_mask_load, "pad_mask_load"),
+    (UPat(Ops.STORE, name="store"), pad_mask_store, "pad_mask_store"),
+    (UPat(Ops.REDUCE, name="reduce"), pad_mask_reduce, "pad_mask_reduce"),
+], name="padto masks")
+
+
+def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
+    """PADTO: the axis runs to the next multiple of ``m``; the extra iterations are masked."""
+    r = _axis(kernel, opt)
+    multiple = opt.arg
+    if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 2:
+        raise OptError(f"{opt}: PADTO's arg is a multiple of at least 2, got {multiple!r}")
+    size, axis_type = range_size(r), r.arg[1]
+    if axis_type is AxisType.WARP:
+        raise OptError(f"{opt}: WARP axes belong to a tensor core tile and cannot be padded")
+    padded_size = -(-size // multiple) * multiple
+    if padded_size == size:
+        raise OptError(f"{opt}: axis {opt.axis} of size {size} is already a multiple of {multiple}")
+    if axis_type in LANE_TYPES and _lanes(kernel.ranges) // size * padded_size > MAX_LANES:
+        raise OptError(f"{opt}: padding would make more than {MAX_LANES} lanes")
+    padded = UOp.range(padded_size, axis_type, r.arg[0])
+    ast = substitute_ranges(kernel.ast, {r: padded})
+    valid = UOp(Ops.CMP_LT, (padded, iconst(size)))
+    return graph_rewrite(ast, pad_rules, ctx=_PadContext(padded, valid), name="padto masks")
+
+
+def swap_axes(kernel: Kernel, opt: Opt) -> UOp:
+    """SWAP: exchange the loop positions of two axes of the same group."""
+    first = _axis(kernel, opt)
+    other = opt.arg
+    if not isinstance(other, int) or not 0 <= other < len(kernel.ranges):
+        raise OptError(f"{opt}: the axis to swap with, {other!r}, does not exist; the kernel has "
+                       f"{len(kernel.ranges)} axes")
+    second = kernel.ranges[other]
+    if first is second:
+        raise OptError(f"{opt}: an axis cannot be swapped with itself")
+    if _GROUP[first.arg[1]] != _GROUP[second.arg[1]]:
+        raise OptError(f"{opt}: axes {opt.axis} ({first.arg[1].name}) and {other} ({second.arg[1].name}) "
+                       f"are in different groups of the kernel order; SWAP exchanges loops of one group")
+    ordered = list(kernel.ranges)
+    i, j = position_of(ordered, first), position_of(ordered, second)
+    ordered[i], ordered[j] = ordered[j], ordered[i]
+    mapping = {r: UOp.range(r.src[0], r.arg[1], 20_000 + n) for n, r in enumerate(ordered)}
+    return substitute_ranges(kernel.ast, mapping)
+
+
+def no_locals(kernel: Kernel, opt: Opt) -> UOp:
+    """NOLOCALS: from now on no LOCAL axes (and none may exist already)."""
+    if opt.axis is not None or opt.arg is not None:
+        raise OptError(f"{opt}: NOLOCALS takes no axis and no arg")
+    if any(t is AxisType.LOCAL for _, t in kernel.axes):
+        raise OptError(f"{opt}: the kernel already has LOCAL axes")
+    if kernel.nolocals:
+        raise OptError(f"{opt}: NOLOCALS was already applied")
+    return kernel.ast
+
+
+def tensor_core(kernel: Kernel, opt: Opt) -> UOp:
+    """TC: see :mod:`uopviz.passes.optimize` (``apply_tensor_core``)."""
+    from uopviz.passes.optimize import apply_tensor_core
+
+    if kernel.opts:
+        raise OptError(f"{opt}: TC must be the first opt (the kernel already has {list(kernel.opts)})")
+    return apply_tensor_core(kernel, opt)
+
+
+_HANDLERS = {OptOp.SPLIT: split_axis, OptOp.PADTO: pad_axis, OptOp.SWAP: swap_axes, OptOp.NOLOCALS: no_locals,
+             OptOp.TC: tensor_core}
+
+
+def _axes_text(self: Kernel) -> str:
+    return "[" + ", ".join(f"{i}: {t.name} {size}" for i, (size, t) in enumerate(self.axes)) + "]"
+
+
+Kernel.axes_text = _axes_text  # type: ignore[attr-defined]
+
+__all__ = ["Kernel", "Opt", "OptError", "OptOp", "SPLIT_RULES", "dtypes", "kernel_order", "ranges_of"]

@@ -1,0 +1,366 @@
+"""Accumulators and linearization: from a kernel graph to the LINEAR program of kernel-ir.md.
+
+**Accumulators** (run in the Instruction Selection stage, so that target rules see the
+multiply-add of a reduction): ``REDUCE(value, r...)`` becomes a REG buffer ``acc`` with
+
+* ``STORE(acc[AFTER(acc, outer ranges...)], identity)`` — initialised once per output element,
+* ``STORE(acc[AFTER(acc, init, r...)], LOAD(acc) op value)`` — updated in the reduce loops,
+* ``END(update, r)`` closing each reduce range (innermost first),
+* ``LOAD(acc[AFTER(acc, END)])`` — the result, read after the loops.
+
+**Linearize** places every UOp in the innermost loop its dependencies need (so loop-invariant
+work is hoisted out of loops), nests the output loops in kernel order with each reduce loop inside
+the loops around its reduction, turns each gated store into an ``IF``/``ENDIF`` block, and orders
+each block topologically (ties broken by the original graph order).  On backends with workgroups
+the GLOBAL and LOCAL ranges become ``SPECIAL`` thread indices first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from uopviz.core.dtype import AddrSpace
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from uopviz.core.uop import UOp
+from uopviz.passes.indexing import iconst
+from uopviz.passes.kernel import REDUCE_TYPES, kernel_order, ranges_of
+
+
+class LinearizeError(ValueError):
+    """A kernel graph whose dependencies do not nest into loops."""
+
+
+# ---------------------------------------------------------------------------------------------
+# accumulators
+
+
+@dataclass
+class AccumulatorContext:
+    """The loops around every reduction (the kernel's non-reduce ranges) and a counter for REG buffers."""
+
+    outer: tuple[UOp, ...]
+    count: int = 0
+
+
+def _identity(op: Ops, dtype) -> UOp:
+    scalar = dtype.scalar
+    value = 0 if op is Ops.ADD else 1 if op is Ops.MUL else scalar.min
+    const = UOp.const(scalar, value)
+    return const if dtype.count == 1 else UOp(Ops.VECTORIZE, (const,) * dtype.count)
+
+
+def lower_reduce(ctx: AccumulatorContext, reduce: UOp) -> UOp:
+    """REDUCE → a REG accumulator: init before the loops, update inside, read after them."""
+    op = reduce.arg[0]
+    value, loops = reduce.src[0], reduce.src[1:]
+    dtype = value.dtype
+    accumulator = UOp.buffer(dtype.count, dtype.scalar, None, AddrSpace.REG, number=ctx.count)
+    ctx.count += 1
+    lanes = iconst(0)
+    if dtype.count > 1:
+        lanes = UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(dtype.count)))
+    first = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, *ctx.outer)), lanes))
+    init = UOp(Ops.STORE, (first, _identity(op, dtype)))
+    inside = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, init, *loops)), lanes))
+    update = UOp(Ops.STORE, (inside, UOp(op, (UOp(Ops.LOAD, (inside,)), value))))
+    closed = update
+    for r in reversed(kernel_order(list(loops))):
+        closed = UOp(Ops.END, (closed, r))
+    return UOp(Ops.LOAD, (UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, closed)), lanes)),))
+
+
+def fuse_wmma_accumulate(acc: UOp, wmma: UOp) -> UOp | None:
+    """``acc + WMMA(a, b, 0)`` is ``WMMA(a, b, acc)``: the tensor core accumulates by itself."""
+    zero = wmma.src[2]
+    lanes = zero.src if zero.op is Ops.VECTORIZE else (zero,)
+    if not all(s.op is Ops.CONST and s.arg[0] == 0 for s in lanes):
+        return None
+    return UOp(Ops.WMMA, (wmma.src[0], wmma.src[1], acc), wmma.arg)
+
+
+accumulator_rules = PatternMatcher([
+    (UPat(Ops.REDUCE, name="reduce"), lower_reduce, "lower_reduce"),
+    (UPat(Ops.ADD, src=[UPat(Ops.LOAD, name="acc"), UPat(Ops.WMMA, name="wmma")]), fuse_wmma_accumulate, "fuse_wmma_accumulate"),  # noqa: E501
+], name="accumulators")
+
+
+def lower_reductions(ast: UOp) -> UOp:
+    """Every REDUCE of the kernel as a REG accumulator (see the module docstring)."""
+    if not any(u.op is Ops.REDUCE for u in ast.toposort()):
+        return ast
+    outer = tuple(r for r in ranges_of(ast) if r.arg[1] not in REDUCE_TYPES)
+    return graph_rewrite(ast, accumulator_rules, ctx=AccumulatorContext(outer), name="accumulators")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU thread indices
+
+
+def to_special(ast: UOp) -> UOp:
+    """GLOBAL and LOCAL ranges become SPECIAL ``gidxN`` / ``lidxN`` (innermost is dimension 0; at
+    most three of each: further GLOBAL ranges stay loops in every thread)."""
+    mapping: dict[UOp, UOp] = {}
+    for axis_type, prefix in ((AxisType.GLOBAL, "gidx"), (AxisType.LOCAL, "lidx")):
+        chosen = [r for r in ranges_of(ast) if r.arg[1] is axis_type][-3:]
+        for dimension, r in enumerate(reversed(chosen)):
+            mapping[r] = UOp(Ops.SPECIAL, (r.src[0],), f"{prefix}{dimension}")
+    return substitute(ast, mapping) if mapping else ast
+
+
+# ---------------------------------------------------------------------------------------------
+# linearize
+
+
+@dataclass(eq=False)
+class Block:
+    """A block of the program: the function body, a loop (``opener`` is its RANGE) or an IF."""
+
+    kind: str  # "root", "loop", "if"
+    opener: UOp | None
+    parent: Block | None
+    depth: int
+    nodes: list[UOp] = field(default_factory=list)
+    children: list[Block] = field(default_factory=list)
+    closers: list[UOp] = field(default_factory=list)  # the END uops of a loop
+    priority: int = 1 << 60
+
+    def chain(self) -> list[Block]:
+        out, block = [], self
+        while block is not None:
+            out.append(block)
+            block = block.parent
+        return out[::-1]
+
+
+def _ranges_in_scope(order: Sequence[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """For every UOp, the loops it must run inside (an END leaves its loop)."""
+    scope: dict[UOp, frozenset[UOp]] = {}
+    for u in order:
+        inherited = frozenset().union(*(scope[s] for s in u.src if s in scope))
+        if u.op is Ops.RANGE:
+            inherited = inherited | {u}
+        elif u.op is Ops.END:
+            inherited = inherited - {u.src[-1]}
+        scope[u] = inherited
+    return scope
+
+
+def _graph_order(root: UOp) -> list[UOp]:
+    """Topological order of the kernel graph; a PARAM's shape is not part of the program."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        if node.op is not Ops.PARAM:
+            stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+    return order
+
+
+def linearize(ast: UOp, name: str) -> UOp:
+    """The LINEAR program of a kernel graph (accumulators already lowered)."""
+    order = _graph_order(ast)
+    priority = {u: i for i, u in enumerate(order)}
+    scope = _ranges_in_scope(order)
+    ranges = [u for u in order if u.op is Ops.RANGE]
+    closers: dict[UOp, list[UOp]] = {}
+    for u in order:
+        if u.op is Ops.END:
+            closers.setdefault(u.src[-1], []).append(u)
+    root = Block("root", None, None, 0)
+    loop_of: dict[UOp, Block] = {}
+
+    def depth_of(block: Block) -> int:
+        return block.depth
+
+    # output loops nest in kernel order; each reduce loop sits in the deepest loop around its END
+    output_chain = kernel_order([r for r in ranges if r not in closers])
+    parent = root
+    for r in output_chain:
+        block = Block("loop", r, parent, parent.depth + 1)
+        parent.children.append(block)
+        loop_of[r] = block
+        parent = block
+    pending = [r for r in ranges if r in closers]
+    while pending:
+        progressed = False
+        for r in list(pending):
+            around = frozenset().union(*(scope[e] for e in closers[r])) | scope[r] - {r}
+            if not all(s in loop_of for s in around):
+                continue
+            parent_block = max((loop_of[s] for s in around), key=depth_of, default=root)
+            block = Block("loop", r, parent_block, parent_block.depth + 1)
+            parent_block.children.append(block)
+            loop_of[r] = block
+            pending = [p for p in pending if p is not r]
+            progressed = True
+        if not progressed:
+            raise LinearizeError(f"kernel {name}: reduce loops {[r.arg for r in pending]} do not nest")
+
+    # the home of every UOp: its deepest loop, an IF block for a gated store, the loop an END closes
+    home: dict[UOp, Block] = {}
+    if_blocks: dict[tuple[int, UOp], Block] = {}
+    for u in order:
+        if u.op in (Ops.SINK, Ops.GROUP, Ops.STACK) or (u.op is Ops.CONST and u not in scope):
+            continue
+        if u.op is Ops.RANGE:
+            continue
+        if u.op is Ops.END:
+            block = loop_of[u.src[-1]]
+            block.closers.append(u)
+            home[u] = block
+            continue
+        loops = [loop_of[r] for r in scope[u]]
+        deepest = max(loops, key=depth_of, default=root)
+        chain = deepest.chain()
+        if any(loop not in chain for loop in loops):
+            raise LinearizeError(f"kernel {name}: {u.op.name} depends on loops that do not nest "
+                                 f"({sorted(r.arg for r in scope[u])})")
+        if u.op is Ops.STORE and len(u.src) > 2 and u.src[2].dtype.count == 1:
+            key = (id(deepest), u.src[2])
+            block = if_blocks.get(key)
+            if block is None:
+                block = Block("if", u.src[2], deepest, deepest.depth + 1)
+                deepest.children.append(block)
+                if_blocks[key] = block
+            deepest = block
+        deepest.nodes.append(u)
+        home[u] = deepest
+    for block in _all_blocks(root):
+        block.priority = min((priority[n] for n in _contents(block)), default=1 << 60)
+    sequence: list[tuple[str, object]] = []
+    _emit(root, home, priority, sequence)
+    return _rebuild(sequence, name)
+
+
+def _all_blocks(block: Block) -> list[Block]:
+    out = [block]
+    for child in block.children:
+        out.extend(_all_blocks(child))
+    return out
+
+
+def _contents(block: Block) -> list[UOp]:
+    out = list(block.nodes) + list(block.closers)
+    if block.opener is not None and block.kind == "loop":
+        out.append(block.opener)
+    for child in block.children:
+        out.extend(_contents(child))
+    return out
+
+
+def _emit(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
+          sequence: list[tuple[str, object]]) -> None:
+    """Emit ``block``'s items (its UOps and child blocks) in dependency order, recursively."""
+    items: list[object] = [*block.nodes, *block.children]
+    item_of: dict[object, object] = {}
+    for item in items:
+        for u in ([item] if isinstance(item, UOp) else _contents(item)):
+            item_of[u] = item
+    depends: dict[int, set[int]] = {id(i): set() for i in items}
+    users: dict[int, list[object]] = {id(i): [] for i in items}
+    for item in items:
+        inner = [item] if isinstance(item, UOp) else _contents(item)
+        for u in inner:
+            for s in u.src:
+                owner = item_of.get(s)
+                if owner is not None and owner is not item and id(owner) not in depends[id(item)]:
+                    depends[id(item)].add(id(owner))
+                    users[id(owner)].append(item)
+        if isinstance(item, Block) and item.kind == "if":
+            owner = item_of.get(item.opener)
+            if owner is not None and owner is not item and id(owner) not in depends[id(item)]:
+                depends[id(item)].add(id(owner))
+                users[id(owner)].append(item)
+
+    def key(item: object) -> int:
+        return priority[item] if isinstance(item, UOp) else item.priority
+
+    ready = [(key(i), n, i) for n, i in enumerate(items) if not depends[id(i)]]
+    heapq.heapify(ready)
+    counter = len(items)
+    emitted = 0
+    while ready:
+        _, _, item = heapq.heappop(ready)
+        emitted += 1
+        if isinstance(item, UOp):
+            sequence.append(("uop", item))
+        else:
+            _emit_block(item, home, priority, sequence)
+        for user in users[id(item)]:
+            depends[id(user)].discard(id(item))
+            if not depends[id(user)]:
+                counter += 1
+                heapq.heappush(ready, (key(user), counter, user))
+    if emitted != len(items):
+        raise LinearizeError("a dependency cycle between the uops of one loop")
+
+
+def _emit_block(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
+                sequence: list[tuple[str, object]]) -> None:
+    if block.kind == "loop":
+        sequence.append(("open", block))
+        _emit(block, home, priority, sequence)
+        sequence.append(("close", block))
+    else:
+        sequence.append(("if", block))
+        _emit(block, home, priority, sequence)
+        sequence.append(("endif", block))
+
+
+def _rebuild(sequence: list[tuple[str, object]], name: str) -> UOp:
+    """The emitted order as new UOps: one END per loop, ungated stores inside IF blocks."""
+    mapping: dict[UOp, UOp] = {}
+    program: list[UOp] = []
+    opened: dict[int, UOp] = {}
+    open_ifs: list[Block] = []
+    if_count = 0
+
+    def new(u: UOp) -> UOp:
+        return mapping.get(u, u)
+
+    for kind, item in sequence:
+        if kind == "uop":
+            u = item
+            sources = tuple(new(s) for s in u.src)
+            if open_ifs and u.op is Ops.STORE and any(n is u for n in open_ifs[-1].nodes):
+                sources = sources[:2]  # the IF is the gate now
+            built = u if len(sources) == len(u.src) and all(a is b for a, b in zip(sources, u.src)) \
+                else UOp(u.op, sources, u.arg, u.tag)
+            mapping[u] = built
+            program.append(built)
+        elif kind == "open":
+            rng = new(item.opener)
+            program.append(rng)
+            opened[id(item)] = rng
+        elif kind == "close":
+            rng = opened[id(item)]
+            body = program[-1]
+            end = UOp(Ops.END, (body, rng)) if body is not rng else UOp(Ops.END, (rng,))
+            for closer in item.closers:
+                mapping[closer] = end
+            program.append(end)
+        elif kind == "if":
+            # the tag tells apart two IF blocks on one gate (UOps are hash-consed)
+            if_uop = UOp(Ops.IF, (new(item.opener),), None, if_count or None)
+            if_count += 1
+            opened[id(item)] = if_uop
+            open_ifs.append(item)
+            program.append(if_uop)
+        elif kind == "endif":
+            open_ifs.pop()
+            program.append(UOp(Ops.ENDIF, (opened[id(item)],)))
+    return UOp(Ops.LINEAR, tuple(program), name)
+
+
+__all__ = ["LinearizeError", "accumulator_rules", "linearize", "lower_reductions", "to_special"]

@@ -1,0 +1,301 @@
+"""Optimize: choose each kernel's OptOps — given ones, the hand-coded heuristics, or BEAM search —
+and the tensor-core opt.
+
+``optimize_kernel(kernel, opts)`` is what the pipeline's Optimize stage runs for every kernel.
+``opts`` is None (nothing), ``"heuristic"``, ``"beam"``, or a sequence of :class:`Opt`.
+
+The heuristics follow the backend's abilities:
+
+* **tensor cores** are not used by default on CPU backends (their tiles are emulated there);
+* **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4;
+* **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core);
+* **upcasts**: an output axis that some input does not vary over (so a loaded value is reused across
+  its lanes: matmul's M and N) is upcast by 4, at most two of them; an elementwise kernel has its
+  innermost axis upcast by 4;
+* **unrolls**: a reduction of at most 16 is unrolled fully, a longer one by 4 when it divides.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.uop import UOp
+from uopviz.passes.kernel import (
+    LANE_TYPES,
+    REDUCE_TYPES,
+    Kernel,
+    Opt,
+    OptError,
+    OptOp,
+    position_of,
+    range_size,
+    substitute_ranges,
+)
+
+# ---------------------------------------------------------------------------------------------
+# tensor cores
+
+
+def _strip_cast(u: UOp) -> UOp:
+    return u.src[0] if u.op is Ops.CAST else u
+
+
+def _depends(u: UOp, r: UOp) -> bool:
+    return any(s is r for s in u.toposort())
+
+
+def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
+    """TC: split M, N into UPCAST tiles and K into an UNROLL tile of a tensor core's sizes; the
+    multiply-reduce becomes ``REDUCE(WMMA(a, b, 0))`` (mode 1), or keeps its multiply with only the
+    tile shapes made (mode 3, an emulation of the layout)."""
+    if not (isinstance(opt.arg, tuple) and len(opt.arg) == 3):
+        raise OptError(f"{opt}: TC's arg is (tc_select, tc_opt, mode)")
+    tc_select, tc_opt, mode = opt.arg
+    if mode not in (1, 3):
+        raise OptError(f"{opt}: TC mode {mode!r} is not known; 1 emits WMMA, 3 only shapes the tile axes")
+    if tc_opt not in (0, 1, 2):
+        raise OptError(f"{opt}: tc_opt must be 0 (exact multiply), 1 (casts allowed) or 2 (also pad axes)")
+    reduce_axes = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
+    if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(reduce_axes):
+        raise OptError(f"{opt}: reduce axis {opt.axis} does not exist; the kernel has {len(reduce_axes)} "
+                       f"reduce axes")
+    k_range = reduce_axes[opt.axis]
+    reduces = [u for u in kernel.ast.toposort()
+               if u.op is Ops.REDUCE and any(s is k_range for s in u.src[1:])]
+    if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or reduces[0].src[0].op is not Ops.MUL:
+        raise OptError(f"{opt}: TC needs exactly one sum of products over reduce axis {opt.axis}")
+    reduce = reduces[0]
+    a, b = reduce.src[0].src
+    if tc_opt == 0 and (a.op is Ops.CAST or b.op is Ops.CAST):
+        raise OptError(f"{opt}: the products cast their operands; use tc_opt=1 to allow that")
+    a_in, b_in = (_strip_cast(a), _strip_cast(b)) if tc_opt >= 1 else (a, b)
+    outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
+    m_candidates = [r for r in outputs if _depends(a_in, r) and not _depends(b_in, r)]
+    n_candidates = [r for r in outputs if _depends(b_in, r) and not _depends(a_in, r)]
+    if not m_candidates or not n_candidates:
+        raise OptError(f"{opt}: TC needs an output axis only the first operand varies over (M) and one "
+                       f"only the second varies over (N)")
+    m_range, n_range = m_candidates[-1], n_candidates[-1]
+    cores = kernel.backend_object.tensor_cores
+    matching = [tc for tc in cores
+                if tc.dtype_in == a_in.dtype.scalar and tc.dtype_out == reduce.dtype.scalar]
+    if not matching:
+        raise OptError(f"{opt}: the {kernel.backend} backend has no tensor core for {a_in.dtype.name} -> "
+                       f"{reduce.dtype.name} (it has {[tc.name for tc in cores]})")
+    if tc_select == -1:
+        config = matching[0]
+    elif isinstance(tc_select, int) and 0 <= tc_select < len(cores) and cores[tc_select] in matching:
+        config = cores[tc_select]
+    else:
+        raise OptError(f"{opt}: tc_select {tc_select!r} is not one of the matching tensor cores "
+                       f"{[cores.index(tc) for tc in matching]}")
+    if config.threads != 1:
+        raise OptError(f"{opt}: tensor core {config.name} spreads its tile over {config.threads} threads; "
+                       f"WARP axes are not lowered by this pipeline yet")
+    tile_m, tile_n, tile_k = config.dims
+    for r, tile, what in ((m_range, tile_m, "M"), (n_range, tile_n, "N"), (k_range, tile_k, "K")):
+        if range_size(r) % tile:
+            raise OptError(f"{opt}: the {what} axis of size {range_size(r)} is not a multiple of the "
+                           f"tile's {tile}; PADTO it first")
+    # r = outer * tile + inner for M, N (inner UPCAST) and K (inner UNROLL); the outer parts keep
+    # their numbers (so their loops keep their places), the tiles come last in kernel order
+    mapping: dict[UOp, UOp] = {}
+    inner: dict[str, UOp] = {}
+    for number, (key, r, tile, target) in enumerate((("m", m_range, tile_m, AxisType.UPCAST),
+                                                      ("n", n_range, tile_n, AxisType.UPCAST),
+                                                      ("k", k_range, tile_k, AxisType.UNROLL))):
+        inner[key] = UOp.range(tile, target, 30_000 + number)
+        rest = range_size(r) // tile
+        if rest == 1:
+            mapping[r] = inner[key]
+        else:
+            outer = UOp.range(rest, r.arg[1], r.arg[0])
+            mapping[r] = outer * UOp.const(outer.dtype, tile) + inner[key]
+    ast = substitute_ranges(kernel.ast, mapping)
+    if mode == 3:
+        return ast
+    reduce = next(u for u in ast.toposort() if u.op is Ops.REDUCE and u.src[0].op is Ops.MUL
+                  and any(s is inner["k"] for s in u.src[1:]))
+    a, b = reduce.src[0].src
+    wmma = UOp(Ops.WMMA, (a, b, UOp.const(reduce.dtype, 0)), (config, inner["m"], inner["n"], inner["k"]))
+    return substitute_ranges(ast, {reduce.src[0]: wmma})
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-coded heuristics
+
+
+def _try(kernel: Kernel, opt: Opt) -> Kernel:
+    try:
+        return kernel.apply(opt)
+    except OptError:
+        return kernel
+
+
+def _axis_of(kernel: Kernel, r: UOp) -> int:
+    return position_of(kernel.ranges, r)
+
+
+def thread_count() -> int:
+    """How many CPU threads THREAD axes are split for."""
+    return max(1, min(os.cpu_count() or 1, 16))
+
+
+def hand_coded_optimizations(kernel: Kernel) -> Kernel:
+    """The heuristic opts for ``kernel``'s backend (see the module docstring)."""
+    backend = kernel.backend_object
+    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    has_reduce = any(t in REDUCE_TYPES for _, t in kernel.axes)
+    # upcasts: axes some load does not vary over (its value is reused across the lanes)
+    upcast = 0
+    for r in reversed([r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]):
+        if upcast >= 2:
+            break
+        reused = any(not _depends(load.src[0], r) for load in loads)
+        if (has_reduce and not reused) or range_size(r) % 4 or range_size(r) < 8:
+            continue
+        if not has_reduce and upcast >= 1:
+            break
+        before = kernel
+        kernel = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, r), (4, AxisType.UPCAST, False)))
+        upcast += kernel is not before
+    # unroll the reduction
+    for r in [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE][-1:]:
+        size = range_size(r)
+        factor = size if size <= 16 else 4 if size % 4 == 0 else 0
+        if factor > 1:
+            kernel = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, r), (factor, AxisType.UNROLL, False)))
+    if backend.has_local:
+        for r in reversed([r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL][-2:]):
+            for size in (16, 8, 4):
+                if range_size(r) % size == 0 and range_size(r) > size:
+                    split = Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.LOCAL, False))
+                    kernel = _try(kernel, split)
+                    break
+    elif backend.has_threads:
+        globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+        if globals_:
+            outer = globals_[0]
+            threads = thread_count()
+            size = range_size(outer)
+            for count in range(min(threads, size), 1, -1):
+                if size % count == 0:
+                    split = Opt(OptOp.SPLIT, _axis_of(kernel, outer), (count, AxisType.THREAD, True))
+                    kernel = _try(kernel, split)
+                    break
+    return kernel
+
+
+# ---------------------------------------------------------------------------------------------
+# BEAM search
+
+
+def candidate_opts(kernel: Kernel) -> list[Opt]:
+    """The single opts BEAM tries on ``kernel`` (the ones that apply)."""
+    out: list[Opt] = []
+    for axis, (size, axis_type) in enumerate(kernel.axes):
+        for factor in (2, 3, 4, 8, 16):
+            if size % factor or factor >= size + 1:
+                continue
+            if axis_type in (AxisType.GLOBAL, AxisType.LOOP, AxisType.LOCAL):
+                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.UPCAST, False)))
+            if axis_type in (AxisType.GLOBAL, AxisType.LOOP):
+                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.LOCAL, False)))
+            if axis_type is AxisType.GLOBAL and factor <= thread_count():
+                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.THREAD, True)))
+            if axis_type is AxisType.REDUCE:
+                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.UNROLL, False)))
+    valid = []
+    for opt in out:
+        try:
+            kernel.apply(opt)
+        except OptError:
+            continue
+        valid.append(opt)
+    return valid
+
+
+def beam_search(kernel: Kernel, width: int = 3, rounds: int = 3, budget_s: float = 20.0) -> Kernel:
+    """BEAM: keep the ``width`` fastest kernels, extend each by every candidate opt, repeat; stop
+    after ``rounds`` or ``budget_s`` seconds.  Timed on the kernel's backend (random inputs)."""
+    start = time.perf_counter()
+
+    def measure(k: Kernel) -> float:
+        try:
+            return k.time(repeats=3).median_s
+        except Exception:  # noqa: BLE001 - a variant that fails to build or run is not a candidate
+            return float("inf")
+
+    beam: list[tuple[float, Kernel]] = [(measure(kernel), kernel)]
+    best = beam[0]
+    for _ in range(rounds):
+        candidates: list[tuple[float, Kernel]] = []
+        for _, k in beam:
+            for opt in candidate_opts(k):
+                if time.perf_counter() - start > budget_s:
+                    break
+                variant = k.apply(opt)
+                candidates.append((measure(variant), variant))
+        if not candidates:
+            break
+        candidates.sort(key=lambda item: item[0])
+        beam = candidates[:width]
+        if beam[0][0] < best[0]:
+            best = beam[0]
+        else:
+            break
+        if time.perf_counter() - start > budget_s:
+            break
+    return best[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage's choice for one kernel
+
+
+def optimize_kernel(kernel: Kernel, opts: Any) -> Kernel:
+    """``kernel`` in its backend's initial state (parallel outputs GLOBAL) with ``opts`` applied:
+    None, ``"heuristic"``, ``"beam"`` or a sequence of Opt."""
+    kernel = kernel.with_parallel_outputs()
+    if opts is None:
+        return kernel
+    if opts == "heuristic":
+        return hand_coded_optimizations(kernel)
+    if opts == "beam":
+        return beam_search(kernel)
+    if isinstance(opts, str):
+        raise ValueError(f"opts must be None, 'heuristic', 'beam' or a sequence of Opt, got {opts!r}")
+    return kernel.apply_all(list(opts))
+
+
+def _is_opt_sequence(value: Any) -> bool:
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        return False
+    return all(isinstance(o, Opt) for o in value)
+
+
+def opts_for(opts: Any, index: int, kernel: Kernel) -> Any:
+    """The opts of kernel ``index`` from compile's ``opts`` argument: one choice for every kernel,
+    a sequence with one entry per kernel, or a mapping by kernel index or name."""
+    if opts is None or isinstance(opts, str) or _is_opt_sequence(opts):
+        return opts
+    if isinstance(opts, dict):
+        for key in (index, kernel.name, kernel.name_hint):
+            if key in opts:
+                return opts[key]
+        return None
+    if isinstance(opts, Sequence):
+        if index >= len(opts):
+            raise ValueError(f"opts has entries for {len(opts)} kernels; the program has more "
+                             f"(kernel {index})")
+        return opts[index]
+    raise ValueError(f"opts must be None, 'heuristic', 'beam', a sequence of Opt, one entry per kernel, "
+                     f"or a dict; got {type(opts).__name__}")
+
+
+__all__ = ["LANE_TYPES", "apply_tensor_core", "beam_search", "candidate_opts", "hand_coded_optimizations",
+           "optimize_kernel", "opts_for"]

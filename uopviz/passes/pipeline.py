@@ -1,0 +1,428 @@
+"""The lowering pipeline: the spec's eight stages, from a Tensor graph to running kernels.
+
+:func:`lower` lists the stages in order; each is one traced pass named as the spec's table names
+it, so ``Program.trace`` shows every rule that fired, stage by stage.  :func:`compile` is the
+public entry point (``uv.compile``); :class:`Program` runs the result.
+
+Between stages the whole program is one UOp graph: ``FUNCTION(TUPLE(outputs...), inputs...)``,
+where after Rangeify each output reads ``AFTER(buffer, CALL(kernel, buffer, arguments...))`` and
+each later stage replaces the kernels in the CALLs (optimized AST, expanded AST, selected
+instructions, LINEAR, ``PROGRAM(LINEAR, SOURCE)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uopviz.backends.base import Backend, CompiledKernel, numpy_dtype
+from uopviz.core.dtype import AddrSpace, DType, dtypes
+from uopviz.core.ops import GroupOp, Ops
+from uopviz.core.rewrite import Trace, graph_rewrite, substitute, traced_pass, tracing
+from uopviz.core.uop import UOp
+from uopviz.passes.callify import callify
+from uopviz.passes.expand import expand_kernel
+from uopviz.passes.kernel import Kernel, _location_of
+from uopviz.passes.linearize import linearize, lower_reductions, to_special
+from uopviz.passes.memory_plan import (
+    MemoryPlan,
+    apply_memory_plan,
+    apply_register_plan,
+    plan_memory,
+    plan_registers,
+)
+from uopviz.passes.optimize import optimize_kernel, opts_for
+from uopviz.passes.rangeify import rangeify
+from uopviz.passes.render import backend_named, compile_source, program_uop, render_source
+
+STAGES = ("Callify", "Rangeify", "Optimize", "Expand", "Instruction Selection", "Linearize",
+          "Register/Memory Plan", "Render")
+
+
+class PipelineError(RuntimeError):
+    """A stage could not lower the program; names the stage and the kernel."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def lower(outputs: Sequence[UOp], backend: str, opts: Any = None) -> Program:
+    """Run the eight stages of the spec's Lowering Pipeline on ``outputs``."""
+    program = Program(list(outputs), backend)
+    run_stage(program, "Callify", callify_stage)
+    run_stage(program, "Rangeify", rangeify_stage)
+    run_stage(program, "Optimize", lambda p: optimize_stage(p, opts))
+    run_stage(program, "Expand", expand_stage)
+    run_stage(program, "Instruction Selection", instruction_selection_stage)
+    run_stage(program, "Linearize", linearize_stage)
+    run_stage(program, "Register/Memory Plan", memory_plan_stage)
+    run_stage(program, "Render", render_stage)
+    return program
+
+
+def compile(outputs: Any, backend: str = "python", opts: Any = None) -> Program:  # noqa: A001 - uv.compile
+    """Lower Tensors (or value UOps) to a runnable :class:`Program` on ``backend``.
+
+    ``opts``: None (no optimizations), ``"heuristic"``, ``"beam"``, a sequence of ``Opt`` for every
+    kernel, one such sequence per kernel, or a dict from kernel index or name to its opts.  The
+    lowering is always traced: ``program.trace`` has one pass per stage.
+    """
+    values = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    roots = [_as_uop(o, i) for i, o in enumerate(values)]
+    if not roots:
+        raise ValueError("compile needs at least one Tensor or UOp")
+    with tracing() as trace:
+        program = lower(roots, backend, opts)
+    program.trace = trace
+    return program
+
+
+def _as_uop(value: Any, position: int) -> UOp:
+    if isinstance(value, UOp):
+        return value
+    uop = getattr(value, "uop", None)
+    if isinstance(uop, UOp):
+        return uop
+    raise TypeError(f"compile: output {position} is a {type(value).__name__}; pass Tensors or UOps")
+
+
+def run_stage(program: Program, name: str, stage: Callable[[Program], None]) -> None:
+    """Run one stage as a traced pass over the whole program graph."""
+    with traced_pass(name, program.graph) as record:
+        try:
+            stage(program)
+        except (PipelineError, ValueError):
+            raise  # errors about the program itself (CallifyError, OptError, ...) say what is wrong
+        except Exception as error:
+            raise PipelineError(f"{name}: {type(error).__name__}: {error}") from error
+        record.output = program.graph
+
+
+# ---------------------------------------------------------------------------------------------
+# the stages
+
+
+def callify_stage(program: Program) -> None:
+    """The graph becomes one stateless FUNCTION of its inputs."""
+    program.graph = callify(program.outputs)
+    program.inputs = list(program.graph.src[1:])
+
+
+def rangeify_stage(program: Program) -> None:
+    """Kernel boundaries, and every kernel down to shape-() values over RANGEs."""
+    result = rangeify(program.graph)
+    program.graph = result.function
+    calls = [u for u in program.graph.toposort() if u.op is Ops.CALL]
+    program.items = [ScheduleItem(index, call.src[0], list(call.src[1:]),
+                                  Kernel(call.src[0], program.backend, name_hint=f"k{index}"))
+                     for index, call in enumerate(calls)]
+
+
+def optimize_stage(program: Program, opts: Any) -> None:
+    """Each kernel in its backend's initial state, with its opts (each a recorded step)."""
+    for item in program.items:
+        kernel = optimize_kernel(item.kernel, opts_for(opts, item.index, item.kernel))
+        program.replace_body(item, kernel.ast)
+        item.kernel = kernel
+
+
+def expand_stage(program: Program) -> None:
+    """UPCAST and UNROLL ranges become vector lanes."""
+    for item in program.items:
+        program.replace_body(item, expand_kernel(item.body, item.kernel.name))
+
+
+def instruction_selection_stage(program: Program) -> None:
+    """Accumulators for reductions, then the target's instruction rules."""
+    backend = backend_named(program.backend)
+    for item in program.items:
+        program.replace_body(item, select_instructions(item.body, backend, item.kernel.name))
+
+
+def linearize_stage(program: Program) -> None:
+    """Every kernel as a LINEAR program."""
+    backend = backend_named(program.backend)
+    for item in program.items:
+        linear = linearize_kernel(item.body, backend, item.kernel.name)
+        record_step(linearize, item.body, linear, f"linearize {item.kernel.name}")
+        program.replace_body(item, linear)
+
+
+def memory_plan_stage(program: Program) -> None:
+    """Registers inside kernels, then GLOBAL buffers between kernels."""
+    saved = 0
+    for item in program.items:
+        plan = plan_registers(item.body)
+        saved += plan.bytes_saved
+        program.replace_body(item, apply_register_plan(item.body, plan))
+    outputs = {_storage(v) for v in program.output_values()}
+    usage = [(_storage(item.arguments[0]), [_storage(a) for a in item.arguments[1:]])
+             for item in program.items]
+    plan = plan_memory(usage, outputs)
+    plan.register_bytes_saved = saved
+    program.memory_plan = plan
+    if plan.placements:
+        program.graph = apply_memory_plan(program.graph, plan)
+
+
+def render_stage(program: Program) -> None:
+    """Every LINEAR program rendered and compiled by the backend."""
+    for item in program.items:
+        linear = item.body
+        source = render_source(linear, program.backend)
+        item.source = source
+        item.compiled = compile_source(source, str(linear.arg), program.backend)
+        rendered = program_uop(linear, source)
+        record_step(render_source, linear, rendered, f"render {linear.arg}")
+        program.replace_body(item, rendered)
+
+
+def record_step(rule: Callable, before: UOp, after: UOp, pass_name: str) -> None:
+    """Record a transformation made by a function (not a pattern rule) as one step of its own pass."""
+    with traced_pass(pass_name, before) as record:
+        record.step(rule.__name__, before, after, location=_location_of(rule))
+        record.output = after
+
+
+# ---------------------------------------------------------------------------------------------
+# per-kernel lowering (shared by the stages and by Kernel.source / Kernel.time)
+
+
+def select_instructions(ast: UOp, backend: Backend, name: str = "kernel") -> UOp:
+    """Instruction Selection for one kernel: REDUCE → REG accumulators, then the target's rules
+    (``uopviz.passes.isel``: decompositions of what the backend lacks, devectorization)."""
+    ast = lower_reductions(ast)
+    try:
+        from uopviz.passes import isel  # the instruction-selection rules (another module)
+    except ImportError:
+        isel = None
+    if isel is not None:
+        matcher = isel.instruction_selection_matcher(backend.supported_ops, backend.vector_widths)
+        ast = graph_rewrite(ast, matcher, name="instruction selection")
+        if not backend.vector_widths and hasattr(isel, "devectorize"):
+            ast = isel.devectorize(ast)
+    missing = sorted({u.op.name for u in ast.toposort() if u.op in GroupOp.ELEMENTWISE
+                      and u.op not in backend.supported_ops and u.op is not Ops.CAST})
+    if missing:
+        raise PipelineError(f"kernel {name}: the {backend.name} backend has no {', '.join(missing)} and no "
+                            f"instruction-selection rule decomposed them")
+    return ast
+
+
+def linearize_kernel(ast: UOp, backend: Backend, name: str) -> UOp:
+    """The LINEAR program of one kernel (GPU backends: GLOBAL/LOCAL ranges become SPECIALs)."""
+    if backend.has_local:
+        ast = to_special(ast)
+    return linearize(ast, name)
+
+
+@dataclass
+class LoweredKernel:
+    """One kernel after every stage: its LINEAR program, source and compiled form."""
+
+    name: str
+    backend: str
+    linear: UOp
+    source: str
+    compiled: CompiledKernel
+
+    def random_arguments(self, seed: int = 0) -> list[np.ndarray]:
+        """Random arrays for every PARAM slot (the written ones zero), for timing."""
+        rng = np.random.default_rng(seed)
+        arrays = []
+        for param in self.compiled.params:
+            storage = numpy_dtype(param.dtype)
+            if param.written:
+                arrays.append(np.zeros(param.size, storage))
+            elif param.dtype.is_float:
+                arrays.append(rng.standard_normal(param.size).astype(storage))
+            elif param.dtype.is_bool:
+                arrays.append(rng.integers(0, 2, param.size).astype(storage))
+            else:
+                arrays.append(rng.integers(0, 8, param.size).astype(storage))
+        return arrays
+
+
+def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
+    """A Kernel through Expand, Instruction Selection, Linearize, Register Plan and Render."""
+    backend = backend_named(backend_name)
+    ast = expand_kernel(kernel.ast, kernel.name)
+    ast = select_instructions(ast, backend, kernel.name)
+    linear = linearize_kernel(ast, backend, kernel.name)
+    linear = apply_register_plan(linear, plan_registers(linear))
+    source = render_source(linear, backend)
+    compiled = compile_source(source, kernel.name, backend)
+    return LoweredKernel(kernel.name, backend.name, linear, source, compiled)
+
+
+# ---------------------------------------------------------------------------------------------
+# the program
+
+
+@dataclass(eq=False)
+class ScheduleItem:
+    """One kernel launch: the kernel, its current body in the program graph, and the program-level
+    values bound to its PARAM slots (slot 0 is the buffer it writes)."""
+
+    index: int
+    body: UOp
+    arguments: list[UOp]
+    kernel: Kernel
+    source: str = ""
+    compiled: CompiledKernel | None = None
+
+
+def _storage(value: UOp) -> UOp:
+    """The BUFFER (or input PARAM) behind a program-level value: through AFTER and views."""
+    while value.op in (Ops.AFTER, Ops.RESHAPE, Ops.SHRINK):
+        value = value.src[0]
+    return value
+
+
+@dataclass(eq=False)
+class Program:
+    """A compiled program: its kernels in run order, the trace of its lowering and its memory plan.
+
+    ``run()`` executes it and returns one numpy array per output.
+    """
+
+    outputs: list[UOp]
+    backend: str
+    graph: UOp | None = None
+    inputs: list[UOp] = field(default_factory=list)
+    items: list[ScheduleItem] = field(default_factory=list)
+    memory_plan: MemoryPlan | None = None
+    trace: Trace | None = None
+
+    def __repr__(self) -> str:
+        return f"<Program {len(self.items)} kernels on {self.backend}: {[k.name for k in self.kernels]}>"
+
+    # -- what it is ---------------------------------------------------------------------------
+    @property
+    def kernels(self) -> list[Kernel]:
+        """The kernels, in run order (with the opts the Optimize stage applied)."""
+        return [item.kernel for item in self.items]
+
+    @property
+    def sources(self) -> list[str]:
+        """The rendered source of every kernel."""
+        return [item.source for item in self.items]
+
+    @property
+    def buffers(self) -> list[UOp]:
+        """Every buffer of the program: inputs, then the buffers its kernels write."""
+        written = [_storage(item.arguments[0]) for item in self.items]
+        return [*self.inputs, *dict.fromkeys(written)]
+
+    def memory_report(self) -> str:
+        """The Register/Memory Plan's report (bytes saved by sharing)."""
+        return self.memory_plan.report() if self.memory_plan is not None else "no memory plan"
+
+    def output_values(self) -> list[UOp]:
+        """The program-level value of every output (a view of the buffer holding it)."""
+        body = self.graph.src[0] if self.graph is not None and self.graph.op is Ops.FUNCTION else None
+        if body is None:
+            raise RuntimeError("the program has not been lowered")
+        return list(body.src)
+
+    def replace_body(self, item: ScheduleItem, new_body: UOp) -> None:
+        """Put ``new_body`` in place of ``item``'s kernel body in the program graph."""
+        if new_body is not item.body:
+            self.graph = substitute(self.graph, {item.body: new_body})
+            item.body = new_body
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self, inputs: Mapping[Any, Any] | None = None) -> list[np.ndarray]:
+        """Run every kernel in order; one numpy array per output.
+
+        ``inputs`` maps input BUFFER UOps (or their Tensors, or input positions) to data; inputs not
+        given use the data registered for them (``uopviz.core.tensor.initial_data``).
+        """
+        arrays = self._allocate(inputs or {})
+        for item in self.items:
+            if item.compiled is None:
+                raise RuntimeError("the program was not rendered")
+            args = [self._array_of(arrays, a) for a in item.arguments]
+            item.compiled(*args)
+        pairs = zip(self.output_values(), self.outputs)
+        return [self._output(arrays, value, original) for value, original in pairs]
+
+    def _allocate(self, given: Mapping[Any, Any]) -> dict[UOp, np.ndarray]:
+        arrays: dict[UOp, np.ndarray] = {}
+        by_key: dict[Any, Any] = {}
+        for key, value in given.items():
+            key_uop = getattr(key, "uop", key)
+            if isinstance(key_uop, UOp):
+                while key_uop.op is Ops.RESHAPE:
+                    key_uop = key_uop.src[0]
+            by_key[key_uop] = value
+        for position, data_uop in enumerate(self.inputs):
+            value = by_key.get(data_uop, by_key.get(position))
+            arrays[data_uop] = _input_array(data_uop, value, position)
+        plan = self.memory_plan
+        arenas = {device: np.zeros(arena.arg.size, np.uint8) for device, arena in plan.arenas.items()} \
+            if plan else {}
+        for item in self.items:
+            buffer = _storage(item.arguments[0])
+            if buffer in arrays:
+                continue
+            placement = plan.placements.get(buffer) if plan else None
+            storage = numpy_dtype(buffer.arg.dtype)
+            if placement is not None:
+                arena = arenas[placement.arena.arg.device]
+                arrays[buffer] = arena[placement.offset:placement.offset + placement.nbytes].view(storage)
+            else:
+                arrays[buffer] = np.zeros(buffer.shape[0], storage)
+        return arrays
+
+    def _array_of(self, arrays: dict[UOp, np.ndarray], value: UOp) -> np.ndarray:
+        storage = _storage(value)
+        if storage.op is Ops.PARAM:
+            return arrays[self.inputs[storage.arg.slot]]
+        return arrays[storage]
+
+    def _output(self, arrays: dict[UOp, np.ndarray], value: UOp, original: UOp) -> np.ndarray:
+        storage = _storage(value)
+        data = arrays[self.inputs[storage.arg.slot]] if storage.op is Ops.PARAM else arrays[storage]
+        count = math.prod(original.shape)
+        out = np.array(data[:count], copy=True)
+        if original.dtype.scalar is dtypes.bfloat16:
+            out = (out.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return out.reshape(original.shape)
+
+
+def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
+    """The flat storage array of input ``position`` from the given value or its registered data."""
+    dtype: DType = data_uop.arg.dtype if data_uop.op is Ops.BUFFER else dtypes.uint8
+    storage = numpy_dtype(dtype)
+    size = data_uop.shape[0]
+    if value is None:
+        if data_uop.op is Ops.BINARY:
+            return np.frombuffer(bytes(data_uop.arg), np.uint8)
+        from uopviz.core.tensor import initial_data
+
+        registered = initial_data(data_uop)
+        if registered is None:  # an ``empty`` buffer: its contents are undefined, zeros will do
+            return np.zeros(size, storage)
+        return registered
+    array = np.asarray(value)
+    if dtype.scalar is dtypes.bfloat16 and array.dtype != np.uint16:
+        from uopviz.core.tensor import _storage_array
+
+        array = _storage_array(array, dtype)
+    array = np.ascontiguousarray(array.reshape(-1)).astype(storage, copy=False)
+    if array.size != size:
+        raise ValueError(f"input {position} ({data_uop.arg!r}) holds {size} elements; the data given has "
+                         f"{array.size}")
+    return array
+
+
+__all__ = ["STAGES", "LoweredKernel", "PipelineError", "Program", "ScheduleItem", "compile", "lower",
+           "lower_kernel", "select_instructions"]
+
+_ = AddrSpace  # re-exported names of the pipeline's data types stay importable from here
