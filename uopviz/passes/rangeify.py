@@ -518,28 +518,25 @@ def index_constant(idx: UOp, x: UOp) -> UOp | None:
 _MARKERS = (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.LOAD)
 
 
-def _at(ops: Ops | tuple[Ops, ...] | frozenset) -> UPat:
-    """An INDEX of an op in ``ops``, binding the INDEX as ``idx`` and the op as ``x``."""
-    return UPat(Ops.INDEX, src=(UPat(ops, name="x"),), allow_any_len=True, name="idx")
-
+_AT = {"allow_any_len": True, "name": "idx"}  # an INDEX of the op named x, bound as idx
 
 index_pushdown = PatternMatcher([
-    (_at(GroupOp.ELEMENTWISE), index_through_elementwise, "index_through_elementwise"),
-    (_at(Ops.BITCAST), index_through_bitcast, "index_through_bitcast"),
-    (_at(_MARKERS), index_through_marker, "index_through_marker"),
-    (_at(Ops.PERMUTE), index_through_permute, "index_through_permute"),
-    (_at(Ops.FLIP), index_through_flip, "index_through_flip"),
-    (_at(Ops.EXPAND), index_through_expand, "index_through_expand"),
-    (_at(Ops.SHRINK), index_through_shrink, "index_through_shrink"),
-    (_at(Ops.PAD), index_through_pad, "index_through_pad"),
-    (_at(Ops.RESHAPE), index_through_reshape, "index_through_reshape"),
-    (_at(Ops.REPLICATED), index_through_replicated, "index_through_replicated"),
-    (_at(Ops.STACK), index_through_stack, "index_through_stack"),
-    (_at(Ops.SLICE), index_through_slice, "index_through_slice"),
-    (_at(Ops.INDEX), index_through_index, "index_through_index"),
-    (_at(Ops.REDUCE), index_through_reduce, "index_through_reduce"),
-    (_at((Ops.PARAM, Ops.BUFFER, Ops.AFTER)), load_buffer, "load_buffer"),
-    (_at(Ops.CONST), index_constant, "index_constant"),
+    (UPat(Ops.INDEX, src=(UPat(GroupOp.ELEMENTWISE, name="x"),), **_AT), index_through_elementwise, "index_through_elementwise"),  # noqa: E501
+    (UPat(Ops.INDEX, src=(UPat(Ops.BITCAST, name="x"),), **_AT), index_through_bitcast, "index_through_bitcast"),  # noqa: E501
+    (UPat(Ops.INDEX, src=(UPat(_MARKERS, name="x"),), **_AT), index_through_marker, "index_through_marker"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.PERMUTE, name="x"),), **_AT), index_through_permute, "index_through_permute"),  # noqa: E501
+    (UPat(Ops.INDEX, src=(UPat(Ops.FLIP, name="x"),), **_AT), index_through_flip, "index_through_flip"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.EXPAND, name="x"),), **_AT), index_through_expand, "index_through_expand"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.SHRINK, name="x"),), **_AT), index_through_shrink, "index_through_shrink"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.PAD, name="x"),), **_AT), index_through_pad, "index_through_pad"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.RESHAPE, name="x"),), **_AT), index_through_reshape, "index_through_reshape"),  # noqa: E501
+    (UPat(Ops.INDEX, src=(UPat(Ops.REPLICATED, name="x"),), **_AT), index_through_replicated, "index_through_replicated"),  # noqa: E501
+    (UPat(Ops.INDEX, src=(UPat(Ops.STACK, name="x"),), **_AT), index_through_stack, "index_through_stack"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.SLICE, name="x"),), **_AT), index_through_slice, "index_through_slice"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.INDEX, name="x"),), **_AT), index_through_index, "index_through_index"),
+    (UPat(Ops.INDEX, src=(UPat(Ops.REDUCE, name="x"),), **_AT), index_through_reduce, "index_through_reduce"),
+    (UPat(Ops.INDEX, src=(UPat((Ops.PARAM, Ops.BUFFER, Ops.AFTER), name="x"),), **_AT), load_buffer, "load_buffer"),  # noqa: E501
+    (UPat(Ops.INDEX, src=(UPat(Ops.CONST, name="x"),), **_AT), index_constant, "index_constant"),
 ], name="index pushdown")
 
 

@@ -1,0 +1,106 @@
+"""The Python reference interpreter: the hand-made linear programs against numpy, its integer
+semantics, lifted loops, faults, and agreement with the compiled backends on whole programs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz import AxisType, Ops, Tensor, UOp, dtypes
+from uopviz.backends import available, get
+from uopviz.backends.base import KernelMeta, RenderError
+from uopviz.backends.python import KernelFault, carried_ranges
+
+from . import linear_programs as lp
+
+CPU_CASES = [case for case in lp.correctness_cases() if not case.tags & {"gpu", "local", "crash"}]
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=repr)
+def test_linear_program_matches_numpy(case: lp.LinearCase) -> None:
+    for seed in (0, 1):
+        lp.assert_case_matches("python", case, seed)
+
+
+@pytest.mark.parametrize("case", lp.integer_cases(), ids=repr)
+def test_integer_semantics(case: lp.LinearCase) -> None:
+    lp.assert_case_matches("python", case)
+
+
+def test_declares_every_op_native_and_emulated_tensor_cores() -> None:
+    backend = get("python")
+    assert backend.available()
+    from uopviz.core.ops import GroupOp
+
+    assert backend.supported_ops == frozenset(GroupOp.ELEMENTWISE)
+    assert backend.tensor_cores and all(tc.threads == 1 for tc in backend.tensor_cores)
+    assert backend.has_threads and not backend.has_local
+
+
+def test_source_is_python_with_the_meta_line() -> None:
+    source = get("python").render(lp.elementwise(8).linear)
+    meta = KernelMeta.from_source(source)
+    assert meta.name == "E_8" and meta.params[0].written and not meta.params[1].written
+    compile(source, "<test>", "exec")  # it is Python
+    assert "lifted_range" in source and "for " not in source, "independent loops are lifted, not Python loops"
+
+
+def test_reduce_loops_run_in_python_and_output_loops_are_lifted() -> None:
+    case = lp.reduction(4, 6)
+    carried = carried_ranges(case.linear.src)
+    assert [r.arg[1] for r in carried] == [AxisType.REDUCE]
+    source = get("python").render(case.linear)
+    assert source.count("for ") == 1
+
+
+def _out_of_bounds_program() -> UOp:
+    b = lp.Builder()
+    out, a = b.param(0, 4), b.param(1, 4)
+    i = b.loop(4)
+    value = b.load(a, i + lp.idx(1))
+    b.end(i, b.store(out, i, value))
+    return b.linear("E_oob")
+
+
+def test_out_of_bounds_access_faults() -> None:
+    backend = get("python")
+    kernel = backend.compile(backend.render(_out_of_bounds_program()), "E_oob")
+    with pytest.raises(KernelFault, match="out of a buffer of 4"):
+        kernel(np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+def test_unrenderable_ops_are_named() -> None:
+    b = lp.Builder()
+    out = b.param(0, 1)
+    b.store(out, 0, b.emit(UOp(Ops.CUSTOM, (), ("1.0f", dtypes.float32))))
+    with pytest.raises(RenderError, match="CUSTOM"):
+        get("python").render(b.linear("E_custom"))
+
+
+def test_registers_are_private_to_each_lifted_iteration() -> None:
+    b = lp.Builder()
+    out = b.param(0, 8)
+    acc = b.register(1, dtypes.int32)
+    i = b.loop(8)
+    b.store(acc, 0, lp.const(dtypes.int32, 0))
+    j = b.loop(3, AxisType.REDUCE)
+    update = b.store(acc, 0, b.load(acc, 0) + i.cast(dtypes.int32))
+    b.end(j, update)
+    done = b.emit(UOp(Ops.AFTER, (acc, b.ops[-1])))
+    b.end(i, b.store(out, i, b.load(done, 0).cast(dtypes.float32)))
+    backend = get("python")
+    result = np.zeros(8, np.float32)
+    backend.compile(backend.render(b.linear("r_private")), "r_private")(result)
+    np.testing.assert_array_equal(result, np.arange(8) * 3)
+
+
+@pytest.mark.parametrize("backend", [b for b in available() if b != "python"])
+def test_agrees_with_compiled_backends_under_heuristic_opts(backend: str) -> None:
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal((16, 24)).astype(np.float32))
+    w = Tensor(rng.standard_normal((24, 8)).astype(np.float32))
+    out = ((x @ w).relu() + 1).softmax()
+    ours = uv.compile(out, backend="python", opts="heuristic").run()[0]
+    theirs = uv.compile(out, backend=backend, opts="heuristic").run()[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)

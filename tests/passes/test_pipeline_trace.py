@@ -1,0 +1,103 @@
+"""The trace of a compile: one top-level pass per stage, named and ordered as the spec's Lowering
+Pipeline table, and every step naming its rule and the line where the rule is written."""
+
+from __future__ import annotations
+
+import linecache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz import Tensor
+from uopviz.backends import available
+from uopviz.passes.kernel import Opt, OptOp
+from uopviz.passes.pipeline import STAGES
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_STAGES = ["Callify", "Rangeify", "Optimize", "Expand", "Instruction Selection", "Linearize",
+               "Register/Memory Plan", "Render"]
+
+
+def _programs() -> dict[str, uv.Program]:
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((8, 4)).astype(np.float32)
+
+    @uv.function
+    def scale(a):
+        return a * 2
+
+    padded = Tensor(x).pad(((1, 1), (0, 2))).exp2().softmax()
+    return {
+        "softmax of a pad": uv.compile(padded),
+        "matmul with opts": uv.compile(Tensor(x) @ Tensor(w), opts=[
+            Opt(OptOp.SPLIT, 1, (4, uv.AxisType.UPCAST, False)),
+            Opt(OptOp.SPLIT, 1, (4, uv.AxisType.UNROLL, False)), Opt(OptOp.PADTO, 0, 3)]),
+        "heuristic conv and @function": uv.compile(
+            [scale(Tensor(rng.standard_normal((1, 2, 6, 6)).astype(np.float32))).conv2d(
+                Tensor(rng.standard_normal((3, 2, 3, 3)).astype(np.float32)))], opts="heuristic"),
+    }
+
+
+PROGRAMS = _programs()
+
+
+def test_stages_are_the_spec_table_in_order() -> None:
+    assert list(STAGES) == SPEC_STAGES
+    for program in PROGRAMS.values():
+        assert [p.name for p in program.trace.passes] == SPEC_STAGES
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_every_step_names_its_rule_and_its_line(name: str) -> None:
+    trace = PROGRAMS[name].trace
+    steps = trace.steps
+    assert steps, "the lowering made steps"
+    for step in steps:
+        assert step.rule, step
+        path, _, line = step.location.rpartition(":")
+        source = linecache.getline(str(REPO / path), int(line))
+        assert source.strip(), f"{step.location} is not a line of the repository ({step.rule})"
+        rule_word = step.rule.split(":")[0].split(" ")[0]
+        if step.location.startswith("uopviz/passes/") and "isel" not in step.location:
+            # the pipeline's own rules: the line shows the rule's name
+            assert rule_word in source, f"{step.location}: {source.strip()!r} does not show {step.rule!r}"
+
+
+def test_each_stage_records_its_work() -> None:
+    program = PROGRAMS["matmul with opts"]
+    rules = {p.name: {s.rule.split(":")[0] for s in p.steps} for p in program.trace.passes}
+    assert {"input_to_param"} <= rules["Callify"]
+    assert {"realize_output", "bufferize", "kernelize", "index_through_reshape", "index_through_reduce",
+            "load_buffer"} <= rules["Rangeify"]
+    assert {"parallel_outputs", "split_axis", "pad_axis"} <= rules["Optimize"]
+    assert {"expand_range", "expand_reduce", "expand_memory"} <= rules["Expand"]
+    assert "lower_reduce" in rules["Instruction Selection"]
+    assert "linearize" in rules["Linearize"]
+    assert "render_source" in rules["Render"]
+
+
+def test_step_graphs_replay() -> None:
+    program = PROGRAMS["softmax of a pad"]
+    rangeify = program.trace.passes[1]
+    last = rangeify.steps[-1]
+    assert last.graph is not None
+    kernels = [u for u in rangeify.output.toposort() if u.op is uv.Ops.CALL]
+    assert len(kernels) == len(program.kernels)
+
+
+def test_tracing_inside_a_user_trace() -> None:
+    x = Tensor(np.ones((2, 2), np.float32))
+    with uv.tracing() as outer:
+        program = uv.compile(x + 1)
+    assert [p.name for p in program.trace.passes] == SPEC_STAGES
+    assert [p.name for p in outer.passes] == SPEC_STAGES
+
+
+@pytest.mark.parametrize("backend", available())
+def test_trace_on_every_backend(backend: str) -> None:
+    program = uv.compile(Tensor(np.ones((4, 4), np.float32)).sum(1), backend=backend)
+    assert [p.name for p in program.trace.passes] == SPEC_STAGES
+    render = program.trace.passes[-1]
+    assert render.steps and render.steps[0].after.op is uv.Ops.PROGRAM
