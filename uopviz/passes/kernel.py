@@ -136,10 +136,11 @@ def renumber(ast: UOp, ordered: Sequence[UOp]) -> UOp:
 
 
 def _location_of(function: Any) -> str:
-    """``file:line`` of a function's definition, as the trace writes locations."""
+    """``file:line`` of a function's definition (its ``def`` line), as the trace writes locations."""
     from uopviz.core.rewrite import _short_path
 
-    return f"{_short_path(inspect.getsourcefile(function) or '?')}:{inspect.getsourcelines(function)[1]}"
+    code = inspect.unwrap(function).__code__
+    return f"{_short_path(code.co_filename)}:{code.co_firstlineno}"
 
 
 class Kernel:
