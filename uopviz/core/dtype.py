@@ -59,6 +59,12 @@ class DType:
             object.__setattr__(self, "_hash", cached)
         return cached
 
+    def __getstate__(self) -> dict:
+        # the cached hash must not travel to another process: str hashes differ between processes
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
     @property
     def scalar(self) -> DType:
         """The lane type of a vector (the type itself for a scalar)."""
