@@ -2,8 +2,10 @@
 and the tensor-core opt.
 
 ``optimize_kernel(kernel, opts)`` is what the pipeline's Optimize stage runs for every kernel.
-``opts`` is None (nothing), ``"heuristic"``, ``"beam"``, or a sequence of :class:`Opt`.
+``opts`` is None (nothing), ``"heuristic"``, ``"beam"``, or a sequence of :class:`Opt`; compile's
+``opts`` may also give one such choice per kernel, a dict by kernel index or name, or tuning records.
 
+BEAM search and tuning records live in :mod:`uopviz.passes.beam` and :mod:`uopviz.passes.records`.
 The heuristics follow the backend's abilities:
 
 * **tensor cores** are not used by default on CPU backends (their tiles are emulated there);
@@ -18,7 +20,6 @@ The heuristics follow the backend's abilities:
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -191,82 +192,21 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
 
 
 # ---------------------------------------------------------------------------------------------
-# BEAM search
-
-
-def candidate_opts(kernel: Kernel) -> list[Opt]:
-    """The single opts BEAM tries on ``kernel`` (the ones that apply)."""
-    out: list[Opt] = []
-    for axis, (size, axis_type) in enumerate(kernel.axes):
-        for factor in (2, 3, 4, 8, 16):
-            if size % factor or factor >= size + 1:
-                continue
-            if axis_type in (AxisType.GLOBAL, AxisType.LOOP, AxisType.LOCAL):
-                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.UPCAST, False)))
-            if axis_type in (AxisType.GLOBAL, AxisType.LOOP):
-                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.LOCAL, False)))
-            if axis_type is AxisType.GLOBAL and factor <= thread_count():
-                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.THREAD, True)))
-            if axis_type is AxisType.REDUCE:
-                out.append(Opt(OptOp.SPLIT, axis, (factor, AxisType.UNROLL, False)))
-    valid = []
-    for opt in out:
-        try:
-            kernel.apply(opt)
-        except OptError:
-            continue
-        valid.append(opt)
-    return valid
-
-
-def beam_search(kernel: Kernel, width: int = 3, rounds: int = 3, budget_s: float = 20.0) -> Kernel:
-    """BEAM: keep the ``width`` fastest kernels, extend each by every candidate opt, repeat; stop
-    after ``rounds`` or ``budget_s`` seconds.  Timed on the kernel's backend (random inputs)."""
-    start = time.perf_counter()
-
-    def measure(k: Kernel) -> float:
-        try:
-            return k.time(repeats=3).median_s
-        except Exception:  # noqa: BLE001 - a variant that fails to build or run is not a candidate
-            return float("inf")
-
-    beam: list[tuple[float, Kernel]] = [(measure(kernel), kernel)]
-    best = beam[0]
-    for _ in range(rounds):
-        candidates: list[tuple[float, Kernel]] = []
-        for _, k in beam:
-            for opt in candidate_opts(k):
-                if time.perf_counter() - start > budget_s:
-                    break
-                variant = k.apply(opt)
-                candidates.append((measure(variant), variant))
-        if not candidates:
-            break
-        candidates.sort(key=lambda item: item[0])
-        beam = candidates[:width]
-        if beam[0][0] < best[0]:
-            best = beam[0]
-        else:
-            break
-        if time.perf_counter() - start > budget_s:
-            break
-    return best[1]
-
-
-# ---------------------------------------------------------------------------------------------
 # the stage's choice for one kernel
 
 
 def optimize_kernel(kernel: Kernel, opts: Any) -> Kernel:
     """``kernel`` in its backend's initial state (parallel outputs GLOBAL) with ``opts`` applied:
-    None, ``"heuristic"``, ``"beam"`` or a sequence of Opt."""
+    None, ``"heuristic"``, ``"beam"`` (``uopviz.passes.beam``) or a sequence of Opt."""
     kernel = kernel.with_parallel_outputs()
     if opts is None:
         return kernel
     if opts == "heuristic":
         return hand_coded_optimizations(kernel)
     if opts == "beam":
-        return beam_search(kernel)
+        from uopviz.passes.beam import beam_search
+
+        return kernel.apply_all(list(beam_search(kernel).opts))
     if isinstance(opts, str):
         raise ValueError(f"opts must be None, 'heuristic', 'beam' or a sequence of Opt, got {opts!r}")
     return kernel.apply_all(list(opts))
@@ -283,6 +223,9 @@ def opts_for(opts: Any, index: int, kernel: Kernel) -> Any:
     a sequence with one entry per kernel, or a mapping by kernel index or name."""
     if opts is None or isinstance(opts, str) or _is_opt_sequence(opts):
         return opts
+    if hasattr(opts, "opts_for_kernel"):  # tuning records: matched by kernel key, then by name
+        found = opts.opts_for_kernel(kernel.with_parallel_outputs())
+        return list(found) if found is not None else None
     if isinstance(opts, dict):
         for key in (index, kernel.name, kernel.name_hint):
             if key in opts:
@@ -297,5 +240,4 @@ def opts_for(opts: Any, index: int, kernel: Kernel) -> Any:
                      f"or a dict; got {type(opts).__name__}")
 
 
-__all__ = ["LANE_TYPES", "apply_tensor_core", "beam_search", "candidate_opts", "hand_coded_optimizations",
-           "optimize_kernel", "opts_for"]
+__all__ = ["LANE_TYPES", "apply_tensor_core", "hand_coded_optimizations", "optimize_kernel", "opts_for"]
