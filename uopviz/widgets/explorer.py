@@ -130,7 +130,7 @@ def _program_input(program: Any) -> UOp | None:
 
 
 def _build_tensor(
-    tensor: Any, backend: str | None = None, opts: Any = "heuristic", **options: Any
+    tensor: Any, backend: str | None = None, opts: Any = None, **options: Any
 ) -> dict[str, widgets.Widget]:
     import uopviz
 
@@ -144,7 +144,7 @@ def _build_tensor(
 def _build_tensor_list(tensors: Any, **options: Any) -> dict[str, widgets.Widget]:
     import uopviz
 
-    program = uopviz.compile(list(tensors), opts=options.pop("opts", "heuristic"))
+    program = uopviz.compile(list(tensors), opts=options.pop("opts", None))
     sink = UOp(__import__("uopviz").Ops.SINK, tuple(t.uop for t in tensors))
     return _build_program(program, graph=sink, **options)
 

@@ -1,0 +1,184 @@
+"""The tour notebook in a real browser: JupyterLab (isolated, token auth) driven by Playwright on
+Debian's chromium.  Runs every cell, then checks that the DAG is drawn, that moving the player's
+slider changes the graph, that applying an opt changes the source (and an invalid one changes
+nothing), and that a standalone report opens from a file.  Screenshots go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TOUR = "notebooks/00_tour.ipynb"
+RUN_TIMEOUT_S = 420
+
+
+def run_all_cells(page, lab, notebook: str, artifacts: Path) -> None:
+    """Open ``notebook``, run every cell from the Run menu, wait until each code cell has a number."""
+    page.goto(lab.url(notebook))
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    page.locator("#jp-main-statusbar", has_text="Idle").wait_for(timeout=90_000)  # the kernel is up
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    code_cells = page.locator(".jp-CodeCell")
+    total = code_cells.count()
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        prompts = page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
+        if len(prompts) == total and all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in prompts):
+            return
+        page.wait_for_timeout(1000)
+    page.screenshot(path=str(artifacts / "timeout.png"), full_page=True)
+    pytest.fail(f"the cells of {notebook} did not all finish in {RUN_TIMEOUT_S}s: prompts {prompts}")
+
+
+def output_of(page, text_in_cell: str):
+    """The output area of the code cell whose source contains ``text_in_cell``."""
+    cell = page.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text=text_in_cell)).first
+    return cell.locator(".jp-OutputArea")
+
+
+def wait_until(condition, page, what: str, timeout_s: float = 30.0, artifacts: Path | None = None) -> None:
+    """Poll ``condition()`` (locators re-query each time: views re-render their DOM) until true."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            if artifacts is not None:
+                page.screenshot(path=str(artifacts / "failure.png"))
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        page.wait_for_timeout(200)
+
+
+def wait_for_step(page, player, step: int) -> None:
+    """Wait until the player shows ``step`` (its root's data-step)."""
+    page.wait_for_function("([el, step]) => el.dataset.step === step",
+                           arg=[player.element_handle(), str(step)], timeout=30_000)
+
+
+def graph_keys(view) -> set[str]:
+    return set(view.locator(".uv-node").evaluate_all("nodes => nodes.map(n => n.dataset.key)"))
+
+
+def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_dir):
+    page = browser_page
+    page.set_viewport_size({"width": 1500, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    run_all_cells(page, isolated_lab, TOUR, artifacts_dir)
+    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").count() == 0
+    assert not page.locator(".jp-RenderedText", has_text="Traceback").count()
+
+    # -- the DAG: every node of the graph model is drawn ------------------------------------------
+    graph = output_of(page, "graph = uv.widgets.GraphView")
+    graph.scroll_into_view_if_needed()
+    view = graph.locator(".uv-dag-widget")
+    view.wait_for()
+    nodes, edges = (int(n) for n in re.findall(r"\d+", view.locator(".uv-info").inner_text())[:2])
+    assert nodes >= 10 and view.locator(".uv-node").count() == nodes
+    assert view.locator(".uv-edge").count() == edges
+    assert view.locator(".uv-legend .uv-chip").count() == 10 + 9  # op families + AxisTypes
+    first = view.locator(".uv-node").first
+    first.click()
+    assert view.locator(".uv-details th", has_text="min max").count() == 1
+    view.screenshot(path=str(artifacts_dir / "01_dag.png"))
+
+    # -- the player: moving the slider changes the step and the graph -------------------------------
+    player = output_of(page, "player = uv.widgets.RewritePlayer").locator(".uv-player")
+    player.scroll_into_view_if_needed()
+    player.screenshot(path=str(artifacts_dir / "02_player_step1.png"))
+    before_step, before_keys = player.get_attribute("data-step"), graph_keys(player)
+    slider = player.locator("input.uv-slider")
+    maximum = int(slider.get_attribute("max"))
+    assert maximum > 3
+    slider.fill(str(maximum))
+    wait_for_step(page, player, maximum)
+    assert player.get_attribute("data-step") == str(maximum) != before_step
+    assert graph_keys(player) != before_keys
+    assert player.locator(".uv-rule-name").inner_text().strip()
+    player.locator(".uv-slider").focus()
+    player.screenshot(path=str(artifacts_dir / "03_player_last_step.png"))
+    player.click(position={"x": 5, "y": 5})
+    page.keyboard.press("Home")
+    wait_for_step(page, player, 0)
+    page.keyboard.press("ArrowRight")
+    wait_for_step(page, player, 1)
+
+    # -- the tuner: an opt changes the source; an invalid one only says why --------------------------
+    tuner = output_of(page, "tuner = uv.widgets.KernelTuner").locator(".uv-tuner")
+    tuner.scroll_into_view_if_needed()
+    c_source = tuner.locator(".uv-source", has=page.locator(".uv-source-head", has_text="c ")).first
+    before_source = c_source.inner_text()
+    axes_before = tuner.locator(".uv-axes").inner_text()
+    tuner.locator("button", has_text="Apply").click()
+    wait_until(lambda: c_source.inner_text() != before_source, page, "the c source to change",
+               artifacts=artifacts_dir)
+    assert tuner.locator(".uv-message.uv-ok").count() == 1
+    assert tuner.locator(".uv-axes").inner_text() != axes_before
+    tuner.screenshot(path=str(artifacts_dir / "04_tuner_applied.png"))
+    after_source = c_source.inner_text()
+    factor_box = tuner.locator(".widget-inline-hbox", has=page.locator("label", has_text="factor"))
+    factor = factor_box.locator("input")
+    factor.fill("3")
+    factor.press("Enter")
+    tuner.locator("button", has_text="Apply").click()
+    tuner.locator(".uv-message.uv-error").wait_for(timeout=30_000)
+    assert "not valid" in tuner.locator(".uv-message.uv-error").inner_text()
+    assert c_source.inner_text() == after_source
+    tuner.locator(".uv-message").screenshot(path=str(artifacts_dir / "05_tuner_invalid.png"))
+    page.screenshot(path=str(artifacts_dir / "06_tour.png"))
+    assert not errors, errors
+
+
+REPORT_SOURCE = textwrap.dedent("""
+    import numpy as np
+    import uopviz as uv
+
+    def main():
+        rng = np.random.default_rng(1)
+        x = uv.Tensor(rng.random((16, 32), dtype=np.float32))
+        w = uv.Tensor(rng.random((32, 8), dtype=np.float32))
+        return (x @ w).relu()
+""")
+
+
+def test_report_opens_from_a_file_without_a_server(browser_page, artifacts_dir, tmp_path):
+    from uopviz.report import write_report
+
+    source = tmp_path / "model.py"
+    source.write_text(REPORT_SOURCE)
+    report = write_report(source, artifacts_dir / "report.html", opts=None, time_kernels=True)
+    page = browser_page
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(report.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    graph = page.locator(".rp-panel.rp-active .uv-dag-widget").first
+    graph.wait_for()
+    assert graph.locator(".uv-node").count() >= 8
+    page.screenshot(path=str(artifacts_dir / "report_graph.png"), full_page=True)
+    page.locator(".rp-tab", has_text="Pipeline").click()
+    player = page.locator(".rp-panel.rp-active .uv-player").first
+    player.wait_for()
+    step, keys = player.get_attribute("data-step"), graph_keys(player)
+    player.click(position={"x": 5, "y": 5})
+    page.keyboard.press("End")
+    page.wait_for_function("([el, s]) => el.dataset.step !== s", arg=[player.element_handle(), step])
+    assert graph_keys(player) != keys
+    page.screenshot(path=str(artifacts_dir / "report_player.png"), full_page=True)
+    page.locator(".rp-tab", has_text="Kernels").click()
+    kernels = page.locator(".rp-panel.rp-active")
+    assert kernels.locator(".uv-source").count() >= 2 and kernels.locator(".bk-Figure, .bk-Row, .bk-root, "
+                                                                             "[data-root-id]").count() >= 1
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(artifacts_dir / "report_kernels.png"), full_page=True)
+    assert all(url.startswith("file://") or url.startswith("data:") for url in requests), requests
+    assert not errors, errors

@@ -1,0 +1,284 @@
+"""Backends as the explorer shows them: what each declares, timings as a bokeh chart with GFLOP/s,
+GB/s and a roofline, and a panel that times every kernel on every backend on request.
+
+The roofline's roofs are this machine's measured peaks (numpy's matmul for compute, a large copy
+for memory bandwidth): practical roofs, not datasheet numbers, and labelled so.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import time
+from typing import Any
+
+import ipywidgets as widgets
+
+from uopviz.widgets.tuner import TimingEntry, TunerState
+
+#: Colours of the timing bars, one per backend in order (a qualitative palette).
+BACKEND_COLORS = ("#1565C0", "#C62828", "#2E7D32", "#7B1FA2", "#E65100", "#00838F", "#795548")
+
+
+def backend_names(backends: list[str] | None = None) -> list[str]:
+    """The backends to show: the given ones, else every backend available on this machine."""
+    if backends:
+        return list(backends)
+    from uopviz import backends as registry
+
+    return registry.available()
+
+
+def backend_declarations(name: str) -> dict[str, str]:
+    """What backend ``name`` declares (abilities, tensor cores), or why it is unavailable."""
+    from uopviz import backends as registry
+
+    try:
+        backend = registry.get(name)
+    except Exception as error:  # noqa: BLE001 - a missing backend is a row saying why
+        return {"backend": name, "status": f"unavailable: {error}"}
+    reason = backend.unavailable_reason()
+    cores = ", ".join(f"{tc.name} {'x'.join(map(str, tc.dims))}" for tc in backend.tensor_cores) or "—"
+    return {
+        "backend": name,
+        "status": "available" if reason is None else f"unavailable: {reason}",
+        "vector widths": ", ".join(map(str, backend.vector_widths)) or "— (devectorized)",
+        "local memory": "yes" if backend.has_local else "no",
+        "threads": "yes" if backend.has_threads else "no",
+        "native ALU ops": str(len(backend.supported_ops)),
+        "tensor cores": cores,
+    }
+
+
+def _table(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return "<p>(none)</p>"
+    columns = list(dict.fromkeys(c for row in rows for c in row))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(row.get(c, '')))}</td>" for c in columns) + "</tr>"
+        for row in rows
+    )
+    return f'<table class="uv-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def timing_rows(entries: list[TimingEntry]) -> list[dict[str, str]]:
+    """Timings as table rows (median, min, runs, GFLOP/s, GB/s, or the error)."""
+    rows = []
+    for e in entries:
+        if e.error:
+            rows.append({"backend": e.backend, "median": "—", "error": e.error})
+            continue
+        rows.append(
+            {
+                "backend": e.backend,
+                "median": _seconds(e.median_s),
+                "min": _seconds(e.min_s),
+                "runs": str(e.runs),
+                "GFLOP/s": f"{e.gflops:.2f}" if e.gflops is not None else "—",
+                "GB/s": f"{e.gbps:.2f}" if e.gbps is not None else "—",
+            }
+        )
+    return rows
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value < 1e-3:
+        return f"{value * 1e6:.1f} µs"
+    if value < 1:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value:.2f} s"
+
+
+def backends_table_html(kernels: list[Any], names: list[str], time_kernels: bool = False) -> str:
+    """The backends' declarations as an HTML table (and, with ``time_kernels``, per-kernel times)."""
+    parts = [_table([backend_declarations(n) for n in names])]
+    if time_kernels:
+        for kernel in kernels:
+            state = TunerState(kernel)
+            parts.append(
+                f"<h4>{html.escape(getattr(kernel, 'name', ''))}</h4>"
+                + _table(timing_rows([state.timing(n) for n in names]))
+            )
+    return "".join(parts)
+
+
+@functools.cache
+def machine_roofs() -> tuple[float, float]:
+    """(peak GFLOP/s, peak GB/s) of this machine as numpy reaches them: a float32 matmul and a
+    64 MiB copy, best of three each."""
+    import numpy as np
+
+    a = np.random.default_rng(0).random((512, 512), dtype=np.float32)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - started)
+    gflops = 2 * 512**3 / best / 1e9
+    source = np.ones(16 * 1024 * 1024, dtype=np.float32)
+    target = np.empty_like(source)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - started)
+    gbps = 2 * source.nbytes / best / 1e9
+    return gflops, gbps
+
+
+def timing_figure(
+    entries: list[TimingEntry], title: str = "", roofs: tuple[float, float] | None = None
+) -> Any:
+    """A bokeh layout: bars of GFLOP/s per backend (or of time when the op counts are unknown),
+    with median/min/GB/s on hover, beside a roofline (log-log, this machine's roofs, one dot per
+    backend)."""
+    from bokeh.layouts import row
+    from bokeh.models import ColumnDataSource, HoverTool, Label, Span
+    from bokeh.plotting import figure
+
+    ok = [e for e in entries if not e.error and e.median_s]
+    use_rate = bool(ok) and all(e.gflops is not None for e in ok)
+    names = [e.backend for e in ok]
+    colors = [BACKEND_COLORS[i % len(BACKEND_COLORS)] for i in range(len(ok))]
+    values = [e.gflops if use_rate else e.median_s * 1e3 for e in ok]
+    source = ColumnDataSource(
+        {
+            "backend": names,
+            "value": values,
+            "color": colors,
+            "median": [_seconds(e.median_s) for e in ok],
+            "min": [_seconds(e.min_s) for e in ok],
+            "gflops": [f"{e.gflops:.2f}" if e.gflops is not None else "—" for e in ok],
+            "gbps": [f"{e.gbps:.2f}" if e.gbps is not None else "—" for e in ok],
+        }
+    )
+    unit = "GFLOP/s" if use_rate else "median time (ms)"
+    bars = figure(
+        x_range=names or ["(no timing)"],
+        height=260,
+        width=420,
+        title=f"{title} — {unit}".strip(" —"),
+        toolbar_location=None,
+        tools="",
+    )
+    bars.vbar(x="backend", top="value", width=0.6, color="color", source=source)
+    bars.add_tools(
+        HoverTool(
+            tooltips=[
+                ("backend", "@backend"),
+                ("median", "@median"),
+                ("min", "@min"),
+                ("GFLOP/s", "@gflops"),
+                ("GB/s", "@gbps"),
+            ]
+        )
+    )
+    bars.y_range.start = 0
+    bars.yaxis.axis_label = unit
+    failed = [e for e in entries if e.error]
+    if failed:
+        bars.add_layout(
+            Label(
+                x=5,
+                y=5,
+                x_units="screen",
+                y_units="screen",
+                text_font_size="10px",
+                text="failed: " + ", ".join(e.backend for e in failed),
+            )
+        )
+    with_intensity = [e for e in ok if e.intensity is not None and e.gflops is not None]
+    if not with_intensity:
+        return bars
+    peak_flops, peak_bw = roofs if roofs is not None else machine_roofs()
+    intensities = [e.intensity for e in with_intensity]
+    low, high = min(intensities + [0.01]) / 4, max(intensities + [peak_flops / peak_bw]) * 8
+    roof = figure(
+        height=260,
+        width=380,
+        x_axis_type="log",
+        y_axis_type="log",
+        title="roofline (this machine)",
+        toolbar_location=None,
+        tools="",
+        x_range=(low, high),
+    )
+    xs = [low * (high / low) ** (i / 60) for i in range(61)]
+    roof.line(
+        xs,
+        [min(peak_flops, x * peak_bw) for x in xs],
+        color="#57606a",
+        line_width=2,
+        legend_label=f"numpy peaks: {peak_flops:.0f} GFLOP/s, {peak_bw:.0f} GB/s",
+    )
+    roof.add_layout(
+        Span(location=peak_flops / peak_bw, dimension="height", line_dash="dotted", line_color="#8c959f")
+    )
+    dots = ColumnDataSource(
+        {
+            "x": intensities,
+            "y": [e.gflops for e in with_intensity],
+            "backend": [e.backend for e in with_intensity],
+            "color": [colors[names.index(e.backend)] for e in with_intensity],
+        }
+    )
+    roof.scatter("x", "y", size=11, color="color", source=dots, line_color="black")
+    roof.add_tools(
+        HoverTool(tooltips=[("backend", "@backend"), ("FLOP/byte", "@x{0.000}"), ("GFLOP/s", "@y{0.00}")])
+    )
+    roof.xaxis.axis_label = "arithmetic intensity (FLOP/byte)"
+    roof.yaxis.axis_label = "GFLOP/s"
+    roof.legend.location = "bottom_right"
+    roof.legend.label_text_font_size = "9px"
+    return row(bars, roof)
+
+
+def bokeh_widget(figure: Any) -> widgets.Widget:
+    """A bokeh figure as an ipywidget (jupyter_bokeh; bokeh's JS comes with the extension)."""
+    from jupyter_bokeh.widgets import BokehModel
+
+    return BokehModel(figure)
+
+
+def backends_panel(kernels: list[Any], backends: list[str] | None = None) -> widgets.Widget:
+    """The Backends tab: every backend's declarations, and a button that times every kernel on
+    every backend (a chart and a table per kernel)."""
+    names = backend_names(backends)
+    declarations = widgets.HTML(backends_table_html(kernels, names))
+    button = widgets.Button(
+        description="Time every kernel on every backend", icon="clock", layout=widgets.Layout(width="auto")
+    )
+    progress = widgets.IntProgress(
+        value=0,
+        min=0,
+        max=max(1, len(kernels) * len(names)),
+        layout=widgets.Layout(width="220px", visibility="hidden"),
+    )
+    results = widgets.VBox()
+
+    def run(_: Any) -> None:
+        progress.layout.visibility = "visible"
+        progress.value = 0
+        children: list[widgets.Widget] = []
+        for kernel in kernels:
+            state = TunerState(kernel)
+            entries = []
+            for name in names:
+                entries.append(state.timing(name))
+                progress.value += 1
+            children += [
+                widgets.HTML(
+                    f"<h4>{html.escape(getattr(kernel, 'name', ''))}</h4>" + _table(timing_rows(entries))
+                ),
+                bokeh_widget(timing_figure(entries, getattr(kernel, "name", ""))),
+            ]
+        results.children = children
+        progress.layout.visibility = "hidden"
+
+    button.on_click(run)
+    panel = widgets.VBox([declarations, widgets.HBox([button, progress]), results])
+    panel.time_all = run
+    return panel

@@ -1,0 +1,381 @@
+"""The kernel tuner's data model: a kernel, the opts applied to it, undo/redo, exports.
+
+:class:`TunerState` wraps a :class:`uopviz.passes.kernel.Kernel` (``axes``, ``opts``,
+``apply(Opt)``, ``source(backend)``, ``time(backend)``).  Applying an opt asks the kernel (which
+checks it against the spec's AxisType rules); an invalid opt raises ``OptError`` there, and the
+tuner keeps the kernel as it was and records the message for the panel.  History is a list of
+kernels with a cursor: undo and redo move the cursor, a new opt after an undo drops the redo tail.
+
+Sources and timings are asked of the kernel per backend and cached per (kernel, backend); a
+backend that fails says why in its entry instead of breaking the others.  No widget code here:
+:class:`uopviz.widgets.tuner_view.KernelTuner` draws this state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from uopviz.core.ops import AxisType
+
+OPT_NAMES = ("SPLIT", "PADTO", "SWAP", "NOLOCALS", "TC")
+
+
+def _kernel_module() -> Any:
+    from uopviz.passes import kernel as kernel_module
+
+    return kernel_module
+
+
+# ---------------------------------------------------------------------------------------------
+# opts as data: build from control values, encode to JSON / Python and back
+
+
+def make_opt(
+    op: str,
+    axis: int | None = None,
+    *,
+    factor: int = 4,
+    target: AxisType | str = AxisType.UPCAST,
+    top: bool = False,
+    multiple: int = 4,
+    other_axis: int = 1,
+    tc_select: int = -1,
+    tc_opt: int = 0,
+    tc_mode: int = 0,
+) -> Any:
+    """An ``Opt`` from the tuner's control values: SPLIT takes axis, factor, target and top; PADTO
+    axis and multiple; SWAP axis and other_axis; NOLOCALS nothing; TC the reduce index (axis) and
+    (tc_select, tc_opt, tc_mode)."""
+    module = _kernel_module()
+    name = op.upper()
+    if name not in OPT_NAMES:
+        raise ValueError(f"unknown opt {op!r}; the spec's OptOps are {', '.join(OPT_NAMES)}")
+    kind = module.OptOp[name]
+    if isinstance(target, str):
+        target = AxisType[target.upper()]
+    if name == "SPLIT":
+        return module.Opt(kind, axis, (int(factor), target, bool(top)))
+    if name == "PADTO":
+        return module.Opt(kind, axis, int(multiple))
+    if name == "SWAP":
+        return module.Opt(kind, axis, int(other_axis))
+    if name == "NOLOCALS":
+        return module.Opt(kind, None, None)
+    return module.Opt(kind, axis, (int(tc_select), int(tc_opt), int(tc_mode)))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, AxisType):
+        return value.name
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "name") and hasattr(value, "value") and not isinstance(value, int | float | str | bool):
+        return value.name
+    return value
+
+
+def opt_to_json(opt: Any) -> dict[str, Any]:
+    """``{"op": "SPLIT", "axis": 0, "arg": [4, "UPCAST", false]}``."""
+    return {"op": opt.op.name, "axis": opt.axis, "arg": _plain(opt.arg)}
+
+
+def opt_from_json(data: dict[str, Any]) -> Any:
+    """The inverse of :func:`opt_to_json`."""
+    try:
+        name, axis, arg = data["op"], data.get("axis"), data.get("arg")
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"an opt in JSON is {{'op', 'axis', 'arg'}}, got {data!r}") from error
+    name = str(name).upper()
+    if name == "SPLIT":
+        factor, target, top = arg
+        return make_opt(name, axis, factor=factor, target=target, top=top)
+    if name == "PADTO":
+        return make_opt(name, axis, multiple=arg)
+    if name == "SWAP":
+        return make_opt(name, axis, other_axis=arg)
+    if name == "NOLOCALS":
+        return make_opt(name)
+    if name == "TC":
+        select, option, mode = arg
+        return make_opt(name, axis, tc_select=select, tc_opt=option, tc_mode=mode)
+    raise ValueError(f"unknown opt {name!r} in JSON; the spec's OptOps are {', '.join(OPT_NAMES)}")
+
+
+def opt_to_python(opt: Any) -> str:
+    """``Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False))``: Python that rebuilds ``opt``."""
+
+    def literal(value: Any) -> str:
+        if isinstance(value, AxisType):
+            return f"AxisType.{value.name}"
+        if isinstance(value, tuple):
+            inner = ", ".join(literal(v) for v in value)
+            return f"({inner}{',' if len(value) == 1 else ''})"
+        return repr(value)
+
+    return f"Opt(OptOp.{opt.op.name}, {literal(opt.axis)}, {literal(opt.arg)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# per-backend results
+
+
+@dataclass
+class SourceEntry:
+    """The source of the current kernel on one backend, or why there is none."""
+
+    backend: str
+    source: str = ""
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class TimingEntry:
+    """A timing of the current kernel on one backend (or why it failed), with rates when the
+    kernel's op and byte counts are known."""
+
+    backend: str
+    median_s: float | None = None
+    min_s: float | None = None
+    runs: int = 0
+    gflops: float | None = None
+    gbps: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    error: str = ""
+
+    @property
+    def intensity(self) -> float | None:
+        """Arithmetic intensity, FLOP per byte moved."""
+        if self.flops is None or not self.bytes:
+            return None
+        return self.flops / self.bytes
+
+
+def _counts(kernel: Any, timing: Any) -> tuple[float | None, float | None]:
+    """(FLOPs, bytes) of one run, as the timing or the kernel report them (None if unknown)."""
+    flops = bytes_moved = None
+    for owner in (timing, kernel):
+        for name in ("flops", "ops"):
+            value = getattr(owner, name, None)
+            if flops is None and isinstance(value, int | float) and not isinstance(value, bool):
+                flops = float(value)
+        for name in ("bytes", "bytes_moved", "mem_bytes"):
+            value = getattr(owner, name, None)
+            if bytes_moved is None and isinstance(value, int | float) and not isinstance(value, bool):
+                bytes_moved = float(value)
+    return flops, bytes_moved
+
+
+def timing_entry(kernel: Any, backend: str, timing: Any) -> TimingEntry:
+    """A :class:`TimingEntry` from a backend's ``Timing``."""
+    median = float(timing.median_s)
+    flops, bytes_moved = _counts(kernel, timing)
+    gflops = getattr(timing, "gflops", None)
+    gbps = getattr(timing, "gbps", None)
+    if gflops is None and flops is not None and median > 0:
+        gflops = flops / median / 1e9
+    if gbps is None and bytes_moved is not None and median > 0:
+        gbps = bytes_moved / median / 1e9
+    return TimingEntry(
+        backend,
+        median,
+        float(getattr(timing, "min_s", median)),
+        int(getattr(timing, "runs", 0)),
+        gflops,
+        gbps,
+        flops,
+        bytes_moved,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the tuner state
+
+
+@dataclass(frozen=True)
+class AxisView:
+    """One axis of the kernel as the tuner shows it: position, size, AxisType, letter, colour."""
+
+    index: int
+    size: int
+    axis_type: AxisType
+
+    @property
+    def text(self) -> str:
+        """``u4``: the AxisType letter and the size."""
+        return f"{self.axis_type.letter}{self.size}"
+
+    @property
+    def color(self) -> str:
+        """The spec's colour of the AxisType."""
+        return self.axis_type.color
+
+
+class TunerState:
+    """A kernel being tuned: apply opts, undo/redo, export, and per-backend sources and timings."""
+
+    def __init__(self, kernel: Any):
+        for needed in ("axes", "opts", "apply", "source"):
+            if not hasattr(kernel, needed):
+                raise TypeError(f"TunerState needs a Kernel (with .{needed}), got {type(kernel).__name__}")
+        self._history: list[Any] = [kernel]
+        self._cursor = 0
+        self.message = ""
+        self.error = False
+        # keyed by id(kernel) and backend; the kernel is kept beside the entry so that an id reused
+        # by a later kernel (after its history was dropped) is never taken for the old one
+        self._sources: dict[tuple[int, str], tuple[Any, SourceEntry]] = {}
+        self._timings: dict[tuple[int, str], tuple[Any, TimingEntry]] = {}
+
+    # -- the kernel and its opts ----------------------------------------------------------
+    @property
+    def kernel(self) -> Any:
+        """The kernel with every applied opt."""
+        return self._history[self._cursor]
+
+    @property
+    def base(self) -> Any:
+        """The kernel as given (before the tuner's opts)."""
+        return self._history[0]
+
+    @property
+    def opts(self) -> tuple[Any, ...]:
+        """Every opt applied to the kernel, in order (its own ``opts``)."""
+        return tuple(self.kernel.opts)
+
+    @property
+    def axes(self) -> list[AxisView]:
+        """The kernel's axes in kernel order."""
+        return [AxisView(i, int(size), axis_type) for i, (size, axis_type) in enumerate(self.kernel.axes)]
+
+    @property
+    def axis_string(self) -> str:
+        """``L64 L128 R512``: each axis as letter and size."""
+        return " ".join(a.text for a in self.axes)
+
+    def apply(self, opt: Any) -> bool:
+        """Apply ``opt``; on ``OptError`` keep the kernel as it was and keep the message. Returns
+        whether the opt was applied."""
+        error_type = _kernel_module().OptError
+        try:
+            new_kernel = self.kernel.apply(opt)
+        except error_type as error:
+            self.message, self.error = f"{opt_to_python(opt)} is not valid here: {error}", True
+            return False
+        except Exception as error:  # noqa: BLE001 - a failing opt must not take the tuner down with it
+            self.message = f"{opt_to_python(opt)} failed inside the kernel: {type(error).__name__}: {error}"
+            self.error = True
+            return False
+        del self._history[self._cursor + 1 :]
+        self._history.append(new_kernel)
+        self._cursor += 1
+        self.message, self.error = f"applied {opt_to_python(opt)}", False
+        return True
+
+    def apply_all(self, opts: list[Any]) -> bool:
+        """Apply several opts in order, stopping at the first invalid one."""
+        return all(self.apply(opt) for opt in opts)
+
+    @property
+    def can_undo(self) -> bool:
+        """True when there is an opt to undo."""
+        return self._cursor > 0
+
+    @property
+    def can_redo(self) -> bool:
+        """True when an undone opt can be re-applied."""
+        return self._cursor < len(self._history) - 1
+
+    def undo(self) -> bool:
+        """Step back one opt; False when there is none."""
+        if not self.can_undo:
+            self.message, self.error = "nothing to undo", False
+            return False
+        self._cursor -= 1
+        self.message, self.error = "undone", False
+        return True
+
+    def redo(self) -> bool:
+        """Re-apply the last undone opt; False when there is none."""
+        if not self.can_redo:
+            self.message, self.error = "nothing to redo", False
+            return False
+        self._cursor += 1
+        self.message, self.error = "redone", False
+        return True
+
+    def reset(self) -> None:
+        """Back to the kernel as given (the history stays, so redo works)."""
+        self._cursor = 0
+        self.message, self.error = "reset to the kernel as given", False
+
+    def replace(self, kernel: Any, message: str) -> None:
+        """Make ``kernel`` (found elsewhere, e.g. by BEAM) the current one, undoably."""
+        del self._history[self._cursor + 1 :]
+        self._history.append(kernel)
+        self._cursor += 1
+        self.message, self.error = message, False
+
+    # -- exports -----------------------------------------------------------------------------
+    def new_opts(self) -> tuple[Any, ...]:
+        """The opts the tuner added on top of the base kernel's own."""
+        return self.opts[len(tuple(self.base.opts)) :]
+
+    def export_python(self) -> str:
+        """Python that rebuilds the kernel's opts (and applies them to a kernel ``k``)."""
+        lines = ["from uopviz import AxisType, Opt, OptOp", "", "opts = ["]
+        lines += [f"    {opt_to_python(opt)}," for opt in self.opts]
+        lines += ["]", "for opt in opts:", "    k = k.apply(opt)"]
+        return "\n".join(lines)
+
+    def export_json(self) -> str:
+        """The kernel's opts as JSON (a list of ``{"op", "axis", "arg"}``)."""
+        return json.dumps(
+            {"kernel": getattr(self.kernel, "name", ""), "opts": [opt_to_json(o) for o in self.opts]},
+            indent=1,
+        )
+
+    @staticmethod
+    def opts_from_json(text: str) -> list[Any]:
+        """The opts of a JSON export."""
+        data = json.loads(text)
+        items = data["opts"] if isinstance(data, dict) else data
+        return [opt_from_json(item) for item in items]
+
+    # -- per-backend results -------------------------------------------------------------------
+    def source(self, backend: str) -> SourceEntry:
+        """The current kernel's source on ``backend`` (cached)."""
+        kernel = self.kernel
+        cached = self._sources.get((id(kernel), backend))
+        if cached is not None and cached[0] is kernel:
+            return cached[1]
+        started = time.perf_counter()
+        try:
+            entry = SourceEntry(backend, source=kernel.source(backend))
+        except Exception as error:  # noqa: BLE001 - one backend's failure is shown in its pane
+            entry = SourceEntry(backend, error=f"{type(error).__name__}: {error}")
+        entry.seconds = time.perf_counter() - started
+        self._sources[(id(kernel), backend)] = (kernel, entry)
+        return entry
+
+    def timing(self, backend: str, refresh: bool = False) -> TimingEntry:
+        """A timing of the current kernel on ``backend`` (cached unless ``refresh``)."""
+        kernel = self.kernel
+        cached = self.cached_timing(backend)
+        if cached is not None and not refresh:
+            return cached
+        try:
+            entry = timing_entry(kernel, backend, kernel.time(backend))
+        except Exception as error:  # noqa: BLE001 - shown in the chart's table, others still run
+            entry = TimingEntry(backend, error=f"{type(error).__name__}: {error}")
+        self._timings[(id(kernel), backend)] = (kernel, entry)
+        return entry
+
+    def cached_timing(self, backend: str) -> TimingEntry | None:
+        """The timing already taken for the current kernel on ``backend``, if any."""
+        cached = self._timings.get((id(self.kernel), backend))
+        return cached[1] if cached is not None and cached[0] is self.kernel else None

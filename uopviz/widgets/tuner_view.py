@@ -1,0 +1,388 @@
+"""The kernel tuner view: pick a kernel, apply OptOps with controls, undo/redo, see the axis
+string coloured by AxisType, the kernel's graph, its source on every backend side by side
+(highlighted), timings as a bokeh chart, BEAM search with a progress bar, and export the opts as
+Python or JSON.  An invalid opt shows its message and changes nothing.
+
+Everything shown is asked of :class:`uopviz.widgets.tuner.TunerState` (and through it, of the
+kernel); this module only arranges ipywidgets.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import Any
+
+import ipywidgets as widgets
+
+from uopviz.core.ops import AxisType
+from uopviz.core.uop import UOp
+from uopviz.widgets.backends_view import backend_names, bokeh_widget, timing_figure, timing_rows
+from uopviz.widgets.highlight import highlight
+from uopviz.widgets.tuner import OPT_NAMES, TunerState, make_opt
+
+# a grid, not a flexbox: long source lines must scroll inside their pane, never widen it
+SOURCES_STYLE = "display:grid;gap:8px;overflow-x:auto;grid-template-columns:repeat({count},minmax(340px,1fr))"
+PANE_STYLE = "min-width:0;border:1px solid #d0d7de;border-radius:6px;overflow:hidden"
+HEAD_STYLE = (
+    "background:#f6f8fa;padding:3px 8px;font-weight:600;border-bottom:1px solid #d0d7de;font-size:12px"
+)
+CODE_STYLE = "max-height:440px;overflow:auto;font-size:11.5px;line-height:1.35;padding:0 8px"
+
+
+def axes_html(state: TunerState) -> str:
+    """The kernel's axes as coloured chips (``g64 L128 R512 u4``), each titled with its index and
+    AxisType."""
+    chips = []
+    for axis in state.axes:
+        text_color = "#111" if axis.axis_type in (AxisType.UPCAST, AxisType.THREAD, AxisType.WARP) else "#fff"
+        chips.append(
+            f'<span class="uv-axis" title="axis {axis.index}: {axis.axis_type.name}" '
+            f'style="background:{axis.color};color:{text_color};display:inline-block;padding:1px 7px;'
+            f'margin:1px 2px;border-radius:4px;font-weight:600;font-family:monospace">'
+            f'<sub style="opacity:.7">{axis.index}</sub>{html.escape(axis.text)}</span>'
+        )
+    return "".join(chips) or '<span style="color:#57606a">(no axes)</span>'
+
+
+def sources_html(state: TunerState, backends: list[str]) -> str:
+    """The current kernel's source on each backend, side by side, highlighted."""
+    panes = []
+    for name in backends:
+        entry = state.source(name)
+        if entry.error:
+            body = f'<pre style="color:#82071e;white-space:pre-wrap">{html.escape(entry.error)}</pre>'
+        else:
+            body = highlight(entry.source, name)
+        lines = entry.source.count("\n") + 1 if entry.source else 0
+        panes.append(
+            f'<div class="uv-source" style="{PANE_STYLE}"><div class="uv-source-head" style="{HEAD_STYLE}">'
+            f'{html.escape(name)} <span style="color:#57606a;font-weight:400">{lines} lines</span></div>'
+            f'<div style="{CODE_STYLE}">{body}</div></div>'
+        )
+    style = SOURCES_STYLE.format(count=max(1, len(panes)))
+    return f'<div class="uv-sources" style="{style}">{"".join(panes)}</div>'
+
+
+def message_html(state: TunerState) -> str:
+    """The last action's message, red for an invalid opt."""
+    if not state.message:
+        return ""
+    colors = ("#ffebe9", "#82071e", "#ff8182") if state.error else ("#dafbe1", "#116329", "#4ac26b")
+    return (
+        f'<div class="uv-message {"uv-error" if state.error else "uv-ok"}" style="background:{colors[0]};'
+        f'color:{colors[1]};border:1px solid {colors[2]};padding:3px 8px;border-radius:4px;font-size:12px">'
+        f"{html.escape(state.message)}</div>"
+    )
+
+
+class KernelTuner(widgets.VBox):
+    """Tune the kernels of a program by hand (or with BEAM) and watch sources, graph and timings.
+
+    ``KernelTuner(kernels, backends=None)``: ``backends`` defaults to every available backend.
+    ``tuner.state`` is the current kernel's :class:`TunerState`; ``tuner.apply(opt)`` does what the
+    Apply button does.
+    """
+
+    def __init__(self, kernels: list[Any], backends: list[str] | None = None, show_graph: bool = True):
+        if not kernels:
+            raise ValueError("KernelTuner needs at least one kernel")
+        self.kernels = list(kernels)
+        self.backends = backend_names(backends)
+        self.states: dict[int, TunerState] = {}
+        layout_auto = widgets.Layout(width="auto")
+        self.kernel_select = widgets.Dropdown(
+            options=[(f"{i}: {getattr(k, 'name', 'kernel')}", i) for i, k in enumerate(self.kernels)],
+            description="kernel",
+            layout=widgets.Layout(width="420px"),
+        )
+        self.axes = widgets.HTML()
+        self.opts_text = widgets.HTML()
+        self.message = widgets.HTML()
+        self.op = widgets.ToggleButtons(
+            options=list(OPT_NAMES), value="SPLIT", style={"button_width": "78px"}
+        )
+        self.axis = widgets.Dropdown(description="axis", layout=widgets.Layout(width="150px"))
+        self.factor = widgets.BoundedIntText(
+            value=4, min=1, max=1 << 20, description="factor", layout=widgets.Layout(width="150px")
+        )
+        self.target = widgets.Dropdown(
+            options=[a.name for a in AxisType],
+            value="UPCAST",
+            description="target",
+            layout=widgets.Layout(width="200px"),
+        )
+        self.top = widgets.Checkbox(
+            value=False, description="top", indent=False, layout=widgets.Layout(width="60px")
+        )
+        self.multiple = widgets.BoundedIntText(
+            value=4, min=1, max=1 << 20, description="multiple", layout=widgets.Layout(width="160px")
+        )
+        self.other_axis = widgets.Dropdown(description="with", layout=widgets.Layout(width="150px"))
+        self.tc_select = widgets.IntText(value=-1, description="tc", layout=widgets.Layout(width="120px"))
+        self.tc_opt = widgets.IntText(value=0, description="opt", layout=widgets.Layout(width="120px"))
+        self.tc_mode = widgets.IntText(value=0, description="mode", layout=widgets.Layout(width="120px"))
+        self.apply_button = widgets.Button(description="Apply", button_style="primary", icon="check")
+        self.undo_button = widgets.Button(description="Undo", icon="undo", layout=layout_auto)
+        self.redo_button = widgets.Button(description="Redo", icon="repeat", layout=layout_auto)
+        self.reset_button = widgets.Button(description="Reset", icon="times", layout=layout_auto)
+        self.beam_button = widgets.Button(description="BEAM search", icon="search", layout=layout_auto)
+        self.beam_width = widgets.BoundedIntText(
+            value=4, min=1, max=64, description="width", layout=widgets.Layout(width="130px")
+        )
+        self.beam_progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
+        self.beam_status = widgets.HTML()
+        self.time_button = widgets.Button(
+            description="Time on all backends", icon="clock", layout=layout_auto
+        )
+        self.export_python_button = widgets.Button(
+            description="Export Python", icon="code", layout=layout_auto
+        )
+        self.export_json_button = widgets.Button(
+            description="Export JSON", icon="download", layout=layout_auto
+        )
+        self.export_text = widgets.Textarea(
+            layout=widgets.Layout(width="100%", height="120px", display="none")
+        )
+        self.sources = widgets.HTML()
+        self.timings = widgets.VBox()
+        self.graph = None
+        if show_graph:
+            from uopviz.widgets.views import GraphView
+
+            self.graph = GraphView(height=380)
+        self._wire()
+        controls = widgets.HBox(
+            [
+                self.axis,
+                self.factor,
+                self.target,
+                self.top,
+                self.multiple,
+                self.other_axis,
+                self.tc_select,
+                self.tc_opt,
+                self.tc_mode,
+            ],
+            layout=widgets.Layout(flex_flow="row wrap"),
+        )
+        actions = widgets.HBox(
+            [
+                self.apply_button,
+                self.undo_button,
+                self.redo_button,
+                self.reset_button,
+                self.beam_button,
+                self.beam_width,
+                self.beam_progress,
+                self.beam_status,
+            ]
+        )
+        exports = widgets.HBox([self.time_button, self.export_python_button, self.export_json_button])
+        children = [
+            widgets.HBox([self.kernel_select, self.axes]),
+            self.opts_text,
+            self.op,
+            controls,
+            actions,
+            self.message,
+            self.sources,
+        ]
+        if self.graph is not None:
+            children.append(self.graph)
+        children += [exports, self.export_text, self.timings]
+        super().__init__(children)
+        self.add_class("uv-tuner")
+        self._show_controls()
+        self.refresh()
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def state(self) -> TunerState:
+        """The tuner state of the chosen kernel (one per kernel, kept while the widget lives)."""
+        index = self.kernel_select.value
+        if index not in self.states:
+            self.states[index] = TunerState(self.kernels[index])
+        return self.states[index]
+
+    def _wire(self) -> None:
+        self.kernel_select.observe(lambda _: self.refresh(), names="value")
+        self.op.observe(lambda _: self._show_controls(), names="value")
+        self.apply_button.on_click(lambda _: self.apply())
+        self.undo_button.on_click(lambda _: self._after(self.state.undo()))
+        self.redo_button.on_click(lambda _: self._after(self.state.redo()))
+        self.reset_button.on_click(lambda _: self._after(self.state.reset()))
+        self.time_button.on_click(lambda _: self.time_all())
+        self.export_python_button.on_click(lambda _: self._export(self.state.export_python()))
+        self.export_json_button.on_click(lambda _: self._export(self.state.export_json()))
+        self.beam_button.on_click(lambda _: self.beam())
+
+    def _show_controls(self) -> None:
+        visible = {
+            "SPLIT": (self.axis, self.factor, self.target, self.top),
+            "PADTO": (self.axis, self.multiple),
+            "SWAP": (self.axis, self.other_axis),
+            "NOLOCALS": (),
+            "TC": (self.axis, self.tc_select, self.tc_opt, self.tc_mode),
+        }[self.op.value]
+        for control in (
+            self.axis,
+            self.factor,
+            self.target,
+            self.top,
+            self.multiple,
+            self.other_axis,
+            self.tc_select,
+            self.tc_opt,
+            self.tc_mode,
+        ):
+            control.layout.display = "" if any(control is v for v in visible) else "none"
+        self.axis.description = "reduce #" if self.op.value == "TC" else "axis"
+        if self.op.value == "TC":
+            reduce_count = sum(1 for a in self.state.axes if a.axis_type.is_reduce)
+            previous = self.axis.value
+            self.axis.options = [(str(i), i) for i in range(max(1, reduce_count))]
+            self.axis.value = previous if isinstance(previous, int) and previous < max(1, reduce_count) else 0
+        else:
+            self._axis_options()
+
+    def _axis_options(self) -> None:
+        options = [(f"{a.index}: {a.text}", a.index) for a in self.state.axes] or [("(none)", 0)]
+        values = [value for _, value in options]
+        for dropdown, fallback in ((self.axis, values[0]), (self.other_axis, values[min(1, len(values) - 1)])):
+            previous = dropdown.value
+            dropdown.options = options
+            # new options may leave the dropdown without a value: keep the old one if it still exists
+            dropdown.value = previous if previous in values else fallback
+
+    def current_opt(self) -> Any:
+        """The opt the controls describe."""
+        return make_opt(
+            self.op.value,
+            self.axis.value,
+            factor=self.factor.value,
+            target=self.target.value,
+            top=self.top.value,
+            multiple=self.multiple.value,
+            other_axis=self.other_axis.value,
+            tc_select=self.tc_select.value,
+            tc_opt=self.tc_opt.value,
+            tc_mode=self.tc_mode.value,
+        )
+
+    def apply(self, opt: Any = None) -> bool:
+        """Apply ``opt`` (default: the one the controls describe); refresh on success, show the
+        message either way."""
+        applied = self.state.apply(opt if opt is not None else self.current_opt())
+        self._after(applied)
+        return applied
+
+    def _after(self, changed: Any) -> None:
+        if changed is False:
+            self.message.value = message_html(self.state)  # the kernel did not change: nothing else to redraw
+            self._buttons()
+            return
+        self.refresh()
+
+    def _buttons(self) -> None:
+        self.undo_button.disabled = not self.state.can_undo
+        self.redo_button.disabled = not self.state.can_redo
+
+    def refresh(self) -> None:
+        """Redraw everything from the current kernel."""
+        state = self.state
+        self.axes.value = f'<div class="uv-axes" style="padding-top:4px">{axes_html(state)}</div>'
+        opts = ", ".join(_short(o) for o in state.opts) or "none yet"
+        self.opts_text.value = (
+            f'<div style="font-size:12px;color:#57606a">opts: <code>{html.escape(opts)}</code></div>'
+        )
+        self.message.value = message_html(state)
+        self._show_controls()
+        self._buttons()
+        self.sources.value = sources_html(state, self.backends)
+        if self.graph is not None and isinstance(getattr(state.kernel, "ast", None), UOp):
+            self.graph.show(state.kernel.ast)
+        cached = [state.cached_timing(b) for b in self.backends]
+        if all(entry is not None for entry in cached) and cached:
+            self._show_timings(cached)
+        else:
+            self.timings.children = []
+
+    def _export(self, text: str) -> None:
+        self.export_text.value = text
+        self.export_text.layout.display = ""
+
+    # -- timings and BEAM --------------------------------------------------------------------------
+    def time_all(self) -> None:
+        """Time the current kernel on every backend and draw the chart."""
+        self.time_button.disabled = True
+        try:
+            self._show_timings([self.state.timing(b, refresh=True) for b in self.backends])
+        finally:
+            self.time_button.disabled = False
+
+    def _show_timings(self, entries: list[Any]) -> None:
+        rows = timing_rows(entries)
+        table = "".join(
+            f"<li><b>{html.escape(r['backend'])}</b>: "
+            + ", ".join(f"{k} {html.escape(v)}" for k, v in r.items() if k != "backend")
+            + "</li>"
+            for r in rows
+        )
+        self.timings.children = [
+            bokeh_widget(timing_figure(entries, getattr(self.state.kernel, "name", ""))),
+            widgets.HTML(f'<ul style="font-size:12px">{table}</ul>'),
+        ]
+
+    def beam(self, wait: bool = False) -> None:
+        """Run BEAM search on the current kernel in a thread, with the progress bar; the best kernel
+        found becomes the current one (undoably)."""
+        from uopviz.widgets.beam_runner import run_beam
+
+        state, backend = self.state, self.backends[0] if self.backends else "python"
+        # one kernel change at a time: the search thread and a click must not build UOps together
+        busy = (
+            self.beam_button,
+            self.apply_button,
+            self.undo_button,
+            self.redo_button,
+            self.reset_button,
+            self.kernel_select,
+        )
+        for control in busy:
+            control.disabled = True
+        self.beam_progress.value, self.beam_progress.max = 0, 1
+        self.beam_status.value = "searching…"
+
+        def progress(done: int, total: int) -> None:
+            self.beam_progress.max = max(1, total)
+            self.beam_progress.value = min(done, total)
+
+        def work() -> None:
+            try:
+                best, summary = run_beam(
+                    state.kernel, backend, width=self.beam_width.value, progress=progress
+                )
+                state.replace(best, f"BEAM ({backend}): {summary}")
+                self.beam_status.value = html.escape(summary)
+                self.refresh()
+            except Exception as error:  # noqa: BLE001 - the search failing is reported in the panel
+                state.message, state.error = f"BEAM failed: {type(error).__name__}: {error}", True
+                self.message.value = message_html(state)
+                self.beam_status.value = ""
+            finally:
+                for control in busy:
+                    control.disabled = False
+                self._buttons()
+
+        if wait:
+            work()
+        else:
+            threading.Thread(target=work, daemon=True).start()
+
+
+def _short(opt: Any) -> str:
+    arg = opt.arg
+    if isinstance(arg, tuple):
+        arg = "(" + ", ".join(a.name if isinstance(a, AxisType) else repr(a) for a in arg) + ")"
+    return f"{opt.op.name}({opt.axis}, {arg})"
