@@ -4,18 +4,27 @@
   :func:`print_module` turns a tree back into canonical text.
 - :func:`read_tensor` / :func:`write_tensor` read and write NNEF ``.dat`` tensor files.
 - Every problem in an input raises :class:`NNEFError` (``.file``, ``.line``, ``.column``).
+- :func:`load` / :func:`loads` compose a model (SkriptND file or folder, NNEF 1.0 folder, .tgz)
+  into a :class:`Graph` that lowers to UOp kernels, compiles and runs (``g.compile()``, ``g.run()``).
 """
 
 from uopviz.nnef import ast
 from uopviz.nnef.data import read_header, read_tensor, tensor_bytes, write_tensor
 from uopviz.nnef.errors import NNEFError, NNEFWarning
+from uopviz.nnef.graph import Graph, Operation, TensorInfo
+from uopviz.nnef.loader import load, loads
 from uopviz.nnef.parser import parse_expression, parse_module
 from uopviz.nnef.printer import print_expression, print_module
 
 __all__ = [
+    "Graph",
     "NNEFError",
     "NNEFWarning",
+    "Operation",
+    "TensorInfo",
     "ast",
+    "load",
+    "loads",
     "parse_expression",
     "parse_module",
     "print_expression",

@@ -195,6 +195,8 @@ class Graph:
     definition: ast.Definition | None = field(default=None, repr=False)
     modules: dict[str, ast.Module] = field(default_factory=dict, repr=False)
     source: Any = field(default=None, repr=False)
+    recompose: Any = field(default=None, repr=False)  # input shapes -> Graph (for run-time extents)
+    counts: dict = field(default_factory=dict, repr=False)  # run-time extent key -> its counter buffer
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 

@@ -1475,7 +1475,7 @@ class _OperationLowering:
             scatter_builder, stores, f"{self.op.label}.scatter", statement, {positions: scratch[positions]}
         )
         dynamic = self.symbols[counter]
-        self.graph.__dict__.setdefault("_counts", {})[dynamic.key] = count
+        self.graph.counts[dynamic.key] = count
 
 
 _COMPARES = frozenset({Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LT, Ops.CMP_LE})
@@ -2070,7 +2070,7 @@ def compile_graph(
                         index, kernel.ast, arguments, Kernel(kernel.ast, backend, name_hint=kernel.name)
                     )
                 )
-            output_names = [*graph.outputs, *dict.fromkeys(graph.__dict__.get("_counts", {}).values())]
+            output_names = [*graph.outputs, *dict.fromkeys(graph.counts.values())]
             missing = [name for name in output_names if name not in current or name not in written]
             if missing:
                 raise NNEFError(f"no kernel writes the graph output(s) {missing}")
@@ -2134,7 +2134,7 @@ def run_graph(
         raise NNEFError(f"missing graph input(s) {missing}")
     shapes = _needs_recompose(graph, inputs)
     if shapes is not None:
-        recompose = graph.__dict__.get("recompose")
+        recompose = graph.recompose
         if recompose is None:
             raise NNEFError(
                 "this graph has run-time input extents; it must come from uopviz.nnef.load/loads to "
@@ -2151,7 +2151,7 @@ def run_graph(
     }
     results = program.run(arrays)
     by_name = dict(zip(program.nnef_outputs, results, strict=True))
-    counts = graph.__dict__.get("_counts", {})
+    counts = graph.counts
     outputs = {}
     for name in graph.outputs:
         tensor = graph.tensors[name]
