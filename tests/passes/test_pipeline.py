@@ -635,3 +635,22 @@ def test_gradients_match_finite_differences() -> None:
             args_minus = (minus, other) if target is x0 else (other, minus)
             numeric[index] = (float(loss(*args_plus).numpy()) - float(loss(*args_minus).numpy())) / (2 * step)
         np.testing.assert_allclose(got, numeric, rtol=2e-2, atol=2e-3)
+
+
+def test_each_shard_runs_on_its_device() -> None:
+    x = np.arange(16, dtype=np.float32).reshape(8, 2)
+    sharded = Tensor(x).shard(DEVICES)
+    program_ = uv.compile(sharded * 2 + 1)
+    assert [item.device for item in program_.items] == list(DEVICES)
+    for item in program_.items:  # a launch addresses its device's part only (2 rows of 2)
+        params = [u for u in item.kernel.ast.toposort() if u.op is Ops.PARAM]
+        assert all(p.shape == (4,) for p in params)
+    np.testing.assert_array_equal(program_.run()[0], x * 2 + 1)
+
+
+def test_reading_another_device_needs_a_copy() -> None:
+    sharded = Tensor(np.ones((8, 2), np.float32)).shard(DEVICES)
+    with pytest.raises(uv.passes.rangeify.RangeifyError, match="COPY it first"):
+        uv.compile(sharded.sum(0))
+    gathered = sharded.copy("CPU:0")  # a COPY to one device gathers the shards
+    np.testing.assert_array_equal(uv.compile(gathered.sum(0)).run()[0], [8.0, 8.0])

@@ -119,7 +119,7 @@ def rangeify_stage(program: Program) -> None:
     program.graph = result.function
     calls = [u for u in program.graph.toposort() if u.op is Ops.CALL]
     program.items = [ScheduleItem(index, call.src[0], list(call.src[1:]),
-                                  Kernel(call.src[0], program.backend, name_hint=f"k{index}"))
+                                  Kernel(call.src[0], program.backend, name_hint=f"k{index}"), shard=call.arg)
                      for index, call in enumerate(calls)]
 
 
@@ -275,6 +275,13 @@ class ScheduleItem:
     kernel: Kernel
     source: str = ""
     compiled: CompiledKernel | None = None
+    shard: tuple[int, int, bool] | None = None  # (device index, device count, reads whole buffers)
+
+    @property
+    def device(self) -> Any:
+        """The device this launch runs on (one of an n-tuple device for a per-device launch)."""
+        device = _storage(self.arguments[0]).arg.device
+        return device[self.shard[0]] if self.shard is not None else device
 
 
 def _storage(value: UOp) -> UOp:
@@ -347,7 +354,7 @@ class Program:
         for item in self.items:
             if item.compiled is None:
                 raise RuntimeError("the program was not rendered")
-            args = [self._array_of(arrays, a) for a in item.arguments]
+            args = [self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)]
             item.compiled(*args)
         pairs = zip(self.output_values(), self.outputs)
         return [self._output(arrays, value, original) for value, original in pairs]
@@ -380,11 +387,16 @@ class Program:
                 arrays[buffer] = np.zeros(buffer.shape[0], storage)
         return arrays
 
-    def _array_of(self, arrays: dict[UOp, np.ndarray], value: UOp) -> np.ndarray:
+    def _array_of(self, arrays: dict[UOp, np.ndarray], value: UOp, item: ScheduleItem | None = None,
+                  slot: int = 0) -> np.ndarray:
         storage = _storage(value)
-        if storage.op is Ops.PARAM:
-            return arrays[self.inputs[storage.arg.slot]]
-        return arrays[storage]
+        array = arrays[self.inputs[storage.arg.slot]] if storage.op is Ops.PARAM else arrays[storage]
+        if item is not None and item.shard is not None:
+            index, count, whole = item.shard
+            if isinstance(storage.device, tuple) and (slot == 0 or not whole):
+                part = array.size // count  # a launch on one device gets that device's part
+                return array[index * part:(index + 1) * part]
+        return array
 
     def _output(self, arrays: dict[UOp, np.ndarray], value: UOp, original: UOp) -> np.ndarray:
         storage = _storage(value)

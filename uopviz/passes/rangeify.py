@@ -32,6 +32,7 @@ from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.uop import UOp, UOpError
 from uopviz.passes.indexing import (
     at_least,
+    bounds,
     conjunction,
     flat_index,
     iadd,
@@ -195,21 +196,45 @@ class BufferizeContext:
 
 
 def _buffer_for(x: UOp) -> tuple[UOp, int]:
-    """A fresh BUFFER that holds ``x`` (per device on an n-tuple device) and its element count."""
+    """A fresh BUFFER that holds ``x`` and its element count.  On an n-tuple device each device holds
+    its shard of a sharded value, or a whole copy of a replicated one."""
     count = math.prod(x.shape)
     device = x.device if x.device is not None else "CPU"
     if isinstance(device, tuple):
-        per_device = -(-count // len(device))
+        sharded = shard_axis_of(x) is not None
+        per_device = count // len(device) if sharded else count
         return UOp.buffer(per_device, x.dtype, device), count
     return UOp.buffer(count, x.dtype, device), count
 
 
-def view_of(buffer: UOp, shape: tuple[int, ...], count: int) -> UOp:
-    """``buffer`` seen as a value of ``shape`` (its first ``count`` elements)."""
+def view_of(buffer: UOp, shape: tuple[int, ...], count: int, shard_axis: int | None = None) -> UOp:
+    """``buffer`` seen as a value of ``shape``: its first ``count`` elements; or, for a value sharded
+    on ``shard_axis`` over an n-tuple device, device ``d``'s slice in the ``d``-th part of the buffer
+    (device-major, the layout of ``Tensor.shard``)."""
     value = buffer
+    devices = buffer.arg.device if buffer.op is Ops.BUFFER else buffer.src[0].arg.device
+    if shard_axis is not None and isinstance(devices, tuple):
+        count_devices = len(devices)
+        shard = list(shape)
+        shard[shard_axis] //= count_devices
+        value = value.reshape((count_devices, *shard))
+        order = [*range(1, shard_axis + 1), 0, *range(shard_axis + 1, len(shape) + 1)]
+        if order != list(range(len(order))):
+            value = value.permute(order)
+        return value.reshape(shape) if value.shape != shape else value
     if buffer.shape[0] != count:
         value = value.shrink((0,), (count,))
     return value if value.shape == shape else value.reshape(shape)
+
+
+def shard_axis_of(value: UOp) -> int | None:
+    """The axis a value on an n-tuple device is sharded on (None: replicated, or one device)."""
+    if not isinstance(value.device, tuple):
+        return None
+    try:
+        return value.axis
+    except UOpError as error:
+        raise RangeifyError(f"cannot tell how {value.op.name}{value.shape} is sharded: {error}") from error
 
 
 def bufferize(ctx: BufferizeContext, x: UOp) -> UOp:
@@ -219,8 +244,9 @@ def bufferize(ctx: BufferizeContext, x: UOp) -> UOp:
         value = value.src[0]
     buffer, count = _buffer_for(value)
     ctx.buffers.append(buffer)
-    store = UOp(Ops.STORE, (view_of(buffer, value.shape, count), value))
-    return view_of(UOp(Ops.AFTER, (buffer, store)), value.shape, count)
+    axis = shard_axis_of(value)
+    store = UOp(Ops.STORE, (view_of(buffer, value.shape, count, axis), value))
+    return view_of(UOp(Ops.AFTER, (buffer, store)), value.shape, count, axis)
 
 
 bufferize_rules = PatternMatcher([
@@ -233,21 +259,39 @@ bufferize_rules = PatternMatcher([
 
 
 @dataclass
+class Shard:
+    """Which launch of a kernel on an n-tuple device this is: device ``index`` of ``count``.
+    ``whole``: the kernel is a COPY, so it reads its sources where they are (across devices)."""
+
+    index: int
+    count: int
+    whole: bool
+
+
+@dataclass
 class KernelContext:
     """State of building one kernel: its PARAMs (program value → kernel PARAM) and its ranges."""
 
     params: dict[UOp, UOp] = field(default_factory=dict)
     reduce_ranges: dict[tuple, UOp] = field(default_factory=dict)
     next_range: int = 0
+    shard: Shard | None = None
 
-    def param_for(self, value: UOp) -> UOp:
+    def local(self, value: UOp) -> bool:
+        """True when this launch sees only its own device's part of ``value`` (a per-device launch of
+        a kernel that is not a COPY, reading a buffer on the n-tuple device)."""
+        return self.shard is not None and not self.shard.whole and isinstance(value.device, tuple)
+
+    def param_for(self, value: UOp, local: bool | None = None) -> UOp:
         """The kernel PARAM bound to program-level buffer ``value`` (slots in order of first use)."""
         found = self.params.get(value)
         if found is None:
             base = _storage_of(value)
             dtype = base.arg.dtype if base.op in (Ops.BUFFER, Ops.PARAM) else value.dtype
-            device = value.device
-            found = UOp.param(len(self.params), (value.shape[0],), dtype, device, AddrSpace.GLOBAL)
+            size = value.shape[0]
+            if self.local(value) if local is None else local:
+                size //= self.shard.count  # this device's part
+            found = UOp.param(len(self.params), (size,), dtype, value.device, AddrSpace.GLOBAL)
             self.params[value] = found
         return found
 
@@ -409,12 +453,22 @@ def index_through_reshape(idx: UOp, x: UOp) -> UOp | None:
     return _indexed(x.src[0], reshape_indices(x.shape, x.src[0].shape, idx.src[1:]))
 
 
-def index_through_replicated(idx: UOp, x: UOp) -> UOp | None:
-    """REPLICATED collapses axes to 1: every device holds the same copy, read the first."""
+def index_through_replicated(ctx: KernelContext, idx: UOp, x: UOp) -> UOp | None:
+    """REPLICATED collapses axes to 1: every device holds the same values there; a launch on one
+    device reads its own (on the shard axis), others read the first."""
     if not _is_pushdown(idx):
         return None
-    indices = [iconst(0) if axis in x.arg else i for axis, i in enumerate(idx.src[1:])]
-    return _indexed(x.src[0], indices)
+    source = x.src[0]
+    shard_axis = shard_axis_of(source) if ctx.shard is not None and not ctx.shard.whole else None
+    indices = []
+    for axis, i in enumerate(idx.src[1:]):
+        if axis not in x.arg:
+            indices.append(i)
+        elif axis == shard_axis:
+            indices.append(iconst(ctx.shard.index * (source.shape[axis] // ctx.shard.count)))
+        else:
+            indices.append(iconst(0))
+    return _indexed(source, indices)
 
 
 def index_through_stack(idx: UOp, x: UOp) -> UOp | None:
@@ -500,14 +554,31 @@ def index_through_reduce(ctx: KernelContext, idx: UOp, x: UOp) -> UOp | None:
 
 
 def load_buffer(ctx: KernelContext, idx: UOp, x: UOp) -> UOp | None:
-    """Reaching a buffer (an input PARAM, a BUFFER or a realized value): load the element."""
+    """Reaching a buffer (an input PARAM, a BUFFER or a realized value): load the element.  A launch on
+    one device of an n-tuple device addresses that device's part of the buffer."""
     if not _is_pushdown(idx):
         return None
     if x.op is Ops.PARAM and x.arg.addrspace is not None:
         return None  # already a kernel PARAM
     param = ctx.param_for(x)
     position = flat_index(idx.src[1:], x.shape)
+    if ctx.local(x):
+        position = local_position(ctx.shard, position, x.shape[0] // ctx.shard.count, x)
     return UOp(Ops.LOAD, (UOp(Ops.INDEX, (param, position)),))
+
+
+def local_position(shard: Shard, position: UOp, part: int, value: UOp) -> UOp:
+    """``position`` in the device-major buffer as a position in device ``shard.index``'s part: a
+    sharded value's part starts at ``index * part``; a replicated value's copy is at the start."""
+    low, high = bounds(position)
+    start = shard.index * part
+    if start <= low and high < start + part:
+        return iadd(position, -start)
+    if 0 <= low and high < part:
+        return position
+    raise RangeifyError(f"a kernel running on device {shard.index} of {value.device} reads elements "
+                        f"{low}..{high} of a buffer whose part on that device is {start}..{start + part - 1}:"
+                        f" the data lives on other devices; COPY it first (e.g. gather, reduce)")
 
 
 def index_constant(idx: UOp, x: UOp) -> UOp | None:
@@ -602,18 +673,28 @@ class KernelizeContext:
     calls: list[UOp] = field(default_factory=list)
 
 
-def build_kernel(target: UOp, value: UOp) -> tuple[UOp, list[UOp]]:
+def build_kernel(target: UOp, value: UOp, shard: Shard | None = None) -> tuple[UOp, list[UOp]]:
     """The kernel AST storing ``value`` into the buffer viewed by ``target``, and the program-level
-    values bound to its PARAM slots."""
+    values bound to its PARAM slots.  With ``shard``: the launch on one device of an n-tuple device,
+    computing that device's shard (or its whole copy of a replicated value)."""
     buffer = _view_base(target)
-    ctx = KernelContext()
-    out_param = ctx.param_for(buffer)
+    ctx = KernelContext(shard=shard)
+    ctx.param_for(buffer, local=shard is not None)
     shape = value.shape
-    ranges = [ctx.new_range(size, AxisType.LOOP) if size != 1 else iconst(0) for size in shape]
-    position = flat_index(ranges, shape)
-    offset = _view_offset(target)
-    address = UOp(Ops.INDEX, (out_param, iadd(position, offset)))
-    root = UOp(Ops.SINK, (UOp(Ops.STORE, (address, _indexed(value, ranges))),))
+    axis = shard_axis_of(value) if shard is not None else None
+    indices: list[UOp] = []
+    for position, size in enumerate(shape):
+        extent = size // shard.count if position == axis else size
+        index = ctx.new_range(extent, AxisType.LOOP) if extent != 1 else iconst(0)
+        indices.append(iadd(index, shard.index * extent) if position == axis else index)
+    # the address: the store target's view at these indices (the pushdown finds the position)
+    located = graph_rewrite(_indexed(target, indices), index_pushdown, ctx=KernelContext(),
+                            name="output address")
+    position = located.src[0].src[1]
+    if shard is not None:
+        position = local_position(shard, position, buffer.shape[0] // shard.count, buffer)
+    address = UOp(Ops.INDEX, (ctx.params[buffer], position))
+    root = UOp(Ops.SINK, (UOp(Ops.STORE, (address, _indexed(value, indices))),))
     root = graph_rewrite(root, index_pushdown, ctx=ctx, name="index pushdown")
     root = graph_rewrite(root, gate_rules, name="gate loads")
     root = simplify_indices(root)
@@ -622,29 +703,30 @@ def build_kernel(target: UOp, value: UOp) -> tuple[UOp, list[UOp]]:
 
 
 def _view_base(target: UOp) -> UOp:
-    while target.op in (Ops.RESHAPE, Ops.SHRINK):
+    while target.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE):
         target = target.src[0]
     if target.op is not Ops.BUFFER:
-        raise RangeifyError(f"a tensor-level STORE writes a BUFFER (seen through RESHAPE/SHRINK), got "
+        raise RangeifyError(f"a tensor-level STORE writes a BUFFER (seen through views), got "
                             f"{target.op.name}")
     return target
 
 
-def _view_offset(target: UOp) -> int:
-    offset = 0
-    while target.op in (Ops.RESHAPE, Ops.SHRINK):
-        if target.op is Ops.SHRINK:
-            offset += target.marg[0][0]
-        target = target.src[0]
-    return offset
-
-
 def kernelize(ctx: KernelizeContext, target: UOp, value: UOp) -> UOp:
-    """A tensor-level ``STORE(B.view, X)`` becomes ``CALL(kernel, B, inputs...)``."""
-    kernel, arguments = build_kernel(target, value)
-    call = UOp(Ops.CALL, (kernel, *arguments))
-    ctx.calls.append(call)
-    return call
+    """A tensor-level ``STORE(B.view, X)`` becomes ``CALL(kernel, B, inputs...)``; on an n-tuple device
+    one CALL per device (arg ``(index, count, whole)``), grouped."""
+    devices = _view_base(target).arg.device
+    if not isinstance(devices, tuple):
+        kernel, arguments = build_kernel(target, value)
+        call = UOp(Ops.CALL, (kernel, *arguments))
+        ctx.calls.append(call)
+        return call
+    whole = value.op in (Ops.COPY, Ops.LOAD)
+    calls = []
+    for index in range(len(devices)):
+        kernel, arguments = build_kernel(target, value, Shard(index, len(devices), whole))
+        calls.append(UOp(Ops.CALL, (kernel, *arguments), (index, len(devices), whole)))
+    ctx.calls.extend(calls)
+    return UOp(Ops.GROUP, tuple(calls))
 
 
 kernelize_rules = PatternMatcher([
