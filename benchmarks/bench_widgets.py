@@ -163,9 +163,12 @@ def bench_apply_opt() -> list[dict[str, Any]]:
     except ImportError as error:  # the pipeline is not installed: nothing to tune
         print(f"bench_widgets: no tuner case ({error})", file=sys.stderr)
         return []
+    import numpy as np
+
     from uopviz.widgets.tuner_view import KernelTuner
 
-    a, b = uv.Tensor.rand(256, 256), uv.Tensor.rand(256, 256)
+    rng = np.random.default_rng(0)
+    a, b = (uv.Tensor(rng.random((256, 256), dtype=np.float32)) for _ in range(2))
     program = uv.compile(a @ b, backend="c", opts=None)
     kernel = program.kernels[0]
     tuner = KernelTuner([kernel], backends=["c", "python"])

@@ -182,7 +182,7 @@ def _add_kernels(
             "Kernels",
             heading,
             f'<div class="uv-axes">{axes_html(state)}</div>'
-            f'<pre class="uv-opts">{opts_text}</pre>{sources_html(state, names)}',
+            f'<pre class="uv-opts">{opts_text}</pre>{sources_html(state, names, precise=True)}',
         )
         if isinstance(getattr(kernel, "ast", None), UOp):
             page.add_dag("Kernels", "", kernel.ast, height=420)

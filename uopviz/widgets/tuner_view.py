@@ -45,15 +45,16 @@ def axes_html(state: TunerState) -> str:
     return "".join(chips) or '<span style="color:#57606a">(no axes)</span>'
 
 
-def sources_html(state: TunerState, backends: list[str]) -> str:
-    """The current kernel's source on each backend, side by side, highlighted."""
+def sources_html(state: TunerState, backends: list[str], precise: bool = False) -> str:
+    """The current kernel's source on each backend, side by side, highlighted (``precise``: with
+    pygments, slower)."""
     panes = []
     for name in backends:
         entry = state.source(name)
         if entry.error:
             body = f'<pre style="color:#82071e;white-space:pre-wrap">{html.escape(entry.error)}</pre>'
         else:
-            body = highlight(entry.source, name)
+            body = highlight(entry.source, name, precise=precise)
         lines = entry.source.count("\n") + 1 if entry.source else 0
         panes.append(
             f'<div class="uv-source" style="{PANE_STYLE}"><div class="uv-source-head" style="{HEAD_STYLE}">'
@@ -131,7 +132,12 @@ class KernelTuner(widgets.VBox):
             value=4, min=1, max=64, description="width", layout=widgets.Layout(width="130px")
         )
         self.beam_progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
+        self.beam_budget = widgets.BoundedIntText(
+            value=30, min=1, max=3600, description="budget s", layout=widgets.Layout(width="150px")
+        )
         self.beam_status = widgets.HTML()
+        self.beam_table = widgets.HTML()
+        self.beam_result: Any = None
         self.time_button = widgets.Button(
             description="Time on all backends", icon="clock", layout=layout_auto
         )
@@ -174,6 +180,7 @@ class KernelTuner(widgets.VBox):
                 self.reset_button,
                 self.beam_button,
                 self.beam_width,
+                self.beam_budget,
                 self.beam_progress,
                 self.beam_status,
             ]
@@ -186,6 +193,7 @@ class KernelTuner(widgets.VBox):
             controls,
             actions,
             self.message,
+            self.beam_table,
             self.sources,
         ]
         if self.graph is not None:
@@ -249,7 +257,8 @@ class KernelTuner(widgets.VBox):
     def _axis_options(self) -> None:
         options = [(f"{a.index}: {a.text}", a.index) for a in self.state.axes] or [("(none)", 0)]
         values = [value for _, value in options]
-        for dropdown, fallback in ((self.axis, values[0]), (self.other_axis, values[min(1, len(values) - 1)])):
+        second = values[min(1, len(values) - 1)]
+        for dropdown, fallback in ((self.axis, values[0]), (self.other_axis, second)):
             previous = dropdown.value
             dropdown.options = options
             # new options may leave the dropdown without a value: keep the old one if it still exists
@@ -337,7 +346,7 @@ class KernelTuner(widgets.VBox):
     def beam(self, wait: bool = False) -> None:
         """Run BEAM search on the current kernel in a thread, with the progress bar; the best kernel
         found becomes the current one (undoably)."""
-        from uopviz.widgets.beam_runner import run_beam
+        from uopviz.widgets.beam_runner import candidates_html, run_beam
 
         state, backend = self.state, self.backends[0] if self.backends else "python"
         # one kernel change at a time: the search thread and a click must not build UOps together
@@ -360,11 +369,14 @@ class KernelTuner(widgets.VBox):
 
         def work() -> None:
             try:
-                best, summary = run_beam(
-                    state.kernel, backend, width=self.beam_width.value, progress=progress
+                best, summary, result = run_beam(
+                    state.kernel, backend, width=self.beam_width.value,
+                    budget_s=float(self.beam_budget.value), progress=progress,
                 )
                 state.replace(best, f"BEAM ({backend}): {summary}")
-                self.beam_status.value = html.escape(summary)
+                self.beam_status.value = ""
+                self.beam_result = result
+                self.beam_table.value = candidates_html(result)
                 self.refresh()
             except Exception as error:  # noqa: BLE001 - the search failing is reported in the panel
                 state.message, state.error = f"BEAM failed: {type(error).__name__}: {error}", True

@@ -1,0 +1,186 @@
+"""The kernel tuner: its data model (uopviz.widgets.tuner) over real kernels from uv.compile, and
+the ipywidgets view driven from Python (no browser)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz import AxisType
+from uopviz.passes.kernel import Opt, OptError, OptOp
+from uopviz.widgets.tuner import (
+    TunerState,
+    make_opt,
+    opt_from_json,
+    opt_to_json,
+    opt_to_python,
+    timing_entry,
+)
+from uopviz.widgets.tuner_view import KernelTuner, axes_html
+
+
+def matmul_kernel(m: int, k: int, n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    a = uv.Tensor(rng.random((m, k), dtype=np.float32))
+    b = uv.Tensor(rng.random((k, n), dtype=np.float32))
+    (kernel,) = uv.compile(a @ b, backend="c").kernels
+    return kernel
+
+
+SHAPES = [(8, 16, 4), (16, 12, 8), (32, 64, 16)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_apply_follows_the_kernel_and_an_invalid_opt_changes_nothing(shape):
+    kernel = matmul_kernel(*shape)
+    state = TunerState(kernel)
+    assert state.axis_string == " ".join(f"{t.letter}{s}" for s, t in kernel.axes)
+    split = make_opt("SPLIT", 0, factor=4, target="UPCAST")
+    assert split == Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False))
+    assert state.apply(split) and not state.error
+    expected = kernel.apply(split)
+    assert state.kernel.ast is expected.ast and state.opts == (split,)
+    assert [(a.size, a.axis_type) for a in state.axes] == list(expected.axes)
+    before = state.kernel
+    bad = make_opt("SPLIT", 0, factor=7, target="UPCAST")
+    with pytest.raises(OptError) as raised:
+        before.apply(bad)
+    assert not state.apply(bad)
+    assert state.kernel is before and state.error
+    assert str(raised.value) in state.message and "not valid" in state.message
+
+
+def test_undo_redo_and_reset():
+    state = TunerState(matmul_kernel(16, 16, 16))
+    base = state.kernel
+    first, second = make_opt("SPLIT", 0, factor=4), make_opt("SPLIT", 1, factor=2)
+    assert not state.can_undo and not state.undo()
+    state.apply(first)
+    after_first = state.kernel
+    state.apply(second)
+    assert state.opts == (first, second)
+    assert state.undo() and state.kernel is after_first and state.can_redo
+    assert state.redo() and state.opts == (first, second) and not state.can_redo
+    assert not state.redo() and state.message == "nothing to redo"
+    state.undo()
+    third = make_opt("SPLIT", 1, factor=4)
+    state.apply(third)  # a new opt after an undo drops the redo tail
+    assert state.opts == (first, third) and not state.can_redo
+    state.reset()
+    assert state.kernel is base and state.opts == () and state.can_redo
+
+
+@pytest.mark.parametrize("opts", [
+    [("SPLIT", 0, {"factor": 4, "target": "UPCAST"})],
+    [("SPLIT", 1, {"factor": 2, "target": "UPCAST"}), ("PADTO", 0, {"multiple": 5})],
+    [("SPLIT", 0, {"factor": 2, "target": "THREAD", "top": True}), ("NOLOCALS", None, {})],
+])
+def test_exports_rebuild_the_same_kernel(opts):
+    kernel = matmul_kernel(16, 16, 8)
+    state = TunerState(kernel)
+    for name, axis, values in opts:
+        assert state.apply(make_opt(name, axis, **values)), state.message
+    from_json = TunerState.opts_from_json(state.export_json())
+    assert tuple(from_json) == state.opts
+    assert json.loads(state.export_json())["kernel"] == state.kernel.name
+    namespace = {"k": kernel}
+    exec(state.export_python(), namespace)  # the exported Python applies the opts to a kernel `k`
+    assert namespace["k"].ast is state.kernel.ast
+    for opt in state.opts:
+        assert opt_from_json(opt_to_json(opt)) == opt
+        assert eval(opt_to_python(opt), {"Opt": Opt, "OptOp": OptOp, "AxisType": AxisType}) == opt
+
+
+def test_make_opt_covers_every_optop_and_rejects_unknown_ones():
+    assert make_opt("PADTO", 2, multiple=8) == Opt(OptOp.PADTO, 2, 8)
+    assert make_opt("swap", 0, other_axis=2) == Opt(OptOp.SWAP, 0, 2)
+    assert make_opt("NOLOCALS") == Opt(OptOp.NOLOCALS, None, None)
+    assert make_opt("TC", 0, tc_select=-1, tc_opt=1, tc_mode=0) == Opt(OptOp.TC, 0, (-1, 1, 0))
+    with pytest.raises(ValueError, match="unknown opt 'FUSE'"):
+        make_opt("FUSE", 0)
+    with pytest.raises(ValueError, match="an opt in JSON"):
+        opt_from_json({"axis": 0})
+    with pytest.raises(TypeError, match="needs a Kernel"):
+        TunerState(object())
+
+
+def test_sources_come_from_the_kernel_per_backend_and_failures_stay_in_their_pane():
+    state = TunerState(matmul_kernel(8, 8, 8))
+    state.apply(make_opt("SPLIT", 0, factor=2))
+    entry = state.source("c")
+    assert entry.source == state.kernel.source("c") and not entry.error
+    assert state.source("c") is entry  # cached for this kernel
+    missing = state.source("no-such-backend")
+    assert missing.source == "" and "no-such-backend" in missing.error
+    state.undo()
+    assert state.source("c").source == state.kernel.source("c") != entry.source
+
+
+def test_timing_rates_come_from_the_kernels_counts():
+    state = TunerState(matmul_kernel(16, 32, 8))
+    entry = state.timing("c")
+    assert not entry.error and entry.median_s > 0 and entry.runs > 0
+    assert entry.flops == state.kernel.flops and entry.bytes == state.kernel.bytes
+    assert entry.gflops == pytest.approx(state.kernel.flops / entry.median_s / 1e9)
+    assert entry.gbps == pytest.approx(state.kernel.bytes / entry.median_s / 1e9)
+    assert entry.intensity == pytest.approx(state.kernel.flops / state.kernel.bytes)
+    assert state.cached_timing("c") is entry
+
+    class Bare:  # a Timing without counts, for a kernel without counts: rates stay unknown
+        median_s, min_s, runs = 0.5, 0.4, 3
+
+    bare = timing_entry(object(), "x", Bare())
+    assert bare.gflops is None and bare.gbps is None and bare.intensity is None and bare.runs == 3
+
+
+def test_axis_chips_use_the_axis_type_colours():
+    state = TunerState(matmul_kernel(16, 16, 16))
+    state.apply(make_opt("SPLIT", 0, factor=4, target="UPCAST"))
+    chips = axes_html(state)
+    for axis in state.axes:
+        assert axis.color == axis.axis_type.color and f"background:{axis.color}" in chips
+        assert axis.text in chips
+
+
+def test_the_view_applies_undoes_and_reports_invalid_opts():
+    tuner = KernelTuner([matmul_kernel(16, 16, 8), matmul_kernel(8, 8, 8, seed=1)], backends=["c", "python"])
+    sources = tuner.sources.value
+    assert "c" in sources and "python" in sources
+    tuner.op.value, tuner.axis.value, tuner.factor.value, tuner.target.value = "SPLIT", 0, 4, "UPCAST"
+    assert tuner.apply()
+    assert tuner.sources.value != sources and "uv-ok" in tuner.message.value
+    assert tuner.graph.uop is tuner.state.kernel.ast
+    applied = tuner.sources.value
+    tuner.factor.value = 3
+    assert not tuner.apply()
+    assert tuner.sources.value == applied and "uv-error" in tuner.message.value
+    tuner.undo_button.click()
+    assert tuner.sources.value == sources and not tuner.redo_button.disabled
+    tuner.redo_button.click()
+    assert tuner.sources.value == applied
+    tuner.export_json_button.click()
+    assert json.loads(tuner.export_text.value)["opts"][0]["op"] == "SPLIT"
+    tuner.op.value = "PADTO"
+    assert tuner.factor.layout.display == "none" and tuner.multiple.layout.display == ""
+    tuner.kernel_select.value = 1
+    assert tuner.state.opts == () and tuner.state.kernel is tuner.kernels[1]
+    with pytest.raises(ValueError, match="at least one kernel"):
+        KernelTuner([])
+
+
+@pytest.mark.parametrize("backend", ["c", "python", "llvm"])
+def test_both_highlighters_keep_the_source_text(backend):
+    import html as html_module
+    import re as re_module
+
+    from uopviz.widgets.highlight import highlight
+
+    source = matmul_kernel(8, 8, 4).source(backend)
+    for precise in (False, True):
+        fragment = highlight(source, backend, precise=precise)
+        text = html_module.unescape(re_module.sub(r"<[^>]+>", "", fragment))
+        assert text.strip() == source.strip()
+        assert "white-space:pre" in fragment and "<span" in fragment
