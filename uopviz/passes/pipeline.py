@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.backends.base import Backend, CompiledKernel, numpy_dtype
-from uopviz.core.dtype import AddrSpace, DType, dtypes
+from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import Trace, graph_rewrite, substitute, traced_pass, tracing
 from uopviz.core.uop import UOp
@@ -51,9 +51,10 @@ class PipelineError(RuntimeError):
 # the pipeline
 
 
-def lower(outputs: Sequence[UOp], backend: str, opts: Any = None) -> Program:
-    """Run the eight stages of the spec's Lowering Pipeline on ``outputs``."""
-    program = Program(list(outputs), backend)
+def lower(outputs: Sequence[UOp], backend: str, opts: Any = None, build: bool = True) -> Program:
+    """Run the eight stages of the spec's Lowering Pipeline on ``outputs`` (``build=False``: Render
+    stops at the source text, nothing is compiled)."""
+    program = Program(list(outputs), backend, build=build)
     run_stage(program, "Callify", callify_stage)
     run_stage(program, "Rangeify", rangeify_stage)
     run_stage(program, "Optimize", lambda p: optimize_stage(p, opts))
@@ -65,19 +66,22 @@ def lower(outputs: Sequence[UOp], backend: str, opts: Any = None) -> Program:
     return program
 
 
-def compile(outputs: Any, backend: str = "python", opts: Any = None) -> Program:  # noqa: A001 - uv.compile
+def compile(outputs: Any, backend: str = "python", opts: Any = None,  # noqa: A001 - the spec's uv.compile
+            build: bool = True) -> Program:
     """Lower Tensors (or value UOps) to a runnable :class:`Program` on ``backend``.
 
     ``opts``: None (no optimizations), ``"heuristic"``, ``"beam"``, a sequence of ``Opt`` for every
-    kernel, one such sequence per kernel, or a dict from kernel index or name to its opts.  The
-    lowering is always traced: ``program.trace`` has one pass per stage.
+    kernel, one such sequence per kernel, a dict from kernel index or name to its opts, or tuning
+    records (``uopviz.passes.records``).  ``build=False`` renders the sources without compiling
+    them (the program cannot run).  The lowering is always traced: ``program.trace`` has one pass
+    per stage.
     """
     values = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     roots = [_as_uop(o, i) for i, o in enumerate(values)]
     if not roots:
         raise ValueError("compile needs at least one Tensor or UOp")
     with tracing() as trace:
-        program = lower(roots, backend, opts)
+        program = lower(roots, backend, opts, build)
     program.trace = trace
     return program
 
@@ -176,7 +180,8 @@ def render_stage(program: Program) -> None:
         linear = item.body
         source = render_source(linear, program.backend)
         item.source = source
-        item.compiled = compile_source(source, str(linear.arg), program.backend)
+        if program.build:
+            item.compiled = compile_source(source, str(linear.arg), program.backend)
         rendered = program_uop(linear, source)
         record_step(render_source, linear, rendered, f"render {linear.arg}")
         program.replace_body(item, rendered)
@@ -305,6 +310,7 @@ class Program:
     items: list[ScheduleItem] = field(default_factory=list)
     memory_plan: MemoryPlan | None = None
     trace: Trace | None = None
+    build: bool = True
 
     def __repr__(self) -> str:
         return f"<Program {len(self.items)} kernels on {self.backend}: {[k.name for k in self.kernels]}>"
@@ -350,14 +356,30 @@ class Program:
         ``inputs`` maps input BUFFER UOps (or their Tensors, or input positions) to data; inputs not
         given use the data registered for them (``uopviz.core.tensor.initial_data``).
         """
+        self._require_built()
         arrays = self._allocate(inputs or {})
         for item in self.items:
-            if item.compiled is None:
-                raise RuntimeError("the program was not rendered")
             args = [self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)]
             item.compiled(*args)
         pairs = zip(self.output_values(), self.outputs)
         return [self._output(arrays, value, original) for value, original in pairs]
+
+    def _require_built(self) -> None:
+        if not self.build or any(item.compiled is None for item in self.items):
+            raise RuntimeError("the program was rendered without compiling (build=False): compile it to run")
+
+    def bind(self, inputs: Mapping[Any, Any] | None = None) -> BoundProgram:
+        """The program with its buffers allocated and every kernel bound to them, to time the kernels
+        alone: ``run()`` launches them (no allocation, no copies).  Each kernel's data is bound here,
+        so on device backends (OpenCL, CUDA) values do not flow between kernels: compute with
+        :meth:`run`, time with this."""
+        self._require_built()
+        arrays = self._allocate(inputs or {})
+        launches = []
+        for item in self.items:
+            args = [self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)]
+            launches.append(item.compiled.prepare(*args))
+        return BoundProgram(self, arrays, launches)
 
     def _allocate(self, given: Mapping[Any, Any]) -> dict[UOp, np.ndarray]:
         arrays: dict[UOp, np.ndarray] = {}
@@ -408,6 +430,26 @@ class Program:
         return out.reshape(original.shape)
 
 
+@dataclass(eq=False)
+class BoundProgram:
+    """A program bound to its arrays (see :meth:`Program.bind`)."""
+
+    program: Program
+    arrays: dict[UOp, np.ndarray]
+    launches: list[Any]
+
+    def run(self) -> float:
+        """Run every kernel once, in order; the seconds the kernels took."""
+        return sum(launch.run() for launch in self.launches)
+
+    def outputs(self) -> list[np.ndarray]:
+        """One numpy array per output (copies; device backends copy their results back first)."""
+        for launch in self.launches:
+            launch.read_back()
+        pairs = zip(self.program.output_values(), self.program.outputs)
+        return [self.program._output(self.arrays, value, original) for value, original in pairs]
+
+
 def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
     """The flat storage array of input ``position`` from the given value or its registered data."""
     dtype: DType = data_uop.arg.dtype if data_uop.op is Ops.BUFFER else dtypes.uint8
@@ -434,7 +476,6 @@ def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
     return array
 
 
-__all__ = ["STAGES", "LoweredKernel", "PipelineError", "Program", "ScheduleItem", "compile", "lower",
-           "lower_kernel", "select_instructions"]
+__all__ = ["STAGES", "BoundProgram", "LoweredKernel", "PipelineError", "Program", "ScheduleItem", "compile",
+           "lower", "lower_kernel", "select_instructions"]
 
-_ = AddrSpace  # re-exported names of the pipeline's data types stay importable from here
