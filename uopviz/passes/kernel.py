@@ -360,9 +360,8 @@ def _check_backend(kernel: Kernel, opt: Opt, target: AxisType) -> None:
                        f"{target.name} axes")
     if target is AxisType.THREAD and not backend.has_threads:
         raise OptError(f"{opt}: the {backend.name} backend has no threads for THREAD axes")
-    if target is AxisType.GROUP_REDUCE:
-        raise OptError(f"{opt}: GROUP_REDUCE (shared-memory group reduction) is not lowered by this "
-                       f"pipeline yet")
+    if target is AxisType.GROUP_REDUCE and kernel.nolocals:
+        raise OptError(f"{opt}: NOLOCALS was applied, so no shared memory for GROUP_REDUCE")
 
 
 def _identity(op: Ops, dtype: Any) -> UOp:
@@ -470,8 +469,8 @@ def no_locals(kernel: Kernel, opt: Opt) -> UOp:
     """NOLOCALS: from now on no LOCAL axes (and none may exist already)."""
     if opt.axis is not None or opt.arg is not None:
         raise OptError(f"{opt}: NOLOCALS takes no axis and no arg")
-    if any(t is AxisType.LOCAL for _, t in kernel.axes):
-        raise OptError(f"{opt}: the kernel already has LOCAL axes")
+    if any(t in (AxisType.LOCAL, AxisType.GROUP_REDUCE) for _, t in kernel.axes):
+        raise OptError(f"{opt}: the kernel already has LOCAL (or GROUP_REDUCE) axes")
     if kernel.nolocals:
         raise OptError(f"{opt}: NOLOCALS was already applied")
     return kernel.ast

@@ -35,7 +35,7 @@ from uopviz.passes.memory_plan import (
     plan_memory,
     plan_registers,
 )
-from uopviz.passes.optimize import optimize_kernel, opts_for
+from uopviz.passes.optimize import insert_local_buffers, optimize_kernel, opts_for
 from uopviz.passes.rangeify import rangeify
 from uopviz.passes.render import backend_named, compile_source, program_uop, render_source
 
@@ -131,7 +131,7 @@ def optimize_stage(program: Program, opts: Any) -> None:
     """Each kernel in its backend's initial state, with its opts (each a recorded step)."""
     for item in program.items:
         kernel = optimize_kernel(item.kernel, opts_for(opts, item.index, item.kernel))
-        program.replace_body(item, kernel.ast)
+        program.replace_body(item, insert_local_buffers(kernel.ast))
         item.kernel = kernel
 
 
@@ -256,7 +256,7 @@ class LoweredKernel:
 def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
     """A Kernel through Expand, Instruction Selection, Linearize, Register Plan and Render."""
     backend = backend_named(backend_name)
-    ast = expand_kernel(kernel.ast, kernel.name)
+    ast = expand_kernel(insert_local_buffers(kernel.ast), kernel.name)
     ast = select_instructions(ast, backend, kernel.name)
     linear = linearize_kernel(ast, backend, kernel.name)
     linear = apply_register_plan(linear, plan_registers(linear))
