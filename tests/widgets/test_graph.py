@@ -318,3 +318,12 @@ def test_diff_partitions_both_node_sets(seed, size):
 def test_layout_through_the_package_namespace():
     root = random_graph(11, 5)
     assert set(uv.widgets.layout(root).nodes) == set(layout(root).nodes)
+
+
+@pytest.mark.skipif(not graph_module.dot_available(), reason="graphviz dot is not installed")
+def test_auto_sends_wide_fans_to_the_layered_layout():
+    buffer = UOp.buffer(256, dtypes.float32)
+    wide = UOp(Ops.SINK, tuple(buffer.index(UOp.const(dtypes.index, i)) * 2.0 for i in range(60)))
+    g = layout(wide)
+    assert g.graph["engine"] == "layered"
+    assert layout(wide, engine="dot").graph["engine"] == "dot"

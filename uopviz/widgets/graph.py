@@ -37,8 +37,12 @@ from uopviz.widgets import layered
 #: Above this many nodes ``engine="auto"`` skips ``dot`` (its crossing minimisation grows fast)
 #: and uses the layered layout, which stays well under a second.
 DOT_NODE_LIMIT = 1200
-#: Seconds ``dot`` may run before the layered layout takes over.
+#: ``engine="auto"`` also skips ``dot`` when a node has more sources than this.
+DOT_FAN_IN_LIMIT = 48
+#: Seconds ``dot`` may run when asked for by name, and under ``engine="auto"`` (then the layered
+#: layout takes over).
 DOT_TIMEOUT_S = 20.0
+DOT_AUTO_TIMEOUT_S = 4.0
 #: Size estimate of the label font (monospace, 11px): points per character and per line.
 CHAR_WIDTH = 6.7
 LINE_HEIGHT = 14.0
@@ -326,13 +330,16 @@ def dot_available() -> bool:
 
 def place(graph: nx.DiGraph, engine: str = "auto") -> str:
     """Give every node of ``graph`` a ``pos``; return the engine used ("dot" or "layered")."""
+    # dot's crossing minimisation grows fast with size and with wide fans (a LINEAR over hundreds of
+    # instructions): those go to the layered layout, which stays well under a second
     small = graph.number_of_nodes() <= DOT_NODE_LIMIT
-    use_dot = engine == "dot" or (engine == "auto" and dot_available() and small)
+    narrow = max((degree for _, degree in graph.in_degree()), default=0) <= DOT_FAN_IN_LIMIT
+    use_dot = engine == "dot" or (engine == "auto" and dot_available() and small and narrow)
     positions: dict[str, tuple[float, float]] | None = None
     used = "layered"
     if use_dot:
         try:
-            positions = dot_positions(graph)
+            positions = dot_positions(graph, DOT_TIMEOUT_S if engine == "dot" else DOT_AUTO_TIMEOUT_S)
             used = "dot"
         except LayoutError as error:
             if engine == "dot":
