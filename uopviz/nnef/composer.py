@@ -2179,7 +2179,7 @@ class Composer:
 def _first_name(group: ast.Result | ast.ResultList | ast.ResultTuple) -> str | None:
     if isinstance(group, ast.Result):
         return group.name
-    return None
+    return next((name for item in group.items if (name := _first_name(item))), None)
 
 
 def _names_of(value: Any) -> Any:

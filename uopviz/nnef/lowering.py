@@ -776,6 +776,7 @@ class _OperationLowering:
         self.symbols = op.symbols
         self.kernels: list[LoweredKernel] = []
         self._range_numbers = itertools.count(1000)
+        self.pack_item: int | None = None
 
     def error(self, node: ast.Node, message: str) -> NNEFError:
         """An error at the statement, naming the operation."""
@@ -916,6 +917,8 @@ class _OperationLowering:
             for local_def in statement.locals:
                 scope[local_def.name] = term_evaluator(local_def.value)
             value = term_evaluator(statement.value)
+            if self.pack_item is not None and isinstance(value, list):
+                value = value[self.pack_item]  # the item of a whole-pack assignment
             condition = True if statement.condition is None else term_evaluator(statement.condition)
             if condition is None:
                 raise self.error(statement, "the condition after '|' is null")
@@ -965,16 +968,12 @@ class _OperationLowering:
             )
         return items
 
-    def _output_tensor(self, statement: ast.Lowering, local: dict[str, Any]) -> TensorInfo:
+    def _output_tensor(self, statement: ast.Lowering, local: dict[str, Any]) -> TensorInfo | list[TensorInfo]:
         base = statement.target.base
         evaluator = Evaluator(ChainMap(local, self.symbols), frozenset(), self.op.dtypes)
         tensor = evaluator(base)
-        if isinstance(tensor, list):
-            raise self.error(
-                statement,
-                "an assignment to a whole pack of outputs needs the pack index "
-                "(ys[k][...]) or an unrolled loop",
-            )
+        if isinstance(tensor, list) and tensor and all(isinstance(item, TensorInfo) for item in tensor):
+            return tensor
         if not isinstance(tensor, TensorInfo):
             raise self.error(statement, "the left side of a lowering must be an output tensor")
         return tensor
@@ -991,7 +990,13 @@ class _OperationLowering:
         terms = [name for name in unrolled if name not in lhs_names]
         for binding in self._split_bindings(main, split):
             output = self._output_tensor(main, binding)
-            self._lower_instance(init, update, binding, terms, output)
+            if isinstance(output, list):  # a whole pack assigned at once: one kernel per item (§2.12)
+                for item, tensor in enumerate(output):
+                    self.pack_item = item
+                    self._lower_instance(init, update, binding, terms, tensor)
+                self.pack_item = None
+            else:
+                self._lower_instance(init, update, binding, terms, output)
 
     def _split_bindings(self, statement: ast.Lowering, names: list[str]) -> list[dict[str, Any]]:
         local: dict[str, Any] = {}
@@ -1018,7 +1023,8 @@ class _OperationLowering:
             return
         evaluated = self._evaluate(main, builder, binding, terms, output, self_reads=main.op == ":=")
         space = _OutputSpace(self, evaluated)
-        label = f"{self.op.label}" + (f"[{','.join(str(v) for v in binding.values())}]" if binding else "")
+        indices = [*binding.values(), *([self.pack_item] if self.pack_item is not None else [])]
+        label = f"{self.op.label}" + (f"[{','.join(str(v) for v in indices)}]" if indices else "")
         if update is None:
             stores = self._assign(builder, evaluated, space, init_value=None)
             self._emit(builder, stores, label, main)
@@ -1054,11 +1060,12 @@ class _OperationLowering:
             raise self.error(
                 statement, "the statement reads the output it assigns in a way uopviz cannot lower"
             )
+        ast_uop, names = _compact_slots(ast_uop, builder)
         self.kernels.append(
             LoweredKernel(
                 label,
                 ast_uop,
-                list(builder.names),
+                names,
                 self.op,
                 dict(scratch or {}),
                 print_expression(statement.value),
@@ -1481,6 +1488,23 @@ class _OperationLowering:
 _COMPARES = frozenset({Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LT, Ops.CMP_LE})
 
 
+def _compact_slots(kernel: UOp, builder: _KernelBuilder) -> tuple[UOp, list[str]]:
+    """The kernel with only the PARAMs it uses, numbered 0..n-1 (slot 0 stays the output)."""
+    used = {u for u in kernel.toposort() if u.op is Ops.PARAM}
+    names: list[str] = []
+    mapping: dict[UOp, UOp] = {}
+    for name in builder.names:
+        param = builder.params[name]
+        if param not in used and name != builder.names[0]:
+            continue
+        slot = len(names)
+        names.append(name)
+        if slot != param.arg.slot:
+            arg = param.arg
+            mapping[param] = UOp.param(slot, param.shape, arg.dtype, arg.device, arg.addrspace)
+    return _substitute(kernel, mapping), names
+
+
 def _gate_loads(value: UOp, gate: Any) -> UOp:
     """Every LOAD in ``value`` also gated by ``gate`` (an inverted index may point outside)."""
     if gate is True:
@@ -1673,7 +1697,9 @@ class _OutputSpace:
                 solved[r] = final
                 outputs.append(final)
                 index = final + affine[1] if affine[1] else final
-                self._bounds_gate(index, extent, _range_bound(r) + affine[1] - 1, affine[1], guarded)
+                self._bounds_gate(
+                    index, extent, _range_bound(r) + affine[1] - 1, affine[1], guarded, evaluated
+                )
                 self.full = self.full and affine[1] == 0 and _range_bound(r) == extent
                 self.indices.append(index)
                 continue
@@ -1685,7 +1711,7 @@ class _OutputSpace:
                     solved[r] = _div_mod(final, coefficient, _range_bound(r))
                 outputs.append(final)
                 index = final + affine[1] if affine[1] else final
-                self._bounds_gate(index, extent, total + affine[1] - 1, affine[1], guarded)
+                self._bounds_gate(index, extent, total + affine[1] - 1, affine[1], guarded, evaluated)
                 self.full = self.full and affine[1] == 0 and total == extent
                 self.indices.append(index)
                 continue
@@ -1729,10 +1755,16 @@ class _OutputSpace:
             self.store_gates.extend(self.term_gates)
             self.term_gates = []
 
-    def _bounds_gate(self, index: UOp, extent: int, high: int, low: int, guarded: bool) -> None:
+    def _bounds_gate(
+        self, index: UOp, extent: int, high: int, low: int, guarded: bool, evaluated: _Evaluated
+    ) -> None:
         if low < 0 or high >= extent:
             if not guarded:
-                raise NNEFError(f"an index of the left side runs outside [0, {extent}); guard it with |...|")
+                raise self.lowering.error(
+                    evaluated.statement,
+                    f"an index of the left side runs from {low} to "
+                    f"{high}, outside [0, {extent}); guard it with |...|",
+                )
             self.store_gates.append(UOp(Ops.AND, (index >= 0, index < extent)))
             self.full = False
 
