@@ -1,9 +1,10 @@
 """Standalone interactive HTML reports: ``uopviz report SOURCE -o out.html``.
 
-SOURCE is a Python file that builds what to show: a ``main()`` returning it, or module-level
-values.  Tensors (one, or a list) are compiled with ``uv.compile`` and reported whole (tabs
+SOURCE is a Python file that builds what to show (a ``main()`` returning it, or module-level
+values), or an NNEF model (a ``.sknd`` file, an NNEF 1.0 ``graph.nnef``, a model folder or a
+``.tgz`` of one).  Tensors (one, or a list) are compiled with ``uv.compile`` and reported whole (tabs
 Graph, Pipeline, Kernels, Backends); UOps get a Graph tab, traces a Pipeline tab, programs and
-kernels what they have.  Other sources (NNEF models) plug in through :func:`register_loader`.
+kernels what they have.  Other kinds of sources plug in through :func:`register_loader`.
 
 The page is one file with everything inline (the views' JS and CSS, bokeh's JS, the state as
 JSON); it opens from disk with no server and no network.
@@ -50,9 +51,32 @@ def _is_kernel(x: Any) -> bool:
 
 
 def _reportable(x: Any) -> bool:
+    from uopviz.widgets.models import is_model_graph
+
     if isinstance(x, list | tuple):
         return bool(x) and all(_is_tensor(v) for v in x)
-    return _is_tensor(x) or isinstance(x, UOp | Trace) or _is_program(x) or _is_kernel(x)
+    return _is_tensor(x) or isinstance(x, UOp | Trace) or _is_program(x) or _is_kernel(x) or is_model_graph(x)
+
+
+#: Suffixes of files ``uopviz report`` reads as NNEF models (folders too: main.sknd or graph.nnef).
+NNEF_SUFFIXES = (".sknd", ".nnef", ".tgz", ".tar.gz")
+
+
+def is_nnef_path(path: Path) -> bool:
+    """True for an NNEF model: a SkriptND file, an NNEF 1.0 graph, an archive, or a model folder."""
+    if path.is_dir():
+        return (path / "main.sknd").is_file() or (path / "graph.nnef").is_file()
+    return path.name.endswith(NNEF_SUFFIXES)
+
+
+def load_nnef_source(path: Path) -> list[tuple[str, Any]]:
+    """An NNEF model as the one item of a report (read with ``uv.nnef.load``)."""
+    from uopviz import nnef
+
+    try:
+        return [(path.name, nnef.load(path))]
+    except nnef.NNEFError as error:
+        raise ReportError(f"{path}: not a readable NNEF model: {error}") from error
 
 
 def load_python_source(path: Path) -> list[tuple[str, Any]]:
@@ -105,6 +129,8 @@ def load_source(source: str | Path) -> list[tuple[str, Any]]:
             return load(path)
     if path.suffix == ".py":
         return load_python_source(path)
+    if is_nnef_path(path):
+        return load_nnef_source(path)
     raise ReportError(
         f"{path}: not a source uopviz can report (a .py file that builds tensors"
         + (", or a model a registered loader reads" if _LOADERS else "")
@@ -136,19 +162,33 @@ def build_report(
 
 
 def _add_item(page: Any, name: str, value: Any, **options: Any) -> None:
+    from uopviz.widgets.models import is_model_graph, model_html
+
     if isinstance(value, UOp):
         page.add_dag("Graph", name, value)
+    elif is_model_graph(value):
+        page.add_html("Model", name, model_html(value))
+        backends = options["backends"]
+        program = value.compile(backend=backends[0] if backends else "c", opts=options["opts"])
+        _add_program(page, name, program, None, **options)
     elif isinstance(value, Trace):
         page.add_player("Pipeline", name, value)
     elif _is_kernel(value):
         _add_kernels(page, name, [value], **options)
     else:
         program, graph = _program_of(value, options["opts"], options["backends"])
-        if graph is not None:
-            page.add_dag("Graph", f"{name}: tensor graph", graph)
-        if program.trace.passes:
-            page.add_player("Pipeline", f"{name}: lowering pipeline", program.trace)
-        _add_kernels(page, name, list(program.kernels), **options)
+        _add_program(page, name, program, graph, **options)
+
+
+def _add_program(page: Any, name: str, program: Any, graph: UOp | None, **options: Any) -> None:
+    if graph is None:
+        stage = next((p for p in program.trace.passes if p.input is not None), None)
+        graph = stage.input if stage is not None else None
+    if graph is not None:
+        page.add_dag("Graph", f"{name}: tensor graph", graph)
+    if program.trace.passes:
+        page.add_player("Pipeline", f"{name}: lowering pipeline", program.trace)
+    _add_kernels(page, name, list(program.kernels), **options)
 
 
 def _program_of(value: Any, opts: Any, backends: list[str] | None) -> tuple[Any, UOp | None]:

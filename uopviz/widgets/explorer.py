@@ -3,9 +3,11 @@
 
 What to show is decided by a registry of (test, builder) pairs, tried newest first, so other
 parts of uopviz (the NNEF loader, say) plug in their own objects without this module knowing
-them: ``register_explorer(lambda x: isinstance(x, NNEFGraph), build)``.  Built in: UOp, Trace,
-Tensor (compiled with ``uv.compile``), Program, Kernel.  Objects are recognised by duck typing
-(what they have), so the widgets never import the modules that define them.
+them: ``register_explorer("name", lambda x: isinstance(x, Model), build)``.  Built in: UOp, Trace,
+Tensor (compiled with ``uv.compile``), Program, Kernel, and model graphs (NNEF: anything with
+inputs, outputs, tensors, operations and ``compile``; a Model tab lists its operations).  Objects
+are recognised by duck typing (what they have), so the widgets never import the modules that
+define them.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import ipywidgets as widgets
 
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
+from uopviz.widgets.models import is_model_graph
 
-TABS = ("Graph", "Pipeline", "Kernels", "Backends")
+TABS = ("Graph", "Pipeline", "Kernels", "Backends", "Model")
 
 Test = Callable[[Any], bool]
 Builder = Callable[..., dict[str, widgets.Widget]]
@@ -164,6 +167,16 @@ def _build_kernel(
     return tabs
 
 
+def _build_model(graph: Any, backend: str = "c", opts: Any = None, backends: list[str] | None = None,
+                 **options: Any) -> dict[str, widgets.Widget]:
+    from uopviz.widgets.models import model_html
+
+    program = graph.compile(backend=backend, opts=opts)
+    tabs = _build_program(program, backends=backends, **options)
+    tabs["Model"] = widgets.HTML(model_html(graph))
+    return tabs
+
+
 register_explorer("UOp", lambda x: isinstance(x, UOp), _build_uop)
 register_explorer("Trace", lambda x: isinstance(x, Trace), _build_trace)
 register_explorer("Kernel", _is_kernel, _build_kernel)
@@ -174,3 +187,4 @@ register_explorer(
     lambda x: isinstance(x, list | tuple) and bool(x) and all(map(_is_tensor, x)),
     _build_tensor_list,
 )
+register_explorer("model graph", is_model_graph, _build_model)
