@@ -108,7 +108,9 @@ def lanes(*values: UOp) -> UOp:
     return UOp(Ops.VECTORIZE, tuple(values))
 
 
-def random_array(rng: np.random.Generator, size: int, dtype: DType, low: float = -3, high: float = 3) -> np.ndarray:
+def random_array(
+    rng: np.random.Generator, size: int, dtype: DType, low: float = -3, high: float = 3
+) -> np.ndarray:
     """Random values of ``dtype`` in [low, high) (the whole range for narrow integers)."""
     storage = numpy_dtype(dtype)
     if dtype.is_float:
@@ -116,8 +118,12 @@ def random_array(rng: np.random.Generator, size: int, dtype: DType, low: float =
     if dtype.is_bool:
         return rng.integers(0, 2, size).astype(np.bool_)
     info = np.iinfo(storage)
-    return rng.integers(max(info.min, int(low)) if low > info.min else info.min,
-                        min(info.max, int(high)) + 1, size, dtype=storage)
+    return rng.integers(
+        max(info.min, int(low)) if low > info.min else info.min,
+        min(info.max, int(high)) + 1,
+        size,
+        dtype=storage,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,9 +139,15 @@ def elementwise(n: int) -> LinearCase:
     b.end(i, b.store(out, i, value))
 
     def make(rng):
-        return [np.zeros(n, np.float32), random_array(rng, n, dtypes.float32), random_array(rng, n, dtypes.float32)]
+        return [
+            np.zeros(n, np.float32),
+            random_array(rng, n, dtypes.float32),
+            random_array(rng, n, dtypes.float32),
+        ]
 
-    return LinearCase(f"elementwise_{n}", b.linear(f"E_{n}"), make, lambda x: {0: x[1] * 2 + x[2]}, flops=2 * n)
+    return LinearCase(
+        f"elementwise_{n}", b.linear(f"E_{n}"), make, lambda x: {0: x[1] * 2 + x[2]}, flops=2 * n
+    )
 
 
 def reduction(rows: int, cols: int) -> LinearCase:
@@ -156,9 +168,15 @@ def reduction(rows: int, cols: int) -> LinearCase:
     def make(rng):
         return [np.zeros(rows, np.float32), random_array(rng, rows * cols, dtypes.float32)]
 
-    return LinearCase(f"reduction_{rows}x{cols}", b.linear(f"r_{rows}_{cols}"), make,
-                      lambda x: {0: x[1].reshape(rows, cols).sum(1, dtype=np.float64).astype(np.float32)},
-                      rtol=1e-4, atol=1e-4, flops=rows * cols)
+    return LinearCase(
+        f"reduction_{rows}x{cols}",
+        b.linear(f"r_{rows}_{cols}"),
+        make,
+        lambda x: {0: x[1].reshape(rows, cols).sum(1, dtype=np.float64).astype(np.float32)},
+        rtol=1e-4,
+        atol=1e-4,
+        flops=rows * cols,
+    )
 
 
 def max_reduction_after(rows: int, cols: int) -> LinearCase:
@@ -177,8 +195,13 @@ def max_reduction_after(rows: int, cols: int) -> LinearCase:
     def make(rng):
         return [np.zeros(rows, np.float32), random_array(rng, rows * cols, dtypes.float32)]
 
-    return LinearCase(f"max_reduction_{rows}x{cols}", b.linear(f"r_max_{rows}_{cols}"), make,
-                      lambda x: {0: x[1].reshape(rows, cols).max(1)}, exact=True)
+    return LinearCase(
+        f"max_reduction_{rows}x{cols}",
+        b.linear(f"r_max_{rows}_{cols}"),
+        make,
+        lambda x: {0: x[1].reshape(rows, cols).max(1)},
+        exact=True,
+    )
 
 
 def gated_load(n: int, shift: int = 2) -> LinearCase:
@@ -196,7 +219,7 @@ def gated_load(n: int, shift: int = 2) -> LinearCase:
 
     def expected(x):
         want = np.full(n, -1.0, np.float32)
-        want[shift:] = x[1][:n - shift]
+        want[shift:] = x[1][: n - shift]
         return {0: want}
 
     return LinearCase(f"gated_load_{n}", b.linear(f"E_pad_{n}"), make, expected, exact=True)
@@ -223,9 +246,15 @@ def thread_range(threads: int, inner: int) -> LinearCase:
     def make(rng):
         return [np.zeros(rows, np.float32), random_array(rng, rows * inner, dtypes.float32)]
 
-    return LinearCase(f"thread_range_{threads}x{inner}", b.linear(f"r_t{threads}_{inner}"), make,
-                      lambda x: {0: np.sqrt((x[1].reshape(rows, inner).astype(np.float64) ** 2).sum(1))
-                                 .astype(np.float32)}, rtol=1e-4, atol=1e-5, tags={"threads"})
+    return LinearCase(
+        f"thread_range_{threads}x{inner}",
+        b.linear(f"r_t{threads}_{inner}"),
+        make,
+        lambda x: {0: np.sqrt((x[1].reshape(rows, inner).astype(np.float64) ** 2).sum(1)).astype(np.float32)},
+        rtol=1e-4,
+        atol=1e-5,
+        tags={"threads"},
+    )
 
 
 def vector_lanes(n4: int) -> LinearCase:
@@ -249,15 +278,20 @@ def vector_lanes(n4: int) -> LinearCase:
     b.store(total, 0, (parts[0] + parts[1]) + (parts[2] + parts[3]))
 
     def make(rng):
-        return [np.zeros(n, np.float32), random_array(rng, n, dtypes.float32), random_array(rng, n, dtypes.float32),
-                np.zeros(1, np.float32)]
+        return [
+            np.zeros(n, np.float32),
+            random_array(rng, n, dtypes.float32),
+            random_array(rng, n, dtypes.float32),
+            np.zeros(1, np.float32),
+        ]
 
     def expected(x):
         product = x[1] * x[2] + x[1]
         return {0: product, 3: np.array([product.astype(np.float64).sum()], np.float32)}
 
-    return LinearCase(f"vector_lanes_{n4}x4", b.linear(f"E_{n4}_u4"), make, expected, rtol=1e-4, atol=1e-4,
-                      tags={"vector"})
+    return LinearCase(
+        f"vector_lanes_{n4}x4", b.linear(f"E_{n4}_u4"), make, expected, rtol=1e-4, atol=1e-4, tags={"vector"}
+    )
 
 
 def vector_gather(rows: int, cols: int) -> LinearCase:
@@ -284,8 +318,14 @@ def vector_gather(rows: int, cols: int) -> LinearCase:
         t = x[1].reshape(rows, cols).T.reshape(-1)
         return {0: np.where(t > 0, t, t * np.float32(0.5))}
 
-    return LinearCase(f"vector_gather_{rows}x{cols}", b.linear(f"E_T_{rows}_{cols}"), make, expected, exact=True,
-                      tags={"vector"})
+    return LinearCase(
+        f"vector_gather_{rows}x{cols}",
+        b.linear(f"E_T_{rows}_{cols}"),
+        make,
+        expected,
+        exact=True,
+        tags={"vector"},
+    )
 
 
 def if_block(n: int) -> LinearCase:
@@ -304,7 +344,7 @@ def if_block(n: int) -> LinearCase:
 
     def expected(x):
         want = x[0].copy()
-        want[:n // 2] = x[1][:n // 2] + 1
+        want[: n // 2] = x[1][: n // 2] + 1
         return {0: want}
 
     return LinearCase(f"if_block_{n}", b.linear(f"E_if_{n}"), make, expected, exact=True)
@@ -341,8 +381,9 @@ def wmma_gemm(tiles_m: int, tiles_n: int, tiles_k: int, config: TensorCore | Non
     bm = b.loop(tiles_m)
     bn = b.loop(tiles_n)
     # the output addresses are computed before the reduce loop: values made inside it end with it
-    out_index = b.emit(lanes(*((bm * idx(tm) + idx(r)) * idx(n) + bn * idx(tn) + idx(col)
-                               for r, col in tc.layout_c)))
+    out_index = b.emit(
+        lanes(*((bm * idx(tm) + idx(r)) * idx(n) + bn * idx(tn) + idx(col) for r, col in tc.layout_c))
+    )
     b.store(acc, c_lanes, lanes(*(const(dtypes.float32, 0.0),) * (tm * tn)))
     bk = b.loop(tiles_k, AxisType.REDUCE)
     a_index = lanes(*((bm * idx(tm) + idx(r)) * idx(k) + bk * idx(tk) + idx(col) for r, col in tc.layout_a))
@@ -356,14 +397,28 @@ def wmma_gemm(tiles_m: int, tiles_n: int, tiles_k: int, config: TensorCore | Non
     b.end(bm)
 
     def make(rng):
-        return [np.zeros(m * n, np.float32), random_array(rng, m * k, dtypes.float32),
-                random_array(rng, k * n, dtypes.float32)]
+        return [
+            np.zeros(m * n, np.float32),
+            random_array(rng, m * k, dtypes.float32),
+            random_array(rng, k * n, dtypes.float32),
+        ]
 
     def expected(x):
-        return {0: (x[1].reshape(m, k).astype(np.float64) @ x[2].reshape(k, n)).astype(np.float32).reshape(-1)}
+        return {
+            0: (x[1].reshape(m, k).astype(np.float64) @ x[2].reshape(k, n)).astype(np.float32).reshape(-1)
+        }
 
-    return LinearCase(f"wmma_{tc.name}_{m}x{n}x{k}", b.linear(f"r_wmma_{m}_{n}_{k}"), make, expected,
-                      rtol=1e-4, atol=1e-4, flops=2 * m * n * k, tags={"wmma"}, tensor_core=tc)
+    return LinearCase(
+        f"wmma_{tc.name}_{m}x{n}x{k}",
+        b.linear(f"r_wmma_{m}_{n}_{k}"),
+        make,
+        expected,
+        rtol=1e-4,
+        atol=1e-4,
+        flops=2 * m * n * k,
+        tags={"wmma"},
+        tensor_core=tc,
+    )
 
 
 def gemm(m: int, n: int, k: int, upcast: int = 1) -> LinearCase:
@@ -377,8 +432,11 @@ def gemm(m: int, n: int, k: int, upcast: int = 1) -> LinearCase:
     zero = lanes(*(const(dtypes.float32, 0.0),) * upcast) if upcast > 1 else const(dtypes.float32, 0.0)
     i = b.loop(m, AxisType.THREAD)
     j = b.loop(n // upcast)
-    out_index = lanes(*(i * idx(n) + j * idx(upcast) + idx(e) for e in range(upcast))) if upcast > 1 \
+    out_index = (
+        lanes(*(i * idx(n) + j * idx(upcast) + idx(e) for e in range(upcast)))
+        if upcast > 1
         else i * idx(n) + j
+    )
     b.emit(out_index)
     b.store(acc, acc_lanes, zero)
     kk = b.loop(k, AxisType.REDUCE)
@@ -397,22 +455,36 @@ def gemm(m: int, n: int, k: int, upcast: int = 1) -> LinearCase:
     b.end(i)
 
     def make(rng):
-        return [np.zeros(m * n, np.float32), random_array(rng, m * k, dtypes.float32),
-                random_array(rng, k * n, dtypes.float32)]
+        return [
+            np.zeros(m * n, np.float32),
+            random_array(rng, m * k, dtypes.float32),
+            random_array(rng, k * n, dtypes.float32),
+        ]
 
     def expected(x):
-        return {0: (x[1].reshape(m, k).astype(np.float64) @ x[2].reshape(k, n)).astype(np.float32).reshape(-1)}
+        return {
+            0: (x[1].reshape(m, k).astype(np.float64) @ x[2].reshape(k, n)).astype(np.float32).reshape(-1)
+        }
 
-    return LinearCase(f"gemm_{m}x{n}x{k}_u{upcast}", b.linear(f"r_gemm_{m}_{n}_{k}_u{upcast}"), make, expected,
-                      rtol=1e-4, atol=1e-3, flops=2 * m * n * k, tags={"threads"})
+    return LinearCase(
+        f"gemm_{m}x{n}x{k}_u{upcast}",
+        b.linear(f"r_gemm_{m}_{n}_{k}_u{upcast}"),
+        make,
+        expected,
+        rtol=1e-4,
+        atol=1e-3,
+        flops=2 * m * n * k,
+        tags={"threads"},
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # integer semantics
 
 
-def _binary_program(name: str, dtype: DType, n: int, build: Callable[[UOp, UOp], UOp],
-                    out_dtype: DType | None = None) -> Builder:
+def _binary_program(
+    name: str, dtype: DType, n: int, build: Callable[[UOp, UOp], UOp], out_dtype: DType | None = None
+) -> Builder:
     b = Builder()
     out, x, y = b.param(0, n, out_dtype or dtype), b.param(1, n, dtype), b.param(2, n, dtype)
     i = b.loop(n)
@@ -444,8 +516,14 @@ def integer_binary(op: Ops, dtype: DType) -> LinearCase:
     y_values = np.tile(edges, len(edges))
     n = len(x_values)
     reference = {
-        Ops.IDIV: _numpy_floor_div, Ops.MOD: _numpy_mod, Ops.ADD: np.add, Ops.SUB: np.subtract,
-        Ops.MUL: np.multiply, Ops.MAX: np.maximum, Ops.XOR: np.bitwise_xor, Ops.AND: np.bitwise_and,
+        Ops.IDIV: _numpy_floor_div,
+        Ops.MOD: _numpy_mod,
+        Ops.ADD: np.add,
+        Ops.SUB: np.subtract,
+        Ops.MUL: np.multiply,
+        Ops.MAX: np.maximum,
+        Ops.XOR: np.bitwise_xor,
+        Ops.AND: np.bitwise_and,
         Ops.OR: np.bitwise_or,
     }[op]
     b = _binary_program(op.name, dtype, n, lambda x, y: UOp(op, (x, y)))
@@ -457,8 +535,14 @@ def integer_binary(op: Ops, dtype: DType) -> LinearCase:
         with np.errstate(all="ignore"):
             return {0: reference(x[1], x[2]).astype(numpy_dtype(dtype))}
 
-    return LinearCase(f"int_{op.name.lower()}_{dtype.name}", b.linear(f"E_{op.name.lower()}_{dtype.name}"), make,
-                      expected, exact=True, tags={"integer"})
+    return LinearCase(
+        f"int_{op.name.lower()}_{dtype.name}",
+        b.linear(f"E_{op.name.lower()}_{dtype.name}"),
+        make,
+        expected,
+        exact=True,
+        tags={"integer"},
+    )
 
 
 def integer_vector_binary(op: Ops, dtype: DType) -> LinearCase:
@@ -470,8 +554,13 @@ def integer_vector_binary(op: Ops, dtype: DType) -> LinearCase:
     x_values = np.concatenate([x_values, x_values[:pad]])
     y_values = np.concatenate([y_values, y_values[:pad]])
     n = len(x_values)
-    reference = {Ops.IDIV: _numpy_floor_div, Ops.MOD: _numpy_mod, Ops.ADD: np.add, Ops.MUL: np.multiply,
-                 Ops.SUB: np.subtract}[op]
+    reference = {
+        Ops.IDIV: _numpy_floor_div,
+        Ops.MOD: _numpy_mod,
+        Ops.ADD: np.add,
+        Ops.MUL: np.multiply,
+        Ops.SUB: np.subtract,
+    }[op]
     b = Builder()
     out, x, y = b.param(0, n, dtype), b.param(1, n, dtype), b.param(2, n, dtype)
     i = b.loop(n // 4)
@@ -485,8 +574,14 @@ def integer_vector_binary(op: Ops, dtype: DType) -> LinearCase:
         with np.errstate(all="ignore"):
             return {0: reference(arrays[1], arrays[2]).astype(numpy_dtype(dtype))}
 
-    return LinearCase(f"int_vec_{op.name.lower()}_{dtype.name}", b.linear(f"E_v_{op.name.lower()}_{dtype.name}"),
-                      make, expected, exact=True, tags={"integer", "vector"})
+    return LinearCase(
+        f"int_vec_{op.name.lower()}_{dtype.name}",
+        b.linear(f"E_v_{op.name.lower()}_{dtype.name}"),
+        make,
+        expected,
+        exact=True,
+        tags={"integer", "vector"},
+    )
 
 
 def shifts(dtype: DType) -> LinearCase:
@@ -494,7 +589,9 @@ def shifts(dtype: DType) -> LinearCase:
     storage = numpy_dtype(dtype)
     bits = dtype.bits
     values = _edge_values(dtype)
-    counts = np.array([0, 1, 3, bits - 1, bits, bits + 1] + ([-1] if not dtype.is_unsigned else []), dtype=storage)
+    counts = np.array(
+        [0, 1, 3, bits - 1, bits, bits + 1] + ([-1] if not dtype.is_unsigned else []), dtype=storage
+    )
     x_values = np.repeat(values, len(counts))
     y_values = np.tile(counts, len(values))
     n = len(x_values)
@@ -514,8 +611,14 @@ def shifts(dtype: DType) -> LinearCase:
         with np.errstate(all="ignore"):
             return {0: np.left_shift(arrays[2], arrays[3]), 1: np.right_shift(arrays[2], arrays[3])}
 
-    return LinearCase(f"shifts_{dtype.name}", b.linear(f"E_shift_{dtype.name}"), make, expected, exact=True,
-                      tags={"integer"})
+    return LinearCase(
+        f"shifts_{dtype.name}",
+        b.linear(f"E_shift_{dtype.name}"),
+        make,
+        expected,
+        exact=True,
+        tags={"integer"},
+    )
 
 
 def casts(source: DType, target: DType, values: np.ndarray | None = None) -> LinearCase:
@@ -523,8 +626,9 @@ def casts(source: DType, target: DType, values: np.ndarray | None = None) -> Lin
     storage_in = numpy_dtype(source)
     if values is None:
         if source.is_float:
-            values = np.array([0.0, 0.4, 0.6, -0.4, -0.6, 1.5, -1.5, 2.5, 100.75, -100.75, 126.9, -127.9],
-                              dtype=storage_in)
+            values = np.array(
+                [0.0, 0.4, 0.6, -0.4, -0.6, 1.5, -1.5, 2.5, 100.75, -100.75, 126.9, -127.9], dtype=storage_in
+            )
         elif source.is_bool:
             values = np.array([True, False, True], dtype=np.bool_)
         else:
@@ -543,8 +647,14 @@ def casts(source: DType, target: DType, values: np.ndarray | None = None) -> Lin
         with np.errstate(all="ignore"):
             return {0: arrays[1].astype(numpy_dtype(target))}
 
-    return LinearCase(f"cast_{source.name}_to_{target.name}", b.linear(f"E_cast_{source.name}_{target.name}"),
-                      make, expected, exact=True, tags={"integer"})
+    return LinearCase(
+        f"cast_{source.name}_to_{target.name}",
+        b.linear(f"E_cast_{source.name}_{target.name}"),
+        make,
+        expected,
+        exact=True,
+        tags={"integer"},
+    )
 
 
 def half_arithmetic(n: int) -> LinearCase:
@@ -556,7 +666,11 @@ def half_arithmetic(n: int) -> LinearCase:
     b.end(i, b.store(out, i, value.cast(dtypes.float32)))
 
     def make(rng):
-        return [np.zeros(n, np.float32), random_array(rng, n, dtypes.float16), random_array(rng, n, dtypes.float16)]
+        return [
+            np.zeros(n, np.float32),
+            random_array(rng, n, dtypes.float16),
+            random_array(rng, n, dtypes.float16),
+        ]
 
     def expected(arrays):
         return {0: (arrays[1] * arrays[2] + arrays[1]).astype(np.float32)}
@@ -576,7 +690,7 @@ def bfloat16_roundtrip(n: int) -> LinearCase:
         return [np.zeros(n, np.uint16), (floats.view(np.uint32) >> 16).astype(np.uint16)]
 
     def expected(arrays):
-        doubled = ((arrays[1].astype(np.uint32) << 16).view(np.float32) * 2)  # exact: a power of two
+        doubled = (arrays[1].astype(np.uint32) << 16).view(np.float32) * 2  # exact: a power of two
         return {0: (doubled.view(np.uint32) >> 16).astype(np.uint16)}
 
     return LinearCase(f"bfloat16_{n}", b.linear(f"E_bf16_{n}"), make, expected, exact=True)
@@ -601,16 +715,23 @@ def float_specials(dtype: DType = dtypes.float32) -> LinearCase:
     b.end(i)
 
     def make(rng):
-        return [np.zeros(n, storage), np.zeros(n, np.bool_), np.zeros(n, np.bool_), np.zeros(n, storage),
-                x_values.copy(), y_values.copy()]
+        return [
+            np.zeros(n, storage),
+            np.zeros(n, np.bool_),
+            np.zeros(n, np.bool_),
+            np.zeros(n, storage),
+            x_values.copy(),
+            y_values.copy(),
+        ]
 
     def expected(arrays):
         x, y = arrays[4], arrays[5]
         with np.errstate(invalid="ignore"):
             return {0: np.maximum(x, y), 1: x < y, 2: x != y, 3: np.where(x < y, x, y)}
 
-    return LinearCase(f"float_specials_{dtype.name}", b.linear(f"E_special_{dtype.name}"), make, expected,
-                      exact=True)
+    return LinearCase(
+        f"float_specials_{dtype.name}", b.linear(f"E_special_{dtype.name}"), make, expected, exact=True
+    )
 
 
 def gpu_elementwise(groups: int, local: int, n: int | None = None) -> LinearCase:
@@ -627,10 +748,19 @@ def gpu_elementwise(groups: int, local: int, n: int | None = None) -> LinearCase
     b.store(out, i, value, inside)
 
     def make(rng):
-        return [np.zeros(n, np.float32), random_array(rng, n, dtypes.float32), random_array(rng, n, dtypes.float32)]
+        return [
+            np.zeros(n, np.float32),
+            random_array(rng, n, dtypes.float32),
+            random_array(rng, n, dtypes.float32),
+        ]
 
-    return LinearCase(f"gpu_elementwise_{groups}x{local}_{n}", b.linear(f"E_g{groups}_l{local}"), make,
-                      lambda x: {0: x[1] * 2 + x[2]}, tags={"gpu"})
+    return LinearCase(
+        f"gpu_elementwise_{groups}x{local}_{n}",
+        b.linear(f"E_g{groups}_l{local}"),
+        make,
+        lambda x: {0: x[1] * 2 + x[2]},
+        tags={"gpu"},
+    )
 
 
 def group_reduce(rows: int, local: int, cols: int) -> LinearCase:
@@ -667,9 +797,15 @@ def group_reduce(rows: int, local: int, cols: int) -> LinearCase:
     def make(rng):
         return [np.zeros(rows, np.float32), random_array(rng, rows * cols, dtypes.float32)]
 
-    return LinearCase(f"group_reduce_{rows}x{local}_{cols}", b.linear(f"r_g{rows}_l{local}_{cols}"), make,
-                      lambda x: {0: x[1].reshape(rows, cols).astype(np.float64).sum(1).astype(np.float32)},
-                      rtol=1e-4, atol=1e-4, tags={"gpu", "local"})
+    return LinearCase(
+        f"group_reduce_{rows}x{local}_{cols}",
+        b.linear(f"r_g{rows}_l{local}_{cols}"),
+        make,
+        lambda x: {0: x[1].reshape(rows, cols).astype(np.float64).sum(1).astype(np.float32)},
+        rtol=1e-4,
+        atol=1e-4,
+        tags={"gpu", "local"},
+    )
 
 
 def layout_expression(config: TensorCore, operand: str, lane: UOp, element: int) -> tuple[UOp, UOp]:
@@ -686,8 +822,14 @@ def layout_expression(config: TensorCore, operand: str, lane: UOp, element: int)
             varying = [((v ^ constant) >> bit) & 1 for v in values]
             if not any(varying):
                 continue
-            lane_bit = next((lb for lb in range((config.threads - 1).bit_length())
-                             if all(varying[t] == (t >> lb) & 1 for t in range(config.threads))), None)
+            lane_bit = next(
+                (
+                    lb
+                    for lb in range((config.threads - 1).bit_length())
+                    if all(varying[t] == (t >> lb) & 1 for t in range(config.threads))
+                ),
+                None,
+            )
             if lane_bit is None:
                 raise ValueError(f"{config.name}: bit {bit} of {operand}'s coordinates is not a lane bit")
             sources.append((bit, lane_bit))
@@ -733,40 +875,77 @@ def warp_wmma_gemm(tiles_k: int, config: TensorCore) -> LinearCase:
         b.store(out, row * idx(tn) + col, b.emit(UOp(Ops.GEP, (result,), (e,))))
 
     def make(rng):
-        return [np.zeros(tm * tn, np.float32), random_array(rng, tm * k, config.dtype_in, -2, 2),
-                random_array(rng, k * tn, config.dtype_in, -2, 2)]
+        return [
+            np.zeros(tm * tn, np.float32),
+            random_array(rng, tm * k, config.dtype_in, -2, 2),
+            random_array(rng, k * tn, config.dtype_in, -2, 2),
+        ]
 
     def expected(x):
         product = x[1].reshape(tm, k).astype(np.float64) @ x[2].reshape(k, tn).astype(np.float64)
         return {0: product.astype(np.float32).reshape(-1)}
 
-    return LinearCase(f"warp_wmma_{config.name}_k{k}", b.linear(f"r_warp_wmma_{k}"), make, expected, rtol=2e-3,
-                      atol=2e-3, flops=2 * tm * tn * k, tags={"gpu", "wmma"}, tensor_core=config)
+    return LinearCase(
+        f"warp_wmma_{config.name}_k{k}",
+        b.linear(f"r_warp_wmma_{k}"),
+        make,
+        expected,
+        rtol=2e-3,
+        atol=2e-3,
+        flops=2 * tm * tn * k,
+        tags={"gpu", "wmma"},
+        tensor_core=config,
+    )
 
 
 def gpu_cases() -> list[LinearCase]:
     """Programs with SPECIAL indices, LOCAL buffers and BARRIERs (GPU backends only)."""
-    return [gpu_elementwise(4, 8), gpu_elementwise(3, 16, 40), group_reduce(5, 8, 100), group_reduce(2, 16, 16)]
+    return [
+        gpu_elementwise(4, 8),
+        gpu_elementwise(3, 16, 40),
+        group_reduce(5, 8, 100),
+        group_reduce(2, 16, 16),
+    ]
 
 
 def crash_custom(n: int = 16) -> LinearCase:
     """A CUSTOM op that writes far outside its buffer (for the isolation tests; it crashes)."""
     b = Builder()
     out = b.param(0, n)
-    b.emit(UOp(Ops.CUSTOM, (out,), ("for (long long k = 0; k < (1LL << 40); k += 4096) {0}[k] = 1.0f;",
-                                    dtypes.void)))
-    return LinearCase("crash_custom", b.linear("crash_out_of_bounds"), lambda rng: [np.zeros(n, np.float32)],
-                      lambda arrays: {}, tags={"crash"})
+    b.emit(
+        UOp(
+            Ops.CUSTOM,
+            (out,),
+            ("for (long long k = 0; k < (1LL << 40); k += 4096) {0}[k] = 1.0f;", dtypes.void),
+        )
+    )
+    return LinearCase(
+        "crash_custom",
+        b.linear("crash_out_of_bounds"),
+        lambda rng: [np.zeros(n, np.float32)],
+        lambda arrays: {},
+        tags={"crash"},
+    )
 
 
 def spin_custom(n: int = 4) -> LinearCase:
     """A CUSTOM op that never finishes (for the timeout tests)."""
     b = Builder()
     out = b.param(0, n)
-    b.emit(UOp(Ops.CUSTOM, (out,), ("for (volatile long long k = 0; k >= 0; k++) {0}[0] = (float)k;",
-                                    dtypes.void)))
-    return LinearCase("spin_custom", b.linear("spin_forever"), lambda rng: [np.zeros(n, np.float32)],
-                      lambda arrays: {}, tags={"crash"})
+    b.emit(
+        UOp(
+            Ops.CUSTOM,
+            (out,),
+            ("for (volatile long long k = 0; k >= 0; k++) {0}[0] = (float)k;", dtypes.void),
+        )
+    )
+    return LinearCase(
+        "spin_custom",
+        b.linear("spin_forever"),
+        lambda rng: [np.zeros(n, np.float32)],
+        lambda arrays: {},
+        tags={"crash"},
+    )
 
 
 def correctness_cases() -> list[LinearCase]:
@@ -782,25 +961,49 @@ def correctness_cases() -> list[LinearCase]:
     cases += [gated_store(n) for n in (5, 64)]
     cases += [wmma_gemm(1, 1, 1), wmma_gemm(2, 3, 4), wmma_gemm(1, 2, 2, cpu_tensor_cores()[1])]
     cases += [gemm(8, 8, 8), gemm(5, 12, 7, upcast=4), gemm(16, 32, 16, upcast=8)]
-    cases += [half_arithmetic(33), half_vectors(9), bfloat16_roundtrip(40), float_specials(dtypes.float32),
-              float_specials(dtypes.float64)]
+    cases += [
+        half_arithmetic(33),
+        half_vectors(9),
+        bfloat16_roundtrip(40),
+        float_specials(dtypes.float32),
+        float_specials(dtypes.float64),
+    ]
     return cases
 
 
-INTEGER_TYPES = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32, dtypes.uint64)
+INTEGER_TYPES = (
+    dtypes.int8,
+    dtypes.int16,
+    dtypes.int32,
+    dtypes.int64,
+    dtypes.uint8,
+    dtypes.uint32,
+    dtypes.uint64,
+)
 
 
 def integer_cases() -> list[LinearCase]:
     """Integer semantics: floor division/modulo, wraparound, shifts, casts."""
-    cases = [integer_binary(op, dt) for op in (Ops.IDIV, Ops.MOD, Ops.ADD, Ops.MUL, Ops.MAX) for dt in INTEGER_TYPES]
+    cases = [
+        integer_binary(op, dt)
+        for op in (Ops.IDIV, Ops.MOD, Ops.ADD, Ops.MUL, Ops.MAX)
+        for dt in INTEGER_TYPES
+    ]
     cases += [integer_binary(op, dtypes.int32) for op in (Ops.SUB, Ops.XOR, Ops.AND, Ops.OR)]
-    cases += [integer_vector_binary(op, dt) for op in (Ops.IDIV, Ops.MOD, Ops.ADD, Ops.MUL, Ops.SUB)
-              for dt in (dtypes.int32, dtypes.int8, dtypes.int64)]
+    cases += [
+        integer_vector_binary(op, dt)
+        for op in (Ops.IDIV, Ops.MOD, Ops.ADD, Ops.MUL, Ops.SUB)
+        for dt in (dtypes.int32, dtypes.int8, dtypes.int64)
+    ]
     cases += [shifts(dt) for dt in INTEGER_TYPES]
     floats = (dtypes.float32, dtypes.float64)
     cases += [casts(f, t) for f in floats for t in INTEGER_TYPES + (dtypes.bool,)]
-    cases += [casts(s, t) for s in INTEGER_TYPES for t in INTEGER_TYPES + (dtypes.float32, dtypes.float64, dtypes.bool)
-              if s != t]
+    cases += [
+        casts(s, t)
+        for s in INTEGER_TYPES
+        for t in INTEGER_TYPES + (dtypes.float32, dtypes.float64, dtypes.bool)
+        if s != t
+    ]
     cases += [casts(dtypes.bool, t) for t in (dtypes.int32, dtypes.float32, dtypes.uint8)]
     return cases
 
@@ -814,8 +1017,10 @@ def run_case(backend_name: str, case: LinearCase, seed: int = 0) -> tuple[Arrays
 
     backend = get(backend_name)
     if case.tensor_core is not None and case.tensor_core not in backend.tensor_cores:
-        pytest.skip(f"{backend_name} offers no {case.tensor_core.name} tensor core "
-                    f"(it has {', '.join(tc.name for tc in backend.tensor_cores)})")
+        pytest.skip(
+            f"{backend_name} offers no {case.tensor_core.name} tensor core "
+            f"(it has {', '.join(tc.name for tc in backend.tensor_cores)})"
+        )
     source = backend.render(case.linear)
     kernel = backend.compile(source, case.linear.arg)
     arrays = case.make_arrays(np.random.default_rng(seed))
@@ -831,9 +1036,14 @@ def assert_case_matches(backend_name: str, case: LinearCase, seed: int = 0) -> N
         got = arrays[slot]
         where = f"{backend_name}: {case.name}, slot {slot}"
         if case.exact:
-            mismatch = np.flatnonzero(got.view(np.uint8).reshape(len(got), -1).tobytes() !=
-                                      want.view(np.uint8).reshape(len(want), -1).tobytes()) \
-                if got.dtype == want.dtype else None
+            mismatch = (
+                np.flatnonzero(
+                    got.view(np.uint8).reshape(len(got), -1).tobytes()
+                    != want.view(np.uint8).reshape(len(want), -1).tobytes()
+                )
+                if got.dtype == want.dtype
+                else None
+            )
             assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
             same = np.array_equal(got, want, equal_nan=want.dtype.kind == "f")
             assert same, f"{where}: got {got[:16]} want {want[:16]} ({mismatch})"
@@ -852,8 +1062,18 @@ def half_vectors(n4: int) -> LinearCase:
     b.end(i, b.store(out, address, (xv * yv + xv).cast(dtypes.float32.vec(4))))
 
     def make(rng):
-        return [np.zeros(n, np.float32), random_array(rng, n, dtypes.float16), random_array(rng, n, dtypes.float16)]
+        return [
+            np.zeros(n, np.float32),
+            random_array(rng, n, dtypes.float16),
+            random_array(rng, n, dtypes.float16),
+        ]
 
-    return LinearCase(f"half_vectors_{n4}x4", b.linear(f"E_half_{n4}_u4"), make,
-                      lambda a: {0: (a[1] * a[2] + a[1]).astype(np.float32)}, rtol=2e-3, atol=2e-3,
-                      tags={"vector"})
+    return LinearCase(
+        f"half_vectors_{n4}x4",
+        b.linear(f"E_half_{n4}_u4"),
+        make,
+        lambda a: {0: (a[1] * a[2] + a[1]).astype(np.float32)},
+        rtol=2e-3,
+        atol=2e-3,
+        tags={"vector"},
+    )

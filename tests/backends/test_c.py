@@ -36,7 +36,9 @@ def test_integer_semantics(case: lp.LinearCase) -> None:
 
 def test_source_declares_restrict_pointers_and_const_inputs() -> None:
     source = get("c").render(lp.elementwise(8).linear)
-    assert "void E_8(float* restrict data0, const float* restrict data1, const float* restrict data2)" in source
+    assert (
+        "void E_8(float* restrict data0, const float* restrict data1, const float* restrict data2)" in source
+    )
     assert KernelMeta.from_source(source).params[0].written
     assert not KernelMeta.from_source(source).params[1].written
 
@@ -63,8 +65,10 @@ def test_gather_reads_each_lane() -> None:
     assert "((float32x4){data1[" in source
 
 
-@pytest.mark.skipif(find_c_compiler() is None or openmp_works(find_c_compiler()) is not None,
-                    reason="OpenMP does not work with this compiler; THREAD loops run sequentially")
+@pytest.mark.skipif(
+    find_c_compiler() is None or openmp_works(find_c_compiler()) is not None,
+    reason="OpenMP does not work with this compiler; THREAD loops run sequentially",
+)
 def test_thread_range_runs_on_several_threads() -> None:
     b = lp.Builder()
     out = b.param(0, 64, dtypes.int32)
@@ -203,4 +207,6 @@ def test_backend_declarations(name: str) -> None:
     if name == "cuda":
         assert backend.tensor_cores[0].threads == 32 and backend.vector_widths == ()
     else:
-        assert all(tc.threads == 1 for tc in backend.tensor_cores), "CPU-style backends emulate one-thread tiles"
+        assert all(tc.threads == 1 for tc in backend.tensor_cores), (
+            "CPU-style backends emulate one-thread tiles"
+        )

@@ -16,11 +16,18 @@ from uopviz.core.uop import UOp
 
 from . import linear_programs as lp
 
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed); the "
-                                                            "CUDA source is still rendered and checked for errors")
+needs_nvcc = pytest.mark.skipif(
+    find_nvcc() is None,
+    reason="nvcc not found (CUDA toolkit not installed); the "
+    "CUDA source is still rendered and checked for errors",
+)
 
-RENDERABLE = lp.correctness_cases() + lp.integer_cases() + lp.gpu_cases() + [
-    lp.warp_wmma_gemm(1, MMA_M16N8K16_F16_F32), lp.warp_wmma_gemm(4, MMA_M16N8K16_F16_F32)]
+RENDERABLE = (
+    lp.correctness_cases()
+    + lp.integer_cases()
+    + lp.gpu_cases()
+    + [lp.warp_wmma_gemm(1, MMA_M16N8K16_F16_F32), lp.warp_wmma_gemm(4, MMA_M16N8K16_F16_F32)]
+)
 
 
 @pytest.mark.parametrize("case", RENDERABLE, ids=repr)
@@ -38,7 +45,12 @@ def _evaluate(expression: UOp, lane: int) -> int:
     if expression.op is Ops.SPECIAL:
         return lane
     a, b = (_evaluate(s, lane) for s in expression.src)
-    operations = {Ops.ADD: int.__add__, Ops.MUL: int.__mul__, Ops.IDIV: int.__floordiv__, Ops.MOD: int.__mod__}
+    operations = {
+        Ops.ADD: int.__add__,
+        Ops.MUL: int.__mul__,
+        Ops.IDIV: int.__floordiv__,
+        Ops.MOD: int.__mod__,
+    }
     return operations[expression.op](a, b)
 
 
@@ -57,8 +69,16 @@ def test_mma_layouts_cover_each_tile_once_per_warp() -> None:
     assert config.threads == 32 and config.elements("a") == 8 and config.elements("b") == 4
     assert config.elements("c") == 4
     # spot checks from the PTX ISA's figures: lane 5 holds A rows 1 and 9, columns 2,3 and 10,11
-    assert [config.coordinate("a", 5, e) for e in range(8)] == [(1, 2), (1, 3), (9, 2), (9, 3), (1, 10), (1, 11),
-                                                                (9, 10), (9, 11)]
+    assert [config.coordinate("a", 5, e) for e in range(8)] == [
+        (1, 2),
+        (1, 3),
+        (9, 2),
+        (9, 3),
+        (1, 10),
+        (1, 11),
+        (9, 10),
+        (9, 11),
+    ]
     assert [config.coordinate("b", 5, e) for e in range(4)] == [(2, 1), (3, 1), (10, 1), (11, 1)]
     assert [config.coordinate("c", 5, e) for e in range(4)] == [(1, 2), (1, 3), (9, 2), (9, 3)]
 
@@ -92,13 +112,30 @@ def _batch(sources: list[str]) -> str:
     return "\n".join(parts)
 
 
-NVCC_CASES = [lp.elementwise(64), lp.reduction(3, 17), lp.max_reduction_after(9, 64), lp.gated_load(50),
-              lp.thread_range(2, 8), lp.vector_lanes(5), lp.vector_gather(8, 16), lp.if_block(31), lp.gated_store(5),
-              lp.wmma_gemm(2, 3, 4), lp.gemm(5, 12, 7, upcast=4), lp.half_arithmetic(33), lp.bfloat16_roundtrip(40),
-              lp.float_specials(dtypes.float32), lp.float_specials(dtypes.float64), *lp.gpu_cases(),
-              lp.warp_wmma_gemm(4, MMA_M16N8K16_F16_F32)]
-NVCC_CASES += [c for c in lp.integer_cases() if c.name.startswith(("int_idiv", "int_mod", "shifts", "cast_float32",
-                                                                    "int_vec"))]
+NVCC_CASES = [
+    lp.elementwise(64),
+    lp.reduction(3, 17),
+    lp.max_reduction_after(9, 64),
+    lp.gated_load(50),
+    lp.thread_range(2, 8),
+    lp.vector_lanes(5),
+    lp.vector_gather(8, 16),
+    lp.if_block(31),
+    lp.gated_store(5),
+    lp.wmma_gemm(2, 3, 4),
+    lp.gemm(5, 12, 7, upcast=4),
+    lp.half_arithmetic(33),
+    lp.bfloat16_roundtrip(40),
+    lp.float_specials(dtypes.float32),
+    lp.float_specials(dtypes.float64),
+    *lp.gpu_cases(),
+    lp.warp_wmma_gemm(4, MMA_M16N8K16_F16_F32),
+]
+NVCC_CASES += [
+    c
+    for c in lp.integer_cases()
+    if c.name.startswith(("int_idiv", "int_mod", "shifts", "cast_float32", "int_vec"))
+]
 
 
 @needs_nvcc
@@ -134,8 +171,13 @@ def test_unavailable_without_a_gpu_says_why() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", lp.correctness_cases() + lp.gpu_cases() + [
-    lp.warp_wmma_gemm(1, MMA_M16N8K16_F16_F32), lp.warp_wmma_gemm(8, MMA_M16N8K16_F16_F32)], ids=repr)
+@pytest.mark.parametrize(
+    "case",
+    lp.correctness_cases()
+    + lp.gpu_cases()
+    + [lp.warp_wmma_gemm(1, MMA_M16N8K16_F16_F32), lp.warp_wmma_gemm(8, MMA_M16N8K16_F16_F32)],
+    ids=repr,
+)
 def test_runs_on_the_gpu(case: lp.LinearCase) -> None:
     backend = get("cuda")
     if not backend.available():

@@ -51,7 +51,9 @@ def test_isolated_run_gives_the_in_process_results(worker) -> None:
 def test_segfault_is_reported_and_the_caller_goes_on(worker) -> None:
     case = lp.crash_custom()
     with pytest.raises(KernelCrashed) as info:
-        worker.run("c", _source(case), case.linear.arg, case.make_arrays(np.random.default_rng(0)), timeout_s=60)
+        worker.run(
+            "c", _source(case), case.linear.arg, case.make_arrays(np.random.default_rng(0)), timeout_s=60
+        )
     assert info.value.signal_name in ("SIGSEGV", "SIGBUS"), info.value
     assert "crash_out_of_bounds" in str(info.value) and "SIG" in str(info.value)
     # the same worker object starts a new process and runs the next kernel correctly

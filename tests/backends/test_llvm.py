@@ -27,8 +27,11 @@ def test_integer_semantics(case: lp.LinearCase) -> None:
     lp.assert_case_matches("llvm", case)
 
 
-@pytest.mark.parametrize("case", [lp.reduction(16, 256), lp.vector_gather(8, 16), lp.gemm(16, 32, 16, upcast=8),
-                                  lp.wmma_gemm(2, 3, 4)], ids=repr)
+@pytest.mark.parametrize(
+    "case",
+    [lp.reduction(16, 256), lp.vector_gather(8, 16), lp.gemm(16, 32, 16, upcast=8), lp.wmma_gemm(2, 3, 4)],
+    ids=repr,
+)
 def test_agrees_with_the_c_backend(case: lp.LinearCase) -> None:
     from uopviz.backends.c import find_c_compiler
 

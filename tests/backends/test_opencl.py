@@ -21,7 +21,7 @@ def _backend():
 
 
 def _check(case: lp.LinearCase) -> None:
-    backend = _backend()
+    _backend()
     for seed in (0, 1):
         lp.assert_case_matches("opencl", case, seed)
 
@@ -41,8 +41,9 @@ def test_gpu_indices_local_memory_and_barriers(case: lp.LinearCase) -> None:
     _check(case)
 
 
-@pytest.mark.parametrize("case", [lp.reduction(16, 256), lp.vector_gather(8, 16), lp.gemm(16, 32, 16, upcast=8)],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "case", [lp.reduction(16, 256), lp.vector_gather(8, 16), lp.gemm(16, 32, 16, upcast=8)], ids=repr
+)
 def test_agrees_with_the_c_backend(case: lp.LinearCase) -> None:
     from uopviz.backends.c import find_c_compiler
 
@@ -58,7 +59,10 @@ def test_agrees_with_the_c_backend(case: lp.LinearCase) -> None:
 def test_source_uses_opencl_features() -> None:
     backend = _backend()
     source = backend.render(lp.group_reduce(5, 8, 100).linear)
-    assert "__kernel void r_g5_l8_100(__global float* restrict data0, __global const float* restrict data1)" in source
+    assert (
+        "__kernel void r_g5_l8_100(__global float* restrict data0, __global const float* restrict data1)"
+        in source
+    )
     assert "__local float temp0[8];" in source and "barrier(CLK_LOCAL_MEM_FENCE);" in source
     assert "get_group_id(0)" in source and "get_local_id(0)" in source
     meta = lp.KernelMeta.from_source(source) if hasattr(lp, "KernelMeta") else None

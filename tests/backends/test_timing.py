@@ -88,8 +88,16 @@ def test_rotation_runs_on_separate_copies() -> None:
 def test_isolated_timing_matches_the_request() -> None:
     case = lp.elementwise(4096)
     source = get("c").render(case.linear)
-    timing = time_kernel("c", source, case.linear.arg, case.make_arrays(np.random.default_rng(0)), repeats=4,
-                         warmup=1, rotate=2, flops=case.flops)
+    timing = time_kernel(
+        "c",
+        source,
+        case.linear.arg,
+        case.make_arrays(np.random.default_rng(0)),
+        repeats=4,
+        warmup=1,
+        rotate=2,
+        flops=case.flops,
+    )
     assert timing.runs == 4 and timing.rotate == 2 and timing.backend == "c"
     assert timing.gflops is not None and timing.gflops > 0
 

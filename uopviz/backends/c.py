@@ -135,8 +135,20 @@ def contiguous_start(index: UOp) -> tuple[UOp | None, int] | None:
     return None
 
 
-_SIDE_EFFECTS = frozenset({Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.CUSTOM,
-                           Ops.ATOMIC_ADD, Ops.PARAM, Ops.SPECIAL})
+_SIDE_EFFECTS = frozenset(
+    {
+        Ops.STORE,
+        Ops.RANGE,
+        Ops.END,
+        Ops.IF,
+        Ops.ENDIF,
+        Ops.BARRIER,
+        Ops.CUSTOM,
+        Ops.ATOMIC_ADD,
+        Ops.PARAM,
+        Ops.SPECIAL,
+    }
+)
 
 
 def live_uops(program: Sequence[UOp], gather_by_lanes: bool = True) -> set[UOp]:
@@ -172,18 +184,36 @@ class CStyleRenderer:
     #: LOCAL arrays must be declared at the top of the kernel (OpenCL)
     locals_at_top = False
     #: vector lane counts this dialect has types for (others are padded or refused)
-    native_vector_counts: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    native_vector_counts: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256)
     #: ops computed on whole vectors (everything else is computed lane by lane)
-    native_vector_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.NEG, Ops.AND,
-                                                   Ops.OR, Ops.XOR, Ops.RECIP, Ops.MULACC})
+    native_vector_ops: frozenset[Ops] = frozenset(
+        {Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.RECIP, Ops.MULACC}
+    )
     #: how the dialect calls math functions, by op, for float32 (f) and float64 ("")
-    math_functions: dict[Ops, str] = {Ops.SQRT: "__builtin_sqrt", Ops.EXP2: "__builtin_exp2",
-                                      Ops.LOG2: "__builtin_log2", Ops.SIN: "__builtin_sin",
-                                      Ops.TRUNC: "__builtin_trunc", Ops.POW: "__builtin_pow"}
+    math_functions: dict[Ops, str] = {
+        Ops.SQRT: "__builtin_sqrt",
+        Ops.EXP2: "__builtin_exp2",
+        Ops.LOG2: "__builtin_log2",
+        Ops.SIN: "__builtin_sin",
+        Ops.TRUNC: "__builtin_trunc",
+        Ops.POW: "__builtin_pow",
+    }
     scalar_type_names: dict[str, str] = {
-        "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
-        "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-        "float16": "_Float16", "bfloat16": "float", "float32": "float", "float64": "double", "index": "int64_t"}
+        "bool": "bool",
+        "int8": "int8_t",
+        "int16": "int16_t",
+        "int32": "int32_t",
+        "int64": "int64_t",
+        "uint8": "uint8_t",
+        "uint16": "uint16_t",
+        "uint32": "uint32_t",
+        "uint64": "uint64_t",
+        "float16": "_Float16",
+        "bfloat16": "float",
+        "float32": "float",
+        "float64": "double",
+        "index": "int64_t",
+    }
 
     def __init__(self, tensor_cores: Sequence[TensorCore] = ()):
         self.tensor_cores = tuple(tensor_cores)
@@ -265,11 +295,13 @@ class CStyleRenderer:
         """A float constant (inf and nan through builtins)."""
         suffix = "" if dtype is dtypes.float64 else "f"
         if math.isnan(value):
-            text = f"__builtin_nan{suffix}(\"\")"
+            text = f'__builtin_nan{suffix}("")'
         elif math.isinf(value):
             text = f"{'-' if value < 0 else ''}__builtin_inf{suffix}()"
         else:
-            text = f"{value!r}{suffix}" if "e" in repr(value) or "." in repr(value) else f"{value!r}.0{suffix}"
+            text = (
+                f"{value!r}{suffix}" if "e" in repr(value) or "." in repr(value) else f"{value!r}.0{suffix}"
+            )
         if dtype is dtypes.float16:
             return f"((_Float16){text})"
         return text
@@ -279,7 +311,9 @@ class CStyleRenderer:
         args = []
         for param, pname in params:
             const = "" if param.written else "const "
-            args.append(f"{self.global_qualifier}{const}{self.memory_type(param.dtype)}* {self.restrict} {pname}")
+            args.append(
+                f"{self.global_qualifier}{const}{self.memory_type(param.dtype)}* {self.restrict} {pname}"
+            )
         return f"{self.kernel_prefix} {name}({', '.join(args) or 'void'})"
 
     def special(self, name: str, uses_local: bool) -> str:
@@ -349,28 +383,46 @@ class CStyleRenderer:
         """Floor division of ``dtype`` (0 for division by zero, wrapping at MIN // -1)."""
         t, u = self.scalar_type(dtype), self._unsigned_name(dtype)
         if dtype.is_unsigned:
-            return self.helper(f"idiv_{dtype.name}", lambda: (
-                f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{ return b == 0 ? 0 : a / b; }}"))
-        return self.helper(f"idiv_{dtype.name}", lambda: (
-            f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{\n"
-            f"  if (b == 0) return 0;\n"
-            f"  if (b == -1) return ({t})(({u})0 - ({u})a);  /* MIN // -1 wraps, as numpy */\n"
-            f"  {t} q = a / b;\n"
-            f"  return q - (({t})(a % b != 0) & ({t})((a < 0) != (b < 0)));\n"
-            f"}}"))
+            return self.helper(
+                f"idiv_{dtype.name}",
+                lambda: (
+                    f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{ "
+                    f"return b == 0 ? 0 : a / b; }}"
+                ),
+            )
+        return self.helper(
+            f"idiv_{dtype.name}",
+            lambda: (
+                f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{\n"
+                f"  if (b == 0) return 0;\n"
+                f"  if (b == -1) return ({t})(({u})0 - ({u})a);  /* MIN // -1 wraps, as numpy */\n"
+                f"  {t} q = a / b;\n"
+                f"  return q - (({t})(a % b != 0) & ({t})((a < 0) != (b < 0)));\n"
+                f"}}"
+            ),
+        )
 
     def helper_mod(self, dtype: DType) -> str:
         """Modulo with the divisor's sign (0 for modulo by zero)."""
         t = self.scalar_type(dtype)
         if dtype.is_unsigned:
-            return self.helper(f"mod_{dtype.name}", lambda: (
-                f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{ return b == 0 ? 0 : a % b; }}"))
-        return self.helper(f"mod_{dtype.name}", lambda: (
-            f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{\n"
-            f"  if (b == 0 || b == -1) return 0;\n"
-            f"  {t} r = a % b;\n"
-            f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n"
-            f"}}"))
+            return self.helper(
+                f"mod_{dtype.name}",
+                lambda: (
+                    f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{ "
+                    f"return b == 0 ? 0 : a % b; }}"
+                ),
+            )
+        return self.helper(
+            f"mod_{dtype.name}",
+            lambda: (
+                f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{\n"
+                f"  if (b == 0 || b == -1) return 0;\n"
+                f"  {t} r = a % b;\n"
+                f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n"
+                f"}}"
+            ),
+        )
 
     def helper_shift(self, op: Ops, dtype: DType) -> str:
         """SHL/SHR with numpy's rule for counts outside ``[0, bits)``."""
@@ -378,19 +430,32 @@ class CStyleRenderer:
         bits = dtype.bits
         narrow = self.scalar_type(dtypes.from_name(f"uint{bits}"))
         if op is Ops.SHL:
-            return self.helper(f"shl_{dtype.name}", lambda: (
-                f"{self.helper_prefix} {t} shl_{dtype.name}({t} a, {t} b) {{ "
-                f"return ({narrow})b < {bits}u ? ({t})(({u})({narrow})a << b) : 0; }}"))
+            return self.helper(
+                f"shl_{dtype.name}",
+                lambda: (
+                    f"{self.helper_prefix} {t} shl_{dtype.name}({t} a, {t} b) {{ "
+                    f"return ({narrow})b < {bits}u ? ({t})(({u})({narrow})a << b) : 0; }}"
+                ),
+            )
         overflow = "(a < 0 ? -1 : 0)" if not dtype.is_unsigned else "0"
-        return self.helper(f"shr_{dtype.name}", lambda: (
-            f"{self.helper_prefix} {t} shr_{dtype.name}({t} a, {t} b) {{ "
-            f"return ({narrow})b < {bits}u ? ({t})(a >> b) : {overflow}; }}"))
+        return self.helper(
+            f"shr_{dtype.name}",
+            lambda: (
+                f"{self.helper_prefix} {t} shr_{dtype.name}({t} a, {t} b) {{ "
+                f"return ({narrow})b < {bits}u ? ({t})(a >> b) : {overflow}; }}"
+            ),
+        )
 
     def helper_max(self, dtype: DType) -> str:
         """MAX that propagates NaN like numpy.maximum."""
         t = self.scalar_type(dtype)
-        return self.helper(f"max_{dtype.name}", lambda: (
-            f"{self.helper_prefix} {t} max_{dtype.name}({t} a, {t} b) {{ return (a != a || a > b) ? a : b; }}"))
+        return self.helper(
+            f"max_{dtype.name}",
+            lambda: (
+                f"{self.helper_prefix} {t} max_{dtype.name}({t} a, {t} b) {{ "
+                f"return (a != a || a > b) ? a : b; }}"
+            ),
+        )
 
     def helper_float_to_int(self, dtype: DType) -> str:
         """Truncating float → int conversion without undefined behaviour (see module docstring)."""
@@ -400,47 +465,70 @@ class CStyleRenderer:
         double = self.scalar_type(dtypes.float64)
         name = f"float_to_{dtype.name}"
         if dtype.itemsize <= 4 and dtype is not dtypes.uint32:
-            body = (f"return ({t})((x > -2147483649.0 && x < 2147483648.0) ? ({i32})x : "
-                    f"({i32})(-2147483647 - 1));")
+            body = (
+                f"return ({t})((x > -2147483649.0 && x < 2147483648.0) ? ({i32})x : "
+                f"({i32})(-2147483647 - 1));"
+            )
         elif dtype is dtypes.uint64:
-            body = (f"if (x >= 9223372036854775808.0 && x < 18446744073709551616.0) return ({u64})x;\n"
-                    f"  return ({u64})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? "
-                    f"({i64})x : ({i64})(-9223372036854775807LL - 1));")
+            body = (
+                f"if (x >= 9223372036854775808.0 && x < 18446744073709551616.0) return ({u64})x;\n"
+                f"  return ({u64})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? "
+                f"({i64})x : ({i64})(-9223372036854775807LL - 1));"
+            )
         else:
-            body = (f"return ({t})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? ({i64})x : "
-                    f"({i64})(-9223372036854775807LL - 1));")
+            body = (
+                f"return ({t})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? ({i64})x : "
+                f"({i64})(-9223372036854775807LL - 1));"
+            )
         return self.helper(name, lambda: f"{self.helper_prefix} {t} {name}({double} x) {{\n  {body}\n}}")
 
     def helper_bfloat16(self) -> tuple[str, str]:
         """Helpers converting bfloat16 bits to float and float to bfloat16 bits (round to nearest even)."""
         u16, u32 = self.memory_type(dtypes.bfloat16), self.scalar_type(dtypes.uint32)
-        to_float = self.helper("bf16_to_float", lambda: (
-            f"{self.helper_prefix} float bf16_to_float({u16} h) {{ {u32} u = ({u32})h << 16; float f; "
-            f"__builtin_memcpy(&f, &u, 4); return f; }}"))
-        from_float = self.helper("float_to_bf16", lambda: (
-            f"{self.helper_prefix} {u16} float_to_bf16(float f) {{\n"
-            f"  {u32} u; __builtin_memcpy(&u, &f, 4);\n"
-            f"  if ((u & 0x7fffffffu) > 0x7f800000u) return ({u16})((u >> 16) | 0x40u);  /* quiet NaN */\n"
-            f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
-            f"  return ({u16})(u >> 16);\n"
-            f"}}"))
+        to_float = self.helper(
+            "bf16_to_float",
+            lambda: (
+                f"{self.helper_prefix} float bf16_to_float({u16} h) {{ {u32} u = ({u32})h << 16; float f; "
+                f"__builtin_memcpy(&f, &u, 4); return f; }}"
+            ),
+        )
+        from_float = self.helper(
+            "float_to_bf16",
+            lambda: (
+                f"{self.helper_prefix} {u16} float_to_bf16(float f) {{\n"
+                f"  {u32} u; __builtin_memcpy(&u, &f, 4);\n"
+                f"  if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it quiet */\n"
+                f"    return ({u16})((u >> 16) | 0x40u);\n"
+                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+                f"  return ({u16})(u >> 16);\n"
+                f"}}"
+            ),
+        )
         return to_float, from_float
 
     def helper_vector_load(self, dtype: DType) -> str:
         """``load_<vec>(pointer)``: contiguous unaligned vector load."""
         vtype, element = self.vector_type(dtype), self.memory_type(dtype.scalar)
         size = dtype.count * dtype.scalar.itemsize
-        return self.helper(f"load_{vtype}", lambda: (
-            f"{self.helper_prefix} {vtype} load_{vtype}(const {element}* p) {{ {vtype} v; "
-            f"__builtin_memcpy(&v, p, {size}); return v; }}"))
+        return self.helper(
+            f"load_{vtype}",
+            lambda: (
+                f"{self.helper_prefix} {vtype} load_{vtype}(const {element}* p) {{ {vtype} v; "
+                f"__builtin_memcpy(&v, p, {size}); return v; }}"
+            ),
+        )
 
     def helper_vector_store(self, dtype: DType) -> str:
         """``store_<vec>(pointer, value)``: contiguous unaligned vector store."""
         vtype, element = self.vector_type(dtype), self.memory_type(dtype.scalar)
         size = dtype.count * dtype.scalar.itemsize
-        return self.helper(f"store_{vtype}", lambda: (
-            f"{self.helper_prefix} void store_{vtype}({element}* p, {vtype} v) {{ "
-            f"__builtin_memcpy(p, &v, {size}); }}"))
+        return self.helper(
+            f"store_{vtype}",
+            lambda: (
+                f"{self.helper_prefix} void store_{vtype}({element}* p, {vtype} v) {{ "
+                f"__builtin_memcpy(p, &v, {size}); }}"
+            ),
+        )
 
     # -- scalar expressions ---------------------------------------------------------------------
     def wrapping(self, dtype: DType) -> bool:
@@ -460,9 +548,21 @@ class CStyleRenderer:
             u = self._unsigned_name(dtype)
             symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
             return f"(({t})(({u}){a} {symbol} ({u}){b}))"
-        simple = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.CMP_LT: "<", Ops.CMP_NE: "!=",
-                  Ops.CMP_GT: ">", Ops.CMP_GE: ">=", Ops.CMP_LE: "<=", Ops.CMP_EQ: "==", Ops.XOR: "^",
-                  Ops.OR: "|", Ops.AND: "&"}
+        simple = {
+            Ops.ADD: "+",
+            Ops.SUB: "-",
+            Ops.MUL: "*",
+            Ops.DIV: "/",
+            Ops.CMP_LT: "<",
+            Ops.CMP_NE: "!=",
+            Ops.CMP_GT: ">",
+            Ops.CMP_GE: ">=",
+            Ops.CMP_LE: "<=",
+            Ops.CMP_EQ: "==",
+            Ops.XOR: "^",
+            Ops.OR: "|",
+            Ops.AND: "&",
+        }
         if op in simple:
             return f"({a} {simple[op]} {b})"
         if op is Ops.NEG:
@@ -494,8 +594,10 @@ class CStyleRenderer:
             if not dtype.is_float:
                 raise RenderError(f"{self.dialect}: {op.name} of {dtype.name}")
             return self.math_call(op, dtype, operands)
-        raise RenderError(f"{self.dialect}: cannot render {op.name} (Instruction Selection should have "
-                          f"decomposed it for this backend)")
+        raise RenderError(
+            f"{self.dialect}: cannot render {op.name} (Instruction Selection should have "
+            f"decomposed it for this backend)"
+        )
 
     # -- types held in float variables (bfloat16 everywhere; float16 where the dialect lacks it) --------
     def held_as_float(self, dtype: DType) -> bool:
@@ -552,10 +654,17 @@ class CStyleRenderer:
     def vector_cast(self, value: str, source: DType, target: DType) -> str:
         """A lane-wise conversion; int↔float and float↔float use ``__builtin_convertvector``."""
         s, t = source.scalar, target.scalar
-        plain = (s.is_int and t.is_float and s is not dtypes.index) or (s.is_float and t.is_float) or \
-                (s.is_int and t.is_int and s is not dtypes.index and t is not dtypes.index)
-        if plain and not self.held_as_float(s) and not self.held_as_float(t) and \
-                self.padded_count(source.count) == self.padded_count(target.count):
+        plain = (
+            (s.is_int and t.is_float and s is not dtypes.index)
+            or (s.is_float and t.is_float)
+            or (s.is_int and t.is_int and s is not dtypes.index and t is not dtypes.index)
+        )
+        if (
+            plain
+            and not self.held_as_float(s)
+            and not self.held_as_float(t)
+            and self.padded_count(source.count) == self.padded_count(target.count)
+        ):
             return f"__builtin_convertvector({value}, {self.vector_type(target)})"
         items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
         return self.vector_literal(target, items)
@@ -616,8 +725,10 @@ class _RenderState:
         return f"{prefix}{number}"
 
     def fail(self, u: UOp, problem: str) -> RenderError:
-        return RenderError(f"{self.r.dialect}: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
-                           f"{self.linear.arg!r}: {problem}")
+        return RenderError(
+            f"{self.r.dialect}: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
+            f"{self.linear.arg!r}: {problem}"
+        )
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * len(self.scopes) + line)
@@ -638,11 +749,14 @@ class _RenderState:
         if u not in self.names:
             if u.op is Ops.INDEX and u in self.addresses:
                 return self.address_expression(self.addresses[u])
-            raise self.fail(u, f"uses a {u.op.name} that was not rendered before it (is it missing from "
-                               f"the LINEAR, or placed after its user?)")
+            raise self.fail(
+                u,
+                f"uses a {u.op.name} that was not rendered before it (is it missing from "
+                f"the LINEAR, or placed after its user?)",
+            )
         where = self.defined_in.get(u)
         here = self.scope_path()
-        if where is not None and here[:len(where)] != where:
+        if where is not None and here[: len(where)] != where:
             raise self.fail(u, f"uses a {u.op.name} defined inside a loop or IF that is already closed")
         return self.names[u]
 
@@ -666,9 +780,11 @@ class _RenderState:
                 self.render_uop(u)
         if len(self.scopes) != 1:
             opener = self.scopes[-1].opener
-            raise RenderError(f"{self.r.dialect}: kernel {self.linear.arg!r} ends with an open "
-                              f"{self.scopes[-1].kind} ({opener.op.name if opener is not None else '?'}); "
-                              f"an END or ENDIF is missing")
+            raise RenderError(
+                f"{self.r.dialect}: kernel {self.linear.arg!r} ends with an open "
+                f"{self.scopes[-1].kind} ({opener.op.name if opener is not None else '?'}); "
+                f"an END or ENDIF is missing"
+            )
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params), *meta_sizes)
         signature = self.r.kernel_signature(meta.name, params)
         return self.r.assemble(self, signature, self.lines, meta)
@@ -692,8 +808,10 @@ class _RenderState:
                         written.add(s.arg.slot)
         slots = sorted(self.param_uops)
         if slots != list(range(len(slots))):
-            raise RenderError(f"{self.r.dialect}: kernel {self.linear.arg!r} has PARAM slots {slots}; "
-                              f"slots must be 0..n-1 (they are the argument positions)")
+            raise RenderError(
+                f"{self.r.dialect}: kernel {self.linear.arg!r} has PARAM slots {slots}; "
+                f"slots must be 0..n-1 (they are the argument positions)"
+            )
         out = []
         for slot in slots:
             u = self.param_uops[slot]
@@ -736,7 +854,7 @@ class _RenderState:
             bound = u.src[0]
             if bound.op is not Ops.CONST:
                 raise self.fail(u, "a SPECIAL's bound must be a constant (it is a launch size)")
-            kind, dim = u.arg.rstrip("0123456789"), int(u.arg[len(u.arg.rstrip("0123456789")):] or 0)
+            kind, dim = u.arg.rstrip("0123456789"), int(u.arg[len(u.arg.rstrip("0123456789")) :] or 0)
             if dim > 2:
                 raise self.fail(u, f"SPECIAL {u.arg}: at most 3 launch dimensions")
             if kind == "gidx":
@@ -749,8 +867,10 @@ class _RenderState:
                 raise self.fail(u, f"SPECIAL name {u.arg!r}: expected gidxN, lidxN or idxN")
         for dim, total in flat.items():
             if total % local[dim]:
-                raise RenderError(f"{self.r.dialect}: idx{dim} bound {total} is not a multiple of the local "
-                                  f"size {local[dim]}")
+                raise RenderError(
+                    f"{self.r.dialect}: idx{dim} bound {total} is not a multiple of the local "
+                    f"size {local[dim]}"
+                )
             groups[dim] = total // local[dim]
         return tuple(groups), tuple(local)
 
@@ -806,8 +926,10 @@ class _RenderState:
     def render_special(self, u: UOp) -> None:
         ctype = self.r.scalar_type(dtypes.index)
         uses_local = any(s.op is Ops.SPECIAL and s.arg.startswith("lidx") for s in self.program)
-        self.emit(f"{ctype} {u.arg} = {self.r.special(u.arg, uses_local)};  {self.r.comment} 0 .. "
-                  f"{u.src[0].arg[0] - 1}")
+        self.emit(
+            f"{ctype} {u.arg} = {self.r.special(u.arg, uses_local)};  {self.r.comment} 0 .. "
+            f"{u.src[0].arg[0] - 1}"
+        )
         self.define(u, u.arg)
 
     def render_range(self, u: UOp) -> None:
@@ -834,8 +956,11 @@ class _RenderState:
         target = ranges[-1]
         if self.scopes[-1].opener is not target:
             open_one = self.scopes[-1].opener
-            raise self.fail(u, f"END closes range {target.arg[0]} but the innermost open block is "
-                               f"{'the function' if open_one is None else open_one.op.name}")
+            raise self.fail(
+                u,
+                f"END closes range {target.arg[0]} but the innermost open block is "
+                f"{'the function' if open_one is None else open_one.op.name}",
+            )
         if self.parallel_depth == len(self.scopes):
             self.parallel_depth = 0
         self.scopes.pop()
@@ -873,8 +998,9 @@ class _RenderState:
         if len(lanes) == 1:
             if source.op is Ops.VECTORIZE or source.dtype.count == 1:
                 self.names[u] = lanes[0]
-                self.defined_in[u] = self.defined_in.get(source.src[u.arg[0]] if source.op is Ops.VECTORIZE
-                                                         else source, self.scope_path())
+                self.defined_in[u] = self.defined_in.get(
+                    source.src[u.arg[0]] if source.op is Ops.VECTORIZE else source, self.scope_path()
+                )
                 return
             self.assign(u, "gep", lanes[0])
             return
@@ -914,8 +1040,9 @@ class _RenderState:
         while source.op is Ops.AFTER:
             source = source.src[0]
         if source not in self.addresses:
-            raise self.fail(u, f"{u.op.name} needs an INDEX rendered before it as its first source, got "
-                               f"{source.op.name}")
+            raise self.fail(
+                u, f"{u.op.name} needs an INDEX rendered before it as its first source, got {source.op.name}"
+            )
         return self.addresses[source]
 
     def address_expression(self, address: Address) -> str:
@@ -943,8 +1070,11 @@ class _RenderState:
             value = self.r.vector_load(address)
             self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
             return
-        offsets = address.lanes if address.lanes is not None else \
-            [f"{address.offset} + {i}" for i in range(dtype.count)]
+        offsets = (
+            address.lanes
+            if address.lanes is not None
+            else [f"{address.offset} + {i}" for i in range(dtype.count)]
+        )
         items = []
         for i, offset in enumerate(offsets):
             value = self.element(address, offset)
@@ -969,8 +1099,11 @@ class _RenderState:
             statement = self.r.vector_store(address, value)
             self.emit(statement if gate is None else f"if ({gate}) {{ {statement} }}")
             return
-        offsets = address.lanes if address.lanes is not None else \
-            [f"{address.offset} + {i}" for i in range(dtype.count)]
+        offsets = (
+            address.lanes
+            if address.lanes is not None
+            else [f"{address.offset} + {i}" for i in range(dtype.count)]
+        )
         for i, offset in enumerate(offsets):
             statement = self.r.store_element(address.buffer, offset, self.r.lane(value, i, dtype), dtype)
             if gate is not None:
@@ -992,8 +1125,11 @@ class _RenderState:
             expression = self.r.alu_expression(op, scalar, operands, u)
             if held:
                 expression = self.r.round_to(expression, scalar)
-        elif op in self.r.native_vector_ops and not self.r.held_as_float(scalar) and \
-                not (scalar.is_bool and op in (Ops.ADD, Ops.MUL, Ops.NEG)):
+        elif (
+            op in self.r.native_vector_ops
+            and not self.r.held_as_float(scalar)
+            and not (scalar.is_bool and op in (Ops.ADD, Ops.MUL, Ops.NEG))
+        ):
             expression = self.vector_alu(u, op, scalar, operands)
         elif op is Ops.WHERE and u.src[0].dtype.count == 1:
             expression = f"({operands[0]} ? {operands[1]} : {operands[2]})"
@@ -1013,7 +1149,15 @@ class _RenderState:
         if self.r.wrapping(scalar) and op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
             unsigned = dtypes.from_name(f"uint{scalar.bits}").vec(u.dtype.count)
             return self.r.vector_wrapping(op, a, b, u.dtype, unsigned)
-        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+        symbol = {
+            Ops.ADD: "+",
+            Ops.SUB: "-",
+            Ops.MUL: "*",
+            Ops.DIV: "/",
+            Ops.AND: "&",
+            Ops.OR: "|",
+            Ops.XOR: "^",
+        }
         if op in symbol:
             return f"({a} {symbol[op]} {b})"
         if op is Ops.NEG:
@@ -1063,15 +1207,26 @@ class _RenderState:
 
 
 _HANDLERS: dict[Ops, Callable[[_RenderState, UOp], None]] = {
-    Ops.PARAM: _RenderState.render_param, Ops.BUFFER: _RenderState.render_buffer,
-    Ops.CONST: _RenderState.render_nothing, Ops.SINK: _RenderState.render_nothing,
-    Ops.GROUP: _RenderState.render_nothing, Ops.AFTER: _RenderState.render_after,
-    Ops.SPECIAL: _RenderState.render_special, Ops.RANGE: _RenderState.render_range,
-    Ops.END: _RenderState.render_end, Ops.IF: _RenderState.render_if, Ops.ENDIF: _RenderState.render_endif,
-    Ops.BARRIER: _RenderState.render_barrier, Ops.VECTORIZE: _RenderState.render_vectorize,
-    Ops.GEP: _RenderState.render_gep, Ops.INDEX: _RenderState.render_index, Ops.LOAD: _RenderState.render_load,
-    Ops.STORE: _RenderState.render_store, Ops.CAST: _RenderState.render_cast,
-    Ops.BITCAST: _RenderState.render_bitcast, Ops.WMMA: _RenderState.render_wmma,
+    Ops.PARAM: _RenderState.render_param,
+    Ops.BUFFER: _RenderState.render_buffer,
+    Ops.CONST: _RenderState.render_nothing,
+    Ops.SINK: _RenderState.render_nothing,
+    Ops.GROUP: _RenderState.render_nothing,
+    Ops.AFTER: _RenderState.render_after,
+    Ops.SPECIAL: _RenderState.render_special,
+    Ops.RANGE: _RenderState.render_range,
+    Ops.END: _RenderState.render_end,
+    Ops.IF: _RenderState.render_if,
+    Ops.ENDIF: _RenderState.render_endif,
+    Ops.BARRIER: _RenderState.render_barrier,
+    Ops.VECTORIZE: _RenderState.render_vectorize,
+    Ops.GEP: _RenderState.render_gep,
+    Ops.INDEX: _RenderState.render_index,
+    Ops.LOAD: _RenderState.render_load,
+    Ops.STORE: _RenderState.render_store,
+    Ops.CAST: _RenderState.render_cast,
+    Ops.BITCAST: _RenderState.render_bitcast,
+    Ops.WMMA: _RenderState.render_wmma,
     Ops.CUSTOM: _RenderState.render_custom,
 }
 
@@ -1089,34 +1244,48 @@ class CRenderer(CStyleRenderer):
     dialect = "c"
 
 
-def render_wmma_scalar(renderer: CStyleRenderer, state: _RenderState, u: UOp, config: TensorCore,
-                       a: str, b: str, c: str) -> None:
+def render_wmma_scalar(
+    renderer: CStyleRenderer, state: _RenderState, u: UOp, config: TensorCore, a: str, b: str, c: str
+) -> None:
     """Emit ``D = A @ B + C`` of a one-thread tile, one output lane per line."""
     if config.threads != 1:
-        raise state.fail(u, f"tensor core {config.name} spreads a tile over {config.threads} lanes; the "
-                            f"{renderer.dialect} backend emulates only one-thread tiles")
+        raise state.fail(
+            u,
+            f"tensor core {config.name} spreads a tile over {config.threads} lanes; the "
+            f"{renderer.dialect} backend emulates only one-thread tiles",
+        )
     a_dtype, b_dtype, c_dtype = (s.dtype for s in u.src)
-    if a_dtype.count != config.elements("a") or b_dtype.count != config.elements("b") or \
-            c_dtype.count != config.elements("c"):
-        raise state.fail(u, f"WMMA {config.name} takes vectors of {config.elements('a')}, "
-                            f"{config.elements('b')} and {config.elements('c')} lanes, got "
-                            f"{a_dtype.count}, {b_dtype.count} and {c_dtype.count}")
+    if (
+        a_dtype.count != config.elements("a")
+        or b_dtype.count != config.elements("b")
+        or c_dtype.count != config.elements("c")
+    ):
+        raise state.fail(
+            u,
+            f"WMMA {config.name} takes vectors of {config.elements('a')}, "
+            f"{config.elements('b')} and {config.elements('c')} lanes, got "
+            f"{a_dtype.count}, {b_dtype.count} and {c_dtype.count}",
+        )
     where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
     where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
     out_type = config.dtype_out
     name = state.fresh("wmma")
-    state.emit(f"{renderer.vector_type(u.dtype)} {name};  {renderer.comment} {config.name}: "
-               f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds")
+    state.emit(
+        f"{renderer.vector_type(u.dtype)} {name};  {renderer.comment} {config.name}: "
+        f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds"
+    )
     for lane, (m, n) in enumerate(config.layout_c):
         terms = [renderer.lane(c, lane, c_dtype)]
         for k in range(config.dims[2]):
-            left = renderer.cast_expression(renderer.lane(a, where_a[(m, k)], a_dtype), config.dtype_in, out_type)
-            right = renderer.cast_expression(renderer.lane(b, where_b[(k, n)], b_dtype), config.dtype_in, out_type)
+            left = renderer.cast_expression(
+                renderer.lane(a, where_a[(m, k)], a_dtype), config.dtype_in, out_type
+            )
+            right = renderer.cast_expression(
+                renderer.lane(b, where_b[(k, n)], b_dtype), config.dtype_in, out_type
+            )
             terms.append(f"{left}*{right}")
         state.emit(f"{renderer.lane_target(name, lane, u.dtype)} = {' + '.join(terms)};")
     state.define(u, name)
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1148,12 +1317,19 @@ def openmp_works(compiler: str) -> str | None:
     """None when ``compiler -fopenmp`` builds and runs a parallel loop, else why not."""
     import tempfile
 
-    code = "#include <omp.h>\nint count(void){int s=0;\n#pragma omp parallel for reduction(+:s)\n" \
-           "for(int i=0;i<64;i++)s+=i;\nreturn s + 0*omp_get_max_threads();}\n"
+    code = (
+        "#include <omp.h>\nint count(void){int s=0;\n#pragma omp parallel for reduction(+:s)\n"
+        "for(int i=0;i<64;i++)s+=i;\nreturn s + 0*omp_get_max_threads();}\n"
+    )
     with tempfile.TemporaryDirectory() as folder:
         library = Path(folder) / "probe.so"
-        result = subprocess.run([compiler, "-O1", "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o",
-                                 str(library)], input=code, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [compiler, "-O1", "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", str(library)],
+            input=code,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if result.returncode != 0:
             return f"{compiler} -fopenmp failed: {result.stderr.strip()[:300]}"
         try:
@@ -1204,10 +1380,36 @@ class CBackend(Backend):
     """C compiled by gcc/clang with OpenMP for THREAD axes and GCC vectors for UPCAST lanes."""
 
     name = "c"
-    supported_ops = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR,
-                               Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.RECIP, Ops.TRUNC, Ops.CAST,
-                               Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ,
-                               Ops.NOT, Ops.SQRT, Ops.MULACC})
+    supported_ops = frozenset(
+        {
+            Ops.ADD,
+            Ops.MUL,
+            Ops.MAX,
+            Ops.MOD,
+            Ops.IDIV,
+            Ops.CMP_LT,
+            Ops.CMP_NE,
+            Ops.XOR,
+            Ops.OR,
+            Ops.AND,
+            Ops.SHR,
+            Ops.SHL,
+            Ops.WHERE,
+            Ops.RECIP,
+            Ops.TRUNC,
+            Ops.CAST,
+            Ops.NEG,
+            Ops.SUB,
+            Ops.DIV,
+            Ops.CMP_GT,
+            Ops.CMP_GE,
+            Ops.CMP_LE,
+            Ops.CMP_EQ,
+            Ops.NOT,
+            Ops.SQRT,
+            Ops.MULACC,
+        }
+    )
     vector_widths = (2, 4, 8, 16)
     has_local = False
     tensor_cores = cpu_tensor_cores()
@@ -1261,16 +1463,28 @@ class CBackend(Backend):
         start = time.perf_counter()
 
         def build(target: Path) -> None:
-            result = subprocess.run([compiler, *flags, "-x", "c", "-", "-o", str(target), "-lm"], input=source,
-                                    capture_output=True, text=True, timeout=300)
+            result = subprocess.run(
+                [compiler, *flags, "-x", "c", "-", "-o", str(target), "-lm"],
+                input=source,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if result.returncode != 0:
                 raise CompileError(self.name, name, result.stderr.strip(), source)
 
         path, was_cached = cached_file("c", key, ".so", build)
         compile_s = time.perf_counter() - start
         function = load_function(str(path), meta.name, len(meta.params))
-        kernel = CPUCompiledKernel(self.name, meta, source, compile_s, {"cached": was_cached},
-                                   library_path=str(path), function=function)
+        kernel = CPUCompiledKernel(
+            self.name,
+            meta,
+            source,
+            compile_s,
+            {"cached": was_cached},
+            library_path=str(path),
+            function=function,
+        )
         self._compiled[key] = kernel
         return kernel
 

@@ -56,8 +56,11 @@ def cached_file(namespace: str, key: str, suffix: str, build: Callable[[Path], N
     return target, False
 
 
-def read_cached_bytes(namespace: str, key: str, suffix: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
+def read_cached_bytes(
+    namespace: str, key: str, suffix: str, build: Callable[[], bytes]
+) -> tuple[bytes, bool]:
     """Bytes cached under ``namespace/key+suffix``, made by ``build()`` when missing."""
+
     def write(path: Path) -> None:
         path.write_bytes(build())
 

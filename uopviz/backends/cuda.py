@@ -71,8 +71,9 @@ def _mma_m16n8k16_layouts() -> tuple[tuple, tuple, tuple]:
     return tuple(a), tuple(b), tuple(c)
 
 
-MMA_M16N8K16_F16_F32 = TensorCore("cuda_mma_m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32, 32,
-                                  *_mma_m16n8k16_layouts())
+MMA_M16N8K16_F16_F32 = TensorCore(
+    "cuda_mma_m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32, 32, *_mma_m16n8k16_layouts()
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,13 +90,30 @@ class CUDARenderer(CStyleRenderer):
     locals_at_top = False
     native_vector_counts = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256)
     native_vector_ops: frozenset[Ops] = frozenset()
-    math_functions = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc",
-                      Ops.POW: "pow"}
+    math_functions = {
+        Ops.SQRT: "sqrt",
+        Ops.EXP2: "exp2",
+        Ops.LOG2: "log2",
+        Ops.SIN: "sin",
+        Ops.TRUNC: "trunc",
+        Ops.POW: "pow",
+    }
     scalar_type_names = {
-        "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
-        "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
-        "uint64": "unsigned long long", "float16": "half", "bfloat16": "float", "float32": "float",
-        "float64": "double", "index": "long long"}
+        "bool": "bool",
+        "int8": "signed char",
+        "int16": "short",
+        "int32": "int",
+        "int64": "long long",
+        "uint8": "unsigned char",
+        "uint16": "unsigned short",
+        "uint32": "unsigned int",
+        "uint64": "unsigned long long",
+        "float16": "half",
+        "bfloat16": "float",
+        "float32": "float",
+        "float64": "double",
+        "index": "long long",
+    }
 
     def padded_count(self, count: int) -> int:
         return count
@@ -122,8 +140,9 @@ class CUDARenderer(CStyleRenderer):
     def float_const(self, value: float, dtype: DType) -> str:
         if math.isnan(value) or math.isinf(value):
             if dtype is dtypes.float64:
-                bits = {math.inf: "0x7ff0000000000000LL", -math.inf: "0xfff0000000000000LL"}.get(value,
-                                                                                                "0x7ff8000000000000LL")
+                bits = {math.inf: "0x7ff0000000000000LL", -math.inf: "0xfff0000000000000LL"}.get(
+                    value, "0x7ff8000000000000LL"
+                )
                 return f"__longlong_as_double({bits})"
             bits = {math.inf: "0x7f800000", -math.inf: "0xff800000"}.get(value, "0x7fc00000")
             text = f"__int_as_float({bits})"
@@ -132,7 +151,7 @@ class CUDARenderer(CStyleRenderer):
         return f"__float2half({text})" if dtype is dtypes.float16 else text
 
     def special(self, name: str, uses_local: bool) -> str:
-        kind, dim = name.rstrip("0123456789"), int(name[len(name.rstrip("0123456789")):] or 0)
+        kind, dim = name.rstrip("0123456789"), int(name[len(name.rstrip("0123456789")) :] or 0)
         axis = "xyz"[dim]
         if kind == "gidx":
             return f"blockIdx.{axis}"
@@ -160,13 +179,17 @@ class CUDARenderer(CStyleRenderer):
 
     def vector_load(self, address) -> str:
         count = address.dtype.count
-        items = [self.element_value(f"{address.buffer}[{address.offset} + {i}]", address.dtype.scalar)
-                 for i in range(count)]
+        items = [
+            self.element_value(f"{address.buffer}[{address.offset} + {i}]", address.dtype.scalar)
+            for i in range(count)
+        ]
         return self.vector_literal(address.dtype, items)
 
     def vector_store(self, address, value: str) -> str:
-        return " ".join(f"{address.buffer}[{address.offset} + {i}] = {self.lane(value, i, address.dtype)};"
-                        for i in range(address.dtype.count))
+        return " ".join(
+            f"{address.buffer}[{address.offset} + {i}] = {self.lane(value, i, address.dtype)};"
+            for i in range(address.dtype.count)
+        )
 
     def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
         name = self._state.fresh("bits")
@@ -189,21 +212,32 @@ class CUDARenderer(CStyleRenderer):
         return super().cast_expression(value, source, target)
 
     def helper_bfloat16(self) -> tuple[str, str]:
-        to_float = self.helper("bf16_to_float", lambda: (
-            f"{self.helper_prefix} float bf16_to_float(unsigned short h) {{ "
-            f"return __uint_as_float((unsigned int)h << 16); }}"))
-        from_float = self.helper("float_to_bf16", lambda: (
-            f"{self.helper_prefix} unsigned short float_to_bf16(float f) {{\n"
-            f"  unsigned int u = __float_as_uint(f);\n"
-            f"  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  /* quiet NaN */\n"
-            f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
-            f"  return (unsigned short)(u >> 16);\n"
-            f"}}"))
+        to_float = self.helper(
+            "bf16_to_float",
+            lambda: (
+                f"{self.helper_prefix} float bf16_to_float(unsigned short h) {{ "
+                f"return __uint_as_float((unsigned int)h << 16); }}"
+            ),
+        )
+        from_float = self.helper(
+            "float_to_bf16",
+            lambda: (
+                f"{self.helper_prefix} unsigned short float_to_bf16(float f) {{\n"
+                f"  unsigned int u = __float_as_uint(f);\n"
+                f"  if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it quiet */\n"
+                f"    return (unsigned short)((u >> 16) | 0x40u);\n"
+                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+                f"  return (unsigned short)(u >> 16);\n"
+                f"}}"
+            ),
+        )
         return to_float, from_float
 
     def vector_cast(self, value: str, source: DType, target: DType) -> str:
-        items = [self.cast_expression(self.lane(value, i, source), source.scalar, target.scalar)
-                 for i in range(target.count)]
+        items = [
+            self.cast_expression(self.lane(value, i, source), source.scalar, target.scalar)
+            for i in range(target.count)
+        ]
         return self.vector_literal(target, items)
 
     def render_wmma(self, state: _RenderState, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
@@ -212,21 +246,31 @@ class CUDARenderer(CStyleRenderer):
             return
         if config != MMA_M16N8K16_F16_F32:
             raise state.fail(u, f"the cuda backend has no instruction for tensor core {config.name}")
-        if (u.src[0].dtype, u.src[1].dtype, u.src[2].dtype) != (dtypes.float16.vec(8), dtypes.float16.vec(4),
-                                                                dtypes.float32.vec(4)):
-            raise state.fail(u, f"{config.name} takes half8, half4 and float4 fragments, got "
-                                f"{', '.join(s.dtype.name for s in u.src)}")
+        if (u.src[0].dtype, u.src[1].dtype, u.src[2].dtype) != (
+            dtypes.float16.vec(8),
+            dtypes.float16.vec(4),
+            dtypes.float32.vec(4),
+        ):
+            raise state.fail(
+                u,
+                f"{config.name} takes half8, half4 and float4 fragments, got "
+                f"{', '.join(s.dtype.name for s in u.src)}",
+            )
         a_type, b_type, c_type = (self.vector_type(s.dtype) for s in u.src)
-        helper = self.helper("mma_m16n8k16_f16_f32", lambda: (
-            f"{self.helper_prefix} {c_type} mma_m16n8k16_f16_f32({a_type} a, {b_type} b, {c_type} c) {{\n"
-            f"  const unsigned int* ar = reinterpret_cast<const unsigned int*>(&a);\n"
-            f"  const unsigned int* br = reinterpret_cast<const unsigned int*>(&b);\n"
-            f"  asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%0, %1, %2, %3}}, "
-            f"{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\"\n"
-            f"      : \"+f\"(c.v[0]), \"+f\"(c.v[1]), \"+f\"(c.v[2]), \"+f\"(c.v[3])\n"
-            f"      : \"r\"(ar[0]), \"r\"(ar[1]), \"r\"(ar[2]), \"r\"(ar[3]), \"r\"(br[0]), \"r\"(br[1]));\n"
-            f"  return c;\n"
-            f"}}"))
+        helper = self.helper(
+            "mma_m16n8k16_f16_f32",
+            lambda: (
+                f"{self.helper_prefix} {c_type} mma_m16n8k16_f16_f32({a_type} a, {b_type} b, {c_type} c) {{\n"
+                f"  const unsigned int* ar = reinterpret_cast<const unsigned int*>(&a);\n"
+                f"  const unsigned int* br = reinterpret_cast<const unsigned int*>(&b);\n"
+                f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%0, %1, %2, %3}}, '
+                f'{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"\n'
+                f'      : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])\n'
+                f'      : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[0]), "r"(br[1]));\n'
+                f"  return c;\n"
+                f"}}"
+            ),
+        )
         state.assign(u, "wmma", f"{helper}({a}, {b}, {c})")
 
 
@@ -260,8 +304,12 @@ def run_nvcc(source: str, output: str, arch: str, extra: Sequence[str] = ()) -> 
         command = [nvcc, f"-{output}", f"-arch={arch}", "-O3", *extra, str(source_path), "-o", str(target)]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
-            raise CompileError("cuda", KernelMeta.from_source(source, "cuda").name,
-                               (result.stderr or result.stdout).strip(), source)
+            raise CompileError(
+                "cuda",
+                KernelMeta.from_source(source, "cuda").name,
+                (result.stderr or result.stdout).strip(),
+                source,
+            )
         return target.read_bytes()
 
 
@@ -291,21 +339,31 @@ class _Driver:
         self.device = ctypes.c_int()
         self.check(library.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
         self.context = ctypes.c_void_p()
-        self.check(library.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
+        self.check(
+            library.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device),
+            "cuDevicePrimaryCtxRetain",
+        )
         self.activate()
         name = ctypes.create_string_buffer(256)
         self.check(library.cuDeviceGetName(name, 256, self.device), "cuDeviceGetName")
         self.name = name.value.decode()
         major, minor = ctypes.c_int(), ctypes.c_int()
-        self.check(library.cuDeviceGetAttribute(ctypes.byref(major), 75, self.device), "compute capability major")
-        self.check(library.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.device), "compute capability minor")
+        self.check(
+            library.cuDeviceGetAttribute(ctypes.byref(major), 75, self.device), "compute capability major"
+        )
+        self.check(
+            library.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.device), "compute capability minor"
+        )
         self.arch = f"sm_{major.value}{minor.value}"
         library.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
         library.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
         library.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
         library.cuMemFree_v2.argtypes = [ctypes.c_uint64]
-        library.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + \
-            [ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        library.cuLaunchKernel.argtypes = (
+            [ctypes.c_void_p]
+            + [ctypes.c_uint] * 6
+            + [ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        )
 
     def activate(self) -> None:
         self.check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -343,10 +401,13 @@ class CUDALaunch(Launch):
             pointer = ctypes.c_uint64()
             driver.check(driver.lib.cuMemAlloc_v2(ctypes.byref(pointer), max(array.nbytes, 1)), "cuMemAlloc")
             if array.nbytes:
-                driver.check(driver.lib.cuMemcpyHtoD_v2(pointer, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
+                driver.check(
+                    driver.lib.cuMemcpyHtoD_v2(pointer, array.ctypes.data, array.nbytes), "cuMemcpyHtoD"
+                )
             self.pointers.append(pointer)
         self.parameters = (ctypes.c_void_p * len(self.pointers))(
-            *[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p) for p in self.pointers])
+            *[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p) for p in self.pointers]
+        )
         self.start, self.stop = ctypes.c_void_p(), ctypes.c_void_p()
         driver.check(driver.lib.cuEventCreate(ctypes.byref(self.start), 0), "cuEventCreate")
         driver.check(driver.lib.cuEventCreate(ctypes.byref(self.stop), 0), "cuEventCreate")
@@ -354,20 +415,26 @@ class CUDALaunch(Launch):
     def run(self) -> float:
         lib, meta = self.driver.lib, self.kernel.meta
         self.driver.check(lib.cuEventRecord(self.start, None), "cuEventRecord")
-        self.driver.check(lib.cuLaunchKernel(self.kernel.function, *meta.global_size, *meta.local_size, 0, None,
-                                             self.parameters, None), "cuLaunchKernel")
+        self.driver.check(
+            lib.cuLaunchKernel(
+                self.kernel.function, *meta.global_size, *meta.local_size, 0, None, self.parameters, None
+            ),
+            "cuLaunchKernel",
+        )
         self.driver.check(lib.cuEventRecord(self.stop, None), "cuEventRecord")
         self.driver.check(lib.cuEventSynchronize(self.stop), "cuEventSynchronize")
         milliseconds = ctypes.c_float()
-        self.driver.check(lib.cuEventElapsedTime(ctypes.byref(milliseconds), self.start, self.stop),
-                          "cuEventElapsedTime")
+        self.driver.check(
+            lib.cuEventElapsedTime(ctypes.byref(milliseconds), self.start, self.stop), "cuEventElapsedTime"
+        )
         return milliseconds.value * 1e-3
 
     def read_back(self) -> None:
         for param, array, pointer in zip(self.kernel.params, self.arrays, self.pointers):
             if param.written and array.nbytes:
-                self.driver.check(self.driver.lib.cuMemcpyDtoH_v2(array.ctypes.data, pointer, array.nbytes),
-                                  "cuMemcpyDtoH")
+                self.driver.check(
+                    self.driver.lib.cuMemcpyDtoH_v2(array.ctypes.data, pointer, array.nbytes), "cuMemcpyDtoH"
+                )
 
     def __del__(self) -> None:
         for pointer in getattr(self, "pointers", []):
@@ -377,8 +444,17 @@ class CUDALaunch(Launch):
 class CUDACompiledKernel(CompiledKernel):
     """A loaded CUDA module and its kernel function."""
 
-    def __init__(self, backend: str, meta: KernelMeta, source: str, compile_s: float, extra: dict[str, Any],
-                 driver: _Driver, module: ctypes.c_void_p, function: ctypes.c_void_p):
+    def __init__(
+        self,
+        backend: str,
+        meta: KernelMeta,
+        source: str,
+        compile_s: float,
+        extra: dict[str, Any],
+        driver: _Driver,
+        module: ctypes.c_void_p,
+        function: ctypes.c_void_p,
+    ):
         super().__init__(backend, meta, source, compile_s, extra)
         self.driver, self.module, self.function = driver, module, function
 
@@ -390,10 +466,36 @@ class CUDABackend(Backend):
     """CUDA C++ on an NVIDIA GPU (rendering works everywhere)."""
 
     name = "cuda"
-    supported_ops = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR,
-                               Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.RECIP, Ops.TRUNC, Ops.CAST,
-                               Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ,
-                               Ops.NOT, Ops.SQRT, Ops.MULACC})
+    supported_ops = frozenset(
+        {
+            Ops.ADD,
+            Ops.MUL,
+            Ops.MAX,
+            Ops.MOD,
+            Ops.IDIV,
+            Ops.CMP_LT,
+            Ops.CMP_NE,
+            Ops.XOR,
+            Ops.OR,
+            Ops.AND,
+            Ops.SHR,
+            Ops.SHL,
+            Ops.WHERE,
+            Ops.RECIP,
+            Ops.TRUNC,
+            Ops.CAST,
+            Ops.NEG,
+            Ops.SUB,
+            Ops.DIV,
+            Ops.CMP_GT,
+            Ops.CMP_GE,
+            Ops.CMP_LE,
+            Ops.CMP_EQ,
+            Ops.NOT,
+            Ops.SQRT,
+            Ops.MULACC,
+        }
+    )
     vector_widths = ()
     has_local = True
     has_threads = False
@@ -425,8 +527,9 @@ class CUDABackend(Backend):
         assert not isinstance(driver, str)
         nvcc = find_nvcc()
         assert nvcc is not None
-        key = content_key(source, driver.arch, subprocess.run([nvcc, "--version"], capture_output=True,
-                                                              text=True).stdout)
+        key = content_key(
+            source, driver.arch, subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+        )
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
@@ -441,10 +544,20 @@ class CUDABackend(Backend):
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
         image = path.read_bytes()
         driver.check(driver.lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
-        driver.check(driver.lib.cuModuleGetFunction(ctypes.byref(function), module, meta.name.encode()),
-                     "cuModuleGetFunction")
-        kernel = CUDACompiledKernel(self.name, meta, source, time.perf_counter() - start, {"cached": was_cached},
-                                    driver, module, function)
+        driver.check(
+            driver.lib.cuModuleGetFunction(ctypes.byref(function), module, meta.name.encode()),
+            "cuModuleGetFunction",
+        )
+        kernel = CUDACompiledKernel(
+            self.name,
+            meta,
+            source,
+            time.perf_counter() - start,
+            {"cached": was_cached},
+            driver,
+            module,
+            function,
+        )
         self._compiled[key] = kernel
         return kernel
 

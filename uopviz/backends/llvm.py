@@ -56,11 +56,34 @@ from uopviz.core.uop import UOp
 # types and constants
 
 
-_SCALAR_TYPES = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "i8",
-                 "uint16": "i16", "uint32": "i32", "uint64": "i64", "float16": "half", "bfloat16": "float",
-                 "float32": "float", "float64": "double", "index": "i64"}
-_MANGLE = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "half": "f16", "float": "f32",
-           "double": "f64", "bfloat": "bf16", "ptr": "p0"}
+_SCALAR_TYPES = {
+    "bool": "i1",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "i8",
+    "uint16": "i16",
+    "uint32": "i32",
+    "uint64": "i64",
+    "float16": "half",
+    "bfloat16": "float",
+    "float32": "float",
+    "float64": "double",
+    "index": "i64",
+}
+_MANGLE = {
+    "i1": "i1",
+    "i8": "i8",
+    "i16": "i16",
+    "i32": "i32",
+    "i64": "i64",
+    "half": "f16",
+    "float": "f32",
+    "double": "f64",
+    "bfloat": "bf16",
+    "ptr": "p0",
+}
 
 
 def scalar_type(dtype: DType) -> str:
@@ -221,8 +244,10 @@ class _LLVMState:
         return f"%{prefix}{number}"
 
     def fail(self, u: UOp, problem: str) -> RenderError:
-        return RenderError(f"llvm: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
-                           f"{self.linear.arg!r}: {problem}")
+        return RenderError(
+            f"llvm: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
+            f"{self.linear.arg!r}: {problem}"
+        )
 
     def emit(self, line: str) -> None:
         self.lines.append("  " + line)
@@ -248,7 +273,7 @@ class _LLVMState:
         if u not in self.names:
             raise self.fail(u, f"uses a {u.op.name} that was not rendered before it")
         where, here = self.defined_in.get(u), self.scope_path()
-        if where is not None and here[:len(where)] != where:
+        if where is not None and here[: len(where)] != where:
             raise self.fail(u, f"uses a {u.op.name} defined inside a loop or IF that is already closed")
         return self.names[u]
 
@@ -287,8 +312,9 @@ class _LLVMState:
             if u in live:
                 self.render_uop(u)
         if len(self.scopes) != 1:
-            raise RenderError(f"llvm: kernel {self.linear.arg!r} ends with an open block; an END or ENDIF "
-                              f"is missing")
+            raise RenderError(
+                f"llvm: kernel {self.linear.arg!r} ends with an open block; an END or ENDIF is missing"
+            )
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params))
         return self.assemble(meta, params)
 
@@ -308,10 +334,22 @@ class _LLVMState:
                 written.update(s.arg.slot for s in u.toposort() if s.op is Ops.PARAM)
         slots = sorted(self.param_uops)
         if slots != list(range(len(slots))):
-            raise RenderError(f"llvm: kernel {self.linear.arg!r} has PARAM slots {slots}; slots must be "
-                              f"0..n-1 (they are the argument positions)")
-        return [(KernelParam(s, self.param_uops[s].arg.dtype, self.param_uops[s].shape[0] if
-                             self.param_uops[s].shape else 1, s in written), f"%data{s}") for s in slots]
+            raise RenderError(
+                f"llvm: kernel {self.linear.arg!r} has PARAM slots {slots}; slots must be "
+                f"0..n-1 (they are the argument positions)"
+            )
+        return [
+            (
+                KernelParam(
+                    s,
+                    self.param_uops[s].arg.dtype,
+                    self.param_uops[s].shape[0] if self.param_uops[s].shape else 1,
+                    s in written,
+                ),
+                f"%data{s}",
+            )
+            for s in slots
+        ]
 
     def assemble(self, meta: KernelMeta, params: list[tuple[KernelParam, str]]) -> str:
         name = meta.name
@@ -323,7 +361,7 @@ class _LLVMState:
         else:
             bound = scalar_literal(self.thread_range.src[0].arg[0], dtypes.index)
             body_args = [*arguments, "i64 %thread_start", "i64 %thread_end"]
-            out.append(f"; the THREAD range runs in chunks [thread_start, thread_end) on libgomp's threads")
+            out.append("; the THREAD range runs in chunks [thread_start, thread_end) on libgomp's threads")
             out.append(f"define internal void @{name}.body({', '.join(body_args)}) #0 {{")
             out += ["entry:", *["  " + a for a in self.allocas], *self.lines, "  ret void", "}", ""]
             count = len(params)
@@ -334,14 +372,22 @@ class _LLVMState:
                 out.append(f"  %slot{i} = getelementptr [{count} x ptr], ptr %context, i64 0, i64 {i}")
                 out.append(f"  {pname} = load ptr, ptr %slot{i}")
                 loaded.append(f"ptr {pname}")
-            out += ["  %tid32 = call i32 @omp_get_thread_num()", "  %threads32 = call i32 @omp_get_num_threads()",
-                    "  %tid = sext i32 %tid32 to i64", "  %threads = sext i32 %threads32 to i64",
-                    f"  %rounded = add i64 {bound}, %threads", "  %rounded1 = sub i64 %rounded, 1",
-                    "  %chunk = sdiv i64 %rounded1, %threads", "  %start = mul i64 %tid, %chunk",
-                    "  %end0 = add i64 %start, %chunk",
-                    f"  %end = call i64 @llvm.smin.i64(i64 %end0, i64 {bound})",
-                    f"  call void @{name}.body({', '.join([*loaded, 'i64 %start', 'i64 %end'])})",
-                    "  ret void", "}", ""]
+            out += [
+                "  %tid32 = call i32 @omp_get_thread_num()",
+                "  %threads32 = call i32 @omp_get_num_threads()",
+                "  %tid = sext i32 %tid32 to i64",
+                "  %threads = sext i32 %threads32 to i64",
+                f"  %rounded = add i64 {bound}, %threads",
+                "  %rounded1 = sub i64 %rounded, 1",
+                "  %chunk = sdiv i64 %rounded1, %threads",
+                "  %start = mul i64 %tid, %chunk",
+                "  %end0 = add i64 %start, %chunk",
+                f"  %end = call i64 @llvm.smin.i64(i64 %end0, i64 {bound})",
+                f"  call void @{name}.body({', '.join([*loaded, 'i64 %start', 'i64 %end'])})",
+                "  ret void",
+                "}",
+                "",
+            ]
             self.declare("@llvm.smin.i64", "i64 @llvm.smin.i64(i64, i64)")
             self.declare("@omp_get_thread_num", "i32 @omp_get_thread_num()")
             self.declare("@omp_get_num_threads", "i32 @omp_get_num_threads()")
@@ -351,8 +397,19 @@ class _LLVMState:
             for i, (_, pname) in enumerate(params):
                 out.append(f"  %slot{i} = getelementptr [{count} x ptr], ptr %context, i64 0, i64 {i}")
                 out.append(f"  store ptr {pname}, ptr %slot{i}")
-            out += [f"  call void @GOMP_parallel(ptr @{name}.thread, ptr %context, i32 0, i32 0)", "  ret void", "}"]
-        out += ["", *self.helpers.values(), *self.declarations.values(), "", "attributes #0 = { nounwind }", ""]
+            out += [
+                f"  call void @GOMP_parallel(ptr @{name}.thread, ptr %context, i32 0, i32 0)",
+                "  ret void",
+                "}",
+            ]
+        out += [
+            "",
+            *self.helpers.values(),
+            *self.declarations.values(),
+            "",
+            "attributes #0 = { nounwind }",
+            "",
+        ]
         return "\n".join(out)
 
     # -- per op -------------------------------------------------------------------------------
@@ -455,8 +512,9 @@ class _LLVMState:
                 self.names[u] = self.ref(source)
                 self.defined_in[u] = self.defined_in.get(source, (0,))
                 return
-            vector = self.temp("vec", f"insertelement <1 x {scalar_type(source.dtype)}> poison, "
-                                      f"{self.typed(source)}, i32 0")
+            vector = self.temp(
+                "vec", f"insertelement <1 x {scalar_type(source.dtype)}> poison, {self.typed(source)}, i32 0"
+            )
             source_type = f"<1 x {scalar_type(source.dtype)}>"
         else:
             vector, source_type = self.ref(source), value_type(source.dtype)
@@ -464,8 +522,11 @@ class _LLVMState:
             self.assign(u, "gep", f"extractelement {source_type} {vector}, i32 {u.arg[0]}")
             return
         mask = "<" + ", ".join(f"i32 {lane}" for lane in u.arg) + ">"
-        self.assign(u, "gep", f"shufflevector {source_type} {vector}, {source_type} poison, "
-                              f"<{len(u.arg)} x i32> {mask}")
+        self.assign(
+            u,
+            "gep",
+            f"shufflevector {source_type} {vector}, {source_type} poison, <{len(u.arg)} x i32> {mask}",
+        )
 
     # -- memory -------------------------------------------------------------------------------
     def render_index(self, u: UOp) -> None:
@@ -550,8 +611,11 @@ class _LLVMState:
             if gate.dtype.count == count:
                 return self.ref(gate)
             splatted = self.temp("mask", f"insertelement <{count} x i1> poison, i1 {self.ref(gate)}, i32 0")
-            return self.temp("mask", f"shufflevector <{count} x i1> {splatted}, <{count} x i1> poison, "
-                                     f"<{count} x i32> zeroinitializer")
+            return self.temp(
+                "mask",
+                f"shufflevector <{count} x i1> {splatted}, <{count} x i1> poison, "
+                f"<{count} x i32> zeroinitializer",
+            )
         return splat("true", f"<{count} x i1>")
 
     def masked_load(self, u: UOp, address: _Address) -> None:
@@ -562,14 +626,26 @@ class _LLVMState:
         if len(u.src) == 3:
             passthru = self.to_memory(self.ref(u.src[1]), u.src[1].dtype)
         if address.pointers is not None:
-            function = self.intrinsic("masked.gather", mtype, [f"<{count} x ptr>", "i32", f"<{count} x i1>", mtype],
-                                      [mtype, f"<{count} x ptr>"])
-            raw = self.temp("val", f"call {mtype} {function}(<{count} x ptr> {address.pointers}, i32 {align}, "
-                                   f"<{count} x i1> {mask}, {mtype} {passthru})")
+            function = self.intrinsic(
+                "masked.gather",
+                mtype,
+                [f"<{count} x ptr>", "i32", f"<{count} x i1>", mtype],
+                [mtype, f"<{count} x ptr>"],
+            )
+            raw = self.temp(
+                "val",
+                f"call {mtype} {function}(<{count} x ptr> {address.pointers}, i32 {align}, "
+                f"<{count} x i1> {mask}, {mtype} {passthru})",
+            )
         else:
-            function = self.intrinsic("masked.load", mtype, ["ptr", "i32", f"<{count} x i1>", mtype], [mtype, "ptr"])
-            raw = self.temp("val", f"call {mtype} {function}(ptr {address.pointer}, i32 {align}, "
-                                   f"<{count} x i1> {mask}, {mtype} {passthru})")
+            function = self.intrinsic(
+                "masked.load", mtype, ["ptr", "i32", f"<{count} x i1>", mtype], [mtype, "ptr"]
+            )
+            raw = self.temp(
+                "val",
+                f"call {mtype} {function}(ptr {address.pointer}, i32 {align}, "
+                f"<{count} x i1> {mask}, {mtype} {passthru})",
+            )
         self.define(u, self.from_memory(raw, dtype))
 
     def render_store(self, u: UOp) -> None:
@@ -583,15 +659,24 @@ class _LLVMState:
             count = dtype.count
             mask = self.mask_of(u, count)
             if address.pointers is not None:
-                function = self.intrinsic("masked.scatter", "void", [mtype, f"<{count} x ptr>", "i32",
-                                                                     f"<{count} x i1>"], [mtype, f"<{count} x ptr>"])
-                self.emit(f"call void {function}({mtype} {value}, <{count} x ptr> {address.pointers}, i32 {align}, "
-                          f"<{count} x i1> {mask})")
+                function = self.intrinsic(
+                    "masked.scatter",
+                    "void",
+                    [mtype, f"<{count} x ptr>", "i32", f"<{count} x i1>"],
+                    [mtype, f"<{count} x ptr>"],
+                )
+                self.emit(
+                    f"call void {function}({mtype} {value}, <{count} x ptr> {address.pointers}, i32 {align}, "
+                    f"<{count} x i1> {mask})"
+                )
             else:
-                function = self.intrinsic("masked.store", "void", [mtype, "ptr", "i32", f"<{count} x i1>"],
-                                          [mtype, "ptr"])
-                self.emit(f"call void {function}({mtype} {value}, ptr {address.pointer}, i32 {align}, "
-                          f"<{count} x i1> {mask})")
+                function = self.intrinsic(
+                    "masked.store", "void", [mtype, "ptr", "i32", f"<{count} x i1>"], [mtype, "ptr"]
+                )
+                self.emit(
+                    f"call void {function}({mtype} {value}, ptr {address.pointer}, i32 {align}, "
+                    f"<{count} x i1> {mask})"
+                )
             return
         if not gated:
             self.emit(f"store {mtype} {value}, ptr {address.pointer}, align {align}")
@@ -629,7 +714,9 @@ class _LLVMState:
             raise self.fail(u, f"BITCAST from {source.dtype.name} to {u.dtype.name} changes the size")
         value = self.ref(source)
         if source.dtype.scalar is dtypes.bfloat16:
-            value = self.temp("bf", f"fptrunc {value_type(source.dtype)} {value} to {memory_type(source.dtype)}")
+            value = self.temp(
+                "bf", f"fptrunc {value_type(source.dtype)} {value} to {memory_type(source.dtype)}"
+            )
             from_type = memory_type(source.dtype)
         else:
             from_type = value_type(source.dtype)
@@ -644,23 +731,36 @@ class _LLVMState:
         if not isinstance(config, TensorCore):
             raise self.fail(u, f"WMMA's arg must be a TensorCore, got {type(config).__name__}")
         if config.threads != 1:
-            raise self.fail(u, f"tensor core {config.name} spreads a tile over {config.threads} lanes; the llvm "
-                               f"backend emulates only one-thread tiles")
+            raise self.fail(
+                u,
+                f"tensor core {config.name} spreads a tile over {config.threads} lanes; the llvm "
+                f"backend emulates only one-thread tiles",
+            )
         a, b, c = u.src
-        if (a.dtype.count, b.dtype.count, c.dtype.count) != (config.elements("a"), config.elements("b"),
-                                                             config.elements("c")):
-            raise self.fail(u, f"WMMA {config.name} takes vectors of {config.elements('a')}, "
-                               f"{config.elements('b')} and {config.elements('c')} lanes")
+        if (a.dtype.count, b.dtype.count, c.dtype.count) != (
+            config.elements("a"),
+            config.elements("b"),
+            config.elements("c"),
+        ):
+            raise self.fail(
+                u,
+                f"WMMA {config.name} takes vectors of {config.elements('a')}, "
+                f"{config.elements('b')} and {config.elements('c')} lanes",
+            )
         out = value_type(config.dtype_out)
         where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
         where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
 
         def lane(vector: UOp, index: int, target: DType) -> str:
-            value = self.temp("lane", f"extractelement {value_type(vector.dtype)} {self.ref(vector)}, i32 {index}")
+            value = self.temp(
+                "lane", f"extractelement {value_type(vector.dtype)} {self.ref(vector)}, i32 {index}"
+            )
             return cast_value(self, value, vector.dtype.scalar, target)
 
-        self.emit(f"; WMMA {config.name}: {config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar "
-                  f"multiply-adds")
+        self.emit(
+            f"; WMMA {config.name}: {config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar "
+            f"multiply-adds"
+        )
         current = "poison"
         ctype = value_type(c.dtype)
         for index, (m, n) in enumerate(config.layout_c):
@@ -692,14 +792,26 @@ class _LLVMState:
 
 
 _HANDLERS: dict[Ops, Callable[[_LLVMState, UOp], None]] = {
-    Ops.PARAM: _LLVMState.render_nothing, Ops.CONST: _LLVMState.render_nothing,
-    Ops.SINK: _LLVMState.render_nothing, Ops.GROUP: _LLVMState.render_nothing,
-    Ops.BUFFER: _LLVMState.render_buffer, Ops.AFTER: _LLVMState.render_after,
-    Ops.SPECIAL: _LLVMState.render_special, Ops.RANGE: _LLVMState.render_range, Ops.END: _LLVMState.render_end,
-    Ops.IF: _LLVMState.render_if, Ops.ENDIF: _LLVMState.render_endif, Ops.BARRIER: _LLVMState.render_barrier,
-    Ops.VECTORIZE: _LLVMState.render_vectorize, Ops.GEP: _LLVMState.render_gep,
-    Ops.INDEX: _LLVMState.render_index, Ops.LOAD: _LLVMState.render_load, Ops.STORE: _LLVMState.render_store,
-    Ops.CAST: _LLVMState.render_cast, Ops.BITCAST: _LLVMState.render_bitcast, Ops.WMMA: _LLVMState.render_wmma,
+    Ops.PARAM: _LLVMState.render_nothing,
+    Ops.CONST: _LLVMState.render_nothing,
+    Ops.SINK: _LLVMState.render_nothing,
+    Ops.GROUP: _LLVMState.render_nothing,
+    Ops.BUFFER: _LLVMState.render_buffer,
+    Ops.AFTER: _LLVMState.render_after,
+    Ops.SPECIAL: _LLVMState.render_special,
+    Ops.RANGE: _LLVMState.render_range,
+    Ops.END: _LLVMState.render_end,
+    Ops.IF: _LLVMState.render_if,
+    Ops.ENDIF: _LLVMState.render_endif,
+    Ops.BARRIER: _LLVMState.render_barrier,
+    Ops.VECTORIZE: _LLVMState.render_vectorize,
+    Ops.GEP: _LLVMState.render_gep,
+    Ops.INDEX: _LLVMState.render_index,
+    Ops.LOAD: _LLVMState.render_load,
+    Ops.STORE: _LLVMState.render_store,
+    Ops.CAST: _LLVMState.render_cast,
+    Ops.BITCAST: _LLVMState.render_bitcast,
+    Ops.WMMA: _LLVMState.render_wmma,
     Ops.CUSTOM: _LLVMState.render_custom,
 }
 
@@ -708,10 +820,22 @@ _HANDLERS: dict[Ops, Callable[[_LLVMState, UOp], None]] = {
 # instructions
 
 
-_INT_COMPARE = {Ops.CMP_LT: ("slt", "ult"), Ops.CMP_GT: ("sgt", "ugt"), Ops.CMP_GE: ("sge", "uge"),
-                Ops.CMP_LE: ("sle", "ule"), Ops.CMP_NE: ("ne", "ne"), Ops.CMP_EQ: ("eq", "eq")}
-_FLOAT_COMPARE = {Ops.CMP_LT: "olt", Ops.CMP_GT: "ogt", Ops.CMP_GE: "oge", Ops.CMP_LE: "ole", Ops.CMP_NE: "une",
-                  Ops.CMP_EQ: "oeq"}
+_INT_COMPARE = {
+    Ops.CMP_LT: ("slt", "ult"),
+    Ops.CMP_GT: ("sgt", "ugt"),
+    Ops.CMP_GE: ("sge", "uge"),
+    Ops.CMP_LE: ("sle", "ule"),
+    Ops.CMP_NE: ("ne", "ne"),
+    Ops.CMP_EQ: ("eq", "eq"),
+}
+_FLOAT_COMPARE = {
+    Ops.CMP_LT: "olt",
+    Ops.CMP_GT: "ogt",
+    Ops.CMP_GE: "oge",
+    Ops.CMP_LE: "ole",
+    Ops.CMP_NE: "une",
+    Ops.CMP_EQ: "oeq",
+}
 _FLOAT_INTRINSICS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
 
 
@@ -795,29 +919,49 @@ def division_helper(state: _LLVMState, op: Ops, scalar: DType, vtype: str) -> st
     zero, one, minus = splat("0", vtype), splat("1", vtype), splat("-1", vtype)
     bool_type = with_element(vtype, "i1")
     if not _signed(scalar):
-        body = [f"  %zero = icmp eq {vtype} %b, {zero}", f"  %safe = select {bool_type} %zero, {vtype} {one}, "
-                f"{vtype} %b", f"  %r = {'udiv' if op is Ops.IDIV else 'urem'} {vtype} %a, %safe",
-                f"  %out = select {bool_type} %zero, {vtype} {zero}, {vtype} %r"]
+        body = [
+            f"  %zero = icmp eq {vtype} %b, {zero}",
+            f"  %safe = select {bool_type} %zero, {vtype} {one}, {vtype} %b",
+            f"  %r = {'udiv' if op is Ops.IDIV else 'urem'} {vtype} %a, %safe",
+            f"  %out = select {bool_type} %zero, {vtype} {zero}, {vtype} %r",
+        ]
     else:
-        body = [f"  %zero = icmp eq {vtype} %b, {zero}", f"  %minus = icmp eq {vtype} %b, {minus}",
-                f"  %bad = or {bool_type} %zero, %minus",
-                f"  %safe = select {bool_type} %bad, {vtype} {one}, {vtype} %b",
-                f"  %q = sdiv {vtype} %a, %safe", f"  %r = srem {vtype} %a, %safe",
-                f"  %r_nonzero = icmp ne {vtype} %r, {zero}", f"  %a_sign = icmp slt {vtype} %a, {zero}",
-                f"  %b_sign = icmp slt {vtype} %b, {zero}", f"  %signs = xor {bool_type} %a_sign, %b_sign",
-                f"  %adjust = and {bool_type} %r_nonzero, %signs"]
+        body = [
+            f"  %zero = icmp eq {vtype} %b, {zero}",
+            f"  %minus = icmp eq {vtype} %b, {minus}",
+            f"  %bad = or {bool_type} %zero, %minus",
+            f"  %safe = select {bool_type} %bad, {vtype} {one}, {vtype} %b",
+            f"  %q = sdiv {vtype} %a, %safe",
+            f"  %r = srem {vtype} %a, %safe",
+            f"  %r_nonzero = icmp ne {vtype} %r, {zero}",
+            f"  %a_sign = icmp slt {vtype} %a, {zero}",
+            f"  %b_sign = icmp slt {vtype} %b, {zero}",
+            f"  %signs = xor {bool_type} %a_sign, %b_sign",
+            f"  %adjust = and {bool_type} %r_nonzero, %signs",
+        ]
         if op is Ops.IDIV:
-            body += [f"  %q_minus = sub {vtype} %q, {one}",
-                     f"  %floor = select {bool_type} %adjust, {vtype} %q_minus, {vtype} %q",
-                     f"  %negated = sub {vtype} {zero}, %a",
-                     f"  %by_minus = select {bool_type} %minus, {vtype} %negated, {vtype} %floor",
-                     f"  %out = select {bool_type} %zero, {vtype} {zero}, {vtype} %by_minus"]
+            body += [
+                f"  %q_minus = sub {vtype} %q, {one}",
+                f"  %floor = select {bool_type} %adjust, {vtype} %q_minus, {vtype} %q",
+                f"  %negated = sub {vtype} {zero}, %a",
+                f"  %by_minus = select {bool_type} %minus, {vtype} %negated, {vtype} %floor",
+                f"  %out = select {bool_type} %zero, {vtype} {zero}, {vtype} %by_minus",
+            ]
         else:
-            body += [f"  %r_plus = add {vtype} %r, %b",
-                     f"  %floor = select {bool_type} %adjust, {vtype} %r_plus, {vtype} %r",
-                     f"  %out = select {bool_type} %bad, {vtype} {zero}, {vtype} %floor"]
-    state.helpers[name] = "\n".join([f"define internal {vtype} {name}({vtype} %a, {vtype} %b) alwaysinline {{",
-                                     *body, f"  ret {vtype} %out", "}", ""])
+            body += [
+                f"  %r_plus = add {vtype} %r, %b",
+                f"  %floor = select {bool_type} %adjust, {vtype} %r_plus, {vtype} %r",
+                f"  %out = select {bool_type} %bad, {vtype} {zero}, {vtype} %floor",
+            ]
+    state.helpers[name] = "\n".join(
+        [
+            f"define internal {vtype} {name}({vtype} %a, {vtype} %b) alwaysinline {{",
+            *body,
+            f"  ret {vtype} %out",
+            "}",
+            "",
+        ]
+    )
     return name
 
 
@@ -829,19 +973,35 @@ def shift_helper(state: _LLVMState, op: Ops, scalar: DType, vtype: str) -> str:
     bits = scalar.bits
     bool_type = with_element(vtype, "i1")
     zero = splat("0", vtype)
-    body = [f"  %fits = icmp ult {vtype} %b, {splat(str(bits), vtype)}",
-            f"  %count = select {bool_type} %fits, {vtype} %b, {vtype} {zero}"]
+    body = [
+        f"  %fits = icmp ult {vtype} %b, {splat(str(bits), vtype)}",
+        f"  %count = select {bool_type} %fits, {vtype} %b, {vtype} {zero}",
+    ]
     if op is Ops.SHL:
-        body += [f"  %shifted = shl {vtype} %a, %count",
-                 f"  %out = select {bool_type} %fits, {vtype} %shifted, {vtype} {zero}"]
+        body += [
+            f"  %shifted = shl {vtype} %a, %count",
+            f"  %out = select {bool_type} %fits, {vtype} %shifted, {vtype} {zero}",
+        ]
     elif _signed(scalar):
-        body += [f"  %shifted = ashr {vtype} %a, %count", f"  %sign = ashr {vtype} %a, {splat(str(bits - 1), vtype)}",
-                 f"  %out = select {bool_type} %fits, {vtype} %shifted, {vtype} %sign"]
+        body += [
+            f"  %shifted = ashr {vtype} %a, %count",
+            f"  %sign = ashr {vtype} %a, {splat(str(bits - 1), vtype)}",
+            f"  %out = select {bool_type} %fits, {vtype} %shifted, {vtype} %sign",
+        ]
     else:
-        body += [f"  %shifted = lshr {vtype} %a, %count",
-                 f"  %out = select {bool_type} %fits, {vtype} %shifted, {vtype} {zero}"]
-    state.helpers[name] = "\n".join([f"define internal {vtype} {name}({vtype} %a, {vtype} %b) alwaysinline {{",
-                                     *body, f"  ret {vtype} %out", "}", ""])
+        body += [
+            f"  %shifted = lshr {vtype} %a, %count",
+            f"  %out = select {bool_type} %fits, {vtype} %shifted, {vtype} {zero}",
+        ]
+    state.helpers[name] = "\n".join(
+        [
+            f"define internal {vtype} {name}({vtype} %a, {vtype} %b) alwaysinline {{",
+            *body,
+            f"  ret {vtype} %out",
+            "}",
+            "",
+        ]
+    )
     return name
 
 
@@ -853,36 +1013,64 @@ def float_to_int_helper(state: _LLVMState, source: DType, target: DType, count: 
     if name in state.helpers:
         return name
     double = with_element(source_type, "double")
-    i32, i64, flag = with_element(source_type, "i32"), with_element(source_type, "i64"), with_element(source_type, "i1")
-    widen = f"  %d = fpext {source_type} %x to {double}" if scalar_type(source) != "double" else \
-        f"  %d = fadd {double} %x, {splat(float_literal(-0.0, 'double'), double)}"
+    i32, i64, flag = (
+        with_element(source_type, "i32"),
+        with_element(source_type, "i64"),
+        with_element(source_type, "i1"),
+    )
+    widen = (
+        f"  %d = fpext {source_type} %x to {double}"
+        if scalar_type(source) != "double"
+        else f"  %d = fadd {double} %x, {splat(float_literal(-0.0, 'double'), double)}"
+    )
 
     def literal(value: float) -> str:
         return splat(float_literal(value, "double"), double)
 
     if target.itemsize <= 4 and target is not dtypes.uint32:
-        body = [widen, f"  %above = fcmp ogt {double} %d, {literal(-2147483649.0)}",
-                f"  %below = fcmp olt {double} %d, {literal(2147483648.0)}", f"  %fits = and {flag} %above, %below",
-                f"  %i = fptosi {double} %d to {i32}",
-                f"  %wide = select {flag} %fits, {i32} %i, {i32} {splat('-2147483648', i32)}"]
-        body.append(f"  %out = trunc {i32} %wide to {target_type}" if target.itemsize < 4 else
-                    f"  %out = add {i32} %wide, {splat('0', i32)}")
+        body = [
+            widen,
+            f"  %above = fcmp ogt {double} %d, {literal(-2147483649.0)}",
+            f"  %below = fcmp olt {double} %d, {literal(2147483648.0)}",
+            f"  %fits = and {flag} %above, %below",
+            f"  %i = fptosi {double} %d to {i32}",
+            f"  %wide = select {flag} %fits, {i32} %i, {i32} {splat('-2147483648', i32)}",
+        ]
+        body.append(
+            f"  %out = trunc {i32} %wide to {target_type}"
+            if target.itemsize < 4
+            else f"  %out = add {i32} %wide, {splat('0', i32)}"
+        )
     else:
-        body = [widen, f"  %above = fcmp oge {double} %d, {literal(-9223372036854775808.0)}",
-                f"  %below = fcmp olt {double} %d, {literal(9223372036854775808.0)}",
-                f"  %fits = and {flag} %above, %below", f"  %i = fptosi {double} %d to {i64}",
-                f"  %wide = select {flag} %fits, {i64} %i, {i64} {splat('-9223372036854775808', i64)}"]
+        body = [
+            widen,
+            f"  %above = fcmp oge {double} %d, {literal(-9223372036854775808.0)}",
+            f"  %below = fcmp olt {double} %d, {literal(9223372036854775808.0)}",
+            f"  %fits = and {flag} %above, %below",
+            f"  %i = fptosi {double} %d to {i64}",
+            f"  %wide = select {flag} %fits, {i64} %i, {i64} {splat('-9223372036854775808', i64)}",
+        ]
         if target is dtypes.uint64:
-            body += [f"  %high = fcmp oge {double} %d, {literal(9223372036854775808.0)}",
-                     f"  %top = fcmp olt {double} %d, {literal(18446744073709551616.0)}",
-                     f"  %unsigned_fits = and {flag} %high, %top", f"  %u = fptoui {double} %d to {i64}",
-                     f"  %out = select {flag} %unsigned_fits, {i64} %u, {i64} %wide"]
+            body += [
+                f"  %high = fcmp oge {double} %d, {literal(9223372036854775808.0)}",
+                f"  %top = fcmp olt {double} %d, {literal(18446744073709551616.0)}",
+                f"  %unsigned_fits = and {flag} %high, %top",
+                f"  %u = fptoui {double} %d to {i64}",
+                f"  %out = select {flag} %unsigned_fits, {i64} %u, {i64} %wide",
+            ]
         elif target.itemsize == 4:
             body.append(f"  %out = trunc {i64} %wide to {target_type}")
         else:
             body.append(f"  %out = add {i64} %wide, {splat('0', i64)}")
-    state.helpers[name] = "\n".join([f"define internal {target_type} {name}({source_type} %x) alwaysinline {{",
-                                     *body, f"  ret {target_type} %out", "}", ""])
+    state.helpers[name] = "\n".join(
+        [
+            f"define internal {target_type} {name}({source_type} %x) alwaysinline {{",
+            *body,
+            f"  ret {target_type} %out",
+            "}",
+            "",
+        ]
+    )
     return name
 
 
@@ -896,13 +1084,18 @@ def cast_value(state: _LLVMState, value: str, source: DType, target: DType) -> s
         return value
     if t.is_bool:
         if s.is_float:
-            return state.temp("cast", f"fcmp une {stype} {value}, {splat(float_literal(0.0, scalar_type(s)), stype)}")
+            return state.temp(
+                "cast", f"fcmp une {stype} {value}, {splat(float_literal(0.0, scalar_type(s)), stype)}"
+            )
         return state.temp("cast", f"icmp ne {stype} {value}, {splat('0', stype)}")
     if s.is_bool:
         return state.temp("cast", f"{'uitofp' if t.is_float else 'zext'} {stype} {value} to {ttype}")
     if t is dtypes.bfloat16:
-        as_float = value if stype == with_element(stype, "float") else \
-            cast_value(state, value, source, dtypes.float32.vec(count) if count > 1 else dtypes.float32)
+        as_float = (
+            value
+            if stype == with_element(stype, "float")
+            else cast_value(state, value, source, dtypes.float32.vec(count) if count > 1 else dtypes.float32)
+        )
         float_type = with_element(stype, "float")
         return state.round_bfloat16(as_float, float_type)
     if s.is_float and t.is_float:
@@ -936,8 +1129,13 @@ def _target_machine() -> Any:
     """A new target machine for the host (an MCJIT engine owns and disposes the one it is given)."""
     llvm = _llvm()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=3, reloc="pic", codemodel="default")
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=3,
+        reloc="pic",
+        codemodel="default",
+    )
 
 
 @functools.cache
@@ -957,8 +1155,16 @@ def libgomp_reason() -> str | None:
 class LLVMCompiledKernel(CompiledKernel):
     """A JIT-compiled kernel; holds its execution engine so the code stays mapped."""
 
-    def __init__(self, backend: str, meta: KernelMeta, source: str, compile_s: float, extra: dict[str, Any],
-                 engine: Any, function: Any):
+    def __init__(
+        self,
+        backend: str,
+        meta: KernelMeta,
+        source: str,
+        compile_s: float,
+        extra: dict[str, Any],
+        engine: Any,
+        function: Any,
+    ):
         super().__init__(backend, meta, source, compile_s, extra)
         self.engine = engine
         self.function = function
@@ -997,10 +1203,36 @@ class LLVMBackend(Backend):
     """LLVM IR JIT-compiled with llvmlite for the host CPU."""
 
     name = "llvm"
-    supported_ops = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR,
-                               Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.RECIP, Ops.TRUNC, Ops.CAST,
-                               Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ,
-                               Ops.NOT, Ops.SQRT, Ops.MULACC})
+    supported_ops = frozenset(
+        {
+            Ops.ADD,
+            Ops.MUL,
+            Ops.MAX,
+            Ops.MOD,
+            Ops.IDIV,
+            Ops.CMP_LT,
+            Ops.CMP_NE,
+            Ops.XOR,
+            Ops.OR,
+            Ops.AND,
+            Ops.SHR,
+            Ops.SHL,
+            Ops.WHERE,
+            Ops.RECIP,
+            Ops.TRUNC,
+            Ops.CAST,
+            Ops.NEG,
+            Ops.SUB,
+            Ops.DIV,
+            Ops.CMP_GT,
+            Ops.CMP_GE,
+            Ops.CMP_LE,
+            Ops.CMP_EQ,
+            Ops.NOT,
+            Ops.SQRT,
+            Ops.MULACC,
+        }
+    )
     vector_widths = (2, 4, 8, 16)
     has_local = False
     tensor_cores = cpu_tensor_cores()
@@ -1044,11 +1276,15 @@ class LLVMBackend(Backend):
             return cached
         meta = KernelMeta.from_source(source, self.name)
         if "@GOMP_parallel" in source and libgomp_reason() is not None:
-            raise CompileError(self.name, name, f"the kernel runs on OpenMP threads but {libgomp_reason()}", source)
+            raise CompileError(
+                self.name, name, f"the kernel runs on OpenMP threads but {libgomp_reason()}", source
+            )
         start = time.perf_counter()
         # host-specific attributes are added here, not in the rendered IR, to keep the IR readable
-        text = source.replace("attributes #0 = { nounwind }",
-                              f'attributes #0 = {{ nounwind "target-cpu"="{cpu}" "target-features"="{features}" }}')
+        text = source.replace(
+            "attributes #0 = { nounwind }",
+            f'attributes #0 = {{ nounwind "target-cpu"="{cpu}" "target-features"="{features}" }}',
+        )
         try:
             module = llvm.parse_assembly(text)
             module.verify()
@@ -1069,8 +1305,14 @@ class LLVMBackend(Backend):
         if not address:
             raise CompileError(self.name, name, f"function @{meta.name} not found after JIT", source)
         function = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(meta.params)))(address)
-        kernel = LLVMCompiledKernel(self.name, meta, source, time.perf_counter() - start,
-                                    {"cached": was_cached, "optimized_ir": None if was_cached else str(module)},
-                                    engine, function)
+        kernel = LLVMCompiledKernel(
+            self.name,
+            meta,
+            source,
+            time.perf_counter() - start,
+            {"cached": was_cached, "optimized_ir": None if was_cached else str(module)},
+            engine,
+            function,
+        )
         self._compiled[key] = kernel
         return kernel

@@ -51,12 +51,30 @@ class OpenCLRenderer(CStyleRenderer):
     long_suffix = "L"
     locals_at_top = True
     native_vector_counts = (2, 3, 4, 8, 16)
-    math_functions = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc",
-                      Ops.POW: "pow"}
+    math_functions = {
+        Ops.SQRT: "sqrt",
+        Ops.EXP2: "exp2",
+        Ops.LOG2: "log2",
+        Ops.SIN: "sin",
+        Ops.TRUNC: "trunc",
+        Ops.POW: "pow",
+    }
     scalar_type_names = {
-        "bool": "bool", "int8": "char", "int16": "short", "int32": "int", "int64": "long", "uint8": "uchar",
-        "uint16": "ushort", "uint32": "uint", "uint64": "ulong", "float16": "half", "bfloat16": "float",
-        "float32": "float", "float64": "double", "index": "long"}
+        "bool": "bool",
+        "int8": "char",
+        "int16": "short",
+        "int32": "int",
+        "int64": "long",
+        "uint8": "uchar",
+        "uint16": "ushort",
+        "uint32": "uint",
+        "uint64": "ulong",
+        "float16": "half",
+        "bfloat16": "float",
+        "float32": "float",
+        "float64": "double",
+        "index": "long",
+    }
 
     def __init__(self, tensor_cores=(), has_fp16: bool = True, has_fp64: bool = True):
         super().__init__(tensor_cores)
@@ -82,9 +100,14 @@ class OpenCLRenderer(CStyleRenderer):
     def round_to(self, expression: str, dtype: DType) -> str:
         if dtype.scalar is not dtypes.float16:
             return super().round_to(expression, dtype)
-        helper = self.helper("round_half", lambda: (
-            f"{self.helper_prefix} float round_half(float x) {{ ushort bits; vstore_half(x, 0, (half*)&bits); "
-            f"return vload_half(0, (half*)&bits); }}"))
+        helper = self.helper(
+            "round_half",
+            lambda: (
+                f"{self.helper_prefix} float round_half(float x) {{ "
+                f"ushort bits; vstore_half(x, 0, (half*)&bits); "
+                f"return vload_half(0, (half*)&bits); }}"
+            ),
+        )
         return f"{helper}({expression})"
 
     def load_element(self, buffer: str, offset: str, dtype: DType) -> str:
@@ -125,7 +148,7 @@ class OpenCLRenderer(CStyleRenderer):
         return f"((half){text})" if dtype is dtypes.float16 and self.has_fp16 else text
 
     def special(self, name: str, uses_local: bool) -> str:
-        kind, dim = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")):]
+        kind, dim = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")) :]
         if kind == "gidx":
             return f"get_group_id({dim})" if uses_local else f"get_global_id({dim})"
         if kind == "lidx":
@@ -177,15 +200,24 @@ class OpenCLRenderer(CStyleRenderer):
         return f"{self.math_functions[op]}({', '.join(args)})"
 
     def helper_bfloat16(self) -> tuple[str, str]:
-        to_float = self.helper("bf16_to_float", lambda: (
-            f"{self.helper_prefix} float bf16_to_float(ushort h) {{ return as_float((uint)h << 16); }}"))
-        from_float = self.helper("float_to_bf16", lambda: (
-            f"{self.helper_prefix} ushort float_to_bf16(float f) {{\n"
-            f"  uint u = as_uint(f);\n"
-            f"  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);  /* quiet NaN */\n"
-            f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
-            f"  return (ushort)(u >> 16);\n"
-            f"}}"))
+        to_float = self.helper(
+            "bf16_to_float",
+            lambda: (
+                f"{self.helper_prefix} float bf16_to_float(ushort h) {{ return as_float((uint)h << 16); }}"
+            ),
+        )
+        from_float = self.helper(
+            "float_to_bf16",
+            lambda: (
+                f"{self.helper_prefix} ushort float_to_bf16(float f) {{\n"
+                f"  uint u = as_uint(f);\n"
+                f"  if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it quiet */\n"
+                f"    return (ushort)((u >> 16) | 0x40u);\n"
+                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+                f"  return (ushort)(u >> 16);\n"
+                f"}}"
+            ),
+        )
         return to_float, from_float
 
     def vector_wrapping(self, op: Ops, a: str, b: str, dtype: DType, unsigned: DType) -> str:
@@ -229,8 +261,9 @@ def _opencl() -> tuple[Any, Any] | str:
     if wanted:
         chosen = [d for d in devices if wanted.lower() in d.name.lower()]
         if not chosen:
-            return f"no OpenCL device matches UOPVIZ_OPENCL_DEVICE={wanted!r}; there are " + \
-                   ", ".join(d.name for d in devices)
+            return f"no OpenCL device matches UOPVIZ_OPENCL_DEVICE={wanted!r}; there are " + ", ".join(
+                d.name for d in devices
+            )
         return cl, chosen[0]
     gpus = [d for d in devices if d.type & cl.device_type.GPU]
     return cl, (gpus or devices)[0]
@@ -253,7 +286,7 @@ class OpenCLLaunch(Launch):
         self.kernel, self.arrays = kernel, list(arrays)
         flags = cl.mem_flags
         self.buffers = []
-        for param, array in zip(kernel.params, arrays):
+        for array in arrays:
             nbytes = max(array.nbytes, 1)
             if array.nbytes:
                 self.buffers.append(cl.Buffer(context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=array))
@@ -281,8 +314,15 @@ class OpenCLLaunch(Launch):
 class OpenCLCompiledKernel(CompiledKernel):
     """A built OpenCL program and its kernel."""
 
-    def __init__(self, backend: str, meta: KernelMeta, source: str, compile_s: float, extra: dict[str, Any],
-                 program: Any):
+    def __init__(
+        self,
+        backend: str,
+        meta: KernelMeta,
+        source: str,
+        compile_s: float,
+        extra: dict[str, Any],
+        program: Any,
+    ):
         super().__init__(backend, meta, source, compile_s, extra)
         self.program = program
         self.program_kernel = getattr(program, meta.name)
@@ -295,10 +335,36 @@ class OpenCLBackend(Backend):
     """OpenCL C on the first OpenCL GPU, else the first CPU device (pocl)."""
 
     name = "opencl"
-    supported_ops = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR,
-                               Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.RECIP, Ops.TRUNC, Ops.CAST,
-                               Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ,
-                               Ops.NOT, Ops.SQRT, Ops.MULACC})
+    supported_ops = frozenset(
+        {
+            Ops.ADD,
+            Ops.MUL,
+            Ops.MAX,
+            Ops.MOD,
+            Ops.IDIV,
+            Ops.CMP_LT,
+            Ops.CMP_NE,
+            Ops.XOR,
+            Ops.OR,
+            Ops.AND,
+            Ops.SHR,
+            Ops.SHL,
+            Ops.WHERE,
+            Ops.RECIP,
+            Ops.TRUNC,
+            Ops.CAST,
+            Ops.NEG,
+            Ops.SUB,
+            Ops.DIV,
+            Ops.CMP_GT,
+            Ops.CMP_GE,
+            Ops.CMP_LE,
+            Ops.CMP_EQ,
+            Ops.NOT,
+            Ops.SQRT,
+            Ops.MULACC,
+        }
+    )
     vector_widths = (2, 4, 8, 16)
     has_local = True
     has_threads = False
@@ -363,8 +429,9 @@ class OpenCLBackend(Backend):
             program = cl.Program(context, [device], [binary]).build(options=options)
         except cl.Error as error:
             raise CompileError(self.name, name, f"the cached binary does not load: {error}", source) from None
-        kernel = OpenCLCompiledKernel(self.name, meta, source, time.perf_counter() - start, {"cached": was_cached},
-                                      program)
+        kernel = OpenCLCompiledKernel(
+            self.name, meta, source, time.perf_counter() - start, {"cached": was_cached}, program
+        )
         self._compiled[key] = kernel
         return kernel
 

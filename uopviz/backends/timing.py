@@ -87,8 +87,12 @@ class Timing:
         return self.bytes / self.median_s / 1e9 if self.bytes and self.median_s > 0 else None
 
     def __str__(self) -> str:
-        parts = [f"median {_seconds(self.median_s)}", f"min {_seconds(self.min_s)}",
-                 f"spread {self.spread:.1%}", f"{self.runs} runs"]
+        parts = [
+            f"median {_seconds(self.median_s)}",
+            f"min {_seconds(self.min_s)}",
+            f"spread {self.spread:.1%}",
+            f"{self.runs} runs",
+        ]
         if self.gflops is not None:
             parts.append(f"{self.gflops:.2f} GFLOP/s")
         if self.gbs is not None:
@@ -97,9 +101,18 @@ class Timing:
 
     def to_dict(self) -> dict:
         """The numbers as plain data (for tables and JSON)."""
-        return {"kernel": self.kernel, "backend": self.backend, "median_s": self.median_s, "min_s": self.min_s,
-                "max_s": self.max_s, "spread": self.spread, "runs": self.runs, "gflops": self.gflops,
-                "gbs": self.gbs, "compile_s": self.compile_s}
+        return {
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "median_s": self.median_s,
+            "min_s": self.min_s,
+            "max_s": self.max_s,
+            "spread": self.spread,
+            "runs": self.runs,
+            "gflops": self.gflops,
+            "gbs": self.gbs,
+            "compile_s": self.compile_s,
+        }
 
 
 def _seconds(value: float) -> str:
@@ -109,8 +122,9 @@ def _seconds(value: float) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
-def time_launches(launches: Sequence[Launch], warmup: int = 2, repeats: int = 10,
-                  budget_s: float | None = None) -> list[float]:
+def time_launches(
+    launches: Sequence[Launch], warmup: int = 2, repeats: int = 10, budget_s: float | None = None
+) -> list[float]:
     """Run ``warmup`` untimed then ``repeats`` timed runs, cycling through ``launches`` (one per copy of
     the inputs).  With ``budget_s`` timing stops early once that much run time is spent (3 runs at least)."""
     if not launches:
@@ -130,8 +144,17 @@ def time_launches(launches: Sequence[Launch], warmup: int = 2, repeats: int = 10
     return times
 
 
-def time_compiled(kernel: CompiledKernel, arrays: Sequence[np.ndarray], *, warmup: int = 2, repeats: int = 10,
-                  rotate: int = 1, flops: int = 0, bytes_moved: int = 0, budget_s: float | None = None) -> Timing:
+def time_compiled(
+    kernel: CompiledKernel,
+    arrays: Sequence[np.ndarray],
+    *,
+    warmup: int = 2,
+    repeats: int = 10,
+    rotate: int = 1,
+    flops: int = 0,
+    bytes_moved: int = 0,
+    budget_s: float | None = None,
+) -> Timing:
     """Time an already compiled kernel in this process (see ``time_kernel`` for the isolated way)."""
     if rotate < 1:
         raise ValueError(f"rotate must be at least 1, got {rotate}")
@@ -139,12 +162,26 @@ def time_compiled(kernel: CompiledKernel, arrays: Sequence[np.ndarray], *, warmu
     launches = [kernel.prepare(*copy) for copy in copies]
     times = time_launches(launches, warmup, repeats, budget_s)
     launches[0].read_back()
-    return Timing(tuple(times), flops, bytes_moved, warmup, rotate, kernel.backend, kernel.name, kernel.compile_s)
+    return Timing(
+        tuple(times), flops, bytes_moved, warmup, rotate, kernel.backend, kernel.name, kernel.compile_s
+    )
 
 
-def time_kernel(backend: str, source: str, name: str, arrays: Sequence[np.ndarray], *, warmup: int = 2,
-                repeats: int = 10, rotate: int = 1, flops: int = 0, bytes_moved: int = 0,
-                budget_s: float | None = None, isolated: bool = True, timeout_s: float = 120.0) -> Timing:
+def time_kernel(
+    backend: str,
+    source: str,
+    name: str,
+    arrays: Sequence[np.ndarray],
+    *,
+    warmup: int = 2,
+    repeats: int = 10,
+    rotate: int = 1,
+    flops: int = 0,
+    bytes_moved: int = 0,
+    budget_s: float | None = None,
+    isolated: bool = True,
+    timeout_s: float = 120.0,
+) -> Timing:
     """Compile ``source`` on ``backend`` and time it on ``arrays`` (numpy arrays in PARAM slot order).
 
     With ``isolated`` (the default) it runs in the worker process: a crash raises
@@ -153,27 +190,56 @@ def time_kernel(backend: str, source: str, name: str, arrays: Sequence[np.ndarra
     if isolated:
         from uopviz.backends.worker import default_worker
 
-        return default_worker().time(backend, source, name, arrays, warmup=warmup, repeats=repeats, rotate=rotate,
-                                     flops=flops, bytes_moved=bytes_moved, budget_s=budget_s, timeout_s=timeout_s)
+        return default_worker().time(
+            backend,
+            source,
+            name,
+            arrays,
+            warmup=warmup,
+            repeats=repeats,
+            rotate=rotate,
+            flops=flops,
+            bytes_moved=bytes_moved,
+            budget_s=budget_s,
+            timeout_s=timeout_s,
+        )
     from uopviz.backends import get
 
     kernel = get(backend).compile(source, name)
-    return time_compiled(kernel, arrays, warmup=warmup, repeats=repeats, rotate=rotate, flops=flops,
-                         bytes_moved=bytes_moved, budget_s=budget_s)
+    return time_compiled(
+        kernel,
+        arrays,
+        warmup=warmup,
+        repeats=repeats,
+        rotate=rotate,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        budget_s=budget_s,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # counting work in a linear program
 
 
-_NOT_FLOPS = GroupOp.COMPARISON | {Ops.CAST, Ops.WHERE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.NOT,
-                                   Ops.BITCAST}
+_NOT_FLOPS = GroupOp.COMPARISON | {
+    Ops.CAST,
+    Ops.WHERE,
+    Ops.AND,
+    Ops.OR,
+    Ops.XOR,
+    Ops.SHL,
+    Ops.SHR,
+    Ops.NOT,
+    Ops.BITCAST,
+}
 
 
 def count_work(linear: UOp) -> tuple[int, int]:
     """``(flops, bytes)`` of a LINEAR program: float ALU lanes times their loops' trip counts (MULACC
-    counts 2, a WMMA its share of the tile's 2·M·N·K; GPU threads multiply everything), and the bytes of its GLOBAL buffers (each read or written
-    once: the least memory traffic the kernel can have).  Loops with non-constant bounds count once."""
+    counts 2, a WMMA its share of the tile's 2·M·N·K; GPU threads multiply everything), and the bytes
+    of its GLOBAL buffers (each read or written once: the least memory traffic the kernel can have).
+    Loops with non-constant bounds count once."""
     flops = 0
     threads = 1  # every GPU thread (SPECIAL) runs the whole program
     for u in linear.src:

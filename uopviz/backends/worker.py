@@ -1,8 +1,9 @@
 """Isolated kernel execution: kernels run in a worker process, so a crash cannot kill the caller.
 
 A notebook kernel that calls a generated kernel in-process dies with it when the kernel writes out
-of bounds.  Here the kernel is compiled and run by a long-lived worker process (started with the
-``spawn`` method, so it shares no OpenMP or OpenCL state with the caller).  When the worker dies —
+of bounds.  Here the kernel is compiled and run by a long-lived worker process (a fresh
+``python -m uopviz.backends.worker``, so it shares no OpenCL or OpenMP state with the caller and
+can be started from daemonic processes too, such as dask workers).  When the worker dies —
 a segfault, an abort, a kernel that never returns — the caller gets :class:`KernelCrashed`
 (with the signal or exit code) or :class:`KernelTimeout`, a fresh worker is started for the next
 request, and the caller goes on.
@@ -13,13 +14,16 @@ Errors raised inside the worker (a ``CompileError``, a bad argument) come back a
 from __future__ import annotations
 
 import atexit
-import multiprocessing
+import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -34,10 +38,15 @@ class KernelCrashed(RuntimeError):
         self.kernel, self.backend, self.exit_code = kernel, backend, exit_code
         self.signal_number = -exit_code if exit_code is not None and exit_code < 0 else None
         self.signal_name = _signal_name(self.signal_number) if self.signal_number is not None else None
-        how = f"signal {self.signal_number} ({self.signal_name})" if self.signal_number is not None \
+        how = (
+            f"signal {self.signal_number} ({self.signal_name})"
+            if self.signal_number is not None
             else f"exit code {exit_code}"
-        super().__init__(f"kernel {kernel!r} on backend {backend!r} crashed its worker process with {how}; "
-                         f"this process is unaffected and the next request starts a new worker")
+        )
+        super().__init__(
+            f"kernel {kernel!r} on backend {backend!r} crashed its worker process with {how}; "
+            f"this process is unaffected and the next request starts a new worker"
+        )
 
     def __reduce__(self):
         return (KernelCrashed, (self.kernel, self.backend, self.exit_code))
@@ -48,8 +57,10 @@ class KernelTimeout(RuntimeError):
 
     def __init__(self, kernel: str, backend: str, timeout_s: float):
         self.kernel, self.backend, self.timeout_s = kernel, backend, timeout_s
-        super().__init__(f"kernel {kernel!r} on backend {backend!r} did not finish within {timeout_s:g} s; its "
-                         f"worker process was killed and the next request starts a new one")
+        super().__init__(
+            f"kernel {kernel!r} on backend {backend!r} did not finish within {timeout_s:g} s; its "
+            f"worker process was killed and the next request starts a new one"
+        )
 
     def __reduce__(self):
         return (KernelTimeout, (self.kernel, self.backend, self.timeout_s))
@@ -98,19 +109,19 @@ def _handle_ping() -> int:
 _REQUESTS = {"run": _handle_run, "time": _handle_time, "compile": _handle_compile, "ping": _handle_ping}
 
 
-def worker_main(connection: Any) -> None:
+def worker_main(receiver: Connection, sender: Connection) -> None:
     """The worker's loop: answer ``(kind, payload)`` requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the caller, which kills us if needed
     while True:
         try:
-            kind, payload = connection.recv()
+            kind, payload = receiver.recv()
         except (EOFError, OSError):
             return
         try:
             answer = ("ok", _REQUESTS[kind](**payload))
         except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
             answer = ("error", _portable(error), traceback.format_exc())
-        connection.send(answer)
+        sender.send(answer)
 
 
 def _portable(error: BaseException) -> BaseException:
@@ -131,47 +142,68 @@ class Worker:
     a time)."""
 
     def __init__(self) -> None:
-        self._process: Any = None
-        self._connection: Any = None
+        self._process: subprocess.Popen | None = None
+        self._sender: Connection | None = None
+        self._receiver: Connection | None = None
         self._lock = threading.Lock()
         self.restarts = 0
 
     @property
     def pid(self) -> int | None:
         """The worker process id (None before the first request)."""
-        return self._process.pid if self._process is not None and self._process.is_alive() else None
+        return self._process.pid if self._alive() else None
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        parent, child = context.Pipe()
-        process = context.Process(target=worker_main, args=(child,), daemon=True, name="uopviz-kernel-worker")
-        process.start()
-        child.close()
-        self._process, self._connection = process, parent
+        to_child_read, to_child_write = os.pipe()
+        to_parent_read, to_parent_write = os.pipe()
+        environment = dict(os.environ)
+        paths = [p for p in sys.path if p]
+        environment["PYTHONPATH"] = os.pathsep.join(paths + [environment.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
+        command = [sys.executable, "-m", "uopviz.backends.worker", str(to_child_read), str(to_parent_write)]
+        try:
+            self._process = subprocess.Popen(
+                command, pass_fds=(to_child_read, to_parent_write), env=environment, stdin=subprocess.DEVNULL
+            )
+        finally:
+            os.close(to_child_read)
+            os.close(to_parent_write)
+        self._sender = Connection(to_child_write, readable=False)
+        self._receiver = Connection(to_parent_read, writable=False)
 
     def _discard(self, kill: bool) -> int | None:
         process, self._process = self._process, None
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        for connection in (self._sender, self._receiver):
+            if connection is not None:
+                connection.close()
+        self._sender = self._receiver = None
         if process is None:
             return None
-        if kill and process.is_alive():
+        if kill and process.poll() is None:
             process.kill()
-        process.join(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
         self.restarts += 1
-        return process.exitcode
+        return process.returncode
 
-    def request(self, kind: str, payload: dict[str, Any], timeout_s: float, kernel: str = "",
-                backend: str = "") -> Any:
+    def request(
+        self, kind: str, payload: dict[str, Any], timeout_s: float, kernel: str = "", backend: str = ""
+    ) -> Any:
         """Send one request and wait for its answer (raising what the worker raised)."""
         with self._lock:
-            if self._process is None or not self._process.is_alive():
+            if not self._alive():
                 if self._process is not None:
                     self._discard(kill=True)
                 self._start()
             try:
-                self._connection.send((kind, payload))
+                self._sender.send((kind, payload))
             except (BrokenPipeError, OSError):
                 raise KernelCrashed(kernel, backend, self._discard(kill=True)) from None
             deadline = time.monotonic() + timeout_s
@@ -180,13 +212,13 @@ class Worker:
                 if remaining <= 0:
                     self._discard(kill=True)
                     raise KernelTimeout(kernel, backend, timeout_s)
-                if self._connection.poll(min(remaining, 0.5)):
+                if self._receiver.poll(min(remaining, 0.5)):
                     try:
-                        answer = self._connection.recv()
+                        answer = self._receiver.recv()
                     except (EOFError, OSError):
                         raise KernelCrashed(kernel, backend, self._discard(kill=False)) from None
                     break
-                if not self._process.is_alive():
+                if not self._alive():
                     raise KernelCrashed(kernel, backend, self._discard(kill=False))
         if answer[0] == "ok":
             return answer[1]
@@ -196,22 +228,37 @@ class Worker:
             raise error
         raise RuntimeError(f"kernel worker failed: {error}")
 
-    def run(self, backend: str, source: str, name: str, arrays: Sequence[np.ndarray],
-            timeout_s: float = 120.0) -> dict[int, np.ndarray]:
+    def run(
+        self, backend: str, source: str, name: str, arrays: Sequence[np.ndarray], timeout_s: float = 120.0
+    ) -> dict[int, np.ndarray]:
         """Compile and run a kernel on copies of ``arrays``; returns slot → contents of each written array."""
-        return self.request("run", {"backend": backend, "source": source, "name": name, "arrays": list(arrays)},
-                            timeout_s, name, backend)
+        return self.request(
+            "run",
+            {"backend": backend, "source": source, "name": name, "arrays": list(arrays)},
+            timeout_s,
+            name,
+            backend,
+        )
 
-    def time(self, backend: str, source: str, name: str, arrays: Sequence[np.ndarray], *,
-             timeout_s: float = 120.0, **options: Any) -> Timing:
+    def time(
+        self,
+        backend: str,
+        source: str,
+        name: str,
+        arrays: Sequence[np.ndarray],
+        *,
+        timeout_s: float = 120.0,
+        **options: Any,
+    ) -> Timing:
         """Compile and time a kernel (options of ``timing.time_compiled``)."""
         payload = {"backend": backend, "source": source, "name": name, "arrays": list(arrays), **options}
         return self.request("time", payload, timeout_s, name, backend)
 
     def compile(self, backend: str, source: str, name: str, timeout_s: float = 300.0) -> float:
         """Compile (filling the disk cache) and return the compile time."""
-        return self.request("compile", {"backend": backend, "source": source, "name": name}, timeout_s, name,
-                            backend)
+        return self.request(
+            "compile", {"backend": backend, "source": source, "name": name}, timeout_s, name, backend
+        )
 
     def close(self) -> None:
         """Stop the worker process."""
@@ -232,7 +279,12 @@ def default_worker() -> Worker:
     return _default
 
 
-def run_isolated(backend: str, source: str, name: str, arrays: Sequence[np.ndarray],
-                 timeout_s: float = 120.0) -> dict[int, np.ndarray]:
+def run_isolated(
+    backend: str, source: str, name: str, arrays: Sequence[np.ndarray], timeout_s: float = 120.0
+) -> dict[int, np.ndarray]:
     """Run a kernel in the default worker; returns slot → contents of each array it writes."""
     return default_worker().run(backend, source, name, arrays, timeout_s)
+
+
+if __name__ == "__main__":  # python -m uopviz.backends.worker READ_FD WRITE_FD (started by Worker)
+    worker_main(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))

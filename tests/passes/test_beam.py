@@ -1,0 +1,177 @@
+"""BEAM search: candidates, de-duplication, the sqlite cache, progress, executors, and the result."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.backends.c import find_c_compiler
+from uopviz.backends.timing import time_kernel
+from uopviz.core.ops import AxisType
+from uopviz.passes.beam import (
+    BeamCache,
+    BeamProgress,
+    beam_search,
+    candidate_opts,
+    kernel_key,
+    opts_from_json,
+    opts_to_json,
+)
+from uopviz.passes.kernel import Opt, OptOp
+
+needs_c = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) for the c backend")
+
+
+def _gemm(n: int, backend: str = "c", seed: int = 0) -> tuple[uv.Kernel, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    program = uv.compile([uv.Tensor(a) @ uv.Tensor(b)], backend=backend, opts=None)
+    return program.kernels[0], a, b
+
+
+def test_kernel_key_ignores_numbering_but_not_the_computation() -> None:
+    first, _, _ = _gemm(16, "python")
+    again, _, _ = _gemm(16, "python", seed=1)
+    assert kernel_key(first) == kernel_key(again), "same computation, other buffers and range numbers"
+    other = uv.compile([uv.Tensor(np.ones((16, 16), np.float32)).sum(1)], backend="python").kernels[0]
+    bigger, _, _ = _gemm(32, "python")
+    assert len({kernel_key(first), kernel_key(other), kernel_key(bigger)}) == 3
+    assert kernel_key(first).startswith(first.name + "-")
+
+
+def test_opts_json_round_trip() -> None:
+    opts = (
+        Opt(OptOp.SPLIT, 1, (4, AxisType.UPCAST, False)),
+        Opt(OptOp.PADTO, 0, 8),
+        Opt(OptOp.SWAP, 0, 1),
+        Opt(OptOp.NOLOCALS, None, None),
+        Opt(OptOp.TC, 0, (-1, 0, 1)),
+    )
+    assert opts_from_json(opts_to_json(opts)) == opts
+    with pytest.raises(ValueError, match="unknown OptOp 'SPLAT'"):
+        opts_from_json([["SPLAT", 0, 1]])
+
+
+def test_candidates_cover_the_optops_and_all_apply() -> None:
+    kernel, _, _ = _gemm(32, "opencl" if uv.backends.get("opencl").available() else "python")
+    kernel = kernel.with_parallel_outputs()
+    opts = candidate_opts(kernel)
+    kinds = {o.op for o in opts}
+    targets = {o.arg[1] for o in opts if o.op is OptOp.SPLIT}
+    assert {OptOp.SPLIT, OptOp.SWAP} <= kinds
+    assert {AxisType.UPCAST, AxisType.UNROLL} <= targets
+    if kernel.backend_object.has_local:
+        assert OptOp.NOLOCALS in kinds and AxisType.LOCAL in targets
+    for opt in opts:
+        kernel.apply(opt)  # every candidate applies
+    padded, _, _ = _gemm(30, "python")
+    assert any(o.op is OptOp.PADTO for o in candidate_opts(padded.with_parallel_outputs()))
+
+
+@needs_c
+def test_beam_on_gemm_256_is_at_least_as_fast_as_the_heuristic(tmp_path) -> None:
+    kernel, a, b = _gemm(256)
+    events: list[BeamProgress] = []
+    result = beam_search(
+        kernel,
+        width=2,
+        rounds=2,
+        budget_s=40,
+        repeats=3,
+        progress=events.append,
+        cache=BeamCache(tmp_path / "beam.sqlite"),
+    )
+    assert result.heuristic is not None and result.heuristic.ok
+    assert result.best.run_s <= result.heuristic.run_s
+    assert result.best.run_s <= result.baseline.run_s
+    # the chosen opts, applied by the pipeline, compute the right thing
+    program = uv.compile([uv.Tensor(a) @ uv.Tensor(b)], backend="c", opts=list(result.opts))
+    np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-3, atol=1e-3)
+    # measured again, interleaved, the winner is not slower than the heuristic beyond noise
+    from uopviz.passes.optimize import hand_coded_optimizations
+
+    heuristic = hand_coded_optimizations(kernel.with_parallel_outputs())
+    times = {"beam": [], "heuristic": []}
+    for _ in range(3):
+        for label, chosen in (("beam", result.kernel), ("heuristic", heuristic)):
+            lowered = chosen.lower("c")
+            timing = time_kernel(
+                "c", lowered.source, lowered.name, lowered.random_arguments(), repeats=5, isolated=False
+            )
+            times[label].append(timing.min_s)
+    assert min(times["beam"]) <= 1.25 * min(times["heuristic"]), times
+    # the table: one row per distinct candidate, with UOp counts, compile and run times
+    rows = result.table()
+    assert len(rows) == len(result.candidates) >= 3
+    assert rows[0]["run_s"] == result.best.run_s
+    timed = [c for c in result.candidates if c.ok]
+    assert all(c.uop_count and c.compile_s is not None for c in timed)
+    assert len({tuple(map(repr, c.opts)) for c in result.candidates}) == len(result.candidates)
+    # progress: one event per candidate, counting up
+    assert [e.done for e in events] == list(range(1, len(events) + 1)) and events[-1].done == len(
+        result.candidates
+    )
+    assert events[-1].best is result.best
+
+
+@needs_c
+def test_results_come_from_the_sqlite_cache_the_second_time(tmp_path) -> None:
+    kernel, _, _ = _gemm(32)
+    cache = BeamCache(tmp_path / "beam.sqlite")
+    first = beam_search(kernel, width=2, rounds=1, budget_s=30, repeats=2, cache=cache, progress=False)
+    stored = cache.count(first.key)
+    assert stored == sum(1 for c in first.candidates if c.cacheable) > 0
+    second = beam_search(kernel, width=2, rounds=1, budget_s=30, repeats=2, cache=cache, progress=False)
+    assert all(c.cached for c in second.candidates)
+    assert second.opts == first.opts and second.best.run_s == first.best.run_s
+    assert cache.count(first.key) == stored
+
+
+@needs_c
+def test_identical_sources_are_timed_once(tmp_path) -> None:
+    kernel, _, _ = _gemm(16)
+    result = beam_search(kernel, width=3, rounds=1, budget_s=30, repeats=2, cache=False, progress=False)
+    by_source: dict[str, set[float]] = {}
+    for c in result.candidates:
+        if c.ok and c.source_hash:
+            by_source.setdefault(c.source_hash, set()).add(c.run_s)
+    assert all(len(times) == 1 for times in by_source.values())
+
+
+@needs_c
+def test_executor_runs_the_evaluation(tmp_path) -> None:
+    kernel, _, _ = _gemm(16)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as executor:
+        result = beam_search(
+            kernel, width=2, rounds=1, budget_s=30, repeats=2, executor=executor, cache=False, progress=False
+        )
+    assert result.best.ok and len(result.candidates) > 2
+
+
+@needs_c
+def test_failing_candidates_are_rows_with_their_error(tmp_path) -> None:
+    kernel, _, _ = _gemm(16)
+    with pytest.raises(RuntimeError, match="no candidate ran"):
+        beam_search(kernel, width=1, rounds=1, budget_s=5, timeout_s=1e-4, cache=False, progress=False)
+
+
+@pytest.mark.slow
+@needs_c
+def test_dask_local_cluster_runs_the_evaluation() -> None:
+    distributed = pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
+    kernel, _, _ = _gemm(16)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        result = beam_search(
+            kernel, width=2, rounds=1, budget_s=120, repeats=2, executor=client, cache=False, progress=False
+        )
+    assert result.best.ok and result.best.run_s > 0
+    assert len([c for c in result.candidates if c.ok]) > 2

@@ -1,0 +1,688 @@
+"""BEAM search over the OptOps of one kernel: compile candidates in parallel, time them in isolation.
+
+``beam_search(kernel)`` keeps the ``width`` fastest kernels found so far and extends each with every
+opt that applies (SPLIT to every AxisType the spec allows, PADTO, SWAP, NOLOCALS, and TC as the
+first opt), for ``rounds`` rounds or until ``budget_s`` seconds are spent.  Each round:
+
+1. new candidates are de-duplicated (two opt sequences that give the same kernel AST are one
+   candidate; two candidates whose sources are equal are timed once);
+2. they are lowered and compiled in parallel by a process pool (``workers`` processes), each with a
+   time limit (``timeout_s``); a candidate that fails to build is kept in the table with its error;
+3. they are timed one after another in the isolated kernel worker (a crash or a hang is that
+   candidate's error, not the caller's), on the same random inputs, ``repeats`` runs each.
+
+The search starts from the kernel (its initial state when it has no opts yet) *and* from the
+hand-coded heuristic's choice, so it never returns something slower than the heuristic it measured.
+Every measurement is cached in sqlite (``<cache>/beam.sqlite``), keyed by kernel key, backend,
+device and opts: searching the same kernel again costs only the lookups.
+
+``executor=`` hands candidate evaluation (lower, compile and time, in one job) to an existing
+``concurrent.futures.Executor`` or ``dask.distributed.Client``; the times then come from wherever the
+jobs ran.  ``progress=`` receives a :class:`BeamProgress` after every candidate (``"tqdm"`` draws a bar;
+by default a bar is drawn when stderr is a terminal).  The result holds the full candidate table.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import multiprocessing
+import os
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from uopviz.core.dtype import DType
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.uop import BufferArg, ParamArg, UOp
+from uopviz.passes.kernel import REDUCE_TYPES, Kernel, Opt, OptError, OptOp
+
+# ---------------------------------------------------------------------------------------------
+# keys
+
+
+def _canonical_arg(u: UOp, ranges: dict[UOp, int], buffers: dict[Any, int]) -> str:
+    arg = u.arg
+    if u.op is Ops.RANGE:
+        return f"r{ranges.setdefault(u, len(ranges))}:{arg[1].name}"
+    if isinstance(arg, BufferArg):
+        number = buffers.setdefault(("buffer", arg.number), len(buffers))
+        return f"b{number}:{arg.size}:{arg.dtype.name}:{arg.addrspace.name}"
+    if isinstance(arg, ParamArg):
+        return f"p{arg.slot}:{arg.dtype.name}:{arg.addrspace.name if arg.addrspace else ''}"
+    if isinstance(arg, DType):
+        return arg.name
+    if isinstance(arg, tuple):
+        return "(" + ",".join(a.name if isinstance(a, DType | Ops | AxisType) else repr(a) for a in arg) + ")"
+    return repr(arg)
+
+
+def kernel_key(kernel: Kernel) -> str:
+    """A name for the kernel's computation that does not depend on range or buffer numbering:
+    ``<kernel name>-<16 hex digits>``.  Tuning caches and records are keyed by it."""
+    ranges: dict[UOp, int] = {}
+    buffers: dict[Any, int] = {}
+    order = kernel.ast.toposort()
+    position = {u: i for i, u in enumerate(order)}
+    digest = hashlib.sha256()
+    for u in order:
+        line = f"{u.op.name}|{u.dtype.name}|{_canonical_arg(u, ranges, buffers)}|" + ",".join(
+            str(position[s]) for s in u.src
+        )
+        digest.update(line.encode() + b"\n")
+    return f"{kernel.name}-{digest.hexdigest()[:16]}"
+
+
+def opts_to_json(opts: Sequence[Opt]) -> list:
+    """Opts as plain JSON data: ``[op, axis, arg]`` with AxisTypes by name."""
+
+    def arg_data(arg: Any) -> Any:
+        if isinstance(arg, AxisType):
+            return {"axis_type": arg.name}
+        if isinstance(arg, tuple):
+            return [arg_data(a) for a in arg]
+        return arg
+
+    return [[o.op.name, o.axis, arg_data(o.arg)] for o in opts]
+
+
+def opts_from_json(data: Iterable) -> tuple[Opt, ...]:
+    """The inverse of :func:`opts_to_json`."""
+
+    def arg_value(arg: Any) -> Any:
+        if isinstance(arg, dict) and "axis_type" in arg:
+            return AxisType[arg["axis_type"]]
+        if isinstance(arg, list):
+            return tuple(arg_value(a) for a in arg)
+        return arg
+
+    out = []
+    for entry in data:
+        if not (isinstance(entry, list | tuple) and len(entry) == 3):
+            raise ValueError(f"an opt is [op, axis, arg], got {entry!r}")
+        op, axis, arg = entry
+        if op not in OptOp.__members__:
+            raise ValueError(f"unknown OptOp {op!r}; known: {', '.join(OptOp.__members__)}")
+        out.append(Opt(OptOp[op], axis, arg_value(arg)))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# candidates
+
+
+SPLIT_FACTORS = (2, 3, 4, 8, 16, 32)
+SPLIT_TARGETS: tuple[tuple[AxisType, bool], ...] = (
+    (AxisType.UPCAST, False),
+    (AxisType.UNROLL, False),
+    (AxisType.LOCAL, False),
+    (AxisType.THREAD, True),
+    (AxisType.GROUP_REDUCE, False),
+    (AxisType.GROUP_REDUCE, True),
+)
+
+
+def candidate_opts(kernel: Kernel) -> list[Opt]:
+    """Every single opt worth trying next on ``kernel`` (each one checked: it applies)."""
+    proposals: list[Opt] = []
+    axes = kernel.axes
+    backend = kernel.backend_object
+    if not kernel.opts:
+        reduce_count = sum(1 for _, t in axes if t in REDUCE_TYPES)
+        for reduce_index in range(reduce_count):
+            for tc_opt in (0, 1):
+                proposals.append(Opt(OptOp.TC, reduce_index, (-1, tc_opt, 1)))
+    for axis, (size, _) in enumerate(axes):
+        for factor in SPLIT_FACTORS:
+            if factor >= size or size % factor:
+                continue
+            for target, top in SPLIT_TARGETS:
+                proposals.append(Opt(OptOp.SPLIT, axis, (factor, target, top)))
+        for multiple in (4, 8, 16):
+            if size % multiple and size > multiple:
+                proposals.append(Opt(OptOp.PADTO, axis, multiple))
+    for first in range(len(axes)):
+        for second in range(first + 1, len(axes)):
+            proposals.append(Opt(OptOp.SWAP, first, second))
+    if backend.has_local and not kernel.nolocals:
+        proposals.append(Opt(OptOp.NOLOCALS, None, None))
+    valid = []
+    for opt in proposals:
+        try:
+            kernel.apply(opt)
+        except OptError:
+            continue
+        valid.append(opt)
+    return valid
+
+
+@dataclass
+class Candidate:
+    """One row of the candidate table."""
+
+    opts: tuple[Opt, ...]
+    name: str
+    round: int
+    uop_count: int | None = None
+    compile_s: float | None = None
+    run_s: float | None = None
+    error: str | None = None
+    cached: bool = False
+    source_hash: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the candidate built and ran."""
+        return self.error is None and self.run_s is not None
+
+    @property
+    def cacheable(self) -> bool:
+        """True for results that would come out the same again: a time, or an error of the candidate
+        itself (not a time limit or the search's budget, which depend on the moment)."""
+        if self.ok:
+            return True
+        transient = ("KernelTimeout", "took longer", "not timed")
+        return self.error is not None and not any(word in self.error for word in transient)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as plain data."""
+        return {
+            "opts": [repr(o) for o in self.opts],
+            "name": self.name,
+            "round": self.round,
+            "uop_count": self.uop_count,
+            "compile_s": self.compile_s,
+            "run_s": self.run_s,
+            "error": self.error,
+            "cached": self.cached,
+        }
+
+
+@dataclass
+class BeamProgress:
+    """What a progress callback receives after every evaluated candidate."""
+
+    round: int
+    done: int
+    total: int
+    candidate: Candidate | None
+    best: Candidate | None
+    elapsed_s: float
+
+
+@dataclass
+class BeamResult:
+    """The search's outcome: the best kernel, its opts, and every candidate it measured."""
+
+    kernel: Kernel
+    best: Candidate
+    baseline: Candidate
+    heuristic: Candidate | None
+    candidates: list[Candidate]
+    key: str
+    backend: str
+    device: str
+    elapsed_s: float
+    stopped: str = ""
+
+    @property
+    def opts(self) -> tuple[Opt, ...]:
+        """The chosen opts (apply them to the kernel's initial state)."""
+        return self.best.opts
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline time over best time."""
+        if self.baseline.run_s and self.best.run_s:
+            return self.baseline.run_s / self.best.run_s
+        return None
+
+    def table(self) -> list[dict[str, Any]]:
+        """Every candidate as a dict (opts, name, UOp count, compile time, run time, error), fastest first."""
+        rows = sorted(self.candidates, key=lambda c: (c.run_s is None, c.run_s or 0.0))
+        return [c.to_dict() for c in rows]
+
+    def __repr__(self) -> str:
+        return (
+            f"<BeamResult {self.best.name} {self.best.run_s} s, {len(self.candidates)} candidates, "
+            f"opts={list(self.opts)}>"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# the sqlite cache
+
+
+class BeamCache:
+    """Measured candidates by (kernel key, backend, device, opts) in ``<cache>/beam.sqlite``."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        if path is None:
+            from uopviz.backends.cache import cache_dir
+
+            path = cache_dir() / "beam.sqlite"
+        self.path = str(path)
+        self._lock = threading.Lock()
+        with self._connect() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS candidates (kernel_key TEXT, backend TEXT, device TEXT, "
+                "opts TEXT, name TEXT, uop_count INTEGER, compile_s REAL, run_s REAL, error TEXT, "
+                "source_hash TEXT, measured_at REAL, PRIMARY KEY (kernel_key, backend, device, opts))"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    def get(self, key: str, backend: str, device: str, opts: Sequence[Opt]) -> Candidate | None:
+        """The cached measurement, or None."""
+        text = json.dumps(opts_to_json(opts))
+        with self._lock, self._connect() as db:
+            row = db.execute(
+                "SELECT name, uop_count, compile_s, run_s, error, source_hash FROM candidates WHERE "
+                "kernel_key=? AND backend=? AND device=? AND opts=?",
+                (key, backend, device, text),
+            ).fetchone()
+        if row is None:
+            return None
+        name, uop_count, compile_s, run_s, error, source_hash = row
+        return Candidate(tuple(opts), name, 0, uop_count, compile_s, run_s, error, True, source_hash)
+
+    def put(self, key: str, backend: str, device: str, candidate: Candidate) -> None:
+        """Store one measurement (timeouts and crashes too: they would happen again)."""
+        text = json.dumps(opts_to_json(candidate.opts))
+        with self._lock, self._connect() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    backend,
+                    device,
+                    text,
+                    candidate.name,
+                    candidate.uop_count,
+                    candidate.compile_s,
+                    candidate.run_s,
+                    candidate.error,
+                    candidate.source_hash,
+                    time.time(),
+                ),
+            )
+
+    def count(self, key: str | None = None) -> int:
+        """How many measurements are stored (for one kernel key, or all)."""
+        with self._lock, self._connect() as db:
+            if key is None:
+                return db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
+            return db.execute("SELECT COUNT(*) FROM candidates WHERE kernel_key=?", (key,)).fetchone()[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluating candidates (these run in pool processes or on executor workers)
+
+
+@dataclass
+class _Built:
+    source: str = ""
+    name: str = ""
+    uop_count: int | None = None
+    compile_s: float | None = None
+    error: str | None = None
+    source_hash: str | None = None
+    arguments: list = field(default_factory=list)
+
+
+def build_candidate(kernel: Kernel, backend: str) -> _Built:
+    """Lower and compile one candidate (filling the compiled-object disk cache)."""
+    start = time.perf_counter()
+    try:
+        lowered = kernel.lower(backend)
+    except Exception as error:  # noqa: BLE001 - a candidate that cannot be built is a row with its error
+        return _Built(name=kernel.name, error=f"{type(error).__name__}: {error}")
+    return _Built(
+        lowered.source,
+        lowered.name,
+        len(lowered.linear.src),
+        time.perf_counter() - start,
+        source_hash=hashlib.sha256(lowered.source.encode()).hexdigest(),
+        arguments=lowered.random_arguments(seed=0),
+    )
+
+
+def evaluate_candidate(
+    kernel: Kernel, backend: str, repeats: int, timeout_s: float
+) -> tuple[_Built, float | None, str | None]:
+    """Build and time one candidate (the job sent to an ``executor=``)."""
+    built = build_candidate(kernel, backend)
+    if built.error is not None:
+        return built, None, None
+    run_s, error = _time_built(built, backend, repeats, timeout_s)
+    built.arguments = []
+    return built, run_s, error
+
+
+def _time_built(
+    built: _Built, backend: str, repeats: int, timeout_s: float
+) -> tuple[float | None, str | None]:
+    from uopviz.backends.timing import time_kernel
+    from uopviz.backends.worker import KernelCrashed, KernelTimeout
+
+    try:
+        timing = time_kernel(
+            backend,
+            built.source,
+            built.name,
+            built.arguments,
+            warmup=1,
+            repeats=repeats,
+            isolated=True,
+            timeout_s=timeout_s,
+        )
+    except (KernelCrashed, KernelTimeout) as error:
+        return None, f"{type(error).__name__}: {error}"
+    except Exception as error:  # noqa: BLE001 - any failure to run disqualifies the candidate only
+        return None, f"{type(error).__name__}: {error}"
+    return timing.median_s, None
+
+
+# ---------------------------------------------------------------------------------------------
+# the search
+
+
+def _progress_reporter(progress: Any) -> tuple[Callable[[BeamProgress], None] | None, Any]:
+    """The callback to call and a tqdm bar to close (or None)."""
+    if callable(progress):
+        return progress, None
+    wants_bar = progress == "tqdm" or (progress is None and sys.stderr.isatty())
+    if not wants_bar or progress is False:
+        return None, None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None, None
+    bar = tqdm(total=0, desc="BEAM", unit="candidate", leave=False)
+
+    def update(event: BeamProgress) -> None:
+        bar.total = event.total
+        bar.n = event.done
+        if event.best is not None and event.best.run_s is not None:
+            bar.set_postfix_str(f"round {event.round} best {event.best.run_s * 1e3:.3f} ms")
+        bar.refresh()
+
+    return update, bar
+
+
+def _initial_state(kernel: Kernel) -> Kernel:
+    return kernel.with_parallel_outputs() if not kernel.opts else kernel
+
+
+def beam_search(
+    kernel: Kernel,
+    backend: str | None = None,
+    *,
+    width: int = 4,
+    rounds: int = 4,
+    budget_s: float = 60.0,
+    timeout_s: float = 20.0,
+    repeats: int = 5,
+    workers: int | None = None,
+    executor: Any = None,
+    progress: Any = None,
+    cache: BeamCache | bool = True,
+    include_heuristic: bool = True,
+) -> BeamResult:
+    """Search the OptOps of ``kernel`` on ``backend`` (default: the kernel's); see the module docstring."""
+    from uopviz.backends import get
+
+    backend = backend or kernel.backend
+    target = get(backend)
+    target.require()
+    device = target.device
+    if kernel.backend != backend:
+        kernel = Kernel(kernel.ast, backend, kernel.opts, kernel.name_hint)
+    start_kernel = _initial_state(kernel)
+    key = kernel_key(start_kernel)
+    store = BeamCache() if cache is True else (cache or None)
+    report, bar = _progress_reporter(progress)
+    started = time.perf_counter()
+    table: list[Candidate] = []
+    by_ast: dict[UOp, Candidate] = {}
+    by_source: dict[str, Candidate] = {}
+    kernels: dict[int, Kernel] = {}
+    best: Candidate | None = None
+    state = {"done": 0, "total": 0}
+    pool = None if executor is not None else _make_pool(workers)
+    stopped = ""
+
+    def out_of_time() -> bool:
+        return time.perf_counter() - started > budget_s
+
+    def note(candidate: Candidate, round_number: int) -> None:
+        nonlocal best
+        state["done"] += 1
+        if candidate.ok and (best is None or candidate.run_s < best.run_s):  # type: ignore[operator]
+            best = candidate
+        if report is not None:
+            report(
+                BeamProgress(
+                    round_number,
+                    state["done"],
+                    state["total"],
+                    candidate,
+                    best,
+                    time.perf_counter() - started,
+                )
+            )
+
+    def evaluate(variants: list[Kernel], round_number: int) -> list[Candidate]:
+        fresh: list[tuple[Kernel, Candidate]] = []
+        out: list[Candidate] = []
+        for variant in variants:
+            known = by_ast.get(variant.ast)
+            if known is not None:
+                out.append(known)
+                continue
+            candidate = Candidate(variant.opts, variant.name, round_number)
+            by_ast[variant.ast] = candidate
+            kernels[id(candidate)] = variant
+            cached = store.get(key, backend, device, variant.opts) if store is not None else None
+            if cached is not None:
+                cached.round = round_number
+                by_ast[variant.ast] = cached
+                kernels[id(cached)] = variant
+                table.append(cached)
+                state["total"] += 1
+                note(cached, round_number)
+                out.append(cached)
+                continue
+            fresh.append((variant, candidate))
+            out.append(candidate)
+        state["total"] += len(fresh)
+        if executor is not None:
+            _evaluate_remotely(
+                executor, fresh, backend, repeats, timeout_s, lambda c: finish(c, round_number)
+            )
+        else:
+            _evaluate_locally(
+                pool,
+                fresh,
+                backend,
+                repeats,
+                timeout_s,
+                by_source,
+                out_of_time,
+                lambda c: finish(c, round_number),
+            )
+        return out
+
+    def finish(candidate: Candidate, round_number: int) -> None:
+        table.append(candidate)
+        if store is not None and candidate.cacheable:
+            store.put(key, backend, device, candidate)
+        note(candidate, round_number)
+
+    try:
+        seeds = [start_kernel]
+        heuristic_kernel = None
+        if include_heuristic:
+            from uopviz.passes.optimize import hand_coded_optimizations
+
+            heuristic_kernel = hand_coded_optimizations(start_kernel)
+            if heuristic_kernel.ast is not start_kernel.ast:
+                seeds.append(heuristic_kernel)
+        evaluated = evaluate(seeds, 0)
+        baseline = evaluated[0]
+        heuristic = evaluated[-1] if heuristic_kernel is not None else None
+        beam = sorted((c for c in evaluated if c.ok), key=lambda c: c.run_s)[:width]
+        for round_number in range(1, rounds + 1):
+            if out_of_time():
+                stopped = f"budget of {budget_s:g} s spent"
+                break
+            variants: list[Kernel] = []
+            for parent in beam:
+                parent_kernel = kernels[id(parent)]
+                for opt in candidate_opts(parent_kernel):
+                    variant = parent_kernel.apply(opt)
+                    if variant.ast not in by_ast:
+                        variants.append(variant)
+            if not variants:
+                stopped = "no new candidates"
+                break
+            results = evaluate(variants, round_number)
+            pool_of_best = {id(c): c for c in [*beam, *results] if c.ok}
+            new_beam = sorted(pool_of_best.values(), key=lambda c: c.run_s)[:width]
+            if [id(c) for c in new_beam] == [id(c) for c in beam]:
+                stopped = "no candidate beat the beam"
+                break
+            beam = new_beam
+        else:
+            stopped = f"{rounds} rounds done"
+    finally:
+        if pool is not None:
+            _shutdown(pool)
+        if bar is not None:
+            bar.close()
+    if best is None:
+        errors = "; ".join(sorted({c.error for c in table if c.error})[:3])
+        raise RuntimeError(f"BEAM on {kernel.name} ({backend}): no candidate ran; errors: {errors or 'none'}")
+    return BeamResult(
+        kernels[id(best)],
+        best,
+        baseline,
+        heuristic,
+        table,
+        key,
+        backend,
+        device,
+        time.perf_counter() - started,
+        stopped,
+    )
+
+
+def _make_pool(workers: int | None) -> concurrent.futures.ProcessPoolExecutor:
+    count = workers or max(1, min(4, os.cpu_count() or 1))
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=count, mp_context=multiprocessing.get_context("spawn")
+    )
+
+
+def _shutdown(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Stop the pool without waiting for a compile that hangs past its limit."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+
+
+def _evaluate_locally(
+    pool: concurrent.futures.ProcessPoolExecutor,
+    fresh: list[tuple[Kernel, Candidate]],
+    backend: str,
+    repeats: int,
+    timeout_s: float,
+    by_source: dict[str, Candidate],
+    out_of_time: Callable[[], bool],
+    finish: Callable[[Candidate], None],
+) -> None:
+    """Compile every fresh candidate in the pool, then time them one by one in the kernel worker."""
+    futures = {pool.submit(build_candidate, variant, backend): candidate for variant, candidate in fresh}
+    built: list[tuple[Candidate, _Built]] = []
+    deadline = time.perf_counter() + timeout_s * max(1, len(futures))
+    for future, candidate in futures.items():
+        try:
+            result = future.result(timeout=max(0.1, min(timeout_s, deadline - time.perf_counter())))
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            candidate.error = f"compile took longer than {timeout_s:g} s"
+            finish(candidate)
+            continue
+        except Exception as error:  # noqa: BLE001 - a broken pool process: this candidate's error
+            candidate.error = f"{type(error).__name__}: {error}"
+            finish(candidate)
+            continue
+        candidate.uop_count, candidate.compile_s = result.uop_count, result.compile_s
+        candidate.source_hash = result.source_hash
+        if result.error is not None:
+            candidate.error = result.error
+            finish(candidate)
+            continue
+        built.append((candidate, result))
+    for candidate, result in built:
+        twin = by_source.get(result.source_hash or "")
+        if twin is not None and (twin.ok or twin.error):
+            candidate.run_s, candidate.error = twin.run_s, twin.error
+            finish(candidate)
+            continue
+        if out_of_time():
+            candidate.error = "not timed: the search's budget ran out"
+            finish(candidate)
+            continue
+        candidate.run_s, candidate.error = _time_built(result, backend, repeats, timeout_s)
+        if result.source_hash:
+            by_source[result.source_hash] = candidate
+        finish(candidate)
+
+
+def _evaluate_remotely(
+    executor: Any,
+    fresh: list[tuple[Kernel, Candidate]],
+    backend: str,
+    repeats: int,
+    timeout_s: float,
+    finish: Callable[[Candidate], None],
+) -> None:
+    """Each candidate as one job (build and time) on an Executor or a dask.distributed Client."""
+    futures = [
+        (executor.submit(evaluate_candidate, variant, backend, repeats, timeout_s), candidate)
+        for variant, candidate in fresh
+    ]
+    for future, candidate in futures:
+        try:
+            built, run_s, error = future.result(timeout=timeout_s * 3 + 60)
+        except Exception as error:  # noqa: BLE001 - a lost job or worker: this candidate's error
+            candidate.error = f"{type(error).__name__}: {error}"
+            finish(candidate)
+            continue
+        candidate.uop_count, candidate.compile_s = built.uop_count, built.compile_s
+        candidate.source_hash = built.source_hash
+        candidate.run_s, candidate.error = run_s, built.error or error
+        finish(candidate)
+
+
+__all__ = [
+    "BeamCache",
+    "BeamProgress",
+    "BeamResult",
+    "Candidate",
+    "beam_search",
+    "candidate_opts",
+    "evaluate_candidate",
+    "kernel_key",
+    "opts_from_json",
+    "opts_to_json",
+]
