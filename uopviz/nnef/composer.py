@@ -186,14 +186,15 @@ def _describe_type(spec: ast.TypeSpec) -> str:
 class _Describe:
     """'op: attribute 'x' (type)' for messages, built only when a message is built."""
 
-    __slots__ = ("instance", "param")
+    __slots__ = ("instance", "kind", "param")
 
-    def __init__(self, instance: _Instance, param: ast.Param) -> None:
+    def __init__(self, instance: _Instance, param: ast.Param, kind: str = "attribute") -> None:
         self.instance = instance
         self.param = param
+        self.kind = kind
 
     def __str__(self) -> str:
-        return f"{self.instance.name}: attribute '{self.param.name}' ({_describe_type(self.param.type)})"
+        return f"{self.instance.name}: {self.kind} '{self.param.name}' ({_describe_type(self.param.type)})"
 
     __format__ = lambda self, spec: str(self)  # noqa: E731 - f-strings use __format__
 
@@ -218,7 +219,12 @@ class _Instance:
 
     def evaluator(self, symbols: Mapping[str, Any] | None = None) -> Evaluator:
         """An evaluator over this invocation's symbols (or an overlay of them)."""
-        return Evaluator(self.symbols if symbols is None else symbols, self.info.declared, self.types)
+        if symbols is None:
+            cached = self.__dict__.get("_evaluator")
+            if cached is None:
+                cached = self.__dict__["_evaluator"] = Evaluator(self.symbols, self.info.declared, self.types)
+            return cached
+        return Evaluator(symbols, self.info.declared, self.types)
 
     @property
     def name(self) -> str:
@@ -748,7 +754,7 @@ class Composer:
         self, instance: _Instance, param: ast.Param, value: Any, position: ast.Position
     ) -> None:
         spec = param.type
-        what = f"{instance.name}: input '{param.name}' ({_describe_type(spec)})"
+        what = _Describe(instance, param, "input")
         items = value if isinstance(value, list) else [value]
         if spec.pack is not None and not isinstance(value, list):
             raise self._error(position, f"{what} takes a pack of tensors, got a single value")

@@ -260,6 +260,21 @@ class PythonScalarOps:
 
     def binary(self, op: str, a: Any, b: Any, position: ast.Position) -> Any:
         """``a op b`` for one pair of items."""
+        type_a, type_b = type(a), type(b)
+        if (type_a is int or type_a is float) and (type_b is int or type_b is float) and op not in _LOGICAL:
+            try:  # numbers: the common case, without the checks below
+                return _PYTHON_BINARY[op](a, b)
+            except ZeroDivisionError:
+                raise NNEFError.at(
+                    position, f"division by zero in '{format_value(a)} {op} {format_value(b)}'"
+                ) from None
+            except OverflowError:
+                raise NNEFError.at(
+                    position, f"'{format_value(a)} {op} {format_value(b)}' overflows"
+                ) from None
+        return self._binary_other(op, a, b, position)
+
+    def _binary_other(self, op: str, a: Any, b: Any, position: ast.Position) -> Any:
         if isinstance(a, DynamicExtent) or isinstance(b, DynamicExtent):
             return _dynamic_binary(op, a, b)
         if op in _DIVISIONS and b == 0 and not isinstance(b, float):

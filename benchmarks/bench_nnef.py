@@ -1,0 +1,252 @@
+"""NNEF: composing models and lowering + compiling their kernels.
+
+Cases
+- standard library: parse from text (cold) and load from the disk cache;
+- AlexNet of §2.1 (corrected): compose (target 16 ms, the Khronos C++ reference's time), with and
+  without parsing the model text; peer: the ``nnef`` package (Khronos C++ parser and shape
+  inference) on the same network written in NNEF 1.0;
+- a 300-operation ResNet-style graph: compose;
+- lowering (@lower → kernel ASTs) and lowering + compiling every kernel (python backend; AlexNet
+  also on C when a compiler is present).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+from run import measure, row
+
+import uopviz as uv
+from uopviz.nnef.composer import Composer
+from uopviz.nnef.lowering import compile_graph, lower_operation
+from uopviz.nnef.parser import parse_module
+from uopviz.nnef.stdlib_loader import ModuleSet
+
+ALEXNET = """
+import nn;
+import layout;
+
+graph AlexNet {
+    @attrib { batch: int = 1; classes: int = 1000; }
+    @input { input: real[batch,3,224,224]; }
+    @output { output: real[batch,classes]; }
+    @variable {
+        kernel1: real[64, 3, 11, 11]; bias1: real[64];
+        kernel2: real[192, 64, 5, 5]; bias2: real[192];
+        kernel3: real[384, 192, 3, 3]; bias3: real[384];
+        kernel4: real[384, 384, 3, 3]; bias4: real[384];
+        kernel5: real[256, 384, 3, 3]; bias5: real[256];
+        kernel6: real[4096, 256, 5, 5]; bias6: real[4096];
+        kernel7: real[4096, 4096]; bias7: real[4096];
+        kernel8: real[classes, 4096]; bias8: real[classes];
+    }
+    @compose {
+        conv1 = nn.conv{padding=0, stride=4}(input, kernel1, bias1);
+        relu1 = nn.relu(conv1);
+        pool1 = nn.max_pool{padding=0, size=3, stride=2}(relu1);
+        conv2 = nn.conv{padding=2}(pool1, kernel2, bias2);
+        relu2 = nn.relu(conv2);
+        pool2 = nn.max_pool{padding=0, size=3, stride=2}(relu2);
+        conv3 = nn.conv{padding=1}(pool2, kernel3, bias3);
+        relu3 = nn.relu(conv3);
+        conv4 = nn.conv{padding=1}(relu3, kernel4, bias4);
+        relu4 = nn.relu(conv4);
+        conv5 = nn.conv{padding=1}(relu4, kernel5, bias5);
+        relu5 = nn.relu(conv5);
+        pool3 = nn.max_pool{padding=0, size=3, stride=2}(relu5);
+        conv6 = nn.conv{padding=0}(pool3, kernel6, bias6);
+        relu6 = nn.relu(conv6);
+        flat1 = layout.flatten{axis=1}(relu6);
+        conv7 = nn.linear(flat1, kernel7, bias7);
+        relu7 = nn.relu(conv7);
+        conv8 = nn.linear(relu7, kernel8, bias8);
+        output = nn.softmax(conv8);
+    }
+}
+"""
+
+ALEXNET_NNEF1 = """
+version 1.0;
+graph AlexNet( input ) -> ( output )
+{
+    input = external<scalar>(shape = [1, 3, 224, 224]);
+    kernel1 = variable<scalar>(shape = [64, 3, 11, 11], label = 'k1');
+    bias1 = variable<scalar>(shape = [1, 64], label = 'b1');
+    kernel2 = variable<scalar>(shape = [192, 64, 5, 5], label = 'k2');
+    bias2 = variable<scalar>(shape = [1, 192], label = 'b2');
+    kernel3 = variable<scalar>(shape = [384, 192, 3, 3], label = 'k3');
+    bias3 = variable<scalar>(shape = [1, 384], label = 'b3');
+    kernel4 = variable<scalar>(shape = [384, 384, 3, 3], label = 'k4');
+    bias4 = variable<scalar>(shape = [1, 384], label = 'b4');
+    kernel5 = variable<scalar>(shape = [256, 384, 3, 3], label = 'k5');
+    bias5 = variable<scalar>(shape = [1, 256], label = 'b5');
+    kernel6 = variable<scalar>(shape = [4096, 256, 5, 5], label = 'k6');
+    bias6 = variable<scalar>(shape = [1, 4096], label = 'b6');
+    kernel7 = variable<scalar>(shape = [4096, 4096], label = 'k7');
+    bias7 = variable<scalar>(shape = [1, 4096], label = 'b7');
+    kernel8 = variable<scalar>(shape = [1000, 4096], label = 'k8');
+    bias8 = variable<scalar>(shape = [1, 1000], label = 'b8');
+    conv1 = conv(input, kernel1, bias1, padding = [(0,0), (0,0)], stride = [4, 4]);
+    relu1 = relu(conv1);
+    pool1 = max_pool(relu1, size = [1, 1, 3, 3], stride = [1, 1, 2, 2],
+                     padding = [(0,0), (0,0), (0,0), (0,0)]);
+    conv2 = conv(pool1, kernel2, bias2, padding = [(2,2), (2,2)]);
+    relu2 = relu(conv2);
+    pool2 = max_pool(relu2, size = [1, 1, 3, 3], stride = [1, 1, 2, 2],
+                     padding = [(0,0), (0,0), (0,0), (0,0)]);
+    conv3 = conv(pool2, kernel3, bias3, padding = [(1,1), (1,1)]);
+    relu3 = relu(conv3);
+    conv4 = conv(relu3, kernel4, bias4, padding = [(1,1), (1,1)]);
+    relu4 = relu(conv4);
+    conv5 = conv(relu4, kernel5, bias5, padding = [(1,1), (1,1)]);
+    relu5 = relu(conv5);
+    pool3 = max_pool(relu5, size = [1, 1, 3, 3], stride = [1, 1, 2, 2],
+                     padding = [(0,0), (0,0), (0,0), (0,0)]);
+    conv6 = conv(pool3, kernel6, bias6, padding = [(0,0), (0,0)]);
+    relu6 = relu(conv6);
+    flat1 = reshape(relu6, shape = [1, -1]);
+    conv7 = linear(flat1, kernel7, bias7);
+    relu7 = relu(conv7);
+    conv8 = linear(relu7, kernel8, bias8);
+    output = softmax(conv8);
+}
+"""
+
+
+def resnet_text(blocks: int = 60, channels: int = 16, size: int = 8) -> str:
+    """A ResNet-style graph: a stem and ``blocks`` residual blocks of 5 operations each."""
+    variables = [f"stem: real[{channels}, 3, 3, 3];"]
+    lines = ["h0 = nn.conv(input, stem);"]
+    for block in range(1, blocks + 1):
+        variables.append(f"w{block}a: real[{channels}, {channels}, 3, 3]; b{block}a: real[{channels}];")
+        variables.append(f"w{block}b: real[{channels}, {channels}, 3, 3]; b{block}b: real[{channels}];")
+        previous = f"h{block - 1}"
+        lines += [
+            f"c{block}a = nn.conv({previous}, w{block}a, b{block}a);",
+            f"r{block}a = nn.relu(c{block}a);",
+            f"c{block}b = nn.conv(r{block}a, w{block}b, b{block}b);",
+            f"s{block} = math.add(c{block}b, {previous});",
+            f"h{block} = nn.relu(s{block});",
+        ]
+    lines.append(f"output = nn.softmax(h{blocks});")
+    return (
+        "import nn; import math;\ngraph ResNet {\n"
+        f"  @input {{ input: real[1, 3, {size}, {size}]; }}\n  @output {{ output: real; }}\n"
+        "  @variable {\n    " + "\n    ".join(variables) + "\n  }\n"
+        "  @compose {\n    " + "\n    ".join(lines) + "\n  }\n}\n"
+    )
+
+
+def _compose(module, name: str = "main"):
+    modules = ModuleSet(None)
+    modules.add(name, module)
+    return Composer(modules).compose(name)
+
+
+def _stdlib_rows() -> list[dict]:
+    from pathlib import Path
+
+    from uopviz.nnef import stdlib_loader
+
+    texts = {path: path.read_text() for path in sorted(Path(stdlib_loader.STDLIB_DIR).glob("*.sknd"))}
+    parse = measure(
+        lambda: [parse_module(text, str(path)) for path, text in texts.items()], repeat=3, warmup=0
+    )
+    with tempfile.TemporaryDirectory() as cache:
+        previous = os.environ.get("UOPVIZ_CACHE")
+        os.environ["UOPVIZ_CACHE"] = cache
+
+        def from_cache():
+            stdlib_loader._stdlib = None
+            stdlib_loader.stdlib_modules()
+
+        from_cache()  # writes the cache
+        cached = measure(from_cache, repeat=3, warmup=0)
+        if previous is None:
+            os.environ.pop("UOPVIZ_CACHE")
+        else:
+            os.environ["UOPVIZ_CACHE"] = previous
+    stdlib_loader._stdlib = None
+    stdlib_loader.stdlib_modules()
+    return [
+        row("stdlib: parse all modules", parse, notes=f"{len(texts)} modules; once per process"),
+        row("stdlib: load from the disk cache", cached, peer="parse", peer_s=parse, notes="pickled trees"),
+    ]
+
+
+def run() -> list[dict]:
+    rows = _stdlib_rows()
+    alexnet_module = parse_module(ALEXNET, "alexnet.sknd")
+    compose_only = measure(lambda: _compose(alexnet_module), repeat=7)
+    with_parse = measure(lambda: _compose(parse_module(ALEXNET, "alexnet.sknd")), repeat=7)
+    try:
+        import nnef
+
+        def khronos():
+            graph = nnef.parse_string(ALEXNET_NNEF1)
+            nnef.infer_shapes(graph)
+
+        peer = measure(khronos, repeat=7)
+        peer_name = "nnef (Khronos C++, 1.0)"
+    except ImportError:
+        peer, peer_name = None, ""
+    rows.append(
+        row(
+            "AlexNet: compose (parsed module)",
+            compose_only,
+            peer=peer_name,
+            peer_s=peer,
+            notes=f"target <= 16 ms: {'met' if compose_only <= 0.016 else 'MISSED'}; stdlib cached",
+        )
+    )
+    rows.append(
+        row(
+            "AlexNet: parse + compose",
+            with_parse,
+            peer=peer_name,
+            peer_s=peer,
+            notes="peer parses NNEF 1.0 text and infers shapes",
+        )
+    )
+    resnet_module = parse_module(resnet_text(), "resnet.sknd")
+    resnet = _compose(resnet_module)
+    rows.append(
+        row(
+            f"ResNet-style: compose {len(resnet.operations)} operations",
+            measure(lambda: _compose(resnet_module), repeat=5),
+            notes="60 residual blocks, 16x8x8",
+        )
+    )
+    alexnet = _compose(alexnet_module)
+    lowering = measure(lambda: [lower_operation(alexnet, op) for op in alexnet.operations], repeat=5)
+    kernels = sum(len(lower_operation(alexnet, op)) for op in alexnet.operations)
+    rows.append(row(f"AlexNet: @lower -> {kernels} kernel ASTs", lowering))
+    resnet_lowering = measure(lambda: [lower_operation(resnet, op) for op in resnet.operations], repeat=3)
+    rows.append(row(f"ResNet-style: @lower -> kernel ASTs ({len(resnet.operations)} ops)", resnet_lowering))
+    start = time.perf_counter()
+    compile_graph(_compose(alexnet_module), backend="python")
+    rows.append(
+        row("AlexNet: lower + compile all kernels", time.perf_counter() - start, notes="python backend")
+    )
+    if "c" in uv.backends.available():
+        start = time.perf_counter()
+        compile_graph(_compose(alexnet_module), backend="c")
+        rows.append(
+            row(
+                "AlexNet: lower + compile all kernels",
+                time.perf_counter() - start,
+                notes="c backend (compiler cache may be warm)",
+            )
+        )
+    start = time.perf_counter()
+    program = compile_graph(_compose(resnet_module), backend="python")
+    rows.append(
+        row(
+            f"ResNet-style: lower + compile {len(program.items)} kernels",
+            time.perf_counter() - start,
+            notes="python backend",
+        )
+    )
+    return rows
