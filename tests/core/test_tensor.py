@@ -1224,8 +1224,6 @@ def test_getitem_through_the_pipeline(index):
 
 
 @needs_pipeline
-@pytest.mark.xfail(reason="the pipeline cannot lower a zero-size output yet (KernelFault: index out of a "
-                          "buffer of 0 elements); reported to the pipeline owner")
 def test_zero_size_result_through_the_pipeline():
     a = np.arange(12, dtype=np.int32).reshape(3, 4)
     assert Tensor(a)[2:2].numpy().shape == (0, 4)

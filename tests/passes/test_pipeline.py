@@ -654,3 +654,13 @@ def test_reading_another_device_needs_a_copy() -> None:
         uv.compile(sharded.sum(0))
     gathered = sharded.copy("CPU:0")  # a COPY to one device gathers the shards
     np.testing.assert_array_equal(uv.compile(gathered.sum(0)).run()[0], [8.0, 8.0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_size_values(backend: str) -> None:
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    empty, total, rows = uv.compile([Tensor(a)[2:2], Tensor(a)[1:1].sum(), (Tensor(a)[:, 3:3] + 1).sum(1)],
+                                    backend=backend).run()
+    assert empty.shape == (0, 4)
+    assert total == 0  # a sum over nothing is the identity
+    np.testing.assert_array_equal(rows, np.zeros(3, np.int32))

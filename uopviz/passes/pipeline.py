@@ -396,9 +396,9 @@ class Program:
         plan = self.memory_plan
         arenas = {device: np.zeros(arena.arg.size, np.uint8) for device, arena in plan.arenas.items()} \
             if plan else {}
-        for item in self.items:
-            buffer = _storage(item.arguments[0])
-            if buffer in arrays:
+        written = [_storage(item.arguments[0]) for item in self.items]
+        for buffer in [*written, *(_storage(v) for v in self.output_values())]:
+            if buffer in arrays or buffer.op is not Ops.BUFFER:
                 continue
             placement = plan.placements.get(buffer) if plan else None
             storage = numpy_dtype(buffer.arg.dtype)

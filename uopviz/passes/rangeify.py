@@ -715,6 +715,8 @@ def kernelize(ctx: KernelizeContext, target: UOp, value: UOp) -> UOp:
     """A tensor-level ``STORE(B.view, X)`` becomes ``CALL(kernel, B, inputs...)``; on an n-tuple device
     one CALL per device (arg ``(index, count, whole)``), grouped."""
     devices = _view_base(target).arg.device
+    if math.prod(value.shape) == 0:
+        return UOp(Ops.GROUP, ())  # nothing to compute: the (empty) buffer needs no kernel
     if not isinstance(devices, tuple):
         kernel, arguments = build_kernel(target, value)
         call = UOp(Ops.CALL, (kernel, *arguments))
