@@ -67,7 +67,7 @@ def graph_keys(view) -> set[str]:
 
 def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_dir):
     page = browser_page
-    page.set_viewport_size({"width": 1500, "height": 1000})
+    page.set_viewport_size({"width": 1500, "height": 1900})  # tall: whole widgets fit in one screenshot
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     run_all_cells(page, isolated_lab, TOUR, artifacts_dir)
@@ -88,6 +88,16 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     first.click()
     assert view.locator(".uv-details th", has_text="min max").count() == 1
     view.screenshot(path=str(artifacts_dir / "01_dag.png"))
+
+    # -- the explorer: its tabs switch between the views -----------------------------------------------
+    explorer = output_of(page, "uv.explore(y)").locator(".uv-explorer")
+    explorer.scroll_into_view_if_needed()
+    titles = explorer.locator(".lm-TabBar-tabLabel").all_inner_texts()
+    assert titles == ["Graph", "Pipeline", "Kernels", "Backends"]
+    explorer.locator(".lm-TabBar-tab", has_text="Pipeline").click()
+    explorer.locator(".uv-player").wait_for(timeout=20_000)
+    assert explorer.locator(".uv-player .uv-node").count() > 0
+    explorer.screenshot(path=str(artifacts_dir / "00_explorer_pipeline.png"))
 
     # -- the player: moving the slider changes the step and the graph -------------------------------
     player = output_of(page, "player = uv.widgets.RewritePlayer").locator(".uv-player")

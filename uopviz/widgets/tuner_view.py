@@ -101,7 +101,7 @@ class KernelTuner(widgets.VBox):
         self.opts_text = widgets.HTML()
         self.message = widgets.HTML()
         self.op = widgets.ToggleButtons(
-            options=list(OPT_NAMES), value="SPLIT", style={"button_width": "78px"}
+            options=list(OPT_NAMES), value="SPLIT", style={"button_width": "96px"}
         )
         self.axis = widgets.Dropdown(description="axis", layout=widgets.Layout(width="150px"))
         self.factor = widgets.BoundedIntText(

@@ -66,9 +66,9 @@ const UOPVIZ = (() => {
       this.svg.append(this.scene);
       this.tooltip = h("div", { class: "uv-tooltip" });
       this.tools = h("div", { class: "uv-tools" },
-        h("button", { class: "uv-btn", title: "fit the graph", onclick: () => this.fit(), text: "fit" }),
-        h("button", { class: "uv-btn", title: "zoom in", onclick: () => this.zoomBy(1.25), text: "+" }),
-        h("button", { class: "uv-btn", title: "zoom out", onclick: () => this.zoomBy(0.8), text: "−" }));
+        h("button", { class: "uv-btn", title: "fit the graph", onclick: () => { this.userMoved = false; this.fit(); }, text: "fit" }),
+        h("button", { class: "uv-btn", title: "zoom in", onclick: () => { this.userMoved = true; this.zoomBy(1.25); }, text: "+" }),
+        h("button", { class: "uv-btn", title: "zoom out", onclick: () => { this.userMoved = true; this.zoomBy(0.8); }, text: "−" }));
       this.info = h("div", { class: "uv-info" });
       this.viewport.append(this.svg, this.tools, this.info, this.tooltip);
       this.panel = h("div", { class: "uv-panel" }, h("div", { class: "uv-panel-empty", text: "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis." }));
@@ -78,19 +78,33 @@ const UOPVIZ = (() => {
       this.graph = null;
       this.byKey = new Map();
       this.selected = null;
+      this.userMoved = false;
       this._bindEvents();
+      // a view drawn while hidden (a closed tab, an output scrolled away) has no size yet: fit it
+      // again when it gets one, unless the user has zoomed or panned since
+      if (typeof ResizeObserver !== "undefined") {
+        let last = "";
+        new ResizeObserver((entries) => {
+          const box = entries[0].contentRect;
+          const size = `${Math.round(box.width)}x${Math.round(box.height)}`;
+          if (box.width > 0 && size !== last && !this.userMoved && this.graph) this.fit();
+          last = size;
+        }).observe(this.viewport);
+      }
     }
 
     _bindEvents() {
       let drag = null;
       this.viewport.addEventListener("wheel", (ev) => {
         ev.preventDefault();
+        this.userMoved = true;
         const rect = this.viewport.getBoundingClientRect();
         this.zoomBy(Math.exp(-ev.deltaY * 0.0015), ev.clientX - rect.left, ev.clientY - rect.top);
       }, { passive: false });
       this.viewport.addEventListener("pointerdown", (ev) => {
         if (ev.target.closest(".uv-node") || ev.target.closest(".uv-tools")) return;
         drag = { x: ev.clientX, y: ev.clientY, vx: this.view.x, vy: this.view.y };
+        this.userMoved = true;
         this.viewport.setPointerCapture(ev.pointerId);
         this.viewport.classList.add("uv-dragging");
       });
@@ -153,8 +167,11 @@ const UOPVIZ = (() => {
       const rect = this.viewport.getBoundingClientRect();
       const width = rect.width || 800, height = rect.height || 500;
       const [gw, gh] = this.extent;
-      const k = Math.min(1.0, Math.max(0.02, Math.min((width - 30) / Math.max(gw, 1), (height - 30) / Math.max(gh, 1))));
-      this.view = { k, x: (width - gw * k) / 2 - this.minX * k, y: (height - gh * k) / 2 - this.minY * k };
+      // room for the tool buttons above and the node count below
+      const top = 40, bottom = 24, side = 16;
+      const k = Math.min(1.0, Math.max(0.02, Math.min((width - 2 * side) / Math.max(gw, 1),
+        (height - top - bottom) / Math.max(gh, 1))));
+      this.view = { k, x: (width - gw * k) / 2 - this.minX * k, y: top + (height - top - bottom - gh * k) / 2 - this.minY * k };
       this._applyView();
     }
 
@@ -222,7 +239,7 @@ const UOPVIZ = (() => {
       this.scene.innerHTML = parts.join("");
       const counts = graph.nodes.length + " nodes · " + graph.edges.length + " edges" + (graph.engine ? " · " + graph.engine : "");
       this.info.textContent = counts;
-      if (!keepView) requestAnimationFrame(() => this.fit());
+      if (!keepView) { this.userMoved = false; requestAnimationFrame(() => this.fit()); }
       else this._applyView();
       if (this.selected && this.byKey.has(this.selected)) this.select(this.selected, false);
       else if (this.selected) this._showPanel(null);
@@ -376,7 +393,11 @@ const UOPVIZ = (() => {
         ruleBox.append(h("span", { class: "uv-rule-name", text: f.rule || "" }),
           h("span", { class: "uv-location", text: f.location || "" }),
           f.code ? h("code", { class: "uv-code", text: f.code }) : null,
-          h("span", { class: "uv-dim", text: f.summary ? "  " + f.summary : "" }));
+          h("span", { class: "uv-dim", text: f.summary ? "  " + f.summary : "" }),
+          h("span", { class: "uv-marks-key" },
+            h("span", { class: "uv-key uv-key-focus", text: "replacement" }),
+            h("span", { class: "uv-key uv-key-added", text: "new" }),
+            h("span", { class: "uv-key uv-key-changed", text: "rebuilt" })));
       } else {
         ruleBox.append(h("span", { class: "uv-rule-name", text: `${f.pass_name || ""}: input` }),
           h("span", { class: "uv-dim", text: " — the graph before the first step; move the slider or press → " }));
