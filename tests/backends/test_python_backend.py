@@ -104,3 +104,24 @@ def test_agrees_with_compiled_backends_under_heuristic_opts(backend: str) -> Non
     ours = uv.compile(out, backend="python", opts="heuristic").run()[0]
     theirs = uv.compile(out, backend=backend, opts="heuristic").run()[0]
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif("c" not in available(), reason="the C backend's programs are the decomposed code to run")
+def test_runs_code_decomposed_for_another_backend() -> None:
+    """The C backend lacks EXP2, LOG2, SIN, POW...: its linear programs hold their decompositions.
+    The interpreter runs those programs and gets what the native ops give."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 4.0, (8, 16)).astype(np.float32)
+    t = Tensor(x)
+    outputs = [(t * 2 + 1).exp(), t.log2(), t.sin(), t.sqrt(), t.pow(1.5), t.softmax()]
+    program = uv.compile(outputs, backend="c", opts="heuristic")
+    python = get("python")
+    for item in program.items:
+        linear = item.body.src[0]
+        assert not any(u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW) for u in linear.src)
+        item.compiled = python.compile(python.render(linear), str(linear.arg))
+    results = program.run()
+    e = np.exp(x - x.max(1, keepdims=True))
+    expected = [np.exp(x * 2 + 1), np.log2(x), np.sin(x), np.sqrt(x), x ** 1.5, e / e.sum(1, keepdims=True)]
+    for got, want in zip(results, expected):
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
