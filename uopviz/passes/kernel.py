@@ -275,11 +275,15 @@ class Kernel:
         """The LINEAR program for ``backend``."""
         return self.lower(backend).linear
 
-    def time(self, backend: str | None = None, repeats: int = 10, isolated: bool = False) -> Any:
-        """Run time on random inputs (``uopviz.backends.timing.Timing``: median_s, min_s, runs)."""
+    def time(self, backend: str | None = None, repeats: int = 10, isolated: bool | None = None) -> Any:
+        """Run time on random inputs (``uopviz.backends.timing.Timing``: median_s, min_s, runs).
+        Compiled backends run in the isolated worker by default (a crashing kernel cannot take the
+        caller down); the Python interpreter runs here."""
         from uopviz.backends.timing import time_kernel
 
         lowered = self.lower(backend)
+        if isolated is None:
+            isolated = lowered.backend != "python"
         arrays = lowered.random_arguments()
         return time_kernel(lowered.backend, lowered.source, lowered.name, arrays, repeats=repeats,
                            flops=self.flops, bytes_moved=self.bytes, isolated=isolated)
