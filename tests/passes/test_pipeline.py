@@ -664,3 +664,13 @@ def test_zero_size_values(backend: str) -> None:
     assert empty.shape == (0, 4)
     assert total == 0  # a sum over nothing is the identity
     np.testing.assert_array_equal(rows, np.zeros(3, np.int32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_accumulators_with_disjoint_lifetimes_share_a_register(backend: str) -> None:
+    x, y = np.arange(32, dtype=np.float32).reshape(4, 8), np.arange(24, dtype=np.float32).reshape(4, 6)
+    program_ = uv.compile(Tensor(x).sum(1) + Tensor(y).max(1), backend=backend)
+    linear = program_.items[0].body.src[0]
+    registers = [u for u in linear.src if u.op is Ops.BUFFER and u.arg.addrspace is uv.AddrSpace.REG]
+    assert len(registers) == 1 and program_.memory_plan.register_bytes_saved == 4
+    np.testing.assert_array_equal(program_.run()[0], x.sum(1) + y.max(1))

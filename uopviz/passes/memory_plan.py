@@ -171,7 +171,7 @@ def plan_registers(linear: UOp) -> RegisterPlan:
         elif u.op in (Ops.END, Ops.ENDIF):
             depth -= 1
         depth_at.append(depth)
-        for s in (u, *u.src):
+        for s in u.src:  # uses (the BUFFER's own place, at the top, is not one)
             register = _register(s)
             if register is not None:
                 first.setdefault(register, position)
@@ -206,7 +206,15 @@ def apply_register_plan(linear: UOp, plan: RegisterPlan) -> UOp:
     """The LINEAR program with shared registers (its order unchanged)."""
     if not plan.mapping:
         return linear
-    return graph_rewrite(linear, register_rules, ctx=plan, name="plan registers")
+    shared = graph_rewrite(linear, register_rules, ctx=plan, name="plan registers")
+    program, declared = [], set()
+    for u in shared.src:  # the merged register is declared once
+        if u.op is Ops.BUFFER:
+            if u in declared:
+                continue
+            declared.add(u)
+        program.append(u)
+    return UOp(Ops.LINEAR, tuple(program), shared.arg)
 
 
 __all__ = ["MemoryPlan", "Placement", "RegisterPlan", "apply_memory_plan", "apply_register_plan",
