@@ -28,6 +28,14 @@ def test_integer_semantics(case: lp.LinearCase) -> None:
     lp.assert_case_matches("python", case)
 
 
+@pytest.mark.parametrize("case", lp.gpu_cases(), ids=repr)
+def test_gpu_programs_run_with_workgroups_in_lockstep(case: lp.LinearCase) -> None:
+    """SPECIAL indices are lifted loops, a LOCAL buffer is shared by the threads of a workgroup, and a
+    BARRIER holds trivially because all threads run each instruction together."""
+    for seed in (0, 1):
+        lp.assert_case_matches("python", case, seed)
+
+
 def test_declares_every_op_native_and_emulated_tensor_cores() -> None:
     backend = get("python")
     assert backend.available()
@@ -125,3 +133,23 @@ def test_runs_code_decomposed_for_another_backend() -> None:
     expected = [np.exp(x * 2 + 1), np.log2(x), np.sin(x), np.sqrt(x), x ** 1.5, e / e.sum(1, keepdims=True)]
     for got, want in zip(results, expected):
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.skipif("opencl" not in available(), reason="OpenCL's programs are the GPU-style code to run")
+def test_runs_programs_lowered_for_a_gpu() -> None:
+    """Programs lowered for OpenCL (SPECIAL thread indices, LOCAL axes, GROUP_REDUCE through local
+    memory and barriers) give the same values on the interpreter."""
+    from uopviz.passes.kernel import Opt, OptOp
+
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32)
+    split = [Opt(OptOp.SPLIT, 2, (8, AxisType.GROUP_REDUCE, False)),
+             Opt(OptOp.SPLIT, 1, (4, AxisType.UPCAST, False)),
+             Opt(OptOp.SPLIT, 0, (2, AxisType.LOCAL, False))]
+    program = uv.compile([Tensor(a) @ Tensor(b)], backend="opencl", opts=split)
+    python = get("python")
+    for item in program.items:
+        linear = item.body.src[0]
+        assert any(u.op is Ops.SPECIAL for u in linear.src) and any(u.op is Ops.BARRIER for u in linear.src)
+        item.compiled = python.compile(python.render(linear), str(linear.arg))
+    np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-5, atol=1e-5)

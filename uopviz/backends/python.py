@@ -168,6 +168,52 @@ def store_register(where: str, register: np.ndarray, index: Any, value: Any, lan
     np.put_along_axis(register, key, value, -1)
 
 
+def new_shared(size: int, dtype_name: str, lifted_shape: tuple[int, ...],
+               local_dims: tuple[int, ...]) -> np.ndarray:
+    """A LOCAL buffer: ``size`` elements per workgroup, shared by its threads (the lifted ``lidx``
+    dimensions have one copy, the other lifted dimensions one each)."""
+    shape = tuple(1 if d in local_dims else n for d, n in enumerate(lifted_shape))
+    return np.zeros((*shape, size), dtype=value_numpy_dtype(dtypes.from_name(dtype_name)))
+
+
+def _shared_positions(where: str, buffer: np.ndarray, index: Any, lanes: int) -> np.ndarray:
+    """The flat position in ``buffer`` of ``index`` for every lifted iteration (and lane)."""
+    lifted = buffer.shape[:-1]
+    index = np.asarray(index).astype(np.int64)
+    full = np.broadcast_shapes(index.shape, (*lifted, lanes) if lanes > 1 else lifted)
+    index = np.broadcast_to(index, full)
+    _check_bounds(where, index, buffer.shape[-1])
+    position = index.copy()
+    stride = buffer.shape[-1]
+    for d in range(len(lifted) - 1, -1, -1):
+        size = lifted[d]
+        if size > 1:
+            shape = [1] * len(full)
+            shape[d] = size
+            position = position + np.arange(size, dtype=np.int64).reshape(shape) * stride
+        stride *= size
+    return position
+
+
+def load_shared(where: str, buffer: np.ndarray, index: Any, lanes: int, alt: Any = None,
+                gate: Any = None) -> np.ndarray:
+    """Read a LOCAL buffer: each thread reads its workgroup's copy."""
+    position = _shared_positions(where, buffer, index if gate is None else np.where(gate, index, 0), lanes)
+    value = buffer.reshape(-1)[position]
+    return value if gate is None else np.where(gate, value, alt)
+
+
+def store_shared(where: str, buffer: np.ndarray, index: Any, value: Any, lanes: int,
+                 gate: Any = None) -> None:
+    """Write a LOCAL buffer: every thread's write lands in its workgroup's copy (in thread order)."""
+    position = _shared_positions(where, buffer, index if gate is None else np.where(gate, index, 0), lanes)
+    value = np.broadcast_to(np.asarray(value), position.shape)
+    if gate is not None:
+        keep = np.broadcast_to(np.asarray(gate), position.shape)
+        position, value = position[keep], value[keep]
+    buffer.reshape(-1)[position.reshape(-1)] = value.reshape(-1)
+
+
 def alu(op: Ops, dtype_name: str, *operands: Any) -> np.ndarray:
     """One elementwise op with the dialect's semantics (``uopviz.core.alu``)."""
     return exec_alu_array(op, dtypes.from_name(dtype_name), operands)
@@ -223,6 +269,7 @@ def wmma(a: Any, b: Any, c: Any, dims: tuple[int, int, int], layout_a: tuple, la
 RUNTIME: dict[str, Any] = {
     "np": np, "Ops": Ops, "lifted_range": lifted_range, "make_const": make_const, "load_global": load_global,
     "store_global": store_global, "new_register": new_register, "load_register": load_register,
+    "new_shared": new_shared, "load_shared": load_shared, "store_shared": store_shared,
     "store_register": store_register, "alu": alu, "cast": cast, "bitcast": bitcast, "vectorize": vectorize,
     "gep": gep, "wmma": wmma, "math": math,
 }
@@ -242,6 +289,11 @@ def _buffer_of(u: UOp) -> UOp:
 def _is_register(u: UOp) -> bool:
     base = _buffer_of(u)
     return base.op is Ops.BUFFER and base.arg.addrspace in (AddrSpace.REG, AddrSpace.LOCAL)
+
+
+def _is_shared(u: UOp) -> bool:
+    base = _buffer_of(u)
+    return base.op is Ops.BUFFER and base.arg.addrspace is AddrSpace.LOCAL
 
 
 def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
@@ -283,6 +335,7 @@ class _Emitter:
     masks: list[str] = field(default_factory=list)
     open_loops: list[tuple[UOp, bool]] = field(default_factory=list)
     counter: int = 0
+    local_dims: tuple[int, ...] = ()
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -333,6 +386,8 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
     position_of = {u: i for i, u in enumerate(lifted)}
     lifted_shape = tuple(int(u.src[0].arg[0]) for u in lifted)
     state = _Emitter(linear)
+    state.local_dims = tuple(position_of[u] for u in lifted
+                             if u.op is Ops.SPECIAL and u.arg.startswith("lidx"))
     params: dict[int, UOp] = {}
     written: set[int] = set()
     for u in program:
@@ -371,9 +426,15 @@ def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], posit
     if op is Ops.BUFFER:
         if u.arg.addrspace is AddrSpace.GLOBAL:
             raise _fail(u, position, "a GLOBAL BUFFER inside a kernel must be a PARAM")
-        name = state.fresh("reg")
+        dtype_name = u.arg.dtype.scalar.name
+        if u.arg.addrspace is AddrSpace.LOCAL:
+            name = state.fresh("shared")
+            shape = f"{lifted_shape!r}, {state.local_dims!r}"
+            state.emit(f"{name} = new_shared({u.arg.size}, {dtype_name!r}, {shape})")
+        else:
+            name = state.fresh("reg")
+            state.emit(f"{name} = new_register({u.arg.size}, {dtype_name!r}, {lifted_shape!r})")
         state.names[u] = name
-        state.emit(f"{name} = new_register({u.arg.size}, {u.arg.dtype.scalar.name!r}, {lifted_shape!r})")
         return
     if op in (Ops.RANGE, Ops.SPECIAL):
         name = state.fresh("r" if op is Ops.RANGE else "s")
@@ -464,7 +525,8 @@ def _render_load(state: _Emitter, u: UOp, position: int, where: str) -> None:
     name = state.fresh("v")
     if _is_register(buffer):
         register = state.ref(_buffer_of(buffer))
-        expression = f"load_register({where!r}, {register}, {address}, {u.dtype.count}{gated})"
+        helper = "load_shared" if _is_shared(buffer) else "load_register"
+        expression = f"{helper}({where!r}, {register}, {address}, {u.dtype.count}{gated})"
     else:
         base = _buffer_of(buffer)
         if base.op is not Ops.PARAM:
@@ -491,7 +553,8 @@ def _render_store(state: _Emitter, u: UOp, position: int, where: str) -> None:
             gate = combined
     gated = "" if gate is None else f", {gate}"
     if _is_register(buffer):
-        state.emit(f"store_register({where!r}, {state.ref(_buffer_of(buffer))}, {address}, {value}, "
+        helper = "store_shared" if _is_shared(buffer) else "store_register"
+        state.emit(f"{helper}({where!r}, {state.ref(_buffer_of(buffer))}, {address}, {value}, "
                    f"{u.src[1].dtype.count}{gated})")
         return
     base = _buffer_of(buffer)
