@@ -140,3 +140,32 @@ def test_frames_serialise_for_the_front_end():
     assert set(data["marks"]["added"]) | set(data["marks"]["changed"]) <= keys
     for s, t, _slot in data["graph"]["edges"]:
         assert 0 <= s < len(keys) and 0 <= t < len(keys)
+
+
+def test_steps_whose_whole_graph_cannot_be_rebuilt_are_shown_locally():
+    import numpy as np
+
+    from uopviz import UOpError
+
+    rng = np.random.default_rng(0)
+    a, b = (uv.Tensor(rng.random((16, 16), dtype=np.float32)) for _ in range(2))
+    program = uv.compile(a @ b, backend="c", opts="heuristic")
+    state = PlayerState(program.trace)
+    state.select("Expand")
+    local = whole = 0
+    for k in range(1, min(state.current.step_count, 40) + 1):
+        state.step = k
+        record = state.step_record()
+        frame = state.frame()
+        try:
+            graph = record.graph
+        except UOpError:
+            graph = None
+        if graph is None or "cannot be rebuilt" in frame.note:
+            assert frame.uop is record.after and "cannot be rebuilt" in frame.note
+            assert set(frame.graph.nodes) == set(layout(record.after).nodes)
+            local += 1
+        else:
+            assert frame.uop is graph and frame.note == ""
+            whole += 1
+    assert local + whole == min(state.current.step_count, 40) > 0

@@ -58,54 +58,45 @@ def player_state(
     max_frames: int = MAX_FRAMES_PER_PASS,
     hide_unchanged: bool = True,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The embedded state of a rewrite player: every frame of every pass that changed something
-    (at most ``max_frames`` per pass), nodes shared through one table.  Returns the state and notes
-    about what was left out."""
-    state_model = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
-    table: dict[str, dict[str, Any]] = {}
-    frames: dict[str, list[dict[str, Any]]] = {}
+    """The embedded state of a rewrite player: the frames of every pass that changed something (at
+    most ``max_frames`` per pass).  A stage and its nested passes show the same steps, so each step's
+    frame is stored once (``frame_table``) and each pass lists the keys of its frames; nodes are
+    shared through one ``node_table``.  Returns the state and notes about what was left out."""
+    model = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
+    node_table: dict[str, dict[str, Any]] = {}
+    frame_table: dict[str, dict[str, Any]] = {}
+    frames: dict[str, list[str]] = {}
     notes: list[str] = []
     passes = []
-    for entry in state_model.entries:
-        passes.append(
-            {
-                "index": entry.index,
-                "name": entry.name,
-                "depth": entry.depth,
-                "steps": entry.step_count,
-                "changed": entry.changed,
-            }
-        )
+    for entry in model.entries:
+        passes.append({"index": entry.index, "name": entry.name, "depth": entry.depth,
+                       "steps": entry.step_count, "changed": entry.changed})
         if hide_unchanged and not entry.changed:
             continue
-        state_model.pass_index = entry.index
+        model.pass_index = entry.index
         shown = min(entry.step_count, max_frames)
         if shown < entry.step_count:
             notes.append(f"{entry.name}: the first {shown} of {entry.step_count} steps are embedded")
             passes[-1]["steps"] = shown
-        pass_frames = []
+        keys = []
         for step in range(shown + 1):
-            state_model.step = step
-            frame = state_model.frame().to_json()
-            frame["step_count"] = shown
-            frame["graph"] = split_static(frame["graph"], table)
-            pass_frames.append(frame)
-        frames[str(entry.index)] = pass_frames
-    first = next((e for e in state_model.entries if str(e.index) in frames and e.step_count), None)
+            record = model.step_record(step)
+            key = f"s{id(record):x}" if record is not None else f"in{entry.index}"
+            if key not in frame_table:
+                model.step = step
+                frame = model.frame().to_json()
+                frame["graph"] = split_static(frame["graph"], node_table)
+                for per_pass in ("pass_index", "pass_name", "step", "step_count"):
+                    frame.pop(per_pass)
+                frame_table[key] = frame
+            keys.append(key)
+        frames[str(entry.index)] = keys
+    first = next((e for e in model.entries if str(e.index) in frames and e.step_count), None)
     position = [first.index, 1] if first else [next(iter(map(int, frames)), 0), 0]
-    return (
-        {
-            "kind": "player",
-            "legend": legend(),
-            "height": height,
-            "passes": passes,
-            "frames": frames,
-            "node_table": table,
-            "position": position,
-            "hide_unchanged": hide_unchanged,
-        },
-        notes,
-    )
+    state = {"kind": "player", "legend": legend(), "height": height, "passes": passes, "frames": frames,
+             "frame_table": frame_table, "node_table": node_table, "position": position,
+             "hide_unchanged": hide_unchanged}
+    return state, notes
 
 
 @dataclass
@@ -163,9 +154,11 @@ class StaticPage:
         boot = (STATIC / "report.js").read_text()
         head_extra = ""
         if self._bokeh:
-            from bokeh.resources import INLINE
+            from bokeh.resources import Resources
 
-            head_extra = INLINE.render_js() + INLINE.render_css()
+            # only bokeh's core (plots): the widgets, tables, GL and MathJax bundles would triple the size
+            inline = Resources(mode="inline", components=["bokeh"])
+            head_extra = inline.render_js() + inline.render_css()
         tab_buttons = "".join(
             f'<button class="rp-tab" data-tab="t{i}">{html.escape(name)}</button>'
             for i, name in enumerate(self.tabs)

@@ -23,7 +23,7 @@ from typing import Any
 import networkx as nx
 
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
-from uopviz.core.uop import UOp
+from uopviz.core.uop import UOp, UOpError
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -100,6 +100,7 @@ class PlayerState:
         for top in trace.passes:
             self._add(top, 0)
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
+        self._replay_errors: dict[int, str] = {}
         self._pass_index = self._first_pass()
         self._step = 1 if self.entries and self.current.step_count else 0
 
@@ -177,14 +178,28 @@ class PlayerState:
         step = self._step if step is None else step
         return self.current.record.steps[step - 1] if step > 0 else None
 
-    def graph_before(self, step_record: RewriteStep) -> UOp:
-        """The graph of the step's own pass just before it."""
+    def graph_before(self, step_record: RewriteStep) -> UOp | None:
+        """The graph of the step's own pass just before it (None when it cannot be rebuilt)."""
         owner = self._owner[id(step_record)]
         own = self._own_steps[id(owner)]
         position = next(i for i, s in enumerate(own) if s is step_record)
         if position > 0:
-            return own[position - 1].graph
+            return self.whole_graph(own[position - 1])
         return owner.input if owner.input is not None else step_record.before
+
+    def whole_graph(self, step_record: RewriteStep) -> UOp | None:
+        """``step.graph``, or None when the graph after that step cannot be built.
+
+        Replaying a pass's substitutions up to a step rebuilds every user of what it rewrote; when
+        a rewrite changes a value's dtype (Expand turns a RANGE into a vector), a user that the pass
+        rebuilt only later is ill-typed in between, and building it raises :class:`UOpError`.  The
+        player then shows the step locally: what matched and what replaced it.
+        """
+        try:
+            return step_record.graph
+        except UOpError as error:
+            self._replay_errors[id(step_record)] = str(error)
+            return None
 
     def uop_at(self, step: int | None = None) -> UOp:
         """The graph shown at ``step``: the pass's input at 0, else the graph after that step."""
@@ -196,7 +211,8 @@ class PlayerState:
             if entry.output is not None:
                 return entry.output
             raise ValueError(f"pass {entry.name!r} recorded no input graph")
-        return record.graph
+        whole = self.whole_graph(record)
+        return whole if whole is not None else record.after
 
     def laid_out(self, uop: UOp) -> nx.DiGraph:
         """The layout of ``uop`` (cached)."""
@@ -219,28 +235,28 @@ class PlayerState:
         if record is None:
             return Frame(entry, 0, graph, None, None, "", "", "", [], after)
         before = self.graph_before(record)
+        note = ""
+        if before is None or id(record) in self._replay_errors:
+            # the whole graph around this step cannot be rebuilt: show the step locally
+            before, after = record.before, record.after
+            graph = self.laid_out(after)
+            reason = self._replay_errors.get(id(record)) or list(self._replay_errors.values())[-1]
+            note = ("the whole graph cannot be rebuilt at this step (a rewrite of the pass changes a dtype "
+                    "that later steps propagate), so this shows what matched and what replaced it; "
+                    f"replaying gives: {reason}")
         diff = graph_diff(self.laid_out(before), graph)
         focus = node_key(record.after) if node_key(record.after) in graph else None
         lines = text_diff(str(before), str(after))
-        return Frame(
-            entry,
-            self._step,
-            graph,
-            diff,
-            focus,
-            record.rule,
-            record.location,
-            source_line(record.location),
-            lines,
-            after,
-        )
+        return Frame(entry, self._step, graph, diff, focus, record.rule, record.location,
+                     source_line(record.location), lines, after, note)
 
 
 @dataclass
 class Frame:
     """One step as shown: the pass, the step number, the laid-out graph after it, its diff with
     the graph before (None at step 0), the node that replaced the match (``focus``), the rule's
-    name, location and code line, and the printed-graph diff lines."""
+    name, location and code line, the printed-graph diff lines, and a ``note`` when the step is
+    shown locally (the whole graph could not be rebuilt there)."""
 
     entry: PassEntry
     step: int
@@ -252,6 +268,7 @@ class Frame:
     code: str
     diff_lines: list[str]
     uop: UOp
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The frame as the front end's player draws it."""
@@ -269,4 +286,5 @@ class Frame:
             "code": self.code,
             "diff": self.diff_lines,
             "summary": self.diff.summary() if self.diff else "",
+            "note": self.note,
         }

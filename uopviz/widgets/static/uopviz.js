@@ -390,14 +390,16 @@ const UOPVIZ = (() => {
       stepLabel.textContent = `step ${f.step || 0} / ${f.step_count || 0}`;
       ruleBox.innerHTML = "";
       if (f.step) {
-        ruleBox.append(h("span", { class: "uv-rule-name", text: f.rule || "" }),
+        const parts = [h("span", { class: "uv-rule-name", text: f.rule || "" }),
           h("span", { class: "uv-location", text: f.location || "" }),
           f.code ? h("code", { class: "uv-code", text: f.code }) : null,
           h("span", { class: "uv-dim", text: f.summary ? "  " + f.summary : "" }),
+          f.note ? h("div", { class: "uv-note", text: f.note }) : null,
           h("span", { class: "uv-marks-key" },
             h("span", { class: "uv-key uv-key-focus", text: "replacement" }),
             h("span", { class: "uv-key uv-key-added", text: "new" }),
-            h("span", { class: "uv-key uv-key-changed", text: "rebuilt" })));
+            h("span", { class: "uv-key uv-key-changed", text: "rebuilt" }))];
+        ruleBox.append(...parts.filter((part) => part !== null));
       } else {
         ruleBox.append(h("span", { class: "uv-rule-name", text: `${f.pass_name || ""}: input` }),
           h("span", { class: "uv-dim", text: " — the graph before the first step; move the slider or press → " }));
@@ -459,14 +461,22 @@ const UOPVIZ = (() => {
   }
 
   // Resolvers for embedded views: the player picks precomputed frames; the DAG picks a variant.
+  // Embedded frames are shared by the passes that show the same step: a pass lists frame keys.
+  function embeddedFrame(state, passIndex, step) {
+    const keys = state.frames[String(passIndex)] || [];
+    if (!keys.length) return null;
+    step = Math.max(0, Math.min(step, keys.length - 1));
+    const pass = (state.passes || []).find((p) => p.index === passIndex) || {};
+    return Object.assign({}, state.frame_table[keys[step]],
+      { pass_index: passIndex, pass_name: pass.name, step, step_count: keys.length - 1 });
+  }
   function playerResolver(model, keys) {
     if (!keys.includes("position")) return [];
     const [passIndex, wanted] = model.get("position");
-    const passFrames = model.get("frames")[String(passIndex)] || [];
-    if (!passFrames.length) return [];
-    const step = Math.max(0, Math.min(wanted, passFrames.length - 1));
-    model.state.position = [passIndex, step];
-    model.state.frame = passFrames[step];
+    const frame = embeddedFrame(model.state, passIndex, wanted);
+    if (!frame) return [];
+    model.state.position = [passIndex, frame.step];
+    model.state.frame = frame;
     return ["frame"];
   }
   function dagResolver(model, keys) {
@@ -482,7 +492,7 @@ const UOPVIZ = (() => {
     const model = new StaticModel(state, resolver);
     if (state.kind === "player") {
       const [passIndex, step] = state.position;
-      model.state.frame = (state.frames[String(passIndex)] || [])[step];
+      model.state.frame = embeddedFrame(state, passIndex, step);
     }
     render({ model, el });
     return model;
