@@ -13,7 +13,7 @@ import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 EXPECTED = ["00_tour.ipynb", "01_uops_and_rewrites.ipynb", "02_lowering_pipeline.ipynb",
-            "03_hand_tuning_gemm.ipynb"]
+            "03_hand_tuning_gemm.ipynb", "04_nnef_inspection.ipynb"]
 
 
 def test_every_notebook_is_there():

@@ -502,7 +502,7 @@ class Evaluator:
     ) -> None:
         self.symbols = symbols
         self.pending = pending
-        self.types = types or {}
+        self.types = types if types is not None else {}
         self.ops = ops
 
     # -- entry points -------------------------------------------------------------------------

@@ -1060,7 +1060,7 @@ class _OperationLowering:
             raise self.error(
                 statement, "the statement reads the output it assigns in a way uopviz cannot lower"
             )
-        ast_uop, names = _compact_slots(ast_uop, builder)
+        ast_uop, names = _compact_slots(tidy(ast_uop), builder)
         self.kernels.append(
             LoweredKernel(
                 label,
@@ -1488,6 +1488,19 @@ class _OperationLowering:
 _COMPARES = frozenset({Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LT, Ops.CMP_LE})
 
 
+def tidy(kernel: UOp) -> UOp:
+    """The kernel simplified by the core simplifier (index arithmetic, constant gates dropped)."""
+    from uopviz.core.symbolic import simplify
+
+    simplified = simplify(kernel)
+    mapping = {}
+    for u in simplified.toposort():
+        gate = u.src[2] if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3 else None
+        if gate is not None and gate.op is Ops.CONST and gate.arg[0] is True:
+            mapping[u] = UOp(u.op, u.src[:2] if u.op is Ops.STORE else u.src[:1], u.arg)
+    return _substitute(simplified, mapping)
+
+
 def _compact_slots(kernel: UOp, builder: _KernelBuilder) -> tuple[UOp, list[str]]:
     """The kernel with only the PARAMs it uses, numbered 0..n-1 (slot 0 stays the output)."""
     used = {u for u in kernel.toposort() if u.op is Ops.PARAM}
@@ -1867,7 +1880,7 @@ def _intrinsic_top_k(graph: Graph, op: Operation) -> list[LoweredKernel]:
         kernels.append(
             LoweredKernel(
                 f"{op.label}.{output_name}",
-                UOp(Ops.SINK, (store,)),
+                tidy(UOp(Ops.SINK, (store,))),
                 list(builder.names),
                 op,
                 note="rank by counting",
@@ -1917,7 +1930,9 @@ def _intrinsic_random(graph: Graph, op: Operation) -> list[LoweredKernel]:
     store = UOp(
         Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), position)), value.cast(uop_dtype(output.dtype)))
     )
-    return [LoweredKernel(op.label, UOp(Ops.SINK, (store,)), list(builder.names), op, note="Threefry-2x32")]
+    return [
+        LoweredKernel(op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="Threefry-2x32")
+    ]
 
 
 def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
@@ -1969,7 +1984,9 @@ def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
         Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), _flat(out_ranges, output.upper_shape))), value)
     )
     return [
-        LoweredKernel(op.label, UOp(Ops.SINK, (store,)), list(builder.names), op, note="cubic (Keys) taps")
+        LoweredKernel(
+            op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="cubic (Keys) taps"
+        )
     ]
 
 
@@ -2082,32 +2099,41 @@ def compile_graph(
     for name in graph.inputs:
         value_of(name)
     items = []
+    for index, kernel in enumerate(kernels):
+        arguments = [value_of(name) for name in kernel.buffers]
+        call = UOp(Ops.CALL, (kernel.ast, *arguments))
+        current[kernel.buffers[0]] = UOp(Ops.AFTER, (storage[kernel.buffers[0]], call))
+        items.append(
+            ScheduleItem(index, kernel.ast, arguments, Kernel(kernel.ast, backend, name_hint=kernel.name))
+        )
+    output_names = [*graph.outputs, *dict.fromkeys(graph.counts.values())]
+    missing = [name for name in output_names if name not in current or name not in written]
+    if missing:
+        raise NNEFError(f"no kernel writes the graph output(s) {missing}")
+    outputs = [current[name] for name in output_names]
+    function = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(outputs)), *(storage[n] for n in input_names)))
     with tracing() as trace:
-        with traced_pass("Rangeify", None) as record:
-            for index, kernel in enumerate(kernels):
-                arguments = [value_of(name) for name in kernel.buffers]
-                call = UOp(Ops.CALL, (kernel.ast, *arguments))
-                current[kernel.buffers[0]] = UOp(Ops.AFTER, (storage[kernel.buffers[0]], call))
+        # the NNEF composition stands for Callify, the @lower formulas for Rangeify: one step per kernel
+        with traced_pass("Callify", None) as record:
+            record.step(
+                f"compose NNEF graph {graph.name} ({len(graph.operations)} operations)",
+                UOp(Ops.SINK, ()),
+                function,
+                function,
+                location=str(graph.definition.pos if graph.definition else ""),
+            )
+            record.output = function
+        with traced_pass("Rangeify", function) as record:
+            for kernel in kernels:
                 op = kernel.operation
                 location = f"{op.definition.pos.file}:{op.definition.pos.line}"
                 record.step(
                     f"@lower {op.type} '{op.label}' -> kernel {kernel.name}",
                     UOp(Ops.SINK, ()),
                     kernel.ast,
-                    kernel.ast,
+                    function,
                     location=location,
                 )
-                items.append(
-                    ScheduleItem(
-                        index, kernel.ast, arguments, Kernel(kernel.ast, backend, name_hint=kernel.name)
-                    )
-                )
-            output_names = [*graph.outputs, *dict.fromkeys(graph.counts.values())]
-            missing = [name for name in output_names if name not in current or name not in written]
-            if missing:
-                raise NNEFError(f"no kernel writes the graph output(s) {missing}")
-            outputs = [current[name] for name in output_names]
-            function = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(outputs)), *(storage[n] for n in input_names)))
             record.output = function
         program = Program([storage[name] for name in output_names], backend)
         program.graph = function
