@@ -71,9 +71,12 @@ def test_report_of_a_python_source_is_self_contained(tmp_path, size):
     dag = next(s for s in page.states if s["kind"] == "dag")
     assert sorted(n["op"] for n in dag["graph"]["nodes"]) == ["ADD", "ADD", "BUFFER", "RECIP"]
     player = next(s for s in page.states if s["kind"] == "player")
-    frames = player["frames"][str(player["position"][0])]
-    assert [f["step"] for f in frames] == list(range(len(frames)))
-    assert frames[1]["rule"] == "x+x -> x*2" and frames[1]["location"].endswith("build.py:5")
+    keys = player["frames"][str(player["position"][0])]
+    frames = [player["frame_table"][key] for key in keys]
+    steps = next(p["steps"] for p in player["passes"] if p["name"] == "double")
+    assert len(set(keys)) == len(keys) == 1 + steps
+    assert frames[0]["rule"] == "" and frames[1]["rule"] == "x+x -> x*2"
+    assert frames[1]["location"].endswith("build.py:5")
     assert all(n["k"] in player["node_table"] for f in frames for n in f["graph"]["nodes"])
     assert "buf" in out.read_text() and "UOPVIZ.mountStatic" in out.read_text()
 
