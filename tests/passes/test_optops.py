@@ -302,3 +302,17 @@ def test_any_sequence_of_valid_opts_keeps_results(data, name: str, backend: str)
     program = uv.compile(out, backend=backend, opts=[chosen] + [[]] * 8)
     assert program.kernels[0].opts == tuple(chosen)
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_tuning_records_choose_the_opts_of_matching_kernels() -> None:
+    from uopviz.passes.records import TuningRecords
+
+    out, expected = matmul()
+    kernel = uv.compile(out).kernels[0]
+    records = TuningRecords()
+    records.add(kernel, [split(1, 4, U), split(2, 4, AxisType.UNROLL)])
+    program = uv.compile(out, opts=records)
+    assert program.kernels[0].opts == (split(1, 4, U), split(2, 4, AxisType.UNROLL))
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-5, atol=1e-5)
+    other = uv.compile(Tensor(np.ones((3, 5), np.float32)).sum(1), opts=records)
+    assert other.kernels[0].opts == ()  # no record for it: no opts
