@@ -986,3 +986,81 @@ def test_c_backend_runs_the_same_kernels():
     check(out["s"], softmax_ref(pooled, [1]), atol=1e-5)
     check(out["t"], np.tanh(x), atol=1e-5)
     assert out["z"].shape == (1, 2, 14, 14)
+
+
+def test_layer_batch_norm_updates_its_running_statistics():
+    from uopviz.nnef import loads
+
+    x = real(4, 3, 2, 2)
+    graph = loads(
+        "import layer;\ngraph G { @input { x: real[4, 3, 2, 2]; } @output { y: real; } "
+        "@compose { y = bn: layer.batch_norm{momentum=0.25}(x); } }",
+        variables={
+            "bn.running_mean": np.zeros(3, np.float32),
+            "bn.running_variance": np.ones(3, np.float32),
+            "bn.bias": np.full(3, 0.5, np.float32),
+            "bn.scale": np.full(3, 2.0, np.float32),
+        },
+    )
+    assert graph.updates == {
+        "bn.running_mean": "bn.running_mean.updated",
+        "bn.running_variance": "bn.running_variance.updated",
+    }
+    mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3))
+    out = graph.run({"x": x}, update=True)
+    check(
+        out["y"],
+        (x - mean.reshape(1, 3, 1, 1)) / np.sqrt(var.reshape(1, 3, 1, 1) + 1e-5) * 2.0 + 0.5,
+        atol=1e-4,
+    )
+    check(graph.tensors["bn.running_mean"].data, 0.25 * mean)
+    check(graph.tensors["bn.running_variance"].data, 0.75 + 0.25 * var)
+    graph.run({"x": x}, update=True)  # a second step moves them further
+    check(graph.tensors["bn.running_mean"].data, 0.75 * 0.25 * mean + 0.25 * mean)
+
+
+def _nms_reference(boxes, scores, iou_threshold, limit, score_threshold=None):
+    rows = []
+    for b in range(boxes.shape[0]):
+        corners = np.stack(
+            [
+                np.minimum(boxes[b, :, 0], boxes[b, :, 2]),
+                np.minimum(boxes[b, :, 1], boxes[b, :, 3]),
+                np.maximum(boxes[b, :, 0], boxes[b, :, 2]),
+                np.maximum(boxes[b, :, 1], boxes[b, :, 3]),
+            ],
+            1,
+        )
+        area = (corners[:, 2] - corners[:, 0]) * (corners[:, 3] - corners[:, 1])
+        for c in range(scores.shape[1]):
+            order = sorted(range(boxes.shape[1]), key=lambda i: (-scores[b, c, i], i))
+            kept = []
+            for i in order:
+                if score_threshold is not None and not scores[b, c, i] > score_threshold:
+                    continue
+                overlaps = False
+                for j in kept:
+                    h = max(min(corners[i, 2], corners[j, 2]) - max(corners[i, 0], corners[j, 0]), 0)
+                    w = max(min(corners[i, 3], corners[j, 3]) - max(corners[i, 1], corners[j, 1]), 0)
+                    union = area[i] + area[j] - h * w
+                    overlaps = overlaps or (union > 0 and h * w / union > iou_threshold)
+                if not overlaps:
+                    kept.append(i)
+            rows += [[b, c, i] for i in kept[:limit]]
+    return np.array(rows, np.int32).reshape(-1, 3)
+
+
+@pytest.mark.parametrize("iou, limit, minimum", [(0.5, 3, None), (0.3, 10, 0.2), (0.0, 2, None)])
+def test_nonmax_suppress(iou, limit, minimum):
+    rng = np.random.default_rng(int(iou * 10) + limit)
+    corners = rng.random((2, 7, 2)) * 4
+    boxes = np.concatenate([corners, corners + rng.random((2, 7, 2)) * 3], -1).astype(np.float32)
+    boxes[0, 3] = boxes[0, 3, [2, 3, 0, 1]]  # a box given with its corners swapped
+    scores = rng.random((2, 3, 7)).astype(np.float32)
+    threshold = "" if minimum is None else f", score_threshold={minimum}"
+    out = run(
+        f"i = algo.nonmax_suppress{{iou_threshold={iou}, max_outputs_per_class={limit}{threshold}}}(bx, sc);",
+        {"bx": boxes, "sc": scores},
+        {"i": "int"},
+    )
+    check(out["i"], _nms_reference(boxes, scores, iou, limit, minimum))

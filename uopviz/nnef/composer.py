@@ -2160,8 +2160,9 @@ class Composer:
                     continue
                 if name in variables:
                     variable = frame.symbols[name]
-                    if isinstance(value, TensorInfo) and value.serial > serial:
-                        self._rename(value, self._unique_name(f"{variable.name}.updated"), component.pos)
+                    target = f"{variable.name}.updated"
+                    if isinstance(value, TensorInfo) and value.serial > serial and value.name != target:
+                        self._rename(value, self._unique_name(target), component.pos)
                     self.updates[variable.name] = value.name
                 else:
                     update_frame.symbols[name] = value

@@ -318,15 +318,17 @@ class Graph:
         return self._programs[key]
 
     def run(
-        self, inputs: Mapping[str, Any] | None = None, backend: str = "python", opts: Any = None
+        self, inputs: Mapping[str, Any] | None = None, backend: str = "python", opts: Any = None,
+        update: bool = False,
     ) -> dict[str, np.ndarray]:
         """Execute the graph: ``inputs`` maps input (and, optionally, variable) names to arrays.
 
-        Returns the graph outputs by name as numpy arrays.
+        Returns the graph outputs by name as numpy arrays. With ``update`` the variables that
+        ``@update`` blocks assign get their new values (a training step of batch_norm layers).
         """
         from uopviz.nnef.lowering import run_graph
 
-        return run_graph(self, dict(inputs or {}), backend=backend, opts=opts)
+        return run_graph(self, dict(inputs or {}), backend=backend, opts=opts, update=update)
 
     def _operation(self, operation: Operation | int) -> Operation:
         return self.operations[operation] if isinstance(operation, int) else operation

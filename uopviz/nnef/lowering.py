@@ -26,8 +26,10 @@ Every ``@lower`` contraction (§2.12) of a leaf operation becomes a kernel AST i
 - a data-dependent output extent (``idx[:,k] = i, i < s | cond``, §2.12) is counted: a positions
   kernel (exclusive prefix count of the condition), a count kernel and a scattering kernel.
 
-Intrinsics (no body) get kernels written here: top_k (rank by comparison counting), the random
-generators (Threefry-2x32) and cubic_resize.
+Intrinsics (no body) get kernels written here: top_k (rank by comparison counting),
+nonmax_suppress (greedy suppression decided in rounds of one kernel, then counted rows), the
+random generators (Threefry-2x32) and cubic_resize. The ROI pools and cubic grid sampling have
+none (an NNEFError says so).
 
 :func:`compile_graph` puts every kernel of a graph into a :class:`~uopviz.passes.pipeline.Program`
 (graph inputs, variables and constants are the program's inputs) and runs the pipeline's stages
@@ -1990,12 +1992,230 @@ def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
     ]
 
 
+def _kernel(
+    op: Operation,
+    name: str,
+    output: TensorInfo | str,
+    stores: Callable[[_KernelBuilder], list[UOp]],
+    graph: Graph,
+    scratch: dict[str, tuple[DType, int]],
+    note: str = "",
+) -> LoweredKernel:
+    """A hand-written kernel: ``stores(builder)`` builds its STOREs (``output``: a tensor or scratch)."""
+    if isinstance(output, str):
+        dtype, size = scratch[output]
+        target = TensorInfo(
+            output, {dtypes.int32: "int", dtypes.float32: "real", dtypes.bool: "bool"}[dtype], (size,)
+        )
+    else:
+        target = output
+    builder = _KernelBuilder(target, graph)
+    kernel, names = _compact_slots(tidy(UOp(Ops.SINK, tuple(stores(builder)))), builder)
+    used = {name: spec for name, spec in scratch.items() if name in names}
+    return LoweredKernel(name, kernel, names, op, used, note)
+
+
+def _box_corners(builder: _KernelBuilder, boxes: TensorInfo, batch: UOp, box: UOp, center: bool) -> list[UOp]:
+    """(y1, x1, y2, x2) of a box, ordered (NNEF/ONNX allow either corner first)."""
+    values = [builder.load(boxes, _flat([batch, box, _const(INDEX, k)], boxes.upper_shape)) for k in range(4)]
+    if center:
+        x, y, w, h = values
+        return [y - h * 0.5, x - w * 0.5, y + h * 0.5, x + w * 0.5]
+    a, b, c, d = values
+    lo = lambda p, q: UOp(Ops.WHERE, (p < q, p, q))  # noqa: E731
+    return [lo(a, c), lo(b, d), UOp(Ops.MAX, (a, c)), UOp(Ops.MAX, (b, d))]
+
+
+def _iou(first: list[UOp], second: list[UOp]) -> UOp:
+    zero = _const(dtypes.float32, 0.0)
+    lo = lambda p, q: UOp(Ops.WHERE, (p < q, p, q))  # noqa: E731
+    height = UOp(Ops.MAX, (lo(first[2], second[2]) - UOp(Ops.MAX, (first[0], second[0])), zero))
+    width = UOp(Ops.MAX, (lo(first[3], second[3]) - UOp(Ops.MAX, (first[1], second[1])), zero))
+    inter = height * width
+    area = lambda c: (c[2] - c[0]) * (c[3] - c[1])  # noqa: E731
+    union = area(first) + area(second) - inter
+    return UOp(
+        Ops.WHERE,
+        (union > 0.0, inter / UOp(Ops.WHERE, (union > 0.0, union, _const(dtypes.float32, 1.0))), zero),
+    )
+
+
+def _intrinsic_nms(graph: Graph, op: Operation) -> list[LoweredKernel]:
+    """Non-maximum suppression, greedy in descending score order per batch item and class.
+
+    A box's status is decided in rounds (undecided 0, kept 1, removed 2): a box is removed once a
+    higher-ranked box that overlaps it (IoU > threshold) is kept, and kept once every such box is
+    removed. Each round decides at least the best undecided box, so ``n`` rounds (the same kernel,
+    ping-ponging two status buffers) settle all. Kept boxes, at most ``max_outputs_per_class`` per
+    class, are then counted and scattered as (batch, class, box) rows in batch, class, score order.
+    """
+    symbols = op.symbols
+    boxes: TensorInfo = symbols["boxes"]
+    scores: TensorInfo = symbols["scores"]
+    output: TensorInfo = symbols["indices"]
+    batches, classes, n = symbols["b"], symbols["c"], symbols["n"]
+    limit = int(op.attribs["max_outputs_per_class"])
+    threshold = float(op.attribs["iou_threshold"])
+    minimum = op.attribs["score_threshold"]
+    center = op.attribs["box_format"] == "CENTER"
+    groups = batches * classes
+    label = op.label
+    rank, total, counts = f"{label}#rank", f"{label}#count", f"{label}#per_class"
+    status = [f"{label}#status0", f"{label}#status1"]
+    scratch = {
+        rank: (dtypes.int32, groups * n),
+        status[0]: (dtypes.int32, groups * n),
+        status[1]: (dtypes.int32, groups * n),
+        counts: (dtypes.int32, groups),
+        total: (dtypes.int32, 1),
+    }
+    one, zero = _const(dtypes.int32, 1), _const(dtypes.int32, 0)
+    kernels = []
+
+    def ranges() -> tuple[UOp, UOp, UOp, UOp]:
+        group = UOp.range(groups, AxisType.LOOP, 0)
+        box = UOp.range(n, AxisType.LOOP, 1)
+        return (
+            group,
+            box,
+            UOp(Ops.IDIV, (group, _const(INDEX, classes))),
+            UOp(Ops.MOD, (group, _const(INDEX, classes))),
+        )
+
+    def score(builder: _KernelBuilder, batch: UOp, cls: UOp, box: UOp) -> UOp:
+        return builder.load(scores, _flat([batch, cls, box], scores.upper_shape))
+
+    def rank_stores(builder: _KernelBuilder) -> list[UOp]:
+        group, box, batch, cls = ranges()
+        other = UOp.range(n, AxisType.REDUCE, 2)
+        mine, theirs = score(builder, batch, cls, box), score(builder, batch, cls, other)
+        ahead = UOp(Ops.OR, (theirs > mine, UOp(Ops.AND, (theirs.eq(mine), other < box))))
+        value = _reduce("+=", _where(ahead, one, zero), [other])
+        return [
+            UOp(
+                Ops.STORE,
+                (UOp(Ops.INDEX, (builder.param(rank, dtypes.int32, groups * n), group * n + box)), value),
+            )
+        ]
+
+    def init_stores(builder: _KernelBuilder) -> list[UOp]:
+        group, box, batch, cls = ranges()
+        valid = score(builder, batch, cls, box) > float(minimum) if minimum is not None else True
+        value = _where(valid, zero, _const(dtypes.int32, 2))
+        address = UOp(Ops.INDEX, (builder.param(status[0], dtypes.int32, groups * n), group * n + box))
+        return [UOp(Ops.STORE, (address, as_uop(value, dtypes.int32)))]
+
+    def round_stores(source: str, target: str) -> Callable[[_KernelBuilder], list[UOp]]:
+        def stores(builder: _KernelBuilder) -> list[UOp]:
+            out = builder.param(target, dtypes.int32, groups * n)
+            group, box, batch, cls = ranges()
+            other = UOp.range(n, AxisType.REDUCE, 2)
+            current = builder.load(source, group * n + box, True, dtypes.int32, groups * n)
+            their_state = builder.load(source, group * n + other, True, dtypes.int32, groups * n)
+            my_rank = builder.load(rank, group * n + box, True, dtypes.int32, groups * n)
+            their_rank = builder.load(rank, group * n + other, True, dtypes.int32, groups * n)
+            overlap = (
+                _iou(
+                    _box_corners(builder, boxes, batch, box, center),
+                    _box_corners(builder, boxes, batch, other, center),
+                )
+                > threshold
+            )
+            suppressor = UOp(Ops.AND, (their_rank < my_rank, overlap))
+            # 2: a kept box suppresses me, 1: an undecided one might, 0: nothing stands in the way
+            verdict = _where(
+                suppressor,
+                _where(their_state.eq(one), _const(dtypes.int32, 2), _where(their_state.eq(zero), one, zero)),
+                zero,
+            )
+            worst = _reduce(">?=", verdict, [other])
+            decided = _where(
+                worst.eq(_const(dtypes.int32, 2)), _const(dtypes.int32, 2), _where(worst.eq(one), zero, one)
+            )
+            value = _where(current.eq(zero), decided, current)
+            return [UOp(Ops.STORE, (UOp(Ops.INDEX, (out, group * n + box)), value))]
+
+        return stores
+
+    kernels.append(_kernel(op, f"{label}.rank", rank, rank_stores, graph, scratch, "rank by score"))
+    kernels.append(_kernel(op, f"{label}.status", status[0], init_stores, graph, scratch, "score threshold"))
+    for number in range(n):
+        source, target = status[number % 2], status[(number + 1) % 2]
+        kernels.append(
+            _kernel(
+                op,
+                f"{label}.round{number}",
+                target,
+                round_stores(source, target),
+                graph,
+                scratch,
+                "decide boxes",
+            )
+        )
+    final = status[n % 2]
+
+    def kept(builder: _KernelBuilder, group: UOp, box: UOp) -> UOp:
+        return builder.load(final, group * n + box, True, dtypes.int32, groups * n).eq(one)
+
+    def count_stores(builder: _KernelBuilder) -> list[UOp]:
+        group = UOp.range(groups, AxisType.LOOP, 0)
+        box = UOp.range(n, AxisType.REDUCE, 1)
+        value = _reduce("+=", _where(kept(builder, group, box), one, zero), [box])
+        capped = _where(value < limit, value, _const(dtypes.int32, limit))
+        return [
+            UOp(Ops.STORE, (UOp(Ops.INDEX, (builder.param(counts, dtypes.int32, groups), group)), capped))
+        ]
+
+    def total_stores(builder: _KernelBuilder) -> list[UOp]:
+        group = UOp.range(groups, AxisType.REDUCE, 0)
+        value = _reduce("+=", builder.load(counts, group, True, dtypes.int32, groups), [group])
+        return [
+            UOp(Ops.STORE, (UOp(Ops.INDEX, (builder.param(total, dtypes.int32, 1), _const(INDEX, 0))), value))
+        ]
+
+    def clear_stores(builder: _KernelBuilder) -> list[UOp]:
+        position = UOp.range(max(math.prod(output.upper_shape), 1), AxisType.LOOP, 0)
+        return [UOp(Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), position)), zero))]
+
+    def scatter_stores(builder: _KernelBuilder) -> list[UOp]:
+        group, box, batch, cls = ranges()
+        other = UOp.range(n, AxisType.REDUCE, 2)
+        before = UOp.range(groups, AxisType.REDUCE, 3)
+        my_rank = builder.load(rank, group * n + box, True, dtypes.int32, groups * n)
+        their_rank = builder.load(rank, group * n + other, True, dtypes.int32, groups * n)
+        order = _reduce(
+            "+=",
+            _where(UOp(Ops.AND, (kept(builder, group, other), their_rank < my_rank)), one, zero),
+            [other],
+        )
+        base = _reduce(
+            "+=",
+            _where(before < group, builder.load(counts, before, True, dtypes.int32, groups), zero),
+            [before],
+        )
+        gate = UOp(Ops.AND, (kept(builder, group, box), order < limit))
+        row = (base + order).cast(INDEX)
+        values = [batch.cast(dtypes.int32), cls.cast(dtypes.int32), box.cast(dtypes.int32)]
+        return [
+            UOp(Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), row * 3 + column)), value, gate))
+            for column, value in enumerate(values)
+        ]
+
+    kernels.append(_kernel(op, f"{label}.per_class", counts, count_stores, graph, scratch, "kept per class"))
+    kernels.append(_kernel(op, f"{label}.count", total, total_stores, graph, scratch, "output count"))
+    kernels.append(_kernel(op, f"{label}.clear", output, clear_stores, graph, scratch))
+    kernels.append(_kernel(op, f"{label}.scatter", output, scatter_stores, graph, scratch, "rows in order"))
+    graph.counts[output.shape[0].key] = total
+    return kernels
+
+
 _INTRINSICS: dict[str, Callable[[Graph, Operation], list[LoweredKernel]]] = {
     "algo.top_k": _intrinsic_top_k,
     "rand.uniform": _intrinsic_random,
     "rand.normal": _intrinsic_random,
     "rand.bernoulli": _intrinsic_random,
     "image.cubic_resize": _intrinsic_cubic_resize,
+    "algo.nonmax_suppress": _intrinsic_nms,
 }
 
 
@@ -2106,7 +2326,7 @@ def compile_graph(
         items.append(
             ScheduleItem(index, kernel.ast, arguments, Kernel(kernel.ast, backend, name_hint=kernel.name))
         )
-    output_names = [*graph.outputs, *dict.fromkeys(graph.counts.values())]
+    output_names = list(dict.fromkeys([*graph.outputs, *graph.counts.values(), *graph.updates.values()]))
     missing = [name for name in output_names if name not in current or name not in written]
     if missing:
         raise NNEFError(f"no kernel writes the graph output(s) {missing}")
@@ -2181,9 +2401,12 @@ def _needs_recompose(graph: Graph, given: dict[str, Any]) -> dict[str, tuple[int
 
 
 def run_graph(
-    graph: Graph, inputs: dict[str, Any], backend: str = "python", opts: Any = None
+    graph: Graph, inputs: dict[str, Any], backend: str = "python", opts: Any = None, update: bool = False
 ) -> dict[str, np.ndarray]:
-    """Run ``graph`` on ``inputs`` (names -> arrays; variables may be given too); outputs by name."""
+    """Run ``graph`` on ``inputs`` (names -> arrays; variables may be given too); outputs by name.
+
+    With ``update``, the variables assigned in ``@update`` blocks take their new values.
+    """
     unknown = [name for name in inputs if name not in graph.tensors]
     if unknown:
         raise NNEFError(f"unknown input name(s) {unknown}; the graph's inputs are {graph.inputs}")
@@ -2202,7 +2425,7 @@ def run_graph(
         cache = graph.__dict__.setdefault("_shaped", {})
         if key not in cache:
             cache[key] = recompose(shapes)
-        return run_graph(cache[key], inputs, backend, opts)
+        return run_graph(cache[key], inputs, backend, opts, update)
     program = graph.compile(backend=backend, opts=opts)
     arrays = {
         position: _input_array(graph, name, inputs) for position, name in enumerate(program.nnef_inputs)
@@ -2219,4 +2442,8 @@ def run_graph(
                 count = int(by_name[counts[extent.key]].reshape(-1)[0])
                 array = np.take(array, np.arange(count), axis=axis)
         outputs[name] = array
+    if update:
+        for variable, tensor in graph.updates.items():
+            info = graph.tensors[variable]
+            info.data = by_name[tensor].reshape(info.upper_shape).astype(info.numpy_dtype)
     return outputs
