@@ -146,6 +146,25 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     assert not errors, errors
 
 
+def test_uops_notebook_collapses_a_function_body_from_the_browser(isolated_lab, browser_page, artifacts_dir):
+    page = browser_page
+    page.set_viewport_size({"width": 1500, "height": 1900})
+    run_all_cells(page, isolated_lab, "notebooks/01_uops_and_rewrites.ipynb", artifacts_dir)
+    view = output_of(page, "def scale_shift").locator(".uv-dag-widget")
+    view.scroll_into_view_if_needed()
+    expanded = view.locator(".uv-node").count()
+    assert view.locator(".uv-cluster").count() == 1 and view.locator(".uv-node[data-op='PARAM']").count() == 2
+    view.screenshot(path=str(artifacts_dir / "function_expanded.png"))
+    view.locator(".uv-node[data-op='FUNCTION'] .uv-toggle").click()  # Python lays the graph out again
+    wait_until(lambda: view.locator(".uv-node").count() < expanded, page, "the body to collapse",
+               artifacts=artifacts_dir)
+    assert view.locator(".uv-node[data-op='PARAM']").count() == 0 and view.locator(".uv-cluster").count() == 0
+    view.screenshot(path=str(artifacts_dir / "function_collapsed.png"))
+    view.locator(".uv-node[data-op='FUNCTION'] .uv-toggle").click()
+    wait_until(lambda: view.locator(".uv-node").count() == expanded, page, "the body to open again",
+               artifacts=artifacts_dir)
+
+
 REPORT_SOURCE = textwrap.dedent("""
     import numpy as np
     import uopviz as uv

@@ -184,3 +184,17 @@ def test_both_highlighters_keep_the_source_text(backend):
         text = html_module.unescape(re_module.sub(r"<[^>]+>", "", fragment))
         assert text.strip() == source.strip()
         assert "white-space:pre" in fragment and "<span" in fragment
+
+
+@pytest.mark.slow
+def test_beam_button_replaces_the_kernel_undoably_and_fills_the_progress_bar():
+    kernel = matmul_kernel(32, 32, 32)
+    tuner = KernelTuner([kernel], backends=["c"])
+    tuner.beam_width.value, tuner.beam_budget.value = 2, 8
+    tuner.beam(wait=True)
+    result = tuner.beam_result
+    assert result is not None and tuner.state.kernel is result.kernel
+    assert tuner.beam_progress.value == tuner.beam_progress.max > 0
+    assert result.best.name in tuner.beam_table.value and "BEAM (c)" in tuner.state.message
+    assert not tuner.apply_button.disabled and not tuner.beam_button.disabled
+    assert tuner.state.undo() and tuner.state.kernel is kernel

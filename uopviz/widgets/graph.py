@@ -297,6 +297,8 @@ def _compute_attributes(u: UOp, fold_constants: bool, collapsed: bool) -> dict[s
     summary = arg_summary(u)
     if summary:
         title += " " + summary
+    if collapsed:
+        title += f" [{_body_size(u)} ops hidden]"
     lines = [title]
     if folded_any or collapsed:
         operands = "(" + ", ".join(operand_texts) + ")"
