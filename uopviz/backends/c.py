@@ -92,10 +92,50 @@ def _underlying_buffer(u: UOp) -> UOp:
     return u
 
 
+def _split_constant(lane: UOp) -> tuple[Any, int]:
+    """A lane as (structural key of its non-constant part, constant): ``x*4 + 1`` (an ADD or a fused
+    MULACC) and ``x*4`` share the key of ``x*4``."""
+    if lane.op is Ops.CONST:
+        return None, int(lane.arg[0])
+    if lane.op is Ops.ADD:
+        for constant, rest in ((lane.src[1], lane.src[0]), (lane.src[0], lane.src[1])):
+            if constant.op is Ops.CONST:
+                key, value = _split_constant(rest)
+                return key, value + int(constant.arg[0])
+    if lane.op is Ops.MULACC and lane.src[2].op is Ops.CONST:
+        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), int(lane.src[2].arg[0])
+    if lane.op is Ops.MUL:
+        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), 0
+    return ("uop", lane), 0
+
+
+def _same_key(first: Any, second: Any) -> bool:
+    """Keys of ``_split_constant`` compared by identity (``==`` on UOps builds a CMP_EQ)."""
+    return (
+        first is not None
+        and second is not None
+        and len(first) == len(second)
+        and all(a is b for a, b in zip(first, second))
+    )
+
+
 def affine_lanes(u: UOp) -> list[tuple[UOp | None, int]] | None:
     """Each lane of an index vector as ``(base, constant)`` with lane = base + constant (base None:
     a constant lane), or None when some lane is not of that form."""
     if u.op is Ops.VECTORIZE:
+        split = [_split_constant(lane) for lane in u.src]
+        key, first = split[0]
+        if (
+            key is not None
+            and all(_same_key(k, key) for k, _ in split)
+            and all(c == first + i for i, (_, c) in enumerate(split))
+        ):
+            base, start = u.src[0], 0  # lane i = lane 0 + i; lane 0 without its added constants
+            while base.op is Ops.ADD and any(s.op is Ops.CONST for s in base.src):
+                constant = base.src[1] if base.src[1].op is Ops.CONST else base.src[0]
+                start += int(constant.arg[0])
+                base = base.src[0] if constant is base.src[1] else base.src[1]
+            return [(base, start + i) for i in range(len(u.src))]
         out: list[tuple[UOp | None, int]] = []
         for lane in u.src:
             if lane.op is Ops.CONST:
@@ -457,30 +497,32 @@ class CStyleRenderer:
             ),
         )
 
-    def helper_float_to_int(self, dtype: DType) -> str:
-        """Truncating float → int conversion without undefined behaviour (see module docstring)."""
+    def helper_float_to_int(self, dtype: DType, source: DType = dtypes.float64) -> str:
+        """Truncating float → int conversion without undefined behaviour (see module docstring).
+        ``source`` float32 compares in float (every bound below is exact there), anything else in double."""
         t = self.scalar_type(dtype)
         i32, i64 = self.scalar_type(dtypes.int32), self.scalar_type(dtypes.int64)
         u64 = self.scalar_type(dtypes.uint64)
-        double = self.scalar_type(dtypes.float64)
-        name = f"float_to_{dtype.name}"
+        single = source is dtypes.float32
+        ftype = self.scalar_type(dtypes.float32 if single else dtypes.float64)
+        f = "f" if single else ""
+        # in float no value lies strictly between -2^31-1 and -2^31, so ">= -2^31" is the same test
+        low32 = f"x >= -2147483648.0{f}" if single else "x > -2147483649.0"
+        name = f"{'float32' if single else 'float'}_to_{dtype.name}"
         if dtype.itemsize <= 4 and dtype is not dtypes.uint32:
-            body = (
-                f"return ({t})((x > -2147483649.0 && x < 2147483648.0) ? ({i32})x : "
-                f"({i32})(-2147483647 - 1));"
-            )
+            body = f"return ({t})(({low32} && x < 2147483648.0{f}) ? ({i32})x : ({i32})(-2147483647 - 1));"
         elif dtype is dtypes.uint64:
             body = (
-                f"if (x >= 9223372036854775808.0 && x < 18446744073709551616.0) return ({u64})x;\n"
-                f"  return ({u64})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? "
-                f"({i64})x : ({i64})(-9223372036854775807LL - 1));"
+                f"if (x >= 9223372036854775808.0{f} && x < 18446744073709551616.0{f}) return ({u64})x;\n"
+                f"  return ({u64})((x >= -9223372036854775808.0{f} && x < 9223372036854775808.0{f}) ? "
+                f"({i64})x : ({i64})(-9223372036854775807{self.long_suffix} - 1));"
             )
         else:
             body = (
-                f"return ({t})((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? ({i64})x : "
-                f"({i64})(-9223372036854775807LL - 1));"
+                f"return ({t})((x >= -9223372036854775808.0{f} && x < 9223372036854775808.0{f}) ? ({i64})x : "
+                f"({i64})(-9223372036854775807{self.long_suffix} - 1));"
             )
-        return self.helper(name, lambda: f"{self.helper_prefix} {t} {name}({double} x) {{\n  {body}\n}}")
+        return self.helper(name, lambda: f"{self.helper_prefix} {t} {name}({ftype} x) {{\n  {body}\n}}")
 
     def helper_bfloat16(self) -> tuple[str, str]:
         """Helpers converting bfloat16 bits to float and float to bfloat16 bits (round to nearest even)."""
@@ -635,6 +677,8 @@ class CStyleRenderer:
         if self.held_as_float(target):
             return self.round_to(f"(float){value}", target)
         if source.is_float and target.is_int:
+            if source is dtypes.float32:
+                return f"{self.helper_float_to_int(target, dtypes.float32)}({value})"
             return f"{self.helper_float_to_int(target)}(({self.scalar_type(dtypes.float64)}){value})"
         return f"(({t}){value})"
 
