@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import traced_pass
+from uopviz.core.rewrite import substitute, traced_pass
 from uopviz.core.uop import UOp
-from uopviz.passes.indexing import iconst
+from uopviz.passes.indexing import iconst, simplify_indices
 from uopviz.passes.kernel import LANE_TYPES, _location_of, kernel_order, range_size
 
 Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order
@@ -90,23 +90,45 @@ def expand_range(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     return UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(range_size(u)))), (u,)
 
 
+def per_lane(original: UOp, axes: Axes, target: Axes) -> UOp:
+    """The scalar ``original`` evaluated at every lane of ``target``: each lane range replaced by its
+    coordinate.  Addresses and gates are built this way (``base + 0, base + 1, ...``, not vector
+    index arithmetic), so a renderer sees which lanes are contiguous."""
+    lanes = []
+    for coordinates in product(*(range(range_size(r)) for r in target)):
+        mapping = {r: iconst(c) for r, c in zip(target, coordinates) if any(r is a for a in axes)}
+        lanes.append(substitute(original, mapping) if mapping else original)
+    return UOp(Ops.VECTORIZE, tuple(lanes)) if len(lanes) > 1 else lanes[0]
+
+
 def expand_index(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
-    """INDEX(buffer, i): one address per lane of ``i``; the buffer stays a pointer."""
-    buffer, index = ctx.new[u.src[0]], ctx.new[u.src[1]]
-    return UOp(Ops.INDEX, (buffer, index)), ctx.lanes_of(u.src[1])
+    """INDEX(buffer, i): one scalar address per lane of ``i``; the buffer stays a pointer."""
+    axes = ctx.lanes_of(u.src[1])
+    index = per_lane(u.src[1], axes, axes) if axes else ctx.new[u.src[1]]
+    return UOp(Ops.INDEX, (ctx.new[u.src[0]], index)), axes
 
 
-def _broadcast_address(ctx: ExpandContext, address: UOp, target: Axes) -> UOp:
-    buffer, index = address.src
-    return UOp(Ops.INDEX, (ctx.new[buffer], broadcast(ctx.new[index], ctx.lanes_of(index), target)))
+def _is_address_math(u: UOp) -> bool:
+    return not any(s.op in (Ops.LOAD, Ops.REDUCE) for s in u.toposort())
 
 
 def expand_memory(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
-    """LOAD/STORE: address, value, alt and gate brought to the same lanes (a vector access)."""
+    """LOAD/STORE: address, value, alt and gate brought to the same lanes (a vector access); the
+    address and an index-computed gate lane by lane."""
     target = _union(*(ctx.lanes_of(s) for s in u.src))
-    address = _broadcast_address(ctx, u.src[0], target)
-    rest = [broadcast(ctx.new[s], ctx.lanes_of(s), target) for s in u.src[1:]]
-    return UOp(u.op, (address, *rest), u.arg), (target if u.op is Ops.LOAD else ())
+    address = u.src[0]
+    index = address.src[1]
+    lanes = ctx.lanes_of(index)
+    new_index = per_lane(index, lanes, target) if lanes or len(target) else ctx.new[index]
+    rest = []
+    for position, s in enumerate(u.src[1:], start=1):
+        gate = position == len(u.src) - 1 and len(u.src) == 3
+        if gate and _is_address_math(s):
+            rest.append(per_lane(s, ctx.lanes_of(s), target) if target else ctx.new[s])
+        else:
+            rest.append(broadcast(ctx.new[s], ctx.lanes_of(s), target))
+    new_address = UOp(Ops.INDEX, (ctx.new[address.src[0]], new_index))
+    return UOp(u.op, (new_address, *rest), u.arg), (target if u.op is Ops.LOAD else ())
 
 
 def expand_elementwise(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
@@ -247,7 +269,7 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
             if new is not u:
                 record.step(rule.__name__, u, new, location=_location_of(rule))
         record.output = ctx.new[ast]
-    return ctx.new[ast]
+    return simplify_indices(ctx.new[ast], name="simplify lane indices")
 
 
 __all__ = ["EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]
