@@ -18,6 +18,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from uopviz.core.ops import Ops
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
 from uopviz.widgets.models import is_model_graph
@@ -148,7 +149,7 @@ def _build_tensor_list(tensors: Any, **options: Any) -> dict[str, widgets.Widget
     import uopviz
 
     program = uopviz.compile(list(tensors), opts=options.pop("opts", None))
-    sink = UOp(__import__("uopviz").Ops.SINK, tuple(t.uop for t in tensors))
+    sink = UOp(Ops.SINK, tuple(t.uop for t in tensors))
     return _build_program(program, graph=sink, **options)
 
 
