@@ -128,7 +128,11 @@ def test_results_come_from_the_sqlite_cache_the_second_time(tmp_path) -> None:
     second = beam_search(kernel, width=2, rounds=1, budget_s=120, repeats=2, cache=cache, progress=False)
     again = {tuple(map(repr, c.opts)): c for c in second.candidates}
     for opts, candidate in kept.items():  # every measurement the first search kept is reused, unchanged
-        assert again[opts].cached and again[opts].run_s == candidate.run_s and again[opts].error == candidate.error
+        assert (
+            again[opts].cached
+            and again[opts].run_s == candidate.run_s
+            and again[opts].error == candidate.error
+        )
     if all(c.cacheable for c in first.candidates):
         assert second.opts == first.opts and second.best.run_s == first.best.run_s
 
