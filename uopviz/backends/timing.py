@@ -86,6 +86,11 @@ class Timing:
         """Gigabytes per second moved at the median time (None: no count)."""
         return self.bytes / self.median_s / 1e9 if self.bytes and self.median_s > 0 else None
 
+    @property
+    def gbps(self) -> float | None:
+        """Same as ``gbs`` (gigabytes per second)."""
+        return self.gbs
+
     def __str__(self) -> str:
         parts = [
             f"median {_seconds(self.median_s)}",
