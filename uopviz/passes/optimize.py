@@ -251,7 +251,8 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     # unroll the innermost reduction: fully when small, else by a factor that keeps the lanes few
     for r in [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE][-1:]:
         size, lanes = range_size(r), _lanes(kernel)
-        factors = [size] if size <= 16 and lanes * size <= 128 else []
+        native = size in backend.vector_widths or not backend.vector_widths or size & (size - 1) == 0
+        factors = [size] if size <= 16 and lanes * size <= 128 and native else []
         factors += [f for f in (4, 2) if lanes * f <= 128]
         kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
     if backend.has_local:
