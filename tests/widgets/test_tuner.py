@@ -198,3 +198,14 @@ def test_beam_button_replaces_the_kernel_undoably_and_fills_the_progress_bar():
     assert result.best.name in tuner.beam_table.value and "BEAM (c)" in tuner.state.message
     assert not tuner.apply_button.disabled and not tuner.beam_button.disabled
     assert tuner.state.undo() and tuner.state.kernel is kernel
+
+
+def test_tensor_core_opt_from_the_controls():
+    kernel = matmul_kernel(16, 16, 16)
+    tuner = KernelTuner([kernel], backends=["c"], show_graph=False)
+    tuner.op.value = "TC"
+    assert tuner.axis.description == "reduce #" and [v for _, v in tuner.axis.options] == [0]
+    assert tuner.apply(), tuner.state.message
+    expected = kernel.apply(Opt(OptOp.TC, 0, (-1, 0, 1)))
+    assert tuner.state.kernel.ast is expected.ast
+    assert {a.axis_type for a in tuner.state.axes} >= {AxisType.UPCAST, AxisType.UNROLL}

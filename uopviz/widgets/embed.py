@@ -2,7 +2,7 @@
 
 :class:`StaticPage` collects tabs of content (DAG views, rewrite players with every frame
 precomputed, HTML, bokeh figures) and writes one HTML file with everything inline: the front
-end's JS and CSS, bokeh's JS when a figure is present (bokeh ``INLINE`` resources), and the views'
+end's JS and CSS, bokeh's core JS when a figure is present (inline, not from a CDN), and the views'
 state as JSON.  Nothing is fetched when the file is opened.
 """
 

@@ -44,7 +44,7 @@ def make_opt(
     other_axis: int = 1,
     tc_select: int = -1,
     tc_opt: int = 0,
-    tc_mode: int = 0,
+    tc_mode: int = 1,
 ) -> Any:
     """An ``Opt`` from the tuner's control values: SPLIT takes axis, factor, target and top; PADTO
     axis and multiple; SWAP axis and other_axis; NOLOCALS nothing; TC the reduce index (axis) and

@@ -122,7 +122,7 @@ class KernelTuner(widgets.VBox):
         self.other_axis = widgets.Dropdown(description="with", layout=widgets.Layout(width="150px"))
         self.tc_select = widgets.IntText(value=-1, description="tc", layout=widgets.Layout(width="120px"))
         self.tc_opt = widgets.IntText(value=0, description="opt", layout=widgets.Layout(width="120px"))
-        self.tc_mode = widgets.IntText(value=0, description="mode", layout=widgets.Layout(width="120px"))
+        self.tc_mode = widgets.IntText(value=1, description="mode", layout=widgets.Layout(width="120px"))
         self.apply_button = widgets.Button(description="Apply", button_style="primary", icon="check")
         self.undo_button = widgets.Button(description="Undo", icon="undo", layout=layout_auto)
         self.redo_button = widgets.Button(description="Redo", icon="repeat", layout=layout_auto)
