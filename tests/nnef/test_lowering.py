@@ -145,6 +145,41 @@ operator max_idx_2d {
 """
 
 
+STARTED = """
+operator max_idx_from_last {
+    @input { x: real[n]; }
+    @output { idx: int[]; }
+    @lower {
+        idx[] = n - 1;
+        idx[] := i, i < n | x[i,] > x[idx[],];
+    }
+}
+operator last_min_idx {
+    @input { x: real[n]; }
+    @output { idx: int[]; }
+    @lower {
+        idx[] = 0;
+        idx[] := i, i < n | x[i,] <= x[idx[],];
+    }
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "values, first_from_last, last_min",
+    [
+        ([5, 1, 5], 2, 1),  # the initial index holds a maximum: a strict update never moves away
+        ([5, 1, 7, 0, 0], 2, 4),
+        ([3, 3, 3], 2, 2),
+    ],
+)
+def test_conditional_updates_start_from_their_initial_value(values, first_from_last, last_min):
+    x = np.array(values, np.float32)
+    graph = graph_of(STARTED, "y = max_idx_from_last(a); z = last_min_idx(a);", {"a": x}, "y: int; z: int;")
+    out = graph.run({"a": x})
+    assert int(out["y"]) == first_from_last and int(out["z"]) == last_min
+
+
 def test_conditional_updates_find_the_first_maximum():
     x1 = np.array([1, 5, 2, 5, 0], np.float32)
     x2 = RNG.integers(0, 4, (4, 5)).astype(np.float32)

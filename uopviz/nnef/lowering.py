@@ -442,7 +442,7 @@ class _KernelBuilder:
         if gate is True:
             return UOp(Ops.LOAD, (address,))
         if gate is False:
-            return _const(param.dtype.scalar if hasattr(param.dtype, "scalar") else param.dtype, 0)
+            return _const(param.arg.dtype, 0)
         return UOp(Ops.LOAD, (address, _const(address.dtype, 0), gate))
 
     def placeholder(self, item: int, dtype: DType) -> UOp:
@@ -1284,13 +1284,21 @@ class _OperationLowering:
         indices = _unflatten(chosen, shape)
         by_range = dict(zip(order, indices, strict=True))
         dtype = uop_dtype(evaluated.output.dtype)
+        items = [item if space.pack_axis is not None else None for item in range(len(candidates))]
+        initial = [
+            as_uop(self._initial(init_value, builder, space, item, ":=", dtype), dtype) for item in items
+        ]
+        # the scan only moves away from its initial value when the extreme beats the value there
+        at_initial = _substitute(right, {p: v for p, v in zip(placeholders, initial, strict=True)})
+        at_initial = _float(at_initial) if not at_initial.dtype.is_float else at_initial
+        if greater:
+            better = extreme > at_initial if strict else extreme >= at_initial
+        else:
+            better = extreme < at_initial if strict else extreme <= at_initial
         stores = []
-        for item, candidate in enumerate(candidates):
-            value = by_range[candidate].cast(dtype)
-            stores.append(
-                self._store(builder, space, value, True, item if space.pack_axis is not None else None)
-            )
-        del init_value
+        for item, candidate, start in zip(items, candidates, initial, strict=True):
+            value = _where(better, by_range[candidate].cast(dtype), start)
+            stores.append(self._store(builder, space, value, True, item))
         return stores
 
     def _last_write(
