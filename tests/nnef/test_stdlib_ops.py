@@ -1064,3 +1064,62 @@ def test_nonmax_suppress(iou, limit, minimum):
         {"i": "int"},
     )
     check(out["i"], _nms_reference(boxes, scores, iou, limit, minimum))
+
+
+def test_remaining_layout_and_math_values():
+    x = real(1, 3, 1, 4)
+    a, b = real(2, 3), real(2, 3)
+    q, r = positive(2, 3), real(2, 3)
+    out = run(
+        "sq = layout.squeeze{axes=[0, 2]}(x); br = layout.broadcast{axes=[0, 2], shape=[2, 5]}(x); "
+        "pw = math.pow(q, r); gt = math.gt(a, b); le = math.le(a, b); ge = math.ge(a, b); "
+        "ne = math.ne(a, b); ax = math.axpy(a, b, 2.0, r); id = math.iden(a); "
+        "gs = nn.gelu{approximate='SIGMOID'}(a);",
+        {"x": x, "a": a, "b": b, "q": q, "r": r},
+        dict.fromkeys(["sq", "br", "pw", "ax", "id", "gs"], "real")
+        | dict.fromkeys(["gt", "le", "ge", "ne"], "bool"),
+    )
+    check(out["sq"], x.reshape(3, 4))
+    check(out["br"], np.broadcast_to(x, (2, 3, 5, 4)))
+    check(out["pw"], q**r, rtol=1e-4)
+    check(out["gt"], a > b)
+    check(out["le"], a <= b)
+    check(out["ge"], a >= b)
+    check(out["ne"], a != b)
+    check(out["ax"], a * b + 2.0 * r)
+    check(out["id"], a)
+    check(out["gs"], a / (1 + np.exp(-1.702 * a)))
+
+
+def test_space_to_batch_and_shuffle_values():
+    s, t = real(1, 2, 4, 6), real(1, 6, 2)
+    base, nd, up = real(3, 5), np.array([[0, 1], [2, 3], [0, 4]], np.int32), real(3)
+    out = run(
+        "sb = layout.space_to_batch{block_size=[2, 2]}(s); sh = layout.shuffle{axis=1, groups=2}(t); "
+        "sn = layout.scatter_nd(base, nd, up);",
+        {"s": s, "t": t, "base": base, "nd": nd, "up": up},
+        {"sb": "real", "sh": "real", "sn": "real"},
+    )
+    # blocks first: batch index = (block row, block column, batch)
+    expected = s.reshape(1, 2, 2, 2, 3, 2).transpose(3, 5, 0, 1, 2, 4).reshape(4, 2, 2, 3)
+    check(out["sb"], expected)
+    check(out["sh"], t.reshape(1, 2, 3, 2).transpose(0, 2, 1, 3).reshape(1, 6, 2))
+    expected = base.copy()
+    expected[nd[:, 0], nd[:, 1]] = up
+    check(out["sn"], expected)
+
+
+def test_rescale_and_layers():
+    x = real(1, 2, 4, 4)
+    out = run("r = image.rescale{axes=[2, 3], factor=[2.0, 0.5]}(x);", {"x": x}, {"r": "real"})
+    check(out["r"], x.repeat(2, 2)[:, :, :, ::2])  # nearest, symmetric: each output reads its source pixel
+    from uopviz.nnef import loads
+
+    w, b = real(4, 3), real(4)
+    graph = loads(
+        "import layer;\ngraph G { @input { x: real[2, 3]; } @output { y: real; } "
+        "@compose { y = fc: layer.linear{channels=4}(x); } }",
+        variables={"fc.filter": w, "fc.bias": b},
+    )
+    v = real(2, 3)
+    check(graph.run({"x": v})["y"], v @ w.T + b)
