@@ -238,22 +238,33 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
     has_reduce = any(t in REDUCE_TYPES for _, t in kernel.axes)
     widest = max(backend.vector_widths or (1,))
+    # lanes a kernel may have: CPU compilers split wide vectors well; GPU renderers need native widths
+    budget = max(widest, 4) if backend.has_local else 256
     outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
     if has_reduce:
-        # register blocking: an output axis some load does not vary over reuses that load across its
-        # lanes (matmul's M and N); the innermost gets a vector's width, the next one 4
-        reused = [r for r in reversed(outputs) if any(not _depends(load.src[0], r) for load in loads)]
-        for position, r in enumerate(reused[:2]):
-            factors = [f for f in (16, 8, 4) if f <= max(widest, 4)] if position == 0 else [4, 2]
-            kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UPCAST))
+        # register blocking: an output axis a load does not vary over reuses that load across its
+        # lanes.  The innermost such axis gets a vector's width; the next one 4, if it reuses another
+        # load (matmul: N reuses A, M reuses B; conv: width reuses the weights, channels the input)
+        reusing = {r: frozenset(i for i, load in enumerate(loads) if not _depends(load.src[0], r))
+                   for r in reversed(outputs)}
+        candidates = [r for r, which in reusing.items() if which]
+        if candidates:
+            first = candidates[0]
+            factors = [f for f in (16, 8, 4) if f <= max(widest, 4)]
+            kernel = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
+            second = next((r for r in candidates[1:] if reusing[r] - reusing[first]), None)
+            if second is not None:
+                fitting = [f for f in (4, 2) if _lanes(kernel) * f <= budget]
+                kernel = _first_that_applies(kernel, _splits(kernel, second, fitting, AxisType.UPCAST))
     elif outputs:
         kernel = _first_that_applies(kernel, _splits(kernel, outputs[-1], (8, 4), AxisType.UPCAST))
     # unroll the innermost reduction: fully when small, else by a factor that keeps the lanes few
+    # (GPU vectors have power-of-two widths only)
     for r in [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE][-1:]:
         size, lanes = range_size(r), _lanes(kernel)
-        native = size in backend.vector_widths or not backend.vector_widths or size & (size - 1) == 0
-        factors = [size] if size <= 16 and lanes * size <= 128 and native else []
-        factors += [f for f in (4, 2) if lanes * f <= 128]
+        fits = size & (size - 1) == 0 or not backend.has_local
+        factors = [size] if size <= 16 and lanes * size <= budget and fits else []
+        factors += [f for f in (4, 2) if lanes * f <= min(budget, 128)]  # measured: gemm likes K by 2
         kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
     if backend.has_local:
         for r in reversed([r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL][-2:]):
