@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -572,4 +573,39 @@ def test_output_shapes_are_checked_against_declarations():
         """,
             imports="import math;",
             operators=operators,
+        )
+
+
+def test_branches_on_run_time_conditions_select_between_both():
+    operators = """
+    operator larger {
+        @input { a: real[]; b: real[]; x: real[s..]; }
+        @output { y: real[s..]; }
+        @compose {
+            y = if math.gt(a, b) then math.mul(x, 2.0) else math.neg(x);
+        }
+    }
+    """
+    g = graph(
+        """
+        @input { a: real[]; b: real[]; x: real[3]; }
+        @output { y: real[3]; }
+        @compose { y = larger(a, b, x); }
+    """,
+        imports="import math;",
+        operators=operators,
+    )
+    assert [op.type for op in g.operations] == ["math.gt", "math.mul", "math.neg", "math.select"]
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    for a, expected in ((2.0, 2 * x), (0.5, -x)):
+        out = g.run({"a": np.float32(a), "b": np.float32(1.0), "x": x})["y"]
+        np.testing.assert_allclose(out, expected)
+    with pytest.raises(NNEFError, match="a branch condition must be a single bool"):
+        graph(
+            """
+            @input { x: real[3]; }
+            @output { y: real; }
+            @compose { y = if math.gt(x, 0.0) then math.neg(x) else x; }
+        """,
+            imports="import math;",
         )

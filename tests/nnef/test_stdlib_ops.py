@@ -1123,3 +1123,30 @@ def test_rescale_and_layers():
     )
     v = real(2, 3)
     check(graph.run({"x": v})["y"], v @ w.T + b)
+
+
+def test_lstm_with_run_time_step_counts_per_batch_item():
+    steps_max, batch, channels, hidden = 4, 3, 2, 3
+    x, w, r, bias = (
+        real(steps_max, batch, channels),
+        real(4 * hidden, channels),
+        real(4 * hidden, hidden),
+        real(4 * hidden),
+    )
+    steps = np.array([4, 1, 2], np.int32)
+    out = run(
+        "y, h, c = nn.lstm(x, w, r, bias, ~, ~, steps);",
+        {"x": x, "w": w, "r": r, "bias": bias, "steps": steps},
+        {"y": "real", "h": "real", "c": "real"},
+    )
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    for item in range(batch):
+        h = np.zeros(hidden, np.float32)
+        c = np.zeros(hidden, np.float32)
+        for t in range(steps[item]):
+            i, f, g, o = np.split(x[t, item] @ w.T + bias + h @ r.T, 4)
+            c = sig(f) * c + sig(i) * np.tanh(g)
+            h = sig(o) * np.tanh(c)
+            check(out["y"][t, item], h, atol=1e-4)  # beyond the item's count the outputs are unspecified
+        check(out["h"][item], h, atol=1e-4)
+        check(out["c"][item], c, atol=1e-4)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 from collections import ChainMap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -1874,31 +1875,65 @@ class Composer:
             )
         return values
 
-    def _condition(self, value: ast.Callable, frame: _Frame) -> bool:
+    def _condition(self, value: ast.Callable, frame: _Frame) -> bool | TensorInfo:
+        """A branch condition: a compile-time bool, or a bool tensor decided at run time."""
         if isinstance(value, ast.Invocation | ast.Block | ast.Loop | ast.If):
-            raise self._error(
-                value.pos,
-                "branching on a computed (tensor) condition is not supported: only "
-                "compile-time conditions select a branch",
-            )
-        condition = frame.evaluator()(value)
+            (condition,) = self._callable(value, frame, [None], value.pos)[:1]
+        else:
+            condition = frame.evaluator()(value)
         if isinstance(condition, TensorInfo):
             if condition.kind == "constant" and condition.data is not None and condition.data.size == 1:
                 return bool(condition.data.reshape(()))
-            raise self._error(
-                value.pos,
-                f"branching on the tensor '{condition.name}' is not supported: only "
-                f"compile-time conditions select a branch",
-            )
+            if condition.dtype != "bool" or math.prod(condition.upper_shape) != 1:
+                raise self._error(
+                    value.pos,
+                    f"a branch condition must be a single bool, got the "
+                    f"{condition.dtype} tensor '{condition.name}' of shape "
+                    f"{format_value(list(condition.shape))}",
+                )
+            return condition
         if not isinstance(condition, bool):
             raise self._error(value.pos, f"a branch condition must be a bool, got {format_value(condition)}")
         return condition
 
     def _branch(self, branch: ast.If, frame: _Frame, names: list[str | None]) -> list:
-        for condition, then in branch.branches:
-            if self._condition(condition, frame):
+        """Compile-time conditions pick a branch; a tensor condition computes both and selects."""
+        for index, (condition, then) in enumerate(branch.branches):
+            decided = self._condition(condition, frame)
+            if decided is True:
                 return self._callable(then, frame, names, then.pos)
+            if decided is False:
+                continue
+            taken = self._callable(then, frame, names, then.pos)
+            rest = (
+                ast.If(branch.branches[index + 1 :], branch.otherwise, pos=branch.pos)
+                if index + 1 < len(branch.branches)
+                else branch.otherwise
+            )
+            other = self._callable(rest, frame, [None] * len(names), rest.pos)
+            base = next((name for name in names if name), "branch")
+            return [
+                self._select(decided, a, b, frame, f"{base}.select{position}", branch.pos)
+                for position, (a, b) in enumerate(zip(taken, other, strict=False))
+            ]
         return self._callable(branch.otherwise, frame, names, branch.otherwise.pos)
+
+    def _select(
+        self, condition: TensorInfo, a: Any, b: Any, frame: _Frame, name: str, position: ast.Position
+    ) -> Any:
+        """``condition ? a : b`` of tensors (packs item by item), as a math.select operation."""
+        if isinstance(a, list) or isinstance(b, list):
+            if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
+                raise self._error(position, "the branches of a run-time condition yield different packs")
+            return [
+                self._select(condition, x, y, frame, f"{name}[{i}]", position)
+                for i, (x, y) in enumerate(zip(a, b, strict=True))
+            ]
+        if a is b:
+            return a
+        return self._call(
+            "math.select", [condition, a, b], frame, frame.scope, self._unique_name(name), position
+        )
 
     def _loop(self, loop: ast.Loop, frame: _Frame, names: list[str | None]) -> list:
         if loop.condition is not None:
@@ -1917,12 +1952,17 @@ class Composer:
         if len(lengths) > 1:
             raise self._error(loop.pos, f"scanned packs have different lengths {sorted(lengths)}")
         count = evaluator(loop.count) if loop.count is not None else None
-        if isinstance(count, TensorInfo):
-            raise self._error(
-                loop.count.pos,
-                f"a loop count given by the tensor '{count.name}' is decided at run "
-                f"time; dynamic loops are not supported",
-            )
+        dynamic = None
+        if isinstance(count, TensorInfo):  # a run-time count: unrolled to the packs' length, masked
+            if not scans:
+                raise self._error(
+                    loop.count.pos,
+                    f"the loop count '{count.name}' is decided at run time and no "
+                    f"scanned pack bounds it; uopviz needs a static bound",
+                )
+            if count.dtype != "int" or math.prod(count.upper_shape) != 1:
+                raise self._error(loop.count.pos, f"a loop count must be a single int, got '{count.name}'")
+            dynamic, count = count, None
         if count is None:
             if not scans:
                 raise self._error(loop.pos, "a loop needs a 'for' clause or an iteration count")
@@ -1962,7 +2002,18 @@ class Composer:
                     loop.body.pos,
                     f"the loop body yields {len(outputs)} values but {len(carries)} are carried",
                 )
-            carries = outputs[: len(carries)]
+            updated = outputs[: len(carries)]
+            if dynamic is not None:  # past the run-time count the carried values stay as they were
+                scope = f"{frame.scope}{base}.{step}."
+                step_tensor = self._constant_tensor(step, "int", (), f"{scope}step", loop.pos)
+                running = self._call(
+                    "math.lt", [step_tensor, dynamic], frame, scope, f"{scope}running", loop.pos
+                )
+                updated = [
+                    self._select(running, new, old, frame, f"{scope}carry{index}", loop.pos)
+                    for index, (new, old) in enumerate(zip(updated, carries, strict=True))
+                ]
+            carries = updated
             for index, value in enumerate(outputs[len(carries) :]):
                 if len(scan_outputs) <= index:
                     scan_outputs.append([])
@@ -2116,19 +2167,35 @@ class Composer:
 
     def _identity(self, tensor: TensorInfo, name: str, frame: _Frame, position: ast.Position) -> TensorInfo:
         """An explicit copy (``math.iden``) so that a graph output has a tensor of its own name."""
-        invocation = ast.Invocation("math.iden", (ast.Identifier("__source__", pos=position),), pos=position)
+        if name in self.tensors:
+            self._rename(self.tensors[name], self._unique_name(f"{name}.source"), position)
+        return self._call("math.iden", [tensor], frame, "", name, position)
+
+    def _call(
+        self,
+        operator: str,
+        args: list[Any],
+        frame: _Frame,
+        scope: str,
+        name: str,
+        position: ast.Position,
+        attribs: tuple = (),
+    ) -> Any:
+        """Invoke a standard ``math`` operator on values (tensors, literals) from the composer itself."""
+        names = [f"__arg{index}__" for index in range(len(args))]
+        invocation = ast.Invocation(
+            operator, tuple(ast.Identifier(n, pos=position) for n in names), attribs, pos=position
+        )
         local = _Frame(
             "__uopviz__",
-            ChainMap({"__source__": tensor}, frame.symbols),
+            ChainMap(dict(zip(names, args, strict=True)), frame.symbols),
             frame.types,
-            "",
+            scope,
             frame.declared,
             frame.scopes,
         )
         if "__uopviz__" not in self.modules.modules:
             self.modules.add("__uopviz__", ast.Module("<uopviz>", imports=(ast.Import("math"),)))
-        if name in self.tensors:
-            self._rename(self.tensors[name], self._unique_name(f"{name}.source"), position)
         (value,) = self._invoke(invocation, local, [name])
         return value
 
