@@ -18,8 +18,11 @@ For every invocation in a ``@compose`` block, in order:
    expanded recursively under the invocation's label and its results checked against the
    declared outputs; other operators become leaf :class:`~uopviz.nnef.graph.Operation` objects.
 
-Static branches and loops with compile-time counts are expanded; generics are deduced from the
-inputs and attributes; null values propagate (§2.4.1). Every problem is an :class:`NNEFError`
+Branches on compile-time conditions keep one branch; on a bool tensor both are composed and their
+results selected (``math.select``). Loops with compile-time counts are unrolled; a run-time count
+(a tensor) unrolls to the scanned packs' length with the carried values masked past the count;
+``while`` loops are refused. Generics are deduced from the inputs and attributes; null values
+propagate (§2.4.1). Every problem is an :class:`NNEFError`
 located at the invocation in the model's file (for errors found inside standard operators, the
 message names the operator and where in the library the check is).
 """
