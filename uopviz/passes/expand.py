@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
+from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute, traced_pass
 from uopviz.core.uop import UOp
-from uopviz.passes.indexing import iconst, simplify_indices
+from uopviz.passes.indexing import iadd, iconst, simplify_indices
 from uopviz.passes.kernel import LANE_TYPES, _location_of, kernel_order, range_size
 
 Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order
@@ -90,14 +91,45 @@ def expand_range(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     return UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(range_size(u)))), (u,)
 
 
+def affine_coefficients(expression: UOp, ranges: Axes) -> dict[UOp, int] | None:
+    """``{range: coefficient}`` when ``expression`` is ``base + sum(coefficient * range)`` in the given
+    ranges (only ADD, and MUL by constants, above them); None otherwise."""
+    out: dict[UOp, int] = {}
+
+    def walk(u: UOp, scale: int) -> bool:
+        if any(u is r for r in ranges):
+            out[u] = out.get(u, 0) + scale
+            return True
+        if not any(any(s is r for r in ranges) for s in u.toposort()):
+            return True  # part of the base
+        if u.op is Ops.ADD:
+            return walk(u.src[0], scale) and walk(u.src[1], scale)
+        if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+            return walk(u.src[0], scale * int(u.src[1].arg[0]))
+        if u.op is Ops.MUL and u.src[0].op is Ops.CONST:
+            return walk(u.src[1], scale * int(u.src[0].arg[0]))
+        return False
+
+    return out if expression.dtype is dtypes.index and walk(expression, 1) else None
+
+
 def per_lane(original: UOp, axes: Axes, target: Axes) -> UOp:
     """The scalar ``original`` evaluated at every lane of ``target``: each lane range replaced by its
     coordinate.  Addresses and gates are built this way (``base + 0, base + 1, ...``, not vector
-    index arithmetic), so a renderer sees which lanes are contiguous."""
+    index arithmetic), so a renderer sees which lanes are contiguous.  An address affine in the lane
+    ranges is ``base + constant`` per lane (one substitution, not one per lane)."""
+    lane_ranges = tuple(r for r in target if any(r is a for a in axes))
+    coefficients = affine_coefficients(original, lane_ranges) if lane_ranges else None
+    base = substitute(original, {r: iconst(0) for r in lane_ranges}) if coefficients is not None else None
     lanes = []
     for coordinates in product(*(range(range_size(r)) for r in target)):
-        mapping = {r: iconst(c) for r, c in zip(target, coordinates) if any(r is a for a in axes)}
-        lanes.append(substitute(original, mapping) if mapping else original)
+        where = dict(zip(target, coordinates))
+        if not lane_ranges:
+            lanes.append(original)
+        elif coefficients is not None:
+            lanes.append(iadd(base, sum(coefficient * where[r] for r, coefficient in coefficients.items())))
+        else:
+            lanes.append(substitute(original, {r: iconst(where[r]) for r in lane_ranges}))
     return UOp(Ops.VECTORIZE, tuple(lanes)) if len(lanes) > 1 else lanes[0]
 
 
