@@ -207,7 +207,7 @@ def test_alexnet_kernels_are_tunable_pipeline_kernels():
     (kernel,) = graph.kernels(conv1)
     assert isinstance(kernel, uv.Kernel)
     sizes = [size for size, _ in kernel.axes]
-    assert sorted(sizes) == sorted([64, 54, 54, 3, 11, 11])  # n, oh, ow loops (b = 1 drops); c, kh, kw reduced
+    assert sorted(sizes) == sorted([64, 54, 54, 3, 11, 11])  # n, oh, ow (b = 1 drops); c, kh, kw reduced
     reduce_axes = [size for size, axis_type in kernel.axes if axis_type.is_reduce]
     assert sorted(reduce_axes) == [3, 11, 11]
     upcast = kernel.apply(uv.Opt(uv.OptOp.SPLIT, axis=len(sizes) - 4, arg=(2, uv.AxisType.UPCAST, False)))
