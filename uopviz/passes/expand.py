@@ -21,9 +21,9 @@ from itertools import product
 
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import substitute, traced_pass
+from uopviz.core.rewrite import graph_rewrite, substitute, traced_pass
 from uopviz.core.uop import UOp
-from uopviz.passes.indexing import iadd, iconst, simplify_indices
+from uopviz.passes.indexing import iadd, iconst, index_simplifier, simplify_indices
 from uopviz.passes.kernel import LANE_TYPES, _location_of, kernel_order, range_size
 
 Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order
@@ -35,6 +35,7 @@ class ExpandContext:
 
     new: dict[UOp, UOp] = field(default_factory=dict)
     axes: dict[UOp, Axes] = field(default_factory=dict)  # keyed by the original UOp
+    substituted: bool = False  # some lane was made by substitution: the kernel needs simplifying
 
     def lanes_of(self, original: UOp) -> Axes:
         return self.axes.get(original, ())
@@ -113,14 +114,17 @@ def affine_coefficients(expression: UOp, ranges: Axes) -> dict[UOp, int] | None:
     return out if expression.dtype is dtypes.index and walk(expression, 1) else None
 
 
-def per_lane(original: UOp, axes: Axes, target: Axes) -> UOp:
+def per_lane(original: UOp, axes: Axes, target: Axes, ctx: ExpandContext | None = None) -> UOp:
     """The scalar ``original`` evaluated at every lane of ``target``: each lane range replaced by its
     coordinate.  Addresses and gates are built this way (``base + 0, base + 1, ...``, not vector
     index arithmetic), so a renderer sees which lanes are contiguous.  An address affine in the lane
     ranges is ``base + constant`` per lane (one substitution, not one per lane)."""
     lane_ranges = tuple(r for r in target if any(r is a for a in axes))
     coefficients = affine_coefficients(original, lane_ranges) if lane_ranges else None
-    base = substitute(original, {r: iconst(0) for r in lane_ranges}) if coefficients is not None else None
+    base = None
+    if coefficients is not None:
+        base = graph_rewrite(substitute(original, {r: iconst(0) for r in lane_ranges}), index_simplifier,
+                             name="lane base")
     lanes = []
     for coordinates in product(*(range(range_size(r)) for r in target)):
         where = dict(zip(target, coordinates))
@@ -130,13 +134,15 @@ def per_lane(original: UOp, axes: Axes, target: Axes) -> UOp:
             lanes.append(iadd(base, sum(coefficient * where[r] for r, coefficient in coefficients.items())))
         else:
             lanes.append(substitute(original, {r: iconst(where[r]) for r in lane_ranges}))
+            if ctx is not None:
+                ctx.substituted = True
     return UOp(Ops.VECTORIZE, tuple(lanes)) if len(lanes) > 1 else lanes[0]
 
 
 def expand_index(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     """INDEX(buffer, i): one scalar address per lane of ``i``; the buffer stays a pointer."""
     axes = ctx.lanes_of(u.src[1])
-    index = per_lane(u.src[1], axes, axes) if axes else ctx.new[u.src[1]]
+    index = per_lane(u.src[1], axes, axes, ctx) if axes else ctx.new[u.src[1]]
     return UOp(Ops.INDEX, (ctx.new[u.src[0]], index)), axes
 
 
@@ -151,12 +157,12 @@ def expand_memory(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     address = u.src[0]
     index = address.src[1]
     lanes = ctx.lanes_of(index)
-    new_index = per_lane(index, lanes, target) if lanes or len(target) else ctx.new[index]
+    new_index = per_lane(index, lanes, target, ctx) if lanes or len(target) else ctx.new[index]
     rest = []
     for position, s in enumerate(u.src[1:], start=1):
         gate = position == len(u.src) - 1 and len(u.src) == 3
         if gate and _is_address_math(s):
-            rest.append(per_lane(s, ctx.lanes_of(s), target) if target else ctx.new[s])
+            rest.append(per_lane(s, ctx.lanes_of(s), target, ctx) if target else ctx.new[s])
         else:
             rest.append(broadcast(ctx.new[s], ctx.lanes_of(s), target))
     new_address = UOp(Ops.INDEX, (ctx.new[address.src[0]], new_index))
@@ -301,7 +307,7 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
             if new is not u:
                 record.step(rule.__name__, u, new, location=_location_of(rule))
         record.output = ctx.new[ast]
-    return simplify_indices(ctx.new[ast], name="simplify lane indices")
+    return simplify_indices(ctx.new[ast], name="simplify lane indices") if ctx.substituted else ctx.new[ast]
 
 
 __all__ = ["EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]
