@@ -960,7 +960,7 @@ def correctness_cases() -> list[LinearCase]:
     cases += [if_block(n) for n in (4, 31)]
     cases += [gated_store(n) for n in (5, 64)]
     cases += [wmma_gemm(1, 1, 1), wmma_gemm(2, 3, 4), wmma_gemm(1, 2, 2, cpu_tensor_cores()[1])]
-    cases += [gemm(8, 8, 8), gemm(5, 12, 7, upcast=4), gemm(16, 32, 16, upcast=8)]
+    cases += [gemm(8, 8, 8), gemm(5, 12, 7, upcast=4), gemm(16, 32, 16, upcast=8), gemm(4, 64, 8, upcast=32)]
     cases += [
         half_arithmetic(33),
         half_vectors(9),

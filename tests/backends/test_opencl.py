@@ -120,3 +120,11 @@ def test_unavailable_without_a_platform_says_why(monkeypatch) -> None:
         backend.compile("// nothing", "nothing")
     # rendering needs no device: the source can still be shown
     assert "__kernel void" in backend.render(lp.elementwise(4).linear)
+
+
+def test_vectors_wider_than_opencl_types_become_structs() -> None:
+    backend = _backend()
+    case = lp.gemm(4, 64, 8, upcast=32)
+    source = backend.render(case.linear)
+    assert "typedef struct { float v[32]; } float_x32;" in source and ".v[31]" in source
+    lp.assert_case_matches("opencl", case)

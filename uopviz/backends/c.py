@@ -304,6 +304,10 @@ class CStyleRenderer:
             return expression
         return f"{expression}[{index}]"
 
+    def vectors_native(self, dtype: DType) -> bool:
+        """True when whole-vector arithmetic works on values of ``dtype`` in this dialect."""
+        return True
+
     def lane_target(self, expression: str, index: int, dtype: DType) -> str:
         """An assignable lane of a vector variable (the lane expression itself in every dialect here)."""
         return self.lane(expression, index, dtype)
@@ -1171,6 +1175,7 @@ class _RenderState:
                 expression = self.r.round_to(expression, scalar)
         elif (
             op in self.r.native_vector_ops
+            and self.r.vectors_native(u.dtype)
             and not self.r.held_as_float(scalar)
             and not (scalar.is_bool and op in (Ops.ADD, Ops.MUL, Ops.NEG))
         ):

@@ -120,22 +120,36 @@ class OpenCLRenderer(CStyleRenderer):
             return f"vstore_half({value}, {offset}, {buffer});"
         return super().store_element(buffer, offset, value, dtype)
 
+    def struct_vector(self, dtype: DType) -> bool:
+        """True for lane counts OpenCL has no vector type for: they become ``struct {T v[N];}``."""
+        return dtype.count > 1 and dtype.count not in self.native_vector_counts
+
+    def vectors_native(self, dtype: DType) -> bool:
+        return not self.struct_vector(dtype)
+
     def vector_type(self, dtype: DType) -> str:
         if dtype.count == 1:
             return self.scalar_type(dtype)
-        if dtype.count not in self.native_vector_counts:
-            raise RenderError(f"opencl: no vector type with {dtype.count} lanes (OpenCL has 2, 3, 4, 8, 16)")
         if dtype.scalar is dtypes.bfloat16:
             raise RenderError("opencl: bfloat16 vectors are not rendered; devectorize them")
         element = "char" if dtype.scalar.is_bool else self.scalar_type(dtype.scalar)
+        if self.struct_vector(dtype):
+            name = f"{element}_x{dtype.count}"
+            if self._state is not None and name not in self._state.typedefs:
+                self._state.typedefs[name] = f"typedef struct {{ {element} v[{dtype.count}]; }} {name};"
+            return name
         return f"{element}{dtype.count}"  # (float16 held as float: floatN)
 
     def lane(self, expression: str, index: int, dtype: DType) -> str:
         if dtype.count == 1:
             return expression
+        if self.struct_vector(dtype):
+            return f"{expression}.v[{index}]"
         return f"{expression}.s{_HEX_LANES[index]}"
 
     def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
+        if self.struct_vector(dtype):
+            return f"(({self.vector_type(dtype)}){{{{{', '.join(items)}}}}})"
         return f"(({self.vector_type(dtype)})({', '.join(items)}))"
 
     def float_const(self, value: float, dtype: DType) -> str:
@@ -180,6 +194,12 @@ class OpenCLRenderer(CStyleRenderer):
 
     def vector_load(self, address) -> str:
         count = address.dtype.count
+        if self.struct_vector(address.dtype):
+            items = [
+                self.load_element(address.buffer, f"{address.offset} + {i}", address.dtype.scalar)
+                for i in range(count)
+            ]
+            return self.vector_literal(address.dtype, items)
         if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
             return f"vload_half{count}(0, {address.buffer} + {address.offset})"
         loaded = f"vload{count}(0, {address.buffer} + {address.offset})"
@@ -187,6 +207,16 @@ class OpenCLRenderer(CStyleRenderer):
 
     def vector_store(self, address, value: str) -> str:
         count = address.dtype.count
+        if self.struct_vector(address.dtype):
+            return " ".join(
+                self.store_element(
+                    address.buffer,
+                    f"{address.offset} + {i}",
+                    self.lane(value, i, address.dtype),
+                    address.dtype.scalar,
+                )
+                for i in range(count)
+            )
         if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
             return f"vstore_half{count}({value}, 0, {address.buffer} + {address.offset});"
         if address.dtype.scalar.is_bool:
@@ -194,6 +224,11 @@ class OpenCLRenderer(CStyleRenderer):
         return f"vstore{count}({value}, 0, {address.buffer} + {address.offset});"
 
     def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
+        if self.struct_vector(source) or self.struct_vector(target):
+            raise RenderError(
+                f"opencl: no bitcast between {source.name} and {target.name} (vectors of more "
+                f"than 16 lanes are structs); devectorize it"
+            )
         return [], f"as_{self.vector_type(target)}({value})"
 
     def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:
@@ -230,7 +265,8 @@ class OpenCLRenderer(CStyleRenderer):
     def vector_cast(self, value: str, source: DType, target: DType) -> str:
         s, t = source.scalar, target.scalar
         plain = (s.is_int and t.is_float) or (s.is_float and t.is_float) or (s.is_int and t.is_int)
-        if plain and not self.held_as_float(s) and not self.held_as_float(t):
+        native = self.vectors_native(source) and self.vectors_native(target)
+        if plain and native and not self.held_as_float(s) and not self.held_as_float(t):
             return f"convert_{self.vector_type(target)}({value})"
         items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
         return self.vector_literal(target, items)
@@ -368,7 +404,7 @@ class OpenCLBackend(Backend):
     vector_widths = (2, 4, 8, 16)
     has_local = True
     has_threads = False
-    tensor_cores = cpu_tensor_cores()[:1]  # 16-lane operands: OpenCL vectors have at most 16 lanes
+    tensor_cores = cpu_tensor_cores()
 
     def __init__(self) -> None:
         found = _opencl()
