@@ -142,6 +142,13 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     assert "not valid" in tuner.locator(".uv-message.uv-error").inner_text()
     assert c_source.inner_text() == after_source
     tuner.locator(".uv-message").screenshot(path=str(artifacts_dir / "05_tuner_invalid.png"))
+    tuner.locator("button", has_text="Time on all backends").click()  # a bokeh chart, drawn offline
+    tuner.locator(".uv-bokeh[data-drawn='1']").wait_for(timeout=120_000)
+    tuner.locator(".uv-bokeh").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    assert tuner.locator(".uv-bokeh canvas").count() + tuner.locator(".uv-bokeh .bk-Canvas").count() > 0 or \
+        tuner.locator(".uv-bokeh").evaluate("el => el.innerHTML.length") > 100
+    tuner.locator(".uv-bokeh").screenshot(path=str(artifacts_dir / "07_tuner_timings.png"))
     page.screenshot(path=str(artifacts_dir / "06_tour.png"))
     assert not errors, errors
 

@@ -237,10 +237,10 @@ def timing_figure(
 
 
 def bokeh_widget(figure: Any) -> widgets.Widget:
-    """A bokeh figure as an ipywidget (jupyter_bokeh; bokeh's JS comes with the extension)."""
-    from jupyter_bokeh.widgets import BokehModel
+    """A bokeh figure as an ipywidget that needs nothing loaded beforehand (see :class:`BokehChart`)."""
+    from uopviz.widgets.views import BokehChart
 
-    return BokehModel(figure)
+    return BokehChart(figure)
 
 
 def backends_panel(kernels: list[Any], backends: list[str] | None = None) -> widgets.Widget:

@@ -8,6 +8,7 @@ traitlets; every compiler fact they show was computed by the data layer
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
@@ -211,3 +212,40 @@ def _pass_json(entry: Any) -> dict[str, Any]:
         "steps": entry.step_count,
         "changed": entry.changed,
     }
+
+
+@cache
+def bokeh_core_js() -> str:
+    """BokehJS's core bundle from the installed bokeh package (what charts need to draw)."""
+    from bokeh.resources import Resources
+
+    return "\n".join(Resources(mode="inline", components=["bokeh"]).js_raw)
+
+
+class BokehChart(anywidget.AnyWidget):
+    """A bokeh figure in a notebook, offline and self-contained.
+
+    jupyter_bokeh's widget needs BokehJS already on the page (``output_notebook()``, whose output
+    must land in a visible cell: not so for charts made in a button callback).  This widget instead
+    asks Python for bokeh's core JS the first time a page shows a chart, runs it once, and embeds the
+    figure's ``json_item``.  ``chart.show(figure)`` replaces the figure.
+    """
+
+    _esm = traitlets.Unicode((STATIC / "bokeh_chart.js").read_text()).tag(sync=True)
+    item = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, figure: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.on_msg(self._on_message)
+        self.show(figure)
+
+    def show(self, figure: Any) -> None:
+        """Draw ``figure`` (any bokeh model a ``json_item`` can hold: a figure, a row of them...)."""
+        from bokeh.embed import json_item
+
+        self.figure = figure
+        self.item = json.dumps(json_item(figure))
+
+    def _on_message(self, widget: Any, content: dict[str, Any], buffers: list[Any]) -> None:
+        if isinstance(content, dict) and content.get("kind") == "bokeh-js":
+            self.send({"kind": "bokeh-js", "code": bokeh_core_js()})
