@@ -13,7 +13,9 @@ reduction) runs as a Python ``for`` inside the lifted ones.  THREAD, GLOBAL and 
 lifted, which runs them "sequentially" in the sense that no two threads ever run at once.
 
 Registers (REG buffers) get one copy per iteration of the lifted loops (a trailing axis of the
-buffer's size).  IF blocks become masks applied to the stores (and loads) inside them.
+buffer's size); a LOCAL buffer one copy per workgroup, shared by its threads (the lifted ``lidx``
+loops), and a BARRIER holds by construction since every thread runs each instruction together.
+IF blocks become masks applied to the stores (and loads) inside them.
 Out-of-bounds accesses raise instead of reading a wrong element: this backend exists to catch
 pipeline bugs, and numpy would silently wrap a negative index.
 """

@@ -16,8 +16,10 @@ Three passes, all rules:
    broadcast, a REDUCE opens REDUCE ranges, and reaching a buffer makes a ``LOAD``.  PAD guards then
    become gated loads (``LOAD(addr, 0, valid)``).
 
-The result is the kernel AST of ``docs/design/kernel-ir.md``.  Everything runs inside the
-"Rangeify" stage of the pipeline, so the trace shows every rule.
+The result is the kernel AST of ``docs/design/kernel-ir.md``.  A value on an n-tuple device gets
+one kernel per device (each computing its device's shard, or its copy of a replicated value, from
+that device's part of every buffer); reading another device's part is an error that asks for a
+COPY.  Everything runs inside the "Rangeify" stage of the pipeline, so the trace shows every rule.
 """
 
 from __future__ import annotations
