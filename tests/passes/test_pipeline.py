@@ -674,3 +674,20 @@ def test_accumulators_with_disjoint_lifetimes_share_a_register(backend: str) -> 
     registers = [u for u in linear.src if u.op is Ops.BUFFER and u.arg.addrspace is uv.AddrSpace.REG]
     assert len(registers) == 1 and program_.memory_plan.register_bytes_saved == 4
     np.testing.assert_array_equal(program_.run()[0], x.sum(1) + y.max(1))
+
+
+def test_sources_render_for_a_backend_that_cannot_run_here() -> None:
+    """build=False lowers and renders without compiling: CUDA source on a machine without a GPU."""
+    try:
+        cuda = get("cuda")
+    except Exception as error:  # noqa: BLE001 - the module itself may be missing
+        pytest.skip(f"no CUDA backend module: {error}")
+    x = Tensor(np.ones((64, 32), np.float32))
+    program_ = uv.compile((x @ x.T).softmax(), backend="cuda", opts="heuristic", build=False)
+    assert all("__global__" in source for source in program_.sources)
+    assert any(t is uv.AxisType.LOCAL for k in program_.kernels for _, t in k.axes)
+    if not cuda.available():
+        with pytest.raises(uv.backends.BackendUnavailable):
+            uv.compile(x + 1, backend="cuda")
+        with pytest.raises(RuntimeError, match="build=False"):
+            program_.run()

@@ -80,6 +80,8 @@ def compile(outputs: Any, backend: str = "python", opts: Any = None,  # noqa: A0
     roots = [_as_uop(o, i) for i, o in enumerate(values)]
     if not roots:
         raise ValueError("compile needs at least one Tensor or UOp")
+    if build:  # say so before lowering anything (sources can still be rendered: build=False)
+        backend_named(backend).require()
     with tracing() as trace:
         program = lower(roots, backend, opts, build)
     program.trace = trace
