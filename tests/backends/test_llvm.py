@@ -50,7 +50,26 @@ def test_ir_is_valid_llvm_and_uses_vector_types() -> None:
     llvm.parse_assembly(source).verify()
     assert "load <4 x float>" in source and "store <4 x float>" in source
     gather = get("llvm").render(lp.vector_gather(8, 16).linear)
-    assert "@llvm.masked.gather.v4f32.v4p0" in gather and "@llvm.masked.scatter" not in gather
+    assert "load float, ptr" in gather and "@llvm.masked.gather" not in gather  # lane by lane, ungated
+
+
+def test_gated_gather_uses_masked_gather() -> None:
+    b = lp.Builder()
+    out, a = b.param(0, 16), b.param(1, 16)
+    i = b.loop(4)
+    strided = b.emit(lp.lanes(*(i + lp.idx(4 * k) for k in range(4))))
+    inside = b.emit(strided < lp.lanes(*(lp.idx(10),) * 4))
+    zero = lp.lanes(*(lp.const(dtypes.float32, -1.0),) * 4)
+    value = b.load(a, strided, zero, inside)
+    b.end(i, b.store(out, lp.lanes(*(i * lp.idx(4) + lp.idx(k) for k in range(4))), value))
+    source = get("llvm").render(b.linear("gated_gather"))
+    assert "@llvm.masked.gather.v4f32.v4p0" in source
+    kernel = get("llvm").compile(source, "gated_gather")
+    data = np.arange(16, dtype=np.float32)
+    result = np.zeros(16, np.float32)
+    kernel(result, data)
+    want = np.array([x if x < 10 else -1 for x in data.reshape(4, 4).T.reshape(-1)], np.float32)
+    np.testing.assert_array_equal(result, want)
 
 
 def test_fast_math_is_only_contract() -> None:

@@ -175,7 +175,8 @@ class _Address:
     buffer: str
     dtype: DType  # what a LOAD from here produces
     pointer: str | None = None  # scalar or contiguous start
-    pointers: str | None = None  # <N x ptr> for gathers and scatters
+    pointers: str | None = None  # <N x ptr> for gathers and scatters (made when a gate needs it)
+    lane_pointers: list[str] | None = None  # one pointer per lane of a gather or scatter
 
 
 @dataclass
@@ -306,7 +307,7 @@ class _LLVMState:
         self.thread_range = parallel_range(self.program) if self.r.parallel else None
         for param, name in params:
             self.names[self.param_uops[param.slot]] = name
-        live = live_uops(self.program, gather_by_lanes=False)
+        live = live_uops(self.program)
         for position, u in enumerate(self.program):
             self.position = position
             if u in live:
@@ -551,8 +552,30 @@ class _LLVMState:
             pointer = self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {offset}")
             self.addresses[u] = _Address(buffer, u.dtype, pointer=pointer)
             return
-        pointers = self.temp("ptrs", f"getelementptr {element}, ptr {buffer}, {self.typed(index)}")
-        self.addresses[u] = _Address(buffer, u.dtype, pointers=pointers)
+        # lane by lane: LLVM merges neighbouring scalar loads into vector loads and shuffles, which
+        # beats llvm.masked.gather (often scalarized) on the interleaved patterns kernels have
+        if index.op is Ops.VECTORIZE:
+            offsets = [self.ref(lane) for lane in index.src]
+        else:
+            vector = self.ref(index)
+            offsets = [
+                self.temp("lane", f"extractelement {value_type(index.dtype)} {vector}, i32 {i}")
+                for i in range(index.dtype.count)
+            ]
+        pointers = [self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {o}") for o in offsets]
+        self.addresses[u] = _Address(buffer, u.dtype, lane_pointers=pointers)
+
+    def vector_of_pointers(self, address: _Address) -> str:
+        """The ``<N x ptr>`` of a lane-by-lane address (for masked gathers and scatters)."""
+        if address.pointers is None:
+            count = len(address.lane_pointers or [])
+            current = "poison"
+            for i, pointer in enumerate(address.lane_pointers or []):
+                current = self.temp(
+                    "ptrs", f"insertelement <{count} x ptr> {current}, ptr {pointer}, i32 {i}"
+                )
+            address.pointers = current
+        return address.pointers
 
     def address_of(self, u: UOp) -> _Address:
         source = u.src[0]
@@ -586,7 +609,15 @@ class _LLVMState:
         if len(u.src) == 2:
             raise self.fail(u, "LOAD takes (index) or (index, alt, gate)")
         gated = len(u.src) == 3
-        if address.pointers is not None or (gated and u.src[2].dtype.count > 1):
+        if address.lane_pointers is not None and not gated:
+            current = "poison"
+            element = memory_scalar_type(dtype)
+            for i, pointer in enumerate(address.lane_pointers):
+                lane = self.temp("val", f"load {element}, ptr {pointer}, align {align}")
+                current = self.temp("vec", f"insertelement {mtype} {current}, {element} {lane}, i32 {i}")
+            self.define(u, self.from_memory(current, dtype))
+            return
+        if address.lane_pointers is not None or (gated and u.src[2].dtype.count > 1):
             self.masked_load(u, address)
             return
         if not gated:
@@ -625,7 +656,8 @@ class _LLVMState:
         passthru = "poison"
         if len(u.src) == 3:
             passthru = self.to_memory(self.ref(u.src[1]), u.src[1].dtype)
-        if address.pointers is not None:
+        if address.lane_pointers is not None:
+            self.vector_of_pointers(address)
             function = self.intrinsic(
                 "masked.gather",
                 mtype,
@@ -655,10 +687,17 @@ class _LLVMState:
         mtype, align = memory_type(dtype), dtype.scalar.itemsize
         value = self.to_memory(self.ref(value_uop), dtype)
         gated = len(u.src) == 3
-        if address.pointers is not None or (gated and u.src[2].dtype.count > 1):
+        if address.lane_pointers is not None and not gated:
+            element = memory_scalar_type(dtype)
+            for i, pointer in enumerate(address.lane_pointers):
+                lane = self.temp("lane", f"extractelement {mtype} {value}, i32 {i}")
+                self.emit(f"store {element} {lane}, ptr {pointer}, align {align}")
+            return
+        if address.lane_pointers is not None or (gated and u.src[2].dtype.count > 1):
             count = dtype.count
             mask = self.mask_of(u, count)
-            if address.pointers is not None:
+            if address.lane_pointers is not None:
+                self.vector_of_pointers(address)
                 function = self.intrinsic(
                     "masked.scatter",
                     "void",
@@ -1270,7 +1309,7 @@ class LLVMBackend(Backend):
         self.require()
         llvm = _llvm()
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        key = content_key(source, cpu, features, ".".join(map(str, llvm.llvm_version_info)), "O3")
+        key = content_key(source, cpu, features, ".".join(map(str, llvm.llvm_version_info)), "O3+slp")
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
@@ -1296,6 +1335,10 @@ class LLVMBackend(Backend):
         was_cached = object_cache.path().exists()
         if not was_cached:
             options = llvm.create_pipeline_tuning_options(speed_level=3)
+            # clang -O3 turns these on; llvmlite leaves SLP off, and the UPCAST lanes the pipeline
+            # devectorized are exactly what SLP puts back into vector registers
+            options.slp_vectorization = True
+            options.loop_vectorization = True
             builder = llvm.create_pass_builder(machine, options)
             builder.getModulePassManager().run(module, builder)
         engine = llvm.create_mcjit_compiler(module, machine)
