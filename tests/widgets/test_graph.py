@@ -327,3 +327,33 @@ def test_auto_sends_wide_fans_to_the_layered_layout():
     g = layout(wide)
     assert g.graph["engine"] == "layered"
     assert layout(wide, engine="dot").graph["engine"] == "dot"
+
+
+def test_a_linear_program_is_laid_out_as_an_indented_listing():
+    import numpy as np
+
+    from uopviz.widgets.serialize import graph_json
+
+    rng = np.random.default_rng(0)
+    a = uv.Tensor(rng.random((4, 8), dtype=np.float32))
+    (kernel,) = uv.compile(a.sum(axis=1), backend="c").kernels
+    linear = kernel.linear("c")
+    g = layout(linear)
+    assert g.graph["engine"] == "linear"
+    shown = [s for s in linear.src if node_key(s) in g]
+    ys = [g.nodes[node_key(s)]["pos"][1] for s in shown] + [g.nodes[node_key(linear)]["pos"][1]]
+    assert ys == sorted(ys, reverse=True)  # program order, top to bottom, the LINEAR node last
+    depth = 0
+    left = {}
+    for s in shown:  # one indent step per open RANGE, back at its END
+        if s.op is Ops.END:
+            depth -= 1
+        data = g.nodes[node_key(s)]
+        left[node_key(s)] = data["pos"][0] - data["width"] / 2
+        assert left[node_key(s)] == pytest.approx(28.0 * depth)
+        if s.op is Ops.RANGE:
+            depth += 1
+    edges = graph_json(g)["edges"]
+    root_index = list(g.nodes).index(node_key(linear))
+    assert edges and all(t != root_index for _, t, _ in edges)  # the LINEAR fan is implied by order
+    assert layout(linear, engine="layered").graph["engine"] == "layered"

@@ -330,8 +330,45 @@ def dot_available() -> bool:
     return shutil.which("dot") is not None
 
 
+def linear_root(graph: nx.DiGraph) -> str | None:
+    """The key of the root when it is a LINEAR program (laid out as a listing), else None."""
+    root = graph.graph.get("root")
+    return root if root in graph and graph.nodes[root]["op"] == "LINEAR" else None
+
+
+def linear_positions(graph: nx.DiGraph, root: str) -> dict[str, tuple[float, float]]:
+    """A LINEAR program as a listing: its instructions top to bottom in program order, indented one
+    step per open RANGE, the LINEAR node last.  Other nodes (none, usually) go to a column on the left."""
+    order = [source for source, _, _ in sorted(graph.in_edges(root, data="slot"), key=lambda edge: edge[2])]
+    listed = set(order)
+    positions: dict[str, tuple[float, float]] = {}
+    y, depth, indent = 0.0, 0, 28.0
+    for key in order + [root]:
+        data = graph.nodes[key]
+        if data["op"] == "END":
+            depth = max(0, depth - 1)
+        positions[key] = (depth * indent + data["width"] / 2, y - data["height"] / 2)
+        y -= data["height"] + 8.0
+        if data["op"] == "RANGE":
+            depth += 1
+    others = [k for k in graph.nodes if k not in listed and k != root]
+    y = 0.0
+    for key in others:
+        data = graph.nodes[key]
+        positions[key] = (-data["width"] / 2 - 40.0, y - data["height"] / 2)
+        y -= data["height"] + 8.0
+    return positions
+
+
 def place(graph: nx.DiGraph, engine: str = "auto") -> str:
-    """Give every node of ``graph`` a ``pos``; return the engine used ("dot" or "layered")."""
+    """Give every node of ``graph`` a ``pos``; return the engine used ("dot", "layered", or "linear"
+    for a LINEAR program under ``engine="auto"``)."""
+    root = linear_root(graph)
+    if root is not None and engine == "auto":
+        for key, pos in linear_positions(graph, root).items():
+            graph.nodes[key]["pos"] = pos
+        graph.graph.update(engine="linear", clusters=[], size=_extent(graph))
+        return "linear"
     # dot's crossing minimisation grows fast with size and with wide fans (a LINEAR over hundreds of
     # instructions): those go to the layered layout, which stays well under a second
     small = graph.number_of_nodes() <= DOT_NODE_LIMIT

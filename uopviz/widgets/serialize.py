@@ -65,6 +65,10 @@ def graph_json(graph: nx.DiGraph) -> dict[str, Any]:
     index_of = {k: i for i, k in enumerate(keys)}
     nodes = [node_json(k, graph.nodes[k], index_of) for k in keys]
     edges = [[index_of[s], index_of[t], slot] for s, t, slot in graph.edges(data="slot")]
+    if graph.graph.get("engine") == "linear":
+        # a listing shows program order by position: the LINEAR node's own fan of edges is implied
+        root = index_of.get(graph.graph.get("root"))
+        edges = [edge for edge in edges if edge[1] != root]
     return {
         "nodes": nodes,
         "edges": edges,

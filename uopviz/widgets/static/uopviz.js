@@ -169,6 +169,13 @@ const UOPVIZ = (() => {
       const [gw, gh] = this.extent;
       // room for the tool buttons above and the node count below
       const top = 40, bottom = 24, side = 16;
+      if (this.graph.engine === "linear") {
+        // a listing is read from the top: fit its width (at most 1:1), start at the first row
+        const k = Math.min(1.0, Math.max(0.05, (width - 2 * side - 120) / Math.max(gw, 1)));
+        this.view = { k, x: side + 40 - this.minX * k, y: top - this.minY * k };
+        this._applyView();
+        return;
+      }
       const k = Math.min(1.0, Math.max(0.02, Math.min((width - 2 * side) / Math.max(gw, 1),
         (height - top - bottom) / Math.max(gh, 1))));
       this.view = { k, x: (width - gw * k) / 2 - this.minX * k, y: top + (height - top - bottom - gh * k) / 2 - this.minY * k };
@@ -206,11 +213,20 @@ const UOPVIZ = (() => {
           `<text x="${c.x0 + 6}" y="${sy(c.y1) + 12}">${escapeXml(c.label)}</text></g>`);
       }
       parts.push('<g class="uv-edges">');
+      const listing = graph.engine === "linear";
       for (const [s, t] of graph.edges) {
         const a = graph.nodes[s], b = graph.nodes[t];
+        const cls = added.has(b.k) || changed.has(b.k) ? "uv-edge uv-edge-hot" : "uv-edge";
+        if (listing) {
+          // a listing: arcs on the right, wider for longer jumps, so they never cross the rows
+          const x1 = a.x + a.w / 2, y1 = sy(a.y), x2 = b.x + b.w / 2, y2 = sy(b.y);
+          const bulge = 16 + 0.18 * Math.abs(y2 - y1);
+          const xr = Math.max(x1, x2) + bulge;
+          parts.push(`<path class="${cls} uv-arc" d="M${x1},${y1} C${xr},${y1} ${xr},${y2} ${x2},${y2}"/>`);
+          continue;
+        }
         const x1 = a.x, y1 = sy(a.y) + a.h / 2, x2 = b.x, y2 = sy(b.y) - b.h / 2;
         const my = (y1 + y2) / 2;
-        const cls = added.has(b.k) || changed.has(b.k) ? "uv-edge uv-edge-hot" : "uv-edge";
         parts.push(`<path class="${cls}" d="M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}"/>`);
       }
       parts.push("</g><g class=\"uv-nodes\">");
