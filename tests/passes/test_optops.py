@@ -184,7 +184,8 @@ def test_tensor_core_emits_wmma(backend: str) -> None:
     out, expected = matmul(8, 12, 8)
     program = uv.compile(out, backend=backend, opts=[Opt(OptOp.TC, 0, (-1, 0, 1))])
     kernel = program.kernels[0]
-    assert kernel.axes == ((2, G), (2, G), (3, R), (4, U), (4, U), (4, AxisType.UNROLL))
+    unroll = AxisType.UNROLL  # C's elements are lanes (UPCAST), A's and B's the WMMA's operands (UNROLL)
+    assert kernel.axes == ((2, G), (2, G), (3, R), (16, U), (16, unroll), (16, unroll))
     linear = program.items[0].body.src[0]
     assert any(u.op is Ops.WMMA for u in linear.src)
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
@@ -316,3 +317,57 @@ def test_tuning_records_choose_the_opts_of_matching_kernels() -> None:
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-5, atol=1e-5)
     other = uv.compile(Tensor(np.ones((3, 5), np.float32)).sum(1), opts=records)
     assert other.kernels[0].opts == ()  # no record for it: no opts
+
+
+def _half_matmul(m: int, k: int, n: int) -> tuple[Tensor, np.ndarray]:
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
+    out = Tensor(a).cast(uv.dtypes.float32) @ Tensor(b).cast(uv.dtypes.float32)
+    return out, a.astype(np.float32) @ b.astype(np.float32)
+
+
+def _warp_tensor_core():
+    try:
+        from uopviz.backends.cuda import MMA_M16N8K16_F16_F32
+    except ImportError as error:  # the CUDA module declares the PTX tile; it needs no GPU to import
+        pytest.skip(f"the CUDA backend module is not importable: {error}")
+    return MMA_M16N8K16_F16_F32
+
+
+def test_warp_tensor_core_on_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tile spread over a 32-lane warp (mma.m16n8k16's layouts): TC makes a WARP axis and fragment
+    element axes; the interpreter runs the warp's lanes together and gathers the tiles."""
+    config = _warp_tensor_core()
+    python = uv.backends.get("python")
+    monkeypatch.setattr(python, "tensor_cores", (*python.tensor_cores, config))
+    out, expected = _half_matmul(32, 32, 16)
+    program = uv.compile(out, opts=[Opt(OptOp.TC, 0, (-1, 1, 1))])
+    assert program.kernels[0].name == "r_g2_g2_w32_R2_u4_r8_r4"  # C, A and B fragments: 4, 8, 4 elements
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-3, atol=1e-3)
+    more = uv.compile(out, opts=[Opt(OptOp.TC, 0, (-1, 1, 1)), split(0, 2, U)])  # two tiles per warp
+    np.testing.assert_allclose(more.run()[0], expected, rtol=1e-3, atol=1e-3)
+
+
+def test_cuda_tensor_core_program_runs_on_the_interpreter() -> None:
+    """The CUDA lowering (WARP as lidx0, mma fragments in half) renders without a GPU, and its linear
+    program gives the right values on the interpreter."""
+    _warp_tensor_core()
+    out, expected = _half_matmul(32, 16, 16)
+    program = uv.compile(out, backend="cuda", opts=[Opt(OptOp.TC, 0, (-1, 1, 1))], build=False)
+    assert "mma" in program.sources[0]
+    python = uv.backends.get("python")
+    for item in program.items:
+        linear = item.body.src[0]
+        item.compiled = python.compile(python.render(linear), str(linear.arg))
+    program.build = True
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_core_with_more_upcasts(backend: str) -> None:
+    out, expected = matmul(16, 8, 16)
+    opts = [Opt(OptOp.TC, 0, (-1, 0, 1)), split(1, 2, U), split(0, 2, U)]
+    program = uv.compile(out, backend=backend, opts=opts)
+    linear = program.items[0].body.src[0]
+    assert sum(u.op is Ops.WMMA for u in linear.src) == 4  # one tile per combination of the other lanes
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)

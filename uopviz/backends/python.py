@@ -44,7 +44,7 @@ from uopviz.backends.base import (
 from uopviz.core.alu import exec_alu_array
 from uopviz.core.alu import numpy_dtype as value_numpy_dtype
 from uopviz.core.dtype import AddrSpace, DType, dtypes
-from uopviz.core.ops import GroupOp, Ops
+from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -249,8 +249,15 @@ def gep(vector: Any, lanes: tuple[int, ...], source_count: int) -> np.ndarray:
 
 
 def wmma(a: Any, b: Any, c: Any, dims: tuple[int, int, int], layout_a: tuple, layout_b: tuple,
-         layout_c: tuple, dtype_in: str, dtype_out: str) -> np.ndarray:
-    """``D = A @ B + C`` of a one-thread tile: each operand's lanes placed by its layout."""
+         layout_c: tuple, dtype_in: str, dtype_out: str, threads: int = 1, warp_dim: int = -1,
+         lifted_shape: tuple[int, ...] = ()) -> np.ndarray:
+    """``D = A @ B + C`` of a tile: each operand's lanes placed by its layout.  With ``threads`` > 1 the
+    tile is spread over the lanes of a warp, which run along lifted dimension ``warp_dim`` (groups of
+    ``threads`` consecutive iterations): each warp's fragments are gathered into tiles, multiplied,
+    and the result's fragments handed back to its lanes."""
+    if threads > 1:
+        layouts = (layout_a, layout_b, layout_c)
+        return _warp_wmma(a, b, c, dims, layouts, dtype_in, dtype_out, threads, warp_dim, lifted_shape)
     m, n, k = dims
     out_dtype = dtypes.from_name(dtype_out)
     a, b, c = (np.asarray(x) for x in (a, b, c))
@@ -266,6 +273,36 @@ def wmma(a: Any, b: Any, c: Any, dims: tuple[int, int, int], layout_a: tuple, la
     for lane, (row, column) in enumerate(layout_c):
         out[..., lane] = exec_alu_array(Ops.ADD, out_dtype, (product[..., row, column], c[..., lane]))
     return out
+
+
+def _warp_wmma(a: Any, b: Any, c: Any, dims: tuple[int, int, int], layouts: tuple, dtype_in: str,
+               dtype_out: str, threads: int, warp_dim: int, lifted_shape: tuple[int, ...]) -> np.ndarray:
+    m, n, k = dims
+    out_dtype = dtypes.from_name(dtype_out)
+    storage = value_numpy_dtype(out_dtype)
+    size = lifted_shape[warp_dim]
+    fragments = []
+    for value, elements in ((a, len(layouts[0]) // threads), (b, len(layouts[1]) // threads),
+                            (c, len(layouts[2]) // threads)):
+        value = np.asarray(value)
+        shape = list(np.broadcast_shapes(value.shape[:-1], (1,) * len(lifted_shape)))
+        shape[warp_dim] = size
+        value = np.broadcast_to(value, (*shape, elements))
+        value = np.moveaxis(value, warp_dim, -2)  # (..., lanes of all warps, elements)
+        fragments.append(value.reshape(*value.shape[:-2], size // threads, threads * elements))
+    tiles = []
+    for fragment, layout, rows, columns, source in ((fragments[0], layouts[0], m, k, dtype_in),
+                                                    (fragments[1], layouts[1], k, n, dtype_in),
+                                                    (fragments[2], layouts[2], m, n, dtype_out)):
+        tile = np.zeros((*fragment.shape[:-1], rows, columns), dtype=storage)
+        where = np.array(layout)
+        tile[..., where[:, 0], where[:, 1]] = cast(fragment, source, dtype_out)
+        tiles.append(tile)
+    result = exec_alu_array(Ops.ADD, out_dtype, (np.matmul(tiles[0], tiles[1]), tiles[2]))
+    where = np.array(layouts[2])
+    out = result[..., where[:, 0], where[:, 1]]  # (..., warps, threads * elements of C)
+    out = out.reshape(*out.shape[:-2], size, len(layouts[2]) // threads)
+    return np.moveaxis(out, -2, warp_dim)
 
 
 RUNTIME: dict[str, Any] = {
@@ -338,6 +375,7 @@ class _Emitter:
     open_loops: list[tuple[UOp, bool]] = field(default_factory=list)
     counter: int = 0
     local_dims: tuple[int, ...] = ()
+    warp_dim: int | None = None  # the lifted dimension whose iterations are the lanes of warps
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -390,6 +428,9 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
     state = _Emitter(linear)
     state.local_dims = tuple(position_of[u] for u in lifted
                              if u.op is Ops.SPECIAL and u.arg.startswith("lidx"))
+    warps = [u for u in lifted if (u.op is Ops.RANGE and u.arg[1] is AxisType.WARP)
+             or (u.op is Ops.SPECIAL and u.arg == "lidx0")]
+    state.warp_dim = position_of[warps[0]] if warps else None
     params: dict[int, UOp] = {}
     written: set[int] = set()
     for u in program:
@@ -492,12 +533,17 @@ def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], posit
         expression = f"bitcast({state.ref(u.src[0])}, {source!r}, {target!r})"
     elif op is Ops.WMMA:
         config = u.arg
-        if not isinstance(config, TensorCore) or config.threads != 1:
-            raise _fail(u, position, "WMMA needs a one-thread TensorCore config (the Python backend emulates "
-                                     "tiles held by one thread)")
+        if not isinstance(config, TensorCore):
+            raise _fail(u, position, "WMMA's arg must be a TensorCore config")
+        warp = ""
+        if config.threads > 1:
+            if state.warp_dim is None or lifted_shape[state.warp_dim] % config.threads:
+                raise _fail(u, position, f"WMMA of {config.name} needs a warp of {config.threads} lanes: a "
+                                         f"WARP range or lidx0 whose size is a multiple of it")
+            warp = f", {config.threads}, {state.warp_dim}, {lifted_shape!r}"
         a, b, c = (state.ref(s) for s in u.src)
         expression = (f"wmma({a}, {b}, {c}, {config.dims!r}, {config.layout_a!r}, {config.layout_b!r}, "
-                      f"{config.layout_c!r}, {config.dtype_in.name!r}, {config.dtype_out.name!r})")
+                      f"{config.layout_c!r}, {config.dtype_in.name!r}, {config.dtype_out.name!r}{warp})")
     elif op in GroupOp.ELEMENTWISE:
         operands = ", ".join(state.ref(s) for s in u.src)
         expression = f"alu(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"

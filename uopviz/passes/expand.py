@@ -230,49 +230,49 @@ def _gep(vector: UOp, lanes: list[int]) -> UOp:
 
 
 def expand_tensor_core(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
-    """REDUCE(WMMA(a, b, c)) after TC: gather the A (M x K), B (K x N) and C (M x N) tiles from the
-    lanes of ``a`` and ``b`` in the tensor core's layouts; the WMMA consumes the K lanes."""
+    """REDUCE(WMMA(a, b, 0)) after TC: ``a``'s lanes over A's element range are its fragment (element
+    order), ``b``'s over B's, and the WMMA's result has one lane per element of C.  Lanes of other
+    UPCAST axes (opts applied after TC) make one WMMA per combination."""
     wmma = u.src[0]
-    config, m_range, n_range, k_range = wmma.arg
+    config, element_a, element_b, element_c, _ = wmma.arg
     a, b = wmma.src[0], wmma.src[1]
     loops = tuple(ctx.new[r] for r in u.src[1:] if r.arg[1] not in LANE_TYPES)
-    tile_axes = (m_range, n_range, k_range)
-    others = tuple(r for r in _union(ctx.lanes_of(a), ctx.lanes_of(b)) if not any(r is x for x in tile_axes))
-    if others:
-        raise ValueError(f"tensor core operands vary over other UPCAST/UNROLL axes {others}")
-    tiles = {}
-    for operand, value, rows, columns in (("a", a, m_range, k_range), ("b", b, k_range, n_range)):
-        axes = ctx.lanes_of(value)
-        full = broadcast(ctx.new[value], axes, _union(axes, (rows, columns)))
-        every = _union(axes, (rows, columns))
-        lanes = []
-        for row, column in config.layout(operand):
-            where = {rows: row, columns: column}
-            lane = 0
-            for r in every:
-                lane = lane * range_size(r) + where[r]
-            lanes.append(lane)
-        tiles[operand] = _gep(full, lanes)
-    out_axes = _union((m_range, n_range))
-    out_dtype = config.dtype_out.vec(config.elements("c"))
+    lanes_a, lanes_b = ctx.lanes_of(a), ctx.lanes_of(b)
+    others = tuple(r for r in _union(lanes_a, lanes_b) if not any(r is x for x in (element_a, element_b)))
+    full_a = broadcast(ctx.new[a], lanes_a, _union((element_a,), others))
+    full_b = broadcast(ctx.new[b], lanes_b, _union((element_b,), others))
     zero = UOp(Ops.VECTORIZE, (UOp.const(config.dtype_out, 0),) * config.elements("c"))
-    product_tile = UOp(Ops.WMMA, (tiles["a"], tiles["b"], zero), config)
-    assert product_tile.dtype == out_dtype
-    # the WMMA's lanes follow layout_c; bring them to row-major (m, n) order of the kernel
-    position = {coordinate: lane for lane, coordinate in enumerate(config.layout_c)}
-    order = [position[coordinate] for coordinate in _row_major(out_axes, m_range, n_range)]
-    value = _gep(product_tile, order)
+    results: dict[tuple[int, ...], UOp] = {}
+    for coordinates in product(*(range(range_size(r)) for r in others)):
+        fixed = dict(zip(others, coordinates))
+        tiles = [_gep(full, _lanes_where(_union((element,), others), fixed, element))
+                 for full, element in ((full_a, element_a), (full_b, element_b))]
+        results[coordinates] = UOp(Ops.WMMA, (*tiles, zero), config)
+    out_axes = _union((element_c,), others)
+    if not others:
+        value = results[()]
+    else:
+        lanes = []
+        for coordinates in product(*(range(range_size(r)) for r in out_axes)):
+            where = dict(zip(out_axes, coordinates))
+            result = results[tuple(where[r] for r in others)]
+            lanes.append(UOp(Ops.GEP, (result,), (where[element_c],)))
+        value = UOp(Ops.VECTORIZE, tuple(lanes))
     if not loops:
         return value, out_axes
     return UOp(Ops.REDUCE, (value, *loops), u.arg), out_axes
 
 
-def _row_major(axes: Axes, m_range: UOp, n_range: UOp) -> list[tuple[int, int]]:
-    """The ``(m, n)`` coordinate of each lane of a value whose lane axes are ``axes`` (M and N)."""
+def _lanes_where(axes: Axes, fixed: dict[UOp, int], varying: UOp) -> list[int]:
+    """The lanes (row-major over ``axes``) where the ``fixed`` axes have their values, in the order of
+    the ``varying`` axis."""
     out = []
-    for coordinates in product(*(range(range_size(r)) for r in axes)):
-        where = dict(zip(axes, coordinates))
-        out.append((where[m_range], where[n_range]))
+    for value in range(range_size(varying)):
+        where = {**fixed, varying: value}
+        lane = 0
+        for r in axes:
+            lane = lane * range_size(r) + where[r]
+        out.append(lane)
     return out
 
 

@@ -209,10 +209,12 @@ class Kernel:
             if u.op.is_elementwise and u.op not in (Ops.CAST, Ops.WHERE) and u.dtype.scalar.is_float \
                     and u.op not in (Ops.CMP_LT, Ops.CMP_NE):
                 total += math.prod(range_size(r) for r in ranges) * u.dtype.count
-            elif u.op is Ops.REDUCE and u.dtype.scalar.is_float:
+            elif u.op is Ops.REDUCE and u.dtype.scalar.is_float and u.src[0].op is not Ops.WMMA:
                 total += math.prod(range_size(r) for r in ranges) * u.dtype.count
-            elif u.op is Ops.WMMA:
-                total += math.prod(range_size(r) for r in ranges) * u.arg[0].flops
+            elif u.op is Ops.WMMA:  # one tile per thread of the warp, per iteration of the other loops
+                config, fragment_a, fragment_b = u.arg[0], u.arg[1], u.arg[2]
+                around = [r for r in ranges if r is not fragment_a and r is not fragment_b]
+                total += math.prod(range_size(r) for r in around) * config.flops // config.threads
         return total
 
     @property
@@ -300,8 +302,12 @@ def _axis(kernel: Kernel, opt: Opt, what: str = "axis") -> UOp:
     return kernel.ranges[opt.axis]
 
 
-def _lanes(ranges: Sequence[UOp]) -> int:
-    return math.prod(range_size(r) for r in ranges if r.arg[1] in LANE_TYPES)
+def _lanes(kernel: Kernel) -> int:
+    """UPCAST x UNROLL lanes of a kernel (a tensor core's fragment axes count once: a fragment is one
+    register of the WMMA, not lanes multiplied into every value)."""
+    fragments = {r for u in kernel.ast.toposort() if u.op is Ops.WMMA and isinstance(u.arg, tuple)
+                 for r in u.arg[1:3]}
+    return math.prod(range_size(r) for r in kernel.ranges if r.arg[1] in LANE_TYPES and r not in fragments)
 
 
 def split_axis(kernel: Kernel, opt: Opt) -> UOp:
@@ -330,8 +336,8 @@ def split_axis(kernel: Kernel, opt: Opt) -> UOp:
         raise OptError(f"{opt}: factor {factor} does not divide axis {opt.axis} of size {size}; "
                        f"PADTO it first")
     _check_backend(kernel, opt, target)
-    if target in LANE_TYPES and _lanes(kernel.ranges) * factor > MAX_LANES:
-        raise OptError(f"{opt}: the kernel would have {_lanes(kernel.ranges) * factor} UPCAST/UNROLL lanes; "
+    if target in LANE_TYPES and _lanes(kernel) * factor > MAX_LANES:
+        raise OptError(f"{opt}: the kernel would have {_lanes(kernel) * factor} UPCAST/UNROLL lanes; "
                        f"at most {MAX_LANES}")
     rest = size // factor
     ordered = list(kernel.ranges)
@@ -441,7 +447,10 @@ def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
     padded_size = -(-size // multiple) * multiple
     if padded_size == size:
         raise OptError(f"{opt}: axis {opt.axis} of size {size} is already a multiple of {multiple}")
-    if axis_type in LANE_TYPES and _lanes(kernel.ranges) // size * padded_size > MAX_LANES:
+    if any(u.op is Ops.WMMA and isinstance(u.arg, tuple) and any(a is r for a in u.arg[1:])
+           for u in kernel.ast.toposort()):
+        raise OptError(f"{opt}: axis {opt.axis} is a tensor core's tile axis; its size is the tile's")
+    if axis_type in LANE_TYPES and _lanes(kernel) // size * padded_size > MAX_LANES:
         raise OptError(f"{opt}: padding would make more than {MAX_LANES} lanes")
     padded = UOp.range(padded_size, axis_type, r.arg[0])
     ast = substitute_ranges(kernel.ast, {r: padded})

@@ -101,10 +101,13 @@ def lower_reductions(ast: UOp) -> UOp:
 
 def to_special(ast: UOp) -> UOp:
     """GLOBAL and LOCAL ranges become SPECIAL ``gidxN`` / ``lidxN`` (innermost is dimension 0; at
-    most three of each: further GLOBAL ranges stay loops in every thread)."""
+    most three of each: further GLOBAL ranges stay loops in every thread).  A WARP range is
+    ``lidx0``, so the lanes of a warp are consecutive threads."""
     mapping: dict[UOp, UOp] = {}
-    for axis_type, prefix in ((AxisType.GLOBAL, "gidx"), (AxisType.LOCAL, "lidx")):
-        chosen = [r for r in ranges_of(ast) if r.arg[1] is axis_type][-3:]
+    ranges = ranges_of(ast)
+    for prefix, chosen in (("gidx", [r for r in ranges if r.arg[1] is AxisType.GLOBAL][-3:]),
+                           ("lidx", ([r for r in ranges if r.arg[1] is AxisType.LOCAL]
+                                     + [r for r in ranges if r.arg[1] is AxisType.WARP])[-3:])):
         for dimension, r in enumerate(reversed(chosen)):
             mapping[r] = UOp(Ops.SPECIAL, (r.src[0],), f"{prefix}{dimension}")
     return substitute(ast, mapping) if mapping else ast

@@ -28,11 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from uopviz.backends.base import TensorCore
 from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp
-from uopviz.passes.indexing import flat_index
+from uopviz.passes.indexing import flat_index, iadd, iconst, idiv, imod, imul
 from uopviz.passes.kernel import (
     LANE_TYPES,
     REDUCE_TYPES,
@@ -104,16 +105,15 @@ def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
     else:
         raise OptError(f"{opt}: tc_select {tc_select!r} is not one of the matching tensor cores "
                        f"{[cores.index(tc) for tc in matching]}")
-    if config.threads != 1:
-        raise OptError(f"{opt}: tensor core {config.name} spreads its tile over {config.threads} threads; "
-                       f"WARP axes are not lowered by this pipeline yet")
     tile_m, tile_n, tile_k = config.dims
     for r, tile, what in ((m_range, tile_m, "M"), (n_range, tile_n, "N"), (k_range, tile_k, "K")):
         if range_size(r) % tile:
             raise OptError(f"{opt}: the {what} axis of size {range_size(r)} is not a multiple of the "
                            f"tile's {tile}; PADTO it first")
-    # r = outer * tile + inner for M, N (inner UPCAST) and K (inner UNROLL); the outer parts keep
-    # their numbers (so their loops keep their places), the tiles come last in kernel order
+    if mode == 1:
+        return _tensor_core_wmma(kernel, config, reduce, (a_in, b_in), m_range, n_range, k_range)
+    # mode 3: r = outer * tile + inner for M, N (inner UPCAST) and K (inner UNROLL); the outer parts
+    # keep their numbers (so their loops keep their places), the tiles come last in kernel order
     mapping: dict[UOp, UOp] = {}
     inner: dict[str, UOp] = {}
     for number, (key, r, tile, target) in enumerate((("m", m_range, tile_m, AxisType.UPCAST),
@@ -126,14 +126,76 @@ def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
         else:
             outer = UOp.range(rest, r.arg[1], r.arg[0])
             mapping[r] = outer * UOp.const(outer.dtype, tile) + inner[key]
-    ast = substitute_ranges(kernel.ast, mapping)
-    if mode == 3:
-        return ast
-    reduce = next(u for u in ast.toposort() if u.op is Ops.REDUCE and u.src[0].op is Ops.MUL
-                  and any(s is inner["k"] for s in u.src[1:]))
-    a, b = reduce.src[0].src
-    wmma = UOp(Ops.WMMA, (a, b, UOp.const(reduce.dtype, 0)), (config, inner["m"], inner["n"], inner["k"]))
-    return substitute_ranges(ast, {reduce.src[0]: wmma})
+    return substitute_ranges(kernel.ast, mapping)
+
+
+def _bit(x: UOp, bit: int) -> UOp:
+    """Bit ``bit`` of the index ``x`` (0 or 1)."""
+    return imod(idiv(x, 1 << bit), 2)
+
+
+def _select(x: UOp, values: Sequence[UOp]) -> UOp:
+    """``values[x]`` for an index ``x`` in ``range(len(values))``, as a chain of WHEREs."""
+    out = values[-1]
+    for i in range(len(values) - 2, -1, -1):
+        out = UOp(Ops.WHERE, (UOp(Ops.CMP_NE, (x, iconst(i))), out, values[i]))
+    return out
+
+
+def layout_expression(config: TensorCore, operand: str, axis: int, lane: UOp | None, element: UOp) -> UOp:
+    """The row (``axis`` 0) or column (1) of ``operand``'s tile that element ``element`` of warp lane
+    ``lane`` holds, as an index expression: a sum of bits of the lane and the element where the
+    layout is such a bit permutation (the PTX layouts are), else a selection among the entries."""
+    threads, count = config.threads, config.elements(operand)
+    table = [[config.coordinate(operand, t, e)[axis] for e in range(count)] for t in range(threads)]
+    base = table[0][0]
+    lane_bits = {b: table[1 << b][0] - base for b in range((threads - 1).bit_length())}
+    element_bits = {b: table[0][1 << b] - base for b in range((count - 1).bit_length())}
+    def predicted(t: int, e: int) -> int:
+        return base + sum(w for b, w in lane_bits.items() if t >> b & 1) + \
+            sum(w for b, w in element_bits.items() if e >> b & 1)
+
+    if all(table[t][e] == predicted(t, e) for t in range(threads) for e in range(count)):
+        out = iconst(base)
+        for b, weight in element_bits.items():
+            out = iadd(out, imul(_bit(element, b), weight))
+        for b, weight in lane_bits.items():
+            out = iadd(out, imul(_bit(lane, b), weight))
+        return out
+    per_element = [_select(lane, [iconst(table[t][e]) for t in range(threads)]) if lane is not None
+                   else iconst(table[0][e]) for e in range(count)]
+    return _select(element, per_element)
+
+
+def _tensor_core_wmma(kernel: Kernel, config: TensorCore, reduce: UOp, operands: tuple[UOp, UOp],
+                      m_range: UOp, n_range: UOp, k_range: UOp) -> UOp:
+    """TC mode 1: each of M, N, K becomes ``outer * tile + coordinate``, where the coordinate comes
+    from the tensor core's layout of the operand at hand: A's elements (an UNROLL range ``ea``), B's
+    (UNROLL ``eb``) and the result's (UPCAST ``ec``), over the WARP lanes (a WARP range, when the tile
+    is spread over several threads).  The multiply-reduce becomes ``REDUCE(WMMA(a, b, 0))``."""
+    tile_m, tile_n, tile_k = config.dims
+    elements = {name: UOp.range(config.elements(name), kind, 30_000 + i)
+                for i, (name, kind) in enumerate((("a", AxisType.UNROLL), ("b", AxisType.UNROLL),
+                                                  ("c", AxisType.UPCAST)))}
+    warp = UOp.range(config.threads, AxisType.WARP, 30_003) if config.threads > 1 else None
+
+    def outer(r: UOp, tile: int) -> UOp:
+        rest = range_size(r) // tile
+        return iconst(0) if rest == 1 else imul(UOp.range(rest, r.arg[1], r.arg[0]), tile)
+
+    def at(r: UOp, tile: int, operand: str, axis: int) -> UOp:
+        return iadd(outer(r, tile), layout_expression(config, operand, axis, warp, elements[operand]))
+
+    a, b = operands  # in the tensor core's input dtype: the WMMA converts to its output dtype
+    a = substitute(a, {m_range: at(m_range, tile_m, "a", 0), k_range: at(k_range, tile_k, "a", 1)})
+    b = substitute(b, {k_range: at(k_range, tile_k, "b", 0), n_range: at(n_range, tile_n, "b", 1)})
+    wmma = UOp(Ops.WMMA, (a, b, UOp.const(reduce.dtype, 0)), (config, elements["a"], elements["b"],
+                                                                elements["c"], warp))
+    k_loop = [x for x in outer(k_range, tile_k).toposort() if x.op is Ops.RANGE]
+    loops = [r for r in reduce.src[1:] if r is not k_range] + k_loop
+    new_reduce = UOp(Ops.REDUCE, (wmma, *loops), reduce.arg)  # (no loops: Expand still finds the tile)
+    ast = substitute(kernel.ast, {reduce: new_reduce})
+    return substitute(ast, {m_range: at(m_range, tile_m, "c", 0), n_range: at(n_range, tile_n, "c", 1)})
 
 
 # ---------------------------------------------------------------------------------------------
