@@ -18,8 +18,10 @@ The OptOps (spec "Kernel Optimizations"):
 * ``SWAP(i, j)``: exchange two axes of the same group (their loop nesting).
 * ``NOLOCALS``: no LOCAL axes from now on.
 * ``TC(reduce_index, (tc_select, tc_opt, mode))``: a tensor core: the M, N and K axes of a
-  multiply-reduce are split into UPCAST (M, N) and UNROLL (K) dims of the tile's sizes and the
-  multiply-accumulate becomes ``WMMA``.  Only as the first opt.
+  multiply-reduce are split into the tile and what is left; the tile becomes WARP lanes (for tiles
+  spread over a warp), UNROLL fragment axes of A and B and an UPCAST fragment axis of the result,
+  and the multiply-accumulate becomes ``WMMA`` (``tc_opt`` 1 allows casts of the operands; mode 3
+  only splits M, N into UPCAST and K into UNROLL tiles).  Only as the first opt.
 """
 
 from __future__ import annotations

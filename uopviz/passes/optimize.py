@@ -61,9 +61,10 @@ def _depends(u: UOp, r: UOp) -> bool:
 
 
 def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
-    """TC: split M, N into UPCAST tiles and K into an UNROLL tile of a tensor core's sizes; the
-    multiply-reduce becomes ``REDUCE(WMMA(a, b, 0))`` (mode 1), or keeps its multiply with only the
-    tile shapes made (mode 3, an emulation of the layout)."""
+    """TC on the ``reduce_index``-th reduce axis: find the multiply-reduce, its M (an output axis only
+    the first operand varies over), N (only the second) and a matching tensor core; then mode 1
+    emits ``REDUCE(WMMA(a, b, 0))`` over the tile's fragments and warp (``_tensor_core_wmma``), and
+    mode 3 only splits M, N into UPCAST and K into UNROLL tiles of the tile's sizes."""
     if not (isinstance(opt.arg, tuple) and len(opt.arg) == 3):
         raise OptError(f"{opt}: TC's arg is (tc_select, tc_opt, mode)")
     tc_select, tc_opt, mode = opt.arg
