@@ -86,8 +86,12 @@ def test_beam_on_gemm_256_is_at_least_as_fast_as_the_heuristic(tmp_path) -> None
         cache=BeamCache(tmp_path / "beam.sqlite"),
     )
     assert result.heuristic is not None and result.heuristic.ok
-    assert result.best.run_s <= result.heuristic.run_s
-    assert result.best.run_s <= result.baseline.run_s
+    fastest = min(c.run_s for c in result.candidates if c.ok)
+    assert fastest <= result.heuristic.run_s and fastest <= result.baseline.run_s
+    # the finalists (the heuristic among them) were timed again; the winner is the fastest of those
+    assert result.heuristic.verified_s is not None and result.best.verified_s is not None
+    assert result.best.verified_s <= result.heuristic.verified_s
+    assert result.best.verified_s == min(c.verified_s for c in result.candidates if c.verified_s is not None)
     # the chosen opts, applied by the pipeline, compute the right thing
     program = uv.compile([uv.Tensor(a) @ uv.Tensor(b)], backend="c", opts=list(result.opts))
     np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-3, atol=1e-3)
@@ -107,7 +111,7 @@ def test_beam_on_gemm_256_is_at_least_as_fast_as_the_heuristic(tmp_path) -> None
     # the table: one row per distinct candidate, with UOp counts, compile and run times
     rows = result.table()
     assert len(rows) == len(result.candidates) >= 3
-    assert rows[0]["run_s"] == result.best.run_s
+    assert rows[0]["run_s"] == fastest
     timed = [c for c in result.candidates if c.ok]
     assert all(c.uop_count and c.compile_s is not None for c in timed)
     assert len({tuple(map(repr, c.opts)) for c in result.candidates}) == len(result.candidates)
@@ -115,7 +119,7 @@ def test_beam_on_gemm_256_is_at_least_as_fast_as_the_heuristic(tmp_path) -> None
     assert [e.done for e in events] == list(range(1, len(events) + 1)) and events[-1].done == len(
         result.candidates
     )
-    assert events[-1].best is result.best
+    assert events[-1].best.run_s == fastest
 
 
 @needs_c
@@ -133,8 +137,10 @@ def test_results_come_from_the_sqlite_cache_the_second_time(tmp_path) -> None:
             and again[opts].run_s == candidate.run_s
             and again[opts].error == candidate.error
         )
-    if all(c.cacheable for c in first.candidates):
-        assert second.opts == first.opts and second.best.run_s == first.best.run_s
+    if all(c.cacheable for c in first.candidates):  # the search itself replays exactly
+        fastest = min((c for c in first.candidates if c.ok), key=lambda c: c.run_s)
+        replay = min((c for c in second.candidates if c.ok), key=lambda c: c.run_s)
+        assert replay.opts == fastest.opts and replay.run_s == fastest.run_s
 
 
 @needs_c
