@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# Running a notebook may take RUN_TIMEOUT_S on a loaded 2-core machine, and a test runs up to two
+# notebooks: the global 300 s pytest timeout would cut it short of its own deadlines.
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 TOUR = "notebooks/00_tour.ipynb"
 RUN_TIMEOUT_S = 420
