@@ -30,6 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, Rule, UPat
 from uopviz.core.tensor import Tensor
@@ -137,6 +138,54 @@ def _reduce_gradient(ctx: Tensor, node: UOp) -> tuple:
     return ((ctx * _t(node)).expand(source.shape) / source,)
 
 
+def _index_gradient(ctx: Tensor, node: UOp) -> tuple:
+    """INDEX reads ``T[i0, i1, ..., rest]``: its gradient scatters ``g`` back to the rows it read, as the
+    spec's scatter_add does: a one-hot mask of the flattened row number, multiplied and summed."""
+    source, indices = node.src[0], node.src[1:]
+    indexed = source.shape[:len(indices)]
+    rest = source.shape[len(indices):]
+    rows, rest_size = math.prod(indexed), math.prod(rest)
+    index_dims = [i.shape for i in indices]  # each () or (k,)
+    rank = sum(len(d) for d in index_dims)
+    flat: Tensor | None = None
+    strides = [math.prod(indexed[j + 1:]) for j in range(len(indices))]
+    position = 0
+    for index, dims, row_stride in zip(indices, index_dims, strides, strict=True):
+        shape = [1] * rank
+        if dims:
+            shape[position] = dims[0]
+            position += 1
+        term = _t(index).cast(dtypes.int32).reshape(*shape) * row_stride if rank else \
+            _t(index).cast(dtypes.int32) * row_stride
+        flat = term if flat is None else flat + term
+    count = math.prod(d[0] for d in index_dims if d)
+    row_numbers = Tensor.arange(rows).cast(dtypes.int32).reshape(rows, 1)
+    one_hot = (row_numbers == flat.reshape(1, count)).cast(ctx.dtype)
+    spread = (one_hot.reshape(rows, count, 1) * ctx.reshape(1, count, rest_size)).sum(1, dtype=ctx.dtype)
+    return (spread.reshape(*source.shape), *(None for _ in indices))
+
+
+def _slice_gradient(ctx: Tensor, node: UOp) -> tuple:
+    """SLICE views ``size`` elements from ``offset``: the gradient lands there in a zero-filled flat copy.
+    A SLICE that reinterprets the dtype carries no gradient, like BITCAST."""
+    source, offset = node.src
+    if node.dtype != source.dtype:
+        return (None, None)
+    if offset.op is not Ops.CONST:
+        raise GradientError("the gradient of a SLICE needs a constant offset")
+    start = offset.const_value
+    padded = _t(ctx.uop.pad((start,), (source.size,)))
+    return (padded.reshape(*source.shape), None)
+
+
+def _replicated_gradient(ctx: Tensor, node: UOp) -> tuple:
+    """REPLICATED keeps one value for identical replicas; we read it as their mean, so each replica
+    receives an equal share of the gradient (any choice gives the same forward value)."""
+    source = node.src[0]
+    copies = math.prod(source.shape[a] for a in node.arg)
+    return (ctx.expand(*source.shape) / copies,)
+
+
 def _copy_gradient(ctx: Tensor, node: UOp) -> tuple:
     device = node.src[0].device
     return (ctx if device is None else ctx.copy(device),)
@@ -186,6 +235,9 @@ gradient_rules = PatternMatcher([
           "d contiguous_backward = contiguous(g)"),
     _rule(Ops.DETACH, lambda ctx, node: (None,), "detach stops the gradient"),
     _rule(Ops.COPY, _copy_gradient, "d copy = copy back"),
+    _rule(Ops.INDEX, _index_gradient, "d index = scatter g to the rows read (one-hot, as scatter_add)"),
+    _rule(Ops.SLICE, _slice_gradient, "d slice = g padded into place"),
+    _rule(Ops.REPLICATED, _replicated_gradient, "d replicated = g shared by the replicas"),
 ], name="gradient rules")
 
 # ops through which no gradient flows (their results are not differentiable in their sources)
