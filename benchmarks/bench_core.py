@@ -33,15 +33,19 @@ def rewrite_graph_ours() -> UOp:
     return x
 
 
-OUR_RULES = PatternMatcher([
-    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, 1))), lambda x: x, "x*1 -> x"),
-    (UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))),
-     lambda a, b: UOp.const(a.dtype, a.const_value + b.const_value), "fold add"),
-])
+OUR_RULES = PatternMatcher(
+    [
+        (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, 1))), lambda x: x, "x*1 -> x"),
+        (
+            UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))),
+            lambda a, b: UOp.const(a.dtype, a.const_value + b.const_value),
+            "fold add",
+        ),
+    ]
+)
 
 
 def tinygrad_parts():
-    from tinygrad.dtype import dtypes as tg_dtypes
     from tinygrad.uop.ops import Ops as TgOps
     from tinygrad.uop.ops import PatternMatcher as TgPatternMatcher
     from tinygrad.uop.ops import UOp as TgUOp
@@ -60,11 +64,18 @@ def tinygrad_parts():
             x = (x + x.const_like(i % 5)) * x.const_like(1)
         return x
 
-    rules = TgPatternMatcher([
-        (TgUPat(TgOps.MUL, src=(TgUPat.var("x"), TgUPat.cvar("c"))), lambda x, c: x if c.arg == 1 else None),
-        (TgUPat(TgOps.ADD, src=(TgUPat.cvar("a"), TgUPat.cvar("b"))),
-         lambda a, b: a.const_like(a.arg + b.arg)),
-    ])
+    rules = TgPatternMatcher(
+        [
+            (
+                TgUPat(TgOps.MUL, src=(TgUPat.var("x"), TgUPat.cvar("c"))),
+                lambda x, c: x if c.arg == 1 else None,
+            ),
+            (
+                TgUPat(TgOps.ADD, src=(TgUPat.cvar("a"), TgUPat.cvar("b"))),
+                lambda a, b: a.const_like(a.arg + b.arg),
+            ),
+        ]
+    )
     return build, rewrite_graph, rules, tg_graph_rewrite
 
 
@@ -115,10 +126,26 @@ def run() -> list[dict]:
     if tg_build is not None:
         tg_graph = tg_rewrite_graph()
         theirs = measure_cold(lambda: tg_graph_rewrite(tg_graph, tg_rules))
-        rows.append(row(f"rewrite {nodes} nodes, tracing off", off, peer=peer, peer_s=theirs,
-                        notes=f"{nodes / off / 1e3:.0f}k nodes/s"))
+        rows.append(
+            row(
+                f"rewrite {nodes} nodes, tracing off",
+                off,
+                peer=peer,
+                peer_s=theirs,
+                notes=f"{nodes / off / 1e3:.0f}k nodes/s",
+            )
+        )
     else:
-        rows.append(row(f"rewrite {nodes} nodes, tracing off", off, notes=f"{nodes / off / 1e3:.0f}k nodes/s"))
-    rows.append(row(f"rewrite {nodes} nodes, tracing on", on, peer="uopviz tracing off", peer_s=off,
-                    notes=f"tracing overhead {100 * (on / off - 1):.1f}% (goal < 20%)"))
+        rows.append(
+            row(f"rewrite {nodes} nodes, tracing off", off, notes=f"{nodes / off / 1e3:.0f}k nodes/s")
+        )
+    rows.append(
+        row(
+            f"rewrite {nodes} nodes, tracing on",
+            on,
+            peer="uopviz tracing off",
+            peer_s=off,
+            notes=f"tracing overhead {100 * (on / off - 1):.1f}% (goal < 20%)",
+        )
+    )
     return rows

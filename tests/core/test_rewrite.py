@@ -11,15 +11,22 @@ from uopviz import Ops, PatternMatcher, RewriteError, UOp, UPat, dtypes, graph_r
 idx = dtypes.index
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-double_add = PatternMatcher([
-    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2),
-])
+double_add = PatternMatcher(
+    [
+        (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2),
+    ]
+)
 
-fold_constants = PatternMatcher([
-    (UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))), lambda a, b: UOp.const(a.dtype, a.const_value + b.const_value),
-     "fold constant add"),
-    (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(None, 1)]), lambda x: x, "x*1 -> x"),
-])
+fold_constants = PatternMatcher(
+    [
+        (
+            UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))),
+            lambda a, b: UOp.const(a.dtype, a.const_value + b.const_value),
+            "fold constant add",
+        ),
+        (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(None, 1)]), lambda x: x, "x*1 -> x"),
+    ]
+)
 
 
 def test_same_name_twice_must_bind_the_same_uop():
@@ -84,8 +91,9 @@ def test_named_rule_location_points_at_its_own_line():
     step = trace.passes[-1].steps[0]
     assert step.rule == "fold constant add"
     path, line = step.location.rsplit(":", 1)
-    assert "fold constant add" in linecache.getline(os.path.join(ROOT, path), int(line)) or \
-        "UPat(Ops.ADD" in linecache.getline(os.path.join(ROOT, path), int(line))
+    assert "fold constant add" in linecache.getline(
+        os.path.join(ROOT, path), int(line)
+    ) or "UPat(Ops.ADD" in linecache.getline(os.path.join(ROOT, path), int(line))
 
 
 def named_function_rule(x):
@@ -93,9 +101,11 @@ def named_function_rule(x):
 
 
 def test_named_function_rule_uses_pattern_line():
-    pm = PatternMatcher([
-        (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), named_function_rule),  # the rule's line
-    ])
+    pm = PatternMatcher(
+        [
+            (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), named_function_rule),  # the rule's line
+        ]
+    )
     r = UOp.range(3)
     with tracing() as trace:
         graph_rewrite(r + r, pm)
@@ -139,10 +149,20 @@ def test_no_trace_outside_tracing():
 
 
 def test_rewrite_loop_is_a_clear_error():
-    flip = PatternMatcher([
-        (UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: UOp(Ops.MUL, (a, b)), "add to mul"),
-        (UPat(Ops.MUL, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: UOp(Ops.ADD, (a, b)), "mul to add"),
-    ])
+    flip = PatternMatcher(
+        [
+            (
+                UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))),
+                lambda a, b: UOp(Ops.MUL, (a, b)),
+                "add to mul",
+            ),
+            (
+                UPat(Ops.MUL, src=(UPat.var("a"), UPat.var("b"))),
+                lambda a, b: UOp(Ops.ADD, (a, b)),
+                "mul to add",
+            ),
+        ]
+    )
     with pytest.raises(RewriteError, match="rewrite loop"):
         graph_rewrite(UOp.range(3) + UOp.range(4), flip)
 
@@ -174,7 +194,7 @@ def test_ctx_is_passed_to_rules_that_ask():
 
 def test_large_graph_rewrite():
     x = UOp.const(idx, 0)
-    for i in range(20_000):
+    for _ in range(20_000):
         x = x + UOp.const(idx, 1) * 1
     out = graph_rewrite(x, fold_constants)
     assert out is UOp.const(idx, 20_000)

@@ -24,39 +24,140 @@ def buf(size=16, dtype=f32, device="CPU"):
 
 
 def test_every_spec_op_exists_in_upper_snake_case():
-    names = ["PARAM", "BUFFER", "CONST", "BINARY", "PERMUTE", "FLIP", "RESHAPE", "EXPAND", "PAD", "SHRINK",
-             "INDEX", "STACK", "REPLICATED", "SLICE", "BITCAST", "REDUCE", "FUNCTION", "CALL", "TUPLE",
-             "GET_TUPLE", "LOAD", "STORE", "RANGE", "END", "AFTER", "GROUP", "SINK", "LINEAR", "RECIP", "TRUNC",
-             "CAST", "ADD", "MUL", "MAX", "MOD", "IDIV", "CMP_LT", "CMP_NE", "XOR", "OR", "AND", "SHR", "SHL",
-             "WHERE", "NEG", "SUB", "DIV", "CMP_GT", "CMP_GE", "CMP_LE", "CMP_EQ", "NOT", "EXP2", "LOG2", "SIN",
-             "SQRT", "POW", "MULACC", "THREEFRY", "CONTIGUOUS", "CONTIGUOUS_BACKWARD", "DETACH", "BARRIER", "INS",
-             "SPECIAL", "IF", "ENDIF", "WMMA", "CUSTOM", "ATOMIC_ADD", "CUSTOM_FUNCTION", "PROGRAM", "SOURCE", "COPY"]
+    names = [
+        "PARAM",
+        "BUFFER",
+        "CONST",
+        "BINARY",
+        "PERMUTE",
+        "FLIP",
+        "RESHAPE",
+        "EXPAND",
+        "PAD",
+        "SHRINK",
+        "INDEX",
+        "STACK",
+        "REPLICATED",
+        "SLICE",
+        "BITCAST",
+        "REDUCE",
+        "FUNCTION",
+        "CALL",
+        "TUPLE",
+        "GET_TUPLE",
+        "LOAD",
+        "STORE",
+        "RANGE",
+        "END",
+        "AFTER",
+        "GROUP",
+        "SINK",
+        "LINEAR",
+        "RECIP",
+        "TRUNC",
+        "CAST",
+        "ADD",
+        "MUL",
+        "MAX",
+        "MOD",
+        "IDIV",
+        "CMP_LT",
+        "CMP_NE",
+        "XOR",
+        "OR",
+        "AND",
+        "SHR",
+        "SHL",
+        "WHERE",
+        "NEG",
+        "SUB",
+        "DIV",
+        "CMP_GT",
+        "CMP_GE",
+        "CMP_LE",
+        "CMP_EQ",
+        "NOT",
+        "EXP2",
+        "LOG2",
+        "SIN",
+        "SQRT",
+        "POW",
+        "MULACC",
+        "THREEFRY",
+        "CONTIGUOUS",
+        "CONTIGUOUS_BACKWARD",
+        "DETACH",
+        "BARRIER",
+        "INS",
+        "SPECIAL",
+        "IF",
+        "ENDIF",
+        "WMMA",
+        "CUSTOM",
+        "ATOMIC_ADD",
+        "CUSTOM_FUNCTION",
+        "PROGRAM",
+        "SOURCE",
+        "COPY",
+    ]
     for name in names:
         assert hasattr(Ops, name), name
 
 
-@pytest.mark.parametrize("family,color", [
-    (OpFamily.MOVEMENT, "#2E7D32"), (OpFamily.REDUCE, "#C62828"), (OpFamily.ELEMENTWISE, "#F9A825"),
-    (OpFamily.CALL, "#1565C0"), (OpFamily.STORE, "#7B1FA2"), (OpFamily.LOAD, "#C08080"),
-    (OpFamily.ORDERING, "#795548"), (OpFamily.MARKER, "#E65100")])
+@pytest.mark.parametrize(
+    "family,color",
+    [
+        (OpFamily.MOVEMENT, "#2E7D32"),
+        (OpFamily.REDUCE, "#C62828"),
+        (OpFamily.ELEMENTWISE, "#F9A825"),
+        (OpFamily.CALL, "#1565C0"),
+        (OpFamily.STORE, "#7B1FA2"),
+        (OpFamily.LOAD, "#C08080"),
+        (OpFamily.ORDERING, "#795548"),
+        (OpFamily.MARKER, "#E65100"),
+    ],
+)
 def test_family_colours_are_the_specs(family, color):
     assert family.color.upper() == color.upper()
 
 
-@pytest.mark.parametrize("op,family", [
-    (Ops.ADD, OpFamily.ELEMENTWISE), (Ops.THREEFRY, OpFamily.ELEMENTWISE), (Ops.RESHAPE, OpFamily.MOVEMENT),
-    (Ops.BITCAST, OpFamily.MOVEMENT), (Ops.REDUCE, OpFamily.REDUCE), (Ops.GET_TUPLE, OpFamily.CALL),
-    (Ops.LOAD, OpFamily.LOAD), (Ops.COPY, OpFamily.LOAD), (Ops.STORE, OpFamily.STORE),
-    (Ops.RANGE, OpFamily.ORDERING), (Ops.SINK, OpFamily.ORDERING), (Ops.DETACH, OpFamily.MARKER),
-    (Ops.WMMA, OpFamily.CODEGEN), (Ops.CONST, OpFamily.SOURCE)])
+@pytest.mark.parametrize(
+    "op,family",
+    [
+        (Ops.ADD, OpFamily.ELEMENTWISE),
+        (Ops.THREEFRY, OpFamily.ELEMENTWISE),
+        (Ops.RESHAPE, OpFamily.MOVEMENT),
+        (Ops.BITCAST, OpFamily.MOVEMENT),
+        (Ops.REDUCE, OpFamily.REDUCE),
+        (Ops.GET_TUPLE, OpFamily.CALL),
+        (Ops.LOAD, OpFamily.LOAD),
+        (Ops.COPY, OpFamily.LOAD),
+        (Ops.STORE, OpFamily.STORE),
+        (Ops.RANGE, OpFamily.ORDERING),
+        (Ops.SINK, OpFamily.ORDERING),
+        (Ops.DETACH, OpFamily.MARKER),
+        (Ops.WMMA, OpFamily.CODEGEN),
+        (Ops.CONST, OpFamily.SOURCE),
+    ],
+)
 def test_op_family(op, family):
     assert op.family is family
 
 
-@pytest.mark.parametrize("axis_type,letter,color", [
-    (AxisType.GLOBAL, "g", "#1565C0"), (AxisType.LOCAL, "l", "#00838F"), (AxisType.WARP, "w", "#00ACC1"),
-    (AxisType.THREAD, "t", "#42A5F5"), (AxisType.LOOP, "L", "#616161"), (AxisType.REDUCE, "R", "#C62828"),
-    (AxisType.GROUP_REDUCE, "G", "#E53935"), (AxisType.UPCAST, "u", "#F9A825"), (AxisType.UNROLL, "r", "#7B1FA2")])
+@pytest.mark.parametrize(
+    "axis_type,letter,color",
+    [
+        (AxisType.GLOBAL, "g", "#1565C0"),
+        (AxisType.LOCAL, "l", "#00838F"),
+        (AxisType.WARP, "w", "#00ACC1"),
+        (AxisType.THREAD, "t", "#42A5F5"),
+        (AxisType.LOOP, "L", "#616161"),
+        (AxisType.REDUCE, "R", "#C62828"),
+        (AxisType.GROUP_REDUCE, "G", "#E53935"),
+        (AxisType.UPCAST, "u", "#F9A825"),
+        (AxisType.UNROLL, "r", "#7B1FA2"),
+    ],
+)
 def test_axis_types(axis_type, letter, color):
     assert axis_type.letter == letter and axis_type.color == color
     assert AxisType.from_letter(letter) is axis_type
@@ -151,11 +252,18 @@ def test_row_param():
     assert p.dtype is f32 and p.shape == (3, 5) and p.device == "CPU" and p.min_max == (-math.inf, math.inf)
 
 
-@pytest.mark.parametrize("build,shape", [
-    (lambda t: t.reshape((2, 8)), (2, 8)), (lambda t: t.reshape((4, 4)).permute((1, 0)), (4, 4)),
-    (lambda t: t.reshape((1, 16)).expand((3, 16)), (3, 16)), (lambda t: t.pad((2,), (20,)), (20,)),
-    (lambda t: t.shrink((3,), (5,)), (5,)), (lambda t: t.flip((True,)), (16,)),
-    (lambda t: t.reshape((4, 4)).replicated((0,)), (1, 4))])
+@pytest.mark.parametrize(
+    "build,shape",
+    [
+        (lambda t: t.reshape((2, 8)), (2, 8)),
+        (lambda t: t.reshape((4, 4)).permute((1, 0)), (4, 4)),
+        (lambda t: t.reshape((1, 16)).expand((3, 16)), (3, 16)),
+        (lambda t: t.pad((2,), (20,)), (20,)),
+        (lambda t: t.shrink((3,), (5,)), (5,)),
+        (lambda t: t.flip((True,)), (16,)),
+        (lambda t: t.reshape((4, 4)).replicated((0,)), (1, 4)),
+    ],
+)
 def test_rows_movement_ops(build, shape):
     t = UOp.buffer(16, dtypes.uint8, "GPU")
     moved = build(t)
@@ -311,27 +419,30 @@ def test_axis_follows_reshape_permute_and_dies_on_reduce():
 # validation errors name the op and the shapes
 
 
-@pytest.mark.parametrize("build,fragments", [
-    (lambda: buf(16).reshape((5, 3)), ["RESHAPE", "(16,)", "(5, 3)"]),
-    (lambda: buf(16).reshape((4, 4)).permute((0, 0)), ["PERMUTE", "(0, 0)", "(4, 4)"]),
-    (lambda: buf(16).reshape((4, 4)).expand((4, 8)), ["EXPAND", "axis 1", "(4, 8)"]),
-    (lambda: buf(16).reshape((4, 4)) + buf(3), ["ADD", "(4, 4)", "(3,)"]),
-    (lambda: buf(4) + buf(4, i32), ["ADD", "float32", "int32"]),
-    (lambda: buf(4).pad((1,), (4,)), ["PAD", "offset 1"]),
-    (lambda: buf(4).shrink((2,), (3,)), ["SHRINK", "exceed"]),
-    (lambda: buf(4).reduce(Ops.ADD, (2,)), ["REDUCE", "axes (2,)"]),
-    (lambda: buf(4).reduce(Ops.SUB, (0,)), ["REDUCE", "ADD|MAX|MUL"]),
-    (lambda: buf(4, i32).bitcast(dtypes.float64), ["BITCAST", "int32", "float64"]),
-    (lambda: buf(4) % buf(4), ["MOD", "integer"]),
-    (lambda: UOp(Ops.WHERE, (buf(4), buf(4), buf(4))), ["WHERE", "bool"]),
-    (lambda: UOp(Ops.STORE, (buf(4), buf(5))), ["STORE", "(4,)", "(5,)"]),
-    (lambda: UOp(Ops.STACK, (buf(3), buf(4))), ["STACK", "match"]),
-    (lambda: UOp(Ops.EXP2, (buf(4, i32),)), ["EXP2", "floating"]),
-    (lambda: UOp(Ops.ADD, (buf(4),)), ["ADD", "2 sources"]),
-    (lambda: buf(4).flip((True, False)), ["FLIP", "flag"]),
-    (lambda: UOp(Ops.GET_TUPLE, (buf(4),), 0), ["GET_TUPLE", "TUPLE"]),
-    (lambda: UOp(Ops.ADD, (buf(4), 3)), ["ADD", "UOp"]),
-])
+@pytest.mark.parametrize(
+    "build,fragments",
+    [
+        (lambda: buf(16).reshape((5, 3)), ["RESHAPE", "(16,)", "(5, 3)"]),
+        (lambda: buf(16).reshape((4, 4)).permute((0, 0)), ["PERMUTE", "(0, 0)", "(4, 4)"]),
+        (lambda: buf(16).reshape((4, 4)).expand((4, 8)), ["EXPAND", "axis 1", "(4, 8)"]),
+        (lambda: buf(16).reshape((4, 4)) + buf(3), ["ADD", "(4, 4)", "(3,)"]),
+        (lambda: buf(4) + buf(4, i32), ["ADD", "float32", "int32"]),
+        (lambda: buf(4).pad((1,), (4,)), ["PAD", "offset 1"]),
+        (lambda: buf(4).shrink((2,), (3,)), ["SHRINK", "exceed"]),
+        (lambda: buf(4).reduce(Ops.ADD, (2,)), ["REDUCE", "axes (2,)"]),
+        (lambda: buf(4).reduce(Ops.SUB, (0,)), ["REDUCE", "ADD|MAX|MUL"]),
+        (lambda: buf(4, i32).bitcast(dtypes.float64), ["BITCAST", "int32", "float64"]),
+        (lambda: buf(4) % buf(4), ["MOD", "integer"]),
+        (lambda: UOp(Ops.WHERE, (buf(4), buf(4), buf(4))), ["WHERE", "bool"]),
+        (lambda: UOp(Ops.STORE, (buf(4), buf(5))), ["STORE", "(4,)", "(5,)"]),
+        (lambda: UOp(Ops.STACK, (buf(3), buf(4))), ["STACK", "match"]),
+        (lambda: UOp(Ops.EXP2, (buf(4, i32),)), ["EXP2", "floating"]),
+        (lambda: UOp(Ops.ADD, (buf(4),)), ["ADD", "2 sources"]),
+        (lambda: buf(4).flip((True, False)), ["FLIP", "flag"]),
+        (lambda: UOp(Ops.GET_TUPLE, (buf(4),), 0), ["GET_TUPLE", "TUPLE"]),
+        (lambda: UOp(Ops.ADD, (buf(4), 3)), ["ADD", "UOp"]),
+    ],
+)
 def test_malformed_construction_raises_uop_error(build, fragments):
     with pytest.raises(UOpError) as error:
         build()
@@ -385,6 +496,7 @@ def test_to_networkx():
 
 def test_random_graphs_hash_cons_when_rebuilt():
     rng = random.Random(0)
+
     def build(seed):
         r = random.Random(seed)
         nodes = [UOp.range(8, number=1), UOp.range(3, number=2)]
@@ -392,5 +504,6 @@ def test_random_graphs_hash_cons_when_rebuilt():
             a, b = r.choice(nodes), r.choice(nodes)
             nodes.append(r.choice([a + b, a * b, a.maximum(b), a + r.randint(0, 5)]))
         return nodes[-1]
+
     seed = rng.randint(0, 1000)
     assert build(seed) is build(seed)

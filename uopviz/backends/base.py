@@ -81,11 +81,15 @@ class TensorCore:
         for operand, rows, cols in (("a", m, k), ("b", k, n), ("c", m, n)):
             layout = self.layout(operand)
             if sorted(layout) != [(r, c) for r in range(rows) for c in range(cols)]:
-                raise ValueError(f"tensor core {self.name}: layout of {operand} must hold every element of "
-                                 f"its {rows}x{cols} tile exactly once")
+                raise ValueError(
+                    f"tensor core {self.name}: layout of {operand} must hold every element of "
+                    f"its {rows}x{cols} tile exactly once"
+                )
             if len(layout) % self.threads:
-                raise ValueError(f"tensor core {self.name}: {len(layout)} elements of {operand} do not "
-                                 f"split over {self.threads} threads")
+                raise ValueError(
+                    f"tensor core {self.name}: {len(layout)} elements of {operand} do not "
+                    f"split over {self.threads} threads"
+                )
 
     def layout(self, operand: Operand) -> tuple[tuple[int, int], ...]:
         """The (row, column) of every (lane, element), lane-major, of operand ``a``, ``b`` or ``c``."""
@@ -121,8 +125,10 @@ class TensorCore:
 
 def cpu_tensor_cores() -> tuple[TensorCore, ...]:
     """The tiles CPU backends emulate: float32 4x4x4 (and an 8x8x8 for wider registers)."""
-    return (TensorCore.row_major("cpu_f32_4x4x4", (4, 4, 4), dtypes.float32, dtypes.float32),
-            TensorCore.row_major("cpu_f32_8x8x8", (8, 8, 8), dtypes.float32, dtypes.float32))
+    return (
+        TensorCore.row_major("cpu_f32_4x4x4", (4, 4, 4), dtypes.float32, dtypes.float32),
+        TensorCore.row_major("cpu_f32_8x8x8", (8, 8, 8), dtypes.float32, dtypes.float32),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,16 +147,23 @@ class KernelParam:
     def check(self, kernel: str, array: Any) -> np.ndarray:
         """``array`` as the contiguous numpy array the kernel reads/writes, or a clear error."""
         if not isinstance(array, np.ndarray):
-            raise TypeError(f"kernel {kernel}: argument {self.slot} must be a numpy array, got "
-                            f"{type(array).__name__}")
+            raise TypeError(
+                f"kernel {kernel}: argument {self.slot} must be a numpy array, got {type(array).__name__}"
+            )
         expected = numpy_dtype(self.dtype)
         if array.dtype != expected:
-            raise TypeError(f"kernel {kernel}: argument {self.slot} must have dtype {expected}, got {array.dtype}")
+            raise TypeError(
+                f"kernel {kernel}: argument {self.slot} must have dtype {expected}, got {array.dtype}"
+            )
         if array.size < self.size:
-            raise ValueError(f"kernel {kernel}: argument {self.slot} needs {self.size} elements, got {array.size}")
+            raise ValueError(
+                f"kernel {kernel}: argument {self.slot} needs {self.size} elements, got {array.size}"
+            )
         if not array.flags.c_contiguous or (self.written and not array.flags.writeable):
-            raise ValueError(f"kernel {kernel}: argument {self.slot} must be a C-contiguous"
-                             f"{' writeable' if self.written else ''} array")
+            raise ValueError(
+                f"kernel {kernel}: argument {self.slot} must be a C-contiguous"
+                f"{' writeable' if self.written else ''} array"
+            )
         return array
 
 
@@ -178,8 +191,12 @@ class KernelMeta:
 
     def to_comment_text(self) -> str:
         """The JSON text renderers put inside a comment."""
-        body = {"name": self.name, "global": list(self.global_size), "local": list(self.local_size),
-                "params": [[p.slot, p.dtype.name, p.size, p.written] for p in self.params]}
+        body = {
+            "name": self.name,
+            "global": list(self.global_size),
+            "local": list(self.local_size),
+            "params": [[p.slot, p.dtype.name, p.size, p.written] for p in self.params],
+        }
         return "uopviz-meta " + json.dumps(body, separators=(",", ":"))
 
     @staticmethod
@@ -187,11 +204,17 @@ class KernelMeta:
         """Read the meta comment back from a rendered source."""
         found = re.search(r"uopviz-meta (\{.*\})", source)
         if found is None:
-            raise CompileError(backend, "?", "the source has no 'uopviz-meta {...}' comment line; render it "
-                                              "with the backend's render() first")
+            raise CompileError(
+                backend,
+                "?",
+                "the source has no 'uopviz-meta {...}' comment line; render it "
+                "with the backend's render() first",
+            )
         body = json.loads(found.group(1))
-        params = tuple(KernelParam(slot, dtypes.from_name(name), size, written)
-                       for slot, name, size, written in body["params"])
+        params = tuple(
+            KernelParam(slot, dtypes.from_name(name), size, written)
+            for slot, name, size, written in body["params"]
+        )
         return KernelMeta(body["name"], params, tuple(body["global"]), tuple(body["local"]))
 
 
@@ -229,8 +252,10 @@ class CompiledKernel(abc.ABC):
     def check_arguments(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         """The arrays after checking count, dtype, size and layout against the params."""
         if len(arrays) != len(self.params):
-            raise TypeError(f"kernel {self.name} takes {len(self.params)} arrays (slots "
-                            f"{[p.slot for p in self.params]}), got {len(arrays)}")
+            raise TypeError(
+                f"kernel {self.name} takes {len(self.params)} arrays (slots "
+                f"{[p.slot for p in self.params]}), got {len(arrays)}"
+            )
         return [p.check(self.name, a) for p, a in zip(self.params, arrays)]
 
     def __call__(self, *arrays: np.ndarray) -> None:

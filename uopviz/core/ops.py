@@ -199,39 +199,112 @@ class GroupOp:
     """Named sets of ops that passes and rules refer to."""
 
     SOURCE = frozenset({Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.BINARY})
-    MOVEMENT = frozenset({Ops.PERMUTE, Ops.FLIP, Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.INDEX,
-                          Ops.STACK, Ops.REPLICATED, Ops.SLICE, Ops.BITCAST})
+    MOVEMENT = frozenset(
+        {
+            Ops.PERMUTE,
+            Ops.FLIP,
+            Ops.RESHAPE,
+            Ops.EXPAND,
+            Ops.PAD,
+            Ops.SHRINK,
+            Ops.INDEX,
+            Ops.STACK,
+            Ops.REPLICATED,
+            Ops.SLICE,
+            Ops.BITCAST,
+        }
+    )
     # movement ops that take a shape-like source after the tensor
     SHAPED_MOVEMENT = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})
     CALL = frozenset({Ops.FUNCTION, Ops.CALL, Ops.TUPLE, Ops.GET_TUPLE})
     LOAD = frozenset({Ops.LOAD, Ops.COPY})
     STORE = frozenset({Ops.STORE})
     ORDERING = frozenset({Ops.RANGE, Ops.END, Ops.AFTER, Ops.GROUP, Ops.SINK, Ops.LINEAR})
-    UNARY_ALU = frozenset({Ops.RECIP, Ops.TRUNC, Ops.CAST, Ops.NEG, Ops.NOT, Ops.EXP2, Ops.LOG2, Ops.SIN,
-                       Ops.SQRT})
-    BINARY_ALU = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMP_LT, Ops.CMP_NE, Ops.XOR, Ops.OR,
-                        Ops.AND, Ops.SHR, Ops.SHL, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE,
-                        Ops.CMP_EQ, Ops.POW})
+    UNARY_ALU = frozenset(
+        {Ops.RECIP, Ops.TRUNC, Ops.CAST, Ops.NEG, Ops.NOT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT}
+    )
+    BINARY_ALU = frozenset(
+        {
+            Ops.ADD,
+            Ops.MUL,
+            Ops.MAX,
+            Ops.MOD,
+            Ops.IDIV,
+            Ops.CMP_LT,
+            Ops.CMP_NE,
+            Ops.XOR,
+            Ops.OR,
+            Ops.AND,
+            Ops.SHR,
+            Ops.SHL,
+            Ops.SUB,
+            Ops.DIV,
+            Ops.CMP_GT,
+            Ops.CMP_GE,
+            Ops.CMP_LE,
+            Ops.CMP_EQ,
+            Ops.POW,
+        }
+    )
     TERNARY_ALU = frozenset({Ops.WHERE, Ops.MULACC})
     COMPARISON = frozenset({Ops.CMP_LT, Ops.CMP_NE, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ})
     COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMP_NE, Ops.CMP_EQ, Ops.XOR, Ops.OR, Ops.AND})
     ASSOCIATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.XOR, Ops.OR, Ops.AND})
     INTEGER_ONLY = frozenset({Ops.MOD, Ops.IDIV, Ops.XOR, Ops.OR, Ops.AND, Ops.SHR, Ops.SHL})
-    DECOMPOSED = frozenset({Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LE, Ops.CMP_EQ, Ops.NOT,
-                            Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.MULACC, Ops.THREEFRY})
+    DECOMPOSED = frozenset(
+        {
+            Ops.NEG,
+            Ops.SUB,
+            Ops.DIV,
+            Ops.CMP_GT,
+            Ops.CMP_GE,
+            Ops.CMP_LE,
+            Ops.CMP_EQ,
+            Ops.NOT,
+            Ops.EXP2,
+            Ops.LOG2,
+            Ops.SIN,
+            Ops.SQRT,
+            Ops.POW,
+            Ops.MULACC,
+            Ops.THREEFRY,
+        }
+    )
     ELEMENTWISE = UNARY_ALU | BINARY_ALU | TERNARY_ALU | {Ops.THREEFRY}
     MARKER = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH})
-    CODEGEN = frozenset({Ops.BARRIER, Ops.INS, Ops.SPECIAL, Ops.IF, Ops.ENDIF, Ops.WMMA, Ops.CUSTOM,
-                         Ops.ATOMIC_ADD, Ops.CUSTOM_FUNCTION, Ops.PROGRAM, Ops.SOURCE, Ops.VECTORIZE, Ops.GEP})
+    CODEGEN = frozenset(
+        {
+            Ops.BARRIER,
+            Ops.INS,
+            Ops.SPECIAL,
+            Ops.IF,
+            Ops.ENDIF,
+            Ops.WMMA,
+            Ops.CUSTOM,
+            Ops.ATOMIC_ADD,
+            Ops.CUSTOM_FUNCTION,
+            Ops.PROGRAM,
+            Ops.SOURCE,
+            Ops.VECTORIZE,
+            Ops.GEP,
+        }
+    )
     REDUCE_OPS = frozenset({Ops.ADD, Ops.MAX, Ops.MUL})  # what Reduce may accumulate with
 
 
 _FAMILY: dict[Ops, OpFamily] = {}
-for _family, _members in ((OpFamily.SOURCE, GroupOp.SOURCE), (OpFamily.MOVEMENT, GroupOp.MOVEMENT),
-                          (OpFamily.REDUCE, {Ops.REDUCE}), (OpFamily.CALL, GroupOp.CALL),
-                          (OpFamily.LOAD, GroupOp.LOAD), (OpFamily.STORE, GroupOp.STORE),
-                          (OpFamily.ORDERING, GroupOp.ORDERING), (OpFamily.ELEMENTWISE, GroupOp.ELEMENTWISE),
-                          (OpFamily.MARKER, GroupOp.MARKER), (OpFamily.CODEGEN, GroupOp.CODEGEN)):
+for _family, _members in (
+    (OpFamily.SOURCE, GroupOp.SOURCE),
+    (OpFamily.MOVEMENT, GroupOp.MOVEMENT),
+    (OpFamily.REDUCE, {Ops.REDUCE}),
+    (OpFamily.CALL, GroupOp.CALL),
+    (OpFamily.LOAD, GroupOp.LOAD),
+    (OpFamily.STORE, GroupOp.STORE),
+    (OpFamily.ORDERING, GroupOp.ORDERING),
+    (OpFamily.ELEMENTWISE, GroupOp.ELEMENTWISE),
+    (OpFamily.MARKER, GroupOp.MARKER),
+    (OpFamily.CODEGEN, GroupOp.CODEGEN),
+):
     for _op in _members:
         _FAMILY[_op] = _family
 # The spec lists Binary under both Source and Codegen; as a leaf with data it is a Source op.

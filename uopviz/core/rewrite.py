@@ -43,7 +43,7 @@ def _short_path(path: str) -> str:
     """Paths inside the package are written from the package root (``uopviz/core/symbolic.py``)."""
     marker = os.sep + "uopviz" + os.sep
     index = path.rfind(marker)
-    return path[index + 1:] if index >= 0 else path
+    return path[index + 1 :] if index >= 0 else path
 
 
 class UPat:
@@ -56,13 +56,29 @@ class UPat:
     ``predicate``: an extra test on the UOp.  ``allow_any_len``: a tuple ``src`` matches a prefix.
     """
 
-    __slots__ = ("ops", "dtypes", "src", "arg", "name", "predicate", "allow_any_len", "location",
-                 "required_source_ops", "alternatives")
+    __slots__ = (
+        "ops",
+        "dtypes",
+        "src",
+        "arg",
+        "name",
+        "predicate",
+        "allow_any_len",
+        "location",
+        "required_source_ops",
+        "alternatives",
+    )
 
-    def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
-                 src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None,
-                 name: str | None = None, predicate: Callable[[UOp], bool] | None = None,
-                 allow_any_len: bool = False):
+    def __init__(
+        self,
+        op: Ops | Iterable[Ops] | None = None,
+        dtype: DType | Iterable[DType] | None = None,
+        src: tuple[UPat, ...] | list[UPat] | UPat | None = None,
+        arg: Any = None,
+        name: str | None = None,
+        predicate: Callable[[UOp], bool] | None = None,
+        allow_any_len: bool = False,
+    ):
         self.ops = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
         self.dtypes = None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
         self.src = src
@@ -136,7 +152,11 @@ def _match(pattern: UPat, uop: UOp, bindings: dict[str, UOp]) -> dict[str, UOp] 
         return None
     if pattern.ops is not None and uop.op not in pattern.ops:
         return None
-    if pattern.dtypes is not None and uop.dtype not in pattern.dtypes and uop.dtype.scalar not in pattern.dtypes:
+    if (
+        pattern.dtypes is not None
+        and uop.dtype not in pattern.dtypes
+        and uop.dtype.scalar not in pattern.dtypes
+    ):
         return None
     arg = pattern.arg
     if arg is not None and not _arg_equal(uop.arg, arg):
@@ -273,8 +293,9 @@ class PatternMatcher:
             result = rule.apply(uop, ctx)
             if result is not None and result is not uop:
                 if not isinstance(result, UOp):
-                    raise RewriteError(f"rule {rule.name!r} ({rule.location}) returned "
-                                       f"{type(result).__name__}, not a UOp")
+                    raise RewriteError(
+                        f"rule {rule.name!r} ({rule.location}) returned {type(result).__name__}, not a UOp"
+                    )
                 return result, rule
         return None
 
@@ -319,8 +340,9 @@ class PassTrace:
     @property
     def changed(self) -> bool:
         """True when the pass rewrote anything."""
-        return bool(self.steps) or (self.input is not None and self.output is not None
-                                    and self.input is not self.output)
+        return bool(self.steps) or (
+            self.input is not None and self.output is not None and self.input is not self.output
+        )
 
     def walk(self) -> Iterator[PassTrace]:
         """This pass and every nested pass, depth first."""
@@ -353,8 +375,9 @@ class PassTrace:
         # start from the latest replayed graph before this step (it already holds every earlier
         # substitution): stepping through a pass then costs one substitution per step, not one per
         # link of the whole chain of rewrites so far
-        start = next((self._graph_memo[p] for p in range(position - 1, -1, -1) if p in self._graph_memo),
-                     self.input)
+        start = next(
+            (self._graph_memo[p] for p in range(position - 1, -1, -1) if p in self._graph_memo), self.input
+        )
         graph = substitute_closure(start, substitution)
         self._graph_memo[position] = graph
         return graph
@@ -399,10 +422,13 @@ class Trace:
         popped = self._open.pop()
         assert popped is record, "passes must close in the order they opened"
 
-    def _record(self, rule_name: str, location: str, before: UOp, after: UOp,
-                graph: UOp | None = None) -> RewriteStep:
+    def _record(
+        self, rule_name: str, location: str, before: UOp, after: UOp, graph: UOp | None = None
+    ) -> RewriteStep:
         innermost = self._open[-1]
-        step = RewriteStep(innermost.name, rule_name, location, before, after, len(innermost._own_steps), innermost)
+        step = RewriteStep(
+            innermost.name, rule_name, location, before, after, len(innermost._own_steps), innermost
+        )
         if graph is not None:
             innermost._explicit_graphs[len(innermost._own_steps)] = graph
         innermost._own_steps.append(step)
@@ -455,7 +481,9 @@ class PassRecorder:
         self.name = name
         self.output: UOp | None = root
 
-    def step(self, rule: str, before: UOp, after: UOp, graph: UOp | None = None, location: str | None = None) -> None:
+    def step(
+        self, rule: str, before: UOp, after: UOp, graph: UOp | None = None, location: str | None = None
+    ) -> None:
         """Record one transformation made without a pattern rule (``location``: where it is coded,
         defaulting to the caller's line)."""
         if not _active_traces:
@@ -469,8 +497,14 @@ class PassRecorder:
 # the rewrite engine
 
 
-def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None, name: str | None = None,
-                  bottom_up: bool = True, max_steps: int = 1_000_000) -> UOp:
+def graph_rewrite(
+    root: UOp,
+    matcher: PatternMatcher,
+    ctx: Any = None,
+    name: str | None = None,
+    bottom_up: bool = True,
+    max_steps: int = 1_000_000,
+) -> UOp:
     """Rewrite ``root``'s graph with ``matcher`` until no rule applies anywhere.
 
     Bottom-up (default): a node is rewritten after its sources reached their fixed point.
@@ -487,7 +521,13 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None, name: str
 
 class _Rewriter:
     def __init__(self, matcher: PatternMatcher, ctx: Any, trace: bool, max_steps: int, pass_name: str):
-        self.matcher, self.ctx, self.trace, self.max_steps, self.pass_name = matcher, ctx, trace, max_steps, pass_name
+        self.matcher, self.ctx, self.trace, self.max_steps, self.pass_name = (
+            matcher,
+            ctx,
+            trace,
+            max_steps,
+            pass_name,
+        )
         self.done: dict[UOp, UOp] = {}
         self.steps = 0
         self.chain: dict[UOp, str] = {}  # nodes waiting for their replacement's result -> rule name
@@ -499,13 +539,16 @@ class _Rewriter:
         result, rule = found
         self.steps += 1
         if self.steps > self.max_steps:
-            raise RewriteError(f"pass {self.pass_name!r} made more than {self.max_steps} rewrites; last rule "
-                               f"{rule.name!r} ({rule.location})")
+            raise RewriteError(
+                f"pass {self.pass_name!r} made more than {self.max_steps} rewrites; last rule "
+                f"{rule.name!r} ({rule.location})"
+            )
         if result in self.chain:
             raise RewriteError(
                 f"rewrite loop in pass {self.pass_name!r}: rule {rule.name!r} ({rule.location}) turned "
                 f"{uop.op.name} back into a {result.op.name} that is itself being rewritten "
-                f"(by rule {self.chain[result]!r})")
+                f"(by rule {self.chain[result]!r})"
+            )
         if self.trace:
             for trace in _active_traces:
                 trace._record(rule.name, rule.location, uop, result)
@@ -539,7 +582,7 @@ class _Rewriter:
                 continue
             rebuilt = node
             source = node.src
-            for position, s in enumerate(source):
+            for s in source:
                 if done[s] is not s:
                     rebuilt = UOp(node.op, tuple([done[t] for t in source]), node.arg, node.tag)
                     break

@@ -156,8 +156,11 @@ def shape_uop(values: Sequence[int]) -> UOp:
             continue
         if not isinstance(v, int) or isinstance(v, bool):
             raise UOpError(f"a shape holds ints, got {v!r} in {values}")
-    return UOp(Ops.STACK, tuple(v if isinstance(v, UOp) else UOp.const(dtypes.index, v) for v in values),
-               dtypes.index)
+    return UOp(
+        Ops.STACK,
+        tuple(v if isinstance(v, UOp) else UOp.const(dtypes.index, v) for v in values),
+        dtypes.index,
+    )
 
 
 def read_ints(u: UOp) -> tuple[int, ...]:
@@ -202,7 +205,8 @@ class UOp(metaclass=_UOpMeta):
         return (_rebuild, (_flatten(self),))
 
     def __repr__(self) -> str:
-        return f"UOp({self.op!r}, {self.dtype!r}, shape={self.shape}, arg={_short_arg(self)}, nsrc={len(self.src)})"
+        return (f"UOp({self.op!r}, {self.dtype!r}, shape={self.shape}, arg={_short_arg(self)}, "
+                f"nsrc={len(self.src)})")
 
     def __str__(self) -> str:
         return format_graph(self)
@@ -313,15 +317,21 @@ class UOp(metaclass=_UOpMeta):
         return UOp(Ops.RANGE, (bound_uop,), (next(_range_numbers) if number is None else number, axis_type))
 
     @staticmethod
-    def buffer(size: int, dtype: DType, device: Device = "CPU", addrspace: AddrSpace = AddrSpace.GLOBAL,
-               number: int | None = None) -> UOp:
+    def buffer(
+        size: int,
+        dtype: DType,
+        device: Device = "CPU",
+        addrspace: AddrSpace = AddrSpace.GLOBAL,
+        number: int | None = None,
+    ) -> UOp:
         """A fresh BUFFER of ``size`` elements of ``dtype`` on ``device``."""
         num = next(_buffer_numbers) if number is None else number
         return UOp(Ops.BUFFER, (), BufferArg(num, size, dtype, device, addrspace))
 
     @staticmethod
-    def param(slot: int, shape: Shape, dtype: DType, device: Device = None,
-              addrspace: AddrSpace | None = None) -> UOp:
+    def param(
+        slot: int, shape: Shape, dtype: DType, device: Device = None, addrspace: AddrSpace | None = None
+    ) -> UOp:
         """A PARAM placeholder of ``shape`` for argument ``slot`` of a Function."""
         return UOp(Ops.PARAM, (shape_uop(shape),), ParamArg(slot, dtype, device, addrspace))
 
@@ -398,34 +408,89 @@ class UOp(metaclass=_UOpMeta):
     def _reverse(self, op: Ops, other: int | float | bool) -> UOp:
         return UOp(op, (self._operand(other), self))
 
-    def __add__(self, other): return self.alu(Ops.ADD, other)
-    def __radd__(self, other): return self._reverse(Ops.ADD, other)
-    def __sub__(self, other): return self.alu(Ops.SUB, other)
-    def __rsub__(self, other): return self._reverse(Ops.SUB, other)
-    def __mul__(self, other): return self.alu(Ops.MUL, other)
-    def __rmul__(self, other): return self._reverse(Ops.MUL, other)
-    def __truediv__(self, other): return self.alu(Ops.DIV, other)
-    def __rtruediv__(self, other): return self._reverse(Ops.DIV, other)
-    def __floordiv__(self, other): return self.alu(Ops.IDIV, other)
-    def __rfloordiv__(self, other): return self._reverse(Ops.IDIV, other)
-    def __mod__(self, other): return self.alu(Ops.MOD, other)
-    def __rmod__(self, other): return self._reverse(Ops.MOD, other)
-    def __and__(self, other): return self.alu(Ops.AND, other)
-    def __rand__(self, other): return self._reverse(Ops.AND, other)
-    def __or__(self, other): return self.alu(Ops.OR, other)
-    def __ror__(self, other): return self._reverse(Ops.OR, other)
-    def __xor__(self, other): return self.alu(Ops.XOR, other)
-    def __rxor__(self, other): return self._reverse(Ops.XOR, other)
-    def __lshift__(self, other): return self.alu(Ops.SHL, other)
-    def __rshift__(self, other): return self.alu(Ops.SHR, other)
-    def __lt__(self, other): return self.alu(Ops.CMP_LT, other)
-    def __gt__(self, other): return self.alu(Ops.CMP_GT, other)
-    def __le__(self, other): return self.alu(Ops.CMP_LE, other)
-    def __ge__(self, other): return self.alu(Ops.CMP_GE, other)
-    def __eq__(self, other): return self.alu(Ops.CMP_EQ, other)  # type: ignore[override]
-    def __ne__(self, other): return self.alu(Ops.CMP_NE, other)  # type: ignore[override]
-    def __neg__(self): return UOp(Ops.NEG, (self,))
-    def __invert__(self): return UOp(Ops.NOT, (self,))
+    def __add__(self, other):
+        return self.alu(Ops.ADD, other)
+
+    def __radd__(self, other):
+        return self._reverse(Ops.ADD, other)
+
+    def __sub__(self, other):
+        return self.alu(Ops.SUB, other)
+
+    def __rsub__(self, other):
+        return self._reverse(Ops.SUB, other)
+
+    def __mul__(self, other):
+        return self.alu(Ops.MUL, other)
+
+    def __rmul__(self, other):
+        return self._reverse(Ops.MUL, other)
+
+    def __truediv__(self, other):
+        return self.alu(Ops.DIV, other)
+
+    def __rtruediv__(self, other):
+        return self._reverse(Ops.DIV, other)
+
+    def __floordiv__(self, other):
+        return self.alu(Ops.IDIV, other)
+
+    def __rfloordiv__(self, other):
+        return self._reverse(Ops.IDIV, other)
+
+    def __mod__(self, other):
+        return self.alu(Ops.MOD, other)
+
+    def __rmod__(self, other):
+        return self._reverse(Ops.MOD, other)
+
+    def __and__(self, other):
+        return self.alu(Ops.AND, other)
+
+    def __rand__(self, other):
+        return self._reverse(Ops.AND, other)
+
+    def __or__(self, other):
+        return self.alu(Ops.OR, other)
+
+    def __ror__(self, other):
+        return self._reverse(Ops.OR, other)
+
+    def __xor__(self, other):
+        return self.alu(Ops.XOR, other)
+
+    def __rxor__(self, other):
+        return self._reverse(Ops.XOR, other)
+
+    def __lshift__(self, other):
+        return self.alu(Ops.SHL, other)
+
+    def __rshift__(self, other):
+        return self.alu(Ops.SHR, other)
+
+    def __lt__(self, other):
+        return self.alu(Ops.CMP_LT, other)
+
+    def __gt__(self, other):
+        return self.alu(Ops.CMP_GT, other)
+
+    def __le__(self, other):
+        return self.alu(Ops.CMP_LE, other)
+
+    def __ge__(self, other):
+        return self.alu(Ops.CMP_GE, other)
+
+    def __eq__(self, other):
+        return self.alu(Ops.CMP_EQ, other)  # type: ignore[override]
+
+    def __ne__(self, other):
+        return self.alu(Ops.CMP_NE, other)  # type: ignore[override]
+
+    def __neg__(self):
+        return UOp(Ops.NEG, (self,))
+
+    def __invert__(self):
+        return UOp(Ops.NOT, (self,))
 
     def maximum(self, other: UOp | int | float) -> UOp:
         """MAX of this and ``other``."""
@@ -599,8 +664,11 @@ def _dtype_shape_reshape(u: UOp) -> tuple[DType, Shape]:
     if any(s < 0 for s in new_shape):
         raise _fail(u, f"negative size in {new_shape}")
     if math.prod(shape) != math.prod(new_shape):
-        raise _fail(u, f"cannot reshape {shape} ({math.prod(shape)} elements) to {new_shape} "
-                       f"({math.prod(new_shape)} elements)")
+        raise _fail(
+            u,
+            f"cannot reshape {shape} ({math.prod(shape)} elements) to {new_shape} "
+            f"({math.prod(new_shape)} elements)",
+        )
     return u.src[0].dtype, new_shape
 
 
@@ -611,8 +679,10 @@ def _dtype_shape_expand(u: UOp) -> tuple[DType, Shape]:
         raise _fail(u, f"cannot expand rank {len(shape)} {shape} to rank {len(new_shape)} {new_shape}")
     for axis, (old, new) in enumerate(zip(shape, new_shape, strict=True)):
         if old not in (1, new):
-            raise _fail(u, f"axis {axis} of size {old} is not 1, so it cannot expand to {new} "
-                           f"({shape} -> {new_shape})")
+            raise _fail(
+                u,
+                f"axis {axis} of size {old} is not 1, so it cannot expand to {new} ({shape} -> {new_shape})",
+            )
     return u.src[0].dtype, new_shape
 
 
@@ -623,8 +693,11 @@ def _dtype_shape_pad(u: UOp) -> tuple[DType, Shape]:
         raise _fail(u, f"offsets {offsets} and shape {new_shape} must have the rank of {shape}")
     for axis, (old, offset, new) in enumerate(zip(shape, offsets, new_shape, strict=True)):
         if offset < 0 or offset + old > new:
-            raise _fail(u, f"axis {axis}: {old} elements at offset {offset} do not fit in {new} "
-                           f"({shape} padded to {new_shape} at {offsets})")
+            raise _fail(
+                u,
+                f"axis {axis}: {old} elements at offset {offset} do not fit in {new} "
+                f"({shape} padded to {new_shape} at {offsets})",
+            )
     return u.src[0].dtype, new_shape
 
 
@@ -635,8 +708,11 @@ def _dtype_shape_shrink(u: UOp) -> tuple[DType, Shape]:
         raise _fail(u, f"offsets {offsets} and shape {new_shape} must have the rank of {shape}")
     for axis, (old, offset, new) in enumerate(zip(shape, offsets, new_shape, strict=True)):
         if offset < 0 or new < 0 or offset + new > old:
-            raise _fail(u, f"axis {axis}: {new} elements from offset {offset} exceed size {old} "
-                           f"({shape} shrunk to {new_shape} at {offsets})")
+            raise _fail(
+                u,
+                f"axis {axis}: {new} elements from offset {offset} exceed size {old} "
+                f"({shape} shrunk to {new_shape} at {offsets})",
+            )
     return u.src[0].dtype, new_shape
 
 
@@ -671,7 +747,7 @@ def _dtype_shape_index(u: UOp) -> tuple[DType, Shape]:
         out.extend(index.shape)
         lanes = max(lanes, index.dtype.count)
     dtype = u.src[0].dtype
-    return (dtype.vec(lanes) if lanes > 1 else dtype), (*out, *shape[len(indices):])
+    return (dtype.vec(lanes) if lanes > 1 else dtype), (*out, *shape[len(indices) :])
 
 
 def _dtype_shape_replicated(u: UOp) -> tuple[DType, Shape]:
@@ -694,8 +770,11 @@ def _dtype_shape_bitcast(u: UOp) -> tuple[DType, Shape]:
     if not isinstance(u.arg, DType):
         raise _fail(u, "BITCAST's arg is the target dtype")
     if u.arg.itemsize != u.src[0].dtype.itemsize:
-        raise _fail(u, f"{u.src[0].dtype.name} ({u.src[0].dtype.itemsize} bytes) and {u.arg.name} "
-                       f"({u.arg.itemsize} bytes) differ in size; the shape is kept, so bytes would not be")
+        raise _fail(
+            u,
+            f"{u.src[0].dtype.name} ({u.src[0].dtype.itemsize} bytes) and {u.arg.name} "
+            f"({u.arg.itemsize} bytes) differ in size; the shape is kept, so bytes would not be",
+        )
     return u.arg, shape
 
 
@@ -769,9 +848,13 @@ def _elementwise_not(u: UOp) -> DType:
     return dtype
 
 
-_ARITY = {op: 1 if op in GroupOp.UNARY_ALU else 3 if op in GroupOp.TERNARY_ALU else 2 for op in GroupOp.ELEMENTWISE}
+_ARITY = {
+    op: 1 if op in GroupOp.UNARY_ALU else 3 if op in GroupOp.TERNARY_ALU else 2 for op in GroupOp.ELEMENTWISE
+}
 _ELEMENTWISE_SPECIAL: dict[Ops, Callable[[UOp], DType]] = {
-    Ops.CAST: _elementwise_cast, Ops.WHERE: _elementwise_where, Ops.NOT: _elementwise_not,
+    Ops.CAST: _elementwise_cast,
+    Ops.WHERE: _elementwise_where,
+    Ops.NOT: _elementwise_not,
     **{op: _elementwise_comparison for op in GroupOp.COMPARISON},
     **{op: _elementwise_integer for op in GroupOp.INTEGER_ONLY},
     **{op: _elementwise_float for op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.RECIP, Ops.DIV)},
@@ -878,18 +961,41 @@ def _void(u: UOp) -> tuple[DType, Shape]:
 
 
 _DTYPE_SHAPE: dict[Ops, Callable[[UOp], tuple[DType, Shape]]] = {
-    Ops.CONST: _dtype_shape_const, Ops.BUFFER: _dtype_shape_buffer, Ops.PARAM: _dtype_shape_param,
-    Ops.BINARY: _dtype_shape_binary, Ops.STACK: _dtype_shape_stack, Ops.RESHAPE: _dtype_shape_reshape,
-    Ops.EXPAND: _dtype_shape_expand, Ops.PAD: _dtype_shape_pad, Ops.SHRINK: _dtype_shape_shrink,
-    Ops.PERMUTE: _dtype_shape_permute, Ops.FLIP: _dtype_shape_flip, Ops.INDEX: _dtype_shape_index,
-    Ops.REPLICATED: _dtype_shape_replicated, Ops.SLICE: _dtype_shape_slice, Ops.BITCAST: _dtype_shape_bitcast,
-    Ops.REDUCE: _dtype_shape_reduce, Ops.THREEFRY: _dtype_shape_threefry, Ops.COPY: _dtype_shape_copy,
-    Ops.LOAD: _same_as_first, Ops.STORE: _dtype_shape_store, Ops.AFTER: _same_as_first,
-    Ops.CONTIGUOUS: _same_as_first, Ops.CONTIGUOUS_BACKWARD: _same_as_first, Ops.DETACH: _same_as_first,
-    Ops.RANGE: _dtype_shape_range, Ops.SPECIAL: _dtype_shape_special, Ops.GET_TUPLE: _dtype_shape_get_tuple,
-    Ops.FUNCTION: _dtype_shape_function, Ops.CALL: _dtype_shape_function, Ops.TUPLE: _void,
-    Ops.VECTORIZE: _dtype_shape_vectorize, Ops.GEP: _dtype_shape_gep, Ops.WMMA: _dtype_shape_wmma,
-    Ops.CUSTOM: _dtype_from_arg_or_void, Ops.INS: _dtype_from_arg_or_void,
+    Ops.CONST: _dtype_shape_const,
+    Ops.BUFFER: _dtype_shape_buffer,
+    Ops.PARAM: _dtype_shape_param,
+    Ops.BINARY: _dtype_shape_binary,
+    Ops.STACK: _dtype_shape_stack,
+    Ops.RESHAPE: _dtype_shape_reshape,
+    Ops.EXPAND: _dtype_shape_expand,
+    Ops.PAD: _dtype_shape_pad,
+    Ops.SHRINK: _dtype_shape_shrink,
+    Ops.PERMUTE: _dtype_shape_permute,
+    Ops.FLIP: _dtype_shape_flip,
+    Ops.INDEX: _dtype_shape_index,
+    Ops.REPLICATED: _dtype_shape_replicated,
+    Ops.SLICE: _dtype_shape_slice,
+    Ops.BITCAST: _dtype_shape_bitcast,
+    Ops.REDUCE: _dtype_shape_reduce,
+    Ops.THREEFRY: _dtype_shape_threefry,
+    Ops.COPY: _dtype_shape_copy,
+    Ops.LOAD: _same_as_first,
+    Ops.STORE: _dtype_shape_store,
+    Ops.AFTER: _same_as_first,
+    Ops.CONTIGUOUS: _same_as_first,
+    Ops.CONTIGUOUS_BACKWARD: _same_as_first,
+    Ops.DETACH: _same_as_first,
+    Ops.RANGE: _dtype_shape_range,
+    Ops.SPECIAL: _dtype_shape_special,
+    Ops.GET_TUPLE: _dtype_shape_get_tuple,
+    Ops.FUNCTION: _dtype_shape_function,
+    Ops.CALL: _dtype_shape_function,
+    Ops.TUPLE: _void,
+    Ops.VECTORIZE: _dtype_shape_vectorize,
+    Ops.GEP: _dtype_shape_gep,
+    Ops.WMMA: _dtype_shape_wmma,
+    Ops.CUSTOM: _dtype_from_arg_or_void,
+    Ops.INS: _dtype_from_arg_or_void,
 }
 for _op in GroupOp.ELEMENTWISE - {Ops.THREEFRY}:
     _DTYPE_SHAPE[_op] = _dtype_shape_elementwise
@@ -935,8 +1041,12 @@ def _dtype_range(dtype: DType) -> tuple[Any, Any]:
 def _clamp_to(dtype: DType, low: Any, high: Any) -> tuple[Any, Any]:
     """Bounds that overflow the dtype's range fall back to the whole range (values would wrap)."""
     dmin, dmax = _dtype_range(dtype)
-    if low is None or high is None or (isinstance(low, float) and math.isnan(low)) or \
-            (isinstance(high, float) and math.isnan(high)):
+    if (
+        low is None
+        or high is None
+        or (isinstance(low, float) and math.isnan(low))
+        or (isinstance(high, float) and math.isnan(high))
+    ):
         return dmin, dmax
     if low < dmin or high > dmax:
         return dmin, dmax
@@ -964,8 +1074,11 @@ def _derive_min_max(u: UOp) -> tuple[Any, Any]:
     if op is Ops.PAD:  # the zero fill is a value too (the table says src[0]; zero keeps it sound)
         low, high = _mm(u, 0)
         return (min(low, 0), max(high, 0)) if low is not None else (low, high)
-    if op in GroupOp.MOVEMENT - {Ops.BITCAST, Ops.SLICE} or op in (Ops.COPY, Ops.INDEX, Ops.AFTER) or \
-            op in GroupOp.MARKER:
+    if (
+        op in GroupOp.MOVEMENT - {Ops.BITCAST, Ops.SLICE}
+        or op in (Ops.COPY, Ops.INDEX, Ops.AFTER)
+        or op in GroupOp.MARKER
+    ):
         return _mm(u, 0)
     if op is Ops.CAST:
         low, high = _mm(u, 0)
@@ -975,7 +1088,10 @@ def _derive_min_max(u: UOp) -> tuple[Any, Any]:
         if dtype.scalar.is_bool:
             return (bool(low) and bool(high) and not (low <= 0 <= high)), not (low == high == 0)
         if dtype.is_int:
-            low, high = math.floor(low) if math.isfinite(low) else low, math.floor(high) if math.isfinite(high) else high
+            low, high = (
+                math.floor(low) if math.isfinite(low) else low,
+                math.floor(high) if math.isfinite(high) else high,
+            )
         return max(dmin, min(dmax, low)), max(dmin, min(dmax, high))
     if op is Ops.ADD:
         (a, big_a), (b, big_b) = _mm(u, 0), _mm(u, 1)
