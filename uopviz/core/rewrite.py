@@ -235,11 +235,14 @@ class Rule:
 
 
 def _function_location(function: Callable, pattern: UPat) -> str:
+    """Where a rule is written: the line its pattern is built on (a rule's first line, also when the
+    rule spans several lines).  A pattern built in another file (a shared pattern reused here) says
+    nothing about this rule, so then the lambda's own line is used."""
     code = getattr(function, "__code__", None)
-    # a lambda is written on the rule's own line; a named function lives elsewhere, so the
-    # pattern's line is the rule's line
     if code is not None and function.__name__ == "<lambda>":
-        return f"{_short_path(code.co_filename)}:{code.co_firstlineno}"
+        lambda_location = f"{_short_path(code.co_filename)}:{code.co_firstlineno}"
+        if pattern.location.rsplit(":", 1)[0] != lambda_location.rsplit(":", 1)[0]:
+            return lambda_location
     return pattern.location
 
 
