@@ -26,6 +26,39 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 
+#: The ALU ops the compiled backends (C, LLVM, OpenCL, CUDA) render natively; Instruction
+#: Selection decomposes the others (EXP2, LOG2, SIN, POW, THREEFRY) into these.
+COMPILED_ALU_OPS = frozenset(
+    {
+        Ops.ADD,
+        Ops.MUL,
+        Ops.MAX,
+        Ops.MOD,
+        Ops.IDIV,
+        Ops.CMP_LT,
+        Ops.CMP_NE,
+        Ops.XOR,
+        Ops.OR,
+        Ops.AND,
+        Ops.SHR,
+        Ops.SHL,
+        Ops.WHERE,
+        Ops.RECIP,
+        Ops.TRUNC,
+        Ops.CAST,
+        Ops.NEG,
+        Ops.SUB,
+        Ops.DIV,
+        Ops.CMP_GT,
+        Ops.CMP_GE,
+        Ops.CMP_LE,
+        Ops.CMP_EQ,
+        Ops.NOT,
+        Ops.SQRT,
+        Ops.MULACC,
+    }
+)
+
 
 class BackendUnavailable(RuntimeError):
     """The backend cannot run here (no compiler, no device, a missing Python package)."""

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.backends.base import (
+    COMPILED_ALU_OPS,
     Backend,
     BackendUnavailable,
     CompiledKernel,
@@ -466,36 +467,7 @@ class CUDABackend(Backend):
     """CUDA C++ on an NVIDIA GPU (rendering works everywhere)."""
 
     name = "cuda"
-    supported_ops = frozenset(
-        {
-            Ops.ADD,
-            Ops.MUL,
-            Ops.MAX,
-            Ops.MOD,
-            Ops.IDIV,
-            Ops.CMP_LT,
-            Ops.CMP_NE,
-            Ops.XOR,
-            Ops.OR,
-            Ops.AND,
-            Ops.SHR,
-            Ops.SHL,
-            Ops.WHERE,
-            Ops.RECIP,
-            Ops.TRUNC,
-            Ops.CAST,
-            Ops.NEG,
-            Ops.SUB,
-            Ops.DIV,
-            Ops.CMP_GT,
-            Ops.CMP_GE,
-            Ops.CMP_LE,
-            Ops.CMP_EQ,
-            Ops.NOT,
-            Ops.SQRT,
-            Ops.MULACC,
-        }
-    )
+    supported_ops = COMPILED_ALU_OPS
     vector_widths = ()
     has_local = True
     has_threads = False

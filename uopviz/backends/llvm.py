@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.backends.base import (
+    COMPILED_ALU_OPS,
     Backend,
     CompiledKernel,
     CompileError,
@@ -1242,36 +1243,7 @@ class LLVMBackend(Backend):
     """LLVM IR JIT-compiled with llvmlite for the host CPU."""
 
     name = "llvm"
-    supported_ops = frozenset(
-        {
-            Ops.ADD,
-            Ops.MUL,
-            Ops.MAX,
-            Ops.MOD,
-            Ops.IDIV,
-            Ops.CMP_LT,
-            Ops.CMP_NE,
-            Ops.XOR,
-            Ops.OR,
-            Ops.AND,
-            Ops.SHR,
-            Ops.SHL,
-            Ops.WHERE,
-            Ops.RECIP,
-            Ops.TRUNC,
-            Ops.CAST,
-            Ops.NEG,
-            Ops.SUB,
-            Ops.DIV,
-            Ops.CMP_GT,
-            Ops.CMP_GE,
-            Ops.CMP_LE,
-            Ops.CMP_EQ,
-            Ops.NOT,
-            Ops.SQRT,
-            Ops.MULACC,
-        }
-    )
+    supported_ops = COMPILED_ALU_OPS
     vector_widths = (2, 4, 8, 16)
     has_local = False
     tensor_cores = cpu_tensor_cores()
