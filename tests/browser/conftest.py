@@ -36,8 +36,11 @@ class IsolatedLab:
     root: Path
 
     def url(self, path: str) -> str:
-        """The browser URL of ``path`` (relative to ``root``), token included."""
-        return f"http://127.0.0.1:{self.port}/lab/tree/{path}?token={self.token}"
+        """The browser URL of ``path`` (relative to ``root``), token included, in a workspace of its
+        own that starts empty: the default workspace would reopen notebooks of earlier tests, and
+        "Run All Cells" would go to whichever of them is active."""
+        workspace = "t-" + "".join(c if c.isalnum() else "-" for c in path)
+        return f"http://127.0.0.1:{self.port}/lab/workspaces/{workspace}/tree/{path}?token={self.token}&reset"
 
 
 @pytest.fixture(scope="module")
