@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,10 +284,6 @@ class UOp(metaclass=_UOpMeta):
     def toposort(self) -> list[UOp]:
         """Every UOp of the graph, sources before users (iterative depth-first post-order)."""
         return toposort([self])
-
-    def sparents(self) -> set[UOp]:
-        """Every UOp this one depends on, itself included."""
-        return set(self.toposort())
 
     def to_networkx(self):
         """The graph as a ``networkx.DiGraph``: one node per UOp (keyed by its position in toposort),
@@ -1235,8 +1231,3 @@ def format_graph(root: UOp) -> str:
         type_text = u.dtype.name + (f" {u.shape}" if u.shape else "")
         lines.append(" ".join(parts) + f"  : {type_text}")
     return "\n".join(lines)
-
-
-def iter_graph(root: UOp) -> Iterator[UOp]:
-    """Iterate the UOps of ``root``'s graph, sources first."""
-    yield from root.toposort()
