@@ -142,30 +142,84 @@ def test_frames_serialise_for_the_front_end():
         assert 0 <= s < len(keys) and 0 <= t < len(keys)
 
 
-def test_steps_whose_whole_graph_cannot_be_rebuilt_are_shown_locally():
+def _lane_programs() -> dict[str, uv.Program]:
+    """Programs whose Expand stage turns ranges into vector lanes (dtype changes mid-pass)."""
     import numpy as np
 
-    from uopviz import UOpError
+    from uopviz.passes.kernel import Opt, OptOp
 
-    rng = np.random.default_rng(0)
-    a, b = (uv.Tensor(rng.random((16, 16), dtype=np.float32)) for _ in range(2))
-    program = uv.compile(a @ b, backend="c", opts="heuristic")
-    state = PlayerState(program.trace)
-    state.select("Expand")
-    local = whole = 0
-    for k in range(1, min(state.current.step_count, 40) + 1):
-        state.step = k
-        record = state.step_record()
-        frame = state.frame()
-        try:
-            graph = record.graph
-        except UOpError:
-            graph = None
-        if graph is None or "cannot be rebuilt" in frame.note:
-            assert frame.uop is record.after and "cannot be rebuilt" in frame.note
-            assert set(frame.graph.nodes) == set(layout(record.after).nodes)
-            local += 1
-        else:
-            assert frame.uop is graph and frame.note == ""
-            whole += 1
-    assert local + whole == min(state.current.step_count, 40) > 0
+    rng = np.random.default_rng(5)
+    programs = {}
+    for m, k, n in [(8, 16, 8), (12, 8, 16)]:
+        a = uv.Tensor(rng.standard_normal((m, k)).astype(np.float32))
+        b = uv.Tensor(rng.standard_normal((k, n)).astype(np.float32))
+        opts = [Opt(OptOp.SPLIT, 1, (4, uv.AxisType.UPCAST, False)),
+                Opt(OptOp.SPLIT, 2, (4, uv.AxisType.UNROLL, False))]
+        programs[f"gemm {m}x{k}x{n} upcast+unroll"] = uv.compile(a @ b, backend="python", opts=opts)
+    x = uv.Tensor(rng.standard_normal((6, 16)).astype(np.float32))
+    programs["elementwise upcast"] = uv.compile((x * 2 + 1).exp2(), backend="python",
+                                                opts=[Opt(OptOp.SPLIT, 1, (4, uv.AxisType.UPCAST, False))])
+    return programs
+
+
+@pytest.fixture(scope="module")
+def lane_programs() -> dict[str, uv.Program]:
+    return _lane_programs()
+
+
+def test_every_step_of_every_pass_replays_a_whole_graph(lane_programs):
+    for name, program in lane_programs.items():
+        expand = program.trace.find("Expand")
+        assert any(s.rule == "expand_range" for s in expand.steps), name
+        for record in program.trace.walk():
+            for step in record.steps:
+                graph = record.graph_after(step)
+                assert isinstance(graph, UOp), (name, record.name, step.rule)
+            if record.steps:
+                assert record.graph_after(record.steps[-1]) is record.output, (name, record.name)
+        for stage in program.trace.passes[1:]:  # after Callify a stage's graph is the whole program
+            if stage.steps:
+                assert stage.graph_after(stage.steps[0]).op is Ops.FUNCTION, (name, stage.name)
+        # an Expand step shows the whole kernel with what it built in it (the lanes it made hang
+        # from the SINK until their users are expanded)
+        kernel_pass = expand.passes[0]
+        for step in kernel_pass.steps:
+            graph = step.graph
+            assert graph.op is Ops.SINK and step.after in set(graph.toposort()), (name, step.rule)
+
+
+def test_player_shows_every_step_whole_with_its_changes_highlighted(lane_programs):
+    for name, program in lane_programs.items():
+        state = PlayerState(program.trace, hide_unchanged=False)
+        for entry in state.entries:
+            state.pass_index = entry.index
+            for k in range(1, entry.step_count + 1):
+                state.step = k
+                frame = state.frame()
+                step = entry.record.steps[k - 1]
+                assert frame.note == "", (name, entry.name, step.rule, frame.note)
+                assert frame.uop is entry.record.graph_after(step)
+                assert frame.diff.added | set(frame.diff.changed) <= set(frame.graph.nodes)
+                if entry.name.startswith("expand "):
+                    assert frame.focus == node_key(step.after)
+                    # (a step's result can be a node the graph already has: both UPCAST ranges of
+                    # size 4 become the same VECTORIZE(0, 1, 2, 3))
+                    before = entry.record.graph_before(step)
+                    assert not frame.diff.empty or step.after in set(before.toposort()), (name, step.rule)
+            if entry.step_count:
+                assert state.uop_at() is entry.record.output, (name, entry.name)
+
+
+def test_a_step_whose_graph_cannot_be_rebuilt_is_shown_locally_with_a_note():
+    lane = UOp.range(4)
+    root = UOp(Ops.SINK, ((lane + 1) * 3,))
+    lanes = UOp(Ops.VECTORIZE, tuple(UOp.const(dtypes.index, i) for i in range(4)))
+    with uv.tracing() as trace:
+        with traced_pass("by hand", root) as record:
+            # a vector put in place of a scalar its users (ADD, MUL) still take: ill-typed in between
+            record.step("range to lanes", lane, lanes)
+            record.output = UOp(Ops.SINK, ((lanes + UOp(Ops.VECTORIZE, (UOp.const(dtypes.index, 1),) * 4)),))
+    state = PlayerState(trace)
+    frame = state.frame()
+    assert "cannot be rebuilt" in frame.note and "ADD" in frame.note
+    assert frame.uop is lanes and set(frame.graph.nodes) == set(layout(lanes).nodes)

@@ -16,7 +16,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -306,6 +306,11 @@ class PatternMatcher:
 # ---------------------------------------------------------------------------------------------
 # the trace
 
+#: A whole graph recorded with a step: the graph itself, or a function that builds it when asked
+#: (a pass that transforms node by node then describes every intermediate graph without paying
+#: for building them while it runs).
+GraphFrame = UOp | Callable[[], UOp]
+
 
 @dataclass(eq=False)
 class RewriteStep:
@@ -328,7 +333,13 @@ class RewriteStep:
 @dataclass(eq=False)
 class PassTrace:
     """The record of one pass (or of a stage grouping several passes): its input, output, steps,
-    nested passes and duration."""
+    nested passes and duration.
+
+    :meth:`graph_after` gives the pass's whole graph after any of its steps, nested ones included.
+    The pass's own steps are replayed on its input: a rule's step substitutes what it matched, a
+    step recorded by hand replaces its ``before`` once or gives its whole graph explicitly.  A
+    nested pass's graph is put back where that pass's input sits in this pass's graph.
+    """
 
     name: str
     input: UOp | None = None
@@ -337,8 +348,17 @@ class PassTrace:
     passes: list[PassTrace] = field(default_factory=list)
     duration_s: float = 0.0
     _own_steps: list[RewriteStep] = field(default_factory=list, repr=False)
-    _graph_memo: dict[int, UOp] = field(default_factory=dict, repr=False)
-    _explicit_graphs: dict[int, UOp] = field(default_factory=dict, repr=False)
+    _graph_memo: dict[int, UOp | None] = field(default_factory=dict, repr=False)
+    _explicit_graphs: dict[int, GraphFrame] = field(default_factory=dict, repr=False)
+    # own steps recorded by hand (PassRecorder.step), replayed as one substitution: their ``after``
+    # may hold their ``before`` (a PROGRAM wrapping its LINEAR), which a closure would wrap again
+    _hand_steps: set[int] = field(default_factory=set, repr=False)
+    # own steps and nested passes, in the order they happened
+    _events: list[RewriteStep | PassTrace] = field(default_factory=list, repr=False)
+    _event_index: dict[int, int] = field(default_factory=dict, repr=False)
+    _contains: dict[int, bool] = field(default_factory=dict, repr=False)
+    _embedded: dict[tuple[int, int], tuple[UOp, UOp]] = field(default_factory=dict, repr=False)
+    _memo_size: tuple[int, int] = field(default=(0, 0), repr=False)
 
     @property
     def changed(self) -> bool:
@@ -354,36 +374,126 @@ class PassTrace:
             yield from child.walk()
 
     def graph_after(self, step: RewriteStep) -> UOp:
-        """Replay the substitutions up to ``step`` on the pass's input (memoised)."""
-        owner = self._owner_of(step)
-        return owner._replay(step)
+        """The whole graph right after ``step``, a step of this pass or of a nested pass at any depth
+        (memoised): this pass's graph, or the graph of the nested pass that helped build one of this
+        pass's own steps (see :meth:`_frame`).  A pass recorded without an input shows the step's
+        ``after``."""
+        return self._frame(step, before=False)[0]
 
-    def _owner_of(self, step: RewriteStep) -> PassTrace:
-        for candidate in self.walk():
-            if any(s is step for s in candidate._own_steps):
-                return candidate
-        return self
+    def graph_before(self, step: RewriteStep) -> UOp | None:
+        """The whole graph right before ``step``, in the same frame as :meth:`graph_after` (None when
+        the pass has no input there)."""
+        return self._frame(step, before=True)[0]
 
-    def _replay(self, step: RewriteStep) -> UOp:
-        position = next(i for i, s in enumerate(self._own_steps) if s is step)
-        if position in self._explicit_graphs:
-            return self._explicit_graphs[position]
-        if position in self._graph_memo:
-            return self._graph_memo[position]
-        if self.input is None:
-            return step.after
-        substitution: dict[UOp, UOp] = {}
-        for earlier in self._own_steps[: position + 1]:
-            substitution[earlier.before] = earlier.after
-        # start from the latest replayed graph before this step (it already holds every earlier
-        # substitution): stepping through a pass then costs one substitution per step, not one per
-        # link of the whole chain of rewrites so far
-        start = next(
-            (self._graph_memo[p] for p in range(position - 1, -1, -1) if p in self._graph_memo), self.input
-        )
-        graph = substitute_closure(start, substitution)
-        self._graph_memo[position] = graph
+    def _frame(self, step: RewriteStep, before: bool) -> tuple[UOp | None, bool]:
+        """The graph around ``step`` and whether it is this pass's graph.  A nested pass's graph is
+        put in this pass's graph when the nested pass is part of this pass's work (this pass records
+        no steps of its own: a stage and its passes).  A nested pass that helped build one of this
+        pass's own steps (a rule rewriting with rules of its own) works on a graph of its own, which
+        is then shown as it is, here and above."""
+        event = self._event_of(step)
+        entry = self._events[event]
+        if isinstance(entry, PassTrace):
+            inner, in_frame = entry._frame(step, before)
+            if inner is None or not in_frame or self._own_steps:
+                return inner, False
+            return self._embed(event, self._state_after(event - 1), inner), True
+        if before:
+            return self._state_after(event - 1), True
+        graph = self._state_after(event)
+        return (step.after, True) if graph is None else (graph, True)
+
+    # -- replay -----------------------------------------------------------------------------------
+    def _event_of(self, step: RewriteStep) -> int:
+        if len(self._event_index) != len(self.steps):  # (re)built once recording went on
+            self._event_index = {}
+            for position, entry in enumerate(self._events):
+                for s in entry.steps if isinstance(entry, PassTrace) else (entry,):
+                    self._event_index[id(s)] = position
+        try:
+            return self._event_index[id(step)]
+        except KeyError:
+            raise KeyError(
+                f"step {step.rule!r} of pass {step.pass_name!r} is not a step of pass {self.name!r}"
+            ) from None
+
+    def _embed(self, event: int, around: UOp | None, inner: UOp) -> UOp:
+        """``inner`` (a graph of the nested pass at ``event``) put in this pass's graph ``around``
+        where that pass's input sits; ``inner`` itself when the input is not part of ``around``
+        (the nested pass rebuilt the whole graph)."""
+        child = self._events[event]
+        assert isinstance(child, PassTrace)
+        if around is None or child.input is None or child.input is around:
+            return inner
+        contains = self._contains.get(event)
+        if contains is None:
+            contains = self._contains[event] = child.input in set(around.toposort())
+        if not contains:
+            return inner
+        cached = self._embedded.get((event, id(inner)))
+        if cached is not None and cached[0] is inner:
+            return cached[1]
+        graph = substitute(around, {child.input: inner})
+        self._embedded[(event, id(inner))] = (inner, graph)
         return graph
+
+    def _state_after(self, event: int) -> UOp | None:
+        """This pass's graph after its first ``event + 1`` events (the input for -1)."""
+        if event < 0:
+            return self.input
+        if self._memo_size != (len(self._events), len(self._own_steps)):  # recorded more since
+            self._graph_memo.clear()
+            self._embedded.clear()
+            self._contains.clear()
+            self._memo_size = (len(self._events), len(self._own_steps))
+        if event in self._graph_memo:
+            return self._graph_memo[event]
+        start = next((p for p in range(event - 1, -1, -1) if p in self._graph_memo), -1)
+        graph = self._graph_memo[start] if start >= 0 else self.input
+        # consecutive rule steps replay as one substitution closure, as the rewriter made them: a
+        # rule's ``after`` holding an earlier match is rebuilt with that match's replacement
+        run: dict[UOp, UOp] = {}
+        first = start
+        while first >= 0 and self._is_rule_step(first):
+            first -= 1
+        for p in range(first + 1, start + 1):
+            run[self._events[p].before] = self._events[p].after
+        for position in range(start + 1, event + 1):
+            entry = self._events[position]
+            if graph is not None and self._is_rule_step(position):
+                run[entry.before] = entry.after
+                if position == event or not self._is_rule_step(position + 1):
+                    graph = substitute_closure(graph, run)
+                continue
+            run = {}
+            if isinstance(entry, PassTrace):
+                # a nested pass is part of this pass's work when this pass records no steps of its
+                # own (a stage and its passes); otherwise it helped build one of those steps (a
+                # rule that rewrites with rules of its own), which then shows its result
+                if entry.output is not None and not self._own_steps:
+                    graph = self._embed(position, graph, entry.output)
+            elif entry.index in self._explicit_graphs:
+                graph = self._explicit_graph(entry.index)
+            else:
+                graph = entry.after if graph is None else substitute(graph, {entry.before: entry.after})
+        self._graph_memo[event] = graph
+        return graph
+
+    def _is_rule_step(self, event: int) -> bool:
+        if event >= len(self._events):
+            return False
+        entry = self._events[event]
+        return (
+            isinstance(entry, RewriteStep)
+            and entry.index not in self._hand_steps
+            and entry.index not in self._explicit_graphs
+        )
+
+    def _explicit_graph(self, own: int) -> UOp:
+        frame = self._explicit_graphs[own]
+        if not isinstance(frame, UOp):
+            frame = self._explicit_graphs[own] = frame()
+        return frame
 
 
 class Trace:
@@ -416,7 +526,11 @@ class Trace:
     # -- recording (used by graph_rewrite and by passes that transform by hand) -----------------
     def _begin(self, name: str, root: UOp | None) -> PassTrace:
         record = PassTrace(name, input=root)
-        (self._open[-1].passes if self._open else self.passes).append(record)
+        if self._open:
+            self._open[-1].passes.append(record)
+            self._open[-1]._events.append(record)
+        else:
+            self.passes.append(record)
         self._open.append(record)
         return record
 
@@ -426,15 +540,23 @@ class Trace:
         assert popped is record, "passes must close in the order they opened"
 
     def _record(
-        self, rule_name: str, location: str, before: UOp, after: UOp, graph: UOp | None = None
+        self,
+        rule_name: str,
+        location: str,
+        before: UOp,
+        after: UOp,
+        graph: GraphFrame | None = None,
+        by_hand: bool = False,
     ) -> RewriteStep:
         innermost = self._open[-1]
-        step = RewriteStep(
-            innermost.name, rule_name, location, before, after, len(innermost._own_steps), innermost
-        )
+        position = len(innermost._own_steps)
+        step = RewriteStep(innermost.name, rule_name, location, before, after, position, innermost)
         if graph is not None:
-            innermost._explicit_graphs[len(innermost._own_steps)] = graph
+            innermost._explicit_graphs[position] = graph
+        if by_hand:
+            innermost._hand_steps.add(position)
         innermost._own_steps.append(step)
+        innermost._events.append(step)
         for record in self._open:
             record.steps.append(step)
         return step
@@ -457,6 +579,18 @@ def tracing() -> Iterator[Trace]:
 def is_tracing() -> bool:
     """True inside a ``tracing()`` block."""
     return bool(_active_traces)
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """Record nothing inside the block, even inside ``tracing()``: for helper rewrites made while
+    building one recorded step (what they built shows in that step)."""
+    saved = list(_active_traces)
+    _active_traces.clear()
+    try:
+        yield
+    finally:
+        _active_traces[:] = saved
 
 
 @contextmanager
@@ -485,15 +619,26 @@ class PassRecorder:
         self.output: UOp | None = root
 
     def step(
-        self, rule: str, before: UOp, after: UOp, graph: UOp | None = None, location: str | None = None
+        self,
+        rule: str,
+        before: UOp,
+        after: UOp,
+        graph: GraphFrame | None = None,
+        location: str | None = None,
     ) -> None:
         """Record one transformation made without a pattern rule (``location``: where it is coded,
-        defaulting to the caller's line)."""
+        defaulting to the caller's line).
+
+        Replaying the pass replaces ``before`` by ``after`` once in the graph so far.  Where that
+        does not give the whole graph after the step (a pass that rebuilds node by node, whose
+        rebuilt nodes change dtype before their users are rebuilt), ``graph`` gives it: the graph,
+        or a function that builds it when the step is shown.
+        """
         if not _active_traces:
             return
         where = location or _caller_location()
         for trace in _active_traces:
-            trace._record(rule, where, before, after, graph)
+            trace._record(rule, where, before, after, graph, by_hand=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,6 +764,43 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
         src = tuple(new[s] for s in u.src)
         new[u] = u if all(a is b for a, b in zip(src, u.src, strict=True)) else UOp(u.op, src, u.arg, u.tag)
     return new[root]
+
+
+def frontier_graph(root: UOp, order: Sequence[UOp], new: Mapping[UOp, UOp], done: int) -> UOp:
+    """The whole graph part way through a pass that rebuilds ``root`` node by node: ``order`` is the
+    order it visits the nodes in (sources first), ``new`` each visited node's rebuilt form, and the
+    first ``done`` nodes of ``order`` are rebuilt.
+
+    A rebuilt node of unchanged dtype and shape replaces its original everywhere.  One whose dtype or
+    shape changed (a RANGE that became a vector of lanes) cannot feed the nodes not rebuilt yet: they
+    keep reading its original form, and the rebuilt node, still waiting for them, hangs from the root
+    SINK, so the graph shows everything built so far next to what is still to do.  With every node
+    done, this is the rebuilt root.
+    """
+    if done >= len(order):
+        return new.get(root, root)
+    rebuilt_ones = set(order[:done])
+    needed = {s for u in order[done:] for s in u.src}
+    shown: dict[UOp, UOp] = {}
+    waiting: list[UOp] = []
+    for u in toposort([root]):
+        if u in rebuilt_ones:
+            rebuilt = new.get(u, u)
+            if rebuilt.dtype == u.dtype and rebuilt.shape == u.shape:
+                shown[u] = rebuilt
+                continue
+            if u in needed:
+                waiting.append(rebuilt)
+        src = tuple(shown[s] for s in u.src)
+        shown[u] = u if all(a is b for a, b in zip(src, u.src, strict=True)) else UOp(u.op, src, u.arg, u.tag)
+    top = shown[root]
+    if not waiting:
+        return top
+    reached = set(toposort([top, *(s for w in waiting for s in w.src)]))
+    hanging = tuple(dict.fromkeys(w for w in waiting if w not in reached))
+    if top.op is Ops.SINK:
+        return UOp(Ops.SINK, (*top.src, *hanging), top.arg, top.tag)
+    return UOp(Ops.SINK, (top, *hanging))
 
 
 def substitute_closure(root: UOp, mapping: dict[UOp, UOp]) -> UOp:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute, traced_pass
 from uopviz.core.uop import UOp
 
 
@@ -99,4 +99,8 @@ def callify(outputs: Sequence[UOp]) -> UOp:
                            f"a program needs concrete inputs: call the @function with Tensors or use BUFFERs")
     ctx = InputContext()
     body = graph_rewrite(body, input_rules, ctx=ctx, name="parametrize inputs")
-    return UOp(Ops.FUNCTION, (body, *ctx.inputs))
+    function = UOp(Ops.FUNCTION, (body, *ctx.inputs))
+    with traced_pass("make function", body) as record:  # recorded: the stage's last graph is its output
+        record.step("make_function: the body and its inputs as one FUNCTION", body, function)
+        record.output = function
+    return function

@@ -95,8 +95,6 @@ class PlayerState:
         self.engine = engine
         self.fold_constants = fold_constants
         self.entries: list[PassEntry] = []
-        self._own_steps: dict[int, list[RewriteStep]] = {}
-        self._owner: dict[int, PassTrace] = {}
         for top in trace.passes:
             self._add(top, 0)
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
@@ -106,11 +104,6 @@ class PlayerState:
 
     def _add(self, record: PassTrace, depth: int) -> None:
         self.entries.append(PassEntry(len(self.entries), depth, record))
-        nested = {id(s) for child in record.passes for s in child.steps}
-        own = [s for s in record.steps if id(s) not in nested]
-        self._own_steps[id(record)] = own
-        for s in own:
-            self._owner[id(s)] = record
         for child in record.passes:
             self._add(child, depth + 1)
 
@@ -179,24 +172,26 @@ class PlayerState:
         return self.current.record.steps[step - 1] if step > 0 else None
 
     def graph_before(self, step_record: RewriteStep) -> UOp | None:
-        """The graph of the step's own pass just before it (None when it cannot be rebuilt)."""
-        owner = self._owner[id(step_record)]
-        own = self._own_steps[id(owner)]
-        position = next(i for i, s in enumerate(own) if s is step_record)
-        if position > 0:
-            return self.whole_graph(own[position - 1])
-        return owner.input if owner.input is not None else step_record.before
+        """The chosen pass's whole graph just before the step (None when it cannot be rebuilt)."""
+        try:
+            graph = self.current.record.graph_before(step_record)
+        except UOpError as error:
+            self._replay_errors[id(step_record)] = str(error)
+            return None
+        return graph if graph is not None else step_record.before
 
     def whole_graph(self, step_record: RewriteStep) -> UOp | None:
-        """``step.graph``, or None when the graph after that step cannot be built.
+        """The chosen pass's whole graph right after the step (``PassTrace.graph_after``: a stage
+        shows the whole program, a nested pass its own graph), or None when it cannot be built.
 
-        Replaying a pass's substitutions up to a step rebuilds every user of what it rewrote; when
-        a rewrite changes a value's dtype (Expand turns a RANGE into a vector), a user that the pass
-        rebuilt only later is ill-typed in between, and building it raises :class:`UOpError`.  The
-        player then shows the step locally: what matched and what replaced it.
+        Every pass of the pipeline replays: rule steps by substitution, steps recorded by hand
+        once, and Expand's node-by-node steps from the whole graphs it records.  A trace made by
+        other code can hold a hand-recorded step whose substitution is ill-typed (it changes a
+        value's dtype under users it did not rebuild); building that graph raises
+        :class:`UOpError`, and the player then shows the step locally.
         """
         try:
-            return step_record.graph
+            return self.current.record.graph_after(step_record)
         except UOpError as error:
             self._replay_errors[id(step_record)] = str(error)
             return None
@@ -240,10 +235,10 @@ class PlayerState:
             # the whole graph around this step cannot be rebuilt: show the step locally
             before, after = record.before, record.after
             graph = self.laid_out(after)
-            reason = self._replay_errors.get(id(record)) or list(self._replay_errors.values())[-1]
-            note = ("the whole graph cannot be rebuilt at this step (a rewrite of the pass changes a dtype "
-                    "that later steps propagate), so this shows what matched and what replaced it; "
-                    f"replaying gives: {reason}")
+            reason = self._replay_errors.get(id(record), "")
+            note = ("the whole graph cannot be rebuilt at this step (a step recorded by hand changes a "
+                    "value's dtype under users it did not rebuild), so this shows what matched and what "
+                    f"replaced it; replaying gives: {reason}")
         diff = graph_diff(self.laid_out(before), graph)
         focus = node_key(record.after) if node_key(record.after) in graph else None
         lines = text_diff(str(before), str(after))
