@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import product
 
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import graph_rewrite, substitute, traced_pass
+from uopviz.core.rewrite import frontier_graph, graph_rewrite, substitute, traced_pass, untraced
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import iadd, iconst, index_simplifier, simplify_indices
 from uopviz.passes.kernel import LANE_TYPES, _location_of, kernel_order, range_size
@@ -123,8 +124,9 @@ def per_lane(original: UOp, axes: Axes, target: Axes, ctx: ExpandContext | None 
     coefficients = affine_coefficients(original, lane_ranges) if lane_ranges else None
     base = None
     if coefficients is not None:
-        base = graph_rewrite(substitute(original, {r: iconst(0) for r in lane_ranges}), index_simplifier,
-                             name="lane base")
+        with untraced():  # a helper simplification: the step that uses the address shows it
+            base = graph_rewrite(substitute(original, {r: iconst(0) for r in lane_ranges}), index_simplifier,
+                                 name="lane base")
     lanes = []
     for coordinates in product(*(range(range_size(r)) for r in target)):
         where = dict(zip(target, coordinates))
@@ -294,8 +296,9 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
     if not any(u.op is Ops.RANGE and u.arg[1] in LANE_TYPES for u in ast.toposort()):
         return ast
     ctx = ExpandContext()
+    order = ast.toposort()
     with traced_pass(f"expand {name}", ast) as record:
-        for u in ast.toposort():
+        for position, u in enumerate(order):
             if u.op is Ops.WMMA:  # expanded with its REDUCE
                 ctx.new[u] = u
                 continue
@@ -305,7 +308,10 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
             if axes:
                 ctx.axes[u] = axes
             if new is not u:
-                record.step(rule.__name__, u, new, location=_location_of(rule))
+                # the whole kernel after this step, built when shown: substituting ``new`` for ``u``
+                # would feed a vector to users that are not expanded yet
+                whole = partial(frontier_graph, ast, order, ctx.new, position + 1)
+                record.step(rule.__name__, u, new, graph=whole, location=_location_of(rule))
         record.output = ctx.new[ast]
     return simplify_indices(ctx.new[ast], name="simplify lane indices") if ctx.substituted else ctx.new[ast]
 
