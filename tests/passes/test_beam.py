@@ -100,14 +100,15 @@ def test_beam_on_gemm_256_is_at_least_as_fast_as_the_heuristic(tmp_path) -> None
 
     heuristic = hand_coded_optimizations(kernel.with_parallel_outputs())
     times = {"beam": [], "heuristic": []}
-    for _ in range(3):
+    for _ in range(5):
         for label, chosen in (("beam", result.kernel), ("heuristic", heuristic)):
             lowered = chosen.lower("c")
             timing = time_kernel(
                 "c", lowered.source, lowered.name, lowered.random_arguments(), repeats=5, isolated=False
             )
-            times[label].append(timing.min_s)
-    assert min(times["beam"]) <= 1.5 * min(times["heuristic"]), times  # a sanity bound: the machine is shared
+            times[label].append(timing.median_s)
+    # a sanity bound on medians of interleaved rounds (the machine is shared: single runs vary 3×)
+    assert float(np.median(times["beam"])) <= 1.5 * float(np.median(times["heuristic"])), times
     # the table: one row per distinct candidate, with UOp counts, compile and run times
     rows = result.table()
     assert len(rows) == len(result.candidates) >= 3

@@ -315,6 +315,9 @@ class Backend(abc.ABC):
     has_local: bool = False
     has_threads: bool = False
     tensor_cores: tuple[TensorCore, ...] = ()
+    #: the vector registers the heuristics plan register tiles for: bytes of one, and how many
+    register_bytes: int = 16
+    vector_registers: int = 16
 
     def available(self) -> bool:
         """True when this machine can compile and run this backend's kernels."""

@@ -47,7 +47,17 @@ from uopviz.backends.base import (
     TensorCore,
     cpu_tensor_cores,
 )
-from uopviz.backends.c import CPULaunch, _underlying_buffer, contiguous_start, host_cpu_name, live_uops
+from uopviz.backends.c import (
+    PREFETCH_ITERATIONS,
+    PREFETCH_MIN_STRIDE_BYTES,
+    CPULaunch,
+    _underlying_buffer,
+    contiguous_start,
+    host_cpu_name,
+    host_vector_registers,
+    linear_coefficient,
+    live_uops,
+)
 from uopviz.backends.cache import cache_dir, content_key
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
@@ -552,6 +562,8 @@ class _LLVMState:
                 offset = self.temp("alu", f"add i64 {offset}, {start}")
             pointer = self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {offset}")
             self.addresses[u] = _Address(buffer, u.dtype, pointer=pointer)
+            if base is not None and buffer_uop.op is Ops.PARAM:
+                self.prefetch(pointer, element, base, buffer_uop.arg.dtype.itemsize)
             return
         # lane by lane: LLVM merges neighbouring scalar loads into vector loads and shuffles, which
         # beats llvm.masked.gather (often scalarized) on the interleaved patterns kernels have
@@ -565,6 +577,27 @@ class _LLVMState:
             ]
         pointers = [self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {o}") for o in offsets]
         self.addresses[u] = _Address(buffer, u.dtype, lane_pointers=pointers)
+
+    def prefetch(self, pointer: str, element: str, base: UOp, itemsize: int) -> None:
+        """Prefetch a few iterations ahead of a contiguous access that jumps a kilobyte or more per
+        iteration of its loop (the C backend's rule, see ``CStyleRenderer.prefetch``)."""
+        loop = next(
+            (
+                scope.opener
+                for scope in reversed(self.scopes)
+                if scope.opener is not None and scope.opener.op is Ops.RANGE
+            ),
+            None,
+        )
+        if loop is None:
+            return
+        stride = linear_coefficient(base, loop)
+        if stride is None or abs(stride) * itemsize < PREFETCH_MIN_STRIDE_BYTES:
+            return
+        distance = PREFETCH_ITERATIONS * stride
+        ahead = self.temp("ahead", f"getelementptr {element}, ptr {pointer}, i64 {distance}")
+        self.declare("llvm.prefetch.p0", "void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+        self.emit(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 3, i32 1)")
 
     def vector_of_pointers(self, address: _Address) -> str:
         """The ``<N x ptr>`` of a lane-by-lane address (for masked gathers and scatters)."""
@@ -1247,6 +1280,16 @@ class LLVMBackend(Backend):
     vector_widths = (2, 4, 8, 16)
     has_local = False
     tensor_cores = cpu_tensor_cores()
+
+    @property
+    def register_bytes(self) -> int:  # type: ignore[override]
+        """Bytes of one of the host's SIMD registers."""
+        return host_vector_registers()[0]
+
+    @property
+    def vector_registers(self) -> int:  # type: ignore[override]
+        """How many SIMD registers the host has."""
+        return host_vector_registers()[1]
 
     def __init__(self) -> None:
         self._compiled: dict[str, LLVMCompiledKernel] = {}

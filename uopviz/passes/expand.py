@@ -2,7 +2,8 @@
 
 Each UPCAST/UNROLL range of size ``n`` becomes the index vector ``VECTORIZE(0, 1, ..., n-1)``.
 Every UOp that depends on such ranges becomes a vector whose lanes run over them, row-major in
-kernel order (its *lane axes*).  Operands with fewer lane axes are broadcast: a scalar is repeated
+lane order (its *lane axes*: UNROLL axes first, then UPCAST axes, each in kernel order).
+Operands with fewer lane axes are broadcast: a scalar is repeated
 (``VECTORIZE(x, x, ...)``), a vector is rearranged with ``GEP``.  A REDUCE over UNROLL ranges
 combines their lanes (a horizontal reduction of GEPs) and keeps looping over its other ranges.
 A REDUCE of a tensor-core multiply (``WMMA`` made by the TC opt) gathers the A, B and C tiles
@@ -42,8 +43,16 @@ class ExpandContext:
         return self.axes.get(original, ())
 
 
+def lane_order(ranges: Sequence[UOp]) -> list[UOp]:
+    """Lane axes in lane order: UNROLL axes outermost, then UPCAST axes, each group in kernel order.
+    A reduction then combines contiguous runs of lanes (one run per unrolled coordinate) and each
+    run is laid out like the output, so a CPU backend's vector chunks are whole rows of the tile:
+    contiguous loads and stores, one broadcast operand, no lane shuffles."""
+    return sorted(kernel_order(list(ranges)), key=lambda r: r.arg[1] is not AxisType.UNROLL)
+
+
 def _union(*groups: Axes) -> Axes:
-    return tuple(kernel_order(list(dict.fromkeys(r for g in groups for r in g))))
+    return tuple(lane_order(list(dict.fromkeys(r for g in groups for r in g))))
 
 
 def _count(axes: Axes) -> int:

@@ -35,7 +35,9 @@
 
 float16 and bfloat16 transcendentals are computed in float32 and rounded back; float64 ones use
 polynomials of higher degree.  Vector ops of a width the target does not have are split into
-per-lane scalar ops (:data:`devectorize_rules`, :func:`devectorize`).
+chunks of the widest width it has that divides them (a 64-lane tile on a 16-lane target: four
+16-lane ops; scalar lanes when no width divides); targets without vectors get every vector op
+split into per-lane scalar ops (:data:`devectorize_rules`, :func:`devectorize`).
 
 Accuracy (measured by ``tests/passes/test_isel.py`` against numpy's long double, in ulps of the
 result; means, more input ranges and pow are in ``docs/accuracy.md``):
@@ -362,18 +364,25 @@ def _power_of_two(n: UOp, form: _Format) -> UOp:
 
 
 def decompose_exp2(x: UOp) -> UOp:
-    """``2**x``: ``x = n + f`` with ``|f| <= 1/2``, ``2**f`` by a polynomial, ``2**n`` from bits."""
+    """``2**x``: ``x = n + f`` with ``|f| <= 1/2``, ``2**f`` by a polynomial, ``2**n`` from bits.
+
+    ``n`` comes from adding ``1.5 * 2**mantissa_bits``: the sum's low bits are ``round(x)`` as an
+    integer, and subtracting the constant again gives it as a float, both exact for the clamped
+    range (no TRUNC, no float → int conversion: a third of the instructions of the vector code).
+    A nan passes through the clamp, gives some integer bits, and is put back by the last select."""
     form = _FORMATS[x.dtype.scalar]
     low, high = (-151.0, 129.0) if form.dtype is dtypes.float32 else (-1076.0, 1025.0)
-    is_nan = not_equal(x, x)
-    clamped = where(less(x, low), low, where(less(high, x), high, where(is_nan, 0.0, x)))
-    n = _round_to_integer(clamped)
+    clamped = where(less(x, low), low, where(less(high, x), high, x))
+    magic = 1.5 * 2.0**form.mantissa_bits
+    shifted = add(clamped, magic)
+    n = sub(shifted, magic)
     f = sub(clamped, n)
     p = polynomial(f, _EXP2[form.dtype])
-    k = cast(n, form.integer)
+    magic_bits = ((form.mantissa_bits + form.bias) << form.mantissa_bits) | (1 << (form.mantissa_bits - 1))
+    k = sub(bitcast(shifted, form.integer), const_like(bitcast(shifted, form.integer), magic_bits))
     half = shift_right(k, 1)  # 2**n as 2**half * 2**(n - half): both halves are normal numbers
     result = mul(mul(p, _power_of_two(half, form)), _power_of_two(sub(k, half), form))
-    return where(is_nan, x, result)
+    return where(not_equal(x, x), x, result)
 
 
 def decompose_log2(x: UOp) -> UOp:
@@ -679,19 +688,93 @@ def devectorize(root: UOp) -> UOp:
     return graph_rewrite(root, devectorize_rules, name="devectorize")
 
 
-def _devectorize_unsupported_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
-    """Devectorization of the vector ALU ops whose lane count the target does not render."""
+def chunk_width(count: int, widths: frozenset[int]) -> int:
+    """The widest width in ``widths`` that splits ``count`` lanes into equal chunks (1: scalar lanes)."""
+    return max((w for w in widths if 1 < w < count and count % w == 0), default=1)
+
+
+def _piece(x: UOp, lanes: tuple[int, ...]) -> UOp:
+    """Lanes ``lanes`` of ``x`` (a scalar operand is the same in every chunk)."""
+    return x if x.dtype.count == 1 else UOp(Ops.GEP, (x,), lanes)
+
+
+def _chunked(x: UOp, width: int, make) -> UOp:
+    """``x`` rebuilt chunk by chunk: ``make(lanes)`` builds the chunk of ``lanes``; the result is the
+    VECTORIZE of every chunk's lanes, which consumers split again by the GEP folding rules."""
+    chunks = [tuple(range(start, start + width)) for start in range(0, x.dtype.count, width)]
+    parts = [make(lanes) for lanes in chunks]
+    if width == 1:
+        return UOp(Ops.VECTORIZE, tuple(parts))
+    return UOp(Ops.VECTORIZE, tuple(UOp(Ops.GEP, (part,), (i,)) for part in parts for i in range(width)))
+
+
+def _vectorize_of_geps(v: UOp) -> UOp | None:
+    """``VECTORIZE(GEP(x, i0), GEP(x, i1), ...)`` of one vector ``x`` is ``GEP(x, (i0, i1, ...))``."""
+    first = v.src[0]
+    if first.op is not Ops.GEP or len(first.arg) != 1:
+        return None
+    vector = first.src[0]
+    if not all(s.op is Ops.GEP and s.src[0] is vector and len(s.arg) == 1 for s in v.src):
+        return None
+    return UOp(Ops.GEP, (vector,), tuple(s.arg[0] for s in v.src))
+
+
+def _split_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
+    """Vector ops whose lane count the target does not render, split into chunks of the widest width
+    it does render that divides them (scalar lanes when none does): ALU ops, LOADs and STOREs."""
     widths = frozenset(vector_widths)
 
-    def split(x: UOp) -> UOp | None:
-        return None if x.dtype.count in widths else _devectorize_alu(x)
+    def split_alu(x: UOp) -> UOp | None:
+        count = x.dtype.count
+        if count == 1 or count in widths or any(s.dtype.count != count for s in x.src):
+            return None
+        if x.op is Ops.BITCAST and x.src[0].dtype.scalar.itemsize != x.dtype.scalar.itemsize:
+            return None
+        width = chunk_width(count, widths)
+
+        def make(lanes: tuple[int, ...]) -> UOp:
+            arg = x.arg
+            if x.op in (Ops.CAST, Ops.BITCAST):
+                arg = x.dtype.scalar if width == 1 else x.dtype.scalar.vec(width)
+            return UOp(x.op, tuple(_piece(s, lanes) for s in x.src), arg)
+
+        return _chunked(x, width, make)
+
+    def split_load(x: UOp) -> UOp | None:
+        count = x.dtype.count
+        index = x.src[0]
+        if count == 1 or count in widths or index.op is not Ops.INDEX or index.src[1].dtype.count != count:
+            return None
+        width = chunk_width(count, widths)
+
+        def make(lanes: tuple[int, ...]) -> UOp:
+            address = UOp(Ops.INDEX, (index.src[0], _piece(index.src[1], lanes)))
+            return UOp(Ops.LOAD, (address, *(_piece(s, lanes) for s in x.src[1:])), x.arg)
+
+        return _chunked(x, width, make)
+
+    def split_store(x: UOp) -> UOp | None:
+        index, value = x.src[0], x.src[1]
+        count = value.dtype.count
+        if count == 1 or count in widths or index.op is not Ops.INDEX or index.src[1].dtype.count != count:
+            return None
+        width = chunk_width(count, widths)
+        stores = []
+        for start in range(0, count, width):
+            lanes = tuple(range(start, start + width))
+            address = UOp(Ops.INDEX, (index.src[0], _piece(index.src[1], lanes)))
+            stores.append(UOp(Ops.STORE, (address, *(_piece(s, lanes) for s in x.src[1:])), x.arg))
+        return UOp(Ops.GROUP, tuple(stores))
 
     return PatternMatcher(
         [
-            (UPat(_VECTOR_ALU, name="x"), split, "vector ALU of an unsupported width → lanes"),
+            (UPat(_VECTOR_ALU, name="x"), split_alu, "vector ALU of an unsupported width → chunks"),
+            (UPat(Ops.LOAD, name="x"), split_load, "vector LOAD of an unsupported width → chunks"),
+            (UPat(Ops.STORE, name="x"), split_store, "vector STORE of an unsupported width → chunks"),
             *devectorize_rules.rules[1:],
+            (UPat(Ops.VECTORIZE, name="v"), _vectorize_of_geps, "VECTORIZE of one vector's lanes → GEP"),
         ],
-        name="devectorize widths",
+        name="split widths",
     )
 
 
@@ -705,7 +788,7 @@ def instruction_selection_matcher(
     """The Instruction Selection rules of a target that renders ``supported_ops`` natively and
     vectors of ``vector_widths`` lanes: every decomposed op it lacks is rewritten into ones it has
     (or into ops that are decomposed in turn), MULACC is fused where it exists, and vector ALU ops
-    of other widths are split into lanes."""
+    of other widths are split into chunks of widths it has."""
     supported = frozenset(supported_ops)
     rules: list = []
     for op, decompositions in DECOMPOSITIONS.items():
@@ -713,5 +796,5 @@ def instruction_selection_matcher(
             rules.extend(decompositions)
     if Ops.MULACC in supported:
         rules.extend(mulacc_fusion.rules)
-    rules.extend(_devectorize_unsupported_widths(tuple(vector_widths)).rules)
+    rules.extend(_split_widths(tuple(vector_widths)).rules)
     return PatternMatcher(rules, name="instruction selection")

@@ -1,0 +1,185 @@
+"""CPU code generation quality: vector chunks, register accumulators, whole-vector forms, prefetch,
+and the register-tile heuristic — each checked on the source it produces and on the values it
+computes (against numpy and the Python interpreter on random inputs of several shapes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.backends import get
+from uopviz.core.ops import AxisType, Ops
+from uopviz.passes.kernel import Opt, OptOp
+from uopviz.passes.optimize import hand_coded_optimizations
+
+needs_c = pytest.mark.skipif(not get("c").available(), reason="no C compiler on this machine")
+needs_llvm = pytest.mark.skipif(not get("llvm").available(), reason="llvmlite is not installed")
+
+
+def _tile(n_lanes: int, m_lanes: int) -> list[Opt]:
+    """UPCAST N (axis 1) by ``n_lanes``, then M (axis 0) by ``m_lanes``."""
+    return [
+        Opt(OptOp.SPLIT, 1, (n_lanes, AxisType.UPCAST, False)),
+        Opt(OptOp.SPLIT, 0, (m_lanes, AxisType.UPCAST, False)),
+    ]
+
+
+def _unroll(factor: int) -> Opt:
+    return Opt(OptOp.SPLIT, 2, (factor, AxisType.UNROLL, False))
+
+
+def _gemm_program(m: int, k: int, n: int, backend: str, opts, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    return a, b, uv.compile([uv.Tensor(a) @ uv.Tensor(b)], backend=backend, opts=opts)
+
+
+# ---------------------------------------------------------------------------------------------
+# vector chunks (Instruction Selection) and lane order (Expand)
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm", "opencl"])
+def test_a_64_lane_tile_becomes_16_lane_vector_ops(backend: str) -> None:
+    if not get(backend).available():
+        pytest.skip(f"{backend} backend unavailable here: {get(backend).unavailable_reason()}")
+    _, _, program = _gemm_program(64, 32, 64, backend, _tile(16, 4))
+    linear = program.kernels[0].lower(backend).linear
+    widths = {u.dtype.count for u in linear.src if u.op in (Ops.MULACC, Ops.ADD, Ops.MUL, Ops.LOAD)}
+    assert max(widths) <= 16 and 16 in widths, widths
+    assert not any(u.op in (Ops.ADD, Ops.MUL, Ops.MULACC) and u.dtype.count == 64 for u in linear.src)
+
+
+@pytest.mark.parametrize("shape", [(16, 24, 32), (32, 7, 48), (8, 64, 16)])
+@pytest.mark.parametrize("backend", ["python", "c", "llvm"])
+def test_chunked_register_tiles_compute_matmul(backend: str, shape: tuple[int, int, int]) -> None:
+    if not get(backend).available():
+        pytest.skip(f"{backend} backend unavailable here: {get(backend).unavailable_reason()}")
+    m, k, n = shape
+    for opts in (_tile(16, 8), _tile(8, 4) + [_unroll(k if k <= 8 else 2)]):
+        a, b, program = _gemm_program(m, k, n, backend, opts, seed=m + k + n)
+        np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_c
+def test_unrolled_reduction_combines_contiguous_lanes_without_shuffles() -> None:
+    # lanes run UNROLL-first: each unrolled k is a run of whole output rows, so the C source multiplies
+    # whole 16-lane rows of B by broadcasts of A and never builds a vector lane by lane from B
+    _, _, program = _gemm_program(32, 32, 32, "c", _tile(16, 4) + [_unroll(2)])
+    source = program.kernels[0].source("c")
+    assert "load_float32x16(data2" in source
+    assert "data2[" not in source
+
+
+# ---------------------------------------------------------------------------------------------
+# accumulators kept in variables
+
+
+@needs_c
+def test_vector_accumulators_are_variables_not_arrays() -> None:
+    a, b, program = _gemm_program(32, 40, 64, "c", _tile(32, 8))
+    source = program.kernels[0].source("c")
+    assert "float32x16 acc0_0, acc0_1," in source and "acc0[" not in source
+    np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# whole-vector comparisons, selects, shifts, casts and truncation (C)
+
+_SPECIAL = np.array(
+    [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 3e9, -3e9, 8388609.0, -1e20], dtype=np.float32
+)
+
+
+def _floats(size: int, seed: int) -> np.ndarray:
+    values = (np.random.default_rng(seed).standard_normal(size) * 50).astype(np.float32)
+    values[: len(_SPECIAL)] = _SPECIAL
+    return values
+
+
+@needs_c
+@pytest.mark.parametrize("size", [64, 256, 1024])
+def test_vector_forms_match_the_python_interpreter(size: int) -> None:
+    x = _floats(size, size)
+    y = np.random.default_rng(size + 1).standard_normal(size).astype(np.float32) * 50
+    shifts = np.random.default_rng(size + 2).integers(-3, 40, size).astype(np.int32)
+    ints = np.random.default_rng(size + 3).integers(-(2**31), 2**31 - 1, size).astype(np.int32)
+
+    in_range = np.where(np.isfinite(x) & (np.abs(x) < 2e9), x, 7.0).astype(np.float32)
+
+    def outputs() -> list[uv.Tensor]:
+        tx, ty, ts, ti = uv.Tensor(x), uv.Tensor(y), uv.Tensor(shifts), uv.Tensor(ints)
+        return [
+            (tx < ty).where(tx, ty),  # comparison mask feeding a select
+            (tx != tx).where(ty, tx * 2),  # nan test
+            uv.Tensor(in_range).cast(uv.dtypes.int32),
+            ti << ts,
+            ti >> ts,  # counts outside [0, 32)
+            tx.trunc(),
+            (tx * 2 + 1).exp(),
+        ]
+
+    upcast = [Opt(OptOp.SPLIT, 0, (16, AxisType.UPCAST, False))]
+    reference = [np.asarray(r) for r in uv.compile(outputs(), backend="python").run()]
+    got = [np.asarray(r) for r in uv.compile(outputs(), backend="c", opts=upcast).run()]
+    for expected, value in zip(reference[:-1], got[:-1]):
+        np.testing.assert_array_equal(value, expected)
+    # exp: the C compiler fuses multiply-adds (one rounding), the interpreter rounds twice
+    np.testing.assert_allclose(got[-1], reference[-1], rtol=3e-7, atol=3e-45)  # atol: denormal ulps
+    # nan, inf and out-of-range floats convert as the scalar C helper (and x86, and numpy there) do:
+    # to the integer minimum (the Python interpreter wraps instead; numpy leaves them undefined)
+    lanes = uv.compile([uv.Tensor(x).cast(uv.dtypes.int32)], backend="c", opts=upcast).run()[0]
+    scalar = uv.compile([uv.Tensor(x).cast(uv.dtypes.int32)], backend="c").run()[0]
+    np.testing.assert_array_equal(lanes, scalar)
+
+
+@needs_c
+def test_exp_renders_without_lane_by_lane_code() -> None:
+    x = _floats(4096, 0)
+    upcast = [Opt(OptOp.SPLIT, 0, (16, AxisType.UPCAST, False))]
+    program = uv.compile([(uv.Tensor(x) * 2 + 1).exp()], backend="c", opts=upcast)
+    source = program.kernels[0].source("c")
+    assert "[0] <" not in source and "__builtin_truncf(" not in source and "float32_to_int32(" not in source
+    expected = uv.compile([(uv.Tensor(x) * 2 + 1).exp()], backend="python").run()[0]
+    np.testing.assert_allclose(program.run()[0], expected, rtol=3e-7, atol=3e-45)  # atol: denormal ulps
+
+
+# ---------------------------------------------------------------------------------------------
+# prefetch of column strips
+
+
+@needs_c
+def test_c_prefetches_loads_that_jump_a_page_per_iteration() -> None:
+    _, _, program = _gemm_program(64, 1024, 1024, "c", _tile(32, 8))
+    source = program.kernels[0].source("c")
+    assert source.count("__builtin_prefetch(data2") == 2  # the two 16-lane rows of B
+    assert "__builtin_prefetch(data1" not in source  # A is read along its rows
+    elementwise = uv.compile([uv.Tensor(np.ones(4096, np.float32)) + 1], backend="c", opts="heuristic")
+    assert "__builtin_prefetch" not in elementwise.kernels[0].source("c")
+
+
+@needs_llvm
+def test_llvm_prefetches_loads_that_jump_a_page_per_iteration() -> None:
+    a, b, program = _gemm_program(32, 1024, 512, "llvm", _tile(32, 8))
+    assert program.kernels[0].source("llvm").count("call void @llvm.prefetch.p0(") == 2
+    np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# the register-tile heuristic follows the host's registers
+
+
+@pytest.mark.parametrize(
+    ("register_bytes", "registers", "expected"),
+    [(64, 32, (32, 8)), (32, 16, (16, 4)), (16, 16, (8, 4))],
+)
+def test_cpu_register_tile_follows_the_registers(monkeypatch, register_bytes, registers, expected) -> None:
+    backend = get("python")
+    monkeypatch.setattr(type(backend), "register_bytes", register_bytes, raising=False)
+    monkeypatch.setattr(type(backend), "vector_registers", registers, raising=False)
+    _, _, program = _gemm_program(256, 256, 256, "python", None)
+    kernel = hand_coded_optimizations(program.kernels[0])
+    upcasts = sorted((size for size, axis_type in kernel.axes if axis_type is AxisType.UPCAST), reverse=True)
+    assert tuple(upcasts) == expected, kernel.name
+    assert not any(axis_type is AxisType.UNROLL for _, axis_type in kernel.axes)
