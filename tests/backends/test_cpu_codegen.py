@@ -62,6 +62,18 @@ def test_chunked_register_tiles_compute_matmul(backend: str, shape: tuple[int, i
         np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("backend", ["c", "llvm", "opencl"])
+@pytest.mark.parametrize("tile", [(64, 1), (1, 6), (32, 6), (1, 3)])
+def test_lane_counts_no_backend_has_are_split_into_ones_it_has(backend: str, tile: tuple[int, int]) -> None:
+    # OpenCL has vectors of 2, 3, 4, 8 and 16 lanes only: 64 and 6 lanes are chunks of 16 and 2
+    if not get(backend).available():
+        pytest.skip(f"{backend} backend unavailable here: {get(backend).unavailable_reason()}")
+    n_lanes, m_lanes = tile
+    opts = [o for o in _tile(n_lanes, m_lanes) if o.arg[0] > 1]
+    a, b, program = _gemm_program(48, 24, 64, backend, opts, seed=n_lanes * m_lanes)
+    np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
 @needs_c
 def test_unrolled_reduction_combines_contiguous_lanes_without_shuffles() -> None:
     # lanes run UNROLL-first: each unrolled k is a run of whole output rows, so the C source multiplies
