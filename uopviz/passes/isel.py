@@ -11,7 +11,8 @@
                ``CMP_LT`` / ``CMP_NE``, as the spec's table writes them (so with a nan operand they
                answer True where IEEE says False)
 ``NOT``        ``CMP_NE(x, True)`` on bool, ``XOR(x, all-ones)`` on integers
-``EXP2``       round to ``n + f`` (``|f| <= 1/2``), a minimax polynomial for ``2**f``, and ``2**n``
+``EXP2``       round to ``n + f`` (``|f| <= 1/2``) by adding ``1.5·2**mantissa_bits`` (``n`` is the
+               sum's low bits), a minimax polynomial for ``2**f``, and ``2**n``
                built from exponent bits (``BITCAST(SHL(n + bias))``) in two halves, so results
                underflow to denormals and overflow to inf correctly
 ``LOG2``       denormals scaled by ``2**64``; exponent and mantissa from the bits; mantissa
