@@ -682,12 +682,7 @@ class CStyleRenderer:
             Ops.SUB: "-",
             Ops.MUL: "*",
             Ops.DIV: "/",
-            Ops.CMP_LT: "<",
-            Ops.CMP_NE: "!=",
-            Ops.CMP_GT: ">",
-            Ops.CMP_GE: ">=",
-            Ops.CMP_LE: "<=",
-            Ops.CMP_EQ: "==",
+            **C_COMPARISONS,
             Ops.XOR: "^",
             Ops.OR: "|",
             Ops.AND: "&",
@@ -1436,14 +1431,14 @@ class CRenderer(CStyleRenderer):
             self.held_as_float(s.dtype.scalar) or s.dtype.scalar is dtypes.float16 for s in u.src
         ):
             return None
-        if op in GroupOp.COMPARISON and op in _VECTOR_COMPARISONS:
+        if op in GroupOp.COMPARISON and op in C_COMPARISONS:
             # the 0/-1 mask is kept in a variable of its own: a WHERE on it selects without
             # converting to bool lanes and back
             state = self._state
             mask = state.fresh("mask")
             state.emit(
                 f"{self._mask_type(u.src[0].dtype)} {mask} = "
-                f"({operands[0]} {_VECTOR_COMPARISONS[op]} {operands[1]});"
+                f"({operands[0]} {C_COMPARISONS[op]} {operands[1]});"
             )
             state.vector_masks[u] = mask
             return f"(__builtin_convertvector({mask}, {self.vector_type(dtype)}) & 1)"
@@ -1530,7 +1525,8 @@ class CRenderer(CStyleRenderer):
         return self.helper(name, lambda: f"{self.helper_prefix} {i} {name}({f} x) {{\n  {body}\n}}")
 
 
-_VECTOR_COMPARISONS = {
+#: comparison operators of C (also lane-wise on GCC vectors, giving 0/-1 lanes)
+C_COMPARISONS = {
     Ops.CMP_LT: "<",
     Ops.CMP_NE: "!=",
     Ops.CMP_GT: ">",
@@ -1672,14 +1668,8 @@ def load_function(library_path: str, name: str, argument_count: int) -> Any:
     return function
 
 
-class CBackend(Backend):
-    """C compiled by gcc/clang with OpenMP for THREAD axes and GCC vectors for UPCAST lanes."""
-
-    name = "c"
-    supported_ops = COMPILED_ALU_OPS
-    vector_widths = (2, 4, 8, 16)
-    has_local = False
-    tensor_cores = cpu_tensor_cores()
+class HostRegisters:
+    """For backends that run on the host CPU: its SIMD registers, which the heuristics plan for."""
 
     @property
     def register_bytes(self) -> int:  # type: ignore[override]
@@ -1690,6 +1680,16 @@ class CBackend(Backend):
     def vector_registers(self) -> int:  # type: ignore[override]
         """How many SIMD registers the host has."""
         return host_vector_registers()[1]
+
+
+class CBackend(HostRegisters, Backend):
+    """C compiled by gcc/clang with OpenMP for THREAD axes and GCC vectors for UPCAST lanes."""
+
+    name = "c"
+    supported_ops = COMPILED_ALU_OPS
+    vector_widths = (2, 4, 8, 16)
+    has_local = False
+    tensor_cores = cpu_tensor_cores()
 
     def __init__(self) -> None:
         self.renderer = CRenderer(self.tensor_cores)

@@ -51,10 +51,10 @@ from uopviz.backends.c import (
     PREFETCH_ITERATIONS,
     PREFETCH_MIN_STRIDE_BYTES,
     CPULaunch,
+    HostRegisters,
     _underlying_buffer,
     contiguous_start,
     host_cpu_name,
-    host_vector_registers,
     linear_coefficient,
     live_uops,
 )
@@ -1272,7 +1272,7 @@ class _ObjectCache:
         return path.read_bytes() if path.exists() else None
 
 
-class LLVMBackend(Backend):
+class LLVMBackend(HostRegisters, Backend):
     """LLVM IR JIT-compiled with llvmlite for the host CPU."""
 
     name = "llvm"
@@ -1280,16 +1280,6 @@ class LLVMBackend(Backend):
     vector_widths = (2, 4, 8, 16)
     has_local = False
     tensor_cores = cpu_tensor_cores()
-
-    @property
-    def register_bytes(self) -> int:  # type: ignore[override]
-        """Bytes of one of the host's SIMD registers."""
-        return host_vector_registers()[0]
-
-    @property
-    def vector_registers(self) -> int:  # type: ignore[override]
-        """How many SIMD registers the host has."""
-        return host_vector_registers()[1]
 
     def __init__(self) -> None:
         self._compiled: dict[str, LLVMCompiledKernel] = {}
