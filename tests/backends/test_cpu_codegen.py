@@ -195,3 +195,18 @@ def test_cpu_register_tile_follows_the_registers(monkeypatch, register_bytes, re
     upcasts = sorted((size for size, axis_type in kernel.axes if axis_type is AxisType.UPCAST), reverse=True)
     assert tuple(upcasts) == expected, kernel.name
     assert not any(axis_type is AxisType.UNROLL for _, axis_type in kernel.axes)
+
+
+@pytest.mark.parametrize("backend", ["python", "c", "llvm", "opencl"])
+@pytest.mark.parametrize("lanes", [3, 6, 2])
+def test_two_accumulators_split_into_chunks_keep_their_order(backend: str, lanes: int) -> None:
+    # 3 and 6 lanes are split into scalar / 2-lane stores: the GROUP of an accumulator's initial
+    # stores must still come before the loop that updates it (found by the hypothesis opts test)
+    if not get(backend).available():
+        pytest.skip(f"{backend} backend unavailable here: {get(backend).unavailable_reason()}")
+    x = np.random.default_rng(lanes).standard_normal((6, 12)).astype(np.float32)
+    upcast = [Opt(OptOp.SPLIT, 0, (lanes, AxisType.UPCAST, False))]
+    program = uv.compile(
+        [(uv.Tensor(x) * uv.Tensor(x)).sum(1) + uv.Tensor(x).max(1)], backend=backend, opts=upcast
+    )
+    np.testing.assert_allclose(program.run()[0], (x * x).sum(1) + x.max(1), rtol=1e-5, atol=1e-5)

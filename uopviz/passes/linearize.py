@@ -262,6 +262,16 @@ def _contents(block: Block) -> list[UOp]:
     return out
 
 
+def _through_groups(sources: Sequence[UOp]) -> list[UOp]:
+    """``sources`` with every GROUP replaced by its members: a GROUP is not placed in a block (it
+    renders nothing), so a uop after a GROUP of stores (an accumulator split into vector chunks)
+    must wait for each store."""
+    out: list[UOp] = []
+    for s in sources:
+        out.extend(_through_groups(s.src) if s.op is Ops.GROUP else (s,))
+    return out
+
+
 def _emit(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
           sequence: list[tuple[str, object]]) -> None:
     """Emit ``block``'s items (its UOps and child blocks) in dependency order, recursively."""
@@ -275,7 +285,7 @@ def _emit(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
     for item in items:
         inner = [item] if isinstance(item, UOp) else _contents(item)
         for u in inner:
-            for s in u.src:
+            for s in _through_groups(u.src):
                 owner = item_of.get(s)
                 if owner is not None and owner is not item and id(owner) not in depends[id(item)]:
                     depends[id(item)].add(id(owner))
