@@ -35,7 +35,7 @@ from uopviz.passes.memory_plan import (
     plan_memory,
     plan_registers,
 )
-from uopviz.passes.optimize import insert_local_buffers, optimize_kernel, opts_for
+from uopviz.passes.optimize import finish_optimize, optimize_kernel, opts_for
 from uopviz.passes.rangeify import rangeify
 from uopviz.passes.render import backend_named, compile_source, program_uop, render_source
 
@@ -88,6 +88,50 @@ def compile(outputs: Any, backend: str = "python", opts: Any = None,  # noqa: A0
     return program
 
 
+def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: Sequence[UOp],
+                    outputs: Sequence[UOp], backend: str = "python", opts: Any = None, build: bool = True,
+                    front_end: Callable[[Program], None] | None = None) -> Program:
+    """Compile kernel ASTs made by a front end other than Tensors (already in the form Rangeify
+    gives, ``docs/design/kernel-ir.md``) through Optimize ... Render: a runnable :class:`Program`.
+
+    ``kernels``: ``(name, ast, buffers)`` in run order; ``buffers`` are BUFFER UOps bound to the
+    kernel's PARAM slots (slot 0 is the one it writes; it may read it too).  ``inputs``: the BUFFERs
+    the caller supplies (``Program.run`` takes them by position in this order); ``outputs``: the
+    BUFFERs whose final contents ``run`` returns, flat.  ``front_end(program)``, when given, runs
+    inside the trace before Optimize, so the front end can record its own passes there.  ``opts`` as
+    for :func:`compile`.
+    """
+    params = {buffer: UOp.param(slot, buffer.shape, buffer.arg.dtype, buffer.arg.device)
+              for slot, buffer in enumerate(inputs)}
+    current: dict[UOp, UOp] = dict(params)  # buffer -> its value after the kernels so far
+    items = []
+    for index, (name, ast, buffers) in enumerate(kernels):
+        arguments = [current.get(buffer, buffer) for buffer in buffers]
+        written = buffers[0]
+        current[written] = UOp(Ops.AFTER, (written, UOp(Ops.CALL, (ast, *arguments))))
+        items.append(ScheduleItem(index, ast, arguments, Kernel(ast, backend, name_hint=name)))
+    unwritten = [buffer for buffer in outputs if buffer not in current]
+    if unwritten:
+        raise ValueError(f"compile_kernels: no kernel writes the output buffer(s) {unwritten}")
+    if build:
+        backend_named(backend).require()
+    with tracing() as trace:
+        program = Program(list(outputs), backend, build=build)
+        program.graph = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(current[b] for b in outputs)), *inputs))
+        program.inputs = list(inputs)
+        program.items = items
+        if front_end is not None:
+            front_end(program)
+        run_stage(program, "Optimize", lambda p: optimize_stage(p, opts))
+        run_stage(program, "Expand", expand_stage)
+        run_stage(program, "Instruction Selection", instruction_selection_stage)
+        run_stage(program, "Linearize", linearize_stage)
+        run_stage(program, "Register/Memory Plan", memory_plan_stage)
+        run_stage(program, "Render", render_stage)
+    program.trace = trace
+    return program
+
+
 def _as_uop(value: Any, position: int) -> UOp:
     if isinstance(value, UOp):
         return value
@@ -133,7 +177,7 @@ def optimize_stage(program: Program, opts: Any) -> None:
     """Each kernel in its backend's initial state, with its opts (each a recorded step)."""
     for item in program.items:
         kernel = optimize_kernel(item.kernel, opts_for(opts, item.index, item.kernel))
-        program.replace_body(item, insert_local_buffers(kernel.ast))
+        program.replace_body(item, finish_optimize(kernel))
         item.kernel = kernel
 
 
@@ -258,7 +302,7 @@ class LoweredKernel:
 def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
     """A Kernel through Expand, Instruction Selection, Linearize, Register Plan and Render."""
     backend = backend_named(backend_name)
-    ast = expand_kernel(insert_local_buffers(kernel.ast), kernel.name)
+    ast = expand_kernel(finish_optimize(kernel), kernel.name)
     ast = select_instructions(ast, backend, kernel.name)
     linear = linearize_kernel(ast, backend, kernel.name)
     linear = apply_register_plan(linear, plan_registers(linear))
@@ -479,5 +523,5 @@ def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
 
 
 __all__ = ["STAGES", "BoundProgram", "LoweredKernel", "PipelineError", "Program", "ScheduleItem", "compile",
-           "lower", "lower_kernel", "select_instructions"]
+           "compile_kernels", "lower", "lower_kernel", "select_instructions"]
 
