@@ -4,6 +4,8 @@ computed by hand here, loads from a model folder with .dat weights and runs like
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,65 +14,10 @@ from uopviz.nnef import NNEFError, load, write_tensor
 from uopviz.nnef.composer import compose
 
 # ------------------------------------------------------------------------------------------------
-# AlexNet (§2.1)
+# AlexNet (§2.1), as printed, from the file the benchmark reads too
 
-ALEXNET = """
-import nn;
-import layout;
-
-graph AlexNet {
-    @attrib {
-        batch: int = 1;
-        classes: int = 1000;
-    }
-    @input {
-        input: real[batch,3,224,224];
-    }
-    @output {
-        output: real[batch,classes];
-    }
-    @variable {
-        kernel1: real[64, 3, 11, 11];
-        bias1: real[64];
-        kernel2: real[192, 64, 5, 5];
-        bias2: real[192];
-        kernel3: real[384, 192, 3, 3];
-        bias3: real[384];
-        kernel4: real[384, 384, 3, 3];
-        bias4: real[384];
-        kernel5: real[256, 384, 3, 3];
-        bias5: real[256];
-        kernel6: real[4096, 256, 5, 5];
-        bias6: real[4096];
-        kernel7: real[4096, 4096];
-        bias7: real[4096];
-        kernel8: real[classes, 4096];
-        bias8: real[classes];
-    }
-    @compose {
-        conv1 = nn.conv{padding=0, stride=4}(input, kernel1, bias1);
-        relu1 = nn.relu(conv1);
-        pool1 = nn.max_pool{padding=0, size=3, stride=2}(relu1);
-        conv2 = nn.conv{padding=2}(pool1, kernel2, bias2);
-        relu2 = nn.relu(conv2);
-        pool2 = nn.max_pool{padding=0, size=3, stride=2}(relu2);
-        conv3 = nn.conv{padding=1}(pool2, kernel3, bias3);
-        relu3 = nn.relu(conv3);
-        conv4 = nn.conv{padding=1}(relu3, kernel4, bias4);
-        relu4 = nn.relu(conv4);
-        conv5 = nn.conv{padding=1}(relu4, kernel5, bias5);
-        relu5 = nn.relu(conv5);
-        pool3 = nn.max_pool{padding=0, size=3, stride=2}(relu5);
-        conv6 = nn.conv{padding=0}(pool3, kernel6, bias6);
-        relu6 = nn.relu(conv6);
-        flat1 = layout.flatten{axis=1}(relu6);
-        conv7 = nn.linear(relu6, kernel7, bias7);
-        relu7 = nn.relu(conv7);
-        conv8 = nn.linear(relu7, kernel8, bias8);
-        output = nn.softmax(conv8);
-    }
-}
-"""
+ALEXNET_FILE = Path(__file__).parent / "data" / "alexnet.sknd"
+ALEXNET = ALEXNET_FILE.read_text()
 ALEXNET_FIXED = ALEXNET.replace("nn.linear(relu6,", "nn.linear(flat1,")
 
 
@@ -80,11 +27,11 @@ def _out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
 
 def test_alexnet_as_printed_reports_the_conv7_shape_error():
     with pytest.raises(NNEFError) as info:
-        compose(ALEXNET, file="alexnet.sknd")
+        load(ALEXNET_FILE)
     error = info.value
-    line = ALEXNET.splitlines().index("        conv7 = nn.linear(relu6, kernel7, bias7);") + 1
-    assert (error.file, error.line) == ("alexnet.sknd", line)
-    assert error.column == ALEXNET.splitlines()[line - 1].index("relu6") + 1
+    # line 52 of the file: "        conv7 = nn.linear(relu6, kernel7, bias7);", relu6 from column 27
+    assert (error.file, error.line, error.column) == (str(ALEXNET_FILE), 52, 27)
+    assert ALEXNET.splitlines()[51].index("relu6") == 26
     assert "shape mismatch: nn.linear input 'input' is declared real[b, c]" in error.message
     assert (
         "'relu6' has shape [1, 4096, 1, 1]" in error.message and "rank 4 where 2 is declared" in error.message

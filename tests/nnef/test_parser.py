@@ -500,40 +500,7 @@ def test_cumulative_folds_keep_their_meaning_in_lenient_mode() -> None:
 
 
 SPEC_EXAMPLES = {
-    "alexnet": """
-import nn;
-import layout;
-
-graph AlexNet {
-    @attrib {
-        batch: int = 1;
-        classes: int = 1000;
-    }
-    @input {
-        input: real[batch,3,224,224];
-    }
-    @output {
-        output: real[batch,classes];
-    }
-    @variable {
-        kernel1: real[64, 3, 11, 11];
-        bias1: real[64];
-        kernel2: real[192, 64, 5, 5];
-        bias2: real[192];
-        kernel8: real[classes, 4096];
-        bias8: real[classes];
-    }
-    @compose {
-        conv1 = nn.conv{padding=0, stride=4}(input, kernel1, bias1);
-        relu1 = nn.relu(conv1);
-        pool1 = nn.max_pool{padding=0, size=3, stride=2}(relu1);
-        conv2 = nn.conv{padding=2}(pool1, kernel2, bias2);
-        flat1 = layout.flatten{axis=1}(conv2);
-        conv8 = nn.linear(flat1, kernel8, bias8);
-        output = nn.softmax(conv8);
-    }
-}
-""",
+    "alexnet": (Path(__file__).parent / "data" / "alexnet.sknd").read_text(),  # as printed (§2.1)
     "matmul": """
 operator matmul {
     @input {

@@ -20,11 +20,15 @@ For every invocation in a ``@compose`` block, in order:
 
 Branches on compile-time conditions keep one branch; on a bool tensor both are composed and their
 results selected (``math.select``). Loops with compile-time counts are unrolled; a run-time count
-(a tensor) unrolls to the scanned packs' length with the carried values masked past the count;
-``while`` loops are refused. Generics are deduced from the inputs and attributes; null values
-propagate (§2.4.1). Every problem is an :class:`NNEFError`
-located at the invocation in the model's file (for errors found inside standard operators, the
-message names the operator and where in the library the check is).
+(a tensor) unrolls to the scanned packs' length with the carried values masked past the count.
+Loops whose trip count only the run can tell (a ``while`` condition, ``do ... while``, or a count
+held in a tensor with no scanned pack to bound it) become one
+:class:`~uopviz.nnef.graph.LoopOperation`: its body and condition are composed as graphs of their
+own (inputs: the carried values, the scan items, the iteration index; tensors of the enclosing
+graph they read are their ``captures``), and ``g.run`` executes the loop on the host. Generics are
+deduced from the inputs and attributes; null values propagate (§2.4.1). Every problem is an
+:class:`NNEFError` located at the invocation in the model's file (for errors found inside standard
+operators, the message names the operator and where in the library the check is).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from uopviz.nnef.expressions import (
     format_value,
     type_name_of,
 )
-from uopviz.nnef.graph import Composite, Graph, Operation, TensorInfo, numpy_dtype_of
+from uopviz.nnef.graph import Composite, Graph, LoopOperation, Operation, TensorInfo, numpy_dtype_of
 from uopviz.nnef.printer import print_expression
 from uopviz.nnef.stdlib_loader import STDLIB_DIR, ModuleSet
 
@@ -279,6 +283,7 @@ class Composer:
         self.composites: list[Composite] = []
         self.updates: dict[str, str] = {}
         self._serial = itertools.count()
+        self._subgraph_tensors: set[str] = set()  # tensors owned by the sub-graphs of loop nodes
 
     # -- entry point ---------------------------------------------------------------------------------
 
@@ -320,7 +325,7 @@ class Composer:
             name=definition.name,
             inputs=inputs,
             outputs=outputs,
-            tensors=self.tensors,
+            tensors={n: t for n, t in self.tensors.items() if n not in self._subgraph_tensors},
             operations=self.operations,
             attribs=dict(instance.attribs),
             composites=self.composites,
@@ -394,6 +399,9 @@ class Composer:
         for composite in self.composites:
             composite.inputs = _replace_name(composite.inputs, old, name)
             composite.outputs = _replace_name(composite.outputs, old, name)
+        for op in self.operations:
+            if isinstance(op, LoopOperation):
+                _rename_captured(op, old, name)
 
     def _constant_tensor(
         self, value: Any, dtype: str, shape: tuple, name: str, position: ast.Position
@@ -1940,10 +1948,12 @@ class Composer:
 
     def _loop(self, loop: ast.Loop, frame: _Frame, names: list[str | None]) -> list:
         if loop.condition is not None:
-            raise self._error(
-                loop.pos,
-                "condition-based (while) loops are not supported: their trip count is decided at run time",
-            )
+            if loop.unroll:
+                raise self._error(
+                    loop.pos,
+                    "a loop with a condition cannot be unrolled: its trip count is decided at run time",
+                )
+            return self._host_loop(loop, frame, names)
         evaluator = frame.evaluator()
         scans = []
         for scan in loop.scans:
@@ -1957,14 +1967,16 @@ class Composer:
         count = evaluator(loop.count) if loop.count is not None else None
         dynamic = None
         if isinstance(count, TensorInfo):  # a run-time count: unrolled to the packs' length, masked
-            if not scans:
-                raise self._error(
-                    loop.count.pos,
-                    f"the loop count '{count.name}' is decided at run time and no "
-                    f"scanned pack bounds it; uopviz needs a static bound",
-                )
             if count.dtype != "int" or math.prod(count.upper_shape) != 1:
                 raise self._error(loop.count.pos, f"a loop count must be a single int, got '{count.name}'")
+            if not scans:  # nothing bounds it at compile time: a loop node, run on the host
+                if loop.unroll:
+                    raise self._error(
+                        loop.count.pos,
+                        f"the loop count '{count.name}' is decided at run time; 'unroll' needs a "
+                        f"compile-time count",
+                    )
+                return self._host_loop(loop, frame, names)
             dynamic, count = count, None
         if count is None:
             if not scans:
@@ -2022,6 +2034,236 @@ class Composer:
                     scan_outputs.append([])
                 scan_outputs[index].append(value)
         return [*carries, *scan_outputs]
+
+    # -- loops run on the host: a node with sub-graphs ----------------------------------------------------
+
+    def _host_loop(self, loop: ast.Loop, frame: _Frame, names: list[str | None]) -> list:
+        """A loop whose trip count is decided at run time: one :class:`LoopOperation` whose body and
+        condition are composed as graphs of their own (their inputs: carried values, scan items,
+        the iteration index)."""
+        evaluator = frame.evaluator()
+        base = next((name for name in names if name), "loop")
+        label = self._unique_label(frame.scope + base)
+        carried = []
+        for carry in loop.carries:
+            initial = evaluator(carry.initial)
+            if not isinstance(initial, TensorInfo):
+                initial = self._carry_constant(carry, initial, frame)
+            carried.append(self._loop_tensor(initial, f"the carried value '{carry.name}'", carry.pos))
+        scans = []
+        for scan in loop.scans:
+            pack = evaluator(scan.pack)
+            if not isinstance(pack, list) or not pack or not all(isinstance(t, TensorInfo) for t in pack):
+                raise self._error(scan.pos, f"the scanned value of '{scan.name}' must be a pack of tensors")
+            first = self._loop_tensor(pack[0], f"the scanned pack '{scan.name}'", scan.pos)
+            if any(t.dtype != first.dtype or t.shape != first.shape for t in pack):
+                raise self._error(
+                    scan.pos,
+                    f"the tensors scanned by '{scan.name}' must share one type and shape in a "
+                    f"loop decided at run time",
+                )
+            scans.append((scan.name, pack))
+        lengths = {len(pack) for _, pack in scans}
+        if len(lengths) > 1:
+            raise self._error(loop.pos, f"scanned packs have different lengths {sorted(lengths)}")
+        count = evaluator(loop.count) if loop.count is not None else None
+        if isinstance(count, TensorInfo):
+            if count.dtype != "int" or math.prod(count.upper_shape) != 1 or not count.is_static:
+                raise self._error(
+                    loop.count.pos, f"a loop count must be a single int, got the tensor '{count.name}'"
+                )
+        elif count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+            raise self._error(loop.count.pos, f"a loop count must be an int, got {format_value(count)}")
+        bound = min([*lengths, *([count] if isinstance(count, int) else [])], default=None)
+        formals = [(carry.name, t.dtype, t.shape) for carry, t in zip(loop.carries, carried, strict=True)]
+        formals += [(name, pack[0].dtype, pack[0].shape) for name, pack in scans]
+        if loop.index is not None:
+            formals.append((loop.index, "int", ()))
+        owned: set[str] = set()
+        body, outputs = self._subgraph(f"{label}.body", loop.body, frame, formals, owned)
+        if len(outputs) < len(carried):
+            raise self._error(
+                loop.body.pos, f"the loop body yields {len(outputs)} values but {len(carried)} are carried"
+            )
+        for carry, initial, updated in zip(loop.carries, carried, outputs, strict=False):
+            if updated.dtype != initial.dtype or tuple(updated.shape) != tuple(initial.shape):
+                raise self._error(
+                    loop.body.pos,
+                    f"the loop body updates '{carry.name}' "
+                    f"({initial.dtype}{format_value(list(initial.shape))}) with a "
+                    f"{updated.dtype}{format_value(list(updated.shape))} tensor; a carried value keeps its "
+                    f"type and shape",
+                )
+        scan_outputs = outputs[len(carried) :]
+        if scan_outputs and bound is None:
+            raise self._error(
+                loop.pos,
+                "a loop that stops on a condition yields scan outputs only with a bound on its iterations "
+                "(a 'for' clause or a compile-time count), which gives the length of their packs",
+            )
+        for value in scan_outputs:
+            self._loop_tensor(value, "a scan output", loop.body.pos)
+        condition = None
+        if loop.condition is not None:
+            condition, (test, *_) = self._subgraph(
+                f"{label}.condition", loop.condition, frame, formals, owned, minimum=1
+            )
+            if test.dtype != "bool" or not test.is_static or math.prod(test.shape) != 1:
+                raise self._error(
+                    loop.condition.pos,
+                    f"a loop condition must be a single bool, got the {test.dtype} tensor '{test.name}' "
+                    f"of shape {format_value(list(test.shape))}",
+                )
+            condition.outputs = condition.outputs[:1]
+        captures = list(dict.fromkeys([*body.captures, *(condition.captures if condition else [])]))
+        results: list = [
+            self._new_tensor(
+                self._unique_name(f"{label}.carry{i}"), t.dtype, t.shape, "intermediate", loop.pos
+            )
+            for i, t in enumerate(carried)
+        ]
+        for index, value in enumerate(scan_outputs):
+            results.append(
+                [
+                    self._new_tensor(
+                        self._unique_name(f"{label}.scan{index}[{item}]"),
+                        value.dtype,
+                        value.shape,
+                        "intermediate",
+                        loop.pos,
+                    )
+                    for item in range(bound)
+                ]
+            )
+        kind = "repeat" if condition is None else "while" if loop.pretest else "do_while"
+        op = LoopOperation(
+            type=f"control.{kind}",
+            attribs={
+                "pretest": loop.pretest,
+                "count": count.name if isinstance(count, TensorInfo) else count,
+                "bound": bound,
+                "body": f"{len(body.operations)} operations",
+                **({"condition": f"{len(condition.operations)} operations"} if condition else {}),
+            },
+            inputs=(
+                [t.name for t in carried],
+                [[t.name for t in pack] for _, pack in scans],
+                count.name if isinstance(count, TensorInfo) else None,
+                captures,
+            ),
+            outputs=tuple(_names_of(value) for value in results),
+            label=label,
+            definition=ast.Definition(f"{kind} loop", pos=loop.pos),
+            position=loop.pos,
+            scopes=frame.scopes,
+            body=body,
+            condition=condition,
+            pretest=loop.pretest,
+            count=count.name if isinstance(count, TensorInfo) else count,
+            carried=tuple(t.name for t in carried),
+            scans=tuple(tuple(t.name for t in pack) for _, pack in scans),
+            captures=tuple(captures),
+            scan_length=bound if scan_outputs else None,
+            statement=ast.Component(
+                tuple(ast.Result(name, pos=loop.pos) for name in names if name is not None)
+                or (ast.Result(base, pos=loop.pos),),
+                loop,
+                pos=loop.pos,
+            ),
+        )
+        for value in results:
+            for tensor in value if isinstance(value, list) else [value]:
+                tensor.producer = op
+        self.operations.append(op)
+        self._subgraph_tensors |= owned
+        return results
+
+    def _unique_label(self, base: str) -> str:
+        labels = {op.label for op in self.operations}
+        if base not in labels and base not in self.tensors:
+            return base
+        return next(
+            f"{base}#{n}"
+            for n in itertools.count(1)
+            if f"{base}#{n}" not in labels and f"{base}#{n}" not in self.tensors
+        )
+
+    def _loop_tensor(self, value: Any, what: str, position: ast.Position) -> TensorInfo:
+        """``value`` as a tensor a loop decided at run time can carry: static shape, numeric type."""
+        if not isinstance(value, TensorInfo):
+            raise self._error(position, f"{what} must be a tensor, got {format_value(value)}")
+        if not value.is_static:
+            raise self._error(
+                position,
+                f"{what} ('{value.name}', shape {format_value(list(value.shape))}) has an extent decided at "
+                f"run time; a loop decided at run time needs static shapes for what it carries and scans",
+            )
+        numpy_dtype_of(value.dtype)
+        return value
+
+    def _subgraph(
+        self,
+        name: str,
+        value: ast.Callable,
+        frame: _Frame,
+        formals: list[tuple[str, str, tuple]],
+        owned: set[str],
+        minimum: int = 0,
+    ) -> tuple[Graph, list[TensorInfo]]:
+        """``value`` composed as a graph of its own: its inputs are new tensors for ``formals``
+        (name, type, shape); tensors of the enclosing graph it reads become its ``captures``."""
+        saved = self.operations, self.composites
+        self.operations, self.composites = [], []
+        before = set(self.tensors)
+        local: dict[str, Any] = {}
+        inputs = []
+        for formal, dtype, shape in formals:
+            tensor = self._new_tensor(self._unique_name(f"{name}.{formal}"), dtype, shape, "input", value.pos)
+            local[formal] = tensor
+            inputs.append(tensor.name)
+        inner = _Frame(
+            frame.module_name,
+            ChainMap(local, frame.symbols),
+            frame.types,
+            f"{name}.",
+            frame.declared,
+            (*frame.scopes, name),
+        )
+        try:
+            values = self._callable(value, inner, [None] * 8, value.pos)
+        finally:
+            operations, composites = self.operations, self.composites
+            self.operations, self.composites = saved
+        if len(values) < minimum:
+            raise self._error(value.pos, "the loop condition yields no value")
+        outputs = []
+        for item in values:
+            if not isinstance(item, TensorInfo):
+                raise self._error(
+                    value.pos,
+                    f"a loop body or condition must yield tensors, got {format_value(_names_of(item))}",
+                )
+            outputs.append(item)
+        created = [n for n in self.tensors if n not in before and n not in self._subgraph_tensors]
+        own = {n: self.tensors[n] for n in created}
+        read = [n for op in operations for n in op.input_names()] + [t.name for t in outputs]
+        captures = [n for n in dict.fromkeys(read) if n not in own]
+        for captured in captures:
+            self._loop_tensor(
+                self.tensors[captured], f"the tensor '{captured}' read inside the loop", value.pos
+            )
+        owned |= set(own)
+        graph = Graph(
+            name=name,
+            inputs=inputs,
+            outputs=[t.name for t in outputs],
+            tensors={**own, **{n: self.tensors[n] for n in captures}},
+            operations=operations,
+            composites=composites,
+            modules=dict(self.modules.modules),
+            captures=captures,
+        )
+        return graph, outputs
 
     def _carry_constant(self, carry: ast.Carry, value: Any, frame: _Frame) -> TensorInfo:
         if carry.type is None or carry.type.shape is None:
@@ -2251,6 +2493,23 @@ class Composer:
 
 # ------------------------------------------------------------------------------------------------
 # helpers
+
+
+def _rename_captured(op: LoopOperation, old: str, new: str) -> None:
+    """A tensor of the enclosing graph renamed: the loop's sub-graphs read it by its new name."""
+    if old not in op.captures:
+        return
+    op.captures = tuple(_replace_name(list(op.captures), old, new))
+    for graph in op.subgraphs.values():
+        if old not in graph.captures:
+            continue
+        graph.captures = _replace_name(graph.captures, old, new)
+        graph.tensors = {new if n == old else n: t for n, t in graph.tensors.items()}
+        graph.outputs = _replace_name(graph.outputs, old, new)
+        for inner in graph.operations:
+            inner.inputs = _replace_name(inner.inputs, old, new)
+            if isinstance(inner, LoopOperation):
+                _rename_captured(inner, old, new)
 
 
 def _first_name(group: ast.Result | ast.ResultList | ast.ResultTuple) -> str | None:

@@ -285,6 +285,12 @@ class PythonScalarOps:
                 f"operator '{op}' cannot combine {type_name_of(a)} "
                 f"{format_value(a, True)} and {type_name_of(b)} {format_value(b, True)}",
             )
+        if (
+            op in _LOGICAL
+            and (a is UNDECIDED or b is UNDECIDED)
+            and all(isinstance(x, bool) or x is UNDECIDED for x in (a, b))
+        ):
+            return _undecided_logic(op, a, b)
         if op in _LOGICAL and not (isinstance(a, bool) and isinstance(b, bool)):
             raise NNEFError.at(
                 position, f"operator '{op}' needs bool operands, got {type_name_of(a)} and {type_name_of(b)}"
@@ -308,6 +314,8 @@ class PythonScalarOps:
     def unary(self, op: str, a: Any, position: ast.Position) -> Any:
         """``op a`` for ``+``, ``-`` and ``!``."""
         if op == "!":
+            if a is UNDECIDED:
+                return a
             if not isinstance(a, bool):
                 raise NNEFError.at(position, f"operator '!' needs a bool operand, got {type_name_of(a)}")
             return not a
@@ -359,6 +367,18 @@ class PythonScalarOps:
                 position, "this condition compares run-time extents; it cannot decide a compile-time branch"
             )
         return None
+
+
+def _undecided_logic(op: str, a: Any, b: Any) -> Any:
+    """Logic with a truth value decided only at run time (three-valued: a known operand may still
+    decide the result, as ``ex == ey || ex is 1`` does for a broadcast of a scalar)."""
+    if op == "&&":
+        return False if a is False or b is False else UNDECIDED
+    if op == "||":
+        return True if a is True or b is True else UNDECIDED
+    if op == "=>":
+        return True if a is False or b is True else UNDECIDED
+    return UNDECIDED
 
 
 def _dynamic_binary(op: str, a: Any, b: Any) -> Any:

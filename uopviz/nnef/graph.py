@@ -9,6 +9,11 @@ Tensors are named as written in the graph; tensors created inside an invocation 
 the invocation's label (``conv1.filter``, ``output.max``). Packs of tensors are named
 ``name[0]``, ``name[1]``, ...
 
+Loops whose trip count is decided at run time (``while`` / ``do ... while`` and loops counted by
+a tensor, §3 "Condition based looping") stay one :class:`LoopOperation` each: their condition
+and body are graphs of their own (:attr:`LoopOperation.condition`, :attr:`LoopOperation.body`),
+compiled to programs and run by ``g.run`` on the host, once per iteration.
+
 ``g.compile(backend=...)`` lowers every operation to UOp kernels (:mod:`uopviz.nnef.lowering`)
 and compiles them with the ordinary pipeline; ``g.run(inputs)`` executes them.
 """
@@ -24,7 +29,7 @@ import numpy as np
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 
-__all__ = ["CATEGORIES", "Composite", "Graph", "Operation", "TensorInfo", "numpy_dtype_of"]
+__all__ = ["CATEGORIES", "Composite", "Graph", "LoopOperation", "Operation", "TensorInfo", "numpy_dtype_of"]
 
 # SkriptND element type -> numpy type used for tensor data and kernels.
 _NUMPY_TYPES = {"real": np.float32, "int": np.int32, "bool": np.bool_}
@@ -33,7 +38,7 @@ _NUMPY_TYPES = {"real": np.float32, "int": np.int32, "bool": np.bool_}
 CATEGORIES = {
     "layout": "layout", "math": "math", "linalg": "linear algebra", "nn": "neural network",
     "image": "image", "quant": "quantization", "algo": "algorithm", "misc": "misc", "rand": "random",
-    "layer": "layer",
+    "layer": "layer", "control": "control flow",
 }  # fmt: skip
 
 
@@ -156,6 +161,54 @@ class Operation:
         return print_definition(self.definition)
 
 
+@dataclass(eq=False)
+class LoopOperation(Operation):
+    """A loop whose trip count is decided at run time, kept as one node of the graph.
+
+    ``type`` is ``control.while`` (tested before each iteration), ``control.do_while`` (tested after
+    each iteration: the body runs at least once) or ``control.repeat`` (no condition: a count held
+    in a tensor). ``body`` and ``condition`` are graphs of their own; both take the same inputs, in
+    this order: the carried values, the items of the scanned packs, the iteration index (when the
+    loop names one). Tensors of the enclosing graph that they read are listed in ``captures`` (they
+    keep their names). The body returns the updated carried values, then the scan outputs; the
+    condition returns one bool.
+
+    ``inputs`` are (initial carried values, scanned packs, the count tensor or None, captures);
+    ``outputs`` the final carried values, then one pack of ``scan_length`` tensors per scan output
+    (items past the last iteration are zero). ``count`` is a static iteration bound, the name of an
+    ``int`` tensor holding it, or None; scanned packs bound the iterations by their length too.
+    """
+
+    body: Graph | None = field(default=None, repr=False)
+    condition: Graph | None = field(default=None, repr=False)
+    pretest: bool = True
+    count: int | str | None = None
+    carried: tuple[str, ...] = ()
+    scans: tuple[tuple[str, ...], ...] = ()
+    captures: tuple[str, ...] = ()
+    scan_length: int | None = None
+    statement: ast.Component | None = field(default=None, repr=False)
+
+    @property
+    def is_intrinsic(self) -> bool:
+        """A loop is no intrinsic: its kernels are those of its body and condition."""
+        return False
+
+    @property
+    def subgraphs(self) -> dict[str, Graph]:
+        """The body and (when there is one) the condition, by role."""
+        out = {"body": self.body}
+        if self.condition is not None:
+            out["condition"] = self.condition
+        return out
+
+    def definition_text(self) -> str:
+        """The loop statement as written (canonical form)."""
+        from uopviz.nnef.printer import print_component
+
+        return print_component(self.statement) if self.statement is not None else self.type
+
+
 def _flatten_names(values: tuple | list) -> list[str]:
     out: list[str] = []
     for value in values:
@@ -197,6 +250,9 @@ class Graph:
     source: Any = field(default=None, repr=False)
     recompose: Any = field(default=None, repr=False)  # input shapes -> Graph (for run-time extents)
     counts: dict = field(default_factory=dict, repr=False)  # run-time extent key -> its counter buffer
+    captures: list[str] = field(
+        default_factory=list
+    )  # a loop's body / condition: tensors it reads from outside
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 
@@ -224,10 +280,10 @@ class Graph:
         """The operator graph as a ``networkx.MultiDiGraph``.
 
         Nodes: one per operation (key ``op:<index>``, attributes ``kind='operation'``, ``type``,
-        ``label``, ``module``, ``category``, ``attribs``, ``scopes``) and one per graph input,
-        variable and constant (``kind`` = the tensor kind). Edges go from a producer to each
-        consumer with ``tensor``, ``shape`` and ``dtype``; graph outputs get a node
-        (``kind='output'``) too.
+        ``label``, ``module``, ``category``, ``attribs``, ``scopes``; a loop node also has
+        ``subgraphs``, its body and condition graphs) and one per graph input, variable and
+        constant (``kind`` = the tensor kind). Edges go from a producer to each consumer with
+        ``tensor``, ``shape`` and ``dtype``; graph outputs get a node (``kind='output'``) too.
         """
         import networkx as nx
 
@@ -252,6 +308,7 @@ class Graph:
                 attribs=op.attribs,
                 scopes=op.scopes,
                 index=index,
+                **({"subgraphs": op.subgraphs} if isinstance(op, LoopOperation) else {}),
             )
             for name in op.output_names():
                 source_of[name] = node
@@ -309,7 +366,8 @@ class Graph:
         return operation_kernels(self, self._operation(operation), backend)
 
     def compile(self, backend: str = "python", opts: Any = None, progress: Any = None):
-        """Lower every operation and compile the kernels with the pipeline: a Program."""
+        """Lower every operation and compile the kernels with the pipeline: a Program (a
+        :class:`~uopviz.nnef.lowering.GraphProgram` of several when the graph has loop nodes)."""
         from uopviz.nnef.lowering import compile_graph
 
         key = (backend, repr(opts))
@@ -318,13 +376,18 @@ class Graph:
         return self._programs[key]
 
     def run(
-        self, inputs: Mapping[str, Any] | None = None, backend: str = "python", opts: Any = None,
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        backend: str = "python",
+        opts: Any = None,
         update: bool = False,
     ) -> dict[str, np.ndarray]:
         """Execute the graph: ``inputs`` maps input (and, optionally, variable) names to arrays.
 
-        Returns the graph outputs by name as numpy arrays. With ``update`` the variables that
-        ``@update`` blocks assign get their new values (a training step of batch_norm layers).
+        Returns the graph outputs by name as numpy arrays (at their actual extents when those are
+        decided by the data). Loop nodes run on the host: their condition and body programs once
+        per iteration. With ``update`` the variables that ``@update`` blocks assign get their new
+        values (a training step of batch_norm layers).
         """
         from uopviz.nnef.lowering import run_graph
 

@@ -26,14 +26,42 @@ Every ``@lower`` contraction (§2.12) of a leaf operation becomes a kernel AST i
 - a data-dependent output extent (``idx[:,k] = i, i < s | cond``, §2.12) is counted: a positions
   kernel (exclusive prefix count of the condition), a count kernel and a scattering kernel.
 
+Run-time (data-dependent) extents. Tensors are stored at their upper bounds, row-major over the
+upper-bound shape, and every kernel is compiled once. What changes at run time is how far each
+kernel goes: the spec asks for shape inference interleaved with execution (§3 "Dynamic tensor
+shapes"), and the extent expressions are the scalar expressions the composer keeps symbolically
+(:class:`~uopviz.nnef.expressions.DynamicExtent` keys). In a kernel such an extent is a UOp: the
+counters of the extents its key is built of (``graph.counts``: int32 buffers written by the
+counting kernels) loaded and combined by the key's arithmetic (:func:`runtime_extent`). A range
+whose bound is a data-dependent extent runs to the upper bound, gated by ``range < extent``: the
+gate joins the term's gates, so an accumulation skips the term (its identity takes its place), a
+plain ``=`` does not store, an arg-extreme ignores the point, and the term's loads are gated too
+(an index computed from the actual extent, such as a reflected one, may point outside there).
+Guards ``|i|`` and remaps ``|i <> a : b|`` test the actual extent, and extents inside values (``s -
+1 - i``) read it. Elements past the actual extent are never read, so their contents do not matter.
+The alternative, recompiling everything after a counted operation for the count it found, would
+give static kernels but one compilation per distinct count; the gated kernels give exact results
+for any count with one compilation, and stay the same kernels for the tuner. The runner trims
+graph outputs to their actual extents, evaluated from the same counters on the host. Built-in
+kernels (intrinsics) run over upper bounds: a data-dependent extent may only pass through them to
+an output; one they would read across is refused. Input extents (``real[~|10]``) are different:
+``run`` recomposes the graph for the given shapes, so they are static by the time kernels run.
+
 Intrinsics (no body) get kernels written here: top_k (rank by comparison counting),
 nonmax_suppress (greedy suppression decided in rounds of one kernel, then counted rows), the
-random generators (Threefry-2x32) and cubic_resize. The ROI pools and cubic grid sampling have
-none (an NNEFError says so).
+random generators (Threefry-2x32), cubic_resize and cubic grid sampling (Keys' cubic convolution,
+4 taps per axis), and the ROI pools (each output bin reduces over the input window the ROI maps to,
+a window whose extent is data-dependent: the kernel reduces over the whole input extent gated by
+the bin's bounds).
 
-:func:`compile_graph` puts every kernel of a graph into a :class:`~uopviz.passes.pipeline.Program`
-(graph inputs, variables and constants are the program's inputs) and runs the pipeline's stages
-from Optimize to Render on it; :func:`run_graph` binds the data and runs it.
+Loops decided at run time (:class:`~uopviz.nnef.graph.LoopOperation`) have no kernels of their own:
+their body and condition are graphs compiled separately, and the runner executes the loop on the
+host (test the condition, run the body, carry the values; scan outputs stacked in iteration order).
+
+:func:`compile_graph` compiles the kernels with the pipeline's public
+:func:`~uopviz.passes.pipeline.compile_kernels` (graph inputs, variables and constants are the
+program's inputs): one Program for a graph without loops, else one per run of kernels between loop
+nodes, gathered in a :class:`GraphProgram`; :func:`run_graph` binds the data and runs them in order.
 """
 
 from __future__ import annotations
@@ -42,7 +70,7 @@ import hashlib
 import itertools
 import math
 from collections import ChainMap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,10 +90,19 @@ from uopviz.nnef.expressions import (
     format_value,
     type_name_of,
 )
-from uopviz.nnef.graph import Graph, Operation, TensorInfo
+from uopviz.nnef.graph import Graph, LoopOperation, Operation, TensorInfo
 from uopviz.nnef.printer import print_expression
 
-__all__ = ["LoweredKernel", "compile_graph", "lower_operation", "operation_kernels", "run_graph", "uop_dtype"]
+__all__ = [
+    "GraphProgram",
+    "LoweredKernel",
+    "compile_graph",
+    "lower_operation",
+    "operation_kernels",
+    "run_graph",
+    "runtime_extent",
+    "uop_dtype",
+]
 
 INDEX = dtypes.index
 _UOP_TYPES = {"real": dtypes.float32, "int": dtypes.int32, "bool": dtypes.bool}
@@ -305,10 +342,28 @@ _UOP_BINARY: dict[str, Callable[[UOp, UOp], UOp]] = {
 }
 
 
+_COMPARISON_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+
+
 class KernelScalarOps(PythonScalarOps):
-    """Scalar operations on UOps (and UOps mixed with Python values) inside a lowering."""
+    """Scalar operations on UOps (and UOps mixed with Python values) inside a lowering.
+
+    A run-time extent (:class:`DynamicExtent`) that meets a UOp, or is compared, becomes the UOp
+    ``runtime(extent)`` gives (its value read from the counters at run time); alone it stays symbolic.
+    """
+
+    def __init__(self, runtime: Callable[[DynamicExtent], Any] | None = None) -> None:
+        self.runtime = runtime
+
+    def _runtime(self, value: Any) -> Any:
+        if isinstance(value, DynamicExtent) and self.runtime is not None:
+            return self.runtime(value)
+        return value
 
     def binary(self, op: str, a: Any, b: Any, position: ast.Position) -> Any:
+        dynamic = isinstance(a, DynamicExtent) or isinstance(b, DynamicExtent)
+        if dynamic and (isinstance(a, UOp) or isinstance(b, UOp) or op in _COMPARISON_OPS):
+            a, b = self._runtime(a), self._runtime(b)
         if not isinstance(a, UOp) and not isinstance(b, UOp):
             return super().binary(op, a, b, position)
         if op == "**":
@@ -348,6 +403,7 @@ class KernelScalarOps(PythonScalarOps):
     def select(self, condition: Any, then: Any, otherwise: Any, position: ast.Position) -> Any:
         if not isinstance(condition, UOp):
             return super().select(condition, then, otherwise, position)
+        then, otherwise = self._runtime(then), self._runtime(otherwise)
         if not condition.dtype.is_bool:
             condition = condition.ne(_const(condition.dtype, 0))
         if isinstance(then, BoundedIndex) or isinstance(otherwise, BoundedIndex):
@@ -355,6 +411,7 @@ class KernelScalarOps(PythonScalarOps):
         return _where(condition, then, otherwise)
 
     def builtin(self, func: str, a: Any, position: ast.Position) -> Any:
+        a = self._runtime(a)
         if not isinstance(a, UOp):
             return super().builtin(func, a, position)
         if func == "abs":
@@ -364,6 +421,8 @@ class KernelScalarOps(PythonScalarOps):
         return _FLOAT_BUILTINS[func](_float(a))
 
     def cast(self, type_name: str, a: Any, position: ast.Position) -> Any:
+        if isinstance(a, DynamicExtent) and type_name != "int":
+            a = self._runtime(a)
         if not isinstance(a, UOp):
             return super().cast(type_name, a, position)
         if type_name == "bool":
@@ -376,7 +435,7 @@ class KernelScalarOps(PythonScalarOps):
         return super().truth(value, position)
 
 
-_KERNEL_OPS = KernelScalarOps()
+_KERNEL_OPS = KernelScalarOps()  # without run-time extents (intrinsics, helpers)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -445,6 +504,18 @@ class _KernelBuilder:
             return _const(param.arg.dtype, 0)
         return UOp(Ops.LOAD, (address, _const(address.dtype, 0), gate))
 
+    def extent(self, extent: Any) -> Any:
+        """The value of an extent inside the kernel: an int, or for a data-dependent extent an index
+        UOp read from the counters of the kernels that decide it (see :func:`runtime_extent`)."""
+        if not isinstance(extent, DynamicExtent):
+            return extent
+        found = runtime_extent(self.graph, extent, self._counter)
+        return found if found is not None else int(extent.bound)
+
+    def _counter(self, name: str) -> UOp:
+        # read without the gates of run-time conditions: an extent is the same everywhere
+        return UOp(Ops.LOAD, (UOp(Ops.INDEX, (self.param(name, dtypes.int32, 1), _const(INDEX, 0))),))
+
     def placeholder(self, item: int, dtype: DType) -> UOp:
         """A stand-in for the current value of the output (item ``item`` of a packed dim)."""
         found = self.current.get(item)
@@ -452,6 +523,46 @@ class _KernelBuilder:
             found = UOp(Ops.PARAM, (shape_uop(()),), ParamArg(-1 - item, dtype, None, None))
             self.current[item] = found
         return found
+
+
+def _counter_of(graph: Graph, key: Any) -> str | None:
+    """The counter buffer of the data-dependent extent ``key``: operations are lowered in order
+    until the one that counts it has registered it (None when no operation counts it)."""
+    found = graph.counts.get(key)
+    if found is not None:
+        return found
+    busy = graph.__dict__.setdefault("_lowering_now", set())
+    for op in graph.operations:
+        if id(op) in busy:
+            break  # up to the operation being lowered: nothing after it decides its inputs' extents
+        if id(op) not in graph._lowered:
+            graph.lower(op)
+        found = graph.counts.get(key)
+        if found is not None:
+            return found
+    return None
+
+
+def runtime_extent(graph: Graph, extent: DynamicExtent, counter: Callable[[str], UOp]) -> UOp | None:
+    """A data-dependent extent as an index UOp: its key's counters (``counter(name)`` reads one)
+    combined by the key's arithmetic; None when part of it is counted by no kernel (an input
+    extent, computed at its upper bound until the graph is recomposed for the given shapes)."""
+
+    def value(key: Any) -> Any:
+        name = _counter_of(graph, key)
+        if name is not None:
+            return counter(name).cast(INDEX)
+        if isinstance(key, tuple) and len(key) == 3 and isinstance(key[0], str) and key[0] in _EXTENT_OPS:
+            a, b = value(key[1]), value(key[2])
+            if a is None or b is None:
+                return None
+            return _KERNEL_OPS.binary(key[0], a, b, ast.NOWHERE)
+        if isinstance(key, int) and not isinstance(key, bool):
+            return key
+        return None
+
+    found = value(extent.key)
+    return _index(found) if found is not None else None
 
 
 def _strides(shape: Sequence[int]) -> list[int]:
@@ -477,7 +588,7 @@ class _LoweringEvaluator(Evaluator):
     """The expression evaluator of a lowering: tensor accesses read through a kernel builder."""
 
     def __init__(self, builder: _KernelBuilder, symbols: Any, types: dict[str, str]) -> None:
-        super().__init__(symbols, frozenset(), types, _KERNEL_OPS)
+        super().__init__(symbols, frozenset(), types, KernelScalarOps(builder.extent))
         self.builder = builder
 
     def tensor_access(self, node: ast.TensorAccess) -> Any:
@@ -561,9 +672,13 @@ class _LoweringEvaluator(Evaluator):
     def _guards(self, tensor: TensorInfo, indices: list, node: ast.Node) -> tuple[list, Any]:
         positions: list[Any] = []
         gates: list[Any] = []
-        for index, extent in zip(indices, tensor.upper_shape, strict=True):
-            if isinstance(index, BoundedIndex):
-                position, gate = _bounded(index, extent)
+        extent_of = self.builder.extent
+        for index, extent, declared in zip(indices, tensor.upper_shape, tensor.shape, strict=True):
+            if isinstance(index, DynamicExtent):
+                index = _index(extent_of(index))
+            if isinstance(index, BoundedIndex):  # guards and remaps test the actual extent
+                index = BoundedIndex(*(extent_of(part) for part in (index.index, index.lower, index.upper)))
+                position, gate = _bounded(index, extent_of(declared))
                 gates.append(gate)
                 positions.append(position)
             elif isinstance(index, int) and not isinstance(index, bool):
@@ -652,15 +767,17 @@ def _pick(values: list, selector: UOp) -> Any:
     return out
 
 
-def _bounded(index: BoundedIndex, extent: int) -> tuple[Any, Any]:
-    """(position, gate) of a guarded / remapped index against ``extent``."""
+def _bounded(index: BoundedIndex, extent: int | UOp) -> tuple[Any, Any]:
+    """(position, gate) of a guarded / remapped index against ``extent`` (an int, or an index UOp
+    for an extent decided at run time)."""
     value = index.index
+    static = isinstance(extent, int)
     if not index.remaps:
-        if isinstance(value, int):
+        if isinstance(value, int) and static:
             return value, 0 <= value < extent
         position = _index(value)
         return position, UOp(Ops.AND, (position >= 0, position < extent))
-    if isinstance(value, int) and isinstance(index.lower, int) and isinstance(index.upper, int):
+    if static and all(isinstance(v, int) for v in (value, index.lower, index.upper)):
         return (index.lower if value < 0 else index.upper if value >= extent else value), True
     position = _index(value)
     lower, upper = _index(index.lower), _index(index.upper)
@@ -684,6 +801,8 @@ def _uniform_constant(tensor: TensorInfo) -> Any:
 
 _MISSING = object()
 _LOAD_BACK = object()  # the initial value is read back from the output (written by an init kernel)
+# the operators a run-time extent's key may combine (DynamicExtent arithmetic, expressions.py)
+_EXTENT_OPS = frozenset({"+", "-", "*", "/", "\\", "%", "<?", ">?"})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -884,19 +1003,20 @@ class _OperationLowering:
         ranges: list[UOp] = []
         symbols: dict[str, Any] = dict(local)
         unrolled = set(local) | set(term_names)
+        extent_gates: list[Any] = []  # ranges run to the upper bound of a data-dependent extent
         for bound in statement.bounds:
             if bound.name in unrolled:
                 continue
             evaluator = _LoweringEvaluator(builder, ChainMap(symbols, self.symbols), self.op.dtypes)
             extent = evaluator(bound.bound)
-            if isinstance(extent, list):
-                made = [self._new_range(self._extent(e, bound)) for e in extent]
-                ranges.extend(made)
-                symbols[bound.name] = made
-            else:
-                made = self._new_range(self._extent(extent, bound))
-                ranges.append(made)
-                symbols[bound.name] = made
+            extents = extent if isinstance(extent, list) else [extent]
+            made = [self._new_range(self._extent(e, bound)) for e in extents]
+            for r, e in zip(made, extents, strict=True):
+                actual = builder.extent(e) if isinstance(e, DynamicExtent) else None
+                if isinstance(actual, UOp):
+                    extent_gates.append(r < actual)
+            ranges.extend(made)
+            symbols[bound.name] = made if isinstance(extent, list) else made[0]
         overlay = dict(symbols)
         name = self._target_name(statement)
         if self_reads:
@@ -924,7 +1044,9 @@ class _OperationLowering:
             condition = True if statement.condition is None else term_evaluator(statement.condition)
             if condition is None:
                 raise self.error(statement, "the condition after '|' is null")
-            terms.append(_Term(value, builder.term_gates, condition))
+            if extent_gates:  # past a run-time extent nothing is read: indices there may point outside
+                value = _gate_value(value, _and(extent_gates))
+            terms.append(_Term(value, [*extent_gates, *builder.term_gates], condition))
         builder.term_gates = []
         return _Evaluated(statement, ranges, lhs, output, terms, len(builder.current) > reads_before)
 
@@ -947,8 +1069,14 @@ class _OperationLowering:
 
     def _lhs(self, statement: ast.Lowering, evaluator: _LoweringEvaluator, output: TensorInfo) -> list[Any]:
         target = statement.target
+        if isinstance(target, ast.Index) and isinstance(target.base, ast.Identifier):
+            indices: tuple = (target.index,)  # y[i] for y[i,], as the spec's own 'linear' reads bias[ni]
+        elif isinstance(target, ast.TensorAccess):
+            indices = target.indices
+        else:
+            raise self.error(statement, "the left side of a lowering must be an access of an output tensor")
         items: list[Any] = []
-        for index in target.indices:
+        for index in indices:
             if isinstance(index, ast.Expand):
                 value = evaluator(index.value)
                 if index.count is not None:
@@ -1237,8 +1365,7 @@ class _OperationLowering:
         placeholders = [builder.current[item] for item in sorted(builder.current)]
         reduce_set = set(reduce)
         if (
-            term.gates
-            or not isinstance(condition, UOp)
+            not isinstance(condition, UOp)
             or condition.op not in _COMPARES
             or len(placeholders) != len(candidates)
             or any(c not in reduce_set for c in candidates)
@@ -1269,6 +1396,9 @@ class _OperationLowering:
         greater = (op in (Ops.CMP_GT, Ops.CMP_GE)) != flipped
         strict = op in (Ops.CMP_GT, Ops.CMP_LT)
         key = _float(left) if not left.dtype.is_float else left
+        gate = space.apply_gate(_and(term.gates))  # skipped terms (guards, run-time extents) take no part
+        if gate is not True:
+            key = _where(gate, key, _const(dtypes.float32, -math.inf if greater else math.inf))
         extreme = _reduce(">?=" if greater else "<?=", key, reduce)
         chosen_set = set(candidates)
         order = [space.mapping[r] for r in evaluated.ranges if space.mapping[r] in chosen_set]
@@ -1276,6 +1406,8 @@ class _OperationLowering:
         flat = _flat(order, shape)
         fresh = {r: UOp.range(_range_bound(r), AxisType.REDUCE, next(self._range_numbers)) for r in reduce}
         hit = _substitute(key, fresh).eq(extreme)  # the second pass runs over ranges of its own
+        if gate is not True:
+            hit = UOp(Ops.AND, (_substitute(gate, fresh), hit))
         position = _substitute(flat, fresh)
         if strict:  # the first position that reaches the extreme
             chosen = -_reduce(">?=", _where(hit, -position, -(1 << 62)), list(fresh.values()))
@@ -1389,9 +1521,16 @@ class _OperationLowering:
     # -- counted (data-dependent) outputs ---------------------------------------------------------------
 
     def _counter_symbol(self, statement: ast.Lowering) -> str | None:
+        """The output extent this statement counts (§2.12): a symbol the output declares afresh
+        (``k`` of ``int[d,k|n]``), not one derived from the inputs' run-time extents."""
+        label = self.op.label
         for node in ast.walk(statement.target):
-            if isinstance(node, ast.Identifier) and isinstance(self.symbols.get(node.name), DynamicExtent):
-                return node.name
+            if isinstance(node, ast.Identifier):
+                value = self.symbols.get(node.name)
+                if isinstance(value, DynamicExtent) and value.key == (
+                    f"{label}.{node.name}" if label else node.name
+                ):
+                    return node.name
         return None
 
     def _lower_counted(
@@ -1540,6 +1679,29 @@ def _gate_loads(value: UOp, gate: Any) -> UOp:
             else:
                 mapping[u] = UOp(Ops.LOAD, (u.src[0], u.src[1], UOp(Ops.AND, (u.src[2], gate))))
     return _substitute(value, mapping)
+
+
+def _gate_value(value: Any, gate: Any) -> Any:
+    """``value`` (a UOp, a Python value or a pack of them) with its loads gated by ``gate``; the loads
+    the gate itself makes (counters) stay as they are."""
+    if isinstance(value, list):
+        return [_gate_value(item, gate) for item in value]
+    if not isinstance(value, UOp) or gate is True:
+        return value
+    own = {u for u in gate.toposort() if u.op is Ops.LOAD}
+    mapping = {}
+    for u in value.toposort():
+        if u.op is Ops.LOAD and u not in own:
+            alternative, condition = (
+                (u.src[1], UOp(Ops.AND, (u.src[2], gate)))
+                if len(u.src) == 3
+                else (
+                    _const(u.dtype, 0),
+                    gate,
+                )
+            )
+            mapping[u] = UOp(Ops.LOAD, (u.src[0], alternative, condition))
+    return _substitute(value, mapping) if mapping else value
 
 
 def _strip_cast(u: Any) -> Any:
@@ -1945,6 +2107,17 @@ def _intrinsic_random(graph: Graph, op: Operation) -> list[LoweredKernel]:
     ]
 
 
+def _keys_weight(distance: UOp, a: float) -> UOp:
+    """Keys' cubic convolution weight of a tap at ``distance`` (>= 0) from the sample point."""
+    near = ((distance * (a + 2.0) - (a + 3.0)) * distance * distance) + 1.0
+    far = ((distance * a - 5.0 * a) * distance + 8.0 * a) * distance - 4.0 * a
+    return _where(distance <= 1.0, near, _where(distance < 2.0, far, _const(dtypes.float32, 0.0)))
+
+
+def _clamp_index(index: UOp, extent: int) -> UOp:
+    return _where(index < 0, _const(INDEX, 0), _where(index >= extent, _const(INDEX, extent - 1), index))
+
+
 def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
     """Cubic (Keys) resampling along ``axes``: 4 taps per axis, replicated border."""
     symbols = op.symbols
@@ -1971,24 +2144,9 @@ def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
         x = out_ranges[axis].cast(dtypes.float32) * scale + offset
         base = _floor(x)
         tap_f = tap.cast(dtypes.float32) - 1.0
-        distance = _abs(x - (base + tap_f))
-        near = ((distance * (a + 2.0) - (a + 3.0)) * distance * distance) + 1.0
-        far = ((distance * a - 5.0 * a) * distance + 8.0 * a) * distance - 4.0 * a
-        w = UOp(
-            Ops.WHERE,
-            (distance <= 1.0, near, UOp(Ops.WHERE, (distance < 2.0, far, _const(dtypes.float32, 0.0)))),
-        )
+        w = _keys_weight(_abs(x - (base + tap_f)), a)
         weight = w if weight is None else weight * w
-        index = (base + tap_f).cast(dtypes.int32).cast(INDEX)
-        clamped = UOp(
-            Ops.WHERE,
-            (
-                index < 0,
-                _const(INDEX, 0),
-                UOp(Ops.WHERE, (index >= extent, _const(INDEX, extent - 1), index)),
-            ),
-        )
-        positions[axis] = clamped
+        positions[axis] = _clamp_index((base + tap_f).cast(dtypes.int32).cast(INDEX), extent)
     value = _reduce("+=", builder.load(data, _flat(positions, shape)) * weight, taps)
     store = UOp(
         Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), _flat(out_ranges, output.upper_shape))), value)
@@ -1997,6 +2155,122 @@ def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
         LoweredKernel(
             op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="cubic (Keys) taps"
         )
+    ]
+
+
+GRID_SAMPLE_CUBIC_A = -0.75  # Keys' coefficient of bicubic grid sampling (the common choice)
+
+
+def _intrinsic_cubic_grid_sample(graph: Graph, op: Operation) -> list[LoweredKernel]:
+    """Cubic grid sampling, written as the spec writes ``_linear_grid_sample`` with 4 taps per axis
+    instead of 2: the grid's last dimension holds the coordinates in reversed axis order (x first),
+    mapped from [-1, 1] to pixels (``aligned``: the corner pixels' centres); taps ``floor(x) - 1 ..
+    floor(x) + 2`` weighted by Keys' kernel (a = -0.75). Taps outside the input are zero (``ZEROS``),
+    the nearest border pixel (``REPLICATE``) or mirrored about the border pixel (``REFLECT``, as
+    ``|i <> -i : 2 * (s - 1) - i|``; what one reflection leaves outside is clamped)."""
+    symbols = op.symbols
+    data: TensorInfo = symbols["input"]
+    grid: TensorInfo = symbols["grid"]
+    output: TensorInfo = symbols["output"]
+    padding, aligned = op.attribs["padding"], op.attribs["aligned"]
+    shape = data.upper_shape
+    spatial = list(shape[2:])
+    d = len(spatial)
+    builder = _KernelBuilder(output, graph)
+    out_ranges = [UOp.range(e, AxisType.LOOP, n) for n, e in enumerate(output.upper_shape)]
+    batch, channel, points = out_ranges[0], out_ranges[1], out_ranges[2:]
+    taps = [UOp.range(4, AxisType.REDUCE, len(out_ranges) + n) for n in range(d)]
+    weight: Any = True
+    gates: list[Any] = []
+    positions: list[UOp] = []
+    for axis, (extent, tap) in enumerate(zip(spatial, taps, strict=True)):
+        coordinate = builder.load(grid, _flat([batch, *points, d - 1 - axis], grid.upper_shape))
+        g = (coordinate + 1.0) * 0.5
+        x = g * float(extent - 1) if aligned else g * float(extent) - 0.5
+        tap_f = _floor(x) + (tap.cast(dtypes.float32) - 1.0)
+        w = _keys_weight(_abs(x - tap_f), GRID_SAMPLE_CUBIC_A)
+        weight = w if weight is True else weight * w
+        index = tap_f.cast(dtypes.int32).cast(INDEX)
+        if padding == "ZEROS":
+            gates.append(UOp(Ops.AND, (index >= 0, index < extent)))
+            positions.append(index)
+            continue
+        if padding == "REFLECT":
+            index = _where(index < 0, -index, _where(index >= extent, (2 * (extent - 1)) - index, index))
+        positions.append(_clamp_index(index, extent))
+    sample = builder.load(data, _flat([batch, channel, *positions], shape), _and(gates))
+    value = _reduce("+=", sample * weight, taps)
+    store = UOp(
+        Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), _flat(out_ranges, output.upper_shape))), value)
+    )
+    return [
+        LoweredKernel(
+            op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="Keys cubic taps"
+        )
+    ]
+
+
+def _round_half_away(x: UOp) -> UOp:
+    return _trunc(x + _where(x < 0.0, _const(dtypes.float32, -0.5), _const(dtypes.float32, 0.5)))
+
+
+def _intrinsic_roi_pool(graph: Graph, op: Operation) -> list[LoweredKernel]:
+    """Max / average pooling of regions of interest (the spec declares the operators only).
+
+    Row ``r`` of ``rois`` is ``[start_0, .., start_{d-1}, end_0, .., end_{d-1}]`` in input element
+    coordinates along the spatial axes (in their order), both corners inclusive after rounding
+    half away from zero; ``index[r]`` is the batch item it is cut from. A region of extent
+    ``e = max(end - start + 1, 1)`` is split into ``o = output_size`` bins of ``e / o`` elements: bin
+    ``p`` covers ``[start + floor(p * e / o), start + ceil((p + 1) * e / o))`` (exact integer
+    arithmetic), clipped to the input. ``max_roi_pool`` takes each bin's maximum, ``avg_roi_pool``
+    its mean; an empty bin (or an index outside the batch) gives 0. A bin's extent depends on the
+    data, so the kernel reduces over the whole spatial extent, gated by the bin's bounds.
+    """
+    symbols = op.symbols
+    data: TensorInfo = symbols["input"]
+    rois: TensorInfo = symbols["rois"]
+    index: TensorInfo = symbols["index"]
+    output: TensorInfo = symbols["output"]
+    sizes = list(op.attribs["output_size"])
+    shape = data.upper_shape
+    spatial = list(shape[2:])
+    d = len(spatial)
+    builder = _KernelBuilder(output, graph)
+    out_ranges = [UOp.range(e, AxisType.LOOP, n) for n, e in enumerate(output.upper_shape)]
+    roi, channel, bins = out_ranges[0], out_ranges[1], out_ranges[2:]
+    window = [UOp.range(e, AxisType.REDUCE, len(out_ranges) + n) for n, e in enumerate(spatial)]
+    item = builder.load(index, roi).cast(INDEX)
+    inside = [UOp(Ops.AND, (item >= 0, item < shape[0]))]
+    count: UOp = _const(INDEX, 1)
+    for axis, (extent, size, p, t) in enumerate(zip(spatial, sizes, bins, window, strict=True)):
+        start = _round_half_away(builder.load(rois, _flat([roi, axis], rois.upper_shape))).cast(dtypes.int32)
+        end = _round_half_away(builder.load(rois, _flat([roi, d + axis], rois.upper_shape))).cast(
+            dtypes.int32
+        )
+        length = UOp(Ops.MAX, (end - start + 1, _const(dtypes.int32, 1))).cast(INDEX)
+        first = start.cast(INDEX)  # bin bounds in integers: floor(p e / o) and ceil((p + 1) e / o)
+        low = first + UOp(Ops.IDIV, (p * length, _const(INDEX, size)))
+        high = first + UOp(Ops.IDIV, ((p + 1) * length + (size - 1), _const(INDEX, size)))
+        low = UOp(Ops.MAX, (low, _const(INDEX, 0)))
+        high = _where(high > extent, _const(INDEX, extent), high)
+        inside.append(UOp(Ops.AND, (t >= low, t < high)))
+        count = count * UOp(Ops.MAX, (high - low, _const(INDEX, 0)))
+    gate = _and(inside)
+    sample = builder.load(data, _flat([item, channel, *window], shape), gate)
+    empty = UOp(Ops.OR, (count <= 0, _not(_and(inside[:1]))))
+    zero = _const(dtypes.float32, 0.0)
+    if op.name == "max_roi_pool":
+        value = _where(
+            empty, zero, _reduce(">?=", _where(gate, sample, _const(dtypes.float32, -math.inf)), window)
+        )
+    else:
+        total = _reduce("+=", _where(gate, sample, zero), window)
+        value = _where(empty, zero, total / UOp(Ops.MAX, (count, _const(INDEX, 1))).cast(dtypes.float32))
+    store = UOp(
+        Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), _flat(out_ranges, output.upper_shape))), value)
+    )
+    return [
+        LoweredKernel(op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="bins gated")
     ]
 
 
@@ -2223,6 +2497,9 @@ _INTRINSICS: dict[str, Callable[[Graph, Operation], list[LoweredKernel]]] = {
     "rand.normal": _intrinsic_random,
     "rand.bernoulli": _intrinsic_random,
     "image.cubic_resize": _intrinsic_cubic_resize,
+    "image._cubic_grid_sample": _intrinsic_cubic_grid_sample,
+    "image.max_roi_pool": _intrinsic_roi_pool,
+    "image.avg_roi_pool": _intrinsic_roi_pool,
     "algo.nonmax_suppress": _intrinsic_nms,
 }
 
@@ -2232,7 +2509,19 @@ _INTRINSICS: dict[str, Callable[[Graph, Operation], list[LoweredKernel]]] = {
 
 
 def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
-    """The kernels of one operation of ``graph``."""
+    """The kernels of one operation of ``graph`` (none for a loop node: its body and condition are
+    graphs of their own)."""
+    if isinstance(op, LoopOperation):
+        return []
+    busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
+    busy.add(id(op))
+    try:
+        return _lower_one(graph, op)
+    finally:
+        busy.discard(id(op))
+
+
+def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:
     if op.is_intrinsic:
         handler = _INTRINSICS.get(op.type)
         if handler is None:
@@ -2241,8 +2530,31 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
                 f"uopviz has no kernel for the intrinsic operator {op.type} "
                 f"(intrinsics with kernels: {', '.join(sorted(_INTRINSICS))})",
             )
+        _check_intrinsic_extents(graph, op)
         return handler(graph, op)
     return _OperationLowering(graph, op).lower()
+
+
+def _check_intrinsic_extents(graph: Graph, op: Operation) -> None:
+    """The built-in kernels run over the upper bounds of their inputs: a data-dependent extent may
+    only pass through to an output (rows past the count are never read), not be read across."""
+    passed = {
+        e for name in op.output_names() for e in graph.tensors[name].shape if isinstance(e, DynamicExtent)
+    }
+    for name in op.input_names():
+        tensor = graph.tensors.get(name)
+        for extent in tensor.shape if tensor is not None else ():
+            if (
+                isinstance(extent, DynamicExtent)
+                and extent not in passed
+                and runtime_extent(graph, extent, lambda _: _const(dtypes.int32, 0)) is not None
+            ):
+                raise NNEFError.at(
+                    op.position,
+                    f"{op.type} '{op.label}' reads '{name}', whose extent {extent!r} is decided by the data "
+                    f"at run time; the built-in kernel of {op.type} needs it fixed (it may only carry "
+                    f"through to the output)",
+                )
 
 
 def operation_kernels(graph: Graph, op: Operation, backend: str = "python") -> list:
@@ -2253,7 +2565,7 @@ def operation_kernels(graph: Graph, op: Operation, backend: str = "python") -> l
 
 
 # ------------------------------------------------------------------------------------------------
-# the whole graph: a Program for the pipeline
+# the whole graph: programs for the pipeline, run step by step
 
 
 def _lower_all(graph: Graph, progress: Callable[[int, int, Operation], None] | None) -> list[LoweredKernel]:
@@ -2278,70 +2590,84 @@ def _buffer_spec(graph: Graph, kernels: list[LoweredKernel], name: str) -> tuple
     raise NNEFError(f"kernel buffer '{name}' is neither a tensor of the graph nor a scratch buffer")
 
 
-def compile_graph(
+def _steps(graph: Graph) -> list[list[Operation] | LoopOperation]:
+    """The operations in run order: runs of kernel operations, with the loop nodes between them."""
+    steps: list[list[Operation] | LoopOperation] = []
+    for op in graph.operations:
+        if isinstance(op, LoopOperation):
+            steps.append(op)
+        elif steps and isinstance(steps[-1], list):
+            steps[-1].append(op)
+        else:
+            steps.append([op])
+    return steps
+
+
+def _step_reads(graph: Graph, step: list[Operation] | LoopOperation) -> set[str]:
+    if isinstance(step, LoopOperation):
+        return set(step.input_names())
+    return {name for op in step for kernel in graph.lower(op) for name in kernel.buffers}
+
+
+def _segment_opts(opts: Any, offset: int, count: int) -> Any:
+    """The opts of kernels ``offset .. offset + count`` of the graph (per-kernel choices re-indexed)."""
+    from uopviz.passes.kernel import Opt
+
+    if isinstance(opts, dict):
+        return {
+            (key - offset if isinstance(key, int) else key): value
+            for key, value in opts.items()
+            if not isinstance(key, int) or offset <= key < offset + count
+        }
+    if isinstance(opts, list | tuple) and opts and not all(isinstance(item, Opt) for item in opts):
+        return list(opts[offset : offset + count])
+    return opts
+
+
+def _subgraph_opts(opts: Any) -> Any:
+    """The opts a loop's body and condition compile with: choices made per kernel index do not
+    carry over to them (their kernels are other kernels), the rest does."""
+    from uopviz.passes.kernel import Opt
+
+    if isinstance(opts, dict):
+        return {key: value for key, value in opts.items() if not isinstance(key, int)}
+    if isinstance(opts, list | tuple) and opts and not all(isinstance(item, Opt) for item in opts):
+        return None
+    return opts
+
+
+def _compile_segment(
     graph: Graph,
-    backend: str = "python",
-    opts: Any = None,
-    progress: Callable[[int, int, Operation | None], None] | None = None,
+    kernels: list[LoweredKernel],
+    every_kernel: list[LoweredKernel],
+    needed: set[str],
+    backend: str,
+    opts: Any,
+    first_inputs: Sequence[str] = (),
 ):
-    """Lower every operation of ``graph`` and compile all kernels into one pipeline ``Program``.
+    """One run of kernels as a pipeline Program (``compile_kernels``): its inputs are what it reads
+    and does not write, its outputs what it writes and ``needed`` names."""
+    from uopviz.core.rewrite import traced_pass
+    from uopviz.passes.pipeline import compile_kernels
 
-    The program's inputs are the graph's inputs, variables and constants (in that order of first
-    use); its outputs the graph's outputs followed by the counters of data-dependent extents.
-    ``program.nnef_inputs`` / ``program.nnef_outputs`` name them. ``progress(done, total, op)``
-    is called while lowering.
-    """
-    from uopviz.core.rewrite import traced_pass, tracing
-    from uopviz.passes.kernel import Kernel
-    from uopviz.passes.pipeline import (
-        Program,
-        ScheduleItem,
-        expand_stage,
-        instruction_selection_stage,
-        linearize_stage,
-        memory_plan_stage,
-        optimize_stage,
-        render_stage,
-        run_stage,
-    )
-
-    kernels = _lower_all(graph, progress)
-    written = {kernel.buffers[0] for kernel in kernels}
     storage: dict[str, UOp] = {}
-    current: dict[str, UOp] = {}
-    input_names: list[str] = []
 
-    def value_of(name: str) -> UOp:
-        found = current.get(name)
+    def buffer(name: str) -> UOp:
+        found = storage.get(name)
         if found is None:
-            dtype, size = _buffer_spec(graph, kernels, name)
-            storage[name] = UOp.buffer(size, dtype, "CPU")
-            if name in written:
-                found = storage[name]
-            else:
-                found = UOp.param(len(input_names), (size,), dtype, "CPU")
-                input_names.append(name)
-            current[name] = found
+            dtype, size = _buffer_spec(graph, every_kernel, name)
+            found = storage[name] = UOp.buffer(size, dtype, "CPU")
         return found
 
-    for name in graph.inputs:
-        value_of(name)
-    items = []
-    for index, kernel in enumerate(kernels):
-        arguments = [value_of(name) for name in kernel.buffers]
-        call = UOp(Ops.CALL, (kernel.ast, *arguments))
-        current[kernel.buffers[0]] = UOp(Ops.AFTER, (storage[kernel.buffers[0]], call))
-        items.append(
-            ScheduleItem(index, kernel.ast, arguments, Kernel(kernel.ast, backend, name_hint=kernel.name))
-        )
-    output_names = list(dict.fromkeys([*graph.outputs, *graph.counts.values(), *graph.updates.values()]))
-    missing = [name for name in output_names if name not in current or name not in written]
-    if missing:
-        raise NNEFError(f"no kernel writes the graph output(s) {missing}")
-    outputs = [current[name] for name in output_names]
-    function = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(outputs)), *(storage[n] for n in input_names)))
-    with tracing() as trace:
+    written = {kernel.buffers[0] for kernel in kernels}
+    input_names = list(
+        dict.fromkeys([*first_inputs, *(n for k in kernels for n in k.buffers if n not in written)])
+    )
+    output_names = [name for name in dict.fromkeys(k.buffers[0] for k in kernels) if name in needed]
+
+    def front_end(program: Any) -> None:
         # the NNEF composition stands for Callify, the @lower formulas for Rangeify: one step per kernel
+        function = program.graph
         with traced_pass("Callify", None) as record:
             record.step(
                 f"compose NNEF graph {graph.name} ({len(graph.operations)} operations)",
@@ -2354,33 +2680,145 @@ def compile_graph(
         with traced_pass("Rangeify", function) as record:
             for kernel in kernels:
                 op = kernel.operation
-                location = f"{op.definition.pos.file}:{op.definition.pos.line}"
                 record.step(
                     f"@lower {op.type} '{op.label}' -> kernel {kernel.name}",
                     UOp(Ops.SINK, ()),
                     kernel.ast,
                     function,
-                    location=location,
+                    location=f"{op.definition.pos.file}:{op.definition.pos.line}",
                 )
             record.output = function
-        program = Program([storage[name] for name in output_names], backend)
-        program.graph = function
-        program.inputs = [storage[name] for name in input_names]
-        program.items = items
-        run_stage(program, "Optimize", lambda p: optimize_stage(p, opts))
-        run_stage(program, "Expand", expand_stage)
-        run_stage(program, "Instruction Selection", instruction_selection_stage)
-        run_stage(program, "Linearize", linearize_stage)
-        run_stage(program, "Register/Memory Plan", memory_plan_stage)
-        run_stage(program, "Render", render_stage)
-    program.trace = trace
+
+    program = compile_kernels(
+        [(kernel.name, kernel.ast, [buffer(name) for name in kernel.buffers]) for kernel in kernels],
+        [buffer(name) for name in input_names],
+        [buffer(name) for name in output_names],
+        backend=backend,
+        opts=opts,
+        front_end=front_end,
+    )
     program.nnef_inputs = input_names
     program.nnef_outputs = output_names
     program.nnef_kernels = kernels
     return program
 
 
-def _input_array(graph: Graph, name: str, given: dict[str, Any]) -> np.ndarray:
+class GraphProgram:
+    """What ``g.compile()`` gives for a graph with loop nodes (or with no kernels at all).
+
+    Its ``steps`` run in order: ``("kernels", Program)`` for each run of kernel operations (a
+    pipeline Program of their own), ``("loop", LoopOperation)`` for a loop node, which the runner
+    executes on the host with the programs of its body and condition. It reads like a Program for
+    viewers: ``kernels``, ``items`` and ``sources`` of every program (loop bodies included, in
+    order) and the ``trace`` of their lowering. ``run(inputs)`` runs the graph: inputs and outputs
+    by name, as ``g.run``.
+    """
+
+    def __init__(
+        self, graph: Graph, backend: str, opts: Any, steps: list[tuple[str, Any]], trace: Any
+    ) -> None:
+        self.graph = graph
+        self.backend = backend
+        self.opts = opts
+        self.nnef_steps = steps
+        self.trace = trace
+
+    def __repr__(self) -> str:
+        loops = sum(1 for kind, _ in self.nnef_steps if kind == "loop")
+        return (
+            f"<GraphProgram {self.graph.name}: {len(self.items)} kernels, {loops} loop(s) on {self.backend}>"
+        )
+
+    def _programs(self) -> list[Any]:
+        out = []
+        for kind, step in self.nnef_steps:
+            if kind == "kernels":
+                out.append(step)
+            else:
+                for sub in step.subgraphs.values():
+                    compiled = sub.compile(self.backend, _subgraph_opts(self.opts))
+                    out.extend(compiled._programs() if isinstance(compiled, GraphProgram) else [compiled])
+        return out
+
+    @property
+    def items(self) -> list:
+        """Every kernel launch of every program, in program order."""
+        return [item for program in self._programs() for item in program.items]
+
+    @property
+    def kernels(self) -> list:
+        """Every kernel (loop bodies and conditions included)."""
+        return [kernel for program in self._programs() for kernel in program.kernels]
+
+    @property
+    def sources(self) -> list[str]:
+        """The rendered source of every kernel."""
+        return [source for program in self._programs() for source in program.sources]
+
+    def run(self, inputs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """Run the graph on ``inputs`` (names -> arrays): the outputs by name."""
+        return run_graph(self.graph, dict(inputs or {}), self.backend, self.opts)
+
+
+def compile_graph(
+    graph: Graph,
+    backend: str = "python",
+    opts: Any = None,
+    progress: Callable[[int, int, Operation | None], None] | None = None,
+):
+    """Lower every operation of ``graph`` and compile its kernels with the pipeline.
+
+    A graph without loop nodes becomes one pipeline ``Program``: its inputs are the graph's inputs,
+    variables and constants (in that order of first use), its outputs the graph's outputs, the
+    counters of data-dependent extents and the tensors ``@update`` assigns;
+    ``program.nnef_inputs`` / ``program.nnef_outputs`` name them. A graph with loop nodes becomes a
+    :class:`GraphProgram`: one Program per run of kernel operations between them, each loop's body
+    and condition compiled as graphs of their own. ``progress(done, total, op)`` is called while
+    lowering.
+    """
+    from uopviz.core.rewrite import traced_pass, tracing
+
+    kernels = _lower_all(graph, progress)
+    steps = _steps(graph)
+    final = {*graph.outputs, *graph.counts.values(), *graph.updates.values()}
+    read_after: list[set[str]] = [set() for _ in steps]
+    later: set[str] = set()
+    for position in range(len(steps) - 1, -1, -1):
+        read_after[position] = set(later)
+        later |= _step_reads(graph, steps[position])
+    compiled: list[tuple[str, Any]] = []
+    offset = 0
+    with tracing() as trace:
+        for position, step in enumerate(steps):
+            if isinstance(step, LoopOperation):
+                with traced_pass(f"loop {step.label}", None) as record:
+                    for sub in step.subgraphs.values():
+                        sub.compile(backend, _subgraph_opts(opts))
+                    record.output = None
+                compiled.append(("loop", step))
+                continue
+            segment = [kernel for op in step for kernel in graph.lower(op)]
+            if not segment:
+                continue
+            program = _compile_segment(
+                graph,
+                segment,
+                kernels,
+                final | read_after[position],
+                backend,
+                _segment_opts(opts, offset, len(segment)),
+                graph.inputs if position == 0 else (),
+            )
+            offset += len(segment)
+            compiled.append(("kernels", program))
+    if len(compiled) == 1 and compiled[0][0] == "kernels":
+        program = compiled[0][1]
+        program.nnef_steps = compiled
+        return program
+    return GraphProgram(graph, backend, opts, compiled, trace)
+
+
+def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarray:
     tensor = graph.tensors[name] if name in graph.tensors else None
     if tensor is None:
         raise NNEFError(f"the program reads '{name}', which the graph does not define")
@@ -2399,6 +2837,71 @@ def _input_array(graph: Graph, name: str, given: dict[str, Any]) -> np.ndarray:
     raise NNEFError(f"{kind} '{name}' has no data{hint}")
 
 
+def _execute(graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> dict[str, np.ndarray]:
+    """Run the compiled steps of ``graph``: every buffer they produce, by name (flat arrays)."""
+    compiled = graph.compile(backend=backend, opts=opts)
+    values: dict[str, np.ndarray] = {}
+
+    def fetch(name: str) -> np.ndarray:
+        found = values.get(name)
+        return found if found is not None else _input_array(graph, name, given)
+
+    for kind, step in compiled.nnef_steps:
+        if kind == "kernels":
+            results = step.run({position: fetch(name) for position, name in enumerate(step.nnef_inputs)})
+            values.update(zip(step.nnef_outputs, results, strict=True))
+        else:
+            values.update(_run_loop(step, fetch, backend, opts))
+    return values
+
+
+def _run_loop(op: LoopOperation, fetch: Callable[[str], np.ndarray], backend: str, opts: Any) -> dict:
+    """A loop node on the host: test the condition, run the body, carry the values (§3)."""
+    sub_opts = _subgraph_opts(opts)
+    carried = [fetch(name) for name in op.carried]
+    scans = [[fetch(name) for name in pack] for pack in op.scans]
+    captured = {name: fetch(name) for name in op.captures}
+    bounds = [len(pack) for pack in op.scans]
+    if isinstance(op.count, int):
+        bounds.append(op.count)
+    elif isinstance(op.count, str):
+        bounds.append(int(np.asarray(fetch(op.count)).reshape(-1)[0]))
+    bound = min(bounds, default=None)
+    indexed = len(op.body.inputs) > len(op.carried) + len(op.scans)
+
+    def run(sub: Graph, step: int) -> list[np.ndarray]:
+        formals = [*carried, *(pack[step] for pack in scans)]
+        if indexed:
+            formals.append(np.array(step, np.int32))
+        given = {name: captured[name] for name in sub.captures}
+        given.update(zip(sub.inputs, formals, strict=True))
+        given = {name: np.asarray(a).reshape(sub.tensors[name].upper_shape) for name, a in given.items()}
+        values = _execute(sub, given, backend, sub_opts)
+        return [values[name] if name in values else _input_array(sub, name, given) for name in sub.outputs]
+
+    scanned: list[list[np.ndarray]] = [[] for _ in op.outputs[len(op.carried) :]]
+    step = 0
+    while bound is None or step < bound:
+        if op.condition is not None and (op.pretest or step > 0):
+            (test,) = run(op.condition, step)
+            if not bool(np.asarray(test).reshape(-1)[0]):
+                break
+        updated = run(op.body, step)
+        carried = updated[: len(op.carried)]
+        for outputs, value in zip(scanned, updated[len(op.carried) :], strict=True):
+            outputs.append(value)
+        step += 1
+    results = dict(zip(op.outputs[: len(op.carried)], carried, strict=True))
+    produced = op.body.outputs[len(op.carried) :]
+    for names, values, source in zip(op.outputs[len(op.carried) :], scanned, produced, strict=True):
+        tensor = op.body.tensors[source]
+        for item, name in enumerate(names):  # items past the last iteration are zero
+            results[name] = (
+                values[item] if item < len(values) else np.zeros(tensor.upper_shape, tensor.numpy_dtype)
+            )
+    return results
+
+
 def _needs_recompose(graph: Graph, given: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
     shapes = {}
     for name in graph.inputs:
@@ -2408,12 +2911,29 @@ def _needs_recompose(graph: Graph, given: dict[str, Any]) -> dict[str, tuple[int
     return shapes or None
 
 
+def _host_extent(extent: Any, graph: Graph, values: Mapping[str, np.ndarray]) -> int:
+    """The value of a run-time extent after a run (from the counters its key is built of)."""
+
+    def value(key: Any) -> Any:
+        counter = graph.counts.get(key)
+        if counter is not None:
+            return int(np.asarray(values[counter]).reshape(-1)[0])
+        if isinstance(key, tuple) and len(key) == 3 and isinstance(key[0], str) and key[0] in _EXTENT_OPS:
+            return PythonScalarOps().binary(key[0], value(key[1]), value(key[2]), ast.NOWHERE)
+        if isinstance(key, int) and not isinstance(key, bool):
+            return key
+        raise NNEFError(f"the run-time extent {extent!r} depends on a value that no kernel counts")
+
+    return max(0, min(int(value(extent.key)), int(extent.bound)))
+
+
 def run_graph(
     graph: Graph, inputs: dict[str, Any], backend: str = "python", opts: Any = None, update: bool = False
 ) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``inputs`` (names -> arrays; variables may be given too); outputs by name.
 
-    With ``update``, the variables assigned in ``@update`` blocks take their new values.
+    Outputs with run-time extents come at their actual extents. With ``update``, the variables
+    assigned in ``@update`` blocks take their new values.
     """
     unknown = [name for name in inputs if name not in graph.tensors]
     if unknown:
@@ -2434,24 +2954,18 @@ def run_graph(
         if key not in cache:
             cache[key] = recompose(shapes)
         return run_graph(cache[key], inputs, backend, opts, update)
-    program = graph.compile(backend=backend, opts=opts)
-    arrays = {
-        position: _input_array(graph, name, inputs) for position, name in enumerate(program.nnef_inputs)
-    }
-    results = program.run(arrays)
-    by_name = dict(zip(program.nnef_outputs, results, strict=True))
-    counts = graph.counts
+    values = _execute(graph, inputs, backend, opts)
     outputs = {}
     for name in graph.outputs:
         tensor = graph.tensors[name]
-        array = by_name[name].reshape(tensor.upper_shape)
+        array = np.asarray(values[name] if name in values else _input_array(graph, name, inputs))
+        array = array.reshape(tensor.upper_shape)
         for axis, extent in enumerate(tensor.shape):
-            if isinstance(extent, DynamicExtent) and extent.key in counts:
-                count = int(by_name[counts[extent.key]].reshape(-1)[0])
-                array = np.take(array, np.arange(count), axis=axis)
+            if isinstance(extent, DynamicExtent):
+                array = np.take(array, np.arange(_host_extent(extent, graph, values)), axis=axis)
         outputs[name] = array
     if update:
         for variable, tensor in graph.updates.items():
             info = graph.tensors[variable]
-            info.data = by_name[tensor].reshape(info.upper_shape).astype(info.numpy_dtype)
+            info.data = np.asarray(values[tensor]).reshape(info.upper_shape).astype(info.numpy_dtype)
     return outputs

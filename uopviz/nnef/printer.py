@@ -13,7 +13,7 @@ from __future__ import annotations
 from uopviz.nnef import ast
 from uopviz.nnef.parser import BINARY_PRECEDENCE
 
-__all__ = ["print_definition", "print_expression", "print_module"]
+__all__ = ["print_component", "print_definition", "print_expression", "print_module"]
 
 _INDENT = "    "
 _TYPE_KEYWORDS = frozenset({"int", "real", "bool", "str"})
@@ -171,6 +171,11 @@ def _quantization(quantization: ast.Quantization) -> str:
 
 
 # -- composition ---------------------------------------------------------------------------------
+
+
+def print_component(component: ast.Component) -> str:
+    """The canonical text of one @compose statement (``results = value;``)."""
+    return _component(component, 0)
 
 
 def _component(component: ast.Component, depth: int) -> str:
