@@ -210,3 +210,59 @@ def test_two_accumulators_split_into_chunks_keep_their_order(backend: str, lanes
         [(uv.Tensor(x) * uv.Tensor(x)).sum(1) + uv.Tensor(x).max(1)], backend=backend, opts=upcast
     )
     np.testing.assert_allclose(program.run()[0], (x * x).sum(1) + x.max(1), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# column strips staged into contiguous buffers
+
+
+def _swapped(n_lanes: int, m_lanes: int) -> list[Opt]:
+    return [*_tile(n_lanes, m_lanes), Opt(OptOp.SWAP, 0, 1)]
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("shape", [(64, 1024, 512), (48, 300, 256), (40, 77, 1024)])
+def test_strips_of_far_apart_rows_are_staged_and_compute_matmul(backend: str, shape) -> None:
+    if not get(backend).available():
+        pytest.skip(f"{backend} backend unavailable here: {get(backend).unavailable_reason()}")
+    m, k, n = shape
+    a, b, program = _gemm_program(m, k, n, backend, _swapped(32, 8), seed=k)
+    linear = program.kernels[0].lower(backend).linear
+    ranges = [u for u in linear.src if u.op is Ops.RANGE]
+    assert sum(r.arg[1] is AxisType.REDUCE for r in ranges) == 2, "a copy loop and the reduction"
+    np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_c
+def test_staged_kernels_run_on_the_python_interpreter() -> None:
+    # a kernel shaped for C lowers on every backend; the interpreter runs the copy loop in Python
+    # (its register is one buffer for every iteration), not as a numpy axis
+    m, k, n = 16, 300, 256
+    a, b, program = _gemm_program(m, k, n, "c", _swapped(32, 8), seed=3)
+    interpreted = program.kernels[0].lower("python").compiled
+    arrays = [np.zeros(m * n, np.float32), a.reshape(-1), b.reshape(-1)]
+    interpreted(*arrays)
+    np.testing.assert_allclose(arrays[0].reshape(m, n), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("shape", "opts", "why"),
+    [
+        ((64, 256, 1024), _tile(32, 8), "M tiles outside N tiles: each strip is used once"),
+        ((64, 256, 128), _swapped(32, 8), "rows 512 bytes apart: the cache keeps them"),
+    ],
+)
+def test_strips_without_reuse_or_stride_are_not_staged(shape, opts, why) -> None:
+    _, _, program = _gemm_program(*shape, "c", opts)
+    linear = program.kernels[0].lower("c").linear
+    assert sum(u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE for u in linear.src) == 1, why
+
+
+@needs_c
+def test_heuristic_orders_gemm_loops_so_strips_are_staged() -> None:
+    _, _, program = _gemm_program(256, 256, 1024, "c", "heuristic")
+    kernel = program.kernels[0]
+    assert any(o.op is OptOp.SWAP for o in kernel.opts), kernel.opts
+    names = [step.rule for stage in program.trace.passes for step in stage.steps]
+    assert "stage_strided_load" in names

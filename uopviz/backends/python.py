@@ -337,7 +337,8 @@ def _is_shared(u: UOp) -> bool:
 
 def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
     """The RANGEs whose iterations carry state: inside the loop, some register is read before it is
-    written.  Those run as Python loops; every other range is lifted into a numpy axis."""
+    written, or written at an index that depends on the loop.  Those run as Python loops; every
+    other range is lifted into a numpy axis."""
     carried: set[UOp] = set()
     open_loops: list[tuple[UOp, set[UOp], set[UOp]]] = []  # (range, registers written, registers read)
     for u in program:
@@ -353,12 +354,18 @@ def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
             continue
         if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and _is_register(u.src[0].src[0]):
             register = _buffer_of(u.src[0].src[0])
+            # a register filled element by element over a loop (a staged strip) is one buffer for all
+            # of its iterations: that loop runs in Python too
+            index = u.src[0].src[1]
+            index_ranges = {r for r in index.toposort() if r.op is Ops.RANGE} if u.op is Ops.STORE else set()
             for loop, written, read in open_loops:
                 if u.op is Ops.LOAD and register not in written:
                     read.add(register)
                     carried.add(loop)
                 elif u.op is Ops.STORE:
                     written.add(register)
+                    if loop in index_ranges:
+                        carried.add(loop)
     return carried
 
 

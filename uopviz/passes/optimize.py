@@ -35,6 +35,7 @@ from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp
+from uopviz.passes.expand import affine_coefficients
 from uopviz.passes.indexing import flat_index, iadd, iconst, idiv, imod, imul
 from uopviz.passes.kernel import (
     LANE_TYPES,
@@ -43,6 +44,7 @@ from uopviz.passes.kernel import (
     Opt,
     OptError,
     OptOp,
+    kernel_order,
     position_of,
     range_size,
     ranges_of,
@@ -256,6 +258,94 @@ def insert_local_buffers(ast: UOp) -> UOp:
 
 
 # ---------------------------------------------------------------------------------------------
+# CPU: column strips staged into contiguous buffers
+
+_OUTPUT_TYPES = frozenset({AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP})
+STAGE_MIN_STRIDE_BYTES = 1024  # a strip whose rows are this far apart: each row on its own page(s)
+STAGE_MAX_BYTES = 512 * 1024  # a staged strip stays in L2, and on a thread's stack
+
+
+@dataclass
+class _StageContext:
+    """The kernel's output loops in kernel order, and the strips staged so far."""
+
+    outputs: tuple[UOp, ...]
+    fills: set[UOp]
+    count: int = 0
+
+
+def stage_strided_load(ctx: _StageContext, load: UOp) -> UOp | None:
+    """A load of a strip of rows far apart (``B[k, n0:n0+32]`` of a row-major matrix, over the reduce
+    loop ``k``) that is reused by an output loop nested inside the loops it depends on: copy the
+    strip once into a contiguous per-thread buffer (a REG buffer filled in a loop of its own, closed
+    by END) and read it from there.  Rows 4 KiB apart all fall into a few cache sets, so the strip
+    cannot stay in cache and every reuse goes to L3; the copy is read sequentially from L2
+    (measured on gemm 1024, see benchmarks/bench_backends.py)."""
+    if load in ctx.fills or len(load.src) != 1 or load.src[0].op is not Ops.INDEX:
+        return None
+    buffer, index = load.src[0].src
+    if buffer.op is not Ops.PARAM:
+        return None
+    ranges = [u for u in index.toposort() if u.op is Ops.RANGE]
+    reduces = kernel_order([r for r in ranges if r.arg[1] is AxisType.REDUCE])
+    lanes = kernel_order([r for r in ranges if r.arg[1] in LANE_TYPES])
+    outputs = [r for r in ranges if r.arg[1] in _OUTPUT_TYPES]
+    if not reduces or len(reduces) + len(lanes) + len(outputs) != len(ranges):
+        return None
+    coefficients = affine_coefficients(index, tuple(ranges))
+    itemsize = load.dtype.scalar.itemsize
+    if coefficients is None or abs(coefficients[reduces[-1]]) * itemsize < STAGE_MIN_STRIDE_BYTES:
+        return None
+    if not any(r.arg[1] is AxisType.UPCAST and coefficients[r] == 1 for r in lanes):
+        return None  # no contiguous row: nothing to gain from a copy
+    used = [i for i, r in enumerate(ctx.outputs) if any(r is x for x in ranges)]
+    inner = ctx.outputs[max(used, default=-1) + 1:]
+    if not inner:
+        return None  # no loop inside the strip's own loops reuses it
+    staged = [*reduces, *[r for r in lanes if r.arg[1] is AxisType.UNROLL],
+              *[r for r in lanes if r.arg[1] is AxisType.UPCAST]]
+    size = math.prod(range_size(r) for r in staged)
+    if size * itemsize > STAGE_MAX_BYTES:
+        return None
+    fresh = {r: UOp.range(r.src[0], AxisType.REDUCE, 60_000 + ctx.count * 8 + i)
+             for i, r in enumerate(reduces)}
+    strip = UOp.buffer(size, load.dtype.scalar, None, AddrSpace.REG, number=1_000 + ctx.count)
+    ctx.count += 1
+
+    def position(mapping: dict[UOp, UOp]) -> UOp:
+        return flat_index([mapping.get(r, r) for r in staged], [range_size(r) for r in staged])
+
+    fill_load = UOp(Ops.LOAD, (UOp(Ops.INDEX, (buffer, substitute(index, fresh))),))
+    ctx.fills.add(fill_load)
+    filled = UOp(Ops.STORE, (UOp(Ops.INDEX, (strip, position(fresh))), fill_load))
+    for r in reversed(list(fresh.values())):
+        filled = UOp(Ops.END, (filled, r))
+    return UOp(Ops.LOAD, (UOp(Ops.INDEX, (UOp(Ops.AFTER, (strip, filled)), position({}))),))
+
+
+stage_rules = PatternMatcher([
+    (UPat(Ops.LOAD, name="load"), stage_strided_load, "stage_strided_load"),
+], name="stage strided loads")
+
+
+def stage_strided_loads(ast: UOp, backend: Any) -> UOp:
+    """On CPU backends (no workgroups), strips of far-apart rows reused by inner output loops are
+    copied into contiguous buffers first (:func:`stage_strided_load`)."""
+    if backend.has_local or not backend.vector_widths:
+        return ast
+    outputs = tuple(r for r in ranges_of(ast) if r.arg[1] in _OUTPUT_TYPES)
+    if not outputs:
+        return ast
+    return graph_rewrite(ast, stage_rules, ctx=_StageContext(outputs, set()), name="stage strided loads")
+
+
+def finish_optimize(kernel: Kernel) -> UOp:
+    """The kernel's AST with what the Optimize stage adds after the opts: strips staged into
+    contiguous buffers (CPU), GROUP_REDUCE reductions through LOCAL buffers (GPU)."""
+    return insert_local_buffers(stage_strided_loads(kernel.ast, kernel.backend_object))
+
+
+# ---------------------------------------------------------------------------------------------
 # hand-coded heuristics
 
 
@@ -318,6 +408,25 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int) -> tuple[Kernel, 
     return kernel, rows
 
 
+def _stages(kernel: Kernel) -> bool:
+    return stage_strided_loads(kernel.ast, kernel.backend_object) is not kernel.ast
+
+
+def _order_for_staging(kernel: Kernel) -> Kernel:
+    """The loop order in which a strided strip gets staged (:func:`stage_strided_load`): an output
+    loop the strip does not depend on moved inside the ones it does (gemm: N tiles outside M
+    tiles, so each copied strip of B serves every tile of A)."""
+    if _stages(kernel):
+        return kernel
+    outputs = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+    for i, outer in enumerate(outputs):
+        for inner in outputs[i + 1:]:
+            swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, inner)))
+            if swapped is not kernel and _stages(swapped):
+                return swapped
+    return kernel
+
+
 def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     """The heuristic opts for ``kernel``'s backend (see the module docstring)."""
     backend = kernel.backend_object
@@ -345,6 +454,8 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
                 kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel))
             if second is not None:
                 kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))
+            if not backend.has_local:
+                kernel = _order_for_staging(kernel)
     elif outputs:
         width = _register_lanes(kernel) if not backend.has_local else 8
         factors = [f for f in (width, 8, 4) if f <= max(widest, 4)]
@@ -430,5 +541,5 @@ def opts_for(opts: Any, index: int, kernel: Kernel) -> Any:
                      f"or a dict; got {type(opts).__name__}")
 
 
-__all__ = ["LANE_TYPES", "apply_tensor_core", "hand_coded_optimizations", "insert_local_buffers",
-           "optimize_kernel", "opts_for"]
+__all__ = ["LANE_TYPES", "apply_tensor_core", "finish_optimize", "hand_coded_optimizations",
+           "insert_local_buffers", "optimize_kernel", "opts_for", "stage_strided_loads"]
