@@ -186,6 +186,12 @@ def _add_program(page: Any, name: str, program: Any, graph: UOp | None, **option
         graph = stage.input if stage is not None else None
     if graph is not None:
         page.add_dag("Graph", f"{name}: tensor graph", graph)
+    rangeify = next((p for p in program.trace.passes if p.name == "Rangeify" and p.output is not None), None)
+    if rangeify is not None and rangeify.output is not graph:
+        count = len(program.kernels)
+        heading = (f"{name}: the program after Rangeify ({count} kernel{'s' if count != 1 else ''}, each the "
+                   "body of a CALL: open them one by one)")
+        page.add_dag("Graph", heading, rangeify.output)
     if program.trace.passes:
         page.add_player("Pipeline", f"{name}: lowering pipeline", program.trace)
     _add_kernels(page, name, list(program.kernels), **options)
@@ -225,7 +231,7 @@ def _add_kernels(
             f'<pre class="uv-opts">{opts_text}</pre>{sources_html(state, names, precise=True)}',
         )
         if isinstance(getattr(kernel, "ast", None), UOp):
-            page.add_dag("Kernels", "", kernel.ast, height=420)
+            page.add_dag("Kernels", "", kernel.ast, height=680)  # kernels are tall: room for labels
         if time_kernels:
             entries = [state.timing(b) for b in names]
             page.add_bokeh("Kernels", "", timing_figure(entries, getattr(kernel, "name", "")))

@@ -91,6 +91,22 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     assert view.locator(".uv-details th", has_text="min max").count() == 1
     view.screenshot(path=str(artifacts_dir / "01_dag.png"))
 
+    # -- a program graph: kernels are CALL bodies, opened one by one from the selector ---------------
+    bodies = output_of(page, "bodies.open_body").locator(".uv-dag-widget")
+    bodies.scroll_into_view_if_needed()
+    selector = bodies.locator("select.uv-bodies")
+    assert selector.input_value().startswith("only:")  # set from Python: one kernel open
+    one_open = bodies.locator(".uv-node").count()
+    assert bodies.locator(".uv-node[data-op='CALL'] .uv-toggle").count() >= 1
+    bodies.screenshot(path=str(artifacts_dir / "01b_program_one_body.png"))
+    selector.select_option("none")  # Python lays the graph out again with every body collapsed
+    wait_until(lambda: bodies.locator(".uv-node").count() < one_open, page, "the bodies to collapse",
+               artifacts=artifacts_dir)
+    selector.select_option("all")
+    wait_until(lambda: bodies.locator(".uv-node").count() >= one_open, page, "every body to open",
+               artifacts=artifacts_dir)
+    bodies.screenshot(path=str(artifacts_dir / "01c_program_all_bodies.png"))
+
     # -- the explorer: its tabs switch between the views -----------------------------------------------
     explorer = output_of(page, "uv.explore(y)").locator(".uv-explorer")
     explorer.scroll_into_view_if_needed()
@@ -203,6 +219,26 @@ def test_report_opens_from_a_file_without_a_server(browser_page, artifacts_dir, 
     graph.wait_for()
     assert graph.locator(".uv-node").count() >= 8
     page.screenshot(path=str(artifacts_dir / "report_graph.png"), full_page=True)
+
+    # the program after Rangeify: the FUNCTION and the kernel's CALL open one by one (embedded layouts)
+    program = page.locator(".rp-panel.rp-active .uv-dag-widget").nth(1)
+    program.scroll_into_view_if_needed()
+    selector = program.locator("select.uv-bodies")
+    views = selector.locator("option").evaluate_all("options => options.map(o => o.value)")
+    assert views[:2] == ["all", "none"] and len([v for v in views if v.startswith("only:")]) == 2
+    everything = program.locator(".uv-node").count()
+    selector.select_option("none")
+    wait_until(lambda: program.locator(".uv-node").count() < everything, page, "every body to collapse")
+    assert program.locator(".uv-node[data-op='FUNCTION']").count() == 1
+    program.locator(".uv-node[data-op='FUNCTION'] .uv-toggle").click()  # opens the FUNCTION body alone
+    wait_until(lambda: program.locator(".uv-node[data-op='CALL']").count() == 1, page, "the FUNCTION to open")
+    assert selector.input_value() == views[2] and program.locator(".uv-node[data-op='RANGE']").count() == 0
+    program.screenshot(path=str(artifacts_dir / "report_program_function_open.png"))
+    program.locator(".uv-node[data-op='CALL'] .uv-toggle").click()  # and then the kernel inside it
+    wait_until(lambda: program.locator(".uv-node[data-op='RANGE']").count() > 0, page, "the CALL to open")
+    assert program.locator(".uv-node").count() == everything and program.locator(".uv-cluster").count() == 2
+    program.screenshot(path=str(artifacts_dir / "report_program_kernel_open.png"))
+
     page.locator(".rp-tab", has_text="Pipeline").click()
     player = page.locator(".rp-panel.rp-active .uv-player").first
     player.wait_for()
@@ -212,6 +248,14 @@ def test_report_opens_from_a_file_without_a_server(browser_page, artifacts_dir, 
     page.wait_for_function("([el, s]) => el.dataset.step !== s", arg=[player.element_handle(), step])
     assert graph_keys(player) != keys
     page.screenshot(path=str(artifacts_dir / "report_player.png"), full_page=True)
+    # every step of a stage shows the whole program (no step is shown locally with a note)
+    for stage in ("Rangeify", "Render"):
+        player.locator(".uv-pass", has_text=stage).first.click()
+        player.click(position={"x": 5, "y": 5})
+        page.keyboard.press("End")
+        page.wait_for_timeout(300)
+        assert player.locator(".uv-note").count() == 0
+        assert player.locator(".uv-node[data-op='FUNCTION']").count() == 1, stage
     page.locator(".rp-tab", has_text="Kernels").click()
     kernels = page.locator(".rp-panel.rp-active")
     assert kernels.locator(".uv-source").count() >= 2 and kernels.locator(".bk-Figure, .bk-Row, .bk-root, "

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import uopviz as uv
 from uopviz import AxisType, OpFamily, Ops, UOp, dtypes
+from uopviz.core.uop import ParamArg, shape_uop
 from uopviz.widgets import graph as graph_module
 from uopviz.widgets.graph import (
     LayoutError,
@@ -176,14 +177,68 @@ def test_constants_and_shape_stacks_fold_into_user_labels():
     ops = sorted(d["op"] for _, d in folded.nodes(data=True))
     assert ops == ["BUFFER", "MUL", "RESHAPE"]
     labels = {d["op"]: d["label"] for _, d in folded.nodes(data=True)}
-    assert "(·, (4, 4))" in labels["RESHAPE"]
-    assert "(·, 3.5)" in labels["MUL"]
+    assert labels["RESHAPE"].splitlines()[1] == "(16,) → (4, 4)"
+    assert labels["MUL"].splitlines()[1] == "x * 3.5"
     assert labels["MUL"].splitlines()[-1] == "float32 (4, 4)"
     unfolded = layout(root, engine="layered", fold_constants=False)
     unfolded_ops = sorted(d["op"] for _, d in unfolded.nodes(data=True))
     assert unfolded_ops.count("CONST") == 2  # index 4 (hash-consed: both axes share it) and 3.5
     assert "STACK" in unfolded_ops
     assert unfolded.number_of_nodes() == len(root.toposort())
+
+
+@pytest.mark.parametrize("rows, cols", [(4, 6), (3, 8)])
+def test_labels_write_folded_operands_as_the_op_reads_them(rows, cols):
+    size = rows * cols
+    buffer = UOp.buffer(size, dtypes.float32)
+    x = buffer.reshape((rows, cols))
+    r = UOp.range(size, AxisType.UPCAST, 3)
+    index = r * 4 + 1
+    cases = {
+        x: ["RESHAPE", f"({size},) → ({rows}, {cols})", f"float32 ({rows}, {cols})"],
+        x.reshape((rows, 1, cols)).expand((rows, 5, cols)): [
+            "EXPAND", f"({rows}, 1, {cols}) → ({rows}, 5, {cols})", f"float32 ({rows}, 5, {cols})"],
+        x.pad((1, 0), (rows + 2, cols)): [
+            "PAD", f"({rows}, {cols}) → ({rows + 2}, {cols})", "at (1, 0)", f"float32 ({rows + 2}, {cols})"],
+        x.shrink((1, 2), (rows - 1, cols - 2)): [
+            "SHRINK", f"({rows}, {cols}) → ({rows - 1}, {cols - 2})", "from (1, 2)",
+            f"float32 ({rows - 1}, {cols - 2})"],
+        r: ["RANGE r3 UPCAST", f"size {size}", "index"],
+        index: ["ADD", "x + 1", "index"],
+        r * 4: ["MUL", "x * 4", "index"],
+        UOp(Ops.MULACC, (r, UOp.const(dtypes.index, cols), index)): ["MULACC", f"x * {cols} + y", "index"],
+        x.maximum(0.0): ["MAX", "max(x, 0.0)", f"float32 ({rows}, {cols})"],
+        UOp(Ops.VECTORIZE, (UOp.const(dtypes.float32, 1 / 3),) * 4): [
+            "VECTORIZE", "0.333333 (all 4 lanes)", "float32.vec4"],
+        UOp(Ops.STORE, (buffer.index(r), UOp.const(dtypes.float32, -1.5))): ["STORE", "value -1.5", "void"],
+        x.cast(dtypes.int32): ["CAST", f"float32 → int32 ({rows}, {cols})"],
+        UOp(Ops.PARAM, (shape_uop((size,)),), ParamArg(0, dtypes.float32)): [
+            "PARAM param0", f"float32 ({size},)"],
+    }
+    for uop, expected in cases.items():
+        data = layout(uop, engine="layered").nodes[node_key(uop)]
+        assert data["label"].splitlines() == expected, uop.op
+        assert "·" not in data["label"]
+
+
+def test_no_label_of_a_lowered_program_has_a_placeholder_or_an_unknown_device():
+    import numpy as np
+
+    import uopviz as uv
+
+    rng = np.random.default_rng(2)
+    a = uv.Tensor(rng.standard_normal((8, 16)).astype(np.float32))
+    b = uv.Tensor(rng.standard_normal((16, 4)).astype(np.float32))
+    image = uv.Tensor(rng.standard_normal((1, 2, 6, 6)).astype(np.float32))
+    weight = uv.Tensor(rng.standard_normal((3, 2, 3, 3)).astype(np.float32))
+    for tensor in (a @ b, a.softmax(), image.conv2d(weight)):
+        program = uv.compile(tensor, backend="python", opts="heuristic", build=False)
+        graphs = [tensor.uop] + [stage.output for stage in program.trace.passes]
+        for graph in graphs:
+            for _, data in build_graph(graph).nodes(data=True):
+                label = data["label"]
+                assert "·" not in label and "None" not in label and "(-," not in label, label
+                assert all(len(line) <= 48 for line in label.splitlines()), label
 
 
 def test_a_root_constant_is_still_a_node():
@@ -229,7 +284,7 @@ def test_function_bodies_collapse_and_expand():
     assert set(collapsed.nodes) == set(by_key.nodes)
     data = collapsed.nodes[node_key(function)]
     assert data["collapsible"] and data["collapsed"] and data["body_size"] == len(function.src[0].toposort())
-    assert "{…}" in data["label"]
+    assert data["label"].splitlines()[0] == f"FUNCTION of 2 inputs [{data['body_size']} ops hidden]"
     assert expanded.nodes[node_key(function)]["collapsed"] is False
     # the expanded body is framed by a cluster box around exactly its nodes
     (cluster,) = expanded.graph["clusters"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import uopviz as uv
+from uopviz.passes.kernel import Kernel
 from uopviz.widgets.graph import layout
 from uopviz.widgets.tuner_view import KernelTuner
 from uopviz.widgets.views import GraphView, RewritePlayer
@@ -53,8 +54,72 @@ def test_report_of_tensors_has_graph_pipeline_kernels_and_backends(tmp_path, m, 
     assert "Bokeh" in text and "roofline" in text
     assert "<table" in text and "vector widths" in text
     dags = [s for s in page.states if s["kind"] == "dag"]
-    assert len(dags) == 2  # the tensor graph and the kernel's AST
-    assert {n["op"] for n in dags[1]["graph"]["nodes"]} >= {"RANGE", "LOAD", "STORE", "REDUCE"}
+    assert len(dags) == 3  # the tensor graph, the program after Rangeify, and the kernel's AST
+    assert {n["op"] for n in dags[2]["graph"]["nodes"]} >= {"RANGE", "LOAD", "STORE", "REDUCE"}
+    (call,) = [u for u in program.trace.find("Rangeify").output.toposort() if u.op is uv.Ops.CALL]
+    titles = [b["title"] for b in dags[1]["bodies"]]
+    assert titles == ["FUNCTION 0 of 2 inputs", f"CALL 0 {Kernel(call.src[0]).name}"]
+
+
+SOFTMAX_OF_FUNCTIONS = textwrap.dedent("""
+    import numpy as np
+    import uopviz as uv
+
+    @uv.function
+    def scale(a):
+        return a * 2
+
+    @uv.function
+    def shift(a, b):
+        return a + b
+
+    def main():
+        x = uv.Tensor(np.random.default_rng({seed}).standard_normal(({rows}, {cols})).astype(np.float32))
+        return shift(scale(x), x).softmax()
+""")
+
+
+def _hydrated(state: dict, graph: dict) -> list[dict]:
+    table = state.get("node_table", {})
+    return [dict(table.get(n["k"], {}), **n) for n in graph["nodes"]]
+
+
+@pytest.mark.parametrize("rows,cols", [(4, 8), (3, 16)])
+def test_report_opens_function_and_call_bodies_one_by_one(tmp_path, rows, cols):
+    from uopviz.report import write_report
+
+    source = tmp_path / "functions.py"
+    source.write_text(SOFTMAX_OF_FUNCTIONS.format(seed=rows, rows=rows, cols=cols))
+    out = write_report(source, tmp_path / "r.html", opts=None, backends=["python"], time_kernels=False)
+    tensor_dag, program_dag = [s for s in parse(out).states if s["kind"] == "dag"][:2]
+    namespace: dict = {}
+    exec(SOFTMAX_OF_FUNCTIONS.format(seed=rows, rows=rows, cols=cols), namespace)
+    program = uv.compile(namespace["main"](), backend="python", build=False)
+    assert [b["title"] for b in tensor_dag["bodies"]] == ["FUNCTION 0 of 1 input", "FUNCTION 1 of 2 inputs"]
+    calls = [u for u in program.trace.find("Rangeify").output.toposort() if u.op is uv.Ops.CALL]
+    assert len(calls) == len(program.kernels) == 3
+    titles = [b["title"] for b in program_dag["bodies"]]
+    expected = [f"CALL {i} {Kernel(c.src[0]).name}" for i, c in enumerate(calls)]
+    assert titles == ["FUNCTION 0 of 1 input"] + expected  # a body first, then the bodies it holds
+    assert [b["parent"] for b in program_dag["bodies"]] == [None] + [program_dag["bodies"][0]["key"]] * 3
+    for state in (tensor_dag, program_dag):
+        bodies = state["bodies"]
+        variants = state["variants"]
+        assert set(variants) == {"all", "none"} | {"only:" + b["key"] for b in bodies}
+        everything = {n["k"]: n for n in _hydrated(state, variants["all"])}
+        assert all(everything[b["key"]]["col"] == 1 for b in bodies)  # every body open
+        closed = {n["k"]: n for n in _hydrated(state, variants["none"])}
+        outermost = [b for b in bodies if b["parent"] is None]
+        assert all(closed[b["key"]]["col"] == 2 for b in outermost) and len(closed) < len(everything)
+        for body in bodies:
+            shown = {n["k"]: n for n in _hydrated(state, variants["only:" + body["key"]])}
+            assert shown[body["key"]]["col"] == 1, body["title"]  # this body open...
+            around = {body["parent"]} if body["parent"] else set()
+            for other in bodies:  # ...the others collapsed (or hidden inside a collapsed one)
+                if other["key"] != body["key"] and other["key"] not in around and other["key"] in shown:
+                    assert shown[other["key"]]["col"] == 2, (body["title"], other["title"])
+            assert "ops hidden" not in shown[body["key"]]["l"]
+            assert len(closed) < len(shown) <= len(everything)
 
 
 def test_explore_a_tensor_a_program_and_a_kernel():
@@ -63,8 +128,14 @@ def test_explore_a_tensor_a_program_and_a_kernel():
     y = (x * 2.0).sum(axis=1)
     tab = uv.explore(y)
     assert tab.titles == ("Graph", "Pipeline", "Kernels", "Backends")
-    graph, player, tuner, _ = tab.children
+    choice, player, tuner, _ = tab.children
+    graph = choice.view
     assert isinstance(graph, GraphView) and graph.node_count == layout(y.uop).number_of_nodes()
+    assert list(choice.graphs) == ["tensor graph", "program: one CALL per kernel"]
+    choice.buttons.value = "program: one CALL per kernel"  # each kernel a CALL body, opened one by one
+    assert graph.uop is choice.graphs["program: one CALL per kernel"]
+    assert [b["title"].split()[:2] for b in graph.bodies][1:] == [
+        ["CALL", str(i)] for i in range(len(uv.compile(y).kernels))]
     assert isinstance(player, RewritePlayer)
     assert [p["name"] for p in player.passes if p["depth"] == 0] == STAGES
     assert isinstance(tuner, KernelTuner) and len(tuner.kernels) == len(uv.compile(y).kernels)
@@ -74,5 +145,5 @@ def test_explore_a_tensor_a_program_and_a_kernel():
     assert kernel_tab.titles == ("Graph", "Kernels", "Backends")
     assert kernel_tab.children[0].uop is program.kernels[0].ast
     both = uv.explore([y, x + 1.0])
-    assert both.explorer_name == "list of Tensors" and both.children[0].graph["nodes"]
-    assert json.dumps(both.children[0].graph)  # plain JSON for the front end
+    assert both.explorer_name == "list of Tensors" and both.children[0].view.graph["nodes"]
+    assert json.dumps(both.children[0].view.graph)  # plain JSON for the front end

@@ -51,6 +51,40 @@ def test_graph_view_collapses_a_body_when_the_front_end_asks():
     assert view.node_count == expanded
 
 
+@pytest.mark.parametrize("size", [4, 9])
+def test_graph_view_opens_bodies_one_by_one(size):
+    a, b = UOp.buffer(size, dtypes.float32), UOp.buffer(size, dtypes.float32)
+    p0 = UOp(Ops.PARAM, (UOp(Ops.STACK, (UOp.const(dtypes.index, size),), dtypes.index),),
+             uv.core.uop.ParamArg(0, dtypes.float32))
+    inner = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, (p0 * 2.0,)), a))
+    outer = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, (UOp(Ops.GET_TUPLE, (inner,), 0) + p0,)), b))
+    other = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, (p0.recip(),)), a))
+    root = UOp(Ops.SINK, (UOp(Ops.GET_TUPLE, (outer,), 0), UOp(Ops.GET_TUPLE, (other,), 0)))
+    view = GraphView(root)
+    titles = {b["key"]: b["title"] for b in view.bodies}
+    assert sorted(titles.values()) == [f"FUNCTION {i} of 1 input" for i in range(3)]
+    parents = {b["key"]: b["parent"] for b in view.bodies}
+    assert parents[node_key(inner)] == node_key(outer) and parents[node_key(other)] is None
+    everything = view.node_count
+    assert view.body_view == "all" and view.collapsed == []
+    view.open_body(node_key(inner))  # the selector sends body_view = "only:<key>"
+    assert view.body_view == "only:" + node_key(inner)
+    assert view.collapsed == [node_key(other)]  # inner and the body around it stay open
+    shown = {n["k"]: n for n in view.graph["nodes"]}
+    assert shown[node_key(inner)]["col"] == 1 and shown[node_key(outer)]["col"] == 1
+    assert shown[node_key(other)]["col"] == 2 and view.node_count < everything
+    view.body_view = "none"
+    assert {n["k"] for n in view.graph["nodes"] if n["col"] == 2} == {node_key(outer), node_key(other)}
+    view.collapsed = [node_key(outer)]  # a toggle: the view says which body view that is, if any
+    assert view.body_view == "only:" + node_key(other)
+    view.collapsed = [node_key(inner)]
+    assert view.body_view == "custom"
+    view.open_body(None)
+    assert view.node_count == everything and view.collapsed == []
+    with pytest.raises(ValueError, match="no FUNCTION/CALL node"):
+        view.body_view = "only:nothing"
+
+
 def test_graph_view_highlights_a_diff():
     buffer = UOp.buffer(4, dtypes.float32)
     before, after = buffer + 1.0, (buffer * 2.0) + 1.0

@@ -136,7 +136,7 @@ def timing_figure(
     with median/min/GB/s on hover, beside a roofline (log-log, this machine's roofs, one dot per
     backend)."""
     from bokeh.layouts import row
-    from bokeh.models import ColumnDataSource, HoverTool, Label, Span
+    from bokeh.models import ColumnDataSource, HoverTool, Label, LabelSet, Span
     from bokeh.plotting import figure
 
     ok = [e for e in entries if not e.error and e.median_s]
@@ -153,6 +153,7 @@ def timing_figure(
             "min": [_seconds(e.min_s) for e in ok],
             "gflops": [f"{e.gflops:.2f}" if e.gflops is not None else "—" for e in ok],
             "gbps": [f"{e.gbps:.2f}" if e.gbps is not None else "—" for e in ok],
+            "label": [_short_number(v) for v in values],
         }
     )
     unit = "GFLOP/s" if use_rate else "median time (ms)"
@@ -165,6 +166,9 @@ def timing_figure(
         tools="",
     )
     bars.vbar(x="backend", top="value", width=0.6, color="color", source=source)
+    # the value over each bar: a backend 1000x slower than the others still shows its number
+    bars.add_layout(LabelSet(x="backend", y="value", text="label", source=source, text_align="center",
+                             y_offset=3, text_font_size="10px", text_color="#1f2328"))
     bars.add_tools(
         HoverTool(
             tooltips=[
@@ -177,6 +181,8 @@ def timing_figure(
         )
     )
     bars.y_range.start = 0
+    if values:
+        bars.y_range.end = max(values) * 1.15  # room for the labels over the bars
     bars.yaxis.axis_label = unit
     failed = [e for e in entries if e.error]
     if failed:
@@ -195,16 +201,20 @@ def timing_figure(
         return bars
     peak_flops, peak_bw = roofs if roofs is not None else machine_roofs()
     intensities = [e.intensity for e in with_intensity]
+    rates = [e.gflops for e in with_intensity]
     low, high = min(intensities + [0.01]) / 4, max(intensities + [peak_flops / peak_bw]) * 8
+    # every dot inside the frame (a slow backend sits orders of magnitude under the roof)
+    bottom = max(min(rates + [low * peak_bw]) / 3, 1e-9)
     roof = figure(
         height=260,
-        width=380,
+        width=420,
         x_axis_type="log",
         y_axis_type="log",
         title="roofline (this machine)",
         toolbar_location=None,
         tools="",
         x_range=(low, high),
+        y_range=(bottom, peak_flops * 3),
     )
     xs = [low * (high / low) ** (i / 60) for i in range(61)]
     roof.line(
@@ -225,15 +235,23 @@ def timing_figure(
             "color": [colors[names.index(e.backend)] for e in with_intensity],
         }
     )
-    roof.scatter("x", "y", size=11, color="color", source=dots, line_color="black")
+    roof.scatter("x", "y", size=11, color="color", source=dots, line_color="black", legend_field="backend")
     roof.add_tools(
         HoverTool(tooltips=[("backend", "@backend"), ("FLOP/byte", "@x{0.000}"), ("GFLOP/s", "@y{0.00}")])
     )
     roof.xaxis.axis_label = "arithmetic intensity (FLOP/byte)"
     roof.yaxis.axis_label = "GFLOP/s"
-    roof.legend.location = "bottom_right"
+    roof.legend.location = "top_left"
     roof.legend.label_text_font_size = "9px"
+    roof.legend.background_fill_alpha = 0.7
+    roof.legend.spacing = 0
+    roof.legend.padding = 4
     return row(bars, roof)
+
+
+def _short_number(value: float) -> str:
+    """A bar's label: three significant digits (``0.00412``, ``9.37``, ``1.2e+03``)."""
+    return f"{value:.3g}"
 
 
 def bokeh_widget(figure: Any) -> widgets.Widget:

@@ -15,13 +15,24 @@ from typing import Any
 
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
-from uopviz.widgets.graph import layout
+from uopviz.widgets.graph import (
+    ALL_BODIES,
+    NO_BODIES,
+    ONLY_PREFIX,
+    collapse_for_view,
+    function_bodies,
+    layout,
+)
 from uopviz.widgets.player import PlayerState
 from uopviz.widgets.serialize import graph_json, legend, marks_json, split_static
 
 #: Frames embedded per pass at most (each holds a laid-out graph); later steps are left out and
 #: the page says so.
 MAX_FRAMES_PER_PASS = 60
+#: Bodies of a DAG that get an embedded layout of their own (open, the others collapsed).
+MAX_BODY_VIEWS = 40
+#: A DAG whose every-body-open layout has more nodes than this opens with its bodies collapsed.
+AUTO_COLLAPSE_NODES = 160
 
 
 def _json_script(element_id: str, data: Any) -> str:
@@ -29,10 +40,16 @@ def _json_script(element_id: str, data: Any) -> str:
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
-def dag_state(uop: UOp, *, height: int = 560, engine: str = "auto") -> dict[str, Any]:
-    """The embedded state of a DAG view: the expanded layout and, when the graph has FUNCTION or
-    CALL nodes, the all-collapsed one (the page toggles between the two)."""
-    expanded = layout(uop, engine=engine)
+def dag_state(
+    uop: UOp, *, height: int = 560, engine: str = "auto", view: str | None = None,
+    max_body_views: int = MAX_BODY_VIEWS,
+) -> dict[str, Any]:
+    """The embedded state of a DAG view.  A graph with FUNCTION or CALL bodies gets one layout per
+    body view (every body open, every body collapsed, and each body open on its own with the others
+    collapsed, for at most ``max_body_views`` bodies): the page switches between them with its body
+    selector and the nodes' +/− toggles.  ``view``: the one shown first (default: every body open,
+    or every body collapsed when the whole graph is large)."""
+    bodies = function_bodies(uop)
     state: dict[str, Any] = {
         "kind": "dag",
         "legend": legend(),
@@ -40,13 +57,24 @@ def dag_state(uop: UOp, *, height: int = 560, engine: str = "auto") -> dict[str,
         "collapsed": [],
         "marks": marks_json(),
         "selected": "",
+        "bodies": bodies,
     }
-    state["graph"] = graph_json(expanded)
-    has_functions = any(d.get("collapsible") for _, d in expanded.nodes(data=True))
-    state["can_toggle"] = has_functions
-    if has_functions:
-        collapsed = graph_json(layout(uop, engine=engine, collapse=True))
-        state["variants"] = {"expanded": state["graph"], "collapsed": collapsed}
+    if not bodies:
+        state["graph"] = graph_json(layout(uop, engine=engine))
+        state["can_toggle"] = False
+        return state
+    node_table: dict[str, dict[str, Any]] = {}
+    views = [ALL_BODIES, NO_BODIES] + [ONLY_PREFIX + b["key"] for b in bodies[:max_body_views]]
+    variants = {}
+    for name in views:
+        graph = layout(uop, engine=engine, collapse=collapse_for_view(uop, name))
+        variants[name] = split_static(graph_json(graph), node_table)
+    if view is None:
+        view = NO_BODIES if len(variants[ALL_BODIES]["nodes"]) > AUTO_COLLAPSE_NODES else ALL_BODIES
+    if view not in variants:
+        raise ValueError(f"body view {view!r} is not embedded; embedded: {sorted(variants)}")
+    state.update(can_toggle=True, variants=variants, node_table=node_table, body_view=view,
+                 graph=variants[view], body_views_left_out=max(0, len(bodies) - max_body_views))
     return state
 
 
@@ -124,8 +152,13 @@ class StaticPage:
     def add_dag(
         self, tab: str, heading: str, uop: UOp, notes: list[str] | None = None, **options: Any
     ) -> None:
-        """A DAG view of ``uop``."""
-        self._view(tab, heading, dag_state(uop, **options), notes)
+        """A DAG view of ``uop`` (FUNCTION/CALL bodies open one by one: see :func:`dag_state`)."""
+        state = dag_state(uop, **options)
+        left_out = state.get("body_views_left_out", 0)
+        if left_out:
+            notes = (notes or []) + [f"{left_out} more bodies can be opened all together only (the first "
+                                     f"{len(state['bodies']) - left_out} open one by one)"]
+        self._view(tab, heading, state, notes)
 
     def add_player(
         self, tab: str, heading: str, trace: Trace, notes: list[str] | None = None, **options: Any

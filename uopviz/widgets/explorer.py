@@ -105,15 +105,52 @@ def _build_trace(x: Trace, **options: Any) -> dict[str, widgets.Widget]:
     return {"Pipeline": RewritePlayer(x, **options)}
 
 
+class GraphChoice(widgets.VBox):
+    """One DAG view and buttons choosing which of several graphs it shows (the tensor graph, the
+    program with one CALL body per kernel...).  ``choice.view`` is the :class:`GraphView`;
+    ``choice.graphs`` maps each button's name to its UOp."""
+
+    def __init__(self, graphs: dict[str, UOp], **view_options: Any):
+        from uopviz.widgets.embed import AUTO_COLLAPSE_NODES
+        from uopviz.widgets.graph import NO_BODIES, collapse_for_view, function_bodies
+        from uopviz.widgets.views import GraphView
+
+        self.graphs = graphs
+        names = list(graphs)
+        self.view = GraphView(graphs[names[0]], **view_options)
+        self.buttons = widgets.ToggleButtons(options=names, value=names[0], style={"button_width": "auto"})
+
+        def choose(change: dict[str, Any]) -> None:
+            uop = graphs[change["new"]]
+            many = function_bodies(uop) and len(uop.toposort()) > AUTO_COLLAPSE_NODES
+            self.view.show(uop, collapse=collapse_for_view(uop, NO_BODIES) if many else [])
+
+        self.buttons.observe(choose, "value")
+        super().__init__([self.buttons, self.view] if len(names) > 1 else [self.view])
+
+
+def _program_graphs(program: Any, graph: UOp | None) -> dict[str, UOp]:
+    """The graphs a program's Graph tab offers: what was compiled, and the program after Rangeify
+    (each kernel the body of a CALL, to open one by one)."""
+    graphs: dict[str, UOp] = {}
+    root = graph if graph is not None else _program_input(program)
+    if root is not None:
+        graphs["tensor graph"] = root
+    rangeify = next((p for p in program.trace.passes if p.name == "Rangeify" and p.output is not None), None)
+    if rangeify is not None and rangeify.output is not root:
+        graphs["program: one CALL per kernel"] = rangeify.output
+    return graphs
+
+
 def _build_program(
     program: Any, graph: UOp | None = None, backends: list[str] | None = None, **options: Any
 ) -> dict[str, widgets.Widget]:
-    from uopviz.widgets.views import GraphView, RewritePlayer
+    from uopviz.widgets.views import RewritePlayer
 
     tabs: dict[str, widgets.Widget] = {}
-    root = graph if graph is not None else _program_input(program)
-    if root is not None:
-        tabs["Graph"] = GraphView(root)
+    graphs = _program_graphs(program, graph)
+    if graphs:
+        tabs["Graph"] = GraphChoice(graphs)
     if program.trace.passes:
         tabs["Pipeline"] = RewritePlayer(program.trace)
     if program.kernels:

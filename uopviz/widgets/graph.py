@@ -30,7 +30,7 @@ from typing import Any
 import networkx as nx
 
 from uopviz.core.dtype import DType
-from uopviz.core.ops import AxisType, Ops
+from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import BufferArg, ParamArg, UOp, format_device, inline_text
 from uopviz.widgets import layered
 
@@ -87,17 +87,25 @@ def arg_summary(u: UOp, limit: int = LABEL_ARG_CHARS) -> str:
     elif u.op is Ops.RANGE and isinstance(arg, tuple) and len(arg) == 2:
         text = f"r{arg[0]} {arg[1].name if isinstance(arg[1], AxisType) else arg[1]}"
     elif isinstance(arg, BufferArg):
-        text = f"buf{arg.number} [{arg.size}] {format_device(arg.device)}"
+        text = f"buf{arg.number} [{arg.size}]"
+        if arg.device is not None:
+            text += f" {format_device(arg.device)}"
         if arg.addrspace.name != "GLOBAL":
             text += f" {arg.addrspace.name}"
     elif isinstance(arg, ParamArg):
         text = f"param{arg.slot}" + (f" {format_device(arg.device)}" if arg.device is not None else "")
     elif isinstance(arg, DType):
-        if u.op is Ops.STACK:
+        if u.op in (Ops.STACK, Ops.CAST, Ops.BITCAST):  # the type line shows it
             return ""
         text = arg.name
+    elif u.op is Ops.SOURCE and isinstance(arg, str):
+        text = f"{arg.count(chr(10)) + 1} lines"
+    elif u.op is Ops.SLICE and isinstance(arg, tuple) and len(arg) == 2:
+        text = f"{arg[0]} elements"
     elif u.op is Ops.REDUCE and isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[0], Ops):
         text = arg[0].name + (f" axes={arg[1]}" if arg[1] else "")
+    elif u.op is Ops.GEP and isinstance(arg, tuple):
+        text = f"lane {arg[0]}" if len(arg) == 1 else "lanes " + repr(arg)
     elif isinstance(arg, Ops):
         text = arg.name
     elif isinstance(arg, bytes | bytearray):
@@ -198,6 +206,103 @@ def _body_size(function: UOp) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# FUNCTION/CALL bodies, one by one
+
+#: Views of a graph's bodies: every body open, every body collapsed, or one body open (with the
+#: bodies around it) and the others collapsed (``"only:" + its node key``).
+ALL_BODIES, NO_BODIES, ONLY_PREFIX = "all", "none", "only:"
+
+
+def function_nodes(uop: UOp) -> list[UOp]:
+    """The FUNCTION and CALL nodes of ``uop``'s graph (those with a body), sources first."""
+    return [u for u in uop.toposort() if u.op in (Ops.FUNCTION, Ops.CALL) and u.src]
+
+
+def function_parents(functions: list[UOp]) -> dict[UOp, UOp | None]:
+    """Each function's innermost enclosing function (the smallest body that holds it), or None."""
+    bodies = {f: set(f.src[0].toposort()) for f in functions}
+    parents: dict[UOp, UOp | None] = {}
+    for f in functions:
+        enclosing = [g for g in functions if g is not f and f in bodies[g]]
+        parents[f] = min(enclosing, key=lambda g: len(bodies[g]), default=None)
+    return parents
+
+
+def function_bodies(uop: UOp) -> list[dict[str, Any]]:
+    """The bodies a view can open one by one: for each FUNCTION/CALL node its ``key``, a ``title``
+    (``CALL r_g16_g8_R32``), the body's ``size`` in ops and the ``parent`` key (the function whose
+    body holds it, or None)."""
+    functions = function_nodes(uop)
+    parents = function_parents(functions)
+    titles = {}
+    numbers = {Ops.FUNCTION: 0, Ops.CALL: 0}  # CALLs numbered as the program's kernels are
+    for f in functions:
+        titles[f] = " ".join(part for part in (f"{f.op.name} {numbers[f.op]}", function_title(f)) if part)
+        numbers[f.op] += 1
+    out: list[dict[str, Any]] = []
+
+    def add(parent: UOp | None) -> None:  # each body right before the bodies it holds
+        for f in functions:
+            if parents[f] is parent:
+                out.append({"key": node_key(f), "title": titles[f], "size": _body_size(f),
+                            "parent": node_key(parent) if parent is not None else None})
+                add(f)
+
+    add(None)
+    return out
+
+
+def collapse_for_view(uop: UOp, view: str) -> list[UOp]:
+    """The FUNCTION/CALL nodes to collapse for a body ``view`` (:data:`ALL_BODIES`, :data:`NO_BODIES`,
+    or ``"only:<key>"``: that body and the bodies holding it open, every other one collapsed)."""
+    functions = function_nodes(uop)
+    if view == ALL_BODIES:
+        return []
+    if view == NO_BODIES:
+        return functions
+    if not view.startswith(ONLY_PREFIX):
+        raise ValueError(f"a body view is {ALL_BODIES!r}, {NO_BODIES!r} or 'only:<node key>', got {view!r}")
+    wanted = view[len(ONLY_PREFIX):]
+    keep = next((f for f in functions if node_key(f) == wanted), None)
+    if keep is None:
+        raise ValueError(f"no FUNCTION/CALL node {wanted!r} in this graph")
+    parents = function_parents(functions)
+    open_ones: set[UOp] = set()
+    while keep is not None:
+        open_ones.add(keep)
+        keep = parents[keep]
+    return [f for f in functions if f not in open_ones]
+
+
+def view_of_collapsed(uop: UOp, collapsed_keys: Iterable[str], prefer: str | None = None) -> str:
+    """The body view that shows the graph as collapsing ``collapsed_keys`` does (a function inside a
+    collapsed body is hidden either way; ``prefer`` wins among views that show the same: opening the
+    only kernel of a program opens every body), or ``"custom"`` when none does."""
+    functions = function_nodes(uop)
+    parents = function_parents(functions)
+
+    def outermost(closed: set[UOp]) -> set[UOp]:
+        out = set()
+        for f in closed:
+            parent = parents[f]
+            while parent is not None and parent not in closed:
+                parent = parents[parent]
+            if parent is None:
+                out.add(f)
+        return out
+
+    wanted = set(collapsed_keys)
+    shown = outermost({f for f in functions if node_key(f) in wanted})
+    views = [ALL_BODIES, NO_BODIES] + [ONLY_PREFIX + node_key(f) for f in functions]
+    if prefer in views:
+        views.insert(0, prefer)
+    for view in views:
+        if outermost(set(collapse_for_view(uop, view))) == shown:
+            return view
+    return "custom"
+
+
+# ---------------------------------------------------------------------------------------------
 # layout
 
 
@@ -257,6 +362,116 @@ def build_graph(
     return graph
 
 
+#: How binary ALU ops are written in labels when an operand is a constant (``x * 16``).
+INFIX = {
+    Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.IDIV: "//", Ops.MOD: "%",
+    Ops.CMP_LT: "<", Ops.CMP_GT: ">", Ops.CMP_LE: "<=", Ops.CMP_GE: ">=", Ops.CMP_EQ: "==",
+    Ops.CMP_NE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>",
+}
+#: What each source slot of some ops is, for the label of a folded constant there (``value 0.0``).
+SLOT_NAMES = {
+    Ops.INDEX: ("buffer", "index"),
+    Ops.STORE: ("address", "value", "gate"),
+    Ops.LOAD: ("address", "alt", "gate"),
+    Ops.SLICE: ("tensor", "offset"),
+    Ops.REDUCE: ("value",),
+}
+#: Names given to the operands drawn as nodes (edges), in slot order.
+OPERAND_NAMES = "xyzw"
+#: Ops whose folded sources say nothing the title or type line does not (a PARAM's shape).
+_NO_OPERAND_LINE = frozenset({Ops.PARAM, Ops.LINEAR, Ops.FUNCTION, Ops.CALL})
+
+
+#: Characters of a movement op's ``from → to`` line before its shapes are written without spaces.
+SHAPE_LINE_CHARS = 40
+
+
+def short_inline_text(u: UOp) -> str:
+    """A folded constant as a label writes it: long floats to 6 significant digits (the side panel
+    has the exact value)."""
+    if u.op is Ops.CONST and isinstance(u.arg[0], float):
+        text = repr(u.arg[0])
+        return text if len(text) <= 8 else f"{u.arg[0]:.6g}"
+    return inline_text(u) or u.op.name
+
+
+def _shape_text(shape: tuple[int, ...], compact: bool = False) -> str:
+    separator = "," if compact else ", "
+    return "(" + separator.join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _movement_line(u: UOp, texts: list[str]) -> str:
+    """``(16, 32) → (16, 32, 1)``; PAD and SHRINK add a line saying where the kept part sits
+    (``at (1, 0)`` in the padded value, ``from (1, 0)`` of the shrunk one)."""
+    for compact in (False, True):
+        line = f"{_shape_text(u.src[0].shape, compact)} → {_shape_text(u.shape, compact)}"
+        if len(line) <= SHAPE_LINE_CHARS:
+            break
+    if u.op in (Ops.PAD, Ops.SHRINK):
+        offsets = texts[1] if len(texts[1]) <= SHAPE_LINE_CHARS - 5 else texts[1].replace(", ", ",")
+        line += f"\n{'at' if u.op is Ops.PAD else 'from'} {offsets}"
+    return line
+
+
+def operand_line(u: UOp, folded: list[str | None]) -> str:
+    """The label's second line: the operands written inline (constants, shapes), read as the op reads
+    them: ``x * 16``, ``max(x, 0.0)``, ``(16, 32) → (16, 32, 1)`` for a RESHAPE, ``size 16`` for a
+    RANGE, ``value 0.0`` for a STORE.  Operands drawn as nodes are ``x``, ``y``... in slot order.
+    '' when no operand is folded (nothing to add to the edges)."""
+    if not any(text is not None for text in folded) or u.op in _NO_OPERAND_LINE:
+        return ""
+    names = iter(OPERAND_NAMES)
+    texts = [text if text is not None else next(names, "·") for text in folded]
+    op = u.op
+    if (op in (Ops.RESHAPE, Ops.EXPAND) and len(u.src) == 2) or (
+        op in (Ops.PAD, Ops.SHRINK) and len(u.src) == 3
+    ):
+        return _movement_line(u, texts)
+    if op is Ops.RANGE and folded[0] is not None:
+        return f"size {folded[0]}"
+    if op in INFIX and len(texts) == 2:
+        return f"{texts[0]} {INFIX[op]} {texts[1]}"
+    if op is Ops.MULACC and len(texts) == 3:
+        return f"{texts[0]} * {texts[1]} + {texts[2]}"
+    if op is Ops.VECTORIZE and len(set(texts)) == 1:
+        return f"{texts[0]} (all {len(texts)} lanes)"
+    if op in SLOT_NAMES:
+        slots = SLOT_NAMES[op]
+        return ", ".join(f"{slots[i] if i < len(slots) else 'source'} {text}"
+                         for i, text in enumerate(folded) if text is not None)
+    if op in GroupOp.ELEMENTWISE:
+        return f"{op.name.lower()}({', '.join(texts)})"
+    return "(" + ", ".join(texts) + ")"
+
+
+def _type_line(u: UOp) -> str:
+    """The label's last line: dtype and shape; a CAST/BITCAST also says what it converts from."""
+    if u.op in (Ops.CAST, Ops.BITCAST) and u.src:
+        return f"{u.src[0].dtype.name} → {type_summary(u)}"
+    return type_summary(u)
+
+
+def function_title(u: UOp) -> str:
+    """A short name for a FUNCTION/CALL node: a kernel's name for a CALL of a kernel (a SINK of
+    STOREs, or its LINEAR/PROGRAM), else how many inputs the body takes."""
+    if not u.src:
+        return ""
+    body = u.src[0]
+    if body.op is Ops.PROGRAM and body.src:
+        body = body.src[0]
+    if body.op is Ops.LINEAR and isinstance(body.arg, str):
+        return body.arg
+    if u.op is Ops.CALL and body.op is Ops.SINK:
+        from uopviz.passes.kernel import Kernel
+
+        try:
+            return Kernel(body).name
+        except Exception:  # noqa: BLE001 - a body that is no kernel keeps a plain title
+            return ""
+    inputs = len(u.src) - 1
+    return f"of {inputs} input{'s' if inputs != 1 else ''}" if u.op is Ops.FUNCTION else ""
+
+
 #: Node attributes by (id, folding, collapsed), with the UOp kept beside them so that a reused id
 #: is never mistaken for it.  Consecutive rewrite steps share most UOps: the player draws a new
 #: step without recomputing labels and details (min_max, device...) of the unchanged nodes.
@@ -279,33 +494,31 @@ def node_attributes(u: UOp, fold_constants: bool = True, collapsed: bool = False
 
 
 def _compute_attributes(u: UOp, fold_constants: bool, collapsed: bool) -> dict[str, Any]:
-    operand_texts, source_names, folded_any = [], [], False
+    folded: list[str | None] = []  # per source: its inline text, or None when it is drawn as a node
+    source_names = []
     for slot, s in enumerate(u.src):
         if collapsed and slot == 0:
-            operand_texts.append("{…}")
+            folded.append(None)
             source_names.append(f"{s.op.name} (collapsed body)")
-            continue
-        if not (fold_constants and is_foldable(s)):
-            operand_texts.append("·")
-            source_names.append(f"{s.op.name} {node_key(s)}")
-        else:
-            text = inline_text(s) or s.op.name
-            operand_texts.append(text)
+        elif fold_constants and is_foldable(s):
+            text = short_inline_text(s)
+            folded.append(text)
             source_names.append(f"{s.op.name} {text}")
-            folded_any = True
+        else:
+            folded.append(None)
+            source_names.append(f"{s.op.name} {node_key(s)}")
     title = u.op.name
     summary = arg_summary(u)
+    if u.op in (Ops.FUNCTION, Ops.CALL):
+        summary = function_title(u)
     if summary:
         title += " " + summary
     if collapsed:
         title += f" [{_body_size(u)} ops hidden]"
     lines = [title]
-    if folded_any or collapsed:
-        operands = "(" + ", ".join(operand_texts) + ")"
-        if len(operands) > LABEL_ARG_CHARS + 6:
-            operands = operands[: LABEL_ARG_CHARS + 5] + "…"
-        lines.append(operands)
-    lines.append(type_summary(u))
+    for line in operand_line(u, folded).splitlines():
+        lines.append(line if len(line) <= LABEL_ARG_CHARS + 6 else line[: LABEL_ARG_CHARS + 5] + "…")
+    lines.append(_type_line(u))
     attributes: dict[str, Any] = {
         "op": u.op.name,
         "family": u.op.family.title,
@@ -407,6 +620,7 @@ def _dot_text(graph: nx.DiGraph) -> tuple[str, list[str]]:
     for key in keys:
         data = graph.nodes[key]
         lines.append(f"n{number[key]} [width={data['width'] / 72:.3f}, height={data['height'] / 72:.3f}];")
+    lines += _dot_clusters(graph, number)
     # sources in slot order so dot's 'ordering=in' keeps operands left to right
     for key in keys:
         incoming = sorted(graph.in_edges(key, data="slot"), key=lambda edge: edge[2])
@@ -414,6 +628,42 @@ def _dot_text(graph: nx.DiGraph) -> tuple[str, list[str]]:
             lines.append(f"n{number[source]} -> n{number[key]};")
     lines.append("}")
     return "\n".join(lines), keys
+
+
+def _dot_clusters(graph: nx.DiGraph, number: dict[str, int]) -> list[str]:
+    """Each open FUNCTION/CALL body as a dot cluster (nested as the bodies nest), so ``dot`` keeps the
+    nodes outside a body (the function's arguments) out of its box.  A node goes in the innermost
+    body holding it."""
+    bodies = {key: set(members) for key, members in graph.graph.get("bodies", {}).items() if members}
+    if not bodies:
+        return []
+    # the innermost body of each node, and of each body (the smallest other body holding its node)
+    innermost: dict[str, str] = {}
+    for key, members in sorted(bodies.items(), key=lambda item: -len(item[1])):
+        for member in members:
+            innermost[member] = key  # smaller bodies come later and win
+    parent = {key: innermost.get(key) for key in bodies}
+    children: dict[str | None, list[str]] = {}
+    for key in bodies:
+        children.setdefault(parent[key], []).append(key)
+    direct: dict[str, list[str]] = {}
+    for member, key in innermost.items():
+        direct.setdefault(key, []).append(member)
+    lines: list[str] = []
+
+    def emit(key: str, depth: int) -> None:
+        if depth > 32:  # bodies nest far less deep; a cycle would be a bug elsewhere
+            return
+        lines.append(f"subgraph cluster_n{number[key]} {{ margin=14;")
+        lines.extend(f"n{number[m]};" for m in direct.get(key, []) if m in number and m not in bodies)
+        lines.extend(f"n{number[m]};" for m in direct.get(key, []) if m in number and m in bodies)
+        for child in children.get(key, []):
+            emit(child, depth + 1)
+        lines.append("}")
+
+    for top in children.get(None, []):
+        emit(top, 0)
+    return lines
 
 
 def dot_positions(graph: nx.DiGraph, timeout_s: float = DOT_TIMEOUT_S) -> dict[str, tuple[float, float]]:
@@ -434,8 +684,12 @@ def dot_positions(graph: nx.DiGraph, timeout_s: float = DOT_TIMEOUT_S) -> dict[s
     try:
         objects = json.loads(done.stdout)["objects"]
         positions: dict[str, tuple[float, float]] = {}
+        boxes: dict[str, tuple[float, ...]] = {}
         for obj in objects:
             name = obj.get("name", "")
+            if name.startswith("cluster_n") and "bb" in obj:  # a body's box, as dot drew it
+                boxes[keys[int(name[len("cluster_n"):])]] = tuple(float(v) for v in obj["bb"].split(","))
+                continue
             if not name.startswith("n") or "pos" not in obj:
                 continue
             x, y = obj["pos"].split(",")
@@ -444,21 +698,37 @@ def dot_positions(graph: nx.DiGraph, timeout_s: float = DOT_TIMEOUT_S) -> dict[s
         raise LayoutError(f"cannot read dot's JSON output: {error}") from error
     if len(positions) != len(keys):
         raise LayoutError(f"dot placed {len(positions)} of {len(keys)} nodes")
+    graph.graph["dot_boxes"] = boxes
     return positions
 
 
 def _clusters(graph: nx.DiGraph) -> list[dict[str, Any]]:
-    """Bounding boxes (with a margin) of every expanded FUNCTION/CALL body."""
+    """Bounding boxes (with a margin) of every expanded FUNCTION/CALL body.  A body holding other
+    open bodies gets a wider margin per level, so nested boxes and their titles never coincide."""
     clusters = []
-    for function_key, members in graph.graph.get("bodies", {}).items():
+    bodies = graph.graph.get("bodies", {})
+    members_of = {key: set(members) for key, members in bodies.items()}
+
+    def levels(key: str, depth: int = 0) -> int:
+        inner = [other for other in bodies if other != key and other in members_of[key]]
+        return 0 if not inner or depth > 16 else 1 + max(levels(other, depth + 1) for other in inner)
+
+    title_room = 14.0
+    dot_boxes = graph.graph.get("dot_boxes", {}) if graph.graph.get("engine") == "dot" else {}
+    for function_key, members in bodies.items():
+        if function_key in dot_boxes:  # dot laid the body out as a cluster: its box, room for the title
+            x0, y0, x1, y1 = dot_boxes[function_key]
+            clusters.append({"key": function_key, "label": _cluster_label(graph.nodes[function_key]),
+                             "x0": x0, "y0": y0, "x1": x1, "y1": y1 + title_room})
+            continue
         boxes = [_box(graph.nodes[m]) for m in members if "pos" in graph.nodes[m]]
         if not boxes:
             continue
-        margin, title_room = 10.0, 14.0
+        margin = 10.0 + (title_room + 6.0) * levels(function_key)
         clusters.append(
             {
                 "key": function_key,
-                "label": graph.nodes[function_key]["op"] + " body",
+                "label": _cluster_label(graph.nodes[function_key]),
                 "x0": min(b[0] for b in boxes) - margin,
                 "y0": min(b[1] for b in boxes) - margin,
                 "x1": max(b[2] for b in boxes) + margin,
@@ -466,6 +736,11 @@ def _clusters(graph: nx.DiGraph) -> list[dict[str, Any]]:
             }
         )
     return clusters
+
+
+def _cluster_label(data: dict[str, Any]) -> str:
+    title = data["label"].splitlines()[0]  # "CALL r_g16_g8_R32"
+    return f"{title} body"
 
 
 def _box(data: dict[str, Any]) -> tuple[float, float, float, float]:

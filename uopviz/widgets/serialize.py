@@ -87,10 +87,14 @@ def marks_json(diff: GraphDiff | None = None, focus: str | None = None) -> dict[
 
 def split_static(graph: dict[str, Any], table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Move each node's static fields into ``table`` (shared by many frames); return the compact
-    graph whose nodes keep only key and position."""
+    graph whose nodes keep only key and position.  A collapsed FUNCTION/CALL node keeps its fields
+    (the same node drawn open in another frame has another label and sources)."""
     compact_nodes = []
     for node in graph["nodes"]:
         key = node["k"]
+        if node.get("col") == 2:
+            compact_nodes.append(node)
+            continue
         if key not in table:
             table[key] = {field: node[field] for field in STATIC_NODE_FIELDS if field in node}
         compact_nodes.append({"k": key, "x": node["x"], "y": node["y"]})

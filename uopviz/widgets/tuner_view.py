@@ -21,8 +21,11 @@ from uopviz.widgets.backends_view import backend_names, bokeh_widget, timing_fig
 from uopviz.widgets.highlight import highlight
 from uopviz.widgets.tuner import OPT_NAMES, TunerState, make_opt
 
-# a grid, not a flexbox: long source lines must scroll inside their pane, never widen it
-SOURCES_STYLE = "display:grid;gap:8px;overflow-x:auto;grid-template-columns:repeat({count},minmax(340px,1fr))"
+# a grid, not a flexbox: long source lines must scroll inside their pane, never widen it; panes that do
+# not fit side by side wrap to the next row (a pane cut off at the right edge hides its backend), in
+# rows of equal length (four panes make two rows of two, never three and one)
+SOURCES_STYLE = ("display:grid;gap:8px;grid-template-columns:"
+                 "repeat(auto-fit,minmax(min(100%,max(340px,calc(100% / {per_row} - 8px))),1fr))")
 PANE_STYLE = "min-width:0;border:1px solid #d0d7de;border-radius:6px;overflow:hidden"
 HEAD_STYLE = (
     "background:#f6f8fa;padding:3px 8px;font-weight:600;border-bottom:1px solid #d0d7de;font-size:12px"
@@ -61,7 +64,8 @@ def sources_html(state: TunerState, backends: list[str], precise: bool = False) 
             f'{html.escape(name)} <span style="color:#57606a;font-weight:400">{lines} lines</span></div>'
             f'<div style="{CODE_STYLE}">{body}</div></div>'
         )
-    style = SOURCES_STYLE.format(count=max(1, len(panes)))
+    per_row = len(panes) if len(panes) <= 3 else (2 if len(panes) == 4 else 3)
+    style = SOURCES_STYLE.format(per_row=max(1, per_row))
     return f'<div class="uv-sources" style="{style}">{"".join(panes)}</div>'
 
 
@@ -156,7 +160,7 @@ class KernelTuner(widgets.VBox):
         if show_graph:
             from uopviz.widgets.views import GraphView
 
-            self.graph = GraphView(height=380)
+            self.graph = GraphView(height=560)  # a kernel is tall: room to read its labels
         self._wire()
         controls = widgets.HBox(
             [

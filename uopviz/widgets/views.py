@@ -20,7 +20,15 @@ import traitlets
 
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
-from uopviz.widgets.graph import GraphDiff, layout
+from uopviz.widgets.graph import (
+    ALL_BODIES,
+    ONLY_PREFIX,
+    GraphDiff,
+    collapse_for_view,
+    function_bodies,
+    layout,
+    view_of_collapsed,
+)
 from uopviz.widgets.player import PlayerState
 from uopviz.widgets.serialize import graph_json, legend, marks_json
 
@@ -52,7 +60,10 @@ class GraphView(anywidget.AnyWidget):
     for the side panel, FUNCTION/CALL bodies collapsible, a legend of families and AxisTypes.
 
     ``GraphView(uop)``; ``view.show(uop, diff=..., focus=...)`` replaces the graph (keeping the
-    zoom); ``view.graph_model`` is the laid-out ``networkx.DiGraph``.
+    zoom); ``view.graph_model`` is the laid-out ``networkx.DiGraph``.  A graph with FUNCTION/CALL
+    bodies lists them (``bodies``) and opens them one by one: ``body_view`` is ``"all"``, ``"none"``
+    or ``"only:<node key>"`` (that body and those around it open, the others collapsed), set from
+    the view's selector or from Python (``view.open_body(key)``).
     """
 
     _esm = traitlets.Unicode(widget_module()).tag(sync=True)
@@ -65,6 +76,8 @@ class GraphView(anywidget.AnyWidget):
     collapsed = traitlets.List(traitlets.Unicode()).tag(sync=True)
     height = traitlets.Int(520).tag(sync=True)
     can_toggle = traitlets.Bool(True).tag(sync=True)
+    bodies = traitlets.List().tag(sync=True)
+    body_view = traitlets.Unicode(ALL_BODIES).tag(sync=True)
 
     def __init__(
         self,
@@ -95,6 +108,8 @@ class GraphView(anywidget.AnyWidget):
         changed nodes and ``focus``."""
         if not isinstance(uop, UOp):
             raise TypeError(f"GraphView shows a UOp, got {type(uop).__name__}")
+        if uop is not self.uop:
+            self._bodies = function_bodies(uop)
         self.uop = uop
         if graph is None:
             wanted = collapse if collapse is not None else list(self.collapsed)
@@ -104,17 +119,35 @@ class GraphView(anywidget.AnyWidget):
         with self.hold_sync():
             self.graph = graph_json(graph)
             self.marks = marks_json(diff, focus)
+            self._relayout_enabled = False
+            if self.bodies != self._bodies:
+                self.bodies = self._bodies
             if collapsed_now != list(self.collapsed):
-                self._relayout_enabled = False
                 self.collapsed = collapsed_now
-                self._relayout_enabled = True
+            view = ALL_BODIES
+            if self._bodies:
+                view = view_of_collapsed(uop, collapsed_now, prefer=self.body_view)
+            if view != self.body_view:
+                self.body_view = view
+            self._relayout_enabled = True
+
+    def open_body(self, key: str | None) -> None:
+        """Open only the body of the FUNCTION/CALL node ``key`` (and the bodies around it); None
+        opens every body."""
+        self.body_view = ALL_BODIES if key is None else ONLY_PREFIX + key
 
     _relayout_enabled = True
+    _bodies: list[dict[str, Any]] = []
 
     @traitlets.observe("collapsed")
     def _on_collapsed(self, change: dict[str, Any]) -> None:
         if self._relayout_enabled and self.uop is not None:
             self.show(self.uop, collapse=list(change["new"]))
+
+    @traitlets.observe("body_view")
+    def _on_body_view(self, change: dict[str, Any]) -> None:
+        if self._relayout_enabled and self.uop is not None and change["new"] != "custom":
+            self.show(self.uop, collapse=collapse_for_view(self.uop, change["new"]))
 
     @property
     def node_count(self) -> int:

@@ -255,7 +255,9 @@ const UOPVIZ = (() => {
       this.scene.innerHTML = parts.join("");
       const counts = graph.nodes.length + " nodes · " + graph.edges.length + " edges" + (graph.engine ? " · " + graph.engine : "");
       this.info.textContent = counts;
-      if (!keepView) { this.userMoved = false; requestAnimationFrame(() => this.fit()); }
+      // a new graph is fitted; a changed one (the next step, a body opened) keeps the view only
+      // once the user zoomed or panned: otherwise it is fitted too (it may have grown out of view)
+      if (!keepView || !this.userMoved) { this.userMoved = false; requestAnimationFrame(() => this.fit()); }
       else this._applyView();
       if (this.selected && this.byKey.has(this.selected)) this.select(this.selected, false);
       else if (this.selected) this._showPanel(null);
@@ -314,16 +316,51 @@ const UOPVIZ = (() => {
 
   // ------------------------------------------------------------------------------------------
   // widgets: each renders from a model (an anywidget model, or StaticModel in reports)
+  // The body selector of a graph with FUNCTION/CALL bodies: all open, all collapsed, or one body
+  // open at a time (with the bodies around it), each listed by title and size.
+  function bodyBar(model) {
+    const bodies = model.get("bodies") || [];
+    if (!bodies.length) return null;
+    const variants = model.get("variants"); // a report offers the views it embeds
+    const offered = (view) => !variants || variants[view] !== undefined;
+    const byKey = new Map(bodies.map((b) => [b.key, b]));
+    const depthOf = (b) => {
+      let depth = 0;
+      for (let p = b.parent; p && byKey.has(p) && depth < 16; p = byKey.get(p).parent) depth++;
+      return depth;
+    };
+    const select = h("select", { class: "uv-bodies", title: "which FUNCTION/CALL bodies are open" },
+      h("option", { value: "all", text: "all bodies open" }),
+      h("option", { value: "none", text: "all bodies collapsed" }));
+    const group = h("optgroup", { label: "one body open, the others collapsed" });
+    for (const b of bodies) {
+      const view = "only:" + b.key;
+      if (!offered(view)) continue;
+      group.append(h("option", { value: view, text: "\u00a0\u00a0".repeat(depthOf(b)) + `${b.title} · ${b.size} ops` }));
+    }
+    select.append(group, h("option", { value: "custom", text: "as toggled", hidden: true }));
+    const sync = () => { select.value = model.get("body_view") || "all"; };
+    select.addEventListener("change", () => { model.set("body_view", select.value); model.save_changes(); });
+    model.on("change:body_view", sync);
+    sync();
+    const count = `${bodies.length} FUNCTION/CALL ${bodies.length === 1 ? "body" : "bodies"}: open them all, or one by one (or click a node's +/−)`;
+    return h("div", { class: "uv-bodybar" }, h("span", { class: "uv-legend-title", text: "bodies" }), select,
+      h("span", { class: "uv-dim", text: count }));
+  }
+
   function renderDag(model, el) {
     const wrap = h("div", { class: "uv-root uv-dag-widget", tabindex: "0" });
     wrap.style.setProperty("--uv-height", `${model.get("height") || 520}px`);
     el.append(wrap);
     wrap.append(legendEl(model.get("legend")));
+    const bar = bodyBar(model);
+    if (bar) wrap.append(bar);
     const canvas = new DagCanvas(wrap, {
       maxHeight: model.get("height") || 520,
       canToggle: model.get("can_toggle") !== false,
       onSelect: (key) => { model.set("selected", key || ""); model.save_changes(); },
       onToggle: (key) => {
+        if (model.isStatic) { model.set("toggle", key); model.save_changes(); return; }
         const collapsed = new Set(model.get("collapsed") || []);
         if (collapsed.has(key)) collapsed.delete(key); else collapsed.add(key);
         model.set("collapsed", Array.from(collapsed)); model.save_changes();
@@ -464,7 +501,7 @@ const UOPVIZ = (() => {
   // StaticModel: the anywidget model interface over embedded state, for reports (no kernel).
   // `resolve(model, key)` recomputes derived keys (e.g. the player's frame) from embedded data.
   class StaticModel {
-    constructor(state, resolve) { this.state = Object.assign({}, state); this.listeners = {}; this.resolve = resolve; this.pending = new Set(); }
+    constructor(state, resolve) { this.state = Object.assign({}, state); this.listeners = {}; this.resolve = resolve; this.pending = new Set(); this.isStatic = true; }
     get(key) { return this.state[key]; }
     set(key, value) { this.state[key] = value; this.pending.add(key); }
     on(event, callback) { (this.listeners[event] = this.listeners[event] || []).push(callback); }
@@ -495,11 +532,25 @@ const UOPVIZ = (() => {
     model.state.frame = frame;
     return ["frame"];
   }
+  // A DAG's embedded body views: a toggle opens that body alone (the others collapsed) or closes it
+  // (back to the body around it, or to every body collapsed); the selector picks any view.
   function dagResolver(model, keys) {
-    if (!keys.includes("collapsed")) return [];
     const variants = model.get("variants") || {};
-    const wanted = (model.get("collapsed") || []).length ? "collapsed" : "expanded";
-    if (variants[wanted]) { model.state.graph = variants[wanted]; return ["graph"]; }
+    if (keys.includes("toggle")) {
+      const key = model.state.toggle;
+      const node = ((model.state.graph || {}).nodes || []).find((n) => n.k === key);
+      const body = (model.state.bodies || []).find((b) => b.key === key);
+      const opening = !!node && node.col === 2;
+      let view = opening ? "only:" + key : (body && body.parent ? "only:" + body.parent : "none");
+      if (!variants[view]) view = opening ? "all" : "none";
+      model.state.body_view = view;
+      keys = keys.concat(["body_view"]);
+    }
+    if (keys.includes("body_view")) {
+      const view = model.state.body_view;
+      if (variants[view]) { model.state.graph = variants[view]; return ["graph", "body_view"]; }
+      return ["body_view"];
+    }
     return [];
   }
 
