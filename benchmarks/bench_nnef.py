@@ -7,7 +7,10 @@ Cases
   inference) on the same network written in NNEF 1.0;
 - a 300-operation ResNet-style graph: compose;
 - lowering (@lower → kernel ASTs) and lowering + compiling every kernel (python backend; AlexNet
-  also on C when a compiler is present).
+  also on C when a compiler is present);
+- running what is decided at run time, on C when a compiler is present (else python): a ``while``
+  loop (host loop, body and condition programs per iteration; peer: the same loop in numpy) and a
+  data-dependent extent (``nonzero`` then a reduction over the counted extent; peer: numpy).
 """
 
 from __future__ import annotations
@@ -136,6 +139,65 @@ def _stdlib_rows() -> list[dict]:
     ]
 
 
+WHILE = """import math;
+graph Halve {
+    @input { x0: real[64]; }
+    @output { z: real; n: int; }
+    @compose {
+        z, n = with x = x0, k = 0 while { m = math.max_reduce(x); c = math.ge(m, 1.0); yield c; }
+            do { h = math.mul(x, 0.5); k1 = math.add(k, 1); yield h, k1; };
+    }
+}
+"""
+
+NONZERO = """import math; import layout;
+graph Count {
+    @input { x: real[32, 32]; }
+    @output { s: int; }
+    @compose { i = layout.nonzero(x); j = math.add(i, 1); s = math.sum_reduce{axes=[1]}(j); }
+}
+"""
+
+
+def _run_time_rows() -> list[dict]:
+    import numpy as np
+
+    backend = "c" if "c" in uv.backends.available() else "python"
+    halve = uv.nnef.loads(WHILE)
+    x0 = np.linspace(-3.0, 1000.0, 64, dtype=np.float32)  # 10 iterations
+    halve.run({"x0": x0}, backend=backend)  # compiles the body and the condition
+
+    def numpy_halve():
+        x, k = x0, 0
+        while x.max() >= 1.0:
+            x, k = x * 0.5, k + 1
+        return x, k
+
+    trips = int(halve.run({"x0": x0}, backend=backend)["n"])
+    loop = measure(lambda: halve.run({"x0": x0}, backend=backend), repeat=5)
+    count = uv.nnef.loads(NONZERO)
+    x = np.where(np.random.default_rng(0).random((32, 32)) < 0.3, 1.0, 0.0).astype(np.float32)
+    counted = measure(lambda: count.run({"x": x}, backend=backend), repeat=5)
+    peer = measure(lambda: (np.stack(np.nonzero(x)) + 1).sum(1), repeat=5)
+    return [
+        row(
+            f"while loop: run ({trips} iterations)",
+            loop,
+            peer="numpy",
+            peer_s=measure(numpy_halve, repeat=5),
+            notes=f"{backend} backend; host loop, 2 programs per iteration; "
+            f"{loop / max(trips, 1) * 1e6:.0f} us per iteration",
+        ),
+        row(
+            "nonzero + sum over the counted extent: run",
+            counted,
+            peer="numpy",
+            peer_s=peer,
+            notes=f"{backend} backend; 32x32 input, ~30% nonzero; kernels gated by the counter",
+        ),
+    ]
+
+
 def run() -> list[dict]:
     rows = _stdlib_rows()
     alexnet_module = parse_module(ALEXNET, "alexnet.sknd")
@@ -200,6 +262,7 @@ def run() -> list[dict]:
                 notes="c backend (compiler cache may be warm)",
             )
         )
+    rows.extend(_run_time_rows())
     start = time.perf_counter()
     program = compile_graph(_compose(resnet_module), backend="python")
     rows.append(

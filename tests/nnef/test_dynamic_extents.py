@@ -129,3 +129,21 @@ def test_a_built_in_kernel_refuses_to_read_across_a_run_time_extent():
     with pytest.raises(NNEFError, match="decided by the data at run time") as caught:
         g.run({"v": np.ones(6, np.float32)})
     assert caught.value.file == "dynamic.sknd"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_counting_a_tensor_whose_extent_was_counted(backend):
+    # nonzero of a compressed tensor: its bound is itself a run-time extent (bounded by the input's)
+    g = graph_of(
+        "v: real[9];",
+        "w: int; t: int;",
+        "c = compress(v); d = math.sub(c, 1.5); e = math.gt(d, 0.0); w = layout.nonzero(e); "
+        "t = math.sum_reduce(w);",
+    )
+    assert g.tensors["w"].upper_shape == (1, 9)
+    for v in [*patterns((9,)), np.linspace(-1, 3, 9, dtype=np.float32)]:
+        selected = v[v > 0]
+        index = np.stack(np.nonzero(selected - 1.5 > 0)).astype(np.int32).reshape(1, -1)
+        out = g.run({"v": v}, backend=backend)
+        np.testing.assert_array_equal(out["w"], index)
+        np.testing.assert_array_equal(out["t"], index.sum(keepdims=True).reshape(1, 1))

@@ -1243,6 +1243,8 @@ class Composer:
         for position, extent in enumerate(spec.shape.extents):
             node = extent.value
             bound = None if extent.bound is None else evaluator(extent.bound)
+            if isinstance(bound, DynamicExtent):  # bounded by a run-time extent: by that one's bound
+                bound = bound.bound
             if isinstance(node, ast.Placeholder):
                 dynamic = DynamicExtent((instance.label or instance.name, name, position), bound)
                 shape.extend([dynamic] * self._extent_count(instance, extent, evaluator))
