@@ -144,6 +144,18 @@ def test_results_come_from_the_sqlite_cache_the_second_time(tmp_path) -> None:
         assert replay.opts == fastest.opts and replay.run_s == fastest.run_s
 
 
+def test_measurements_made_by_other_compiler_code_are_not_reused(tmp_path, monkeypatch) -> None:
+    from uopviz.passes import beam
+
+    cache = BeamCache(tmp_path / "beam.sqlite")
+    opts = (Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False)),)
+    measured = beam.Candidate(opts, "r_g8_u4", 0, 42, 0.01, 0.002, None, False, "hash")
+    cache.put("kernel", "c", "CPU:test", measured)
+    assert cache.get("kernel", "c", "CPU:test", opts).run_s == 0.002
+    monkeypatch.setattr(beam, "compiler_fingerprint", lambda: "another code generator")
+    assert cache.get("kernel", "c", "CPU:test", opts) is None
+
+
 @needs_c
 def test_identical_sources_are_timed_once(tmp_path) -> None:
     kernel, _, _ = _gemm(16)

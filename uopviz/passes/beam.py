@@ -28,6 +28,7 @@ by default a bar is drawn when stderr is a terminal).  The result holds the full
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -38,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from uopviz.core.dtype import DType
@@ -263,8 +265,26 @@ class BeamResult:
 # the sqlite cache
 
 
+def _measured_on(device: str) -> str:
+    return f"{device} | compiler {compiler_fingerprint()}"
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A hash of the code generator's own source (uopviz.core, .passes, .backends): a measurement made
+    with other code — a changed heuristic, renderer or decomposition — is not reused."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for folder in ("core", "passes", "backends"):
+        for path in sorted((root / folder).glob("*.py")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 class BeamCache:
-    """Measured candidates by (kernel key, backend, device, opts) in ``<cache>/beam.sqlite``."""
+    """Measured candidates by (kernel key, backend, device, opts) in ``<cache>/beam.sqlite``; the
+    device column also names the :func:`compiler_fingerprint` the measurement was made with."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         if path is None:
@@ -290,7 +310,7 @@ class BeamCache:
             row = db.execute(
                 "SELECT name, uop_count, compile_s, run_s, error, source_hash FROM candidates WHERE "
                 "kernel_key=? AND backend=? AND device=? AND opts=?",
-                (key, backend, device, text),
+                (key, backend, _measured_on(device), text),
             ).fetchone()
         if row is None:
             return None
@@ -306,7 +326,7 @@ class BeamCache:
                 (
                     key,
                     backend,
-                    device,
+                    _measured_on(device),
                     text,
                     candidate.name,
                     candidate.uop_count,
