@@ -78,12 +78,9 @@ def random_rois(count: int, spatial: tuple[int, ...]) -> np.ndarray:
     ("shape", "output_size"),
     [((2, 3, 8, 9), (2, 3)), ((1, 2, 11), (4,)), ((3, 1, 6, 5), (3, 3)), ((1, 2, 4, 5, 3), (2, 2, 1))],
 )
-def test_roi_pools_match_their_definition(backend, kind, shape, output_size, request):
-    if backend == "c" and kind == "avg":
-        # GCC 12.2 at -O3 vectorizes a sum over two nested loops whose loads are masked by both
-        # loop indices wrongly (-O2, -fno-tree-loop-vectorize and clang give the right sums; the
-        # python and LLVM backends agree with numpy here). The C backend's flags are not ours.
-        request.applymarker(pytest.mark.xfail(reason="GCC 12 -O3 miscompiles this reduction", strict=False))
+def test_roi_pools_match_their_definition(backend, kind, shape, output_size):
+    # avg on C found a GCC 12.2 -O3 miscompile (nested sums of gated terms): the C backend passes
+    # -fno-tree-loop-if-convert to GCC since (uopviz.backends.c.GCC_WORKAROUND_FLAG)
     x = RNG.standard_normal(shape).astype(np.float32)
     count = 5
     rois = random_rois(count, shape[2:])
