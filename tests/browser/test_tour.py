@@ -112,6 +112,14 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     explorer.scroll_into_view_if_needed()
     titles = explorer.locator(".lm-TabBar-tabLabel").all_inner_texts()
     assert titles == ["Graph", "Pipeline", "Kernels", "Backends"]
+    explorer.locator("button", has_text="program: one CALL per kernel").click()  # the Graph tab's 2nd graph
+    program_view = explorer.locator(".uv-dag-widget").first  # (the Kernels tab holds another, hidden)
+    selector = program_view.locator("select.uv-bodies")
+    selector.wait_for(timeout=20_000)
+    options = selector.locator("option").evaluate_all("options => options.map(o => o.value)")
+    assert len([o for o in options if o.startswith("only:")]) == 2  # the program's FUNCTION and its CALL
+    assert program_view.locator(".uv-node[data-op='CALL']").count() == 1
+    explorer.screenshot(path=str(artifacts_dir / "00_explorer_program.png"))
     explorer.locator(".lm-TabBar-tab", has_text="Pipeline").click()
     explorer.locator(".uv-player").wait_for(timeout=20_000)
     assert explorer.locator(".uv-player .uv-node").count() > 0

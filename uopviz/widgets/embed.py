@@ -87,9 +87,10 @@ def player_state(
     hide_unchanged: bool = True,
 ) -> tuple[dict[str, Any], list[str]]:
     """The embedded state of a rewrite player: the frames of every pass that changed something (at
-    most ``max_frames`` per pass).  A stage and its nested passes show the same steps, so each step's
-    frame is stored once (``frame_table``) and each pass lists the keys of its frames; nodes are
-    shared through one ``node_table``.  Returns the state and notes about what was left out."""
+    most ``max_frames`` per pass).  A stage and its nested passes show the same steps, each in its
+    own graph (a stage the whole program, a pass its kernel): each (step, graph) frame is stored once
+    (``frame_table``) and each pass lists the keys of its frames; nodes are shared through one
+    ``node_table``.  Returns the state and notes about what was left out."""
     model = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
     node_table: dict[str, dict[str, Any]] = {}
     frame_table: dict[str, dict[str, Any]] = {}
@@ -109,9 +110,11 @@ def player_state(
         keys = []
         for step in range(shown + 1):
             record = model.step_record(step)
-            key = f"s{id(record):x}" if record is not None else f"in{entry.index}"
+            model.step = step
+            # a stage shows the whole program and its nested pass the kernel: the same step makes one
+            # frame per graph it is shown in (and one only when they show the same graph)
+            key = f"s{id(record):x}-{id(model.uop_at()):x}" if record is not None else f"in{entry.index}"
             if key not in frame_table:
-                model.step = step
                 frame = model.frame().to_json()
                 frame["graph"] = split_static(frame["graph"], node_table)
                 for per_pass in ("pass_index", "pass_name", "step", "step_count"):

@@ -317,35 +317,43 @@ const UOPVIZ = (() => {
   // ------------------------------------------------------------------------------------------
   // widgets: each renders from a model (an anywidget model, or StaticModel in reports)
   // The body selector of a graph with FUNCTION/CALL bodies: all open, all collapsed, or one body
-  // open at a time (with the bodies around it), each listed by title and size.
+  // open at a time (with the bodies around it), each listed by title and size.  Hidden while the
+  // graph has no bodies; rebuilt when the view is given another graph.
   function bodyBar(model) {
-    const bodies = model.get("bodies") || [];
-    if (!bodies.length) return null;
-    const variants = model.get("variants"); // a report offers the views it embeds
-    const offered = (view) => !variants || variants[view] !== undefined;
-    const byKey = new Map(bodies.map((b) => [b.key, b]));
-    const depthOf = (b) => {
-      let depth = 0;
-      for (let p = b.parent; p && byKey.has(p) && depth < 16; p = byKey.get(p).parent) depth++;
-      return depth;
-    };
-    const select = h("select", { class: "uv-bodies", title: "which FUNCTION/CALL bodies are open" },
-      h("option", { value: "all", text: "all bodies open" }),
-      h("option", { value: "none", text: "all bodies collapsed" }));
-    const group = h("optgroup", { label: "one body open, the others collapsed" });
-    for (const b of bodies) {
-      const view = "only:" + b.key;
-      if (!offered(view)) continue;
-      group.append(h("option", { value: view, text: "\u00a0\u00a0".repeat(depthOf(b)) + `${b.title} · ${b.size} ops` }));
-    }
-    select.append(group, h("option", { value: "custom", text: "as toggled", hidden: true }));
+    const select = h("select", { class: "uv-bodies", title: "which FUNCTION/CALL bodies are open" });
+    const count = h("span", { class: "uv-dim" });
+    const bar = h("div", { class: "uv-bodybar" }, h("span", { class: "uv-legend-title", text: "bodies" }), select, count);
     const sync = () => { select.value = model.get("body_view") || "all"; };
+    const build = () => {
+      const bodies = model.get("bodies") || [];
+      bar.style.display = bodies.length ? "" : "none";
+      select.innerHTML = "";
+      if (!bodies.length) return;
+      const variants = model.get("variants"); // a report offers the views it embeds
+      const offered = (view) => !variants || variants[view] !== undefined;
+      const byKey = new Map(bodies.map((b) => [b.key, b]));
+      const depthOf = (b) => {
+        let depth = 0;
+        for (let p = b.parent; p && byKey.has(p) && depth < 16; p = byKey.get(p).parent) depth++;
+        return depth;
+      };
+      select.append(h("option", { value: "all", text: "all bodies open" }),
+        h("option", { value: "none", text: "all bodies collapsed" }));
+      const group = h("optgroup", { label: "one body open, the others collapsed" });
+      for (const b of bodies) {
+        const view = "only:" + b.key;
+        if (!offered(view)) continue;
+        group.append(h("option", { value: view, text: "\u00a0\u00a0".repeat(depthOf(b)) + `${b.title} · ${b.size} ops` }));
+      }
+      select.append(group, h("option", { value: "custom", text: "as toggled", hidden: true }));
+      count.textContent = `${bodies.length} FUNCTION/CALL ${bodies.length === 1 ? "body" : "bodies"}: open them all, or one by one (or click a node's +/−)`;
+      sync();
+    };
     select.addEventListener("change", () => { model.set("body_view", select.value); model.save_changes(); });
     model.on("change:body_view", sync);
-    sync();
-    const count = `${bodies.length} FUNCTION/CALL ${bodies.length === 1 ? "body" : "bodies"}: open them all, or one by one (or click a node's +/−)`;
-    return h("div", { class: "uv-bodybar" }, h("span", { class: "uv-legend-title", text: "bodies" }), select,
-      h("span", { class: "uv-dim", text: count }));
+    model.on("change:bodies", build);
+    build();
+    return bar;
   }
 
   function renderDag(model, el) {
@@ -353,8 +361,7 @@ const UOPVIZ = (() => {
     wrap.style.setProperty("--uv-height", `${model.get("height") || 520}px`);
     el.append(wrap);
     wrap.append(legendEl(model.get("legend")));
-    const bar = bodyBar(model);
-    if (bar) wrap.append(bar);
+    wrap.append(bodyBar(model));
     const canvas = new DagCanvas(wrap, {
       maxHeight: model.get("height") || 520,
       canToggle: model.get("can_toggle") !== false,
