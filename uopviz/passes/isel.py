@@ -695,8 +695,24 @@ def chunk_width(count: int, widths: frozenset[int]) -> int:
 
 
 def _piece(x: UOp, lanes: tuple[int, ...]) -> UOp:
-    """Lanes ``lanes`` of ``x`` (a scalar operand is the same in every chunk)."""
-    return x if x.dtype.count == 1 else UOp(Ops.GEP, (x,), lanes)
+    """Lanes ``lanes`` of ``x`` (a scalar operand is the same in every chunk).  Picked straight from a
+    VECTORIZE (a split op's chunks, lane constants) rather than as a GEP the folding rules would
+    rewrite again: the same result, made once."""
+    if x.dtype.count == 1:
+        return x
+    if x.op is Ops.VECTORIZE:
+        picked = [x.src[i] for i in lanes]
+        if len(picked) == 1:
+            return picked[0]
+        first = picked[0]
+        if first.op is Ops.GEP and len(first.arg) == 1:
+            whole = first.src[0]
+            if whole.dtype.count == len(picked) and all(
+                p.op is Ops.GEP and p.src[0] is whole and p.arg == (i,) for i, p in enumerate(picked)
+            ):
+                return whole  # exactly one chunk of a split op
+        return UOp(Ops.VECTORIZE, tuple(picked))
+    return UOp(Ops.GEP, (x,), lanes)
 
 
 def _chunked(x: UOp, width: int, make) -> UOp:

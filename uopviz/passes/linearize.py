@@ -141,8 +141,16 @@ class Block:
 def _ranges_in_scope(order: Sequence[UOp]) -> dict[UOp, frozenset[UOp]]:
     """For every UOp, the loops it must run inside (an END leaves its loop)."""
     scope: dict[UOp, frozenset[UOp]] = {}
+    empty: frozenset[UOp] = frozenset()
     for u in order:
-        inherited = frozenset().union(*(scope[s] for s in u.src if s in scope))
+        # most uops inherit one source's set unchanged: share it instead of building a new one
+        inherited = empty
+        for s in u.src:
+            found = scope.get(s)
+            if found is None or found is inherited:
+                continue
+            inherited = found if not inherited or inherited < found else (
+                inherited if found <= inherited else inherited | found)
         if u.op is Ops.RANGE:
             inherited = inherited | {u}
         elif u.op is Ops.END:

@@ -15,9 +15,9 @@ The heuristics follow the backend's abilities:
   its lanes: matmul's M and N) is upcast, which blocks the reduction in registers.  On CPUs the
   tile follows the host's SIMD registers (``Backend.register_bytes``, ``vector_registers``): the
   innermost such axis two registers wide, the next by as many rows as keep the accumulators in
-  half the registers (AVX-512 float32: M8×N32); on GPUs the innermost by the widest vector (16, 8
-  or 4), the next by 4.  An elementwise kernel has its innermost axis upcast by one register's
-  lanes on CPUs (16 float32 with AVX-512), by 8 (or 4) on GPUs;
+  half the registers and the tile at 128 lanes (AVX-512 float32: M4×N32); on GPUs the innermost
+  by the widest vector (16, 8 or 4), the next by 4.  An elementwise kernel has its innermost
+  axis upcast by one register's lanes on CPUs (16 float32 with AVX-512), by 8 (or 4) on GPUs;
 * **unrolls**: the innermost reduction is unrolled fully when it is small, else by 4 or 2 when the
   register tile is narrow (under two registers), keeping the kernel at 128 lanes at most.
 """
@@ -394,16 +394,23 @@ def _register_lanes(kernel: Kernel) -> int:
     return max(1, kernel.backend_object.register_bytes // itemsize)
 
 
+#: lanes of the heuristic's CPU register tile at most: an M8×N32 tile (256 lanes) runs about 10 %
+#: faster than M4×N32 on AVX-512 (gemm 512: 1.07× vs 0.96× OpenBLAS on one core) but doubles the
+#: code generation time; BEAM searches the bigger tiles
+HEURISTIC_TILE_LANES = 128
+
+
 def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int) -> tuple[Kernel, list[int]]:
     """Upcast ``first`` (the innermost output axis that reuses loads) by two registers' lanes (or one,
-    or less), and say how many rows the second axis may add: the accumulators take half the vector
-    registers, the rest hold the loaded row and broadcasts (AVX-512: an M8×N32 float32 tile in 16
-    registers, measured 0.92× OpenBLAS's single-core speed on gemm 512)."""
+    or less), and say how many rows the second axis may add: the accumulators take at most half the
+    vector registers (the rest hold the loaded row and broadcasts) and the tile at most
+    ``HEURISTIC_TILE_LANES`` lanes (AVX-512 float32: M4×N32 in 8 registers; AVX2: M4×N16)."""
     backend = kernel.backend_object
     factors = [f for f in (2 * lanes, lanes, 8, 4) if f <= max(backend.vector_widths or (1,)) * 2]
     kernel = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
     registers_per_row = max(1, _lanes(kernel) // lanes)
-    most = max(1, backend.vector_registers // 2 // registers_per_row)
+    by_registers = backend.vector_registers // 2 // registers_per_row
+    most = max(1, min(by_registers, HEURISTIC_TILE_LANES // _lanes(kernel)))
     rows = [f for f in (16, 8, 4, 2) if f <= most]
     return kernel, rows
 
