@@ -266,3 +266,23 @@ def test_heuristic_orders_gemm_loops_so_strips_are_staged() -> None:
     assert any(o.op is OptOp.SWAP for o in kernel.opts), kernel.opts
     names = [step.rule for stage in program.trace.passes for step in stage.steps]
     assert "stage_strided_load" in names
+
+
+def test_opencl_on_a_cpu_device_gets_register_tiles_and_a_gpu_gets_workgroups() -> None:
+    opencl = get("opencl")
+    if not opencl.available():
+        pytest.skip(f"opencl backend unavailable here: {opencl.unavailable_reason()}")
+    _, _, program = _gemm_program(256, 128, 256, "opencl", "heuristic")
+    kernel = program.kernels[0]
+    kinds = {axis_type for _, axis_type in kernel.axes}
+    if opencl.runs_on_cpu:  # pocl: no workgroup tile, a register tile of two 16-lane rows
+        assert AxisType.LOCAL not in kinds and (32, AxisType.UPCAST) in kernel.axes, kernel.name
+    else:
+        assert AxisType.LOCAL in kinds, kernel.name
+    a, b, program = _gemm_program(64, 48, 96, "opencl", "heuristic")
+    np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+    # the CUDA renderer's heuristic keeps workgroup tiles (rendered here without a GPU)
+    cuda_kernel = uv.compile(
+        [uv.Tensor(a) @ uv.Tensor(b)], backend="cuda", opts="heuristic", build=False
+    ).kernels[0]
+    assert any(axis_type is AxisType.LOCAL for _, axis_type in cuda_kernel.axes), cuda_kernel.name

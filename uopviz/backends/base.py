@@ -319,6 +319,12 @@ class Backend(abc.ABC):
     register_bytes: int = 16
     vector_registers: int = 16
 
+    @property
+    def runs_on_cpu(self) -> bool:
+        """True when kernels run on CPU cores: the heuristics plan register tiles and staged strips,
+        not workgroups (an OpenCL CPU device such as pocl has workgroups but is a CPU)."""
+        return not self.has_local
+
     def available(self) -> bool:
         """True when this machine can compile and run this backend's kernels."""
         return self.unavailable_reason() is None

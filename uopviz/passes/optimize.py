@@ -329,9 +329,11 @@ stage_rules = PatternMatcher([
 
 
 def stage_strided_loads(ast: UOp, backend: Any) -> UOp:
-    """On CPU backends (no workgroups), strips of far-apart rows reused by inner output loops are
-    copied into contiguous buffers first (:func:`stage_strided_load`)."""
-    if backend.has_local or not backend.vector_widths:
+    """On CPU backends without workgroups (C, LLVM), strips of far-apart rows reused by inner output
+    loops are copied into contiguous buffers first (:func:`stage_strided_load`)."""
+    # not on OpenCL CPU devices either: pocl gives a work-item's private array a small stack (a
+    # 64 KiB strip crashed it with SIGSEGV)
+    if backend.has_local or not backend.runs_on_cpu or not backend.vector_widths:
         return ast
     outputs = tuple(r for r in ranges_of(ast) if r.arg[1] in _OUTPUT_TYPES)
     if not outputs:
@@ -437,11 +439,12 @@ def _order_for_staging(kernel: Kernel) -> Kernel:
 def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     """The heuristic opts for ``kernel``'s backend (see the module docstring)."""
     backend = kernel.backend_object
+    gpu = not backend.runs_on_cpu  # workgroup tiles; else register tiles (an OpenCL CPU device too)
     loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
     has_reduce = any(t in REDUCE_TYPES for _, t in kernel.axes)
     widest = max(backend.vector_widths or (1,))
     # lanes a kernel may have: CPU compilers split wide vectors well; GPU renderers need native widths
-    budget = max(widest, 4) if backend.has_local else 256
+    budget = max(widest, 4) if gpu else 256
     outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
     if has_reduce:
         # register blocking: an output axis a load does not vary over reuses that load across its
@@ -453,7 +456,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
         if candidates:
             first = candidates[0]
             second = next((r for r in candidates[1:] if reusing[r] - reusing[first]), None)
-            if backend.has_local:
+            if gpu:
                 factors = [f for f in (16, 8, 4) if f <= max(widest, 4)]
                 kernel = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
                 rows = [f for f in (4, 2) if _lanes(kernel) * f <= budget]
@@ -461,10 +464,10 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
                 kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel))
             if second is not None:
                 kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))
-            if not backend.has_local:
+            if not gpu:
                 kernel = _order_for_staging(kernel)
     elif outputs:
-        width = _register_lanes(kernel) if not backend.has_local else 8
+        width = 8 if gpu else _register_lanes(kernel)
         factors = [f for f in (width, 8, 4) if f <= max(widest, 4)]
         kernel = _first_that_applies(kernel, _splits(kernel, outputs[-1], factors, AxisType.UPCAST))
     # unroll the innermost reduction: fully when small, else by a factor that keeps the lanes few
@@ -473,12 +476,12 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     # 101 GFLOP/s on one AVX-512 core for an M8×N32 tile)
     for r in [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE][-1:]:
         size, lanes = range_size(r), _lanes(kernel)
-        fits = size & (size - 1) == 0 or not backend.has_local
+        fits = size & (size - 1) == 0 or not gpu
         factors = [size] if size <= 16 and lanes * size <= budget and fits else []
-        if backend.has_local or lanes < 2 * _register_lanes(kernel):
+        if gpu or lanes < 2 * _register_lanes(kernel):
             factors += [f for f in (4, 2) if lanes * f <= min(budget, 128)]
         kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
-    if backend.has_local:
+    if backend.has_local and gpu:
         for r in reversed([r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL][-2:]):
             for size in (16, 8, 4):
                 if range_size(r) % size == 0 and range_size(r) > size:
