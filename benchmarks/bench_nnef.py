@@ -28,9 +28,8 @@ from uopviz.nnef.lowering import compile_graph, lower_operation
 from uopviz.nnef.parser import parse_module
 from uopviz.nnef.stdlib_loader import ModuleSet
 
-# the AlexNet of §2.1 as printed (tests/nnef share the file), with conv7 reading flat1 as it must
-ALEXNET_FILE = Path(__file__).resolve().parent.parent / "tests" / "nnef" / "data" / "alexnet.sknd"
-ALEXNET = ALEXNET_FILE.read_text().replace("nn.linear(relu6,", "nn.linear(flat1,")
+# the AlexNet of §2.1 the package ships (tests and notebook 04 read it too), with conv7 reading flat1
+ALEXNET = uv.nnef.examples.text("alexnet", fixed=True)
 
 ALEXNET_NNEF1 = """
 version 1.0;

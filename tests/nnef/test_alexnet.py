@@ -4,8 +4,6 @@ computed by hand here, loads from a model folder with .dat weights and runs like
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -14,11 +12,12 @@ from uopviz.nnef import NNEFError, load, write_tensor
 from uopviz.nnef.composer import compose
 
 # ------------------------------------------------------------------------------------------------
-# AlexNet (§2.1), as printed, from the file the benchmark reads too
+# AlexNet (§2.1), as printed, from the example file the package ships (the benchmark and notebook 04
+# read it too)
 
-ALEXNET_FILE = Path(__file__).parent / "data" / "alexnet.sknd"
+ALEXNET_FILE = uv.nnef.examples.path("alexnet")
 ALEXNET = ALEXNET_FILE.read_text()
-ALEXNET_FIXED = ALEXNET.replace("nn.linear(relu6,", "nn.linear(flat1,")
+ALEXNET_FIXED = uv.nnef.examples.text("alexnet", fixed=True)
 
 
 def _out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
@@ -29,9 +28,9 @@ def test_alexnet_as_printed_reports_the_conv7_shape_error():
     with pytest.raises(NNEFError) as info:
         load(ALEXNET_FILE)
     error = info.value
-    # line 52 of the file: "        conv7 = nn.linear(relu6, kernel7, bias7);", relu6 from column 27
-    assert (error.file, error.line, error.column) == (str(ALEXNET_FILE), 52, 27)
-    assert ALEXNET.splitlines()[51].index("relu6") == 26
+    # line 53 of the file: "        conv7 = nn.linear(relu6, kernel7, bias7);", relu6 from column 27
+    assert (error.file, error.line, error.column) == (str(ALEXNET_FILE), 53, 27)
+    assert ALEXNET.splitlines()[52].index("relu6") == 26
     assert "shape mismatch: nn.linear input 'input' is declared real[b, c]" in error.message
     assert (
         "'relu6' has shape [1, 4096, 1, 1]" in error.message and "rank 4 where 2 is declared" in error.message

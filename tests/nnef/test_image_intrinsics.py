@@ -4,7 +4,8 @@ sampling) and the FLOOR case of ``nearest_resize`` that the spec's formula gets 
 The numpy references are written here, element by element, from the definitions the stdlib
 comments give (``uopviz/nnef/stdlib/image.sknd``): ROI rows ``[start.., end..]`` with inclusive
 corners rounded half away from zero and Fast R-CNN bins; cubic sampling as the spec's
-``_linear_grid_sample`` with 4 Keys taps per axis. Inputs are random, of several shapes and ranks;
+``_linear_grid_sample`` with 4 Keys taps per axis (REFLECT for any distance: tests/nnef/test_reflect.py
+samples far outside). Inputs are random, of several shapes and ranks;
 every case runs on the python and (where there is one) the C backend, the ROI pools on LLVM too.
 """
 
@@ -147,8 +148,9 @@ def cubic_grid_sample_reference(x, grid, padding, aligned):
                     weight *= keys(c - i)
                     if padding == "ZEROS":
                         inside = inside and 0 <= i < s
-                    elif padding == "REFLECT":
-                        i = -i if i < 0 else 2 * (s - 1) - i if i >= s else i
+                    elif padding == "REFLECT":  # mirrored about 0 and s - 1 as often as it takes
+                        while s > 1 and not 0 <= i < s:
+                            i = -i if i < 0 else 2 * (s - 1) - i
                     where.append(min(max(i, 0), s - 1))
                 if inside:
                     total += weight * x[(b, slice(None), *where)]

@@ -206,7 +206,9 @@ def test_the_loop_node_and_its_body_are_inspectable():
     assert [op.type for op in loop.body.operations] == ["math.mul", "math.add"]
     assert [op.type for op in loop.condition.operations] == ["math.max_reduce", "math.ge"]
     body_kernels = [k.name for k in loop.body.lower()]
-    assert body_kernels and g.kernels(loop) == []  # the node's kernels are its sub-graphs'
+    condition_kernels = [k.name for k in loop.condition.lower()]
+    assert body_kernels and g.lower(loop) == []  # the node's kernels are its sub-graphs'
+    assert [k.name_hint for k in g.kernels(loop)] == [*body_kernels, *condition_kernels]  # tunable ones
     program = g.compile()
     names = [k.name_hint for k in program.kernels]
     assert names == [*(k.name for k in loop.body.lower()), *(k.name for k in loop.condition.lower())]
@@ -260,7 +262,16 @@ def test_kernels_before_and_after_a_loop_compile_in_programs_of_their_own_with_t
         "yield c; } do math.mul(x, 0.5); out = math.add(z, 1.0);",
     )
     upcast = Opt(OptOp.SPLIT, 0, (4, uv.AxisType.UPCAST, False))
-    program = g.compile(opts={1: [upcast]})  # kernel 1 of the graph: the add after the loop
+    # kernels are numbered as program.kernels lists them: a, the body's mul, the condition's
+    # max_reduce and ge, then kernel 4: the add after the loop
+    program = g.compile(opts={4: [upcast]})
+    assert [k.name_hint for k in program.kernels] == [
+        "a",
+        "z.body._math_mul",
+        "z.condition.m",
+        "z.condition.c",
+        "out",
+    ]
     kinds = [kind for kind, _ in program.nnef_steps]
     assert kinds == ["kernels", "loop", "kernels"]
     before, after = program.nnef_steps[0][1], program.nnef_steps[2][1]
@@ -270,4 +281,4 @@ def test_kernels_before_and_after_a_loop_compile_in_programs_of_their_own_with_t
     expected = x0 * 3
     while expected.max() >= 1.0:
         expected = expected * 0.5
-    np.testing.assert_allclose(g.run({"x0": x0}, opts={1: [upcast]})["out"], expected + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(g.run({"x0": x0}, opts={4: [upcast]})["out"], expected + 1.0, rtol=1e-6)

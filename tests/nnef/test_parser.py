@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uopviz.nnef import ast
+from uopviz.nnef import ast, examples
 from uopviz.nnef.errors import NNEFError, NNEFWarning
 from uopviz.nnef.parser import (
     BINARY_PRECEDENCE,
@@ -500,7 +500,7 @@ def test_cumulative_folds_keep_their_meaning_in_lenient_mode() -> None:
 
 
 SPEC_EXAMPLES = {
-    "alexnet": (Path(__file__).parent / "data" / "alexnet.sknd").read_text(),  # as printed (§2.1)
+    "alexnet": examples.text("alexnet"),  # as printed (§2.1), the example the package ships
     "matmul": """
 operator matmul {
     @input {

@@ -6,9 +6,10 @@
 - Every problem in an input raises :class:`NNEFError` (``.file``, ``.line``, ``.column``).
 - :func:`load` / :func:`loads` compose a model (SkriptND file or folder, NNEF 1.0 folder, .tgz)
   into a :class:`Graph` that lowers to UOp kernels, compiles and runs (``g.compile()``, ``g.run()``).
+- :mod:`uopviz.nnef.examples` ships example models (``examples.path("alexnet")``).
 """
 
-from uopviz.nnef import ast
+from uopviz.nnef import ast, examples
 from uopviz.nnef.data import read_header, read_tensor, tensor_bytes, write_tensor
 from uopviz.nnef.errors import NNEFError, NNEFWarning
 from uopviz.nnef.graph import Graph, Operation, TensorInfo
@@ -23,6 +24,7 @@ __all__ = [
     "Operation",
     "TensorInfo",
     "ast",
+    "examples",
     "load",
     "loads",
     "parse_expression",

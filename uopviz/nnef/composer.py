@@ -18,6 +18,14 @@ For every invocation in a ``@compose`` block, in order:
    expanded recursively under the invocation's label and its results checked against the
    declared outputs; other operators become leaf :class:`~uopviz.nnef.graph.Operation` objects.
 
+An operator with both a ``@compose`` and a ``@lower`` block is decomposed, unless an input has an
+extent decided at run time (chapter 3 lets a compiler lower an operator instead of decomposing it):
+the stdlib's cumsum unstacks its axis in the spec's composition, which needs the extent at compile
+time. A value computed from run-time extents (a :class:`~uopviz.nnef.expressions.RuntimeScalar`,
+mean_reduce's ``real(s[axes] * ..)``) passed where a tensor is expected becomes a rank-0 tensor that
+a ``runtime.scalar`` operation computes at run time (§3.1); constants shaped by run-time extents
+are allocated at the upper bounds.
+
 Branches on compile-time conditions keep one branch; on a bool tensor both are composed and their
 results selected (``math.select``). Loops with compile-time counts are unrolled; a run-time count
 (a tensor) unrolls to the scanned packs' length with the carried values masked past the count.
@@ -25,7 +33,10 @@ Loops whose trip count only the run can tell (a ``while`` condition, ``do ... wh
 held in a tensor with no scanned pack to bound it) become one
 :class:`~uopviz.nnef.graph.LoopOperation`: its body and condition are composed as graphs of their
 own (inputs: the carried values, the scan items, the iteration index; tensors of the enclosing
-graph they read are their ``captures``), and ``g.run`` executes the loop on the host. Generics are
+graph they read are their ``captures``), and ``g.run`` executes the loop on the host. What they
+carry, scan and capture may have run-time extents (a carried extent may even vary between
+iterations, within its bound); the scan outputs of a loop bounded by nothing else take the length
+their left side declares (``ys..(8)``, §2.10), checked at run time. Generics are
 deduced from the inputs and attributes; null values propagate (§2.4.1). Every problem is an
 :class:`NNEFError` located at the invocation in the model's file (for errors found inside standard
 operators, the message names the operator and where in the library the check is).
@@ -49,11 +60,20 @@ from uopviz.nnef.expressions import (
     UNDECIDED,
     DynamicExtent,
     Evaluator,
+    RuntimeScalar,
     Unknown,
     format_value,
     type_name_of,
 )
-from uopviz.nnef.graph import Composite, Graph, LoopOperation, Operation, TensorInfo, numpy_dtype_of
+from uopviz.nnef.graph import (
+    Composite,
+    Graph,
+    LoopOperation,
+    Operation,
+    RuntimeScalarOperation,
+    TensorInfo,
+    numpy_dtype_of,
+)
 from uopviz.nnef.printer import print_expression
 from uopviz.nnef.stdlib_loader import STDLIB_DIR, ModuleSet
 
@@ -67,6 +87,7 @@ _ABSTRACT_TYPES = {
 }
 _MISSING = object()
 _RESULT_DEFINITION = ast.Definition("<result>")  # scope for checking declared result types
+_RUNTIME_SCALAR_DEFINITION = ast.Definition("scalar")  # the operation of a value computed at run time
 _STDLIB_PREFIX = str(STDLIB_DIR)
 
 VariableLoader = Callable[[str, TensorInfo], "np.ndarray | None"]
@@ -139,7 +160,12 @@ class DefinitionInfo:
             )
             for param in definition.attribs
         }  # a default like T(0) waits until the generic T is bound
-        self.is_leaf = bool(definition.lowerings) or not definition.components
+        # An operator with both a @compose and a @lower block (chapter 3 lets a compiler decompose an
+        # operator or not) is decomposed, unless an input has an extent decided at run time: a
+        # composition may need that extent at compile time (cumsum unstacks its axis into a pack),
+        # the @lower formula reads it from the counters.
+        self.is_leaf = not definition.components
+        self.lowers_runtime_extents = bool(definition.lowerings and definition.components)
         # §2.9: an assertion is checked right before the first @using entry after the last one it
         # depends on (-1: before any); a static schedule of the interleaving.
         last_using = {
@@ -775,7 +801,7 @@ class Composer:
         for item in items:
             if isinstance(item, TensorInfo):
                 actual, source = item.dtype, f"from tensor '{item.name}'"
-            elif isinstance(item, bool | int | float | str):
+            elif isinstance(item, bool | int | float | str | DynamicExtent | RuntimeScalar):
                 continue  # literals adopt the declared type (checked when made constants)
             else:
                 raise self._error(position, f"{what} got {type_name_of(item)}")
@@ -1203,8 +1229,8 @@ class Composer:
         instance.done_asserts.add(index)
         items = value if isinstance(value, list) else [value]
         for item in items:
-            if item is None or item is UNDECIDED:
-                continue
+            if item is None or item is UNDECIDED or isinstance(item, RuntimeScalar):
+                continue  # decided by run-time extents: not checked at compile time
             if not isinstance(item, bool):
                 raise self._error(
                     assertion.pos, f"{instance.name}: an assertion must be a bool, got {format_value(item)}"
@@ -1298,7 +1324,16 @@ class Composer:
                         extent.pos, f"'{print_expression(node)}' is a pack; expand it with '..'"
                     )
                 shape.append(value)
-        for extent in shape:
+        for index, extent in enumerate(shape):
+            if isinstance(extent, RuntimeScalar) and extent.type == "int":  # computed from run-time extents
+                converted = extent.as_extent()
+                if converted is None:
+                    raise self._error(
+                        spec.pos,
+                        f"{instance.name}: the extent {extent!r} of '{name}' is computed at run time and "
+                        f"has no upper bound that follows from its extents' bounds",
+                    )
+                shape[index] = extent = converted
             if isinstance(extent, bool) or not isinstance(extent, int | DynamicExtent):
                 raise self._error(
                     spec.pos,
@@ -1345,11 +1380,35 @@ class Composer:
     def _component(self, component: ast.Component, frame: _Frame) -> None:
         serial = next(self._serial)
         names = [_first_name(group) for group in component.results]
-        values = self._callable(component.value, frame, names, component.pos)
+        lengths = [self._declared_length(group, frame) for group in component.results]
+        values = self._callable(component.value, frame, names, component.pos, lengths)
         self._assign(component.results, values, frame, serial, component.pos)
 
+    def _declared_length(
+        self, group: ast.Result | ast.ResultList | ast.ResultTuple, frame: _Frame
+    ) -> int | None:
+        """The length a packed result declares on the left side (``ys..(8)``, §2.10: packed results
+        denote their length), when it is known before the value is composed."""
+        if not isinstance(group, ast.Result) or group.pack is None:
+            return None
+        count = group.pack.count
+        if count is None or isinstance(count, ast.Placeholder):
+            return None
+        if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
+            return None  # a new symbol: it takes the length the value has
+        try:
+            value = frame.evaluator()(count)
+        except Unknown:
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def _callable(
-        self, value: ast.Callable, frame: _Frame, names: list[str | None], position: ast.Position
+        self,
+        value: ast.Callable,
+        frame: _Frame,
+        names: list[str | None],
+        position: ast.Position,
+        lengths: list[int | None] | None = None,
     ) -> list:
         if isinstance(value, ast.Invocation):
             return self._invoke(value, frame, names)
@@ -1358,7 +1417,7 @@ class Composer:
         if isinstance(value, ast.If):
             return self._branch(value, frame, names)
         if isinstance(value, ast.Loop):
-            return self._loop(value, frame, names)
+            return self._loop(value, frame, names, lengths or [])
         result = frame.evaluator()(value)
         return [self._as_tensor_value(result, frame, names[0] if names else None, value.pos)]
 
@@ -1369,7 +1428,10 @@ class Composer:
                 self._as_tensor_value(item, frame, f"{name}[{index}]" if name else None, position)
                 for index, item in enumerate(value)
             ]
-        if isinstance(value, bool | int | float) and not isinstance(value, DynamicExtent):
+        if isinstance(value, DynamicExtent | RuntimeScalar):
+            base = frame.scope + (name or "value")
+            return self._runtime_scalar_tensor(value, type_name_of(value), base, position, frame)
+        if isinstance(value, bool | int | float):
             base = frame.scope + (name or "constant")
             return self._constant_tensor(value, type_name_of(value), (), base, position)
         return value
@@ -1520,7 +1582,7 @@ class Composer:
             instance = self._instantiate(
                 info, attribs, invocation.types, args, invocation.pos, frame.scope + label
             )
-            if info.is_leaf:
+            if info.is_leaf or (info.lowers_runtime_extents and _reads_runtime_extents(instance)):
                 return self._leaf(instance, frame, names, invocation.pos)
             return self._expand(instance, frame, invocation)
         except NNEFError as error:
@@ -1531,7 +1593,7 @@ class Composer:
                 ) from error
             raise
 
-    def _input_tensors(self, instance: _Instance) -> None:
+    def _input_tensors(self, instance: _Instance, frame: _Frame) -> None:
         """Turn literal arguments into constant tensors of the declared (or deduced) type."""
         for param in instance.info.definition.inputs:
             value = instance.inputs.get(param.name)
@@ -1539,19 +1601,26 @@ class Composer:
                 continue
             if isinstance(value, list):
                 converted = [
-                    self._literal_tensor(instance, param, item, index) for index, item in enumerate(value)
+                    self._literal_tensor(instance, param, item, index, frame)
+                    for index, item in enumerate(value)
                 ]
             else:
-                converted = self._literal_tensor(instance, param, value, None)
+                converted = self._literal_tensor(instance, param, value, None, frame)
             instance.inputs[param.name] = converted
             instance.symbols[param.name] = converted
 
-    def _literal_tensor(self, instance: _Instance, param: ast.Param, value: Any, index: int | None) -> Any:
+    def _literal_tensor(
+        self, instance: _Instance, param: ast.Param, value: Any, index: int | None, frame: _Frame
+    ) -> Any:
         if not _is_scalar_argument(value):
             return value
         element = self._element_type(instance, param.type) or type_name_of(value)
-        if element == "real" and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+        if element == "real" and type_name_of(value) == "int":
+            value = (
+                float(value)
+                if isinstance(value, int)
+                else RuntimeScalar(("real", _expression(value)), "real")
+            )
         if type_name_of(value) != element:
             raise self._error(
                 instance.position,
@@ -1559,14 +1628,42 @@ class Composer:
                 f"{type_name_of(value)} {format_value(value, True)}",
             )
         suffix = f"[{index}]" if index is not None else ""
-        return self._constant_tensor(
-            value, element, (), f"{instance.label}.{param.name}{suffix}", instance.position
+        name = f"{instance.label}.{param.name}{suffix}"
+        if isinstance(value, DynamicExtent | RuntimeScalar):
+            return self._runtime_scalar_tensor(value, element, name, instance.position, frame)
+        return self._constant_tensor(value, element, (), name, instance.position)
+
+    def _runtime_scalar_tensor(
+        self,
+        value: DynamicExtent | RuntimeScalar,
+        element: str,
+        name: str,
+        position: ast.Position,
+        frame: _Frame,
+    ) -> TensorInfo:
+        """A rank-0 tensor holding a value computed at run time from run-time extents (§3.1: the
+        shape expressions after a data-dependent operation are computed during execution): an
+        operation of its own whose kernel reads the counters."""
+        tensor = self._new_tensor(self._unique_name(name), element, (), "intermediate", position)
+        op = RuntimeScalarOperation(
+            type="runtime.scalar",
+            attribs={"value": value},
+            inputs=(),
+            outputs=(tensor.name,),
+            label=tensor.name,
+            definition=_RUNTIME_SCALAR_DEFINITION,
+            dtypes={"T": element},
+            position=position,
+            scopes=frame.scopes,
         )
+        tensor.producer = op
+        self.operations.append(op)
+        return tensor
 
     def _leaf(
         self, instance: _Instance, frame: _Frame, names: list[str | None], position: ast.Position
     ) -> list:
-        self._input_tensors(instance)
+        self._input_tensors(instance, frame)
         declared = self._declared_outputs(instance)
         constants = self._operator_locals(instance)
         results = []
@@ -1675,6 +1772,8 @@ class Composer:
         if param.default is None:
             raise self._error(param.pos, f"constant '{param.name}' needs a value")
         dtype = numpy_dtype_of(element)
+        if not all(isinstance(extent, int) for extent in shape):
+            return self._constant_at_upper_bounds(instance, param, dtype, shape)
         if not param.bounds:
             value = instance.evaluator()(param.default)
             if isinstance(value, list):
@@ -1690,8 +1789,43 @@ class Composer:
             return np.full(shape, value, dtype=dtype)
         return self._constant_per_element(instance, param, dtype, shape)
 
-    def _constant_per_element(
+    def _constant_at_upper_bounds(
         self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple
+    ) -> np.ndarray:
+        """A constant whose shape has extents decided at run time: its data is allocated at the upper
+        bounds (kernels never read past the actual extents); each value must be known at compile
+        time (a uniform value, or a formula of the indices)."""
+        if any(isinstance(extent, DynamicExtent) and extent.bound is None for extent in shape):
+            raise self._error(
+                param.pos, f"constant '{param.name}' has a run-time extent without an upper bound"
+            )
+        upper = tuple(extent if isinstance(extent, int) else int(extent.bound) for extent in shape)
+        if param.bounds:
+            data = self._constant_per_element(instance, param, dtype, shape, upper)
+        else:
+            value = instance.evaluator()(param.default)
+            if isinstance(value, list):
+                raise self._error(
+                    param.pos,
+                    f"constant '{param.name}' has the run-time shape {format_value(list(shape))}; a list of "
+                    f"values cannot fill it (give a uniform value or a formula of the indices)",
+                )
+            data = self._constant_value(param, value, dtype, upper)
+        return data
+
+    def _constant_value(self, param: ast.Param, value: Any, dtype: np.dtype, shape: tuple) -> np.ndarray:
+        if value is None:
+            raise self._error(param.pos, f"the value of constant '{param.name}' is null")
+        if isinstance(value, DynamicExtent | RuntimeScalar):
+            raise self._error(
+                param.pos,
+                f"the value of constant '{param.name}' depends on the run-time value {value!r}; a constant "
+                f"is known at compile time (compute it with an operation instead)",
+            )
+        return np.full(shape, value, dtype=dtype)
+
+    def _constant_per_element(
+        self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple, upper: tuple | None = None
     ) -> np.ndarray:
         evaluator = instance.evaluator()
         bounds = [(bound.name, evaluator(bound.bound)) for bound in param.bounds]
@@ -1708,21 +1842,25 @@ class Composer:
                 f"the index bounds {list(extents)} of constant '{param.name}' do not match "
                 f"its shape {list(shape)}",
             )
-        data = np.empty(shape, dtype=dtype)
-        for point in np.ndindex(*extents) if extents else [()]:
+        upper = tuple(shape) if upper is None else upper
+        data = np.empty(upper, dtype=dtype)
+        for point in np.ndindex(*upper) if upper else [()]:
             local: dict[str, Any] = {}
             for (name, item, _), value in zip(axes, point, strict=True):
                 if item is None:
                     local[name] = value
                 else:
                     local.setdefault(name, []).append(value)
-            data[point] = instance.evaluator(ChainMap(local, instance.symbols))(param.default)
+            value = instance.evaluator(ChainMap(local, instance.symbols))(param.default)
+            if isinstance(value, DynamicExtent | RuntimeScalar):
+                self._constant_value(param, value, dtype, ())  # raises: not a compile-time value
+            data[point] = value
         return data
 
     # -- composite expansion --------------------------------------------------------------------------------
 
     def _expand(self, instance: _Instance, frame: _Frame, invocation: ast.Invocation) -> list:
-        self._input_tensors(instance)
+        self._input_tensors(instance, frame)
         definition = instance.info.definition
         declared = self._declared_outputs(instance)
         propagate = (
@@ -1948,14 +2086,16 @@ class Composer:
             "math.select", [condition, a, b], frame, frame.scope, self._unique_name(name), position
         )
 
-    def _loop(self, loop: ast.Loop, frame: _Frame, names: list[str | None]) -> list:
+    def _loop(
+        self, loop: ast.Loop, frame: _Frame, names: list[str | None], declared: list[int | None]
+    ) -> list:
         if loop.condition is not None:
             if loop.unroll:
                 raise self._error(
                     loop.pos,
                     "a loop with a condition cannot be unrolled: its trip count is decided at run time",
                 )
-            return self._host_loop(loop, frame, names)
+            return self._host_loop(loop, frame, names, declared)
         evaluator = frame.evaluator()
         scans = []
         for scan in loop.scans:
@@ -1978,7 +2118,7 @@ class Composer:
                         f"the loop count '{count.name}' is decided at run time; 'unroll' needs a "
                         f"compile-time count",
                     )
-                return self._host_loop(loop, frame, names)
+                return self._host_loop(loop, frame, names, declared)
             dynamic, count = count, None
         if count is None:
             if not scans:
@@ -2039,10 +2179,17 @@ class Composer:
 
     # -- loops run on the host: a node with sub-graphs ----------------------------------------------------
 
-    def _host_loop(self, loop: ast.Loop, frame: _Frame, names: list[str | None]) -> list:
+    def _host_loop(
+        self, loop: ast.Loop, frame: _Frame, names: list[str | None], declared_lengths: list[int | None]
+    ) -> list:
         """A loop whose trip count is decided at run time: one :class:`LoopOperation` whose body and
         condition are composed as graphs of their own (their inputs: carried values, scan items,
-        the iteration index)."""
+        the iteration index).
+
+        Its scan outputs are packs, whose lengths are known at compile time: the number of scanned
+        items or a compile-time count bounds them, else the length the left side declares for them
+        (``ys..(8)``, as §2.10 asks of every packed result) is their upper bound, checked at run
+        time (§2.6.1: upper bounds prescribe run-time checks)."""
         evaluator = frame.evaluator()
         base = next((name for name in names if name), "loop")
         label = self._unique_label(frame.scope + base)
@@ -2065,9 +2212,9 @@ class Composer:
                     f"loop decided at run time",
                 )
             scans.append((scan.name, pack))
-        lengths = {len(pack) for _, pack in scans}
-        if len(lengths) > 1:
-            raise self._error(loop.pos, f"scanned packs have different lengths {sorted(lengths)}")
+        scan_lengths = {len(pack) for _, pack in scans}
+        if len(scan_lengths) > 1:
+            raise self._error(loop.pos, f"scanned packs have different lengths {sorted(scan_lengths)}")
         count = evaluator(loop.count) if loop.count is not None else None
         if isinstance(count, TensorInfo):
             if count.dtype != "int" or math.prod(count.upper_shape) != 1 or not count.is_static:
@@ -2076,67 +2223,71 @@ class Composer:
                 )
         elif count is not None and (isinstance(count, bool) or not isinstance(count, int)):
             raise self._error(loop.count.pos, f"a loop count must be an int, got {format_value(count)}")
-        bound = min([*lengths, *([count] if isinstance(count, int) else [])], default=None)
-        formals = [(carry.name, t.dtype, t.shape) for carry, t in zip(loop.carries, carried, strict=True)]
-        formals += [(name, pack[0].dtype, pack[0].shape) for name, pack in scans]
-        if loop.index is not None:
-            formals.append((loop.index, "int", ()))
-        owned: set[str] = set()
-        body, outputs = self._subgraph(f"{label}.body", loop.body, frame, formals, owned)
-        if len(outputs) < len(carried):
-            raise self._error(
-                loop.body.pos, f"the loop body yields {len(outputs)} values but {len(carried)} are carried"
-            )
-        for carry, initial, updated in zip(loop.carries, carried, outputs, strict=False):
-            if updated.dtype != initial.dtype or tuple(updated.shape) != tuple(initial.shape):
-                raise self._error(
-                    loop.body.pos,
-                    f"the loop body updates '{carry.name}' "
-                    f"({initial.dtype}{format_value(list(initial.shape))}) with a "
-                    f"{updated.dtype}{format_value(list(updated.shape))} tensor; a carried value keeps its "
-                    f"type and shape",
-                )
+        bound = min([*scan_lengths, *([count] if isinstance(count, int) else [])], default=None)
+        body, outputs, condition, formals, owned, varying = self._loop_graphs(
+            loop, label, frame, carried, scans
+        )
         scan_outputs = outputs[len(carried) :]
-        if scan_outputs and bound is None:
+        declared = {
+            length
+            for length in declared_lengths[len(carried) : len(carried) + len(scan_outputs)]
+            if length is not None
+        }
+        if len(declared) > 1:
             raise self._error(
                 loop.pos,
-                "a loop that stops on a condition yields scan outputs only with a bound on its iterations "
-                "(a 'for' clause or a compile-time count), which gives the length of their packs",
+                f"the scan outputs of a loop have one length (one item per iteration); the left side "
+                f"declares {sorted(declared)}",
             )
+        scan_limit = None
+        if scan_outputs and bound is None:
+            if not declared:
+                raise self._error(
+                    loop.pos,
+                    "a loop that stops on a condition yields scan outputs only with a bound on its "
+                    "iterations, which gives the length of their packs: declare that length on the left "
+                    "side (ys..(8), its upper bound, checked at run time), or add a 'for' clause or a "
+                    "compile-time count",
+                )
+            bound = scan_limit = declared.pop()
         for value in scan_outputs:
             self._loop_tensor(value, "a scan output", loop.body.pos)
-        condition = None
-        if loop.condition is not None:
-            condition, (test, *_) = self._subgraph(
-                f"{label}.condition", loop.condition, frame, formals, owned, minimum=1
-            )
-            if test.dtype != "bool" or not test.is_static or math.prod(test.shape) != 1:
-                raise self._error(
-                    loop.condition.pos,
-                    f"a loop condition must be a single bool, got the {test.dtype} tensor '{test.name}' "
-                    f"of shape {format_value(list(test.shape))}",
-                )
-            condition.outputs = condition.outputs[:1]
         captures = list(dict.fromkeys([*body.captures, *(condition.captures if condition else [])]))
-        results: list = [
-            self._new_tensor(
-                self._unique_name(f"{label}.carry{i}"), t.dtype, t.shape, "intermediate", loop.pos
-            )
-            for i, t in enumerate(carried)
-        ]
-        for index, value in enumerate(scan_outputs):
+        counted: dict[Any, str] = {}  # run-time extents of the results, counted by the run of the loop
+        extent_outputs: dict[str, tuple] = {}  # counter -> where the runner finds its value
+
+        def result_shape(shape: tuple, name: str, local: Callable[[int, Any], bool], where: tuple) -> tuple:
+            out = []
+            for axis, extent in enumerate(shape):
+                if isinstance(extent, DynamicExtent) and local(axis, extent):
+                    key, counter = f"{name}#{axis}", f"{name}#extent{axis}"
+                    counted[key] = counter
+                    extent_outputs[counter] = (*where, axis)
+                    extent = DynamicExtent(key, extent.bound)
+                out.append(extent)
+            return tuple(out)
+
+        imported = _imported_keys(
+            [*body.extent_inputs.values(), *(condition.extent_inputs.values() if condition else [])]
+        )
+        results: list = []
+        for i, (carry, (_, _, shape)) in enumerate(zip(carried, formals, strict=False)):
+            name = f"{label}.carry{i}"
+            shape = result_shape(shape, name, lambda axis, _, i=i: (i, axis) in varying, ("carry", i))
             results.append(
-                [
-                    self._new_tensor(
-                        self._unique_name(f"{label}.scan{index}[{item}]"),
-                        value.dtype,
-                        value.shape,
-                        "intermediate",
-                        loop.pos,
-                    )
-                    for item in range(bound)
-                ]
+                self._new_tensor(self._unique_name(name), carry.dtype, shape, "intermediate", loop.pos)
             )
+        for index, value in enumerate(scan_outputs):
+            items = []
+            for item in range(bound):
+                name = f"{label}.scan{index}[{item}]"
+                shape = result_shape(
+                    value.shape, name, lambda _, e: not _evaluable(e.key, imported), ("scan", index, item)
+                )
+                items.append(
+                    self._new_tensor(self._unique_name(name), value.dtype, shape, "intermediate", loop.pos)
+                )
+            results.append(items)
         kind = "repeat" if condition is None else "while" if loop.pretest else "do_while"
         op = LoopOperation(
             type=f"control.{kind}",
@@ -2166,6 +2317,9 @@ class Composer:
             scans=tuple(tuple(t.name for t in pack) for _, pack in scans),
             captures=tuple(captures),
             scan_length=bound if scan_outputs else None,
+            scan_limit=scan_limit,
+            counted=counted,
+            extent_outputs=extent_outputs,
             statement=ast.Component(
                 tuple(ast.Result(name, pos=loop.pos) for name in names if name is not None)
                 or (ast.Result(base, pos=loop.pos),),
@@ -2180,6 +2334,101 @@ class Composer:
         self._subgraph_tensors |= owned
         return results
 
+    def _loop_graphs(
+        self, loop: ast.Loop, label: str, frame: _Frame, carried: list[TensorInfo], scans: list
+    ) -> tuple:
+        """The body and condition of a loop node, composed with the carried values, scan items and
+        iteration index as inputs (``formals``).
+
+        A carried value keeps its type and rank; an extent may change from one iteration to the
+        next only within the initial value's extent (or bound): the body may compress what it
+        carries. Such an extent is *varying*: the body is composed again with a run-time extent of
+        its own there (``loop.x#0``), whose actual value the runner passes on every iteration.
+        Returns (body, its outputs, condition, formals, owned tensor names, varying (carry, axis)).
+        """
+        snapshot = set(self.tensors), set(self._subgraph_tensors)
+        varying: dict[tuple[int, int], int] = {}
+        for attempt in range(2):
+            formals = []
+            for i, (carry, initial) in enumerate(zip(loop.carries, carried, strict=True)):
+                shape = tuple(
+                    DynamicExtent(f"{label}.{carry.name}#{axis}", varying[(i, axis)])
+                    if (i, axis) in varying
+                    else extent
+                    for axis, extent in enumerate(initial.shape)
+                )
+                formals.append((carry.name, initial.dtype, shape))
+            formals += [(name, pack[0].dtype, pack[0].shape) for name, pack in scans]
+            if loop.index is not None:
+                formals.append((loop.index, "int", ()))
+            owned: set[str] = set()
+            body, outputs = self._subgraph(f"{label}.body", loop.body, frame, formals, owned)
+            if len(outputs) < len(carried):
+                raise self._error(
+                    loop.body.pos,
+                    f"the loop body yields {len(outputs)} values but {len(carried)} are carried",
+                )
+            found = self._varying_extents(loop, formals, outputs)
+            if not set(found) - set(varying):
+                break
+            if attempt == 1:  # cannot happen: a varying extent stays varying
+                raise self._error(loop.body.pos, "the extents of the carried values do not settle")
+            varying = found
+            for name in set(self.tensors) - snapshot[0]:  # compose again, with the varying extents
+                del self.tensors[name]
+            self._subgraph_tensors = set(snapshot[1])
+        condition = None
+        if loop.condition is not None:
+            condition, (test, *_) = self._subgraph(
+                f"{label}.condition", loop.condition, frame, formals, owned, minimum=1
+            )
+            if test.dtype != "bool" or not test.is_static or math.prod(test.shape) != 1:
+                raise self._error(
+                    loop.condition.pos,
+                    f"a loop condition must be a single bool, got the {test.dtype} tensor '{test.name}' "
+                    f"of shape {format_value(list(test.shape))}",
+                )
+            condition.outputs = condition.outputs[:1]
+        fresh = {
+            extent.key: ("carry", i, axis)
+            for i, (_, _, shape) in enumerate(formals[: len(carried)])
+            for axis, extent in enumerate(shape)
+            if (i, axis) in varying
+        }
+        for graph in (body, condition):
+            if graph is not None:
+                _import_extents(graph, fresh)
+        return body, outputs, condition, formals, owned, varying
+
+    def _varying_extents(
+        self, loop: ast.Loop, formals: list, outputs: list[TensorInfo]
+    ) -> dict[tuple[int, int], int]:
+        """The (carry, axis) whose extent the body changes to one decided at run time, with the
+        bound the carried value keeps there; any other change of type or shape is an error."""
+        found: dict[tuple[int, int], int] = {}
+        for i, (carry, (_, dtype, shape), updated) in enumerate(
+            zip(loop.carries, formals, outputs, strict=False)
+        ):
+            problem = updated.dtype != dtype or len(updated.shape) != len(shape)
+            for axis, (before, after) in enumerate(zip(shape, updated.shape, strict=False)):
+                if problem or before == after:
+                    continue
+                limit = before if isinstance(before, int) else before.bound
+                reach = after.bound if isinstance(after, DynamicExtent) else None
+                if limit is None or reach is None or reach > limit:
+                    problem = True  # only an extent decided at run time may vary, within the bound
+                else:
+                    found[(i, axis)] = limit
+            if problem:
+                raise self._error(
+                    loop.body.pos,
+                    f"the loop body updates '{carry.name}' ({dtype}{format_value(list(shape))}) with a "
+                    f"{updated.dtype}{format_value(list(updated.shape))} tensor; a carried value keeps its "
+                    f"type and shape (an extent may change from one iteration to the next only within the "
+                    f"initial value's extent or upper bound)",
+                )
+        return found
+
     def _unique_label(self, base: str) -> str:
         labels = {op.label for op in self.operations}
         if base not in labels and base not in self.tensors:
@@ -2191,15 +2440,17 @@ class Composer:
         )
 
     def _loop_tensor(self, value: Any, what: str, position: ast.Position) -> TensorInfo:
-        """``value`` as a tensor a loop decided at run time can carry: static shape, numeric type."""
+        """``value`` as a tensor a loop decided at run time can carry: numeric type, and an upper
+        bound for every extent decided at run time (the runner passes their actual values)."""
         if not isinstance(value, TensorInfo):
             raise self._error(position, f"{what} must be a tensor, got {format_value(value)}")
-        if not value.is_static:
-            raise self._error(
-                position,
-                f"{what} ('{value.name}', shape {format_value(list(value.shape))}) has an extent decided at "
-                f"run time; a loop decided at run time needs static shapes for what it carries and scans",
-            )
+        for extent in value.shape:
+            if isinstance(extent, DynamicExtent) and extent.bound is None:
+                raise self._error(
+                    position,
+                    f"{what} ('{value.name}', shape {format_value(list(value.shape))}) has a run-time extent "
+                    f"without an upper bound; a loop decided at run time needs one for its buffers",
+                )
         numpy_dtype_of(value.dtype)
         return value
 
@@ -2544,8 +2795,52 @@ def _shape_of(value: Any) -> list:
     return []  # a literal argument is a rank-0 tensor
 
 
+def _import_extents(graph: Graph, fresh: dict[Any, tuple]) -> None:
+    """Make a loop's body or condition read the run-time extents of its inputs and captures: each
+    one gets a counter buffer of the sub-graph (``graph.counts``), which the runner fills on every
+    iteration (``graph.extent_inputs``: the enclosing graph's extent, or where a varying extent of
+    a carried value is kept)."""
+    sources = [graph.tensors[name] for name in [*graph.inputs, *graph.captures]]
+    for tensor in sources:
+        for extent in tensor.shape:
+            if isinstance(extent, DynamicExtent) and extent.key not in graph.counts:
+                counter = f"{graph.name}#extent{len(graph.counts)}"
+                graph.counts[extent.key] = counter
+                graph.extent_inputs[counter] = fresh.get(extent.key, extent)
+
+
+def _imported_keys(sources: list) -> set:
+    return {source.key for source in sources if isinstance(source, DynamicExtent)}
+
+
+def _evaluable(key: Any, imported: set) -> bool:
+    """Whether an extent of a loop's sub-graph can be computed outside the loop: built of the
+    enclosing graph's extents only."""
+    if key in imported or (isinstance(key, int | float) and not isinstance(key, bool)):
+        return True
+    if isinstance(key, tuple) and len(key) in (2, 3, 4) and isinstance(key[0], str):
+        return all(_evaluable(item, imported) for item in key[1:])
+    return False
+
+
+def _reads_runtime_extents(instance: _Instance) -> bool:
+    """Whether an input of the invocation has an extent decided at run time."""
+    for value in instance.inputs.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, TensorInfo) and not item.is_static:
+                return True
+    return False
+
+
 def _is_scalar_argument(value: Any) -> bool:
-    return isinstance(value, bool | int | float) and not isinstance(value, DynamicExtent)
+    """A value given where a tensor is expected that becomes a rank-0 tensor: a literal, or a value
+    computed at run time from run-time extents."""
+    return isinstance(value, bool | int | float | DynamicExtent | RuntimeScalar)
+
+
+def _expression(value: Any) -> Any:
+    """The expression tree of a run-time value (see :class:`RuntimeScalar`)."""
+    return value.expression if isinstance(value, RuntimeScalar) else value
 
 
 def _extent_matches(expected: Any, actual: Any) -> bool:

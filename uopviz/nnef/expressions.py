@@ -8,6 +8,8 @@ Values are plain Python objects:
 - ``None`` for the null value of an optional type (it propagates through every expression but
   ``??`` and ``?x``, §2.4.1);
 - :class:`DynamicExtent` for a shape extent only known at run time (with its static upper bound);
+- :class:`RuntimeScalar` for a scalar computed from such extents (``real(s[axes] * ..)`` of
+  mean_reduce over an extent the data decides), kept symbolic until a kernel computes it;
 - :class:`BoundedIndex` for a guarded tensor index ``|i|`` / ``|i <> a : b|`` (lowering only);
 - any other object (a graph tensor, a :class:`~uopviz.core.uop.UOp` scalar in a lowering) is
   passed through where the language moves values around (select, coalesce, packs, indexing).
@@ -30,7 +32,7 @@ from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 
 __all__ = [
-    "UNDECIDED", "BoundedIndex", "DynamicExtent", "Evaluator", "PythonScalarOps", "Unknown",
+    "UNDECIDED", "BoundedIndex", "DynamicExtent", "Evaluator", "PythonScalarOps", "RuntimeScalar", "Unknown",
     "apply_binary", "apply_unary", "format_value", "is_pack", "type_name_of", "uniform_value",
 ]  # fmt: skip
 
@@ -91,9 +93,178 @@ class DynamicExtent:
 
 
 def _key_text(key: Any) -> str:
+    if isinstance(key, tuple) and len(key) == 4:
+        return f"({_key_text(key[1])} ? {_key_text(key[2])} : {_key_text(key[3])})"
     if isinstance(key, tuple) and len(key) == 3:
         return f"({_key_text(key[1])} {key[0]} {_key_text(key[2])})"
+    if isinstance(key, tuple) and len(key) == 2:
+        return f"{key[0]}({_key_text(key[1])})"
     return str(key)
+
+
+class RuntimeScalar:
+    """A scalar value computed at run time from run-time extents.
+
+    §3.1 asks for the shape expressions of operations after a data-dependent one to be kept in
+    symbolic form, so that code can compute them at run time: ``real(s[axes] * ..)``, the divisor of
+    mean_reduce over an extent counted by the data, is one. ``expression`` is a tree whose leaves
+    are :class:`DynamicExtent` objects and numbers, and whose nodes are ``(op, a, b)`` for a binary
+    operator and ``(function, a)`` for a cast (``int``, ``real``, ``bool``) or a built-in function;
+    ``type`` is the SkriptND type of the value. Arithmetic keeps it symbolic; a comparison is
+    :data:`UNDECIDED`. A kernel computes it from the counters (``uopviz.nnef.lowering``); passed
+    to an operator as a tensor argument it becomes a rank-0 tensor that a kernel fills.
+    """
+
+    __slots__ = ("expression", "type")
+
+    def __init__(self, expression: Any, type_name: str) -> None:
+        self.expression = expression
+        self.type = type_name
+
+    def __repr__(self) -> str:
+        return f"~{_expression_text(self.expression)}"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, RuntimeScalar)
+            and other.type == self.type
+            and other.expression == self.expression
+        )
+
+    def __hash__(self) -> int:
+        return hash(("RuntimeScalar", self.type, self.expression))
+
+    def as_extent(self) -> DynamicExtent | None:
+        """This int value as a shape extent (``int(round(real(s) * factor))`` of rescale): its key
+        the expression over the extents' keys, its bound from the extents' bounds (interval
+        arithmetic); None when no bound follows (a division by a range that holds 0, ...)."""
+        interval = _interval(self.expression)
+        if interval is None or self.type != "int" or not math.isfinite(interval[1]):
+            return None
+        return DynamicExtent(_extent_key(self.expression), max(0, math.floor(interval[1])))
+
+    def extents(self) -> list[DynamicExtent]:
+        """The run-time extents the value is computed from."""
+        out: list[DynamicExtent] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, DynamicExtent):
+                out.append(node)
+            elif isinstance(node, tuple):
+                for item in node[1:]:
+                    walk(item)
+
+        walk(self.expression)
+        return list(dict.fromkeys(out))
+
+
+def _extent_key(node: Any) -> Any:
+    """The key of a run-time extent computed by ``node``: its extents replaced by their keys."""
+    if isinstance(node, DynamicExtent):
+        return node.key
+    if isinstance(node, tuple):
+        return (node[0], *(_extent_key(item) for item in node[1:]))
+    return node
+
+
+def _interval(node: Any) -> tuple[float, float] | None:
+    """The range of values of a run-time expression, each extent between 0 and its bound (None
+    where the arithmetic gives no finite range)."""
+    if isinstance(node, DynamicExtent):
+        return None if node.bound is None else (0.0, float(node.bound))
+    if isinstance(node, int | float) and not isinstance(node, bool):
+        return (float(node), float(node))
+    if not isinstance(node, tuple):
+        return None
+    parts = [_interval(item) for item in node[1:]]
+    if any(part is None for part in parts):
+        return None
+    if len(node) == 4:  # a run-time choice: either branch
+        return (min(parts[1][0], parts[2][0]), max(parts[1][1], parts[2][1]))
+    if len(node) == 3:
+        if node[0] in _COMPARISONS or node[0] in _LOGICAL:
+            return (0.0, 1.0)
+        return _interval_binary(node[0], parts[0], parts[1])
+    return _interval_unary(node[0], parts[0])
+
+
+def _interval_binary(op: str, a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float] | None:
+    if op == "+":
+        return (a[0] + b[0], a[1] + b[1])
+    if op == "-":
+        return (a[0] - b[1], a[1] - b[0])
+    if op == "*":
+        products = [x * y for x in a for y in b]
+        return (min(products), max(products))
+    if op in ("/", "\\") and (b[0] > 0 or b[1] < 0):
+        quotients = [x / y for x in a for y in b]
+        return (math.floor(min(quotients)), math.ceil(max(quotients)))
+    if op == "<?":
+        return (min(a[0], b[0]), min(a[1], b[1]))
+    if op == ">?":
+        return (max(a[0], b[0]), max(a[1], b[1]))
+    if op == "%":
+        reach = max(abs(b[0]), abs(b[1]))
+        return (-reach, reach)
+    return None
+
+
+def _interval_unary(func: str, a: tuple[float, float]) -> tuple[float, float] | None:
+    if func == "int":
+        return (float(math.trunc(a[0])), float(math.trunc(a[1])))
+    if func == "real":
+        return a
+    if func == "round":
+        return (math.floor(a[0] + 0.5) if a[0] >= 0 else math.ceil(a[0] - 0.5),
+                math.floor(a[1] + 0.5) if a[1] >= 0 else math.ceil(a[1] - 0.5))  # fmt: skip
+    if func in ("floor", "ceil"):
+        function = math.floor if func == "floor" else math.ceil
+        return (function(a[0]), function(a[1]))
+    if func == "abs":
+        low = 0.0 if a[0] <= 0.0 <= a[1] else min(abs(a[0]), abs(a[1]))
+        return (low, max(abs(a[0]), abs(a[1])))
+    if func == "sqrt" and a[0] >= 0:
+        return (math.sqrt(a[0]), math.sqrt(a[1]))
+    return None
+
+
+def _expression_text(node: Any) -> str:
+    if isinstance(node, DynamicExtent):
+        return node.key_text()
+    if isinstance(node, tuple) and len(node) == 4:
+        return f"({_expression_text(node[1])} ? {_expression_text(node[2])} : {_expression_text(node[3])})"
+    if isinstance(node, tuple) and len(node) == 3:
+        return f"({_expression_text(node[1])} {node[0]} {_expression_text(node[2])})"
+    if isinstance(node, tuple) and len(node) == 2:
+        return f"{node[0]}({_expression_text(node[1])})"
+    return format_value(node)
+
+
+def _runtime_operand(value: Any) -> Any:
+    """The expression of an operand of a run-time scalar operation."""
+    return value.expression if isinstance(value, RuntimeScalar) else value
+
+
+def _runtime_type(value: Any) -> str:
+    return value.type if isinstance(value, RuntimeScalar) else type_name_of(value)
+
+
+def _runtime_binary(op: str, a: Any, b: Any, position: ast.Position) -> Any:
+    """``a op b`` where an operand is a run-time scalar (or a run-time extent meets a real): a
+    run-time scalar; a comparison is a run-time bool (which a select can choose with, an
+    assertion cannot check)."""
+    types = {_runtime_type(a), _runtime_type(b)}
+    if op in _COMPARISONS and not types - {"int", "real"}:
+        return RuntimeScalar((op, _runtime_operand(a), _runtime_operand(b)), "bool")
+    if op in _LOGICAL and not types - {"bool"}:
+        return RuntimeScalar((op, _runtime_operand(a), _runtime_operand(b)), "bool")
+    if op not in _ARITHMETIC or types - {"int", "real"}:
+        raise NNEFError.at(
+            position,
+            f"operator '{op}' cannot combine the run-time values {format_value(a)} and {format_value(b)}",
+        )
+    type_name = "real" if "real" in types else "int"
+    return RuntimeScalar((op, _runtime_operand(a), _runtime_operand(b)), type_name)
 
 
 @dataclass(frozen=True)
@@ -134,7 +305,7 @@ def uniform_value(pack: list) -> Any:
 def _same(a: Any, b: Any) -> bool:
     if type(a) is not type(b) and not (_is_number(a) and _is_number(b)):
         return False
-    return a is b if not isinstance(a, int | float | str | bool | DynamicExtent) else a == b
+    return a is b if not isinstance(a, int | float | str | bool | DynamicExtent | RuntimeScalar) else a == b
 
 
 def _is_number(value: Any) -> bool:
@@ -147,6 +318,8 @@ def type_name_of(value: Any) -> str:
         return "bool"
     if isinstance(value, int | DynamicExtent):
         return "int"
+    if isinstance(value, RuntimeScalar):
+        return value.type
     if isinstance(value, float):
         return "real"
     if isinstance(value, str):
@@ -275,7 +448,11 @@ class PythonScalarOps:
         return self._binary_other(op, a, b, position)
 
     def _binary_other(self, op: str, a: Any, b: Any, position: ast.Position) -> Any:
+        if isinstance(a, RuntimeScalar) or isinstance(b, RuntimeScalar):
+            return _runtime_binary(op, a, b, position)
         if isinstance(a, DynamicExtent) or isinstance(b, DynamicExtent):
+            if isinstance(a, float) or isinstance(b, float):  # a real result: no extent any more
+                return _runtime_binary(op, a, b, position)
             return _dynamic_binary(op, a, b)
         if op in _DIVISIONS and b == 0 and not isinstance(b, float):
             raise NNEFError.at(position, f"division by zero in '{format_value(a)} {op} {format_value(b)}'")
@@ -316,9 +493,13 @@ class PythonScalarOps:
         if op == "!":
             if a is UNDECIDED:
                 return a
+            if isinstance(a, RuntimeScalar) and a.type == "bool":
+                return RuntimeScalar(("==", a.expression, False), "bool")
             if not isinstance(a, bool):
                 raise NNEFError.at(position, f"operator '!' needs a bool operand, got {type_name_of(a)}")
             return not a
+        if isinstance(a, RuntimeScalar) and a.type in ("int", "real"):
+            return a if op == "+" else RuntimeScalar(("*", a.expression, -1), a.type)
         if isinstance(a, bool) or not isinstance(a, int | float | DynamicExtent):
             raise NNEFError.at(position, f"operator '{op}' needs a number, got {type_name_of(a)}")
         if isinstance(a, DynamicExtent):
@@ -326,11 +507,28 @@ class PythonScalarOps:
         return a if op == "+" else -a
 
     def select(self, condition: Any, then: Any, otherwise: Any, position: ast.Position) -> Any:
-        """``condition ? then : otherwise`` for a condition that is not a Python bool."""
+        """``condition ? then : otherwise`` for a condition that is not a Python bool (a run-time
+        bool of run-time extents chooses at run time)."""
+        if isinstance(condition, RuntimeScalar) and condition.type == "bool":
+            types = {_runtime_type(then), _runtime_type(otherwise)}
+            if not types - {"int", "real"} or len(types) == 1:
+                type_name = "real" if "real" in types else types.pop()
+                return RuntimeScalar(
+                    ("?", condition.expression, _runtime_operand(then), _runtime_operand(otherwise)),
+                    type_name,
+                )
+            raise NNEFError.at(
+                position,
+                f"a run-time choice needs branches of one type, got {format_value(then)} and "
+                f"{format_value(otherwise)}",
+            )
         raise NNEFError.at(position, f"the condition of '? :' must be a bool, got {type_name_of(condition)}")
 
     def builtin(self, func: str, a: Any, position: ast.Position) -> Any:
         """A built-in function of one item."""
+        if isinstance(a, DynamicExtent) or (isinstance(a, RuntimeScalar) and a.type in ("int", "real")):
+            type_name = _runtime_type(a) if func in ("abs", "sign") else "real"
+            return RuntimeScalar((func, _runtime_operand(a)), type_name)
         if isinstance(a, bool) or not isinstance(a, int | float):
             raise NNEFError.at(position, f"{func}() needs a number, got {type_name_of(a)}")
         if func in ("abs", "sign"):
@@ -342,10 +540,12 @@ class PythonScalarOps:
 
     def cast(self, type_name: str, a: Any, position: ast.Position) -> Any:
         """A cast of one item to ``int``, ``real`` or ``bool``."""
-        if isinstance(a, DynamicExtent):
-            if type_name == "int":
+        if isinstance(a, DynamicExtent | RuntimeScalar):
+            if type_name == _runtime_type(a):
                 return a
-            raise NNEFError.at(position, f"cannot cast the run-time extent {a!r} to {type_name}")
+            if type_name not in ("int", "real", "bool"):
+                raise NNEFError.at(position, f"cannot cast the run-time value {a!r} to {type_name}")
+            return RuntimeScalar((type_name, _runtime_operand(a)), type_name)
         if isinstance(a, str) or not isinstance(a, int | float | bool):
             raise NNEFError.at(position, f"cannot cast {type_name_of(a)} to {type_name}")
         if type_name == "int":
@@ -449,6 +649,8 @@ def apply_binary(op: str, a: Any, b: Any, position: ast.Position, ops: PythonSca
 def _identical(a: Any, b: Any) -> bool:
     if isinstance(a, DynamicExtent) or isinstance(b, DynamicExtent):
         return isinstance(a, DynamicExtent) and isinstance(b, DynamicExtent) and a.key == b.key
+    if isinstance(a, RuntimeScalar) or isinstance(b, RuntimeScalar):
+        return a == b
     if isinstance(a, int | float | bool | str) and isinstance(b, int | float | bool | str):
         return _same(a, b)
     return a is b
@@ -666,8 +868,12 @@ class Evaluator:
             return None
         if isinstance(count, bool):
             return int(count)
-        if isinstance(count, DynamicExtent):
-            raise NNEFError.at(node.pos, "a repetition count must be known at compile time")
+        if isinstance(count, DynamicExtent | RuntimeScalar):
+            raise NNEFError.at(
+                node.pos,
+                f"a repetition count must be known at compile time, got the run-time value {count!r} "
+                f"(a pack's length cannot follow an extent the data decides)",
+            )
         if not isinstance(count, int):
             raise NNEFError.at(
                 node.pos, f"a repetition count must be an int or bool, got {type_name_of(count)}"

@@ -12,7 +12,9 @@ the invocation's label (``conv1.filter``, ``output.max``). Packs of tensors are 
 Loops whose trip count is decided at run time (``while`` / ``do ... while`` and loops counted by
 a tensor, §3 "Condition based looping") stay one :class:`LoopOperation` each: their condition
 and body are graphs of their own (:attr:`LoopOperation.condition`, :attr:`LoopOperation.body`),
-compiled to programs and run by ``g.run`` on the host, once per iteration.
+compiled to programs and run by ``g.run`` on the host, once per iteration. A value computed at run
+time from extents the data decides, passed where a tensor is expected, is a
+:class:`RuntimeScalarOperation` (``runtime.scalar``).
 
 ``g.compile(backend=...)`` lowers every operation to UOp kernels (:mod:`uopviz.nnef.lowering`)
 and compiles them with the ordinary pipeline; ``g.run(inputs)`` executes them.
@@ -29,7 +31,10 @@ import numpy as np
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 
-__all__ = ["CATEGORIES", "Composite", "Graph", "LoopOperation", "Operation", "TensorInfo", "numpy_dtype_of"]
+__all__ = [
+    "CATEGORIES", "Composite", "Graph", "LoopOperation", "Operation", "RuntimeScalarOperation", "TensorInfo",
+    "numpy_dtype_of",
+]  # fmt: skip
 
 # SkriptND element type -> numpy type used for tensor data and kernels.
 _NUMPY_TYPES = {"real": np.float32, "int": np.int32, "bool": np.bool_}
@@ -38,7 +43,7 @@ _NUMPY_TYPES = {"real": np.float32, "int": np.int32, "bool": np.bool_}
 CATEGORIES = {
     "layout": "layout", "math": "math", "linalg": "linear algebra", "nn": "neural network",
     "image": "image", "quant": "quantization", "algo": "algorithm", "misc": "misc", "rand": "random",
-    "layer": "layer", "control": "control flow",
+    "layer": "layer", "control": "control flow", "runtime": "run-time shape",
 }  # fmt: skip
 
 
@@ -177,6 +182,16 @@ class LoopOperation(Operation):
     ``outputs`` the final carried values, then one pack of ``scan_length`` tensors per scan output
     (items past the last iteration are zero). ``count`` is a static iteration bound, the name of an
     ``int`` tensor holding it, or None; scanned packs bound the iterations by their length too.
+    ``scan_limit`` is set when nothing else bounds the scan outputs: the length the left side
+    declares for them (``ys..(8)``), an upper bound that the run checks (one iteration more is an
+    error).
+
+    Carried values, scan items and captures may have extents decided at run time. The body and
+    condition read them from counters of their own (:attr:`Graph.extent_inputs`), which the
+    runner fills on every iteration. A carried extent the body changes (it may compress what it
+    carries) and the extents of scan outputs that only the body knows are extents of the results
+    that the run counts: ``counted`` maps their keys to counter buffers, ``extent_outputs`` each
+    counter to ``("carry", index, axis)`` or ``("scan", output, item, axis)``.
     """
 
     body: Graph | None = field(default=None, repr=False)
@@ -187,6 +202,9 @@ class LoopOperation(Operation):
     scans: tuple[tuple[str, ...], ...] = ()
     captures: tuple[str, ...] = ()
     scan_length: int | None = None
+    scan_limit: int | None = None
+    counted: dict = field(default_factory=dict)
+    extent_outputs: dict = field(default_factory=dict)
     statement: ast.Component | None = field(default=None, repr=False)
 
     @property
@@ -207,6 +225,27 @@ class LoopOperation(Operation):
         from uopviz.nnef.printer import print_component
 
         return print_component(self.statement) if self.statement is not None else self.type
+
+
+@dataclass(eq=False)
+class RuntimeScalarOperation(Operation):
+    """A rank-0 tensor computed at run time from data-dependent extents (type ``runtime.scalar``).
+
+    §3.1: after an operation whose output extent the data decides, the shape expressions of later
+    operations must be computed during execution. Where such an expression is passed as a tensor
+    (mean_reduce divides by ``real(s[axes] * ..)``), the composer makes it this operation:
+    ``attribs["value"]`` is the :class:`~uopviz.nnef.expressions.RuntimeScalar` (or
+    :class:`~uopviz.nnef.expressions.DynamicExtent`), and its kernel computes it from the counters.
+    """
+
+    @property
+    def is_intrinsic(self) -> bool:
+        """Its kernel is built in (it reads counters, not tensors)."""
+        return True
+
+    def definition_text(self) -> str:
+        """The value as a symbolic expression of run-time extents."""
+        return f"{self.dtypes.get('T', '')} {self.attribs['value']!r}  # computed at run time"
 
 
 def _flatten_names(values: tuple | list) -> list[str]:
@@ -253,6 +292,9 @@ class Graph:
     captures: list[str] = field(
         default_factory=list
     )  # a loop's body / condition: tensors it reads from outside
+    # a loop's body / condition: counter buffer -> what the runner fills it with on each iteration (the
+    # enclosing graph's run-time extent, or ("carry", index, axis): a carried value's current extent)
+    extent_inputs: dict = field(default_factory=dict, repr=False)
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 

@@ -44,8 +44,15 @@ give static kernels but one compilation per distinct count; the gated kernels gi
 for any count with one compilation, and stay the same kernels for the tuner. The runner trims
 graph outputs to their actual extents, evaluated from the same counters on the host. Built-in
 kernels (intrinsics) run over upper bounds: a data-dependent extent may only pass through them to
-an output; one they would read across is refused. Input extents (``real[~|10]``) are different:
-``run`` recomposes the graph for the given shapes, so they are static by the time kernels run.
+an output; one they would read across is refused, except by the kernels that read the extents
+themselves (cubic resize and grid sampling). Input extents (``real[~|10]``) are different: ``run``
+recomposes the graph for the given shapes, so they are static by the time kernels run.
+
+Values computed from such extents (:class:`~uopviz.nnef.expressions.RuntimeScalar`: mean_reduce's
+``real(s[axes] * ..)``, a resize's scale) become UOps over the same counters wherever a kernel
+uses them (:func:`runtime_value`); passed as a tensor they are ``runtime.scalar`` operations, one
+kernel storing the value. An int one used as an extent (rescale's ``int(round(real(s) * f))``) is
+a run-time extent whose key is its expression, its bound from the extents' bounds.
 
 Intrinsics (no body) get kernels written here: top_k (rank by comparison counting),
 nonmax_suppress (greedy suppression decided in rounds of one kernel, then counted rows), the
@@ -57,11 +64,18 @@ the bin's bounds).
 Loops decided at run time (:class:`~uopviz.nnef.graph.LoopOperation`) have no kernels of their own:
 their body and condition are graphs compiled separately, and the runner executes the loop on the
 host (test the condition, run the body, carry the values; scan outputs stacked in iteration order).
+What they read with run-time extents, they read through counters of their own that the runner
+fills on every iteration (``Graph.extent_inputs``); the extents of the carried values are read back
+after each iteration (a body may compress what it carries), and the results' extents that only the
+run knows are written to counters of the enclosing graph (``LoopOperation.extent_outputs``).
 
 :func:`compile_graph` compiles the kernels with the pipeline's public
 :func:`~uopviz.passes.pipeline.compile_kernels` (graph inputs, variables and constants are the
 program's inputs): one Program for a graph without loops, else one per run of kernels between loop
 nodes, gathered in a :class:`GraphProgram`; :func:`run_graph` binds the data and runs them in order.
+Opts chosen per kernel number the kernels as ``program.kernels`` lists them, loop bodies and
+conditions included where their loop runs (:func:`kernel_count`); opts by kernel name reach every
+kernel with that name.
 """
 
 from __future__ import annotations
@@ -87,6 +101,7 @@ from uopviz.nnef.expressions import (
     DynamicExtent,
     Evaluator,
     PythonScalarOps,
+    RuntimeScalar,
     format_value,
     type_name_of,
 )
@@ -97,10 +112,12 @@ __all__ = [
     "GraphProgram",
     "LoweredKernel",
     "compile_graph",
+    "kernel_count",
     "lower_operation",
     "operation_kernels",
     "run_graph",
     "runtime_extent",
+    "runtime_value",
     "uop_dtype",
 ]
 
@@ -350,19 +367,22 @@ class KernelScalarOps(PythonScalarOps):
 
     A run-time extent (:class:`DynamicExtent`) that meets a UOp, or is compared, becomes the UOp
     ``runtime(extent)`` gives (its value read from the counters at run time); alone it stays symbolic.
+    A run-time scalar (:class:`RuntimeScalar`, such as ``real(s)`` of an extent the data decides)
+    becomes its UOp wherever it is used.
     """
 
-    def __init__(self, runtime: Callable[[DynamicExtent], Any] | None = None) -> None:
+    def __init__(self, runtime: Callable[[Any], Any] | None = None) -> None:
         self.runtime = runtime
 
     def _runtime(self, value: Any) -> Any:
-        if isinstance(value, DynamicExtent) and self.runtime is not None:
+        if isinstance(value, DynamicExtent | RuntimeScalar) and self.runtime is not None:
             return self.runtime(value)
         return value
 
     def binary(self, op: str, a: Any, b: Any, position: ast.Position) -> Any:
         dynamic = isinstance(a, DynamicExtent) or isinstance(b, DynamicExtent)
-        if dynamic and (isinstance(a, UOp) or isinstance(b, UOp) or op in _COMPARISON_OPS):
+        scalar = isinstance(a, RuntimeScalar) or isinstance(b, RuntimeScalar)
+        if scalar or (dynamic and (isinstance(a, UOp) or isinstance(b, UOp) or op in _COMPARISON_OPS)):
             a, b = self._runtime(a), self._runtime(b)
         if not isinstance(a, UOp) and not isinstance(b, UOp):
             return super().binary(op, a, b, position)
@@ -394,6 +414,8 @@ class KernelScalarOps(PythonScalarOps):
         return UOp(Ops.POW, (x, y))
 
     def unary(self, op: str, a: Any, position: ast.Position) -> Any:
+        if isinstance(a, RuntimeScalar):
+            a = self._runtime(a)
         if not isinstance(a, UOp):
             return super().unary(op, a, position)
         if op == "!":
@@ -401,6 +423,8 @@ class KernelScalarOps(PythonScalarOps):
         return -a if op == "-" else a
 
     def select(self, condition: Any, then: Any, otherwise: Any, position: ast.Position) -> Any:
+        if isinstance(condition, RuntimeScalar):
+            condition = self._runtime(condition)
         if not isinstance(condition, UOp):
             return super().select(condition, then, otherwise, position)
         then, otherwise = self._runtime(then), self._runtime(otherwise)
@@ -421,7 +445,7 @@ class KernelScalarOps(PythonScalarOps):
         return _FLOAT_BUILTINS[func](_float(a))
 
     def cast(self, type_name: str, a: Any, position: ast.Position) -> Any:
-        if isinstance(a, DynamicExtent) and type_name != "int":
+        if (isinstance(a, DynamicExtent) and type_name != "int") or isinstance(a, RuntimeScalar):
             a = self._runtime(a)
         if not isinstance(a, UOp):
             return super().cast(type_name, a, position)
@@ -506,7 +530,10 @@ class _KernelBuilder:
 
     def extent(self, extent: Any) -> Any:
         """The value of an extent inside the kernel: an int, or for a data-dependent extent an index
-        UOp read from the counters of the kernels that decide it (see :func:`runtime_extent`)."""
+        UOp read from the counters of the kernels that decide it (see :func:`runtime_extent`); a
+        run-time scalar computed from such extents (:func:`runtime_value`)."""
+        if isinstance(extent, RuntimeScalar):
+            return runtime_value(self.graph, extent, self._counter)
         if not isinstance(extent, DynamicExtent):
             return extent
         found = runtime_extent(self.graph, extent, self._counter)
@@ -543,26 +570,68 @@ def _counter_of(graph: Graph, key: Any) -> str | None:
     return None
 
 
+_LEAF = object()  # "not a leaf" marker of _evaluate_tree
+
+
+def _evaluate_tree(node: Any, leaf: Callable[[Any], Any], ops: PythonScalarOps) -> Any:
+    """The value of a run-time extent's key or a run-time scalar's expression: ``leaf(node)`` gives
+    the value of a counted leaf (None: unknown; ``_LEAF``: not a leaf); inner nodes are
+    ``(op, a, b)``, ``(cast or function, a)`` and ``("?", condition, a, b)``, computed by ``ops``."""
+    found = leaf(node)
+    if found is not _LEAF:
+        return found
+    if isinstance(node, tuple) and node and isinstance(node[0], str):
+        items = [_evaluate_tree(item, leaf, ops) for item in node[1:]]
+        if any(item is None for item in items):
+            return None
+        if len(node) == 4:
+            condition, then, otherwise = items
+            if isinstance(condition, bool):
+                return then if condition else otherwise
+            return ops.select(condition, then, otherwise, ast.NOWHERE)
+        if len(node) == 3:
+            return ops.binary(node[0], items[0], items[1], ast.NOWHERE)
+        if node[0] in _UOP_TYPES:
+            return ops.cast(node[0], items[0], ast.NOWHERE)
+        return ops.builtin(node[0], items[0], ast.NOWHERE)
+    if isinstance(node, int | float):
+        return node
+    return None
+
+
 def runtime_extent(graph: Graph, extent: DynamicExtent, counter: Callable[[str], UOp]) -> UOp | None:
     """A data-dependent extent as an index UOp: its key's counters (``counter(name)`` reads one)
     combined by the key's arithmetic; None when part of it is counted by no kernel (an input
     extent, computed at its upper bound until the graph is recomposed for the given shapes)."""
 
-    def value(key: Any) -> Any:
+    def leaf(key: Any) -> Any:
         name = _counter_of(graph, key)
         if name is not None:
             return counter(name).cast(INDEX)
-        if isinstance(key, tuple) and len(key) == 3 and isinstance(key[0], str) and key[0] in _EXTENT_OPS:
-            a, b = value(key[1]), value(key[2])
-            if a is None or b is None:
-                return None
-            return _KERNEL_OPS.binary(key[0], a, b, ast.NOWHERE)
-        if isinstance(key, int) and not isinstance(key, bool):
-            return key
-        return None
+        return None if isinstance(key, str) else _LEAF
 
-    found = value(extent.key)
+    found = _evaluate_tree(extent.key, leaf, _KERNEL_OPS)
     return _index(found) if found is not None else None
+
+
+def runtime_value(graph: Graph, value: Any, counter: Callable[[str], UOp]) -> Any:
+    """A run-time extent or a :class:`RuntimeScalar` as a kernel value: its expression over the
+    counters (an extent no kernel counts, an input extent before the graph is recomposed for the
+    given shapes, takes its upper bound, as the ranges do)."""
+    if isinstance(value, RuntimeScalar):
+        return _evaluate_tree(
+            value.expression,
+            lambda node: runtime_value(graph, node, counter) if isinstance(node, DynamicExtent) else _LEAF,
+            _KERNEL_OPS,
+        )
+    if isinstance(value, DynamicExtent):
+        found = runtime_extent(graph, value, counter)
+        if found is not None:
+            return found
+        if value.bound is None:
+            raise NNEFError(f"the run-time extent {value!r} has no upper bound and no kernel counts it")
+        return int(value.bound)
+    return value
 
 
 def _strides(shape: Sequence[int]) -> list[int]:
@@ -802,7 +871,6 @@ def _uniform_constant(tensor: TensorInfo) -> Any:
 _MISSING = object()
 _LOAD_BACK = object()  # the initial value is read back from the output (written by an init kernel)
 # the operators a run-time extent's key may combine (DynamicExtent arithmetic, expressions.py)
-_EXTENT_OPS = frozenset({"+", "-", "*", "/", "\\", "%", "<?", ">?"})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1009,7 +1077,7 @@ class _OperationLowering:
                 continue
             evaluator = _LoweringEvaluator(builder, ChainMap(symbols, self.symbols), self.op.dtypes)
             extent = evaluator(bound.bound)
-            extents = extent if isinstance(extent, list) else [extent]
+            extents = [self._as_extent(e, bound) for e in (extent if isinstance(extent, list) else [extent])]
             made = [self._new_range(self._extent(e, bound)) for e in extents]
             for r, e in zip(made, extents, strict=True):
                 actual = builder.extent(e) if isinstance(e, DynamicExtent) else None
@@ -1039,6 +1107,12 @@ class _OperationLowering:
             for local_def in statement.locals:
                 scope[local_def.name] = term_evaluator(local_def.value)
             value = term_evaluator(statement.value)
+            if isinstance(value, list):  # a run-time extent or scalar assigned as it is (x.shape[i])
+                value = [
+                    builder.extent(v) if isinstance(v, DynamicExtent | RuntimeScalar) else v for v in value
+                ]
+            elif isinstance(value, DynamicExtent | RuntimeScalar):
+                value = builder.extent(value)
             if self.pack_item is not None and isinstance(value, list):
                 value = value[self.pack_item]  # the item of a whole-pack assignment
             condition = True if statement.condition is None else term_evaluator(statement.condition)
@@ -1049,6 +1123,15 @@ class _OperationLowering:
             terms.append(_Term(value, [*extent_gates, *builder.term_gates], condition))
         builder.term_gates = []
         return _Evaluated(statement, ranges, lhs, output, terms, len(builder.current) > reads_before)
+
+    def _as_extent(self, value: Any, bound: ast.LoopBound) -> Any:
+        """A bound computed from run-time extents (``int(round(real(s) * f))``) as a run-time extent."""
+        if not isinstance(value, RuntimeScalar) or value.type != "int":
+            return value
+        converted = value.as_extent()
+        if converted is None:
+            raise self.error(bound, f"the bound of '{bound.name}' ({value!r}) has no upper bound")
+        return converted
 
     def _extent(self, value: Any, bound: ast.LoopBound) -> int:
         if isinstance(value, DynamicExtent):
@@ -2114,12 +2197,25 @@ def _keys_weight(distance: UOp, a: float) -> UOp:
     return _where(distance <= 1.0, near, _where(distance < 2.0, far, _const(dtypes.float32, 0.0)))
 
 
-def _clamp_index(index: UOp, extent: int) -> UOp:
-    return _where(index < 0, _const(INDEX, 0), _where(index >= extent, _const(INDEX, extent - 1), index))
+def _clamp_index(index: UOp, extent: int | UOp) -> UOp:
+    last = _const(INDEX, extent - 1) if isinstance(extent, int) else extent - 1
+    return _where(index < 0, _const(INDEX, 0), _where(index >= extent, last, index))
+
+
+def _reflect_index(index: UOp, extent: int | UOp) -> UOp:
+    """``index`` mirrored about the border elements 0 and ``extent - 1`` as often as it takes:
+    repeated reflections are periodic with period ``2 * (extent - 1)``, so ``|index|`` is folded
+    into one period and its second half mirrored (an extent of 1 maps everything to 0). The spec's
+    ``|i <> -i : 2 * (s - 1) - i|`` is one reflection and leaves far indices outside."""
+    size = _index(extent)
+    span = size * 2 - 2
+    folded = UOp(Ops.MOD, (_abs(index), UOp(Ops.MAX, (span, _const(INDEX, 1)))))
+    return _where(folded < size, folded, span - folded)
 
 
 def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
-    """Cubic (Keys) resampling along ``axes``: 4 taps per axis, replicated border."""
+    """Cubic (Keys) resampling along ``axes``: 4 taps per axis, replicated border (input extents
+    decided at run time are read from their counters)."""
     symbols = op.symbols
     data: TensorInfo = symbols["input"]
     output: TensorInfo = symbols["output"]
@@ -2134,12 +2230,18 @@ def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
     weight: UOp | None = None
     positions: list[UOp] = list(out_ranges)
     for axis, size, tap in zip(axes, sizes, taps, strict=True):
-        extent = shape[axis]
+        extent = builder.extent(data.shape[axis])  # an int, or the counted extent
+        length = float(extent) if isinstance(extent, int) else _float(extent)
+        size = builder.extent(size)  # rescale's size of a counted extent is computed at run time
+        count = float(size) if isinstance(size, int) else _float(size)
         if transform == "ALIGNED":
-            scale = 0.0 if size <= 1 else (extent - 1) / (size - 1)
+            stretch = (length - 1.0) / (count - 1.0) if isinstance(size, UOp) or size > 1 else 0.0
+            scale = (
+                stretch if isinstance(size, int) else _where(size <= 1, _const(dtypes.float32, 0.0), stretch)
+            )
             offset = 0.0
         else:
-            scale = extent / size
+            scale = length / count
             offset = 0.5 * scale - 0.5 if transform == "SYMMETRIC" else 0.0
         x = out_ranges[axis].cast(dtypes.float32) * scale + offset
         base = _floor(x)
@@ -2166,16 +2268,16 @@ def _intrinsic_cubic_grid_sample(graph: Graph, op: Operation) -> list[LoweredKer
     instead of 2: the grid's last dimension holds the coordinates in reversed axis order (x first),
     mapped from [-1, 1] to pixels (``aligned``: the corner pixels' centres); taps ``floor(x) - 1 ..
     floor(x) + 2`` weighted by Keys' kernel (a = -0.75). Taps outside the input are zero (``ZEROS``),
-    the nearest border pixel (``REPLICATE``) or mirrored about the border pixel (``REFLECT``, as
-    ``|i <> -i : 2 * (s - 1) - i|``; what one reflection leaves outside is clamped)."""
+    the nearest border pixel (``REPLICATE``) or mirrored about the border pixels as often as it takes
+    (``REFLECT``, period ``2 * (s - 1)``, as the stdlib's ``_linear_grid_sample`` writes it). Input
+    extents decided at run time are read from their counters."""
     symbols = op.symbols
     data: TensorInfo = symbols["input"]
     grid: TensorInfo = symbols["grid"]
     output: TensorInfo = symbols["output"]
     padding, aligned = op.attribs["padding"], op.attribs["aligned"]
     shape = data.upper_shape
-    spatial = list(shape[2:])
-    d = len(spatial)
+    d = len(shape) - 2
     builder = _KernelBuilder(output, graph)
     out_ranges = [UOp.range(e, AxisType.LOOP, n) for n, e in enumerate(output.upper_shape)]
     batch, channel, points = out_ranges[0], out_ranges[1], out_ranges[2:]
@@ -2183,10 +2285,12 @@ def _intrinsic_cubic_grid_sample(graph: Graph, op: Operation) -> list[LoweredKer
     weight: Any = True
     gates: list[Any] = []
     positions: list[UOp] = []
-    for axis, (extent, tap) in enumerate(zip(spatial, taps, strict=True)):
+    for axis, tap in enumerate(taps):
+        extent = builder.extent(data.shape[2 + axis])  # an int, or the counted extent
+        size = float(extent) if isinstance(extent, int) else _float(extent)
         coordinate = builder.load(grid, _flat([batch, *points, d - 1 - axis], grid.upper_shape))
         g = (coordinate + 1.0) * 0.5
-        x = g * float(extent - 1) if aligned else g * float(extent) - 0.5
+        x = g * (size - 1.0) if aligned else g * size - 0.5
         tap_f = _floor(x) + (tap.cast(dtypes.float32) - 1.0)
         w = _keys_weight(_abs(x - tap_f), GRID_SAMPLE_CUBIC_A)
         weight = w if weight is True else weight * w
@@ -2196,7 +2300,7 @@ def _intrinsic_cubic_grid_sample(graph: Graph, op: Operation) -> list[LoweredKer
             positions.append(index)
             continue
         if padding == "REFLECT":
-            index = _where(index < 0, -index, _where(index >= extent, (2 * (extent - 1)) - index, index))
+            index = _reflect_index(index, extent)
         positions.append(_clamp_index(index, extent))
     sample = builder.load(data, _flat([batch, channel, *positions], shape), _and(gates))
     value = _reduce("+=", sample * weight, taps)
@@ -2206,6 +2310,21 @@ def _intrinsic_cubic_grid_sample(graph: Graph, op: Operation) -> list[LoweredKer
     return [
         LoweredKernel(
             op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="Keys cubic taps"
+        )
+    ]
+
+
+def _intrinsic_runtime_scalar(graph: Graph, op: Operation) -> list[LoweredKernel]:
+    """A rank-0 tensor computed from the counters of run-time extents (a ``RuntimeScalarOperation``)."""
+    output = graph.tensors[op.outputs[0]]
+    builder = _KernelBuilder(output, graph)
+    dtype = uop_dtype(output.dtype)
+    value = runtime_value(graph, op.attribs["value"], builder._counter)
+    stored = as_uop(value, dtype) if isinstance(value, UOp) else _const(dtype, _python_value(value, dtype))
+    store = UOp(Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), _const(INDEX, 0))), stored))
+    return [
+        LoweredKernel(
+            op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note=repr(op.attribs["value"])
         )
     ]
 
@@ -2501,6 +2620,7 @@ _INTRINSICS: dict[str, Callable[[Graph, Operation], list[LoweredKernel]]] = {
     "image.max_roi_pool": _intrinsic_roi_pool,
     "image.avg_roi_pool": _intrinsic_roi_pool,
     "algo.nonmax_suppress": _intrinsic_nms,
+    "runtime.scalar": _intrinsic_runtime_scalar,
 }
 
 
@@ -2512,6 +2632,7 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
     """The kernels of one operation of ``graph`` (none for a loop node: its body and condition are
     graphs of their own)."""
     if isinstance(op, LoopOperation):
+        graph.counts.update(op.counted)  # extents of its results that the runner counts
         return []
     busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
     busy.add(id(op))
@@ -2535,9 +2656,16 @@ def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:
     return _OperationLowering(graph, op).lower()
 
 
+# built-in kernels that read the actual value of their inputs' run-time extents
+_INTRINSICS_READING_EXTENTS = frozenset({"image._cubic_grid_sample", "image.cubic_resize", "runtime.scalar"})
+
+
 def _check_intrinsic_extents(graph: Graph, op: Operation) -> None:
     """The built-in kernels run over the upper bounds of their inputs: a data-dependent extent may
-    only pass through to an output (rows past the count are never read), not be read across."""
+    only pass through to an output (rows past the count are never read), not be read across,
+    except by the kernels that read the extents themselves."""
+    if op.type in _INTRINSICS_READING_EXTENTS:
+        return
     passed = {
         e for name in op.output_names() for e in graph.tensors[name].shape if isinstance(e, DynamicExtent)
     }
@@ -2558,10 +2686,30 @@ def _check_intrinsic_extents(graph: Graph, op: Operation) -> None:
 
 
 def operation_kernels(graph: Graph, op: Operation, backend: str = "python") -> list:
-    """The kernels of ``op`` as pipeline :class:`~uopviz.passes.kernel.Kernel` objects (tunable)."""
+    """The kernels of ``op`` as pipeline :class:`~uopviz.passes.kernel.Kernel` objects (tunable); for
+    a loop node, those of its body and condition (nested loops included), in program order."""
     from uopviz.passes.kernel import Kernel
 
+    if isinstance(op, LoopOperation):
+        return [
+            kernel
+            for sub in op.subgraphs.values()
+            for inner in sub.operations
+            for kernel in operation_kernels(sub, inner, backend)
+        ]
     return [Kernel(kernel.ast, backend, name_hint=kernel.name) for kernel in graph.lower(op)]
+
+
+def kernel_count(graph: Graph) -> int:
+    """How many kernels ``g.compile()`` gives, loop bodies and conditions (nested ones too) included:
+    the length of ``program.kernels``, whose order is the numbering of per-kernel opts."""
+    total = 0
+    for op in graph.operations:
+        if isinstance(op, LoopOperation):
+            total += sum(kernel_count(sub) for sub in op.subgraphs.values())
+        else:
+            total += len(graph.lower(op))
+    return total
 
 
 # ------------------------------------------------------------------------------------------------
@@ -2581,6 +2729,8 @@ def _lower_all(graph: Graph, progress: Callable[[int, int, Operation], None] | N
 
 
 def _buffer_spec(graph: Graph, kernels: list[LoweredKernel], name: str) -> tuple[DType, int]:
+    if name in graph.extent_inputs or name in graph.counts.values():
+        return dtypes.int32, 1  # the counter of a run-time extent
     tensor = graph.tensors.get(name)
     if tensor is not None:
         return uop_dtype(tensor.dtype), max(math.prod(tensor.upper_shape), 1)
@@ -2609,31 +2759,37 @@ def _step_reads(graph: Graph, step: list[Operation] | LoopOperation) -> set[str]
     return {name for op in step for kernel in graph.lower(op) for name in kernel.buffers}
 
 
-def _segment_opts(opts: Any, offset: int, count: int) -> Any:
-    """The opts of kernels ``offset .. offset + count`` of the graph (per-kernel choices re-indexed)."""
+def _per_kernel_list(opts: Any) -> bool:
+    """Whether ``opts`` is a sequence with one entry per kernel (not one list of Opt for all)."""
     from uopviz.passes.kernel import Opt
 
+    return isinstance(opts, list | tuple) and bool(opts) and not all(isinstance(item, Opt) for item in opts)
+
+
+def _segment_opts(opts: Any, offset: int, count: int) -> Any:
+    """The opts of kernels ``offset .. offset + count`` of the graph (per-kernel choices re-indexed;
+    choices by kernel name, one choice for every kernel and tuning records pass as they are)."""
     if isinstance(opts, dict):
         return {
             (key - offset if isinstance(key, int) else key): value
             for key, value in opts.items()
             if not isinstance(key, int) or offset <= key < offset + count
         }
-    if isinstance(opts, list | tuple) and opts and not all(isinstance(item, Opt) for item in opts):
+    if _per_kernel_list(opts):
         return list(opts[offset : offset + count])
     return opts
 
 
-def _subgraph_opts(opts: Any) -> Any:
-    """The opts a loop's body and condition compile with: choices made per kernel index do not
-    carry over to them (their kernels are other kernels), the rest does."""
-    from uopviz.passes.kernel import Opt
-
-    if isinstance(opts, dict):
-        return {key: value for key, value in opts.items() if not isinstance(key, int)}
-    if isinstance(opts, list | tuple) and opts and not all(isinstance(item, Opt) for item in opts):
-        return None
-    return opts
+def _loop_opts(opts: Any, offset: int, loop: LoopOperation) -> tuple[dict[str, Any], int]:
+    """The opts a loop's body and condition compile with: per-kernel choices numbered as in
+    ``program.kernels`` (the body's kernels after those before the loop, then the condition's), and
+    the offset after them."""
+    chosen: dict[str, Any] = {}
+    for role, sub in loop.subgraphs.items():
+        count = kernel_count(sub)
+        chosen[role] = _segment_opts(opts, offset, count)
+        offset += count
+    return chosen, offset
 
 
 def _compile_segment(
@@ -2715,12 +2871,19 @@ class GraphProgram:
     """
 
     def __init__(
-        self, graph: Graph, backend: str, opts: Any, steps: list[tuple[str, Any]], trace: Any
+        self,
+        graph: Graph,
+        backend: str,
+        opts: Any,
+        steps: list[tuple[str, Any]],
+        trace: Any,
+        loop_opts: dict[int, dict[str, Any]] | None = None,
     ) -> None:
         self.graph = graph
         self.backend = backend
         self.opts = opts
         self.nnef_steps = steps
+        self.nnef_loop_opts = loop_opts or {}  # id(loop) -> role -> the opts its sub-graph compiles with
         self.trace = trace
 
     def __repr__(self) -> str:
@@ -2735,8 +2898,9 @@ class GraphProgram:
             if kind == "kernels":
                 out.append(step)
             else:
-                for sub in step.subgraphs.values():
-                    compiled = sub.compile(self.backend, _subgraph_opts(self.opts))
+                chosen = self.nnef_loop_opts[id(step)]
+                for role, sub in step.subgraphs.items():
+                    compiled = sub.compile(self.backend, chosen[role])
                     out.extend(compiled._programs() if isinstance(compiled, GraphProgram) else [compiled])
         return out
 
@@ -2775,10 +2939,20 @@ def compile_graph(
     :class:`GraphProgram`: one Program per run of kernel operations between them, each loop's body
     and condition compiled as graphs of their own. ``progress(done, total, op)`` is called while
     lowering.
+
+    ``opts`` as for the pipeline's ``compile``; choices per kernel (a dict by index, one entry per
+    kernel) number the kernels as ``program.kernels`` lists them: in run order, each loop's body and
+    then condition kernels (nested loops included) where the loop runs. Choices by kernel name reach
+    the kernels of loop bodies as well.
     """
     from uopviz.core.rewrite import traced_pass, tracing
 
     kernels = _lower_all(graph, progress)
+    if _per_kernel_list(opts) and len(opts) < kernel_count(graph):
+        raise NNEFError(
+            f"opts has entries for {len(opts)} kernels; graph {graph.name} compiles to {kernel_count(graph)} "
+            f"(loop bodies and conditions included, in the order of program.kernels)"
+        )
     steps = _steps(graph)
     final = {*graph.outputs, *graph.counts.values(), *graph.updates.values()}
     read_after: list[set[str]] = [set() for _ in steps]
@@ -2787,13 +2961,15 @@ def compile_graph(
         read_after[position] = set(later)
         later |= _step_reads(graph, steps[position])
     compiled: list[tuple[str, Any]] = []
+    loop_opts: dict[int, dict[str, Any]] = {}
     offset = 0
     with tracing() as trace:
         for position, step in enumerate(steps):
             if isinstance(step, LoopOperation):
+                loop_opts[id(step)], offset = _loop_opts(opts, offset, step)
                 with traced_pass(f"loop {step.label}", None) as record:
-                    for sub in step.subgraphs.values():
-                        sub.compile(backend, _subgraph_opts(opts))
+                    for role, sub in step.subgraphs.items():
+                        sub.compile(backend, loop_opts[id(step)][role])
                     record.output = None
                 compiled.append(("loop", step))
                 continue
@@ -2814,13 +2990,21 @@ def compile_graph(
     if len(compiled) == 1 and compiled[0][0] == "kernels":
         program = compiled[0][1]
         program.nnef_steps = compiled
+        program.nnef_loop_opts = {}
         return program
-    return GraphProgram(graph, backend, opts, compiled, trace)
+    return GraphProgram(graph, backend, opts, compiled, trace, loop_opts)
 
 
 def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarray:
     tensor = graph.tensors[name] if name in graph.tensors else None
     if tensor is None:
+        if name in graph.extent_inputs:  # a counter a loop's runner fills
+            if name not in given:
+                raise NNEFError(
+                    f"the sub-graph {graph.name} reads the run-time extent '{name}' "
+                    f"({graph.extent_inputs[name]!r}), which the loop that runs it passes; give it by name"
+                )
+            return np.asarray(given[name], np.int32).reshape(1)
         raise NNEFError(f"the program reads '{name}', which the graph does not define")
     if name in given:
         array = np.asarray(given[name])
@@ -2846,21 +3030,58 @@ def _execute(graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) ->
         found = values.get(name)
         return found if found is not None else _input_array(graph, name, given)
 
+    def extent_of(extent: Any) -> int:
+        return extent if isinstance(extent, int) else _host_extent(extent, graph, ChainMap(values, given))
+
     for kind, step in compiled.nnef_steps:
         if kind == "kernels":
             results = step.run({position: fetch(name) for position, name in enumerate(step.nnef_inputs)})
             values.update(zip(step.nnef_outputs, results, strict=True))
         else:
-            values.update(_run_loop(step, fetch, backend, opts))
+            values.update(
+                _run_loop(step, graph, fetch, extent_of, backend, compiled.nnef_loop_opts[id(step)])
+            )
     return values
 
 
-def _run_loop(op: LoopOperation, fetch: Callable[[str], np.ndarray], backend: str, opts: Any) -> dict:
-    """A loop node on the host: test the condition, run the body, carry the values (§3)."""
-    sub_opts = _subgraph_opts(opts)
-    carried = [fetch(name) for name in op.carried]
+def _relayout(
+    array: np.ndarray, source: Sequence[int], target: Sequence[int], actual: Sequence[int]
+) -> np.ndarray:
+    """A tensor stored row-major over the upper shape ``source``, stored over ``target`` instead
+    (the elements inside the actual extents kept, the rest zero)."""
+    array = np.asarray(array).reshape(tuple(source))
+    if tuple(source) == tuple(target):
+        return array
+    out = np.zeros(tuple(target), array.dtype)
+    window = tuple(slice(0, extent) for extent in actual)
+    out[window] = array[window]
+    return out
+
+
+def _run_loop(
+    op: LoopOperation,
+    graph: Graph,
+    fetch: Callable[[str], np.ndarray],
+    extent_of: Callable[[Any], int],
+    backend: str,
+    sub_opts: dict[str, Any],
+) -> dict:
+    """A loop node on the host: test the condition, run the body, carry the values (§3).
+
+    Run-time extents: the body and condition get the actual extents of what they read in their
+    counters (:attr:`Graph.extent_inputs`); after each iteration the extents of the carried values
+    are read back from the body's counters, so a body that compresses what it carries hands the
+    next iteration the new extent. The results' extents that only the run knows are written to
+    their counters (``op.extent_outputs``)."""
+    carried_formals = [op.body.tensors[name] for name in op.body.inputs[: len(op.carried)]]
+    carried = [
+        np.asarray(fetch(name)).reshape(formal.upper_shape)
+        for name, formal in zip(op.carried, carried_formals, strict=True)
+    ]
+    carried_extents = [[extent_of(extent) for extent in graph.tensors[name].shape] for name in op.carried]
     scans = [[fetch(name) for name in pack] for pack in op.scans]
     captured = {name: fetch(name) for name in op.captures}
+    outer_extents: dict[str, int] = {}  # counters filled from the enclosing graph (fixed for the loop)
     bounds = [len(pack) for pack in op.scans]
     if isinstance(op.count, int):
         bounds.append(op.count)
@@ -2869,36 +3090,79 @@ def _run_loop(op: LoopOperation, fetch: Callable[[str], np.ndarray], backend: st
     bound = min(bounds, default=None)
     indexed = len(op.body.inputs) > len(op.carried) + len(op.scans)
 
-    def run(sub: Graph, step: int) -> list[np.ndarray]:
-        formals = [*carried, *(pack[step] for pack in scans)]
-        if indexed:
-            formals.append(np.array(step, np.int32))
-        given = {name: captured[name] for name in sub.captures}
-        given.update(zip(sub.inputs, formals, strict=True))
-        given = {name: np.asarray(a).reshape(sub.tensors[name].upper_shape) for name, a in given.items()}
-        values = _execute(sub, given, backend, sub_opts)
-        return [values[name] if name in values else _input_array(sub, name, given) for name in sub.outputs]
+    def counters(sub: Graph) -> dict[str, np.ndarray]:
+        out = {}
+        for counter, source in sub.extent_inputs.items():
+            if isinstance(source, tuple):  # ("carry", index, axis): the carried value's current extent
+                value = carried_extents[source[1]][source[2]]
+            else:
+                if counter not in outer_extents:
+                    outer_extents[counter] = extent_of(source)
+                value = outer_extents[counter]
+            out[counter] = np.array([value], np.int32)
+        return out
 
-    scanned: list[list[np.ndarray]] = [[] for _ in op.outputs[len(op.carried) :]]
+    def run(sub: Graph, step: int) -> tuple[list[np.ndarray], list[list[int]]]:
+        arguments = [*carried, *(pack[step] for pack in scans)]
+        if indexed:
+            arguments.append(np.array(step, np.int32))
+        given = {name: captured[name] for name in sub.captures}
+        given.update(zip(sub.inputs, arguments, strict=True))
+        given = {name: np.asarray(a).reshape(sub.tensors[name].upper_shape) for name, a in given.items()}
+        given.update(counters(sub))
+        values = _execute(sub, given, backend, sub_opts["body" if sub is op.body else "condition"])
+        known = ChainMap(values, given)
+        arrays = [values[name] if name in values else _input_array(sub, name, given) for name in sub.outputs]
+        extents = [
+            [
+                extent if isinstance(extent, int) else _host_extent(extent, sub, known)
+                for extent in sub.tensors[name].shape
+            ]
+            for name in sub.outputs
+        ]
+        return arrays, extents
+
+    scanned: list[list[tuple[np.ndarray, list[int]]]] = [[] for _ in op.outputs[len(op.carried) :]]
     step = 0
     while bound is None or step < bound:
         if op.condition is not None and (op.pretest or step > 0):
-            (test,) = run(op.condition, step)
+            (test,), _ = run(op.condition, step)
             if not bool(np.asarray(test).reshape(-1)[0]):
                 break
-        updated = run(op.body, step)
-        carried = updated[: len(op.carried)]
-        for outputs, value in zip(scanned, updated[len(op.carried) :], strict=True):
-            outputs.append(value)
+        if op.scan_limit is not None and step >= op.scan_limit:
+            raise NNEFError.at(
+                op.position,
+                f"loop '{op.label}' goes on to iteration {step + 1}, but the left side declares "
+                f"{op.scan_limit} items for its scan outputs (their upper bound); declare more items or "
+                f"bound the loop with a count (do..({op.scan_limit}))",
+            )
+        updated, extents = run(op.body, step)
+        for index, formal in enumerate(carried_formals):
+            source = op.body.tensors[op.body.outputs[index]]
+            carried[index] = _relayout(updated[index], source.upper_shape, formal.upper_shape, extents[index])
+            carried_extents[index] = extents[index]
+        for outputs, value, extent in zip(
+            scanned, updated[len(op.carried) :], extents[len(op.carried) :], strict=True
+        ):
+            outputs.append((value, extent))
         step += 1
-    results = dict(zip(op.outputs[: len(op.carried)], carried, strict=True))
+    results: dict[str, np.ndarray] = {}
+    for name, value, formal in zip(op.outputs[: len(op.carried)], carried, carried_formals, strict=True):
+        results[name] = value.reshape(formal.upper_shape)
     produced = op.body.outputs[len(op.carried) :]
     for names, values, source in zip(op.outputs[len(op.carried) :], scanned, produced, strict=True):
         tensor = op.body.tensors[source]
-        for item, name in enumerate(names):  # items past the last iteration are zero
+        for item, name in enumerate(names):  # items past the last iteration are zero (and empty)
             results[name] = (
-                values[item] if item < len(values) else np.zeros(tensor.upper_shape, tensor.numpy_dtype)
+                values[item][0] if item < len(values) else np.zeros(tensor.upper_shape, tensor.numpy_dtype)
             )
+    for counter, where in op.extent_outputs.items():
+        if where[0] == "carry":
+            value = carried_extents[where[1]][where[2]]
+        else:
+            _, output, item, axis = where
+            value = scanned[output][item][1][axis] if item < len(scanned[output]) else 0
+        results[counter] = np.array([value], np.int32)
     return results
 
 
@@ -2914,17 +3178,15 @@ def _needs_recompose(graph: Graph, given: dict[str, Any]) -> dict[str, tuple[int
 def _host_extent(extent: Any, graph: Graph, values: Mapping[str, np.ndarray]) -> int:
     """The value of a run-time extent after a run (from the counters its key is built of)."""
 
-    def value(key: Any) -> Any:
+    def leaf(key: Any) -> Any:
         counter = graph.counts.get(key)
         if counter is not None:
             return int(np.asarray(values[counter]).reshape(-1)[0])
-        if isinstance(key, tuple) and len(key) == 3 and isinstance(key[0], str) and key[0] in _EXTENT_OPS:
-            return PythonScalarOps().binary(key[0], value(key[1]), value(key[2]), ast.NOWHERE)
-        if isinstance(key, int) and not isinstance(key, bool):
-            return key
-        raise NNEFError(f"the run-time extent {extent!r} depends on a value that no kernel counts")
+        if isinstance(key, str):
+            raise NNEFError(f"the run-time extent {extent!r} depends on a value that no kernel counts")
+        return _LEAF
 
-    return max(0, min(int(value(extent.key)), int(extent.bound)))
+    return max(0, min(int(_evaluate_tree(extent.key, leaf, PythonScalarOps())), int(extent.bound)))
 
 
 def run_graph(
