@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 import numpy as np
-from run import measure, row
+from run import measure, row, settle
 
 import uopviz as uv
 from uopviz.backends import get
@@ -30,11 +30,12 @@ BEAM_S = float(os.environ.get("UOPVIZ_BENCH_BEAM_S", "30"))
 
 
 def _kernel_time(kernel: uv.Kernel, backend: str) -> float:
-    """Median seconds of the kernel on random inputs (isolated worker, 7 runs, 2 input copies)."""
+    """Median seconds of the kernel on random inputs (isolated worker, 10 warm-up runs, 15 timed,
+    2 input copies), after the previous measurement's threads settled."""
     lowered = kernel.lower(backend)
-    timing = time_kernel(
-        backend, lowered.source, lowered.name, lowered.random_arguments(), warmup=2, repeats=7, rotate=2
-    )
+    arrays = lowered.random_arguments()
+    settle()
+    timing = time_kernel(backend, lowered.source, lowered.name, arrays, warmup=10, repeats=15, rotate=2)
     return timing.median_s
 
 
