@@ -10,28 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from counted_graphs import counted_graph
 
 import uopviz as uv
 from uopviz import Ops
 from uopviz.nnef import NNEFError
-from uopviz.nnef.composer import compose
 
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
 RNG = np.random.default_rng(11)
-HEAD = """import math; import layout; import linalg; import nn; import algo;
-operator compress {
-    @input { x: real[n]; }
-    @output { y: real[k|n]; }
-    @lower { y[k] = x[i,], i < n | x[i,] > 0.0; }
-}
-"""
 
 
 def graph_of(inputs: str, outputs: str, body: str):
-    return compose(
-        f"{HEAD}graph G {{ @input {{ {inputs} }} @output {{ {outputs} }} @compose {{ {body} }} }}",
-        file="dynamic.sknd",
-    )
+    imports = ("math", "layout", "linalg", "nn", "algo")
+    return counted_graph(inputs, outputs, body, imports=imports, file="dynamic.sknd")
 
 
 def patterns(shape: tuple[int, ...]) -> list[np.ndarray]:

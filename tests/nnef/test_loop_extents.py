@@ -18,29 +18,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from counted_graphs import counted_graph
 
 import uopviz as uv
 from uopviz.nnef import NNEFError
-from uopviz.nnef.composer import compose
 from uopviz.nnef.graph import LoopOperation
 from uopviz.passes.kernel import Opt, OptOp
 
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
 RNG = np.random.default_rng(17)
-HEAD = """import math; import layout;
-operator compress {
-    @input { x: real[n]; }
-    @output { y: real[k|n]; }
-    @lower { y[k] = x[i,], i < n | x[i,] > 0.0; }
-}
-"""
 
 
 def graph_of(inputs: str, outputs: str, body: str):
-    return compose(
-        f"{HEAD}graph G {{ @input {{ {inputs} }} @output {{ {outputs} }} @compose {{ {body} }} }}",
-        file="loops.sknd",
-    )
+    return counted_graph(inputs, outputs, body, imports=("math", "layout"), file="loops.sknd")
 
 
 def vectors(n: int) -> list[np.ndarray]:

@@ -16,29 +16,20 @@ import warnings
 
 import numpy as np
 import pytest
+from counted_graphs import counted_graph
 
 import uopviz as uv
 from uopviz import Ops
 from uopviz.nnef import NNEFError
-from uopviz.nnef.composer import compose
 from uopviz.nnef.graph import RuntimeScalarOperation
 
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
 RNG = np.random.default_rng(31)
-HEAD = """import math; import layout; import nn; import image;
-operator compress {
-    @input { x: real[n]; }
-    @output { y: real[k|n]; }
-    @lower { y[k] = x[i,], i < n | x[i,] > 0.0; }
-}
-"""
 
 
 def graph_of(inputs: str, outputs: str, body: str, extra: str = ""):
-    return compose(
-        f"{HEAD}{extra}graph G {{ @input {{ {inputs} }} @output {{ {outputs} }} @compose {{ {body} }} }}",
-        file="runtime.sknd",
-    )
+    imports = ("math", "layout", "nn", "image")
+    return counted_graph(inputs, outputs, body, imports=imports, file="runtime.sknd", extra=extra)
 
 
 def vectors(n: int) -> list[np.ndarray]:
