@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import pytest
+from image_references import keys
 
 import uopviz as uv
 from uopviz.nnef.composer import compose
@@ -117,15 +118,6 @@ def test_roi_pool_bins_of_a_whole_image_are_its_pooling_windows():
 
 # ------------------------------------------------------------------------------------------------
 # cubic grid sampling
-
-
-def keys(t: float, a: float = -0.75) -> float:
-    t = abs(t)
-    if t <= 1:
-        return ((a + 2) * t - (a + 3)) * t * t + 1
-    if t < 2:
-        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return 0.0
 
 
 def cubic_grid_sample_reference(x, grid, padding, aligned):

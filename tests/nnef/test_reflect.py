@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 import pytest
+from image_references import keys
 
 import uopviz as uv
 from uopviz.nnef.composer import compose
@@ -32,15 +33,6 @@ def reflect_step_by_step(i: int, s: int) -> int:
     while not 0 <= i < s:
         i = -i if i < 0 else 2 * (s - 1) - i
     return i
-
-
-def keys(t: float, a: float = -0.75) -> float:
-    t = abs(t)
-    if t <= 1:
-        return ((a + 2) * t - (a + 3)) * t * t + 1
-    if t < 2:
-        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return 0.0
 
 
 def round_half_away(x: float) -> int:

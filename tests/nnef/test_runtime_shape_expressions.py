@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 import pytest
 from counted_graphs import counted_graph
+from image_references import keys
 
 import uopviz as uv
 from uopviz import Ops
@@ -217,15 +218,6 @@ def test_pools_over_a_counted_extent(backend):
 
 # ------------------------------------------------------------------------------------------------
 # resizing an axis whose extent is counted: the scale is a run-time value
-
-
-def keys(t: float, a: float = -0.75) -> float:
-    t = abs(t)
-    if t <= 1:
-        return ((a + 2) * t - (a + 3)) * t * t + 1
-    if t < 2:
-        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return 0.0
 
 
 def resize_reference(x: np.ndarray, size: int, mode: str, transform: str) -> np.ndarray:
