@@ -635,21 +635,28 @@ mulacc_fusion = PatternMatcher(
 # devectorization
 
 
-def _lane(x: UOp, i: int) -> UOp:
-    return UOp(Ops.GEP, (x,), (i,))
+def _splittable_alu(x: UOp) -> bool:
+    """A vector ALU op whose operands have its lanes (a BITCAST between lane sizes has none to split)."""
+    count = x.dtype.count
+    if count == 1 or any(s.dtype.count != count for s in x.src):
+        return False
+    return x.op is not Ops.BITCAST or x.src[0].dtype.scalar.itemsize == x.dtype.scalar.itemsize
+
+
+def _split_alu(x: UOp, width: int) -> UOp:
+    """``x`` as ops of ``width`` lanes each (1: scalar lanes), joined again by a VECTORIZE."""
+
+    def make(lanes: tuple[int, ...]) -> UOp:
+        arg = x.arg
+        if x.op in (Ops.CAST, Ops.BITCAST):
+            arg = x.dtype.scalar if width == 1 else x.dtype.scalar.vec(width)
+        return UOp(x.op, tuple(_piece(s, lanes) for s in x.src), arg)
+
+    return _chunked(x, width, make)
 
 
 def _devectorize_alu(x: UOp) -> UOp | None:
-    count = x.dtype.count
-    if count == 1 or any(s.dtype.count != count for s in x.src):
-        return None
-    arg = x.arg
-    if x.op in (Ops.CAST, Ops.BITCAST):
-        if x.op is Ops.BITCAST and x.src[0].dtype.scalar.itemsize != x.dtype.scalar.itemsize:
-            return None
-        arg = x.dtype.scalar
-    lanes = [UOp(x.op, tuple(_lane(s, i) for s in x.src), arg) for i in range(count)]
-    return UOp(Ops.VECTORIZE, tuple(lanes))
+    return _split_alu(x, 1) if _splittable_alu(x) else None
 
 
 def _gep_of_vectorize(g: UOp, v: UOp) -> UOp:
@@ -742,20 +749,9 @@ def _split_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
     widths = frozenset(vector_widths)
 
     def split_alu(x: UOp) -> UOp | None:
-        count = x.dtype.count
-        if count == 1 or count in widths or any(s.dtype.count != count for s in x.src):
+        if x.dtype.count in widths or not _splittable_alu(x):
             return None
-        if x.op is Ops.BITCAST and x.src[0].dtype.scalar.itemsize != x.dtype.scalar.itemsize:
-            return None
-        width = chunk_width(count, widths)
-
-        def make(lanes: tuple[int, ...]) -> UOp:
-            arg = x.arg
-            if x.op in (Ops.CAST, Ops.BITCAST):
-                arg = x.dtype.scalar if width == 1 else x.dtype.scalar.vec(width)
-            return UOp(x.op, tuple(_piece(s, lanes) for s in x.src), arg)
-
-        return _chunked(x, width, make)
+        return _split_alu(x, chunk_width(x.dtype.count, widths))
 
     def split_load(x: UOp) -> UOp | None:
         count = x.dtype.count
