@@ -3,7 +3,9 @@ Pipeline table, and every step naming its rule and the line where the rule is wr
 
 from __future__ import annotations
 
+import gc
 import linecache
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 import uopviz as uv
 from uopviz import Tensor
 from uopviz.backends import available
+from uopviz.core.tensor import buffer_data
 from uopviz.passes.kernel import Opt, OptOp
 from uopviz.passes.pipeline import STAGES
 
@@ -101,3 +104,57 @@ def test_trace_on_every_backend(backend: str) -> None:
     assert [p.name for p in program.trace.passes] == SPEC_STAGES
     render = program.trace.passes[-1]
     assert render.steps and render.steps[0].after.op is uv.Ops.PROGRAM
+
+
+@pytest.fixture
+def no_cyclic_collection():
+    """The cyclic garbage collector off: what is freed is freed by reference counting."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("backend", available())
+def test_a_dropped_program_frees_its_graphs_and_input_data_at_once(
+    backend: str, no_cyclic_collection
+) -> None:
+    # a trace, a kernel or a backend object in a reference cycle keeps every graph of the compile,
+    # and the Tensors' input arrays those graphs hold, until a full collection: in a notebook that
+    # recompiles big inputs, memory grew by the input's size per compile
+    rng = np.random.default_rng(3)
+    for shape in ((8, 8), (33, 17)):
+        data = rng.standard_normal(shape).astype(np.float32)
+        held_before = len(buffer_data)
+        x = Tensor(data)
+        outputs = [(x * 2 + 1).exp(), (x @ x.transpose()).sum(1)]
+        program = uv.compile(outputs, backend=backend, opts="heuristic")
+        exp_out, gemm_out = program.run()
+        np.testing.assert_allclose(exp_out, np.exp(data * 2 + 1), rtol=1e-5)
+        np.testing.assert_allclose(gemm_out, (data @ data.T).sum(1), rtol=1e-4, atol=1e-4)
+        assert any(step.graph is not None for step in program.trace.steps)  # frames built and cached
+        assert len(buffer_data) > held_before
+        stages = [weakref.ref(stage) for stage in program.trace.passes]
+        del x, outputs, program
+        assert len(buffer_data) == held_before
+        assert all(stage() is None for stage in stages)
+
+
+def test_a_step_kept_alone_still_shows_its_whole_graph() -> None:
+    # steps do not point back at their pass (that would be a cycle), yet one kept after its
+    # Program and Trace are gone still replays the graph after it
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal((6, 5)).astype(np.float32))
+
+    def shapes_of_graphs(steps: list) -> list[list[tuple]]:
+        # each graph as its ops and shapes in order (buffer numbers differ between compiles)
+        return [[(u.op, u.shape) for u in step.graph.toposort()] for step in steps]
+
+    program = uv.compile(x.softmax())
+    expected = shapes_of_graphs(program.trace.find("Rangeify").steps)
+    kept = uv.compile(x.softmax()).trace.find("Rangeify").steps  # its Program is dropped at once
+    assert len(kept) == len(expected) > 3
+    assert shapes_of_graphs(kept) == expected
+    assert len({len(graph) for graph in expected}) > 1  # the steps' graphs are not all alike

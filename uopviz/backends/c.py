@@ -185,31 +185,32 @@ PREFETCH_ITERATIONS = 8  # measured on gemm 1024: 4 → 50.8, 8 → 52.4, 16 →
 def linear_coefficient(expression: UOp, variable: UOp) -> int | None:
     """``c`` when ``expression`` is ``c * variable`` plus terms free of it (ADDs, MULs by constants
     and MULACCs by constants above it), else None."""
-    memo: dict[UOp, int | None] = {}
+    return _coefficient_of(expression, variable, {})
 
-    def walk(u: UOp) -> int | None:
-        if u is variable:
-            return 1
-        if u in memo:
-            return memo[u]
-        if u.op is Ops.ADD:
-            left, right = walk(u.src[0]), walk(u.src[1])
-            found = None if left is None or right is None else left + right
-        elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
-            inner = walk(u.src[0])
-            found = None if inner is None else inner * int(u.src[1].arg[0])
-        elif u.op is Ops.MUL and u.src[0].op is Ops.CONST:
-            inner = walk(u.src[1])
-            found = None if inner is None else inner * int(u.src[0].arg[0])
-        elif u.op is Ops.MULACC and u.src[1].op is Ops.CONST:  # a * c + b, fused by isel
-            inner, rest = walk(u.src[0]), walk(u.src[2])
-            found = None if inner is None or rest is None else inner * int(u.src[1].arg[0]) + rest
-        else:
-            found = None if any(s is variable for s in u.toposort()) else 0
-        memo[u] = found
-        return found
 
-    return walk(expression)
+def _coefficient_of(u: UOp, variable: UOp, memo: dict[UOp, int | None]) -> int | None:
+    """``linear_coefficient`` with its memo (a module function, not a closure that calls itself:
+    such a closure is a reference cycle)."""
+    if u is variable:
+        return 1
+    if u in memo:
+        return memo[u]
+    if u.op is Ops.ADD:
+        left, right = _coefficient_of(u.src[0], variable, memo), _coefficient_of(u.src[1], variable, memo)
+        found = None if left is None or right is None else left + right
+    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+        inner = _coefficient_of(u.src[0], variable, memo)
+        found = None if inner is None else inner * int(u.src[1].arg[0])
+    elif u.op is Ops.MUL and u.src[0].op is Ops.CONST:
+        inner = _coefficient_of(u.src[1], variable, memo)
+        found = None if inner is None else inner * int(u.src[0].arg[0])
+    elif u.op is Ops.MULACC and u.src[1].op is Ops.CONST:  # a * c + b, fused by isel
+        inner, rest = _coefficient_of(u.src[0], variable, memo), _coefficient_of(u.src[2], variable, memo)
+        found = None if inner is None or rest is None else inner * int(u.src[1].arg[0]) + rest
+    else:
+        found = None if any(s is variable for s in u.toposort()) else 0
+    memo[u] = found
+    return found
 
 
 def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:

@@ -322,80 +322,82 @@ class RewriteStep:
     before: UOp
     after: UOp
     index: int
-    _owner: PassTrace = field(repr=False)
+    _replay: _PassReplay = field(repr=False)
 
     @property
     def graph(self) -> UOp:
         """The whole graph (the pass's root) right after this step."""
-        return self._owner.graph_after(self)
+        return self._replay.graph_after(self)
 
 
-@dataclass(eq=False)
-class PassTrace:
-    """The record of one pass (or of a stage grouping several passes): its input, output, steps,
-    nested passes and duration.
+@dataclass(eq=False, frozen=True)
+class _StepRecord:
+    """What replaying needs of one of a pass's own steps (a step object itself would point back)."""
 
-    :meth:`graph_after` gives the pass's whole graph after any of its steps, nested ones included.
+    before: UOp
+    after: UOp
+    index: int
+
+
+class _PassReplay:
+    """Rebuilds one pass's whole graph after any of its steps, nested passes' steps included.
+
+    Steps point here for :attr:`RewriteStep.graph`; nothing here points back at a step object (own
+    steps are kept as :class:`_StepRecord`, nested passes as their :class:`PassTrace`, which point
+    only further down).  So a finished trace holds no reference cycle, and a dropped Program frees
+    its graphs, and the input arrays they hold, at once rather than at the next cyclic collection.
+
     The pass's own steps are replayed on its input: a rule's step substitutes what it matched, a
     step recorded by hand replaces its ``before`` once or gives its whole graph explicitly.  A
     nested pass's graph is put back where that pass's input sits in this pass's graph.
     """
 
-    name: str
-    input: UOp | None = None
-    output: UOp | None = None
-    steps: list[RewriteStep] = field(default_factory=list)
-    passes: list[PassTrace] = field(default_factory=list)
-    duration_s: float = 0.0
-    _own_steps: list[RewriteStep] = field(default_factory=list, repr=False)
-    _graph_memo: dict[int, UOp | None] = field(default_factory=dict, repr=False)
-    _explicit_graphs: dict[int, GraphFrame] = field(default_factory=dict, repr=False)
-    # own steps recorded by hand (PassRecorder.step), replayed as one substitution: their ``after``
-    # may hold their ``before`` (a PROGRAM wrapping its LINEAR), which a closure would wrap again
-    _hand_steps: set[int] = field(default_factory=set, repr=False)
-    # own steps and nested passes, in the order they happened
-    _events: list[RewriteStep | PassTrace] = field(default_factory=list, repr=False)
-    _event_index: dict[int, int] = field(default_factory=dict, repr=False)
-    _contains: dict[int, bool] = field(default_factory=dict, repr=False)
-    _embedded: dict[tuple[int, int], tuple[UOp, UOp]] = field(default_factory=dict, repr=False)
-    _memo_size: tuple[int, int] = field(default=(0, 0), repr=False)
+    def __init__(self, root: UOp | None):
+        self.input = root
+        # own steps and nested passes, in the order they happened
+        self.events: list[_StepRecord | PassTrace] = []
+        self.own_positions: list[int] = []  # own step index -> its position in ``events``
+        self.explicit_graphs: dict[int, GraphFrame] = {}
+        # own steps recorded by hand (PassRecorder.step), replayed as one substitution: their
+        # ``after`` may hold their ``before`` (a PROGRAM wrapping its LINEAR), which a closure would
+        # wrap again
+        self.hand_steps: set[int] = set()
+        self._nested_index: dict[int, int] = {}  # id of a nested pass's step -> event position
+        self._graph_memo: dict[int, UOp | None] = {}
+        self._contains: dict[int, bool] = {}
+        self._embedded: dict[tuple[int, int], tuple[UOp, UOp]] = {}
+        self._memo_size = 0
 
-    @property
-    def changed(self) -> bool:
-        """True when the pass rewrote anything."""
-        return bool(self.steps) or (
-            self.input is not None and self.output is not None and self.input is not self.output
-        )
+    # -- recording --------------------------------------------------------------------------------
+    def add_pass(self, nested: PassTrace) -> None:
+        self.events.append(nested)
 
-    def walk(self) -> Iterator[PassTrace]:
-        """This pass and every nested pass, depth first."""
-        yield self
-        for child in self.passes:
-            yield from child.walk()
+    def add_step(self, before: UOp, after: UOp, graph: GraphFrame | None, by_hand: bool) -> int:
+        """Record an own step; returns its index among the pass's own steps."""
+        index = len(self.own_positions)
+        if graph is not None:
+            self.explicit_graphs[index] = graph
+        if by_hand:
+            self.hand_steps.add(index)
+        self.own_positions.append(len(self.events))
+        self.events.append(_StepRecord(before, after, index))
+        return index
 
+    # -- frames -----------------------------------------------------------------------------------
     def graph_after(self, step: RewriteStep) -> UOp:
-        """The whole graph right after ``step``, a step of this pass or of a nested pass at any depth
-        (memoised): this pass's graph, or the graph of the nested pass that helped build one of this
-        pass's own steps (see :meth:`_frame`).  A pass recorded without an input shows the step's
-        ``after``."""
-        return self._frame(step, before=False)[0]
+        return self.frame(step, before=False)[0]
 
-    def graph_before(self, step: RewriteStep) -> UOp | None:
-        """The whole graph right before ``step``, in the same frame as :meth:`graph_after` (None when
-        the pass has no input there)."""
-        return self._frame(step, before=True)[0]
-
-    def _frame(self, step: RewriteStep, before: bool) -> tuple[UOp | None, bool]:
+    def frame(self, step: RewriteStep, before: bool) -> tuple[UOp | None, bool]:
         """The graph around ``step`` and whether it is this pass's graph.  A nested pass's graph is
         put in this pass's graph when the nested pass is part of this pass's work (this pass records
         no steps of its own: a stage and its passes).  A nested pass that helped build one of this
         pass's own steps (a rule rewriting with rules of its own) works on a graph of its own, which
         is then shown as it is, here and above."""
         event = self._event_of(step)
-        entry = self._events[event]
+        entry = self.events[event]
         if isinstance(entry, PassTrace):
-            inner, in_frame = entry._frame(step, before)
-            if inner is None or not in_frame or self._own_steps:
+            inner, in_frame = entry._replay.frame(step, before)
+            if inner is None or not in_frame or self.own_positions:
                 return inner, False
             return self._embed(event, self._state_after(event - 1), inner), True
         if before:
@@ -403,25 +405,27 @@ class PassTrace:
         graph = self._state_after(event)
         return (step.after, True) if graph is None else (graph, True)
 
-    # -- replay -----------------------------------------------------------------------------------
     def _event_of(self, step: RewriteStep) -> int:
-        if len(self._event_index) != len(self.steps):  # (re)built once recording went on
-            self._event_index = {}
-            for position, entry in enumerate(self._events):
-                for s in entry.steps if isinstance(entry, PassTrace) else (entry,):
-                    self._event_index[id(s)] = position
-        try:
-            return self._event_index[id(step)]
-        except KeyError:
-            raise KeyError(
-                f"step {step.rule!r} of pass {step.pass_name!r} is not a step of pass {self.name!r}"
-            ) from None
+        if step._replay is self:
+            return self.own_positions[step.index]
+        position = self._nested_index.get(id(step))
+        if position is None:  # (re)built once recording went on
+            self._nested_index = {
+                id(s): p
+                for p, entry in enumerate(self.events)
+                if isinstance(entry, PassTrace)
+                for s in entry.steps
+            }
+            position = self._nested_index.get(id(step))
+        if position is None:
+            raise KeyError(f"step {step.rule!r} of pass {step.pass_name!r} is not a step of this pass")
+        return position
 
     def _embed(self, event: int, around: UOp | None, inner: UOp) -> UOp:
         """``inner`` (a graph of the nested pass at ``event``) put in this pass's graph ``around``
         where that pass's input sits; ``inner`` itself when the input is not part of ``around``
         (the nested pass rebuilt the whole graph)."""
-        child = self._events[event]
+        child = self.events[event]
         assert isinstance(child, PassTrace)
         if around is None or child.input is None or child.input is around:
             return inner
@@ -441,11 +445,11 @@ class PassTrace:
         """This pass's graph after its first ``event + 1`` events (the input for -1)."""
         if event < 0:
             return self.input
-        if self._memo_size != (len(self._events), len(self._own_steps)):  # recorded more since
+        if self._memo_size != len(self.events):  # recorded more since
             self._graph_memo.clear()
             self._embedded.clear()
             self._contains.clear()
-            self._memo_size = (len(self._events), len(self._own_steps))
+            self._memo_size = len(self.events)
         if event in self._graph_memo:
             return self._graph_memo[event]
         start = next((p for p in range(event - 1, -1, -1) if p in self._graph_memo), -1)
@@ -457,9 +461,9 @@ class PassTrace:
         while first >= 0 and self._is_rule_step(first):
             first -= 1
         for p in range(first + 1, start + 1):
-            run[self._events[p].before] = self._events[p].after
+            run[self.events[p].before] = self.events[p].after
         for position in range(start + 1, event + 1):
-            entry = self._events[position]
+            entry = self.events[position]
             if graph is not None and self._is_rule_step(position):
                 run[entry.before] = entry.after
                 if position == event or not self._is_rule_step(position + 1):
@@ -470,9 +474,9 @@ class PassTrace:
                 # a nested pass is part of this pass's work when this pass records no steps of its
                 # own (a stage and its passes); otherwise it helped build one of those steps (a
                 # rule that rewrites with rules of its own), which then shows its result
-                if entry.output is not None and not self._own_steps:
+                if entry.output is not None and not self.own_positions:
                     graph = self._embed(position, graph, entry.output)
-            elif entry.index in self._explicit_graphs:
+            elif entry.index in self.explicit_graphs:
                 graph = self._explicit_graph(entry.index)
             else:
                 graph = entry.after if graph is None else substitute(graph, {entry.before: entry.after})
@@ -480,20 +484,73 @@ class PassTrace:
         return graph
 
     def _is_rule_step(self, event: int) -> bool:
-        if event >= len(self._events):
+        if event >= len(self.events):
             return False
-        entry = self._events[event]
+        entry = self.events[event]
         return (
-            isinstance(entry, RewriteStep)
-            and entry.index not in self._hand_steps
-            and entry.index not in self._explicit_graphs
+            isinstance(entry, _StepRecord)
+            and entry.index not in self.hand_steps
+            and entry.index not in self.explicit_graphs
         )
 
     def _explicit_graph(self, own: int) -> UOp:
-        frame = self._explicit_graphs[own]
+        frame = self.explicit_graphs[own]
         if not isinstance(frame, UOp):
-            frame = self._explicit_graphs[own] = frame()
+            frame = self.explicit_graphs[own] = frame()
         return frame
+
+
+@dataclass(eq=False)
+class PassTrace:
+    """The record of one pass (or of a stage grouping several passes): its input, output, steps,
+    nested passes and duration.
+
+    :meth:`graph_after` gives the pass's whole graph after any of its steps, nested ones included
+    (see :class:`_PassReplay` for how it is rebuilt).
+    """
+
+    name: str
+    input: UOp | None = None
+    output: UOp | None = None
+    steps: list[RewriteStep] = field(default_factory=list)
+    passes: list[PassTrace] = field(default_factory=list)
+    duration_s: float = 0.0
+    _replay: _PassReplay = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._replay = _PassReplay(self.input)
+
+    @property
+    def changed(self) -> bool:
+        """True when the pass rewrote anything."""
+        return bool(self.steps) or (
+            self.input is not None and self.output is not None and self.input is not self.output
+        )
+
+    def walk(self) -> Iterator[PassTrace]:
+        """This pass and every nested pass, depth first."""
+        yield self
+        for child in self.passes:
+            yield from child.walk()
+
+    def graph_after(self, step: RewriteStep) -> UOp:
+        """The whole graph right after ``step``, a step of this pass or of a nested pass at any depth
+        (memoised): this pass's graph, or the graph of the nested pass that helped build one of this
+        pass's own steps.  A pass recorded without an input shows the step's ``after``."""
+        return self._frame(step, before=False)[0]
+
+    def graph_before(self, step: RewriteStep) -> UOp | None:
+        """The whole graph right before ``step``, in the same frame as :meth:`graph_after` (None when
+        the pass has no input there)."""
+        return self._frame(step, before=True)[0]
+
+    def _frame(self, step: RewriteStep, before: bool) -> tuple[UOp | None, bool]:
+        try:
+            return self._replay.frame(step, before)
+        except KeyError:
+            raise KeyError(
+                f"step {step.rule!r} of pass {step.pass_name!r} is not a step of pass {self.name!r}"
+            ) from None
 
 
 class Trace:
@@ -528,7 +585,7 @@ class Trace:
         record = PassTrace(name, input=root)
         if self._open:
             self._open[-1].passes.append(record)
-            self._open[-1]._events.append(record)
+            self._open[-1]._replay.add_pass(record)
         else:
             self.passes.append(record)
         self._open.append(record)
@@ -549,14 +606,8 @@ class Trace:
         by_hand: bool = False,
     ) -> RewriteStep:
         innermost = self._open[-1]
-        position = len(innermost._own_steps)
-        step = RewriteStep(innermost.name, rule_name, location, before, after, position, innermost)
-        if graph is not None:
-            innermost._explicit_graphs[position] = graph
-        if by_hand:
-            innermost._hand_steps.add(position)
-        innermost._own_steps.append(step)
-        innermost._events.append(step)
+        position = innermost._replay.add_step(before, after, graph, by_hand)
+        step = RewriteStep(innermost.name, rule_name, location, before, after, position, innermost._replay)
         for record in self._open:
             record.steps.append(step)
         return step

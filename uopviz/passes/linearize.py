@@ -123,19 +123,30 @@ class Block:
 
     kind: str  # "root", "loop", "if"
     opener: UOp | None
-    parent: Block | None
-    depth: int
+    # the openers of the blocks around this one, outermost first (the root's is None).  Not parent
+    # blocks: a parent and its children pointing at each other would leave every linearized
+    # kernel's blocks to the cyclic garbage collector.
+    around: tuple[UOp | None, ...]
     nodes: list[UOp] = field(default_factory=list)
     children: list[Block] = field(default_factory=list)
     closers: list[UOp] = field(default_factory=list)  # the END uops of a loop
     priority: int = 1 << 60
 
-    def chain(self) -> list[Block]:
-        out, block = [], self
-        while block is not None:
-            out.append(block)
-            block = block.parent
-        return out[::-1]
+    @property
+    def depth(self) -> int:
+        return len(self.around)
+
+    def inside(self, other: Block) -> bool:
+        """True when this block is ``other`` or nested in it."""
+        if other is self or other.kind == "root":
+            return True
+        return any(opener is other.opener for opener in self.around)
+
+    def open_child(self, kind: str, opener: UOp) -> Block:
+        """A new block inside this one."""
+        child = Block(kind, opener, (*self.around, self.opener))
+        self.children.append(child)
+        return child
 
 
 def _ranges_in_scope(order: Sequence[UOp]) -> dict[UOp, frozenset[UOp]]:
@@ -188,7 +199,7 @@ def linearize(ast: UOp, name: str) -> UOp:
     for u in order:
         if u.op is Ops.END:
             closers.setdefault(u.src[-1], []).append(u)
-    root = Block("root", None, None, 0)
+    root = Block("root", None, ())
     loop_of: dict[UOp, Block] = {}
 
     def depth_of(block: Block) -> int:
@@ -198,8 +209,7 @@ def linearize(ast: UOp, name: str) -> UOp:
     output_chain = kernel_order([r for r in ranges if r not in closers])
     parent = root
     for r in output_chain:
-        block = Block("loop", r, parent, parent.depth + 1)
-        parent.children.append(block)
+        block = parent.open_child("loop", r)
         loop_of[r] = block
         parent = block
     pending = [r for r in ranges if r in closers]
@@ -210,8 +220,7 @@ def linearize(ast: UOp, name: str) -> UOp:
             if not all(s in loop_of for s in around):
                 continue
             parent_block = max((loop_of[s] for s in around), key=depth_of, default=root)
-            block = Block("loop", r, parent_block, parent_block.depth + 1)
-            parent_block.children.append(block)
+            block = parent_block.open_child("loop", r)
             loop_of[r] = block
             pending = [p for p in pending if p is not r]
             progressed = True
@@ -233,16 +242,14 @@ def linearize(ast: UOp, name: str) -> UOp:
             continue
         loops = [loop_of[r] for r in scope[u]]
         deepest = max(loops, key=depth_of, default=root)
-        chain = deepest.chain()
-        if any(loop not in chain for loop in loops):
+        if not all(deepest.inside(loop) for loop in loops):
             raise LinearizeError(f"kernel {name}: {u.op.name} depends on loops that do not nest "
                                  f"({sorted(r.arg for r in scope[u])})")
         if u.op is Ops.STORE and len(u.src) > 2 and u.src[2].dtype.count == 1:
             key = (id(deepest), u.src[2])
             block = if_blocks.get(key)
             if block is None:
-                block = Block("if", u.src[2], deepest, deepest.depth + 1)
-                deepest.children.append(block)
+                block = deepest.open_child("if", u.src[2])
                 if_blocks[key] = block
             deepest = block
         deepest.nodes.append(u)
