@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -189,3 +191,20 @@ def test_dask_local_cluster_runs_the_evaluation() -> None:
         )
     assert result.best.ok and result.best.run_s > 0
     assert len([c for c in result.candidates if c.ok]) > 2
+
+
+@needs_c
+def test_a_script_without_a_main_guard_is_told_why_beam_failed(tmp_path) -> None:
+    # the compile processes are spawned and import the script, which starts BEAM again in each of
+    # them and dies: the error names the fix instead of only "BrokenProcessPool"
+    script = tmp_path / "tune.py"
+    script.write_text(
+        "import numpy as np, uopviz as uv\n"
+        "from uopviz.passes.beam import beam_search\n"
+        "a = np.ones((16, 16), np.float32)\n"
+        "kernel = uv.compile([uv.Tensor(a) @ uv.Tensor(a)], backend='c').kernels[0]\n"
+        "beam_search(kernel, width=1, rounds=1, budget_s=20, progress=False, cache=False, workers=1)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert done.returncode != 0
+    assert "no candidate ran" in done.stderr and "if __name__ == '__main__':" in done.stderr

@@ -660,6 +660,14 @@ def _verify_finalists(
     return min(verified, key=lambda c: c.verified_s) if verified else None
 
 
+# Compile processes are spawned (a forked copy of a process running OpenMP threads can hang), so
+# they import the caller's main module: a script without a main guard runs its search again in each.
+BROKEN_POOL_HINT = (
+    "(a compile process died; from a Python script, call BEAM under `if __name__ == '__main__':`, "
+    "since its compile processes are spawned and import the script)"
+)
+
+
 def _make_pool(workers: int | None) -> concurrent.futures.ProcessPoolExecutor:
     count = workers or max(1, min(4, os.cpu_count() or 1))
     return concurrent.futures.ProcessPoolExecutor(
@@ -698,7 +706,11 @@ def _evaluate_locally(
             candidate.error = f"compile took longer than {timeout_s:g} s"
             finish(candidate)
             continue
-        except Exception as error:  # noqa: BLE001 - a broken pool process: this candidate's error
+        except concurrent.futures.process.BrokenProcessPool as error:
+            candidate.error = f"{type(error).__name__}: {error} {BROKEN_POOL_HINT}"
+            finish(candidate)
+            continue
+        except Exception as error:  # noqa: BLE001 - a failed compile job: this candidate's error
             candidate.error = f"{type(error).__name__}: {error}"
             finish(candidate)
             continue
