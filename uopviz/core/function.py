@@ -66,21 +66,7 @@ def substitute_in_scope(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
 
 def nodes_in_scope(root: UOp) -> list[UOp]:
     """The UOps of ``root``'s graph outside nested FUNCTION bodies, sources first."""
-    order: list[UOp] = []
-    visited: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        node, ready = stack.pop()
-        if ready:
-            order.append(node)
-            continue
-        if node in visited:
-            continue
-        visited.add(node)
-        stack.append((node, True))
-        scoped = node.src[1:] if node.op is Ops.FUNCTION else node.src
-        stack.extend((s, False) for s in reversed(scoped) if s not in visited)
-    return order
+    return toposort([root], lambda node: node.src[1:] if node.op is Ops.FUNCTION else node.src)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -513,8 +513,11 @@ class UOp(metaclass=_UOpMeta):
 # graph walks
 
 
-def toposort(roots: Sequence[UOp]) -> list[UOp]:
-    """Every UOp reachable from ``roots``, each once, sources before users."""
+def toposort(roots: Sequence[UOp], sources: Callable[[UOp], Sequence[UOp]] | None = None) -> list[UOp]:
+    """Every UOp reachable from ``roots``, each once, sources before users.
+
+    ``sources`` chooses which sources of a node to follow (default: all of ``src``): a view that
+    leaves out FUNCTION bodies, PARAM shapes or folded constants walks the graph the same way."""
     order: list[UOp] = []
     visited: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(roots)]
@@ -527,7 +530,7 @@ def toposort(roots: Sequence[UOp]) -> list[UOp]:
             continue
         visited.add(node)
         stack.append((node, True))
-        for s in reversed(node.src):
+        for s in reversed(node.src if sources is None else sources(node)):
             if s not in visited:
                 stack.append((s, False))
     return order

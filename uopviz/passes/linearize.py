@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
-from uopviz.core.uop import UOp
+from uopviz.core.uop import UOp, toposort
 from uopviz.passes.indexing import iconst
 from uopviz.passes.kernel import REDUCE_TYPES, kernel_order, ranges_of
 
@@ -172,21 +172,7 @@ def _ranges_in_scope(order: Sequence[UOp]) -> dict[UOp, frozenset[UOp]]:
 
 def _graph_order(root: UOp) -> list[UOp]:
     """Topological order of the kernel graph; a PARAM's shape is not part of the program."""
-    order: list[UOp] = []
-    seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        if node.op is not Ops.PARAM:
-            stack.extend((s, False) for s in reversed(node.src) if s not in seen)
-    return order
+    return toposort([root], lambda node: () if node.op is Ops.PARAM else node.src)
 
 
 def linearize(ast: UOp, name: str) -> UOp:

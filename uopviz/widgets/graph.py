@@ -31,7 +31,7 @@ import networkx as nx
 
 from uopviz.core.dtype import DType
 from uopviz.core.ops import AxisType, GroupOp, Ops
-from uopviz.core.uop import BufferArg, ParamArg, UOp, format_device, inline_text
+from uopviz.core.uop import BufferArg, ParamArg, UOp, format_device, inline_text, toposort
 from uopviz.widgets import layered
 
 #: Above this many nodes ``engine="auto"`` skips ``dot`` (its crossing minimisation grows fast)
@@ -181,24 +181,12 @@ def _collapsed_set(root: UOp, order: list[UOp], collapse: bool | Iterable[Any] |
 def _visible(root: UOp, collapsed: set[UOp], fold_constants: bool) -> list[UOp]:
     """The UOps drawn as nodes, sources before users: everything reachable from ``root`` except
     folded constants and what only a collapsed body reaches."""
-    seen: set[UOp] = set()
-    order: list[UOp] = []
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
+
+    def drawn_sources(node: UOp) -> list[UOp]:
         sources = node.src[1:] if node in collapsed else node.src
-        for s in reversed(sources):
-            if s in seen or (fold_constants and is_foldable(s)):
-                continue
-            stack.append((s, False))
-    return order
+        return [s for s in sources if not (fold_constants and is_foldable(s))]
+
+    return toposort([root], drawn_sources)
 
 
 def _body_size(function: UOp) -> int:

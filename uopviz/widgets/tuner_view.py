@@ -161,21 +161,19 @@ class KernelTuner(widgets.VBox):
             from uopviz.widgets.views import GraphView
 
             self.graph = GraphView(height=560)  # a kernel is tall: room to read its labels
-        self._wire()
-        controls = widgets.HBox(
-            [
-                self.axis,
-                self.factor,
-                self.target,
-                self.top,
-                self.multiple,
-                self.other_axis,
-                self.tc_select,
-                self.tc_opt,
-                self.tc_mode,
-            ],
-            layout=widgets.Layout(flex_flow="row wrap"),
+        self.parameter_controls = (
+            self.axis,
+            self.factor,
+            self.target,
+            self.top,
+            self.multiple,
+            self.other_axis,
+            self.tc_select,
+            self.tc_opt,
+            self.tc_mode,
         )
+        self._wire()
+        controls = widgets.HBox(list(self.parameter_controls), layout=widgets.Layout(flex_flow="row wrap"))
         actions = widgets.HBox(
             [
                 self.apply_button,
@@ -237,17 +235,7 @@ class KernelTuner(widgets.VBox):
             "NOLOCALS": (),
             "TC": (self.axis, self.tc_select, self.tc_opt, self.tc_mode),
         }[self.op.value]
-        for control in (
-            self.axis,
-            self.factor,
-            self.target,
-            self.top,
-            self.multiple,
-            self.other_axis,
-            self.tc_select,
-            self.tc_opt,
-            self.tc_mode,
-        ):
+        for control in self.parameter_controls:
             control.layout.display = "" if any(control is v for v in visible) else "none"
         self.axis.description = "reduce #" if self.op.value == "TC" else "axis"
         if self.op.value == "TC":
