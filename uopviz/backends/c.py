@@ -823,44 +823,36 @@ class CStyleRenderer:
         return "\n".join(out)
 
 
-class _RenderState:
-    """One rendering of one LINEAR program (names, scopes, emitted lines)."""
+class LinearRenderState:
+    """The bookkeeping every renderer of a LINEAR program needs, whatever text it writes: fresh
+    names, the scope each value was defined in (a use outside it is an error, not wrong code), AFTER
+    as a passthrough, and the kernel's PARAM table.  Subclasses set up ``scopes`` (the function's
+    scope first) and say how names and errors are spelled."""
 
-    def __init__(self, renderer: CStyleRenderer, linear: UOp):
-        self.r = renderer
+    name_prefix = ""  # LLVM's SSA names start with "%"
+    dialect: str  # the language, first word of every error (each subclass says)
+    scopes: list  # open scopes, the function's first: each has a ``number``
+
+    def __init__(self, linear: UOp):
         self.linear = linear
         self.program: tuple[UOp, ...] = linear.src
         self.names: dict[UOp, str] = {}
-        self.addresses: dict[UOp, Address] = {}
+        self.addresses: dict[UOp, Any] = {}
         self.defined_in: dict[UOp, tuple[int, ...]] = {}
-        self.scopes: list[Scope] = [Scope(None, "function", 0)]
-        self.scope_numbers = 0
-        self.lines: list[str] = []
-        self.top_lines: list[str] = []
-        self.typedefs: dict[str, str] = {}
-        self.helpers: dict[str, str] = {}
         self.counters: dict[str, int] = {}
-        self.parallel_depth = 0
+        self.scope_numbers = 0
         self.position = 0
-        self.register_scopes: dict[UOp, tuple[UOp | None, ...]] = {}
-        self.pending_registers: dict[UOp | None, list[UOp]] = {}
-        self.register_widths: dict[UOp, int] = {}  # REG buffers kept in variables: lanes per variable
-        self.vector_masks: dict[UOp, str] = {}  # vector comparisons: the 0/-1 mask variable of each
 
-    # -- bookkeeping --------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
         number = self.counters.get(prefix, 0)
         self.counters[prefix] = number + 1
-        return f"{prefix}{number}"
+        return f"{self.name_prefix}{prefix}{number}"
 
     def fail(self, u: UOp, problem: str) -> RenderError:
         return RenderError(
-            f"{self.r.dialect}: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
+            f"{self.dialect}: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
             f"{self.linear.arg!r}: {problem}"
         )
-
-    def emit(self, line: str) -> None:
-        self.lines.append("  " * len(self.scopes) + line)
 
     def scope_path(self) -> tuple[int, ...]:
         return tuple(s.number for s in self.scopes)
@@ -869,6 +861,73 @@ class _RenderState:
         self.names[u] = name
         self.defined_in[u] = self.scope_path()
         return name
+
+    def render_after(self, u: UOp) -> None:
+        source = u.src[0]
+        if source in self.names:
+            self.names[u] = self.names[source]
+            if source in self.defined_in:
+                self.defined_in[u] = self.defined_in[source]
+        if source in self.addresses:
+            self.addresses[u] = self.addresses[source]
+
+    def collect_params(self) -> list[tuple[KernelParam, str]]:
+        """The kernel's parameters in slot order, each with its argument name; a PARAM is written
+        when a STORE, CUSTOM or ATOMIC_ADD reaches it."""
+        self.param_uops: dict[int, UOp] = {}
+        written: set[int] = set()
+        for u in self.program:
+            if u.op is Ops.PARAM:
+                slot = u.arg.slot
+                if slot in self.param_uops and self.param_uops[slot] is not u:
+                    raise self.fail(u, f"two different PARAMs share slot {slot}")
+                self.param_uops[slot] = u
+            if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+                target = _underlying_buffer(u.src[0].src[0])
+                if target.op is Ops.PARAM:
+                    written.add(target.arg.slot)
+            if u.op in (Ops.CUSTOM, Ops.ATOMIC_ADD):
+                written.update(s.arg.slot for s in u.toposort() if s.op is Ops.PARAM)
+        slots = sorted(self.param_uops)
+        if slots != list(range(len(slots))):
+            raise RenderError(
+                f"{self.dialect}: kernel {self.linear.arg!r} has PARAM slots {slots}; "
+                f"slots must be 0..n-1 (they are the argument positions)"
+            )
+        out = []
+        for slot in slots:
+            u = self.param_uops[slot]
+            size = u.shape[0] if u.shape else 1
+            parameter = KernelParam(slot, u.arg.dtype, size, slot in written)
+            out.append((parameter, f"{self.name_prefix}data{slot}"))
+        return out
+
+
+class _RenderState(LinearRenderState):
+    """One rendering of one LINEAR program in a C-family dialect (names, scopes, emitted lines)."""
+
+    def __init__(self, renderer: CStyleRenderer, linear: UOp):
+        super().__init__(linear)
+        self.r = renderer
+        self.addresses: dict[UOp, Address] = {}
+        self.scopes: list[Scope] = [Scope(None, "function", 0)]
+        self.lines: list[str] = []
+        self.top_lines: list[str] = []
+        self.typedefs: dict[str, str] = {}
+        self.helpers: dict[str, str] = {}
+        self.parallel_depth = 0
+        self.register_scopes: dict[UOp, tuple[UOp | None, ...]] = {}
+        self.pending_registers: dict[UOp | None, list[UOp]] = {}
+        self.register_widths: dict[UOp, int] = {}  # REG buffers kept in variables: lanes per variable
+        self.vector_masks: dict[UOp, str] = {}  # vector comparisons: the 0/-1 mask variable of each
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    @property
+    def dialect(self) -> str:
+        return self.r.dialect
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * len(self.scopes) + line)
 
     def ref(self, u: UOp) -> str:
         """The name of an earlier uop's value, checking it is in scope here."""
@@ -917,36 +976,6 @@ class _RenderState:
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params), *meta_sizes)
         signature = self.r.kernel_signature(meta.name, params)
         return self.r.assemble(self, signature, self.lines, meta)
-
-    def collect_params(self) -> list[tuple[KernelParam, str]]:
-        self.param_uops: dict[int, UOp] = {}
-        written: set[int] = set()
-        for u in self.program:
-            if u.op is Ops.PARAM:
-                slot = u.arg.slot
-                if slot in self.param_uops and self.param_uops[slot] is not u:
-                    raise self.fail(u, f"two different PARAMs share slot {slot}")
-                self.param_uops[slot] = u
-            if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-                target = _underlying_buffer(u.src[0].src[0])
-                if target.op is Ops.PARAM:
-                    written.add(target.arg.slot)
-            if u.op in (Ops.CUSTOM, Ops.ATOMIC_ADD):
-                for s in u.toposort():
-                    if s.op is Ops.PARAM:
-                        written.add(s.arg.slot)
-        slots = sorted(self.param_uops)
-        if slots != list(range(len(slots))):
-            raise RenderError(
-                f"{self.r.dialect}: kernel {self.linear.arg!r} has PARAM slots {slots}; "
-                f"slots must be 0..n-1 (they are the argument positions)"
-            )
-        out = []
-        for slot in slots:
-            u = self.param_uops[slot]
-            size = u.shape[0] if u.shape else 1
-            out.append((KernelParam(slot, u.arg.dtype, size, slot in written), f"data{slot}"))
-        return out
 
     def plan_registers(self) -> None:
         """Each REG buffer is declared at the start of the innermost loop holding all its uses, so
@@ -1050,15 +1079,6 @@ class _RenderState:
 
     def render_nothing(self, u: UOp) -> None:
         return None
-
-    def render_after(self, u: UOp) -> None:
-        source = u.src[0]
-        if source in self.names:
-            self.names[u] = self.names[source]
-            if source in self.defined_in:
-                self.defined_in[u] = self.defined_in[source]
-        if source in self.addresses:
-            self.addresses[u] = self.addresses[source]
 
     def render_special(self, u: UOp) -> None:
         ctype = self.r.scalar_type(dtypes.index)

@@ -52,6 +52,7 @@ from uopviz.backends.c import (
     PREFETCH_MIN_STRIDE_BYTES,
     CPULaunch,
     HostRegisters,
+    LinearRenderState,
     _underlying_buffer,
     contiguous_start,
     host_cpu_name,
@@ -228,38 +229,25 @@ def parallel_range(program: Sequence[UOp]) -> UOp | None:
     return candidates[0]
 
 
-class _LLVMState:
+class _LLVMState(LinearRenderState):
     """One rendering: SSA names, blocks, allocas, helper functions and declarations."""
 
+    name_prefix = "%"
+    dialect = "llvm"
+
     def __init__(self, renderer: LLVMRenderer, linear: UOp):
+        super().__init__(linear)
         self.r = renderer
-        self.linear = linear
-        self.program = linear.src
-        self.names: dict[UOp, str] = {}
-        self.defined_in: dict[UOp, tuple[int, ...]] = {}
         self.addresses: dict[UOp, _Address] = {}
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.declarations: dict[str, str] = {}
         self.helpers: dict[str, str] = {}
-        self.counters: dict[str, int] = {}
         self.scopes: list[_Scope] = [_Scope(None, 0)]
-        self.scope_numbers = 0
         self.block = "entry"
-        self.position = 0
         self.thread_range: UOp | None = None
 
     # -- bookkeeping --------------------------------------------------------------------------
-    def fresh(self, prefix: str) -> str:
-        number = self.counters.get(prefix, 0)
-        self.counters[prefix] = number + 1
-        return f"%{prefix}{number}"
-
-    def fail(self, u: UOp, problem: str) -> RenderError:
-        return RenderError(
-            f"llvm: uop {self.position} ({u.op.name}, {u.dtype.name}) of kernel "
-            f"{self.linear.arg!r}: {problem}"
-        )
 
     def emit(self, line: str) -> None:
         self.lines.append("  " + line)
@@ -267,14 +255,6 @@ class _LLVMState:
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
         self.block = name
-
-    def scope_path(self) -> tuple[int, ...]:
-        return tuple(s.number for s in self.scopes)
-
-    def define(self, u: UOp, name: str) -> str:
-        self.names[u] = name
-        self.defined_in[u] = self.scope_path()
-        return name
 
     def ref(self, u: UOp) -> str:
         """The text of an earlier uop's value (a constant inline), checking scope."""
@@ -329,39 +309,6 @@ class _LLVMState:
             )
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params))
         return self.assemble(meta, params)
-
-    def collect_params(self) -> list[tuple[KernelParam, str]]:
-        self.param_uops: dict[int, UOp] = {}
-        written: set[int] = set()
-        for u in self.program:
-            if u.op is Ops.PARAM:
-                if u.arg.slot in self.param_uops and self.param_uops[u.arg.slot] is not u:
-                    raise self.fail(u, f"two different PARAMs share slot {u.arg.slot}")
-                self.param_uops[u.arg.slot] = u
-            if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-                target = _underlying_buffer(u.src[0].src[0])
-                if target.op is Ops.PARAM:
-                    written.add(target.arg.slot)
-            if u.op in (Ops.CUSTOM, Ops.ATOMIC_ADD):
-                written.update(s.arg.slot for s in u.toposort() if s.op is Ops.PARAM)
-        slots = sorted(self.param_uops)
-        if slots != list(range(len(slots))):
-            raise RenderError(
-                f"llvm: kernel {self.linear.arg!r} has PARAM slots {slots}; slots must be "
-                f"0..n-1 (they are the argument positions)"
-            )
-        return [
-            (
-                KernelParam(
-                    s,
-                    self.param_uops[s].arg.dtype,
-                    self.param_uops[s].shape[0] if self.param_uops[s].shape else 1,
-                    s in written,
-                ),
-                f"%data{s}",
-            )
-            for s in slots
-        ]
 
     def assemble(self, meta: KernelMeta, params: list[tuple[KernelParam, str]]) -> str:
         name = meta.name
@@ -444,15 +391,6 @@ class _LLVMState:
         element = memory_type(u.arg.dtype)
         self.allocas.append(f"{name} = alloca [{u.arg.size} x {element}], align 64")
         self.names[u] = name
-
-    def render_after(self, u: UOp) -> None:
-        source = u.src[0]
-        if source in self.names:
-            self.names[u] = self.names[source]
-            if source in self.defined_in:
-                self.defined_in[u] = self.defined_in[source]
-        if source in self.addresses:
-            self.addresses[u] = self.addresses[source]
 
     def render_special(self, u: UOp) -> None:
         raise self.fail(u, f"SPECIAL {u.arg!r} needs a GPU backend; CPU backends use RANGEs")
