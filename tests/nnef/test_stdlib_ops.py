@@ -128,8 +128,9 @@ def conv_ref(x, w, b=None, stride=1, dilation=1, padding=None, groups=1):
     return out
 
 
-def deconv_ref(x, w, b=None, stride=1, dilation=1, groups=1):
-    """NCX transposed convolution with the spec's default padding: filter [c, n/groups, x..]."""
+def deconv_ref(x, w, b=None, stride=1, dilation=1, groups=1, padding=None):
+    """NCX transposed convolution, filter [c, n/groups, x..]; ``padding`` [before.., after..] or
+    the spec's default (the total a stride-``stride`` convolution of the output would need)."""
     d = x.ndim - 2
     stride, dilation = _pairs(stride, d), _pairs(dilation, d)
     n, c, *ix = x.shape
@@ -137,8 +138,12 @@ def deconv_ref(x, w, b=None, stride=1, dilation=1, groups=1):
     fc = w.shape[1]
     fx = w.shape[2:]
     fd = [(f - 1) * dl + 1 for f, dl in zip(fx, dilation)]
-    paddings = [(i - 1) * st + f - i * st for i, st, f in zip(ix, stride, fd)]
-    offset = [p // 2 for p in paddings]
+    if padding is None:
+        paddings = [(i - 1) * st + f - i * st for i, st, f in zip(ix, stride, fd)]
+        offset = [p // 2 for p in paddings]
+    else:
+        paddings = [before + after for before, after in zip(padding[:d], padding[d:])]
+        offset = list(padding[:d])
     ox = [(i - 1) * st + f - p for i, st, f, p in zip(ix, stride, fd, paddings)]
     out = np.zeros((n, fc * groups, *ox), np.float64)
     for g, mi, co in itertools.product(range(groups), range(m), range(fc)):
@@ -248,13 +253,25 @@ def test_conv_data_and_filter_formats(data_format, filter_format):
             dict(groups=2, stride=[1, 2], dilation=[2, 1]),
         ),
         ((1, 2, 6), (2, 3, 4), "stride=3", dict(stride=3)),
+        # stride > 1 with explicit padding: output positions a term would write outside the output
+        # are skipped, for the accumulator's read as for its write
+        ((1, 1, 4), (1, 1, 2), "stride=2, padding=[0, 1]", dict(stride=2, padding=[0, 1])),
+        ((1, 2, 4, 3), (2, 3, 3, 3), "stride=2, padding=[1, 0, 1, 1]", dict(stride=2, padding=[1, 0, 1, 1])),
+        (
+            (2, 4, 3, 4),
+            (4, 1, 2, 3),
+            "stride=2, padding=[1, 1, 1, 1], groups=2",
+            dict(stride=2, padding=[1, 1, 1, 1], groups=2),
+        ),
     ],
 )
-def test_deconv(shape, filt, attribs, ref_args):
+@pytest.mark.parametrize("backend", ["python", "c"])
+def test_deconv(shape, filt, attribs, ref_args, backend):
     x, w = real(*shape), real(*filt)
     groups = ref_args.get("groups", 1)
     b = real(filt[1] * groups)
-    out = run(f"y = nn.deconv{{{attribs}}}(x, w, b);", {"x": x, "w": w, "b": b}, {"y": "real"})
+    inputs = {"x": x, "w": w, "b": b}
+    out = run(f"y = nn.deconv{{{attribs}}}(x, w, b);", inputs, {"y": "real"}, backend=backend)
     check(out["y"], deconv_ref(x, w, b, **ref_args), atol=1e-4)
 
 

@@ -1376,7 +1376,9 @@ class _OperationLowering:
         if init_value is None:
             return None
         if init_value is _LOAD_BACK:
-            return builder.load(builder.output, space.flat(item))
+            # read where the store may write: a guarded output index out of range (y[|2*i+j|] += ...)
+            # skips the read as it skips the write
+            return builder.load(builder.output, space.flat(item), _and(space.store_gates))
         values = init_value if isinstance(init_value, list) else None
         if values is not None:
             return values[item or 0]
