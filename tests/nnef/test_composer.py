@@ -609,3 +609,55 @@ def test_branches_on_run_time_conditions_select_between_both():
         """,
             imports="import math;",
         )
+
+
+RECURSIVE_OPERATORS = {
+    "itself": """
+    operator foo {
+        @input { x: real[k]; }
+        @output { y: real[k]; }
+        @compose { y = foo(x); }
+    }
+    """,
+    "mutually": """
+    operator a {
+        @input { x: real[k]; }
+        @output { y: real[k]; }
+        @compose { y = b(x); }
+    }
+    operator b {
+        @input { x: real[k]; }
+        @output { y: real[k]; }
+        @compose { z = math.neg(x); y = a(z); }
+    }
+    """,
+    "through a compile-time branch": """
+    operator countdown {
+        @attrib { n: int; }
+        @input { x: real[k]; }
+        @output { y: real[k]; }
+        @compose { y = if n > 0 then countdown{n=n - 1}(x) else math.neg(x); }
+    }
+    """,
+}
+
+
+@pytest.mark.parametrize(
+    "case, entry, line, column, message",
+    [
+        ("itself", "foo(x)", 6, 24, r"operator 'foo' invokes itself \(a cycle: foo -> foo\); recursion"),
+        ("mutually", "a(x)", 11, 41, r"operator 'a' invokes itself through 'b' \(a cycle: a -> b -> a\)"),
+        ("through a compile-time branch", "countdown{n=3}(x)", 7, 38, r"\(a cycle: countdown -> countdown\)"),
+    ],
+)
+def test_recursive_operators_are_rejected_at_the_invocation_that_closes_the_cycle(
+    case, entry, line, column, message
+):
+    with pytest.raises(NNEFError, match=message) as info:
+        graph(
+            f"@input {{ x: real[3]; }} @output {{ y: real[3]; }} @compose {{ y = {entry}; }}",
+            imports="import math;",
+            operators=RECURSIVE_OPERATORS[case],
+        )
+    assert (info.value.file, info.value.line, info.value.column) == ("test.sknd", line, column)
+    assert "recursion is not allowed" in info.value.message

@@ -310,6 +310,9 @@ class Composer:
         self.updates: dict[str, str] = {}
         self._serial = itertools.count()
         self._subgraph_tensors: set[str] = set()  # tensors owned by the sub-graphs of loop nodes
+        # The composite operators being expanded, outermost first: invoking one of them again is
+        # recursion, which §2.10 leaves out (an invocation names an already defined operator).
+        self._expanding: list[DefinitionInfo] = []
 
     # -- entry point ---------------------------------------------------------------------------------
 
@@ -1578,13 +1581,18 @@ class Composer:
         label = invocation.label or (names[0] if len(names) == 1 and names[0] else None)
         if label is None:
             label = next((name for name in names if name), None) or f"_{invocation.name.replace('.', '_')}"
+        self._check_recursion(info, invocation.pos)
         try:
             instance = self._instantiate(
                 info, attribs, invocation.types, args, invocation.pos, frame.scope + label
             )
             if info.is_leaf or (info.lowers_runtime_extents and _reads_runtime_extents(instance)):
                 return self._leaf(instance, frame, names, invocation.pos)
-            return self._expand(instance, frame, invocation)
+            self._expanding.append(info)
+            try:
+                return self._expand(instance, frame, invocation)
+            finally:
+                self._expanding.pop()
         except NNEFError as error:
             if _in_stdlib(error.file) and not _in_stdlib(invocation.pos.file):
                 raise NNEFError.at(
@@ -1592,6 +1600,20 @@ class Composer:
                     f"in {info.qualified}: {error.message} [{error.file}:{error.line}:{error.column}]",
                 ) from error
             raise
+
+    def _check_recursion(self, info: DefinitionInfo, position: ast.Position) -> None:
+        """NNEFError at ``position`` when ``info``'s operator is already being expanded (a cycle)."""
+        starts = [index for index, outer in enumerate(self._expanding) if outer is info]
+        if not starts:
+            return
+        cycle = [*self._expanding[starts[0] :], info]
+        names = [_operator_name(item) for item in cycle]
+        through = f" through {', '.join(repr(name) for name in names[1:-1])}" if len(cycle) > 2 else ""
+        raise self._error(
+            position,
+            f"operator '{names[0]}' invokes itself{through} (a cycle: {' -> '.join(names)}); "
+            f"recursion is not allowed",
+        )
 
     def _input_tensors(self, instance: _Instance, frame: _Frame) -> None:
         """Turn literal arguments into constant tensors of the declared (or deduced) type."""
@@ -2746,6 +2768,11 @@ class Composer:
 
 # ------------------------------------------------------------------------------------------------
 # helpers
+
+
+def _operator_name(info: DefinitionInfo) -> str:
+    """An operator's name as the main module writes it: unqualified there, qualified elsewhere."""
+    return info.definition.name if info.module_name == "main" else info.qualified
 
 
 def _rename_captured(op: LoopOperation, old: str, new: str) -> None:
