@@ -5,6 +5,7 @@ broken inputs (bad .dat files, unsafe archives) reported as located NNEFErrors."
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from pathlib import Path
 
@@ -188,20 +189,53 @@ def test_imports_stay_in_the_model_folder_and_the_library(tmp_path):
         "import nosuchmodule;\ngraph G { @input { x: real[2]; } @output { y: real; } "
         "@compose { y = nosuchmodule.f(x); } }"
     )
-    with pytest.raises(NNEFError, match="module 'nosuchmodule' not found") as info:
+    with pytest.raises(NNEFError, match="unknown module 'nosuchmodule': no nosuchmodule.sknd in ") as info:
         load(root)
-    assert info.value.line == 2
+    assert (info.value.file, info.value.line, info.value.column) == (str(root / "main.sknd"), 1, 8)
     (tmp_path / "secret.sknd").write_text("operator f { @input { x: real[n]; } @output { y: real[n]; } }")
     (root / "main.sknd").write_text(
         "import secret;\ngraph G { @input { x: real[2]; } @output { y: real; } "
         "@compose { y = secret.f(x); } }"
     )
-    with pytest.raises(NNEFError, match="module 'secret' not found"):
+    with pytest.raises(NNEFError, match="unknown module 'secret'"):
         load(root)
     with pytest.raises(NNEFError, match="neither a SkriptND model folder"):
         load(tmp_path)
     with pytest.raises(NNEFError, match="no such file"):
         load(tmp_path / "missing")
+
+
+COPY = "@compose { y = x; }"
+
+
+@pytest.mark.parametrize(
+    "imports, column, message",
+    [
+        ("import nosuchmod;", 8, r"unknown module 'nosuchmod': no standard module of that name \(standard "
+         r"modules: algo, image, layer, layout, linalg, math, misc, nn, quant, rand\)$"),
+        ("import nn, mth;", 12, r"unknown module 'mth': .*; did you mean 'math'\?$"),
+    ],
+)  # fmt: skip
+def test_an_unknown_import_is_an_error_at_the_import_even_when_nothing_of_it_is_used(
+    imports, column, message
+):
+    with pytest.raises(NNEFError) as info:
+        loads(f"{imports}\ngraph G {{ @input {{ x: real[2]; }} @output {{ y: real[2]; }} {COPY} }}")
+    assert re.search(message, info.value.message)
+    assert (info.value.file, info.value.line, info.value.column) == ("<string>", 1, column)
+
+
+def test_an_unknown_import_of_a_model_module_is_located_in_that_module(tmp_path):
+    root = tmp_path / "model"
+    _write_model(root)
+    (root / "blocks" / "tiny.sknd").write_text(
+        TINY.replace("import nn;", "import nn;\nimport blocks.missing;")
+    )
+    with pytest.raises(
+        NNEFError, match=r"unknown module 'blocks.missing': no blocks/missing.sknd in "
+    ) as info:
+        load(root)
+    assert (info.value.file, info.value.line, info.value.column) == (str(root / "blocks" / "tiny.sknd"), 4, 8)
 
 
 def test_loads_with_variables_and_errors():

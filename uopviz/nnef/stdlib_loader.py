@@ -14,6 +14,7 @@ standard library.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import pickle
@@ -117,8 +118,12 @@ class ModuleSet:
         self.modules: dict[str, ast.Module] = {}
 
     def add(self, name: str, module: ast.Module) -> None:
-        """Register an already parsed module under ``name`` (the main module, for instance)."""
+        """Register an already parsed module under ``name`` (the main module, for instance).
+
+        Every module it imports must exist (§2.15), used or not: NNEFError at the first that does not.
+        """
         self.modules[name] = module
+        self._check_imports(module)
 
     def get(self, name: str, position: ast.Position = ast.NOWHERE) -> ast.Module:
         """The module imported as ``name``; NNEFError (at ``position``) when it does not exist."""
@@ -127,26 +132,37 @@ class ModuleSet:
             return module
         if not _MODULE_NAME.match(name):
             raise NNEFError.at(position, f"'{name}' is not a valid module name")
-        path = self._local_path(name)
+        path = self._local_path(name, position)
         if path is not None:
             module = parse_module(path.read_text(), str(path), lenient=self.lenient)
-        else:
-            library = stdlib_modules()
-            if name not in library:
-                where = f" in {self.root} or" if self.root is not None else ""
-                raise NNEFError.at(
-                    position,
-                    f"module '{name}' not found{where} in the standard library "
-                    f"({', '.join(sorted(library))})",
-                )
-            module = library[name]
+            self.add(name, module)
+            return module
+        library = stdlib_modules()
+        if name not in library:
+            raise self._unknown_module(name, library, position)
+        module = library[name]
         self.modules[name] = module
         return module
 
-    def _local_path(self, name: str) -> Path | None:
+    def _check_imports(self, module: ast.Module) -> None:
+        # Registered before its imports are followed, so modules that import each other terminate.
+        for item in module.imports:
+            self.get(item.module, item.pos)
+
+    def _unknown_module(self, name: str, library: dict[str, ast.Module], position: ast.Position) -> NNEFError:
+        where = f"no {Path(*name.split('.'))}.sknd in {self.root} and " if self.root is not None else ""
+        close = difflib.get_close_matches(name, list(library), n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        return NNEFError.at(
+            position,
+            f"unknown module '{name}': {where}no standard module of that name "
+            f"(standard modules: {', '.join(sorted(library))}){hint}",
+        )
+
+    def _local_path(self, name: str, position: ast.Position) -> Path | None:
         if self.root is None:
             return None
         path = (self.root / Path(*name.split("."))).with_suffix(".sknd").resolve()
         if self.root not in path.parents:
-            raise NNEFError(f"module '{name}' resolves outside the model folder {self.root}")
+            raise NNEFError.at(position, f"module '{name}' resolves outside the model folder {self.root}")
         return path if path.is_file() else None
