@@ -417,6 +417,22 @@ def _gather(rng):
     return [Tensor(x).gather(Tensor(idx))], [x[idx]]
 
 
+@program("index to one element (shape ())")
+def _index_to_an_element(rng):
+    # an INDEX by scalars that removes every axis: one element, alone, in arithmetic and chained
+    x = floats(rng, 2, 3, 4)
+    i, j, k = (int(v) for v in rng.integers(0, (2, 3, 4)))
+    at = lambda value: UOp.const(dtypes.index, value)  # noqa: E731
+    table = Tensor(x).uop
+    element = table.index(at(i), at(j), at(k))
+    row = table.index(at(i), at(j))
+    line = Tensor(x[i, j]).uop
+    outputs = [element, element + 1.0, row.index(at(k)), line.index(at(3 - k)) * element]
+    return [Tensor._wrap(u) for u in outputs], [
+        x[i, j, k], x[i, j, k] + np.float32(1.0), x[i, j, k], x[i, j, 3 - k] * x[i, j, k]
+    ]
+
+
 @program("scatter_add")
 def _scatter_add(rng):
     x, v = floats(rng, 6), floats(rng, 9)

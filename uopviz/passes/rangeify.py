@@ -351,10 +351,20 @@ def index_through_bitcast(idx: UOp, x: UOp) -> UOp | None:
 
 
 def index_through_marker(idx: UOp, x: UOp) -> UOp | None:
-    """Markers (and a COPY or LOAD seen from the kernel that performs it) are the identity on data."""
+    """Markers (and a COPY or LOAD seen from the kernel that performs it) are the identity on data.
+    A LOAD this pass made (of an address in a kernel PARAM) is already the value at the point: a
+    user's INDEX naming one element (shape ``()``) becomes such a LOAD before the kernel's own
+    INDEX of its result reaches it."""
     if not _is_pushdown(idx):
         return None
+    if x.op is Ops.LOAD and _is_kernel_address(x.src[0]):
+        return x
     return _indexed(x.src[0], idx.src[1:])
+
+
+def _is_kernel_address(u: UOp) -> bool:
+    """An INDEX into a kernel PARAM (a flat element address), as opposed to a tensor."""
+    return u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u.src[0].arg.addrspace is not None
 
 
 def index_through_permute(idx: UOp, x: UOp) -> UOp | None:
