@@ -258,6 +258,14 @@ def test_loads_with_variables_and_errors():
     assert info.value.file == "bad.sknd"
 
 
+@pytest.mark.parametrize("text", ["", "# nothing but a comment\n", TINY])
+def test_a_text_without_a_graph_is_an_error_at_its_start(text):
+    with pytest.raises(NNEFError) as info:
+        loads(text, file="empty.sknd")
+    assert info.value.message == "module 'main' (empty.sknd) defines no graph"
+    assert (info.value.file, info.value.line, info.value.column) == ("empty.sknd", 1, 1)
+
+
 def test_dynamic_input_extents_recompose_for_the_given_shapes():
     graph = loads(
         "import nn;\ngraph G { @input { x: real[s|16, 3]; } @output { y: real[s, 3]; } "

@@ -327,7 +327,8 @@ class Composer:
         module = self.modules.get(module_name)
         graphs = module.graphs
         if not graphs:
-            raise NNEFError(f"module '{module_name}' ({module.file}) defines no graph")
+            # Located at the start of the text: an empty file has no better place to point at.
+            raise NNEFError(f"module '{module_name}' ({module.file}) defines no graph", module.file, 1, 1)
         if graph_name is None:
             definition = graphs[0]
         else:
