@@ -1077,6 +1077,10 @@ def test_stdlib_is_present() -> None:
          2, 26, "expected ':' after loop item 'x' (scans are written 'x :"),
         ('operator f {\n    @lower { unroll..(i ->) y[i] = x[i], i < n; }\n}',
          2, 27, "expected the iteration count after '->'"),
+        ('graph G {\n    @attrib { n: int = 99999999999999999999999; }\n}',
+         2, 24, "literal 99999999999999999999999 is out of the int64 range (at most 9223372036854775807)"),
+        ('operator f {\n    @output { y: real[2, 9223372036854775808]; }\n}',
+         2, 26, "integer literal 9223372036854775808 is out of the int64 range"),
     ],
 )
 def test_syntax_errors(source: str, line: int, column: int, fragment: str) -> None:
@@ -1090,6 +1094,11 @@ def test_syntax_errors(source: str, line: int, column: int, fragment: str) -> No
     lines = source.split("\n")
     if line <= len(lines) and lines[line - 1]:
         assert text.split("\n")[1:] == ["    " + lines[line - 1], "    " + " " * (column - 1) + "^"]
+
+
+def test_the_largest_int64_literal_is_accepted() -> None:
+    value = parse_expression("9223372036854775807 + 1")
+    assert value == ast.Binary("+", ast.IntLiteral(2**63 - 1), ast.IntLiteral(1))
 
 
 def test_error_excerpt_and_caret() -> None:

@@ -95,6 +95,9 @@ _QUALIFIERS = ("static", "dynamic")
 _SOFT_KEYWORDS = ("is", "in")
 _LOOP_KEYWORDS = ("with", "for", "while", "do", "unroll")
 _CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">", "|": "|"}
+# §2.3 leaves the size of `int` open, but extents, indices and the generated code hold 64-bit signed
+# integers at most: a larger literal could only turn into absurd shapes and counts.
+_INT64_MAX = 2**63 - 1
 _Result = TypeVar("_Result")
 
 
@@ -1114,6 +1117,10 @@ class _Parser:
         token = self.token
         position = self.pos(token)
         if token.kind is Kind.INTEGER:
+            if token.value > _INT64_MAX:
+                raise self.error(
+                    token, f"integer literal {token.text} is out of the int64 range (at most {_INT64_MAX})"
+                )
             self.advance()
             return ast.IntLiteral(token.value, pos=position)
         if token.kind is Kind.REAL:
