@@ -680,6 +680,19 @@ def test_zero_size_values(backend: str) -> None:
     assert empty.shape == (0, 4)
     assert total == 0  # a sum over nothing is the identity
     np.testing.assert_array_equal(rows, np.zeros(3, np.int32))
+    # reductions whose reduced axis is empty: the identity, and no read of the empty input
+    rng = np.random.default_rng(5)
+    for shape in ((0, 3), (3, 0), (2, 0, 4)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        outputs = [Tensor(x).sum(-2), Tensor(x).prod(1), Tensor(x).mean(1), (Tensor(x) * 2).sum(),
+                   Tensor(x).sum(0)]
+        with np.errstate(invalid="ignore"):  # a mean over nothing is 0/0
+            mean = x.sum(1) / np.float32(x.shape[1])
+        expected = [x.sum(-2), x.prod(1), mean, (x * 2).sum(), x.sum(0)]
+        for got, want in zip(uv.compile(outputs, backend=backend).run(), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="zero-size axis of \\(3, 0\\)"):
+        Tensor(np.zeros((3, 0), np.float32)).max(1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

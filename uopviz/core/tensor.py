@@ -1158,8 +1158,8 @@ class Tensor:
         axes = self._axes(axis)
         if not axes:
             return self
-        if op is not Ops.ADD and any(self.shape[a] == 0 for a in axes):
-            raise ValueError(f"{op.name} reduction over a zero-size axis of {self.shape} has no identity")
+        if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):  # as numpy: max/min of nothing
+            raise ValueError(f"max/min over a zero-size axis of {self.shape}: nothing to choose from")
         out = Tensor._wrap(self.uop.reduce(op, axes), self)
         if keepdim:
             return out

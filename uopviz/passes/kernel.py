@@ -376,13 +376,13 @@ def _check_backend(kernel: Kernel, opt: Opt, target: AxisType) -> None:
         raise OptError(f"{opt}: NOLOCALS was applied, so no shared memory for GROUP_REDUCE")
 
 
-def _identity(op: Ops, dtype: Any) -> UOp:
+def reduce_identity(op: Ops, dtype: Any) -> UOp:
+    """The value a reduction by ``op`` starts from (and gives over nothing): 0 for ADD, 1 for MUL,
+    the dtype's lowest value for MAX; a VECTORIZE of it for a vector dtype."""
     scalar = dtype.scalar
-    if op is Ops.ADD:
-        return UOp.const(scalar, 0)
-    if op is Ops.MUL:
-        return UOp.const(scalar, 1)
-    return UOp.const(scalar, scalar.min)
+    value = 0 if op is Ops.ADD else 1 if op is Ops.MUL else scalar.min
+    const = UOp.const(scalar, value)
+    return const if dtype.count == 1 else UOp(Ops.VECTORIZE, (const,) * dtype.count)
 
 
 def _depends_on(u: UOp, r: UOp) -> bool:
@@ -426,7 +426,7 @@ def pad_mask_reduce(ctx: _PadContext, reduce: UOp) -> UOp | None:
     value = reduce.src[0]
     if value.op is Ops.WHERE and value.src[0] is ctx.valid:
         return None
-    masked = UOp(Ops.WHERE, (ctx.valid, value, _identity(reduce.arg[0], value.dtype)))
+    masked = UOp(Ops.WHERE, (ctx.valid, value, reduce_identity(reduce.arg[0], value.dtype)))
     return UOp(Ops.REDUCE, (masked, *reduce.src[1:]), reduce.arg)
 
 

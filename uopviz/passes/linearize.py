@@ -26,7 +26,7 @@ from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp, toposort
 from uopviz.passes.indexing import iconst
-from uopviz.passes.kernel import REDUCE_TYPES, kernel_order, ranges_of
+from uopviz.passes.kernel import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity
 
 
 class LinearizeError(ValueError):
@@ -45,13 +45,6 @@ class AccumulatorContext:
     count: int = 0
 
 
-def _identity(op: Ops, dtype) -> UOp:
-    scalar = dtype.scalar
-    value = 0 if op is Ops.ADD else 1 if op is Ops.MUL else scalar.min
-    const = UOp.const(scalar, value)
-    return const if dtype.count == 1 else UOp(Ops.VECTORIZE, (const,) * dtype.count)
-
-
 def lower_reduce(ctx: AccumulatorContext, reduce: UOp) -> UOp:
     """REDUCE → a REG accumulator: init before the loops, update inside, read after them."""
     op = reduce.arg[0]
@@ -63,7 +56,7 @@ def lower_reduce(ctx: AccumulatorContext, reduce: UOp) -> UOp:
     if dtype.count > 1:
         lanes = UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(dtype.count)))
     first = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, *ctx.outer)), lanes))
-    init = UOp(Ops.STORE, (first, _identity(op, dtype)))
+    init = UOp(Ops.STORE, (first, reduce_identity(op, dtype)))
     inside = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, init, *loops)), lanes))
     update = UOp(Ops.STORE, (inside, UOp(op, (UOp(Ops.LOAD, (inside,)), value))))
     closed = update

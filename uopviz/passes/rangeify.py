@@ -45,6 +45,7 @@ from uopviz.passes.indexing import (
     simplify_indices,
     unflatten,
 )
+from uopviz.passes.kernel import reduce_identity
 
 REALIZE = "realize"  # tag of the values that get their own buffer
 
@@ -544,6 +545,10 @@ def index_through_reduce(ctx: KernelContext, idx: UOp, x: UOp) -> UOp | None:
         return None
     op, axes = x.arg
     source = x.src[0]
+    if any(source.shape[a] == 0 for a in axes):
+        # a reduction over nothing is its identity; a loop of no iterations would still read its
+        # source once its address no longer depends on the loop (a load hoisted out of it)
+        return reduce_identity(op, x.dtype)
     signature = tuple(source.shape[a] for a in axes if source.shape[a] != 1)
     indices = list(idx.src[1:])
     ranges: list[UOp] = []
