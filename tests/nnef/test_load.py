@@ -278,3 +278,16 @@ def test_dynamic_input_extents_recompose_for_the_given_shapes():
         np.testing.assert_allclose(graph.run({"x": x})["y"], e / e.sum(1, keepdims=True), rtol=1e-5)
     with pytest.raises(NNEFError, match="does not fit the declared"):
         graph.run({"x": np.zeros((17, 3), np.float32)})
+
+
+def test_a_variable_without_data_is_located_at_its_declaration(tmp_path):
+    (tmp_path / "main.sknd").write_text(
+        "import math;\ngraph G {\n  @input { x: real[2]; }\n  @output { y: real[2]; }\n"
+        "  @variable { w: real[2]; }\n  @compose { y = math.mul(x, w); }\n}\n"
+    )
+    graph = load(tmp_path)
+    with pytest.raises(NNEFError, match="variable 'w' has no data") as caught:
+        graph.run({"x": np.ones(2, np.float32)})
+    assert (Path(caught.value.file).name, caught.value.line, caught.value.column) == ("main.sknd", 5, 15)
+    given = graph.run({"x": np.full(2, 3, np.float32), "w": np.array([1, 2], np.float32)})
+    np.testing.assert_array_equal(given["y"], [3, 6])

@@ -3020,7 +3020,7 @@ def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarra
         return tensor.data
     kind = "input" if tensor.kind == "input" else tensor.kind
     hint = " (no .dat file was found for it; give it by name in the inputs)" if kind == "variable" else ""
-    raise NNEFError(f"{kind} '{name}' has no data{hint}")
+    raise NNEFError.at(tensor.position, f"{kind} '{name}' has no data{hint}")
 
 
 def _execute(graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> dict[str, np.ndarray]:
