@@ -333,8 +333,12 @@ class UOp(metaclass=_UOpMeta):
 
     # -- builders: movement ----------------------------------------------------------------
     def reshape(self, shape: Sequence[int]) -> UOp:
-        """RESHAPE to ``shape`` (row-major reinterpretation)."""
-        return UOp(Ops.RESHAPE, (self, shape_uop(shape)))
+        """RESHAPE to ``shape`` (row-major reinterpretation).  A value sharded over an n-tuple device
+        must keep its shard boundary (spec: 'Reshape remaps axis'): UOpError here if it cannot."""
+        out = UOp(Ops.RESHAPE, (self, shape_uop(shape)))
+        if isinstance(self.device, tuple) and self.axis is not None:
+            _ = out.axis  # derived now, so a reshape that breaks the shards fails where it is written
+        return out
 
     def expand(self, shape: Sequence[int]) -> UOp:
         """EXPAND size-1 axes to ``shape``."""
@@ -1175,13 +1179,19 @@ def _derive_axis(u: UOp) -> int | None:
 
 
 def _reshape_axis(u: UOp, axis: int) -> int:
-    """The new position of the shard boundary: the axis whose elements before it are the same."""
+    """The new position of the shard boundary: the axis with the same number of elements before it,
+    whose size the device count divides (so each device's shard is a run of whole slices of it)."""
     old_shape, new_shape = u.src[0].shape, u.shape
+    devices = u.src[0].device
+    count = len(devices) if isinstance(devices, tuple) else 1
     before = math.prod(old_shape[:axis])
     for candidate in range(len(new_shape)):
-        if math.prod(new_shape[:candidate]) == before and new_shape[candidate] != 1:
+        size = new_shape[candidate]
+        if math.prod(new_shape[:candidate]) == before and size != 1 and size % count == 0:
             return candidate
-    raise _fail(u, f"reshaping {old_shape} to {new_shape} breaks the shard boundary of axis {axis}")
+    raise _fail(u, f"reshaping {old_shape} to {new_shape} breaks the shard boundary: axis {axis} (size "
+                   f"{old_shape[axis]}) is sharded over {count} devices, {old_shape[axis] // count} each, "
+                   f"and no axis of {new_shape} splits into those shards")
 
 
 # ---------------------------------------------------------------------------------------------
