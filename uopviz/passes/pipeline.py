@@ -335,11 +335,36 @@ class ScheduleItem:
         return device[self.shard[0]] if self.shard is not None else device
 
 
+# the views a program-level value sees its buffer through (``rangeify.view_of``): the first elements
+# of a bigger buffer, and a value on an n-tuple device as a RESHAPE/PERMUTE of its device-major buffer
+_VIEW_OPS = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE)
+
+
 def _storage(value: UOp) -> UOp:
     """The BUFFER (or input PARAM) behind a program-level value: through AFTER and views."""
-    while value.op in (Ops.AFTER, Ops.RESHAPE, Ops.SHRINK):
+    while value.op is Ops.AFTER or value.op in _VIEW_OPS:
         value = value.src[0]
     return value
+
+
+def _read_view(value: UOp, storage: np.ndarray) -> np.ndarray:
+    """The elements of ``value``, views over a buffer whose flat contents are ``storage``, in logical
+    (row-major) order: each view applied to the array as numpy does it."""
+    views: list[UOp] = []
+    while value.op is Ops.AFTER or value.op in _VIEW_OPS:
+        if value.op is not Ops.AFTER:
+            views.append(value)
+        value = value.src[0]
+    array = storage
+    for view in reversed(views):
+        if view.op is Ops.RESHAPE:
+            array = array.reshape(view.shape)
+        elif view.op is Ops.PERMUTE:
+            array = array.transpose(view.arg)
+        else:
+            offsets, sizes = view.marg
+            array = array[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))]
+    return array
 
 
 @dataclass(eq=False)
@@ -468,9 +493,15 @@ class Program:
 
     def _output(self, arrays: dict[UOp, np.ndarray], value: UOp, original: UOp) -> np.ndarray:
         storage = _storage(value)
+        if storage.op is not Ops.PARAM and storage not in arrays:
+            raise PipelineError(f"output {original.op.name}{original.shape} is not a view of a buffer: its "
+                                f"value is seen through {storage.op.name}")
         data = arrays[self.inputs[storage.arg.slot]] if storage.op is Ops.PARAM else arrays[storage]
-        count = math.prod(original.shape)
-        out = np.array(data[:count], copy=True)
+        if value.op in _VIEW_OPS:  # device-major storage of an n-tuple device reads back in logical order
+            data = _read_view(value, data)
+        else:
+            data = data[:math.prod(original.shape)]
+        out = np.array(data, copy=True)
         if original.dtype.scalar is dtypes.bfloat16:
             out = (out.astype(np.uint32) << np.uint32(16)).view(np.float32)
         return out.reshape(original.shape)
