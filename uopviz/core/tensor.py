@@ -131,14 +131,14 @@ def _shape_args(args: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def broadcast_shape(*shapes: Shape) -> Shape:
-    """numpy's broadcasting: right-align, each axis equal or 1.  Raises ValueError naming the shapes."""
+    """numpy's broadcasting: right-align, each axis equal or 1.  Raises UOpError naming the shapes."""
     rank = max((len(s) for s in shapes), default=0)
     out: list[int] = []
     for position in range(rank):
         sizes = {s[position - rank + len(s)] for s in shapes if position - rank + len(s) >= 0}
         other_than_one = sizes - {1}
         if len(other_than_one) > 1:
-            raise ValueError(f"shapes {', '.join(map(str, shapes))} do not broadcast (axis {position} "
+            raise UOpError(f"shapes {', '.join(map(str, shapes))} do not broadcast (axis {position} "
                              f"has sizes {sorted(sizes)})")
         out.append(other_than_one.pop() if other_than_one else 1)
     return tuple(out)
@@ -496,16 +496,16 @@ class Tensor:
         """Reinterpret in row-major order; one ``-1`` takes the remaining size."""
         shape = tuple(int(s) for s in _shape_args(shape))
         if shape.count(-1) > 1:
-            raise ValueError(f"reshape {self.shape} to {shape}: only one -1 allowed")
+            raise UOpError(f"reshape {self.shape} to {shape}: only one -1 allowed")
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:
-                raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
+                raise UOpError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
             shape = tuple(self.numel() // known if s == -1 else s for s in shape)
         if any(s < 0 for s in shape):
-            raise ValueError(f"reshape {self.shape} to {shape}: negative size")
+            raise UOpError(f"reshape {self.shape} to {shape}: negative size")
         if math.prod(shape) != self.numel():
-            raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape} "
+            raise UOpError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape} "
                              f"({math.prod(shape)} elements)")
         if shape == self.shape:
             return self
@@ -515,11 +515,11 @@ class Tensor:
         """Reorder the axes: axis ``i`` of the result is axis ``order[i]`` of this tensor."""
         order = _shape_args(order)
         if len(order) != self.ndim:
-            raise ValueError(f"permute of a rank-{self.ndim} tensor {self.shape} needs {self.ndim} axes, "
+            raise UOpError(f"permute of a rank-{self.ndim} tensor {self.shape} needs {self.ndim} axes, "
                              f"got {order}")
         order = tuple(_normalize_axis(a, self.ndim) for a in order)
         if sorted(order) != list(range(self.ndim)):
-            raise ValueError(f"{order} is not a permutation of the axes of {self.shape}")
+            raise UOpError(f"{order} is not a permutation of the axes of {self.shape}")
         if order == tuple(range(self.ndim)):
             return self
         return Tensor._wrap(self.uop.permute(order), self)
@@ -529,12 +529,12 @@ class Tensor:
         keeps a size)."""
         shape = tuple(_shape_args(shape))
         if len(shape) < self.ndim:
-            raise ValueError(f"cannot expand {self.shape} to the lower rank {shape}")
+            raise UOpError(f"cannot expand {self.shape} to the lower rank {shape}")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         shape = tuple(old if new == -1 else new for old, new in zip(padded, shape))
         for axis, (old, new) in enumerate(zip(padded, shape)):
             if old not in (1, new):
-                raise ValueError(f"cannot expand {self.shape} to {shape}: axis {axis} has size {old}")
+                raise UOpError(f"cannot expand {self.shape} to {shape}: axis {axis} has size {old}")
         out = self.reshape(padded)
         if shape == out.shape:
             return out
@@ -573,7 +573,7 @@ class Tensor:
         if len(padding) == 2 and all(isinstance(p, int) for p in padding):
             return [tuple(padding)] * self.ndim  # type: ignore[list-item]
         if len(padding) != self.ndim:
-            raise ValueError(f"pad of {self.shape} needs one (before, after) per axis, got {padding}")
+            raise UOpError(f"pad of {self.shape} needs one (before, after) per axis, got {padding}")
         pairs = []
         for axis, pair in enumerate(padding):
             if pair is None:
@@ -581,19 +581,19 @@ class Tensor:
             elif len(pair) == 2:
                 pairs.append((int(pair[0]), int(pair[1])))
             else:
-                raise ValueError(f"pad axis {axis}: expected (before, after), got {pair}")
+                raise UOpError(f"pad axis {axis}: expected (before, after), got {pair}")
         return pairs
 
     def shrink(self, bounds: Any) -> Tensor:
         """Keep ``[start, end)`` of each axis (``None`` keeps the axis; missing trailing axes are kept)."""
         bounds = tuple(bounds)
         if len(bounds) > self.ndim:
-            raise ValueError(f"shrink of {self.shape} got {len(bounds)} bounds")
+            raise UOpError(f"shrink of {self.shape} got {len(bounds)} bounds")
         full = [(0, s) if b is None else (int(b[0]), int(b[1])) for b, s in
                 itertools.zip_longest(bounds, self.shape, fillvalue=None) if s is not None]
         for axis, ((start, end), size) in enumerate(zip(full, self.shape)):
             if not 0 <= start <= end <= size:
-                raise ValueError(f"shrink {self.shape}: axis {axis} bounds ({start}, {end}) are outside "
+                raise UOpError(f"shrink {self.shape}: axis {axis} bounds ({start}, {end}) are outside "
                                  f"[0, {size}]")
         if all(b == (0, s) for b, s in zip(full, self.shape)):
             return self
@@ -632,7 +632,7 @@ class Tensor:
             return self.reshape(1)
         start, end = _normalize_axis(start, self.ndim), _normalize_axis(end, self.ndim)
         if start > end:
-            raise ValueError(f"flatten {self.shape}: start {start} is after end {end}")
+            raise UOpError(f"flatten {self.shape}: start {start} is after end {end}")
         merged = math.prod(self.shape[start:end + 1])
         return self.reshape(self.shape[:start] + (merged,) + self.shape[end + 1:])
 
@@ -644,7 +644,7 @@ class Tensor:
             known = math.prod(s for s in sizes if s != -1)
             sizes = tuple(self.shape[axis] // known if s == -1 else s for s in sizes)
         if math.prod(sizes) != self.shape[axis]:
-            raise ValueError(f"unflatten axis {axis} of {self.shape} into {sizes}: sizes do not multiply to "
+            raise UOpError(f"unflatten axis {axis} of {self.shape} into {sizes}: sizes do not multiply to "
                              f"{self.shape[axis]}")
         return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1:])
 
@@ -655,7 +655,7 @@ class Tensor:
         axes = self._axes(axis)
         for a in axes:
             if self.shape[a] != 1:
-                raise ValueError(f"squeeze {self.shape}: axis {a} has size {self.shape[a]}, not 1")
+                raise UOpError(f"squeeze {self.shape}: axis {a} has size {self.shape[a]}, not 1")
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def unsqueeze(self, axis: int) -> Tensor:
@@ -767,7 +767,7 @@ class Tensor:
             if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
                                            if i != axis):
                 shapes = [x.shape for x in tensors]
-                raise ValueError(f"cat along axis {axis}: shapes {shapes} differ off that axis")
+                raise UOpError(f"cat along axis {axis}: shapes {shapes} differ off that axis")
         dtype = first.dtype
         for t in tensors[1:]:
             dtype = dtypes.promote(dtype, t.dtype)
@@ -792,7 +792,7 @@ class Tensor:
         tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
         shapes = {t.shape for t in tensors}
         if len(shapes) > 1:
-            raise ValueError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
+            raise UOpError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
         axis = _normalize_axis(axis, tensors[0].ndim + 1)
         return Tensor.cat([t.unsqueeze(axis) for t in tensors], axis=axis)
 
@@ -807,7 +807,7 @@ class Tensor:
             sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
         sizes = list(sizes)
         if sum(sizes) != length:
-            raise ValueError(f"split sizes {sizes} do not add up to axis {axis} of {self.shape}")
+            raise UOpError(f"split sizes {sizes} do not add up to axis {axis} of {self.shape}")
         pieces = []
         start = 0
         for size in sizes:
@@ -829,9 +829,9 @@ class Tensor:
         _check_scalar_fits(value, dtype)
         return Tensor._wrap(UOp.const(dtype, value), device=self._device)
 
-    def _operands(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    def _operands(self, other: Any, reverse: bool = False, op: Ops | None = None) -> tuple[Tensor, Tensor]:
         """``(self, other)`` (or swapped) with one dtype and one shape: promotion by CAST,
-        broadcasting by RESHAPE + EXPAND."""
+        broadcasting by RESHAPE + EXPAND (``op``, what they are for, is named if they cannot)."""
         if isinstance(other, Tensor):
             dtype = dtypes.promote(self.dtype, other.dtype)
             x, y = self.cast(dtype), other.cast(dtype)
@@ -839,27 +839,27 @@ class Tensor:
             dtype = _weak_scalar_dtype(self.dtype, other)
             x, y = self.cast(dtype), self._scalar_tensor(other, dtype)
         elif isinstance(other, UOp | list | tuple | np.ndarray | np.generic):
-            return self._operands(Tensor(other, device=self.device), reverse)
+            return self._operands(Tensor(other, device=self.device), reverse, op)
         else:
             raise TypeError(f"cannot combine a Tensor with {type(other).__name__}")
         _check_devices(x, y)
-        x, y = _broadcast(x, y)
+        x, y = _broadcast(x, y, op=op)
         return (y, x) if reverse else (x, y)
 
     def _elementwise(self, op: Ops, *others: Tensor) -> Tensor:
         return Tensor._wrap(UOp(op, (self.uop, *(o.uop for o in others))), self, *others)
 
     def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
-        x, y = self._operands(other, reverse)
+        x, y = self._operands(other, reverse, op)
         return x._elementwise(op, y)
 
     def _binary_float(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
-        x, y = self._operands(other, reverse)
+        x, y = self._operands(other, reverse, op)
         dtype = _float_dtype(x.dtype)
         return x.cast(dtype)._elementwise(op, y.cast(dtype))
 
     def _binary_integer(self, op: Ops, other: Any, reverse: bool = False, allow_bool: bool = False) -> Tensor:
-        x, y = self._operands(other, reverse)
+        x, y = self._operands(other, reverse, op)
         if not (x.dtype.is_int or (allow_bool and x.dtype.is_bool)):
             raise TypeError(f"{op.name} needs integer{' or bool' if allow_bool else ''} operands, got "
                             f"{x.dtype.name}")
@@ -879,7 +879,7 @@ class Tensor:
         """Reinterpret the bits as ``dtype`` of the same size (BITCAST)."""
         dtype = _to_dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
-            raise ValueError(f"bitcast {self.dtype.name} ({self.dtype.itemsize} bytes) to {dtype.name} "
+            raise UOpError(f"bitcast {self.dtype.name} ({self.dtype.itemsize} bytes) to {dtype.name} "
                              f"({dtype.itemsize} bytes): sizes differ")
         return Tensor._wrap(self.uop.bitcast(dtype), self)
 
@@ -890,7 +890,7 @@ class Tensor:
 
     def sub(self, other: Any, reverse: bool = False) -> Tensor:
         """``self - other`` (SUB)."""
-        x, y = self._operands(other, reverse)
+        x, y = self._operands(other, reverse, Ops.SUB)
         if x.dtype.is_bool:
             raise TypeError("subtraction of bool tensors is not defined; use ^ or logical_not")
         return x._elementwise(Ops.SUB, y)
@@ -905,7 +905,7 @@ class Tensor:
 
     def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
         """Floor division: IDIV for integers (the spec's floor semantics); ``floor(a / b)`` for floats."""
-        x, y = self._operands(other, reverse)
+        x, y = self._operands(other, reverse, Ops.IDIV)
         if x.dtype.is_bool:
             x, y = x.cast(dtypes.default_int), y.cast(dtypes.default_int)
         if x.dtype.is_float:
@@ -914,7 +914,7 @@ class Tensor:
 
     def mod(self, other: Any, reverse: bool = False) -> Tensor:
         """Modulo with the sign of the divisor: MOD for integers; ``a - b*floor(a/b)`` for floats."""
-        x, y = self._operands(other, reverse)
+        x, y = self._operands(other, reverse, Ops.MOD)
         if x.dtype.is_bool:
             x, y = x.cast(dtypes.default_int), y.cast(dtypes.default_int)
         if x.dtype.is_float:
@@ -968,7 +968,7 @@ class Tensor:
     def minimum(self, other: Any) -> Tensor:
         """Elementwise minimum: ``-max(-a, -b)`` for floats, ``~max(~a, ~b)`` for integers (never
         overflows), AND for bool."""
-        x, y = self._operands(other)
+        x, y = self._operands(other, op=Ops.MAX)
         if x.dtype.is_float:
             return -((-x).maximum(-y))
         if x.dtype.is_bool:
@@ -1079,19 +1079,19 @@ class Tensor:
         """``if_true`` where this (the condition) is nonzero, else ``if_false`` (WHERE)."""
         condition = self if self.dtype.is_bool else self != 0
         if isinstance(if_true, Tensor):
-            x, y = if_true._operands(if_false)
+            x, y = if_true._operands(if_false, op=Ops.WHERE)
         elif isinstance(if_false, Tensor):
-            y, x = if_false._operands(if_true)
+            y, x = if_false._operands(if_true, op=Ops.WHERE)
         else:
             if not (_is_scalar(if_true) and _is_scalar(if_false)):
                 x = Tensor(if_true, device=self.device)
-                x, y = x._operands(if_false)
+                x, y = x._operands(if_false, op=Ops.WHERE)
             else:
                 dtype = dtypes.from_python(if_true)
                 dtype = _weak_scalar_dtype(dtype, if_false)
                 x, y = self._scalar_tensor(if_true, dtype), self._scalar_tensor(if_false, dtype)
         _check_devices(condition, x)
-        condition, x, y = _broadcast(condition, x, y)
+        condition, x, y = _broadcast(condition, x, y, op=Ops.WHERE)
         return Tensor._wrap(UOp(Ops.WHERE, (condition.uop, x.uop, y.uop)), condition, x, y)
 
     def logical_not(self) -> Tensor:
@@ -1267,7 +1267,7 @@ class Tensor:
         """
         other = other if isinstance(other, Tensor) else Tensor(other, device=self.device)
         if self.ndim == 0 or other.ndim == 0:
-            raise ValueError(f"matmul needs at least 1-D operands, got {self.shape} @ {other.shape}")
+            raise UOpError(f"matmul needs at least 1-D operands, got {self.shape} @ {other.shape}")
         dtype = dtypes.promote(self.dtype, other.dtype)
         a = self.cast(dtype)
         b = other.cast(dtype)
@@ -1275,7 +1275,7 @@ class Tensor:
         b = b.reshape(b.shape[0], 1) if other.ndim == 1 else b
         (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
         if k != k2:
-            raise ValueError(f"matmul {self.shape} @ {other.shape}: inner sizes {k} and {k2} differ")
+            raise UOpError(f"matmul {self.shape} @ {other.shape}: inner sizes {k} and {k2} differ")
         products = a.reshape(*a.shape[:-2], m, k, 1) * b.reshape(*b.shape[:-2], 1, k, n)
         reduce_axis = products.ndim - 2
         out = products.max(reduce_axis) if dtype.is_bool else products.sum(reduce_axis, dtype=dtype)
@@ -1297,7 +1297,7 @@ class Tensor:
         k = self.shape[-1]
         other_k = other.shape[-2] if other.ndim > 1 else other.shape[0]
         if k != other_k:
-            raise ValueError(f"dot {self.shape} . {other.shape}: summed sizes {k} and {other_k} differ")
+            raise UOpError(f"dot {self.shape} . {other.shape}: summed sizes {k} and {other_k} differ")
         if other.ndim == 1:
             return self.matmul(other)
         before, rest = other.shape[:-2], other.shape[-1]
@@ -1364,7 +1364,7 @@ class Tensor:
         k, rest = self.shape[0], self.shape[1:]
         count = idx.numel()
         if val.shape != idx.shape + rest:
-            raise ValueError(f"scatter_add into {self.shape} with indices {idx.shape} needs values of shape "
+            raise UOpError(f"scatter_add into {self.shape} with indices {idx.shape} needs values of shape "
                              f"{idx.shape + rest}, got {val.shape}")
         pos = Tensor.arange(k, device=self.device).reshape(k, 1)  # (K, 1)
         mask = (pos == idx.reshape(1, count)).cast(self.dtype)  # (K, D)
@@ -1385,7 +1385,7 @@ class Tensor:
         for i, k, s, d in zip(sizes, kernel, stride, dilation):
             o = (i - d * (k - 1) - 1) // s + 1
             if o <= 0:
-                raise ValueError(f"a window of {k} (dilation {d}) does not fit in an axis of {i} "
+                raise UOpError(f"a window of {k} (dilation {d}) does not fit in an axis of {i} "
                                  f"(shape {self.shape})")
             m = max(1, math.ceil((o * s - d) / i))
             row = d + m * i
@@ -1418,7 +1418,7 @@ class Tensor:
             return [(padding, padding)] * count
         padding = tuple(padding)
         if len(padding) != count:
-            raise ValueError(f"padding needs {count} entries, got {padding}")
+            raise UOpError(f"padding needs {count} entries, got {padding}")
         return [(p, p) if isinstance(p, int) else (int(p[0]), int(p[1])) for p in padding]
 
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
@@ -1434,15 +1434,15 @@ class Tensor:
         weight = weight if isinstance(weight, Tensor) else Tensor(weight, device=self.device)
         count = weight.ndim - 2
         if count < 1 or self.ndim != count + 2:
-            raise ValueError(f"conv: input {self.shape} and weight {weight.shape} need ranks n+2 and n+2")
+            raise UOpError(f"conv: input {self.shape} and weight {weight.shape} need ranks n+2 and n+2")
         batch, channels = self.shape[:2]
         out_channels, group_channels = weight.shape[:2]
         kernel = weight.shape[2:]
         if channels != groups * group_channels:
-            raise ValueError(f"conv: input has {channels} channels, weight {weight.shape} with {groups} "
+            raise UOpError(f"conv: input has {channels} channels, weight {weight.shape} with {groups} "
                              f"groups expects {groups * group_channels}")
         if out_channels % groups:
-            raise ValueError(f"conv: {out_channels} output channels do not divide into {groups} groups")
+            raise UOpError(f"conv: {out_channels} output channels do not divide into {groups} groups")
         stride = _pair(stride, count, "stride")
         dilation = _pair(dilation, count, "dilation")
         x = self.pad([(0, 0), (0, 0), *self._spatial_padding(padding, count)])
@@ -1520,7 +1520,7 @@ class Tensor:
             raise ValueError(f"shard needs a tuple of at least two device names, got {devices!r}")
         axis = _normalize_axis(axis, self.ndim)
         if self.shape[axis] % len(devices):
-            raise ValueError(f"shard axis {axis} of {self.shape} does not split evenly over "
+            raise UOpError(f"shard axis {axis} of {self.shape} does not split evenly over "
                              f"{len(devices)} devices")
         data = self._initial_array()
         if data is not None:
@@ -1597,7 +1597,7 @@ def _sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], a
     count = len(devices)
     shape = array.shape
     if not shape or shape[axis] % count:
-        raise ValueError(f"cannot shard shape {shape} on axis {axis} over {count} devices")
+        raise UOpError(f"cannot shard shape {shape} on axis {axis} over {count} devices")
     data = array if stored else _storage_array(array, dtype)
     slices = np.split(data, count, axis=axis)
     flat = np.concatenate([s.reshape(-1) for s in slices])
@@ -1610,9 +1610,13 @@ def _sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], a
     return u.reshape(shape)
 
 
-def _broadcast(*tensors: Tensor) -> list[Tensor]:
-    """Bring every tensor to the common shape with explicit RESHAPE (leading 1s) and EXPAND."""
-    shape = broadcast_shape(*(t.shape for t in tensors))
+def _broadcast(*tensors: Tensor, op: Ops | None = None) -> list[Tensor]:
+    """Bring every tensor to the common shape with explicit RESHAPE (leading 1s) and EXPAND; ``op``,
+    the op the operands are for, is named when they do not broadcast."""
+    try:
+        shape = broadcast_shape(*(t.shape for t in tensors))
+    except UOpError as error:
+        raise UOpError(f"{op.name}: {error}" if op is not None else str(error)) from None
     return [t if t.shape == shape else t.expand(shape) for t in tensors]
 
 
