@@ -85,6 +85,19 @@ def test_expanded_and_shrunk_views_of_a_shard(backend):
     np.testing.assert_array_equal(run(flipped, backend), a[::-1])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, axis, count", [((4, 3), 0, 2), ((6, 4), 1, 2), ((3, 5, 2), 0, 3)])
+def test_padded_view_of_a_non_shard_axis(backend, shape, axis, count):
+    # the padded positions read nothing: their clamped addresses stay inside the device's part
+    a = random_array(shape, seed=13)
+    other = (axis + 1) % len(shape)
+    padding = [(0, 0)] * len(shape)
+    padding[other] = (1, 2)
+    padded = uv.Tensor(a).shard(devices(count), axis=axis).pad(tuple(padding))
+    assert padded.uop.axis == axis
+    np.testing.assert_array_equal(run(padded * 2 + 1, backend), np.pad(a, padding) * 2 + 1)
+
+
 # (flat size per device, device count, new shape, the shard axis it keeps)
 BOUNDARY_KEEPING = [(4, 3, (3, 4), 0), (4, 3, (6, 2), 0), (4, 3, (1, 3, 4), 1), (4, 3, (3, 2, 2), 0),
                     (3, 2, (2, 3), 0), (3, 2, (2, 1, 3), 0), (6, 2, (4, 3), 0), (2, 3, (3, 1, 2), 0)]

@@ -62,7 +62,11 @@ def _bounds(u: UOp) -> tuple[int, int]:
         products = (a * c, a * d, b * c, b * d)
         return min(products), max(products)
     if op is Ops.WHERE:
-        (a, b), (c, d) = bounds(u.src[1]), bounds(u.src[2])
+        # the taken branch is bounded under its condition: a PAD's clamp WHERE(0 < i, i - 1, 0)
+        # stays in 0.. (a sharded read checks its addresses against the device's part)
+        (a, b), (c, d) = _bounds_given(u.src[1], _narrowed(u.src[0])), bounds(u.src[2])
+        if a > b:  # the condition never holds
+            return c, d
         return min(a, c), max(b, d)
     if op is Ops.MAX:
         (a, b), (c, d) = bounds(u.src[0]), bounds(u.src[1])
@@ -71,6 +75,41 @@ def _bounds(u: UOp) -> tuple[int, int]:
     if isinstance(low, bool) or isinstance(high, bool):
         return int(low), int(high)
     return int(low) if math.isfinite(low) else -(2**62), int(high) if math.isfinite(high) else 2**62
+
+
+def _narrowed(condition: UOp) -> dict[UOp, tuple[int, int]]:
+    """Bounds that the ``v < k`` and ``k < v`` terms of ``condition`` (an AND tree) put on ``v``."""
+    known: dict[UOp, tuple[int, int]] = {}
+    for term in conjuncts(condition):
+        if term.op is not Ops.CMP_LT:
+            continue
+        left, right = term.src
+        if is_const(right) and left.dtype is INDEX:
+            low, high = known.get(left) or bounds(left)
+            known[left] = (low, min(high, right.arg[0] - 1))
+        elif is_const(left) and right.dtype is INDEX:
+            low, high = known.get(right) or bounds(right)
+            known[right] = (max(low, left.arg[0] + 1), high)
+    return known
+
+
+def _bounds_given(u: UOp, known: dict[UOp, tuple[int, int]]) -> tuple[int, int]:
+    """``bounds(u)`` where the expressions in ``known`` have those bounds (sums, products and
+    constant divisions of them are followed; anything else keeps its own bounds)."""
+    if not known:
+        return bounds(u)
+    if u in known:
+        return known[u]
+    if u.op in (Ops.ADD, Ops.MUL):
+        (a, b), (c, d) = _bounds_given(u.src[0], known), _bounds_given(u.src[1], known)
+        if u.op is Ops.ADD:
+            return a + c, b + d
+        products = (a * c, a * d, b * c, b * d)
+        return min(products), max(products)
+    if u.op is Ops.IDIV and is_const(u.src[1]) and u.src[1].arg[0] > 0:
+        low, high = _bounds_given(u.src[0], known)
+        return low // u.src[1].arg[0], high // u.src[1].arg[0]
+    return bounds(u)
 
 
 def iadd(a: UOp, b: UOp | int) -> UOp:
