@@ -179,3 +179,20 @@ def test_sharded_output_is_not_shared_with_intermediates():
         storage = storage.src[0]
     assert storage.op is uv.Ops.BUFFER and storage not in program.memory_plan.placements
     np.testing.assert_allclose(program.run()[0], np.exp(a * 2) + 1, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape, axis, count", [((2, 4), 1, 2), ((6, 3), 0, 3)])
+def test_pad_or_shrink_of_the_shard_axis_is_a_clear_error(shape, axis, count):
+    sharded = uv.Tensor(random_array(shape, seed=17)).shard(devices(count), axis=axis)
+    bounds = [(0, size) for size in shape]
+    bounds[axis] = (1, shape[axis])
+    padding = [(0, 0)] * len(shape)
+    padding[axis] = (1, 1)
+    for build, op in ((lambda: sharded.shrink(bounds), "SHRINK"), (lambda: sharded.pad(padding), "PAD")):
+        with pytest.raises(uv.UOpError, match=rf"{op}: .* changes the size of axis {axis}, which is sharded "
+                                              rf"over {count} devices"):
+            build()
+    # the same reads after a copy to one device
+    gathered = sharded.copy("CPU:0")
+    np.testing.assert_array_equal(run(gathered.shrink(bounds), "c"), run(sharded.copy("CPU:0"), "c")[
+        tuple(slice(start, end) for start, end in bounds)])

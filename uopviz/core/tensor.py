@@ -559,6 +559,7 @@ class Tensor:
             return x
         offsets = tuple(b for b, _ in pairs)
         new_shape = tuple(s + b + a for s, (b, a) in zip(x.shape, pairs))
+        x._keep_shards("PAD", new_shape)
         padded = Tensor._wrap(x.uop.pad(offsets, new_shape), x)
         if value == 0:
             return padded
@@ -599,7 +600,17 @@ class Tensor:
             return self
         offsets = tuple(start for start, _ in full)
         sizes = tuple(end - start for start, end in full)
+        self._keep_shards("SHRINK", sizes)
         return Tensor._wrap(self.uop.shrink(offsets, sizes), self)
+
+    def _keep_shards(self, op: str, new_shape: Sequence[int]) -> None:
+        """A PAD or SHRINK may not change the size of the shard axis of a multi-device value: its
+        shards would differ in size (the spec keeps the axis through these ops)."""
+        axis = self.uop.axis if isinstance(self.device, tuple) else None
+        if axis is not None and new_shape[axis] != self.shape[axis]:
+            raise UOpError(f"{op}: {self.shape} to {tuple(new_shape)} changes the size of axis {axis}, which "
+                           f"is sharded over {len(self.device)} devices: the shards would no longer be "
+                           f"equal; copy() it to one device first")
 
     def shrink_to(self, *shape: int) -> Tensor:
         """Keep the first ``shape[k]`` elements of each axis (the spec's ``shrink_to``)."""
