@@ -77,10 +77,10 @@ def ulp_errors(got: np.ndarray, reference: np.ndarray, dtype) -> np.ndarray:
 REFERENCE = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt}
 
 
-def measure(op: Ops, dtype, values: np.ndarray) -> tuple[float, float]:
+def measure(op: Ops, dtype, values: np.ndarray, matcher=SCALAR_TARGET) -> tuple[float, float]:
     """(max, mean) ulp error of the decomposed op over ``values``."""
     values = values.astype(dtype.numpy_name)
-    got = run_unary(op, dtype, values)
+    got = run_unary(op, dtype, values, matcher)
     errors = ulp_errors(got, REFERENCE[op](values.astype(np.longdouble)), dtype)
     return float(errors.max()), float(errors.mean())
 
@@ -115,6 +115,11 @@ CASES = {
     (Ops.SIN, "float32", "[-π, π]"): (RNG.uniform(-np.pi, np.pi, 100_000), 2.5),
     (Ops.SIN, "float32", "near k·π, |x| <= 1e4"): (near_multiples_of_pi(dtypes.float32), 2.5),
     (Ops.SIN, "float64", "near k·π, |x| <= 1e4"): (near_multiples_of_pi(dtypes.float64), 2.0),
+    # float32 reduced in float64: as accurate far out, up to |x| = 1e8
+    (Ops.SIN, "float32", "[1e4, 1e5]"): (RNG.uniform(1e4, 1e5, 100_000), 2.0),
+    (Ops.SIN, "float32", "[1e5, 1e8]"): (RNG.uniform(1e5, 1e8, 100_000), 2.0),
+    (Ops.SIN, "float32", "near k·π, |x| <= 1e8"): (near_multiples_of_pi(dtypes.float32, limit=1e8), 2.0),
+    (Ops.SIN, "float64", "[1e5, 1e8]"): (RNG.uniform(1e5, 1e8, 100_000), 2.0),
     (Ops.SQRT, "float32", "[1e-38, 1e38] log-spaced"): (10 ** RNG.uniform(-38, 38, 100_000), 1.5),
     (Ops.SQRT, "float64", "[1e-300, 1e300] log-spaced"): (10 ** RNG.uniform(-300, 300, 100_000), 1.5),
 }
@@ -127,6 +132,16 @@ def test_transcendental_accuracy(case):
     worst, mean = measure(op, dtypes.from_name(dtype_name), values)
     assert worst <= bound, f"max {worst:.3g} ulp (mean {mean:.3g})"
     assert mean <= 0.5
+
+
+def test_float32_sin_without_float64_reduces_in_float32():
+    # a target without float64 (an OpenCL device without cl_khr_fp64): exact reduction up to 2.5e4
+    target = instruction_selection_matcher(PRIMITIVES, (), has_float64=False)
+    lowered = lower(UOp(Ops.SIN, (UOp.param(0, (), dtypes.float32),)), target)
+    assert all(u.dtype.scalar is not dtypes.float64 for u in lowered.toposort())
+    for values in (RNG.uniform(-2.5e4, 2.5e4, 50_000), near_multiples_of_pi(dtypes.float32)):
+        worst, mean = measure(Ops.SIN, dtypes.float32, values, target)
+        assert worst <= 2.5 and mean <= 0.5, (worst, mean)
 
 
 SPECIAL = [

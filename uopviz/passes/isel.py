@@ -193,11 +193,6 @@ def polynomial(x: UOp, coefficients: Iterable[float]) -> UOp:
     return result
 
 
-def _round_to_integer(x: UOp) -> UOp:
-    """``x`` rounded to the nearest integer (halves away from zero), as a float: TRUNC(x ± 0.5)."""
-    return truncate(add(x, where(less(x, 0.0), const_like(x, -0.5), 0.5)))
-
-
 # ---------------------------------------------------------------------------------------------
 # float formats and polynomial coefficients
 
@@ -412,20 +407,31 @@ def decompose_log2(x: UOp) -> UOp:
     return where(less(x, 0.0), float("nan"), result)
 
 
-def decompose_sin(x: UOp) -> UOp:
-    """``sin x``: ``x = k·π/2 + r`` (Cody–Waite), then sin or cos of ``r`` by the quadrant ``k mod 4``."""
+def decompose_sin(x: UOp, reduce_in: DType | None = None) -> UOp:
+    """``sin x``: ``x = k·π/2 + r`` (Cody–Waite), then sin or cos of ``r`` by the quadrant ``k mod 4``.
+
+    ``reduce_in``: a wider float type for the reduction.  float32 reduced in float64 (on targets
+    that have it) is exact for ``|x|`` up to about 1e8, where float32's own parts of π/2 stop being
+    exact past 2.5e4 and the result is unbounded past 1e5."""
     dtype = x.dtype.scalar
     not_finite = not_equal(mul(x, 0.0), 0.0)  # x*0 is nan exactly for inf and nan
     finite = where(not_finite, 0.0, x)
-    k = _round_to_integer(mul(finite, float(2 / _PI)))
-    r = finite
-    for part in _HALF_PI_PARTS[dtype]:
+    wide = reduce_in or dtype
+    form = _FORMATS[wide]
+    # k = round(x·2/π) by adding 1.5·2**mantissa_bits (as exp2 does: no TRUNC, no float → int
+    # conversion); the sum's low integer bits are k, so its last two are k mod 4, the quadrant
+    magic = 1.5 * 2.0**form.mantissa_bits
+    shifted = add(mul(cast(finite, wide), float(2 / _PI)), magic)
+    k = sub(shifted, magic)
+    r = cast(finite, wide)
+    for part in _HALF_PI_PARTS[wide]:
         r = sub(r, mul(k, part))
+    r = cast(r, dtype)
     # beyond the exact reduction range the parts' products round: keep r where the polynomials hold
     limit = 1.0
     r = where(less(r, -limit), -limit, where(less(limit, r), limit, r))
-    quadrant = sub(k, mul(truncate(mul(k, 0.25)), 4.0))  # k mod 4 in (-4, 4), exact
-    quadrant = bit_and(cast(quadrant, dtypes.int32), 3)
+    # (narrowed to int32: its masks then select float32 lanes without widening them)
+    quadrant = cast(bit_and(bitcast(shifted, form.integer), 3), dtypes.int32)
     t = mul(r, r)
     sine = add(r, mul(mul(r, t), polynomial(t, _SIN[dtype])))
     cosine = add(mul(t, add(mul(t, polynomial(t, _COS[dtype])), -0.5)), 1.0)
@@ -433,6 +439,10 @@ def decompose_sin(x: UOp) -> UOp:
     value = where(odd, cosine, sine)
     value = where(not_equal(bit_and(quadrant, 2), 0), mul(value, -1.0), value)
     return where(not_finite, float("nan"), value)
+
+
+def _sin_reduced_in_float64(x: UOp) -> UOp:
+    return decompose_sin(x, dtypes.float64 if x.dtype.scalar is dtypes.float32 else None)
 
 
 def decompose_sqrt(x: UOp) -> UOp:
@@ -572,8 +582,8 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
     Ops.SIN: [
         (
             UPat(Ops.SIN, src=(_FLOAT_X,)),
-            lambda x: _in_float32(x, decompose_sin),
-            "SIN → Cody–Waite reduction + polynomial",
+            lambda x: _in_float32(x, _sin_reduced_in_float64),
+            "SIN → Cody–Waite reduction (float64) + polynomial",
         )
     ],
     Ops.SQRT: [
@@ -615,6 +625,17 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
     Ops.SHL: [(UPat(Ops.SHL, src=(_FLOAT_X, UPat.cvar("c"))), _shift_as_multiply, "SHL by c → MUL by 2**c")],
     Ops.SHR: [
         (UPat(Ops.SHR, src=(_FLOAT_X, UPat.cvar("c"))), _shift_as_divide, "SHR by c → floor IDIV by 2**c")
+    ],
+}
+
+# float32 SIN on a target without float64 (an OpenCL device without cl_khr_fp64, say)
+_WITHOUT_FLOAT64: dict[Ops, list] = {
+    Ops.SIN: [
+        (
+            UPat(Ops.SIN, src=(_FLOAT_X,)),
+            lambda x: _in_float32(x, decompose_sin),
+            "SIN → Cody–Waite reduction + polynomial",
+        )
     ],
 }
 
@@ -796,15 +817,17 @@ def _split_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
 
 
 def instruction_selection_matcher(
-    supported_ops: frozenset[Ops], vector_widths: tuple[int, ...] = ()
+    supported_ops: frozenset[Ops], vector_widths: tuple[int, ...] = (), has_float64: bool = True
 ) -> PatternMatcher:
     """The Instruction Selection rules of a target that renders ``supported_ops`` natively and
     vectors of ``vector_widths`` lanes: every decomposed op it lacks is rewritten into ones it has
     (or into ops that are decomposed in turn), MULACC is fused where it exists, and vector ALU ops
-    of other widths are split into chunks of widths it has."""
+    of other widths are split into chunks of widths it has.  Without ``has_float64`` float32 SIN
+    reduces its argument in float32 (accurate for |x| up to 2.5e4 only)."""
     supported = frozenset(supported_ops)
     rules: list = []
-    for op, decompositions in DECOMPOSITIONS.items():
+    chosen = DECOMPOSITIONS if has_float64 else {**DECOMPOSITIONS, **_WITHOUT_FLOAT64}
+    for op, decompositions in chosen.items():
         if op not in supported:
             rules.extend(decompositions)
     if Ops.MULACC in supported:

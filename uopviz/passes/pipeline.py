@@ -24,6 +24,7 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import Trace, graph_rewrite, substitute, traced_pass, tracing
 from uopviz.core.uop import UOp
+from uopviz.passes import isel
 from uopviz.passes.callify import callify
 from uopviz.passes.expand import expand_kernel
 from uopviz.passes.kernel import Kernel, _location_of
@@ -248,15 +249,12 @@ def select_instructions(ast: UOp, backend: Backend, name: str = "kernel") -> UOp
     """Instruction Selection for one kernel: REDUCE → REG accumulators, then the target's rules
     (``uopviz.passes.isel``: decompositions of what the backend lacks, devectorization)."""
     ast = lower_reductions(ast)
-    try:
-        from uopviz.passes import isel  # the instruction-selection rules (another module)
-    except ImportError:
-        isel = None
-    if isel is not None:
-        matcher = isel.instruction_selection_matcher(backend.supported_ops, backend.vector_widths)
-        ast = graph_rewrite(ast, matcher, name="instruction selection")
-        if not backend.vector_widths and hasattr(isel, "devectorize"):
-            ast = isel.devectorize(ast)
+    matcher = isel.instruction_selection_matcher(
+        backend.supported_ops, backend.vector_widths, backend.supports_dtype(dtypes.float64)
+    )
+    ast = graph_rewrite(ast, matcher, name="instruction selection")
+    if not backend.vector_widths:
+        ast = isel.devectorize(ast)
     missing = sorted({u.op.name for u in ast.toposort() if u.op in GroupOp.ELEMENTWISE
                       and u.op not in backend.supported_ops and u.op is not Ops.CAST})
     if missing:
