@@ -10,7 +10,7 @@ import pytest
 from uopviz.backends import get
 from uopviz.backends.base import Launch
 from uopviz.backends.c import find_c_compiler
-from uopviz.backends.timing import Timing, count_work, time_compiled, time_kernel, time_launches
+from uopviz.backends.timing import Timing, time_compiled, time_kernel, time_launches
 from uopviz.core.dtype import dtypes
 
 from . import linear_programs as lp
@@ -100,13 +100,3 @@ def test_isolated_timing_matches_the_request() -> None:
     )
     assert timing.runs == 4 and timing.rotate == 2 and timing.backend == "c"
     assert timing.gflops is not None and timing.gflops > 0
-
-
-def test_count_work_of_linear_programs() -> None:
-    flops, moved = count_work(lp.gemm(8, 16, 4, upcast=4).linear)
-    assert flops == 2 * 8 * 16 * 4  # a MUL and an ADD per product, 4 lanes each
-    assert moved == (8 * 16 + 8 * 4 + 4 * 16) * 4
-    flops, _ = count_work(lp.wmma_gemm(2, 3, 4).linear)
-    assert flops == 2 * 8 * 12 * 16
-    flops, moved = count_work(lp.elementwise(100).linear)
-    assert flops == 200 and moved == 1200

@@ -371,3 +371,17 @@ def test_tensor_core_with_more_upcasts(backend: str) -> None:
     linear = program.items[0].body.src[0]
     assert sum(u.op is Ops.WMMA for u in linear.src) == 4  # one tile per combination of the other lanes
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_flops_count_what_runs_after_a_reduce_once_per_output() -> None:
+    # a bias and a ReLU after a matmul's reduce run once per output, not once per reduce step;
+    # opts reshape the loops but not the work
+    rng = np.random.default_rng(7)
+    for m, k, n in ((32, 64, 16), (5, 7, 3)):
+        a = Tensor(rng.standard_normal((m, k)).astype(np.float32))
+        w = Tensor(rng.standard_normal((k, n)).astype(np.float32))
+        b = Tensor(rng.standard_normal(n).astype(np.float32))
+        for out, extra in ((a @ w, 0), (a @ w + b, 1), ((a @ w + b).relu(), 2)):
+            for opts in (None, "heuristic"):
+                (kernel,) = uv.compile(out, backend="python", opts=opts).kernels
+                assert kernel.flops == 2 * m * k * n + extra * m * n, (kernel.name, opts)

@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from uopviz.backends.base import CompiledKernel, Launch
-from uopviz.core.dtype import AddrSpace
-from uopviz.core.ops import GroupOp, Ops
-from uopviz.core.uop import UOp
 
 
 @dataclass(frozen=True)
@@ -221,48 +218,3 @@ def time_kernel(
         bytes_moved=bytes_moved,
         budget_s=budget_s,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# counting work in a linear program
-
-
-_NOT_FLOPS = GroupOp.COMPARISON | {
-    Ops.CAST,
-    Ops.WHERE,
-    Ops.AND,
-    Ops.OR,
-    Ops.XOR,
-    Ops.SHL,
-    Ops.SHR,
-    Ops.NOT,
-    Ops.BITCAST,
-}
-
-
-def count_work(linear: UOp) -> tuple[int, int]:
-    """``(flops, bytes)`` of a LINEAR program: float ALU lanes times their loops' trip counts (MULACC
-    counts 2, a WMMA its share of the tile's 2·M·N·K; GPU threads multiply everything), and the bytes
-    of its GLOBAL buffers (each read or written once: the least memory traffic the kernel can have).
-    Loops with non-constant bounds count once."""
-    flops = 0
-    threads = 1  # every GPU thread (SPECIAL) runs the whole program
-    for u in linear.src:
-        if u.op is Ops.SPECIAL and u.src[0].op is Ops.CONST:
-            threads *= int(u.src[0].arg[0])
-    multiplier = [threads]
-    for u in linear.src:
-        if u.op is Ops.RANGE:
-            bound = u.src[0]
-            multiplier.append(multiplier[-1] * (int(bound.arg[0]) if bound.op is Ops.CONST else 1))
-        elif u.op is Ops.END and len(multiplier) > 1:
-            multiplier.pop()
-        elif u.op is Ops.WMMA:
-            flops += multiplier[-1] * u.arg.flops // u.arg.threads  # each lane does its share of the tile
-        elif u.op in GroupOp.ELEMENTWISE and u.op not in _NOT_FLOPS and u.dtype.scalar.is_float:
-            flops += multiplier[-1] * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
-    moved = 0
-    for u in linear.src:
-        if u.op is Ops.PARAM and (u.arg.addrspace in (None, AddrSpace.GLOBAL)):
-            moved += (u.shape[0] if u.shape else 1) * u.arg.dtype.itemsize
-    return flops, moved

@@ -213,6 +213,8 @@ class Kernel:
                 total += math.prod(range_size(r) for r in ranges) * u.dtype.count
             elif u.op is Ops.REDUCE and u.dtype.scalar.is_float and u.src[0].op is not Ops.WMMA:
                 total += math.prod(range_size(r) for r in ranges) * u.dtype.count
+            if u.op is Ops.REDUCE:  # its result is one value per iteration of the loops around it
+                iterations[u] = ranges - frozenset(u.src[1:])
             elif u.op is Ops.WMMA:  # one tile per thread of the warp, per iteration of the other loops
                 config, fragment_a, fragment_b = u.arg[0], u.arg[1], u.arg[2]
                 around = [r for r in ranges if r is not fragment_a and r is not fragment_b]
