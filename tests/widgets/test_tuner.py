@@ -19,7 +19,7 @@ from uopviz.widgets.tuner import (
     opt_to_python,
     timing_entry,
 )
-from uopviz.widgets.tuner_view import KernelTuner, axes_html
+from uopviz.widgets.tuner_view import KernelTuner, axes_html, beam_backend_for
 
 
 def matmul_kernel(m: int, k: int, n: int, seed: int = 0):
@@ -196,6 +196,7 @@ def test_beam_button_replaces_the_kernel_undoably_and_fills_the_progress_bar():
     assert result is not None and tuner.state.kernel is result.kernel
     assert tuner.beam_progress.value == tuner.beam_progress.max > 0
     assert result.best.name in tuner.beam_table.value and "BEAM (c)" in tuner.state.message
+    assert "★ " + result.best.name in tuner.beam_table.value and "re-timed" in tuner.beam_table.value
     assert not tuner.apply_button.disabled and not tuner.beam_button.disabled
     assert tuner.state.undo() and tuner.state.kernel is kernel
 
@@ -209,3 +210,16 @@ def test_tensor_core_opt_from_the_controls():
     expected = kernel.apply(Opt(OptOp.TC, 0, (-1, 0, 1)))
     assert tuner.state.kernel.ast is expected.ast
     assert {a.axis_type for a in tuner.state.axes} >= {AxisType.UPCAST, AxisType.UNROLL}
+
+
+def test_beam_times_on_the_kernels_own_backend_by_default():
+    # the Python interpreter's timings say nothing about compiled code: never the default when the
+    # kernel was compiled for another backend, whatever order the backends are shown in
+    c_kernel = matmul_kernel(8, 8, 8)
+    ones = uv.Tensor(np.ones((8, 8), np.float32))
+    (python_kernel,) = uv.compile(ones @ ones, backend="python").kernels
+    assert KernelTuner([c_kernel], backends=["python", "c"], show_graph=False).beam_backend.value == "c"
+    tuner = KernelTuner([python_kernel], backends=["python", "c"], show_graph=False)
+    assert tuner.beam_backend.value == "python"
+    assert beam_backend_for(python_kernel, ["opencl", "c"]) == "opencl"
+    assert beam_backend_for(c_kernel, ["python"]) == "python"

@@ -27,16 +27,25 @@ def run_beam(kernel: Any, backend: str, *, width: int = 4, budget_s: float = 60.
 
 
 def candidates_html(result: Any, limit: int = 8) -> str:
-    """The fastest candidates of a BEAM result as a small HTML table."""
+    """The fastest candidates of a BEAM result as a small HTML table: the search's time of each,
+    and for the finalists the time measured again side by side, which picks the winner (marked)."""
     import html
 
-    def run_time(row: dict[str, Any]) -> str:
-        return "—" if row["run_s"] is None else f"{row['run_s'] * 1e3:.3f} ms"
+    def milliseconds(seconds: float | None) -> str:
+        return "—" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
-    body = "".join(
-        f"<tr><td>{html.escape(row['name'])}</td><td>{html.escape(', '.join(row['opts']) or '—')}</td>"
-        f"<td>{run_time(row)}</td><td>{html.escape(row['error'] or '')}</td></tr>"
-        for row in result.table()[:limit])
-    head = "<tr><th>kernel</th><th>opts</th><th>run time</th><th>error</th></tr>"
+    chosen = result.best
+    rows = []
+    for candidate in sorted((c for c in result.candidates if c.ok), key=lambda c: c.run_s)[:limit]:
+        mark = "★ " if candidate is chosen else ""
+        rows.append(
+            f"<tr><td>{mark}{html.escape(candidate.name)}</td>"
+            f"<td>{html.escape(', '.join(map(repr, candidate.opts)) or '—')}</td>"
+            f"<td>{milliseconds(candidate.run_s)}</td><td>{milliseconds(candidate.verified_s)}</td></tr>"
+        )
+    failed = sum(1 for c in result.candidates if not c.ok)
+    head = "<tr><th>kernel</th><th>opts</th><th>search time</th><th>re-timed (finalists)</th></tr>"
+    note = (f"<div>★ chosen: fastest when the finalists were timed again side by side"
+            f"{f'; {failed} candidates failed' if failed else ''}</div>")
     return (f'<table class="uv-table" style="font-size:12px;border-collapse:collapse"><thead>{head}</thead>'
-            f"<tbody>{body}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table>{note}")

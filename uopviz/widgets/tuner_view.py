@@ -139,6 +139,12 @@ class KernelTuner(widgets.VBox):
         self.beam_budget = widgets.BoundedIntText(
             value=30, min=1, max=3600, description="budget s", layout=widgets.Layout(width="150px")
         )
+        self.beam_backend = widgets.Dropdown(
+            options=self.backends,
+            value=beam_backend_for(self.kernels[0], self.backends),
+            description="on",
+            layout=widgets.Layout(width="150px"),
+        )
         self.beam_status = widgets.HTML()
         self.beam_table = widgets.HTML()
         self.beam_result: Any = None
@@ -181,6 +187,7 @@ class KernelTuner(widgets.VBox):
                 self.redo_button,
                 self.reset_button,
                 self.beam_button,
+                self.beam_backend,
                 self.beam_width,
                 self.beam_budget,
                 self.beam_progress,
@@ -340,7 +347,7 @@ class KernelTuner(widgets.VBox):
         found becomes the current one (undoably)."""
         from uopviz.widgets.beam_runner import candidates_html, run_beam
 
-        state, backend = self.state, self.backends[0] if self.backends else "python"
+        state, backend = self.state, self.beam_backend.value or "python"
         # one kernel change at a time: the search thread and a click must not build UOps together
         busy = (
             self.beam_button,
@@ -383,6 +390,16 @@ class KernelTuner(widgets.VBox):
             work()
         else:
             threading.Thread(target=work, daemon=True).start()
+
+
+def beam_backend_for(kernel: Any, backends: list[str]) -> str | None:
+    """Where BEAM times candidates by default: the kernel's own backend when shown, else the first
+    compiled one (the Python interpreter's timings say nothing about compiled code)."""
+    own = getattr(kernel, "backend", None)
+    if own in backends:
+        return own
+    compiled = [b for b in backends if b != "python"]
+    return (compiled or backends or [None])[0]
 
 
 def _short(opt: Any) -> str:
