@@ -250,14 +250,20 @@ class BeamResult:
         return None
 
     def table(self) -> list[dict[str, Any]]:
-        """Every candidate as a dict (opts, name, UOp count, compile time, run time, error), fastest first."""
+        """Every candidate as a dict (opts, name, UOp count, compile time, run time, error, re-timed
+        time of the finalists), fastest in the search first (the winner is the fastest re-timed)."""
         rows = sorted(self.candidates, key=lambda c: (c.run_s is None, c.run_s or 0.0))
         return [c.to_dict() for c in rows]
 
     def __repr__(self) -> str:
+        def milliseconds(seconds: float | None) -> str:
+            return "—" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+        # the winner is chosen by the finalists' side-by-side re-timing, so it may not head table()
+        retimed = "" if self.best.verified_s is None else f", {milliseconds(self.best.verified_s)} re-timed"
         return (
-            f"<BeamResult {self.best.name} {self.best.run_s} s, {len(self.candidates)} candidates, "
-            f"opts={list(self.opts)}>"
+            f"<BeamResult {self.best.name} on {self.backend}: {milliseconds(self.best.run_s)} in the search"
+            f"{retimed}, {len(self.candidates)} candidates, opts={list(self.opts)}>"
         )
 
 
