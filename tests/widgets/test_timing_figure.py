@@ -1,0 +1,49 @@
+"""The timing chart's data: one colour per backend in every chart, and a roofline whose roof is never
+under a dot (numpy's matmul and copy are a reference, not the machine's peak)."""
+
+from __future__ import annotations
+
+from bokeh.models import GlyphRenderer, Legend
+
+from uopviz.widgets.backends_view import backend_color, timing_figure
+from uopviz.widgets.tuner import TimingEntry
+
+
+def entry(backend: str, gflops: float, intensity: float = 4.0) -> TimingEntry:
+    flops = 1e6
+    seconds = flops / (gflops * 1e9)
+    return TimingEntry(backend, seconds, seconds, 10, gflops, flops / intensity / seconds / 1e9, flops,
+                       flops / intensity)
+
+
+def renderers(figure) -> list[GlyphRenderer]:
+    return [r for r in figure.renderers if isinstance(r, GlyphRenderer)]
+
+
+def test_each_backend_keeps_its_colour_across_charts():
+    first = timing_figure([entry("c", 10), entry("llvm", 20)], roofs=(100.0, 50.0))
+    second = timing_figure([entry("python", 0.1), entry("llvm", 20), entry("c", 10)], roofs=(100.0, 50.0))
+    for chart in (first, second):
+        bars = renderers(chart.children[0])[0].data_source.data
+        assert [backend_color(b) for b in bars["backend"]] == list(bars["color"])
+    assert len({backend_color(b) for b in ("python", "c", "llvm", "opencl", "cuda")}) == 5
+    assert backend_color("someday") == backend_color("someday")
+
+
+def test_the_roof_is_raised_to_a_kernel_that_beats_numpy():
+    # C beats numpy's matmul (150 > 100 GFLOP/s); LLVM's 8 GFLOP/s at 0.05 FLOP/byte is 160 GB/s
+    entries = [entry("c", 150, intensity=20), entry("llvm", 8, intensity=0.05)]
+    roofline = timing_figure(entries, roofs=(100.0, 50.0)).children[1]
+    line, dots = renderers(roofline)
+    assert max(line.data_source.data["y"]) == 150
+    for x, y in zip(dots.data_source.data["x"], dots.data_source.data["y"], strict=True):
+        assert y <= min(150, x * 160) * (1 + 1e-9)  # no dot above the roof
+    (legend,) = [item for item in roofline.below if isinstance(item, Legend)]
+    label = legend.items[0].label["value"]
+    assert label == "roof: 150 GFLOP/s (fastest here), 160 GB/s (fastest here)"
+
+
+def test_a_roof_from_numpy_says_so():
+    chart = timing_figure([entry("c", 50, intensity=20)], roofs=(100.0, 50.0))
+    (legend,) = [item for item in chart.children[1].below if isinstance(item, Legend)]
+    assert legend.items[0].label["value"] == "roof: 100 GFLOP/s (numpy matmul), 50 GB/s (numpy copy)"
