@@ -67,43 +67,6 @@ def make_opt(
     return module.Opt(kind, axis, (int(tc_select), int(tc_opt), int(tc_mode)))
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, AxisType):
-        return value.name
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if hasattr(value, "name") and hasattr(value, "value") and not isinstance(value, int | float | str | bool):
-        return value.name
-    return value
-
-
-def opt_to_json(opt: Any) -> dict[str, Any]:
-    """``{"op": "SPLIT", "axis": 0, "arg": [4, "UPCAST", false]}``."""
-    return {"op": opt.op.name, "axis": opt.axis, "arg": _plain(opt.arg)}
-
-
-def opt_from_json(data: dict[str, Any]) -> Any:
-    """The inverse of :func:`opt_to_json`."""
-    try:
-        name, axis, arg = data["op"], data.get("axis"), data.get("arg")
-    except (KeyError, TypeError) as error:
-        raise ValueError(f"an opt in JSON is {{'op', 'axis', 'arg'}}, got {data!r}") from error
-    name = str(name).upper()
-    if name == "SPLIT":
-        factor, target, top = arg
-        return make_opt(name, axis, factor=factor, target=target, top=top)
-    if name == "PADTO":
-        return make_opt(name, axis, multiple=arg)
-    if name == "SWAP":
-        return make_opt(name, axis, other_axis=arg)
-    if name == "NOLOCALS":
-        return make_opt(name)
-    if name == "TC":
-        select, option, mode = arg
-        return make_opt(name, axis, tc_select=select, tc_opt=option, tc_mode=mode)
-    raise ValueError(f"unknown opt {name!r} in JSON; the spec's OptOps are {', '.join(OPT_NAMES)}")
-
-
 def opt_to_python(opt: Any) -> str:
     """``Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False))``: Python that rebuilds ``opt``."""
 
@@ -326,25 +289,45 @@ class TunerState:
         return self.opts[len(tuple(self.base.opts)) :]
 
     def export_python(self) -> str:
-        """Python that rebuilds the kernel's opts (and applies them to a kernel ``k``)."""
-        lines = ["from uopviz import AxisType, Opt, OptOp", "", "opts = ["]
+        """Python that rebuilds the kernel's opts and a function applying them to the kernel."""
+        base, tuned = getattr(self.base, "name", "kernel"), getattr(self.kernel, "name", "kernel")
+        lines = ["from uopviz import AxisType, Opt, OptOp", ""]
+        lines += [f"# the opts of kernel {base} (tuned: {tuned})", "opts = ["]
         lines += [f"    {opt_to_python(opt)}," for opt in self.opts]
-        lines += ["]", "for opt in opts:", "    k = k.apply(opt)"]
+        lines += [
+            "]",
+            "",
+            "",
+            "def tuned(kernel):",
+            f'    """``kernel`` ({base}, e.g. ``uv.compile(...).kernels[i]``) with the opts applied."""',
+            "    for opt in opts:",
+            "        kernel = kernel.apply(opt)",
+            "    return kernel",
+        ]
         return "\n".join(lines)
 
     def export_json(self) -> str:
-        """The kernel's opts as JSON (a list of ``{"op", "axis", "arg"}``)."""
+        """The kernel's opts as JSON: the kernel they apply to, its tuned name, the backend, and the
+        opts as BEAM's cache and the tuning records write them."""
+        from uopviz.passes.beam import opts_to_json
+
         return json.dumps(
-            {"kernel": getattr(self.kernel, "name", ""), "opts": [opt_to_json(o) for o in self.opts]},
+            {
+                "kernel": getattr(self.base, "name", ""),
+                "tuned": getattr(self.kernel, "name", ""),
+                "backend": getattr(self.kernel, "backend", ""),
+                "opts": opts_to_json(self.opts),
+            },
             indent=1,
         )
 
     @staticmethod
     def opts_from_json(text: str) -> list[Any]:
-        """The opts of a JSON export."""
+        """The opts of a JSON export (or of a bare list of opts)."""
+        from uopviz.passes.beam import opts_from_json
+
         data = json.loads(text)
-        items = data["opts"] if isinstance(data, dict) else data
-        return [opt_from_json(item) for item in items]
+        return list(opts_from_json(data["opts"] if isinstance(data, dict) else data))
 
     # -- per-backend results -------------------------------------------------------------------
     def source(self, backend: str) -> SourceEntry:

@@ -155,7 +155,7 @@ class KernelTuner(widgets.VBox):
             description="Export Python", icon="code", layout=layout_auto
         )
         self.export_json_button = widgets.Button(
-            description="Export JSON", icon="download", layout=layout_auto
+            description="Export JSON", icon="clipboard", layout=layout_auto
         )
         self.export_text = widgets.Textarea(
             layout=widgets.Layout(width="100%", height="120px", display="none")
