@@ -1,4 +1,4 @@
-"""NNEF model graphs in the explorer and in reports: a Model tab listing operations and tensors,
+"""NNEF model graphs in the explorer and in reports: an Operations tab listing operations and tensors,
 and the compiled program's tabs (checked against what the graph and uv.nnef compile)."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def test_explore_a_model_graph(rows, cols):
     assert is_model_graph(graph) and not is_model_graph(graph.operations)
     tab = uv.explore(graph)
     assert tab.explorer_name == "model graph"
-    assert tab.titles[-1] == "Model" and {"Graph", "Pipeline", "Kernels"} <= set(tab.titles)
+    assert tab.titles[0] == "Model" and tab.titles[-1] == "Operations"
+    assert {"Graph", "Pipeline", "Kernels"} <= set(tab.titles)
     text = tab.children[-1].value
     assert "nn.relu" in text and f"({rows}, {cols})" in text and "<td" in text
     assert text == model_html(graph)

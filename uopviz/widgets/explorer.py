@@ -1,11 +1,12 @@
 """``uv.explore(x)``: one widget with tabs Graph, Pipeline, Kernels and Backends for whatever
-``x`` is.
+``x`` is (and, first, a Model tab for a model graph).
 
 What to show is decided by a registry of (test, builder) pairs, tried newest first, so other
 parts of uopviz (the NNEF loader, say) plug in their own objects without this module knowing
 them: ``register_explorer("name", lambda x: isinstance(x, Model), build)``.  Built in: UOp, Trace,
 Tensor (compiled with ``uv.compile``), Program, Kernel, and model graphs (NNEF: anything with
-inputs, outputs, tensors, operations and ``compile``; a Model tab lists its operations).  Objects
+inputs, outputs, tensors, operations and ``compile``: a Model tab draws its operator graph, one
+node per operation, and opens an operation's kernels in the tuner; an Operations tab lists them).  Objects
 are recognised by duck typing (what they have), so the widgets never import the modules that
 define them.
 """
@@ -23,7 +24,7 @@ from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
 from uopviz.widgets.models import is_model_graph
 
-TABS = ("Graph", "Pipeline", "Kernels", "Backends", "Model")
+TABS = ("Model", "Graph", "Pipeline", "Kernels", "Backends", "Operations")
 
 Test = Callable[[Any], bool]
 Builder = Callable[..., dict[str, widgets.Widget]]
@@ -207,11 +208,13 @@ def _build_kernel(
 
 def _build_model(graph: Any, backend: str = "c", opts: Any = None, backends: list[str] | None = None,
                  **options: Any) -> dict[str, widgets.Widget]:
+    from uopviz.widgets.model_view import ModelExplorer
     from uopviz.widgets.models import model_html
 
+    tabs: dict[str, widgets.Widget] = {"Model": ModelExplorer(graph, backend=backend, backends=backends)}
     program = graph.compile(backend=backend, opts=opts)
-    tabs = _build_program(program, backends=backends, **options)
-    tabs["Model"] = widgets.HTML(model_html(graph))
+    tabs.update(_build_program(program, backends=backends, **options))
+    tabs["Operations"] = widgets.HTML(model_html(graph))
     return tabs
 
 

@@ -49,7 +49,9 @@ const UOPVIZ = (() => {
       }
       return g;
     };
-    row.append(group("ops", legend.families || []), group("axes", legend.axis_types || []));
+    // UOp graphs: op families and AxisTypes; operator graphs (NNEF): modules and tensor kinds
+    const groups = [["ops", legend.families], ["axes", legend.axis_types], ["modules", legend.modules], ["tensors", legend.tensors]];
+    for (const [title, items] of groups) if (items && items.length) row.append(group(title, items));
     return row;
   }
 
@@ -131,7 +133,8 @@ const UOPVIZ = (() => {
         if (!n) return;
         const d = n.d || {};
         this.tooltip.innerHTML = `<b>${escapeXml(n.op)}</b> <span class="uv-dim">${escapeXml(n.f || "")}</span><br>` +
-          `${escapeXml(d.dtype || "")} ${escapeXml(d.shape || "")}<br><span class="uv-dim">arg</span> ${escapeXml((d.arg || "").slice(0, 120))}` +
+          `${escapeXml(d.dtype || "")} ${escapeXml(d.shape || "")}` +
+          (d.arg !== undefined ? `<br><span class="uv-dim">arg</span> ${escapeXml(d.arg.slice(0, 120))}` : "") +
           (d.axis_type ? `<br><span class="uv-dim">axis type</span> ${escapeXml(d.axis_type)}` : "");
         this.tooltip.style.display = "block";
       });
@@ -214,7 +217,8 @@ const UOPVIZ = (() => {
       }
       parts.push('<g class="uv-edges">');
       const listing = graph.engine === "linear";
-      for (const [s, t] of graph.edges) {
+      const edgeLabels = [];
+      for (const [s, t, , edgeLabel] of graph.edges) {
         const a = graph.nodes[s], b = graph.nodes[t];
         const cls = added.has(b.k) || changed.has(b.k) ? "uv-edge uv-edge-hot" : "uv-edge";
         if (listing) {
@@ -228,8 +232,16 @@ const UOPVIZ = (() => {
         const x1 = a.x, y1 = sy(a.y) + a.h / 2, x2 = b.x, y2 = sy(b.y) - b.h / 2;
         const my = (y1 + y2) / 2;
         parts.push(`<path class="${cls}" d="M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}"/>`);
+        // an edge's optional label (an operator graph's tensor shape) beside the curve's middle
+        if (edgeLabel) {
+          let label = `<text class="uv-edge-label" x="${(x1 + x2) / 2 + 5}" y="${my - 7 * String(edgeLabel).split("\n").length + 10}">`;
+          String(edgeLabel).split("\n").forEach((line, i) => { label += `<tspan x="${(x1 + x2) / 2 + 5}" dy="${i === 0 ? 0 : 11}">${escapeXml(line)}</tspan>`; });
+          edgeLabels.push(label + "</text>");
+        }
       }
-      parts.push("</g><g class=\"uv-nodes\">");
+      parts.push("</g>");
+      if (edgeLabels.length) parts.push('<g class="uv-edge-labels">', ...edgeLabels, "</g>");
+      parts.push('<g class="uv-nodes">');
       for (const n of graph.nodes) {
         const x = n.x - n.w / 2, y = sy(n.y) - n.h / 2;
         let cls = "uv-node";
@@ -295,7 +307,8 @@ const UOPVIZ = (() => {
         h("b", { text: n.op }), h("span", { class: "uv-dim", text: " " + (n.f || "") })));
       const table = h("table", { class: "uv-details" });
       const order = ["op", "family", "dtype", "shape", "arg", "axis_type", "sources", "min_max", "device", "axis", "tag"];
-      for (const key of order) {
+      // other details (an operator graph's attributes, tensors, definition) follow in their order
+      for (const key of order.concat(Object.keys(d).filter((k) => !order.includes(k)))) {
         if (d[key] === undefined) continue;
         const value = h("td", {});
         if (key === "sources" && n.s) {
@@ -307,7 +320,8 @@ const UOPVIZ = (() => {
             } else value.append(h("span", { text: name }));
             if (i < names.length - 1) value.append(", ");
           });
-        } else value.textContent = d[key];
+        } else if (String(d[key]).includes("\n")) value.append(h("pre", { class: "uv-pre", text: d[key] }));
+        else value.textContent = d[key];
         table.append(h("tr", {}, h("th", { text: key.replace("_", " ") }), value));
       }
       this.panel.append(table);

@@ -1,0 +1,129 @@
+"""The Model tab of ``uv.explore(g)`` for an NNEF graph: the operator graph, and the kernels of the
+operation clicked in the kernel tuner.
+
+:class:`OperatorGraphView` draws :func:`uopviz.widgets.nnef_graph.operator_graph` with the DAG
+canvas every UOp graph uses (zoom, pan, hover, side panel on click), tensor shapes on the edges
+and a legend of the module colours.  :class:`ModelExplorer` puts it above a bar naming the selected
+operation with a button that lowers it and opens its kernels in a :class:`KernelTuner`.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+import networkx as nx
+
+from uopviz.widgets.nnef_graph import module_legend, operator_graph, operator_graph_json
+from uopviz.widgets.views import GraphView
+
+__all__ = ["ModelExplorer", "OperatorGraphView"]
+
+
+class OperatorGraphView(GraphView):
+    """An interactive operator graph of a model: ``OperatorGraphView(g)`` (an NNEF graph) or
+    ``OperatorGraphView(graph=operator_graph(g))``.  ``view.graph_model`` is the laid-out
+    ``networkx.DiGraph``; ``view.selected`` the key of the clicked node (``op:<index>``)."""
+
+    def __init__(self, model: Any = None, *, graph: nx.DiGraph | None = None, height: int = 620,
+                 engine: str = "auto", **kwargs: Any):
+        super().__init__(None, height=height, engine=engine, can_toggle=False, **kwargs)
+        self.model = model
+        if graph is None and model is not None:
+            graph = operator_graph(model, engine=engine)
+        if graph is not None:
+            self.show_operators(graph)
+
+    def show_operators(self, graph: nx.DiGraph) -> None:
+        """Draw a laid-out operator graph (:func:`operator_graph`)."""
+        self.graph_model = graph
+        with self.hold_sync():
+            self.legend = module_legend(graph)
+            self.graph = operator_graph_json(graph)
+
+    def selected_operation(self) -> tuple[int, Any] | None:
+        """(index, operation) of the selected node when it is an operation, else None."""
+        if self.graph_model is None or self.selected not in self.graph_model:
+            return None
+        data = self.graph_model.nodes[self.selected]
+        if data.get("kind") != "operation":
+            return None
+        return data["index"], data["operation"]
+
+
+class ModelExplorer(widgets.VBox):
+    """The operator graph of ``model`` with a bar under it: the selected operation and a button
+    opening its lowered kernels (``model.kernels(index, backend)``) in a kernel tuner below.
+
+    ``explorer.view`` is the :class:`OperatorGraphView`; ``explorer.open_kernels(index)`` does what
+    the button does and returns the tuner (``explorer.tuner``)."""
+
+    def __init__(self, model: Any, *, backend: str = "c", backends: list[str] | None = None,
+                 height: int = 620, engine: str = "auto"):
+        self.model = model
+        self.backend = backend
+        self.backends = backends
+        self.tuner: Any = None
+        self.view = OperatorGraphView(model, height=height, engine=engine)
+        inputs = ", ".join(f"{name} {_tensor(model, name)}" for name in model.inputs)
+        outputs = ", ".join(f"{name} {_tensor(model, name)}" for name in model.outputs)
+        self.header = widgets.HTML(
+            f'<div style="font-size:12px"><b>graph {html.escape(str(getattr(model, "name", "model")))}</b>: '
+            f"{len(model.operations)} operations · inputs <code>{html.escape(inputs)}</code> · outputs "
+            f"<code>{html.escape(outputs)}</code> · click an operation for its attributes, tensors and "
+            "SkriptND definition</div>")
+        self.selection = widgets.HTML('<span style="color:#57606a">no operation selected</span>')
+        self.open_button = widgets.Button(
+            description="Open kernels in tuner", disabled=True, icon="wrench",
+            tooltip="lower the selected operation to UOp kernels and tune them",
+            layout=widgets.Layout(width="auto"))
+        self.message = widgets.HTML()
+        self.tuner_box = widgets.VBox()
+        self.open_button.on_click(lambda _: self.open_kernels())
+        self.view.observe(self._on_select, "selected")
+        bar = widgets.HBox([self.selection, self.open_button, self.message],
+                           layout=widgets.Layout(align_items="center", justify_content="flex-start"))
+        super().__init__([self.header, self.view, bar, self.tuner_box])
+
+    def _on_select(self, change: dict[str, Any] | None = None) -> None:
+        chosen = self.view.selected_operation()
+        self.open_button.disabled = chosen is None
+        if chosen is None:
+            self.selection.value = '<span style="color:#57606a">no operation selected</span>'
+            return
+        index, operation = chosen
+        label = html.escape(str(getattr(operation, "label", "")))
+        kind = html.escape(str(operation.type))
+        self.selection.value = f"<b>{kind}</b> <code>{label}</code> (operation {index})"
+
+    def open_kernels(self, index: int | None = None) -> Any:
+        """Lower operation ``index`` (default: the selected one) and show its kernels in a tuner."""
+        from uopviz.widgets.tuner_view import KernelTuner
+
+        if index is None:
+            chosen = self.view.selected_operation()
+            if chosen is None:
+                raise ValueError("select an operation in the graph first (or pass its index)")
+            index = chosen[0]
+        operation = self.model.operations[index]
+        kernels = self.model.kernels(index, backend=self.backend)
+        if not kernels:
+            self.message.value = f"{html.escape(str(operation.type))} lowers to no kernel"
+            self.tuner_box.children = []
+            self.tuner = None
+            return None
+        self.tuner = KernelTuner(kernels, backends=self.backends)
+        self.tuner.operation_index = index
+        plural = "s" if len(kernels) != 1 else ""
+        label = html.escape(str(getattr(operation, "label", operation.type)))
+        self.message.value = f'<span class="uv-dim">{len(kernels)} kernel{plural} of {label} below</span>'
+        self.tuner_box.children = [self.tuner]
+        return self.tuner
+
+
+def _tensor(model: Any, name: str) -> str:
+    info = model.tensors.get(name)
+    shape = ", ".join(str(extent) for extent in tuple(getattr(info, "shape", ())))
+    return f"{getattr(info, 'dtype', '')}[{shape}]"
+
