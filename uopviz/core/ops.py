@@ -67,6 +67,9 @@ class AxisType(enum.Enum):
         """True for axes that accumulate (REDUCE, GROUP_REDUCE, UNROLL)."""
         return self in (AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL)
 
+    def __repr__(self) -> str:  # AxisType.GLOBAL, not <AxisType.GLOBAL: ('g', '#1565C0')>
+        return f"AxisType.{self.name}"
+
     @classmethod
     def from_letter(cls, letter: str) -> AxisType:
         """The AxisType with the given letter."""

@@ -227,7 +227,7 @@ class TunerState:
         try:
             new_kernel = self.kernel.apply(opt)
         except error_type as error:
-            self.message, self.error = f"{opt_to_python(opt)} is not valid here: {error}", True
+            self.message, self.error = f"not valid here: {error}", True  # the error names the opt
             return False
         except Exception as error:  # noqa: BLE001 - a failing opt must not take the tuner down with it
             self.message = f"{opt_to_python(opt)} failed inside the kernel: {type(error).__name__}: {error}"

@@ -107,7 +107,7 @@ class KernelTuner(widgets.VBox):
         self.op = widgets.ToggleButtons(
             options=list(OPT_NAMES), value="SPLIT", style={"button_width": "96px"}
         )
-        self.axis = widgets.Dropdown(description="axis", layout=widgets.Layout(width="150px"))
+        self.axis = widgets.Dropdown(description="axis", layout=widgets.Layout(width="190px"))
         self.factor = widgets.BoundedIntText(
             value=4, min=1, max=1 << 20, description="factor", layout=widgets.Layout(width="150px")
         )
