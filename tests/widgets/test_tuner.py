@@ -223,3 +223,15 @@ def test_beam_times_on_the_kernels_own_backend_by_default():
     assert tuner.beam_backend.value == "python"
     assert beam_backend_for(python_kernel, ["opencl", "c"]) == "opencl"
     assert beam_backend_for(c_kernel, ["python"]) == "python"
+
+
+def test_the_kernel_list_names_each_kernel_as_it_is_now():
+    x = uv.Tensor(np.ones((32, 64), np.float32))
+    program = uv.compile([x @ uv.Tensor(np.ones((64, 16), np.float32)), (x * 2).sum(1)], backend="c")
+    tuner = KernelTuner(program.kernels, backends=["c"], show_graph=False)
+    tuner.kernel_select.value = 1
+    assert tuner.apply(Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False))), tuner.state.message
+    labels = dict((value, label) for label, value in tuner.kernel_select.options)
+    assert labels[1] == f"1: {tuner.state.kernel.name} (was {program.kernels[1].name})"
+    assert labels[0] == f"0: {program.kernels[0].name}"
+    assert tuner.kernel_select.value == 1 and tuner.state.kernel.opts  # still on the tuned kernel

@@ -167,6 +167,7 @@ class KernelTuner(widgets.VBox):
             from uopviz.widgets.views import GraphView
 
             self.graph = GraphView(height=560)  # a kernel is tall: room to read its labels
+        self._relabelling = False
         self.parameter_controls = (
             self.axis,
             self.factor,
@@ -223,7 +224,7 @@ class KernelTuner(widgets.VBox):
         return self.states[index]
 
     def _wire(self) -> None:
-        self.kernel_select.observe(lambda _: self.refresh(), names="value")
+        self.kernel_select.observe(lambda _: None if self._relabelling else self.refresh(), names="value")
         self.op.observe(lambda _: self._show_controls(), names="value")
         self.apply_button.on_click(lambda _: self.apply())
         self.undo_button.on_click(lambda _: self._after(self.state.undo()))
@@ -305,6 +306,7 @@ class KernelTuner(widgets.VBox):
             f'<div style="font-size:12px;color:#57606a">opts: <code>{html.escape(opts)}</code></div>'
         )
         self.message.value = message_html(state)
+        self._name_kernels()
         self._show_controls()
         self._buttons()
         self.sources.value = sources_html(state, self.backends)
@@ -315,6 +317,23 @@ class KernelTuner(widgets.VBox):
             self._show_timings(cached)
         else:
             self.timings.children = []
+
+    def _name_kernels(self) -> None:
+        """The kernel list names each kernel as it is now (its name changes with its opts)."""
+        labels = []
+        for index, kernel in enumerate(self.kernels):
+            state = self.states.get(index)
+            name = getattr(state.kernel if state is not None else kernel, "name", "kernel")
+            original = getattr(kernel, "name", "kernel")
+            labels.append((f"{index}: {name}" + (f" (was {original})" if name != original else ""), index))
+        if labels != list(self.kernel_select.options):
+            # new options reset the selection: keep it, without redrawing for the interim value
+            chosen, self._relabelling = self.kernel_select.value, True
+            try:
+                self.kernel_select.options = labels
+                self.kernel_select.value = chosen
+            finally:
+                self._relabelling = False
 
     def _export(self, text: str) -> None:
         self.export_text.value = text
