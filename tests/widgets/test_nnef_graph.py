@@ -175,6 +175,9 @@ def test_alexnet_operator_graph():
     assert len(data["nodes"]) == 42 and len(data["edges"]) == graph.number_of_edges()
     assert ["op:0", "op:1"] == [data["nodes"][i]["k"] for i in data["edges"][0][:2]]
     assert data["edges"][0][3] == "real[1, 64, 54, 54]"
+    drawn = {(data["nodes"][s]["k"], data["nodes"][t]["k"]): label for s, t, _, label in data["edges"]}
+    assert drawn["variable:kernel1", "op:0"] == "" and drawn["input:input", "op:0"] == ""
+    assert drawn[by_label["flat1"], by_label["conv7"]] == "real[1, 4096]"
 
 
 def test_bad_input_is_named():

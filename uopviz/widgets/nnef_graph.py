@@ -47,6 +47,8 @@ MODULE_TITLES = {
 USER_COLORS = ("#8E24AA", "#D81B60", "#00897B", "#F4511E", "#5E35B1", "#7CB342", "#3949AB", "#FB8C00")
 #: Colours of the tensor nodes: the graph's inputs, variables, constants and outputs.
 TENSOR_COLORS = {"input": "#CFD8DC", "variable": "#ECEFF1", "constant": "#F5F5F5", "output": "#CFD8DC"}
+#: Kinds of the source nodes (tensors nobody in the graph computes).
+TENSOR_SOURCES = ("input", "variable", "constant")
 #: The module name shown for operators defined without one (in the model's main text).
 NO_MODULE = "(model)"
 #: Characters kept from an attribute value in the side panel.
@@ -175,11 +177,14 @@ def _block_at(source_line: Any, position: Any) -> list[str]:
     return above + lines
 
 
-def operation_details(graph: Any, operation: Any, index: int) -> dict[str, str]:
+def operation_details(
+    graph: Any, operation: Any, index: int, sources: dict[int, str] | None = None
+) -> dict[str, str]:
     """What the side panel shows for an operation: its type, module, label, output shapes, every
     attribute (``name = value`` lines), the input and output tensors with their shapes (as the
     operator's declarations name them), the composites it was expanded from, where its operator is
-    defined and the operator's SkriptND text."""
+    defined and the operator's SkriptND text.  ``sources`` caches the texts by definition (many
+    operations share an operator)."""
     definition = getattr(operation, "definition", None)
     outputs = _written(operation)
     attributes = "\n".join(f"{key} = {_short(value)}" for key, value in (operation.attribs or {}).items())
@@ -205,7 +210,12 @@ def operation_details(graph: Any, operation: Any, index: int) -> dict[str, str]:
     position = getattr(definition, "pos", None)
     if position is not None and getattr(position, "line", 0):
         details["defined at"] = f"{position.file}:{position.line}"
-    details["definition"] = definition_source(operation)
+    if sources is None:
+        details["definition"] = definition_source(operation)
+    else:
+        if id(definition) not in sources:
+            sources[id(definition)] = definition_source(operation)
+        details["definition"] = sources[id(definition)]
     return details
 
 
@@ -228,7 +238,9 @@ def _tensor_node(kind: str, name: str, info: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _operation_node(graph: Any, operation: Any, index: int, color: str) -> dict[str, Any]:
+def _operation_node(
+    graph: Any, operation: Any, index: int, color: str, sources: dict[int, str]
+) -> dict[str, Any]:
     lines = [str(operation.type)]
     label = str(getattr(operation, "label", "") or "")
     if label:
@@ -240,7 +252,7 @@ def _operation_node(graph: Any, operation: Any, index: int, color: str) -> dict[
     return {
         "kind": "operation", "op": str(operation.type), "type": str(operation.type), "index": index,
         "module": module_of(operation), "color": color, "label": "\n".join(lines), "operation": operation,
-        "width": width, "height": height, "details": operation_details(graph, operation, index),
+        "width": width, "height": height, "details": operation_details(graph, operation, index, sources),
     }  # fmt: skip
 
 
@@ -289,9 +301,10 @@ def operator_graph(model: Any, *, engine: str = "auto") -> nx.DiGraph:
     graph = nx.DiGraph(name=str(getattr(model, "name", "model")), engine=None, clusters=[], size=(0.0, 0.0),
                        modules=colors)
     producer: dict[str, str] = {}
+    sources: dict[int, str] = {}  # definition texts, found once per operator
     for index, operation in enumerate(operations):
         key = f"op:{index}"
-        graph.add_node(key, **_operation_node(model, operation, index, colors[module_of(operation)]))
+        graph.add_node(key, **_operation_node(model, operation, index, colors[module_of(operation)], sources))
         for name in _written(operation):
             producer[name] = key
     for index, operation in enumerate(operations):
@@ -339,7 +352,7 @@ def module_legend(graph: nx.DiGraph) -> dict[str, list[dict[str, str]]]:
 
 def operator_graph_json(graph: nx.DiGraph) -> dict[str, Any]:
     """A laid-out operator graph as the DAG canvas draws it: nodes as ``uopviz.widgets.serialize``
-    writes UOp nodes, edges ``[source, target, slot, label]``."""
+    writes UOp nodes, edges ``[source, target, slot, label]`` (the label empty out of tensor nodes)."""
     keys = list(graph.nodes)
     index_of = {key: i for i, key in enumerate(keys)}
     nodes = []
@@ -352,6 +365,9 @@ def operator_graph_json(graph: nx.DiGraph) -> dict[str, Any]:
             "c": data["color"], "l": data["label"], "op": data["op"],
             "f": data["details"].get("family", ""), "d": data["details"], "col": 0,
         })  # fmt: skip
-    edges = [[index_of[s], index_of[t], data.get("slot", 0), data.get("label", "")]
+    # an edge out of an input, variable or constant node goes unlabelled: the node says the shape,
+    # and the labels of the weights converging on one operation would overlap
+    edges = [[index_of[s], index_of[t], data.get("slot", 0),
+              "" if graph.nodes[s]["kind"] in TENSOR_SOURCES else data.get("label", "")]
              for s, t, data in graph.edges(data=True)]
     return {"nodes": nodes, "edges": edges, "clusters": [], "engine": graph.graph.get("engine"), "root": None}
