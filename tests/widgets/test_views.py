@@ -144,7 +144,7 @@ def test_registered_explorers_take_precedence_and_replace_by_name():
     )
     try:
         tab = uv.explore(Model(root))
-        assert tab.titles == ("Graph", "Model") and tab.explorer_name == "test model"
+        assert tab.titles == ("Model", "Graph") and tab.explorer_name == "test model"  # Model first
         explorer.register_explorer(
             "test model", lambda x: isinstance(x, Model), lambda m, **_: {"Graph": GraphView(m.uop.src[0])}
         )
