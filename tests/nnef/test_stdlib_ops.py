@@ -1167,3 +1167,27 @@ def test_lstm_with_run_time_step_counts_per_batch_item():
             check(out["y"][t, item], h, atol=1e-4)  # beyond the item's count the outputs are unspecified
         check(out["h"][item], h, atol=1e-4)
         check(out["c"][item], c, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "body, inputs",
+    [
+        ("y = nn.conv{padding=[1, 1, 1, 1]}(x, w, b);", {"x": (1, 3, 8, 8), "w": (4, 3, 3, 3), "b": (4,)}),
+        ("y = nn.conv{stride=2, groups=2}(x, w);", {"x": (2, 4, 9, 7), "w": (6, 2, 3, 2)}),
+        ("y = nn.deconv{stride=2, padding=[1, 0, 1, 1]}(x, w);", {"x": (1, 2, 4, 3), "w": (2, 3, 3, 3)}),
+        ("y = linalg.matmul{transB=true}(a, c);", {"a": (5, 12), "c": (7, 12)}),
+        ("y = nn.max_pool{size=3, stride=2, padding=[1, 1, 1, 1]}(x);", {"x": (1, 2, 9, 8)}),
+        ("y = nn.softmax{axes=[1]}(x);", {"x": (3, 10)}),
+    ],
+)
+def test_heuristic_opts_keep_stdlib_kernels_right(body, inputs):
+    # the kernels @lower writes number their ranges from 1: the heuristic's tiles must find their
+    # axes again after each opt renumbers them (a conv failed to compile with opts="heuristic")
+    arrays = {name: real(*shape) for name, shape in inputs.items()}
+    graph = compose("import nn; import linalg;\ngraph G { @input { "
+                    + " ".join(f"{n}: real[{', '.join(map(str, a.shape))}];" for n, a in arrays.items())
+                    + f" }} @output {{ y: real; }} @compose {{ {body} }} }}", file="ops.sknd")
+    expected = graph.run(arrays, backend="python")["y"]
+    tuned = graph.run(arrays, backend="c", opts="heuristic")["y"]
+    check(tuned, expected, atol=1e-4)
+    assert any(k.opts for k in graph.compile(backend="c", opts="heuristic").kernels)

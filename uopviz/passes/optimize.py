@@ -456,13 +456,17 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
         if candidates:
             first = candidates[0]
             second = next((r for r in candidates[1:] if reusing[r] - reusing[first]), None)
+            # an opt renumbers the ranges: find the second axis again by its position, which a
+            # SPLIT to UPCAST keeps (the new lanes go last)
+            second_axis = None if second is None else _axis_of(kernel, second)
             if gpu:
                 factors = [f for f in (16, 8, 4) if f <= max(widest, 4)]
                 kernel = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
                 rows = [f for f in (4, 2) if _lanes(kernel) * f <= budget]
             else:
                 kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel))
-            if second is not None:
+            if second_axis is not None:
+                second = kernel.ranges[second_axis]
                 kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))
             if not gpu:
                 kernel = _order_for_staging(kernel)
