@@ -167,7 +167,8 @@ def _add_item(page: Any, name: str, value: Any, **options: Any) -> None:
     if isinstance(value, UOp):
         page.add_dag("Graph", name, value)
     elif is_model_graph(value):
-        page.add_html("Model", name, model_html(value))
+        page.add_operator_graph("Model", f"{name}: operator graph", value)
+        page.add_html("Model", f"{name}: operations and tensors", model_html(value))
         backends = options["backends"]
         program = value.compile(backend=backends[0] if backends else "c", opts=options["opts"])
         _add_program(page, name, program, None, **options)

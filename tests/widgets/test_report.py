@@ -121,3 +121,25 @@ def test_cli_report_writes_the_file_and_exits_2_on_bad_input(tmp_path, capsys):
     assert out.is_file() and "wrote" in capsys.readouterr().out
     assert cli_main(["report", str(tmp_path / "missing.py"), "-o", str(out)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_report_of_an_nnef_model_shows_its_operator_graph(tmp_path):
+    source = tmp_path / "model.sknd"
+    source.write_text(textwrap.dedent("""\
+        import nn;
+        graph G {
+          @input { x: real[1, 3, 8, 8]; }
+          @output { y: real; }
+          @variable { w: real[4, 3, 3, 3]; b: real[4]; }
+          @compose { c = nn.conv{padding=[1, 1, 1, 1]}(x, w, b); y = nn.relu(c); }
+        }
+    """))
+    out = write_report(source, tmp_path / "model.html", time_kernels=False)
+    page = parse(out)
+    operators = next(s for s in page.states if s["kind"] == "dag" and any(
+        n["op"] == "nn.conv" for n in s["graph"]["nodes"]))
+    ops = sorted(n["op"] for n in operators["graph"]["nodes"])
+    assert "nn.conv" in ops and "nn.relu" in ops
+    labels = [edge[3] for edge in operators["graph"]["edges"] if len(edge) > 3 and edge[3]]
+    assert any("[1, 4, 8, 8]" in label for label in labels)  # the conv's output tensor on its edge
+    assert "operator graph" in out.read_text()

@@ -114,6 +114,8 @@ def player_state(
             # a stage shows the whole program and its nested pass the kernel: the same step makes one
             # frame per graph it is shown in (and one only when they show the same graph)
             key = f"s{id(record):x}-{id(model.uop_at()):x}" if record is not None else f"in{entry.index}"
+            if record is not None and entry.record.shown_pass(record) is not entry.record:
+                key += f"-p{entry.index}"  # its line saying whose graph it shows names this pass
             if key not in frame_table:
                 frame = model.frame().to_json()
                 frame["graph"] = split_static(frame["graph"], node_table)
@@ -161,6 +163,19 @@ class StaticPage:
         if left_out:
             notes = (notes or []) + [f"{left_out} more bodies can be opened all together only (the first "
                                      f"{len(state['bodies']) - left_out} open one by one)"]
+        self._view(tab, heading, state, notes)
+
+    def add_operator_graph(
+        self, tab: str, heading: str, model: Any, notes: list[str] | None = None, height: int = 620
+    ) -> None:
+        """The operator graph of an NNEF model (:func:`uopviz.widgets.nnef_graph.operator_graph`),
+        drawn, zoomed and clicked like a DAG view."""
+        from uopviz.widgets.nnef_graph import module_legend, operator_graph, operator_graph_json
+
+        graph = operator_graph(model)
+        state = {"kind": "dag", "legend": module_legend(graph), "height": height, "collapsed": [],
+                 "marks": marks_json(), "selected": "", "bodies": [], "graph": operator_graph_json(graph),
+                 "can_toggle": False}
         self._view(tab, heading, state, notes)
 
     def add_player(
