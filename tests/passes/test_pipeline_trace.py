@@ -158,3 +158,21 @@ def test_a_step_kept_alone_still_shows_its_whole_graph() -> None:
     assert len(kept) == len(expected) > 3
     assert shapes_of_graphs(kept) == expected
     assert len({len(graph) for graph in expected}) > 1  # the steps' graphs are not all alike
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_callify_starts_from_the_tensor_graph_and_each_step_shows_the_whole_program(name: str) -> None:
+    # Callify's input was not recorded (the program had no graph yet): its frame 0 fell back to the
+    # finished FUNCTION, and its first step showed a graph with no FUNCTION, fewer nodes than frame 0
+    program = PROGRAMS[name]
+    callify = program.trace.find("Callify")
+    assert callify.input is not None and callify.input.op is uv.Ops.TUPLE
+    assert tuple(callify.input.src) == tuple(program.outputs)
+    graphs = [callify.input] + [callify.graph_after(step) for step in callify.steps]
+    # a @function's PARAMs are inlined first; then the data leaves become PARAMs one at a time
+    parametrized = [step.rule == "input_to_param" for step in callify.steps]
+    first = parametrized.index(True)
+    params = [sum(u.op is uv.Ops.PARAM for u in graph.toposort()) for graph in graphs[first:]]
+    assert params == list(range(len(params) - 1)) + [len(program.inputs)] and len(program.inputs) > 0
+    assert graphs[-1] is callify.output and callify.output.op is uv.Ops.FUNCTION
+    assert all(graph.op is uv.Ops.TUPLE for graph in graphs[:-1])  # the stage's graph, not a fragment

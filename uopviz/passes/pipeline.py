@@ -25,7 +25,7 @@ from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import Trace, graph_rewrite, substitute, traced_pass, tracing
 from uopviz.core.uop import UOp
 from uopviz.passes import isel
-from uopviz.passes.callify import callify
+from uopviz.passes.callify import callify, tensor_graph
 from uopviz.passes.expand import expand_kernel
 from uopviz.passes.kernel import Kernel, _location_of
 from uopviz.passes.linearize import linearize, lower_reductions, to_special
@@ -56,7 +56,7 @@ def lower(outputs: Sequence[UOp], backend: str, opts: Any = None, build: bool = 
     """Run the eight stages of the spec's Lowering Pipeline on ``outputs`` (``build=False``: Render
     stops at the source text, nothing is compiled)."""
     program = Program(list(outputs), backend, build=build)
-    run_stage(program, "Callify", callify_stage)
+    run_stage(program, "Callify", callify_stage, root=tensor_graph(program.outputs))
     run_stage(program, "Rangeify", rangeify_stage)
     run_stage(program, "Optimize", lambda p: optimize_stage(p, opts))
     run_stage(program, "Expand", expand_stage)
@@ -142,9 +142,10 @@ def _as_uop(value: Any, position: int) -> UOp:
     raise TypeError(f"compile: output {position} is a {type(value).__name__}; pass Tensors or UOps")
 
 
-def run_stage(program: Program, name: str, stage: Callable[[Program], None]) -> None:
-    """Run one stage as a traced pass over the whole program graph."""
-    with traced_pass(name, program.graph) as record:
+def run_stage(program: Program, name: str, stage: Callable[[Program], None], root: UOp | None = None) -> None:
+    """Run one stage as a traced pass over the whole program graph (``root``: the stage's input when
+    the program has no graph yet, Callify's Tensor graph)."""
+    with traced_pass(name, program.graph if root is None else root) as record:
         try:
             stage(program)
         except (PipelineError, ValueError):
