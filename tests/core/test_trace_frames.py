@@ -155,3 +155,36 @@ def test_a_step_of_another_pass_is_named_in_the_error():
     one, two = trace.passes
     with pytest.raises(KeyError, match="is not a step of pass 'one'"):
         one.graph_after(two.steps[0])
+
+
+@pytest.mark.parametrize("size", [3, 6])
+def test_each_step_says_whose_graph_it_shows(size):
+    # a helper pass run inside a rule works on a graph of its own: the frames of its steps are that
+    # graph, not the outer pass's, and a viewer must be able to say so without building any graph
+    r = UOp.range(size)
+
+    def fold_through_helper(x: UOp) -> UOp:
+        return graph_rewrite((x + x) + (x + x), double_add, name="helper")
+
+    outer = PatternMatcher([(UPat(Ops.NEG, src=(UPat.var("x"),)), fold_through_helper, "neg via helper")])
+    root = UOp(Ops.SINK, (-r, r + 1))
+    with tracing() as trace:
+        with traced_pass("Stage", root) as stage:
+            stage.output = graph_rewrite(root, outer, name="outer")
+    stage_trace, outer_trace, helper = trace.find("Stage"), trace.find("outer"), trace.find("helper")
+    helper_steps, own = stage_trace.steps[:2], stage_trace.steps[2]
+    for record in (stage_trace, outer_trace):
+        assert [record.shown_pass(s) for s in helper_steps] == [helper, helper]
+        assert record.shown_pass(own) is record
+        assert record.graph_after(helper_steps[0]).op is Ops.ADD  # the helper's graph indeed
+        assert record.graph_after(own).op is Ops.SINK
+    assert [helper.shown_pass(s) for s in helper_steps] == [helper, helper]
+    # a stage whose passes work on its graph shows them in it: its own graph at every step
+    a = UOp.range(size)
+    with tracing() as trace:
+        with traced_pass("Stage", UOp(Ops.SINK, (a + a,))) as stage:
+            stage.output = graph_rewrite(UOp(Ops.SINK, (a + a,)), double_add, name="inner")
+    stage_trace = trace.find("Stage")
+    assert [stage_trace.shown_pass(s) for s in stage_trace.steps] == [stage_trace]
+    with pytest.raises(KeyError, match="not a step of pass 'inner'"):
+        trace.find("inner").shown_pass(helper_steps[0])

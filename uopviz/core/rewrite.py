@@ -405,6 +405,17 @@ class _PassReplay:
         graph = self._state_after(event)
         return (step.after, True) if graph is None else (graph, True)
 
+    def shown_pass(self, step: RewriteStep) -> PassTrace | None:
+        """The nested pass whose own graph :meth:`frame` shows around ``step`` (None: this pass's
+        graph), without building any graph: it follows the same choices as :meth:`frame`."""
+        entry = self.events[self._event_of(step)]
+        if not isinstance(entry, PassTrace):
+            return None
+        deeper = entry._replay.shown_pass(step)
+        if deeper is not None:
+            return deeper
+        return entry if self.own_positions else None
+
     def _event_of(self, step: RewriteStep) -> int:
         if step._replay is self:
             return self.own_positions[step.index]
@@ -543,6 +554,19 @@ class PassTrace:
         """The whole graph right before ``step``, in the same frame as :meth:`graph_after` (None when
         the pass has no input there)."""
         return self._frame(step, before=True)[0]
+
+    def shown_pass(self, step: RewriteStep) -> PassTrace:
+        """The pass whose whole graph :meth:`graph_after` and :meth:`graph_before` show around
+        ``step``: this pass, or a nested pass that helped build one of this pass's own steps (a rule
+        that rewrites with rules of its own: Rangeify's ``kernelize`` builds each kernel body with
+        ``index pushdown``), whose graph is a piece under construction, not this pass's graph."""
+        try:
+            shown = self._replay.shown_pass(step)
+        except KeyError:
+            raise KeyError(
+                f"step {step.rule!r} of pass {step.pass_name!r} is not a step of pass {self.name!r}"
+            ) from None
+        return self if shown is None else shown
 
     def _frame(self, step: RewriteStep, before: bool) -> tuple[UOp | None, bool]:
         try:
