@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import linecache
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import networkx as nx
 
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
-from uopviz.core.uop import UOp, UOpError
+from uopviz.core.uop import UOp, UOpError, format_graph, inline_text
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -73,9 +74,64 @@ def source_line(location: str) -> str:
 
 def text_diff(before: str, after: str, context: int = 2) -> list[str]:
     """The unified diff of two printed graphs, as lines (headers dropped)."""
-    a, b = before.splitlines()[:DIFF_LINE_LIMIT], after.splitlines()[:DIFF_LINE_LIMIT]
-    lines = list(difflib.unified_diff(a, b, lineterm="", n=context))
+    return _unified(before.splitlines(), after.splitlines(), context)
+
+
+def _unified(a: list[str], b: list[str], context: int = 2) -> list[str]:
+    lines = list(difflib.unified_diff(a[:DIFF_LINE_LIMIT], b[:DIFF_LINE_LIMIT], lineterm="", n=context))
     return [line for line in lines if not line.startswith(("---", "+++"))]
+
+
+def printed_graph(
+    root: UOp, names: Mapping[UOp, str] | None = None, first_new: int = 0
+) -> tuple[list[str], dict[UOp, str]]:
+    """``root`` printed as :func:`uopviz.core.uop.format_graph` prints it, one line per UOp, with a
+    node's tag (which that print leaves out) after its type; and the name each line's UOp got.
+
+    ``names`` fixes the names of some UOps (those of the graph before a step, say); the others are
+    numbered ``%first_new``, ``%first_new + 1``, ...  So a graph printed with the names of the graph
+    before it differs only where a node really changed, not in the numbers of every node after it."""
+    given = names or {}
+    shown: dict[UOp, str] = {}  # the names format_graph gives
+    stable: dict[UOp, str] = {}
+    fresh = first_new
+    nodes: list[UOp] = []
+    for u in root.toposort():
+        inline = inline_text(u)
+        if inline is not None and u is not root:
+            shown[u] = stable[u] = inline
+            continue
+        shown[u] = f"%{len(nodes)}"
+        name = given.get(u)
+        if name is None:
+            name, fresh = f"%{fresh}", fresh + 1
+        stable[u] = name
+        nodes.append(u)
+    lines = []
+    for u, line in zip(nodes, format_graph(root).splitlines(), strict=True):
+        # the line's head (name, op, sources) in the stable names; its arg and type as printed
+        head = f"{shown[u]} = {u.op.name}" + (" " + ", ".join(shown[s] for s in u.src) if u.src else "")
+        stable_head = f"{stable[u]} = {u.op.name}" + (
+            " " + ", ".join(stable[s] for s in u.src) if u.src else "")
+        text = stable_head + line[len(head):] if line.startswith(head) else line
+        lines.append(text if u.tag is None else f"{text}  tag={u.tag!r}")
+    return lines, stable
+
+
+def aligned_text_diff(before: UOp, after: UOp, pairs: Mapping[UOp, UOp] | None = None,
+                      context: int = 2) -> list[str]:
+    """The unified diff of two printed graphs where a node keeps its name across them: a UOp in both
+    graphs, or one of ``after`` paired with one of ``before`` (``{after node: before node}``, a
+    rebuilt node that kept its place: :attr:`GraphDiff.changed`), prints under the name it had before;
+    new nodes get new numbers.  Only lines of really changed nodes differ."""
+    before_lines, before_names = printed_graph(before)
+    names = dict(before_names)
+    for new, old in (pairs or {}).items():
+        if old in before_names:
+            names[new] = before_names[old]
+    numbered = sum(1 for name in before_names.values() if name.startswith("%"))
+    after_lines, _ = printed_graph(after, names, first_new=numbered)
+    return _unified(before_lines, after_lines, context)
 
 
 class PlayerState:
@@ -100,7 +156,9 @@ class PlayerState:
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
         self._replay_errors: dict[int, str] = {}
         self._pass_index = self._first_pass()
-        self._step = 1 if self.entries and self.current.step_count else 0
+        self._step = 0
+        if self.entries and self.current.step_count:
+            self.move_to(1)
 
     def _add(self, record: PassTrace, depth: int) -> None:
         self.entries.append(PassEntry(len(self.entries), depth, record))
@@ -155,15 +213,47 @@ class PlayerState:
                 raise KeyError(f"no pass named {pass_index!r}; passes: {[e.name for e in self.entries]}")
             pass_index = matches[0]
         self.pass_index = pass_index
-        self.step = (1 if self.current.step_count else 0) if step is None else step
+        if step is None:
+            self._step = 0
+            self.move_to(1 if self.current.step_count else 0)
+        else:
+            self.step = step
 
     def next(self) -> None:
-        """One step forward (stays at the last step)."""
-        self.step = self._step + 1
+        """One step forward (stays at the last step); with ``hide_unchanged``, past steps that
+        changed nothing."""
+        self.move_to(self._step + 1)
 
     def previous(self) -> None:
-        """One step back (stays at the input)."""
-        self.step = self._step - 1
+        """One step back (stays at the input); with ``hide_unchanged``, past steps that changed
+        nothing."""
+        self.move_to(self._step - 1)
+
+    def move_to(self, step: int) -> None:
+        """Go to ``step``; with ``hide_unchanged``, a step that changed nothing (:meth:`is_empty`) is
+        passed over in the direction of travel (or, at the end of the pass, back to the nearest
+        step that changed something)."""
+        direction = 1 if step >= self._step else -1
+        self.step = step
+        if not self.hide_unchanged or not self.is_empty(self._step):
+            return
+        count = self.current.step_count
+        for candidate in (*range(self._step + direction, count + 1 if direction > 0 else 0, direction),
+                          *range(self._step - direction, 0 if direction > 0 else count + 1, -direction)):
+            if not self.is_empty(candidate):
+                self.step = candidate
+                return
+
+    def is_empty(self, step: int | None = None) -> bool:
+        """True when ``step`` left the shown graph exactly as it was (the same UOp before and after:
+        Expand's last ``keep`` rebuilds the SINK the graph already shows).  Step 0 is never empty."""
+        record = self.step_record(step)
+        if record is None:
+            return False
+        before, after = self.graph_before(record), self.whole_graph(record)
+        if before is None or after is None or id(record) in self._replay_errors:
+            return record.before is record.after
+        return before is after
 
     # -- graphs ----------------------------------------------------------------------------
     def step_record(self, step: int | None = None) -> RewriteStep | None:
@@ -239,19 +329,68 @@ class PlayerState:
             note = ("the whole graph cannot be rebuilt at this step (a step recorded by hand changes a "
                     "value's dtype under users it did not rebuild), so this shows what matched and what "
                     f"replaced it; replaying gives: {reason}")
-        diff = graph_diff(self.laid_out(before), graph)
+        before_graph = self.laid_out(before)
+        diff = graph_diff(before_graph, graph)
         focus = node_key(record.after) if node_key(record.after) in graph else None
-        lines = text_diff(str(before), str(after))
+        pairs = {graph.nodes[new]["uop"]: before_graph.nodes[old]["uop"] for new, old in diff.changed.items()}
+        lines = aligned_text_diff(before, after, pairs)
         return Frame(entry, self._step, graph, diff, focus, record.rule, record.location,
-                     source_line(record.location), lines, after, note)
+                     source_line(record.location), lines, after, note,
+                     explanation=_explain(before, after, pairs, lines), scope=self.scope(record),
+                     empty=before is after)
+
+    def scope(self, step_record: RewriteStep) -> str:
+        """'' when the step is shown in the chosen pass's own graph; else a line saying whose graph
+        it is: a pass run inside one of the chosen pass's rules to build that rule's result (Rangeify's
+        ``kernelize`` builds each kernel body with ``index pushdown``) works on a graph of its own,
+        and the frame shows that graph, not the chosen pass's whole graph."""
+        record = self.current.record
+        shown = record.shown_pass(step_record)
+        if shown is record:
+            return ""
+        owner = self._parent_of(shown)
+        back = next((k for k in range(self._step + 1, len(record.steps) + 1)
+                     if record.shown_pass(record.steps[k - 1]) is record), None)
+        builder = f"pass {owner.name!r}" if owner is not None else "a pass"
+        again = (f"; the whole graph shows again at step {back} ({record.steps[back - 1].rule})"
+                 if back is not None else "")
+        return (f"showing: the graph of nested pass {shown.name!r}, a piece {builder} builds inside one of "
+                f"its rules, not the whole graph of {record.name!r}{again}")
+
+    def _parent_of(self, record: PassTrace) -> PassTrace | None:
+        for entry in self.entries:
+            if any(child is record for child in entry.record.passes):
+                return entry.record
+        return None
+
+
+def _explain(before: UOp, after: UOp, pairs: Mapping[UOp, UOp], lines: list[str]) -> str:
+    """Why the printed diff is empty, when it is: the step changed nothing, or what it changed that
+    the print does not show ('' when the printed diff shows the change)."""
+    if lines:
+        return ""
+    if before is after:
+        return "this step changed nothing: the graph after it is the graph before it"
+    changes = []
+    for new, old in pairs.items():
+        fields = [name for name in ("arg", "tag", "dtype", "shape")
+                  if getattr(new, name) != getattr(old, name)]
+        if fields:
+            changes.append(f"{new.op.name} ({', '.join(fields)})")
+    if changes:
+        return "the print looks the same; changed beyond what it shows: " + ", ".join(changes[:6])
+    return "the print looks the same: the step rebuilt nodes with equal lines (the same op, arg and sources)"
 
 
 @dataclass
 class Frame:
     """One step as shown: the pass, the step number, the laid-out graph after it, its diff with
     the graph before (None at step 0), the node that replaced the match (``focus``), the rule's
-    name, location and code line, the printed-graph diff lines, and a ``note`` when the step is
-    shown locally (the whole graph could not be rebuilt there)."""
+    name, location and code line, the printed-graph diff lines, a ``note`` when the step is
+    shown locally (the whole graph could not be rebuilt there), an ``explanation`` when the printed
+    diff is empty (what changed, or that nothing did), a ``scope`` line when the graph shown is a
+    nested pass's own graph rather than the chosen pass's whole graph, and ``empty`` when the step
+    left the graph as it was (players pass over it while hiding what changed nothing)."""
 
     entry: PassEntry
     step: int
@@ -264,6 +403,9 @@ class Frame:
     diff_lines: list[str]
     uop: UOp
     note: str = ""
+    explanation: str = ""
+    scope: str = ""
+    empty: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The frame as the front end's player draws it."""
@@ -282,4 +424,7 @@ class Frame:
             "diff": self.diff_lines,
             "summary": self.diff.summary() if self.diff else "",
             "note": self.note,
+            "explanation": self.explanation,
+            "scope": self.scope,
+            "empty": self.empty,
         }

@@ -228,8 +228,10 @@ class RewritePlayer(anywidget.AnyWidget):
         if self._syncing:
             return
         pass_index, step = change["new"]
-        self.state.pass_index = pass_index
-        self.state.step = step
+        if pass_index != self.state.pass_index:
+            self.state.pass_index = pass_index
+            self.state.step = 0
+        self.state.move_to(step)  # passes over steps that changed nothing while they are hidden
         self._sync_frame()
 
     @traitlets.observe("hide_unchanged")
