@@ -395,13 +395,13 @@ const UOPVIZ = (() => {
     return () => {};
   }
 
-  function diffEl(lines) {
+  function diffEl(lines, explanation) {
     const pre = h("pre", { class: "uv-diff" });
     for (const line of lines || []) {
       const cls = line.startsWith("+") ? "uv-add" : line.startsWith("-") ? "uv-del" : line.startsWith("@@") ? "uv-hunk" : "";
       pre.append(h("span", { class: cls, text: line + "\n" }));
     }
-    if (!lines || !lines.length) pre.append(h("span", { class: "uv-dim", text: "(no textual change)" }));
+    if (!lines || !lines.length) pre.append(h("span", { class: "uv-dim", text: explanation ? `(${explanation})` : "(no textual change)" }));
     return pre;
   }
 
@@ -415,7 +415,7 @@ const UOPVIZ = (() => {
     hide.addEventListener("change", () => { model.set("hide_unchanged", hide.checked); model.save_changes(); drawPasses(); });
     const side = h("div", { class: "uv-side" },
       h("div", { class: "uv-side-title", text: "Passes" }),
-      h("label", { class: "uv-hide" }, hide, " hide passes that changed nothing"), passList);
+      h("label", { class: "uv-hide", title: "also passes over steps that left the graph as it was" }, hide, " hide passes and steps that changed nothing"), passList);
     const slider = h("input", { type: "range", class: "uv-slider", min: "0", max: "0", value: "0", step: "1" });
     const stepLabel = h("span", { class: "uv-step-label" });
     const button = (text, title, delta) => h("button", { class: "uv-btn", title, text, onclick: () => go(delta) });
@@ -445,6 +445,14 @@ const UOPVIZ = (() => {
         item.addEventListener("click", () => moveTo(p.index, p.steps > 0 ? 1 : 0));
         passList.append(item);
       }
+      // the chosen pass stays in sight (chosen from Python, or by ↑/↓ past the list's edge); only
+      // the list scrolls, never the page around the player
+      const active = passList.querySelector(".uv-pass.uv-active");
+      if (active) {
+        const top = active.offsetTop - passList.offsetTop, bottom = top + active.offsetHeight;
+        if (top < passList.scrollTop) passList.scrollTop = top;
+        else if (bottom > passList.scrollTop + passList.clientHeight) passList.scrollTop = bottom - passList.clientHeight;
+      }
     }
     function moveTo(passIndex, step) {
       model.set("position", [passIndex, step]); model.save_changes();
@@ -469,6 +477,7 @@ const UOPVIZ = (() => {
           f.code ? h("code", { class: "uv-code", text: f.code }) : null,
           h("span", { class: "uv-dim", text: f.summary ? "  " + f.summary : "" }),
           f.note ? h("div", { class: "uv-note", text: f.note }) : null,
+          f.scope ? h("div", { class: "uv-note uv-scope", text: f.scope }) : null,
           h("span", { class: "uv-marks-key" },
             h("span", { class: "uv-key uv-key-focus", text: "replacement" }),
             h("span", { class: "uv-key uv-key-added", text: "new" }),
@@ -480,7 +489,7 @@ const UOPVIZ = (() => {
       }
       if (f.graph) canvas.setGraph(hydrate(f.graph, table), f.marks, keepView);
       diffBox.innerHTML = "";
-      diffBox.append(h("div", { class: "uv-side-title", text: "Printed graph diff" }), diffEl(f.diff));
+      diffBox.append(h("div", { class: "uv-side-title", text: "Printed graph diff" }), diffEl(f.diff, f.step ? f.explanation : ""));
       wrap.dataset.step = String(f.step || 0);
       drawPasses();
     }
@@ -498,6 +507,9 @@ const UOPVIZ = (() => {
       }
     });
     let previousPass = null;
+    // Python may answer a move with another step (one that changed nothing is passed over) and the
+    // same frame: the slider follows the position
+    model.on("change:position", () => { slider.value = String((model.get("position") || [0, 0])[1]); });
     model.on("change:frame", () => {
       const f = model.get("frame") || {};
       drawFrame(previousPass === f.pass_index);
@@ -547,8 +559,21 @@ const UOPVIZ = (() => {
   function playerResolver(model, keys) {
     if (!keys.includes("position")) return [];
     const [passIndex, wanted] = model.get("position");
-    const frame = embeddedFrame(model.state, passIndex, wanted);
+    let frame = embeddedFrame(model.state, passIndex, wanted);
     if (!frame) return [];
+    if (model.state.hide_unchanged && frame.empty) {
+      // a step that changed nothing is passed over in the direction of travel (else back)
+      const old = model.state.frame || {};
+      const direction = old.pass_index === passIndex && wanted < (old.step || 0) ? -1 : 1;
+      const found = [direction, -direction].map((d) => {
+        for (let s = frame.step + d; s >= 1 && s <= frame.step_count; s += d) {
+          const candidate = embeddedFrame(model.state, passIndex, s);
+          if (!candidate.empty) return candidate;
+        }
+        return null;
+      }).find((candidate) => candidate);
+      if (found) frame = found;
+    }
     model.state.position = [passIndex, frame.step];
     model.state.frame = frame;
     return ["frame"];
