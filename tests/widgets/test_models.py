@@ -43,7 +43,8 @@ def test_report_of_an_nnef_file(tmp_path):
     out = write_report(model, tmp_path / "net.html", opts=None, time_kernels=False)
     text = out.read_text()
     assert '<button class="rp-tab" data-tab="t0">Model</button>' in text and "nn.relu" in text
-    assert sorted(s["kind"] for s in parse(out).states) == ["dag", "dag", "player"]
+    # the operator graph, the tensor graph and the program after Rangeify, and the pipeline
+    assert sorted(s["kind"] for s in parse(out).states) == ["dag", "dag", "dag", "player"]
     broken = tmp_path / "broken.sknd"
     broken.write_text("graph {")
     with pytest.raises(ReportError, match="not a readable NNEF model"):
