@@ -25,6 +25,7 @@ from uopviz.widgets.graph import (
     node_color,
     node_key,
 )
+from uopviz.widgets.serialize import graph_json, legend, marks_json
 
 SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "uop-dialect.tex"
 
@@ -126,6 +127,24 @@ def test_range_nodes_take_their_axis_type_colour(axis_type):
     assert range_data["details"]["axis_type"].startswith(axis_type.name)
 
 
+@pytest.mark.parametrize("axis_type", list(AxisType))
+def test_range_nodes_have_a_shape_of_their_own_and_the_legend_draws_axis_types_in_it(axis_type):
+    # an AxisType's colour is also an op family's (UPCAST = Elementwise yellow, REDUCE = Reduce red):
+    # the shape tells a RANGE from the MUL/ADD beside it
+    r = UOp.range(16, axis_type)
+    root = UOp.buffer(64, dtypes.float32).index(r * 4 + r)
+    g = layout(root, engine="layered")
+    shapes = {d["op"]: d["shape"] for _, d in g.nodes(data=True)}
+    assert shapes == {"RANGE": "range", "MUL": "box", "ADD": "box", "BUFFER": "box", "INDEX": "box"}
+    (range_key,) = [k for k, d in g.nodes(data=True) if d["op"] == "RANGE"]
+    nodes = {n["k"]: n for n in graph_json(g)["nodes"]}
+    assert nodes[range_key]["sh"] == "range"
+    assert {n["sh"] for k, n in nodes.items() if k != range_key} == {"box"}
+    legend_items = legend()
+    assert {item["shape"] for item in legend_items["axis_types"]} == {"range"}
+    assert all("shape" not in item for item in legend_items["families"])
+
+
 # ---------------------------------------------------------------------------------------------
 # nodes, labels, folding
 
@@ -219,6 +238,24 @@ def test_labels_write_folded_operands_as_the_op_reads_them(rows, cols):
         data = layout(uop, engine="layered").nodes[node_key(uop)]
         assert data["label"].splitlines() == expected, uop.op
         assert "·" not in data["label"]
+
+
+@pytest.mark.parametrize("value, shape", [(0.0, (1, 1)), (-2.5, (1, 1, 1)), (3, (1,))])
+def test_a_constant_moved_by_a_movement_op_shows_its_value(value, shape):
+    # ReLU's zero reaches MAX as RESHAPE(CONST 0.0, (1, 1)) then EXPAND: the CONST has no edge, so
+    # its value must be in the RESHAPE's label
+    dtype = dtypes.float32 if isinstance(value, float) else dtypes.int32
+    constant = UOp.const(dtype, value)
+    reshaped = constant.reshape(shape)
+    label = layout(reshaped, engine="layered").nodes[node_key(reshaped)]["label"].splitlines()
+    assert label == ["RESHAPE", f"{value!r}: () → {shape}", f"{dtype.name} {shape}"]
+    wide = tuple(4 for _ in shape)
+    relu = (UOp.buffer(4 ** len(shape), dtype).reshape(wide)).maximum(reshaped.expand(wide))
+    labels = [d["label"] for _, d in layout(relu, engine="layered").nodes(data=True)]
+    assert any(text.splitlines()[1] == f"{value!r}: () → {shape}" for text in labels)
+    assert "CONST" not in {d["op"] for _, d in build_graph(relu).nodes(data=True)}
+    padded = UOp.const(dtype, value).reshape((1,)).expand((3,))
+    assert build_graph(padded).nodes[node_key(padded)]["label"].splitlines()[1] == "(1,) → (3,)"
 
 
 def test_no_label_of_a_lowered_program_has_a_placeholder_or_an_unknown_device():
@@ -355,6 +392,52 @@ def test_a_changed_constant_marks_its_user_changed():
     a, b = buffer + 1.0, buffer + 2.0
     diff = graph_diff(build_graph(a), build_graph(b))
     assert diff.changed == {node_key(b): node_key(a)} and not diff.added and not diff.removed
+
+
+def _chain(start: UOp, length: int) -> UOp:
+    """``start`` under ``length`` elementwise ops (a long way from a rewrite site to the root)."""
+    value = start
+    for i in range(length):
+        value = value * float(i + 2) if i % 2 else value.recip()
+    return value
+
+
+@pytest.mark.parametrize("length", [6, 20])
+def test_a_steps_region_holds_what_it_put_in_not_the_rebuilt_path_to_the_root(length):
+    buffer = UOp.buffer(16, dtypes.float32).reshape((4, 4))
+    inner = buffer + buffer
+    replacement = buffer * 2.0
+    before, after = layout(_chain(inner, length), engine="layered"), layout(_chain(replacement, length),
+                                                                         engine="layered")
+    diff = graph_diff(before, after)
+    focus = node_key(replacement)
+    assert diff.added == {focus} and len(diff.changed) == length
+    region = graph_module.step_region(after, diff, focus)
+    x, y = after.nodes[focus]["pos"]
+    half_w, half_h = after.nodes[focus]["width"] / 2, after.nodes[focus]["height"] / 2
+    margin = graph_module.REGION_MARGIN
+    assert region == {"x0": round(x - half_w - margin, 1), "y0": round(y - half_h - margin, 1),
+                      "x1": round(x + half_w + margin, 1), "y1": round(y + half_h + margin, 1)}
+    root_x, root_y = after.nodes[after.graph["root"]]["pos"]
+    assert not region["y0"] <= root_y <= region["y1"]  # the root is rebuilt, far below: left out
+    width, height = after.graph["size"]
+    assert region["y1"] - region["y0"] < height / 2
+    # serialised with the marks, for the live player and reports alike
+    assert marks_json(diff, focus, after)["region"] == region
+    assert marks_json(diff, focus)["region"] is None
+
+
+def test_a_step_that_put_in_no_node_zooms_to_what_it_rebuilt_and_no_step_has_no_region():
+    buffer = UOp.buffer(4, dtypes.float32)
+    a, b = layout(buffer + 1.0, engine="layered"), layout(buffer + 2.0, engine="layered")
+    diff = graph_diff(a, b)
+    (changed,) = diff.changed
+    region = graph_module.step_region(b, diff, None, margin=0.0)
+    (x, y), w, h = b.nodes[changed]["pos"], b.nodes[changed]["width"], b.nodes[changed]["height"]
+    assert region == {"x0": round(x - w / 2, 1), "y0": round(y - h / 2, 1),
+                      "x1": round(x + w / 2, 1), "y1": round(y + h / 2, 1)}
+    assert graph_module.step_region(b, None, None) is None
+    assert graph_module.step_region(b, graph_diff(b, b), None) is None
 
 
 @given(st.integers(0, 10_000), st.integers(1, 25))

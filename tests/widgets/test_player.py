@@ -138,6 +138,12 @@ def test_frames_serialise_for_the_front_end():
     assert data["step"] == 2 and data["step_count"] == 4 and data["pass_name"] == "Stage"
     keys = {n["k"] for n in data["graph"]["nodes"]}
     assert set(data["marks"]["added"]) | set(data["marks"]["changed"]) <= keys
+    # the region a view zooms to holds the step's replacement node; the input (step 0) has none
+    region, focus = data["marks"]["region"], data["marks"]["focus"]
+    node = next(n for n in data["graph"]["nodes"] if n["k"] == focus)
+    assert region["x0"] < node["x"] < region["x1"] and region["y0"] < node["y"] < region["y1"]
+    state.step = 0
+    assert state.frame().to_json()["marks"]["region"] is None
     for s, t, _slot in data["graph"]["edges"]:
         assert 0 <= s < len(keys) and 0 <= t < len(keys)
 

@@ -72,6 +72,18 @@ def node_color(u: UOp) -> str:
     return axis_type.color if axis_type is not None else u.op.family.color
 
 
+#: Node shapes: a RANGE is drawn as a pill (its AxisType colours coincide with op families' colours:
+#: an UPCAST range is Elementwise yellow, a REDUCE range Reduce red), every other node as a box.
+BOX_SHAPE, RANGE_SHAPE = "box", "range"
+#: Points a range pill is wider than a box with the same label.
+RANGE_EXTRA_WIDTH = 12.0
+
+
+def node_shape(u: UOp) -> str:
+    """The shape of ``u``'s node: :data:`RANGE_SHAPE` for a RANGE, :data:`BOX_SHAPE` otherwise."""
+    return RANGE_SHAPE if u.op is Ops.RANGE else BOX_SHAPE
+
+
 def node_key(u: UOp) -> str:
     """A key naming ``u`` while it lives (UOps are hash-consed, so equal UOps share it)."""
     return f"u{id(u):x}"
@@ -305,7 +317,8 @@ def layout(
 
     Node attributes: ``op`` (name), ``family`` (the OpFamily's title), ``color`` (``#RRGGBB``, the
     spec's colour), ``label`` (lines of text), ``pos`` ((x, y) in points, y up), ``width`` and
-    ``height`` (points), ``uop`` (the UOp), ``details`` (the side panel's text) and, for
+    ``height`` (points), ``shape`` (``"range"`` for a RANGE, drawn as a pill, else ``"box"``),
+    ``uop`` (the UOp), ``details`` (the side panel's text) and, for
     FUNCTION/CALL nodes, ``collapsible``/``collapsed``/``body_size``.  Edges go source → user with
     the source ``slot`` (the first one) and ``slots`` (all: ``x + x`` is one edge with two).
     ``graph.graph`` holds ``root`` (its key), ``engine`` (the one used), ``clusters`` (bounding
@@ -414,7 +427,9 @@ def operand_line(u: UOp, folded: list[str | None]) -> str:
     if (op in (Ops.RESHAPE, Ops.EXPAND) and len(u.src) == 2) or (
         op in (Ops.PAD, Ops.SHRINK) and len(u.src) == 3
     ):
-        return _movement_line(u, texts)
+        # a folded constant moved (ReLU's zero reshaped to (1, 1)) has no edge: its value leads
+        value = f"{folded[0]}: " if folded[0] is not None else ""
+        return value + _movement_line(u, texts)
     if op is Ops.RANGE and folded[0] is not None:
         return f"size {folded[0]}"
     if op in INFIX and len(texts) == 2:
@@ -520,6 +535,9 @@ def _compute_attributes(u: UOp, fold_constants: bool, collapsed: bool) -> dict[s
     axis_type = _axis_type(u)
     if axis_type is not None:
         attributes["axis_type"] = axis_type.name
+    attributes["shape"] = node_shape(u)
+    if attributes["shape"] == RANGE_SHAPE:
+        attributes["width"] += RANGE_EXTRA_WIDTH  # the pill's round ends need room beside the text
     if u.op in (Ops.FUNCTION, Ops.CALL):
         attributes.update(collapsible=True, collapsed=collapsed, body_size=_body_size(u))
         attributes["width"] += 20.0  # room for the collapse toggle
@@ -816,3 +834,36 @@ def graph_diff(a: nx.DiGraph, b: nx.DiGraph) -> GraphDiff:
     return GraphDiff(
         added=set(b.nodes) - common - set(changed), removed=set(a.nodes) - common - paired_a, changed=changed
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the region a step changed
+
+#: Points of context kept around a step's changed nodes when a view zooms to them.
+REGION_MARGIN = 48.0
+
+
+def step_region(graph: nx.DiGraph, diff: GraphDiff | None, focus: str | None = None,
+                margin: float = REGION_MARGIN) -> dict[str, Any] | None:
+    """The box a view zooms to when it shows a rewrite step: around what the step put in (the node
+    that replaced the match, ``focus``, and the ``added`` nodes), or, when it put in no node of its
+    own, around the nodes it rebuilt.  Rebuilt nodes are left out otherwise: they run from the
+    rewrite site up to the root, and would stretch the box over the whole graph.
+
+    Returns ``{"x0", "y0", "x1", "y1"}`` in the graph's points (y up, as ``pos``) with ``margin``
+    added on every side.  None when the step marks no node
+    (step 0, an empty step) or the graph has no positions."""
+    if diff is None:
+        return None
+    keys = set(diff.added) | ({focus} if focus is not None else set())
+    if not keys:
+        keys = set(diff.changed)
+    boxes = [_box(graph.nodes[key]) for key in keys if key in graph and "pos" in graph.nodes[key]]
+    if not boxes:
+        return None
+    return {
+        "x0": round(min(b[0] for b in boxes) - margin, 1),
+        "y0": round(min(b[1] for b in boxes) - margin, 1),
+        "x1": round(max(b[2] for b in boxes) + margin, 1),
+        "y1": round(max(b[3] for b in boxes) + margin, 1),
+    }

@@ -417,7 +417,7 @@ class Frame:
             "step": self.step,
             "step_count": self.entry.step_count,
             "graph": graph_json(self.graph),
-            "marks": marks_json(self.diff, self.focus),
+            "marks": marks_json(self.diff, self.focus, self.graph),
             "rule": self.rule,
             "location": self.location,
             "code": self.code,

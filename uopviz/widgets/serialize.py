@@ -11,22 +11,24 @@ from typing import Any
 import networkx as nx
 
 from uopviz.core.ops import AxisType, OpFamily
-from uopviz.widgets.graph import GraphDiff
+from uopviz.widgets.graph import BOX_SHAPE, RANGE_SHAPE, GraphDiff, step_region
 
 
 def legend() -> dict[str, list[dict[str, str]]]:
-    """The legend: every op family and every AxisType with its spec colour."""
+    """The legend: every op family and every AxisType with its spec colour (an AxisType's swatch
+    has the range nodes' ``shape``: its colour is also some op family's)."""
     return {
         "families": [{"name": f.title, "color": f.color, "title": f"{f.title} ops"} for f in OpFamily],
         "axis_types": [
-            {"name": f"{a.name} ({a.letter})", "color": a.color, "title": f"RANGE of AxisType {a.name}"}
+            {"name": f"{a.name} ({a.letter})", "color": a.color, "title": f"RANGE of AxisType {a.name}",
+             "shape": RANGE_SHAPE}
             for a in AxisType
         ],
     }
 
 
 #: The node attributes that never change for a given UOp (shared between frames in reports).
-STATIC_NODE_FIELDS = ("w", "h", "c", "l", "op", "f", "d", "s", "col")
+STATIC_NODE_FIELDS = ("w", "h", "c", "l", "op", "f", "d", "s", "col", "sh")
 
 
 def node_json(key: str, data: dict[str, Any], index_of: dict[str, int]) -> dict[str, Any]:
@@ -56,6 +58,7 @@ def node_json(key: str, data: dict[str, Any], index_of: dict[str, int]) -> dict[
         "d": data["details"],
         "s": sources,
         "col": collapsible,
+        "sh": data.get("shape", BOX_SHAPE),
     }
 
 
@@ -78,11 +81,16 @@ def graph_json(graph: nx.DiGraph) -> dict[str, Any]:
     }
 
 
-def marks_json(diff: GraphDiff | None = None, focus: str | None = None) -> dict[str, Any]:
-    """Which nodes to highlight: added and changed ones of ``diff``, and a ``focus`` node."""
+def marks_json(
+    diff: GraphDiff | None = None, focus: str | None = None, graph: nx.DiGraph | None = None
+) -> dict[str, Any]:
+    """Which nodes to highlight: added and changed ones of ``diff``, and a ``focus`` node; with the
+    laid-out ``graph``, also the ``region`` a view zooms to when the whole graph is too small to read
+    (:func:`uopviz.widgets.graph.step_region`; None without one)."""
+    region = step_region(graph, diff, focus) if graph is not None else None
     if diff is None:
-        return {"added": [], "changed": [], "focus": focus}
-    return {"added": sorted(diff.added), "changed": sorted(diff.changed), "focus": focus}
+        return {"added": [], "changed": [], "focus": focus, "region": region}
+    return {"added": sorted(diff.added), "changed": sorted(diff.changed), "focus": focus, "region": region}
 
 
 def split_static(graph: dict[str, Any], table: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -118,7 +118,7 @@ class GraphView(anywidget.AnyWidget):
         collapsed_now = [k for k, d in graph.nodes(data=True) if d.get("collapsed")]
         with self.hold_sync():
             self.graph = graph_json(graph)
-            self.marks = marks_json(diff, focus)
+            self.marks = marks_json(diff, focus, graph)
             self._relayout_enabled = False
             if self.bodies != self._bodies:
                 self.bodies = self._bodies
