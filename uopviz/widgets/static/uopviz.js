@@ -45,7 +45,7 @@ const UOPVIZ = (() => {
       const g = h("span", { class: "uv-legend-group" }, h("span", { class: "uv-legend-title", text: title }));
       for (const it of items) {
         g.append(h("span", { class: "uv-chip", title: it.title || it.name },
-          h("span", { class: "uv-swatch", style: `background:${it.color}` }), it.name));
+          h("span", { class: "uv-swatch" + (it.shape === "range" ? " uv-swatch-range" : ""), style: `background:${it.color}` }), it.name));
       }
       return g;
     };
@@ -57,6 +57,13 @@ const UOPVIZ = (() => {
 
   // ------------------------------------------------------------------------------------------
   // the DAG canvas: SVG, zoom (wheel), pan (drag), hover tooltip, click → side panel
+  // Room kept free around a fitted graph: the tool row above it.
+  const VIEW_MARGINS = { top: 40, bottom: 10, side: 16 };
+  // Below this zoom labels are too small to read (uv-lod hides them below 0.38): a player step whose
+  // whole graph fits only below it is shown zoomed to its changed region instead.
+  const READABLE_ZOOM = 0.6;
+  // The least zoom a step's region is shown at (labels at 11px × 0.8: easily read).
+  const FOCUS_ZOOM = 0.8;
   class DagCanvas {
     constructor(container, options) {
       this.options = Object.assign({ onSelect: null, onToggle: null, canToggle: true }, options || {});
@@ -67,12 +74,16 @@ const UOPVIZ = (() => {
       this.scene = document.createElementNS(SVG_NS, "g");
       this.svg.append(this.scene);
       this.tooltip = h("div", { class: "uv-tooltip" });
+      // the node count sits in the tool row (click-through), never over the drawing's lower corner
+      this.info = h("span", { class: "uv-info" });
+      this.changesButton = h("button", { class: "uv-btn uv-changes", title: "zoom to what this step changed", onclick: () => { this.userMoved = false; this.mode = "focus"; this.home(); }, text: "changes" });
       this.tools = h("div", { class: "uv-tools" },
-        h("button", { class: "uv-btn", title: "fit the graph", onclick: () => { this.userMoved = false; this.fit(); }, text: "fit" }),
+        h("button", { class: "uv-btn", title: "fit the graph", onclick: () => { this.userMoved = false; this.mode = "fit"; this.fit(); }, text: "fit" }),
+        this.changesButton,
         h("button", { class: "uv-btn", title: "zoom in", onclick: () => { this.userMoved = true; this.zoomBy(1.25); }, text: "+" }),
-        h("button", { class: "uv-btn", title: "zoom out", onclick: () => { this.userMoved = true; this.zoomBy(0.8); }, text: "−" }));
-      this.info = h("div", { class: "uv-info" });
-      this.viewport.append(this.svg, this.tools, this.info, this.tooltip);
+        h("button", { class: "uv-btn", title: "zoom out", onclick: () => { this.userMoved = true; this.zoomBy(0.8); }, text: "−" }),
+        this.info);
+      this.viewport.append(this.svg, this.tools, this.tooltip);
       this.panel = h("div", { class: "uv-panel" }, h("div", { class: "uv-panel-empty", text: "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis." }));
       this.root.append(this.viewport, this.panel);
       container.append(this.root);
@@ -81,6 +92,10 @@ const UOPVIZ = (() => {
       this.byKey = new Map();
       this.selected = null;
       this.userMoved = false;
+      // how the view is placed while the user has not moved it: "fit" (the whole graph), "auto" (a
+      // step's changed region when the whole graph would be too small to read, else fit), "focus"
+      this.mode = "fit";
+      this.region = null;
       this._bindEvents();
       // a view drawn while hidden (a closed tab, an output scrolled away) has no size yet: fit it
       // again when it gets one, unless the user has zoomed or panned since
@@ -89,7 +104,7 @@ const UOPVIZ = (() => {
         new ResizeObserver((entries) => {
           const box = entries[0].contentRect;
           const size = `${Math.round(box.width)}x${Math.round(box.height)}`;
-          if (box.width > 0 && size !== last && !this.userMoved && this.graph) this.fit();
+          if (box.width > 0 && size !== last && !this.userMoved && this.graph) this.home();
           last = size;
         }).observe(this.viewport);
       }
@@ -170,8 +185,7 @@ const UOPVIZ = (() => {
       const rect = this.viewport.getBoundingClientRect();
       const width = rect.width || 800, height = rect.height || 500;
       const [gw, gh] = this.extent;
-      // room for the tool buttons above and the node count below
-      const top = 40, bottom = 24, side = 16;
+      const { top, bottom, side } = VIEW_MARGINS;
       if (this.graph.engine === "linear") {
         // a listing is read from the top: fit its width (at most 1:1), start at the first row
         const k = Math.min(1.0, Math.max(0.05, (width - 2 * side - 120) / Math.max(gw, 1)));
@@ -185,7 +199,53 @@ const UOPVIZ = (() => {
       this._applyView();
     }
 
-    // graph: {nodes:[{k,x,y,w,h,c,l,op,f,d,col}], edges:[[s,t,slot]], clusters:[...]}; marks: {added, changed, focus}
+    // the zoom at which fit() shows the whole graph
+    fitScale() {
+      const rect = this.viewport.getBoundingClientRect();
+      const width = rect.width || 800, height = rect.height || 500;
+      const { top, bottom, side } = VIEW_MARGINS;
+      const [gw, gh] = this.extent || [1, 1];
+      return Math.min(1.0, (width - 2 * side) / Math.max(gw, 1), (height - top - bottom) / Math.max(gh, 1));
+    }
+
+    // zoom to the step's changed region (Python's marks.region, y up): as large as fits, at most 1:1,
+    // never below FOCUS_ZOOM; a region too large for that is centred on the replacement node
+    focusRegion() {
+      const r = this.region;
+      if (!r) { this.fit(); return; }
+      const rect = this.viewport.getBoundingClientRect();
+      const width = rect.width || 800, height = rect.height || 500;
+      const { top, bottom, side } = VIEW_MARGINS;
+      const fits = Math.min(1.0, (width - 2 * side) / Math.max(r.x1 - r.x0, 1), (height - top - bottom) / Math.max(r.y1 - r.y0, 1));
+      const k = Math.max(fits, FOCUS_ZOOM);
+      let cx = (r.x0 + r.x1) / 2, cy = this.maxY - (r.y0 + r.y1) / 2;
+      const focus = this.focus && this.byKey.get(this.focus);
+      if (fits < FOCUS_ZOOM && focus) { cx = focus.x; cy = this.maxY - focus.y; }
+      this.view = { k, x: width / 2 - cx * k, y: top + (height - top - bottom) / 2 - cy * k };
+      this._applyView();
+    }
+
+    // place the view as its mode says (the user has not moved it): a step whose graph would be too
+    // small to read at fit zooms to its changed region; anything else is fitted
+    home() {
+      if (!this.graph) return;
+      const wanted = this.mode === "focus" || (this.mode === "auto" && this.fitScale() < READABLE_ZOOM);
+      if (wanted && this.region && this.graph.engine !== "linear") this.focusRegion();
+      else this.fit();
+    }
+
+    // true when the step's region lies inside the current view at a readable zoom
+    _regionInView() {
+      const r = this.region;
+      if (!r || this.view.k < READABLE_ZOOM) return false;
+      const rect = this.viewport.getBoundingClientRect();
+      const x0 = r.x0 * this.view.k + this.view.x, x1 = r.x1 * this.view.k + this.view.x;
+      const y0 = (this.maxY - r.y1) * this.view.k + this.view.y, y1 = (this.maxY - r.y0) * this.view.k + this.view.y;
+      return x0 >= 0 && y0 >= 0 && x1 <= rect.width && y1 <= rect.height;
+    }
+
+    // graph: {nodes:[{k,x,y,w,h,c,l,op,f,d,col,sh}], edges:[[s,t,slot]], clusters:[...]};
+    // marks: {added, changed, focus, region}
     setGraph(graph, marks, keepView) {
       const t0 = performance.now();
       this.graph = graph;
@@ -193,6 +253,9 @@ const UOPVIZ = (() => {
       const added = new Set((marks && marks.added) || []);
       const changed = new Set((marks && marks.changed) || []);
       const focus = marks && marks.focus;
+      this.focus = focus || null;
+      this.region = (marks && marks.region) || null;
+      this.changesButton.style.display = this.region ? "" : "none";
       let maxY = -Infinity, minX = Infinity, maxX = -Infinity, minY = Infinity;
       for (const n of graph.nodes) {
         maxY = Math.max(maxY, n.y + n.h / 2); minY = Math.min(minY, n.y - n.h / 2);
@@ -251,9 +314,10 @@ const UOPVIZ = (() => {
         if (this.selected === n.k) cls += " uv-selected";
         const lines = String(n.l).split("\n");
         const fg = textColor(n.c);
-        let text = `<text x="${x + 8}" y="${y + 15}" fill="${fg}">`;
+        const indent = n.sh === "range" ? 14 : 8; // clear of a pill's round ends
+        let text = `<text x="${x + indent}" y="${y + 15}" fill="${fg}">`;
         lines.forEach((line, i) => {
-          text += `<tspan x="${x + 8}" dy="${i === 0 ? 0 : 14}"${i === 0 ? ' class="uv-title"' : ""}>${escapeXml(line)}</tspan>`;
+          text += `<tspan x="${x + indent}" dy="${i === 0 ? 0 : 14}"${i === 0 ? ' class="uv-title"' : ""}>${escapeXml(line)}</tspan>`;
         });
         text += "</text>";
         let toggle = "";
@@ -261,16 +325,29 @@ const UOPVIZ = (() => {
           toggle = `<g class="uv-toggle"><rect x="${x + n.w - 18}" y="${y + 3}" width="14" height="14" rx="3"/>` +
             `<text x="${x + n.w - 11}" y="${y + 14}" text-anchor="middle">${n.col === 2 ? "+" : "−"}</text></g>`;
         }
-        parts.push(`<g class="${cls}" data-key="${n.k}" data-op="${n.op}"><rect class="uv-box" x="${x}" y="${y}" width="${n.w}" height="${n.h}" rx="5" fill="${n.c}"/>${text}${toggle}</g>`);
+        // a RANGE is a pill with an inner ring: its AxisType colour is also some op family's colour
+        let box = `<rect class="uv-box" x="${x}" y="${y}" width="${n.w}" height="${n.h}" rx="5" fill="${n.c}"/>`;
+        if (n.sh === "range") {
+          cls += " uv-range";
+          box = `<rect class="uv-box" x="${x}" y="${y}" width="${n.w}" height="${n.h}" rx="${n.h / 2}" fill="${n.c}"/>` +
+            `<rect class="uv-ring" x="${x + 2.5}" y="${y + 2.5}" width="${n.w - 5}" height="${n.h - 5}" rx="${n.h / 2 - 2.5}"/>`;
+        }
+        parts.push(`<g class="${cls}" data-key="${n.k}" data-op="${n.op}">${box}${text}${toggle}</g>`);
       }
       parts.push("</g>");
       this.scene.innerHTML = parts.join("");
       const counts = graph.nodes.length + " nodes · " + graph.edges.length + " edges" + (graph.engine ? " · " + graph.engine : "");
       this.info.textContent = counts;
-      // a new graph is fitted; a changed one (the next step, a body opened) keeps the view only
-      // once the user zoomed or panned: otherwise it is fitted too (it may have grown out of view)
-      if (!keepView || !this.userMoved) { this.userMoved = false; requestAnimationFrame(() => this.fit()); }
-      else this._applyView();
+      // a new graph is placed afresh; a changed one (the next step, a body opened) keeps the view
+      // once the user zoomed or panned, unless it is a step whose changed region is out of that view
+      // (or unreadable there). Placing: a step's region when the whole graph would be unreadable at
+      // fit (a 400-node graph fitted into a strip), else the whole graph.
+      if (keepView && this.userMoved && (!this.region || this._regionInView())) this._applyView();
+      else {
+        this.userMoved = false;
+        this.mode = this.region ? "auto" : "fit";
+        requestAnimationFrame(() => this.home());
+      }
       if (this.selected && this.byKey.has(this.selected)) this.select(this.selected, false);
       else if (this.selected) this._showPanel(null);
       this.renderMs = performance.now() - t0;
