@@ -441,6 +441,10 @@ def test_axis_follows_reshape_permute_and_dies_on_reduce():
         (lambda: buf(4).flip((True, False)), ["FLIP", "flag"]),
         (lambda: UOp(Ops.GET_TUPLE, (buf(4),), 0), ["GET_TUPLE", "TUPLE"]),
         (lambda: UOp(Ops.ADD, (buf(4), 3)), ["ADD", "UOp"]),
+        # malformed args are printed as they are in the message (not a TypeError while writing it)
+        (lambda: UOp(Ops.RANGE, (UOp.const(dtypes.index, 4),), 5), ["RANGE", "(number, AxisType)", "arg: 5"]),
+        (lambda: UOp(Ops.RANGE, (UOp.const(dtypes.index, 4),), (1,)), ["RANGE", "arg: (1,)"]),
+        (lambda: UOp(Ops.CONST, (), None), ["CONST", "(value, dtype)", "arg: None"]),
     ],
 )
 def test_malformed_construction_raises_uop_error(build, fragments):

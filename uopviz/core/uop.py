@@ -1200,9 +1200,11 @@ def _reshape_axis(u: UOp, axis: int) -> int:
 
 def _short_arg(u: UOp) -> str:
     arg = u.arg
-    if u.op is Ops.CONST:
+    # (a malformed CONST or RANGE arg is printed as it is: this also writes UOpError's message)
+    well_formed = isinstance(arg, tuple) and len(arg) == 2 and hasattr(arg[1], "name")
+    if u.op is Ops.CONST and well_formed:
         return f"{arg[0]!r}:{arg[1].name}"
-    if u.op is Ops.RANGE:
+    if u.op is Ops.RANGE and well_formed:
         return f"r{arg[0]}:{arg[1].name}"
     if isinstance(arg, DType):
         return arg.name
