@@ -279,3 +279,23 @@ def test_layers_declare_their_variables() -> None:
         "running_mean",
         "running_variance",
     ]
+
+
+def test_the_parse_cache_of_another_copy_of_the_library_is_not_reused(tmp_path, monkeypatch):
+    # the cached trees carry their files' paths: a second checkout (CI's fresh clone beside a
+    # developer's) quoted and located errors in the first one's files, which may differ or be gone
+    import shutil
+
+    from uopviz.nnef import stdlib_loader
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path / "cache"))
+    seen = []
+    for copy in ("first", "second"):
+        folder = tmp_path / copy / "stdlib"
+        shutil.copytree(stdlib_loader.STDLIB_DIR, folder)
+        monkeypatch.setattr(stdlib_loader, "STDLIB_DIR", folder)
+        monkeypatch.setattr(stdlib_loader, "_stdlib", None)
+        conv = stdlib_loader.stdlib_module("nn").definition("conv")
+        assert conv.pos.file == str(folder / "nn.sknd")
+        seen.append(conv.pos.file)
+    assert len(list((tmp_path / "cache").glob("nnef-stdlib-*.pickle"))) == 2 and seen[0] != seen[1]

@@ -42,6 +42,9 @@ def stdlib_names() -> list[str]:
 
 def _cache_key(texts: dict[str, str]) -> str:
     digest = hashlib.sha256()
+    # the pickled trees hold their files' paths (error locations, quoted definitions): a cache made
+    # by another copy of uopviz would point at that copy's files
+    digest.update(str(STDLIB_DIR.resolve()).encode())
     for name in sorted(texts):
         digest.update(name.encode())
         digest.update(texts[name].encode())
