@@ -108,3 +108,28 @@ def test_isolated_timing_survives_a_crash_in_between(worker) -> None:
     second = worker.time("c", _source(case), case.linear.arg, arrays, repeats=5, flops=case.flops)
     assert first.runs == second.runs == 5
     assert first.kernel == second.kernel == case.linear.arg
+
+
+def test_a_program_run_isolated_survives_a_crashing_kernel() -> None:
+    # Program.run(isolated=True) runs each kernel in the worker: the same results as in-process, and
+    # a kernel that crashes is an exception, not the end of the calling process (a notebook)
+    import uopviz as uv
+
+    rng = np.random.default_rng(3)
+    for n in (4, 16, 33):
+        x = rng.standard_normal(n).astype(np.float32)
+        outputs = [(uv.Tensor(x) * 2 + 1).exp(), uv.Tensor(x).sum()]
+        program = uv.compile(outputs, backend="c", opts="heuristic")
+        isolated, in_process = program.run(isolated=True), program.run()
+        for got, want in zip(isolated, in_process, strict=True):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(isolated[0], np.exp(x * 2 + 1), rtol=1e-5)
+    # a program whose kernel (one float32[16] output) is swapped for one that writes far outside it
+    program = uv.compile(uv.Tensor.arange(16).cast(dtypes.float32), backend="c")
+    crash = lp.crash_custom(16)
+    program.items[0].compiled = get("c").compile(_source(crash), crash.linear.arg)
+    with pytest.raises(KernelCrashed, match="crash_out_of_bounds"):
+        program.run(isolated=True)
+    # this process goes on: the next program runs, in the worker too
+    after = uv.compile(uv.Tensor.arange(3) * 3, backend="c").run(isolated=True)
+    np.testing.assert_array_equal(after[0], [0, 3, 6])

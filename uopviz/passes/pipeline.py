@@ -334,6 +334,14 @@ class ScheduleItem:
         return device[self.shard[0]] if self.shard is not None else device
 
 
+def _run_in_worker(compiled: CompiledKernel, arrays: list[np.ndarray]) -> None:
+    """Run one compiled kernel in the kernel worker and copy what it wrote back into ``arrays``."""
+    from uopviz.backends.worker import run_isolated
+
+    for slot, written in run_isolated(compiled.backend, compiled.source, compiled.name, arrays).items():
+        np.copyto(arrays[slot], np.asarray(written).reshape(arrays[slot].shape), casting="unsafe")
+
+
 # the views a program-level value sees its buffer through (``rangeify.view_of``): the first elements
 # of a bigger buffer, and a value on an n-tuple device as a RESHAPE/PERMUTE of its device-major buffer
 _VIEW_OPS = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE)
@@ -420,17 +428,23 @@ class Program:
             item.body = new_body
 
     # -- running --------------------------------------------------------------------------------
-    def run(self, inputs: Mapping[Any, Any] | None = None) -> list[np.ndarray]:
+    def run(self, inputs: Mapping[Any, Any] | None = None, isolated: bool = False) -> list[np.ndarray]:
         """Run every kernel in order; one numpy array per output.
 
         ``inputs`` maps input BUFFER UOps (or their Tensors, or input positions) to data; inputs not
         given use the data registered for them (``uopviz.core.tensor.initial_data``).
+        ``isolated``: run each kernel in the kernel worker process (``uopviz.backends.worker``), so a
+        kernel that crashes or hangs raises KernelCrashed / KernelTimeout here instead of taking the
+        calling process (a notebook's kernel) down; slower (the data travels both ways).
         """
         self._require_built()
         arrays = self._allocate(inputs or {})
         for item in self.items:
             args = [self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)]
-            item.compiled(*args)
+            if isolated:
+                _run_in_worker(item.compiled, args)
+            else:
+                item.compiled(*args)
         pairs = zip(self.output_values(), self.outputs)
         return [self._output(arrays, value, original) for value, original in pairs]
 
