@@ -3,6 +3,7 @@ and the compiled program's tabs (checked against what the graph and uv.nnef comp
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import uopviz as uv
@@ -49,3 +50,17 @@ def test_report_of_an_nnef_file(tmp_path):
     broken.write_text("graph {")
     with pytest.raises(ReportError, match="not a readable NNEF model"):
         load_source(broken)
+
+
+def test_a_big_graph_of_kernel_bodies_opens_with_them_closed():
+    # AlexNet's UOp graph has 25 kernel bodies (474 nodes open): the Graph tab opens them closed,
+    # to be opened one by one, as reports do; a small program's graph opens whole
+    from uopviz.nnef import examples
+
+    model = uv.nnef.loads(examples.text("alexnet", fixed=True))
+    tab = uv.explore(model, backend="python")
+    view = tab.children[tab.titles.index("Graph")].view
+    assert view.collapsed and len(view.graph["nodes"]) < 40
+    small = uv.explore(uv.compile(uv.Tensor(np.ones((4, 4), np.float32)).sum(1), backend="python"))
+    small_view = small.children[small.titles.index("Graph")].view
+    assert not small_view.collapsed

@@ -118,15 +118,17 @@ class GraphChoice(widgets.VBox):
 
         self.graphs = graphs
         names = list(graphs)
-        self.view = GraphView(graphs[names[0]], **view_options)
+        self.view = GraphView(None, **view_options)
         self.buttons = widgets.ToggleButtons(options=names, value=names[0], style={"button_width": "auto"})
 
-        def choose(change: dict[str, Any]) -> None:
-            uop = graphs[change["new"]]
+        def show(uop: UOp) -> None:
+            # a big graph of FUNCTION/CALL bodies opens with them closed (open them one by one), as
+            # reports do: all of AlexNet's 25 kernel bodies open were 474 unreadable nodes
             many = function_bodies(uop) and len(uop.toposort()) > AUTO_COLLAPSE_NODES
             self.view.show(uop, collapse=collapse_for_view(uop, NO_BODIES) if many else [])
 
-        self.buttons.observe(choose, "value")
+        show(graphs[names[0]])
+        self.buttons.observe(lambda change: show(graphs[change["new"]]), "value")
         super().__init__([self.buttons, self.view] if len(names) > 1 else [self.view])
 
 
