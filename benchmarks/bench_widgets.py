@@ -64,6 +64,16 @@ def trace_with_steps(terms: int = 120) -> uv.Trace:
 
 def browser_render_ms(uop: UOp) -> float | None:
     """Milliseconds headless chromium takes to draw ``uop``'s DAG (None without chromium/Playwright)."""
+    from uopviz.widgets.embed import StaticPage
+
+    page = StaticPage("bench")
+    page.add_dag("Graph", "bench", uop, height=700)
+    return page_render_ms(page)
+
+
+def page_render_ms(page: Any) -> float | None:
+    """Milliseconds headless chromium takes to draw the first DAG of a report page (a
+    ``StaticPage``), median of three loads; None without chromium or Playwright."""
     chromium = (
         os.environ.get("UOPVIZ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     )
@@ -73,10 +83,6 @@ def browser_render_ms(uop: UOp) -> float | None:
         return None
     if chromium is None:
         return None
-    from uopviz.widgets.embed import StaticPage
-
-    page = StaticPage("bench")
-    page.add_dag("Graph", "bench", uop, height=700)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "bench.html"
         path.write_text(page.render())
