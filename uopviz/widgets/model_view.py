@@ -15,7 +15,7 @@ from typing import Any
 import ipywidgets as widgets
 import networkx as nx
 
-from uopviz.widgets.nnef_graph import module_legend, operator_graph, operator_graph_json
+from uopviz.widgets.nnef_graph import module_legend, operator_graph, operator_graph_json, tensor_text
 from uopviz.widgets.views import GraphView
 
 __all__ = ["ModelExplorer", "OperatorGraphView"]
@@ -66,8 +66,8 @@ class ModelExplorer(widgets.VBox):
         self.backends = backends
         self.tuner: Any = None
         self.view = OperatorGraphView(model, height=height, engine=engine)
-        inputs = ", ".join(f"{name} {_tensor(model, name)}" for name in model.inputs)
-        outputs = ", ".join(f"{name} {_tensor(model, name)}" for name in model.outputs)
+        inputs = ", ".join(f"{name} {tensor_text(model.tensors.get(name))}" for name in model.inputs)
+        outputs = ", ".join(f"{name} {tensor_text(model.tensors.get(name))}" for name in model.outputs)
         self.header = widgets.HTML(
             f'<div style="font-size:12px"><b>graph {html.escape(str(getattr(model, "name", "model")))}</b>: '
             f"{len(model.operations)} operations · inputs <code>{html.escape(inputs)}</code> · outputs "
@@ -120,10 +120,3 @@ class ModelExplorer(widgets.VBox):
         self.message.value = f'<span class="uv-dim">{len(kernels)} kernel{plural} of {label} below</span>'
         self.tuner_box.children = [self.tuner]
         return self.tuner
-
-
-def _tensor(model: Any, name: str) -> str:
-    info = model.tensors.get(name)
-    shape = ", ".join(str(extent) for extent in tuple(getattr(info, "shape", ())))
-    return f"{getattr(info, 'dtype', '')}[{shape}]"
-

@@ -14,8 +14,8 @@ Positions come from the same layout as every UOp graph (:func:`uopviz.widgets.gr
 graphviz ``dot``, else the pure-Python layered layout).  :func:`operator_graph_json` is the JSON
 the DAG canvas of ``static/uopviz.js`` draws, :func:`module_legend` the colour key.
 
-Like :mod:`uopviz.widgets.models`, this module knows models by what they have and imports nothing
-of :mod:`uopviz.nnef`.
+Like :mod:`uopviz.widgets.models`, this module knows models by what they have; of
+:mod:`uopviz.nnef` it reads only the source texts its parser kept (to quote definitions).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 import networkx as nx
 
 from uopviz.widgets.graph import CHAR_WIDTH, LINE_HEIGHT, place
+from uopviz.widgets.serialize import placed_node_json
 
 __all__ = [
     "MODULE_COLORS", "TENSOR_COLORS", "definition_source", "module_color", "module_legend",
@@ -110,13 +111,13 @@ def _argument_lines(graph: Any, values: Any, params: Any) -> str:
                 continue
             info = graph.tensors.get(item)
             kind = getattr(info, "kind", "")
-            kind = f"  ({kind})" if kind in ("input", "variable", "constant") else ""
+            kind = f"  ({kind})" if kind in TENSOR_SOURCES else ""
             lines.append(f"{shown} = {item}  {tensor_text(info)}{kind}")
     return "\n".join(lines) if lines else "—"
 
 
 def _short(value: Any, limit: int = ATTRIBUTE_CHARS) -> str:
-    text = repr(value) if not isinstance(value, str) else repr(value)
+    text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -126,15 +127,11 @@ def definition_source(operation: Any) -> str:
     above it.  The parser keeps each definition's start (``definition.pos``) and every text it read
     (``uopviz.nnef.errors.source_line``); the block ends where its braces close.  When that text is
     not at hand, the operator's canonical form (``operation.definition_text()``)."""
-    from importlib import import_module
+    from uopviz.nnef.errors import source_line  # the texts the SkriptND parser has read
 
     definition = getattr(operation, "definition", None)
     position = getattr(definition, "pos", None)
-    try:
-        source_line = import_module("uopviz.nnef.errors").source_line
-    except ImportError:  # a model graph from elsewhere: no SkriptND texts to quote
-        source_line = None
-    lines = _block_at(source_line, position) if source_line is not None and position is not None else []
+    lines = _block_at(source_line, position) if position is not None else []
     if lines:
         return "\n".join(lines)
     text = getattr(operation, "definition_text", None)
@@ -275,6 +272,12 @@ def _read(operation: Any) -> list[str]:
     return names + list((getattr(operation, "constants", None) or {}).values())
 
 
+def _source_kind(info: Any) -> str:
+    """The node kind of a tensor nobody in the graph computes: input, variable or constant."""
+    kind = getattr(info, "kind", "input")
+    return kind if kind in TENSOR_SOURCES else "input"
+
+
 def _written(operation: Any) -> list[str]:
     return [name for name in _flatten(operation.outputs) if name is not None]
 
@@ -312,8 +315,7 @@ def operator_graph(model: Any, *, engine: str = "auto") -> nx.DiGraph:
             source = producer.get(name)
             info = model.tensors.get(name)
             if source is None:
-                kind = getattr(info, "kind", "input")
-                kind = kind if kind in ("input", "variable", "constant") else "input"
+                kind = _source_kind(info)
                 source = f"{kind}:{name}"
                 if source not in graph:
                     graph.add_node(source, **_tensor_node(kind, name, info))
@@ -325,9 +327,9 @@ def operator_graph(model: Any, *, engine: str = "auto") -> nx.DiGraph:
         graph.add_node(key, **_tensor_node("output", name, info))
         source = producer.get(name)
         if source is None:  # an output that is an input or variable as it is
-            kind = getattr(info, "kind", "input")
-            source = f"{kind if kind in TENSOR_COLORS else 'input'}:{name}"
-            graph.add_node(source, **_tensor_node(source.partition(":")[0], name, info))
+            kind = _source_kind(info)
+            source = f"{kind}:{name}"
+            graph.add_node(source, **_tensor_node(kind, name, info))
         _add_edge(graph, source, key, 0, name, info)
     place(graph, engine)
     return graph
@@ -355,16 +357,10 @@ def operator_graph_json(graph: nx.DiGraph) -> dict[str, Any]:
     writes UOp nodes, edges ``[source, target, slot, label]`` (the label empty out of tensor nodes)."""
     keys = list(graph.nodes)
     index_of = {key: i for i, key in enumerate(keys)}
-    nodes = []
-    for key in keys:
-        data = graph.nodes[key]
-        x, y = data.get("pos", (0.0, 0.0))
-        nodes.append({
-            "k": key, "x": round(x, 1), "y": round(y, 1),
-            "w": round(data["width"], 1), "h": round(data["height"], 1),
-            "c": data["color"], "l": data["label"], "op": data["op"],
-            "f": data["details"].get("family", ""), "d": data["details"], "col": 0,
-        })  # fmt: skip
+    nodes = [
+        {**placed_node_json(key, graph.nodes[key], graph.nodes[key]["details"].get("family", "")), "col": 0}
+        for key in keys
+    ]
     # an edge out of an input, variable or constant node goes unlabelled: the node says the shape,
     # and the labels of the weights converging on one operation would overlap
     edges = [[index_of[s], index_of[t], data.get("slot", 0),

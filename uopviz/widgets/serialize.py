@@ -31,9 +31,26 @@ def legend() -> dict[str, list[dict[str, str]]]:
 STATIC_NODE_FIELDS = ("w", "h", "c", "l", "op", "f", "d", "s", "col", "sh")
 
 
+def placed_node_json(key: str, data: dict[str, Any], family: str) -> dict[str, Any]:
+    """The fields every drawn node has, of any graph (UOps, operators): key, position, size,
+    colour, label, op, family and side-panel details."""
+    x, y = data.get("pos", (0.0, 0.0))
+    return {
+        "k": key,
+        "x": round(x, 1),
+        "y": round(y, 1),
+        "w": round(data["width"], 1),
+        "h": round(data["height"], 1),
+        "c": data["color"],
+        "l": data["label"],
+        "op": data["op"],
+        "f": family,
+        "d": data["details"],
+    }
+
+
 def node_json(key: str, data: dict[str, Any], index_of: dict[str, int]) -> dict[str, Any]:
     """One node as the front end wants it (short field names: graphs reach thousands of nodes)."""
-    x, y = data.get("pos", (0.0, 0.0))
     u = data["uop"]
     collapsible = 0
     if data.get("collapsible"):
@@ -46,16 +63,7 @@ def node_json(key: str, data: dict[str, Any], index_of: dict[str, int]) -> dict[
         source_key = f"u{id(s):x}"
         sources.append(source_key if source_key in index_of else None)
     return {
-        "k": key,
-        "x": round(x, 1),
-        "y": round(y, 1),
-        "w": round(data["width"], 1),
-        "h": round(data["height"], 1),
-        "c": data["color"],
-        "l": data["label"],
-        "op": data["op"],
-        "f": data["family"],
-        "d": data["details"],
+        **placed_node_json(key, data, data["family"]),
         "s": sources,
         "col": collapsible,
         "sh": data.get("shape", BOX_SHAPE),
