@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -1230,19 +1230,33 @@ def format_graph(root: UOp) -> str:
 
     Each line: ``%N = OP src... [arg] : dtype shape``.
     """
+    return "\n".join(graph_lines(root)[0])
+
+
+def graph_lines(
+    root: UOp, names: Mapping[UOp, str] | None = None, first_new: int = 0, tags: bool = False
+) -> tuple[list[str], dict[UOp, str]]:
+    """:func:`format_graph`'s lines, and the name each UOp got.  ``names`` fixes the names of some
+    UOps (a graph's names before a rewrite, say); the others are numbered ``%first_new``, ``%first_new
+    + 1``, ...  ``tags``: a node's tag is written after its type."""
+    given = names or {}
     lines: list[str] = []
-    names: dict[UOp, str] = {}
+    named: dict[UOp, str] = {}
+    fresh = first_new
     for u in root.toposort():
         if inline_text(u) is not None and u is not root:
-            names[u] = inline_text(u)
+            named[u] = inline_text(u)
             continue
-        name = f"%{len(lines)}"
-        names[u] = name
+        name = given.get(u)
+        if name is None:
+            name, fresh = f"%{fresh}", fresh + 1
+        named[u] = name
         parts = [f"{name} = {u.op.name}"]
         if u.src:
-            parts.append(", ".join(names[s] for s in u.src))
+            parts.append(", ".join(named[s] for s in u.src))
         if u.arg is not None and not (u.op is Ops.STACK and isinstance(u.arg, DType)):
             parts.append(f"[{_short_arg(u)}]")
         type_text = u.dtype.name + (f" {u.shape}" if u.shape else "")
-        lines.append(" ".join(parts) + f"  : {type_text}")
-    return "\n".join(lines)
+        tag_text = f"  tag={u.tag!r}" if tags and u.tag is not None else ""
+        lines.append(" ".join(parts) + f"  : {type_text}{tag_text}")
+    return lines, named

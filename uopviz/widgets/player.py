@@ -24,7 +24,7 @@ from typing import Any
 import networkx as nx
 
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
-from uopviz.core.uop import UOp, UOpError, format_graph, inline_text
+from uopviz.core.uop import UOp, UOpError, graph_lines
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -85,37 +85,12 @@ def _unified(a: list[str], b: list[str], context: int = 2) -> list[str]:
 def printed_graph(
     root: UOp, names: Mapping[UOp, str] | None = None, first_new: int = 0
 ) -> tuple[list[str], dict[UOp, str]]:
-    """``root`` printed as :func:`uopviz.core.uop.format_graph` prints it, one line per UOp, with a
-    node's tag (which that print leaves out) after its type; and the name each line's UOp got.
-
-    ``names`` fixes the names of some UOps (those of the graph before a step, say); the others are
-    numbered ``%first_new``, ``%first_new + 1``, ...  So a graph printed with the names of the graph
-    before it differs only where a node really changed, not in the numbers of every node after it."""
-    given = names or {}
-    shown: dict[UOp, str] = {}  # the names format_graph gives
-    stable: dict[UOp, str] = {}
-    fresh = first_new
-    nodes: list[UOp] = []
-    for u in root.toposort():
-        inline = inline_text(u)
-        if inline is not None and u is not root:
-            shown[u] = stable[u] = inline
-            continue
-        shown[u] = f"%{len(nodes)}"
-        name = given.get(u)
-        if name is None:
-            name, fresh = f"%{fresh}", fresh + 1
-        stable[u] = name
-        nodes.append(u)
-    lines = []
-    for u, line in zip(nodes, format_graph(root).splitlines(), strict=True):
-        # the line's head (name, op, sources) in the stable names; its arg and type as printed
-        head = f"{shown[u]} = {u.op.name}" + (" " + ", ".join(shown[s] for s in u.src) if u.src else "")
-        stable_head = f"{stable[u]} = {u.op.name}" + (
-            " " + ", ".join(stable[s] for s in u.src) if u.src else "")
-        text = stable_head + line[len(head):] if line.startswith(head) else line
-        lines.append(text if u.tag is None else f"{text}  tag={u.tag!r}")
-    return lines, stable
+    """``root`` printed as :func:`uopviz.core.uop.format_graph` prints it, with each node's tag,
+    and the name each line's UOp got; ``names`` fixes the names of some UOps (those of the graph
+    before a step), the others are numbered from ``first_new`` (:func:`uopviz.core.uop.graph_lines`).
+    So a graph printed with the names of the graph before it differs only where a node really
+    changed, not in the numbers of every node after it."""
+    return graph_lines(root, names, first_new, tags=True)
 
 
 def aligned_text_diff(before: UOp, after: UOp, pairs: Mapping[UOp, UOp] | None = None,
