@@ -90,8 +90,8 @@ class Timing:
 
     def __str__(self) -> str:
         parts = [
-            f"median {_seconds(self.median_s)}",
-            f"min {_seconds(self.min_s)}",
+            f"median {format_seconds(self.median_s)}",
+            f"min {format_seconds(self.min_s)}",
             f"spread {self.spread:.1%}",
             f"{self.runs} runs",
         ]
@@ -117,7 +117,10 @@ class Timing:
         }
 
 
-def _seconds(value: float) -> str:
+def format_seconds(value: float | None) -> str:
+    """A duration with its unit, three significant digits (``3 ms``, ``81.2 µs``); ``—`` for None."""
+    if value is None:
+        return "—"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if value >= scale:
             return f"{value / scale:.3g} {unit}"

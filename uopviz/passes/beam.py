@@ -256,13 +256,12 @@ class BeamResult:
         return [c.to_dict() for c in rows]
 
     def __repr__(self) -> str:
-        def milliseconds(seconds: float | None) -> str:
-            return "—" if seconds is None else f"{seconds * 1e3:.3f} ms"
+        from uopviz.backends.timing import format_seconds
 
         # the winner is chosen by the finalists' side-by-side re-timing, so it may not head table()
-        retimed = "" if self.best.verified_s is None else f", {milliseconds(self.best.verified_s)} re-timed"
+        retimed = "" if self.best.verified_s is None else f", {format_seconds(self.best.verified_s)} re-timed"
         return (
-            f"<BeamResult {self.best.name} on {self.backend}: {milliseconds(self.best.run_s)} in the search"
+            f"<BeamResult {self.best.name} on {self.backend}: {format_seconds(self.best.run_s)} in the search"
             f"{retimed}, {len(self.candidates)} candidates, opts={list(self.opts)}>"
         )
 

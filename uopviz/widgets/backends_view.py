@@ -15,6 +15,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from uopviz.backends.timing import format_seconds
 from uopviz.widgets.tuner import TimingEntry, TunerState
 
 #: Colours of the timing bars, one per backend in order (a qualitative palette).
@@ -88,24 +89,14 @@ def timing_rows(entries: list[TimingEntry]) -> list[dict[str, str]]:
         rows.append(
             {
                 "backend": e.backend,
-                "median": _seconds(e.median_s),
-                "min": _seconds(e.min_s),
+                "median": format_seconds(e.median_s),
+                "min": format_seconds(e.min_s),
                 "runs": str(e.runs),
                 "GFLOP/s": f"{e.gflops:.2f}" if e.gflops is not None else "—",
                 "GB/s": f"{e.gbps:.2f}" if e.gbps is not None else "—",
             }
         )
     return rows
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value < 1e-3:
-        return f"{value * 1e6:.1f} µs"
-    if value < 1:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value:.2f} s"
 
 
 def backends_table_html(kernels: list[Any], names: list[str], time_kernels: bool = False) -> str:
@@ -169,8 +160,8 @@ def timing_figure(
             "backend": names,
             "value": values,
             "color": colors,
-            "median": [_seconds(e.median_s) for e in ok],
-            "min": [_seconds(e.min_s) for e in ok],
+            "median": [format_seconds(e.median_s) for e in ok],
+            "min": [format_seconds(e.min_s) for e in ok],
             "gflops": [f"{e.gflops:.2f}" if e.gflops is not None else "—" for e in ok],
             "gbps": [f"{e.gbps:.2f}" if e.gbps is not None else "—" for e in ok],
             "label": [_short_number(v) for v in values],

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from uopviz.backends.timing import format_seconds
+
 
 def run_beam(kernel: Any, backend: str, *, width: int = 4, budget_s: float = 60.0,
              progress: Callable[[int, int], None] | None = None, **options: Any) -> tuple[Any, str, Any]:
@@ -19,7 +21,7 @@ def run_beam(kernel: Any, backend: str, *, width: int = 4, budget_s: float = 60.
     result = beam_search(kernel, backend, width=width, budget_s=budget_s, progress=report, **options)
     best = result.best
     speedup = result.speedup
-    timing = f"{best.run_s * 1e3:.3f} ms" if best.run_s is not None else "no time"
+    timing = format_seconds(best.run_s) if best.run_s is not None else "no time"
     summary = (f"{best.name}: {timing}" + (f", {speedup:.2f}x the unoptimized kernel" if speedup else "")
                + f" ({len(result.candidates)} candidates in {result.elapsed_s:.1f} s"
                + (f"; {result.stopped}" if result.stopped else "") + ")")
@@ -31,9 +33,6 @@ def candidates_html(result: Any, limit: int = 8) -> str:
     and for the finalists the time measured again side by side, which picks the winner (marked)."""
     import html
 
-    def milliseconds(seconds: float | None) -> str:
-        return "—" if seconds is None else f"{seconds * 1e3:.3f} ms"
-
     chosen = result.best
     rows = []
     for candidate in sorted((c for c in result.candidates if c.ok), key=lambda c: c.run_s)[:limit]:
@@ -41,7 +40,7 @@ def candidates_html(result: Any, limit: int = 8) -> str:
         rows.append(
             f"<tr><td>{mark}{html.escape(candidate.name)}</td>"
             f"<td>{html.escape(', '.join(map(repr, candidate.opts)) or '—')}</td>"
-            f"<td>{milliseconds(candidate.run_s)}</td><td>{milliseconds(candidate.verified_s)}</td></tr>"
+            f"<td>{format_seconds(candidate.run_s)}</td><td>{format_seconds(candidate.verified_s)}</td></tr>"
         )
     failed = sum(1 for c in result.candidates if not c.ok)
     head = "<tr><th>kernel</th><th>opts</th><th>search time</th><th>re-timed (finalists)</th></tr>"
