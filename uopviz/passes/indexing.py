@@ -12,7 +12,7 @@ locally; once ``uopviz.core.symbolic`` lands its matcher is used instead (see
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
@@ -42,34 +42,36 @@ def bounds(u: UOp) -> tuple[int, int]:
     return result
 
 
-def _bounds(u: UOp) -> tuple[int, int]:
+def _bounds(u: UOp, of: Callable[[UOp], tuple[int, int]] = bounds) -> tuple[int, int]:
+    """``u``'s bounds from its sources' bounds as ``of`` gives them (the cached :func:`bounds`, or
+    bounds under a condition: :func:`_bounds_given`)."""
     op = u.op
     if op is Ops.IDIV and is_const(u.src[1]) and u.src[1].arg[0] > 0:
-        low, high = bounds(u.src[0])
+        low, high = of(u.src[0])
         divisor = u.src[1].arg[0]
         return low // divisor, high // divisor
     if op is Ops.MOD and is_const(u.src[1]) and u.src[1].arg[0] > 0:
-        low, high = bounds(u.src[0])
+        low, high = of(u.src[0])
         divisor = u.src[1].arg[0]
         if low >= 0 and high < divisor:
             return low, high
         return 0, divisor - 1
     if op is Ops.ADD:
-        (a, b), (c, d) = bounds(u.src[0]), bounds(u.src[1])
+        (a, b), (c, d) = of(u.src[0]), of(u.src[1])
         return a + c, b + d
     if op is Ops.MUL:
-        (a, b), (c, d) = bounds(u.src[0]), bounds(u.src[1])
+        (a, b), (c, d) = of(u.src[0]), of(u.src[1])
         products = (a * c, a * d, b * c, b * d)
         return min(products), max(products)
     if op is Ops.WHERE:
         # the taken branch is bounded under its condition: a PAD's clamp WHERE(0 < i, i - 1, 0)
         # stays in 0.. (a sharded read checks its addresses against the device's part)
-        (a, b), (c, d) = _bounds_given(u.src[1], _narrowed(u.src[0])), bounds(u.src[2])
+        (a, b), (c, d) = _bounds_given(u.src[1], _narrowed(u.src[0])), of(u.src[2])
         if a > b:  # the condition never holds
             return c, d
         return min(a, c), max(b, d)
     if op is Ops.MAX:
-        (a, b), (c, d) = bounds(u.src[0]), bounds(u.src[1])
+        (a, b), (c, d) = of(u.src[0]), of(u.src[1])
         return max(a, c), max(b, d)
     low, high = u.min_max
     if isinstance(low, bool) or isinstance(high, bool):
@@ -94,23 +96,13 @@ def _narrowed(condition: UOp) -> dict[UOp, tuple[int, int]]:
 
 
 def _bounds_given(u: UOp, known: dict[UOp, tuple[int, int]]) -> tuple[int, int]:
-    """``bounds(u)`` where the expressions in ``known`` have those bounds (sums, products and
-    constant divisions of them are followed; anything else keeps its own bounds)."""
+    """``bounds(u)`` where the expressions in ``known`` have those bounds (not cached: they hold
+    only under a condition)."""
     if not known:
         return bounds(u)
     if u in known:
         return known[u]
-    if u.op in (Ops.ADD, Ops.MUL):
-        (a, b), (c, d) = _bounds_given(u.src[0], known), _bounds_given(u.src[1], known)
-        if u.op is Ops.ADD:
-            return a + c, b + d
-        products = (a * c, a * d, b * c, b * d)
-        return min(products), max(products)
-    if u.op is Ops.IDIV and is_const(u.src[1]) and u.src[1].arg[0] > 0:
-        low, high = _bounds_given(u.src[0], known)
-        return low // u.src[1].arg[0], high // u.src[1].arg[0]
-    return bounds(u)
-
+    return _bounds(u, lambda source: _bounds_given(source, known))
 
 def iadd(a: UOp, b: UOp | int) -> UOp:
     """``a + b`` with constants folded."""
