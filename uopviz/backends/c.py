@@ -909,7 +909,7 @@ class _RenderState(LinearRenderState):
     def __init__(self, renderer: CStyleRenderer, linear: UOp):
         super().__init__(linear)
         self.r = renderer
-        self.addresses: dict[UOp, Address] = {}
+        self.addresses: dict[UOp, Address]  # (made by LinearRenderState: what each INDEX addresses)
         self.scopes: list[Scope] = [Scope(None, "function", 0)]
         self.lines: list[str] = []
         self.top_lines: list[str] = []

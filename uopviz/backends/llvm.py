@@ -238,7 +238,7 @@ class _LLVMState(LinearRenderState):
     def __init__(self, renderer: LLVMRenderer, linear: UOp):
         super().__init__(linear)
         self.r = renderer
-        self.addresses: dict[UOp, _Address] = {}
+        self.addresses: dict[UOp, _Address]  # (made by LinearRenderState: what each INDEX addresses)
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.declarations: dict[str, str] = {}
