@@ -223,3 +223,24 @@ def test_half_types_match_a_bit_level_reference(level: str, backend: str, half: 
             continue
         where = f"{half} {name} on {backend}/{level}"
         _same_bits(actual.astype(np.float32), wanted.astype(np.float32), where)
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering apart from compiling
+
+
+def test_viewing_source_never_compiles(monkeypatch) -> None:
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    kernel = uv.compile([uv.Tensor(x).sum(axis=1)], backend="c", opts="heuristic", build=False).kernels[0]
+
+    def refuse(self, source, name):
+        raise AssertionError(f"{self.name} compiled {name} to show its source")
+
+    for name in ("c", "llvm", "opencl", "cuda"):
+        monkeypatch.setattr(type(get(name)), "compile", refuse)
+    for name in ("c", "llvm", "opencl", "cuda"):  # CUDA and OpenCL source on any machine
+        assert kernel.name in kernel.source(name)
+    lowered = kernel.lower("cuda")
+    assert [p.slot for p in lowered.params] == [0, 1]
+    with pytest.raises(AssertionError, match="cuda compiled"):
+        lowered.compiled  # noqa: B018 - compiling happens on first use, here
