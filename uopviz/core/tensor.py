@@ -1051,13 +1051,16 @@ class Tensor:
         return self._unary_float(Ops.SIN)
 
     def cos(self) -> Tensor:
-        """``cos(x)`` as ``sin(pi/2 - x)``."""
-        x = self.cast(_float_dtype(self.dtype))
-        return (math.pi / 2 - x).sin()
+        """``cos(x)`` (COS, one of our two ops beyond the card).
+
+        Not the card's ``sin(pi/2 - x)``: rounding ``pi/2 - x`` loses the result's digits as ``|x|``
+        grows (4.8e-4 absolute error near 1e4 in float32); COS shares SIN's exact reduction."""
+        return self._unary_float(Ops.COS)
 
     def tan(self) -> Tensor:
-        """``tan(x)`` as ``sin(x) / cos(x)``."""
-        return self.sin() / self.cos()
+        """``tan(x)`` (TAN, ours beyond the card): one reduction and one division, accurate near the
+        poles, where ``sin(x) / cos(x)`` of two separately rounded results is not."""
+        return self._unary_float(Ops.TAN)
 
     def sqrt(self) -> Tensor:
         """``sqrt(x)`` (SQRT)."""
@@ -1201,12 +1204,19 @@ class Tensor:
         return ~((~self).max(axis, keepdim))
 
     def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """True where any element along ``axis`` is nonzero (REDUCE MAX over bool)."""
+        """True where any element along ``axis`` is nonzero (REDUCE MAX over bool); over a
+        zero-size axis False, as numpy (nothing is nonzero), where max itself has no answer."""
         truth = self if self.dtype.is_bool else self != 0
+        axes = self._axes(axis)
+        if any(self.shape[a] == 0 for a in axes):
+            kept = tuple(1 if i in axes else size for i, size in enumerate(self.shape))
+            shape = kept if keepdim else tuple(size for i, size in enumerate(self.shape) if i not in axes)
+            return Tensor.full(shape, False, dtype=dtypes.bool, device=self.device)
         return truth._reduce(Ops.MAX, axis, keepdim)
 
     def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """True where every element along ``axis`` is nonzero: ``not any(not x)``."""
+        """True where every element along ``axis`` is nonzero: ``not any(not x)`` (so True over a
+        zero-size axis, as numpy)."""
         truth = self if self.dtype.is_bool else self != 0
         return truth.logical_not().any(axis, keepdim).logical_not()
 
@@ -1342,22 +1352,26 @@ class Tensor:
         return summed.permute([order.index(i) for i in range(self.ndim)])
 
     def gather(self, idx: Any, axis: int = 0) -> Tensor:
-        """``out[i] = t[idx[i]]`` along ``axis`` (``numpy.take``; result shape
-        ``shape[:axis] + idx.shape + shape[axis+1:]``) by the spec's one-hot composition:
-        ``mask = (arange(K).reshape(K, 1) == idx.reshape(1, -1)).cast(t.dtype)``,
-        ``(t.reshape(K, 1) * mask).sum(0)``."""
+        """``out[i] = t[idx[i]]`` along ``axis`` as ``numpy.take`` (result shape
+        ``shape[:axis] + idx.shape + shape[axis+1:]``; a negative index counts from the end) by
+        the spec's one-hot composition: ``mask = arange(K).reshape(K, 1) == idx.reshape(1, -1)``,
+        ``mask.where(t.reshape(K, 1), 0).sum(0)`` (a select rather than the spec's product with
+        the mask, so an inf or nan elsewhere in ``t`` does not turn the sum into nan).
+
+        Indices outside ``[-K, K)`` raise IndexError when they are data (known when the graph is
+        built); computed indices cannot be checked before running, and one out of range there
+        gives 0, where numpy would raise."""
         idx = idx if isinstance(idx, Tensor) else Tensor(idx, device=self.device)
         if not idx.dtype.is_int:
             raise TypeError(f"gather indices must be integers, got {idx.dtype.name}")
         axis = _normalize_axis(axis, self.ndim)
         x = self.permute([axis] + [i for i in range(self.ndim) if i != axis])  # gather axis first
         k, rest = x.shape[0], x.shape[1:]
-        flat = idx.reshape(-1)
+        flat = _wrapped_indices(idx, k, f"gather along axis {axis} of {self.shape}").reshape(-1)
         count = flat.shape[0]
         pos = Tensor.arange(k, device=self.device).reshape(k, 1)  # (K, 1)
-        mask = (pos == flat.reshape(1, -1)).cast(self.dtype)  # (K, D)
-        mask = mask.reshape(k, count, *(1,) * len(rest))
-        gathered = (x.reshape(k, 1, *rest) * mask).sum(0, dtype=self.dtype)  # (D, *rest)
+        mask = (pos == flat.reshape(1, -1)).reshape(k, count, *(1,) * len(rest))  # (K, D, 1...)
+        gathered = mask.where(x.reshape(k, 1, *rest), 0).sum(0, dtype=self.dtype)  # (D, *rest)
         gathered = gathered.reshape(*idx.shape, *rest)
         # the gathered axes sit first: move them to where the gather axis was
         lead = idx.ndim
@@ -1365,9 +1379,15 @@ class Tensor:
         return gathered.permute(order)
 
     def scatter_add(self, idx: Any, val: Any) -> Tensor:
-        """``t[idx[i]] += val[i]`` along axis 0, by the spec's composition:
-        ``mask = (arange(K).reshape(K, 1) == idx.reshape(1, D)).cast(t.dtype)``,
-        ``t + (mask * val.reshape(1, D)).sum(1)``.  ``val`` has shape ``idx.shape + t.shape[1:]``."""
+        """``t[idx[i]] += val[i]`` along axis 0 as ``numpy.add.at`` (repeated indices add up; a
+        negative index counts from the end), by the spec's composition:
+        ``mask = arange(K).reshape(K, 1) == idx.reshape(1, D)``,
+        ``t + mask.where(val.reshape(1, D), 0).sum(1)`` (a select, not the spec's product with the
+        mask, so an inf or nan value lands only in its own row).  ``val`` has shape
+        ``idx.shape + t.shape[1:]``.
+
+        Indices outside ``[-K, K)`` raise IndexError when they are data; computed indices cannot
+        be checked before running, and a value at an index out of range there is dropped."""
         idx = idx if isinstance(idx, Tensor) else Tensor(idx, device=self.device)
         val = val if isinstance(val, Tensor) else Tensor(val, dtype=self.dtype, device=self.device)
         if not idx.dtype.is_int:
@@ -1377,11 +1397,11 @@ class Tensor:
         if val.shape != idx.shape + rest:
             raise UOpError(f"scatter_add into {self.shape} with indices {idx.shape} needs values of shape "
                              f"{idx.shape + rest}, got {val.shape}")
+        idx = _wrapped_indices(idx, k, f"scatter_add into axis 0 of {self.shape}")
         pos = Tensor.arange(k, device=self.device).reshape(k, 1)  # (K, 1)
-        mask = (pos == idx.reshape(1, count)).cast(self.dtype)  # (K, D)
-        mask = mask.reshape(k, count, *(1,) * len(rest))
+        mask = (pos == idx.reshape(1, count)).reshape(k, count, *(1,) * len(rest))  # (K, D, 1...)
         values = val.cast(self.dtype).reshape(1, count, *rest)
-        return self + (mask * values).sum(1, dtype=self.dtype)
+        return self + mask.where(values, 0).sum(1, dtype=self.dtype)
 
     def _pool(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
         """Sliding windows over the last ``len(kernel)`` axes: ``(..., o_1..o_n, k_1..k_n)``.
@@ -1591,6 +1611,37 @@ def _default_dtype_of(array: np.ndarray, from_list: bool) -> DType:
     if array.dtype.kind not in "fiu":
         raise TypeError(f"cannot make a Tensor from numpy data of dtype {array.dtype}")
     return dtypes.from_numpy(array.dtype)
+
+
+def _known_values(t: Tensor) -> np.ndarray | None:
+    """The values of ``t`` when they are data (a BUFFER made from an array, maybe reshaped, or a
+    constant), else None: what can be checked while the graph is built."""
+    uop = t.uop
+    if uop.op is Ops.RESHAPE:
+        uop = uop.src[0]
+    if uop.op is Ops.CONST:
+        return np.asarray(uop.const_value)
+    if uop.op is Ops.BUFFER:
+        data = initial_data(uop)
+        return None if data is None or data.size != t.numel() else data
+    return None
+
+
+def _wrapped_indices(idx: Tensor, size: int, where: str) -> Tensor:
+    """``idx`` with negative indices counted from the end (``idx + size`` where ``idx < 0``), as numpy;
+    indices known now (data) outside ``[-size, size)`` raise IndexError naming the first one."""
+    known = _known_values(idx)
+    if known is not None and known.size:
+        outside = (known < -size) | (known >= size)
+        if outside.any():
+            position = int(np.flatnonzero(outside.reshape(-1))[0])
+            raise IndexError(f"{where}: index {int(known.reshape(-1)[position])} at position {position} is "
+                             f"out of range for size {size} (valid: -{size} to {size - 1})")
+        if (known >= 0).all():
+            return idx
+    if idx.dtype.is_unsigned:
+        return idx
+    return (idx < 0).where(idx + size, idx)
 
 
 def _data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:
