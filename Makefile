@@ -4,6 +4,7 @@
 #   make test       the whole test suite, slow and browser tests included (pytest-xdist)
 #   make test-fast  the suite without `slow` and `browser` tests
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
+#   make accuracy   scripts/accuracy.py: max ulp error per op, dtype and backend into docs/accuracy.md
 #   make lint       ruff
 #   make venv       system packages (when root) + .venv with `pip install -e .[dev,bench]`
 #   make clean      caches and build outputs; `make distclean` also removes .venv
@@ -24,6 +25,7 @@ LAB_NEWS_OFF  := {"fetchNews": "false", "checkForUpdates": false}
 PYTEST_ARGS ?=
 LAB_ARGS    ?=
 BENCH_ARGS  ?=
+ACCURACY_ARGS ?=
 # When set, `make test` writes pytest's own exit status to this file (.ci/run reads it).
 PYTEST_RC_FILE ?=
 
@@ -31,10 +33,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: help venv system-deps test test-fast lab bench lint clean distclean
+.PHONY: help venv system-deps test test-fast lab bench accuracy lint clean distclean
 
 help:
-	@echo "uopviz: make lab | test | test-fast | bench | lint | venv | system-deps | clean | distclean"
+	@echo "uopviz: make lab | test | test-fast | bench | accuracy | lint | venv | system-deps | clean | distclean"
 
 system-deps:
 	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
@@ -71,6 +73,10 @@ lab: venv
 
 bench: venv
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# A few minutes: every 16-bit input, 400k float32 and 40k float64 inputs per op on every CPU backend.
+accuracy: venv
+	$(PY) scripts/accuracy.py --write docs/accuracy.md $(ACCURACY_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check $(wildcard uopviz tests benchmarks)
