@@ -626,7 +626,8 @@ class Tensor:
         return Tensor._wrap(self.uop.flip(flags), self)
 
     def transpose(self, a: int = -2, b: int = -1) -> Tensor:
-        """Swap axes ``a`` and ``b``."""
+        """Swap axes ``a`` and ``b`` (torch's ``transpose``, so it needs two axes; numpy's
+        ``transpose()`` reversing every axis is :attr:`T` or :meth:`permute`)."""
         a, b = _normalize_axis(a, self.ndim), _normalize_axis(b, self.ndim)
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
