@@ -45,7 +45,7 @@ class MemoryLimitError(MemoryError):
     def __init__(self, what: str, requested: int, limit: int) -> None:
         self.what, self.requested, self.limit = what, requested, limit
         super().__init__(
-            f"{what} needs {format_bytes(requested)}, over the memory limit of {format_bytes(limit)}; "
+            f"{what} would take {format_bytes(requested)}, over the memory limit of {format_bytes(limit)}; "
             f"nothing was allocated (raise the limit with uopviz.core.limits.set_memory_limit or "
             f"${ENVIRONMENT_VARIABLE})"
         )

@@ -333,15 +333,23 @@ class Kernel:
     def time(self, backend: str | None = None, repeats: int = 10, isolated: bool | None = None) -> Any:
         """Run time on random inputs (``uopviz.backends.timing.Timing``: median_s, min_s, runs).
         Compiled backends run in the isolated worker by default (a crashing kernel cannot take the
-        caller down); the Python interpreter runs here."""
+        caller down), and the worker makes the random arguments (this process allocates nothing); the
+        Python interpreter runs here. Arguments over the memory limit are a MemoryLimitError."""
         from uopviz.backends.timing import time_kernel
+        from uopviz.backends.worker import default_worker
+        from uopviz.core.limits import check_allocation
 
         lowered = self.lower(backend)
         if isolated is None:
             isolated = lowered.backend != "python"
-        arrays = lowered.random_arguments()
-        return time_kernel(lowered.backend, lowered.source, lowered.name, arrays, repeats=repeats,
-                           flops=self.flops, bytes_moved=self.bytes, isolated=isolated)
+        params = lowered.compiled.params
+        total = sum(param.size * param.dtype.itemsize for param in params)
+        check_allocation(total, f"the arguments of kernel {self.name}")
+        if isolated:
+            return default_worker().time_random(lowered.backend, lowered.source, lowered.name,
+                                                repeats=repeats, flops=self.flops, bytes_moved=self.bytes)
+        return time_kernel(lowered.backend, lowered.source, lowered.name, lowered.random_arguments(),
+                           repeats=repeats, flops=self.flops, bytes_moved=self.bytes, isolated=False)
 
 
 # ---------------------------------------------------------------------------------------------
