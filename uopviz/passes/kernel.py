@@ -342,7 +342,7 @@ class Kernel:
         lowered = self.lower(backend)
         if isolated is None:
             isolated = lowered.backend != "python"
-        params = lowered.compiled.params
+        params = lowered.params
         total = sum(param.size * param.dtype.itemsize for param in params)
         check_allocation(total, f"the arguments of kernel {self.name}")
         if isolated:
