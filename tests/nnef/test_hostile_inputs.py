@@ -226,3 +226,28 @@ def test_source_files_that_are_not_utf8_are_located_errors(tmp_path):
     (tmp_path / "main.sknd").write_bytes(b"graph G { } \xc3")
     with pytest.raises(NNEFError, match="not UTF-8"):
         nnef.load(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# shrunk fuzz findings (tests/fuzz/test_fuzz_skriptnd.py)
+
+
+@pytest.mark.parametrize(
+    "text,name",
+    [
+        ("import nn; graph G { @input { x: real[1, 2, 6, 6]; } @output { y: real[1, 2, 3,  is ]; } "
+         "@compose { y = nn.max_pool{size = 2, stride = 2, padding = 0}(x); } }", "is"),
+        ("import math; graph G { @input { x: real[3]; } @output { y: real[n - n]; } "
+         "@compose { y = math.exp(x); } }", "n"),
+        ("import math; graph G { @attrib { batch: int = 1; classesclasses: int = 10; } "
+         "@input { x: real[batch, 3]; } @output { y: real[batch, classes]; } @compose { y = math.exp(x); } }",
+         "classes"),
+    ],
+    ids=["keyword-extent", "n-minus-n", "renamed-attribute"],
+)
+def test_an_unbound_name_in_an_output_shape_is_a_located_error(text, name):
+    # expressions.Unknown (a control-flow signal of the evaluator) escaped from the composer
+    with pytest.raises(NNEFError, match=f"'{name}' has no value") as caught:
+        nnef.loads(text)
+    column = caught.value.column
+    assert caught.value.line == 1 and text[column - 1:].startswith(name) and column > text.index("@output")

@@ -325,6 +325,19 @@ class Composer:
         input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     ) -> Graph:
         """Compose the graph ``graph_name`` (default: the first graph) of module ``module_name``."""
+        try:
+            return self._compose_graph(module_name, graph_name, attribs, input_shapes)
+        except Unknown as unknown:  # a name declared but never bound where a value was needed
+            raise NNEFError.at(unknown.position, f"'{unknown.name}' has no value where it is used (it is not "
+                                                 "bound at this point of the composition)") from None  # fmt: skip
+
+    def _compose_graph(
+        self,
+        module_name: str,
+        graph_name: str | None,
+        attribs: Mapping[str, Any] | None,
+        input_shapes: Mapping[str, tuple[int, ...]] | None,
+    ) -> Graph:
         module = self.modules.get(module_name)
         graphs = module.graphs
         if not graphs:

@@ -40,9 +40,9 @@ __all__ = [
 class Unknown(Exception):  # noqa: N818 - a control-flow signal, not an error report
     """An identifier that is declared but not bound yet: the expression cannot be evaluated now."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, position: ast.Position | None = None) -> None:
         super().__init__(name)
-        self.name = name
+        self.name, self.position = name, position
 
 
 class _Undecided:
@@ -753,7 +753,7 @@ class Evaluator:
             return self.symbols[name]
         except KeyError:
             if name in self.pending:
-                raise Unknown(name) from None
+                raise Unknown(name, position) from None
             raise NNEFError.at(position, f"unknown identifier '{name}'") from None
 
     def resolve_type(self, type_name: str, position: ast.Position) -> str:
