@@ -251,3 +251,18 @@ def test_an_unbound_name_in_an_output_shape_is_a_located_error(text, name):
         nnef.loads(text)
     column = caught.value.column
     assert caught.value.line == 1 and text[column - 1:].startswith(name) and column > text.index("@output")
+
+
+def test_an_extent_past_64_bit_indexing_is_a_located_error():
+    text = graph_text("y = math.exp(x);", "x: real[n];", "y: real[n];", extra="@attrib { n: int = 3; }")
+    with pytest.raises(NNEFError, match="too large extent") as caught:
+        nnef.loads(text, attribs={"n": 2**70})
+    assert caught.value.line == 1
+    assert nnef.loads(text, attribs={"n": 5}).tensors["x"].shape == (5,)
+
+
+def test_run_data_that_cannot_become_the_tensor_type_is_an_nnef_error():
+    graph = nnef.loads(graph_text("y = math.exp(x);"))
+    with pytest.raises(NNEFError, match="'x' is float32 data"):
+        graph.run({"x": np.array(["a", "b", "c"])})
+    np.testing.assert_allclose(graph.run({"x": [0, 1, 2]})["y"], np.exp([0, 1, 2]), rtol=1e-6)

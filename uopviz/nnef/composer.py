@@ -400,11 +400,12 @@ class Composer:
                 position, f"tensor name '{name}' is already used (defined at {self.tensors[name].position})"
             )
         for extent in shape:
-            if isinstance(extent, int) and not isinstance(extent, bool) and extent < 0:
+            if isinstance(extent, int) and not isinstance(extent, bool) and not 0 <= extent < MAX_EXTENT:
                 raise self._error(
                     position,
-                    f"tensor '{name}' would have the negative extent {extent} "
-                    f"in its shape {format_value(list(shape))}",
+                    f"tensor '{name}' would have the {'negative' if extent < 0 else 'too large'} extent "
+                    f"{extent} in its shape {format_value(list(shape))}"
+                    + ("" if extent < 0 else f" (extents are below 2**{MAX_EXTENT.bit_length() - 1})"),
                 )
         tensor = TensorInfo(
             name, dtype, tuple(shape), kind, data, position=position, serial=next(self._serial)
@@ -2889,6 +2890,10 @@ def _filled(shape: tuple, value: Any, dtype: np.dtype, name: str, position: ast.
         raise NNEFError.at(position, f"constant '{name}': {format_value(value)} cannot be a {dtype} "
                                      f"value ({error})") from None  # fmt: skip
 
+
+#: Extents index with 64-bit integers: a tensor's extent is below 2**62, so sizes and offsets of a
+#: few of them cannot overflow.
+MAX_EXTENT = 1 << 62
 
 #: An operator with both a @compose and a @lower block is lowered when an input extent exceeds this:
 #: a composition may unroll an axis (cumsum unstacks it into one operation per item), so composing
