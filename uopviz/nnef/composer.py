@@ -328,8 +328,9 @@ class Composer:
         try:
             return self._compose_graph(module_name, graph_name, attribs, input_shapes)
         except Unknown as unknown:  # a name declared but never bound where a value was needed
-            raise NNEFError.at(unknown.position, f"'{unknown.name}' has no value where it is used (it is not "
-                                                 "bound at this point of the composition)") from None  # fmt: skip
+            message = (f"'{unknown.name}' has no value where it is used (it is not bound at this point of "
+                       "the composition)")
+            raise NNEFError.at(unknown.position, message) from None
 
     def _compose_graph(
         self,
