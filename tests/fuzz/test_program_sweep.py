@@ -354,7 +354,8 @@ def cumsum_cases(draw: st.DrawFn) -> Case:
 
 
 PROGRAMS = st.one_of(unary_cases(), binary_cases(), integer_division_cases(), movement_cases(),
-                     reduce_cases(), matmul_cases(), conv_cases(), cast_cases(), where_cases(), cumsum_cases())
+                     reduce_cases(), matmul_cases(), conv_cases(), cast_cases(), where_cases(),
+                     cumsum_cases())
 
 
 # ------------------------------------------------------------------------------------------------
