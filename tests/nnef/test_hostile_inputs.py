@@ -266,3 +266,31 @@ def test_run_data_that_cannot_become_the_tensor_type_is_an_nnef_error():
     with pytest.raises(NNEFError, match="'x' is float32 data"):
         graph.run({"x": np.array(["a", "b", "c"])})
     np.testing.assert_allclose(graph.run({"x": [0, 1, 2]})["y"], np.exp([0, 1, 2]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("raised", [TypeError("bad operand"), ZeroDivisionError("division by zero")])
+def test_python_errors_of_the_nnef_shape_inference_become_nnef_errors(monkeypatch, raised):
+    # issue 11: the nnef package's shape inference raises more than nnef.Error; the child process
+    # answers every exception as an error message, which the caller raises as an NNEFError
+    import nnef as khronos
+
+    from uopviz.nnef import nnef1_process
+
+    def failing(graph):
+        raise raised
+
+    monkeypatch.setattr(khronos, "infer_shapes", failing)
+    text = "version 1.0; graph G( x ) -> ( y ) { x = external(shape = [2]); y = relu(x); }"
+    kind, message = nnef1_process._answer({"text": text, "path": None})
+    assert kind == "error" and type(raised).__name__ in message
+    monkeypatch.setattr(nnef1_process._PARSER, "request", lambda payload, timeout_s: (kind, message))
+    with pytest.raises(NNEFError, match=type(raised).__name__):
+        nnef1_process.parse_nnef1(text, None, "<string>")
+
+
+def test_a_hung_nnef_parser_is_an_nnef_error(monkeypatch):
+    from uopviz.nnef import nnef1_process
+
+    monkeypatch.setattr(nnef1_process._PARSER, "request", lambda payload, timeout_s: None)
+    with pytest.raises(NNEFError, match="did not finish within 60 s"):
+        nnef1_process.parse_nnef1("version 1.0;", None, "<string>")
