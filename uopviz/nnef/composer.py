@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
@@ -324,6 +325,20 @@ class Composer:
         input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     ) -> Graph:
         """Compose the graph ``graph_name`` (default: the first graph) of module ``module_name``."""
+        try:
+            return self._compose_graph(module_name, graph_name, attribs, input_shapes)
+        except Unknown as unknown:  # a name declared but never bound where a value was needed
+            message = (f"'{unknown.name}' has no value where it is used (it is not bound at this point of "
+                       "the composition)")
+            raise NNEFError.at(unknown.position, message) from None
+
+    def _compose_graph(
+        self,
+        module_name: str,
+        graph_name: str | None,
+        attribs: Mapping[str, Any] | None,
+        input_shapes: Mapping[str, tuple[int, ...]] | None,
+    ) -> Graph:
         module = self.modules.get(module_name)
         graphs = module.graphs
         if not graphs:
@@ -386,11 +401,12 @@ class Composer:
                 position, f"tensor name '{name}' is already used (defined at {self.tensors[name].position})"
             )
         for extent in shape:
-            if isinstance(extent, int) and not isinstance(extent, bool) and extent < 0:
+            if isinstance(extent, int) and not isinstance(extent, bool) and not 0 <= extent < MAX_EXTENT:
                 raise self._error(
                     position,
-                    f"tensor '{name}' would have the negative extent {extent} "
-                    f"in its shape {format_value(list(shape))}",
+                    f"tensor '{name}' would have the {'negative' if extent < 0 else 'too large'} extent "
+                    f"{extent} in its shape {format_value(list(shape))}"
+                    + ("" if extent < 0 else f" (extents are below 2**{MAX_EXTENT.bit_length() - 1})"),
                 )
         tensor = TensorInfo(
             name, dtype, tuple(shape), kind, data, position=position, serial=next(self._serial)
@@ -437,7 +453,7 @@ class Composer:
         self, value: Any, dtype: str, shape: tuple, name: str, position: ast.Position
     ) -> TensorInfo:
         array = (
-            np.full(shape, value, dtype=numpy_dtype_of(dtype))
+            _filled(shape, value, numpy_dtype_of(dtype), name, position)
             if not isinstance(value, np.ndarray)
             else value.astype(numpy_dtype_of(dtype))
         )
@@ -1587,7 +1603,7 @@ class Composer:
             instance = self._instantiate(
                 info, attribs, invocation.types, args, invocation.pos, frame.scope + label
             )
-            if info.is_leaf or (info.lowers_runtime_extents and _reads_runtime_extents(instance)):
+            if info.is_leaf or (info.lowers_runtime_extents and _prefers_lowering(instance)):
                 return self._leaf(instance, frame, names, invocation.pos)
             self._expanding.append(info)
             try:
@@ -1806,10 +1822,14 @@ class Composer:
                         f"constant '{param.name}' of shape {list(shape)} needs "
                         f"{int(np.prod(shape))} values, got {len(value)}",
                     )
-                return np.array(value, dtype=dtype).reshape(shape)
+                try:
+                    return np.array(value, dtype=dtype).reshape(shape)
+                except (OverflowError, ValueError, TypeError) as error:
+                    raise self._error(param.pos, f"constant '{param.name}': its values cannot be {dtype} "
+                                                 f"values ({error})") from None  # fmt: skip
             if value is None:
                 raise self._error(param.pos, f"the value of constant '{param.name}' is null")
-            return np.full(shape, value, dtype=dtype)
+            return _filled(shape, value, dtype, param.name, param.pos)
         return self._constant_per_element(instance, param, dtype, shape)
 
     def _constant_at_upper_bounds(
@@ -1845,7 +1865,7 @@ class Composer:
                 f"the value of constant '{param.name}' depends on the run-time value {value!r}; a constant "
                 f"is known at compile time (compute it with an operation instead)",
             )
-        return np.full(shape, value, dtype=dtype)
+        return _filled(shape, value, dtype, param.name, param.pos)
 
     def _constant_per_element(
         self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple, upper: tuple | None = None
@@ -1866,6 +1886,7 @@ class Composer:
                 f"its shape {list(shape)}",
             )
         upper = tuple(shape) if upper is None else upper
+        _check_constant_size(upper, dtype, param.name, param.pos)
         data = np.empty(upper, dtype=dtype)
         for point in np.ndindex(*upper) if upper else [()]:
             local: dict[str, Any] = {}
@@ -2851,11 +2872,44 @@ def _evaluable(key: Any, imported: set) -> bool:
     return False
 
 
-def _reads_runtime_extents(instance: _Instance) -> bool:
-    """Whether an input of the invocation has an extent decided at run time."""
+def _check_constant_size(shape: tuple, dtype: np.dtype, name: str, position: ast.Position) -> None:
+    """A constant's data must fit the memory limit; checked before it is allocated."""
+    count = math.prod(shape)
+    try:
+        check_allocation(count * dtype.itemsize, f"constant '{name}' of shape {list(shape)} ({dtype})")
+    except MemoryLimitError as error:
+        raise NNEFError.at(position, str(error)) from None
+
+
+def _filled(shape: tuple, value: Any, dtype: np.dtype, name: str, position: ast.Position) -> np.ndarray:
+    """A constant of ``shape`` filled with ``value``: its size checked against the memory limit first,
+    and a value its type cannot hold (``2147483648`` as int32) a located error."""
+    _check_constant_size(shape, dtype, name, position)
+    try:
+        return np.full(shape, value, dtype=dtype)
+    except (OverflowError, ValueError, TypeError) as error:
+        raise NNEFError.at(position, f"constant '{name}': {format_value(value)} cannot be a {dtype} "
+                                     f"value ({error})") from None  # fmt: skip
+
+
+#: Extents index with 64-bit integers: a tensor's extent is below 2**62, so sizes and offsets of a
+#: few of them cannot overflow.
+MAX_EXTENT = 1 << 62
+
+#: An operator with both a @compose and a @lower block is lowered when an input extent exceeds this:
+#: a composition may unroll an axis (cumsum unstacks it into one operation per item), so composing
+#: it would take work and operations in proportion to the extent, not to the graph's size.
+DECOMPOSE_EXTENT_LIMIT = 64
+
+
+def _prefers_lowering(instance: _Instance) -> bool:
+    """Whether an input of the invocation has an extent decided at run time or one over
+    :data:`DECOMPOSE_EXTENT_LIMIT`."""
     for value in instance.inputs.values():
         for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, TensorInfo) and not item.is_static:
+            if isinstance(item, TensorInfo) and (
+                not item.is_static or any(extent > DECOMPOSE_EXTENT_LIMIT for extent in item.shape)
+            ):
                 return True
     return False
 

@@ -40,9 +40,9 @@ __all__ = [
 class Unknown(Exception):  # noqa: N818 - a control-flow signal, not an error report
     """An identifier that is declared but not bound yet: the expression cannot be evaluated now."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, position: ast.Position | None = None) -> None:
         super().__init__(name)
-        self.name = name
+        self.name, self.position = name, position
 
 
 class _Undecided:
@@ -700,6 +700,18 @@ def _cumulative_fold(op: str, items: list, position: ast.Position, ops: PythonSc
     return out
 
 
+#: The longest pack or list a composition may build. Packs are unrolled at compose time (one value
+#: per item), so their length bounds the composer's work and memory: a count written as 2**31 is an
+#: error here rather than a stall and a MemoryError.
+MAX_PACK_LENGTH = 1 << 16
+
+
+def _check_pack_length(length: int, position: ast.Position) -> None:
+    if length > MAX_PACK_LENGTH:
+        raise NNEFError.at(position, f"a pack or list of {length} items exceeds the {MAX_PACK_LENGTH} a "
+                                     "composition may unroll")  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------------
 # the evaluator
 
@@ -741,7 +753,7 @@ class Evaluator:
             return self.symbols[name]
         except KeyError:
             if name in self.pending:
-                raise Unknown(name) from None
+                raise Unknown(name, position) from None
             raise NNEFError.at(position, f"unknown identifier '{name}'") from None
 
     def resolve_type(self, type_name: str, position: ast.Position) -> str:
@@ -858,6 +870,7 @@ class Evaluator:
         if count is None:
             return None
         if isinstance(value, list):
+            _check_pack_length(len(value) * count, item.pos)
             return value * count
         return [value] * count
 
@@ -880,6 +893,7 @@ class Evaluator:
             )
         if count < 0:
             raise NNEFError.at(node.pos, f"a repetition count must not be negative, got {count}")
+        _check_pack_length(count, node.pos)
         return count
 
     def _range(self, node: ast.Range) -> list | None:
@@ -896,7 +910,9 @@ class Evaluator:
                 )
         if step == 0:
             raise NNEFError.at(node.pos, "the step of a range must not be 0")
-        return list(range(start, stop, step))
+        items = range(start, stop, step)
+        _check_pack_length(len(items), node.pos)
+        return list(items)
 
     def _zip(self, node: ast.Zip) -> Any:
         raise NNEFError.at(node.pos, "a zip (a, b) is only allowed expanded inside a list: [(a, b)..]")

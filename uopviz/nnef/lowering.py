@@ -3015,7 +3015,11 @@ def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarra
             raise NNEFError(
                 f"'{name}' must have shape {list(expected)}, the array given has shape {list(array.shape)}"
             )
-        return np.ascontiguousarray(array.astype(tensor.numpy_dtype, copy=False))
+        try:
+            return np.ascontiguousarray(array.astype(tensor.numpy_dtype, copy=False))
+        except (TypeError, ValueError, OverflowError) as error:
+            raise NNEFError(f"'{name}' is {tensor.numpy_dtype} data; the array given ({array.dtype}) cannot "
+                            f"become that: {error}") from None  # fmt: skip
     if tensor.data is not None:
         return tensor.data
     kind = "input" if tensor.kind == "input" else tensor.kind

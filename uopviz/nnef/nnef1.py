@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from uopviz.nnef.composer import Composer
-from uopviz.nnef.data import read_tensor
+from uopviz.nnef.data import inside_folder, read_tensor
 from uopviz.nnef.errors import NNEFError, register_source
 from uopviz.nnef.graph import Graph
 from uopviz.nnef.lexer import KEYWORDS
+from uopviz.nnef.nnef1_process import parse_nnef1
 from uopviz.nnef.parser import parse_module
 from uopviz.nnef.stdlib_loader import ModuleSet
 
@@ -654,16 +655,11 @@ def translate(graph: Any) -> tuple[str, dict[str, str], dict[str, str]]:
 
 
 def _parse(text: str | None, path: Path | None) -> Any:
-    nnef = _import_nnef()
-    try:
-        if path is not None:
-            graph = nnef.load_graph(str(path), load_variables=False)
-        else:
-            graph = nnef.parse_string(text)
-        nnef.infer_shapes(graph)
-    except nnef.Error as error:
-        raise NNEFError(f"NNEF 1.0: {error}", str(path) if path is not None else "<string>") from None
-    return graph
+    """The ``nnef`` package's parse (with shape inference) of ``text`` or the file ``path``, run in a
+    child process: its C parser can crash on malformed input (see :mod:`uopviz.nnef.nnef1_process`)."""
+    _import_nnef()
+    file = str(path) if path is not None else "<string>"
+    return parse_nnef1(text, str(path) if path is not None else None, file)
 
 
 def _compose_translation(
@@ -705,18 +701,26 @@ def _restore_names(graph: Graph, renamed: dict[str, str]) -> None:
     graph.inputs, graph.outputs = fix(graph.inputs), fix(graph.outputs)
 
 
-def load_nnef1(path: str | os.PathLike, attribs: Mapping[str, Any] | None = None) -> Graph:
-    """An NNEF 1.0 folder (``graph.nnef`` + ``<label>.dat``) or ``graph.nnef`` file as a Graph."""
+def load_nnef1(
+    path: str | os.PathLike,
+    attribs: Mapping[str, Any] | None = None,
+    fetch: Callable[[Path], None] | None = None,
+) -> Graph:
+    """An NNEF 1.0 folder (``graph.nnef`` + ``<label>.dat``) or ``graph.nnef`` file as a Graph.
+
+    ``fetch`` (archives) brings a data file into the folder before it is read."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
     graph_file = folder / "graph.nnef" if path.is_dir() else path
-    parsed = _parse(None, graph_file)
     root = folder.resolve()
+    inside_folder(root, graph_file, "the graph file")
+    parsed = _parse(None, graph_file)
 
     def data(label: str) -> np.ndarray | None:
-        file = (root / f"{label.lstrip('/')}.dat").resolve()
-        if root not in file.parents:
-            raise NNEFError(f"the data file of label '{label}' would lie outside the model folder {root}")
+        candidate = root / f"{label.lstrip('/')}.dat"
+        if fetch is not None:
+            fetch(candidate)
+        file = inside_folder(root, candidate, f"the data file of label '{label}'")
         return read_tensor(file) if file.is_file() else None
 
     return _compose_translation(parsed, str(graph_file), data, attribs)

@@ -21,6 +21,7 @@ import numpy as np
 
 from uopviz.backends.base import Backend, CompiledKernel, KernelMeta, KernelParam, numpy_dtype
 from uopviz.core.dtype import DType, dtypes
+from uopviz.core.limits import check_allocation
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import Trace, graph_rewrite, substitute, traced_pass, tracing
 from uopviz.core.uop import UOp
@@ -296,20 +297,11 @@ class LoweredKernel:
         return KernelMeta.from_source(self.source, self.backend).params
 
     def random_arguments(self, seed: int = 0) -> list[np.ndarray]:
-        """Random arrays for every PARAM slot (the written ones zero), for timing."""
-        rng = np.random.default_rng(seed)
-        arrays = []
-        for param in self.params:
-            storage = numpy_dtype(param.dtype)
-            if param.written:
-                arrays.append(np.zeros(param.size, storage))
-            elif param.dtype.is_float:
-                arrays.append(rng.standard_normal(param.size).astype(storage))
-            elif param.dtype.is_bool:
-                arrays.append(rng.integers(0, 2, param.size).astype(storage))
-            else:
-                arrays.append(rng.integers(0, 8, param.size).astype(storage))
-        return arrays
+        """Random arrays for every PARAM slot (the written ones zero), for timing; within the memory
+        limit (``uopviz.backends.timing.random_arguments``)."""
+        from uopviz.backends.timing import random_arguments
+
+        return random_arguments(self.params, seed)
 
 
 def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
@@ -344,14 +336,6 @@ class ScheduleItem:
         """The device this launch runs on (one of an n-tuple device for a per-device launch)."""
         device = _storage(self.arguments[0]).arg.device
         return device[self.shard[0]] if self.shard is not None else device
-
-
-def _run_in_worker(compiled: CompiledKernel, arrays: list[np.ndarray]) -> None:
-    """Run one compiled kernel in the kernel worker and copy what it wrote back into ``arrays``."""
-    from uopviz.backends.worker import run_isolated
-
-    for slot, written in run_isolated(compiled.backend, compiled.source, compiled.name, arrays).items():
-        np.copyto(arrays[slot], np.asarray(written).reshape(arrays[slot].shape), casting="unsafe")
 
 
 # the views a program-level value sees its buffer through (``rangeify.view_of``): the first elements
@@ -450,13 +434,36 @@ class Program:
         calling process (a notebook's kernel) down; slower (the data travels both ways).
         """
         self._require_built()
+        if isolated:
+            return self._run_isolated(inputs or {})
         arrays = self._allocate(inputs or {})
         for item in self.items:
-            args = [self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)]
-            if isolated:
-                _run_in_worker(item.compiled, args)
-            else:
-                item.compiled(*args)
+            item.compiled(*[self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)])
+        pairs = zip(self.output_values(), self.outputs)
+        return [self._output(arrays, value, original) for value, original in pairs]
+
+    def _run_isolated(self, given: Mapping[Any, Any]) -> list[np.ndarray]:
+        """``run(isolated=True)``: the buffers are allocated in the kernel worker, each kernel runs
+        there on them, and only the outputs come back."""
+        from uopviz.backends.worker import default_worker
+
+        keys, specs = self._buffer_specs(given)
+        index = {key: position for position, key in enumerate(keys)}
+        sizes = [_spec_size(spec) for spec in specs]
+        worker = default_worker()
+        session = worker.allocate(specs)
+        try:
+            for item in self.items:
+                arguments = [self._argument_of(index, sizes, a, item, slot)
+                             for slot, a in enumerate(item.arguments)]
+                compiled = item.compiled
+                worker.run_bound(compiled.backend, compiled.source, compiled.name, session, arguments)
+            wanted = list(dict.fromkeys(self._key_of(_storage(value)) for value in self.output_values()))
+            fetched = worker.fetch(session, [index[key] for key in wanted])
+        except BaseException:
+            worker.release(session)
+            raise
+        arrays = dict(zip(wanted, fetched))
         pairs = zip(self.output_values(), self.outputs)
         return [self._output(arrays, value, original) for value, original in pairs]
 
@@ -478,7 +485,18 @@ class Program:
         return BoundProgram(self, arrays, launches)
 
     def _allocate(self, given: Mapping[Any, Any]) -> dict[UOp, np.ndarray]:
-        arrays: dict[UOp, np.ndarray] = {}
+        from uopviz.backends.worker import allocate_buffers
+
+        keys, specs = self._buffer_specs(given)
+        return dict(zip(keys, allocate_buffers(specs)))
+
+    def _buffer_specs(self, given: Mapping[Any, Any]) -> tuple[list[Any], list[tuple]]:
+        """Every array the run needs, as keys (input UOps, BUFFERs, ``("arena", device)``) and specs for
+        ``uopviz.backends.worker.allocate_buffers``; the new bytes are checked against the memory
+        limit here, before anything is allocated."""
+        keys: list[Any] = []
+        specs: list[tuple] = []
+        seen: dict[Any, None] = {}  # a dict, not `in keys`: == on UOps builds CMP_EQ UOps
         by_key: dict[Any, Any] = {}
         for key, value in given.items():
             key_uop = getattr(key, "uop", key)
@@ -488,27 +506,53 @@ class Program:
             by_key[key_uop] = value
         for position, data_uop in enumerate(self.inputs):
             value = by_key.get(data_uop, by_key.get(position))
-            arrays[data_uop] = _input_array(data_uop, value, position)
+            seen[data_uop] = None
+            keys.append(data_uop)
+            specs.append(("data", _input_array(data_uop, value, position)))
         plan = self.memory_plan
-        arenas = {device: np.zeros(arena.arg.size, np.uint8) for device, arena in plan.arenas.items()} \
-            if plan else {}
+        arena_index = {}
+        for device, arena in (plan.arenas.items() if plan else ()):
+            arena_index[device] = len(keys)
+            keys.append(("arena", device))
+            specs.append(("zeros", arena.arg.size, np.dtype(np.uint8)))
         written = [_storage(item.arguments[0]) for item in self.items]
         for buffer in [*written, *(_storage(v) for v in self.output_values())]:
-            if buffer in arrays or buffer.op is not Ops.BUFFER:
+            if buffer in seen or buffer.op is not Ops.BUFFER:
                 continue
+            seen[buffer] = None
             placement = plan.placements.get(buffer) if plan else None
             storage = numpy_dtype(buffer.arg.dtype)
+            keys.append(buffer)
             if placement is not None:
-                arena = arenas[placement.arena.arg.device]
-                arrays[buffer] = arena[placement.offset:placement.offset + placement.nbytes].view(storage)
+                arena = arena_index[placement.arena.arg.device]
+                specs.append(("view", arena, placement.offset, placement.nbytes, storage))
             else:
-                arrays[buffer] = np.zeros(buffer.shape[0], storage)
-        return arrays
+                specs.append(("zeros", buffer.shape[0], storage))
+        new_bytes = sum(spec[1] * np.dtype(spec[2]).itemsize for spec in specs if spec[0] == "zeros")
+        check_allocation(new_bytes, f"the buffers of a program of {len(self.items)} kernels")
+        return keys, specs
+
+    def _key_of(self, storage: UOp) -> UOp:
+        """The array key of a storage UOp: an input PARAM is its input's data UOp."""
+        return self.inputs[storage.arg.slot] if storage.op is Ops.PARAM else storage
+
+    def _argument_of(
+        self, index: dict[Any, int], sizes: list[int], value: UOp, item: ScheduleItem, slot: int
+    ) -> tuple:
+        """``_array_of`` as ``(buffer index, start, stop)`` for arrays that live in the kernel worker."""
+        storage = _storage(value)
+        position = index[self._key_of(storage)]
+        if item.shard is not None:
+            device, count, whole = item.shard
+            if isinstance(storage.device, tuple) and (slot == 0 or not whole):
+                part = sizes[position] // count
+                return (position, device * part, (device + 1) * part)
+        return (position, 0, None)
 
     def _array_of(self, arrays: dict[UOp, np.ndarray], value: UOp, item: ScheduleItem | None = None,
                   slot: int = 0) -> np.ndarray:
         storage = _storage(value)
-        array = arrays[self.inputs[storage.arg.slot]] if storage.op is Ops.PARAM else arrays[storage]
+        array = arrays[self._key_of(storage)]
         if item is not None and item.shard is not None:
             index, count, whole = item.shard
             if isinstance(storage.device, tuple) and (slot == 0 or not whole):
@@ -530,6 +574,16 @@ class Program:
         if original.dtype.scalar is dtypes.bfloat16:
             out = (out.astype(np.uint32) << np.uint32(16)).view(np.float32)
         return out.reshape(original.shape)
+
+
+def _spec_size(spec: tuple) -> int:
+    """The element count of the array a buffer spec describes."""
+    kind = spec[0]
+    if kind == "data":
+        return spec[1].size
+    if kind == "zeros":
+        return spec[1]
+    return spec[3] // np.dtype(spec[4]).itemsize
 
 
 @dataclass(eq=False)
