@@ -177,41 +177,46 @@ def rangeify_stage(program: Program) -> None:
 
 def optimize_stage(program: Program, opts: Any) -> None:
     """Each kernel in its backend's initial state, with its opts (each a recorded step)."""
+    bodies = {}
     for item in program.items:
         kernel = optimize_kernel(item.kernel, opts_for(opts, item.index, item.kernel))
-        program.replace_body(item, finish_optimize(kernel))
+        bodies[item] = finish_optimize(kernel)
         item.kernel = kernel
+    program.replace_bodies(bodies)
 
 
 def expand_stage(program: Program) -> None:
     """UPCAST and UNROLL ranges become vector lanes."""
-    for item in program.items:
-        program.replace_body(item, expand_kernel(item.body, item.kernel.name))
+    program.replace_bodies({item: expand_kernel(item.body, item.kernel.name) for item in program.items})
 
 
 def instruction_selection_stage(program: Program) -> None:
     """Accumulators for reductions, then the target's instruction rules."""
     backend = backend_named(program.backend)
-    for item in program.items:
-        program.replace_body(item, select_instructions(item.body, backend, item.kernel.name))
+    program.replace_bodies({item: select_instructions(item.body, backend, item.kernel.name)
+                            for item in program.items})
 
 
 def linearize_stage(program: Program) -> None:
     """Every kernel as a LINEAR program."""
     backend = backend_named(program.backend)
+    bodies = {}
     for item in program.items:
         linear = linearize_kernel(item.body, backend, item.kernel.name)
         record_step(linearize, item.body, linear, f"linearize {item.kernel.name}")
-        program.replace_body(item, linear)
+        bodies[item] = linear
+    program.replace_bodies(bodies)
 
 
 def memory_plan_stage(program: Program) -> None:
     """Registers inside kernels, then GLOBAL buffers between kernels."""
     saved = 0
+    bodies = {}
     for item in program.items:
         plan = plan_registers(item.body)
         saved += plan.bytes_saved
-        program.replace_body(item, apply_register_plan(item.body, plan))
+        bodies[item] = apply_register_plan(item.body, plan)
+    program.replace_bodies(bodies)
     outputs = {_storage(v) for v in program.output_values()}
     usage = [(_storage(item.arguments[0]), [_storage(a) for a in item.arguments[1:]])
              for item in program.items]
@@ -224,6 +229,7 @@ def memory_plan_stage(program: Program) -> None:
 
 def render_stage(program: Program) -> None:
     """Every LINEAR program rendered and compiled by the backend."""
+    bodies = {}
     for item in program.items:
         linear = item.body
         source = render_source(linear, program.backend)
@@ -232,7 +238,8 @@ def render_stage(program: Program) -> None:
             item.compiled = compile_source(source, str(linear.arg), program.backend)
         rendered = program_uop(linear, source)
         record_step(render_source, linear, rendered, f"render {linear.arg}")
-        program.replace_body(item, rendered)
+        bodies[item] = rendered
+    program.replace_bodies(bodies)
 
 
 def record_step(rule: Callable, before: UOp, after: UOp, pass_name: str) -> None:
@@ -423,8 +430,19 @@ class Program:
 
     def replace_body(self, item: ScheduleItem, new_body: UOp) -> None:
         """Put ``new_body`` in place of ``item``'s kernel body in the program graph."""
-        if new_body is not item.body:
-            self.graph = substitute(self.graph, {item.body: new_body})
+        self.replace_bodies({item: new_body})
+
+    def replace_bodies(self, bodies: Mapping[ScheduleItem, UOp]) -> None:
+        """Put each new body in place of its item's kernel body, in one walk of the program graph (a
+        stage replaces every kernel's body: one walk per kernel made a 250-kernel graph's stages
+        quadratic).  Items sharing one body (identical kernels) get the first item's new body."""
+        mapping: dict[UOp, UOp] = {}
+        for item, new_body in bodies.items():
+            if new_body is not item.body:
+                mapping.setdefault(item.body, new_body)
+        if mapping:
+            self.graph = substitute(self.graph, mapping)
+        for item, new_body in bodies.items():
             item.body = new_body
 
     # -- running --------------------------------------------------------------------------------
