@@ -88,28 +88,46 @@ class Network:
         self.shapes[name] = tuple(shape)
         return name
 
-    def add_node(self, op: str, inputs: list[str], shape: tuple[int, ...], stem: str = "", **attrs: Any) -> str:
+    def add_node(
+        self, op: str, inputs: list[str], shape: tuple[int, ...], stem: str = "", **attrs: Any
+    ) -> str:
         """Append a one-output layer; the name of its output."""
         output = self.fresh(stem or op)
         self.nodes.append(Node(op, [output], list(inputs), attrs))
         self.shapes[output] = tuple(shape)
         return output
 
-    def conv(self, x: str, channels: int, kernel: int, stride: int = 1, padding: int | None = None,
-             groups: int = 1, bias: bool = True) -> str:
+    def conv(
+        self,
+        x: str,
+        channels: int,
+        kernel: int,
+        stride: int = 1,
+        padding: int | None = None,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> str:
         """A 2-D convolution (``groups`` = input channels: depthwise)."""
         n, c, h, w = self.shapes[x]
         padding = kernel // 2 if padding is None else padding
-        filter_name = self.weight("filter", (channels, c // groups, kernel, kernel), fan_in=c // groups * kernel**2)
+        filter_name = self.weight(
+            "filter", (channels, c // groups, kernel, kernel), fan_in=c // groups * kernel**2
+        )
         inputs = [x, filter_name] + ([self.weight("bias", (channels,), "small")] if bias else [])
         out = ((h + 2 * padding - kernel) // stride + 1, (w + 2 * padding - kernel) // stride + 1)
-        return self.add_node("conv", inputs, (n, channels, *out), stride=stride, padding=padding, groups=groups)
+        return self.add_node(
+            "conv", inputs, (n, channels, *out), stride=stride, padding=padding, groups=groups
+        )
 
     def batch_norm(self, x: str) -> str:
         """Inference batch normalisation over axis 1 (epsilon 1e-5)."""
         c = self.shapes[x][1]
-        parameters = [self.weight("mean", (c,), "small"), self.weight("variance", (c,), "positive"),
-                      self.weight("offset", (c,), "small"), self.weight("scale", (c,), "positive")]
+        parameters = [
+            self.weight("mean", (c,), "small"),
+            self.weight("variance", (c,), "positive"),
+            self.weight("offset", (c,), "small"),
+            self.weight("scale", (c,), "positive"),
+        ]
         return self.add_node("batch_norm", [x, *parameters], self.shapes[x], epsilon=1e-5)
 
     def unary(self, op: str, x: str) -> str:
@@ -199,14 +217,23 @@ def vgg16(size: int = 224, width: float = 1.0, classes: int = 1000) -> Network:
     return net
 
 
-def _conv_bn(net: Network, x: str, channels: int, kernel: int, stride: int = 1, relu: bool = True,
-             groups: int = 1, activation: str = "relu") -> str:
+def _conv_bn(
+    net: Network,
+    x: str,
+    channels: int,
+    kernel: int,
+    stride: int = 1,
+    relu: bool = True,
+    groups: int = 1,
+    activation: str = "relu",
+) -> str:
     x = net.batch_norm(net.conv(x, channels, kernel, stride, groups=groups, bias=False))
     return net.unary(activation, x) if relu else x
 
 
-def _resnet(name: str, blocks: tuple[int, ...], bottleneck: bool, size: int, width: float,
-            classes: int, seed: int) -> Network:
+def _resnet(
+    name: str, blocks: tuple[int, ...], bottleneck: bool, size: int, width: float, classes: int, seed: int
+) -> Network:
     net = Network(name, "input", (1, 3, size, size), seed=seed)
     x = _conv_bn(net, "input", _channels(64, width), 7, 2)
     x = net.pool("max_pool", x, 3, 2, 1)
@@ -288,8 +315,15 @@ def inception_v1(size: int = 224, width: float = 1.0, classes: int = 1000) -> Ne
 
 
 # MobileNet-v2 stages: (expansion, channels, repeats, stride)
-_MOBILENET = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-              (6, 320, 1, 1))
+_MOBILENET = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 
 
 def mobilenet_v2(size: int = 224, width: float = 1.0, classes: int = 1000) -> Network:
@@ -352,10 +386,14 @@ def _np_pool(x: np.ndarray, op: str, size: int, stride: int, padding: int) -> np
     pad = [(0, 0), (0, 0), (padding, padding), (padding, padding)]
     if op == "max_pool":
         xp = np.pad(x, pad, constant_values=-np.inf)
-        windows = np.lib.stride_tricks.sliding_window_view(xp, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
+        windows = np.lib.stride_tricks.sliding_window_view(xp, (size, size), axis=(2, 3))[
+            :, :, ::stride, ::stride
+        ]
         return windows.max(axis=(4, 5))
     xp, ones = np.pad(x, pad), np.pad(np.ones_like(x), pad)
-    view = lambda a: np.lib.stride_tricks.sliding_window_view(a, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]  # noqa: E731
+    view = lambda a: np.lib.stride_tricks.sliding_window_view(a, (size, size), axis=(2, 3))[
+        :, :, ::stride, ::stride
+    ]  # noqa: E731
     return view(xp).sum(axis=(4, 5)) / view(ones).sum(axis=(4, 5))
 
 
@@ -368,7 +406,7 @@ def _np_lstm(x: np.ndarray, w: np.ndarray, u: np.ndarray, b: np.ndarray, hidden:
     c = np.zeros_like(h)
     for step in range(x.shape[0]):
         gates = x[step] @ w.T + h @ u.T + b
-        i, f, g, o = (gates[:, k * hidden:(k + 1) * hidden] for k in range(4))
+        i, f, g, o = (gates[:, k * hidden : (k + 1) * hidden] for k in range(4))
         c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
         h = _sigmoid(o) * np.tanh(c)
     return h
@@ -380,10 +418,15 @@ def _np_softmax(x: np.ndarray) -> np.ndarray:
 
 
 _NUMPY: dict[str, Callable[..., np.ndarray]] = {
-    "conv": lambda x, w, b=None, stride=1, padding=0, groups=1: _np_conv(x, w, stride, padding, groups)
-    + (0.0 if b is None else b.reshape(1, -1, 1, 1)),
-    "batch_norm": lambda x, mean, var, offset, scale, epsilon: (x - mean.reshape(1, -1, 1, 1))
-    / np.sqrt(var.reshape(1, -1, 1, 1) + epsilon) * scale.reshape(1, -1, 1, 1) + offset.reshape(1, -1, 1, 1),
+    "conv": lambda x, w, b=None, stride=1, padding=0, groups=1: (
+        _np_conv(x, w, stride, padding, groups) + (0.0 if b is None else b.reshape(1, -1, 1, 1))
+    ),
+    "batch_norm": lambda x, mean, var, offset, scale, epsilon: (
+        (x - mean.reshape(1, -1, 1, 1))
+        / np.sqrt(var.reshape(1, -1, 1, 1) + epsilon)
+        * scale.reshape(1, -1, 1, 1)
+        + offset.reshape(1, -1, 1, 1)
+    ),
     "relu": lambda x: np.maximum(x, 0.0),
     "relu6": lambda x: np.clip(x, 0.0, 6.0),
     "sigmoid": _sigmoid,
@@ -421,12 +464,16 @@ def _nnef1_lines(net: Network, node: Node) -> list[str]:
         p, s = attrs["padding"], attrs["stride"]
         bias = ins[2] if len(ins) > 2 else "0.0"
         groups = 0 if attrs["groups"] == net.shapes[ins[0]][1] and attrs["groups"] > 1 else attrs["groups"]
-        return [f"{out} = conv({ins[0]}, {ins[1]}, {bias}, padding = [({p}, {p}), ({p}, {p})], "
-                f"stride = [{s}, {s}], groups = {groups});"]
+        return [
+            f"{out} = conv({ins[0]}, {ins[1]}, {bias}, padding = [({p}, {p}), ({p}, {p})], "
+            f"stride = [{s}, {s}], groups = {groups});"
+        ]
     if node.op == "batch_norm":
         x, mean, variance, offset, scale = ins
-        return [f"{out} = batch_normalization({x}, {mean}, {variance}, {offset}, {scale}, "
-                f"epsilon = {attrs['epsilon']});"]
+        return [
+            f"{out} = batch_normalization({x}, {mean}, {variance}, {offset}, {scale}, "
+            f"epsilon = {attrs['epsilon']});"
+        ]
     if node.op == "relu6":
         return [f"{out} = clamp({ins[0]}, 0.0, 6.0);"]
     if node.op in ("relu", "sigmoid", "tanh", "softmax"):
@@ -436,11 +483,15 @@ def _nnef1_lines(net: Network, node: Node) -> list[str]:
     if node.op in ("max_pool", "avg_pool"):
         p, s, k = attrs["padding"], attrs["stride"], attrs["size"]
         border = "ignore"  # max: padding never wins; avg: padding is not counted
-        return [f"{out} = {node.op}({ins[0]}, size = [1, 1, {k}, {k}], stride = [1, 1, {s}, {s}], "
-                f"padding = [(0, 0), (0, 0), ({p}, {p}), ({p}, {p})], border = '{border}');"]
+        return [
+            f"{out} = {node.op}({ins[0]}, size = [1, 1, {k}, {k}], stride = [1, 1, {s}, {s}], "
+            f"padding = [(0, 0), (0, 0), ({p}, {p}), ({p}, {p})], border = '{border}');"
+        ]
     if node.op == "global_pool":
-        return [f"{out}_mean = mean_reduce({ins[0]}, axes = [2, 3]);",
-                f"{out} = reshape({out}_mean, shape = [0, -1]);"]
+        return [
+            f"{out}_mean = mean_reduce({ins[0]}, axes = [2, 3]);",
+            f"{out} = reshape({out}_mean, shape = [0, -1]);",
+        ]
     if node.op == "flatten":
         return [f"{out} = reshape({ins[0]}, shape = [0, -1]);"]
     if node.op == "concat":
@@ -494,10 +545,17 @@ def _nnef1_weight_shape(net: Network, name: str) -> list[int]:
 
 def nnef1_text(net: Network) -> str:
     """The ``graph.nnef`` text of ``net``."""
-    lines = ["version 1.0;", "", f"graph {net.name}( {net.input_name} ) -> ( {net.output} )", "{",
-             f"    {net.input_name} = external<scalar>(shape = {list(net.input_shape)});"]
+    lines = [
+        "version 1.0;",
+        "",
+        f"graph {net.name}( {net.input_name} ) -> ( {net.output} )",
+        "{",
+        f"    {net.input_name} = external<scalar>(shape = {list(net.input_shape)});",
+    ]
     for name in net.weights:
-        lines.append(f"    {name} = variable<scalar>(shape = {_nnef1_weight_shape(net, name)}, label = '{name}');")
+        lines.append(
+            f"    {name} = variable<scalar>(shape = {_nnef1_weight_shape(net, name)}, label = '{name}');"
+        )
     for node in net.nodes:
         lines += [f"    {line}" for line in _nnef1_lines(net, node)]
     lines.append("}")
@@ -521,11 +579,14 @@ def write_nnef1(net: Network, folder: str | Path) -> Path:
 def _skriptnd_lines(net: Network, node: Node) -> list[str]:
     out, ins, attrs = node.outputs[0], node.inputs, node.attrs
     if node.op == "conv":
-        return [f"{out} = nn.conv{{stride={attrs['stride']}, padding={attrs['padding']}, "
-                f"groups={attrs['groups']}}}({', '.join(ins)});"]
+        return [
+            f"{out} = nn.conv{{stride={attrs['stride']}, padding={attrs['padding']}, "
+            f"groups={attrs['groups']}}}({', '.join(ins)});"
+        ]
     if node.op == "batch_norm":
         x, mean, variance, offset, scale = ins
-        return [f"{out} = nn.batch_norm{{epsilon={attrs['epsilon']}}}({x}, {mean}, {variance}, {offset}, {scale});"]
+        arguments = ", ".join((x, mean, variance, offset, scale))
+        return [f"{out} = nn.batch_norm{{epsilon={attrs['epsilon']}}}({arguments});"]
     if node.op == "relu6":
         return [f"{out} = math.clamp({ins[0]}, 0.0, 6.0);"]
     if node.op in ("relu", "sigmoid", "tanh", "softmax"):

@@ -140,7 +140,8 @@ class LoweredKernel:
     """One kernel of an operation: its AST and the tensors bound to its PARAM slots.
 
     ``buffers[0]`` is the tensor the kernel writes (it may read it too); ``scratch`` declares
-    buffers that exist only for the kernels (name -> (dtype, element count)).
+    buffers that exist only for the kernels (name -> (dtype, element count)); ``fused`` lists the
+    operations whose kernels :mod:`uopviz.nnef.fusion` folded into this one (in run order).
     """
 
     name: str
@@ -149,6 +150,7 @@ class LoweredKernel:
     operation: Operation = field(repr=False)
     scratch: dict[str, tuple[DType, int]] = field(default_factory=dict)
     note: str = ""
+    fused: tuple[Operation, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -2838,8 +2840,9 @@ def _compile_segment(
         with traced_pass("Rangeify", function) as record:
             for kernel in kernels:
                 op = kernel.operation
+                folded = "".join(f"{inner.type} '{inner.label}' + " for inner in kernel.fused)
                 record.step(
-                    f"@lower {op.type} '{op.label}' -> kernel {kernel.name}",
+                    f"@lower {folded}{op.type} '{op.label}' -> kernel {kernel.name}",
                     UOp(Ops.SINK, ()),
                     kernel.ast,
                     function,
@@ -2931,6 +2934,7 @@ def compile_graph(
     backend: str = "python",
     opts: Any = None,
     progress: Callable[[int, int, Operation | None], None] | None = None,
+    fuse: bool | None = None,
 ):
     """Lower every operation of ``graph`` and compile its kernels with the pipeline.
 
@@ -2946,8 +2950,17 @@ def compile_graph(
     kernel) number the kernels as ``program.kernels`` lists them: in run order, each loop's body and
     then condition kernels (nested loops included) where the loop runs. Choices by kernel name reach
     the kernels of loop bodies as well.
+
+    ``fuse``: compute each tensor that only feeds later kernels where it is read, when that is cheap
+    (:mod:`uopviz.nnef.fusion`: batch-norm chains and activations into the convolution before them).
+    By default on, except with choices per kernel (a list or a dict by index), which number the
+    kernels before fusion.
     """
     from uopviz.core.rewrite import traced_pass, tracing
+    from uopviz.nnef.fusion import fuse_kernels
+
+    if fuse is None:
+        fuse = not (_per_kernel_list(opts) or isinstance(opts, dict))
 
     kernels = _lower_all(graph, progress)
     if _per_kernel_list(opts) and len(opts) < kernel_count(graph):
@@ -2978,16 +2991,19 @@ def compile_graph(
             segment = [kernel for op in step for kernel in graph.lower(op)]
             if not segment:
                 continue
+            count = len(segment)
+            if fuse:
+                segment = fuse_kernels(segment, final | read_after[position])
             program = _compile_segment(
                 graph,
                 segment,
                 kernels,
                 final | read_after[position],
                 backend,
-                _segment_opts(opts, offset, len(segment)),
+                _segment_opts(opts, offset, count),
                 graph.inputs if position == 0 else (),
             )
-            offset += len(segment)
+            offset += count
             compiled.append(("kernels", program))
     if len(compiled) == 1 and compiled[0][0] == "kernels":
         program = compiled[0][1]
