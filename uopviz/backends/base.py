@@ -318,6 +318,9 @@ class Backend(abc.ABC):
     #: the vector registers the heuristics plan register tiles for: bytes of one, and how many
     register_bytes: int = 16
     vector_registers: int = 16
+    #: True when ``compile`` may run in several threads at once (each build its own process), so
+    #: the Render stage compiles a program's distinct kernels in parallel
+    parallel_compile: bool = False
 
     @property
     def runs_on_cpu(self) -> bool:

@@ -1716,6 +1716,7 @@ class CBackend(HostRegisters, Backend):
     vector_widths = (2, 4, 8, 16)
     has_local = False
     tensor_cores = cpu_tensor_cores()
+    parallel_compile = True  # each build is a compiler process
 
     def __init__(self) -> None:
         self.renderer = CRenderer(self.tensor_cores)

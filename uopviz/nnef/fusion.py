@@ -39,6 +39,8 @@ class _Producer:
     value: UOp
     strides: dict[UOp, int]  # output range -> its coefficient in the flat store index
     reduces: bool
+    params: dict[int, UOp]  # the PARAMs the value reads, by slot
+    ranges: tuple[UOp, ...]  # every range of the value
 
 
 def _const_bound(r: UOp) -> int | None:
@@ -91,13 +93,16 @@ def _producer(kernel: LoweredKernel) -> _Producer | None:
             and (u.arg[1] is not AxisType.REDUCE or _const_bound(u) is None)
         ):
             return None
-    return _Producer(value, strides, any(u.op is Ops.REDUCE for u in nodes))
+    params = {u.arg.slot: u for u in nodes if u.op is Ops.PARAM}
+    ranges = tuple(u for u in nodes if u.op is Ops.RANGE)
+    return _Producer(value, strides, any(u.op is Ops.REDUCE for u in nodes), params, ranges)
 
 
-def _loads_of(ast: UOp, slot: int) -> list[UOp] | None:
-    """The LOADs of PARAM ``slot`` in ``ast``; None when the slot is also stored to or used otherwise."""
+def _loads_of(nodes: list[UOp], slot: int) -> list[UOp] | None:
+    """The LOADs of PARAM ``slot`` among ``nodes``; None when the slot is also stored to or used
+    otherwise."""
     loads = []
-    for u in ast.toposort():
+    for u in nodes:
         if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u.src[0].arg.slot == slot:
             continue
         for s in u.src:
@@ -139,10 +144,10 @@ def _unflattened(producer: _Producer, index: UOp) -> dict[UOp, UOp]:
     return mapping
 
 
-def _reader_loops(ast: UOp) -> set[UOp]:
-    """The output ranges of a kernel: those of its store indices."""
+def _reader_loops(nodes: list[UOp]) -> set[UOp]:
+    """The output ranges of a kernel (its ``nodes``): those of its store indices."""
     loops: set[UOp] = set()
-    for store in (u for u in ast.toposort() if u.op is Ops.STORE):
+    for store in (u for u in nodes if u.op is Ops.STORE):
         loops |= {u for u in store.src[0].toposort() if u.op is Ops.RANGE}
     return loops
 
@@ -152,7 +157,9 @@ def _reduce_free(index: UOp) -> bool:
 
 
 class _Fuser:
-    """The kernels of one program, fused producer by producer (in run order)."""
+    """The kernels of one program, fused producer by producer (in run order).  Identical kernels
+    fuse identically (a ResNet's repeated blocks): the fused ASTs are remembered by the two ASTs and
+    how their buffers coincide."""
 
     def __init__(self, kernels: list[LoweredKernel], kept: set[str]) -> None:
         self.kernels: list[LoweredKernel | None] = list(kernels)
@@ -163,6 +170,8 @@ class _Fuser:
             self.writers.setdefault(kernel.buffers[0], []).append(position)
             for name in kernel.buffers[1:]:
                 self.readers.setdefault(name, set()).add(position)
+        self._producers: dict[UOp, _Producer | None] = {}
+        self._inlined: dict[tuple, tuple[UOp, tuple[tuple[int, int], ...]] | None] = {}
 
     def run(self) -> list[LoweredKernel]:
         for position in range(len(self.kernels)):
@@ -176,16 +185,18 @@ class _Fuser:
         if tensor in self.kept or self.writers.get(tensor) != [position]:
             return
         readers = sorted(self.readers.get(tensor, ()))
-        if not readers or readers[0] < position or (len(readers) > 1 and _reduces(kernel)):
+        if not readers or readers[0] < position:
             return
         if any(max(self.writers.get(name, [-1])) >= position for name in kernel.buffers[1:]):
             return  # an input written again by this or a later kernel (in place): keep the order
-        producer = _producer(kernel)
-        if producer is None:
+        if kernel.ast not in self._producers:
+            self._producers[kernel.ast] = _producer(kernel)
+        producer = self._producers[kernel.ast]
+        if producer is None or (len(readers) > 1 and producer.reduces):
             return
         fused = {}
         for reader in readers:
-            result = _inline(producer, kernel, self.kernels[reader], tensor)
+            result = self._inline(producer, kernel, self.kernels[reader], tensor)
             if result is None:
                 return
             fused[reader] = result
@@ -197,31 +208,51 @@ class _Fuser:
             for name in result.buffers[1:]:
                 self.readers.setdefault(name, set()).add(reader)
 
-
-def _reduces(kernel: LoweredKernel) -> bool:
-    return any(u.op is Ops.REDUCE for u in kernel.ast.toposort())
+    def _inline(
+        self, producer: _Producer, source: LoweredKernel, reader: LoweredKernel, tensor: str
+    ) -> LoweredKernel | None:
+        if reader.buffers[0] == tensor or reader.buffers.count(tensor) != 1:
+            return None
+        key = (
+            source.ast,
+            reader.ast,
+            reader.buffers.index(tensor),
+            tuple(source.buffers.index(name) for name in source.buffers),
+            tuple(reader.buffers.index(name) for name in reader.buffers),
+            tuple(reader.buffers.index(name) if name in reader.buffers else -1 for name in source.buffers),
+        )
+        if key not in self._inlined:
+            self._inlined[key] = _inline(producer, source.buffers, reader.ast, reader.buffers, key[2])
+        found = self._inlined[key]
+        if found is None:
+            return None
+        ast, references = found
+        sides = (reader.buffers, source.buffers)
+        buffers = [sides[side][index] for side, index in references]
+        folded = (*source.fused, source.operation, *reader.fused)
+        return replace(reader, ast=ast, buffers=buffers, fused=tuple(dict.fromkeys(folded)))
 
 
 def _inline(
-    producer: _Producer, source: LoweredKernel, reader: LoweredKernel, tensor: str
-) -> LoweredKernel | None:
-    """``reader`` with every load of ``tensor`` replaced by the producer's value; None when not allowed."""
-    if reader.buffers[0] == tensor or reader.buffers.count(tensor) != 1:
+    producer: _Producer, source_buffers: list[str], reader: UOp, reader_buffers: list[str], slot: int
+) -> tuple[UOp, tuple[tuple[int, int], ...]] | None:
+    """The reader's AST with every load of its PARAM ``slot`` replaced by the producer's value, and
+    its buffers after that as references ``(0, reader's slot)`` or ``(1, producer's slot)``; None
+    when not allowed."""
+    nodes = reader.toposort()
+    loads = _loads_of(nodes, slot)
+    if not loads or (producer.reduces and len(loads) != 1):
         return None
-    slot = reader.buffers.index(tensor)
-    loads = _loads_of(reader.ast, slot)
-    if not loads:
-        return None
-    if producer.reduces and len(loads) != 1:
-        return None
-    buffers = list(reader.buffers)
-    reader_params = _params(reader.ast)
+    references = [(0, index) for index in range(len(reader_buffers))]
+    reader_params = {u.arg.slot: u for u in nodes if u.op is Ops.PARAM}
     param_map: dict[UOp, UOp] = {}
-    for source_slot, param in _params(producer.value).items():
-        name = source.buffers[source_slot]
-        if name not in buffers:
-            buffers.append(name)
-        target_slot = buffers.index(name)
+    for source_slot, param in producer.params.items():
+        name = source_buffers[source_slot]
+        if name in reader_buffers:
+            target_slot = reader_buffers.index(name)
+        else:
+            target_slot = len(references)
+            references.append((1, source_slot))
         target = reader_params.get(target_slot)
         if target is None:
             arg = param.arg
@@ -230,7 +261,7 @@ def _inline(
             return None
         if target is not param:
             param_map[param] = target
-    fresh = _fresh_ranges(producer, reader.ast)
+    fresh = _fresh_ranges(producer, nodes)
     needs_tidy = False
     replaced: dict[UOp, UOp] = {}
     for load in loads:
@@ -238,7 +269,7 @@ def _inline(
         if producer.reduces:
             if len(load.src) != 1:
                 return None
-            ranges = _range_map(producer, index, _reader_loops(reader.ast))
+            ranges = _range_map(producer, index, _reader_loops(nodes))
         else:
             if not _reduce_free(index):
                 return None
@@ -252,40 +283,38 @@ def _inline(
             alternative, gate = load.src[1], load.src[2]
             value = UOp(Ops.WHERE, (gate, _gate_loads(value, gate), alternative))
         replaced[load] = value
-    ast = substitute(reader.ast, replaced)
-    ast, buffers = _compact(ast, buffers)
+    ast = substitute(reader, replaced)
+    ast, kept = _compact(ast)
     if needs_tidy:
         ast = tidy(ast)
-    folded = (*source.fused, source.operation, *reader.fused)
-    return replace(reader, ast=ast, buffers=buffers, fused=tuple(dict.fromkeys(folded)))
+    return ast, tuple(references[old] for old in kept)
 
 
-def _fresh_ranges(producer: _Producer, reader: UOp) -> dict[UOp, UOp]:
+def _fresh_ranges(producer: _Producer, reader_nodes: list[UOp]) -> dict[UOp, UOp]:
     """The producer's reduction ranges renumbered past every range of the reader (two kernels number
     their ranges from 0: equal numbers and bounds would be one UOp)."""
-    inner = [u for u in producer.value.toposort() if u.op is Ops.RANGE and u not in producer.strides]
+    inner = [r for r in producer.ranges if r not in producer.strides]
     if not inner:
         return {}
-    numbers = [u.arg[0] for u in (*reader.toposort(), *producer.value.toposort()) if u.op is Ops.RANGE]
+    numbers = [u.arg[0] for u in reader_nodes if u.op is Ops.RANGE] + [r.arg[0] for r in producer.ranges]
     start = max(numbers) + 1
     return {r: UOp.range(r.src[0], r.arg[1], start + offset) for offset, r in enumerate(inner)}
 
 
-def _compact(ast: UOp, buffers: list[str]) -> tuple[UOp, list[str]]:
-    """``ast`` with the slots it no longer uses dropped and the others numbered 0.. (slot 0 stays)."""
+def _compact(ast: UOp) -> tuple[UOp, list[int]]:
+    """``ast`` with the slots it no longer uses dropped and the others numbered 0.. (slot 0 stays),
+    and the old slot of each new one."""
     params = _params(ast)
     used = sorted(params)
     if 0 not in used:
         used.insert(0, 0)
     mapping = {}
-    names = []
     for new_slot, old_slot in enumerate(used):
-        names.append(buffers[old_slot])
         param = params.get(old_slot)
         if param is not None and new_slot != old_slot:
             arg = param.arg
             mapping[param] = UOp.param(new_slot, param.shape, arg.dtype, arg.device, arg.addrspace)
-    return (substitute(ast, mapping) if mapping else ast), names
+    return (substitute(ast, mapping) if mapping else ast), used
 
 
 def fuse_kernels(kernels: Iterable[LoweredKernel], kept: Iterable[str]) -> list[LoweredKernel]:

@@ -2638,12 +2638,75 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
     if isinstance(op, LoopOperation):
         graph.counts.update(op.counted)  # extents of its results that the runner counts
         return []
+    signature = _lowering_signature(graph, op)
+    templates = graph.__dict__.setdefault("_lowering_templates", {})
+    if signature is not None and signature in templates:
+        reused = _renamed_kernels(*templates[signature], op)
+        if reused is not None:
+            return reused
     busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
     busy.add(id(op))
     try:
-        return _lower_one(graph, op)
+        kernels = _lower_one(graph, op)
     finally:
         busy.discard(id(op))
+    if signature is not None:
+        templates[signature] = (op, kernels)
+    return kernels
+
+
+def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
+    """What the kernels of ``op`` depend on besides its tensors' names: its operator, attributes and
+    types, and each tensor's type, shape, kind and (for a constant of one repeated value, which the
+    kernels read as a literal) value.  Operations with equal signatures lower to the same kernel
+    ASTs (a ResNet's repeated blocks), so one is lowered and the others renamed.  None where the
+    names or the data matter: intrinsics, run-time extents."""
+    if op.is_intrinsic or graph.counts or graph.extent_inputs:
+        return None
+    names = [*op.input_names(), *op.output_names()]
+    tensors: list[Any] = [tuple(names.index(name) for name in names)]  # which tensors are one
+    for name in names:
+        tensor = graph.tensors.get(name)
+        if tensor is None or not tensor.is_static:
+            return None
+        tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(_uniform_constant(tensor))))
+    structure = repr((_shape_of_names(op.inputs), _shape_of_names(op.outputs), sorted(op.constants)))
+    types = repr(sorted(op.dtypes.items()))
+    return (op.type, id(op.definition), repr(op.attribs), types, structure, *tensors)
+
+
+def _shape_of_names(values: Any) -> Any:
+    """A pack structure with its names left out (None stays None)."""
+    if isinstance(values, list | tuple):
+        return [_shape_of_names(value) for value in values]
+    return None if values is None else ""
+
+
+def _renamed_kernels(
+    template: Operation, kernels: list[LoweredKernel], op: Operation
+) -> list[LoweredKernel] | None:
+    """The kernels lowered for ``template`` as those of ``op`` (same signature): buffers and names
+    renamed; None when a kernel uses a buffer that is not one of the operation's tensors."""
+    names = dict(
+        zip(
+            [*template.input_names(), *template.output_names()],
+            [*op.input_names(), *op.output_names()],
+            strict=True,
+        )
+    )
+    out = []
+    for kernel in kernels:
+        if kernel.scratch or any(name not in names for name in kernel.buffers):
+            return None
+        if kernel.name == template.label:
+            name = op.label
+        elif kernel.name.startswith(template.label + "."):
+            name = op.label + kernel.name[len(template.label) :]
+        else:
+            return None
+        buffers = [names[buffer] for buffer in kernel.buffers]
+        out.append(LoweredKernel(name, kernel.ast, buffers, op, note=kernel.note))
+    return out
 
 
 def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:

@@ -13,7 +13,9 @@ instructions, LINEAR, ``PROGRAM(LINEAR, SOURCE)``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,18 +230,38 @@ def memory_plan_stage(program: Program) -> None:
 
 
 def render_stage(program: Program) -> None:
-    """Every LINEAR program rendered and compiled by the backend."""
+    """Every LINEAR program rendered and compiled by the backend (identical kernels once; in
+    parallel where the backend's builds are processes of their own)."""
     bodies = {}
+    rendered_sources: dict[UOp, str] = {}
     for item in program.items:
         linear = item.body
-        source = render_source(linear, program.backend)
+        source = rendered_sources.get(linear)
+        if source is None:
+            source = rendered_sources[linear] = render_source(linear, program.backend)
         item.source = source
-        if program.build:
-            item.compiled = compile_source(source, str(linear.arg), program.backend)
         rendered = program_uop(linear, source)
         record_step(render_source, linear, rendered, f"render {linear.arg}")
         bodies[item] = rendered
+    if program.build:
+        compiled = compile_sources({(item.source, str(item.body.arg)) for item in program.items},
+                                   program.backend)
+        for item in program.items:
+            item.compiled = compiled[item.source, str(item.body.arg)]
     program.replace_bodies(bodies)
+
+
+def compile_sources(sources: Iterable[tuple[str, str]], backend_name: str) -> dict[tuple[str, str], Any]:
+    """Each ``(source, name)`` compiled once: in a thread per core when the backend's builds run as
+    processes of their own (``Backend.parallel_compile``), else one after the other."""
+    backend = backend_named(backend_name)
+    pending = list(dict.fromkeys(sources))
+    workers = min(len(pending), os.cpu_count() or 1) if backend.parallel_compile else 1
+    if workers <= 1:
+        return {(source, name): compile_source(source, name, backend) for source, name in pending}
+    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
+        futures = {key: pool.submit(compile_source, key[0], key[1], backend) for key in pending}
+        return {key: future.result() for key, future in futures.items()}
 
 
 def record_step(rule: Callable, before: UOp, after: UOp, pass_name: str) -> None:
@@ -585,5 +607,5 @@ def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
 
 
 __all__ = ["STAGES", "BoundProgram", "LoweredKernel", "PipelineError", "Program", "ScheduleItem", "compile",
-           "compile_kernels", "lower", "lower_kernel", "select_instructions"]
+           "compile_kernels", "compile_sources", "lower", "lower_kernel", "select_instructions"]
 
