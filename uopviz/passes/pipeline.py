@@ -178,46 +178,67 @@ def rangeify_stage(program: Program) -> None:
 
 
 def optimize_stage(program: Program, opts: Any) -> None:
-    """Each kernel in its backend's initial state, with its opts (each a recorded step)."""
+    """Each kernel in its backend's initial state, with its opts (each a recorded step).  Identical
+    kernels with the same opts (a network's repeated blocks) are optimized once."""
+    bodies = {}
+    done: dict[tuple[UOp, str], tuple[Kernel, UOp]] = {}
+    for item in program.items:
+        chosen = opts_for(opts, item.index, item.kernel)
+        key = (item.kernel.ast, repr(chosen))
+        if key not in done:
+            kernel = optimize_kernel(item.kernel, chosen)
+            done[key] = (kernel, finish_optimize(kernel))
+        kernel, bodies[item] = done[key]
+        item.kernel = kernel if kernel.name_hint == item.kernel.name_hint else \
+            Kernel(kernel.ast, kernel.backend, kernel.opts, item.kernel.name_hint)
+    program.replace_bodies(bodies)
+
+
+def _once_per_body(program: Program, transform: Callable[[ScheduleItem], UOp]) -> dict[ScheduleItem, UOp]:
+    """``transform(item)`` for every item; an item whose body and kernel name are an earlier item's
+    gets that item's result (identical kernels are lowered once)."""
+    done: dict[tuple[UOp, str], UOp] = {}
     bodies = {}
     for item in program.items:
-        kernel = optimize_kernel(item.kernel, opts_for(opts, item.index, item.kernel))
-        bodies[item] = finish_optimize(kernel)
-        item.kernel = kernel
-    program.replace_bodies(bodies)
+        key = (item.body, item.kernel.name)
+        if key not in done:
+            done[key] = transform(item)
+        bodies[item] = done[key]
+    return bodies
 
 
 def expand_stage(program: Program) -> None:
     """UPCAST and UNROLL ranges become vector lanes."""
-    program.replace_bodies({item: expand_kernel(item.body, item.kernel.name) for item in program.items})
+    program.replace_bodies(_once_per_body(program, lambda item: expand_kernel(item.body, item.kernel.name)))
 
 
 def instruction_selection_stage(program: Program) -> None:
     """Accumulators for reductions, then the target's instruction rules."""
     backend = backend_named(program.backend)
-    program.replace_bodies({item: select_instructions(item.body, backend, item.kernel.name)
-                            for item in program.items})
+    program.replace_bodies(_once_per_body(
+        program, lambda item: select_instructions(item.body, backend, item.kernel.name)))
 
 
 def linearize_stage(program: Program) -> None:
     """Every kernel as a LINEAR program."""
     backend = backend_named(program.backend)
-    bodies = {}
-    for item in program.items:
-        linear = linearize_kernel(item.body, backend, item.kernel.name)
+    bodies = _once_per_body(program, lambda item: linearize_kernel(item.body, backend, item.kernel.name))
+    for item, linear in bodies.items():
         record_step(linearize, item.body, linear, f"linearize {item.kernel.name}")
-        bodies[item] = linear
     program.replace_bodies(bodies)
 
 
 def memory_plan_stage(program: Program) -> None:
     """Registers inside kernels, then GLOBAL buffers between kernels."""
     saved = 0
+    plans: dict[UOp, Any] = {}
     bodies = {}
     for item in program.items:
-        plan = plan_registers(item.body)
+        if item.body not in plans:
+            plan = plan_registers(item.body)
+            plans[item.body] = (plan, apply_register_plan(item.body, plan))
+        plan, bodies[item] = plans[item.body]
         saved += plan.bytes_saved
-        bodies[item] = apply_register_plan(item.body, plan)
     program.replace_bodies(bodies)
     outputs = {_storage(v) for v in program.output_values()}
     usage = [(_storage(item.arguments[0]), [_storage(a) for a in item.arguments[1:]])
