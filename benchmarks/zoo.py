@@ -63,6 +63,33 @@ class Network:
         self._rng = np.random.default_rng(self.seed)
         self._count = 0
 
+    def calibrate(self, seed: int = 1) -> Network:
+        """Set each batch norm's mean and variance to the statistics of its input on
+        ``input_data(seed)`` (as a trained network's running statistics) and scale the layer before
+        the softmax so its outputs have a standard deviation of 2: activations stay of order one at
+        any depth, and the softmax is neither flat nor one-hot, so output errors mean something."""
+        values = {name: data.astype(np.float64) for name, data in self.weights.items()}
+        values[self.input_name] = self.input_data(seed).astype(np.float64)
+        logits = next((node.inputs[0] for node in self.nodes if node.op == "softmax"), None)
+        for node in self.nodes:
+            if node.op == "batch_norm":
+                # the whole layer's statistics, the same for every channel: per-channel ones of a
+                # batch of one are degenerate where the image is small (a 1x1 channel has variance
+                # 0, its normalised value is rounding noise divided by sqrt(epsilon))
+                x = values[node.inputs[0]]
+                channels = x.shape[1]
+                statistics = (np.full(channels, x.mean()), np.full(channels, x.var()))
+                for name, statistic in zip(node.inputs[1:3], statistics):
+                    self.weights[name] = statistic.astype(np.float32)
+                    values[name] = self.weights[name].astype(np.float64)
+            if node.op == "linear" and node.outputs[0] == logits:
+                product = values[node.inputs[0]] @ values[node.inputs[1]].T
+                factor = 2.0 / max(float(product.std()), 1e-12)
+                self.weights[node.inputs[1]] = (self.weights[node.inputs[1]] * factor).astype(np.float32)
+                values[node.inputs[1]] = self.weights[node.inputs[1]].astype(np.float64)
+            values[node.outputs[0]] = _NUMPY[node.op](*(values[name] for name in node.inputs), **node.attrs)
+        return self
+
     def input_data(self, seed: int = 1) -> np.ndarray:
         """A seeded random input of the network's input shape."""
         return np.random.default_rng(seed).standard_normal(self.input_shape).astype(np.float32)
@@ -199,7 +226,7 @@ def alexnet(size: int = 224, width: float = 1.0, classes: int = 1000) -> Network
     x = net.unary("relu", net.linear(x, _channels(4096, width)))
     x = net.unary("relu", net.linear(x, _channels(4096, width)))
     net.softmax(net.linear(x, classes, scale=0.2))
-    return net
+    return net.calibrate()
 
 
 def vgg16(size: int = 224, width: float = 1.0, classes: int = 1000) -> Network:
@@ -214,7 +241,7 @@ def vgg16(size: int = 224, width: float = 1.0, classes: int = 1000) -> Network:
     x = net.unary("relu", net.linear(x, _channels(4096, width)))
     x = net.unary("relu", net.linear(x, _channels(4096, width)))
     net.softmax(net.linear(x, classes, scale=0.2))
-    return net
+    return net.calibrate()
 
 
 def _conv_bn(
@@ -254,7 +281,7 @@ def _resnet(
                 shortcut = _conv_bn(net, x, planes * expansion, 1, stride, relu=False)
             x = net.unary("relu", net.binary("add", y, shortcut))
     _classifier(net, x, classes)
-    return net
+    return net.calibrate()
 
 
 def resnet18(size: int = 224, width: float = 1.0, classes: int = 1000) -> Network:
@@ -282,7 +309,7 @@ def densenet121(size: int = 224, width: float = 1.0, classes: int = 1000) -> Net
             y = net.conv(net.unary("relu", net.batch_norm(x)), net.shapes[x][1] // 2, 1, bias=False)
             x = net.pool("avg_pool", y, 2, 2)
     _classifier(net, net.unary("relu", net.batch_norm(x)), classes)
-    return net
+    return net.calibrate()
 
 
 # Inception-v1 modules: (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection)
@@ -311,7 +338,7 @@ def inception_v1(size: int = 224, width: float = 1.0, classes: int = 1000) -> Ne
         ]
         x = net.concat(branches)
     _classifier(net, x, classes)
-    return net
+    return net.calibrate()
 
 
 # MobileNet-v2 stages: (expansion, channels, repeats, stride)
@@ -342,7 +369,7 @@ def mobilenet_v2(size: int = 224, width: float = 1.0, classes: int = 1000) -> Ne
             x = net.binary("add", x, y) if stride == 1 and net.shapes[x][1] == out_channels else y
     x = _conv_bn(net, x, _channels(1280, width), 1, activation="relu6")
     _classifier(net, x, classes)
-    return net
+    return net.calibrate()
 
 
 def lstm(steps: int = 8, batch: int = 1, features: int = 64, hidden: int = 128, classes: int = 10) -> Network:
@@ -355,7 +382,7 @@ def lstm(steps: int = 8, batch: int = 1, features: int = 64, hidden: int = 128, 
     b = net.weight("b", (4 * hidden,), "small")
     last = net.add_node("lstm", ["input", w, u, b], (batch, hidden), hidden=hidden)
     net.softmax(net.linear(last, classes, scale=0.5))
-    return net
+    return net.calibrate()
 
 
 BUILDERS: dict[str, Callable[..., Network]] = {
@@ -589,7 +616,9 @@ def _skriptnd_lines(net: Network, node: Node) -> list[str]:
         return [f"{out} = nn.batch_norm{{epsilon={attrs['epsilon']}}}({arguments});"]
     if node.op == "relu6":
         return [f"{out} = math.clamp({ins[0]}, 0.0, 6.0);"]
-    if node.op in ("relu", "sigmoid", "tanh", "softmax"):
+    if node.op == "tanh":
+        return [f"{out} = math.tanh({ins[0]});"]
+    if node.op in ("relu", "sigmoid", "softmax"):
         return [f"{out} = nn.{node.op}({ins[0]});"]
     if node.op in ("add", "mul"):
         return [f"{out} = math.{node.op}({ins[0]}, {ins[1]});"]
@@ -620,9 +649,11 @@ def _skriptnd_lstm(net: Network, node: Node) -> list[str]:
         f"{out}, {out}_c = with h: real[{batch}, {hidden}] = 0.0, c: real[{batch}, {hidden}] = 0.0 "
         f"for xt : {out}_xs do {{ "
         f"xw = nn.linear(xt, {w}, {b}); hu = nn.linear(h, {u}); gates = math.add(xw, hu); "
-        f"i, f, g, o = layout.split{{axis=1, count=4}}(gates); "
-        f"c1 = math.add(math.mul(nn.sigmoid(f), c), math.mul(nn.sigmoid(i), nn.tanh(g))); "
-        f"h1 = math.mul(nn.sigmoid(o), nn.tanh(c1)); yield h1, c1; }};",
+        f"[i, f, g, o] = layout.split{{axis=1, count=4}}(gates); "
+        "si = nn.sigmoid(i); sf = nn.sigmoid(f); tg = math.tanh(g); so = nn.sigmoid(o); "
+        "fc = math.mul(sf, c); ig = math.mul(si, tg); c1 = math.add(fc, ig); "
+        "tc = math.tanh(c1); h1 = math.mul(so, tc); "
+        f"yield h1, c1; }};",
     ]
 
 
