@@ -3139,6 +3139,88 @@ def _relayout(
     return out
 
 
+class _BoundSubgraph:
+    """A loop's body or condition compiled once and bound to its arrays: each iteration copies the
+    values it is given into the program's input arrays and launches the kernels (no allocation, no
+    argument checks, no look-ups).  For CPU backends, whose arrays are the kernels' memory, and
+    sub-graphs of fixed extents that compile to one program.  A finished loop gives its bound forms
+    back to the sub-graph (:meth:`take`, :meth:`give_back`) for its next run."""
+
+    def __init__(self, graph: Graph, program: Any, given: Mapping[str, Any], key: tuple) -> None:
+        self.graph = graph
+        self.program = program
+        self.key = key
+        initial = {
+            position: np.array(_input_array(graph, name, given), copy=True)
+            for position, name in enumerate(program.nnef_inputs)
+        }
+        self.arrays = program._allocate(initial)
+        self.inputs = {
+            name: self.arrays[program.inputs[position]] for position, name in enumerate(program.nnef_inputs)
+        }
+        arrays, array_of = self.arrays, program._array_of
+        self.launches = [
+            item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
+            for item in program.items
+        ]
+        self.outputs = [program.nnef_outputs.index(name) for name in graph.outputs]
+
+    @classmethod
+    def take(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> _BoundSubgraph | None:
+        """A bound form of ``graph`` a finished loop gave back, else a new one (a loop nested in its
+        own body, or running in another thread, gets arrays of its own); None where binding does
+        not apply (the per-iteration path runs)."""
+        pools = graph.__dict__.setdefault("_bound", {})
+        key = (backend, repr(opts))
+        if key in pools and pools[key] is None:
+            return None
+        try:
+            return pools.setdefault(key, []).pop()
+        except IndexError:
+            bound = cls._bind(graph, given, backend, opts, key)
+            if bound is None:
+                pools[key] = None
+            return bound
+
+    @classmethod
+    def _bind(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any, key: tuple) -> Any:
+        from uopviz.passes.render import backend_named
+
+        if not backend_named(backend).runs_on_cpu or graph.extent_inputs or graph.counts:
+            return None
+        if not all(graph.tensors[name].is_static for name in (*graph.inputs, *graph.outputs)):
+            return None
+        program = graph.compile(backend=backend, opts=opts)
+        if isinstance(program, GraphProgram) or len(program.nnef_steps) != 1:
+            return None
+        if not all(name in program.nnef_outputs for name in graph.outputs):
+            return None  # an output passed through from an input: no kernel writes it
+        return cls(graph, program, given, key)
+
+    def give_back(self) -> None:
+        """Make this bound form available to the sub-graph's next loop."""
+        pool = self.graph.__dict__.get("_bound", {}).get(self.key)
+        if pool is not None:
+            pool.append(self)
+
+    def run(self, given: Mapping[str, Any]) -> list[np.ndarray]:
+        """The sub-graph's outputs for ``given`` (names -> arrays), in the order of its outputs."""
+        for name, array in given.items():
+            target = self.inputs.get(name)
+            if target is not None:
+                np.copyto(target, np.asarray(array).reshape(-1), casting="unsafe")
+        for launch in self.launches:
+            launch.run()
+        program = self.program
+        values = program.output_values()
+        return [
+            program._output(self.arrays, values[index], program.outputs[index]).reshape(
+                self.graph.tensors[name].upper_shape
+            )
+            for index, name in zip(self.outputs, self.graph.outputs, strict=True)
+        ]
+
+
 def _run_loop(
     op: LoopOperation,
     graph: Graph,
@@ -3183,6 +3265,8 @@ def _run_loop(
             out[counter] = np.array([value], np.int32)
         return out
 
+    bound_programs: dict[int, _BoundSubgraph | None] = {}
+
     def run(sub: Graph, step: int) -> tuple[list[np.ndarray], list[list[int]]]:
         arguments = [*carried, *(pack[step] for pack in scans)]
         if indexed:
@@ -3191,7 +3275,13 @@ def _run_loop(
         given.update(zip(sub.inputs, arguments, strict=True))
         given = {name: np.asarray(a).reshape(sub.tensors[name].upper_shape) for name, a in given.items()}
         given.update(counters(sub))
-        values = _execute(sub, given, backend, sub_opts["body" if sub is op.body else "condition"])
+        opts = sub_opts["body" if sub is op.body else "condition"]
+        if id(sub) not in bound_programs:
+            bound_programs[id(sub)] = _BoundSubgraph.take(sub, given, backend, opts)
+        fast = bound_programs[id(sub)]
+        if fast is not None:
+            return fast.run(given), [list(sub.tensors[name].shape) for name in sub.outputs]
+        values = _execute(sub, given, backend, opts)
         known = ChainMap(values, given)
         arrays = [values[name] if name in values else _input_array(sub, name, given) for name in sub.outputs]
         extents = [
@@ -3205,28 +3295,33 @@ def _run_loop(
 
     scanned: list[list[tuple[np.ndarray, list[int]]]] = [[] for _ in op.outputs[len(op.carried) :]]
     step = 0
-    while bound is None or step < bound:
-        if op.condition is not None and (op.pretest or step > 0):
-            (test,), _ = run(op.condition, step)
-            if not bool(np.asarray(test).reshape(-1)[0]):
-                break
-        if op.scan_limit is not None and step >= op.scan_limit:
-            raise NNEFError.at(
-                op.position,
-                f"loop '{op.label}' goes on to iteration {step + 1}, but the left side declares "
-                f"{op.scan_limit} items for its scan outputs (their upper bound); declare more items or "
-                f"bound the loop with a count (do..({op.scan_limit}))",
-            )
-        updated, extents = run(op.body, step)
-        for index, formal in enumerate(carried_formals):
-            source = op.body.tensors[op.body.outputs[index]]
-            carried[index] = _relayout(updated[index], source.upper_shape, formal.upper_shape, extents[index])
-            carried_extents[index] = extents[index]
-        for outputs, value, extent in zip(
-            scanned, updated[len(op.carried) :], extents[len(op.carried) :], strict=True
-        ):
-            outputs.append((value, extent))
-        step += 1
+    try:
+        while bound is None or step < bound:
+            if op.condition is not None and (op.pretest or step > 0):
+                (test,), _ = run(op.condition, step)
+                if not bool(np.asarray(test).reshape(-1)[0]):
+                    break
+            if op.scan_limit is not None and step >= op.scan_limit:
+                raise NNEFError.at(
+                    op.position,
+                    f"loop '{op.label}' goes on to iteration {step + 1}, but the left side declares "
+                    f"{op.scan_limit} items for its scan outputs (their upper bound); declare more items or "
+                    f"bound the loop with a count (do..({op.scan_limit}))",
+                )
+            updated, extents = run(op.body, step)
+            for index, formal in enumerate(carried_formals):
+                source = op.body.tensors[op.body.outputs[index]].upper_shape
+                carried[index] = _relayout(updated[index], source, formal.upper_shape, extents[index])
+                carried_extents[index] = extents[index]
+            for outputs, value, extent in zip(
+                scanned, updated[len(op.carried) :], extents[len(op.carried) :], strict=True
+            ):
+                outputs.append((value, extent))
+            step += 1
+    finally:
+        for bound_program in bound_programs.values():
+            if bound_program is not None:
+                bound_program.give_back()
     results: dict[str, np.ndarray] = {}
     for name, value, formal in zip(op.outputs[: len(op.carried)], carried, carried_formals, strict=True):
         results[name] = value.reshape(formal.upper_shape)
