@@ -147,7 +147,7 @@ def timing_figure(
     with median/min/GB/s on hover, beside a roofline (log-log, this machine's roofs, one dot per
     backend)."""
     from bokeh.layouts import row
-    from bokeh.models import ColumnDataSource, HoverTool, Label, LabelSet, Span
+    from bokeh.models import ColumnDataSource, HoverTool, Label, LabelSet, Span, Title
     from bokeh.plotting import figure
 
     ok = [e for e in entries if not e.error and e.median_s]
@@ -165,6 +165,7 @@ def timing_figure(
             "gflops": [f"{e.gflops:.2f}" if e.gflops is not None else "—" for e in ok],
             "gbps": [f"{e.gbps:.2f}" if e.gbps is not None else "—" for e in ok],
             "label": [_short_number(v) for v in values],
+            "device": [e.device or "—" for e in ok],
         }
     )
     unit = "GFLOP/s" if use_rate else "median time (ms)"
@@ -188,9 +189,15 @@ def timing_figure(
                 ("min", "@min"),
                 ("GFLOP/s", "@gflops"),
                 ("GB/s", "@gbps"),
+                ("measured on", "@device"),
             ]
         )
     )
+    devices = sorted({e.device.split("] ")[0] + "]" if "] " in e.device else e.device
+                      for e in ok if e.device})
+    if devices:  # a figure names the CPU and target it was measured on (the hover has the whole key)
+        bars.add_layout(Title(text="measured on " + "; ".join(devices), text_font_size="9px",
+                              text_font_style="normal", align="left"), "below")
     bars.y_range.start = 0
     if values:
         bars.y_range.end = max(values) * 1.15  # room for the labels over the bars

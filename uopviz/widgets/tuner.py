@@ -109,6 +109,8 @@ class TimingEntry:
     flops: float | None = None
     bytes: float | None = None
     error: str = ""
+    #: where it was measured: the backend's device, which names the CPU and its target profile
+    device: str = ""
 
     @property
     def intensity(self) -> float | None:
@@ -143,6 +145,12 @@ def timing_entry(kernel: Any, backend: str, timing: Any) -> TimingEntry:
         gflops = flops / median / 1e9
     if gbps is None and bytes_moved is not None and median > 0:
         gbps = bytes_moved / median / 1e9
+    from uopviz.backends import BackendUnavailable, get
+
+    try:
+        device = get(backend).device
+    except (KeyError, BackendUnavailable):
+        device = ""
     return TimingEntry(
         backend,
         median,
@@ -152,6 +160,7 @@ def timing_entry(kernel: Any, backend: str, timing: Any) -> TimingEntry:
         gbps,
         flops,
         bytes_moved,
+        device=device,
     )
 
 
