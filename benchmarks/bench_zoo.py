@@ -10,7 +10,9 @@ before.  The child writes the NNEF 1.0 folder (untimed), then times
 - inference: the median of ``g.run`` on a 224x224 batch-1 input (after the first run);
 - peer: ONNX Runtime's CPU provider (2 intra-op threads) on the ONNX form of the same network;
 - the largest absolute error of our output against the numpy reference (float64), and relative
-  to the largest output.
+  to the largest output;
+
+and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time.
 
 Environment: ``UOPVIZ_ZOO_MODELS`` (comma-separated, default: every model) and
 ``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs; a child that takes more than
@@ -93,9 +95,64 @@ def _measure_in_child(model: str, backend: str, timeout: float) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+ONE_OPERATION = """version 1.0;
+graph G( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [4, {width}]);
+    y = relu(x);
+}}
+"""
+
+
+def _one_operation(backend: str, width: int, folder: Path) -> float:
+    """Seconds to load a one-operation NNEF 1.0 graph of a shape not seen before and run it once."""
+    import numpy as np
+
+    import uopviz as uv
+
+    model = folder / backend / f"relu{width}"
+    model.mkdir(parents=True)
+    (model / "graph.nnef").write_text(ONE_OPERATION.format(width=width))
+    x = np.ones((4, width), np.float32)
+    started = time.perf_counter()
+    uv.nnef.load(model).run({"x": x}, backend=backend)
+    return time.perf_counter() - started
+
+
+def _one_operation_rows(backends: list[str]) -> list[dict]:
+    """A one-operation graph loaded and run the first time (its kernel compiled, an empty cache),
+    median over graphs of new shapes, once the process has loaded the NNEF standard library."""
+    import statistics
+
+    from run import row
+
+    rows = []
+    previous = os.environ.get("UOPVIZ_CACHE")
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-one-") as folder:
+        os.environ["UOPVIZ_CACHE"] = str(Path(folder) / "cache")
+        try:
+            for backend in backends:
+                _one_operation(backend, 3, Path(folder))  # the standard library and the backend
+                times = [_one_operation(backend, 16 + width, Path(folder)) for width in range(9)]
+                rows.append(
+                    row(
+                        f"one-operation NNEF 1.0 graph ({backend}): load + first run",
+                        statistics.median(times),
+                        notes="relu of a [4, n] input, a new n each time: the kernel compiles; "
+                        "median of 9, empty cache",
+                    )
+                )
+        finally:
+            if previous is None:
+                os.environ.pop("UOPVIZ_CACHE", None)
+            else:
+                os.environ["UOPVIZ_CACHE"] = previous
+    return rows
+
+
 def run() -> list[dict]:
     """One row for load + compile and one for inference (ONNX Runtime as the peer) per model and
-    backend; a model that fails becomes an error row of its own."""
+    backend (a model that fails becomes an error row of its own), and the one-operation graph."""
     from run import row
 
     models = [m for m in os.environ.get("UOPVIZ_ZOO_MODELS", ",".join(MODELS)).split(",") if m]
@@ -103,10 +160,9 @@ def run() -> list[dict]:
     timeout = float(os.environ.get("UOPVIZ_ZOO_TIMEOUT", "600"))
     import uopviz as uv
 
-    rows = []
+    backends = [backend for backend in backends if backend in uv.backends.available()]
+    rows = _one_operation_rows(backends)
     for backend in backends:
-        if backend not in uv.backends.available():
-            continue
         for model in models:
             case = f"{model} NNEF 1.0 ({backend})"
             try:
