@@ -295,6 +295,9 @@ class Graph:
     # a loop's body / condition: counter buffer -> what the runner fills it with on each iteration (the
     # enclosing graph's run-time extent, or ("carry", index, axis): a carried value's current extent)
     extent_inputs: dict = field(default_factory=dict, repr=False)
+    # graph input and output packs: name -> the item tensors (``xs[0]``, ``xs[1]``, ..) that
+    # ``inputs`` / ``outputs`` list; ``run`` takes and gives such a pack as a list of arrays
+    packs: dict[str, list[str]] = field(default_factory=dict)
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 
@@ -429,11 +432,62 @@ class Graph:
         Returns the graph outputs by name as numpy arrays (at their actual extents when those are
         decided by the data). Loop nodes run on the host: their condition and body programs once
         per iteration. With ``update`` the variables that ``@update`` blocks assign get their new
-        values (a training step of batch_norm layers).
+        values (a training step of batch_norm layers). A pack input is given as a list of arrays
+        (its length within the declared bound), and a pack output comes back as one.
         """
         from uopviz.nnef.lowering import run_graph
 
-        return run_graph(self, dict(inputs or {}), backend=backend, opts=opts, update=update)
+        given = dict(inputs or {})
+        if not self.packs:
+            return run_graph(self, given, backend=backend, opts=opts, update=update)
+        graph = self._for_packs(given)
+        for name in graph.input_packs():
+            if name in given:
+                given.update(zip(graph.packs[name], given.pop(name), strict=True))
+        outputs = run_graph(graph, given, backend=backend, opts=opts, update=update)
+        for name in graph.output_packs():
+            outputs[name] = [outputs.pop(item) for item in graph.packs[name]]
+        return outputs
+
+    def input_packs(self) -> list[str]:
+        """The names of the graph inputs that are packs."""
+        inputs = set(self.inputs)
+        return [name for name, items in self.packs.items() if items and items[0] in inputs]
+
+    def output_packs(self) -> list[str]:
+        """The names of the graph outputs that are packs."""
+        outputs = set(self.outputs)
+        return [name for name, items in self.packs.items() if not items or items[0] in outputs]
+
+    def _for_packs(self, given: Mapping[str, Any]) -> Graph:
+        """This graph, or the one recomposed for the number of items (and their shapes) of the
+        packs in ``given`` and the shapes of its inputs with run-time extents: like an input
+        extent, a pack length is fixed before kernels run (the graph's packs are its, not this
+        one's, when they follow an input extent)."""
+        shapes: dict[str, Any] = {}
+        for name in self.input_packs():
+            if name not in given:
+                continue
+            items = self.packs[name]
+            arrays = list(given[name])
+            if len(arrays) != len(items) or not all(self.tensors[item].is_static for item in items):
+                shapes[name] = tuple(tuple(np.shape(array)) for array in arrays)
+        packed = {item for name in self.input_packs() for item in self.packs[name]}
+        for name in self.inputs:
+            if name in given and name not in packed and not self.tensors[name].is_static:
+                shapes[name] = tuple(np.shape(given[name]))
+        if not shapes:
+            return self
+        if self.recompose is None:
+            raise NNEFError(
+                "this graph has a pack input of run-time length; it must come from uopviz.nnef.load/loads "
+                "to be recomposed for the given items"
+            )
+        key = repr(sorted(shapes.items()))
+        cache = self.__dict__.setdefault("_packed", {})
+        if key not in cache:
+            cache[key] = self.recompose(shapes)
+        return cache[key]
 
     def _operation(self, operation: Operation | int) -> Operation:
         return self.operations[operation] if isinstance(operation, int) else operation
