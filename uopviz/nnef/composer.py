@@ -302,9 +302,13 @@ class Composer:
     the loader of a model folder reads ``<name>.dat`` files with it.
     """
 
-    def __init__(self, modules: ModuleSet, variable_loader: VariableLoader | None = None) -> None:
+    def __init__(
+        self, modules: ModuleSet, variable_loader: VariableLoader | None = None, progress: Any = None
+    ) -> None:
         self.modules = modules
         self.variable_loader = variable_loader
+        # progress(done, total, stage) after each statement of the graph's @compose block
+        self.progress = progress
         self.tensors: dict[str, TensorInfo] = {}
         self.operations: list[Operation] = []
         self.composites: list[Composite] = []
@@ -368,8 +372,10 @@ class Composer:
         self._usings_and_asserts(instance)
         frame = _Frame(module_name, instance.symbols, instance.types, "", info.declared)
         self._declare_locals(definition, frame, instance)
-        for component in definition.components:
+        for done, component in enumerate(definition.components, 1):
             self._component(component, frame)
+            if self.progress is not None:
+                self.progress(done, len(definition.components), None)
         outputs = self._graph_outputs(instance, frame)
         self._updates(definition, frame)
         self._quantizations(definition, frame)

@@ -412,12 +412,27 @@ class Graph:
 
     def compile(self, backend: str = "python", opts: Any = None, progress: Any = None):
         """Lower every operation and compile the kernels with the pipeline: a Program (a
-        :class:`~uopviz.nnef.lowering.GraphProgram` of several when the graph has loop nodes)."""
+        :class:`~uopviz.nnef.lowering.GraphProgram` of several when the graph has loop nodes).
+
+        ``progress``: None for a bar over the operations lowered, then the kernels compiling, when
+        that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
+        ``progress(done, total, operation)`` (``operation`` None once all are lowered)."""
+        from uopviz.core.progress import progress_reporter
         from uopviz.nnef.lowering import compile_graph
 
         key = (backend, repr(opts))
-        if key not in self._programs:
+        if key in self._programs:
+            return self._programs[key]
+        if callable(progress):
             self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=progress)
+            return self._programs[key]
+        with progress_reporter(progress, len(self.operations), f"lowering {self.name}") as report:
+
+            def lowered(done: int, total: int, operation: Any) -> None:
+                if report is not None:
+                    report(done, total, f"compiling {self.name}" if operation is None else None)
+
+            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=lowered)
         return self._programs[key]
 
     def run(

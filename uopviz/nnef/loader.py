@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.progress import progress_reporter
 from uopviz.nnef.composer import Composer
 from uopviz.nnef.data import read_tensor
 from uopviz.nnef.errors import NNEFError
@@ -48,15 +49,19 @@ def loads(
     file: str = "<string>",
     lenient: bool = False,
     variables: Mapping[str, np.ndarray] | None = None,
+    progress: Any = None,
 ) -> Graph:
     """Compose the first (or the named) graph of SkriptND ``text``; it may import standard modules.
 
-    ``variables`` gives data for variables by (qualified) name.
+    ``variables`` gives data for variables by (qualified) name. ``progress`` as in
+    :mod:`uopviz.core.progress` (a bar over the graph's statements when composing takes a while).
     """
     modules = ModuleSet(None, lenient=lenient)
     modules.add("main", parse_module(text, file, lenient=lenient))
     given = dict(variables or {})
-    return _compose(modules, graph, attribs, lambda name, info: given.get(name), source=text)
+    return _compose(
+        modules, graph, attribs, lambda name, info: given.get(name), source=text, progress=progress
+    )
 
 
 def load(
@@ -65,32 +70,41 @@ def load(
     graph: str | None = None,
     attribs: Mapping[str, Any] | None = None,
     lenient: bool = False,
+    progress: Any = None,
 ) -> Graph:
-    """Load a SkriptND file or model folder, an NNEF 1.0 folder, or a .tgz of either."""
+    """Load a SkriptND file or model folder, an NNEF 1.0 folder, or a .tgz of either.
+
+    ``progress`` as in :mod:`uopviz.core.progress`: by default a bar over the graph's statements
+    appears when composing takes more than a second."""
     path = Path(path)
     if not path.exists():
         raise NNEFError(f"no such file or folder: {path}")
     if path.is_file() and path.name.endswith(_ARCHIVE_SUFFIXES):
-        return _load_archive(path, graph, attribs, lenient)
+        return _load_archive(path, graph, attribs, lenient, progress)
     if path.is_dir():
         if (path / "main.sknd").is_file():
-            return _load_folder(path, path / "main.sknd", graph, attribs, lenient)
+            return _load_folder(path, path / "main.sknd", graph, attribs, lenient, progress)
         if (path / "graph.nnef").is_file():
             from uopviz.nnef.nnef1 import load_nnef1
 
-            return load_nnef1(path, attribs=attribs)
+            return load_nnef1(path, attribs=attribs, progress=progress)
         raise NNEFError(
             f"{path} is neither a SkriptND model folder (no main.sknd) nor an NNEF 1.0 folder (no graph.nnef)"
         )
     if path.suffix == ".nnef":
         from uopviz.nnef.nnef1 import load_nnef1
 
-        return load_nnef1(path, attribs=attribs)
-    return _load_folder(path.parent, path, graph, attribs, lenient)
+        return load_nnef1(path, attribs=attribs, progress=progress)
+    return _load_folder(path.parent, path, graph, attribs, lenient, progress)
 
 
 def _load_folder(
-    root: Path, main: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool
+    root: Path,
+    main: Path,
+    graph: str | None,
+    attribs: Mapping[str, Any] | None,
+    lenient: bool,
+    progress: Any = None,
 ) -> Graph:
     modules = ModuleSet(root, lenient=lenient)
     try:
@@ -99,7 +113,14 @@ def _load_folder(
         raise NNEFError(f"cannot read {main}: {error}") from error
     modules.add("main", parse_module(text, str(main), lenient=lenient))
     data_root = root.resolve()
-    return _compose(modules, graph, attribs, lambda name, info: _variable_data(data_root, name), source=main)
+    return _compose(
+        modules,
+        graph,
+        attribs,
+        lambda name, info: _variable_data(data_root, name),
+        source=main,
+        progress=progress,
+    )
 
 
 def _variable_data(root: Path, name: str) -> np.ndarray | None:
@@ -115,18 +136,26 @@ def _variable_data(root: Path, name: str) -> np.ndarray | None:
 
 
 def _compose(
-    modules: ModuleSet, graph: str | None, attribs: Mapping[str, Any] | None, loader: Any, source: Any
+    modules: ModuleSet,
+    graph: str | None,
+    attribs: Mapping[str, Any] | None,
+    loader: Any,
+    source: Any,
+    progress: Any = None,
 ) -> Graph:
-    def compose_for(shapes: Mapping[str, tuple[int, ...]] | None) -> Graph:
-        composed = Composer(modules, loader).compose("main", graph, attribs, shapes)
+    def compose_for(shapes: Mapping[str, tuple[int, ...]] | None, progress: Any = None) -> Graph:
+        with progress_reporter(progress, 0, "composing") as report:
+            composed = Composer(modules, loader, report).compose("main", graph, attribs, shapes)
         composed.source = source
         composed.recompose = compose_for
         return composed
 
-    return compose_for(None)
+    return compose_for(None, progress)
 
 
-def _load_archive(path: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool) -> Graph:
+def _load_archive(
+    path: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool, progress: Any = None
+) -> Graph:
     with tempfile.TemporaryDirectory(prefix="uopviz-nnef-") as folder:
         target = Path(folder).resolve()
         try:
@@ -149,7 +178,7 @@ def _load_archive(path: Path, graph: str | None, attribs: Mapping[str, Any] | No
         except (tarfile.TarError, OSError, EOFError) as error:
             raise NNEFError(f"cannot unpack {path}: {error}", str(path)) from error
         root = _model_root(target, path)
-        loaded = load(root, graph=graph, attribs=attribs, lenient=lenient)
+        loaded = load(root, graph=graph, attribs=attribs, lenient=lenient, progress=progress)
         _keep_data_in_memory(loaded)
         return loaded
 

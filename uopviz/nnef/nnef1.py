@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.progress import progress_reporter
 from uopviz.nnef import ast
 from uopviz.nnef.composer import Composer
 from uopviz.nnef.data import read_tensor
@@ -1164,7 +1165,11 @@ def _imports_helpers(text: str) -> bool:
 
 
 def _compose_translation(
-    graph: Any, source_name: str, data: Callable[[str], np.ndarray | None], attribs: Mapping[str, Any] | None
+    graph: Any,
+    source_name: str,
+    data: Callable[[str], np.ndarray | None],
+    attribs: Mapping[str, Any] | None,
+    progress: Any = None,
 ) -> Graph:
     text, labels, names = translate(graph)
     file = f"{source_name} (as SkriptND)"
@@ -1178,7 +1183,8 @@ def _compose_translation(
         label = labels.get(name)
         return None if label is None else data(label)
 
-    composed = Composer(modules, variable_data).compose("main", None, attribs)
+    with progress_reporter(progress, len(graph.operations), "composing") as report:
+        composed = Composer(modules, variable_data, report).compose("main", None, attribs)
     composed.source = text
     renamed = {skriptnd: original for original, skriptnd in names.items() if skriptnd != original}
     if renamed:
@@ -1204,8 +1210,11 @@ def _restore_names(graph: Graph, renamed: dict[str, str]) -> None:
     graph.inputs, graph.outputs = fix(graph.inputs), fix(graph.outputs)
 
 
-def load_nnef1(path: str | os.PathLike, attribs: Mapping[str, Any] | None = None) -> Graph:
-    """An NNEF 1.0 folder (``graph.nnef`` + ``<label>.dat``) or ``graph.nnef`` file as a Graph."""
+def load_nnef1(
+    path: str | os.PathLike, attribs: Mapping[str, Any] | None = None, progress: Any = None
+) -> Graph:
+    """An NNEF 1.0 folder (``graph.nnef`` + ``<label>.dat``) or ``graph.nnef`` file as a Graph;
+    ``progress`` as in :mod:`uopviz.core.progress`."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
     graph_file = folder / "graph.nnef" if path.is_dir() else path
@@ -1218,13 +1227,17 @@ def load_nnef1(path: str | os.PathLike, attribs: Mapping[str, Any] | None = None
             raise NNEFError(f"the data file of label '{label}' would lie outside the model folder {root}")
         return read_tensor(file) if file.is_file() else None
 
-    return _compose_translation(parsed, str(graph_file), data, attribs)
+    return _compose_translation(parsed, str(graph_file), data, attribs, progress)
 
 
 def loads_nnef1(
-    text: str, variables: Mapping[str, np.ndarray] | None = None, attribs: Mapping[str, Any] | None = None
+    text: str,
+    variables: Mapping[str, np.ndarray] | None = None,
+    attribs: Mapping[str, Any] | None = None,
+    progress: Any = None,
 ) -> Graph:
-    """NNEF 1.0 text as a Graph; ``variables`` maps labels to data."""
+    """NNEF 1.0 text as a Graph; ``variables`` maps labels to data; ``progress`` as in
+    :mod:`uopviz.core.progress`."""
     parsed = _parse(text, None)
     given = dict(variables or {})
-    return _compose_translation(parsed, "<nnef 1.0>", given.get, attribs)
+    return _compose_translation(parsed, "<nnef 1.0>", given.get, attribs, progress)
