@@ -12,6 +12,20 @@ singleton dimensions (binary operations align left), biases and normalisation pa
 ``[1, C]``, padding is a list of ``(before, after)`` pairs (empty: "same", output
 ``ceil(input / stride)``), pooling sizes cover every dimension, a ``border`` names the padding
 method, ``reshape`` copies dimensions given as 0, ``slice`` ends at the extent for an end of 0.
+
+Every fragment of the 1.0 standard library is translated (the ``nnef`` package's list; its shape
+table also names ``max_unpool`` and ``avg_unpool``, which its parser does not know). Compound
+fragments are written out from their 1.0 definitions (separable convolutions as two, the local and
+L1 normalisations, the quantisations, ``softabs``, ``copy_n``, the ROI aligns as a resample and a
+pooling); the sliding-window primitives SkriptND has no operator for (``argmax_pool``, ``sample``,
+``desample``, ``debox``, ``roi_resample``) are operators of the helper module ``nnef1.sknd``.
+Borders: 'constant' pads with zeros that take part, 'ignore' leaves the padding out, 'reflect',
+'replicate' and 'reflect-even' pad the input as ``pad`` does before a conv or pooling without
+padding; the transposed operations (``deconv``, ``debox``, ``desample``) take 'constant' and
+'ignore' only. ``argmax_pool``'s index is the flat row-major position inside the window, and ROI
+rows are ``[start.., end..]`` along the spatial axes, as the SkriptND ROI pools read them: the 1.0
+text leaves both open. Fragments a graph file defines itself (``KHR_enable_fragment_definitions``)
+are expanded into their bodies by the parser; one without a body is an error.
 """
 
 from __future__ import annotations
