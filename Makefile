@@ -3,6 +3,8 @@
 #   make lab        JupyterLab on the tour notebook (prints the URL with its token)
 #   make test       the whole test suite, slow and browser tests included (pytest-xdist)
 #   make test-fast  the suite without `slow` and `browser` tests
+#   make test-targets  backend, pipeline and NNEF-lowering tests again for each lesser CPU target
+#                   (UOPVIZ_TARGET=x86-64-v3, x86-64-v2) this host can run
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
 #   make lint       ruff
 #   make venv       system packages (when root) + .venv with `pip install -e .[dev,bench]`
@@ -31,10 +33,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: help venv system-deps test test-fast lab bench lint clean distclean
+.PHONY: help venv system-deps test test-fast test-targets lab bench lint clean distclean
+
+# The tests whose generated code depends on the CPU target, run again under each lesser target.
+TARGET_TESTS ?= tests/backends tests/passes tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
+TARGET_LEVELS ?= x86-64-v3 x86-64-v2
 
 help:
-	@echo "uopviz: make lab | test | test-fast | bench | lint | venv | system-deps | clean | distclean"
+	@echo "uopviz: make lab | test | test-fast | test-targets | bench | lint | venv | system-deps | clean | distclean"
 
 system-deps:
 	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
@@ -65,6 +71,16 @@ test: venv
 
 test-fast: venv
 	$(PY) -m pytest -n auto -m "not slow and not browser" $(PYTEST_ARGS)
+
+test-targets: venv
+	@for level in $(TARGET_LEVELS); do \
+	  if ! $(PY) -c "import sys; from uopviz.backends.target import resolve_target as r; \
+	      sys.exit(r('$$level').why_not_here() is not None)"; then \
+	    echo "== $$level: this CPU cannot run its code; skipped"; continue; fi; \
+	  echo "== UOPVIZ_TARGET=$$level $(PY) -m pytest -n auto -m 'not slow and not browser' $(TARGET_TESTS)"; \
+	  UOPVIZ_TARGET=$$level $(PY) -m pytest -n auto -m "not slow and not browser" $(TARGET_TESTS) \
+	    $(PYTEST_ARGS) || exit $$?; \
+	done
 
 lab: venv
 	$(VENV)/bin/uopviz lab $(LAB_ARGS)

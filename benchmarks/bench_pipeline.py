@@ -77,11 +77,11 @@ def ours_codegen(case: dict[str, Any]) -> float:
     return measure(once, repeat=5, number=1, warmup=1)
 
 
-def ours_kernels(case: dict[str, Any]) -> tuple[float, Any]:
+def ours_kernels(case: dict[str, Any], backend: str = "c") -> tuple[float, Any]:
     import uopviz as uv
 
     tensors = [uv.Tensor(a) for a in case["inputs"]]
-    program = uv.compile(case["build"](*tensors), backend="c", opts="heuristic")
+    program = uv.compile(case["build"](*tensors), backend=backend, opts="heuristic")
     expected = case["numpy"](*case["inputs"])
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-3, atol=1e-3)
     bound = program.bind()
@@ -113,9 +113,12 @@ def tinygrad_codegen(case: dict[str, Any]) -> float:
     renderer = Device["CPU"].renderer
     to_source = PatternMatcher(pm_to_program.patterns[:4])  # linearize, estimates, render: no compile
 
+    # the inputs are made (and copied into tinygrad's buffers) outside the timed region: uopviz's
+    # Tensor wraps the numpy arrays without a copy, so both sides time graph building to source
+    tensors = [Tensor(a, device="CPU").realize() for a in case["inputs"]]
+
     def once() -> None:
         schedule_cache.clear()
-        tensors = [Tensor(a, device="CPU").realize() for a in case["inputs"]]
         linear = case["build"](*tensors).schedule_linear()
         for call in linear.src:
             for u in call.toposort():
@@ -172,6 +175,24 @@ def run() -> list[dict]:
         reference, inputs = case["numpy"], case["inputs"]
         numpy_s = measure(lambda f=reference, x=inputs: f(*x), repeat=7, warmup=1, min_time_s=0.1)
         rows.append(row(f"kernels {name}", kernels, peer="numpy", peer_s=numpy_s, notes=notes))
+        rows.extend(other_backends(name, case, kernels))
+    return rows
+
+
+def other_backends(name: str, case: dict[str, Any], c_s: float) -> list[dict]:
+    """The same program on LLVM (target: C within 1.3x of it) and OpenCL (target: within 2x of C)."""
+    from uopviz.backends import get
+
+    rows = []
+    for backend, limit, against in (("llvm", 1.3, "C / LLVM"), ("opencl", 2.0, "OpenCL / C")):
+        if not get(backend).available():
+            continue
+        seconds, program = ours_kernels(case, backend)
+        ratio = c_s / seconds if backend == "llvm" else seconds / c_s
+        verdict = "met" if ratio <= limit else "missed"
+        rows.append(row(f"kernels {name} on {backend}", seconds, peer="uopviz C", peer_s=c_s,
+                        notes=f"{against} = {ratio:.2f} (target <= {limit}: {verdict}); "
+                              f"{', '.join(k.name for k in program.kernels)}"))
     return rows
 
 

@@ -255,10 +255,50 @@ def _git_commit() -> str | None:
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def _compilers() -> dict[str, Any]:
+    """The code generators behind each CPU backend: the C compiler and its version, LLVM's version,
+    the OpenCL device and driver."""
+    found: dict[str, Any] = {}
+    try:
+        from uopviz.backends.c import compiler_version, find_c_compiler
+
+        compiler = find_c_compiler()
+        found["c"] = f"{compiler}: {compiler_version(compiler).splitlines()[0]}" if compiler else None
+    except Exception as error:  # noqa: BLE001 - a missing backend is recorded, not fatal
+        found["c"] = f"unavailable: {error}"
+    try:
+        import llvmlite.binding as llvm
+
+        found["llvm"] = "LLVM " + ".".join(map(str, llvm.llvm_version_info))
+    except Exception as error:  # noqa: BLE001
+        found["llvm"] = f"unavailable: {error}"
+    try:
+        from uopviz.backends import get
+
+        opencl = get("opencl")
+        available = opencl.available()
+        found["opencl"] = opencl.device if available else f"unavailable: {opencl.unavailable_reason()}"
+        found["pocl_cpu"] = os.environ.get("POCL_LLVM_CPU_NAME", "pocl's default (host CPU)")
+    except Exception as error:  # noqa: BLE001
+        found["opencl"] = f"unavailable: {error}"
+    return found
+
+
+def target_info() -> dict[str, Any]:
+    """uopviz's CPU target profile: what the CPU backends generated code for in this run."""
+    from uopviz.backends.target import cpu_target, host_cpu
+
+    return {**cpu_target().to_json(), "host_level": host_cpu().level,
+            "host_flags": sorted(host_cpu().features)}
+
+
 def machine_info() -> dict[str, Any]:
-    """Where the numbers were taken: CPU, core counts, load, thread settings, package versions."""
+    """Where the numbers were taken: CPU, its flags and uopviz's target profile, core counts, load,
+    thread settings, compilers and package versions."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
+        "target": target_info(),
+        "compilers": _compilers(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_usable": usable,
@@ -273,6 +313,19 @@ def machine_info() -> dict[str, Any]:
         "uopviz": _version("uopviz"),
         "git_commit": _git_commit(),
     }
+
+
+def machine_header(machine: dict[str, Any]) -> str:
+    """The lines printed above the table: the CPU, the target code was generated for, compilers."""
+    target, compilers = machine["target"], machine["compilers"]
+    return "\n".join([
+        f"CPU: {machine['cpu']} ({machine['cpu_usable']} usable cores, host level {target['host_level']}; "
+        f"load {machine['load_avg_1m']})",
+        f"target: {target['name']} = {target['level']}: {target['vector_registers']} x "
+        f"{target['vector_bits']}-bit registers, FMA {target['fma']}; key {target['key']}",
+        f"compilers: C {compilers.get('c')}; {compilers.get('llvm')}; OpenCL {compilers.get('opencl')}",
+        "",
+    ])
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -314,11 +367,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="benchmarks to run (bench_<name>.py; globs allowed)")
     parser.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
     parser.add_argument("--list", action="store_true", help="list the available benchmarks and exit")
+    parser.add_argument("--target", default=None,
+                        help="uopviz's CPU target for every module: native, x86-64-v4, x86-64-v3 or "
+                             "x86-64-v2 (sets UOPVIZ_TARGET; default: leave as is)")
     parser.add_argument("--threads", type=int, default=None,
                         help="set OMP/OPENBLAS/MKL_NUM_THREADS for every module (default: leave as is)")
     args = parser.parse_args(argv)
     if args.threads is not None:  # before any module imports numpy or a peer
         os.environ.update({v: str(args.threads) for v in THREAD_VARS})
+    if args.target is not None:  # before any module makes a backend (pocl reads it once)
+        os.environ["UOPVIZ_TARGET"] = args.target
 
     available = discover()
     if args.list:
@@ -342,11 +400,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {name}: {len(module_rows)} row(s) in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
         rows.extend(module_rows)
 
+    machine = machine_info()
     if rows:
+        print(machine_header(machine))
         print(format_table(rows))
     results = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
+        "machine": machine,
         "selected": list(chosen),
         "wall_s": round(time.perf_counter() - started, 3),
         "schema": ROW_FIELDS,

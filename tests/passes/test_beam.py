@@ -208,3 +208,32 @@ def test_a_script_without_a_main_guard_is_told_why_beam_failed(tmp_path) -> None
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
     assert done.returncode != 0
     assert "no candidate ran" in done.stderr and "if __name__ == '__main__':" in done.stderr
+
+
+@needs_c
+def test_a_finalist_that_computes_something_else_cannot_win() -> None:
+    from uopviz.passes import beam
+    from uopviz.passes.optimize import hand_coded_optimizations
+
+    untuned, a, b = _gemm(32)
+    tuned = hand_coded_optimizations(untuned)
+    # a kernel of the same shape and arguments that computes (a @ b) * 2: a wrong "tuning"
+    wrong = uv.compile([(uv.Tensor(a) @ uv.Tensor(b)) * 2], backend="c", opts=None).kernels[0]
+    right_row = beam.Candidate(tuned.opts, tuned.name, 1, run_s=0.002)
+    wrong_row = beam.Candidate((), wrong.name, 1, run_s=0.001)  # "faster" in the search
+    kernels = {id(right_row): tuned, id(wrong_row): wrong}
+    winner = beam._verify_finalists([right_row, wrong_row], None, kernels, "c", 2, 60.0, 2, untuned)
+    assert winner is right_row and right_row.verified_s is not None
+    assert wrong_row.error is not None and wrong_row.error.startswith("wrong result: output 0 differs")
+    assert not wrong_row.ok
+
+
+def test_verification_tolerates_summation_order_but_not_other_values() -> None:
+    from uopviz.passes.beam import _differs_from
+
+    expected = {0: np.linspace(-100, 100, 50).astype(np.float32)}
+    reordered = {0: expected[0] * np.float32(1 + 2e-6)}
+    assert _differs_from(expected, reordered) is None
+    assert "differs from the untuned kernel's by up to" in _differs_from(expected, {0: expected[0] + 1})
+    assert _differs_from({0: np.arange(4)}, {0: np.arange(4) + 1}).startswith("wrong result")
+    assert _differs_from(expected, "KernelCrashed: died").startswith("not verified")

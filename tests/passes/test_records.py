@@ -32,17 +32,36 @@ def test_hand_made_records_round_trip_and_compile_uses_them(tmp_path) -> None:
     program, _, _ = _program(16, "python")
     kernel = program.kernels[0]
     records = TuningRecords()
-    record = records.add(kernel, (UPCAST, UNROLL), backend="python", device="host", run_s=1e-3)
+    device = uv.backends.get("python").device
+    record = records.add(kernel, (UPCAST, UNROLL), backend="python", device=device, run_s=1e-3)
     assert record.key == kernel_key(kernel.with_parallel_outputs())
     path = tmp_path / "tuned.json"
     records.save(path)
     loaded = TuningRecords.load(path)
     assert list(loaded.records) == list(records.records)
     again = loaded.records[(record.key, "python")]
-    assert again.opts == (UPCAST, UNROLL) and again.run_s == 1e-3 and again.device == "host"
+    assert again.opts == (UPCAST, UNROLL) and again.run_s == 1e-3 and again.device == device
     tuned, a, b = _program(16, "python", seed=3, opts=loaded)
     assert tuned.kernels[0].opts == (UPCAST, UNROLL)
     np.testing.assert_allclose(tuned.run()[0], np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+
+@needs_c
+def test_a_record_measured_on_another_cpu_target_is_shown_not_reused() -> None:
+    from uopviz.backends.target import using_target
+
+    program, _, _ = _program(16, "c")
+    kernel = program.kernels[0]
+    records = TuningRecords()
+    with using_target("x86-64-v2"):
+        v2_device = uv.backends.get("c").device
+        records.add(kernel, (UPCAST,), device=v2_device)
+        assert records.opts_for_kernel(kernel) == (UPCAST,)  # the target it was measured on reuses it
+    with using_target("native"), pytest.warns(UserWarning, match="x86-64-v2.*not reused"):
+        assert records.opts_for_kernel(kernel) is None
+    assert records.record_for_kernel(kernel).opts == (UPCAST,)
+    records.add(kernel, (UNROLL,), backend="c", device="")  # written by hand, for any device
+    assert records.opts_for_kernel(kernel) == (UNROLL,)
 
 
 def test_lookup_by_key_name_and_backend() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.backends.target import CPUTarget, cpu_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
@@ -283,7 +284,11 @@ class CompiledKernel(abc.ABC):
         return self.meta.params
 
     def check_arguments(self, arrays: Sequence[Any]) -> list[np.ndarray]:
-        """The arrays after checking count, dtype, size and layout against the params."""
+        """The arrays after checking count, dtype, size and layout against the params (and that the
+        host can run the kernel: code for a CPU target this host lacks raises BackendUnavailable)."""
+        cannot_run = self.extra.get("cannot_run")
+        if cannot_run:
+            raise BackendUnavailable(f"kernel {self.name}: {cannot_run}")
         if len(arrays) != len(self.params):
             raise TypeError(
                 f"kernel {self.name} takes {len(self.params)} arrays (slots "
@@ -318,6 +323,13 @@ class Backend(abc.ABC):
     #: the vector registers the heuristics plan register tiles for: bytes of one, and how many
     register_bytes: int = 16
     vector_registers: int = 16
+    #: the widest vector the renderer's compiler handles well, in bytes (0: any of ``vector_widths``);
+    #: Instruction Selection splits wider vector ops into chunks of this size
+    vector_bytes: int = 0
+    #: dtypes whose values the backend never holds in vectors (Instruction Selection splits them)
+    scalar_dtypes: frozenset[DType] = frozenset()
+    #: how many threads a THREAD axis is split for (GPU backends use workgroups instead)
+    thread_count: int = 1
 
     @property
     def runs_on_cpu(self) -> bool:
@@ -362,3 +374,41 @@ class Backend(abc.ABC):
         reason = self.unavailable_reason()
         if reason is not None:
             raise BackendUnavailable(f"backend {self.name!r} is not available: {reason}")
+
+
+class TargetsCPU:
+    """For backends whose kernels run on the host's cores (C, LLVM; OpenCL on a CPU device): the CPU
+    target profile (:func:`uopviz.backends.target.cpu_target`) decides the registers the heuristics
+    plan for, the threads, the code the compiler generates and the keys its caches use."""
+
+    @property
+    def target(self) -> CPUTarget:
+        """The CPU target code is generated for now."""
+        return cpu_target()
+
+    @property
+    def register_bytes(self) -> int:
+        """Bytes of one of the target's SIMD registers."""
+        return self.target.vector_bytes
+
+    @property
+    def vector_registers(self) -> int:
+        """How many SIMD registers the target has."""
+        return self.target.vector_registers
+
+    @property
+    def thread_count(self) -> int:
+        """How many threads THREAD axes are split for: the target's cores."""
+        return self.target.cores
+
+    @property
+    def device(self) -> str:
+        """The host CPU and the target profile's key (BEAM and tuning records are kept per device)."""
+        target = self.target
+        return f"CPU:{target.host_model} [{target.name}] {target.key}"
+
+    def require_runnable(self) -> None:
+        """Raise BackendUnavailable when the host cannot run code for the current target."""
+        reason = self.target.why_not_here()
+        if reason is not None:
+            raise BackendUnavailable(reason)

@@ -44,6 +44,7 @@ from uopviz.backends.base import (
     KernelParam,
     Launch,
     RenderError,
+    TargetsCPU,
     TensorCore,
     cpu_tensor_cores,
 )
@@ -1652,7 +1653,8 @@ def openmp_works(compiler: str) -> str | None:
         return None if value == 2016 else f"the OpenMP probe computed {value}, not 2016"
 
 
-C_FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-std=gnu11")
+#: the flags of every C kernel; the ISA flags (``-march=...``) come from the CPU target profile
+C_FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-std=gnu11")
 #: GCC 12.2 at -O3 -march=native vectorises a nested sum of gated terms wrongly (two loops over r, c
 #: adding ``(c < hi1) & (c >= lo1) & ((r < hi0) & (r >= lo0)) ? x[r*9+c] : 0``: 6 instead of 9 for a
 #: 3x3 window of ones; found by the NNEF avg_roi_pool tests).  Without loop if-conversion it is
@@ -1694,27 +1696,15 @@ def load_function(library_path: str, name: str, argument_count: int) -> Any:
     return function
 
 
-class HostRegisters:
-    """For backends that run on the host CPU: its SIMD registers, which the heuristics plan for."""
-
-    @property
-    def register_bytes(self) -> int:  # type: ignore[override]
-        """Bytes of one of the host's SIMD registers."""
-        return host_vector_registers()[0]
-
-    @property
-    def vector_registers(self) -> int:  # type: ignore[override]
-        """How many SIMD registers the host has."""
-        return host_vector_registers()[1]
-
-
-class CBackend(HostRegisters, Backend):
+class CBackend(TargetsCPU, Backend):
     """C compiled by gcc/clang with OpenMP for THREAD axes and GCC vectors for UPCAST lanes."""
 
     name = "c"
     supported_ops = COMPILED_ALU_OPS
     vector_widths = (2, 4, 8, 16)
     has_local = False
+    #: bfloat16 is held in float variables and converted lane by lane (C has no bfloat16 vectors)
+    scalar_dtypes = frozenset({dtypes.bfloat16})
     tensor_cores = cpu_tensor_cores()
 
     def __init__(self) -> None:
@@ -1740,27 +1730,30 @@ class CBackend(HostRegisters, Backend):
         return None
 
     @property
-    def device(self) -> str:
-        """The host CPU model."""
-        return host_cpu_name()
+    def vector_bytes(self) -> int:  # type: ignore[override]
+        """One SIMD register of the target: GCC lowers wider vector types through memory."""
+        return self.target.vector_bytes
 
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
 
     def flags(self) -> list[str]:
-        """The compiler flags (OpenMP when it works)."""
+        """The compiler flags: the target's ISA flags, and OpenMP when it works."""
         compiler = find_c_compiler()
         extra = ["-fopenmp"] if compiler is not None and openmp_works(compiler) is None else []
         if compiler is not None and "gcc" in compiler_version(compiler).lower():
             extra.append(GCC_WORKAROUND_FLAG)
-        return [*C_FLAGS, *extra]
+        return [*C_FLAGS, *self.target.c_flags(), *extra]
 
     def compile(self, source: str, name: str) -> CPUCompiledKernel:
         self.require()
         compiler = find_c_compiler()
         assert compiler is not None
         flags = self.flags()
-        key = content_key(source, compiler_version(compiler), flags)
+        # keyed by the resolved target, never by the text -march=native: an object built for
+        # another CPU's features would be loaded and die with SIGILL
+        target = self.target
+        key = content_key(source, compiler_version(compiler), flags, target.key)
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
@@ -1786,40 +1779,9 @@ class CBackend(HostRegisters, Backend):
             meta,
             source,
             compile_s,
-            {"cached": was_cached},
+            {"cached": was_cached, "target": target.name, "cannot_run": target.why_not_here()},
             library_path=str(path),
             function=function,
         )
         self._compiled[key] = kernel
         return kernel
-
-
-@functools.cache
-def host_vector_registers() -> tuple[int, int]:
-    """``(bytes, count)`` of the host's SIMD registers, from the CPU flags: AVX-512 32 × 64 bytes,
-    AVX 16 × 32, else 16 × 16 (SSE, NEON)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return 16, 16
-    lines = text.splitlines()
-    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-    if "avx512f" in flags:
-        return 64, 32
-    if "avx" in flags:
-        return 32, 16
-    return 16, 16
-
-
-@functools.cache
-def host_cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (tuning results are kept per device)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return "CPU:" + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return "CPU:" + (platform.processor() or platform.machine())

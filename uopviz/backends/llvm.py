@@ -44,6 +44,7 @@ from uopviz.backends.base import (
     KernelParam,
     Launch,
     RenderError,
+    TargetsCPU,
     TensorCore,
     cpu_tensor_cores,
 )
@@ -51,15 +52,14 @@ from uopviz.backends.c import (
     PREFETCH_ITERATIONS,
     PREFETCH_MIN_STRIDE_BYTES,
     CPULaunch,
-    HostRegisters,
     LinearRenderState,
     _underlying_buffer,
     contiguous_start,
-    host_cpu_name,
     linear_coefficient,
     live_uops,
 )
 from uopviz.backends.cache import cache_dir, content_key
+from uopviz.backends.target import CPUTarget
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
@@ -113,12 +113,14 @@ def value_type(dtype: DType) -> str:
 
 
 def memory_scalar_type(dtype: DType) -> str:
-    """The LLVM type of one element in memory (bool is a byte, bfloat16 is ``bfloat``)."""
+    """The LLVM type of one element in memory (bool is a byte, bfloat16 its 16 bits as ``i16``: LLVM
+    lowers ``fptrunc`` to ``bfloat`` to a runtime-library call on CPUs without AVX512-BF16, which
+    the JIT cannot resolve, so conversions are integer arithmetic)."""
     scalar = dtype.scalar
     if scalar.is_bool:
         return "i8"
     if scalar is dtypes.bfloat16:
-        return "bfloat"
+        return "i16"
     return scalar_type(scalar)
 
 
@@ -563,7 +565,7 @@ class _LLVMState(LinearRenderState):
         if dtype.scalar.is_bool:
             return self.temp("bool", f"icmp ne {mtype} {value}, {splat('0', mtype)}")
         if dtype.scalar is dtypes.bfloat16:
-            return self.temp("ext", f"fpext {mtype} {value} to {value_type(dtype)}")
+            return self.bfloat16_value(value, value_type(dtype))
         return value
 
     def to_memory(self, value: str, dtype: DType) -> str:
@@ -571,7 +573,7 @@ class _LLVMState(LinearRenderState):
         if dtype.scalar.is_bool:
             return self.temp("byte", f"zext {value_type(dtype)} {value} to {memory_type(dtype)}")
         if dtype.scalar is dtypes.bfloat16:
-            return self.temp("trunc", f"fptrunc {value_type(dtype)} {value} to {memory_type(dtype)}")
+            return self.bfloat16_bits(value, value_type(dtype))
         return value
 
     def render_load(self, u: UOp) -> None:
@@ -711,10 +713,46 @@ class _LLVMState(LinearRenderState):
             result = self.round_bfloat16(result, value_type(u.dtype))
         self.define(u, result)
 
+    def _bfloat16_rounded(self, value: str, vtype: str) -> tuple[str, str, str]:
+        """(float bits rounded to nearest-even at bit 16, the bits, the i32 type) of a float value."""
+        itype = with_element(vtype, "i32")
+        bits = self.temp("bf", f"bitcast {vtype} {value} to {itype}")
+        low = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
+        odd = self.temp("bf", f"and {itype} {low}, {splat('1', itype)}")
+        bias = self.temp("bf", f"add {itype} {odd}, {splat('32767', itype)}")
+        return self.temp("bf", f"add {itype} {bits}, {bias}"), bits, itype
+
+    def _keep_nan(self, value: str, vtype: str, number: str, nan: str, itype: str) -> str:
+        """``number`` where ``value`` is a number, ``nan`` (both of ``itype``) where it is NaN."""
+        is_nan = self.temp("bf", f"fcmp uno {vtype} {value}, {value}")
+        condition = with_element(vtype, "i1")
+        return self.temp("bf", f"select {condition} {is_nan}, {itype} {nan}, {itype} {number}")
+
     def round_bfloat16(self, value: str, vtype: str) -> str:
-        """Round a float held value to bfloat16 precision (bfloat16 arithmetic is done in float)."""
-        narrow = self.temp("bf", f"fptrunc {vtype} {value} to {with_element(vtype, 'bfloat')}")
-        return self.temp("bf", f"fpext {with_element(vtype, 'bfloat')} {narrow} to {vtype}")
+        """Round a float held value to bfloat16 precision, to nearest-even (bfloat16 arithmetic is
+        done in float); NaN stays a (quiet) NaN."""
+        rounded, bits, itype = self._bfloat16_rounded(value, vtype)
+        kept = self.temp("bf", f"and {itype} {rounded}, {splat('-65536', itype)}")
+        quiet = self.temp("bf", f"or {itype} {bits}, {splat('4194304', itype)}")
+        quiet = self.temp("bf", f"and {itype} {quiet}, {splat('-65536', itype)}")
+        chosen = self._keep_nan(value, vtype, kept, quiet, itype)
+        return self.temp("bf", f"bitcast {itype} {chosen} to {vtype}")
+
+    def bfloat16_bits(self, value: str, vtype: str) -> str:
+        """The 16 bits (``i16``) of a float held value rounded to bfloat16 (nearest-even; NaN quiet)."""
+        rounded, bits, itype = self._bfloat16_rounded(value, vtype)
+        high = self.temp("bf", f"lshr {itype} {rounded}, {splat('16', itype)}")
+        quiet = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
+        quiet = self.temp("bf", f"or {itype} {quiet}, {splat('64', itype)}")
+        chosen = self._keep_nan(value, vtype, high, quiet, itype)
+        return self.temp("bf", f"trunc {itype} {chosen} to {with_element(vtype, 'i16')}")
+
+    def bfloat16_value(self, bits: str, vtype: str) -> str:
+        """The float held value of bfloat16 bits (``i16``): the bits are a float's upper half."""
+        itype = with_element(vtype, "i32")
+        wide = self.temp("bf", f"zext {with_element(vtype, 'i16')} {bits} to {itype}")
+        shifted = self.temp("bf", f"shl {itype} {wide}, {splat('16', itype)}")
+        return self.temp("bf", f"bitcast {itype} {shifted} to {vtype}")
 
     def render_cast(self, u: UOp) -> None:
         self.define(u, cast_value(self, self.ref(u.src[0]), u.src[0].dtype, u.dtype))
@@ -725,15 +763,13 @@ class _LLVMState(LinearRenderState):
             raise self.fail(u, f"BITCAST from {source.dtype.name} to {u.dtype.name} changes the size")
         value = self.ref(source)
         if source.dtype.scalar is dtypes.bfloat16:
-            value = self.temp(
-                "bf", f"fptrunc {value_type(source.dtype)} {value} to {memory_type(source.dtype)}"
-            )
+            value = self.bfloat16_bits(value, value_type(source.dtype))
             from_type = memory_type(source.dtype)
         else:
             from_type = value_type(source.dtype)
         if u.dtype.scalar is dtypes.bfloat16:
             narrow = self.temp("cast", f"bitcast {from_type} {value} to {memory_type(u.dtype)}")
-            self.assign(u, "cast", f"fpext {memory_type(u.dtype)} {narrow} to {value_type(u.dtype)}")
+            self.define(u, self.bfloat16_value(narrow, value_type(u.dtype)))
             return
         self.assign(u, "cast", f"bitcast {from_type} {value} to {value_type(u.dtype)}")
 
@@ -1127,6 +1163,94 @@ def cast_value(state: _LLVMState, value: str, source: DType, target: DType) -> s
 # compiling and running
 
 
+#: float16 conversions LLVM lowers to runtime-library calls (``__truncsfhf2`` and ``__extendhfsf2``
+#: without F16C; ``__truncdfhf2`` for double → half on every x86 CPU without AVX512-FP16).  The JIT
+#: cannot resolve them, so a module that uses ``half`` defines them itself, in integer arithmetic
+#: (round to nearest-even, subnormals, infinities and NaN as IEEE 754 says).  Subnormal results are
+#: rounded by the FPU: adding a power of two whose ulp is half's smallest subnormal (2^-24) leaves the
+#: rounded subnormal's bits in the sum's low bits.
+SOFT_HALF_FUNCTIONS = """
+define half @__truncsfhf2(float %x) {
+  %b = bitcast float %x to i32
+  %s = lshr i32 %b, 16
+  %sign = and i32 %s, 32768
+  %a = and i32 %b, 2147483647
+  %special = icmp uge i32 %a, 2139095040
+  %nan = icmp ugt i32 %a, 2139095040
+  %special.bits = select i1 %nan, i32 32256, i32 31744
+  %over = icmp uge i32 %a, 1199566848
+  %small = icmp ult i32 %a, 947912704
+  %af = bitcast i32 %a to float
+  %sum = fadd float %af, 5.000000e-01
+  %sum.bits = bitcast float %sum to i32
+  %subnormal = sub i32 %sum.bits, 1056964608
+  %shifted = lshr i32 %a, 13
+  %odd = and i32 %shifted, 1
+  %biased = add i32 %a, -939520001
+  %rounded = add i32 %biased, %odd
+  %normal = lshr i32 %rounded, 13
+  %r1 = select i1 %small, i32 %subnormal, i32 %normal
+  %r2 = select i1 %over, i32 31744, i32 %r1
+  %r3 = select i1 %special, i32 %special.bits, i32 %r2
+  %r = or i32 %r3, %sign
+  %t = trunc i32 %r to i16
+  %h = bitcast i16 %t to half
+  ret half %h
+}
+
+define half @__truncdfhf2(double %x) {
+  %b = bitcast double %x to i64
+  %s = lshr i64 %b, 48
+  %sign = and i64 %s, 32768
+  %a = and i64 %b, 9223372036854775807
+  %special = icmp uge i64 %a, 9218868437227405312
+  %nan = icmp ugt i64 %a, 9218868437227405312
+  %special.bits = select i1 %nan, i64 32256, i64 31744
+  %over = icmp uge i64 %a, 4679237813814689792
+  %small = icmp ult i64 %a, 4544132024016830464
+  %af = bitcast i64 %a to double
+  %sum = fadd double %af, 0x41B0000000000000
+  %sum.bits = bitcast double %sum to i64
+  %subnormal = sub i64 %sum.bits, 4733283208366391296
+  %shifted = lshr i64 %a, 42
+  %odd = and i64 %shifted, 1
+  %biased = add i64 %a, -4539626225366204417
+  %rounded = add i64 %biased, %odd
+  %normal = lshr i64 %rounded, 42
+  %r1 = select i1 %small, i64 %subnormal, i64 %normal
+  %r2 = select i1 %over, i64 31744, i64 %r1
+  %r3 = select i1 %special, i64 %special.bits, i64 %r2
+  %r = or i64 %r3, %sign
+  %t = trunc i64 %r to i16
+  %h = bitcast i16 %t to half
+  ret half %h
+}
+
+define float @__extendhfsf2(half %x) {
+  %h16 = bitcast half %x to i16
+  %h = zext i16 %h16 to i32
+  %sign.low = and i32 %h, 32768
+  %sign = shl i32 %sign.low, 16
+  %magnitude = and i32 %h, 32767
+  %o = shl i32 %magnitude, 13
+  %exponent = and i32 %o, 260046848
+  %normal = add i32 %o, 939524096
+  %special.bits = add i32 %normal, 939524096
+  %subnormal.biased = add i32 %normal, 8388608
+  %subnormal.float = bitcast i32 %subnormal.biased to float
+  %subnormal.value = fsub float %subnormal.float, 0x3F10000000000000
+  %subnormal = bitcast float %subnormal.value to i32
+  %special = icmp eq i32 %exponent, 260046848
+  %zero.exponent = icmp eq i32 %exponent, 0
+  %r1 = select i1 %zero.exponent, i32 %subnormal, i32 %normal
+  %r2 = select i1 %special, i32 %special.bits, i32 %r1
+  %r = or i32 %r2, %sign
+  %f = bitcast i32 %r to float
+  ret float %f
+}
+"""
+
+
 @functools.cache
 def _llvm() -> Any:
     import llvmlite.binding as llvm
@@ -1136,13 +1260,19 @@ def _llvm() -> Any:
     return llvm
 
 
-def _target_machine() -> Any:
-    """A new target machine for the host (an MCJIT engine owns and disposes the one it is given)."""
+def llvm_cpu_and_features(target: CPUTarget) -> tuple[str, str]:
+    """LLVM's CPU name and feature string for a CPU target profile."""
+    llvm = _llvm()
+    return target.llvm_cpu_and_features(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+
+
+def _target_machine(cpu: str, features: str) -> Any:
+    """A new target machine (an MCJIT engine owns and disposes the one it is given)."""
     llvm = _llvm()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
+        cpu=cpu,
+        features=features,
         opt=3,
         reloc="pic",
         codemodel="default",
@@ -1210,7 +1340,7 @@ class _ObjectCache:
         return path.read_bytes() if path.exists() else None
 
 
-class LLVMBackend(HostRegisters, Backend):
+class LLVMBackend(TargetsCPU, Backend):
     """LLVM IR JIT-compiled with llvmlite for the host CPU."""
 
     name = "llvm"
@@ -1241,18 +1371,16 @@ class LLVMBackend(HostRegisters, Backend):
             return f"llvmlite is not installed ({error}); pip install llvmlite"
         return None
 
-    @property
-    def device(self) -> str:
-        return host_cpu_name()
-
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
 
     def compile(self, source: str, name: str) -> LLVMCompiledKernel:
         self.require()
         llvm = _llvm()
-        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        key = content_key(source, cpu, features, ".".join(map(str, llvm.llvm_version_info)), "O3+slp")
+        target = self.target
+        cpu, features = llvm_cpu_and_features(target)
+        key = content_key(source, cpu, features, target.key, ".".join(map(str, llvm.llvm_version_info)),
+                          "O3+slp", "soft-half-1")
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
@@ -1267,12 +1395,14 @@ class LLVMBackend(HostRegisters, Backend):
             "attributes #0 = { nounwind }",
             f'attributes #0 = {{ nounwind "target-cpu"="{cpu}" "target-features"="{features}" }}',
         )
+        if "half" in source:
+            text += SOFT_HALF_FUNCTIONS
         try:
             module = llvm.parse_assembly(text)
             module.verify()
         except RuntimeError as error:
             raise CompileError(self.name, name, str(error), source) from None
-        machine = _target_machine()
+        machine = _target_machine(cpu, features)
         module.triple, module.data_layout = machine.triple, str(machine.target_data)
         object_cache = _ObjectCache(key)
         was_cached = object_cache.path().exists()
@@ -1296,7 +1426,8 @@ class LLVMBackend(HostRegisters, Backend):
             meta,
             source,
             time.perf_counter() - start,
-            {"cached": was_cached, "optimized_ir": None if was_cached else str(module)},
+            {"cached": was_cached, "optimized_ir": None if was_cached else str(module),
+             "target": target.name, "cannot_run": target.why_not_here()},
             engine,
             function,
         )

@@ -33,8 +33,9 @@ from uopviz.backends.base import (
     RenderError,
     cpu_tensor_cores,
 )
-from uopviz.backends.c import CStyleRenderer, _RenderState, host_vector_registers, render_wmma_scalar
+from uopviz.backends.c import CStyleRenderer, _RenderState, render_wmma_scalar
 from uopviz.backends.cache import content_key, read_cached_bytes
+from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
@@ -283,6 +284,11 @@ class OpenCLRenderer(CStyleRenderer):
 @functools.cache
 def _opencl() -> tuple[Any, Any] | str:
     """``(pyopencl module, device)``, or a string saying why there is none."""
+    # pocl compiles a CPU device's kernels with its own LLVM for the CPU named here, read once when
+    # its devices are made: a named target level applies from then on (see ``device_target``)
+    target = cpu_target()
+    if not target.is_native and target.level is not None:
+        os.environ.setdefault("POCL_LLVM_CPU_NAME", target.level)
     try:
         import pyopencl as cl
     except ImportError as error:
@@ -310,12 +316,14 @@ def _opencl() -> tuple[Any, Any] | str:
 def _context_and_queue() -> tuple[Any, Any]:
     cl, device = _opencl()  # type: ignore[misc]
     context = cl.Context(devices=[device])
-    queue = cl.CommandQueue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    queue = cl.CommandQueue(context, device)
     return context, queue
 
 
 class OpenCLLaunch(Launch):
-    """Device buffers made once from the host arrays; ``run`` enqueues and waits, timed by the event."""
+    """Device buffers made once from the host arrays; ``run`` enqueues and waits, timed by the wall clock
+    around launch and wait, as the CPU backends time their calls (the event's own start-to-end leaves
+    out the launch overhead the others include)."""
 
     def __init__(self, kernel: OpenCLCompiledKernel, arrays: Sequence[np.ndarray]):
         cl, _ = _opencl()  # type: ignore[misc]
@@ -336,9 +344,10 @@ class OpenCLLaunch(Launch):
         self.program_kernel = kernel.program_kernel
 
     def run(self) -> float:
+        start = time.perf_counter()
         event = self.program_kernel(self.queue, self.global_size, self.local, *self.buffers)
         event.wait()
-        return (event.profile.end - event.profile.start) * 1e-9
+        return time.perf_counter() - start
 
     def read_back(self) -> None:
         cl, _ = _opencl()  # type: ignore[misc]
@@ -375,6 +384,8 @@ class OpenCLBackend(Backend):
     supported_ops = COMPILED_ALU_OPS
     vector_widths = (2, 4, 8, 16)
     has_local = True
+    #: bfloat16 is held in float variables and converted lane by lane (C has no bfloat16 vectors)
+    scalar_dtypes = frozenset({dtypes.bfloat16})
     has_threads = False
     tensor_cores = cpu_tensor_cores()
 
@@ -402,6 +413,9 @@ class OpenCLBackend(Backend):
         found = _opencl()
         if isinstance(found, str):
             return "OpenCL:none"
+        if self.runs_on_cpu:
+            target = self.device_target
+            return f"OpenCL:{found[1].name} [{target.name}] {target.key}"
         return f"OpenCL:{found[1].name}"
 
     @property
@@ -412,14 +426,22 @@ class OpenCLBackend(Backend):
         return not isinstance(found, str) and bool(found[1].type & found[0].device_type.CPU)
 
     @property
+    def device_target(self) -> CPUTarget:
+        """The CPU target a CPU device's kernels are compiled for: pocl reads it once, when the
+        device is made (``POCL_LLVM_CPU_NAME``), so a later :func:`set_target` does not change it."""
+        _opencl()
+        name = os.environ.get("POCL_LLVM_CPU_NAME", "")
+        return resolve_target(name if name in LEVELS else "native")
+
+    @property
     def register_bytes(self) -> int:  # type: ignore[override]
-        """The host's SIMD register width on a CPU device, else the base default."""
-        return host_vector_registers()[0] if self.runs_on_cpu else Backend.register_bytes
+        """The device target's SIMD register width on a CPU device, else the base default."""
+        return self.device_target.vector_bytes if self.runs_on_cpu else Backend.register_bytes
 
     @property
     def vector_registers(self) -> int:  # type: ignore[override]
-        """The host's SIMD register count on a CPU device, else the base default."""
-        return host_vector_registers()[1] if self.runs_on_cpu else Backend.vector_registers
+        """The device target's SIMD register count on a CPU device, else the base default."""
+        return self.device_target.vector_registers if self.runs_on_cpu else Backend.vector_registers
 
     @property
     def max_local_size(self) -> int:
@@ -433,7 +455,10 @@ class OpenCLBackend(Backend):
     def compile(self, source: str, name: str) -> OpenCLCompiledKernel:
         self.require()
         cl, device = _opencl()  # type: ignore[misc]
-        key = content_key(source, device.name, device.version, device.driver_version, device.platform.version)
+        target_key = self.device_target.key if self.runs_on_cpu else ""
+        key = content_key(
+            source, device.name, device.version, device.driver_version, device.platform.version, target_key
+        )
         cached = self._compiled.get(key)
         if cached is not None:
             return cached

@@ -118,6 +118,11 @@ def worker_main(receiver: Connection, sender: Connection) -> None:
         except (EOFError, OSError):
             return
         try:
+            # the worker generates code for the caller's CPU target (set_target in a notebook does not
+            # reach a separate process through the environment)
+            from uopviz.backends.target import set_target
+
+            set_target(payload.pop("target", None))
             answer = ("ok", _REQUESTS[kind](**payload))
         except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
             answer = ("error", _portable(error), traceback.format_exc())
@@ -197,6 +202,9 @@ class Worker:
         self, kind: str, payload: dict[str, Any], timeout_s: float, kernel: str = "", backend: str = ""
     ) -> Any:
         """Send one request and wait for its answer (raising what the worker raised)."""
+        from uopviz.backends.target import cpu_target
+
+        payload = {**payload, "target": cpu_target().name}
         with self._lock:
             if not self._alive():
                 if self._process is not None:

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 class AddrSpace(enum.Enum):
     """Where a buffer lives: device memory, workgroup-shared memory, or registers."""
@@ -263,5 +265,23 @@ def as_python_value(dtype: DType, value: Any) -> Any:
             raise ValueError(f"cannot represent {value} as {dtype.name}")
         return int(value)
     if dtype.is_float:
-        return float(value)
+        return _held_by_half_type(dtype, float(value))
     return value
+
+
+def _held_by_half_type(dtype: DType, value: float) -> float:
+    """``value`` rounded to float16 / bfloat16 (nearest-even) for those dtypes: a CONST holds what its
+    dtype can hold, so every backend and the simplifier start from the same number (float32 and
+    float64 constants are rounded by the renderers' literals, exactly)."""
+    scalar = dtype.scalar
+    if scalar is dtypes.float16:
+        with np.errstate(over="ignore"):
+            return float(np.float16(value))
+    if scalar is not dtypes.bfloat16 or not math.isfinite(value):
+        return value
+    with np.errstate(over="ignore"):
+        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+    if bits & 0x7F800000 == 0x7F800000:  # float32 overflowed: bfloat16 has float32's range
+        return math.copysign(math.inf, value)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return float(np.array(bits, dtype=np.uint32).view(np.float32))

@@ -764,18 +764,32 @@ def _vectorize_of_geps(v: UOp) -> UOp | None:
     return UOp(Ops.GEP, (vector,), tuple(s.arg[0] for s in v.src))
 
 
-def _split_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
+def _split_widths(
+    vector_widths: tuple[int, ...], scalar_dtypes: frozenset[DType] = frozenset(), vector_bytes: int = 0
+) -> PatternMatcher:
     """Vector ops whose lane count the target does not render, split into chunks of the widest width
-    it does render that divides them (scalar lanes when none does): ALU ops, LOADs and STOREs."""
-    widths = frozenset(vector_widths)
+    it does render that divides them (scalar lanes when none does): ALU ops, LOADs and STOREs.
+    Values of ``scalar_dtypes`` are never vectors there (C-family renderers hold bfloat16 in float
+    variables, one lane at a time), and with ``vector_bytes`` no chunk is wider than one register
+    (GCC lowers a vector type wider than the target's registers through memory: 10× slower)."""
+    all_widths = frozenset(vector_widths)
+
+    def widths_for(*values: UOp) -> frozenset[int]:
+        if any(v.dtype.scalar in scalar_dtypes for v in values):
+            return frozenset()
+        if not vector_bytes:
+            return all_widths
+        itemsize = max(v.dtype.scalar.itemsize for v in values)
+        return frozenset(w for w in all_widths if w * itemsize <= vector_bytes)
 
     def split_alu(x: UOp) -> UOp | None:
+        widths = widths_for(x, *x.src)
         if x.dtype.count in widths or not _splittable_alu(x):
             return None
         return _split_alu(x, chunk_width(x.dtype.count, widths))
 
     def split_load(x: UOp) -> UOp | None:
-        count = x.dtype.count
+        count, widths = x.dtype.count, widths_for(x)
         index = x.src[0]
         if count == 1 or count in widths or index.op is not Ops.INDEX or index.src[1].dtype.count != count:
             return None
@@ -789,7 +803,7 @@ def _split_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
 
     def split_store(x: UOp) -> UOp | None:
         index, value = x.src[0], x.src[1]
-        count = value.dtype.count
+        count, widths = value.dtype.count, widths_for(value)
         if count == 1 or count in widths or index.op is not Ops.INDEX or index.src[1].dtype.count != count:
             return None
         width = chunk_width(count, widths)
@@ -817,13 +831,19 @@ def _split_widths(vector_widths: tuple[int, ...]) -> PatternMatcher:
 
 
 def instruction_selection_matcher(
-    supported_ops: frozenset[Ops], vector_widths: tuple[int, ...] = (), has_float64: bool = True
+    supported_ops: frozenset[Ops],
+    vector_widths: tuple[int, ...] = (),
+    has_float64: bool = True,
+    scalar_dtypes: frozenset[DType] = frozenset(),
+    vector_bytes: int = 0,
 ) -> PatternMatcher:
     """The Instruction Selection rules of a target that renders ``supported_ops`` natively and
     vectors of ``vector_widths`` lanes: every decomposed op it lacks is rewritten into ones it has
     (or into ops that are decomposed in turn), MULACC is fused where it exists, and vector ALU ops
     of other widths are split into chunks of widths it has.  Without ``has_float64`` float32 SIN
-    reduces its argument in float32 (accurate for |x| up to 2.5e4 only)."""
+    reduces its argument in float32 (accurate for |x| up to 2.5e4 only).  Vectors of
+    ``scalar_dtypes`` are split into scalar lanes (the backend renders no vectors of them), and vectors
+    wider than ``vector_bytes`` (when given) into chunks of at most one register."""
     supported = frozenset(supported_ops)
     rules: list = []
     chosen = DECOMPOSITIONS if has_float64 else {**DECOMPOSITIONS, **_WITHOUT_FLOAT64}
@@ -832,5 +852,5 @@ def instruction_selection_matcher(
             rules.extend(decompositions)
     if Ops.MULACC in supported:
         rules.extend(mulacc_fusion.rules)
-    rules.extend(_split_widths(tuple(vector_widths)).rules)
+    rules.extend(_split_widths(tuple(vector_widths), frozenset(scalar_dtypes), vector_bytes).rules)
     return PatternMatcher(rules, name="instruction selection")

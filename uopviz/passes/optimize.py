@@ -25,7 +25,6 @@ The heuristics follow the backend's abilities:
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -362,11 +361,6 @@ def _axis_of(kernel: Kernel, r: UOp) -> int:
     return position_of(kernel.ranges, r)
 
 
-def thread_count() -> int:
-    """How many CPU threads THREAD axes are split for."""
-    return max(1, min(os.cpu_count() or 1, 16))
-
-
 def _first_that_applies(kernel: Kernel, opts: Sequence[Opt]) -> Kernel:
     """The kernel with the first of ``opts`` that applies (the kernel itself when none does)."""
     for opt in opts:
@@ -496,7 +490,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
         globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
         if globals_:
             outer = globals_[0]
-            threads = thread_count()
+            threads = max(1, min(backend.thread_count, 16))  # the CPU target's cores
             size = range_size(outer)
             for count in range(min(threads, size), 1, -1):
                 if size % count == 0:

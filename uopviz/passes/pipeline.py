@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.backends.base import Backend, CompiledKernel, numpy_dtype
+from uopviz.backends.base import Backend, CompiledKernel, KernelMeta, KernelParam, numpy_dtype
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import Trace, graph_rewrite, substitute, traced_pass, tracing
@@ -251,7 +251,8 @@ def select_instructions(ast: UOp, backend: Backend, name: str = "kernel") -> UOp
     (``uopviz.passes.isel``: decompositions of what the backend lacks, devectorization)."""
     ast = lower_reductions(ast)
     matcher = isel.instruction_selection_matcher(
-        backend.supported_ops, backend.vector_widths, backend.supports_dtype(dtypes.float64)
+        backend.supported_ops, backend.vector_widths, backend.supports_dtype(dtypes.float64),
+        backend.scalar_dtypes, backend.vector_bytes,
     )
     ast = graph_rewrite(ast, matcher, name="instruction selection")
     if not backend.vector_widths:
@@ -273,19 +274,32 @@ def linearize_kernel(ast: UOp, backend: Backend, name: str) -> UOp:
 
 @dataclass
 class LoweredKernel:
-    """One kernel after every stage: its LINEAR program, source and compiled form."""
+    """One kernel after every stage: its LINEAR program and source; compiled on first use of
+    :attr:`compiled` (viewing source never compiles, so CUDA source renders on any machine)."""
 
     name: str
     backend: str
     linear: UOp
     source: str
-    compiled: CompiledKernel
+    _compiled: CompiledKernel | None = field(default=None, repr=False)
+
+    @property
+    def compiled(self) -> CompiledKernel:
+        """The compiled kernel (compiled now if it was not; backends cache by source and target)."""
+        if self._compiled is None:
+            self._compiled = compile_source(self.source, self.name, self.backend)
+        return self._compiled
+
+    @property
+    def params(self) -> tuple[KernelParam, ...]:
+        """The kernel's arguments, in slot order, read from the rendered source."""
+        return KernelMeta.from_source(self.source, self.backend).params
 
     def random_arguments(self, seed: int = 0) -> list[np.ndarray]:
         """Random arrays for every PARAM slot (the written ones zero), for timing."""
         rng = np.random.default_rng(seed)
         arrays = []
-        for param in self.compiled.params:
+        for param in self.params:
             storage = numpy_dtype(param.dtype)
             if param.written:
                 arrays.append(np.zeros(param.size, storage))
@@ -305,9 +319,7 @@ def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
     ast = select_instructions(ast, backend, kernel.name)
     linear = linearize_kernel(ast, backend, kernel.name)
     linear = apply_register_plan(linear, plan_registers(linear))
-    source = render_source(linear, backend)
-    compiled = compile_source(source, kernel.name, backend)
-    return LoweredKernel(kernel.name, backend.name, linear, source, compiled)
+    return LoweredKernel(kernel.name, backend.name, linear, render_source(linear, backend))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -57,6 +58,11 @@ class TuningRecord:
     run_s: float | None = None
     baseline_s: float | None = None
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def measured_elsewhere(self, device: str) -> bool:
+        """True when BEAM measured these opts on another device or CPU target than ``device`` (a
+        record with no device, written by hand, applies everywhere)."""
+        return bool(self.device) and self.device != device
 
     @property
     def lookup_names(self) -> tuple[str, ...]:
@@ -147,16 +153,33 @@ class TuningRecords(dict):
         )
 
     # -- looking up -------------------------------------------------------------------------
-    def opts_for_kernel(self, kernel: Kernel) -> tuple[Opt, ...] | None:
-        """The recorded opts for ``kernel`` on its backend: by kernel key, else by name, else None."""
+    def record_for_kernel(self, kernel: Kernel) -> TuningRecord | None:
+        """The record of ``kernel`` on its backend: by kernel key, else by name, else None."""
         start = _initial_state(kernel)
         record = self.records.get((kernel_key(start), kernel.backend))
         if record is not None:
-            return record.opts
+            return record
         for candidate in self.records.values():
             if candidate.backend == kernel.backend and kernel.name in candidate.lookup_names:
-                return candidate.opts
+                return candidate
         return None
+
+    def opts_for_kernel(self, kernel: Kernel) -> tuple[Opt, ...] | None:
+        """The recorded opts for ``kernel`` on its backend, or None.  A record measured on another
+        device or CPU target is not reused: a warning names both (what is fastest on one CPU is not
+        on another; the opts stay readable in ``record_for_kernel``)."""
+        record = self.record_for_kernel(kernel)
+        if record is None:
+            return None
+        device = kernel.backend_object.device
+        if record.measured_elsewhere(device):
+            warnings.warn(
+                f"tuning record of {record.name} ({record.backend}) was measured on {record.device}; "
+                f"this is {device}: not reused (tune again here, or pass its opts explicitly)",
+                stacklevel=2,
+            )
+            return None
+        return record.opts
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and super().__contains__(name)
@@ -201,8 +224,11 @@ class TuningRecords(dict):
         return cls.from_json(data, str(path))
 
     def __repr__(self) -> str:
+        devices = sorted({r.device for r in self.records.values() if r.device})
+        where = f" measured on {len(devices)} devices/targets" if len(devices) > 1 else ""
         return (
-            f"<TuningRecords {len(self.records)} records: {', '.join(r.name for r in self.records.values())}>"
+            f"<TuningRecords {len(self.records)} records{where}: "
+            f"{', '.join(r.name for r in self.records.values())}>"
         )
 
 
