@@ -54,4 +54,9 @@ def run() -> list[dict[str, Any]]:
             rows.append(row(f"operator graph {name}: layout + first render", python_s + render_ms / 1e3,
                             notes=f"Python {python_s * 1e3:.0f} ms + chromium SVG render {render_ms:.0f} ms; "
                             f"target ≤ {1 if len(model.operations) >= 2000 else 2} s"))
+        if len(model.operations) >= 2000:  # the whole explorer: Model tab, lazy Kernels tab, Operations
+            explore_s = measure(lambda model=model: uv.explore(model), repeat=3, number=1)
+            rows.append(row(f"uv.explore {name}: widget state", explore_s,
+                            notes="Model tab (graph + search), Kernels tab compiling on request, Operations "
+                            "table; nothing lowered"))
     return rows

@@ -491,15 +491,18 @@ class Graph:
         for name in self.inputs:
             if name in given and name not in packed and not self.tensors[name].is_static:
                 shapes[name] = tuple(np.shape(given[name]))
-        if not shapes:
-            return self
+        return self.recomposed(shapes) if shapes else self
+
+    def recomposed(self, shapes: Mapping[str, Any]) -> Graph:
+        """This graph composed again for the given input shapes (a pack input: one shape per item),
+        once per distinct set: run-time input extents and pack lengths become plain numbers."""
         if self.recompose is None:
             raise NNEFError(
-                "this graph has a pack input of run-time length; it must come from uopviz.nnef.load/loads "
-                "to be recomposed for the given items"
+                "this graph has run-time input extents or pack lengths; it must come from "
+                "uopviz.nnef.load/loads to be recomposed for the given inputs"
             )
         key = repr(sorted(shapes.items()))
-        cache = self.__dict__.setdefault("_packed", {})
+        cache = self.__dict__.setdefault("_shaped", {})
         if key not in cache:
             cache[key] = self.recompose(shapes)
         return cache[key]

@@ -152,6 +152,11 @@ class _Translation:
             f"        {results} = {invocation};  # NNEF 1.0 operation {self.index}: {self.op_name}"
         )
 
+    def emit_helper(self, results: str, invocation: str) -> None:
+        """:meth:`emit` for an operator of the helper module ``nnef1`` (the text imports it)."""
+        self.uses_helpers = True
+        self.emit(results, invocation)
+
     def result_name(self, op: Any, key: str | None = None) -> str:
         """The 1.0 name of an operation's (first, or ``key``) result."""
         outputs = op.outputs
@@ -524,8 +529,7 @@ def _argmax_pool(t: _Translation, op: Any) -> None:
     _check_border(t, op.name, border)
     stride, dilation, padding = _window(t, op.attribs, shape, size)
     padded = _padded(t, t.arg(x), padding, border, -math.inf if border == "ignore" else 0.0)
-    t.uses_helpers = True
-    t.emit(
+    t.emit_helper(
         t.result(op),
         f"nnef1.argmax_pool{{{_window_attributes(size, stride, dilation)}, "
         f"volume={math.prod(size)}}}({padded})",
@@ -551,8 +555,7 @@ def _emit_sample(
     _check_border(t, op_name, border)
     stride, dilation, padding = _window(t, attribs, shape, size)
     padded = _padded(t, x, padding, border)  # 'ignore': argmax_pool's indices never name the padding
-    t.uses_helpers = True
-    t.emit(result, f"nnef1.sample{{{_window_attributes(size, stride, dilation)}}}({padded}, {index})")
+    t.emit_helper(result, f"nnef1.sample{{{_window_attributes(size, stride, dilation)}}}({padded}, {index})")
 
 
 def _max_pool_with_index(t: _Translation, op: Any) -> None:
@@ -589,8 +592,7 @@ def _unpooling_window(t: _Translation, op: Any, input_shape: list[int]) -> tuple
 def _desample(t: _Translation, op: Any) -> None:
     x, index = op.inputs.values()
     size, stride, dilation, offset, output_shape = _unpooling_window(t, op, t.shape(x))
-    t.uses_helpers = True
-    t.emit(
+    t.emit_helper(
         t.result(op),
         f"nnef1.desample{{{_window_attributes(size, stride, dilation)}, offset={_literal(offset)}, "
         f"output_shape={_literal(output_shape)}}}({t.arg(x)}, {t.arg(index)})",
@@ -601,8 +603,7 @@ def _debox(t: _Translation, op: Any) -> None:
     (x,) = op.inputs.values()
     size, stride, dilation, offset, output_shape = _unpooling_window(t, op, t.shape(x))
     scale = 1.0 / math.prod(size) if op.attribs.get("normalize") else 1.0
-    t.uses_helpers = True
-    t.emit(
+    t.emit_helper(
         t.result(op),
         f"nnef1.debox{{size={_literal(size)}, stride={_literal(stride)}, dilation={_literal(dilation)}, "
         f"offset={_literal(offset)}, output_shape={_literal(output_shape)}, scale={_literal(scale)}}}"
@@ -986,13 +987,12 @@ def _roi_pool(t: _Translation, op: Any) -> None:
 
 def _roi_resample(t: _Translation, op: Any) -> None:
     x, rois, index = op.inputs.values()
-    t.uses_helpers = True
     method = op.attribs.get("method", op.attribs.get("resize_method", "symmetric"))
     if method not in ("symmetric", "asymmetric", "aligned"):
         raise NNEFError(f"NNEF 1.0 operation {t.index} '{op.name}': unknown method '{method}'")
     output_size = list(op.attribs["output_size"])
     if op.name == "roi_resample":
-        t.emit(
+        t.emit_helper(
             t.result(op),
             f"nnef1.roi_resample{{output_size={_literal(output_size)}, method='{method}'}}"
             f"({t.arg(x)}, {t.arg(rois)}, {t.arg(index)})",
@@ -1001,7 +1001,7 @@ def _roi_resample(t: _Translation, op: Any) -> None:
     rate = list(op.attribs["sampling_rate"])  # the roi_align fragments: resample finer, then pool
     resized = t.temporary()
     sizes = [o * r for o, r in zip(output_size, rate, strict=True)]
-    t.emit(
+    t.emit_helper(
         resized,
         f"nnef1.roi_resample{{output_size={_literal(sizes)}, method='{method}'}}"
         f"({t.arg(x)}, {t.arg(rois)}, {t.arg(index)})",
