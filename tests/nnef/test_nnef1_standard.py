@@ -1,6 +1,6 @@
 """The whole NNEF 1.0 standard fragment list, borders, multi-axis arg-reductions, every
-multilinear_upsample method and graph files with fragments of their own, each run on every CPU
-backend against numpy references written here from the 1.0 definitions (the stdlib text of the
+multilinear_upsample method, graph files with fragments of their own and the quantisation file
+(graph.quant), each run on every CPU backend against numpy references written here from the 1.0 definitions (the stdlib text of the
 ``nnef`` package: ``nnef/cpp/include/nnef/comp/stdlib_source.h``).
 
 Conventions uopviz fixes where the 1.0 text is silent (uopviz/nnef/nnef1.py, nnef1.sknd say why):
@@ -578,3 +578,38 @@ def test_a_fragment_without_a_body_is_a_clear_error():
     )
     with pytest.raises(NNEFError, match="fragment.*mystery have no body"):
         loads_nnef1(text)
+
+
+# ------------------------------------------------------------------------------------------------
+# the quantisation file
+
+
+QUANT = """
+"x": linear_quantize(min = -1.0, max = 1.0, bits = 8);
+"y": zero_point_linear_quantize(zero_point = 3, scale = 0.5, bits = 8, signed = true, symmetric = false);
+"z": logarithmic_quantize(max = 4.0, bits = 3);
+"""
+
+
+def test_the_quantization_file_is_kept(tmp_path):
+    text = "version 1.0;\ngraph G( x ) -> ( z ) { x = external(shape = [2]); y = neg(x); z = exp(y); }"
+    folder = tmp_path / "quantized"
+    folder.mkdir()
+    (folder / "graph.nnef").write_text(text)
+    (folder / "graph.quant").write_text(QUANT)
+    for graph in (uv.nnef.load(folder), loads_nnef1(text, quantization=QUANT)):
+        # the two SkriptND's quant module has are @quantize entries of the translated text
+        assert "x: quant.min_max_linear_quantize{" in graph.source
+        assert graph.tensors["x"].quantization == {
+            "op": "quant.min_max_linear_quantize",
+            "attribs": {"bits": 8, "max": 1.0, "min": -1.0, "signed": False, "symmetric": False},
+            "types": (),
+        }
+        assert graph.tensors["y"].quantization["attribs"] == {
+            "bits": 8, "scale": 0.5, "signed": True, "symmetric": False, "zero_point": 3,
+        }  # fmt: skip
+        assert graph.tensors["z"].quantization == {
+            "op": "logarithmic_quantize", "attribs": {"bits": 3, "max": 4.0}, "types": (),
+        }  # fmt: skip
+        x = real(2)
+        np.testing.assert_allclose(graph.run({"x": x})["z"], np.exp(-x), rtol=1e-6)  # annotations only

@@ -1092,12 +1092,61 @@ def translate(graph: Any) -> tuple[str, dict[str, str], dict[str, str]]:
     blocks.append("    @compose {\n" + "\n".join(t.lines) + "\n    }")
     if t.updates:
         blocks.append("    @update {\n" + "\n".join(t.updates) + "\n    }")
-    imports = "import layout, math, nn, linalg, image" + (", nnef1;" if t.uses_helpers else ";")
+    quantized = _quantize_lines(t)
+    if quantized:
+        blocks.append("    @quantize {\n" + "\n".join(quantized) + "\n    }")
+    imports = "import layout, math, nn, linalg, image, quant" + (", nnef1;" if t.uses_helpers else ";")
     text = f"{imports}\n\ngraph {graph.name} {{\n" + "\n".join(blocks) + "\n}\n"
     return text, dict(t.labels), dict(t.names)
 
 
-def _parse(text: str | None, path: Path | None) -> Any:
+#: The 1.0 quantisation algorithms (``graph.quant``) that SkriptND's quant module has: the name
+#: there and the attributes the 1.0 one leaves implicit.
+_QUANTIZERS = {
+    "linear_quantize": ("quant.min_max_linear_quantize", {"signed": False, "symmetric": False}),
+    "min_max_linear_quantize": ("quant.min_max_linear_quantize", {}),
+    "zero_point_linear_quantize": ("quant.zero_point_linear_quantize", {}),
+}
+
+
+def _quantization(info: Any) -> tuple[str, dict[str, Any]] | None:
+    """A tensor's 1.0 quantisation (from ``graph.quant``) as (algorithm, attributes); None if none."""
+    given = getattr(info, "quantization", None)
+    if not given:
+        return None
+    attribs = {}
+    for key, value in given.items():
+        if key == "op-name":
+            continue
+        array = np.asarray(value)
+        attribs[key] = array.item() if array.size == 1 else array.reshape(-1).tolist()
+    return given["op-name"], attribs
+
+
+def _quantize_lines(t: _Translation) -> list[str]:
+    """The ``@quantize`` entries of the tensors whose 1.0 quantisation SkriptND's quant module has."""
+    lines = []
+    for name, info in t.graph.tensors.items():
+        found = _quantization(info)
+        if found is None or found[0] not in _QUANTIZERS:
+            continue
+        operator, implicit = _QUANTIZERS[found[0]]
+        attribs = ", ".join(f"{key}={_literal(value)}" for key, value in {**found[1], **implicit}.items())
+        lines.append(f"        {t.name(name)}: {operator}{{{attribs}}};")
+    return lines
+
+
+def _keep_other_quantizations(parsed: Any, composed: Graph) -> None:
+    """Quantisations SkriptND has no operator for (logarithmic_quantize, a custom one) are kept as
+    annotations of their tensors, named as in ``graph.quant``."""
+    for name, info in parsed.tensors.items():
+        found = _quantization(info)
+        tensor = composed.tensors.get(name)
+        if found is not None and found[0] not in _QUANTIZERS and tensor is not None:
+            tensor.quantization = {"op": found[0], "attribs": found[1], "types": ()}
+
+
+def _parse(text: str | None, path: Path | None, quantization: str | None = None) -> Any:
     """The parsed 1.0 graph with its shapes inferred.
 
     Fragments the file defines itself (``KHR_enable_fragment_definitions``) are expanded into
@@ -1107,10 +1156,10 @@ def _parse(text: str | None, path: Path | None) -> Any:
     nnef = _import_nnef()
     where = str(path) if path is not None else "<string>"
     try:
-        graph = _parse_graph(nnef, text, path, [])
+        graph = _parse_graph(nnef, text, path, [], quantization)
         custom = sorted({op.name for op in graph.operations} - nnef.StandardOperations)
         if custom:
-            graph = _parse_graph(nnef, text, path, custom)
+            graph = _parse_graph(nnef, text, path, custom, quantization)
             bodiless = sorted({op.name for op in graph.operations} - nnef.StandardOperations)
             if bodiless:
                 raise NNEFError(
@@ -1125,10 +1174,13 @@ def _parse(text: str | None, path: Path | None) -> Any:
     return graph
 
 
-def _parse_graph(nnef: Any, text: str | None, path: Path | None, lowered: list[str]) -> Any:
-    if path is not None:
-        return nnef.load_graph(str(path), lowered=lowered, load_variables=False)
-    return nnef.parse_string(text, lowered=lowered)
+def _parse_graph(
+    nnef: Any, text: str | None, path: Path | None, lowered: list[str], quantization: str | None
+) -> Any:
+    if path is not None:  # the graph.quant beside graph.nnef is read with it
+        quant = path.with_name("graph.quant")
+        return nnef.parse_file(str(path), str(quant) if quant.is_file() else None, lowered=lowered)
+    return nnef.parse_string(text, quantization, lowered=lowered)
 
 
 def _sample_shape(
@@ -1203,6 +1255,7 @@ def _compose_translation(
     renamed = {skriptnd: original for original, skriptnd in names.items() if skriptnd != original}
     if renamed:
         _restore_names(composed, renamed)
+    _keep_other_quantizations(graph, composed)
     return composed
 
 
@@ -1249,9 +1302,11 @@ def loads_nnef1(
     variables: Mapping[str, np.ndarray] | None = None,
     attribs: Mapping[str, Any] | None = None,
     progress: Any = None,
+    quantization: str | None = None,
 ) -> Graph:
     """NNEF 1.0 text as a Graph; ``variables`` maps labels to data; ``progress`` as in
-    :mod:`uopviz.core.progress`."""
-    parsed = _parse(text, None)
+    :mod:`uopviz.core.progress`; ``quantization`` is the text of a ``graph.quant`` file (each
+    tensor's quantisation is kept as ``graph.tensors[name].quantization``)."""
+    parsed = _parse(text, None, quantization)
     given = dict(variables or {})
     return _compose_translation(parsed, "<nnef 1.0>", given.get, attribs, progress)
