@@ -7,7 +7,10 @@ chain of composites it came from (:attr:`Operation.scopes`), so a viewer can gro
 
 Tensors are named as written in the graph; tensors created inside an invocation are qualified by
 the invocation's label (``conv1.filter``, ``output.max``). Packs of tensors are named
-``name[0]``, ``name[1]``, ...
+``name[0]``, ``name[1]``, ...; a graph input or output that is a pack (``xs: real[2]..(n|5)``) is
+its items in ``inputs`` / ``outputs`` and the pack in :attr:`Graph.packs`, and ``g.run`` takes
+and gives it as a list of arrays, composing the graph again for the number of items given (as for
+an input's run-time extents).
 
 Loops whose trip count is decided at run time (``while`` / ``do ... while`` and loops counted by
 a tensor, §3 "Condition based looping") stay one :class:`LoopOperation` each: their condition

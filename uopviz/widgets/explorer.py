@@ -6,7 +6,9 @@ parts of uopviz (the NNEF loader, say) plug in their own objects without this mo
 them: ``register_explorer("name", lambda x: isinstance(x, Model), build)``.  Built in: UOp, Trace,
 Tensor (compiled with ``uv.compile``), Program, Kernel, and model graphs (NNEF: anything with
 inputs, outputs, tensors, operations and ``compile``: a Model tab draws its operator graph, one
-node per operation, and opens an operation's kernels in the tuner; an Operations tab lists them).  Objects
+node per operation, with a search box, and opens an operation's kernels in the tuner; an Operations
+tab lists them; a graph of more than :data:`EAGER_COMPILE_OPERATIONS` operations is compiled as a
+whole only when its Kernels tab asks, ``explore(model, compile=True)`` compiles it first).  Objects
 are recognised by duck typing (what they have), so the widgets never import the modules that
 define them.
 """
