@@ -83,6 +83,8 @@ def order_layers(graph: nx.DiGraph, layer: dict[str, int], sweeps: int = SWEEPS)
     best = [list(nodes) for nodes in layers]
     best_crossings = _total_crossings(best, graph) if len(graph) <= 4000 else None
     for sweep in range(sweeps):
+        if best_crossings == 0:  # nothing left to improve (a chain of blocks, as most models are)
+            break
         going_up = sweep % 2 == 0  # from the root layer towards the leaves, then back
         indices = range(1, count) if going_up else range(count - 2, -1, -1)
         for i in indices:
