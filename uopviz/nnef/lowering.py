@@ -3385,17 +3385,7 @@ def run_graph(
         raise NNEFError(f"missing graph input(s) {missing}")
     shapes = _needs_recompose(graph, inputs)
     if shapes is not None:
-        recompose = graph.recompose
-        if recompose is None:
-            raise NNEFError(
-                "this graph has run-time input extents; it must come from uopviz.nnef.load/loads to "
-                "be recomposed for the given shapes"
-            )
-        key = tuple(sorted(shapes.items()))
-        cache = graph.__dict__.setdefault("_shaped", {})
-        if key not in cache:
-            cache[key] = recompose(shapes)
-        return run_graph(cache[key], inputs, backend, opts, update)
+        return run_graph(graph.recomposed(shapes), inputs, backend, opts, update)
     values = _execute(graph, inputs, backend, opts)
     outputs = {}
     for name in graph.outputs:
