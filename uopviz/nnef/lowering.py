@@ -2672,7 +2672,19 @@ def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
         tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(_uniform_constant(tensor))))
     structure = repr((_shape_of_names(op.inputs), _shape_of_names(op.outputs), sorted(op.constants)))
     types = repr(sorted(op.dtypes.items()))
-    return (op.type, id(op.definition), repr(op.attribs), types, structure, *tensors)
+    return (op.type, id(op.definition), _exact(op.attribs), types, structure, *tensors)
+
+
+def _exact(value: Any) -> Any:
+    """A hashable form of an attribute value that tells every two values apart (numpy's repr
+    elides the middle of a long array)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, dict):
+        return tuple((key, _exact(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, *(_exact(item) for item in value))
+    return repr(value)
 
 
 def _shape_of_names(values: Any) -> Any:
