@@ -15,7 +15,8 @@ before.  The child writes the NNEF 1.0 folder (untimed), then times
 and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time.
 
 Environment: ``UOPVIZ_ZOO_MODELS`` (comma-separated, default: every model) and
-``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs; a child that takes more than
+``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs, ``UOPVIZ_ZOO_OPTS=none`` compiles
+without the heuristic's optimizations; a child that takes more than
 ``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an error row.
 
 The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c``
@@ -36,7 +37,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "densenet121", "inception_v1", "mobilenet_v2", "lstm")
 BACKENDS = ("c", "llvm")
 ORT_THREADS = 2
-OPTS = "heuristic"  # the pipeline's hand-coded optimizations (register tiles, threads, vectors)
+# the pipeline's hand-coded optimizations (register tiles, threads, vectors); UOPVIZ_ZOO_OPTS=none
+# compiles without any (faster to compile, slower to run)
+OPTS = None if os.environ.get("UOPVIZ_ZOO_OPTS", "heuristic") == "none" else "heuristic"
 
 
 def _child(model: str, backend: str) -> dict:
@@ -175,7 +178,7 @@ def run() -> list[dict]:
                 row(
                     f"{case}: load + compile, cold",
                     m["load_s"] + m["compile_s"],
-                    notes=f"load {m['load_s']:.2f} s, compile {m['compile_s']:.2f} s; "
+                    notes=f"load {m['load_s']:.2f} s, compile {m['compile_s']:.2f} s (opts {OPTS}); "
                     f"{m['operations']} operations -> {m['kernels']} kernels; empty cache",
                 )
             )

@@ -2672,7 +2672,19 @@ def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
         tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(_uniform_constant(tensor))))
     structure = repr((_shape_of_names(op.inputs), _shape_of_names(op.outputs), sorted(op.constants)))
     types = repr(sorted(op.dtypes.items()))
-    return (op.type, id(op.definition), repr(op.attribs), types, structure, *tensors)
+    return (op.type, id(op.definition), _exact(op.attribs), types, structure, *tensors)
+
+
+def _exact(value: Any) -> Any:
+    """A hashable form of an attribute value that tells every two values apart (numpy's repr
+    elides the middle of a long array)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, dict):
+        return tuple((key, _exact(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, *(_exact(item) for item in value))
+    return repr(value)
 
 
 def _shape_of_names(values: Any) -> Any:
@@ -3167,7 +3179,12 @@ class _BoundSubgraph:
             item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
             for item in program.items
         ]
-        self.outputs = [program.nnef_outputs.index(name) for name in graph.outputs]
+        values = program.output_values()
+        self.outputs = [
+            (values[index], program.outputs[index], graph.tensors[name].upper_shape)
+            for index, name in ((program.nnef_outputs.index(name), name) for name in graph.outputs)
+        ]
+        self.extents = [list(graph.tensors[name].shape) for name in graph.outputs]
 
     @classmethod
     def take(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> _BoundSubgraph | None:
@@ -3215,14 +3232,8 @@ class _BoundSubgraph:
                 np.copyto(target, np.asarray(array).reshape(-1), casting="unsafe")
         for launch in self.launches:
             launch.run()
-        program = self.program
-        values = program.output_values()
-        return [
-            program._output(self.arrays, values[index], program.outputs[index]).reshape(
-                self.graph.tensors[name].upper_shape
-            )
-            for index, name in zip(self.outputs, self.graph.outputs, strict=True)
-        ]
+        read = self.program._output
+        return [read(self.arrays, value, original).reshape(shape) for value, original, shape in self.outputs]
 
 
 def _run_loop(
@@ -3275,16 +3286,18 @@ def _run_loop(
         arguments = [*carried, *(pack[step] for pack in scans)]
         if indexed:
             arguments.append(np.array(step, np.int32))
+        fast = bound_programs.get(id(sub))
+        if fast is not None:  # the captured values are in its arrays since the first iteration
+            return fast.run(dict(zip(sub.inputs, arguments, strict=True))), fast.extents
         given = {name: captured[name] for name in sub.captures}
         given.update(zip(sub.inputs, arguments, strict=True))
         given = {name: np.asarray(a).reshape(sub.tensors[name].upper_shape) for name, a in given.items()}
         given.update(counters(sub))
         opts = sub_opts["body" if sub is op.body else "condition"]
         if id(sub) not in bound_programs:
-            bound_programs[id(sub)] = _BoundSubgraph.take(sub, given, backend, opts)
-        fast = bound_programs[id(sub)]
-        if fast is not None:
-            return fast.run(given), [list(sub.tensors[name].shape) for name in sub.outputs]
+            fast = bound_programs[id(sub)] = _BoundSubgraph.take(sub, given, backend, opts)
+            if fast is not None:
+                return fast.run(given), fast.extents
         values = _execute(sub, given, backend, opts)
         known = ChainMap(values, given)
         arrays = [values[name] if name in values else _input_array(sub, name, given) for name in sub.outputs]
