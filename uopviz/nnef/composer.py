@@ -57,6 +57,7 @@ import numpy as np
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
+    BOUNDED_PACK_LENGTHS,
     INPUT_EXTENT_KEYS,
     UNDECIDED,
     DynamicExtent,
@@ -355,11 +356,15 @@ class Composer:
             for extent in self.tensors[name].shape
             if isinstance(extent, DynamicExtent)
         )
-        token = INPUT_EXTENT_KEYS.set(keys)
+        bounded: set[str] = set()
+        tokens = INPUT_EXTENT_KEYS.set(keys), BOUNDED_PACK_LENGTHS.set(bounded)
         try:
-            return self._compose_graph(definition, module_name, info, instance, inputs)
+            graph = self._compose_graph(definition, module_name, info, instance, inputs)
         finally:
-            INPUT_EXTENT_KEYS.reset(token)
+            INPUT_EXTENT_KEYS.reset(tokens[0])
+            BOUNDED_PACK_LENGTHS.reset(tokens[1])
+        graph.pack_lengths_at_bounds = sorted(bounded)
+        return graph
 
     def _compose_graph(
         self,
