@@ -127,3 +127,20 @@ def test_pack_errors_name_the_pack():
             "import layout;\ngraph G { @input { x: real[3, 2]; } @output { ys: real[2]..(2); } "
             "@compose { ys.. = layout.unstack{axis=0}(x); } }"
         )
+
+
+def test_a_graph_whose_pack_lengths_follow_input_extents_compiles_once_shaped():
+    graph = loads(RUNTIME_LENGTHS)
+    assert graph.pack_lengths_at_bounds == ["~(0 x 0)|6", "~(n / 2)|4"]
+    with pytest.raises(NNEFError, match=r"pack lengths follow the run-time input extents .*g\.recomposed"):
+        graph.compile()
+    shaped = graph.recomposed({"x": (4, 3), "y": (6, 2)})
+    assert not shaped.pack_lengths_at_bounds and len(shaped.packs["rows"]) == 4
+    assert len(shaped.compile().kernels) > 0
+    tab = uv.explore(graph, backend="python")  # the operator graph, and why there are no kernels
+    assert tab.titles == ("Model", "Kernels", "Operations")
+    assert "recomposed" in tab.children[1].value
+    explorer = tab.children[0]
+    explorer.view.selected = "op:0"
+    explorer._open_from_button()  # the unstack at the bound does not lower: the bar says why
+    assert "unrolled index" in explorer.message.value and explorer.tuner is None

@@ -58,6 +58,7 @@ from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
+    BOUNDED_PACK_LENGTHS,
     INPUT_EXTENT_KEYS,
     UNDECIDED,
     DynamicExtent,
@@ -370,11 +371,15 @@ class Composer:
             for extent in self.tensors[name].shape
             if isinstance(extent, DynamicExtent)
         )
-        token = INPUT_EXTENT_KEYS.set(keys)
+        bounded: set[str] = set()
+        tokens = INPUT_EXTENT_KEYS.set(keys), BOUNDED_PACK_LENGTHS.set(bounded)
         try:
-            return self._compose_definition(definition, module_name, info, instance, inputs)
+            graph = self._compose_definition(definition, module_name, info, instance, inputs)
         finally:
-            INPUT_EXTENT_KEYS.reset(token)
+            INPUT_EXTENT_KEYS.reset(tokens[0])
+            BOUNDED_PACK_LENGTHS.reset(tokens[1])
+        graph.pack_lengths_at_bounds = sorted(bounded)
+        return graph
 
     def _compose_definition(
         self,

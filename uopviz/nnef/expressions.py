@@ -73,6 +73,10 @@ UNDECIDED = _Undecided()
 INPUT_EXTENT_KEYS: contextvars.ContextVar[frozenset] = contextvars.ContextVar(
     "INPUT_EXTENT_KEYS", default=frozenset()
 )
+#: The extents whose bound a pack length took meanwhile (their text), for the graph to say so.
+BOUNDED_PACK_LENGTHS: contextvars.ContextVar[set | None] = contextvars.ContextVar(
+    "BOUNDED_PACK_LENGTHS", default=None
+)
 
 
 class DynamicExtent:
@@ -904,6 +908,9 @@ class Evaluator:
             return int(count)
         if isinstance(count, DynamicExtent) and count.bound is not None:
             if _follows_inputs(count.key, INPUT_EXTENT_KEYS.get()):
+                bounded = BOUNDED_PACK_LENGTHS.get()
+                if bounded is not None:
+                    bounded.add(repr(count))
                 return count.bound
         if isinstance(count, DynamicExtent | RuntimeScalar):
             raise NNEFError.at(

@@ -301,6 +301,9 @@ class Graph:
     # graph input and output packs: name -> the item tensors (``xs[0]``, ``xs[1]``, ..) that
     # ``inputs`` / ``outputs`` list; ``run`` takes and gives such a pack as a list of arrays
     packs: dict[str, list[str]] = field(default_factory=dict)
+    # run-time input extents that pack lengths follow, taken at their bounds in this composition
+    # (``run`` composes again for the shapes given; this graph itself does not compile)
+    pack_lengths_at_bounds: list[str] = field(default_factory=list)
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 
@@ -423,6 +426,13 @@ class Graph:
         from uopviz.core.progress import progress_reporter
         from uopviz.nnef.lowering import compile_graph
 
+        if self.pack_lengths_at_bounds:
+            raise NNEFError(
+                f"graph {self.name}: pack lengths follow the run-time input extents "
+                f"{', '.join(self.pack_lengths_at_bounds)}, taken at their bounds in this composition; "
+                "compile the graph composed for given shapes (g.recomposed({name: shape, ...})), which "
+                "g.run(inputs) does by itself"
+            )
         key = (backend, repr(opts))
         if key in self._programs:
             return self._programs[key]

@@ -227,7 +227,12 @@ def _build_model(graph: Any, backend: str = "c", opts: Any = None, backends: lis
     if compile is None:
         compiled = (backend, repr(opts)) in getattr(graph, "_programs", {})
         compile = compiled or len(graph.operations) <= EAGER_COMPILE_OPERATIONS
-    if compile:
+    placeholders = getattr(graph, "pack_lengths_at_bounds", None)
+    if placeholders:  # its packs stand for lengths only a run decides: nothing to compile
+        tabs["Kernels"] = note(
+            f"pack lengths follow the run-time input extents {', '.join(placeholders)}: explore the graph "
+            "composed for given shapes (model.recomposed({name: shape})) to see its kernels")
+    elif compile:
         program = graph.compile(backend=backend, opts=opts)
         tabs.update(_build_program(program, backends=backends, **options))
     else:

@@ -93,7 +93,7 @@ class ModelExplorer(widgets.VBox):
             layout=widgets.Layout(width="auto"))
         self.message = widgets.HTML()
         self.tuner_box = widgets.VBox()
-        self.open_button.on_click(lambda _: self.open_kernels())
+        self.open_button.on_click(lambda _: self._open_from_button())
         self.view.observe(self._on_select, "selected")
         self._search_index: list[tuple[str, str, str]] | None = None
         self.search_box = widgets.Text(
@@ -174,6 +174,16 @@ class ModelExplorer(widgets.VBox):
         label = html.escape(str(getattr(operation, "label", "")))
         kind = html.escape(str(operation.type))
         self.selection.value = f"<b>{kind}</b> <code>{label}</code> (operation {index})"
+
+    def _open_from_button(self) -> None:
+        """The button's action: an operation that does not lower says why in the bar (a click has
+        no caller to raise to)."""
+        try:
+            self.open_kernels()
+        except Exception as error:  # noqa: BLE001 - shown to the person who clicked
+            self.message.value = f'<span style="color:#cf222e">{html.escape(str(error))}</span>'
+            self.tuner_box.children = []
+            self.tuner = None
 
     def open_kernels(self, index: int | None = None) -> Any:
         """Lower operation ``index`` (default: the selected one) and show its kernels in a tuner."""
