@@ -28,7 +28,7 @@ CPU_BACKENDS = [b for b in ("python", "c", "llvm", "opencl") if b in available()
 ABOVE_GOAL = {
     ("pow", "float32"): 130.0,  # exp2(b·log2 a): the rounded product's error grows with |b·log2 a|
     ("pow", "float64"): 800.0,
-    ("sigmoid", "float32"): 3.5,  # exp's 2 ulp and the division's
+    ("sigmoid", "float32"): 4.0,  # exp's 2 ulp and the division's (3.77 in docs/accuracy.md)
     ("tanh", "float32"): 3.5,  # 2·sigmoid(2x) - 1 above |x| = 0.55
 }
 

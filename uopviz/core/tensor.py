@@ -1148,7 +1148,8 @@ class Tensor:
         return self.maximum(0)
 
     def sigmoid(self) -> Tensor:
-        """``1 / (1 + exp(-x))``."""
+        """``1 / (1 + exp(-x))``, as ``exp(x) / (1 + exp(x))`` for negative ``x`` (the exponential
+        never overflows); float16/bfloat16 computed in float32."""
         return self._in_float32_for_halves(_sigmoid)
 
     def tanh(self) -> Tensor:
