@@ -351,3 +351,40 @@ def test_every_public_method_has_a_row_or_a_reason() -> None:
     }
     missing = sorted(name for name in public - not_numerical if name not in covered)
     assert not missing, f"public Tensor methods without a row: {missing}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gather_and_scatter_add_follow_numpy_take_and_add_at(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    rows = int(rng.integers(2, 7))
+    table = rng.standard_normal((rows, 3)).astype(np.float32)
+    table[0, 0] = np.inf  # an inf elsewhere must not turn other rows into nan (no 0·inf)
+    index = rng.integers(-rows, rows, 5)
+    np.testing.assert_array_equal(uv.Tensor(table).gather(uv.Tensor(index)).numpy(), np.take(table, index, 0))
+    # computed indices (not data: wrapped when the kernel runs)
+    computed = uv.Tensor(index + rows) - rows
+    np.testing.assert_array_equal(uv.Tensor(table).gather(computed).numpy(), np.take(table, index, 0))
+    values = rng.standard_normal((5, 3)).astype(np.float32)
+    expected = table.copy()
+    np.add.at(expected, index, values)
+    got = uv.Tensor(table).scatter_add(uv.Tensor(index), uv.Tensor(values)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [[5], [0, -6], [[1], [7]]])
+def test_gather_and_scatter_add_reject_indices_out_of_range_given_as_data(bad: list) -> None:
+    table = uv.Tensor(np.arange(5, dtype=np.float32))
+    with pytest.raises(IndexError, match="out of range for size 5"):
+        table.gather(uv.Tensor(np.array(bad)))
+    with pytest.raises(IndexError, match="out of range for size 5"):
+        values = uv.Tensor(np.ones(np.array(bad).shape, np.float32))
+        table.scatter_add(uv.Tensor(np.array(bad)), values)
+
+
+def test_any_and_all_over_zero_size_axes_are_false_and_true() -> None:
+    empty = uv.Tensor(np.zeros((2, 0, 3), np.float32))
+    assert empty.any(1).numpy().tolist() == np.zeros((2, 0, 3)).any(1).tolist()
+    assert empty.all(1).numpy().tolist() == np.zeros((2, 0, 3)).all(1).tolist()
+    assert empty.any(1, keepdim=True).shape == (2, 1, 3)
+    assert not empty.any().item() and empty.all().item()
+    assert empty.any(2).shape == (2, 0)
