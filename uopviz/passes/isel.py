@@ -27,9 +27,10 @@
 ``SQRT``       ``EXP2(0.5·LOG2(x))`` as the spec writes it, then one Newton step
                ``y + (x/y - y)/2`` (without it the error grows with ``|log2 x|``); ``0`` and
                ``inf`` pass through
-``POW``        ``EXP2(LOG2(|a|)·b)`` (float32 in float64 where the target has it); a negative base with an integer exponent gets the sign of
-               ``(-1)**b``, with a non-integer exponent nan; ``b = 0`` or ``a = 1`` give 1.  The
-               error grows with ``|b·log2 a|`` (the exponent of the result), see the table below.
+``POW``        ``EXP2(LOG2(|a|)·b)`` (float32 in float64 where the target has it); a negative base
+               with an integer exponent gets the sign of ``(-1)**b``, with a non-integer exponent
+               nan; ``b = 0`` or ``a = 1`` give 1.  The error grows with ``|b·log2 a|`` (the
+               exponent of the result), see the table below.
 ``MULACC``     ``ADD(MUL(a, b), c)`` where the target lacks it; where it has it, ``ADD(MUL(a, b), c)``
                is fused into ``MULACC``
 ``THREEFRY``   Threefry-2x32-20 on uint32 words: 5 groups of 4 add-rotate-xor rounds with the
