@@ -13,9 +13,10 @@ Fixtures: ``repo_root``, ``artifacts_dir`` (kept under tests/artifacts/ for a pe
 chromium; Playwright never downloads a browser here) and ``jupyter_lab`` (a JupyterLab server on
 a free loopback port, started the way ``uopviz lab`` starts it).
 
-Hypothesis profiles: ``dev`` (default) and ``ci`` (chosen when ``CI`` is set: derandomized, so
-a CI run is reproducible). Neither has a deadline: two cores shared by xdist workers make
-per-example timings meaningless. Override with ``HYPOTHESIS_PROFILE``.
+Hypothesis profiles: ``dev`` (default), ``ci`` (chosen when ``CI`` is set: derandomized, so
+a CI run is reproducible) and ``slow`` (the long budgets of the fuzz tests and program sweeps).
+None has a deadline: two cores shared by xdist workers make per-example timings meaningless.
+Override with ``HYPOTHESIS_PROFILE``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ CHROMIUM_ARGS: tuple[str, ...] = (
 # --------------------------------------------------------------------------------------------
 settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+# ``slow``: the long fuzzing and program-sweep budgets of tests/fuzz (see tests/fuzz/fuzzing.py)
+settings.register_profile("slow", deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if IN_CI else "dev"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import uopviz as uv
 from uopviz.backends import get
 from uopviz.backends.base import BackendUnavailable, CompileError
 
@@ -128,3 +129,13 @@ def test_vectors_wider_than_opencl_types_become_structs() -> None:
     source = backend.render(case.linear)
     assert "typedef struct { float v[32]; } float_x32;" in source and ".v[31]" in source
     lp.assert_case_matches("opencl", case)
+
+
+def test_float16_group_reduce_compiles_and_runs_without_cl_khr_fp16():
+    # issue 11: SPLIT to GROUP_REDUCE of a float16 reduction was accepted, then failed to compile on a
+    # device without cl_khr_fp16 (pocl): "declaring variable of type '__local half[4]' is not allowed"
+    _backend()
+    x = np.random.default_rng(3).standard_normal((16, 32)).astype(np.float16)
+    split = uv.Opt(uv.OptOp.SPLIT, 1, (4, uv.AxisType.GROUP_REDUCE, False))
+    (out,) = uv.compile(uv.Tensor(x).sum(axis=1), backend="opencl", opts=[split]).run()
+    np.testing.assert_allclose(out.astype(np.float32), x.astype(np.float32).sum(axis=1), rtol=1e-2, atol=5e-2)

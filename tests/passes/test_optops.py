@@ -400,3 +400,58 @@ def test_flops_count_what_runs_after_a_reduce_once_per_output() -> None:
             for opts in (None, "heuristic"):
                 (kernel,) = uv.compile(out, backend="python", opts=opts).kernels
                 assert kernel.flops == 2 * m * k * n + extra * m * n, (kernel.name, opts)
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 11: an Opt's fields are checked when it is made; PADTO is bounded by the axis size
+
+
+def _sum_kernel() -> uv.Kernel:
+    return uv.compile(uv.Tensor(np.ones((8, 8), np.float32)).sum(axis=1), backend="python").kernels[0]
+
+
+@pytest.mark.parametrize("op", ["SPLIT", None, 1, 2.5])
+def test_an_opt_whose_op_is_not_an_optop_is_an_opt_error(op):
+    # was AttributeError ('str' object has no attribute 'name') while formatting its own message
+    with pytest.raises(uv.OptError, match="op is an OptOp") as caught:
+        uv.Opt(op, 0, (4, uv.AxisType.UPCAST, False))
+    assert ("write OptOp.SPLIT" in str(caught.value)) == (op == "SPLIT")
+
+
+@pytest.mark.parametrize(
+    "axis,arg",
+    [
+        (True, (4, uv.AxisType.UPCAST, False)),  # was read as axis 1
+        (0, [4, uv.AxisType.UPCAST, False]),
+        (0, {"factor": 4}),
+        (0, np.array([4, 1, 0])),
+        (0.0, (4, uv.AxisType.UPCAST, False)),
+        (0, (4.0, uv.AxisType.UPCAST, False)),
+        (0, ("4", uv.AxisType.UPCAST, False)),
+    ],
+    ids=["bool-axis", "list-arg", "dict-arg", "array-arg", "float-axis", "float-factor", "str-factor"],
+)
+def test_opt_fields_of_the_wrong_type_are_opt_errors(axis, arg):
+    with pytest.raises(uv.OptError):
+        uv.Opt(uv.OptOp.SPLIT, axis, arg)
+
+
+def test_numpy_integers_are_taken_as_ints():
+    opt = uv.Opt(uv.OptOp.SPLIT, np.int64(0), (np.int32(4), uv.AxisType.UPCAST, np.bool_(False)))
+    assert opt == uv.Opt(uv.OptOp.SPLIT, 0, (4, uv.AxisType.UPCAST, False))
+    assert type(opt.axis) is int and type(opt.arg[0]) is int and type(opt.arg[2]) is bool
+    assert (4, uv.AxisType.UPCAST) in _sum_kernel().apply(opt).axes
+
+
+@pytest.mark.parametrize("multiple", [2**62, 33, 1000])
+def test_padto_is_bounded_by_the_axis_size(multiple):
+    # PADTO(0, 2**62) was accepted and rendered a loop of 4.6e18 iterations
+    with pytest.raises(uv.OptError, match="more than 4x"):
+        _sum_kernel().apply(uv.Opt(uv.OptOp.PADTO, 0, multiple))
+
+
+def test_padto_within_the_bound_still_runs():
+    x = np.random.default_rng(2).standard_normal((7, 5)).astype(np.float32)
+    padded = uv.Opt(uv.OptOp.PADTO, 0, 16)  # 7 -> 16: under 4x
+    (out,) = uv.compile(uv.Tensor(x).sum(axis=1), backend="python", opts=[padded]).run()
+    np.testing.assert_allclose(out, x.sum(axis=1), rtol=1e-5)

@@ -47,3 +47,14 @@ def test_a_roof_from_numpy_says_so():
     chart = timing_figure([entry("c", 50, intensity=20)], roofs=(100.0, 50.0))
     (legend,) = [item for item in chart.children[1].below if isinstance(item, Legend)]
     assert legend.items[0].label["value"] == "roof: 100 GFLOP/s (numpy matmul), 50 GB/s (numpy copy)"
+
+
+def test_a_kernel_without_arithmetic_stays_off_the_roofline():
+    # issue 11: a zero-intensity kernel (a copy; `((a @ b).relu() + 1).sum(axis=1)` has one) raised
+    # ZeroDivisionError in the roofline's bandwidth roof
+    copy = TimingEntry("c", 1e-3, 1e-3, 10, gflops=0.0, gbps=1.0, flops=0.0, bytes=1e6)
+    chart = timing_figure([copy, entry("llvm", 8, intensity=2.0)], roofs=(100.0, 50.0))
+    line, dots = renderers(chart.children[1])
+    assert list(dots.data_source.data["backend"]) == ["llvm"]
+    only_copy = timing_figure([copy], roofs=(100.0, 50.0))
+    assert list(renderers(only_copy)[0].data_source.data["backend"]) == ["c"]  # the bars alone

@@ -175,6 +175,11 @@ class OpenCLRenderer(CStyleRenderer):
         return "barrier(CLK_LOCAL_MEM_FENCE);"
 
     def local_declaration(self, dtype: DType, name: str, size: int) -> str:
+        if self.held_as_float(dtype) and dtype.scalar is dtypes.float16:
+            # without cl_khr_fp16 no half variable may be declared, arrays included; a pointer to half
+            # may be, and vload_half/vstore_half read and write through it
+            return (f"__local ushort {name}_bits[{size * dtype.count}]; "
+                    f"__local half* {name} = (__local half*){name}_bits;")  # fmt: skip
         return f"__local {self.memory_type(dtype)} {name}[{size}];"
 
     def range_header(self, range_uop: UOp, name: str, bound: str, parallel: bool) -> list[str]:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from uopviz.backends.base import CompiledKernel, Launch
+from uopviz.backends.base import CompiledKernel, Launch, numpy_dtype
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,29 @@ def time_launches(
         if budget_s is not None and spent > budget_s and len(times) >= 3:
             break
     return times
+
+
+def random_arguments(params: Sequence[Any], seed: int = 0) -> list[np.ndarray]:
+    """Random arrays for a compiled kernel's PARAM slots (``.dtype``, ``.size``, ``.written``): the
+    written ones zero, floats standard normal, bools 0/1, integers 0..7. The bytes are checked
+    against the memory limit first."""
+    from uopviz.core.limits import check_allocation
+
+    total = sum(param.size * numpy_dtype(param.dtype).itemsize for param in params)
+    check_allocation(total, f"the {len(params)} arguments of a kernel timed on random data")
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for param in params:
+        storage = numpy_dtype(param.dtype)
+        if param.written:
+            arrays.append(np.zeros(param.size, storage))
+        elif param.dtype.is_float:
+            arrays.append(rng.standard_normal(param.size).astype(storage))
+        elif param.dtype.is_bool:
+            arrays.append(rng.integers(0, 2, param.size).astype(storage))
+        else:
+            arrays.append(rng.integers(0, 8, param.size).astype(storage))
+    return arrays
 
 
 def time_compiled(

@@ -14,6 +14,7 @@ Errors raised inside the worker (a ``CompileError``, a bad argument) come back a
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import pickle
 import signal
@@ -96,6 +97,60 @@ def _handle_time(backend: str, source: str, name: str, arrays: list[np.ndarray],
     return time_compiled(kernel, arrays, **options)
 
 
+# Buffers a caller had allocated here (Program.run(isolated=True)): session id -> arrays. A crash
+# takes them with it; the caller's run fails then anyway.
+_SESSIONS: dict[int, list[np.ndarray]] = {}
+
+
+def allocate_buffers(specs: Sequence[tuple]) -> list[np.ndarray]:
+    """Arrays from specs: ``("data", array)``, ``("zeros", size, numpy dtype)`` or ``("view", index of an
+    earlier uint8 array, byte offset, byte count, numpy dtype)`` (a buffer placed in a memory arena)."""
+    arrays: list[np.ndarray] = []
+    for spec in specs:
+        kind = spec[0]
+        if kind == "data":
+            arrays.append(spec[1])  # the caller's own array in-process, a fresh copy in the worker
+        elif kind == "zeros":
+            arrays.append(np.zeros(spec[1], spec[2]))
+        elif kind == "view":
+            _, arena, offset, nbytes, dtype = spec
+            arrays.append(arrays[arena][offset:offset + nbytes].view(dtype))
+        else:
+            raise ValueError(f"unknown buffer spec {kind!r}")
+    return arrays
+
+
+def bound_arguments(arrays: Sequence[np.ndarray], arguments: Sequence[tuple[int, int, int | None]]) -> list:
+    """A kernel's arguments: ``(buffer index, start, stop)``, the elements start:stop of that buffer
+    (stop None: to its end)."""
+    return [arrays[index][start:stop] for index, start, stop in arguments]
+
+
+def _handle_allocate(session: int, specs: list[tuple]) -> int:
+    _SESSIONS[session] = allocate_buffers(specs)
+    return len(_SESSIONS[session])
+
+
+def _handle_run_bound(backend: str, source: str, name: str, session: int, arguments: list[tuple]) -> None:
+    _compile(backend, source, name)(*bound_arguments(_SESSIONS[session], arguments))
+
+
+def _handle_fetch(session: int, indexes: list[int]) -> list[np.ndarray]:
+    arrays = _SESSIONS.pop(session)
+    return [arrays[index] for index in indexes]
+
+
+def _handle_release(session: int) -> None:
+    _SESSIONS.pop(session, None)
+
+
+def _handle_time_random(backend: str, source: str, name: str, seed: int, **options: Any) -> Timing:
+    from uopviz.backends.timing import random_arguments, time_compiled
+
+    kernel = _compile(backend, source, name)
+    return time_compiled(kernel, random_arguments(kernel.params, seed), **options)
+
+
 def _handle_compile(backend: str, source: str, name: str) -> float:
     return _compile(backend, source, name).compile_s
 
@@ -106,7 +161,9 @@ def _handle_ping() -> int:
     return os.getpid()
 
 
-_REQUESTS = {"run": _handle_run, "time": _handle_time, "compile": _handle_compile, "ping": _handle_ping}
+_REQUESTS = {"run": _handle_run, "time": _handle_time, "compile": _handle_compile, "ping": _handle_ping,
+             "allocate": _handle_allocate, "run_bound": _handle_run_bound, "fetch": _handle_fetch,
+             "release": _handle_release, "time_random": _handle_time_random}
 
 
 def worker_main(receiver: Connection, sender: Connection) -> None:
@@ -262,6 +319,45 @@ class Worker:
         payload = {"backend": backend, "source": source, "name": name, "arrays": list(arrays), **options}
         return self.request("time", payload, timeout_s, name, backend)
 
+    def time_random(
+        self, backend: str, source: str, name: str, *, seed: int = 0, timeout_s: float = 120.0, **options: Any
+    ) -> Timing:
+        """Compile and time a kernel on random arguments made in the worker (written ones zero), so
+        the caller allocates nothing."""
+        payload = {"backend": backend, "source": source, "name": name, "seed": seed, **options}
+        return self.request("time_random", payload, timeout_s, name, backend)
+
+    def allocate(self, specs: Sequence[tuple], timeout_s: float = 120.0) -> int:
+        """Allocate buffers in the worker (specs of :func:`allocate_buffers`); returns a session id for
+        :meth:`run_bound` and :meth:`fetch`."""
+        session = next(_SESSION_NUMBERS)
+        self.request("allocate", {"session": session, "specs": list(specs)}, timeout_s, "allocate buffers")
+        return session
+
+    def run_bound(
+        self,
+        backend: str,
+        source: str,
+        name: str,
+        session: int,
+        arguments: Sequence[tuple[int, int, int | None]],
+        timeout_s: float = 120.0,
+    ) -> None:
+        """Run a kernel on buffers of an :meth:`allocate` session (see :func:`bound_arguments`)."""
+        payload = {"backend": backend, "source": source, "name": name, "session": session,
+                   "arguments": list(arguments)}  # fmt: skip
+        self.request("run_bound", payload, timeout_s, name, backend)
+
+    def fetch(self, session: int, indexes: Sequence[int], timeout_s: float = 120.0) -> list[np.ndarray]:
+        """The buffers ``indexes`` of a session, which ends."""
+        payload = {"session": session, "indexes": list(indexes)}
+        return self.request("fetch", payload, timeout_s, "fetch buffers")
+
+    def release(self, session: int) -> None:
+        """End a session without fetching (nothing to do when the worker has died since)."""
+        if self._alive():
+            self.request("release", {"session": session}, 30.0, "release buffers")
+
     def compile(self, backend: str, source: str, name: str, timeout_s: float = 300.0) -> float:
         """Compile (filling the disk cache) and return the compile time."""
         return self.request(
@@ -276,6 +372,7 @@ class Worker:
 
 
 _default: Worker | None = None
+_SESSION_NUMBERS = itertools.count(1)
 
 
 def default_worker() -> Worker:

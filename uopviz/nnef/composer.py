@@ -54,9 +54,11 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
+    INPUT_EXTENT_KEYS,
     UNDECIDED,
     DynamicExtent,
     Evaluator,
@@ -301,13 +303,18 @@ class Composer:
     the loader of a model folder reads ``<name>.dat`` files with it.
     """
 
-    def __init__(self, modules: ModuleSet, variable_loader: VariableLoader | None = None) -> None:
+    def __init__(
+        self, modules: ModuleSet, variable_loader: VariableLoader | None = None, progress: Any = None
+    ) -> None:
         self.modules = modules
         self.variable_loader = variable_loader
+        # progress(done, total, stage) after each statement of the graph's @compose block
+        self.progress = progress
         self.tensors: dict[str, TensorInfo] = {}
         self.operations: list[Operation] = []
         self.composites: list[Composite] = []
         self.updates: dict[str, str] = {}
+        self.packs: dict[str, list[str]] = {}  # graph input / output packs: name -> item tensor names
         self._serial = itertools.count()
         self._subgraph_tensors: set[str] = set()  # tensors owned by the sub-graphs of loop nodes
         # The composite operators being expanded, outermost first: invoking one of them again is
@@ -324,6 +331,20 @@ class Composer:
         input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     ) -> Graph:
         """Compose the graph ``graph_name`` (default: the first graph) of module ``module_name``."""
+        try:
+            return self._compose_graph(module_name, graph_name, attribs, input_shapes)
+        except Unknown as unknown:  # a name declared but never bound where a value was needed
+            message = (f"'{unknown.name}' has no value where it is used (it is not bound at this point of "
+                       "the composition)")
+            raise NNEFError.at(unknown.position, message) from None
+
+    def _compose_graph(
+        self,
+        module_name: str,
+        graph_name: str | None,
+        attribs: Mapping[str, Any] | None,
+        input_shapes: Mapping[str, tuple[int, ...]] | None,
+    ) -> Graph:
         module = self.modules.get(module_name)
         graphs = module.graphs
         if not graphs:
@@ -343,11 +364,33 @@ class Composer:
         instance = _Instance(info, definition.pos, "")
         self._graph_attributes(instance, dict(attribs or {}))
         inputs = self._graph_inputs(instance, dict(input_shapes or {}))
+        keys = frozenset(
+            extent.key
+            for name in inputs
+            for extent in self.tensors[name].shape
+            if isinstance(extent, DynamicExtent)
+        )
+        token = INPUT_EXTENT_KEYS.set(keys)
+        try:
+            return self._compose_definition(definition, module_name, info, instance, inputs)
+        finally:
+            INPUT_EXTENT_KEYS.reset(token)
+
+    def _compose_definition(
+        self,
+        definition: ast.Definition,
+        module_name: str,
+        info: DefinitionInfo,
+        instance: _Instance,
+        inputs: list[str],
+    ) -> Graph:
         self._usings_and_asserts(instance)
         frame = _Frame(module_name, instance.symbols, instance.types, "", info.declared)
         self._declare_locals(definition, frame, instance)
-        for component in definition.components:
+        for done, component in enumerate(definition.components, 1):
             self._component(component, frame)
+            if self.progress is not None:
+                self.progress(done, len(definition.components), None)
         outputs = self._graph_outputs(instance, frame)
         self._updates(definition, frame)
         self._quantizations(definition, frame)
@@ -362,6 +405,7 @@ class Composer:
             updates=self.updates,
             definition=definition,
             modules=dict(self.modules.modules),
+            packs=self.packs,
         )
 
     # -- errors -------------------------------------------------------------------------------------
@@ -386,11 +430,12 @@ class Composer:
                 position, f"tensor name '{name}' is already used (defined at {self.tensors[name].position})"
             )
         for extent in shape:
-            if isinstance(extent, int) and not isinstance(extent, bool) and extent < 0:
+            if isinstance(extent, int) and not isinstance(extent, bool) and not 0 <= extent < MAX_EXTENT:
                 raise self._error(
                     position,
-                    f"tensor '{name}' would have the negative extent {extent} "
-                    f"in its shape {format_value(list(shape))}",
+                    f"tensor '{name}' would have the {'negative' if extent < 0 else 'too large'} extent "
+                    f"{extent} in its shape {format_value(list(shape))}"
+                    + ("" if extent < 0 else f" (extents are below 2**{MAX_EXTENT.bit_length() - 1})"),
                 )
         tensor = TensorInfo(
             name, dtype, tuple(shape), kind, data, position=position, serial=next(self._serial)
@@ -437,7 +482,7 @@ class Composer:
         self, value: Any, dtype: str, shape: tuple, name: str, position: ast.Position
     ) -> TensorInfo:
         array = (
-            np.full(shape, value, dtype=numpy_dtype_of(dtype))
+            _filled(shape, value, numpy_dtype_of(dtype), name, position)
             if not isinstance(value, np.ndarray)
             else value.astype(numpy_dtype_of(dtype))
         )
@@ -1587,7 +1632,7 @@ class Composer:
             instance = self._instantiate(
                 info, attribs, invocation.types, args, invocation.pos, frame.scope + label
             )
-            if info.is_leaf or (info.lowers_runtime_extents and _reads_runtime_extents(instance)):
+            if info.is_leaf or (info.lowers_runtime_extents and _prefers_lowering(instance)):
                 return self._leaf(instance, frame, names, invocation.pos)
             self._expanding.append(info)
             try:
@@ -1806,10 +1851,14 @@ class Composer:
                         f"constant '{param.name}' of shape {list(shape)} needs "
                         f"{int(np.prod(shape))} values, got {len(value)}",
                     )
-                return np.array(value, dtype=dtype).reshape(shape)
+                try:
+                    return np.array(value, dtype=dtype).reshape(shape)
+                except (OverflowError, ValueError, TypeError) as error:
+                    raise self._error(param.pos, f"constant '{param.name}': its values cannot be {dtype} "
+                                                 f"values ({error})") from None  # fmt: skip
             if value is None:
                 raise self._error(param.pos, f"the value of constant '{param.name}' is null")
-            return np.full(shape, value, dtype=dtype)
+            return _filled(shape, value, dtype, param.name, param.pos)
         return self._constant_per_element(instance, param, dtype, shape)
 
     def _constant_at_upper_bounds(
@@ -1845,7 +1894,7 @@ class Composer:
                 f"the value of constant '{param.name}' depends on the run-time value {value!r}; a constant "
                 f"is known at compile time (compute it with an operation instead)",
             )
-        return np.full(shape, value, dtype=dtype)
+        return _filled(shape, value, dtype, param.name, param.pos)
 
     def _constant_per_element(
         self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple, upper: tuple | None = None
@@ -1866,6 +1915,7 @@ class Composer:
                 f"its shape {list(shape)}",
             )
         upper = tuple(shape) if upper is None else upper
+        _check_constant_size(upper, dtype, param.name, param.pos)
         data = np.empty(upper, dtype=dtype)
         for point in np.ndindex(*upper) if upper else [()]:
             local: dict[str, Any] = {}
@@ -2583,10 +2633,11 @@ class Composer:
             element = self._element_type(instance, param.type)
             if element is None:
                 raise self._error(param.pos, f"graph input '{param.name}' needs a concrete type")
-            if param.type.pack is not None:
-                raise self._error(param.pos, "packs of graph inputs are not supported")
             if param.type.shape is None:
                 raise self._error(param.pos, f"graph input '{param.name}' needs a shape")
+            if param.type.pack is not None:
+                names.extend(self._graph_input_pack(instance, param, element, shapes.get(param.name)))
+                continue
             if param.name in shapes:
                 shape = self._given_input_shape(instance, param, list(shapes[param.name]))
             else:
@@ -2594,6 +2645,56 @@ class Composer:
             tensor = self._new_tensor(param.name, element, tuple(shape), "input", param.pos)
             instance.symbols[param.name] = tensor
             names.append(param.name)
+        return names
+
+    def _graph_input_pack(self, instance: _Instance, param: ast.Param, element: str, given: Any) -> list[str]:
+        """The item tensors ``name[k]`` of a pack graph input (``xs: real[2]..(n|5)``).
+
+        Its length is the declared one, or for a length given by a symbol with a bound, the number
+        of items given (``given``: one shape per item; the bound when none are): like an input
+        extent, it is fixed by the time kernels run, ``run`` recomposing the graph for it.
+        """
+        spec = param.type.pack
+        count_node, bound_node = spec.count, spec.bound
+        evaluator = instance.evaluator()
+        bound = None if bound_node is None else evaluator(bound_node)
+        symbol = None
+        if count_node is None or isinstance(count_node, ast.Placeholder):
+            count = None
+        elif isinstance(count_node, ast.Identifier) and count_node.name not in instance.symbols:
+            symbol, count = count_node.name, None
+        else:
+            count = evaluator.repeat_count(count_node)
+        if count is None:
+            if given is not None:
+                count = len(given)
+            elif bound is not None:
+                count = bound
+            else:
+                raise self._error(
+                    param.pos,
+                    f"graph input pack '{param.name}': a length decided at run time needs an upper "
+                    f"bound (..(n|5) or ..(~|5))",
+                )
+        if given is not None and len(given) != count:
+            raise NNEFError(f"graph input pack '{param.name}' has {count} items, {len(given)} were given")
+        if bound is not None and count > bound:
+            raise NNEFError(
+                f"graph input pack '{param.name}': {count} items exceed the declared bound {bound}"
+            )
+        if symbol is not None:
+            instance.symbols[symbol] = count
+        items, names = [], []
+        for item in range(count):
+            name = f"{param.name}[{item}]"
+            if given is not None:
+                shape = self._given_input_shape(instance, param, list(given[item]))
+            else:
+                shape = self._input_shape(instance, param)
+            items.append(self._new_tensor(name, element, tuple(shape), "input", param.pos))
+            names.append(name)
+        instance.symbols[param.name] = items
+        self.packs[param.name] = names
         return names
 
     def _given_input_shape(self, instance: _Instance, param: ast.Param, dims: list[int]) -> list[int]:
@@ -2660,7 +2761,8 @@ class Composer:
             if value is None:
                 raise self._error(param.pos, f"graph output '{param.name}' is not assigned in @compose")
             if isinstance(value, list):
-                raise self._error(param.pos, "packs of graph outputs are not supported")
+                names.extend(self._graph_output_pack(instance, param, value, frame))
+                continue
             if not isinstance(value, TensorInfo):
                 raise self._error(param.pos, f"graph output '{param.name}' is not a tensor")
             if param.type.shape is not None and all(
@@ -2684,6 +2786,43 @@ class Composer:
                 value = self._identity(value, param.name, frame, param.pos)
             value.kind = "output"
             names.append(param.name)
+        return names
+
+    def _graph_output_pack(
+        self, instance: _Instance, param: ast.Param, items: list, frame: _Frame
+    ) -> list[str]:
+        """The item tensors ``name[k]`` of a pack graph output (``ys: real[]..(3)``)."""
+        spec = param.type.pack
+        if spec is None:
+            raise self._error(param.pos, f"graph output '{param.name}' is declared a tensor but is a pack")
+        count_node = spec.count
+        if count_node is not None and not isinstance(count_node, ast.Placeholder):
+            declared = instance.evaluator()(count_node)
+            if isinstance(declared, int) and declared != len(items):
+                raise self._error(
+                    param.pos,
+                    f"graph output pack '{param.name}' is declared with {declared} items, the graph "
+                    f"computes {len(items)}",
+                )
+        element = self._element_type(instance, param.type)
+        names = []
+        for index, value in enumerate(items):
+            if not isinstance(value, TensorInfo):
+                raise self._error(
+                    param.pos, f"item {index} of graph output pack '{param.name}' is not a tensor"
+                )
+            if element is not None and element != value.dtype:
+                raise self._error(
+                    param.pos,
+                    f"graph output pack '{param.name}' is declared {element} but item {index} is a "
+                    f"{value.dtype} tensor",
+                )
+            name = f"{param.name}[{index}]"
+            if value.name != name or value.kind != "intermediate":
+                value = self._identity(value, name, frame, param.pos)
+            value.kind = "output"
+            names.append(name)
+        self.packs[param.name] = names
         return names
 
     def _identity(self, tensor: TensorInfo, name: str, frame: _Frame, position: ast.Position) -> TensorInfo:
@@ -2851,11 +2990,44 @@ def _evaluable(key: Any, imported: set) -> bool:
     return False
 
 
-def _reads_runtime_extents(instance: _Instance) -> bool:
-    """Whether an input of the invocation has an extent decided at run time."""
+def _check_constant_size(shape: tuple, dtype: np.dtype, name: str, position: ast.Position) -> None:
+    """A constant's data must fit the memory limit; checked before it is allocated."""
+    count = math.prod(shape)
+    try:
+        check_allocation(count * dtype.itemsize, f"constant '{name}' of shape {list(shape)} ({dtype})")
+    except MemoryLimitError as error:
+        raise NNEFError.at(position, str(error)) from None
+
+
+def _filled(shape: tuple, value: Any, dtype: np.dtype, name: str, position: ast.Position) -> np.ndarray:
+    """A constant of ``shape`` filled with ``value``: its size checked against the memory limit first,
+    and a value its type cannot hold (``2147483648`` as int32) a located error."""
+    _check_constant_size(shape, dtype, name, position)
+    try:
+        return np.full(shape, value, dtype=dtype)
+    except (OverflowError, ValueError, TypeError) as error:
+        raise NNEFError.at(position, f"constant '{name}': {format_value(value)} cannot be a {dtype} "
+                                     f"value ({error})") from None  # fmt: skip
+
+
+#: Extents index with 64-bit integers: a tensor's extent is below 2**62, so sizes and offsets of a
+#: few of them cannot overflow.
+MAX_EXTENT = 1 << 62
+
+#: An operator with both a @compose and a @lower block is lowered when an input extent exceeds this:
+#: a composition may unroll an axis (cumsum unstacks it into one operation per item), so composing
+#: it would take work and operations in proportion to the extent, not to the graph's size.
+DECOMPOSE_EXTENT_LIMIT = 64
+
+
+def _prefers_lowering(instance: _Instance) -> bool:
+    """Whether an input of the invocation has an extent decided at run time or one over
+    :data:`DECOMPOSE_EXTENT_LIMIT`."""
     for value in instance.inputs.values():
         for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, TensorInfo) and not item.is_static:
+            if isinstance(item, TensorInfo) and (
+                not item.is_static or any(extent > DECOMPOSE_EXTENT_LIMIT for extent in item.shape)
+            ):
                 return True
     return False
 

@@ -26,6 +26,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 from math import prod
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 from uopviz.nnef.errors import NNEFError
 
 __all__ = [
-    "HEADER_SIZE", "MAX_RANK", "ItemType", "TensorHeader", "read_header", "read_tensor",
+    "HEADER_SIZE", "MAX_RANK", "ItemType", "TensorHeader", "inside_folder", "read_header", "read_tensor",
     "tensor_bytes", "write_tensor",
 ]  # fmt: skip
 
@@ -206,6 +207,20 @@ def _load_stream(stream: BinaryIO, file: str, size: int | None) -> tuple[TensorH
         raise NNEFError(f"tensor file truncated while reading: expected {header.data_length} data bytes, "
                         f"got {len(data)}", file)  # fmt: skip
     return header, data
+
+
+def inside_folder(root: Path, candidate: Path, what: str) -> Path:
+    """``candidate`` with its links resolved, which must lie inside the (resolved) folder ``root``: a
+    model never reads files outside its folder, through ``..`` or a symlink. A symlink loop or a name
+    the file system refuses is an NNEFError too."""
+    try:
+        resolved = candidate.resolve()
+        resolved.is_file()  # stats it: a name too long for the file system fails here
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python 3.11)
+        raise NNEFError(f"cannot read {what} at {candidate}: {error}", str(candidate)) from None
+    if resolved != root and root not in resolved.parents:
+        raise NNEFError(f"{what} {candidate} would lie outside the model folder {root}", str(candidate))
+    return resolved
 
 
 def read_header(source: Source) -> TensorHeader:

@@ -23,6 +23,7 @@ lowering extends to UOp operands by passing ``scalar_ops``.
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,9 +41,9 @@ __all__ = [
 class Unknown(Exception):  # noqa: N818 - a control-flow signal, not an error report
     """An identifier that is declared but not bound yet: the expression cannot be evaluated now."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, position: ast.Position | None = None) -> None:
         super().__init__(name)
-        self.name = name
+        self.name, self.position = name, position
 
 
 class _Undecided:
@@ -63,6 +64,15 @@ class _Undecided:
 
 
 UNDECIDED = _Undecided()
+
+
+#: The keys of the graph-input extents (``x: real[~|6]``, ``real[n|6]``) while a graph is composed
+#: before its input shapes are given: a pack length that is one of them (``layout.unstack`` along
+#: it, ``layout.split{count=n}``) takes the extent's bound there. ``run`` recomposes the graph for
+#: the shapes it is given, where the extent and so the pack length are plain numbers.
+INPUT_EXTENT_KEYS: contextvars.ContextVar[frozenset] = contextvars.ContextVar(
+    "INPUT_EXTENT_KEYS", default=frozenset()
+)
 
 
 class DynamicExtent:
@@ -90,6 +100,17 @@ class DynamicExtent:
 
     def __hash__(self) -> int:
         return hash(("DynamicExtent", self.key))
+
+
+def _follows_inputs(key: Any, inputs: frozenset) -> bool:
+    """Whether an extent's key is built of graph-input extents (``inputs``) and numbers only."""
+    if not inputs:
+        return False
+    if key in inputs or isinstance(key, int | float):
+        return True
+    if isinstance(key, tuple) and len(key) in (2, 3, 4) and isinstance(key[0], str):
+        return all(_follows_inputs(part, inputs) for part in key[1:])
+    return False
 
 
 def _key_text(key: Any) -> str:
@@ -700,6 +721,18 @@ def _cumulative_fold(op: str, items: list, position: ast.Position, ops: PythonSc
     return out
 
 
+#: The longest pack or list a composition may build. Packs are unrolled at compose time (one value
+#: per item), so their length bounds the composer's work and memory: a count written as 2**31 is an
+#: error here rather than a stall and a MemoryError.
+MAX_PACK_LENGTH = 1 << 16
+
+
+def _check_pack_length(length: int, position: ast.Position) -> None:
+    if length > MAX_PACK_LENGTH:
+        raise NNEFError.at(position, f"a pack or list of {length} items exceeds the {MAX_PACK_LENGTH} a "
+                                     "composition may unroll")  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------------
 # the evaluator
 
@@ -741,7 +774,7 @@ class Evaluator:
             return self.symbols[name]
         except KeyError:
             if name in self.pending:
-                raise Unknown(name) from None
+                raise Unknown(name, position) from None
             raise NNEFError.at(position, f"unknown identifier '{name}'") from None
 
     def resolve_type(self, type_name: str, position: ast.Position) -> str:
@@ -858,6 +891,7 @@ class Evaluator:
         if count is None:
             return None
         if isinstance(value, list):
+            _check_pack_length(len(value) * count, item.pos)
             return value * count
         return [value] * count
 
@@ -868,6 +902,9 @@ class Evaluator:
             return None
         if isinstance(count, bool):
             return int(count)
+        if isinstance(count, DynamicExtent) and count.bound is not None:
+            if _follows_inputs(count.key, INPUT_EXTENT_KEYS.get()):
+                return count.bound
         if isinstance(count, DynamicExtent | RuntimeScalar):
             raise NNEFError.at(
                 node.pos,
@@ -880,6 +917,7 @@ class Evaluator:
             )
         if count < 0:
             raise NNEFError.at(node.pos, f"a repetition count must not be negative, got {count}")
+        _check_pack_length(count, node.pos)
         return count
 
     def _range(self, node: ast.Range) -> list | None:
@@ -896,7 +934,9 @@ class Evaluator:
                 )
         if step == 0:
             raise NNEFError.at(node.pos, "the step of a range must not be 0")
-        return list(range(start, stop, step))
+        items = range(start, stop, step)
+        _check_pack_length(len(items), node.pos)
+        return list(items)
 
     def _zip(self, node: ast.Zip) -> Any:
         raise NNEFError.at(node.pos, "a zip (a, b) is only allowed expanded inside a list: [(a, b)..]")

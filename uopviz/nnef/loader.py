@@ -11,7 +11,8 @@
 - an NNEF 1.0 folder (``graph.nnef`` and ``.dat`` files named by the variables' labels), read by
   the ``nnef`` package's parser and mapped onto the same graph model (:mod:`uopviz.nnef.nnef1`);
 - a ``.tgz`` / ``.tar.gz`` of either (unpacked to a temporary folder; members that would land
-  outside it, links and devices are refused).
+  outside it, links and devices are refused; source members are capped in size and data members
+  are unpacked only when a variable reads them, within the memory limit).
 
 The graph's variables get the data of their files; missing files leave them without data
 (``Graph.run`` then wants them by name). Every problem is an :class:`NNEFError`.
@@ -19,25 +20,32 @@ The graph's variables get the data of their files; missing files leave them with
 
 from __future__ import annotations
 
+import lzma
 import os
+import shutil
 import tarfile
 import tempfile
-from collections.abc import Mapping
+import zlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from uopviz.core.limits import MemoryLimitError, check_allocation
+from uopviz.core.progress import progress_reporter
 from uopviz.nnef.composer import Composer
-from uopviz.nnef.data import read_tensor
+from uopviz.nnef.data import inside_folder, read_tensor
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.graph import Graph, TensorInfo
 from uopviz.nnef.parser import parse_module
-from uopviz.nnef.stdlib_loader import ModuleSet
+from uopviz.nnef.stdlib_loader import ModuleSet, read_source_text
 
 __all__ = ["load", "loads"]
 
 _ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
+#: Brings a data file of an archive into the model folder before it is read.
+Fetch = Callable[[Path], None]
 
 
 def loads(
@@ -48,15 +56,19 @@ def loads(
     file: str = "<string>",
     lenient: bool = False,
     variables: Mapping[str, np.ndarray] | None = None,
+    progress: Any = None,
 ) -> Graph:
     """Compose the first (or the named) graph of SkriptND ``text``; it may import standard modules.
 
-    ``variables`` gives data for variables by (qualified) name.
+    ``variables`` gives data for variables by (qualified) name. ``progress`` as in
+    :mod:`uopviz.core.progress` (a bar over the graph's statements when composing takes a while).
     """
     modules = ModuleSet(None, lenient=lenient)
     modules.add("main", parse_module(text, file, lenient=lenient))
     given = dict(variables or {})
-    return _compose(modules, graph, attribs, lambda name, info: given.get(name), source=text)
+    return _compose(
+        modules, graph, attribs, lambda name, info: given.get(name), source=text, progress=progress
+    )
 
 
 def load(
@@ -65,93 +77,190 @@ def load(
     graph: str | None = None,
     attribs: Mapping[str, Any] | None = None,
     lenient: bool = False,
+    progress: Any = None,
 ) -> Graph:
-    """Load a SkriptND file or model folder, an NNEF 1.0 folder, or a .tgz of either."""
+    """Load a SkriptND file or model folder, an NNEF 1.0 folder, or a .tgz of either.
+
+    ``progress`` as in :mod:`uopviz.core.progress`: by default a bar over the graph's statements
+    appears when composing takes more than a second."""
     path = Path(path)
     if not path.exists():
         raise NNEFError(f"no such file or folder: {path}")
     if path.is_file() and path.name.endswith(_ARCHIVE_SUFFIXES):
-        return _load_archive(path, graph, attribs, lenient)
+        return _load_archive(path, graph, attribs, lenient, progress)
+    return _load_path(path, graph, attribs, lenient, None, progress)
+
+
+def _load_path(
+    path: Path,
+    graph: str | None,
+    attribs: Mapping[str, Any] | None,
+    lenient: bool,
+    fetch: Fetch | None,
+    progress: Any = None,
+) -> Graph:
+    """A model file or folder; ``fetch`` (archives) brings a data file into the folder when it is read."""
     if path.is_dir():
         if (path / "main.sknd").is_file():
-            return _load_folder(path, path / "main.sknd", graph, attribs, lenient)
+            return _load_folder(path, path / "main.sknd", graph, attribs, lenient, fetch, progress)
         if (path / "graph.nnef").is_file():
             from uopviz.nnef.nnef1 import load_nnef1
 
-            return load_nnef1(path, attribs=attribs)
+            return load_nnef1(path, attribs=attribs, fetch=fetch, progress=progress)
         raise NNEFError(
             f"{path} is neither a SkriptND model folder (no main.sknd) nor an NNEF 1.0 folder (no graph.nnef)"
         )
     if path.suffix == ".nnef":
         from uopviz.nnef.nnef1 import load_nnef1
 
-        return load_nnef1(path, attribs=attribs)
-    return _load_folder(path.parent, path, graph, attribs, lenient)
+        return load_nnef1(path, attribs=attribs, fetch=fetch, progress=progress)
+    return _load_folder(path.parent, path, graph, attribs, lenient, fetch, progress)
 
 
 def _load_folder(
-    root: Path, main: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool
+    root: Path,
+    main: Path,
+    graph: str | None,
+    attribs: Mapping[str, Any] | None,
+    lenient: bool,
+    fetch: Fetch | None = None,
+    progress: Any = None,
 ) -> Graph:
     modules = ModuleSet(root, lenient=lenient)
-    try:
-        text = main.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise NNEFError(f"cannot read {main}: {error}") from error
+    text = read_source_text(main)
     modules.add("main", parse_module(text, str(main), lenient=lenient))
     data_root = root.resolve()
-    return _compose(modules, graph, attribs, lambda name, info: _variable_data(data_root, name), source=main)
+    return _compose(
+        modules,
+        graph,
+        attribs,
+        lambda name, info: _variable_data(data_root, name, fetch),
+        source=main,
+        progress=progress,
+    )
 
 
-def _variable_data(root: Path, name: str) -> np.ndarray | None:
+def _variable_data(root: Path, name: str, fetch: Fetch | None = None) -> np.ndarray | None:
     """The data of variable ``name``: ``<name>.dat`` or ``<a>/<b>.dat`` for ``a.b``, inside ``root``."""
     candidates = [root / f"{name}.dat", (root / Path(*name.split("."))).with_suffix(".dat")]
     for candidate in candidates:
-        resolved = candidate.resolve()
-        if root != resolved and root not in resolved.parents:
-            raise NNEFError(f"the data file of variable '{name}' would lie outside the model folder {root}")
+        if fetch is not None:
+            fetch(candidate)
+        resolved = inside_folder(root, candidate, f"the data file of variable '{name}'")
         if resolved.is_file():
             return read_tensor(resolved)
     return None
 
 
 def _compose(
-    modules: ModuleSet, graph: str | None, attribs: Mapping[str, Any] | None, loader: Any, source: Any
+    modules: ModuleSet,
+    graph: str | None,
+    attribs: Mapping[str, Any] | None,
+    loader: Any,
+    source: Any,
+    progress: Any = None,
 ) -> Graph:
-    def compose_for(shapes: Mapping[str, tuple[int, ...]] | None) -> Graph:
-        composed = Composer(modules, loader).compose("main", graph, attribs, shapes)
+    def compose_for(shapes: Mapping[str, tuple[int, ...]] | None, progress: Any = None) -> Graph:
+        with progress_reporter(progress, 0, "composing") as report:
+            composed = Composer(modules, loader, report).compose("main", graph, attribs, shapes)
         composed.source = source
         composed.recompose = compose_for
         return composed
 
-    return compose_for(None)
+    return compose_for(None, progress)
 
 
-def _load_archive(path: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool) -> Graph:
+#: The largest archive member read as text (a module, graph or quantization file); data members are
+#: bounded by the memory limit (uopviz.core.limits), and only those a variable reads are extracted.
+MAX_TEXT_MEMBER_BYTES = 64 << 20
+#: The most members an archive may list.
+MAX_ARCHIVE_MEMBERS = 100_000
+#: What a damaged compressed stream raises while it is read.
+_ARCHIVE_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)
+
+
+class _ArchiveFolder:
+    """An archive's members checked (names, kinds, sizes) and unpacked into ``target`` on demand: text
+    members at once, a data member when a variable reads it, so unused members never take disk or
+    memory."""
+
+    def __init__(self, archive: tarfile.TarFile, path: Path, target: Path) -> None:
+        self.archive, self.path, self.target = archive, path, target
+        self.members: dict[Path, tarfile.TarInfo] = {}
+        for count, member in enumerate(archive, start=1):
+            if count > MAX_ARCHIVE_MEMBERS:
+                raise NNEFError(f"archive lists more than {MAX_ARCHIVE_MEMBERS} members", str(path))
+            self.members[self._destination(member)] = member
+
+    def _destination(self, member: tarfile.TarInfo) -> Path:
+        destination = (self.target / member.name).resolve()
+        if self.target != destination and self.target not in destination.parents:
+            raise NNEFError(
+                f"archive member '{member.name}' would be written outside the extraction folder",
+                str(self.path),
+            )
+        if not (member.isfile() or member.isdir()):
+            raise NNEFError(
+                f"archive member '{member.name}' is a link or device; only files and folders are allowed",
+                str(self.path),
+            )
+        return destination
+
+    def unpack_texts(self) -> None:
+        """Create the folders and unpack every member that is not a ``.dat`` data file."""
+        for destination, member in self.members.items():
+            if member.isdir():
+                destination.mkdir(parents=True, exist_ok=True)
+            elif destination.suffix != ".dat":
+                if member.size > MAX_TEXT_MEMBER_BYTES:
+                    raise NNEFError(
+                        f"archive member '{member.name}' holds {member.size} bytes, over the "
+                        f"{MAX_TEXT_MEMBER_BYTES} a source file may have",
+                        str(self.path),
+                    )
+                self._unpack(member, destination)
+
+    def fetch(self, candidate: Path) -> None:
+        """Unpack the data member that lands at ``candidate`` (if any, and not yet unpacked)."""
+        try:
+            destination = candidate.resolve()
+        except (OSError, RuntimeError):
+            return  # inside_folder reports it
+        member = self.members.get(destination)
+        if member is None or not member.isfile() or destination.exists():
+            return
+        try:
+            check_allocation(member.size, f"archive member '{member.name}'")
+        except MemoryLimitError as error:
+            raise NNEFError(str(error), str(self.path)) from None
+        self._unpack(member, destination)
+
+    def _unpack(self, member: tarfile.TarInfo, destination: Path) -> None:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            source = self.archive.extractfile(member)
+            with source, destination.open("wb") as stream:
+                shutil.copyfileobj(source, stream)
+        except _ARCHIVE_ERRORS as error:
+            message = f"cannot unpack '{member.name}' from {self.path}: {error}"
+            raise NNEFError(message, str(self.path)) from None
+
+
+def _load_archive(
+    path: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool, progress: Any = None
+) -> Graph:
     with tempfile.TemporaryDirectory(prefix="uopviz-nnef-") as folder:
         target = Path(folder).resolve()
         try:
             with tarfile.open(path) as archive:
-                members = archive.getmembers()
-                for member in members:
-                    destination = (target / member.name).resolve()
-                    if target != destination and target not in destination.parents:
-                        raise NNEFError(
-                            f"archive member '{member.name}' would be written outside the extraction folder",
-                            str(path),
-                        )
-                    if not (member.isfile() or member.isdir()):
-                        raise NNEFError(
-                            f"archive member '{member.name}' is a link or device; only files and "
-                            f"folders are allowed",
-                            str(path),
-                        )
-                archive.extractall(target, members=members, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as error:
-            raise NNEFError(f"cannot unpack {path}: {error}", str(path)) from error
-        root = _model_root(target, path)
-        loaded = load(root, graph=graph, attribs=attribs, lenient=lenient)
-        _keep_data_in_memory(loaded)
-        return loaded
+                unpacked = _ArchiveFolder(archive, path, target)
+                unpacked.unpack_texts()
+                root = _model_root(target, path)
+                loaded = _load_path(root, graph, attribs, lenient, unpacked.fetch, progress)
+                _keep_data_in_memory(loaded)
+                return loaded
+        except _ARCHIVE_ERRORS as error:
+            raise NNEFError(f"cannot unpack {path}: {error}", str(path)) from None
 
 
 def _model_root(target: Path, archive: Path) -> Path:

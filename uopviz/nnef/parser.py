@@ -1275,12 +1275,33 @@ class _Parser:
         return value
 
 
+#: The deepest syntax tree accepted (the stdlib's deepest is 14 levels). Later stages (composer,
+#: evaluator, printer, lowering) walk the tree recursively; bounding the depth here keeps them inside
+#: Python's recursion limit: a left-associative chain ``a + b + ...`` parses without recursion but
+#: nests one level per operator.
+MAX_NESTING = 100
+
+
 def _guarded(parser: _Parser, parse: Function[[], _Result]) -> _Result:
-    """Run ``parse``, turning Python's recursion limit into a located error."""
+    """Run ``parse``, turning Python's recursion limit and trees deeper than :data:`MAX_NESTING`
+    into located errors."""
     try:
-        return parse()
+        tree = parse()
     except RecursionError:
         raise parser.error(parser.token, "expression or block nested too deeply for the parser") from None
+    _check_nesting(tree)
+    return tree
+
+
+def _check_nesting(tree: ast.Node) -> None:
+    """Raise at the first node nested deeper than :data:`MAX_NESTING` (walked without recursion)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise NNEFError.at(node.pos, f"expression or block nested more than {MAX_NESTING} levels deep "
+                                         "(split it into named intermediate values)")  # fmt: skip
+        stack.extend((child, depth + 1) for child in ast.children(node))
 
 
 def parse_module(text: str, file: str = "<string>", *, lenient: bool = False) -> ast.Module:

@@ -26,7 +26,7 @@ from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError, register_source
 from uopviz.nnef.parser import parse_module
 
-__all__ = ["STDLIB_DIR", "ModuleSet", "stdlib_module", "stdlib_modules", "stdlib_names"]
+__all__ = ["STDLIB_DIR", "ModuleSet", "read_source_text", "stdlib_module", "stdlib_modules", "stdlib_names"]
 
 STDLIB_DIR = Path(__file__).resolve().parent / "stdlib"
 _PARSER_SOURCES = ("ast.py", "lexer.py", "parser.py")
@@ -108,6 +108,22 @@ def stdlib_module(name: str) -> ast.Module:
     return stdlib_modules()[name]
 
 
+def read_source_text(path: Path, position: ast.Position = ast.NOWHERE) -> str:
+    """The UTF-8 text of a module file; an unreadable file or one that is not UTF-8 is an NNEFError (at
+    the first bad byte's line and column, or at ``position``, the import, when the file is unreadable)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise NNEFError.at(position, f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        raise NNEFError(f"{path} is not UTF-8 text: byte 0x{raw[error.start]:02X} cannot start a "
+                        f"character here", str(path), line, column) from None  # fmt: skip
+
+
 class ModuleSet:
     """The modules one model can see: its folder's ``.sknd`` files and the standard library.
 
@@ -137,7 +153,7 @@ class ModuleSet:
             raise NNEFError.at(position, f"'{name}' is not a valid module name")
         path = self._local_path(name, position)
         if path is not None:
-            module = parse_module(path.read_text(), str(path), lenient=self.lenient)
+            module = parse_module(read_source_text(path, position), str(path), lenient=self.lenient)
             self.add(name, module)
             return module
         library = stdlib_modules()

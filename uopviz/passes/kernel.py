@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute, traced_pass
@@ -56,17 +58,63 @@ class OptOp(enum.Enum):
 
 @dataclass(frozen=True)
 class Opt:
-    """One optimization ``(op, axis, arg)`` as the spec writes it."""
+    """One optimization ``(op, axis, arg)`` as the spec writes it.
+
+    Its fields are checked when it is made (:class:`OptError` otherwise): ``op`` an :class:`OptOp`,
+    ``axis`` an int or None (not a bool), ``arg`` None, an int or a tuple of ints, bools and
+    AxisTypes. Integers of other types (numpy's) become ints. Whether it fits a kernel is
+    :meth:`Kernel.apply`'s to check.
+    """
 
     op: OptOp
     axis: int | None = None
     arg: Any = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.op, OptOp):
+            named = isinstance(self.op, str) and self.op in OptOp.__members__
+            named = f"; write OptOp.{self.op}" if named else ""
+            raise OptError(f"an Opt's op is an OptOp ({', '.join(OptOp.__members__)}), got "
+                           f"{type(self.op).__name__} {self.op!r}{named}")  # fmt: skip
+        object.__setattr__(self, "axis", _checked_integer(self, "axis", self.axis))
+        arg = self.arg
+        if isinstance(arg, tuple):
+            arg = tuple(_checked_arg_item(self, item) for item in arg)
+        elif arg is not None:
+            arg = _checked_integer(self, "arg", arg)
+        object.__setattr__(self, "arg", arg)
+
     def __repr__(self) -> str:
         arg = self.arg
         if isinstance(arg, tuple):
             arg = "(" + ", ".join(a.name if isinstance(a, AxisType) else repr(a) for a in arg) + ")"
-        return f"Opt({self.op.name}, {self.axis}, {arg})"
+        return f"Opt({getattr(self.op, 'name', self.op)}, {self.axis}, {arg})"
+
+
+def _checked_integer(opt: Opt, field: str, value: Any) -> int | None:
+    """``value`` as an int (None stays None); a bool or a non-integer is an OptError."""
+    if value is None:
+        return None
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        kind = "an int, a tuple or None" if field == "arg" else "an int or None"
+        raise OptError(f"Opt({opt.op.name}, ...): its {field} is {kind}, got {type(value).__name__} "
+                       f"{_short(value)}")  # fmt: skip
+    return int(value)
+
+
+def _checked_arg_item(opt: Opt, item: Any) -> Any:
+    """An item of a tuple arg: an AxisType, a bool (SPLIT's top) or an int."""
+    if isinstance(item, AxisType | bool | np.bool_):
+        return bool(item) if isinstance(item, np.bool_) else item
+    if isinstance(item, int | np.integer):
+        return int(item)
+    raise OptError(f"Opt({opt.op.name}, ...): an item of its arg is an int, a bool or an AxisType, got "
+                   f"{type(item).__name__} {_short(item)}")  # fmt: skip
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # the kernel order: groups of AxisTypes, then the range number
@@ -75,6 +123,7 @@ _GROUP = {AxisType.THREAD: 0, AxisType.GLOBAL: 0, AxisType.LOOP: 0, AxisType.LOC
 REDUCE_TYPES = frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL})
 LANE_TYPES = frozenset({AxisType.UPCAST, AxisType.UNROLL})
 MAX_LANES = 256  # UPCAST x UNROLL lanes of one kernel: beyond this the vectors stop being registers
+MAX_PAD_GROWTH = 4  # PADTO may at most quadruple an axis: more is wasted work, never a speed-up
 
 # what SPLIT may create, from what, in which direction (None: either)
 SPLIT_RULES: dict[AxisType, tuple[frozenset[AxisType], bool | None]] = {
@@ -284,15 +333,23 @@ class Kernel:
     def time(self, backend: str | None = None, repeats: int = 10, isolated: bool | None = None) -> Any:
         """Run time on random inputs (``uopviz.backends.timing.Timing``: median_s, min_s, runs).
         Compiled backends run in the isolated worker by default (a crashing kernel cannot take the
-        caller down); the Python interpreter runs here."""
+        caller down), and the worker makes the random arguments (this process allocates nothing); the
+        Python interpreter runs here. Arguments over the memory limit are a MemoryLimitError."""
         from uopviz.backends.timing import time_kernel
+        from uopviz.backends.worker import default_worker
+        from uopviz.core.limits import check_allocation
 
         lowered = self.lower(backend)
         if isolated is None:
             isolated = lowered.backend != "python"
-        arrays = lowered.random_arguments()
-        return time_kernel(lowered.backend, lowered.source, lowered.name, arrays, repeats=repeats,
-                           flops=self.flops, bytes_moved=self.bytes, isolated=isolated)
+        params = lowered.params
+        total = sum(param.size * param.dtype.itemsize for param in params)
+        check_allocation(total, f"the arguments of kernel {self.name}")
+        if isolated:
+            return default_worker().time_random(lowered.backend, lowered.source, lowered.name,
+                                                repeats=repeats, flops=self.flops, bytes_moved=self.bytes)
+        return time_kernel(lowered.backend, lowered.source, lowered.name, lowered.random_arguments(),
+                           repeats=repeats, flops=self.flops, bytes_moved=self.bytes, isolated=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,6 +508,10 @@ def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
     padded_size = -(-size // multiple) * multiple
     if padded_size == size:
         raise OptError(f"{opt}: axis {opt.axis} of size {size} is already a multiple of {multiple}")
+    if padded_size > MAX_PAD_GROWTH * size:
+        raise OptError(f"{opt}: padding axis {opt.axis} of size {size} to {padded_size} would run more than "
+                       f"{MAX_PAD_GROWTH}x its iterations; pad to a multiple of at most "
+                       f"{MAX_PAD_GROWTH * size}")  # fmt: skip
     if any(u.op is Ops.WMMA and isinstance(u.arg, tuple) and any(a is r for a in u.arg[1:])
            for u in kernel.ast.toposort()):
         raise OptError(f"{opt}: axis {opt.axis} is a tensor core's tile axis; its size is the tile's")

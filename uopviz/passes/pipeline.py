@@ -13,7 +13,9 @@ instructions, LINEAR, ``PROGRAM(LINEAR, SOURCE)``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from uopviz.backends.base import Backend, CompiledKernel, KernelMeta, KernelParam, numpy_dtype
 from uopviz.core.dtype import DType, dtypes
+from uopviz.core.limits import check_allocation
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import Trace, graph_rewrite, substitute, traced_pass, tracing
 from uopviz.core.uop import UOp
@@ -176,42 +179,68 @@ def rangeify_stage(program: Program) -> None:
 
 
 def optimize_stage(program: Program, opts: Any) -> None:
-    """Each kernel in its backend's initial state, with its opts (each a recorded step)."""
+    """Each kernel in its backend's initial state, with its opts (each a recorded step).  Identical
+    kernels with the same opts (a network's repeated blocks) are optimized once."""
+    bodies = {}
+    done: dict[tuple[UOp, str], tuple[Kernel, UOp]] = {}
     for item in program.items:
-        kernel = optimize_kernel(item.kernel, opts_for(opts, item.index, item.kernel))
-        program.replace_body(item, finish_optimize(kernel))
-        item.kernel = kernel
+        chosen = opts_for(opts, item.index, item.kernel)
+        key = (item.kernel.ast, repr(chosen))
+        if key not in done:
+            kernel = optimize_kernel(item.kernel, chosen)
+            done[key] = (kernel, finish_optimize(kernel))
+        kernel, bodies[item] = done[key]
+        item.kernel = kernel if kernel.name_hint == item.kernel.name_hint else \
+            Kernel(kernel.ast, kernel.backend, kernel.opts, item.kernel.name_hint)
+    program.replace_bodies(bodies)
+
+
+def _once_per_body(program: Program, transform: Callable[[ScheduleItem], UOp]) -> dict[ScheduleItem, UOp]:
+    """``transform(item)`` for every item; an item whose body and kernel name are an earlier item's
+    gets that item's result (identical kernels are lowered once)."""
+    done: dict[tuple[UOp, str], UOp] = {}
+    bodies = {}
+    for item in program.items:
+        key = (item.body, item.kernel.name)
+        if key not in done:
+            done[key] = transform(item)
+        bodies[item] = done[key]
+    return bodies
 
 
 def expand_stage(program: Program) -> None:
     """UPCAST and UNROLL ranges become vector lanes."""
-    for item in program.items:
-        program.replace_body(item, expand_kernel(item.body, item.kernel.name))
+    program.replace_bodies(_once_per_body(program, lambda item: expand_kernel(item.body, item.kernel.name)))
 
 
 def instruction_selection_stage(program: Program) -> None:
     """Accumulators for reductions, then the target's instruction rules."""
     backend = backend_named(program.backend)
-    for item in program.items:
-        program.replace_body(item, select_instructions(item.body, backend, item.kernel.name))
+    program.replace_bodies(_once_per_body(
+        program, lambda item: select_instructions(item.body, backend, item.kernel.name)))
 
 
 def linearize_stage(program: Program) -> None:
     """Every kernel as a LINEAR program."""
     backend = backend_named(program.backend)
-    for item in program.items:
-        linear = linearize_kernel(item.body, backend, item.kernel.name)
+    bodies = _once_per_body(program, lambda item: linearize_kernel(item.body, backend, item.kernel.name))
+    for item, linear in bodies.items():
         record_step(linearize, item.body, linear, f"linearize {item.kernel.name}")
-        program.replace_body(item, linear)
+    program.replace_bodies(bodies)
 
 
 def memory_plan_stage(program: Program) -> None:
     """Registers inside kernels, then GLOBAL buffers between kernels."""
     saved = 0
+    plans: dict[UOp, Any] = {}
+    bodies = {}
     for item in program.items:
-        plan = plan_registers(item.body)
+        if item.body not in plans:
+            plan = plan_registers(item.body)
+            plans[item.body] = (plan, apply_register_plan(item.body, plan))
+        plan, bodies[item] = plans[item.body]
         saved += plan.bytes_saved
-        program.replace_body(item, apply_register_plan(item.body, plan))
+    program.replace_bodies(bodies)
     outputs = {_storage(v) for v in program.output_values()}
     usage = [(_storage(item.arguments[0]), [_storage(a) for a in item.arguments[1:]])
              for item in program.items]
@@ -223,16 +252,38 @@ def memory_plan_stage(program: Program) -> None:
 
 
 def render_stage(program: Program) -> None:
-    """Every LINEAR program rendered and compiled by the backend."""
+    """Every LINEAR program rendered and compiled by the backend (identical kernels once; in
+    parallel where the backend's builds are processes of their own)."""
+    bodies = {}
+    rendered_sources: dict[UOp, str] = {}
     for item in program.items:
         linear = item.body
-        source = render_source(linear, program.backend)
+        source = rendered_sources.get(linear)
+        if source is None:
+            source = rendered_sources[linear] = render_source(linear, program.backend)
         item.source = source
-        if program.build:
-            item.compiled = compile_source(source, str(linear.arg), program.backend)
         rendered = program_uop(linear, source)
         record_step(render_source, linear, rendered, f"render {linear.arg}")
-        program.replace_body(item, rendered)
+        bodies[item] = rendered
+    if program.build:
+        compiled = compile_sources({(item.source, str(item.body.arg)) for item in program.items},
+                                   program.backend)
+        for item in program.items:
+            item.compiled = compiled[item.source, str(item.body.arg)]
+    program.replace_bodies(bodies)
+
+
+def compile_sources(sources: Iterable[tuple[str, str]], backend_name: str) -> dict[tuple[str, str], Any]:
+    """Each ``(source, name)`` compiled once: in a thread per core when the backend's builds run as
+    processes of their own (``Backend.parallel_compile``), else one after the other."""
+    backend = backend_named(backend_name)
+    pending = list(dict.fromkeys(sources))
+    workers = min(len(pending), os.cpu_count() or 1) if backend.parallel_compile else 1
+    if workers <= 1:
+        return {(source, name): compile_source(source, name, backend) for source, name in pending}
+    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
+        futures = {key: pool.submit(compile_source, key[0], key[1], backend) for key in pending}
+        return {key: future.result() for key, future in futures.items()}
 
 
 def record_step(rule: Callable, before: UOp, after: UOp, pass_name: str) -> None:
@@ -296,20 +347,11 @@ class LoweredKernel:
         return KernelMeta.from_source(self.source, self.backend).params
 
     def random_arguments(self, seed: int = 0) -> list[np.ndarray]:
-        """Random arrays for every PARAM slot (the written ones zero), for timing."""
-        rng = np.random.default_rng(seed)
-        arrays = []
-        for param in self.params:
-            storage = numpy_dtype(param.dtype)
-            if param.written:
-                arrays.append(np.zeros(param.size, storage))
-            elif param.dtype.is_float:
-                arrays.append(rng.standard_normal(param.size).astype(storage))
-            elif param.dtype.is_bool:
-                arrays.append(rng.integers(0, 2, param.size).astype(storage))
-            else:
-                arrays.append(rng.integers(0, 8, param.size).astype(storage))
-        return arrays
+        """Random arrays for every PARAM slot (the written ones zero), for timing; within the memory
+        limit (``uopviz.backends.timing.random_arguments``)."""
+        from uopviz.backends.timing import random_arguments
+
+        return random_arguments(self.params, seed)
 
 
 def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
@@ -344,14 +386,6 @@ class ScheduleItem:
         """The device this launch runs on (one of an n-tuple device for a per-device launch)."""
         device = _storage(self.arguments[0]).arg.device
         return device[self.shard[0]] if self.shard is not None else device
-
-
-def _run_in_worker(compiled: CompiledKernel, arrays: list[np.ndarray]) -> None:
-    """Run one compiled kernel in the kernel worker and copy what it wrote back into ``arrays``."""
-    from uopviz.backends.worker import run_isolated
-
-    for slot, written in run_isolated(compiled.backend, compiled.source, compiled.name, arrays).items():
-        np.copyto(arrays[slot], np.asarray(written).reshape(arrays[slot].shape), casting="unsafe")
 
 
 # the views a program-level value sees its buffer through (``rangeify.view_of``): the first elements
@@ -435,8 +469,19 @@ class Program:
 
     def replace_body(self, item: ScheduleItem, new_body: UOp) -> None:
         """Put ``new_body`` in place of ``item``'s kernel body in the program graph."""
-        if new_body is not item.body:
-            self.graph = substitute(self.graph, {item.body: new_body})
+        self.replace_bodies({item: new_body})
+
+    def replace_bodies(self, bodies: Mapping[ScheduleItem, UOp]) -> None:
+        """Put each new body in place of its item's kernel body, in one walk of the program graph (a
+        stage replaces every kernel's body: one walk per kernel made a 250-kernel graph's stages
+        quadratic).  Items sharing one body (identical kernels) get the first item's new body."""
+        mapping: dict[UOp, UOp] = {}
+        for item, new_body in bodies.items():
+            if new_body is not item.body:
+                mapping.setdefault(item.body, new_body)
+        if mapping:
+            self.graph = substitute(self.graph, mapping)
+        for item, new_body in bodies.items():
             item.body = new_body
 
     # -- running --------------------------------------------------------------------------------
@@ -450,13 +495,36 @@ class Program:
         calling process (a notebook's kernel) down; slower (the data travels both ways).
         """
         self._require_built()
+        if isolated:
+            return self._run_isolated(inputs or {})
         arrays = self._allocate(inputs or {})
         for item in self.items:
-            args = [self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)]
-            if isolated:
-                _run_in_worker(item.compiled, args)
-            else:
-                item.compiled(*args)
+            item.compiled(*[self._array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)])
+        pairs = zip(self.output_values(), self.outputs)
+        return [self._output(arrays, value, original) for value, original in pairs]
+
+    def _run_isolated(self, given: Mapping[Any, Any]) -> list[np.ndarray]:
+        """``run(isolated=True)``: the buffers are allocated in the kernel worker, each kernel runs
+        there on them, and only the outputs come back."""
+        from uopviz.backends.worker import default_worker
+
+        keys, specs = self._buffer_specs(given)
+        index = {key: position for position, key in enumerate(keys)}
+        sizes = [_spec_size(spec) for spec in specs]
+        worker = default_worker()
+        session = worker.allocate(specs)
+        try:
+            for item in self.items:
+                arguments = [self._argument_of(index, sizes, a, item, slot)
+                             for slot, a in enumerate(item.arguments)]
+                compiled = item.compiled
+                worker.run_bound(compiled.backend, compiled.source, compiled.name, session, arguments)
+            wanted = list(dict.fromkeys(self._key_of(_storage(value)) for value in self.output_values()))
+            fetched = worker.fetch(session, [index[key] for key in wanted])
+        except BaseException:
+            worker.release(session)
+            raise
+        arrays = dict(zip(wanted, fetched))
         pairs = zip(self.output_values(), self.outputs)
         return [self._output(arrays, value, original) for value, original in pairs]
 
@@ -478,7 +546,18 @@ class Program:
         return BoundProgram(self, arrays, launches)
 
     def _allocate(self, given: Mapping[Any, Any]) -> dict[UOp, np.ndarray]:
-        arrays: dict[UOp, np.ndarray] = {}
+        from uopviz.backends.worker import allocate_buffers
+
+        keys, specs = self._buffer_specs(given)
+        return dict(zip(keys, allocate_buffers(specs)))
+
+    def _buffer_specs(self, given: Mapping[Any, Any]) -> tuple[list[Any], list[tuple]]:
+        """Every array the run needs, as keys (input UOps, BUFFERs, ``("arena", device)``) and specs for
+        ``uopviz.backends.worker.allocate_buffers``; the new bytes are checked against the memory
+        limit here, before anything is allocated."""
+        keys: list[Any] = []
+        specs: list[tuple] = []
+        seen: dict[Any, None] = {}  # a dict, not `in keys`: == on UOps builds CMP_EQ UOps
         by_key: dict[Any, Any] = {}
         for key, value in given.items():
             key_uop = getattr(key, "uop", key)
@@ -488,27 +567,53 @@ class Program:
             by_key[key_uop] = value
         for position, data_uop in enumerate(self.inputs):
             value = by_key.get(data_uop, by_key.get(position))
-            arrays[data_uop] = _input_array(data_uop, value, position)
+            seen[data_uop] = None
+            keys.append(data_uop)
+            specs.append(("data", _input_array(data_uop, value, position)))
         plan = self.memory_plan
-        arenas = {device: np.zeros(arena.arg.size, np.uint8) for device, arena in plan.arenas.items()} \
-            if plan else {}
+        arena_index = {}
+        for device, arena in (plan.arenas.items() if plan else ()):
+            arena_index[device] = len(keys)
+            keys.append(("arena", device))
+            specs.append(("zeros", arena.arg.size, np.dtype(np.uint8)))
         written = [_storage(item.arguments[0]) for item in self.items]
         for buffer in [*written, *(_storage(v) for v in self.output_values())]:
-            if buffer in arrays or buffer.op is not Ops.BUFFER:
+            if buffer in seen or buffer.op is not Ops.BUFFER:
                 continue
+            seen[buffer] = None
             placement = plan.placements.get(buffer) if plan else None
             storage = numpy_dtype(buffer.arg.dtype)
+            keys.append(buffer)
             if placement is not None:
-                arena = arenas[placement.arena.arg.device]
-                arrays[buffer] = arena[placement.offset:placement.offset + placement.nbytes].view(storage)
+                arena = arena_index[placement.arena.arg.device]
+                specs.append(("view", arena, placement.offset, placement.nbytes, storage))
             else:
-                arrays[buffer] = np.zeros(buffer.shape[0], storage)
-        return arrays
+                specs.append(("zeros", buffer.shape[0], storage))
+        new_bytes = sum(spec[1] * np.dtype(spec[2]).itemsize for spec in specs if spec[0] == "zeros")
+        check_allocation(new_bytes, f"the buffers of a program of {len(self.items)} kernels")
+        return keys, specs
+
+    def _key_of(self, storage: UOp) -> UOp:
+        """The array key of a storage UOp: an input PARAM is its input's data UOp."""
+        return self.inputs[storage.arg.slot] if storage.op is Ops.PARAM else storage
+
+    def _argument_of(
+        self, index: dict[Any, int], sizes: list[int], value: UOp, item: ScheduleItem, slot: int
+    ) -> tuple:
+        """``_array_of`` as ``(buffer index, start, stop)`` for arrays that live in the kernel worker."""
+        storage = _storage(value)
+        position = index[self._key_of(storage)]
+        if item.shard is not None:
+            device, count, whole = item.shard
+            if isinstance(storage.device, tuple) and (slot == 0 or not whole):
+                part = sizes[position] // count
+                return (position, device * part, (device + 1) * part)
+        return (position, 0, None)
 
     def _array_of(self, arrays: dict[UOp, np.ndarray], value: UOp, item: ScheduleItem | None = None,
                   slot: int = 0) -> np.ndarray:
         storage = _storage(value)
-        array = arrays[self.inputs[storage.arg.slot]] if storage.op is Ops.PARAM else arrays[storage]
+        array = arrays[self._key_of(storage)]
         if item is not None and item.shard is not None:
             index, count, whole = item.shard
             if isinstance(storage.device, tuple) and (slot == 0 or not whole):
@@ -530,6 +635,16 @@ class Program:
         if original.dtype.scalar is dtypes.bfloat16:
             out = (out.astype(np.uint32) << np.uint32(16)).view(np.float32)
         return out.reshape(original.shape)
+
+
+def _spec_size(spec: tuple) -> int:
+    """The element count of the array a buffer spec describes."""
+    kind = spec[0]
+    if kind == "data":
+        return spec[1].size
+    if kind == "zeros":
+        return spec[1]
+    return spec[3] // np.dtype(spec[4]).itemsize
 
 
 @dataclass(eq=False)
@@ -579,5 +694,5 @@ def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
 
 
 __all__ = ["STAGES", "BoundProgram", "LoweredKernel", "PipelineError", "Program", "ScheduleItem", "compile",
-           "compile_kernels", "lower", "lower_kernel", "select_instructions"]
+           "compile_kernels", "compile_sources", "lower", "lower_kernel", "select_instructions"]
 

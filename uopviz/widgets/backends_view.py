@@ -214,7 +214,9 @@ def timing_figure(
                 text="failed: " + ", ".join(e.backend for e in failed),
             )
         )
-    with_intensity = [e for e in ok if e.intensity is not None and e.gflops is not None]
+    # a log-log roofline has no place for a kernel without arithmetic (a copy: zero FLOP/byte,
+    # zero GFLOP/s); such kernels keep their bar and stay off the roofline
+    with_intensity = [e for e in ok if (e.intensity or 0) > 0 and (e.gflops or 0) > 0]
     if not with_intensity:
         return bars
     measured_flops, measured_bw = roofs if roofs is not None else machine_roofs()

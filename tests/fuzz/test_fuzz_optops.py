@@ -1,0 +1,92 @@
+"""Fuzzing OptOp arguments (issue 11): ``Opt(op, axis, arg)`` with fields of any type and value,
+applied to kernels of several shapes on every available CPU backend. Only OptError may escape making
+or applying an opt, and an accepted opt sequence always renders and compiles on the kernel's
+backend (and computes what the kernel computed before)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import uopviz as uv
+from uopviz import AxisType, Opt, OptError, OptOp
+from uopviz.backends import available
+from uopviz.passes.beam import candidate_opts
+
+from .fuzzing import budget, record
+
+CPU_BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in available()]
+_RNG = np.random.default_rng(11)
+_A = _RNG.standard_normal((6, 10)).astype(np.float32)
+_B = _RNG.standard_normal((10, 4)).astype(np.float32)
+_H = _RNG.standard_normal((16, 32)).astype(np.float16)
+
+
+def _programs():
+    """(name, tensor builder, reference) of the kernels the opts are applied to."""
+    return [
+        ("matmul", lambda: uv.Tensor(_A) @ uv.Tensor(_B), _A @ _B),
+        ("sum16", lambda: uv.Tensor(_H).sum(axis=1), _H.astype(np.float32).sum(axis=1)),
+        ("relu-sum", lambda: ((uv.Tensor(_A) @ uv.Tensor(_B)).relu() + 1).sum(axis=1),
+         (np.maximum(_A @ _B, 0) + 1).sum(axis=1)),
+        ("elementwise", lambda: (uv.Tensor(_A) * 2).exp(), np.exp(_A * 2)),
+    ]
+
+
+PROGRAMS = _programs()
+_KERNELS: dict[tuple[int, str], uv.Kernel] = {}
+
+
+def kernel_for(program: int, backend: str) -> uv.Kernel:
+    key = (program, backend)
+    if key not in _KERNELS:
+        _KERNELS[key] = uv.compile(PROGRAMS[program][1](), backend=backend).kernels[-1]
+    return _KERNELS[key]
+
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 40), st.sampled_from([2**31, 2**62, -(2**63), 10**30]),
+    st.floats(allow_nan=True), st.text(max_size=4), st.sampled_from(list(AxisType)),
+    st.sampled_from([np.int64(2), np.float32(4.0), np.bool_(True)]),
+)
+_ARGS = st.one_of(
+    _SCALARS,
+    st.tuples(st.integers(-1, 40), st.sampled_from(list(AxisType)), st.booleans()),
+    st.tuples(st.integers(-2, 3), st.integers(-1, 3), st.integers(-1, 4)),
+    st.lists(_SCALARS, max_size=4).map(lambda items: tuple(items)),
+    st.lists(_SCALARS, max_size=3), st.dictionaries(st.text(max_size=2), _SCALARS, max_size=2),
+    st.just(np.array([4, 1, 0])),
+)
+_OPS = st.one_of(st.sampled_from(list(OptOp)),
+                 st.sampled_from(["SPLIT", "TC", None, 0, 1.5, AxisType.UPCAST]))
+
+
+@budget(default=60, slow=1500)
+@given(_OPS, _SCALARS, _ARGS, st.integers(0, len(PROGRAMS) - 1), st.sampled_from(CPU_BACKENDS))
+def test_any_opt_is_accepted_or_an_opt_error(op, axis, arg, program, backend):
+    kernel = kernel_for(program, backend)
+    try:
+        kernel.apply(Opt(op, axis, arg))
+    except OptError as error:
+        record("opt arguments", error)
+        return
+    record("opt arguments", None)
+
+
+@budget(default=12, slow=400)
+@given(st.integers(0, len(PROGRAMS) - 1), st.sampled_from(CPU_BACKENDS), st.randoms(use_true_random=False),
+       st.integers(1, 4))
+def test_accepted_opt_sequences_render_compile_and_compute_the_same(program, backend, random, count):
+    name, build, reference = PROGRAMS[program]
+    kernel = kernel_for(program, backend)
+    for _ in range(count):
+        candidates = candidate_opts(kernel)
+        if not candidates:
+            break
+        kernel = kernel.apply(random.choice(candidates))
+    last = len(uv.compile(build(), backend=backend, build=False).kernels) - 1
+    (out,) = uv.compile(build(), backend=backend, opts={last: list(kernel.opts)}).run()
+    record("opt sequences", None)
+    np.testing.assert_allclose(out.astype(np.float64), reference, rtol=2e-2, atol=5e-2,
+                               err_msg=f"{name} on {backend} with {list(kernel.opts)}")
