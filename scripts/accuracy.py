@@ -176,8 +176,11 @@ def exponents(dtype: str, base: np.ndarray, rng: np.random.Generator) -> np.ndar
     precision, min_exponent, largest = PRECISION[dtype]
     with np.errstate(divide="ignore", invalid="ignore"):
         span = np.log2(largest) / np.maximum(np.abs(np.log2(np.abs(base.astype(np.float64)))), 1e-3)
-    exponent = rng.uniform(-1, 1, base.shape) * np.minimum(span, 64)
-    return np.nan_to_num(exponent, nan=1.0).astype(npd)
+    exponent = np.nan_to_num(rng.uniform(-1, 1, base.shape) * np.minimum(span, 64), nan=1.0).astype(npd)
+    if dtype == "bfloat16":  # values bfloat16 holds (rounded to nearest even), as the inputs are
+        bits = exponent.view(np.uint32).astype(np.uint64)
+        exponent = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+    return exponent
 
 
 # ---------------------------------------------------------------------------------------------

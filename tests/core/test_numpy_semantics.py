@@ -90,7 +90,7 @@ def _softmax(a: np.ndarray, axis: int = -1) -> np.ndarray:
 UNARY_FLOAT = [
     Row("abs", lambda t: t.abs(), np.abs),
     Row("neg", lambda t: -t, np.negative),
-    Row("exp", lambda t: t.exp(), np.exp, ulps=80),  # docs/accuracy.md: exp2(x·log2 e)
+    Row("exp", lambda t: t.exp(), np.exp),
     Row("exp2", lambda t: t.exp2(), np.exp2),
     Row("log", lambda t: t.log(), np.log),
     Row("log2", lambda t: t.log2(), np.log2),
@@ -108,14 +108,7 @@ UNARY_FLOAT = [
     Row("ceil", lambda t: t.ceil(), np.ceil),
     Row("logical_not", lambda t: t.logical_not(), np.logical_not),
     Row("sigmoid", lambda t: t.sigmoid(), lambda a: 1 / (1 + np.exp(-a.astype(np.float64))), make=(finite,)),
-    Row(
-        "tanh",
-        lambda t: t.tanh(),
-        np.tanh,
-        make=(finite,),
-        ulps=1e7,
-        differs="2·sigmoid(2x) - 1: absolute, not relative, accuracy near 0 (docs/accuracy.md)",
-    ),
+    Row("tanh", lambda t: t.tanh(), np.tanh, make=(floats,)),
 ]
 BINARY = [
     Row("add", lambda a, b: a + b, np.add, make=(floats, floats)),
@@ -358,3 +351,40 @@ def test_every_public_method_has_a_row_or_a_reason() -> None:
     }
     missing = sorted(name for name in public - not_numerical if name not in covered)
     assert not missing, f"public Tensor methods without a row: {missing}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gather_and_scatter_add_follow_numpy_take_and_add_at(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    rows = int(rng.integers(2, 7))
+    table = rng.standard_normal((rows, 3)).astype(np.float32)
+    table[0, 0] = np.inf  # an inf elsewhere must not turn other rows into nan (no 0·inf)
+    index = rng.integers(-rows, rows, 5)
+    np.testing.assert_array_equal(uv.Tensor(table).gather(uv.Tensor(index)).numpy(), np.take(table, index, 0))
+    # computed indices (not data: wrapped when the kernel runs)
+    computed = uv.Tensor(index + rows) - rows
+    np.testing.assert_array_equal(uv.Tensor(table).gather(computed).numpy(), np.take(table, index, 0))
+    values = rng.standard_normal((5, 3)).astype(np.float32)
+    expected = table.copy()
+    np.add.at(expected, index, values)
+    got = uv.Tensor(table).scatter_add(uv.Tensor(index), uv.Tensor(values)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [[5], [0, -6], [[1], [7]]])
+def test_gather_and_scatter_add_reject_indices_out_of_range_given_as_data(bad: list) -> None:
+    table = uv.Tensor(np.arange(5, dtype=np.float32))
+    with pytest.raises(IndexError, match="out of range for size 5"):
+        table.gather(uv.Tensor(np.array(bad)))
+    with pytest.raises(IndexError, match="out of range for size 5"):
+        values = uv.Tensor(np.ones(np.array(bad).shape, np.float32))
+        table.scatter_add(uv.Tensor(np.array(bad)), values)
+
+
+def test_any_and_all_over_zero_size_axes_are_false_and_true() -> None:
+    empty = uv.Tensor(np.zeros((2, 0, 3), np.float32))
+    assert empty.any(1).numpy().tolist() == np.zeros((2, 0, 3)).any(1).tolist()
+    assert empty.all(1).numpy().tolist() == np.zeros((2, 0, 3)).all(1).tolist()
+    assert empty.any(1, keepdim=True).shape == (2, 1, 3)
+    assert not empty.any().item() and empty.all().item()
+    assert empty.any(2).shape == (2, 0)

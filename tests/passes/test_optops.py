@@ -206,6 +206,15 @@ def test_tensor_core_pads_axes_with_tc_opt_2(backend: str, shape: tuple[int, int
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(8, 8, 4), (6, 8, 4)], ids=str)
+def test_tensor_core_reduce_axis_cannot_be_padded_after(shape: tuple[int, int, int]) -> None:
+    # a masked WMMA would no longer be the tile Expand recognizes: a clear error, not a broken kernel
+    out, _ = matmul(*shape)
+    kernel = uv.compile(out).kernels[0].apply(Opt(OptOp.TC, 0, (-1, 2, 1)))
+    with pytest.raises(OptError, match="reduce axis of a tensor core"):
+        kernel.apply(Opt(OptOp.PADTO, 1, 3))
+
+
 def test_tensor_core_then_more_opts() -> None:
     out, expected = matmul(16, 8, 8)
     opts = [Opt(OptOp.TC, 0, (-1, 0, 1)), split(0, 2, T, top=True), Opt(OptOp.PADTO, 2, 3)]

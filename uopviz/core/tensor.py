@@ -36,6 +36,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,35 @@ def _accumulate_dtype(dtype: DType) -> DType:
 def _float_dtype(dtype: DType) -> DType:
     """The dtype a floating-point function of ``dtype`` computes in."""
     return dtype if dtype.is_float else dtypes.default_float
+
+
+# log2(e) = 1/ln 2 to 52 digits (a double's math.log2(math.e) is off by 2**-53: 85 ulp in exp(-685))
+_LOG2_E_EXACT = Fraction("1.442695040888963407359924681001892137426645954152985934")
+
+
+def _upper_half(x: Tensor) -> Tensor:
+    """``x`` with the lower half of its mantissa bits cleared (by masking, so that no fused
+    multiply-add can spoil the exact products of halves)."""
+    if x.dtype is dtypes.float64:
+        return (x.bitcast(dtypes.int64) & -(1 << 27)).bitcast(dtypes.float64)
+    return (x.bitcast(dtypes.int32) & -(1 << 12)).bitcast(dtypes.float32)
+
+
+def _exp(x: Tensor) -> Tensor:
+    """See :meth:`Tensor.exp`."""
+    wide = x.dtype is dtypes.float64
+    bits = 27 if wide else 12  # the low bits cleared: halves of 26 / 12 significant bits
+    scale = Fraction(2) ** (math.floor(math.log2(LOG2_E)) - (52 if wide else 23) + bits)
+    high = math.floor(_LOG2_E_EXACT / scale) * scale  # log2 e to half the mantissa's bits
+    log2_e_high, log2_e_low = float(high), float(_LOG2_E_EXACT - high)  # (the sum: log2 e to ~2**-80)
+    t = x * LOG2_E
+    x_high = _upper_half(x)
+    x_low = x - x_high
+    # t's rounding error: the products of halves are exact, x_high·log2_e_high - t by Sterbenz
+    error = (((x_high * log2_e_high - t) + x_high * log2_e_low) + x_low * log2_e_high) + x_low * log2_e_low
+    error = (x.abs() < (1500 if wide else 200)).where(error, 0)  # beyond, exp is 0 or inf (t may be inf)
+    # (a t rounded up to the overflow threshold has an exact value past the largest float too)
+    return t.exp2() * (1 + error * LN_2)
 
 
 def _sigmoid(x: Tensor) -> Tensor:
@@ -1079,10 +1109,11 @@ class Tensor:
         return compute(self.cast(dtype))
 
     def exp(self) -> Tensor:
-        """``e ** x`` as ``exp2(x * log2(e))`` (float16/bfloat16 computed in float32).  The rounded
-        product carries its relative error into the exponent: up to 62 ulp near the float32
-        overflow (docs/accuracy.md)."""
-        return self._in_float32_for_halves(lambda x: (x * LOG2_E).exp2())
+        """``e ** x`` as ``exp2(t)·(1 + d·ln 2)`` with ``t = x·log2 e`` rounded and ``d`` its rounding
+        error, recovered exactly by splitting ``x`` and ``log2 e`` into halves (a bare
+        ``exp2(x·log2 e)`` carries the product's rounding into the exponent: 62 ulp near the float32
+        overflow).  float16/bfloat16 are computed in float32."""
+        return self._in_float32_for_halves(_exp)
 
     def log(self) -> Tensor:
         """Natural log as ``log2(x) * ln(2)`` (float16/bfloat16 computed in float32)."""
@@ -1117,7 +1148,8 @@ class Tensor:
         return self.maximum(0)
 
     def sigmoid(self) -> Tensor:
-        """``1 / (1 + exp(-x))``."""
+        """``1 / (1 + exp(-x))``, as ``exp(x) / (1 + exp(x))`` for negative ``x`` (the exponential
+        never overflows); float16/bfloat16 computed in float32."""
         return self._in_float32_for_halves(_sigmoid)
 
     def tanh(self) -> Tensor:

@@ -27,9 +27,10 @@
 ``SQRT``       ``EXP2(0.5·LOG2(x))`` as the spec writes it, then one Newton step
                ``y + (x/y - y)/2`` (without it the error grows with ``|log2 x|``); ``0`` and
                ``inf`` pass through
-``POW``        ``EXP2(LOG2(|a|)·b)``; a negative base with an integer exponent gets the sign of
-               ``(-1)**b``, with a non-integer exponent nan; ``b = 0`` or ``a = 1`` give 1.  The
-               error grows with ``|b·log2 a|`` (the exponent of the result), see the table below.
+``POW``        ``EXP2(LOG2(|a|)·b)`` (float32 in float64 where the target has it); a negative base
+               with an integer exponent gets the sign of ``(-1)**b``, with a non-integer exponent
+               nan; ``b = 0`` or ``a = 1`` give 1.  The error grows with ``|b·log2 a|`` (the
+               exponent of the result), see the table below.
 ``MULACC``     ``ADD(MUL(a, b), c)`` where the target lacks it; where it has it, ``ADD(MUL(a, b), c)``
                is fused into ``MULACC``
 ``THREEFRY``   Threefry-2x32-20 on uint32 words: 5 groups of 4 add-rotate-xor rounds with the
@@ -704,6 +705,18 @@ _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = 0x1BD11BDA
 
 
+def _pow_in(a: UOp, b: UOp, wide: DType) -> UOp | None:
+    """POW of float16, bfloat16 and float32 computed in ``wide`` and rounded once (in float64,
+    ``b·log2 a`` keeps its digits: the exponent's rounding made float32 pow 114 ulp off);
+    float64 in float64."""
+    scalar = a.dtype.scalar
+    if scalar is dtypes.float64:
+        return decompose_pow(a, b)
+    if scalar not in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+        return None
+    return cast(decompose_pow(cast(a, wide), cast(b, wide)), scalar)
+
+
 def decompose_threefry(x: UOp, key: UOp) -> UOp:
     """Threefry-2x32-20 of uint64 counters under uint64 keys, on uint32 ADD/SHL/SHR/OR/XOR."""
 
@@ -822,13 +835,8 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
     Ops.POW: [
         (
             UPat(Ops.POW, src=(_A, _B)),
-            lambda a, b: _in_float32(
-                a,
-                lambda a32: decompose_pow(
-                    a32, cast(b, dtypes.float32) if a.dtype.scalar not in _FORMATS else b
-                ),
-            ),
-            "POW → EXP2(LOG2(|a|)·b) with the sign of (-1)**b",
+            lambda a, b: _pow_in(a, b, dtypes.float64),
+            "POW → EXP2(LOG2(|a|)·b) with the sign of (-1)**b (float32 in float64)",
         )
     ],
     Ops.MULACC: [
@@ -854,16 +862,25 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
     ],
 }
 
-# float32 SIN, COS and TAN on a target without float64 (an OpenCL device without cl_khr_fp64, say)
+# float32 SIN, COS, TAN and POW on a target without float64 (an OpenCL device without cl_khr_fp64, say)
 _WITHOUT_FLOAT64: dict[Ops, list] = {
-    op: [
+    Ops.POW: [
         (
-            UPat(op, src=(_FLOAT_X,)),
-            lambda x, op=op: _in_float32(x, _reduced_in_own_type(op)),
-            f"{op.name} → Cody–Waite / Payne–Hanek reduction + polynomials",
+            UPat(Ops.POW, src=(_A, _B)),
+            lambda a, b: _pow_in(a, b, dtypes.float32),
+            "POW → EXP2(LOG2(|a|)·b) with the sign of (-1)**b",
         )
-    ]
-    for op in (Ops.SIN, Ops.COS, Ops.TAN)
+    ],
+    **{
+        op: [
+            (
+                UPat(op, src=(_FLOAT_X,)),
+                lambda x, op=op: _in_float32(x, _reduced_in_own_type(op)),
+                f"{op.name} → Cody–Waite / Payne–Hanek reduction + polynomials",
+            )
+        ]
+        for op in (Ops.SIN, Ops.COS, Ops.TAN)
+    },
 }
 
 #: ``ADD(MUL(a, b), c) → MULACC(a, b, c)`` for targets with a multiply-add.

@@ -515,6 +515,12 @@ def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
     if any(u.op is Ops.WMMA and isinstance(u.arg, tuple) and any(a is r for a in u.arg[1:])
            for u in kernel.ast.toposort()):
         raise OptError(f"{opt}: axis {opt.axis} is a tensor core's tile axis; its size is the tile's")
+    if any(u.op is Ops.REDUCE and u.src[0].op is Ops.WMMA and any(s is r for s in u.src[1:])
+           for u in kernel.ast.toposort()):
+        # a masked WMMA is no longer the REDUCE(WMMA) Expand turns into the tile (TC with
+        # tc_opt=2 pads the tensor core's axes itself)
+        raise OptError(f"{opt}: axis {opt.axis} is the reduce axis of a tensor core; padding it is not "
+                       f"supported (TC with tc_opt=2 pads the axes to the tile)")
     if axis_type in LANE_TYPES and _lanes(kernel) // size * padded_size > MAX_LANES:
         raise OptError(f"{opt}: padding would make more than {MAX_LANES} lanes")
     padded = UOp.range(padded_size, axis_type, r.arg[0])
