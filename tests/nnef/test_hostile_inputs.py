@@ -294,3 +294,21 @@ def test_a_hung_nnef_parser_is_an_nnef_error(monkeypatch):
     monkeypatch.setattr(nnef1_process._PARSER, "request", lambda payload, timeout_s: None)
     with pytest.raises(NNEFError, match="did not finish within 60 s"):
         nnef1_process.parse_nnef1("version 1.0;", None, "<string>")
+
+
+@pytest.mark.parametrize("extent", ['"a"', "'3'", "2.5", "true"])
+def test_an_extent_that_is_not_an_int_is_a_located_error(extent):
+    # issue 11: ValueError/AttributeError for string extents
+    for text in (graph_text("y = math.exp(x);", f"x: real[{extent}];", "y: real[2];"),
+                 graph_text("y = math.exp(x);", extra=f"@constant {{ c: real[{extent}] = 1.0; }}")):
+        with pytest.raises(NNEFError) as caught:
+            nnef.loads(text)
+        assert caught.value.line == 1 and caught.value.column is not None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.uint16, np.int64, np.bool_])
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0), (2, 0, 2)])
+def test_tensor_files_with_a_zero_extent_read_as_empty_arrays(dtype, shape):
+    # issue 11: ValueError from .dat headers with a zero extent
+    array = data.read_tensor(data.tensor_bytes(np.zeros(shape, dtype)))
+    assert array.shape == shape and array.dtype == np.dtype(dtype)
