@@ -312,3 +312,14 @@ def test_tensor_files_with_a_zero_extent_read_as_empty_arrays(dtype, shape):
     # issue 11: ValueError from .dat headers with a zero extent
     array = data.read_tensor(data.tensor_bytes(np.zeros(shape, dtype)))
     assert array.shape == shape and array.dtype == np.dtype(dtype)
+
+
+def test_a_constant_formula_over_too_many_elements_is_refused_at_once():
+    # compose-time work bounded: a constant computed element by element takes ~30 us per element
+    big = graph_text("y = math.exp(x);", extra="@constant { I: real[4096, 4096] = i == j ? 1.0 : 0.0, "
+                                               "i < 4096, j < 4096; }")
+    with pytest.raises(NNEFError, match="element by element"):
+        nnef.loads(big)
+    small = graph_text("y = math.exp(x);",
+                       extra="@constant { I: real[3, 3] = i == j ? 1.0 : 0.0, i < 3, j < 3; }")
+    np.testing.assert_array_equal(nnef.loads(small).tensors["I"].data, np.eye(3))
