@@ -323,3 +323,11 @@ def test_a_constant_formula_over_too_many_elements_is_refused_at_once():
     small = graph_text("y = math.exp(x);",
                        extra="@constant { I: real[3, 3] = i == j ? 1.0 : 0.0, i < 3, j < 3; }")
     np.testing.assert_array_equal(nnef.loads(small).tensors["I"].data, np.eye(3))
+
+
+def test_a_compile_time_loop_count_is_bounded():
+    loop = "y = with s = x unroll..({count}) math.add(s, x);"
+    with pytest.raises(NNEFError, match="at most 4096"):
+        nnef.loads(graph_text(loop.format(count=2**31)))
+    graph = nnef.loads(graph_text(loop.format(count=3)))
+    np.testing.assert_allclose(graph.run({"x": np.ones(3, np.float32)})["y"], 4.0)

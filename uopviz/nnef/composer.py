@@ -2178,6 +2178,12 @@ class Composer:
             raise self._error(
                 loop.pos, f"the loop count {count} exceeds the scanned packs' length {len(scans[0][1])}"
             )
+        if isinstance(count, int) and count > MAX_UNROLLED_ITERATIONS:
+            raise self._error(
+                loop.pos,
+                f"a loop of {count} iterations known at compile time is unrolled, one copy of its body each; "
+                f"at most {MAX_UNROLLED_ITERATIONS} (give the count as an int tensor to run it as a loop)",
+            )
         carries = []
         for carry in loop.carries:
             initial = evaluator(carry.initial)
@@ -2905,6 +2911,9 @@ MAX_EXTENT = 1 << 62
 #: The most elements of a constant given by a formula of its indices (``c: real[n] = i * 2, i < n``):
 #: each is evaluated at compose time, about 30 µs apiece.
 MAX_FORMULA_ELEMENTS = 1 << 18
+
+#: The most iterations of a loop unrolled at compose time (about 2 ms per copy of a small body).
+MAX_UNROLLED_ITERATIONS = 4096
 
 #: An operator with both a @compose and a @lower block is lowered when an input extent exceeds this:
 #: a composition may unroll an axis (cumsum unstacks it into one operation per item), so composing
