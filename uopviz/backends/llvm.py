@@ -1169,63 +1169,54 @@ def cast_value(state: _LLVMState, value: str, source: DType, target: DType) -> s
 #: (round to nearest-even, subnormals, infinities and NaN as IEEE 754 says).  Subnormal results are
 #: rounded by the FPU: adding a power of two whose ulp is half's smallest subnormal (2^-24) leaves the
 #: rounded subnormal's bits in the sum's low bits.
-SOFT_HALF_FUNCTIONS = """
-define half @__truncsfhf2(float %x) {
-  %b = bitcast float %x to i32
-  %s = lshr i32 %b, 16
-  %sign = and i32 %s, 32768
-  %a = and i32 %b, 2147483647
-  %special = icmp uge i32 %a, 2139095040
-  %nan = icmp ugt i32 %a, 2139095040
-  %special.bits = select i1 %nan, i32 32256, i32 31744
-  %over = icmp uge i32 %a, 1199566848
-  %small = icmp ult i32 %a, 947912704
-  %af = bitcast i32 %a to float
-  %sum = fadd float %af, 5.000000e-01
-  %sum.bits = bitcast float %sum to i32
-  %subnormal = sub i32 %sum.bits, 1056964608
-  %shifted = lshr i32 %a, 13
-  %odd = and i32 %shifted, 1
-  %biased = add i32 %a, -939520001
-  %rounded = add i32 %biased, %odd
-  %normal = lshr i32 %rounded, 13
-  %r1 = select i1 %small, i32 %subnormal, i32 %normal
-  %r2 = select i1 %over, i32 31744, i32 %r1
-  %r3 = select i1 %special, i32 %special.bits, i32 %r2
-  %r = or i32 %r3, %sign
-  %t = trunc i32 %r to i16
+def _soft_truncate_to_half(name: str, source: str, integer: str, bits: int, magic: str) -> str:
+    """An LLVM function rounding a ``source`` float (``integer`` bits wide) to half.
+
+    ``magic`` is the power of two whose ulp in ``source`` is half's smallest subnormal (2^-24): the
+    FPU's own rounding of ``|x| + magic`` leaves a subnormal result's bits in the sum's low bits."""
+    mantissa = {32: 23, 64: 52}[bits]
+    exponent_bias = {32: 127, 64: 1023}[bits]
+    shift = mantissa - 10
+    sign_shift = bits - 16
+    infinity = ((1 << (bits - mantissa - 1)) - 1) << mantissa
+    # |x| ≥ 65520 rounds to infinity; below 2^-14 the result is subnormal
+    overflow = (exponent_bias + 15) << mantissa | ((1 << mantissa) - (1 << (shift - 1)))
+    smallest_normal = (exponent_bias - 14) << mantissa
+    magic_bits = int.from_bytes(struct.pack(">f" if bits == 32 else ">d", float.fromhex(magic)), "big")
+    rebias = -((exponent_bias - 15) << mantissa) + (1 << (shift - 1)) - 1
+    return f"""
+define half @{name}({source} %x) {{
+  %b = bitcast {source} %x to {integer}
+  %s = lshr {integer} %b, {sign_shift}
+  %sign = and {integer} %s, 32768
+  %a = and {integer} %b, {(1 << (bits - 1)) - 1}
+  %special = icmp uge {integer} %a, {infinity}
+  %nan = icmp ugt {integer} %a, {infinity}
+  %special.bits = select i1 %nan, {integer} 32256, {integer} 31744
+  %over = icmp uge {integer} %a, {overflow}
+  %small = icmp ult {integer} %a, {smallest_normal}
+  %af = bitcast {integer} %a to {source}
+  %sum = fadd {source} %af, {float_literal(float.fromhex(magic), source)}
+  %sum.bits = bitcast {source} %sum to {integer}
+  %subnormal = sub {integer} %sum.bits, {magic_bits}
+  %shifted = lshr {integer} %a, {shift}
+  %odd = and {integer} %shifted, 1
+  %biased = add {integer} %a, {rebias}
+  %rounded = add {integer} %biased, %odd
+  %normal = lshr {integer} %rounded, {shift}
+  %r1 = select i1 %small, {integer} %subnormal, {integer} %normal
+  %r2 = select i1 %over, {integer} 31744, {integer} %r1
+  %r3 = select i1 %special, {integer} %special.bits, {integer} %r2
+  %r = or {integer} %r3, %sign
+  %t = trunc {integer} %r to i16
   %h = bitcast i16 %t to half
   ret half %h
-}
+}}
+"""
 
-define half @__truncdfhf2(double %x) {
-  %b = bitcast double %x to i64
-  %s = lshr i64 %b, 48
-  %sign = and i64 %s, 32768
-  %a = and i64 %b, 9223372036854775807
-  %special = icmp uge i64 %a, 9218868437227405312
-  %nan = icmp ugt i64 %a, 9218868437227405312
-  %special.bits = select i1 %nan, i64 32256, i64 31744
-  %over = icmp uge i64 %a, 4679237813814689792
-  %small = icmp ult i64 %a, 4544132024016830464
-  %af = bitcast i64 %a to double
-  %sum = fadd double %af, 0x41B0000000000000
-  %sum.bits = bitcast double %sum to i64
-  %subnormal = sub i64 %sum.bits, 4733283208366391296
-  %shifted = lshr i64 %a, 42
-  %odd = and i64 %shifted, 1
-  %biased = add i64 %a, -4539626225366204417
-  %rounded = add i64 %biased, %odd
-  %normal = lshr i64 %rounded, 42
-  %r1 = select i1 %small, i64 %subnormal, i64 %normal
-  %r2 = select i1 %over, i64 31744, i64 %r1
-  %r3 = select i1 %special, i64 %special.bits, i64 %r2
-  %r = or i64 %r3, %sign
-  %t = trunc i64 %r to i16
-  %h = bitcast i16 %t to half
-  ret half %h
-}
 
+SOFT_HALF_FUNCTIONS = _soft_truncate_to_half("__truncsfhf2", "float", "i32", 32, "0x1p-1") + \
+    _soft_truncate_to_half("__truncdfhf2", "double", "i64", 64, "0x1p28") + """
 define float @__extendhfsf2(half %x) {
   %h16 = bitcast half %x to i16
   %h = zext i16 %h16 to i32

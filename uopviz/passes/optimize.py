@@ -10,14 +10,18 @@ The heuristics follow the backend's abilities:
 
 * **tensor cores** are not used by default on CPU backends (their tiles are emulated there);
 * **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4;
-* **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core);
+* **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core of the
+  CPU target, ``Backend.thread_count``);
 * **upcasts**: an output axis that some input does not vary over (so a loaded value is reused across
   its lanes: matmul's M and N) is upcast, which blocks the reduction in registers.  On CPUs the
-  tile follows the host's SIMD registers (``Backend.register_bytes``, ``vector_registers``): the
+  tile follows the CPU target's SIMD registers (``Backend.register_bytes``, ``vector_registers``,
+  from ``uopviz.backends.target``, never the host's by accident): the
   innermost such axis two registers wide, the next by as many rows as keep the accumulators in
-  half the registers and the tile at 128 lanes (AVX-512 float32: M4×N32); on GPUs the innermost
+  half the registers and the tile at 128 lanes (float32: M4×N32 on x86-64-v4, M4×N16 on v3, M4×N8
+  on v2); on GPUs the innermost
   by the widest vector (16, 8 or 4), the next by 4.  An elementwise kernel has its innermost
-  axis upcast by one register's lanes on CPUs (16 float32 with AVX-512), by 8 (or 4) on GPUs;
+  axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
+  on GPUs;
 * **unrolls**: the innermost reduction is unrolled fully when it is small, else by 4 or 2 when the
   register tile is narrow (under two registers), keeping the kernel at 128 lanes at most.
 """
