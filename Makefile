@@ -8,6 +8,7 @@
 #   make fuzz-slow  tests/fuzz under the slow hypothesis profile (> 10,000 fuzz inputs, 500 generated
 #                   programs on every CPU backend); outcome counts in tests/artifacts/fuzz-outcomes.json
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
+#   make accuracy   scripts/accuracy.py: max ulp error per op, dtype and backend into docs/accuracy.md
 #   make lint       ruff
 #   make venv       system packages (when root) + .venv with `pip install -e .[dev,bench]`
 #   make clean      caches and build outputs; `make distclean` also removes .venv
@@ -28,6 +29,7 @@ LAB_NEWS_OFF  := {"fetchNews": "false", "checkForUpdates": false}
 PYTEST_ARGS ?=
 LAB_ARGS    ?=
 BENCH_ARGS  ?=
+ACCURACY_ARGS ?=
 # When set, `make test` writes pytest's own exit status to this file (.ci/run reads it).
 PYTEST_RC_FILE ?=
 
@@ -35,14 +37,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: help venv system-deps test test-fast test-targets fuzz-slow lab bench lint clean distclean
+.PHONY: help venv system-deps test test-fast test-targets fuzz-slow lab bench accuracy lint clean distclean
 
 # The tests whose generated code depends on the CPU target, run again under each lesser target.
 TARGET_TESTS ?= tests/backends tests/passes tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
 TARGET_LEVELS ?= x86-64-v3 x86-64-v2
 
 help:
-	@echo "uopviz: make lab | test | test-fast | test-targets | fuzz-slow | bench | lint | venv | system-deps | clean | distclean"
+	@echo "uopviz: make lab | test | test-fast | test-targets | fuzz-slow | bench | accuracy | lint | venv | system-deps | clean | distclean"
 
 system-deps:
 	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
@@ -94,6 +96,10 @@ lab: venv
 
 bench: venv
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# A few minutes: every 16-bit input, 400k float32 and 40k float64 inputs per op on every CPU backend.
+accuracy: venv
+	$(PY) scripts/accuracy.py --write docs/accuracy.md $(ACCURACY_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check $(wildcard uopviz tests benchmarks)

@@ -180,6 +180,9 @@ def normalize(name: str, raw: Any) -> dict[str, Any]:
         raise ValueError(f"unknown row fields {sorted(unknown)}; allowed: {sorted(ROW_FIELDS)}")
     if not isinstance(raw.get("case"), str) or not raw["case"]:
         raise ValueError("row needs a non-empty str 'case'")
+    if raw.get("status") == "error":  # one case of a module failed (its notes say why); the others stand
+        return {"benchmark": raw.get("benchmark") or name, "case": raw["case"], "ours_s": None, "peer": "",
+                "peer_s": None, "ratio": None, "notes": raw.get("notes") or "", "status": "error"}
     ours = _seconds(raw, "ours_s", optional=False)
     peer_s = _seconds(raw, "peer_s", optional=True)
     ratio = raw.get("ratio")

@@ -149,3 +149,26 @@ def test_machine_code_is_cached_on_disk(tmp_path, monkeypatch) -> None:
     arrays = case.make_arrays(np.random.default_rng(0))
     second(*arrays)
     np.testing.assert_allclose(arrays[0], arrays[1] * 2 + arrays[2], rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_signed_and_unsigned_shifts_and_divisions_in_one_kernel(seed: int) -> None:
+    # int64 and uint64 share the LLVM type i64, but SHR is ashr / lshr and IDIV, MOD floor / unsigned:
+    # each needs its own helper (they once shared one, so whichever came first decided both)
+    import uopviz as uv
+
+    rng = np.random.default_rng(seed)
+    signed = rng.integers(-(2**62), 2**62, 16, dtype=np.int64)
+    unsigned = rng.integers(2**63, 2**64 - 1, 16, dtype=np.uint64, endpoint=True)
+    amounts = rng.integers(1, 62, 16)
+    divisors = rng.integers(2, 1000, 16)
+    s, u = uv.Tensor(signed), uv.Tensor(unsigned)
+    a, au = uv.Tensor(amounts.astype(np.int64)), uv.Tensor(amounts.astype(np.uint64))
+    d, du = uv.Tensor(divisors.astype(np.int64)), uv.Tensor(divisors.astype(np.uint64))
+    mixed = [((s >> a) + (s // d) + (s % d)).bitcast("uint64"), (u >> au) + (u // du) + (u % du)]
+    program = uv.compile([uv.Tensor.stack(mixed)], backend="llvm")  # one kernel holds them all
+    assert len(program.kernels) == 1
+    ud = divisors.astype(np.uint64)
+    first = ((signed >> amounts) + signed // divisors + signed % divisors).view(np.uint64)
+    expected = np.stack([first, (unsigned >> amounts.astype(np.uint64)) + unsigned // ud + unsigned % ud])
+    np.testing.assert_array_equal(program.run()[0], expected)

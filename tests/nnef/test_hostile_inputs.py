@@ -141,6 +141,55 @@ def test_a_graph_file_that_links_outside_the_model_folder_is_refused(tmp_path):
         nnef.load(folder)
 
 
+def test_a_quantization_file_is_confined_checked_and_its_errors_located(tmp_path):
+    # graph.quant beside graph.nnef is read like the graph file: inside the folder, as UTF-8, and a
+    # parse error of it names graph.quant (not graph.nnef) with the line and column
+    text = "version 1.0;\ngraph G( x ) -> ( y ) { x = external(shape = [2]); y = neg(x); }"
+    folder = nnef1_folder(tmp_path, text)
+    quant = folder / "graph.quant"
+    quant.write_text('"x": linear_quantize(min = 0.0, max = 1.0, bits = 8);\n"y" foo;\n')
+    with pytest.raises(NNEFError, match="expected token") as caught:
+        nnef.load(folder)
+    assert (caught.value.file, caught.value.line) == (str(quant), 2)
+    valid = b'"x": linear_quantize(min = 0.0, max = 1.0, bits = 8); '
+    quant.write_bytes(valid + b"\xff")
+    with pytest.raises(NNEFError, match="not UTF-8") as caught:
+        nnef.load(folder)
+    assert (caught.value.file, caught.value.line, caught.value.column) == (str(quant), 1, len(valid) + 1)
+    outside = tmp_path / "elsewhere.quant"
+    outside.write_text('"x": linear_quantize(min = 0.0, max = 1.0, bits = 8);')
+    quant.unlink()
+    quant.symlink_to(outside)
+    with pytest.raises(NNEFError, match="outside the model folder"):
+        nnef.load(folder)
+    quant.unlink()
+    quant.write_text('"x": linear_quantize(min = 0.0, max = 1.0, bits = 8);')
+    x = np.float32([0.5, -2.0])
+    np.testing.assert_array_equal(nnef.load(folder).run({"x": x})["y"], -x)
+
+
+def test_the_child_expands_own_fragments_and_corrects_the_sample_shape():
+    # the whole nnef package's work runs in the child: the answer holds only standard operations
+    # (the graph's own fragment expanded) and sample's output takes argmax_pool's pooled shape
+    from uopviz.nnef import nnef1_process
+
+    text = (
+        "version 1.0;\nextension KHR_enable_fragment_definitions;\n"
+        "fragment twice( x: tensor<scalar> ) -> ( y: tensor<scalar> ) { y = add(x, x); }\n"
+        "graph G( x ) -> ( y, s ) { x = external<scalar>(shape = [1, 1, 4, 4]); y = twice(x);\n"
+        "i = argmax_pool(x, size = [1, 1, 2, 2], stride = [1, 1, 2, 2]);\n"
+        "s = sample(x, i, size = [1, 1, 2, 2], stride = [1, 1, 2, 2]); }\n"
+    )
+    kind, encoded = nnef1_process._answer({"text": text, "path": None})
+    assert kind == "ok"
+    graph = nnef1_process.decode(encoded)
+    assert [op.name for op in graph.operations] == ["external", "add", "argmax_pool", "sample"]
+    assert graph.tensors["y"].shape == [1, 1, 4, 4] and graph.tensors["s"].shape == [1, 1, 2, 2]
+    bodiless = text.replace("{ y = add(x, x); }", ";")
+    kind, message = nnef1_process._answer({"text": bodiless, "path": None})
+    assert kind == "error" and "twice have no body" in message
+
+
 def test_a_data_file_symlink_loop_and_an_overlong_label_are_nnef_errors(tmp_path):
     # issue 11: RuntimeError (symlink loop) and OSError (a 300-character label) escaped
     folder = tmp_path / "loop"

@@ -6,7 +6,7 @@ comments give (``uopviz/nnef/stdlib/image.sknd``): ROI rows ``[start.., end..]``
 corners rounded half away from zero and Fast R-CNN bins; cubic sampling as the spec's
 ``_linear_grid_sample`` with 4 Keys taps per axis (REFLECT for any distance: tests/nnef/test_reflect.py
 samples far outside). Inputs are random, of several shapes and ranks;
-every case runs on the python and (where there is one) the C backend, the ROI pools on LLVM too.
+every case runs on every CPU backend this machine has (python, c, llvm, opencl).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from image_references import keys
 import uopviz as uv
 from uopviz.nnef.composer import compose
 
-BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
-ROI_BACKENDS = [name for name in ("python", "c", "llvm") if name in uv.backends.available()]
+BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
 RNG = np.random.default_rng(2024)
 
 
@@ -74,7 +73,7 @@ def random_rois(count: int, spatial: tuple[int, ...]) -> np.ndarray:
     return np.concatenate([starts, starts + sizes], 1).astype(np.float32).reshape(count, 2 * d)
 
 
-@pytest.mark.parametrize("backend", ROI_BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize(
     ("shape", "output_size"),

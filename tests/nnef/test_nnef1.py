@@ -234,9 +234,9 @@ def test_nnef1_errors_are_nnef_errors(tmp_path):
         loads_nnef1("version 1.0;\ngraph G( x ) -> ( y ) { x = external(shape = [2]); y = nosuch(x); }")
     text = (
         "version 1.0;\ngraph G( x ) -> ( y )\n{\n  x = external<scalar>(shape = [1, 2, 4]);\n"
-        "  y = softabs(x, epsilon = 0.001);\n}\n"
+        "  y = multilinear_upsample(x, factor = [2], method = 'cubic');\n}\n"
     )
-    with pytest.raises(NNEFError, match="'softabs' is not supported"):
+    with pytest.raises(NNEFError, match="unknown method 'cubic'"):
         loads_nnef1(text)
     assert "conv" in SUPPORTED and "batch_normalization" in SUPPORTED
     folder = write_folder(tmp_path / "broken", CNN, {"conv1/kernel": real(8, 3, 3, 3)})

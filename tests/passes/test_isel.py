@@ -74,7 +74,15 @@ def ulp_errors(got: np.ndarray, reference: np.ndarray, dtype) -> np.ndarray:
     return np.where(same, 0.0, error).astype(np.float64)
 
 
-REFERENCE = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt}
+REFERENCE = {
+    Ops.EXP2: np.exp2,
+    Ops.LOG2: np.log2,
+    Ops.SIN: np.sin,
+    Ops.COS: np.cos,
+    Ops.TAN: np.tan,
+    Ops.SQRT: np.sqrt,
+}
+TRIGONOMETRIC = (Ops.SIN, Ops.COS, Ops.TAN)
 
 
 def measure(op: Ops, dtype, values: np.ndarray, matcher=SCALAR_TARGET) -> tuple[float, float]:
@@ -94,6 +102,28 @@ def near_multiples_of_pi(dtype, count: int = 4000, limit: float = 1e4) -> np.nda
     for _ in (1, 2):
         values += [np.nextafter(centres, np.inf, dtype=npd), np.nextafter(centres, -np.inf, dtype=npd)]
         centres = values[-1]
+    out = np.concatenate(values)
+    return np.concatenate([out, -out])
+
+
+def every_finite_float(dtype, count: int) -> np.ndarray:
+    """``count`` finite floats with uniformly random bit patterns: every exponent alike, from the
+    denormals to the largest (long double glibc sin/cos/tan reduce them exactly)."""
+    npd = np.dtype(dtype.numpy_name)
+    unsigned = np.uint32 if npd.itemsize == 4 else np.uint64
+    bits = RNG.integers(0, np.iinfo(unsigned).max, count, dtype=unsigned, endpoint=True)
+    values = bits.view(npd)
+    return values[np.isfinite(values)]
+
+
+def near_multiples_of_half_pi(dtype, count: int = 3000) -> np.ndarray:
+    """The floats nearest k·π/2 (and their neighbours) for k log-spread up to where the spacing of
+    floats passes π/2: where sin, cos or tan is tiny or huge."""
+    npd = np.dtype(dtype.numpy_name)
+    mantissa_bits = 24 if npd.itemsize == 4 else 53
+    k = np.unique((2.0 ** RNG.uniform(0, mantissa_bits, count)).astype(np.int64))
+    centres = (k.astype(np.longdouble) * (np.longdouble(np.pi) / 2)).astype(npd)
+    values = [centres, np.nextafter(centres, np.inf, dtype=npd), np.nextafter(centres, -np.inf, dtype=npd)]
     out = np.concatenate(values)
     return np.concatenate([out, -out])
 
@@ -120,6 +150,16 @@ CASES = {
     (Ops.SIN, "float32", "[1e5, 1e8]"): (RNG.uniform(1e5, 1e8, 100_000), 2.0),
     (Ops.SIN, "float32", "near k·π, |x| <= 1e8"): (near_multiples_of_pi(dtypes.float32, limit=1e8), 2.0),
     (Ops.SIN, "float64", "[1e5, 1e8]"): (RNG.uniform(1e5, 1e8, 100_000), 2.0),
+    # every finite float (Payne–Hanek past 2**26), and the floats nearest multiples of π/2
+    **{
+        (op, dtype, inputs): (make(dtypes.from_name(dtype)), bound)
+        for op in TRIGONOMETRIC
+        for dtype, bound in (("float32", 1.5), ("float64", 4.0 if op is Ops.TAN else 3.0))
+        for inputs, make in (
+            ("every finite float", lambda d: every_finite_float(d, 40_000)),
+            ("near k·π/2", near_multiples_of_half_pi),
+        )
+    },
     (Ops.SQRT, "float32", "[1e-38, 1e38] log-spaced"): (10 ** RNG.uniform(-38, 38, 100_000), 1.5),
     (Ops.SQRT, "float64", "[1e-300, 1e300] log-spaced"): (10 ** RNG.uniform(-300, 300, 100_000), 1.5),
 }
@@ -134,14 +174,21 @@ def test_transcendental_accuracy(case):
     assert mean <= 0.5
 
 
-def test_float32_sin_without_float64_reduces_in_float32():
-    # a target without float64 (an OpenCL device without cl_khr_fp64): exact reduction up to 2.5e4
+@pytest.mark.parametrize("op", TRIGONOMETRIC, ids=lambda o: o.name)
+def test_float32_trigonometry_without_float64_reduces_in_float32(op):
+    # a target without float64 (an OpenCL device without cl_khr_fp64): Cody–Waite in float32 up to
+    # 2**14, Payne–Hanek beyond; tan divides two float32 polynomials (docs/accuracy.md)
     target = instruction_selection_matcher(PRIMITIVES, (), has_float64=False)
-    lowered = lower(UOp(Ops.SIN, (UOp.param(0, (), dtypes.float32),)), target)
+    lowered = lower(UOp(op, (UOp.param(0, (), dtypes.float32),)), target)
     assert all(u.dtype.scalar is not dtypes.float64 for u in lowered.toposort())
-    for values in (RNG.uniform(-2.5e4, 2.5e4, 50_000), near_multiples_of_pi(dtypes.float32)):
-        worst, mean = measure(Ops.SIN, dtypes.float32, values, target)
-        assert worst <= 2.5 and mean <= 0.5, (worst, mean)
+    bound = 4.0 if op is Ops.TAN else 2.5
+    for values in (
+        RNG.uniform(-2.5e4, 2.5e4, 30_000),
+        near_multiples_of_half_pi(dtypes.float32),
+        every_finite_float(dtypes.float32, 30_000),
+    ):
+        worst, mean = measure(op, dtypes.float32, values, target)
+        assert worst <= bound and mean <= 0.5, (worst, mean)
 
 
 SPECIAL = [
@@ -164,7 +211,7 @@ SPECIAL = [
 ]
 
 
-@pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT], ids=lambda o: o.name)
+@pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, *TRIGONOMETRIC, Ops.SQRT], ids=lambda o: o.name)
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
 def test_special_values(op, dtype):
     with np.errstate(over="ignore"):  # 1e308 is inf in float32, on purpose
@@ -176,10 +223,6 @@ def test_special_values(op, dtype):
         reference = REFERENCE[op](values.astype(np.longdouble))
         rounded = reference.astype(dtype.numpy_name)
     errors = ulp_errors(got, reference, dtype)
-    if op is Ops.SIN:  # beyond the exact reduction range sin is only bounded (docs/accuracy.md)
-        huge = np.abs(values) > 1e4
-        assert np.all(np.abs(got[huge & np.isfinite(values)]) <= 1.0)
-        errors = np.where(huge, 0.0, errors)
     assert np.array_equal(np.isnan(got), np.isnan(rounded)), (values, got)
     finite = ~np.isnan(got)
     assert np.array_equal(np.isinf(got[finite]), np.isinf(rounded[finite]))
@@ -188,13 +231,15 @@ def test_special_values(op, dtype):
         assert np.signbit(got[1]), "sqrt(-0.0) is -0.0"
 
 
-@pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT], ids=lambda o: o.name)
+@pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, *TRIGONOMETRIC, Ops.SQRT], ids=lambda o: o.name)
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=lambda d: d.name)
 def test_half_precision_computes_in_float32(op, dtype):
     values = {
         Ops.EXP2: RNG.uniform(-14, 15, 3000),
         Ops.LOG2: 10 ** RNG.uniform(-4, 4, 3000),
         Ops.SIN: RNG.uniform(-100, 100, 3000),
+        Ops.COS: RNG.uniform(-100, 100, 3000),
+        Ops.TAN: RNG.uniform(-100, 100, 3000),
         Ops.SQRT: 10 ** RNG.uniform(-4, 4, 3000),
     }[op]
     x = UOp.param(0, (), dtype)

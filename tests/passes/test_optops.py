@@ -191,6 +191,21 @@ def test_tensor_core_emits_wmma(backend: str) -> None:
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(6, 12, 8), (8, 5, 8), (3, 7, 10)], ids=str)
+def test_tensor_core_pads_axes_with_tc_opt_2(backend: str, shape: tuple[int, int, int]) -> None:
+    # M, N or K not a multiple of the tile: tc_opt=2 pads them (TC is the first opt, so no PADTO
+    # can come before it); tc_opt 0/1 refuse and say so
+    out, expected = matmul(*shape, seed=sum(shape))
+    with pytest.raises(OptError, match="use tc_opt=2 to pad it"):
+        uv.compile(out, backend=backend, opts=[Opt(OptOp.TC, 0, (-1, 1, 1))])
+    program = uv.compile(out, backend=backend, opts=[Opt(OptOp.TC, 0, (-1, 2, 1))])
+    assert any(u.op is Ops.WMMA for u in program.items[0].body.src[0].src)
+    tiles = [size for size, axis_type in program.kernels[0].axes if axis_type in (U, AxisType.UNROLL)]
+    assert tiles == [16, 16, 16], program.kernels[0].axes
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
 def test_tensor_core_then_more_opts() -> None:
     out, expected = matmul(16, 8, 8)
     opts = [Opt(OptOp.TC, 0, (-1, 0, 1)), split(0, 2, T, top=True), Opt(OptOp.PADTO, 2, 3)]

@@ -330,6 +330,9 @@ class Backend(abc.ABC):
     scalar_dtypes: frozenset[DType] = frozenset()
     #: how many threads a THREAD axis is split for (GPU backends use workgroups instead)
     thread_count: int = 1
+    #: True when ``compile`` may run in several threads at once (each build its own process), so
+    #: the Render stage compiles a program's distinct kernels in parallel
+    parallel_compile: bool = False
 
     @property
     def runs_on_cpu(self) -> bool:

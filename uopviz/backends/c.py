@@ -1706,6 +1706,7 @@ class CBackend(TargetsCPU, Backend):
     #: bfloat16 is held in float variables and converted lane by lane (C has no bfloat16 vectors)
     scalar_dtypes = frozenset({dtypes.bfloat16})
     tensor_cores = cpu_tensor_cores()
+    parallel_compile = True  # each build is a compiler process
 
     def __init__(self) -> None:
         self.renderer = CRenderer(self.tensor_cores)

@@ -960,7 +960,8 @@ def _helper_name(kind: str, vtype: str) -> str:
 
 def division_helper(state: _LLVMState, op: Ops, scalar: DType, vtype: str) -> str:
     """``@idiv.<type>`` / ``@mod.<type>``: floor division and modulo, 0 for a zero divisor, no UB."""
-    name = _helper_name("idiv" if op is Ops.IDIV else "mod", vtype)
+    kind = "idiv" if op is Ops.IDIV else "mod"
+    name = _helper_name(kind if _signed(scalar) else kind + "u", vtype)  # signed and unsigned differ
     if name in state.helpers:
         return name
     zero, one, minus = splat("0", vtype), splat("1", vtype), splat("-1", vtype)
@@ -1014,7 +1015,9 @@ def division_helper(state: _LLVMState, op: Ops, scalar: DType, vtype: str) -> st
 
 def shift_helper(state: _LLVMState, op: Ops, scalar: DType, vtype: str) -> str:
     """``@shl.<type>`` / ``@shr.<type>``: counts outside [0, bits) give 0 (or -1 for SHR of negatives)."""
-    name = _helper_name("shl" if op is Ops.SHL else "shr", vtype)
+    # signed and unsigned SHR differ (ashr / lshr) on the same LLVM type: one helper each
+    kind = "shl" if op is Ops.SHL else "shr" if _signed(scalar) else "shru"
+    name = _helper_name(kind, vtype)
     if name in state.helpers:
         return name
     bits = scalar.bits

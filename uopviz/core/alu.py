@@ -158,6 +158,8 @@ _FLOAT_UNARY: dict[Ops, Callable[[Any], Any]] = {
     Ops.EXP2: np.exp2,
     Ops.LOG2: np.log2,
     Ops.SIN: np.sin,
+    Ops.COS: np.cos,
+    Ops.TAN: np.tan,
     Ops.SQRT: np.sqrt,
 }
 _FLOAT_BINARY: dict[Ops, Callable[[Any, Any], Any]] = {

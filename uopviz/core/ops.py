@@ -3,7 +3,11 @@
 Every op of ``uop-dialect.tex`` is here under the upper-snake-case of its name.  ``COPY`` is
 kept as the name of a device-changing load (see ``shared/spec/README.md``).  Two codegen ops
 are ours, beyond the card: ``VECTORIZE`` (build a vector from lanes) and ``GEP`` (take lanes
-of a vector); the Expand stage needs them to turn UPCAST ranges into vector lanes.
+of a vector); the Expand stage needs them to turn UPCAST ranges into vector lanes.  Two
+decomposed elementwise ops are ours too: ``COS`` and ``TAN``.  The card composes cos as
+``sin(π/2 - x)``, whose rounded subtraction loses every correct digit for large ``|x|``; as
+ops of their own they are decomposed by Instruction Selection with SIN's exact argument
+reduction (``uopviz.passes.isel``), so they are as accurate as SIN on every backend.
 """
 
 from __future__ import annotations
@@ -153,6 +157,8 @@ class Ops(enum.IntEnum):
     EXP2 = enum.auto()
     LOG2 = enum.auto()
     SIN = enum.auto()
+    COS = enum.auto()  # ours: cos, sharing SIN's argument reduction (the card composes it)
+    TAN = enum.auto()  # ours: tan, likewise
     SQRT = enum.auto()
     POW = enum.auto()
     MULACC = enum.auto()
@@ -224,7 +230,19 @@ class GroupOp:
     STORE = frozenset({Ops.STORE})
     ORDERING = frozenset({Ops.RANGE, Ops.END, Ops.AFTER, Ops.GROUP, Ops.SINK, Ops.LINEAR})
     UNARY_ALU = frozenset(
-        {Ops.RECIP, Ops.TRUNC, Ops.CAST, Ops.NEG, Ops.NOT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT}
+        {
+            Ops.RECIP,
+            Ops.TRUNC,
+            Ops.CAST,
+            Ops.NEG,
+            Ops.NOT,
+            Ops.EXP2,
+            Ops.LOG2,
+            Ops.SIN,
+            Ops.COS,
+            Ops.TAN,
+            Ops.SQRT,
+        }
     )
     BINARY_ALU = frozenset(
         {
@@ -267,6 +285,8 @@ class GroupOp:
             Ops.EXP2,
             Ops.LOG2,
             Ops.SIN,
+            Ops.COS,
+            Ops.TAN,
             Ops.SQRT,
             Ops.POW,
             Ops.MULACC,

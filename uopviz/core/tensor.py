@@ -174,6 +174,37 @@ def _float_dtype(dtype: DType) -> DType:
     return dtype if dtype.is_float else dtypes.default_float
 
 
+def _sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))`` for ``x >= 0``, ``exp(x) / (1 + exp(x))`` below: the exponential never
+    overflows, so very negative ``x`` give the tiny (denormal) result rather than 0."""
+    small = (-x.abs()).exp()
+    share = (1 + small).reciprocal()
+    return (x >= 0).where(share, small * share)
+
+
+# tanh(x)/x as a polynomial of x² on [0, 0.55²] (Chebyshev fits in 40-digit mpmath, relative error
+# 9e-10 / 5e-19, lowest degree first): float32, float64
+_TANH_SMALL = {
+    "float32": (0.999999999054801905542447, -0.3333331079774894818849908, 0.133324565364331372973326,
+                -0.05384231924681724054554289, 0.02103821480627656268466029, -0.006233633487954958622381385),
+    "float64": (0.9999999999999999994489066, -0.3333333333333328084326555, 0.1333333333332504441716509,
+                -0.05396825396311857846798985, 0.02186948837144286405154073, -0.00886323240466766816142771,
+                0.003592090310256479220136964, -0.001455533008820424509152715, 0.0005884078649141197677456099,
+                -0.0002332960570410419828881481, 0.00008320274178943323378806441,
+                -0.00001942899318366304308336065),
+}
+
+
+def _tanh(x: Tensor) -> Tensor:
+    """See :meth:`Tensor.tanh`."""
+    square = x * x
+    coefficients = _TANH_SMALL["float64" if x.dtype is dtypes.float64 else "float32"]
+    series = coefficients[-1] * square + coefficients[-2]
+    for c in reversed(coefficients[:-2]):
+        series = series * square + c
+    return (x.abs() < 0.55).where(x * series, 2 * (2 * x).sigmoid() - 1)
+
+
 def _kind_rank(dtype: DType) -> int:
     return 0 if dtype.is_bool else 2 if dtype.is_float else 1
 
@@ -626,7 +657,8 @@ class Tensor:
         return Tensor._wrap(self.uop.flip(flags), self)
 
     def transpose(self, a: int = -2, b: int = -1) -> Tensor:
-        """Swap axes ``a`` and ``b``."""
+        """Swap axes ``a`` and ``b`` (torch's ``transpose``, so it needs two axes; numpy's
+        ``transpose()`` reversing every axis is :attr:`T` or :meth:`permute`)."""
         a, b = _normalize_axis(a, self.ndim), _normalize_axis(b, self.ndim)
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
@@ -1037,27 +1069,40 @@ class Tensor:
         """``log2(x)`` (LOG2)."""
         return self._unary_float(Ops.LOG2)
 
+    def _in_float32_for_halves(self, compute: Any) -> Tensor:
+        """``compute(x)`` in the tensor's float type; float16 and bfloat16 in float32, rounded once at
+        the end, because the roundings of a composition's steps to 8 or 11 bits would dominate its
+        error (``x·log2 e`` rounded to bfloat16 made ``exp(88.5)`` overflow)."""
+        dtype = _float_dtype(self.dtype)
+        if dtype in (dtypes.float16, dtypes.bfloat16):
+            return compute(self.cast(dtypes.float32)).cast(dtype)
+        return compute(self.cast(dtype))
+
     def exp(self) -> Tensor:
-        """``e ** x`` as ``exp2(x * log2(e))``."""
-        x = self.cast(_float_dtype(self.dtype))
-        return (x * LOG2_E).exp2()
+        """``e ** x`` as ``exp2(x * log2(e))`` (float16/bfloat16 computed in float32).  The rounded
+        product carries its relative error into the exponent: up to 62 ulp near the float32
+        overflow (docs/accuracy.md)."""
+        return self._in_float32_for_halves(lambda x: (x * LOG2_E).exp2())
 
     def log(self) -> Tensor:
-        """Natural log as ``log2(x) * ln(2)``."""
-        return self.log2() * LN_2
+        """Natural log as ``log2(x) * ln(2)`` (float16/bfloat16 computed in float32)."""
+        return self._in_float32_for_halves(lambda x: x.log2() * LN_2)
 
     def sin(self) -> Tensor:
         """``sin(x)`` (SIN)."""
         return self._unary_float(Ops.SIN)
 
     def cos(self) -> Tensor:
-        """``cos(x)`` as ``sin(pi/2 - x)``."""
-        x = self.cast(_float_dtype(self.dtype))
-        return (math.pi / 2 - x).sin()
+        """``cos(x)`` (COS, one of our two ops beyond the card).
+
+        Not the card's ``sin(pi/2 - x)``: rounding ``pi/2 - x`` loses the result's digits as ``|x|``
+        grows (4.8e-4 absolute error near 1e4 in float32); COS shares SIN's exact reduction."""
+        return self._unary_float(Ops.COS)
 
     def tan(self) -> Tensor:
-        """``tan(x)`` as ``sin(x) / cos(x)``."""
-        return self.sin() / self.cos()
+        """``tan(x)`` (TAN, ours beyond the card): one reduction and one division, accurate near the
+        poles, where ``sin(x) / cos(x)`` of two separately rounded results is not."""
+        return self._unary_float(Ops.TAN)
 
     def sqrt(self) -> Tensor:
         """``sqrt(x)`` (SQRT)."""
@@ -1073,12 +1118,12 @@ class Tensor:
 
     def sigmoid(self) -> Tensor:
         """``1 / (1 + exp(-x))``."""
-        x = self.cast(_float_dtype(self.dtype))
-        return (1 + (-x).exp()).reciprocal()
+        return self._in_float32_for_halves(_sigmoid)
 
     def tanh(self) -> Tensor:
-        """``2 * sigmoid(2x) - 1``."""
-        return 2 * (2 * self.cast(_float_dtype(self.dtype))).sigmoid() - 1
+        """``x·P(x²)`` for ``|x| < 0.55`` (``2·sigmoid(2x) - 1`` cancels there: 2e7 ulp at 4e-8),
+        ``2 * sigmoid(2x) - 1`` beyond; float16/bfloat16 computed in float32."""
+        return self._in_float32_for_halves(_tanh)
 
     def gelu(self) -> Tensor:
         """GELU, tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
@@ -1201,12 +1246,19 @@ class Tensor:
         return ~((~self).max(axis, keepdim))
 
     def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """True where any element along ``axis`` is nonzero (REDUCE MAX over bool)."""
+        """True where any element along ``axis`` is nonzero (REDUCE MAX over bool); over a
+        zero-size axis False, as numpy (nothing is nonzero), where max itself has no answer."""
         truth = self if self.dtype.is_bool else self != 0
+        axes = self._axes(axis)
+        if any(self.shape[a] == 0 for a in axes):
+            kept = tuple(1 if i in axes else size for i, size in enumerate(self.shape))
+            shape = kept if keepdim else tuple(size for i, size in enumerate(self.shape) if i not in axes)
+            return Tensor.full(shape, False, dtype=dtypes.bool, device=self.device)
         return truth._reduce(Ops.MAX, axis, keepdim)
 
     def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """True where every element along ``axis`` is nonzero: ``not any(not x)``."""
+        """True where every element along ``axis`` is nonzero: ``not any(not x)`` (so True over a
+        zero-size axis, as numpy)."""
         truth = self if self.dtype.is_bool else self != 0
         return truth.logical_not().any(axis, keepdim).logical_not()
 
@@ -1342,22 +1394,26 @@ class Tensor:
         return summed.permute([order.index(i) for i in range(self.ndim)])
 
     def gather(self, idx: Any, axis: int = 0) -> Tensor:
-        """``out[i] = t[idx[i]]`` along ``axis`` (``numpy.take``; result shape
-        ``shape[:axis] + idx.shape + shape[axis+1:]``) by the spec's one-hot composition:
-        ``mask = (arange(K).reshape(K, 1) == idx.reshape(1, -1)).cast(t.dtype)``,
-        ``(t.reshape(K, 1) * mask).sum(0)``."""
+        """``out[i] = t[idx[i]]`` along ``axis`` as ``numpy.take`` (result shape
+        ``shape[:axis] + idx.shape + shape[axis+1:]``; a negative index counts from the end) by
+        the spec's one-hot composition: ``mask = arange(K).reshape(K, 1) == idx.reshape(1, -1)``,
+        ``mask.where(t.reshape(K, 1), 0).sum(0)`` (a select rather than the spec's product with
+        the mask, so an inf or nan elsewhere in ``t`` does not turn the sum into nan).
+
+        Indices outside ``[-K, K)`` raise IndexError when they are data (known when the graph is
+        built); computed indices cannot be checked before running, and one out of range there
+        gives 0, where numpy would raise."""
         idx = idx if isinstance(idx, Tensor) else Tensor(idx, device=self.device)
         if not idx.dtype.is_int:
             raise TypeError(f"gather indices must be integers, got {idx.dtype.name}")
         axis = _normalize_axis(axis, self.ndim)
         x = self.permute([axis] + [i for i in range(self.ndim) if i != axis])  # gather axis first
         k, rest = x.shape[0], x.shape[1:]
-        flat = idx.reshape(-1)
+        flat = _wrapped_indices(idx, k, f"gather along axis {axis} of {self.shape}").reshape(-1)
         count = flat.shape[0]
         pos = Tensor.arange(k, device=self.device).reshape(k, 1)  # (K, 1)
-        mask = (pos == flat.reshape(1, -1)).cast(self.dtype)  # (K, D)
-        mask = mask.reshape(k, count, *(1,) * len(rest))
-        gathered = (x.reshape(k, 1, *rest) * mask).sum(0, dtype=self.dtype)  # (D, *rest)
+        mask = (pos == flat.reshape(1, -1)).reshape(k, count, *(1,) * len(rest))  # (K, D, 1...)
+        gathered = mask.where(x.reshape(k, 1, *rest), 0).sum(0, dtype=self.dtype)  # (D, *rest)
         gathered = gathered.reshape(*idx.shape, *rest)
         # the gathered axes sit first: move them to where the gather axis was
         lead = idx.ndim
@@ -1365,9 +1421,15 @@ class Tensor:
         return gathered.permute(order)
 
     def scatter_add(self, idx: Any, val: Any) -> Tensor:
-        """``t[idx[i]] += val[i]`` along axis 0, by the spec's composition:
-        ``mask = (arange(K).reshape(K, 1) == idx.reshape(1, D)).cast(t.dtype)``,
-        ``t + (mask * val.reshape(1, D)).sum(1)``.  ``val`` has shape ``idx.shape + t.shape[1:]``."""
+        """``t[idx[i]] += val[i]`` along axis 0 as ``numpy.add.at`` (repeated indices add up; a
+        negative index counts from the end), by the spec's composition:
+        ``mask = arange(K).reshape(K, 1) == idx.reshape(1, D)``,
+        ``t + mask.where(val.reshape(1, D), 0).sum(1)`` (a select, not the spec's product with the
+        mask, so an inf or nan value lands only in its own row).  ``val`` has shape
+        ``idx.shape + t.shape[1:]``.
+
+        Indices outside ``[-K, K)`` raise IndexError when they are data; computed indices cannot
+        be checked before running, and a value at an index out of range there is dropped."""
         idx = idx if isinstance(idx, Tensor) else Tensor(idx, device=self.device)
         val = val if isinstance(val, Tensor) else Tensor(val, dtype=self.dtype, device=self.device)
         if not idx.dtype.is_int:
@@ -1377,11 +1439,11 @@ class Tensor:
         if val.shape != idx.shape + rest:
             raise UOpError(f"scatter_add into {self.shape} with indices {idx.shape} needs values of shape "
                              f"{idx.shape + rest}, got {val.shape}")
+        idx = _wrapped_indices(idx, k, f"scatter_add into axis 0 of {self.shape}")
         pos = Tensor.arange(k, device=self.device).reshape(k, 1)  # (K, 1)
-        mask = (pos == idx.reshape(1, count)).cast(self.dtype)  # (K, D)
-        mask = mask.reshape(k, count, *(1,) * len(rest))
+        mask = (pos == idx.reshape(1, count)).reshape(k, count, *(1,) * len(rest))  # (K, D, 1...)
         values = val.cast(self.dtype).reshape(1, count, *rest)
-        return self + (mask * values).sum(1, dtype=self.dtype)
+        return self + mask.where(values, 0).sum(1, dtype=self.dtype)
 
     def _pool(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
         """Sliding windows over the last ``len(kernel)`` axes: ``(..., o_1..o_n, k_1..k_n)``.
@@ -1591,6 +1653,37 @@ def _default_dtype_of(array: np.ndarray, from_list: bool) -> DType:
     if array.dtype.kind not in "fiu":
         raise TypeError(f"cannot make a Tensor from numpy data of dtype {array.dtype}")
     return dtypes.from_numpy(array.dtype)
+
+
+def _known_values(t: Tensor) -> np.ndarray | None:
+    """The values of ``t`` when they are data (a BUFFER made from an array, maybe reshaped, or a
+    constant), else None: what can be checked while the graph is built."""
+    uop = t.uop
+    if uop.op is Ops.RESHAPE:
+        uop = uop.src[0]
+    if uop.op is Ops.CONST:
+        return np.asarray(uop.const_value)
+    if uop.op is Ops.BUFFER:
+        data = initial_data(uop)
+        return None if data is None or data.size != t.numel() else data
+    return None
+
+
+def _wrapped_indices(idx: Tensor, size: int, where: str) -> Tensor:
+    """``idx`` with negative indices counted from the end (``idx + size`` where ``idx < 0``), as numpy;
+    indices known now (data) outside ``[-size, size)`` raise IndexError naming the first one."""
+    known = _known_values(idx)
+    if known is not None and known.size:
+        outside = (known < -size) | (known >= size)
+        if outside.any():
+            position = int(np.flatnonzero(outside.reshape(-1))[0])
+            raise IndexError(f"{where}: index {int(known.reshape(-1)[position])} at position {position} is "
+                             f"out of range for size {size} (valid: -{size} to {size - 1})")
+        if (known >= 0).all():
+            return idx
+    if idx.dtype.is_unsigned:
+        return idx
+    return (idx < 0).where(idx + size, idx)
 
 
 def _data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:

@@ -860,7 +860,10 @@ _ELEMENTWISE_SPECIAL: dict[Ops, Callable[[UOp], DType]] = {
     Ops.NOT: _elementwise_not,
     **{op: _elementwise_comparison for op in GroupOp.COMPARISON},
     **{op: _elementwise_integer for op in GroupOp.INTEGER_ONLY},
-    **{op: _elementwise_float for op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.RECIP, Ops.DIV)},
+    **{
+        op: _elementwise_float
+        for op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.TAN, Ops.SQRT, Ops.POW, Ops.RECIP, Ops.DIV)
+    },
 }
 
 

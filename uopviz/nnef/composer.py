@@ -58,6 +58,8 @@ from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
+    BOUNDED_PACK_LENGTHS,
+    INPUT_EXTENT_KEYS,
     UNDECIDED,
     DynamicExtent,
     Evaluator,
@@ -302,13 +304,18 @@ class Composer:
     the loader of a model folder reads ``<name>.dat`` files with it.
     """
 
-    def __init__(self, modules: ModuleSet, variable_loader: VariableLoader | None = None) -> None:
+    def __init__(
+        self, modules: ModuleSet, variable_loader: VariableLoader | None = None, progress: Any = None
+    ) -> None:
         self.modules = modules
         self.variable_loader = variable_loader
+        # progress(done, total, stage) after each statement of the graph's @compose block
+        self.progress = progress
         self.tensors: dict[str, TensorInfo] = {}
         self.operations: list[Operation] = []
         self.composites: list[Composite] = []
         self.updates: dict[str, str] = {}
+        self.packs: dict[str, list[str]] = {}  # graph input / output packs: name -> item tensor names
         self._serial = itertools.count()
         self._subgraph_tensors: set[str] = set()  # tensors owned by the sub-graphs of loop nodes
         # The composite operators being expanded, outermost first: invoking one of them again is
@@ -358,11 +365,37 @@ class Composer:
         instance = _Instance(info, definition.pos, "")
         self._graph_attributes(instance, dict(attribs or {}))
         inputs = self._graph_inputs(instance, dict(input_shapes or {}))
+        keys = frozenset(
+            extent.key
+            for name in inputs
+            for extent in self.tensors[name].shape
+            if isinstance(extent, DynamicExtent)
+        )
+        bounded: set[str] = set()
+        tokens = INPUT_EXTENT_KEYS.set(keys), BOUNDED_PACK_LENGTHS.set(bounded)
+        try:
+            graph = self._compose_definition(definition, module_name, info, instance, inputs)
+        finally:
+            INPUT_EXTENT_KEYS.reset(tokens[0])
+            BOUNDED_PACK_LENGTHS.reset(tokens[1])
+        graph.pack_lengths_at_bounds = sorted(bounded)
+        return graph
+
+    def _compose_definition(
+        self,
+        definition: ast.Definition,
+        module_name: str,
+        info: DefinitionInfo,
+        instance: _Instance,
+        inputs: list[str],
+    ) -> Graph:
         self._usings_and_asserts(instance)
         frame = _Frame(module_name, instance.symbols, instance.types, "", info.declared)
         self._declare_locals(definition, frame, instance)
-        for component in definition.components:
+        for done, component in enumerate(definition.components, 1):
             self._component(component, frame)
+            if self.progress is not None:
+                self.progress(done, len(definition.components), None)
         outputs = self._graph_outputs(instance, frame)
         self._updates(definition, frame)
         self._quantizations(definition, frame)
@@ -377,6 +410,7 @@ class Composer:
             updates=self.updates,
             definition=definition,
             modules=dict(self.modules.modules),
+            packs=self.packs,
         )
 
     # -- errors -------------------------------------------------------------------------------------
@@ -2616,10 +2650,11 @@ class Composer:
             element = self._element_type(instance, param.type)
             if element is None:
                 raise self._error(param.pos, f"graph input '{param.name}' needs a concrete type")
-            if param.type.pack is not None:
-                raise self._error(param.pos, "packs of graph inputs are not supported")
             if param.type.shape is None:
                 raise self._error(param.pos, f"graph input '{param.name}' needs a shape")
+            if param.type.pack is not None:
+                names.extend(self._graph_input_pack(instance, param, element, shapes.get(param.name)))
+                continue
             if param.name in shapes:
                 shape = self._given_input_shape(instance, param, list(shapes[param.name]))
             else:
@@ -2627,6 +2662,56 @@ class Composer:
             tensor = self._new_tensor(param.name, element, tuple(shape), "input", param.pos)
             instance.symbols[param.name] = tensor
             names.append(param.name)
+        return names
+
+    def _graph_input_pack(self, instance: _Instance, param: ast.Param, element: str, given: Any) -> list[str]:
+        """The item tensors ``name[k]`` of a pack graph input (``xs: real[2]..(n|5)``).
+
+        Its length is the declared one, or for a length given by a symbol with a bound, the number
+        of items given (``given``: one shape per item; the bound when none are): like an input
+        extent, it is fixed by the time kernels run, ``run`` recomposing the graph for it.
+        """
+        spec = param.type.pack
+        count_node, bound_node = spec.count, spec.bound
+        evaluator = instance.evaluator()
+        bound = None if bound_node is None else evaluator(bound_node)
+        symbol = None
+        if count_node is None or isinstance(count_node, ast.Placeholder):
+            count = None
+        elif isinstance(count_node, ast.Identifier) and count_node.name not in instance.symbols:
+            symbol, count = count_node.name, None
+        else:
+            count = evaluator.repeat_count(count_node)
+        if count is None:
+            if given is not None:
+                count = len(given)
+            elif bound is not None:
+                count = bound
+            else:
+                raise self._error(
+                    param.pos,
+                    f"graph input pack '{param.name}': a length decided at run time needs an upper "
+                    f"bound (..(n|5) or ..(~|5))",
+                )
+        if given is not None and len(given) != count:
+            raise NNEFError(f"graph input pack '{param.name}' has {count} items, {len(given)} were given")
+        if bound is not None and count > bound:
+            raise NNEFError(
+                f"graph input pack '{param.name}': {count} items exceed the declared bound {bound}"
+            )
+        if symbol is not None:
+            instance.symbols[symbol] = count
+        items, names = [], []
+        for item in range(count):
+            name = f"{param.name}[{item}]"
+            if given is not None:
+                shape = self._given_input_shape(instance, param, list(given[item]))
+            else:
+                shape = self._input_shape(instance, param)
+            items.append(self._new_tensor(name, element, tuple(shape), "input", param.pos))
+            names.append(name)
+        instance.symbols[param.name] = items
+        self.packs[param.name] = names
         return names
 
     def _given_input_shape(self, instance: _Instance, param: ast.Param, dims: list[int]) -> list[int]:
@@ -2693,7 +2778,8 @@ class Composer:
             if value is None:
                 raise self._error(param.pos, f"graph output '{param.name}' is not assigned in @compose")
             if isinstance(value, list):
-                raise self._error(param.pos, "packs of graph outputs are not supported")
+                names.extend(self._graph_output_pack(instance, param, value, frame))
+                continue
             if not isinstance(value, TensorInfo):
                 raise self._error(param.pos, f"graph output '{param.name}' is not a tensor")
             if param.type.shape is not None and all(
@@ -2717,6 +2803,43 @@ class Composer:
                 value = self._identity(value, param.name, frame, param.pos)
             value.kind = "output"
             names.append(param.name)
+        return names
+
+    def _graph_output_pack(
+        self, instance: _Instance, param: ast.Param, items: list, frame: _Frame
+    ) -> list[str]:
+        """The item tensors ``name[k]`` of a pack graph output (``ys: real[]..(3)``)."""
+        spec = param.type.pack
+        if spec is None:
+            raise self._error(param.pos, f"graph output '{param.name}' is declared a tensor but is a pack")
+        count_node = spec.count
+        if count_node is not None and not isinstance(count_node, ast.Placeholder):
+            declared = instance.evaluator()(count_node)
+            if isinstance(declared, int) and declared != len(items):
+                raise self._error(
+                    param.pos,
+                    f"graph output pack '{param.name}' is declared with {declared} items, the graph "
+                    f"computes {len(items)}",
+                )
+        element = self._element_type(instance, param.type)
+        names = []
+        for index, value in enumerate(items):
+            if not isinstance(value, TensorInfo):
+                raise self._error(
+                    param.pos, f"item {index} of graph output pack '{param.name}' is not a tensor"
+                )
+            if element is not None and element != value.dtype:
+                raise self._error(
+                    param.pos,
+                    f"graph output pack '{param.name}' is declared {element} but item {index} is a "
+                    f"{value.dtype} tensor",
+                )
+            name = f"{param.name}[{index}]"
+            if value.name != name or value.kind != "intermediate":
+                value = self._identity(value, name, frame, param.pos)
+            value.kind = "output"
+            names.append(name)
+        self.packs[param.name] = names
         return names
 
     def _identity(self, tensor: TensorInfo, name: str, frame: _Frame, position: ast.Position) -> TensorInfo:

@@ -22,6 +22,7 @@ __all__ = ["NNEFError", "NNEFWarning", "register_source", "source_line"]
 # Sources seen most recently, by file name; bounded so that long sessions do not grow without limit.
 _SOURCES: OrderedDict[str, str] = OrderedDict()
 _MAX_SOURCES = 256
+_LINES: dict[str, tuple[str, list[str]]] = {}  # file -> (its text, the text split into lines)
 
 
 def register_source(file: str, text: str) -> None:
@@ -36,7 +37,13 @@ def source_line(file: str | None, line: int | None) -> str | None:
     """The text of ``line`` (1-based) in a registered ``file``, or None when unknown."""
     if file is None or line is None or file not in _SOURCES:
         return None
-    lines = _SOURCES[file].splitlines()
+    text = _SOURCES[file]
+    cached = _LINES.get(file)
+    if cached is None or cached[0] is not text:  # split once per text, not once per line asked for
+        cached = _LINES[file] = (text, text.splitlines())
+        while len(_LINES) > _MAX_SOURCES:
+            del _LINES[next(iter(_LINES))]
+    lines = cached[1]
     if 1 <= line <= len(lines):
         return lines[line - 1]
     return None

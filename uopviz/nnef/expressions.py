@@ -23,6 +23,7 @@ lowering extends to UOp operands by passing ``scalar_ops``.
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -65,6 +66,19 @@ class _Undecided:
 UNDECIDED = _Undecided()
 
 
+#: The keys of the graph-input extents (``x: real[~|6]``, ``real[n|6]``) while a graph is composed
+#: before its input shapes are given: a pack length that is one of them (``layout.unstack`` along
+#: it, ``layout.split{count=n}``) takes the extent's bound there. ``run`` recomposes the graph for
+#: the shapes it is given, where the extent and so the pack length are plain numbers.
+INPUT_EXTENT_KEYS: contextvars.ContextVar[frozenset] = contextvars.ContextVar(
+    "INPUT_EXTENT_KEYS", default=frozenset()
+)
+#: The extents whose bound a pack length took meanwhile (their text), for the graph to say so.
+BOUNDED_PACK_LENGTHS: contextvars.ContextVar[set | None] = contextvars.ContextVar(
+    "BOUNDED_PACK_LENGTHS", default=None
+)
+
+
 class DynamicExtent:
     """A shape extent known only at run time, with a static upper ``bound`` (§2.6.1, §3.1).
 
@@ -90,6 +104,17 @@ class DynamicExtent:
 
     def __hash__(self) -> int:
         return hash(("DynamicExtent", self.key))
+
+
+def _follows_inputs(key: Any, inputs: frozenset) -> bool:
+    """Whether an extent's key is built of graph-input extents (``inputs``) and numbers only."""
+    if not inputs:
+        return False
+    if key in inputs or isinstance(key, int | float):
+        return True
+    if isinstance(key, tuple) and len(key) in (2, 3, 4) and isinstance(key[0], str):
+        return all(_follows_inputs(part, inputs) for part in key[1:])
+    return False
 
 
 def _key_text(key: Any) -> str:
@@ -881,6 +906,12 @@ class Evaluator:
             return None
         if isinstance(count, bool):
             return int(count)
+        if isinstance(count, DynamicExtent) and count.bound is not None:
+            if _follows_inputs(count.key, INPUT_EXTENT_KEYS.get()):
+                bounded = BOUNDED_PACK_LENGTHS.get()
+                if bounded is not None:
+                    bounded.add(repr(count))
+                return count.bound
         if isinstance(count, DynamicExtent | RuntimeScalar):
             raise NNEFError.at(
                 node.pos,

@@ -7,7 +7,10 @@ chain of composites it came from (:attr:`Operation.scopes`), so a viewer can gro
 
 Tensors are named as written in the graph; tensors created inside an invocation are qualified by
 the invocation's label (``conv1.filter``, ``output.max``). Packs of tensors are named
-``name[0]``, ``name[1]``, ...
+``name[0]``, ``name[1]``, ...; a graph input or output that is a pack (``xs: real[2]..(n|5)``) is
+its items in ``inputs`` / ``outputs`` and the pack in :attr:`Graph.packs`, and ``g.run`` takes
+and gives it as a list of arrays, composing the graph again for the number of items given (as for
+an input's run-time extents).
 
 Loops whose trip count is decided at run time (``while`` / ``do ... while`` and loops counted by
 a tensor, §3 "Condition based looping") stay one :class:`LoopOperation` each: their condition
@@ -295,6 +298,12 @@ class Graph:
     # a loop's body / condition: counter buffer -> what the runner fills it with on each iteration (the
     # enclosing graph's run-time extent, or ("carry", index, axis): a carried value's current extent)
     extent_inputs: dict = field(default_factory=dict, repr=False)
+    # graph input and output packs: name -> the item tensors (``xs[0]``, ``xs[1]``, ..) that
+    # ``inputs`` / ``outputs`` list; ``run`` takes and gives such a pack as a list of arrays
+    packs: dict[str, list[str]] = field(default_factory=dict)
+    # run-time input extents that pack lengths follow, taken at their bounds in this composition
+    # (``run`` composes again for the shapes given; this graph itself does not compile)
+    pack_lengths_at_bounds: list[str] = field(default_factory=list)
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 
@@ -409,12 +418,34 @@ class Graph:
 
     def compile(self, backend: str = "python", opts: Any = None, progress: Any = None):
         """Lower every operation and compile the kernels with the pipeline: a Program (a
-        :class:`~uopviz.nnef.lowering.GraphProgram` of several when the graph has loop nodes)."""
+        :class:`~uopviz.nnef.lowering.GraphProgram` of several when the graph has loop nodes).
+
+        ``progress``: None for a bar over the operations lowered, then the kernels compiling, when
+        that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
+        ``progress(done, total, operation)`` (``operation`` None once all are lowered)."""
+        from uopviz.core.progress import progress_reporter
         from uopviz.nnef.lowering import compile_graph
 
+        if self.pack_lengths_at_bounds:
+            raise NNEFError(
+                f"graph {self.name}: pack lengths follow the run-time input extents "
+                f"{', '.join(self.pack_lengths_at_bounds)}, taken at their bounds in this composition; "
+                "compile the graph composed for given shapes (g.recomposed({name: shape, ...})), which "
+                "g.run(inputs) does by itself"
+            )
         key = (backend, repr(opts))
-        if key not in self._programs:
+        if key in self._programs:
+            return self._programs[key]
+        if callable(progress):
             self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=progress)
+            return self._programs[key]
+        with progress_reporter(progress, len(self.operations), f"lowering {self.name}") as report:
+
+            def lowered(done: int, total: int, operation: Any) -> None:
+                if report is not None:
+                    report(done, total, f"compiling {self.name}" if operation is None else None)
+
+            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=lowered)
         return self._programs[key]
 
     def run(
@@ -429,11 +460,65 @@ class Graph:
         Returns the graph outputs by name as numpy arrays (at their actual extents when those are
         decided by the data). Loop nodes run on the host: their condition and body programs once
         per iteration. With ``update`` the variables that ``@update`` blocks assign get their new
-        values (a training step of batch_norm layers).
+        values (a training step of batch_norm layers). A pack input is given as a list of arrays
+        (its length within the declared bound), and a pack output comes back as one.
         """
         from uopviz.nnef.lowering import run_graph
 
-        return run_graph(self, dict(inputs or {}), backend=backend, opts=opts, update=update)
+        given = dict(inputs or {})
+        if not self.packs:
+            return run_graph(self, given, backend=backend, opts=opts, update=update)
+        graph = self._for_packs(given)
+        for name in graph.input_packs():
+            if name in given:
+                given.update(zip(graph.packs[name], given.pop(name), strict=True))
+        outputs = run_graph(graph, given, backend=backend, opts=opts, update=update)
+        for name in graph.output_packs():
+            outputs[name] = [outputs.pop(item) for item in graph.packs[name]]
+        return outputs
+
+    def input_packs(self) -> list[str]:
+        """The names of the graph inputs that are packs."""
+        inputs = set(self.inputs)
+        return [name for name, items in self.packs.items() if items and items[0] in inputs]
+
+    def output_packs(self) -> list[str]:
+        """The names of the graph outputs that are packs."""
+        outputs = set(self.outputs)
+        return [name for name, items in self.packs.items() if not items or items[0] in outputs]
+
+    def _for_packs(self, given: Mapping[str, Any]) -> Graph:
+        """This graph, or the one recomposed for the number of items (and their shapes) of the
+        packs in ``given`` and the shapes of its inputs with run-time extents: like an input
+        extent, a pack length is fixed before kernels run (the graph's packs are its, not this
+        one's, when they follow an input extent)."""
+        shapes: dict[str, Any] = {}
+        for name in self.input_packs():
+            if name not in given:
+                continue
+            items = self.packs[name]
+            arrays = list(given[name])
+            if len(arrays) != len(items) or not all(self.tensors[item].is_static for item in items):
+                shapes[name] = tuple(tuple(np.shape(array)) for array in arrays)
+        packed = {item for name in self.input_packs() for item in self.packs[name]}
+        for name in self.inputs:
+            if name in given and name not in packed and not self.tensors[name].is_static:
+                shapes[name] = tuple(np.shape(given[name]))
+        return self.recomposed(shapes) if shapes else self
+
+    def recomposed(self, shapes: Mapping[str, Any]) -> Graph:
+        """This graph composed again for the given input shapes (a pack input: one shape per item),
+        once per distinct set: run-time input extents and pack lengths become plain numbers."""
+        if self.recompose is None:
+            raise NNEFError(
+                "this graph has run-time input extents or pack lengths; it must come from "
+                "uopviz.nnef.load/loads to be recomposed for the given inputs"
+            )
+        key = repr(sorted(shapes.items()))
+        cache = self.__dict__.setdefault("_shaped", {})
+        if key not in cache:
+            cache[key] = self.recompose(shapes)
+        return cache[key]
 
     def _operation(self, operation: Operation | int) -> Operation:
         return self.operations[operation] if isinstance(operation, int) else operation

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.core.limits import MemoryLimitError, check_allocation
+from uopviz.core.progress import progress_reporter
 from uopviz.nnef.composer import Composer
 from uopviz.nnef.data import inside_folder, read_tensor
 from uopviz.nnef.errors import NNEFError
@@ -55,15 +56,19 @@ def loads(
     file: str = "<string>",
     lenient: bool = False,
     variables: Mapping[str, np.ndarray] | None = None,
+    progress: Any = None,
 ) -> Graph:
     """Compose the first (or the named) graph of SkriptND ``text``; it may import standard modules.
 
-    ``variables`` gives data for variables by (qualified) name.
+    ``variables`` gives data for variables by (qualified) name. ``progress`` as in
+    :mod:`uopviz.core.progress` (a bar over the graph's statements when composing takes a while).
     """
     modules = ModuleSet(None, lenient=lenient)
     modules.add("main", parse_module(text, file, lenient=lenient))
     given = dict(variables or {})
-    return _compose(modules, graph, attribs, lambda name, info: given.get(name), source=text)
+    return _compose(
+        modules, graph, attribs, lambda name, info: given.get(name), source=text, progress=progress
+    )
 
 
 def load(
@@ -72,35 +77,44 @@ def load(
     graph: str | None = None,
     attribs: Mapping[str, Any] | None = None,
     lenient: bool = False,
+    progress: Any = None,
 ) -> Graph:
-    """Load a SkriptND file or model folder, an NNEF 1.0 folder, or a .tgz of either."""
+    """Load a SkriptND file or model folder, an NNEF 1.0 folder, or a .tgz of either.
+
+    ``progress`` as in :mod:`uopviz.core.progress`: by default a bar over the graph's statements
+    appears when composing takes more than a second."""
     path = Path(path)
     if not path.exists():
         raise NNEFError(f"no such file or folder: {path}")
     if path.is_file() and path.name.endswith(_ARCHIVE_SUFFIXES):
-        return _load_archive(path, graph, attribs, lenient)
-    return _load_path(path, graph, attribs, lenient, None)
+        return _load_archive(path, graph, attribs, lenient, progress)
+    return _load_path(path, graph, attribs, lenient, None, progress)
 
 
 def _load_path(
-    path: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool, fetch: Fetch | None
+    path: Path,
+    graph: str | None,
+    attribs: Mapping[str, Any] | None,
+    lenient: bool,
+    fetch: Fetch | None,
+    progress: Any = None,
 ) -> Graph:
     """A model file or folder; ``fetch`` (archives) brings a data file into the folder when it is read."""
     if path.is_dir():
         if (path / "main.sknd").is_file():
-            return _load_folder(path, path / "main.sknd", graph, attribs, lenient, fetch)
+            return _load_folder(path, path / "main.sknd", graph, attribs, lenient, fetch, progress)
         if (path / "graph.nnef").is_file():
             from uopviz.nnef.nnef1 import load_nnef1
 
-            return load_nnef1(path, attribs=attribs, fetch=fetch)
+            return load_nnef1(path, attribs=attribs, fetch=fetch, progress=progress)
         raise NNEFError(
             f"{path} is neither a SkriptND model folder (no main.sknd) nor an NNEF 1.0 folder (no graph.nnef)"
         )
     if path.suffix == ".nnef":
         from uopviz.nnef.nnef1 import load_nnef1
 
-        return load_nnef1(path, attribs=attribs, fetch=fetch)
-    return _load_folder(path.parent, path, graph, attribs, lenient, fetch)
+        return load_nnef1(path, attribs=attribs, fetch=fetch, progress=progress)
+    return _load_folder(path.parent, path, graph, attribs, lenient, fetch, progress)
 
 
 def _load_folder(
@@ -110,13 +124,19 @@ def _load_folder(
     attribs: Mapping[str, Any] | None,
     lenient: bool,
     fetch: Fetch | None = None,
+    progress: Any = None,
 ) -> Graph:
     modules = ModuleSet(root, lenient=lenient)
     text = read_source_text(main)
     modules.add("main", parse_module(text, str(main), lenient=lenient))
     data_root = root.resolve()
     return _compose(
-        modules, graph, attribs, lambda name, info: _variable_data(data_root, name, fetch), source=main
+        modules,
+        graph,
+        attribs,
+        lambda name, info: _variable_data(data_root, name, fetch),
+        source=main,
+        progress=progress,
     )
 
 
@@ -133,15 +153,21 @@ def _variable_data(root: Path, name: str, fetch: Fetch | None = None) -> np.ndar
 
 
 def _compose(
-    modules: ModuleSet, graph: str | None, attribs: Mapping[str, Any] | None, loader: Any, source: Any
+    modules: ModuleSet,
+    graph: str | None,
+    attribs: Mapping[str, Any] | None,
+    loader: Any,
+    source: Any,
+    progress: Any = None,
 ) -> Graph:
-    def compose_for(shapes: Mapping[str, tuple[int, ...]] | None) -> Graph:
-        composed = Composer(modules, loader).compose("main", graph, attribs, shapes)
+    def compose_for(shapes: Mapping[str, tuple[int, ...]] | None, progress: Any = None) -> Graph:
+        with progress_reporter(progress, 0, "composing") as report:
+            composed = Composer(modules, loader, report).compose("main", graph, attribs, shapes)
         composed.source = source
         composed.recompose = compose_for
         return composed
 
-    return compose_for(None)
+    return compose_for(None, progress)
 
 
 #: The largest archive member read as text (a module, graph or quantization file); data members are
@@ -220,7 +246,9 @@ class _ArchiveFolder:
             raise NNEFError(message, str(self.path)) from None
 
 
-def _load_archive(path: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool) -> Graph:
+def _load_archive(
+    path: Path, graph: str | None, attribs: Mapping[str, Any] | None, lenient: bool, progress: Any = None
+) -> Graph:
     with tempfile.TemporaryDirectory(prefix="uopviz-nnef-") as folder:
         target = Path(folder).resolve()
         try:
@@ -228,7 +256,7 @@ def _load_archive(path: Path, graph: str | None, attribs: Mapping[str, Any] | No
                 unpacked = _ArchiveFolder(archive, path, target)
                 unpacked.unpack_texts()
                 root = _model_root(target, path)
-                loaded = _load_path(root, graph, attribs, lenient, unpacked.fetch)
+                loaded = _load_path(root, graph, attribs, lenient, unpacked.fetch, progress)
                 _keep_data_in_memory(loaded)
                 return loaded
         except _ARCHIVE_ERRORS as error:

@@ -140,7 +140,8 @@ class LoweredKernel:
     """One kernel of an operation: its AST and the tensors bound to its PARAM slots.
 
     ``buffers[0]`` is the tensor the kernel writes (it may read it too); ``scratch`` declares
-    buffers that exist only for the kernels (name -> (dtype, element count)).
+    buffers that exist only for the kernels (name -> (dtype, element count)); ``fused`` lists the
+    operations whose kernels :mod:`uopviz.nnef.fusion` folded into this one (in run order).
     """
 
     name: str
@@ -149,6 +150,7 @@ class LoweredKernel:
     operation: Operation = field(repr=False)
     scratch: dict[str, tuple[DType, int]] = field(default_factory=dict)
     note: str = ""
+    fused: tuple[Operation, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -322,8 +324,8 @@ _FLOAT_BUILTINS: dict[str, Callable[[UOp], UOp]] = {
     "exp": _exp,
     "log": _log,
     "sin": lambda x: UOp(Ops.SIN, (x,)),
-    "cos": lambda x: UOp(Ops.SIN, (x + math.pi / 2,)),
-    "tan": lambda x: UOp(Ops.SIN, (x,)) / UOp(Ops.SIN, (x + math.pi / 2,)),
+    "cos": lambda x: UOp(Ops.COS, (x,)),
+    "tan": lambda x: UOp(Ops.TAN, (x,)),
     "asin": _asin,
     "acos": lambda x: (math.pi / 2) - _asin(x),
     "atan": _atan,
@@ -2636,12 +2638,87 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
     if isinstance(op, LoopOperation):
         graph.counts.update(op.counted)  # extents of its results that the runner counts
         return []
+    signature = _lowering_signature(graph, op)
+    templates = graph.__dict__.setdefault("_lowering_templates", {})
+    if signature is not None and signature in templates:
+        reused = _renamed_kernels(*templates[signature], op)
+        if reused is not None:
+            return reused
     busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
     busy.add(id(op))
     try:
-        return _lower_one(graph, op)
+        kernels = _lower_one(graph, op)
     finally:
         busy.discard(id(op))
+    if signature is not None:
+        templates[signature] = (op, kernels)
+    return kernels
+
+
+def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
+    """What the kernels of ``op`` depend on besides its tensors' names: its operator, attributes and
+    types, and each tensor's type, shape, kind and (for a constant of one repeated value, which the
+    kernels read as a literal) value.  Operations with equal signatures lower to the same kernel
+    ASTs (a ResNet's repeated blocks), so one is lowered and the others renamed.  None where the
+    names or the data matter: intrinsics, run-time extents."""
+    if op.is_intrinsic or graph.counts or graph.extent_inputs:
+        return None
+    names = [*op.input_names(), *op.output_names()]
+    tensors: list[Any] = [tuple(names.index(name) for name in names)]  # which tensors are one
+    for name in names:
+        tensor = graph.tensors.get(name)
+        if tensor is None or not tensor.is_static:
+            return None
+        tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(_uniform_constant(tensor))))
+    structure = repr((_shape_of_names(op.inputs), _shape_of_names(op.outputs), sorted(op.constants)))
+    types = repr(sorted(op.dtypes.items()))
+    return (op.type, id(op.definition), _exact(op.attribs), types, structure, *tensors)
+
+
+def _exact(value: Any) -> Any:
+    """A hashable form of an attribute value that tells every two values apart (numpy's repr
+    elides the middle of a long array)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, dict):
+        return tuple((key, _exact(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, *(_exact(item) for item in value))
+    return repr(value)
+
+
+def _shape_of_names(values: Any) -> Any:
+    """A pack structure with its names left out (None stays None)."""
+    if isinstance(values, list | tuple):
+        return [_shape_of_names(value) for value in values]
+    return None if values is None else ""
+
+
+def _renamed_kernels(
+    template: Operation, kernels: list[LoweredKernel], op: Operation
+) -> list[LoweredKernel] | None:
+    """The kernels lowered for ``template`` as those of ``op`` (same signature): buffers and names
+    renamed; None when a kernel uses a buffer that is not one of the operation's tensors."""
+    names = dict(
+        zip(
+            [*template.input_names(), *template.output_names()],
+            [*op.input_names(), *op.output_names()],
+            strict=True,
+        )
+    )
+    out = []
+    for kernel in kernels:
+        if kernel.scratch or any(name not in names for name in kernel.buffers):
+            return None
+        if kernel.name == template.label:
+            name = op.label
+        elif kernel.name.startswith(template.label + "."):
+            name = op.label + kernel.name[len(template.label) :]
+        else:
+            return None
+        buffers = [names[buffer] for buffer in kernel.buffers]
+        out.append(LoweredKernel(name, kernel.ast, buffers, op, note=kernel.note))
+    return out
 
 
 def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:
@@ -2838,8 +2915,9 @@ def _compile_segment(
         with traced_pass("Rangeify", function) as record:
             for kernel in kernels:
                 op = kernel.operation
+                folded = "".join(f"{inner.type} '{inner.label}' + " for inner in kernel.fused)
                 record.step(
-                    f"@lower {op.type} '{op.label}' -> kernel {kernel.name}",
+                    f"@lower {folded}{op.type} '{op.label}' -> kernel {kernel.name}",
                     UOp(Ops.SINK, ()),
                     kernel.ast,
                     function,
@@ -2931,6 +3009,7 @@ def compile_graph(
     backend: str = "python",
     opts: Any = None,
     progress: Callable[[int, int, Operation | None], None] | None = None,
+    fuse: bool | None = None,
 ):
     """Lower every operation of ``graph`` and compile its kernels with the pipeline.
 
@@ -2946,8 +3025,17 @@ def compile_graph(
     kernel) number the kernels as ``program.kernels`` lists them: in run order, each loop's body and
     then condition kernels (nested loops included) where the loop runs. Choices by kernel name reach
     the kernels of loop bodies as well.
+
+    ``fuse``: compute each tensor that only feeds later kernels where it is read, when that is cheap
+    (:mod:`uopviz.nnef.fusion`: batch-norm chains and activations into the convolution before them).
+    By default on, except with choices per kernel (a list or a dict by index), which number the
+    kernels before fusion.
     """
     from uopviz.core.rewrite import traced_pass, tracing
+    from uopviz.nnef.fusion import fuse_kernels
+
+    if fuse is None:
+        fuse = not (_per_kernel_list(opts) or isinstance(opts, dict))
 
     kernels = _lower_all(graph, progress)
     if _per_kernel_list(opts) and len(opts) < kernel_count(graph):
@@ -2978,16 +3066,19 @@ def compile_graph(
             segment = [kernel for op in step for kernel in graph.lower(op)]
             if not segment:
                 continue
+            count = len(segment)
+            if fuse:
+                segment = fuse_kernels(segment, final | read_after[position])
             program = _compile_segment(
                 graph,
                 segment,
                 kernels,
                 final | read_after[position],
                 backend,
-                _segment_opts(opts, offset, len(segment)),
+                _segment_opts(opts, offset, count),
                 graph.inputs if position == 0 else (),
             )
-            offset += len(segment)
+            offset += count
             compiled.append(("kernels", program))
     if len(compiled) == 1 and compiled[0][0] == "kernels":
         program = compiled[0][1]
@@ -3064,6 +3155,87 @@ def _relayout(
     return out
 
 
+class _BoundSubgraph:
+    """A loop's body or condition compiled once and bound to its arrays: each iteration copies the
+    values it is given into the program's input arrays and launches the kernels (no allocation, no
+    argument checks, no look-ups).  For CPU backends, whose arrays are the kernels' memory, and
+    sub-graphs of fixed extents that compile to one program.  A finished loop gives its bound forms
+    back to the sub-graph (:meth:`take`, :meth:`give_back`) for its next run."""
+
+    def __init__(self, graph: Graph, program: Any, given: Mapping[str, Any], key: tuple) -> None:
+        self.graph = graph
+        self.program = program
+        self.key = key
+        initial = {
+            position: np.array(_input_array(graph, name, given), copy=True)
+            for position, name in enumerate(program.nnef_inputs)
+        }
+        self.arrays = program._allocate(initial)
+        self.inputs = {
+            name: self.arrays[program.inputs[position]] for position, name in enumerate(program.nnef_inputs)
+        }
+        arrays, array_of = self.arrays, program._array_of
+        self.launches = [
+            item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
+            for item in program.items
+        ]
+        values = program.output_values()
+        self.outputs = [
+            (values[index], program.outputs[index], graph.tensors[name].upper_shape)
+            for index, name in ((program.nnef_outputs.index(name), name) for name in graph.outputs)
+        ]
+        self.extents = [list(graph.tensors[name].shape) for name in graph.outputs]
+
+    @classmethod
+    def take(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> _BoundSubgraph | None:
+        """A bound form of ``graph`` a finished loop gave back, else a new one (a loop nested in its
+        own body, or running in another thread, gets arrays of its own); None where binding does
+        not apply (the per-iteration path runs)."""
+        pools = graph.__dict__.setdefault("_bound", {})
+        key = (backend, repr(opts))
+        if key in pools and pools[key] is None:
+            return None
+        try:
+            return pools.setdefault(key, []).pop()
+        except IndexError:
+            bound = cls._bind(graph, given, backend, opts, key)
+            if bound is None:
+                pools[key] = None
+            return bound
+
+    @classmethod
+    def _bind(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any, key: tuple) -> Any:
+        from uopviz.passes.render import backend_named
+
+        if not backend_named(backend).runs_on_cpu or graph.extent_inputs or graph.counts:
+            return None
+        if not all(graph.tensors[name].is_static for name in (*graph.inputs, *graph.outputs)):
+            return None
+        program = graph.compile(backend=backend, opts=opts)
+        if isinstance(program, GraphProgram) or len(program.nnef_steps) != 1:
+            return None
+        if not all(name in program.nnef_outputs for name in graph.outputs):
+            return None  # an output passed through from an input: no kernel writes it
+        return cls(graph, program, given, key)
+
+    def give_back(self) -> None:
+        """Make this bound form available to the sub-graph's next loop."""
+        pool = self.graph.__dict__.get("_bound", {}).get(self.key)
+        if pool is not None:
+            pool.append(self)
+
+    def run(self, given: Mapping[str, Any]) -> list[np.ndarray]:
+        """The sub-graph's outputs for ``given`` (names -> arrays), in the order of its outputs."""
+        for name, array in given.items():
+            target = self.inputs.get(name)
+            if target is not None:
+                np.copyto(target, np.asarray(array).reshape(-1), casting="unsafe")
+        for launch in self.launches:
+            launch.run()
+        read = self.program._output
+        return [read(self.arrays, value, original).reshape(shape) for value, original, shape in self.outputs]
+
+
 def _run_loop(
     op: LoopOperation,
     graph: Graph,
@@ -3108,15 +3280,25 @@ def _run_loop(
             out[counter] = np.array([value], np.int32)
         return out
 
+    bound_programs: dict[int, _BoundSubgraph | None] = {}
+
     def run(sub: Graph, step: int) -> tuple[list[np.ndarray], list[list[int]]]:
         arguments = [*carried, *(pack[step] for pack in scans)]
         if indexed:
             arguments.append(np.array(step, np.int32))
+        fast = bound_programs.get(id(sub))
+        if fast is not None:  # the captured values are in its arrays since the first iteration
+            return fast.run(dict(zip(sub.inputs, arguments, strict=True))), fast.extents
         given = {name: captured[name] for name in sub.captures}
         given.update(zip(sub.inputs, arguments, strict=True))
         given = {name: np.asarray(a).reshape(sub.tensors[name].upper_shape) for name, a in given.items()}
         given.update(counters(sub))
-        values = _execute(sub, given, backend, sub_opts["body" if sub is op.body else "condition"])
+        opts = sub_opts["body" if sub is op.body else "condition"]
+        if id(sub) not in bound_programs:
+            fast = bound_programs[id(sub)] = _BoundSubgraph.take(sub, given, backend, opts)
+            if fast is not None:
+                return fast.run(given), fast.extents
+        values = _execute(sub, given, backend, opts)
         known = ChainMap(values, given)
         arrays = [values[name] if name in values else _input_array(sub, name, given) for name in sub.outputs]
         extents = [
@@ -3130,28 +3312,33 @@ def _run_loop(
 
     scanned: list[list[tuple[np.ndarray, list[int]]]] = [[] for _ in op.outputs[len(op.carried) :]]
     step = 0
-    while bound is None or step < bound:
-        if op.condition is not None and (op.pretest or step > 0):
-            (test,), _ = run(op.condition, step)
-            if not bool(np.asarray(test).reshape(-1)[0]):
-                break
-        if op.scan_limit is not None and step >= op.scan_limit:
-            raise NNEFError.at(
-                op.position,
-                f"loop '{op.label}' goes on to iteration {step + 1}, but the left side declares "
-                f"{op.scan_limit} items for its scan outputs (their upper bound); declare more items or "
-                f"bound the loop with a count (do..({op.scan_limit}))",
-            )
-        updated, extents = run(op.body, step)
-        for index, formal in enumerate(carried_formals):
-            source = op.body.tensors[op.body.outputs[index]]
-            carried[index] = _relayout(updated[index], source.upper_shape, formal.upper_shape, extents[index])
-            carried_extents[index] = extents[index]
-        for outputs, value, extent in zip(
-            scanned, updated[len(op.carried) :], extents[len(op.carried) :], strict=True
-        ):
-            outputs.append((value, extent))
-        step += 1
+    try:
+        while bound is None or step < bound:
+            if op.condition is not None and (op.pretest or step > 0):
+                (test,), _ = run(op.condition, step)
+                if not bool(np.asarray(test).reshape(-1)[0]):
+                    break
+            if op.scan_limit is not None and step >= op.scan_limit:
+                raise NNEFError.at(
+                    op.position,
+                    f"loop '{op.label}' goes on to iteration {step + 1}, but the left side declares "
+                    f"{op.scan_limit} items for its scan outputs (their upper bound); declare more items or "
+                    f"bound the loop with a count (do..({op.scan_limit}))",
+                )
+            updated, extents = run(op.body, step)
+            for index, formal in enumerate(carried_formals):
+                source = op.body.tensors[op.body.outputs[index]].upper_shape
+                carried[index] = _relayout(updated[index], source, formal.upper_shape, extents[index])
+                carried_extents[index] = extents[index]
+            for outputs, value, extent in zip(
+                scanned, updated[len(op.carried) :], extents[len(op.carried) :], strict=True
+            ):
+                outputs.append((value, extent))
+            step += 1
+    finally:
+        for bound_program in bound_programs.values():
+            if bound_program is not None:
+                bound_program.give_back()
     results: dict[str, np.ndarray] = {}
     for name, value, formal in zip(op.outputs[: len(op.carried)], carried, carried_formals, strict=True):
         results[name] = value.reshape(formal.upper_shape)
@@ -3211,17 +3398,7 @@ def run_graph(
         raise NNEFError(f"missing graph input(s) {missing}")
     shapes = _needs_recompose(graph, inputs)
     if shapes is not None:
-        recompose = graph.recompose
-        if recompose is None:
-            raise NNEFError(
-                "this graph has run-time input extents; it must come from uopviz.nnef.load/loads to "
-                "be recomposed for the given shapes"
-            )
-        key = tuple(sorted(shapes.items()))
-        cache = graph.__dict__.setdefault("_shaped", {})
-        if key not in cache:
-            cache[key] = recompose(shapes)
-        return run_graph(cache[key], inputs, backend, opts, update)
+        return run_graph(graph.recomposed(shapes), inputs, backend, opts, update)
     values = _execute(graph, inputs, backend, opts)
     outputs = {}
     for name in graph.outputs:

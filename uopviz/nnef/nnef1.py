@@ -12,10 +12,25 @@ singleton dimensions (binary operations align left), biases and normalisation pa
 ``[1, C]``, padding is a list of ``(before, after)`` pairs (empty: "same", output
 ``ceil(input / stride)``), pooling sizes cover every dimension, a ``border`` names the padding
 method, ``reshape`` copies dimensions given as 0, ``slice`` ends at the extent for an end of 0.
+
+Every fragment of the 1.0 standard library is translated (the ``nnef`` package's list; its shape
+table also names ``max_unpool`` and ``avg_unpool``, which its parser does not know). Compound
+fragments are written out from their 1.0 definitions (separable convolutions as two, the local and
+L1 normalisations, the quantisations, ``softabs``, ``copy_n``, the ROI aligns as a resample and a
+pooling); the sliding-window primitives SkriptND has no operator for (``argmax_pool``, ``sample``,
+``desample``, ``debox``, ``roi_resample``) are operators of the helper module ``nnef1.sknd``.
+Borders: 'constant' pads with zeros that take part, 'ignore' leaves the padding out, 'reflect',
+'replicate' and 'reflect-even' pad the input as ``pad`` does before a conv or pooling without
+padding; the transposed operations (``deconv``, ``debox``, ``desample``) take 'constant' and
+'ignore' only. ``argmax_pool``'s index is the flat row-major position inside the window, and ROI
+rows are ``[start.., end..]`` along the spatial axes, as the SkriptND ROI pools read them: the 1.0
+text leaves both open. Fragments a graph file defines itself (``KHR_enable_fragment_definitions``)
+are expanded into their bodies by the parser; one without a body is an error.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -24,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.progress import progress_reporter
+from uopviz.nnef import ast
 from uopviz.nnef.composer import Composer
 from uopviz.nnef.data import inside_folder, read_tensor
 from uopviz.nnef.errors import NNEFError, register_source
@@ -31,7 +48,7 @@ from uopviz.nnef.graph import Graph
 from uopviz.nnef.lexer import KEYWORDS
 from uopviz.nnef.nnef1_process import parse_nnef1
 from uopviz.nnef.parser import parse_module
-from uopviz.nnef.stdlib_loader import ModuleSet
+from uopviz.nnef.stdlib_loader import ModuleSet, read_source_text
 
 __all__ = ["SUPPORTED", "load_nnef1", "loads_nnef1", "translate"]
 
@@ -44,6 +61,11 @@ def _import_nnef() -> Any:
     except ImportError as error:  # pragma: no cover - the package is a dependency
         raise NNEFError("reading NNEF 1.0 needs the 'nnef' package (pip install nnef)") from error
     return nnef
+
+
+def nnef_shapes() -> Any:
+    """The ``nnef`` package's shape functions (``nnef.shapes``)."""
+    return _import_nnef().shapes
 
 
 def _literal(value: Any) -> str:
@@ -76,6 +98,8 @@ class _Translation:
         self.labels: dict[str, str] = {}
         self.names: dict[str, str] = {}  # 1.0 tensor name -> SkriptND identifier
         self._temporaries = 0
+        self.uses_helpers = False  # the text imports the helper module nnef1 (nnef1.sknd)
+        self.updates: list[str] = []
         self.index = 0
         self.op_name = ""
 
@@ -96,6 +120,12 @@ class _Translation:
         if self._is_tensor(value):
             return self.name(value)
         return _literal(value)
+
+    def operand(self, value: Any) -> str:
+        """Like :meth:`arg`, but a string that is no 1.0 tensor is already a SkriptND name."""
+        if isinstance(value, str) and not self._is_tensor(value):
+            return value
+        return self.arg(value)
 
     def _is_tensor(self, value: Any) -> bool:
         return type(value).__name__ == "Identifier" or (
@@ -121,6 +151,16 @@ class _Translation:
         self.lines.append(
             f"        {results} = {invocation};  # NNEF 1.0 operation {self.index}: {self.op_name}"
         )
+
+    def emit_helper(self, results: str, invocation: str) -> None:
+        """:meth:`emit` for an operator of the helper module ``nnef1`` (the text imports it)."""
+        self.uses_helpers = True
+        self.emit(results, invocation)
+
+    def result_name(self, op: Any, key: str | None = None) -> str:
+        """The 1.0 name of an operation's (first, or ``key``) result."""
+        outputs = op.outputs
+        return outputs[key] if key is not None else next(iter(outputs.values()))
 
     def result(self, op: Any, key: str | None = None) -> str:
         outputs = op.outputs
@@ -295,28 +335,68 @@ def _pairs(padding: list) -> list[int]:
     return [p[0] for p in padding] + [p[1] for p in padding]
 
 
+_PAD_METHODS = {"reflect": "REFLECT", "replicate": "REPLICATE", "reflect-even": "SYMMETRIC"}
+_BORDERS = ("constant", "ignore", *_PAD_METHODS)
+
+
+def _check_border(t: _Translation, op_name: str, border: str, allowed: tuple[str, ...] = _BORDERS) -> None:
+    if border not in allowed:
+        raise NNEFError(
+            f"NNEF 1.0 operation {t.index} '{op_name}': border '{border}' is not supported here "
+            f"(supported: {', '.join(allowed)})"
+        )
+
+
+def _padded(t: _Translation, source: str, padding: list[int], border: str, value: float = 0.0) -> str:
+    """``source`` padded by ``padding`` (befores, then afters) as the 1.0 ``border`` says; a
+    constant border pads with ``value``."""
+    if not any(padding):
+        return source
+    name = t.temporary()
+    if border in _PAD_METHODS:
+        t.emit(name, f"layout.pad{{padding={_literal(padding)}, method='{_PAD_METHODS[border]}'}}({source})")
+    else:
+        extra = f", {_literal(float(value))}" if value else ""
+        t.emit(name, f"layout.pad{{padding={_literal(padding)}}}({source}{extra})")
+    return name
+
+
 def _conv(t: _Translation, op: Any) -> None:
     x, w, b = op.inputs.values()
-    attribs = op.attribs
-    if attribs.get("border", "constant") != "constant":
-        raise NNEFError(
-            f"NNEF 1.0 {op.name} with border '{attribs['border']}' is not supported (only 'constant')"
-        )
-    xs, ws = t.shape(x), t.shape(w)
+    _emit_conv(t, op.name, t.result(op), t.arg(x), t.shape(x), t.arg(w), t.shape(w), b, dict(op.attribs))
+
+
+def _emit_conv(
+    t: _Translation,
+    kind: str,
+    result: str,
+    x: str,
+    xs: list[int],
+    w: str,
+    ws: list[int],
+    b: Any,
+    attribs: dict[str, Any],
+) -> None:
+    """One 1.0 ``conv`` or ``deconv`` (``kind``) of ``x`` (shape ``xs``) and ``w``: a border other
+    than 'constant' / 'ignore' (which both leave the padded terms out) pads ``x`` first."""
+    border = attribs.get("border", "constant")
+    _check_border(t, kind, border, _BORDERS if kind == "conv" else ("constant", "ignore"))
     d = len(xs) - 2
-    stride = attribs["stride"] or [1] * d
-    dilation = attribs["dilation"] or [1] * d
+    stride = attribs.get("stride") or [1] * d
+    dilation = attribs.get("dilation") or [1] * d
     groups = attribs.get("groups", 1)
-    if op.name == "conv":
+    if kind == "conv":
         padding = (
             _pairs(attribs["padding"])
-            if attribs["padding"]
+            if attribs.get("padding")
             else _same_padding(xs[2:], ws[2:], stride, dilation)
         )
+        if border in _PAD_METHODS:
+            x, padding = _padded(t, x, [0, 0] + padding[:d] + [0, 0] + padding[d:], border), [0] * (2 * d)
         bias = _channels(t, b, ws[0])
         extra = ""
     else:
-        padding = _pairs(attribs["padding"]) if attribs["padding"] else None
+        padding = _pairs(attribs["padding"]) if attribs.get("padding") else None
         channels = ws[1] * (xs[1] if groups == 0 else groups)
         bias = _channels(t, b, channels)
         output_shape = attribs.get("output_shape") or []
@@ -334,42 +414,200 @@ def _conv(t: _Translation, op: Any) -> None:
     ]
     if padding is not None:
         attributes.append(f"padding={_literal(padding)}")
-    arguments = [t.arg(x), t.arg(w)] + ([bias] if bias is not None else [])
-    t.emit(t.result(op), f"nn.{op.name}{{{', '.join(attributes)}{extra}}}({', '.join(arguments)})")
+    arguments = [x, w] + ([bias] if bias is not None else [])
+    t.emit(result, f"nn.{kind}{{{', '.join(attributes)}{extra}}}({', '.join(arguments)})")
+
+
+def _separable_conv(t: _Translation, op: Any) -> None:
+    x, plane, point, b = op.inputs.values()
+    attribs = dict(op.attribs)
+    xs, plane_shape, point_shape = t.shape(x), t.shape(plane), t.shape(point)
+    d = len(xs) - 2
+    if op.name == "separable_conv":  # the 1.0 definition: a plane-wise conv, then a point-wise one
+        plane_attribs = {**attribs, "groups": 0}
+        filtered_shape = nnef_shapes().conv_shape(
+            xs,
+            plane_shape,
+            [],
+            attribs["border"],
+            attribs["padding"],
+            attribs["stride"],
+            attribs["dilation"],
+            0,
+        )
+        filtered = t.temporary()
+        _emit_conv(t, "conv", filtered, t.arg(x), xs, t.arg(plane), plane_shape, 0.0, plane_attribs)
+        point_attribs = {"groups": attribs["groups"], "padding": [(0, 0)] * d}
+        _emit_conv(
+            t, "conv", t.result(op), filtered, filtered_shape, t.arg(point), point_shape, b, point_attribs
+        )
+        return
+    # separable_deconv: the point-wise deconv first, then the plane-wise one
+    point_attribs = {"groups": attribs["groups"], "padding": [(0, 0)] * d}
+    filtered_shape = nnef_shapes().conv_shape(
+        xs, point_shape, [], "constant", [(0, 0)] * d, [], [], attribs["groups"], transposed=True
+    )
+    filtered = t.temporary()
+    _emit_conv(t, "deconv", filtered, t.arg(x), xs, t.arg(point), point_shape, 0.0, point_attribs)
+    plane_attribs = {**attribs, "groups": 0}
+    _emit_conv(
+        t, "deconv", t.result(op), filtered, filtered_shape, t.arg(plane), plane_shape, b, plane_attribs
+    )
+
+
+def _window(t: _Translation, attribs: Mapping[str, Any], shape: list[int], size: list[int]) -> tuple:
+    """A 1.0 window's stride, dilation and padding (befores, then afters) over every dimension of
+    ``shape``; empty padding is 'same' (output ceil(input / stride))."""
+    rank = len(shape)
+    stride = list(attribs.get("stride") or [1] * rank)
+    dilation = list(attribs.get("dilation") or [1] * rank)
+    padding = (
+        _pairs(attribs["padding"]) if attribs.get("padding") else _same_padding(shape, size, stride, dilation)
+    )
+    return stride, dilation, padding
 
 
 def _pool(t: _Translation, op: Any) -> None:
     (x,) = op.inputs.values()
-    attribs = op.attribs
-    shape = t.shape(x)
-    rank = len(shape)
-    size = list(attribs["size"])
-    stride = list(attribs["stride"] or [1] * rank)
-    dilation = list(attribs["dilation"] or [1] * rank)
-    padding = (
-        _pairs(attribs["padding"]) if attribs["padding"] else _same_padding(shape, size, stride, dilation)
-    )
+    kind = {"max_pool": "max", "avg_pool": "avg", "rms_pool": "rms", "box": "sum"}[op.name]
+    if op.name == "box" and op.attribs.get("normalize"):
+        kind = "avg"
+    _emit_pool(t, op.name, t.result(op), t.arg(x), t.shape(x), kind, list(op.attribs["size"]), op.attribs)
+
+
+def _emit_pool(
+    t: _Translation,
+    op_name: str,
+    result: str,
+    source: str,
+    shape: list[int],
+    kind: str,
+    size: list[int],
+    attribs: Mapping[str, Any],
+) -> None:
+    """A 1.0 pooling (``kind``: max, avg, rms or sum) over every dimension of ``source``.
+
+    Borders: 'constant' pads with zeros that take part (an average divides by the whole window),
+    'ignore' leaves the padding out (an average divides by the elements inside), the others pad
+    the input the way pad does before pooling without padding."""
     border = attribs.get("border", "constant")
-    source = t.arg(x)
-    kind = {"max_pool": "max_pool", "avg_pool": "avg_pool", "rms_pool": "rms_pool", "box": "sum_pool"}[
-        op.name
-    ]
+    _check_border(t, op_name, border)
+    rank = len(shape)
+    stride, dilation, padding = _window(t, attribs, shape, size)
+    if border in _PAD_METHODS or (kind == "max" and border == "constant"):
+        source, padding = _padded(t, source, padding, border), [0] * (2 * rank)
     extra = ""
-    if kind == "max_pool" and border == "constant" and any(padding):
-        padded = t.temporary()  # zeros take part in the maximum
-        t.emit(padded, f"layout.pad{{padding={_literal(padding)}}}({source})")
-        source, padding = padded, [0] * (2 * rank)
-    elif kind in ("avg_pool", "rms_pool"):
-        extra = f", ignore_border={'true' if border == 'ignore' else 'false'}"
-    elif border not in ("constant", "ignore"):
-        raise NNEFError(f"NNEF 1.0 {op.name} with border '{border}' is not supported")
-    if op.name == "box" and attribs.get("normalize"):
-        kind, extra = "avg_pool", ", ignore_border=false"
+    if kind in ("avg", "rms"):
+        extra = f", ignore_border={_literal(border == 'ignore')}"
     t.emit(
-        t.result(op),
-        f"nn.{kind}{{axes={_literal(list(range(rank)))}, size={_literal(size)}, "
+        result,
+        f"nn.{kind}_pool{{axes={_literal(list(range(rank)))}, size={_literal(size)}, "
         f"stride={_literal(stride)}, dilation={_literal(dilation)}, padding={_literal(padding)}"
         f"{extra}}}({source})",
+    )
+
+
+def _window_strides(size: list[int]) -> list[int]:
+    """Row-major strides of a window of ``size``: how a flat window element unflattens."""
+    strides = [1] * len(size)
+    for axis in range(len(size) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * size[axis + 1]
+    return strides
+
+
+def _window_attributes(size: list[int], stride: list[int], dilation: list[int]) -> str:
+    return (
+        f"size={_literal(size)}, window_strides={_literal(_window_strides(size))}, "
+        f"stride={_literal(stride)}, dilation={_literal(dilation)}"
+    )
+
+
+def _argmax_pool(t: _Translation, op: Any) -> None:
+    (x,) = op.inputs.values()
+    shape, size = t.shape(x), list(op.attribs["size"])
+    border = op.attribs.get("border", "constant")
+    _check_border(t, op.name, border)
+    stride, dilation, padding = _window(t, op.attribs, shape, size)
+    padded = _padded(t, t.arg(x), padding, border, -math.inf if border == "ignore" else 0.0)
+    t.emit_helper(
+        t.result(op),
+        f"nnef1.argmax_pool{{{_window_attributes(size, stride, dilation)}, "
+        f"volume={math.prod(size)}}}({padded})",
+    )
+
+
+def _sample(t: _Translation, op: Any) -> None:
+    x, index = list(op.inputs.values())[:2]
+    _emit_sample(t, op.name, t.result(op), t.arg(x), t.shape(x), t.arg(index), op.attribs)
+
+
+def _emit_sample(
+    t: _Translation,
+    op_name: str,
+    result: str,
+    x: str,
+    shape: list[int],
+    index: str,
+    attribs: Mapping[str, Any],
+) -> None:
+    size = list(attribs["size"])
+    border = attribs.get("border", "constant")
+    _check_border(t, op_name, border)
+    stride, dilation, padding = _window(t, attribs, shape, size)
+    padded = _padded(t, x, padding, border)  # 'ignore': argmax_pool's indices never name the padding
+    t.emit_helper(result, f"nnef1.sample{{{_window_attributes(size, stride, dilation)}}}({padded}, {index})")
+
+
+def _max_pool_with_index(t: _Translation, op: Any) -> None:
+    (x,) = op.inputs.values()
+    index = t.result(op, "index")
+    _argmax_pool(t, _Renamed(op, "argmax_pool", {"index": op.outputs["index"]}))
+    _emit_sample(t, op.name, t.result(op, "output"), t.arg(x), t.shape(x), index, op.attribs)
+
+
+class _Renamed:
+    """An operation seen under another name with other outputs (a compound's first part)."""
+
+    def __init__(self, op: Any, name: str, outputs: dict[str, Any]) -> None:
+        self.name, self.inputs, self.attribs, self.outputs, self.dtype = (
+            name,
+            op.inputs,
+            op.attribs,
+            outputs,
+            op.dtype,
+        )
+
+
+def _unpooling_window(t: _Translation, op: Any, input_shape: list[int]) -> tuple:
+    """Size, stride, dilation, padding befores and output shape of desample and debox; empty
+    padding is 'same' as seen from the output (the pooling that the operation transposes)."""
+    size = list(op.attribs["size"])
+    output_shape = t.shape(t.result_name(op))
+    border = op.attribs.get("border", "constant")
+    _check_border(t, op.name, border, ("constant", "ignore"))
+    stride, dilation, padding = _window(t, op.attribs, output_shape, size)
+    return size, stride, dilation, padding[: len(input_shape)], output_shape
+
+
+def _desample(t: _Translation, op: Any) -> None:
+    x, index = op.inputs.values()
+    size, stride, dilation, offset, output_shape = _unpooling_window(t, op, t.shape(x))
+    t.emit_helper(
+        t.result(op),
+        f"nnef1.desample{{{_window_attributes(size, stride, dilation)}, offset={_literal(offset)}, "
+        f"output_shape={_literal(output_shape)}}}({t.arg(x)}, {t.arg(index)})",
+    )
+
+
+def _debox(t: _Translation, op: Any) -> None:
+    (x,) = op.inputs.values()
+    size, stride, dilation, offset, output_shape = _unpooling_window(t, op, t.shape(x))
+    scale = 1.0 / math.prod(size) if op.attribs.get("normalize") else 1.0
+    t.emit_helper(
+        t.result(op),
+        f"nnef1.debox{{size={_literal(size)}, stride={_literal(stride)}, dilation={_literal(dilation)}, "
+        f"offset={_literal(offset)}, output_shape={_literal(output_shape)}, scale={_literal(scale)}}}"
+        f"({t.arg(x)})",
     )
 
 
@@ -483,12 +721,23 @@ def _reduce(t: _Translation, op: Any) -> None:
 
 
 def _arg_reduce(t: _Translation, op: Any) -> None:
+    """The flat index of the extreme within the reduced axes (row-major over them, in increasing
+    axis order), one per kept position; several axes are moved last and merged first."""
     (x,) = op.inputs.values()
-    axes = list(op.attribs["axes"])
-    if len(axes) != 1:
-        raise NNEFError(f"NNEF 1.0 {op.name} over several axes {axes} is not supported")
+    shape = t.shape(x)
+    axes = sorted(axis % len(shape) for axis in op.attribs["axes"])
     kind = "argmax" if op.name == "argmax_reduce" else "argmin"
-    t.emit(t.result(op), f"math.{kind}{{axis={axes[0]}}}({t.arg(x)})")
+    if len(axes) == 1:
+        t.emit(t.result(op), f"math.{kind}{{axis={axes[0]}}}({t.arg(x)})")
+        return
+    kept = [axis for axis in range(len(shape)) if axis not in axes]
+    moved, merged, found = t.temporary(), t.temporary(), t.temporary()
+    t.emit(moved, f"layout.transpose{{perm={_literal(kept + axes)}}}({t.arg(x)})")
+    merged_shape = [shape[axis] for axis in kept] + [math.prod(shape[axis] for axis in axes)]
+    t.emit(merged, f"layout.reshape{{shape={_literal(merged_shape)}}}({moved})")
+    t.emit(found, f"math.{kind}{{axis={len(kept)}}}({merged})")
+    result_shape = [1 if axis in axes else extent for axis, extent in enumerate(shape)]
+    t.emit(t.result(op), f"layout.reshape{{shape={_literal(result_shape)}}}({found})")
 
 
 def _moments(t: _Translation, op: Any) -> None:
@@ -569,18 +818,201 @@ def _sampling(t: _Translation, op: Any) -> None:
 
 
 def _multilinear(t: _Translation, op: Any) -> None:
+    """Multilinear upsampling. 'aligned' maps the corner samples onto each other (no border is
+    read); 'symmetric' and 'asymmetric' read one element past the edges: zeros ('constant'), the
+    edge ('replicate'), or for 'reflect' and 'reflect-even' the input padded by one element that
+    way, upsampled, and cropped back by one factor on each side."""
     (x,) = op.inputs.values()
     attribs = op.attribs
     method, border = attribs.get("method", "symmetric"), attribs.get("border", "replicate")
-    if method not in ("symmetric", "asymmetric"):
-        raise NNEFError(f"NNEF 1.0 multilinear_upsample with method '{method}' is not supported")
+    if method not in ("symmetric", "asymmetric", "aligned"):
+        raise NNEFError(
+            f"NNEF 1.0 operation {t.index} 'multilinear_upsample': unknown method '{method}' "
+            "(the standard's: symmetric, asymmetric, aligned)"
+        )
+    _check_border(t, op.name, border, ("constant", "replicate", "reflect", "reflect-even"))
     factor = list(attribs["factor"])
+    shape = t.shape(x)
     axes = list(range(2, 2 + len(factor)))
+    if method == "aligned":
+        sizes = [extent * f for extent, f in zip(shape[2:], factor, strict=True)]
+        t.emit(
+            t.result(op),
+            f"image.linear_resize{{axes={_literal(axes)}, size={_literal(sizes)}, antialias=false, "
+            f"coordinate_transform='ALIGNED'}}({t.arg(x)})",
+        )
+        return
+    source, result = t.arg(x), t.result(op)
+    if border in ("reflect", "reflect-even"):
+        ones = [0, 0] + [1] * len(factor)
+        source = _padded(t, source, ones + ones, border)
+        result = t.temporary()
     t.emit(
-        t.result(op),
+        result,
         f"image.linear_upsample{{axes={_literal(axes)}, factor={_literal(factor)}, "
         f"symmetric={_literal(method == 'symmetric')}, "
-        f"replicate_border={_literal(border == 'replicate')}}}({t.arg(x)})",
+        f"replicate_border={_literal(border != 'constant')}}}({source})",
+    )
+    if result != t.result(op):
+        ends = [f * (extent + 1) for f, extent in zip(factor, shape[2:], strict=True)]
+        t.emit(
+            t.result(op),
+            f"layout.slice{{axes={_literal(axes)}, begin={_literal(factor)}, "
+            f"end={_literal(ends)}}}({result})",
+        )
+
+
+# -- compound fragments of the 1.0 standard, written out ---------------------------------------------
+
+
+def _math(t: _Translation, name: str, *arguments: Any, result: str | None = None) -> str:
+    """One elementwise ``math`` operation with 1.0 (left-aligned) broadcasting; the result name."""
+    result = result or t.temporary()
+    aligns = {1: "", 2: "{lhs_align=0, rhs_align=0}", 3: "{val_align=0, min_align=0, max_align=0}"}
+    operands = ", ".join(t.operand(argument) for argument in arguments)
+    t.emit(result, f"math.{name}{aligns[len(arguments)]}({operands})")
+    return result
+
+
+def _softabs(t: _Translation, op: Any) -> None:
+    (x,) = op.inputs.values()
+    square = _math(t, "sqr", x)
+    shifted = _math(t, "add", square, float(op.attribs["epsilon"]))
+    _math(t, "sqrt", shifted, result=t.result(op))
+
+
+def _l1_norm(t: _Translation, op: Any) -> None:
+    (x,) = op.inputs.values()
+    attribs = op.attribs
+    magnitude = _math(t, "abs", x)
+    total = t.temporary()
+    t.emit(total, f"math.sum_reduce{{axes={_literal(list(attribs['axes']))}}}({magnitude})")
+    biased = _math(t, "add", total, float(attribs.get("bias", 0.0)))
+    capped = _math(t, "max", biased, float(attribs.get("epsilon", 0.0)))
+    _math(t, "div", x, capped, result=t.result(op))
+
+
+def _local_mean(
+    t: _Translation, source: str, shape: list[int], size: list[int], result: str | None = None
+) -> str:
+    """``box(source, size, normalize = true)`` with the default 'constant' border and 'same' padding."""
+    result = result or t.temporary()
+    _emit_pool(t, "box", result, source, shape, "avg", size, {})
+    return result
+
+
+def _local_normalization(t: _Translation, op: Any) -> None:
+    (x,) = op.inputs.values()
+    attribs, shape, size = op.attribs, t.shape(x), list(op.attribs["size"])
+    source = t.arg(x)
+    if op.name in ("local_mean_normalization", "local_contrast_normalization"):
+        mean = _local_mean(t, source, shape, size)
+        centered = op.name == "local_contrast_normalization"
+        source = _math(t, "sub", source, mean, result=None if centered else t.result(op))
+        if not centered:
+            return
+    square = _math(t, "sqr", source)
+    sigma = _math(t, "sqrt", _local_mean(t, square, shape, size))
+    biased = _math(t, "add", sigma, float(attribs.get("bias", 0.0)))
+    capped = _math(t, "max", biased, float(attribs.get("epsilon", 0.0)))
+    _math(t, "div", source, capped, result=t.result(op))
+
+
+def _min_max_quantize(t: _Translation, op: Any) -> None:
+    """min_max_linear_quantize (and linear_quantize, its unsigned asymmetric case): the value
+    rounded to one of ``r + 1`` levels spread over [min, max]; the ``p`` shift of the definition
+    cancels out of the round trip."""
+    x, low, high = op.inputs.values()
+    attribs = op.attribs
+    signed = bool(attribs.get("signed", False)) and op.name == "min_max_linear_quantize"
+    symmetric = bool(attribs.get("symmetric", False)) and op.name == "min_max_linear_quantize"
+    levels = float(2 ** attribs["bits"] - 1 - int(signed and symmetric))
+    clamped = _math(t, "clamp", x, low, high)
+    extent = _math(t, "sub", high, low)
+    scaled = _math(t, "mul", _math(t, "div", _math(t, "sub", clamped, low), extent), levels)
+    step = _math(t, "div", _math(t, "round", scaled), levels)
+    _math(t, "add", _math(t, "mul", step, extent), low, result=t.result(op))
+
+
+def _zero_point_quantize(t: _Translation, op: Any) -> None:
+    x, zero_point, scale = op.inputs.values()
+    attribs = op.attribs
+    bits, signed, symmetric = attribs["bits"], bool(attribs["signed"]), bool(attribs["symmetric"])
+    top = float(2 ** (bits - 1) - 1 if signed else 2**bits - 1)
+    bottom = 0.0 if not signed else (-top if symmetric else -top - 1.0)
+    if t._is_tensor(zero_point):
+        zero = t.temporary()
+        t.emit(zero, f"layout.cast<real>({t.arg(zero_point)})")
+    else:
+        zero = float(zero_point)
+    shifted = _math(t, "add", _math(t, "round", _math(t, "div", x, scale)), zero)
+    clamped = _math(t, "clamp", shifted, bottom, top)
+    _math(t, "mul", _math(t, "sub", clamped, zero), scale, result=t.result(op))
+
+
+def _logarithmic_quantize(t: _Translation, op: Any) -> None:
+    x, high = op.inputs.values()
+    levels = float(2 ** op.attribs["bits"] - 1)
+    top = _math(t, "ceil", _math(t, "log2", high))
+    exponent = _math(
+        t, "round", _math(t, "clamp", _math(t, "log2", _math(t, "abs", x)), _math(t, "sub", top, levels), top)
+    )
+    _math(t, "mul", _math(t, "sign", x), _math(t, "pow", 2.0, exponent), result=t.result(op))
+
+
+def _copy_n(t: _Translation, op: Any) -> None:
+    (x,) = op.inputs.values()
+    for name in next(iter(op.outputs.values())):
+        t.emit(t.name(name), f"math.iden({t.arg(x)})")
+
+
+def _update(t: _Translation, op: Any) -> None:
+    """``update(variable, value)``: the result is the value; the variable takes it after the run
+    (an ``@update`` assignment: ``Graph.run(..., update=True)`` stores it)."""
+    variable, value = op.inputs.values()
+    if t.name(variable) not in t.labels:
+        raise NNEFError(f"NNEF 1.0 operation {t.index} 'update': '{variable}' is not a variable")
+    t.emit(t.result(op), f"math.iden({t.arg(value)})")
+    t.updates.append(f"        {t.name(variable)} = math.iden({t.result(op)});")
+
+
+def _roi_pool(t: _Translation, op: Any) -> None:
+    x, rois, index = op.inputs.values()
+    t.emit(
+        t.result(op),
+        f"image.{op.name}{{output_size={_literal(list(op.attribs['output_size']))}}}"
+        f"({t.arg(x)}, {t.arg(rois)}, {t.arg(index)})",
+    )
+
+
+def _roi_resample(t: _Translation, op: Any) -> None:
+    x, rois, index = op.inputs.values()
+    method = op.attribs.get("method", op.attribs.get("resize_method", "symmetric"))
+    if method not in ("symmetric", "asymmetric", "aligned"):
+        raise NNEFError(f"NNEF 1.0 operation {t.index} '{op.name}': unknown method '{method}'")
+    output_size = list(op.attribs["output_size"])
+    if op.name == "roi_resample":
+        t.emit_helper(
+            t.result(op),
+            f"nnef1.roi_resample{{output_size={_literal(output_size)}, method='{method}'}}"
+            f"({t.arg(x)}, {t.arg(rois)}, {t.arg(index)})",
+        )
+        return
+    rate = list(op.attribs["sampling_rate"])  # the roi_align fragments: resample finer, then pool
+    resized = t.temporary()
+    sizes = [o * r for o, r in zip(output_size, rate, strict=True)]
+    t.emit_helper(
+        resized,
+        f"nnef1.roi_resample{{output_size={_literal(sizes)}, method='{method}'}}"
+        f"({t.arg(x)}, {t.arg(rois)}, {t.arg(index)})",
+    )
+    kind = "avg" if op.name == "avg_roi_align" else "max"
+    window = [1, 1] + rate
+    padding = [0] * (2 * len(window))
+    t.emit(
+        t.result(op),
+        f"nn.{kind}_pool{{axes={_literal(list(range(len(window))))}, size={_literal(window)}, "
+        f"stride={_literal(window)}, padding={_literal(padding)}}}({resized})",
     )
 
 
@@ -613,6 +1045,15 @@ _TRANSLATORS: dict[str, Callable[[_Translation, Any], None]] = {
     "local_response_normalization": _lrn, "l2_normalization": _l2_norm, "nearest_upsample": _sampling,
     "nearest_downsample": _sampling, "area_downsample": _sampling, "multilinear_upsample": _multilinear,
     "gather": _gather, "cast": _cast, "add_n": _add_n,
+    "separable_conv": _separable_conv, "separable_deconv": _separable_conv, "argmax_pool": _argmax_pool,
+    "sample": _sample, "desample": _desample, "debox": _debox, "max_pool_with_index": _max_pool_with_index,
+    "softabs": _softabs, "l1_normalization": _l1_norm, "local_mean_normalization": _local_normalization,
+    "local_variance_normalization": _local_normalization,
+    "local_contrast_normalization": _local_normalization,
+    "linear_quantize": _min_max_quantize, "min_max_linear_quantize": _min_max_quantize,
+    "zero_point_linear_quantize": _zero_point_quantize, "logarithmic_quantize": _logarithmic_quantize,
+    "copy_n": _copy_n, "update": _update, "max_roi_pool": _roi_pool, "avg_roi_pool": _roi_pool,
+    "roi_resample": _roi_resample, "avg_roi_align": _roi_resample, "max_roi_align": _roi_resample,
 }  # fmt: skip
 SUPPORTED = frozenset(_TRANSLATORS) | {"external", "variable", "constant"}
 
@@ -649,37 +1090,118 @@ def translate(graph: Any) -> tuple[str, dict[str, str], dict[str, str]]:
     if constants:
         blocks.append("    @constant {\n        " + "\n        ".join(constants) + "\n    }")
     blocks.append("    @compose {\n" + "\n".join(t.lines) + "\n    }")
-    imports = "import layout, math, nn, linalg, image;"
+    if t.updates:
+        blocks.append("    @update {\n" + "\n".join(t.updates) + "\n    }")
+    quantized = _quantize_lines(t)
+    if quantized:
+        blocks.append("    @quantize {\n" + "\n".join(quantized) + "\n    }")
+    imports = "import layout, math, nn, linalg, image, quant" + (", nnef1;" if t.uses_helpers else ";")
     text = f"{imports}\n\ngraph {graph.name} {{\n" + "\n".join(blocks) + "\n}\n"
     return text, dict(t.labels), dict(t.names)
 
 
-def _parse(text: str | None, path: Path | None) -> Any:
-    """The ``nnef`` package's parse (with shape inference) of ``text`` or the file ``path``, run in a
-    child process: its C parser can crash on malformed input (see :mod:`uopviz.nnef.nnef1_process`)."""
+#: The 1.0 quantisation algorithms (``graph.quant``) that SkriptND's quant module has: the name
+#: there and the attributes the 1.0 one leaves implicit.
+_QUANTIZERS = {
+    "linear_quantize": ("quant.min_max_linear_quantize", {"signed": False, "symmetric": False}),
+    "min_max_linear_quantize": ("quant.min_max_linear_quantize", {}),
+    "zero_point_linear_quantize": ("quant.zero_point_linear_quantize", {}),
+}
+
+
+def _quantization(info: Any) -> tuple[str, dict[str, Any]] | None:
+    """A tensor's 1.0 quantisation (from ``graph.quant``) as (algorithm, attributes); None if none."""
+    given = getattr(info, "quantization", None)
+    if not given:
+        return None
+    attribs = {}
+    for key, value in given.items():
+        if key == "op-name":
+            continue
+        array = np.asarray(value)
+        attribs[key] = array.item() if array.size == 1 else array.reshape(-1).tolist()
+    return given["op-name"], attribs
+
+
+def _quantize_lines(t: _Translation) -> list[str]:
+    """The ``@quantize`` entries of the tensors whose 1.0 quantisation SkriptND's quant module has."""
+    lines = []
+    for name, info in t.graph.tensors.items():
+        found = _quantization(info)
+        if found is None or found[0] not in _QUANTIZERS:
+            continue
+        operator, implicit = _QUANTIZERS[found[0]]
+        attribs = ", ".join(f"{key}={_literal(value)}" for key, value in {**found[1], **implicit}.items())
+        lines.append(f"        {t.name(name)}: {operator}{{{attribs}}};")
+    return lines
+
+
+def _keep_other_quantizations(parsed: Any, composed: Graph) -> None:
+    """Quantisations SkriptND has no operator for (logarithmic_quantize, a custom one) are kept as
+    annotations of their tensors, named as in ``graph.quant``."""
+    for name, info in parsed.tensors.items():
+        found = _quantization(info)
+        tensor = composed.tensors.get(name)
+        if found is not None and found[0] not in _QUANTIZERS and tensor is not None:
+            tensor.quantization = {"op": found[0], "attribs": found[1], "types": ()}
+
+
+def _parse(
+    text: str,
+    file: str,
+    quantization: str | None = None,
+    quantization_file: str = "<quantization>",
+) -> Any:
+    """The ``nnef`` package's parse of ``text`` (with the quantisation text ``quantization``), its own
+    fragments expanded and its shapes inferred, run in a child process: the package's C parser can
+    crash on malformed input (see :mod:`uopviz.nnef.nnef1_process`)."""
     _import_nnef()
-    file = str(path) if path is not None else "<string>"
-    return parse_nnef1(text, str(path) if path is not None else None, file)
+    return parse_nnef1(text, None, file, quantization=quantization, quantization_file=quantization_file)
+
+
+HELPER_MODULE_PATH = Path(__file__).with_name("nnef1.sknd")
+
+
+@functools.cache
+def helper_module() -> ast.Module:
+    """The parsed helper module ``nnef1`` (``nnef1.sknd``): the 1.0 sliding-window primitives that
+    the standard library lacks (argmax_pool, sample, desample, debox, roi_resample)."""
+    text = HELPER_MODULE_PATH.read_text()
+    register_source(str(HELPER_MODULE_PATH), text)
+    return parse_module(text, str(HELPER_MODULE_PATH))
+
+
+def _imports_helpers(text: str) -> bool:
+    """Whether a translated text imports the helper module."""
+    return text.startswith("import") and "nnef1;" in text.split("\n", 1)[0]
 
 
 def _compose_translation(
-    graph: Any, source_name: str, data: Callable[[str], np.ndarray | None], attribs: Mapping[str, Any] | None
+    graph: Any,
+    source_name: str,
+    data: Callable[[str], np.ndarray | None],
+    attribs: Mapping[str, Any] | None,
+    progress: Any = None,
 ) -> Graph:
     text, labels, names = translate(graph)
     file = f"{source_name} (as SkriptND)"
     register_source(file, text)
     modules = ModuleSet(None)
+    if _imports_helpers(text):
+        modules.add("nnef1", helper_module())
     modules.add("main", parse_module(text, file))
 
     def variable_data(name: str, info: Any) -> np.ndarray | None:
         label = labels.get(name)
         return None if label is None else data(label)
 
-    composed = Composer(modules, variable_data).compose("main", None, attribs)
+    with progress_reporter(progress, len(graph.operations), "composing") as report:
+        composed = Composer(modules, variable_data, report).compose("main", None, attribs)
     composed.source = text
     renamed = {skriptnd: original for original, skriptnd in names.items() if skriptnd != original}
     if renamed:
         _restore_names(composed, renamed)
+    _keep_other_quantizations(graph, composed)
     return composed
 
 
@@ -705,16 +1227,24 @@ def load_nnef1(
     path: str | os.PathLike,
     attribs: Mapping[str, Any] | None = None,
     fetch: Callable[[Path], None] | None = None,
+    progress: Any = None,
 ) -> Graph:
-    """An NNEF 1.0 folder (``graph.nnef`` + ``<label>.dat``) or ``graph.nnef`` file as a Graph.
+    """An NNEF 1.0 folder (``graph.nnef`` + ``<label>.dat``, and ``graph.quant`` if there) or
+    ``graph.nnef`` file as a Graph.
 
-    ``fetch`` (archives) brings a data file into the folder before it is read."""
+    ``fetch`` (archives) brings a data file into the folder before it is read; ``progress`` as in
+    :mod:`uopviz.core.progress`."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
     graph_file = folder / "graph.nnef" if path.is_dir() else path
     root = folder.resolve()
     inside_folder(root, graph_file, "the graph file")
-    parsed = _parse(None, graph_file)
+    text = read_source_text(graph_file)
+    register_source(str(graph_file), text)
+    quant_file = graph_file.with_name("graph.quant")
+    quant_path = inside_folder(root, quant_file, "the quantization file")
+    quantization = read_source_text(quant_file) if quant_path.is_file() else None
+    parsed = _parse(text, str(graph_file), quantization, str(quant_file))
 
     def data(label: str) -> np.ndarray | None:
         candidate = root / f"{label.lstrip('/')}.dat"
@@ -723,13 +1253,19 @@ def load_nnef1(
         file = inside_folder(root, candidate, f"the data file of label '{label}'")
         return read_tensor(file) if file.is_file() else None
 
-    return _compose_translation(parsed, str(graph_file), data, attribs)
+    return _compose_translation(parsed, str(graph_file), data, attribs, progress)
 
 
 def loads_nnef1(
-    text: str, variables: Mapping[str, np.ndarray] | None = None, attribs: Mapping[str, Any] | None = None
+    text: str,
+    variables: Mapping[str, np.ndarray] | None = None,
+    attribs: Mapping[str, Any] | None = None,
+    progress: Any = None,
+    quantization: str | None = None,
 ) -> Graph:
-    """NNEF 1.0 text as a Graph; ``variables`` maps labels to data."""
-    parsed = _parse(text, None)
+    """NNEF 1.0 text as a Graph; ``variables`` maps labels to data; ``progress`` as in
+    :mod:`uopviz.core.progress`; ``quantization`` is the text of a ``graph.quant`` file (each
+    tensor's quantisation is kept as ``graph.tensors[name].quantization``)."""
+    parsed = _parse(text, "<string>", quantization)
     given = dict(variables or {})
-    return _compose_translation(parsed, "<nnef 1.0>", given.get, attribs)
+    return _compose_translation(parsed, "<nnef 1.0>", given.get, attribs, progress)

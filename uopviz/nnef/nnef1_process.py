@@ -6,6 +6,11 @@ other than ``nnef.Error`` (TypeError, ZeroDivisionError). Parsing in a short-liv
 keeps a notebook alive through such a crash: :func:`parse_nnef1` returns the parsed graph or raises
 :class:`NNEFError` for every failure, a crash and a hang included.
 
+Everything the package does runs in the child: the parse with the quantisation file, the expansion
+of fragments the graph file defines itself (``KHR_enable_fragment_definitions``: parsed again with
+them in the parser's ``lowered`` list, down to standard operations) and shape inference with the
+corrected shape functions (:func:`corrected_shape_functions`).
+
 Run as a script (``python -P nnef1_process.py``), this file is the child: it answers length-prefixed
 pickled requests on stdin with pickled answers on stdout, importing nothing of uopviz (the graph's
 nnef types do not pickle; :func:`encode` turns them into plain tuples that :func:`decode` rebuilds).
@@ -15,6 +20,7 @@ The child lives on between parses and is started again after it dies.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import re
@@ -25,11 +31,15 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 #: How long one parse may take before it counts as hung.
 PARSE_TIMEOUT_S = 60.0
-_POSITION = re.compile(r"error in '[^']*' \[(\d+):(\d+)\]")
+#: Where the package's messages place an error: the text's name ('input' for the graph text,
+#: 'quantization' for the quantisation text, else a file's path), line and column.
+_POSITION = re.compile(r"error in '([^']*)' \[(\d+):(\d+)\]")
 
 
 def encode(value: Any) -> Any:
@@ -72,21 +82,83 @@ def decode(encoded: Any) -> Any:
     return payload
 
 
+class _Refused(Exception):
+    """A graph the package parses but that cannot be given a meaning (its message is the answer)."""
+
+
 def _answer(request: dict) -> tuple[str, Any]:
-    """``("ok", encoded graph)`` or ``("error", message)`` for one request."""
+    """``("ok", encoded graph)`` or ``("error", message)`` for one request: ``text`` (or the file
+    ``path``, with the ``graph.quant`` beside it) and ``quantization``, the text of a quantisation
+    file."""
     import nnef
 
     try:
-        if request["path"] is not None:
-            graph = nnef.load_graph(request["path"], load_variables=False)
-        else:
-            graph = nnef.parse_string(request["text"])
-        nnef.infer_shapes(graph)
+        graph = _expanded_graph(nnef, request)
+        with corrected_shape_functions(nnef):
+            nnef.infer_shapes(graph)
         return ("ok", encode(graph))
-    except nnef.Error as error:
+    except (nnef.Error, _Refused) as error:
         return ("error", str(error))
     except Exception as error:  # noqa: BLE001 - shape inference raises more than nnef.Error
         return ("error", f"the nnef package failed with {type(error).__name__}: {error}")
+
+
+def _expanded_graph(nnef: Any, request: dict) -> Any:
+    """The parsed graph with the fragments the file defines itself expanded into their bodies
+    (the parser's ``lowered`` list); operator expressions in the graph body
+    (``KHR_enable_operator_expressions``) are operations already."""
+    graph = _parse_graph(nnef, request, [])
+    custom = sorted({op.name for op in graph.operations} - nnef.StandardOperations)
+    if not custom:
+        return graph
+    graph = _parse_graph(nnef, request, custom)
+    bodiless = sorted({op.name for op in graph.operations} - nnef.StandardOperations)
+    if bodiless:
+        raise _Refused(
+            f"the graph's own fragment(s) {', '.join(bodiless)} have no body, so nothing says what "
+            "they compute (a body of standard operations is needed)"
+        )
+    return graph
+
+
+def _parse_graph(nnef: Any, request: dict, lowered: list[str]) -> Any:
+    path = request.get("path")
+    if path is not None:  # the graph.quant beside the graph file is read with it
+        quant = Path(path).with_name("graph.quant")
+        return nnef.parse_file(path, str(quant) if quant.is_file() else None, lowered=lowered)
+    return nnef.parse_string(request["text"], request.get("quantization"), lowered=lowered)
+
+
+def _sample_shape(
+    input: list,
+    index: list,
+    size: list,
+    border: Any = None,
+    padding: list = (),
+    stride: list = (),
+    dilation: list = (),
+    **_: Any,
+) -> list:
+    """``sample``'s output shape: the shape of ``index``, which is the pooled shape of ``input``."""
+    import nnef
+
+    pooled = nnef.shapes.pool_shape(input, size, border, list(padding), list(stride), list(dilation))
+    if index != pooled:
+        raise AssertionError(f"'index' shape {index} should be the pooled shape {pooled} of 'input' {input}")
+    return index
+
+
+@contextlib.contextmanager
+def corrected_shape_functions(nnef: Any) -> Iterator[None]:
+    """The package's shape inference with ``sample`` corrected: it asks for an index of the
+    input's shape, where the index comes from argmax_pool, of the pooled shape."""
+    table = nnef.shapes._StandardShapeFuncs
+    original = table["sample"]
+    table["sample"] = _sample_shape
+    try:
+        yield
+    finally:
+        table["sample"] = original
 
 
 def _child() -> None:
@@ -159,12 +231,22 @@ _PARSER = _Parser()
 atexit.register(_PARSER.close)
 
 
-def parse_nnef1(text: str | None, path: str | None, file: str, timeout_s: float = PARSE_TIMEOUT_S) -> Any:
-    """Parse NNEF 1.0 ``text`` or the file or folder at ``path`` with the ``nnef`` package in the child
-    process, and infer its shapes; every failure is an NNEFError naming ``file``."""
+def parse_nnef1(
+    text: str | None,
+    path: str | None,
+    file: str,
+    timeout_s: float = PARSE_TIMEOUT_S,
+    quantization: str | None = None,
+    quantization_file: str = "<quantization>",
+) -> Any:
+    """Parse NNEF 1.0 ``text`` (with the text of its quantisation file, ``quantization``) or the file
+    at ``path`` (with the ``graph.quant`` beside it) with the ``nnef`` package in the child process,
+    expand the graph's own fragments and infer its shapes; every failure is an NNEFError naming
+    ``file`` (or ``quantization_file``) and, where the package says, the line and column."""
     from uopviz.nnef.errors import NNEFError
 
-    answer = _PARSER.request({"text": text, "path": path}, timeout_s)
+    request = {"text": text, "path": path, "quantization": quantization}
+    answer = _PARSER.request(request, timeout_s)
     if answer is None:
         raise NNEFError(f"NNEF 1.0: the nnef package's parser did not finish within {timeout_s:g} s", file)
     if not isinstance(answer, tuple):
@@ -174,8 +256,10 @@ def parse_nnef1(text: str | None, path: str | None, file: str, timeout_s: float 
     if kind == "ok":
         return decode(payload)
     position = _POSITION.search(payload)
-    line, column = (int(position[1]), int(position[2])) if position else (None, None)
-    raise NNEFError(f"NNEF 1.0: {payload}", file, line, column)
+    if position is None:
+        raise NNEFError(f"NNEF 1.0: {payload}", file)
+    where = {"input": file, "quantization": quantization_file}.get(position[1], position[1])
+    raise NNEFError(f"NNEF 1.0: {payload}", where, int(position[2]), int(position[3]))
 
 
 def _how(returncode: int) -> str:

@@ -18,8 +18,12 @@
 ``LOG2``       denormals scaled by ``2**64``; exponent and mantissa from the bits; mantissa
                centred on ``[√½, √2)``; ``log2(m) = s·R(s²)`` with ``s = (m-1)/(m+1)``; ``x < 0``
                gives nan, ``0`` gives ``-inf``, ``inf`` gives ``inf``
-``SIN``        Cody–Waite reduction by ``k·π/2`` (π/2 split into parts whose products with ``k`` are
-               exact), quadrant selection, minimax polynomials for sin and cos on ``[-π/4, π/4]``
+``SIN``        ``x = k·π/2 + r`` exactly for every finite ``x``: Cody–Waite (π/2 split into parts
+``COS``        whose products with ``k`` are exact) while ``|x| < 2**26`` (float32 reduced in
+``TAN``        float64) / ``2**14`` (float32 on targets without float64), Payne–Hanek beyond (a
+               window of 2/π's bits chosen by the exponent, multiplied in integers); then minimax
+               polynomials for sin and cos of ``r`` chosen and signed by the quadrant (COS: the
+               next quadrant); TAN divides them (``-cos r / sin r`` in odd quadrants)
 ``SQRT``       ``EXP2(0.5·LOG2(x))`` as the spec writes it, then one Newton step
                ``y + (x/y - y)/2`` (without it the error grows with ``|log2 x|``); ``0`` and
                ``inf`` pass through
@@ -41,7 +45,7 @@ chunks of the widest width it has that divides them (a 64-lane tile on a 16-lane
 split into per-lane scalar ops (:data:`devectorize_rules`, :func:`devectorize`).
 
 Accuracy (measured by ``tests/passes/test_isel.py`` against numpy's long double, in ulps of the
-result; means, more input ranges and pow are in ``docs/accuracy.md``):
+result; ``scripts/accuracy.py`` measures every op on every backend into ``docs/accuracy.md``):
 
 =========  ===============================  ===========  ===========
 function   inputs (float32 / float64)        float32 max  float64 max
@@ -49,14 +53,16 @@ function   inputs (float32 / float64)        float32 max  float64 max
 exp2       [-126, 127] / [-1022, 1023]       1.13         1.15
 log2       [1e-38, 1e38] / [1e-300, 1e300]   1.34         1.08
 log2       [0.5, 2]                          1.69         1.69
-sin        [-1e4, 1e4]                       2.07         1.64
+sin        [-1e4, 1e4]                       1.43         1.65
+sin/cos    every finite float                1.39         1.53
+tan        every finite float                0.5          3.2
 sin        floats nearest k·π, |x| <= 1e4    1.43         0.86
 sqrt       [1e-38, 1e38] / [1e-300, 1e300]   1.22         1.21
 pow        a in [1e-3, 1e3], b in [-8, 8]    77           75
 =========  ===============================  ===========  ===========
 
-sin reduces exactly for |x| < 25 700 (float32) and |x| < 1.05e8 (float64); beyond, float32 errors
-grow (13 ulp up to 1e5, unbounded beyond 1e5, where the result is only guaranteed to lie in [-1, 1]).
+The reduction is exact for every finite argument, 1e20 and 3.4e38 included.  On a target without
+float64, float32 sin/cos reach 1.9 ulp and tan 3.7 (two float32 polynomials divided).
 """
 
 from __future__ import annotations
@@ -407,42 +413,259 @@ def decompose_log2(x: UOp) -> UOp:
     return where(less(x, 0.0), float("nan"), result)
 
 
-def decompose_sin(x: UOp, reduce_in: DType | None = None) -> UOp:
-    """``sin x``: ``x = k·π/2 + r`` (Cody–Waite), then sin or cos of ``r`` by the quadrant ``k mod 4``.
+def _absolute(x: UOp) -> UOp:
+    return where(less(x, 0.0), mul(x, -1.0), x)
 
-    ``reduce_in``: a wider float type for the reduction.  float32 reduced in float64 (on targets
-    that have it) is exact for ``|x|`` up to about 1e8, where float32's own parts of π/2 stop being
-    exact past 2.5e4 and the result is unbounded past 1e5."""
+
+def _cody_waite(x: UOp, wide: DType) -> tuple[UOp, UOp]:
+    """``x = k·π/2 + r`` for finite ``x`` of ``wide``'s type: ``(r, k mod 4 as int32)``, exact while
+    ``|k|`` stays under :data:`_REDUCTION_LIMIT`.
+
+    ``k = round(x·2/π)`` comes from adding ``1.5·2**mantissa_bits`` (as exp2 does: no TRUNC, no
+    float → int conversion); the sum's low integer bits are ``k``, its last two the quadrant.  π/2
+    is split into parts whose products with ``k`` are exact, so ``r`` is rounded once."""
+    form = _FORMATS[wide]
+    magic = 1.5 * 2.0**form.mantissa_bits
+    shifted = add(mul(x, float(2 / _PI)), magic)
+    k = sub(shifted, magic)
+    r = x
+    for part in _HALF_PI_PARTS[wide]:
+        r = sub(r, mul(k, part))
+    # (narrowed to int32: its masks then select float32 lanes without widening them)
+    quadrant = cast(bit_and(bitcast(shifted, form.integer), 3), dtypes.int32)
+    return r, quadrant
+
+
+def _two_over_pi_words(count: int) -> tuple[int, ...]:
+    """``count`` 64-bit words of the binary expansion of 2/π, after one word of zeros: bit ``i`` of
+    the sequence (most significant first) has weight ``2**(63 - i)``, so the first bit of 2/π
+    (weight 1/2) is bit 64.  Computed exactly from π by Machin's formula in integers."""
+    guard = 64
+    bits = 64 * count + guard
+
+    def arctan_inverse(n: int) -> int:  # atan(1/n) · 2**bits, truncated term by term
+        total, term, k, sign = 0, (1 << bits) // n, 1, 1
+        while term:
+            total += sign * (term // k)
+            term //= n * n
+            k += 2
+            sign = -sign
+        return total
+
+    pi_scaled = 16 * arctan_inverse(5) - 4 * arctan_inverse(239)  # π·2**bits, within ~count units
+    # floor(2/π · 2**(64·(count-1))): computed with guard bits, which absorb pi_scaled's error
+    two_over_pi = (1 << (64 * (count - 1) + guard + 1 + bits)) // pi_scaled >> guard
+    words = [(two_over_pi >> (64 * (count - 2 - i))) & (2**64 - 1) for i in range(count - 1)]
+    return (0, *words)
+
+
+# Payne–Hanek: 2/π to 1216 bits, enough for the float64 exponent range with 190 bits to spare, as
+# 64-bit words (float64) and as 32-bit words (float32, whose products then fit 32×32 → 64 bits)
+_TWO_OVER_PI = _two_over_pi_words(20)
+_TWO_OVER_PI_32 = tuple(half for word in _TWO_OVER_PI for half in (word >> 32, word & 0xFFFFFFFF))
+_PAYNE_HANEK_PAD = 64  # the zero bits in front, so that windows of small exponents stay in the table
+
+
+def _pick_word(index: UOp, offset: int, candidates: range, table: tuple[int, ...], dtype: DType) -> UOp:
+    """Word ``index + offset`` of ``table``, for ``index`` in ``candidates``: a chain of selects
+    (the dialect has no table lookup in registers)."""
+
+    def word(candidate: int) -> UOp:
+        return const_like(index, table[candidate + offset], dtype)
+
+    picked = word(candidates[0])
+    for candidate in candidates[1:]:
+        picked = where(not_equal(index, candidate), picked, word(candidate))
+    return picked
+
+
+def _window(high: UOp, low: UOp, shift: UOp) -> UOp:
+    """The word starting ``shift`` bits into the double word ``high:low`` (shift below the word
+    size).  ``low`` is shifted in two steps so that no shift amount reaches the word size
+    (undefined in C)."""
+    top = high.dtype.scalar.itemsize * 8 - 1
+    low_part = shift_right(shift_right(low, 1), sub(const_like(shift, top), shift))
+    return bit_or(shift_left(high, shift), low_part)
+
+
+def _multiply_wide(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """``a·b`` (uint64, ``a`` under 2**53) as its high and low 64-bit words, from 32-bit halves."""
+    low_mask = 0xFFFFFFFF
+    a_high, a_low = shift_right(a, 32), bit_and(a, low_mask)
+    b_high, b_low = shift_right(b, 32), bit_and(b, low_mask)
+    low_low, low_high = mul(a_low, b_low), mul(a_low, b_high)
+    high_low, high_high = mul(a_high, b_low), mul(a_high, b_high)
+    middle = add(add(shift_right(low_low, 32), bit_and(low_high, low_mask)), bit_and(high_low, low_mask))
+    low = bit_or(shift_left(middle, 32), bit_and(low_low, low_mask))
+    high = add(
+        add(high_high, shift_right(low_high, 32)), add(shift_right(high_low, 32), shift_right(middle, 32))
+    )
+    return high, low
+
+
+def _window_words(x: UOp, smallest_exponent: int, word_bits: int, count: int) -> tuple[UOp, list[UOp]]:
+    """The integer mantissa ``m`` of ``|x| = m·2**E`` and ``count`` words (of ``word_bits``) of 2/π
+    starting at the bit of weight ``2**(1 - E)``, for ``|x| >= 2**smallest_exponent``."""
+    form = _FORMATS[x.dtype.scalar]
+    unsigned = dtypes.uint32 if word_bits == 32 else dtypes.uint64
+    bits = bitcast(_absolute(x), form.integer)
+    mantissa = cast(bit_or(bit_and(bits, form.mantissa_mask), 1 << form.mantissa_bits), unsigned)
+    exponent = cast(bit_and(shift_right(bits, form.mantissa_bits), form.exponent_mask), dtypes.int32)
+    offset = _PAYNE_HANEK_PAD - 2 - form.bias - form.mantissa_bits
+    start = add(exponent, offset)  # the bit of weight 2**(1 - E), counted in the padded table
+    lowest = max(0, smallest_exponent + form.bias + offset)
+    highest = form.exponent_mask - 1 + offset
+    start = where(less(start, lowest), lowest, where(less(highest, start), highest, start))  # others: unused
+    shift_bits = word_bits.bit_length() - 1
+    word = shift_right(start, shift_bits)
+    shift = cast(bit_and(start, word_bits - 1), dtypes.uint64)
+    candidates = range(lowest >> shift_bits, (highest >> shift_bits) + 1)
+    if word_bits == 32:
+        # 32-bit words picked (cheaper selects than 64-bit ones), joined in pairs as uint64: one
+        # shift by 32 - shift (never 0 or 64) takes a window out of a pair, ready to multiply
+        mantissa = cast(mantissa, dtypes.uint64)
+        picked = [
+            cast(_pick_word(word, offset, candidates, _TWO_OVER_PI_32, dtypes.uint32), dtypes.uint64)
+            for offset in range(count + 1)
+        ]
+        amount = sub(const_like(shift, 32), shift)
+        pairs = [bit_or(shift_left(picked[i], 32), picked[i + 1]) for i in range(count)]
+        return mantissa, [bit_and(shift_right(pair, amount), 0xFFFFFFFF) for pair in pairs]
+    words = [_pick_word(word, offset, candidates, _TWO_OVER_PI, unsigned) for offset in range(count + 1)]
+    return mantissa, [_window(words[i], words[i + 1], shift) for i in range(count)]
+
+
+def _payne_hanek(x: UOp, wide: DType, smallest_exponent: int) -> tuple[UOp, UOp]:
+    """``x = k·π/2 + r`` for finite ``|x| >= 2**smallest_exponent``: ``(r in wide, k mod 4 as int32)``.
+
+    ``|x| = m·2**E`` with an integer mantissa ``m``.  Bits of 2/π whose product with ``2**E`` is a
+    multiple of 4 add nothing modulo 4, so ``x·2/π mod 4`` needs only a window of 2/π starting at
+    the bit of weight ``2**(1 - E)``: with the window as an integer ``W`` of ``n`` bits, ``m·W mod
+    2**n`` holds the quadrant in its top two bits and the fraction below.  float32 takes a 96-bit
+    window in 32-bit words (products of 24 × 32 bits, which vector units have); float64 a 192-bit
+    one in 64-bit words (the nearest float64 to a multiple of π/2 is within 2**-61 of it)."""
+    if x.dtype.scalar is dtypes.float32:
+        mantissa, windows = _window_words(x, smallest_exponent, 32, 3)
+        products = [mul(mantissa, window) for window in windows]
+        middle = add(products[1], shift_right(products[2], 32))
+        top = cast(add(products[0], shift_right(middle, 32)), dtypes.uint32)  # quadrant + 30 fraction bits
+        low, low_unit = cast(middle, dtypes.uint32), 2.0**-32
+        point = 30
+    else:
+        mantissa, (first, second, third) = _window_words(x, smallest_exponent, 64, 3)
+        second_high, second_low = _multiply_wide(mantissa, second)
+        third_high, _ = _multiply_wide(mantissa, third)
+        low = add(second_low, third_high)
+        carry = cast(less(low, second_low), dtypes.uint64)
+        top = add(add(mul(mantissa, first), second_high), carry)  # m·W mod 2**64: quadrant + 62 bits
+        low_unit, point = 2.0**-64, 62
+    # round to the nearest quadrant: the fraction becomes a signed number of `point` bits
+    quadrant = shift_right(add(top, 1 << (point - 1)), point)
+    signed = dtypes.int32 if top.dtype.scalar is dtypes.uint32 else dtypes.int64
+    fraction = bitcast(sub(top, shift_left(quadrant, point)), signed)
+    r = _fraction_times_half_pi(fraction, low, low_unit, point, wide)
+    quadrant = cast(quadrant, dtypes.int32)
+    negative = less(x, 0.0)
+    r = where(negative, mul(r, -1.0), r)
+    quadrant = where(negative, bit_and(mul(quadrant, -1), 3), quadrant)
+    return r, quadrant
+
+
+def _fraction_times_half_pi(fraction: UOp, low: UOp, low_unit: float, point: int, wide: DType) -> UOp:
+    """``(fraction + low·low_unit)·2**-point · π/2`` in ``wide``, rounded about once.
+
+    The leading part ``a`` of the fraction and π/2 are split into halves of at most half the
+    mantissa's bits (``a`` by masking its bits, so no contraction into a fused multiply-add can
+    spoil the split), so the two products that matter are exact; the rest are small corrections."""
+    form = _FORMATS[wide]
+    scale = Fraction(_PI / 2) * Fraction(2) ** -point  # π/2 in units of the fraction
+    leading = cast(fraction, wide)
+    if fraction.dtype.scalar.itemsize * 8 <= form.mantissa_bits:  # float32 in float64: ample bits
+        constant_high = float(scale)
+        constant_low = float(scale - Fraction(constant_high))
+        corrections = add(mul(leading, constant_low), mul(mul(cast(low, wide), low_unit), constant_high))
+        return add(mul(leading, constant_high), corrections)
+    half_bits = (form.mantissa_bits + 1) // 2
+    constant_high = _split(scale, form.mantissa_bits + 1 - half_bits, 1)[0]
+    constant_low = float(scale - Fraction(constant_high))
+    rest = add(cast(sub(fraction, cast(leading, fraction.dtype)), wide), mul(cast(low, wide), low_unit))
+    leading_bits = bitcast(leading, form.integer)
+    leading_high = bitcast(bit_and(leading_bits, -(1 << (form.mantissa_bits + 1 - half_bits))), wide)
+    leading_low = sub(leading, leading_high)
+    corrections = add(mul(leading, constant_low), mul(rest, constant_high + constant_low))
+    return add(mul(leading_high, constant_high), add(mul(leading_low, constant_high), corrections))
+
+
+def _reduce(x: UOp, wide: DType) -> tuple[UOp, UOp]:
+    """``x = k·π/2 + r`` for finite ``x``: ``(r in wide, k mod 4 as int32)`` — Cody–Waite while it is
+    exact, Payne–Hanek beyond (both computed: the select keeps vector code branch-free)."""
+    limit = _REDUCTION_LIMIT[wide]
+    r_small, quadrant_small = _cody_waite(cast(x, wide), wide)
+    smallest_exponent = int(limit).bit_length() - 1
+    r_large, quadrant_large = _payne_hanek(x, wide, smallest_exponent)
+    small = less(_absolute(x), 2.0**smallest_exponent)
+    return where(small, r_small, r_large), where(small, quadrant_small, quadrant_large)
+
+
+def _sine_and_cosine(r: UOp) -> tuple[UOp, UOp]:
+    """``sin r`` and ``cos r`` for ``|r| <= π/4`` by minimax polynomials of ``r``'s type."""
+    dtype = r.dtype.scalar
+    t = mul(r, r)
+    sine = add(r, mul(mul(r, t), polynomial(t, _SIN[dtype])))
+    cosine = add(mul(t, add(mul(t, polynomial(t, _COS[dtype])), -0.5)), 1.0)
+    return sine, cosine
+
+
+def decompose_trigonometric(x: UOp, function: Ops = Ops.SIN, reduce_in: DType | None = None) -> UOp:
+    """``sin x``, ``cos x`` or ``tan x`` (``function``): ``x = k·π/2 + r`` exactly, then polynomials
+    for sin and cos of ``r`` chosen and signed by the quadrant ``k mod 4`` (cos: ``k + 1``); tan
+    divides them (``-cos r / sin r`` in odd quadrants, so no pole is approximated).
+
+    ``reduce_in``: a wider float type (float64 for float32) for the reduction; tan then also
+    evaluates in it and rounds once.  inf and nan give nan."""
     dtype = x.dtype.scalar
     not_finite = not_equal(mul(x, 0.0), 0.0)  # x*0 is nan exactly for inf and nan
     finite = where(not_finite, 0.0, x)
     wide = reduce_in or dtype
-    form = _FORMATS[wide]
-    # k = round(x·2/π) by adding 1.5·2**mantissa_bits (as exp2 does: no TRUNC, no float → int
-    # conversion); the sum's low integer bits are k, so its last two are k mod 4, the quadrant
-    magic = 1.5 * 2.0**form.mantissa_bits
-    shifted = add(mul(cast(finite, wide), float(2 / _PI)), magic)
-    k = sub(shifted, magic)
-    r = cast(finite, wide)
-    for part in _HALF_PI_PARTS[wide]:
-        r = sub(r, mul(k, part))
-    r = cast(r, dtype)
-    # beyond the exact reduction range the parts' products round: keep r where the polynomials hold
-    limit = 1.0
-    r = where(less(r, -limit), -limit, where(less(limit, r), limit, r))
-    # (narrowed to int32: its masks then select float32 lanes without widening them)
-    quadrant = cast(bit_and(bitcast(shifted, form.integer), 3), dtypes.int32)
-    t = mul(r, r)
-    sine = add(r, mul(mul(r, t), polynomial(t, _SIN[dtype])))
-    cosine = add(mul(t, add(mul(t, polynomial(t, _COS[dtype])), -0.5)), 1.0)
+    r, quadrant = _reduce(finite, wide)
+    if function is Ops.COS:
+        quadrant = add(quadrant, 1)
+    evaluate_in = wide if function is Ops.TAN else dtype
+    r = cast(r, evaluate_in)
+    r = where(less(r, -1.0), -1.0, where(less(1.0, r), 1.0, r))  # (defensive: |r| <= π/4 + rounding)
+    sine, cosine = _sine_and_cosine(r)
     odd = not_equal(bit_and(quadrant, 1), 0)
-    value = where(odd, cosine, sine)
-    value = where(not_equal(bit_and(quadrant, 2), 0), mul(value, -1.0), value)
+    if function is Ops.TAN:
+        value = cast(where(odd, _divide(cosine, mul(sine, -1.0)), _divide(sine, cosine)), dtype)
+    else:
+        value = where(odd, cosine, sine)
+        value = where(not_equal(bit_and(quadrant, 2), 0), mul(value, -1.0), value)
     return where(not_finite, float("nan"), value)
 
 
-def _sin_reduced_in_float64(x: UOp) -> UOp:
-    return decompose_sin(x, dtypes.float64 if x.dtype.scalar is dtypes.float32 else None)
+def _divide(a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.DIV, (a, b))
+
+
+def decompose_sin(x: UOp, reduce_in: DType | None = None) -> UOp:
+    """``sin x`` (see :func:`decompose_trigonometric`)."""
+    return decompose_trigonometric(x, Ops.SIN, reduce_in)
+
+
+def _reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
+    """The decomposition of ``function`` reducing float32 in float64 (targets that have float64)."""
+
+    def decompose(x: UOp) -> UOp:
+        return decompose_trigonometric(
+            x, function, dtypes.float64 if x.dtype.scalar is dtypes.float32 else None
+        )
+
+    return decompose
+
+
+def _reduced_in_own_type(function: Ops) -> Callable[[UOp], UOp]:
+    """The decomposition of ``function`` reducing in the argument's own type."""
+    return lambda x: decompose_trigonometric(x, function)
 
 
 def decompose_sqrt(x: UOp) -> UOp:
@@ -579,13 +802,16 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
             "LOG2 → exponent + polynomial(mantissa)",
         )
     ],
-    Ops.SIN: [
-        (
-            UPat(Ops.SIN, src=(_FLOAT_X,)),
-            lambda x: _in_float32(x, _sin_reduced_in_float64),
-            "SIN → Cody–Waite reduction (float64) + polynomial",
-        )
-    ],
+    **{
+        op: [
+            (
+                UPat(op, src=(_FLOAT_X,)),
+                lambda x, op=op: _in_float32(x, _reduced_in_float64(op)),
+                f"{op.name} → Cody–Waite / Payne–Hanek reduction (float64) + polynomials",
+            )
+        ]
+        for op in (Ops.SIN, Ops.COS, Ops.TAN)
+    },
     Ops.SQRT: [
         (
             UPat(Ops.SQRT, src=(_FLOAT_X,)),
@@ -628,15 +854,16 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
     ],
 }
 
-# float32 SIN on a target without float64 (an OpenCL device without cl_khr_fp64, say)
+# float32 SIN, COS and TAN on a target without float64 (an OpenCL device without cl_khr_fp64, say)
 _WITHOUT_FLOAT64: dict[Ops, list] = {
-    Ops.SIN: [
+    op: [
         (
-            UPat(Ops.SIN, src=(_FLOAT_X,)),
-            lambda x: _in_float32(x, decompose_sin),
-            "SIN → Cody–Waite reduction + polynomial",
+            UPat(op, src=(_FLOAT_X,)),
+            lambda x, op=op: _in_float32(x, _reduced_in_own_type(op)),
+            f"{op.name} → Cody–Waite / Payne–Hanek reduction + polynomials",
         )
-    ],
+    ]
+    for op in (Ops.SIN, Ops.COS, Ops.TAN)
 }
 
 #: ``ADD(MUL(a, b), c) → MULACC(a, b, c)`` for targets with a multiply-add.

@@ -48,6 +48,7 @@ from uopviz.passes.kernel import (
     OptError,
     OptOp,
     kernel_order,
+    pad_axis,
     position_of,
     range_size,
     ranges_of,
@@ -65,6 +66,25 @@ def _strip_cast(u: UOp) -> UOp:
 
 def _depends(u: UOp, r: UOp) -> bool:
     return any(s is r for s in u.toposort())
+
+
+def _product_of(reduce: UOp) -> UOp:
+    """The summed product of a multiply-reduce; through the mask PADTO puts on a padded reduce
+    axis (the product is 0 there anyway: the loads of the padding are gated to 0)."""
+    value = reduce.src[0]
+    if value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].const_value == 0:
+        return value.src[1]
+    return value
+
+
+def _padded_to_tiles(kernel: Kernel, misfits: list[tuple[UOp, int]]) -> Kernel:
+    """``kernel`` with each range of ``misfits`` padded (PADTO) to a multiple of its tile size."""
+    for r, tile in misfits:
+        number = r.arg[0]
+        index = next(i for i, candidate in enumerate(kernel.ranges) if candidate.arg[0] == number)
+        ast = pad_axis(kernel, Opt(OptOp.PADTO, index, tile))
+        kernel = Kernel(renumber(ast, ranges_of(ast)), kernel.backend, kernel.opts, kernel.name_hint)
+    return kernel
 
 
 def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
@@ -86,10 +106,10 @@ def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
     k_range = reduce_axes[opt.axis]
     reduces = [u for u in kernel.ast.toposort()
                if u.op is Ops.REDUCE and any(s is k_range for s in u.src[1:])]
-    if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or reduces[0].src[0].op is not Ops.MUL:
+    if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or _product_of(reduces[0]).op is not Ops.MUL:
         raise OptError(f"{opt}: TC needs exactly one sum of products over reduce axis {opt.axis}")
     reduce = reduces[0]
-    a, b = reduce.src[0].src
+    a, b = _product_of(reduce).src
     if tc_opt == 0 and (a.op is Ops.CAST or b.op is Ops.CAST):
         raise OptError(f"{opt}: the products cast their operands; use tc_opt=1 to allow that")
     a_in, b_in = (_strip_cast(a), _strip_cast(b)) if tc_opt >= 1 else (a, b)
@@ -114,10 +134,15 @@ def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
         raise OptError(f"{opt}: tc_select {tc_select!r} is not one of the matching tensor cores "
                        f"{[cores.index(tc) for tc in matching]}")
     tile_m, tile_n, tile_k = config.dims
+    misfits = [(r, tile) for r, tile in ((m_range, tile_m), (n_range, tile_n), (k_range, tile_k))
+               if range_size(r) % tile]
+    if misfits and tc_opt == 2:  # pad them to the tile (loads and stores of the padding gated off)
+        return apply_tensor_core(_padded_to_tiles(kernel, misfits), opt)
     for r, tile, what in ((m_range, tile_m, "M"), (n_range, tile_n, "N"), (k_range, tile_k, "K")):
         if range_size(r) % tile:
             raise OptError(f"{opt}: the {what} axis of size {range_size(r)} is not a multiple of the "
-                           f"tile's {tile}; PADTO it first")
+                           f"tile's {tile}; use tc_opt=2 to pad it (TC is the first opt, so no PADTO "
+                           f"can come before it)")
     if mode == 1:
         return _tensor_core_wmma(kernel, config, reduce, (a_in, b_in), m_range, n_range, k_range)
     # mode 3: r = outer * tile + inner for M, N (inner UPCAST) and K (inner UNROLL); the outer parts

@@ -13,7 +13,9 @@ instructions, LINEAR, ``PROGRAM(LINEAR, SOURCE)``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,42 +179,68 @@ def rangeify_stage(program: Program) -> None:
 
 
 def optimize_stage(program: Program, opts: Any) -> None:
-    """Each kernel in its backend's initial state, with its opts (each a recorded step)."""
+    """Each kernel in its backend's initial state, with its opts (each a recorded step).  Identical
+    kernels with the same opts (a network's repeated blocks) are optimized once."""
+    bodies = {}
+    done: dict[tuple[UOp, str], tuple[Kernel, UOp]] = {}
     for item in program.items:
-        kernel = optimize_kernel(item.kernel, opts_for(opts, item.index, item.kernel))
-        program.replace_body(item, finish_optimize(kernel))
-        item.kernel = kernel
+        chosen = opts_for(opts, item.index, item.kernel)
+        key = (item.kernel.ast, repr(chosen))
+        if key not in done:
+            kernel = optimize_kernel(item.kernel, chosen)
+            done[key] = (kernel, finish_optimize(kernel))
+        kernel, bodies[item] = done[key]
+        item.kernel = kernel if kernel.name_hint == item.kernel.name_hint else \
+            Kernel(kernel.ast, kernel.backend, kernel.opts, item.kernel.name_hint)
+    program.replace_bodies(bodies)
+
+
+def _once_per_body(program: Program, transform: Callable[[ScheduleItem], UOp]) -> dict[ScheduleItem, UOp]:
+    """``transform(item)`` for every item; an item whose body and kernel name are an earlier item's
+    gets that item's result (identical kernels are lowered once)."""
+    done: dict[tuple[UOp, str], UOp] = {}
+    bodies = {}
+    for item in program.items:
+        key = (item.body, item.kernel.name)
+        if key not in done:
+            done[key] = transform(item)
+        bodies[item] = done[key]
+    return bodies
 
 
 def expand_stage(program: Program) -> None:
     """UPCAST and UNROLL ranges become vector lanes."""
-    for item in program.items:
-        program.replace_body(item, expand_kernel(item.body, item.kernel.name))
+    program.replace_bodies(_once_per_body(program, lambda item: expand_kernel(item.body, item.kernel.name)))
 
 
 def instruction_selection_stage(program: Program) -> None:
     """Accumulators for reductions, then the target's instruction rules."""
     backend = backend_named(program.backend)
-    for item in program.items:
-        program.replace_body(item, select_instructions(item.body, backend, item.kernel.name))
+    program.replace_bodies(_once_per_body(
+        program, lambda item: select_instructions(item.body, backend, item.kernel.name)))
 
 
 def linearize_stage(program: Program) -> None:
     """Every kernel as a LINEAR program."""
     backend = backend_named(program.backend)
-    for item in program.items:
-        linear = linearize_kernel(item.body, backend, item.kernel.name)
+    bodies = _once_per_body(program, lambda item: linearize_kernel(item.body, backend, item.kernel.name))
+    for item, linear in bodies.items():
         record_step(linearize, item.body, linear, f"linearize {item.kernel.name}")
-        program.replace_body(item, linear)
+    program.replace_bodies(bodies)
 
 
 def memory_plan_stage(program: Program) -> None:
     """Registers inside kernels, then GLOBAL buffers between kernels."""
     saved = 0
+    plans: dict[UOp, Any] = {}
+    bodies = {}
     for item in program.items:
-        plan = plan_registers(item.body)
+        if item.body not in plans:
+            plan = plan_registers(item.body)
+            plans[item.body] = (plan, apply_register_plan(item.body, plan))
+        plan, bodies[item] = plans[item.body]
         saved += plan.bytes_saved
-        program.replace_body(item, apply_register_plan(item.body, plan))
+    program.replace_bodies(bodies)
     outputs = {_storage(v) for v in program.output_values()}
     usage = [(_storage(item.arguments[0]), [_storage(a) for a in item.arguments[1:]])
              for item in program.items]
@@ -224,16 +252,38 @@ def memory_plan_stage(program: Program) -> None:
 
 
 def render_stage(program: Program) -> None:
-    """Every LINEAR program rendered and compiled by the backend."""
+    """Every LINEAR program rendered and compiled by the backend (identical kernels once; in
+    parallel where the backend's builds are processes of their own)."""
+    bodies = {}
+    rendered_sources: dict[UOp, str] = {}
     for item in program.items:
         linear = item.body
-        source = render_source(linear, program.backend)
+        source = rendered_sources.get(linear)
+        if source is None:
+            source = rendered_sources[linear] = render_source(linear, program.backend)
         item.source = source
-        if program.build:
-            item.compiled = compile_source(source, str(linear.arg), program.backend)
         rendered = program_uop(linear, source)
         record_step(render_source, linear, rendered, f"render {linear.arg}")
-        program.replace_body(item, rendered)
+        bodies[item] = rendered
+    if program.build:
+        compiled = compile_sources({(item.source, str(item.body.arg)) for item in program.items},
+                                   program.backend)
+        for item in program.items:
+            item.compiled = compiled[item.source, str(item.body.arg)]
+    program.replace_bodies(bodies)
+
+
+def compile_sources(sources: Iterable[tuple[str, str]], backend_name: str) -> dict[tuple[str, str], Any]:
+    """Each ``(source, name)`` compiled once: in a thread per core when the backend's builds run as
+    processes of their own (``Backend.parallel_compile``), else one after the other."""
+    backend = backend_named(backend_name)
+    pending = list(dict.fromkeys(sources))
+    workers = min(len(pending), os.cpu_count() or 1) if backend.parallel_compile else 1
+    if workers <= 1:
+        return {(source, name): compile_source(source, name, backend) for source, name in pending}
+    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
+        futures = {key: pool.submit(compile_source, key[0], key[1], backend) for key in pending}
+        return {key: future.result() for key, future in futures.items()}
 
 
 def record_step(rule: Callable, before: UOp, after: UOp, pass_name: str) -> None:
@@ -419,8 +469,19 @@ class Program:
 
     def replace_body(self, item: ScheduleItem, new_body: UOp) -> None:
         """Put ``new_body`` in place of ``item``'s kernel body in the program graph."""
-        if new_body is not item.body:
-            self.graph = substitute(self.graph, {item.body: new_body})
+        self.replace_bodies({item: new_body})
+
+    def replace_bodies(self, bodies: Mapping[ScheduleItem, UOp]) -> None:
+        """Put each new body in place of its item's kernel body, in one walk of the program graph (a
+        stage replaces every kernel's body: one walk per kernel made a 250-kernel graph's stages
+        quadratic).  Items sharing one body (identical kernels) get the first item's new body."""
+        mapping: dict[UOp, UOp] = {}
+        for item, new_body in bodies.items():
+            if new_body is not item.body:
+                mapping.setdefault(item.body, new_body)
+        if mapping:
+            self.graph = substitute(self.graph, mapping)
+        for item, new_body in bodies.items():
             item.body = new_body
 
     # -- running --------------------------------------------------------------------------------
@@ -633,5 +694,5 @@ def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
 
 
 __all__ = ["STAGES", "BoundProgram", "LoweredKernel", "PipelineError", "Program", "ScheduleItem", "compile",
-           "compile_kernels", "lower", "lower_kernel", "select_instructions"]
+           "compile_kernels", "compile_sources", "lower", "lower_kernel", "select_instructions"]
 

@@ -6,7 +6,9 @@ parts of uopviz (the NNEF loader, say) plug in their own objects without this mo
 them: ``register_explorer("name", lambda x: isinstance(x, Model), build)``.  Built in: UOp, Trace,
 Tensor (compiled with ``uv.compile``), Program, Kernel, and model graphs (NNEF: anything with
 inputs, outputs, tensors, operations and ``compile``: a Model tab draws its operator graph, one
-node per operation, and opens an operation's kernels in the tuner; an Operations tab lists them).  Objects
+node per operation, with a search box, and opens an operation's kernels in the tuner; an Operations
+tab lists them; a graph of more than :data:`EAGER_COMPILE_OPERATIONS` operations is compiled as a
+whole only when its Kernels tab asks, ``explore(model, compile=True)`` compiles it first).  Objects
 are recognised by duck typing (what they have), so the widgets never import the modules that
 define them.
 """
@@ -208,16 +210,74 @@ def _build_kernel(
     return tabs
 
 
+#: Above this many operations ``explore(model)`` opens without compiling the whole graph: the
+#: Model tab lowers only the operation opened, and the Kernels tab compiles the rest on request.
+EAGER_COMPILE_OPERATIONS = 300
+
+
 def _build_model(graph: Any, backend: str = "c", opts: Any = None, backends: list[str] | None = None,
-                 **options: Any) -> dict[str, widgets.Widget]:
+                 compile: bool | None = None, **options: Any) -> dict[str, widgets.Widget]:
+    """The Model tab, the program's tabs and the Operations table. ``compile``: whether the whole
+    graph is compiled before the explorer opens (default: for graphs of at most
+    :data:`EAGER_COMPILE_OPERATIONS` operations, or already compiled)."""
     from uopviz.widgets.model_view import ModelExplorer
     from uopviz.widgets.models import model_html
 
     tabs: dict[str, widgets.Widget] = {"Model": ModelExplorer(graph, backend=backend, backends=backends)}
-    program = graph.compile(backend=backend, opts=opts)
-    tabs.update(_build_program(program, backends=backends, **options))
+    if compile is None:
+        compiled = (backend, repr(opts)) in getattr(graph, "_programs", {})
+        compile = compiled or len(graph.operations) <= EAGER_COMPILE_OPERATIONS
+    placeholders = getattr(graph, "pack_lengths_at_bounds", None)
+    if placeholders:  # its packs stand for lengths only a run decides: nothing to compile
+        tabs["Kernels"] = note(
+            f"pack lengths follow the run-time input extents {', '.join(placeholders)}: explore the graph "
+            "composed for given shapes (model.recomposed({name: shape})) to see its kernels")
+    elif compile:
+        program = graph.compile(backend=backend, opts=opts)
+        tabs.update(_build_program(program, backends=backends, **options))
+    else:
+        tabs["Kernels"] = WholeGraphCompiler(graph, backend=backend, opts=opts, backends=backends, **options)
     tabs["Operations"] = widgets.HTML(model_html(graph))
     return tabs
+
+
+class WholeGraphCompiler(widgets.VBox):
+    """The Kernels tab of a big model's explorer: a button compiling the whole graph (with a
+    progress bar over its operations), then the program's Graph, Pipeline, Kernels and Backends
+    views in tabs of their own. ``panel.compile()`` does what the button does; ``panel.program``
+    and ``panel.tabs`` are what it made."""
+
+    def __init__(self, graph: Any, *, backend: str = "c", opts: Any = None,
+                 backends: list[str] | None = None, **options: Any):
+        self.graph, self.backend, self.opts = graph, backend, opts
+        self.backends, self.options = backends, options
+        self.program: Any = None
+        self.tabs: dict[str, widgets.Widget] = {}
+        self.button = widgets.Button(description=f"Compile the whole graph ({backend})", icon="cogs",
+                                     layout=widgets.Layout(width="auto"))
+        self.progress = widgets.IntProgress(value=0, min=0, max=max(len(graph.operations), 1),
+                                            description="lowering", layout=widgets.Layout(display="none"))
+        self.button.on_click(lambda _: self.compile())
+        super().__init__([note(
+            f"{len(graph.operations)} operations: the whole graph is compiled only on request (the Model "
+            "tab lowers just the operation it opens)."), self.button, self.progress])
+
+    def _report(self, done: int, total: int, operation: Any) -> None:
+        self.progress.max = max(total, 1)
+        self.progress.value = done
+        self.progress.description = "compiling" if operation is None else "lowering"
+
+    def compile(self) -> Any:
+        """Compile the whole graph and show the program's views; the Program."""
+        self.button.disabled = True
+        self.progress.layout.display = ""
+        self.program = self.graph.compile(backend=self.backend, opts=self.opts, progress=self._report)
+        self.tabs = _build_program(self.program, backends=self.backends, **self.options)
+        inner = widgets.Tab(children=list(self.tabs.values()))
+        for index, title in enumerate(self.tabs):
+            inner.set_title(index, title)
+        self.children = [inner]
+        return self.program
 
 
 register_explorer("UOp", lambda x: isinstance(x, UOp), _build_uop)

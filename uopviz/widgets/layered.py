@@ -54,8 +54,14 @@ def _crossings(upper: list[str], lower: list[str], graph: nx.DiGraph) -> int:
 
 
 def _total_crossings(layers: list[list[str]], graph: nx.DiGraph) -> int:
-    # layers[i] is above layers[i-1]: edges go from layer i (sources) down to lower layers
-    return sum(_crossings(layers[i], layers[i - 1], graph) for i in range(1, len(layers)))
+    # layers[i] is above layers[i-1]: edges go from layer i (sources) down to lower layers; edges
+    # between two layers cross only when both hold two nodes or more (a long chain has many
+    # one-node layers: skipping them keeps the count linear in the graph)
+    return sum(
+        _crossings(layers[i], layers[i - 1], graph)
+        for i in range(1, len(layers))
+        if len(layers[i]) > 1 and len(layers[i - 1]) > 1
+    )
 
 
 def order_layers(graph: nx.DiGraph, layer: dict[str, int], sweeps: int = SWEEPS) -> list[list[str]]:
@@ -77,9 +83,13 @@ def order_layers(graph: nx.DiGraph, layer: dict[str, int], sweeps: int = SWEEPS)
     best = [list(nodes) for nodes in layers]
     best_crossings = _total_crossings(best, graph) if len(graph) <= 4000 else None
     for sweep in range(sweeps):
+        if best_crossings == 0:  # nothing left to improve (a chain of blocks, as most models are)
+            break
         going_up = sweep % 2 == 0  # from the root layer towards the leaves, then back
         indices = range(1, count) if going_up else range(count - 2, -1, -1)
         for i in indices:
+            if len(layers[i]) < 2:  # nothing to order
+                continue
             neighbour_layer = layers[i - 1] if going_up else layers[i + 1]
             position = {k: p for p, k in enumerate(neighbour_layer)}
             current = {k: p for p, k in enumerate(layers[i])}

@@ -29,8 +29,18 @@ const UOPVIZ = (() => {
     return (0.299 * r + 0.587 * g + 0.114 * b) > 150 ? "#111" : "#fff";
   }
 
-  // Nodes may come compact ({k, x, y}) with their static attributes in a shared table (reports).
+  // A trait sent as one JSON buffer (GraphView.graph) arrives as a DataView; a report's state as is.
+  function jsonValue(value) {
+    return value instanceof DataView ? JSON.parse(new TextDecoder().decode(value)) : value;
+  }
+
+  // Nodes may come compact ({k, x, y}) with their static attributes in a shared table (reports);
+  // an operator graph writes each definition text once (graph.texts, a node's "dd" indexes it).
   function hydrate(graph, table) {
+    if (graph && graph.texts) {
+      graph.nodes = graph.nodes.map((n) => (n.dd === undefined ? n
+        : Object.assign({}, n, { d: Object.assign({}, n.d, { definition: graph.texts[n.dd] }) })));
+    }
     if (!graph || !table) return graph;
     graph.nodes = graph.nodes.map((n) => (n.l === undefined && table[n.k] ? Object.assign({}, table[n.k], n) : n));
     return graph;
@@ -465,9 +475,14 @@ const UOPVIZ = (() => {
       },
     });
     const table = model.get("node_table");
-    const draw = (keepView) => canvas.setGraph(hydrate(model.get("graph"), table), model.get("marks"), keepView);
+    const draw = (keepView) => canvas.setGraph(hydrate(jsonValue(model.get("graph")), table), model.get("marks"), keepView);
     draw(false);
     model.on("change:graph", () => draw(true));
+    // a node chosen from Python (the model explorer's search): select it and bring it into view
+    model.on("change:selected", () => {
+      const key = model.get("selected");
+      if (key && key !== canvas.selected && canvas.byKey.has(key)) { canvas.select(key, false); canvas.centerOn(key); }
+    });
     model.on("change:marks", () => draw(true));
     return () => {};
   }

@@ -1,0 +1,200 @@
+"""The model zoo at full size (``benchmarks/zoo.py``): NNEF 1.0 folders loaded, compiled and run,
+against ONNX Runtime on the same network, input and weights, in the same run.
+
+Each model runs in a child process of its own with an empty uopviz cache (``UOPVIZ_CACHE`` set
+to a fresh temporary folder), so load and compile are cold: nothing parsed, lowered or compiled
+before.  The child writes the NNEF 1.0 folder (untimed), then times
+
+- load: ``uv.nnef.load(folder)`` (the Khronos parser, translation, composition, ``.dat`` weights);
+- compile: ``g.compile(backend, opts="heuristic")`` (lowering, fusion, the pipeline, the C compiler or LLVM);
+- inference: the median of ``g.run`` on a 224x224 batch-1 input (after the first run);
+- peer: ONNX Runtime's CPU provider (2 intra-op threads) on the ONNX form of the same network;
+- the largest absolute error of our output against the numpy reference (float64), and relative
+  to the largest output;
+
+and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time.
+
+Environment: ``UOPVIZ_ZOO_MODELS`` (comma-separated, default: every model) and
+``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs, ``UOPVIZ_ZOO_OPTS=none`` compiles
+without the heuristic's optimizations; a child that takes more than
+``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an error row.
+
+The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c``
+prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "densenet121", "inception_v1", "mobilenet_v2", "lstm")
+BACKENDS = ("c", "llvm")
+ORT_THREADS = 2
+# the pipeline's hand-coded optimizations (register tiles, threads, vectors); UOPVIZ_ZOO_OPTS=none
+# compiles without any (faster to compile, slower to run)
+OPTS = None if os.environ.get("UOPVIZ_ZOO_OPTS", "heuristic") == "none" else "heuristic"
+
+
+def _child(model: str, backend: str) -> dict:
+    """Runs in the child process: the measurements of one model on one backend."""
+    import numpy as np
+    import zoo
+    import zoo_onnx
+    from run import measure
+
+    import uopviz as uv
+
+    net = zoo.BUILDERS[model]()
+    x = net.input_data()
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-") as folder:
+        zoo.write_nnef1(net, folder)
+        started = time.perf_counter()
+        graph = uv.nnef.load(folder)
+        loaded = time.perf_counter()
+        program = graph.compile(backend, opts=OPTS)
+        compiled = time.perf_counter()
+    inputs = {net.input_name: x}
+    out = graph.run(inputs, backend=backend, opts=OPTS)[net.output]
+    first = time.perf_counter() - compiled
+    ours = measure(lambda: graph.run(inputs, backend=backend, opts=OPTS), repeat=5, warmup=1, min_time_s=0.0)
+    session = zoo_onnx.ort_session(net, ORT_THREADS)
+    peer = measure(lambda: session.run(None, inputs), repeat=5, warmup=1, min_time_s=0.0)
+    expected = zoo.reference(net, x)
+    error = float(np.abs(out - expected).max())
+    return {
+        "load_s": loaded - started,
+        "compile_s": compiled - loaded,
+        "first_run_s": first,
+        "inference_s": ours,
+        "peer_s": peer,
+        "error": error,
+        "relative_error": error / float(np.abs(expected).max()),
+        "operations": len(graph.operations),
+        "kernels": len(program.kernels),
+        "onnxruntime": __import__("onnxruntime").__version__,
+    }
+
+
+def _measure_in_child(model: str, backend: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-cache-") as cache:
+        environment = {**os.environ, "UOPVIZ_CACHE": cache}
+        result = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), model, backend],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            cwd=BENCH_DIR.parent,
+        )
+    if result.returncode != 0:
+        raise RuntimeError(f"{model} on {backend} failed:\n{result.stderr.strip()[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+ONE_OPERATION = """version 1.0;
+graph G( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [4, {width}]);
+    y = relu(x);
+}}
+"""
+
+
+def _one_operation(backend: str, width: int, folder: Path) -> float:
+    """Seconds to load a one-operation NNEF 1.0 graph of a shape not seen before and run it once."""
+    import numpy as np
+
+    import uopviz as uv
+
+    model = folder / backend / f"relu{width}"
+    model.mkdir(parents=True)
+    (model / "graph.nnef").write_text(ONE_OPERATION.format(width=width))
+    x = np.ones((4, width), np.float32)
+    started = time.perf_counter()
+    uv.nnef.load(model).run({"x": x}, backend=backend)
+    return time.perf_counter() - started
+
+
+def _one_operation_rows(backends: list[str]) -> list[dict]:
+    """A one-operation graph loaded and run the first time (its kernel compiled, an empty cache),
+    median over graphs of new shapes, once the process has loaded the NNEF standard library."""
+    import statistics
+
+    from run import row
+
+    rows = []
+    previous = os.environ.get("UOPVIZ_CACHE")
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-one-") as folder:
+        os.environ["UOPVIZ_CACHE"] = str(Path(folder) / "cache")
+        try:
+            for backend in backends:
+                _one_operation(backend, 3, Path(folder))  # the standard library and the backend
+                times = [_one_operation(backend, 16 + width, Path(folder)) for width in range(9)]
+                rows.append(
+                    row(
+                        f"one-operation NNEF 1.0 graph ({backend}): load + first run",
+                        statistics.median(times),
+                        notes="relu of a [4, n] input, a new n each time: the kernel compiles; "
+                        "median of 9, empty cache",
+                    )
+                )
+        finally:
+            if previous is None:
+                os.environ.pop("UOPVIZ_CACHE", None)
+            else:
+                os.environ["UOPVIZ_CACHE"] = previous
+    return rows
+
+
+def run() -> list[dict]:
+    """One row for load + compile and one for inference (ONNX Runtime as the peer) per model and
+    backend (a model that fails becomes an error row of its own), and the one-operation graph."""
+    from run import row
+
+    models = [m for m in os.environ.get("UOPVIZ_ZOO_MODELS", ",".join(MODELS)).split(",") if m]
+    backends = [b for b in os.environ.get("UOPVIZ_ZOO_BACKENDS", ",".join(BACKENDS)).split(",") if b]
+    timeout = float(os.environ.get("UOPVIZ_ZOO_TIMEOUT", "600"))
+    import uopviz as uv
+
+    backends = [backend for backend in backends if backend in uv.backends.available()]
+    rows = _one_operation_rows(backends)
+    for backend in backends:
+        for model in models:
+            case = f"{model} NNEF 1.0 ({backend})"
+            try:
+                m = _measure_in_child(model, backend, timeout)
+            except Exception as error:  # noqa: BLE001 - one model's failure is its own row
+                rows.append({"case": f"{case}: load + compile, cold", "status": "error",
+                             "notes": f"{type(error).__name__}: {error}"})  # fmt: skip
+                continue
+            rows.append(
+                row(
+                    f"{case}: load + compile, cold",
+                    m["load_s"] + m["compile_s"],
+                    notes=f"load {m['load_s']:.2f} s, compile {m['compile_s']:.2f} s (opts {OPTS}); "
+                    f"{m['operations']} operations -> {m['kernels']} kernels; empty cache",
+                )
+            )
+            rows.append(
+                row(
+                    f"{case}: inference",
+                    m["inference_s"],
+                    peer=f"onnxruntime {m['onnxruntime']} CPU ({ORT_THREADS} threads)",
+                    peer_s=m["peer_s"],
+                    notes=f"batch 1; first run {m['first_run_s']:.3f} s; max error vs numpy "
+                    f"{m['error']:.2e} (relative {m['relative_error']:.2e})",
+                )
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(BENCH_DIR))
+    print(json.dumps(_child(sys.argv[1], sys.argv[2])))

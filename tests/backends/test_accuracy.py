@@ -1,0 +1,90 @@
+"""The accuracy contract of docs/accuracy.md on samples: ulp bounds of the transcendentals on every
+CPU backend, measured with scripts/accuracy.py's own inputs, references and error measure (the
+full table is ``make accuracy``)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uopviz.backends import available
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "accuracy.py"
+_spec = importlib.util.spec_from_file_location("uopviz_accuracy_script", SCRIPT)
+accuracy = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = accuracy  # (its dataclass looks its module up)
+_spec.loader.exec_module(accuracy)
+
+CPU_BACKENDS = [b for b in ("python", "c", "llvm", "opencl") if b in available()]
+
+#: (op, dtype) → the bound the tests hold every backend to: the issue's goal (1 ulp for basic ops,
+#: 2 for float32/16-bit and 4 for float64 otherwise) where it is met; the ops still above it carry
+#: the measured worst case of docs/accuracy.md, so that they cannot get worse unnoticed.
+ABOVE_GOAL = {
+    ("exp", "float32"): 70.0,  # exp2(x·log2 e): the rounded product's error grows with |x|
+    ("exp", "float16"): 12.0,
+    ("pow", "float32"): 130.0,  # exp2(b·log2 a): the same, with |b·log2 a|
+}
+
+
+def bound(op_name: str, dtype: str) -> float:
+    return ABOVE_GOAL.get((op_name, dtype), accuracy.goal(accuracy.OPS_BY_NAME[op_name], dtype))
+
+
+@functools.cache
+def sample(op_name: str, dtype: str) -> tuple[np.ndarray, np.ndarray | None, tuple[np.ndarray, np.ndarray]]:
+    """Inputs (random bit patterns, a dense range, the hard cases; every value for 16-bit types)
+    and their exact values, once per session."""
+    op = accuracy.OPS_BY_NAME[op_name]
+    rng = np.random.default_rng(1414)
+    count = 3000 if dtype == "float32" else 600
+    values = accuracy.inputs(op, dtype, count, rng)
+    second = accuracy.exponents(dtype, values, rng) if op.binary else None
+    if dtype == "float64":
+        pytest.importorskip("mpmath", reason="the float64 reference is computed with mpmath (dev extra)")
+    expected = accuracy.reference(op, dtype, *([values] if second is None else [values, second]))
+    return values, second, expected
+
+
+def check(op_name: str, dtype: str, backend: str) -> None:
+    values, second, expected = sample(op_name, dtype)
+    row = accuracy.measure(accuracy.OPS_BY_NAME[op_name], dtype, backend, values, second, expected)
+    assert row["max_ulp"] <= bound(op_name, dtype), row
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("op_name", ["sin", "cos", "tan"])
+def test_trigonometry_within_bounds_for_every_finite_input(op_name: str, dtype: str, backend: str) -> None:
+    # huge arguments (Payne–Hanek), the floats nearest k·π/2 (tan's poles, sin's and cos's zeros),
+    # denormals, ±0, ±inf and nan: within 2 ulp (float32, float16) / 4 ulp (float64) everywhere
+    check(op_name, dtype, backend)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("op_name", ["sqrt", "reciprocal", "rsqrt", "exp2", "log2", "log"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_basic_and_exponential_ops_within_bounds(op_name: str, dtype: str, backend: str) -> None:
+    check(op_name, dtype, backend)
+
+
+@pytest.mark.parametrize("op_name", ["exp", "pow"])
+def test_ops_above_the_goal_stay_within_their_recorded_bounds(op_name: str) -> None:
+    # exp and pow lose accuracy in the rounded product before exp2 (docs/accuracy.md)
+    for backend in CPU_BACKENDS:
+        check(op_name, "float32", backend)
+
+
+def test_ulp_errors_measure_against_the_exact_value() -> None:
+    # one ulp of float32 at 1.0 is 2**-23; a result one spacing away is 1 ulp off, infinities and
+    # nans count 0 where the reference has the same and inf where it does not
+    high = np.array([1.0, 1.0, np.inf, np.nan, 1.0, 3.5e38])
+    got = np.array([1.0 + 2.0**-23, 1.0, np.inf, np.nan, np.nan, np.inf])
+    errors = accuracy.ulp_errors(got, high, np.zeros_like(high), "float32")
+    np.testing.assert_allclose(errors[:4], [1.0, 0.0, 0.0, 0.0])
+    assert np.isinf(errors[4]) and errors[5] == 0.0  # 3.5e38 rounds to inf in float32

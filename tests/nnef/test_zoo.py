@@ -1,0 +1,116 @@
+"""The model zoo (benchmarks/zoo.py) in small variants: every architecture written as an NNEF 1.0
+folder and as a SkriptND folder with seeded random .dat weights, loaded, compiled (with kernel
+fusion) and run, against the zoo's numpy reference on two random inputs; ONNX Runtime is the
+benchmark's peer, not needed here.  The full-size networks run in ``make bench`` (bench_zoo.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.nnef.lowering import compile_graph, kernel_count
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import zoo  # noqa: E402
+
+# input size 32 (AlexNet's strides need 67) and an eighth of the channels; DenseNet-121 keeps its
+# 58 dense layers (about 420 kernels to compile cold), so it runs with the slow tests
+SMALL = {
+    "alexnet": {"size": 67, "width": 0.125},
+    "vgg16": {"size": 32, "width": 0.125},
+    "resnet18": {"size": 32, "width": 0.125},
+    "resnet50": {"size": 32, "width": 0.125},
+    "inception_v1": {"size": 32, "width": 0.125},
+    "mobilenet_v2": {"size": 32, "width": 0.25},
+    "lstm": {"steps": 4, "features": 8, "hidden": 8},
+    "densenet121": {"size": 32, "width": 0.125},
+}
+SLOW = {"densenet121"}
+WRITERS = {"nnef1": zoo.write_nnef1, "skriptnd": zoo.write_skriptnd}
+CASES = [
+    pytest.param(model, form, marks=[pytest.mark.slow] if model in SLOW else [], id=f"{model}-{form}")
+    for model in SMALL
+    for form in WRITERS
+]
+
+
+@pytest.fixture(scope="module")
+def networks():
+    return {}
+
+
+def _network(networks: dict, model: str) -> zoo.Network:
+    if model not in networks:
+        networks[model] = zoo.BUILDERS[model](**SMALL[model])
+    return networks[model]
+
+
+def _check(net: zoo.Network, graph: uv.nnef.Graph, backend: str) -> None:
+    for seed in (1, 5):
+        x = net.input_data(seed)
+        out = graph.run({net.input_name: x}, backend=backend)[net.output]
+        expected = zoo.reference(net, x)
+        assert out.shape == expected.shape
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
+
+
+@pytest.mark.skipif("c" not in uv.backends.available(), reason="no C compiler on this machine")
+@pytest.mark.parametrize(("model", "form"), CASES)
+def test_zoo_model_runs_like_numpy_on_c(networks, tmp_path, model, form):
+    net = _network(networks, model)
+    folder = WRITERS[form](net, tmp_path / model)
+    graph = uv.nnef.load(folder)
+    assert graph.inputs == [net.input_name] and graph.outputs == [net.output]
+    assert all(graph.tensors[name].data is not None for name in graph.variables)
+    _check(net, graph, "c")
+
+
+@pytest.mark.skipif("llvm" not in uv.backends.available(), reason="llvmlite is not installed")
+@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v2", "lstm"])
+def test_zoo_model_runs_like_numpy_on_llvm(networks, tmp_path, model):
+    net = _network(networks, model)
+    graph = uv.nnef.load(zoo.write_nnef1(net, tmp_path / model))
+    _check(net, graph, "llvm")
+
+
+def test_the_zoo_writes_what_the_reference_computes(networks, tmp_path):
+    # the files hold the weights the reference uses, in the layouts each format wants
+    net = _network(networks, "resnet18")
+    nnef1 = zoo.write_nnef1(net, tmp_path / "nnef1")
+    skriptnd = zoo.write_skriptnd(net, tmp_path / "skriptnd")
+    name = next(n for n in net.weights if n.startswith("mean"))
+    assert uv.nnef.read_tensor(nnef1 / f"{name}.dat").shape == (1, *net.weights[name].shape)
+    np.testing.assert_array_equal(uv.nnef.read_tensor(skriptnd / f"{name}.dat"), net.weights[name])
+    assert "batch_normalization(" in (nnef1 / "graph.nnef").read_text()
+    assert "nn.batch_norm{" in (skriptnd / "main.sknd").read_text()
+    # calibrated: the softmax is neither flat nor one-hot
+    probabilities = zoo.reference(net, net.input_data())
+    assert 2.0 / net.shapes[net.output][1] < probabilities.max() < 0.99
+
+
+def test_fusion_folds_batch_norm_chains_and_keeps_results(networks, tmp_path):
+    net = _network(networks, "resnet18")
+    graph = uv.nnef.load(zoo.write_nnef1(net, tmp_path / "resnet18"))
+    fused = compile_graph(graph, "c")
+    unfused = compile_graph(graph, "c", fuse=False)
+    assert len(unfused.kernels) == kernel_count(graph)
+    assert len(fused.kernels) * 3 < len(unfused.kernels)  # conv + 6 batch-norm ops + relu: one kernel
+    folded = [kernel for kernel in fused.nnef_kernels if kernel.fused]
+    assert any(
+        {"nn.conv", "math.sub", "math.div", "nn.relu"} <= {op.type for op in (*k.fused, k.operation)}
+        for k in folded
+    )
+    x = net.input_data()
+
+    def output(program):
+        given = {
+            position: x if name == net.input_name else graph.tensors[name].data
+            for position, name in enumerate(program.nnef_inputs)
+        }
+        return dict(zip(program.nnef_outputs, program.run(given)))[net.output]
+
+    np.testing.assert_allclose(output(fused), output(unfused), rtol=1e-5, atol=1e-7)
