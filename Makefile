@@ -5,6 +5,8 @@
 #   make test-fast  the suite without `slow` and `browser` tests
 #   make test-targets  backend, pipeline and NNEF-lowering tests again for each lesser CPU target
 #                   (UOPVIZ_TARGET=x86-64-v3, x86-64-v2) this host can run
+#   make fuzz-slow  tests/fuzz under the slow hypothesis profile (> 10,000 fuzz inputs, 500 generated
+#                   programs on every CPU backend); outcome counts in tests/artifacts/fuzz-outcomes.json
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
 #   make accuracy   scripts/accuracy.py: max ulp error per op, dtype and backend into docs/accuracy.md
 #   make lint       ruff
@@ -35,14 +37,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: help venv system-deps test test-fast test-targets lab bench accuracy lint clean distclean
+.PHONY: help venv system-deps test test-fast test-targets fuzz-slow lab bench accuracy lint clean distclean
 
 # The tests whose generated code depends on the CPU target, run again under each lesser target.
 TARGET_TESTS ?= tests/backends tests/passes tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
 TARGET_LEVELS ?= x86-64-v3 x86-64-v2
 
 help:
-	@echo "uopviz: make lab | test | test-fast | test-targets | bench | accuracy | lint | venv | system-deps | clean | distclean"
+	@echo "uopviz: make lab | test | test-fast | test-targets | fuzz-slow | bench | accuracy | lint | venv | system-deps | clean | distclean"
 
 system-deps:
 	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
@@ -83,6 +85,11 @@ test-targets: venv
 	  UOPVIZ_TARGET=$$level $(PY) -m pytest -n auto -m "not slow and not browser" $(TARGET_TESTS) \
 	    $(PYTEST_ARGS) || exit $$?; \
 	done
+
+fuzz-slow: venv
+	mkdir -p tests/artifacts && rm -f tests/artifacts/fuzz-outcomes.json
+	HYPOTHESIS_PROFILE=slow UOPVIZ_FUZZ_REPORT=tests/artifacts/fuzz-outcomes.json \
+	  $(PY) -m pytest -n 0 tests/fuzz $(PYTEST_ARGS)
 
 lab: venv
 	$(VENV)/bin/uopviz lab $(LAB_ARGS)

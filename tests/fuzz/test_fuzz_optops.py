@@ -63,15 +63,23 @@ _OPS = st.one_of(st.sampled_from(list(OptOp)),
 
 
 @budget(default=60, slow=1500)
-@given(_OPS, _SCALARS, _ARGS, st.integers(0, len(PROGRAMS) - 1), st.sampled_from(CPU_BACKENDS))
-def test_any_opt_is_accepted_or_an_opt_error(op, axis, arg, program, backend):
+@given(_OPS, _SCALARS, _ARGS, st.integers(0, len(PROGRAMS) - 1), st.sampled_from(CPU_BACKENDS), st.data())
+def test_any_opt_is_accepted_or_an_opt_error(op, axis, arg, program, backend, data):
     kernel = kernel_for(program, backend)
+    candidates = candidate_opts(kernel)
+    if candidates and data.draw(st.booleans()):  # near an opt that applies: one field changed, or none
+        start = data.draw(st.sampled_from(candidates))
+        field = data.draw(st.sampled_from(["op", "axis", "arg", "none"]))
+        op = op if field == "op" else start.op
+        axis = axis if field == "axis" else start.axis
+        arg = arg if field == "arg" else start.arg
     try:
-        kernel.apply(Opt(op, axis, arg))
+        applied = kernel.apply(Opt(op, axis, arg))
     except OptError as error:
         record("opt arguments", error)
         return
     record("opt arguments", None)
+    assert applied.source(backend)  # an accepted opt renders on the kernel's backend
 
 
 @budget(default=12, slow=400)

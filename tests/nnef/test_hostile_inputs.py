@@ -343,3 +343,40 @@ def test_a_hung_nnef_parser_is_an_nnef_error(monkeypatch):
     monkeypatch.setattr(nnef1_process._PARSER, "request", lambda payload, timeout_s: None)
     with pytest.raises(NNEFError, match="did not finish within 60 s"):
         nnef1_process.parse_nnef1("version 1.0;", None, "<string>")
+
+
+@pytest.mark.parametrize("extent", ['"a"', "'3'", "2.5", "true"])
+def test_an_extent_that_is_not_an_int_is_a_located_error(extent):
+    # issue 11: ValueError/AttributeError for string extents
+    for text in (graph_text("y = math.exp(x);", f"x: real[{extent}];", "y: real[2];"),
+                 graph_text("y = math.exp(x);", extra=f"@constant {{ c: real[{extent}] = 1.0; }}")):
+        with pytest.raises(NNEFError) as caught:
+            nnef.loads(text)
+        assert caught.value.line == 1 and caught.value.column is not None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.uint16, np.int64, np.bool_])
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0), (2, 0, 2)])
+def test_tensor_files_with_a_zero_extent_read_as_empty_arrays(dtype, shape):
+    # issue 11: ValueError from .dat headers with a zero extent
+    array = data.read_tensor(data.tensor_bytes(np.zeros(shape, dtype)))
+    assert array.shape == shape and array.dtype == np.dtype(dtype)
+
+
+def test_a_constant_formula_over_too_many_elements_is_refused_at_once():
+    # compose-time work bounded: a constant computed element by element takes ~30 us per element
+    big = graph_text("y = math.exp(x);", extra="@constant { I: real[4096, 4096] = i == j ? 1.0 : 0.0, "
+                                               "i < 4096, j < 4096; }")
+    with pytest.raises(NNEFError, match="element by element"):
+        nnef.loads(big)
+    small = graph_text("y = math.exp(x);",
+                       extra="@constant { I: real[3, 3] = i == j ? 1.0 : 0.0, i < 3, j < 3; }")
+    np.testing.assert_array_equal(nnef.loads(small).tensors["I"].data, np.eye(3))
+
+
+def test_a_compile_time_loop_count_is_bounded():
+    loop = "y = with s = x unroll..({count}) math.add(s, x);"
+    with pytest.raises(NNEFError, match="at most 4096"):
+        nnef.loads(graph_text(loop.format(count=2**31)))
+    graph = nnef.loads(graph_text(loop.format(count=3)))
+    np.testing.assert_allclose(graph.run({"x": np.ones(3, np.float32)})["y"], 4.0)

@@ -58,3 +58,18 @@ def test_a_kernel_without_arithmetic_stays_off_the_roofline():
     assert list(dots.data_source.data["backend"]) == ["llvm"]
     only_copy = timing_figure([copy], roofs=(100.0, 50.0))
     assert list(renderers(only_copy)[0].data_source.data["backend"]) == ["c"]  # the bars alone
+
+
+def test_the_report_of_a_program_with_a_copy_kernel_times_and_draws_it():
+    # issue 11: `uopviz report` of a program with a kernel that only copies (zero FLOP/byte) raised
+    # ZeroDivisionError in the roofline
+    import numpy as np
+
+    import uopviz as uv
+    from uopviz.report import build_report
+
+    x = uv.Tensor(np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32))
+    copy = x.permute(1, 0).contiguous()
+    assert [kernel.flops for kernel in uv.compile(copy).kernels] == [0]
+    html = build_report([("y", copy), ("z", (x * 2).sum(axis=1))], backends=["python"], time_kernels=True)
+    assert "roofline" in html

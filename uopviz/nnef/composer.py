@@ -1921,6 +1921,12 @@ class Composer:
             )
         upper = tuple(shape) if upper is None else upper
         _check_constant_size(upper, dtype, param.name, param.pos)
+        if math.prod(upper) > MAX_FORMULA_ELEMENTS:
+            raise self._error(
+                param.pos,
+                f"constant '{param.name}' of shape {list(upper)} is computed element by element at compose "
+                f"time; at most {MAX_FORMULA_ELEMENTS} elements (compute a larger one with operations)",
+            )
         data = np.empty(upper, dtype=dtype)
         for point in np.ndindex(*upper) if upper else [()]:
             local: dict[str, Any] = {}
@@ -2205,6 +2211,12 @@ class Composer:
         if scans and count > len(scans[0][1]):
             raise self._error(
                 loop.pos, f"the loop count {count} exceeds the scanned packs' length {len(scans[0][1])}"
+            )
+        if isinstance(count, int) and count > MAX_UNROLLED_ITERATIONS:
+            raise self._error(
+                loop.pos,
+                f"a loop of {count} iterations known at compile time is unrolled, one copy of its body each; "
+                f"at most {MAX_UNROLLED_ITERATIONS} (give the count as an int tensor to run it as a loop)",
             )
         carries = []
         for carry in loop.carries:
@@ -3018,6 +3030,13 @@ def _filled(shape: tuple, value: Any, dtype: np.dtype, name: str, position: ast.
 #: Extents index with 64-bit integers: a tensor's extent is below 2**62, so sizes and offsets of a
 #: few of them cannot overflow.
 MAX_EXTENT = 1 << 62
+
+#: The most elements of a constant given by a formula of its indices (``c: real[n] = i * 2, i < n``):
+#: each is evaluated at compose time, about 30 µs apiece.
+MAX_FORMULA_ELEMENTS = 1 << 18
+
+#: The most iterations of a loop unrolled at compose time (about 2 ms per copy of a small body).
+MAX_UNROLLED_ITERATIONS = 4096
 
 #: An operator with both a @compose and a @lower block is lowered when an input extent exceeds this:
 #: a composition may unroll an axis (cumsum unstacks it into one operation per item), so composing
