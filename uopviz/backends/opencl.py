@@ -33,11 +33,11 @@ from uopviz.backends.base import (
     RenderError,
     cpu_tensor_cores,
 )
-from uopviz.backends.c import CStyleRenderer, _RenderState, render_wmma_scalar
+from uopviz.backends.c import C_COMPARISONS, CStyleRenderer, _RenderState, render_wmma_scalar
 from uopviz.backends.cache import content_key, read_cached_bytes
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
-from uopviz.core.ops import Ops
+from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.uop import UOp
 
 _HEX_LANES = "0123456789abcdef"
@@ -148,6 +148,35 @@ class OpenCLRenderer(CStyleRenderer):
         if self.struct_vector(dtype):
             return f"{expression}.v[{index}]"
         return f"{expression}.s{_HEX_LANES[index]}"
+
+    def vector_expression(self, u: UOp, operands: list[str]) -> str | None:
+        """Whole-vector comparisons, WHERE and MAX with OpenCL's relational operators and ``select``:
+        lane-by-lane code (``(char8)((a.s0 < b.s0), ...)``) kept pocl from vectorising the
+        transcendental decompositions.  OpenCL compares vectors to -1/0 lanes of the same-width signed
+        integer type; bool vectors hold 0/1 ``char`` lanes, so masks are converted both ways."""
+        op, dtype = u.op, u.dtype
+        count = dtype.count
+        sources = [s.dtype for s in u.src]
+        if (
+            self.struct_vector(dtype)
+            or any(d.count != count or self.held_as_float(d.scalar) or d.scalar is dtypes.index
+                   for d in sources)
+        ):
+            return None
+        if op in GroupOp.COMPARISON and op in C_COMPARISONS and not sources[0].scalar.is_bool:
+            return f"convert_char{count}(-({operands[0]} {C_COMPARISONS[op]} {operands[1]}))"
+        if op is Ops.WHERE and not sources[1].scalar.is_bool:
+            mask = f"(-convert_{self._mask_element(sources[1])}{count}({operands[0]}))"
+            return f"select({operands[2]}, {operands[1]}, {mask})"
+        if op is Ops.MAX and dtype.scalar.is_float:
+            a, b = operands  # numpy's maximum: a NaN in the first operand wins
+            return f"select({b}, {a}, ({a} != {a}) | ({a} > {b}))"
+        return None
+
+    @staticmethod
+    def _mask_element(dtype: DType) -> str:
+        """The signed integer element ``select`` takes as the mask for values of ``dtype``."""
+        return {1: "char", 2: "short", 4: "int", 8: "long"}[dtype.scalar.itemsize]
 
     def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
         if self.struct_vector(dtype):
