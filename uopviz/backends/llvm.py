@@ -730,13 +730,8 @@ class _LLVMState(LinearRenderState):
 
     def round_bfloat16(self, value: str, vtype: str) -> str:
         """Round a float held value to bfloat16 precision, to nearest-even (bfloat16 arithmetic is
-        done in float); NaN stays a (quiet) NaN."""
-        rounded, bits, itype = self._bfloat16_rounded(value, vtype)
-        kept = self.temp("bf", f"and {itype} {rounded}, {splat('-65536', itype)}")
-        quiet = self.temp("bf", f"or {itype} {bits}, {splat('4194304', itype)}")
-        quiet = self.temp("bf", f"and {itype} {quiet}, {splat('-65536', itype)}")
-        chosen = self._keep_nan(value, vtype, kept, quiet, itype)
-        return self.temp("bf", f"bitcast {itype} {chosen} to {vtype}")
+        done in float); NaN stays a (quiet) NaN.  Through the 16 bits: LLVM folds the narrowing."""
+        return self.bfloat16_value(self.bfloat16_bits(value, vtype), vtype)
 
     def bfloat16_bits(self, value: str, vtype: str) -> str:
         """The 16 bits (``i16``) of a float held value rounded to bfloat16 (nearest-even; NaN quiet)."""
