@@ -229,17 +229,6 @@ def _version(module: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo, else platform.processor()."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _git_commit() -> str | None:
     """HEAD of the checkout (with '-dirty' when there are uncommitted changes), or None."""
     try:
@@ -266,7 +255,7 @@ def _compilers() -> dict[str, Any]:
         from uopviz.backends.c import compiler_version, find_c_compiler
 
         compiler = find_c_compiler()
-        found["c"] = f"{compiler}: {compiler_version(compiler).splitlines()[0]}" if compiler else None
+        found["c"] = f"{compiler}: {compiler_version(compiler)}" if compiler else None
     except Exception as error:  # noqa: BLE001 - a missing backend is recorded, not fatal
         found["c"] = f"unavailable: {error}"
     try:
@@ -299,10 +288,11 @@ def machine_info() -> dict[str, Any]:
     """Where the numbers were taken: CPU, its flags and uopviz's target profile, core counts, load,
     thread settings, compilers and package versions."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    target = target_info()
     return {
-        "target": target_info(),
+        "target": target,
         "compilers": _compilers(),
-        "cpu": _cpu_model(),
+        "cpu": target["host_model"],
         "cpu_count": os.cpu_count(),
         "cpu_usable": usable,
         "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,

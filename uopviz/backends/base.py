@@ -407,8 +407,7 @@ class TargetsCPU:
     @property
     def device(self) -> str:
         """The host CPU and the target profile's key (BEAM and tuning records are kept per device)."""
-        target = self.target
-        return f"CPU:{target.host_model} [{target.name}] {target.key}"
+        return f"CPU:{self.target.host_model} {self.target.device_tag}"
 
     def require_runnable(self) -> None:
         """Raise BackendUnavailable when the host cannot run code for the current target."""

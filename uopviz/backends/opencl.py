@@ -448,8 +448,7 @@ class OpenCLBackend(Backend):
         if isinstance(found, str):
             return "OpenCL:none"
         if self.runs_on_cpu:
-            target = self.device_target
-            return f"OpenCL:{found[1].name} [{target.name}] {target.key}"
+            return f"OpenCL:{found[1].name} {self.device_target.device_tag}"
         return f"OpenCL:{found[1].name}"
 
     @property

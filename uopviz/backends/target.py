@@ -185,6 +185,11 @@ class CPUTarget:
             tuning = f"host={self.host_model}#{_flags_digest(self.features)}"
         return f"{self.level or platform.machine()}[{','.join(code_features)}];{tuning}"
 
+    @property
+    def device_tag(self) -> str:
+        """What a device name on this target ends with: the name asked for and the key."""
+        return f"[{self.name}] {self.key}"
+
     def describe(self) -> str:
         """One line for people: name, level, registers, FMA, half types, cores."""
         level = f" ({self.level})" if self.is_native and self.level else ""

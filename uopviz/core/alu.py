@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.core.dtype import DType, DTypeKind, dtypes
+from uopviz.core.dtype import DType, DTypeKind, dtypes, round_to_bfloat16
 from uopviz.core.ops import Ops
 
 __all__ = [
@@ -124,15 +124,6 @@ def numpy_dtype(dtype: DType) -> np.dtype:
     return np.dtype(scalar.numpy_name)
 
 
-def _round_bfloat16(values: np.ndarray) -> np.ndarray:
-    """Round float32 values to the nearest bfloat16 (ties to even), kept as float32."""
-    values = np.asarray(values, dtype=np.float32)
-    bits = values.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
-    out = rounded.view(np.float32)
-    return np.where(np.isnan(values), values, out)
-
-
 def _to_float(dtype: DType, value: Any) -> Any:
     """A numpy scalar of ``dtype``'s precision holding ``value`` (bool/int converted exactly-rounded)."""
     npd = numpy_dtype(dtype)
@@ -147,7 +138,7 @@ def _to_float(dtype: DType, value: Any) -> Any:
 
 def _float_result(dtype: DType, value: Any) -> float:
     if dtype.scalar is dtypes.bfloat16:
-        return float(_round_bfloat16(np.float32(value))[()])
+        return float(round_to_bfloat16(np.float32(value))[()])
     return float(numpy_dtype(dtype).type(value))
 
 
@@ -360,13 +351,13 @@ def _cast_array(values: np.ndarray, source: DType, target: DType) -> np.ndarray:
         return values.astype(numpy_dtype(target))
     if target.is_float:
         out = values.astype(numpy_dtype(target))
-        return _round_bfloat16(out) if target is dtypes.bfloat16 else out
+        return round_to_bfloat16(out) if target is dtypes.bfloat16 else out
     raise ALUError(f"CAST to {target.name} is not a value conversion")
 
 
 def _float_array_result(values: np.ndarray, dtype: DType) -> np.ndarray:
     out = np.asarray(values).astype(numpy_dtype(dtype), copy=False)
-    return _round_bfloat16(out) if dtype.scalar is dtypes.bfloat16 else out
+    return round_to_bfloat16(out) if dtype.scalar is dtypes.bfloat16 else out
 
 
 def _threefry_array(counter: np.ndarray, key: np.ndarray) -> np.ndarray:

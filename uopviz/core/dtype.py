@@ -279,9 +279,13 @@ def _held_by_half_type(dtype: DType, value: float) -> float:
             return float(np.float16(value))
     if scalar is not dtypes.bfloat16 or not math.isfinite(value):
         return value
-    with np.errstate(over="ignore"):
-        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
-    if bits & 0x7F800000 == 0x7F800000:  # float32 overflowed: bfloat16 has float32's range
-        return math.copysign(math.inf, value)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return float(np.array(bits, dtype=np.uint32).view(np.float32))
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, as bfloat16 has float32's range
+        return float(round_to_bfloat16(np.float32(value))[()])
+
+
+def round_to_bfloat16(values: Any) -> np.ndarray:
+    """Round float32 values to the nearest bfloat16 (ties to even), kept as float32; NaN stays NaN."""
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+    return np.where(np.isnan(values), values, rounded.view(np.float32))
