@@ -166,12 +166,25 @@ class OpenCLRenderer(CStyleRenderer):
         if op in GroupOp.COMPARISON and op in C_COMPARISONS and not sources[0].scalar.is_bool:
             return f"convert_char{count}(-({operands[0]} {C_COMPARISONS[op]} {operands[1]}))"
         if op is Ops.WHERE and not sources[1].scalar.is_bool:
-            mask = f"(-convert_{self._mask_element(sources[1])}{count}({operands[0]}))"
-            return f"select({operands[2]}, {operands[1]}, {mask})"
+            return self.select_lanes(operands[0], operands[1], operands[2], sources[1])
         if op is Ops.MAX and dtype.scalar.is_float:
             a, b = operands  # numpy's maximum: a NaN in the first operand wins
             return f"select({b}, {a}, ({a} != {a}) | ({a} > {b}))"
         return None
+
+    def selects_lanes(self, dtype: DType) -> bool:
+        """OpenCL vector types of numbers (not structs of more than 16 lanes, not values held in
+        floats, not bools, whose vectors are char lanes converted on load)."""
+        scalar = dtype.scalar
+        if self.struct_vector(dtype) or self.held_as_float(scalar):
+            return False
+        return not (scalar.is_bool or scalar is dtypes.index)
+
+    def select_lanes(self, mask: str, if_true: str, if_false: str, dtype: DType) -> str:
+        """``select`` takes a mask of signed lanes as wide as the values' lanes and picks its second
+        operand where a lane's top bit is set: bool lanes (0/1 chars) are negated to 0/-1."""
+        selector = f"(-convert_{self._mask_element(dtype)}{dtype.count}({mask}))"
+        return f"select({if_false}, {if_true}, {selector})"
 
     @staticmethod
     def _mask_element(dtype: DType) -> str:
