@@ -5,8 +5,9 @@ kernel has no ``lidx``: then the runtime may choose the workgroup size), ``lidxN
 ``get_local_id(N)`` and ``idxN`` is ``get_global_id(N)``.  The launch sizes are their bounds:
 ``global = groups × local``.  LOCAL buffers are ``__local`` arrays at the top of the kernel and
 BARRIER is ``barrier(CLK_LOCAL_MEM_FENCE)``.  Vector lanes use OpenCL's vector types
-(``float4``, ``vload4``/``vstore4``, ``.s0``…); bool buffers are ``uchar`` (OpenCL forbids bool
-pointers), bfloat16 buffers ``ushort``.
+(``float4``, ``vload4``/``vstore4``, ``.s0``…); a vector load gated lane by lane (zero padding) is
+``select(alt, vloadN(...), mask)`` where the vector lies inside the buffer.  Bool buffers are
+``uchar`` (OpenCL forbids bool pointers), bfloat16 buffers ``ushort``.
 
 Runs on the first OpenCL GPU, else the first CPU device (pocl here); ``$UOPVIZ_OPENCL_DEVICE``
 picks another by a substring of its name.  Program binaries are cached on disk by a hash of the
