@@ -27,10 +27,10 @@
 ``SQRT``       ``EXP2(0.5·LOG2(x))`` as the spec writes it, then one Newton step
                ``y + (x/y - y)/2`` (without it the error grows with ``|log2 x|``); ``0`` and
                ``inf`` pass through
-``POW``        ``EXP2(LOG2(|a|)·b)`` (float32 in float64 where the target has it); a negative base
-               with an integer exponent gets the sign of ``(-1)**b``, with a non-integer exponent
-               nan; ``b = 0`` or ``a = 1`` give 1.  The error grows with ``|b·log2 a|`` (the
-               exponent of the result), see the table below.
+``POW``        ``EXP2(LOG2(|a|)·b)`` (float32 in float64 where the target has it); float64 with
+               ``b·log2 a`` to extra precision (``log2`` and the product in pairs of doubles,
+               ``EXP2(t)·(1 + d·ln 2)``); a negative base with an integer exponent gets the sign
+               of ``(-1)**b``, with a non-integer exponent nan; ``b = 0`` or ``a = 1`` give 1.
 ``MULACC``     ``ADD(MUL(a, b), c)`` where the target lacks it; where it has it, ``ADD(MUL(a, b), c)``
                is fused into ``MULACC``
 ``THREEFRY``   Threefry-2x32-20 on uint32 words: 5 groups of 4 add-rotate-xor rounds with the
@@ -59,7 +59,7 @@ sin/cos    every finite float                1.39         1.53
 tan        every finite float                0.5          3.2
 sin        floats nearest k·π, |x| <= 1e4    1.43         0.86
 sqrt       [1e-38, 1e38] / [1e-300, 1e300]   1.22         1.21
-pow        a in [1e-3, 1e3], b in [-8, 8]    77           75
+pow        a in [1e-3, 1e3], b in [-8, 8]    0 (in f64)   1.85
 =========  ===============================  ===========  ===========
 
 The reduction is exact for every finite argument, 1e20 and 3.4e38 included.  On a target without
