@@ -269,6 +269,15 @@ def _divide_pair(numerator: tuple[Tensor, Tensor], denominator: tuple[Tensor, Te
     return quotient + residual * inverse
 
 
+def _with_slope(value: Tensor, x: Tensor, slope: Tensor) -> Tensor:
+    """``value``, differentiated as ``slope·dx``: the pair arithmetic of the float32 sigmoid and tanh
+    splits values by masking bits, which carry no gradient.  ``value - (linear - linear)`` with the
+    first ``linear`` detached: the difference is exactly 0 (-0 stays -0) for finite ``x``, an
+    infinite ``x`` is replaced by 0 in ``linear`` (where the slope is 0, and inf·0 is nan)."""
+    linear = (x * 0 == 0).where(x, 0.0) * slope.detach()
+    return value.detach() - (linear.detach() - linear)
+
+
 def _sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))`` for ``x >= 0``, ``exp(x) / (1 + exp(x))`` below: the exponential never
     overflows, so very negative ``x`` give the tiny (denormal) result rather than 0.  float32:
@@ -281,7 +290,8 @@ def _sigmoid(x: Tensor) -> Tensor:
         sum_low = (small - (sum_high - 1)) + small_low
         negative = x < 0
         numerator = (negative.where(small, 1.0), negative.where(small_low, 0.0))
-        return _divide_pair(numerator, (sum_high, sum_low))
+        value = _divide_pair(numerator, (sum_high, sum_low))
+        return _with_slope(value, x, value * (1 - value))
     small = (-x.abs()).exp()
     share = (1 + small).reciprocal()
     return (x >= 0).where(share, small * share)
@@ -317,8 +327,9 @@ def _tanh(x: Tensor) -> Tensor:
         total_low = (u - (total - 1)) + u_low
         large = _divide_pair((difference, difference_low), (total, total_low))
         large = (x < 0).where(-large, large)
-    else:
-        large = 2 * (2 * x).sigmoid() - 1
+        value = (x.abs() < 0.55).where(x * series, large)
+        return _with_slope(value, x, 1 - value * value)
+    large = 2 * (2 * x).sigmoid() - 1
     return (x.abs() < 0.55).where(x * series, large)
 
 
