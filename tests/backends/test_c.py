@@ -212,3 +212,18 @@ def test_backend_declarations(name: str) -> None:
         assert all(tc.threads == 1 for tc in backend.tensor_cores), (
             "CPU-style backends emulate one-thread tiles"
         )
+
+
+def test_vectors_made_of_other_vectors_lanes_are_copied_as_runs() -> None:
+    # float32 sin narrows its quadrant from two int64x8 halves into one int32x16 and takes float32x8
+    # halves of a float32x16: rendered as copies of whole runs of lanes (a literal of 16 lane reads
+    # compiled to inserts and extracts through the stack), with the same values
+    import uopviz as uv
+
+    x = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32) * 100
+    program = uv.compile([(uv.Tensor(x) * 2 + 1).sin()], backend="c", opts="heuristic")
+    source = program.kernels[-1].lower("c").source
+    assert "__builtin_memcpy((char*)&join" in source
+    assert "(float32x8){alu" not in source  # the float32x16's halves are not read lane by lane
+    argument = (x * np.float32(2) + np.float32(1)).astype(np.float64)  # (x·2 is exact: one rounding)
+    np.testing.assert_allclose(program.run()[0], np.sin(argument), rtol=0, atol=2.5e-7)

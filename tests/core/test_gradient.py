@@ -275,3 +275,21 @@ def test_square_gradient_through_the_pipeline(shape):
     t = Tensor(x)
     (grad,) = gradient((t * t).sum(), [t])
     np.testing.assert_allclose(grad.numpy(), 2 * x, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "tanh"])
+def test_float32_sigmoid_and_tanh_gradients_are_their_slopes(name: str) -> None:
+    # float32 sigmoid and tanh compute in pairs of floats split by masking bits (no gradient there):
+    # they are differentiated as s·(1 - s) and 1 - t², and keep their values (tanh(-0) is -0)
+    import uopviz as uv
+
+    x0 = np.array([-90.0, -20.0, -4.15, -0.5, -0.0, 0.0, 0.3, 0.54, 0.56, 3.1, 30.0, np.inf, -np.inf],
+                  np.float32)
+    x = Tensor(x0)
+    y = getattr(x, name)()
+    (grad,) = gradient(y.sum(), [x])
+    value, slope = (np.asarray(a, np.float64) for a in uv.compile([y, grad]).run())
+    expected = value * (1 - value) if name == "sigmoid" else 1 - value * value
+    np.testing.assert_allclose(slope, expected, rtol=1e-6, atol=1e-7)  # (1 - t² rounds in float32)
+    if name == "tanh":
+        assert np.signbit(value[4]) and not np.signbit(value[5])

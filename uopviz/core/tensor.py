@@ -204,9 +204,94 @@ def _exp(x: Tensor) -> Tensor:
     return t.exp2() * (1 + error * LN_2)
 
 
+# ln 2 in three parts: the first two of 16 bits, so their products with |n| <= 160 are exact in float32
+_LN2_EXACT = 1 / _LOG2_E_EXACT
+_LN2_16, _LN2_32 = (Fraction(math.floor(_LN2_EXACT * 2**bits), 2**bits) for bits in (16, 32))
+_LN2_PARTS = (float(_LN2_16), float(_LN2_32 - _LN2_16), float(_LN2_EXACT - _LN2_32))
+# (e**r - 1 - r) / r² = Σ r**k / (k+2)!, |r| <= 0.35: 8 terms leave 2e-10 of it
+_EXP_TAIL = tuple(1 / math.factorial(k + 2) for k in range(8))
+
+
+def _two_sum(a: Tensor, b: Tensor | float) -> tuple[Tensor, Tensor]:
+    """``a + b`` as the rounded sum and its exact error (Knuth's two-sum; any magnitudes).  The
+    operands must not be rounded products: a multiply-add fusion would add the exact ones."""
+    total = a + b
+    b_virtual = total - a
+    return total, (a - (total - b_virtual)) + (b - b_virtual)
+
+
+def _exp_pair_float32(v: Tensor) -> tuple[Tensor, Tensor]:
+    """``e**v`` for float32 ``v <= 0`` as ``high + low`` to about 2**-28 relative (``exp`` alone is
+    good to 2 ulp, which the divisions of sigmoid and tanh then double).
+
+    ``v = n·ln 2 + r`` with ``r`` kept as a pair (``n·ln2`` in parts whose products with ``n`` are
+    exact), ``e**r = 1 + r + r²·T(r)`` with the leading ``1 + r`` kept as a pair, times ``2**n``
+    built from the exponent bits in two exact steps (so denormal results are rounded once)."""
+    v = v.maximum(-110.0)  # e**-110 is 0 in float32 (and n stays in the steps' range); nan stays nan
+    magic = 1.5 * 2.0**23
+    n = (v * LOG2_E + magic) - magic  # round to an integer without a float → int conversion
+    reduced = v - n * _LN2_PARTS[0]  # exact (Sterbenz; n·part exact)
+    r_high, r_low = _two_sum(reduced, -n * _LN2_PARTS[1])  # n·part exact: a fused form is the same
+    r_low = r_low - n * _LN2_PARTS[2]
+    tail = r_low * (1 + r_high) + r_high * r_high * _polynomial(r_high, _EXP_TAIL)
+    leading = 1 + r_high  # |r| < 1: fast two-sum
+    rest = (r_high - (leading - 1)) + tail
+    high = leading + rest  # normalized (|low| below half an ulp of high), as _divide_pair needs
+    low = rest - (high - leading)
+    # 2**n as 2**(n + 64) (a normal float for n >= -190) times 2**-64: the pair scales exactly, the
+    # last step rounds once where the result is a denormal
+    whole = (n == n).where(n, 0.0)  # a nan v: the pair is nan anyway; keep the integer steps defined
+    scale = ((whole.cast(dtypes.int32) + (127 + 64)) * (1 << 23)).bitcast(dtypes.float32)
+    return high * scale * 2.0**-64, low * scale * 2.0**-64
+
+
+def _polynomial(x: Tensor, coefficients: Sequence[float]) -> Tensor:
+    """``c0 + x·(c1 + x·(c2 + ...))`` by Horner's rule."""
+    result = x * coefficients[-1] + coefficients[-2]
+    for c in reversed(coefficients[:-2]):
+        result = result * x + c
+    return result
+
+
+def _divide_pair(numerator: tuple[Tensor, Tensor], denominator: tuple[Tensor, Tensor]) -> Tensor:
+    """``(a + a_low) / (b + b_low)`` rounded about once (float32; ``0 < b``, both pairs normalized:
+    each low part below about an ulp of its high part).
+
+    A quotient ``q`` of 12 bits (masked, so its products with the 12-bit halves of ``b`` are exact
+    and no multiply-add fusion changes them), the exact residual ``a - q·b`` plus the low parts,
+    and ``q + residual / b``."""
+    a, a_low = numerator
+    b, b_low = denominator
+    inverse = b.reciprocal()
+    quotient = _upper_half(a * inverse)
+    b_high = _upper_half(b)
+    residual = ((a - quotient * b_high) - quotient * (b - b_high)) + (a_low - quotient * b_low)
+    return quotient + residual * inverse
+
+
+def _with_slope(value: Tensor, x: Tensor, slope: Tensor) -> Tensor:
+    """``value``, differentiated as ``slope·dx``: the pair arithmetic of the float32 sigmoid and tanh
+    splits values by masking bits, which carry no gradient.  ``value - (linear - linear)`` with the
+    first ``linear`` detached: the difference is exactly 0 (-0 stays -0) for finite ``x``, an
+    infinite ``x`` is replaced by 0 in ``linear`` (where the slope is 0, and inf·0 is nan)."""
+    linear = (x * 0 == 0).where(x, 0.0) * slope.detach()
+    return value.detach() - (linear.detach() - linear)
+
+
 def _sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))`` for ``x >= 0``, ``exp(x) / (1 + exp(x))`` below: the exponential never
-    overflows, so very negative ``x`` give the tiny (denormal) result rather than 0."""
+    overflows, so very negative ``x`` give the tiny (denormal) result rather than 0.  float32:
+    the exponential and ``1 + exp`` as pairs of floats and one correctly rounded-ish division
+    (each rounding of the plain form costs up to 2 ulp once the quotient's mantissa is smaller
+    than the exponential's: 3.8 ulp)."""
+    if x.dtype is dtypes.float32:
+        small, small_low = _exp_pair_float32(-x.abs())
+        sum_high = 1 + small  # small <= 1: fast two-sum
+        sum_low = (small - (sum_high - 1)) + small_low
+        negative = x < 0
+        numerator = (negative.where(small, 1.0), negative.where(small_low, 0.0))
+        value = _divide_pair(numerator, (sum_high, sum_low))
+        return _with_slope(value, x, value * (1 - value))
     small = (-x.abs()).exp()
     share = (1 + small).reciprocal()
     return (x >= 0).where(share, small * share)
@@ -232,7 +317,20 @@ def _tanh(x: Tensor) -> Tensor:
     series = coefficients[-1] * square + coefficients[-2]
     for c in reversed(coefficients[:-2]):
         series = series * square + c
-    return (x.abs() < 0.55).where(x * series, 2 * (2 * x).sigmoid() - 1)
+    if x.dtype is dtypes.float32:
+        # (1 - u) / (1 + u) with u = e**(-2|x|) <= 1/3 as a pair: the result is in [0.5, 1), where
+        # 2·sigmoid(2x) - 1 doubles sigmoid's roundings (3.0 ulp)
+        u, u_low = _exp_pair_float32(-2 * x.abs())
+        difference = 1 - u
+        difference_low = ((1 - difference) - u) - u_low
+        total = 1 + u
+        total_low = (u - (total - 1)) + u_low
+        large = _divide_pair((difference, difference_low), (total, total_low))
+        large = (x < 0).where(-large, large)
+        value = (x.abs() < 0.55).where(x * series, large)
+        return _with_slope(value, x, 1 - value * value)
+    large = 2 * (2 * x).sigmoid() - 1
+    return (x.abs() < 0.55).where(x * series, large)
 
 
 def _kind_rank(dtype: DType) -> int:
@@ -1535,6 +1633,9 @@ class Tensor:
         ``(N, groups, 1, C_in/groups, oH, oW, kH, kW)``, times the weight reshaped to
         ``(1, groups, C_out/groups, C_in/groups, 1, 1, kH, kW)``, summed over the input channel and
         window axes.  ``padding``: an int, one int per spatial axis, or ``(before, after)`` pairs.
+        A window larger than its padded axis raises :class:`UOpError`, as torch does, rather than
+        giving an empty result (numpy has no convolution; a zero-size window count is almost always
+        a shape mistake).
         """
         weight = weight if isinstance(weight, Tensor) else Tensor(weight, device=self.device)
         count = weight.ndim - 2
@@ -1566,12 +1667,14 @@ class Tensor:
 
     def avg_pool2d(self, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: Any = 0, dilation: int | Sequence[int] = 1) -> Tensor:
-        """Average over windows of the last two axes (zero padding counts in the average)."""
+        """Average over windows of the last two axes (zero padding counts in the average, as torch's
+        default); a window larger than its padded axis raises, as in :meth:`conv2d`."""
         return self._pool_reduce("mean", kernel_size, stride, padding, dilation)
 
     def max_pool2d(self, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: Any = 0, dilation: int | Sequence[int] = 1) -> Tensor:
-        """Maximum over windows of the last two axes (padding never wins: it is the dtype's minimum)."""
+        """Maximum over windows of the last two axes (padding never wins: it is the dtype's minimum); a
+        window larger than its padded axis raises, as in :meth:`conv2d`."""
         return self._pool_reduce("max", kernel_size, stride, padding, dilation)
 
     def _pool_reduce(self, how: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any) -> Tensor:

@@ -27,10 +27,10 @@
 ``SQRT``       ``EXP2(0.5·LOG2(x))`` as the spec writes it, then one Newton step
                ``y + (x/y - y)/2`` (without it the error grows with ``|log2 x|``); ``0`` and
                ``inf`` pass through
-``POW``        ``EXP2(LOG2(|a|)·b)`` (float32 in float64 where the target has it); a negative base
-               with an integer exponent gets the sign of ``(-1)**b``, with a non-integer exponent
-               nan; ``b = 0`` or ``a = 1`` give 1.  The error grows with ``|b·log2 a|`` (the
-               exponent of the result), see the table below.
+``POW``        ``EXP2(LOG2(|a|)·b)`` (float32 in float64 where the target has it); float64 with
+               ``b·log2 a`` to extra precision (``log2`` and the product in pairs of doubles,
+               ``EXP2(t)·(1 + d·ln 2)``); a negative base with an integer exponent gets the sign
+               of ``(-1)**b``, with a non-integer exponent nan; ``b = 0`` or ``a = 1`` give 1.
 ``MULACC``     ``ADD(MUL(a, b), c)`` where the target lacks it; where it has it, ``ADD(MUL(a, b), c)``
                is fused into ``MULACC``
 ``THREEFRY``   Threefry-2x32-20 on uint32 words: 5 groups of 4 add-rotate-xor rounds with the
@@ -59,7 +59,7 @@ sin/cos    every finite float                1.39         1.53
 tan        every finite float                0.5          3.2
 sin        floats nearest k·π, |x| <= 1e4    1.43         0.86
 sqrt       [1e-38, 1e38] / [1e-300, 1e300]   1.22         1.21
-pow        a in [1e-3, 1e3], b in [-8, 8]    77           75
+pow        a in [1e-3, 1e3], b in [-8, 8]    0 (in f64)   1.85
 =========  ===============================  ===========  ===========
 
 The reduction is exact for every finite argument, 1e20 and 3.4e38 included.  On a target without
@@ -68,6 +68,7 @@ float64, float32 sin/cos reach 1.9 ulp and tan 3.7 (two float32 polynomials divi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
@@ -681,7 +682,12 @@ def decompose_pow(a: UOp, b: UOp) -> UOp:
     """``a**b`` as ``EXP2(LOG2(|a|)·b)`` with the sign of a negative base for integer ``b``."""
     negative = less(a, 0.0)
     magnitude = where(negative, mul(a, -1.0), a)
-    result = UOp(Ops.EXP2, (mul(UOp(Ops.LOG2, (magnitude,)), b),))
+    return _signed_power(a, b, negative, UOp(Ops.EXP2, (mul(UOp(Ops.LOG2, (magnitude,)), b),)))
+
+
+def _signed_power(a: UOp, b: UOp, negative: UOp, result: UOp) -> UOp:
+    """``|a|**b`` (``result``) signed for a negative base: ``(-1)**b`` for an integer ``b``, nan
+    otherwise; ``b = 0`` or ``a = 1`` give 1."""
     integer = UOp(Ops.CMP_NE, (not_equal(truncate(b), b), const_like(b, True, dtypes.bool)))
     half = mul(b, 0.5)
     odd = not_equal(truncate(half), half)
@@ -705,13 +711,141 @@ _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = 0x1BD11BDA
 
 
+# ---------------------------------------------------------------------------------------------
+# float64 POW with the exponent to extra precision (double-double arithmetic)
+
+
+def _upper_half(x: UOp) -> UOp:
+    """float64 ``x`` with its lower 27 mantissa bits cleared, by masking (so no contraction into a
+    fused multiply-add can spoil the exact products of halves)."""
+    return bitcast(bit_and(bitcast(x, dtypes.int64), -(1 << 27)), dtypes.float64)
+
+
+def _rounded_product(a: UOp, b: UOp | float) -> UOp:
+    """``a·b`` rounded, as ``MULACC(a, b, 0)``: a bare MUL that is later added to something would be
+    fused into a MULACC on targets with a multiply-add, and the sum would then see the exact
+    product where an error-free transformation counts on the rounded one."""
+    return UOp(Ops.MULACC, (a, _operand(a, b), const_like(a, 0.0)))
+
+
+def _product_error(p: UOp, a_high: UOp, a_low: UOp, b_high: UOp | float, b_low: UOp | float) -> UOp:
+    """``a·b - p`` from the halves of ``a`` and ``b``: their products are exact, the first minus ``p``
+    by Sterbenz; the last, of two 27-bit halves, is off by 2**-106 at most."""
+    error = add(add(sub(mul(a_high, b_high), p), mul(a_high, b_low)), mul(a_low, b_high))
+    return add(error, mul(a_low, b_low))
+
+
+def _two_product(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """``a·b`` as ``p + e`` with ``p`` the rounded product and ``e`` its error (Dekker's product).
+    ``a`` and ``b`` must not be bare MULs (see :func:`_rounded_product`): ``a - a_high`` would
+    be fused into a multiply-add of the exact product."""
+    a_high, b_high = _upper_half(a), _upper_half(b)
+    p = _rounded_product(a, b)
+    return p, _product_error(p, a_high, sub(a, a_high), b_high, sub(b, b_high))
+
+
+def _two_product_by_constant(a: UOp, constant: float) -> tuple[UOp, UOp]:
+    """:func:`_two_product` with the constant split here (to 26 bits) rather than in the kernel."""
+    unit = Fraction(2) ** (math.frexp(constant)[1] - 26)
+    constant_high = float(Fraction(constant) // unit * unit)
+    a_high = _upper_half(a)
+    p = _rounded_product(a, constant)
+    return p, _product_error(p, a_high, sub(a, a_high), constant_high, constant - constant_high)
+
+
+def _fast_two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """``a + b`` as a rounded sum and its exact error, for ``|a| >= |b|`` (or ``a`` zero)."""
+    total = add(a, b)
+    return total, sub(b, sub(total, a))
+
+
+def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """``a + b`` as a rounded sum and its exact error, for any magnitudes (Knuth's two-sum)."""
+    total = add(a, b)
+    b_virtual = sub(total, a)
+    return total, add(sub(a, sub(total, b_virtual)), sub(b, b_virtual))
+
+
+def _double(value: Fraction) -> tuple[float, float]:
+    """``value`` as a float64 pair ``high + low`` (about 106 bits)."""
+    high = float(value)
+    return high, float(value - Fraction(high))
+
+
+# log(1 + f) = 2 atanh(s) = 2s + 2s³/3 + s⁵·Σ 2 s^(2k)/(2k+5), |s| <= 0.1716: the tail after s³ is
+# below 1.7e-4 of the whole, so float64 suffices for it; 12 terms leave 1e-18 of it.
+_ATANH_TAIL = tuple(2.0 / (2 * k + 5) for k in range(12))
+_TWO_THIRDS = _double(Fraction(2, 3))
+_INVERSE_LN2_PAIR = _double(1 / _LN2)
+
+
+def _log2_extended(x: UOp) -> tuple[UOp, UOp]:
+    """``log2 x`` of a positive finite float64 as ``high + low`` to about 2**-70 relative.
+
+    As :func:`decompose_log2` (exponent from the bits, mantissa centred on ``[√½, √2)``,
+    ``s = f/(2+f)``), with ``s``, the ``2s³/3`` term, the scaling by ``1/ln 2`` and the sum with
+    the exponent carried in pairs of floats.  Zero, negatives, inf and nan give garbage; the
+    caller selects them away."""
+    form = _FORMATS[dtypes.float64]
+    small = less(x, form.min_normal)
+    scaled = where(small, mul(x, 2.0**64), x)
+    bits = bitcast(scaled, form.integer)
+    exponent = sub(bit_and(shift_right(bits, form.mantissa_bits), form.exponent_mask), form.bias)
+    exponent = sub(exponent, where(small, const_like(bits, 64), const_like(bits, 0)))
+    one_bits = form.bias << form.mantissa_bits
+    mantissa = bitcast(bit_or(bit_and(bits, form.mantissa_mask), one_bits), form.dtype)
+    above = less(const_like(x, 2.0**0.5), mantissa)
+    mantissa = where(above, mul(mantissa, 0.5), mantissa)
+    exponent = add(exponent, where(above, const_like(bits, 1), const_like(bits, 0)))
+    f = sub(mantissa, 1.0)  # exact (Sterbenz)
+    denominator, denominator_low = _fast_two_sum(const_like(f, 2.0), f)  # 2 + f exactly, as a pair
+    inverse = recip(denominator)
+    s = _rounded_product(f, inverse)  # (split below: a bare MUL would be fused into s - s_high)
+    product, product_error = _two_product(s, denominator)
+    # s's rounding error: (f - s·(2+f)) / (2+f), where f - s·denominator is exact (Sterbenz)
+    s_low = mul(sub(sub(sub(f, product), product_error), mul(s, denominator_low)), inverse)
+    square, square_error = _two_product(s, s)
+    cube, cube_error = _two_product(square, s)
+    cube_low = add(add(cube_error, mul(square_error, s)), mul(mul(square, s_low), 3.0))
+    third, third_error = _two_product_by_constant(cube, _TWO_THIRDS[0])
+    third_low = add(add(third_error, mul(cube, _TWO_THIRDS[1])), mul(cube_low, _TWO_THIRDS[0]))
+    tail = mul(mul(cube, square), polynomial(square, _ATANH_TAIL))
+    twice = mul(s, 2.0)  # exact
+    natural, natural_low = _fast_two_sum(twice, third)
+    natural_low = add(natural_low, add(add(mul(s_low, 2.0), third_low), tail))
+    natural, natural_low = _fast_two_sum(natural, natural_low)
+    scaled_log, scaled_error = _two_product_by_constant(natural, _INVERSE_LN2_PAIR[0])
+    scaled_low = add(scaled_error, mul(natural, _INVERSE_LN2_PAIR[1]))
+    scaled_low = add(scaled_low, mul(natural_low, _INVERSE_LN2_PAIR[0]))
+    high, low = _two_sum(cast(exponent, form.dtype), scaled_log)
+    return high, add(low, scaled_low)
+
+
+def decompose_pow_extended(a: UOp, b: UOp) -> UOp:
+    """float64 ``a**b`` as ``EXP2(t)·(1 + d·ln 2)``, where ``t + d = b·log2|a|`` to about 2**-70
+    relative (:func:`_log2_extended`, Dekker's product): a bare ``EXP2(LOG2(|a|)·b)`` carries
+    ``t``'s rounding into the result's exponent (745 ulp at ``1.3e-107 ** 2.86``, where ``t`` is
+    near -1016).  Signs and special values as :func:`decompose_pow`."""
+    negative = less(a, 0.0)
+    magnitude = where(negative, mul(a, -1.0), a)
+    log_high, log_low = _log2_extended(magnitude)
+    ordinary = UOp(Ops.AND, (less(0.0, magnitude), less(magnitude, float("inf"))))
+    log_high = where(ordinary, log_high, UOp(Ops.LOG2, (magnitude,)))  # 0, inf, nan: LOG2's answers
+    t, t_error = _two_product(b, log_high)
+    t_error = add(t_error, mul(b, log_low))
+    # beyond |t| = 1100 the result is 0 or inf (and t_error may be nan, from inf or overflow)
+    t_error = where(UOp(Ops.AND, (ordinary, less(_absolute(t), 1100.0))), t_error, 0.0)
+    result = mul(UOp(Ops.EXP2, (t,)), add(mul(t_error, float(_LN2)), 1.0))
+    return _signed_power(a, b, negative, result)
+
+
 def _pow_in(a: UOp, b: UOp, wide: DType) -> UOp | None:
     """POW of float16, bfloat16 and float32 computed in ``wide`` and rounded once (in float64,
     ``b·log2 a`` keeps its digits: the exponent's rounding made float32 pow 114 ulp off);
     float64 in float64."""
     scalar = a.dtype.scalar
     if scalar is dtypes.float64:
-        return decompose_pow(a, b)
+        return decompose_pow_extended(a, b)
     if scalar not in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
         return None
     return cast(decompose_pow(cast(a, wide), cast(b, wide)), scalar)
