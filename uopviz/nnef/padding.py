@@ -35,7 +35,7 @@ from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
 from uopviz.nnef.graph import Graph
-from uopviz.nnef.lowering import LoweredKernel, _affine, _affine_uop, _const, tidy, uop_dtype
+from uopviz.nnef.lowering import LoweredKernel, _affine_uop, _const, tidy, uop_dtype
 
 __all__ = ["pad_guarded_reads"]
 
@@ -85,14 +85,57 @@ def _bound_test(atom: UOp) -> tuple[UOp, str, int] | None:
     return None
 
 
+def _linear(u: UOp) -> tuple[dict[UOp, int], int] | None:
+    """``u`` as ``sum(coeff * term) + const``; a term is a RANGE or any other index expression that
+    is not a sum or a product by a constant (a grouped conv's ``n // m``), bounded by its min_max."""
+    op = u.op
+    if u.dtype is not dtypes.index and not u.dtype.is_int:
+        return None
+    if op is Ops.CONST:
+        value = u.arg[0]
+        return ({}, int(value)) if isinstance(value, int) and not isinstance(value, bool) else None
+    if op in (Ops.ADD, Ops.SUB):
+        left, right = _linear(u.src[0]), _linear(u.src[1])
+        if left is None or right is None:
+            return None
+        sign = 1 if op is Ops.ADD else -1
+        terms = dict(left[0])
+        for r, c in right[0].items():
+            terms[r] = terms.get(r, 0) + sign * c
+        return {r: c for r, c in terms.items() if c}, left[1] + sign * right[1]
+    if op is Ops.MUL and (u.src[1].op is Ops.CONST or u.src[0].op is Ops.CONST):
+        inner, factor = (u.src[0], u.src[1]) if u.src[1].op is Ops.CONST else (u.src[1], u.src[0])
+        found = _linear(inner)
+        scale = factor.arg[0]
+        if found is None or not isinstance(scale, int) or isinstance(scale, bool):
+            return None
+        return {r: c * scale for r, c in found[0].items() if c * scale}, found[1] * scale
+    if op is Ops.CAST:
+        return _linear(u.src[0])
+    return {u: 1}, 0
+
+
+def _bounds(term: UOp) -> tuple[object, object]:
+    """The least and largest value of a term (the core's min_max does not bound divisions)."""
+    if term.op in (Ops.IDIV, Ops.MOD) and term.src[1].op is Ops.CONST:
+        divisor = term.src[1].arg[0]
+        inner = _linear(term.src[0])
+        span = None if inner is None else _span(*inner)
+        if isinstance(divisor, int) and divisor > 0 and span is not None and span[0] >= 0:
+            if term.op is Ops.IDIV:
+                return span[0] // divisor, span[1] // divisor
+            return 0, min(divisor - 1, span[1])
+    return term.min_max
+
+
 def _span(terms: dict[UOp, int], constant: int) -> tuple[int, int] | None:
     low = high = constant
-    for r, coefficient in terms.items():
-        bound = r.src[0]
-        if bound.op is not Ops.CONST:
+    for term, coefficient in terms.items():
+        least, most = _bounds(term)
+        if not isinstance(least, int) or not isinstance(most, int):
             return None
-        reach = coefficient * (int(bound.arg[0]) - 1)
-        low, high = low + min(reach, 0), high + max(reach, 0)
+        reach = sorted((coefficient * least, coefficient * most))
+        low, high = low + reach[0], high + reach[1]
     return low, high
 
 
@@ -150,13 +193,13 @@ def _plan(load: UOp, kernel: LoweredKernel, graph: Graph) -> _Plan | None:
         found = _bound_test(atom)
         if found is None:
             return None
-        affine = _affine(found[0])
+        affine = _linear(found[0])
         if affine is None or not affine[0] or _span(*affine) is None:
             return None
         key = frozenset(affine[0].items())
         terms_of[key] = affine[0]
         tests.setdefault(key, {})[found[1]] = (affine[1], found[2])
-    whole = _affine(flat)
+    whole = _linear(flat)
     if whole is None or len(tests) > len(shape):
         return None
     guarded = list(tests)
