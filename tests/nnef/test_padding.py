@@ -117,3 +117,24 @@ graph Two {
     expected = sum(_reference(x, w, zero, (1, 1), (1, 1), (1, 1, 1, 1), 1) for w in (w1, w2))
     np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
     assert sum(kernel.name.startswith("pad_") for kernel in program.nnef_kernels) == 1
+
+
+@pytest.mark.skipif(
+    "c" not in uv.backends.available(), reason="the heuristic's CPU register tiles need the C backend"
+)
+@pytest.mark.parametrize("width", [14, 7])
+def test_heuristic_tiles_odd_width_convs_with_power_of_two_vectors(width):
+    # no power of two divides 14 or 7: the tile takes 7 columns, and the channels' lanes go inside
+    g = _graph(32, 32, (width, width), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    x = RNG.standard_normal((1, 32, width, width)).astype(np.float32)
+    w = RNG.standard_normal((32, 32, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(32).astype(np.float32)
+    program = compile_graph(g, "c", opts="heuristic")
+    given = {"x": x, "w": w, "b": b}
+    out = dict(zip(program.nnef_outputs, program.run(dict(enumerate(given[n] for n in program.nnef_inputs)))))
+    expected = _reference(x, w, b, (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+    conv = program.kernels[-1]
+    upcasts = [size for size, kind in conv.axes if kind is uv.AxisType.UPCAST]
+    assert len(upcasts) == 2 and upcasts[0] == 7
+    assert upcasts[1] > 1 and upcasts[1] & (upcasts[1] - 1) == 0
