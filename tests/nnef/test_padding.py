@@ -138,3 +138,5 @@ def test_heuristic_tiles_odd_width_convs_with_power_of_two_vectors(width):
     upcasts = [size for size, kind in conv.axes if kind is uv.AxisType.UPCAST]
     assert len(upcasts) == 2 and upcasts[0] == 7
     assert upcasts[1] > 1 and upcasts[1] & (upcasts[1] - 1) == 0
+
+

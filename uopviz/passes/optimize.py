@@ -546,15 +546,17 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
                     break
     elif backend.has_threads:
         globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
-        if globals_:
-            outer = globals_[0]
-            threads = max(1, min(backend.thread_count, 16))  # the CPU target's cores
+        threads = max(1, min(backend.thread_count, 16))  # the CPU target's cores
+        # the outermost axis every core gets an equal share of (a 28-wide conv tiled by 4 leaves an
+        # outer 7 that two cores do not divide: the next axis is split instead of the 7 running on
+        # one core), else the outermost axis split by the most cores that divide it
+        even = next((r for r in globals_ if range_size(r) % threads == 0 and range_size(r) > 1), None)
+        for outer in ([even] if even is not None and threads > 1 else globals_[:1]):
             size = range_size(outer)
-            for count in range(min(threads, size), 1, -1):
-                if size % count == 0:
-                    split = Opt(OptOp.SPLIT, _axis_of(kernel, outer), (count, AxisType.THREAD, True))
-                    kernel = _try(kernel, split)
-                    break
+            count = next((c for c in range(min(threads, size), 1, -1) if size % c == 0), None)
+            if count is not None:
+                split = Opt(OptOp.SPLIT, _axis_of(kernel, outer), (count, AxisType.THREAD, True))
+                kernel = _try(kernel, split)
     return kernel
 
 
