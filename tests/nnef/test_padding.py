@@ -140,3 +140,34 @@ def test_heuristic_tiles_odd_width_convs_with_power_of_two_vectors(width):
     assert upcasts[1] > 1 and upcasts[1] & (upcasts[1] - 1) == 0
 
 
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("size", "stride", "padding"), [(3, 2, (1, 1, 1, 1)), (2, 1, (0, 0, 1, 1)), (3, 1, (2, 1, 0, 2))]
+)
+def test_max_pool_reads_a_copy_padded_with_minus_infinity(size, stride, padding, backend):
+    top, left, bottom, right = padding
+    g = compose(
+        f"""import nn;
+graph Pool {{
+    @input {{ x: real[1, 3, 7, 6]; }}
+    @output {{ y: real; }}
+    @compose {{
+        y = nn.max_pool{{size=[{size}, {size}], stride=[{stride}, {stride}],
+                         padding=[{top}, {left}, {bottom}, {right}]}}(x);
+    }}
+}}"""
+    )
+    x = RNG.standard_normal((1, 3, 7, 6)).astype(np.float32) - 5  # all negative: a 0 padding would show
+    program = compile_graph(g, backend)
+    out = program.run(dict(enumerate([x])))[0]
+    xp = np.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], constant_values=-np.inf)
+    rows = (xp.shape[2] - size) // stride + 1
+    columns = (xp.shape[3] - size) // stride + 1
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (size, size), axis=(2, 3))
+    expected = windows[:, :, ::stride, ::stride].max(axis=(4, 5))[:, :, :rows, :columns]
+    np.testing.assert_array_equal(out.reshape(expected.shape), expected)
+    names = [kernel.name for kernel in program.nnef_kernels]
+    assert names == ["pad_x", "y"] and program.nnef_kernels[0].buffers[0].endswith("#-inf")
+    assert not any(u.op is Ops.LOAD and len(u.src) == 3 for u in program.nnef_kernels[1].ast.toposort())
