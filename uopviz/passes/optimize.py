@@ -551,6 +551,14 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
         # outer 7 that two cores do not divide: the next axis is split instead of the 7 running on
         # one core), else the outermost axis split by the most cores that divide it
         even = next((r for r in globals_ if range_size(r) % threads == 0 and range_size(r) > 1), None)
+        if even is not None and threads > 1 and even is not globals_[0]:
+            # moved outermost first: one parallel region per launch, not one per iteration of the 7
+            position = _axis_of(kernel, even)
+            swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, globals_[0]), position))
+            if swapped is not kernel and (not _stages(kernel) or _stages(swapped)):  # keeps a staged strip
+                kernel = swapped
+                globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+                even = globals_[0]
         for outer in ([even] if even is not None and threads > 1 else globals_[:1]):
             size = range_size(outer)
             count = next((c for c in range(min(threads, size), 1, -1) if size % c == 0), None)
