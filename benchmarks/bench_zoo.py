@@ -12,7 +12,8 @@ before.  The child writes the NNEF 1.0 folder (untimed), then times
 - the largest absolute error of our output against the numpy reference (float64), and relative
   to the largest output;
 
-and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time.
+and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time, and each
+stage's 3x3 convolution of ResNet-50 alone (GFLOP/s against ONNX Runtime's on the same weights).
 
 Environment: ``UOPVIZ_ZOO_MODELS`` (comma-separated, default: every model) and
 ``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs, ``UOPVIZ_ZOO_OPTS=none`` compiles
@@ -153,6 +154,63 @@ def _one_operation_rows(backends: list[str]) -> list[dict]:
     return rows
 
 
+#: ResNet-50's 3x3 convolutions (channels, input size): each stage's, alone in a graph
+CONV_SHAPES = ((64, 56), (128, 28), (256, 14), (512, 7))
+
+
+def _conv_rows(backends: list[str]) -> list[dict]:
+    """One 3x3 convolution (padding 1) of each ResNet-50 stage as an NNEF 1.0 graph, run against ONNX
+    Runtime on the same weights: the GFLOP/s of our conv kernels (with their padded input copy)."""
+    import numpy as np
+    import zoo
+    import zoo_onnx
+    from run import measure, row
+
+    import uopviz as uv
+
+    rows = []
+    for channels, size in CONV_SHAPES:
+        net = zoo.Network(f"conv{channels}x{size}", "input", (1, channels, size, size))
+        net.output = net.conv("input", channels, 3)
+        x = net.input_data()
+        inputs = {net.input_name: x}
+        flops = 2 * channels * channels * 9 * size * size
+        measured = {}
+        with tempfile.TemporaryDirectory(prefix="uopviz-zoo-conv-") as folder:
+            zoo.write_nnef1(net, folder)
+            graph = uv.nnef.load(folder)
+            for backend in backends:
+                out = graph.run(inputs, backend=backend, opts=OPTS)[net.output]
+                error = float(np.abs(out - zoo.reference(net, x)).max())
+                ours = measure(
+                    lambda graph=graph, backend=backend, inputs=inputs: graph.run(
+                        inputs, backend=backend, opts=OPTS
+                    ),
+                    repeat=5, warmup=1, min_time_s=0.0,
+                )  # fmt: skip
+                measured[backend] = (ours, error)
+        # ONNX Runtime last: its thread pool keeps spinning after a run, taking the cores from
+        # whatever runs next
+        session = zoo_onnx.ort_session(net, ORT_THREADS)
+        peer = measure(
+            lambda session=session, inputs=inputs: session.run(None, inputs),
+            repeat=5, warmup=1, min_time_s=0.0,
+        )  # fmt: skip
+        del session
+        for backend, (ours, error) in measured.items():
+            rows.append(
+                row(
+                    f"conv 3x3 {channels} channels {size}x{size} NNEF 1.0 ({backend}): inference",
+                    ours,
+                    peer=f"onnxruntime CPU ({ORT_THREADS} threads)",
+                    peer_s=peer,
+                    notes=f"{flops / ours / 1e9:.1f} GFLOP/s (onnxruntime {flops / peer / 1e9:.1f}), "
+                    f"graph.run including its host work; max error vs numpy {error:.1e}",
+                )
+            )
+    return rows
+
+
 def run() -> list[dict]:
     """One row for load + compile and one for inference (ONNX Runtime as the peer) per model and
     backend (a model that fails becomes an error row of its own), and the one-operation graph."""
@@ -164,7 +222,7 @@ def run() -> list[dict]:
     import uopviz as uv
 
     backends = [backend for backend in backends if backend in uv.backends.available()]
-    rows = _one_operation_rows(backends)
+    rows = _one_operation_rows(backends) + _conv_rows(backends)
     for backend in backends:
         for model in models:
             case = f"{model} NNEF 1.0 ({backend})"
