@@ -12,7 +12,7 @@ from uopviz.nnef.composer import compose
 from uopviz.nnef.lowering import compile_graph
 
 RNG = np.random.default_rng(31)
-BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
+BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
 
 
 def _reference(x, w, b, stride, dilation, padding, groups):
