@@ -12,7 +12,8 @@ before.  The child writes the NNEF 1.0 folder (untimed), then times
 - the largest absolute error of our output against the numpy reference (float64), and relative
   to the largest output;
 
-and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time.
+and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time, and each
+stage's 3x3 convolution of ResNet-50 alone (GFLOP/s against ONNX Runtime's on the same weights).
 
 Environment: ``UOPVIZ_ZOO_MODELS`` (comma-separated, default: every model) and
 ``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs, ``UOPVIZ_ZOO_OPTS=none`` compiles
@@ -20,7 +21,7 @@ without the heuristic's optimizations; a child that takes more than
 ``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an error row.
 
 The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c``
-prints one JSON object.
+prints one JSON object (``... conv c``: the single convolutions' times and errors).
 """
 
 from __future__ import annotations
@@ -153,9 +154,95 @@ def _one_operation_rows(backends: list[str]) -> list[dict]:
     return rows
 
 
+#: ResNet-50's 3x3 convolutions (channels, input size): each stage's, alone in a graph
+CONV_SHAPES = ((64, 56), (128, 28), (256, 14), (512, 7))
+
+
+def _conv_nets() -> list:
+    import zoo
+
+    nets = []
+    for channels, size in CONV_SHAPES:
+        net = zoo.Network(f"conv{channels}x{size}", "input", (1, channels, size, size))
+        net.output = net.conv("input", channels, 3)
+        nets.append(net)
+    return nets
+
+
+def _conv_child(backend: str) -> dict:
+    """Runs in a child process of its own per backend (two backends' thread pools, or ONNX Runtime's
+    and numpy's, keep spinning after a call and take the cores from the next one's kernels): the
+    median inference of each conv and its largest error against numpy, measured after all of them."""
+    import numpy as np
+    import zoo
+    from run import measure
+
+    import uopviz as uv
+
+    times, outputs = {}, {}
+    for net in _conv_nets():
+        inputs = {net.input_name: net.input_data()}
+        with tempfile.TemporaryDirectory(prefix="uopviz-zoo-conv-") as folder:
+            zoo.write_nnef1(net, folder)
+            graph = uv.nnef.load(folder)
+            outputs[net.name] = graph.run(inputs, backend=backend, opts=OPTS)[net.output]
+            times[net.name] = measure(
+                lambda graph=graph, inputs=inputs: graph.run(inputs, backend=backend, opts=OPTS),
+                repeat=5, warmup=1, min_time_s=0.0,
+            )  # fmt: skip
+    errors = {
+        net.name: float(np.abs(outputs[net.name] - zoo.reference(net, net.input_data())).max())
+        for net in _conv_nets()
+    }
+    return {"times": times, "errors": errors}
+
+
+def _conv_rows(backends: list[str], timeout: float) -> list[dict]:
+    """One 3x3 convolution (padding 1) of each ResNet-50 stage as an NNEF 1.0 graph, run against ONNX
+    Runtime on the same weights: the GFLOP/s of our conv kernels (with their padded input copy)."""
+    import zoo_onnx
+    from run import measure, row
+
+    ours = {}
+    for backend in backends:
+        try:
+            ours[backend] = _measure_in_child("conv", backend, timeout)
+        except Exception as error:  # noqa: BLE001 - one backend's failure is its own row
+            ours[backend] = error
+    rows = []
+    for net in _conv_nets():
+        x = net.input_data()
+        session = zoo_onnx.ort_session(net, ORT_THREADS)
+        peer = measure(
+            lambda session=session, x=x, net=net: session.run(None, {net.input_name: x}),
+            repeat=5, warmup=1, min_time_s=0.0,
+        )  # fmt: skip
+        channels, size = net.input_shape[1], net.input_shape[2]
+        flops = 2 * channels * channels * 9 * size * size
+        for backend in backends:
+            case = f"conv 3x3 {channels} channels {size}x{size} NNEF 1.0 ({backend}): inference"
+            found = ours[backend]
+            if isinstance(found, Exception):
+                rows.append({"case": case, "status": "error", "notes": f"{type(found).__name__}: {found}"})
+                continue
+            seconds = found["times"][net.name]
+            rows.append(
+                row(
+                    case,
+                    seconds,
+                    peer=f"onnxruntime CPU ({ORT_THREADS} threads)",
+                    peer_s=peer,
+                    notes=f"{flops / seconds / 1e9:.1f} GFLOP/s (onnxruntime {flops / peer / 1e9:.1f}), "
+                    f"graph.run including its host work; max error vs numpy {found['errors'][net.name]:.1e}",
+                )
+            )
+    return rows
+
+
 def run() -> list[dict]:
     """One row for load + compile and one for inference (ONNX Runtime as the peer) per model and
-    backend (a model that fails becomes an error row of its own), and the one-operation graph."""
+    backend (a model that fails becomes an error row of its own), the one-operation graph and the
+    single convolutions."""
     from run import row
 
     models = [m for m in os.environ.get("UOPVIZ_ZOO_MODELS", ",".join(MODELS)).split(",") if m]
@@ -164,7 +251,7 @@ def run() -> list[dict]:
     import uopviz as uv
 
     backends = [backend for backend in backends if backend in uv.backends.available()]
-    rows = _one_operation_rows(backends)
+    rows = _one_operation_rows(backends) + _conv_rows(backends, timeout)
     for backend in backends:
         for model in models:
             case = f"{model} NNEF 1.0 ({backend})"
@@ -197,4 +284,7 @@ def run() -> list[dict]:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(BENCH_DIR))
-    print(json.dumps(_child(sys.argv[1], sys.argv[2])))
+    if sys.argv[1] == "conv":
+        print(json.dumps(_conv_child(sys.argv[2])))
+    else:
+        print(json.dumps(_child(sys.argv[1], sys.argv[2])))

@@ -74,8 +74,12 @@ def test_fused_and_unfused_graphs_compute_what_numpy_does(backend, fuse):
     np.testing.assert_allclose(outputs["y"].reshape(y.shape), y, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outputs["z"].reshape(z.shape), z, rtol=1e-4, atol=1e-4)
     kernels = len(program.kernels)
-    # fused: conv1+relu (read by three kernels, so stored), conv2+relu+add, add; unfused: six kernels
-    assert kernels == (3 if fuse else 6)
+    # fused: conv1+relu (read by three kernels, so stored), conv2+relu+add, add, and the zero-padded
+    # copies of x and r1 the convolutions read without bounds tests (uopviz.nnef.padding);
+    # unfused: six kernels
+    assert kernels == (5 if fuse else 6)
+    if fuse:
+        assert sum(kernel.name.startswith("pad_") for kernel in program.nnef_kernels) == 2
 
 
 def test_a_tensor_the_graph_outputs_is_stored_even_when_it_could_be_fused():

@@ -220,3 +220,28 @@ def test_unwritable_arrays(array: np.ndarray, kwargs: dict, fragment: str, tmp_p
         write_tensor(path, array, **kwargs)
     assert fragment in caught.value.message and caught.value.file == str(path)
     assert not path.exists()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int32", "uint64"])
+def test_files_read_by_path_are_memory_mapped_copy_on_write(dtype: str, tmp_path: Path) -> None:
+    array = (np.arange(24).reshape(2, 3, 4) * 3 - 7).astype(dtype)
+    path = tmp_path / "weights.dat"
+    write_tensor(path, array)
+    mapped = read_tensor(path)
+    assert mapped.dtype == array.dtype and mapped.shape == array.shape
+    np.testing.assert_array_equal(mapped, array)
+    np.testing.assert_array_equal(mapped, read_tensor(path.read_bytes()))  # the same items as read
+    assert isinstance(mapped.base, np.memmap) or isinstance(getattr(mapped.base, "base", None), np.memmap)
+    before = path.read_bytes()
+    mapped[0, 0, 0] = 1  # writable, but the write stays in this process's copy of the page
+    assert mapped[0, 0, 0] == 1 and path.read_bytes() == before
+    np.testing.assert_array_equal(read_tensor(path), array)
+
+
+def test_bool_files_by_path_are_unpacked_not_mapped(tmp_path: Path) -> None:
+    array = np.array([True, False, True, True, False, False, True, False, True])
+    path = tmp_path / "mask.dat"
+    write_tensor(path, array)
+    read = read_tensor(path)
+    np.testing.assert_array_equal(read, array)
+    assert read.flags.writeable

@@ -16,7 +16,8 @@ Layout (all integers little-endian)::
 :func:`read_tensor` checks the whole header against the size of the input *before* allocating
 anything, so a corrupt or hostile file fails with an :class:`~uopviz.nnef.errors.NNEFError` that
 names the file and the exact problem instead of exhausting memory. Quantized types read as the
-unsigned / signed integers of their bit width; :func:`read_header` tells them apart.
+unsigned / signed integers of their bit width; :func:`read_header` tells them apart.  A file
+given by path whose items need no conversion is memory-mapped (copy-on-write) instead of read.
 """
 
 from __future__ import annotations
@@ -235,8 +236,38 @@ def read_tensor(source: Source) -> np.ndarray:
     type of their width, bool items as ``bool``. Raises :class:`NNEFError` (``.file`` set)
     on any inconsistency of the header or the size.
     """
+    if isinstance(source, (str, os.PathLike)):
+        mapped = _mapped(source)
+        if mapped is not None:
+            return mapped
     header, data = _load(source)
     return _decode_items(header, data)
+
+
+def _mapped(path: str | os.PathLike) -> np.ndarray | None:
+    """The items of a ``.dat`` file memory-mapped copy-on-write from after its header, when they need
+    no conversion (whole-byte items already in the machine's byte order): a model's weights are then
+    paged in as kernels read them instead of copied at load time, and the array stays writable
+    without ever writing the file (a written page becomes a private copy).  None for the other files
+    (bit-packed bools, sub-byte items, a big-endian machine, an empty payload), which are read."""
+    file = _name_of(path)
+    try:
+        with open(path, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            header = _decode_header(stream.read(HEADER_SIZE), max(size - HEADER_SIZE, 0), file)
+    except OSError as error:
+        raise NNEFError(f"cannot read tensor file: {error.strerror or error}", file) from error
+    dtype = header.dtype
+    if header.item_type is ItemType.BOOL or header.bits % 8 or header.data_length == 0:
+        return None
+    if dtype.newbyteorder("<") != dtype.newbyteorder("="):
+        return None
+    try:
+        items = np.memmap(path, dtype=dtype, mode="c", offset=HEADER_SIZE, shape=header.count)
+    except (OSError, ValueError) as error:
+        raise NNEFError(f"cannot map tensor file: {error}", file) from error
+    # a plain ndarray over the mapping (the mapping stays alive as its base)
+    return items.view(np.ndarray).reshape(header.shape)
 
 
 def _item_type_of(dtype: np.dtype, quantized: bool, file: str) -> tuple[ItemType, int]:

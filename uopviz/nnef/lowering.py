@@ -3033,6 +3033,7 @@ def compile_graph(
     """
     from uopviz.core.rewrite import traced_pass, tracing
     from uopviz.nnef.fusion import fuse_kernels
+    from uopviz.nnef.padding import pad_guarded_reads
 
     if fuse is None:
         fuse = not (_per_kernel_list(opts) or isinstance(opts, dict))
@@ -3069,10 +3070,11 @@ def compile_graph(
             count = len(segment)
             if fuse:
                 segment = fuse_kernels(segment, final | read_after[position])
+                segment = pad_guarded_reads(segment, graph)
             program = _compile_segment(
                 graph,
                 segment,
-                kernels,
+                [*kernels, *segment],
                 final | read_after[position],
                 backend,
                 _segment_opts(opts, offset, count),

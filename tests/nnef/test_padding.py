@@ -1,0 +1,173 @@
+"""Convolutions reading a zero-padded copy of their input (uopviz.nnef.padding): the same results as
+numpy for paddings, strides, dilations and groups, and the conv kernel left without bounds tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.core.ops import Ops
+from uopviz.nnef.composer import compose
+from uopviz.nnef.lowering import compile_graph
+
+RNG = np.random.default_rng(31)
+BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
+
+
+def _reference(x, w, b, stride, dilation, padding, groups):
+    """Zero-padded cross-correlation in float64, NCHW / OIHW, ``padding`` = (top, left, bottom, right)."""
+    top, left, bottom, right = padding
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (top, bottom), (left, right)])
+    n, c, h, width = xp.shape
+    o, fc, kh, kw = w.shape
+    oh = (h - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    ow = (width - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow))
+    per_group = o // groups
+    for g in range(groups):
+        xs = xp[:, g * fc : (g + 1) * fc]
+        ws = w[g * per_group : (g + 1) * per_group].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                y0, x0 = i * dilation[0], j * dilation[1]
+                rows = slice(y0, y0 + stride[0] * (oh - 1) + 1, stride[0])
+                columns = slice(x0, x0 + stride[1] * (ow - 1) + 1, stride[1])
+                patch = xs[:, :, rows, columns]
+                term = np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+                out[:, g * per_group : (g + 1) * per_group] += term
+    return out + b.reshape(1, -1, 1, 1)
+
+
+CASES = [
+    # (channels in, out, size (h, w), kernel, stride, dilation, padding (top, left, bottom, right), groups)
+    (3, 4, (7, 7), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (2, 4, (9, 8), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    (4, 4, (8, 8), (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 2),
+    (4, 8, (6, 5), (5, 3), (1, 2), (1, 1), (2, 0, 1, 1), 4),
+    (1, 2, (10, 10), (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+    (6, 6, (5, 6), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 6),  # depthwise
+]
+
+
+def _graph(cin, cout, size, kernel, stride, dilation, padding, groups):
+    top, left, bottom, right = padding
+    return compose(
+        f"""import nn;
+graph Conv {{
+    @input {{ x: real[1, {cin}, {size[0]}, {size[1]}]; }}
+    @output {{ y: real; }}
+    @variable {{ w: real[{cout}, {cin // groups}, {kernel[0]}, {kernel[1]}]; b: real[{cout}]; }}
+    @compose {{
+        y = nn.conv{{stride=[{stride[0]}, {stride[1]}], dilation=[{dilation[0]}, {dilation[1]}],
+                    padding=[{top}, {left}, {bottom}, {right}], groups={groups}}}(x, w, b);
+    }}
+}}"""
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=lambda case: "-".join(map(str, case)).replace(" ", ""))
+def test_padded_conv_equals_numpy(case, backend):
+    cin, cout, size, kernel, stride, dilation, padding, groups = case
+    g = _graph(*case)
+    x = RNG.standard_normal((1, cin, *size)).astype(np.float32)
+    w = RNG.standard_normal((cout, cin // groups, *kernel)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    program = compile_graph(g, backend)
+    given = {"x": x, "w": w, "b": b}
+    out = dict(zip(program.nnef_outputs, program.run(dict(enumerate(given[n] for n in program.nnef_inputs)))))
+    expected = _reference(x, w, b, stride, dilation, padding, groups)
+    np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+    names = [kernel.name for kernel in program.nnef_kernels]
+    assert names[0].startswith("pad_") and len(names) == 2
+    conv = program.nnef_kernels[1]
+    # the sum reads the padded copy without gates: no gated load, no select left in it
+    assert not any(u.op is Ops.LOAD and len(u.src) == 3 for u in conv.ast.toposort())
+    assert not any(u.op is Ops.WHERE for u in conv.ast.toposort())
+    assert any(name.startswith("x#pad") for name in conv.buffers)
+
+
+def test_unpadded_conv_gets_no_pad_kernel():
+    g = _graph(2, 2, (5, 5), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1)
+    program = compile_graph(g, BACKENDS[-1])
+    assert [kernel.name for kernel in program.nnef_kernels] == ["y"]
+
+
+def test_two_convs_of_one_input_share_the_padded_copy():
+    g = compose(
+        """import nn; import math;
+graph Two {
+    @input { x: real[1, 2, 6, 6]; }
+    @output { y: real; }
+    @variable { w1: real[2, 2, 3, 3]; w2: real[2, 2, 3, 3]; }
+    @compose {
+        a = nn.conv{padding=1}(x, w1);
+        c = nn.conv{padding=1}(x, w2);
+        y = math.add(a, c);
+    }
+}"""
+    )
+    x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w1, w2 = (RNG.standard_normal((2, 2, 3, 3)).astype(np.float32) for _ in range(2))
+    program = compile_graph(g, BACKENDS[-1])
+    given = {"x": x, "w1": w1, "w2": w2}
+    out = dict(zip(program.nnef_outputs, program.run(dict(enumerate(given[n] for n in program.nnef_inputs)))))
+    zero = np.zeros(2, np.float32)
+    expected = sum(_reference(x, w, zero, (1, 1), (1, 1), (1, 1, 1, 1), 1) for w in (w1, w2))
+    np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+    assert sum(kernel.name.startswith("pad_") for kernel in program.nnef_kernels) == 1
+
+
+@pytest.mark.skipif(
+    "c" not in uv.backends.available(), reason="the heuristic's CPU register tiles need the C backend"
+)
+@pytest.mark.parametrize("width", [14, 7])
+def test_heuristic_tiles_odd_width_convs_with_power_of_two_vectors(width):
+    # no power of two divides 14 or 7: the tile takes 7 columns, and the channels' lanes go inside
+    g = _graph(32, 32, (width, width), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    x = RNG.standard_normal((1, 32, width, width)).astype(np.float32)
+    w = RNG.standard_normal((32, 32, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(32).astype(np.float32)
+    program = compile_graph(g, "c", opts="heuristic")
+    given = {"x": x, "w": w, "b": b}
+    out = dict(zip(program.nnef_outputs, program.run(dict(enumerate(given[n] for n in program.nnef_inputs)))))
+    expected = _reference(x, w, b, (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+    conv = program.kernels[-1]
+    upcasts = [size for size, kind in conv.axes if kind is uv.AxisType.UPCAST]
+    assert len(upcasts) == 2 and upcasts[0] == 7
+    assert upcasts[1] > 1 and upcasts[1] & (upcasts[1] - 1) == 0
+
+
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("size", "stride", "padding"), [(3, 2, (1, 1, 1, 1)), (2, 1, (0, 0, 1, 1)), (3, 1, (2, 1, 0, 2))]
+)
+def test_max_pool_reads_a_copy_padded_with_minus_infinity(size, stride, padding, backend):
+    top, left, bottom, right = padding
+    g = compose(
+        f"""import nn;
+graph Pool {{
+    @input {{ x: real[1, 3, 7, 6]; }}
+    @output {{ y: real; }}
+    @compose {{
+        y = nn.max_pool{{size=[{size}, {size}], stride=[{stride}, {stride}],
+                         padding=[{top}, {left}, {bottom}, {right}]}}(x);
+    }}
+}}"""
+    )
+    x = RNG.standard_normal((1, 3, 7, 6)).astype(np.float32) - 5  # all negative: a 0 padding would show
+    program = compile_graph(g, backend)
+    out = program.run(dict(enumerate([x])))[0]
+    xp = np.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], constant_values=-np.inf)
+    rows = (xp.shape[2] - size) // stride + 1
+    columns = (xp.shape[3] - size) // stride + 1
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (size, size), axis=(2, 3))
+    expected = windows[:, :, ::stride, ::stride].max(axis=(4, 5))[:, :, :rows, :columns]
+    np.testing.assert_array_equal(out.reshape(expected.shape), expected)
+    names = [kernel.name for kernel in program.nnef_kernels]
+    assert names == ["pad_x", "y"] and program.nnef_kernels[0].buffers[0].endswith("#-inf")
+    assert not any(u.op is Ops.LOAD and len(u.src) == 3 for u in program.nnef_kernels[1].ast.toposort())
