@@ -94,7 +94,7 @@ from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import ParamArg, UOp, shape_uop
 from uopviz.nnef import ast
-from uopviz.nnef.composer import identifiers
+from uopviz.nnef.ast import identifiers
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
     BoundedIndex,

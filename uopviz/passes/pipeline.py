@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.backends.base import Backend, CompiledKernel, KernelMeta, KernelParam, numpy_dtype
+from uopviz.core.buffers import initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.limits import check_allocation
 from uopviz.core.ops import GroupOp, Ops
@@ -489,7 +490,7 @@ class Program:
         """Run every kernel in order; one numpy array per output.
 
         ``inputs`` maps input BUFFER UOps (or their Tensors, or input positions) to data; inputs not
-        given use the data registered for them (``uopviz.core.tensor.initial_data``).
+        given use the data registered for them (``uopviz.core.buffers.initial_data``).
         ``isolated``: run each kernel in the kernel worker process (``uopviz.backends.worker``), so a
         kernel that crashes or hangs raises KernelCrashed / KernelTimeout here instead of taking the
         calling process (a notebook's kernel) down; slower (the data travels both ways).
@@ -675,17 +676,13 @@ def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
     if value is None:
         if data_uop.op is Ops.BINARY:
             return np.frombuffer(bytes(data_uop.arg), np.uint8)
-        from uopviz.core.tensor import initial_data
-
         registered = initial_data(data_uop)
         if registered is None:  # an ``empty`` buffer: its contents are undefined, zeros will do
             return np.zeros(size, storage)
         return registered
     array = np.asarray(value)
     if dtype.scalar is dtypes.bfloat16 and array.dtype != np.uint16:
-        from uopviz.core.tensor import _storage_array
-
-        array = _storage_array(array, dtype)
+        array = storage_array(array, dtype)
     array = np.ascontiguousarray(array.reshape(-1)).astype(storage, copy=False)
     if array.size != size:
         raise ValueError(f"input {position} ({data_uop.arg!r}) holds {size} elements; the data given has "
