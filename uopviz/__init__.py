@@ -22,8 +22,8 @@ _LAZY: dict[str, str] = {
     "function": "uopviz.core.function:function",
     "gradient": "uopviz.core.gradient:gradient",
     "simplify": "uopviz.core.symbolic:simplify",
-    "compile": "uopviz.passes.pipeline:compile",
-    "Program": "uopviz.passes.pipeline:Program",
+    "compile": "uopviz.engine.program:compile",
+    "Program": "uopviz.engine.program:Program",
     "Kernel": "uopviz.passes.kernel:Kernel",
     "Opt": "uopviz.passes.kernel:Opt",
     "OptOp": "uopviz.passes.kernel:OptOp",
@@ -43,9 +43,9 @@ __all__ = [*_core_names, *_LAZY]
 
 # The composition root: the layers below call the engine through these entry points (imported on
 # first use), so no module imports a layer above its own (docs/design/architecture.md).
-provide("compile", "uopviz.passes.pipeline:compile")
+provide("compile", "uopviz.engine.program:compile")
 provide("gradient", "uopviz.core.gradient:gradient")
-provide("lower_kernel", "uopviz.passes.pipeline:lower_kernel")
+provide("lower_kernel", "uopviz.engine.kernel:lower_kernel")
 provide("time_kernel", "uopviz.engine.kernel:time_kernel_on_random_inputs")
 provide("search", "uopviz.passes.beam:beam_search")
 

@@ -23,6 +23,7 @@ from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, traced_pass
 from uopviz.core.uop import UOp
+from uopviz.passes.schedule import Lowering
 
 
 class CallifyError(ValueError):
@@ -84,3 +85,8 @@ def callify(outputs: Sequence[UOp]) -> UOp:
         record.step("make_function: the body and its inputs as one FUNCTION", body, function)
         record.output = function
     return function
+
+def callify_stage(lowering: Lowering) -> None:
+    """Callify: the graph becomes one stateless FUNCTION of its inputs."""
+    lowering.graph = callify(lowering.outputs)
+    lowering.inputs = list(lowering.graph.src[1:])

@@ -22,10 +22,11 @@ from functools import partial
 from itertools import product
 
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import frontier_graph, graph_rewrite, substitute, traced_pass, untraced
+from uopviz.core.rewrite import frontier_graph, graph_rewrite, location_of, substitute, traced_pass, untraced
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import affine_coefficients, iadd, iconst, index_simplifier, simplify_indices
-from uopviz.passes.kernel import LANE_TYPES, _location_of, kernel_order, range_size
+from uopviz.passes.kernel import LANE_TYPES, kernel_order, range_size
+from uopviz.passes.schedule import Lowering, once_per_body
 
 Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order
 
@@ -297,9 +298,13 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
                 # the whole kernel after this step, built when shown: substituting ``new`` for ``u``
                 # would feed a vector to users that are not expanded yet
                 whole = partial(frontier_graph, ast, order, ctx.new, position + 1)
-                record.step(rule.__name__, u, new, graph=whole, location=_location_of(rule))
+                record.step(rule.__name__, u, new, graph=whole, location=location_of(rule))
         record.output = ctx.new[ast]
     return simplify_indices(ctx.new[ast], name="simplify lane indices") if ctx.substituted else ctx.new[ast]
 
+def expand_stage(lowering: Lowering) -> None:
+    """Expand: UPCAST and UNROLL ranges become vector lanes."""
+    lowering.replace_bodies(once_per_body(lowering, lambda item: expand_kernel(item.body, item.kernel.name)))
 
-__all__ = ["EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]
+
+__all__ = ["expand_stage", "EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]

@@ -27,7 +27,6 @@ The OptOps (spec "Kernel Optimizations"):
 from __future__ import annotations
 
 import enum
-import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from uopviz.backends.base import TensorCore
 from uopviz.core.dtype import dtypes
 from uopviz.core.entry_points import entry_point
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute, traced_pass
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, location_of, substitute, traced_pass
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import conjuncts, iadd, iconst, idiv, imod, imul, simplify_indices
 
@@ -188,14 +187,6 @@ def renumber(ast: UOp, ordered: Sequence[UOp]) -> UOp:
     return substitute_ranges(ast, mapping)
 
 
-def _location_of(function: Any) -> str:
-    """``file:line`` of a function's definition (its ``def`` line), as the trace writes locations."""
-    from uopviz.core.rewrite import _short_path
-
-    code = inspect.unwrap(function).__code__
-    return f"{_short_path(code.co_filename)}:{code.co_firstlineno}"
-
-
 class Kernel:
     """One kernel: its AST, the opts applied to it, and the backend it is shaped for."""
 
@@ -290,7 +281,7 @@ class Kernel:
             new_ast = handler(self, opt)
             new_ast = renumber(new_ast, ranges_of(new_ast))
             new_ast = simplify_indices(new_ast)
-            record.step(f"{handler.__name__}: {opt}", self.ast, new_ast, location=_location_of(handler))
+            record.step(f"{handler.__name__}: {opt}", self.ast, new_ast, location=location_of(handler))
             record.output = new_ast
         return Kernel(new_ast, self.backend, (*self.opts, opt), self.name_hint)
 
@@ -312,7 +303,7 @@ class Kernel:
             return self
         with traced_pass(f"parallel outputs {self.name}", self.ast) as record:
             ast = substitute_ranges(self.ast, mapping)
-            where = _location_of(Kernel.with_parallel_outputs)
+            where = location_of(Kernel.with_parallel_outputs)
             record.step("parallel_outputs", self.ast, ast, location=where)
             record.output = ast
         return Kernel(ast, self.backend, self.opts, self.name_hint)

@@ -55,6 +55,7 @@ from uopviz.passes.kernel import (
     renumber,
     substitute_ranges,
 )
+from uopviz.passes.schedule import Lowering
 
 
 @dataclass
@@ -397,6 +398,27 @@ def opts_for(opts: Any, index: int, kernel: Kernel) -> Any:
     raise ValueError(f"opts must be None, 'heuristic', 'beam', a sequence of Opt, one entry per kernel, "
                      f"or a dict; got {type(opts).__name__}")
 
+def optimize_stage(lowering: Lowering) -> None:
+    """Optimize: each kernel in its backend's initial state with its opts (each a recorded step),
+    then the opts' finishing touches (local buffers, staged loads).  Identical kernels with the same
+    opts (a network's repeated blocks) are optimized once.  Kernels that come optimized already
+    (``Kernel.lower``) are only finished."""
+    bodies = {}
+    done: dict[tuple[UOp, str], tuple[Kernel, UOp]] = {}
+    for item in lowering.items:
+        if lowering.optimized:
+            bodies[item] = finish_optimize(item.kernel)
+            continue
+        chosen = opts_for(lowering.opts, item.index, item.kernel)
+        key = (item.kernel.ast, repr(chosen))
+        if key not in done:
+            kernel = optimize_kernel(item.kernel, chosen)
+            done[key] = (kernel, finish_optimize(kernel))
+        kernel, bodies[item] = done[key]
+        item.kernel = kernel if kernel.name_hint == item.kernel.name_hint else \
+            Kernel(kernel.ast, kernel.backend, kernel.opts, item.kernel.name_hint)
+    lowering.replace_bodies(bodies)
 
-__all__ = ["LANE_TYPES", "apply_tensor_core", "finish_optimize", "hand_coded_optimizations",
+
+__all__ = ["optimize_stage", "LANE_TYPES", "apply_tensor_core", "finish_optimize", "hand_coded_optimizations",
            "insert_local_buffers", "optimize_kernel", "opts_for", "stage_strided_loads"]
