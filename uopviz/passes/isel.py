@@ -64,6 +64,15 @@ pow        a in [1e-3, 1e3], b in [-8, 8]    77           75
 
 The reduction is exact for every finite argument, 1e20 and 3.4e38 included.  On a target without
 float64, float32 sin/cos reach 1.9 ulp and tan 3.7 (two float32 polynomials divided).
+
+The stage (:func:`select_instructions`) first lowers reductions to **accumulators**, so that the
+target's rules see the multiply-add of a reduction: ``REDUCE(value, r...)`` becomes a REG buffer
+``acc`` with
+
+* ``STORE(acc[AFTER(acc, outer ranges...)], identity)`` — initialised once per output element,
+* ``STORE(acc[AFTER(acc, init, r...)], LOAD(acc) op value)`` — updated in the reduce loops,
+* ``END(update, r)`` closing each reduce range (innermost first),
+* ``LOAD(acc[AFTER(acc, END)])`` — the result, read after the loops.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Accumulators and linearization: from a kernel graph to the LINEAR program of kernel-ir.md.
+"""Linearize: from a kernel graph to the LINEAR program of kernel-ir.md.
 
-**Accumulators** (run in the Instruction Selection stage, so that target rules see the
-multiply-add of a reduction): ``REDUCE(value, r...)`` becomes a REG buffer ``acc`` with
-
-* ``STORE(acc[AFTER(acc, outer ranges...)], identity)`` — initialised once per output element,
-* ``STORE(acc[AFTER(acc, init, r...)], LOAD(acc) op value)`` — updated in the reduce loops,
-* ``END(update, r)`` closing each reduce range (innermost first),
-* ``LOAD(acc[AFTER(acc, END)])`` — the result, read after the loops.
+Reductions arrive as REG accumulators (Instruction Selection made them: ``uopviz.passes.isel``).
 
 **Linearize** places every UOp in the innermost loop its dependencies need (so loop-invariant
 work is hoisted out of loops), nests the output loops in kernel order with each reduce loop inside
