@@ -41,8 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.core.buffers import BufferData, buffer_data, initial_data
-from uopviz.core.buffers import storage_array as _storage_array
+from uopviz.core.buffers import BufferData, buffer_data, initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.entry_points import entry_point
 from uopviz.core.inline import resolve_functions
@@ -1649,7 +1648,7 @@ def _wrapped_indices(idx: Tensor, size: int, where: str) -> Tensor:
 
 def _data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:
     """A BUFFER holding ``array`` (registered in :data:`buffer_data`), reshaped to its shape."""
-    stored = _storage_array(array, dtype)
+    stored = storage_array(array, dtype)
     buffer = UOp.buffer(int(stored.size), dtype, device)
     buffer_data.register(buffer, stored)
     return buffer.reshape(array.shape) if buffer.shape != array.shape else buffer
@@ -1663,7 +1662,7 @@ def _sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], a
     shape = array.shape
     if not shape or shape[axis] % count:
         raise UOpError(f"cannot shard shape {shape} on axis {axis} over {count} devices")
-    data = array if stored else _storage_array(array, dtype)
+    data = array if stored else storage_array(array, dtype)
     slices = np.split(data, count, axis=axis)
     flat = np.concatenate([s.reshape(-1) for s in slices])
     buffer = UOp.buffer(int(flat.size) // count, dtype, devices)

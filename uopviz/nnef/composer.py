@@ -201,9 +201,9 @@ def _in_stdlib(file: str | None) -> bool:
 
 
 def _describe_type(spec: ast.TypeSpec) -> str:
-    from uopviz.nnef.printer import _type_spec
+    from uopviz.nnef.printer import type_spec_text
 
-    return _type_spec(spec)
+    return type_spec_text(spec)
 
 
 class _Describe:

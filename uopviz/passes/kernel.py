@@ -226,8 +226,12 @@ class Kernel:
     @property
     def name(self) -> str:
         """``r_`` (reduces) or ``E_`` (elementwise), then each axis as its letter and size."""
-        parts = [f"{t.letter}{size}" for size, t in self.axes]
-        return ("r_" if self.has_reduce else "E_") + ("_".join(parts) if parts else "1")
+        cached = self.__dict__.get("_name")  # every stage names its kernel: walk the AST once
+        if cached is None:
+            parts = [f"{t.letter}{size}" for size, t in self.axes]
+            cached = ("r_" if self.has_reduce else "E_") + ("_".join(parts) if parts else "1")
+            self.__dict__["_name"] = cached
+        return cached
 
     @property
     def nolocals(self) -> bool:
