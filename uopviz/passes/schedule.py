@@ -17,7 +17,7 @@ from typing import Any
 
 from uopviz.backends.base import CompiledKernel
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import Trace, location_of, substitute, traced_pass
+from uopviz.core.rewrite import Trace, is_tracing, location_of, substitute, traced_pass
 from uopviz.core.uop import UOp
 from uopviz.passes.kernel import Kernel
 
@@ -152,7 +152,10 @@ def once_per_body(lowering: Lowering, transform: Callable[[ScheduleItem], UOp]) 
 
 
 def record_step(rule: Callable, before: UOp, after: UOp, pass_name: str) -> None:
-    """Record a transformation made by a function (not a pattern rule) as one step of its own pass."""
+    """Record a transformation made by a function (not a pattern rule) as one step of its own pass
+    (nothing to do outside ``tracing()``: Kernel.lower and BEAM's candidates run untraced)."""
+    if not is_tracing():
+        return
     with traced_pass(pass_name, before) as record:
         record.step(rule.__name__, before, after, location=location_of(rule))
         record.output = after
