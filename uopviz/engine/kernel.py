@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
+# through the modules, not their names: tests (and users) replace these functions on the modules
+from uopviz.backends import timing, worker
 from uopviz.backends.base import CompiledKernel, KernelMeta, KernelParam
-from uopviz.backends.timing import random_arguments
-from uopviz.backends.worker import default_worker, time_kernel
 from uopviz.core.limits import check_allocation
 from uopviz.core.uop import UOp
 from uopviz.passes.kernel import Kernel
@@ -45,7 +45,7 @@ class LoweredKernel:
     def random_arguments(self, seed: int = 0) -> list[np.ndarray]:
         """Random arrays for every PARAM slot (the written ones zero), for timing; within the memory
         limit (``uopviz.backends.timing.random_arguments``)."""
-        return random_arguments(self.params, seed)
+        return timing.random_arguments(self.params, seed)
 
 
 def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
@@ -68,9 +68,9 @@ def time_kernel_on_random_inputs(kernel: Kernel, backend: str | None = None, rep
     total = sum(param.size * param.dtype.itemsize for param in params)
     check_allocation(total, f"the arguments of kernel {kernel.name}")
     if isolated:
-        return default_worker().time_random(lowered.backend, lowered.source, lowered.name,
+        return worker.default_worker().time_random(lowered.backend, lowered.source, lowered.name,
                                             repeats=repeats, flops=kernel.flops, bytes_moved=kernel.bytes)
-    return time_kernel(lowered.backend, lowered.source, lowered.name, lowered.random_arguments(),
+    return worker.time_kernel(lowered.backend, lowered.source, lowered.name, lowered.random_arguments(),
                        repeats=repeats, flops=kernel.flops, bytes_moved=kernel.bytes, isolated=False)
 
 

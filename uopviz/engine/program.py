@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+# through the module, not its names: tests (and users) replace these functions on the module
+from uopviz.backends import worker as worker_module
 from uopviz.backends.base import numpy_dtype
-from uopviz.backends.worker import allocate_buffers, default_worker
 from uopviz.core.buffers import initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.limits import check_allocation
@@ -157,7 +158,7 @@ class Program(Lowering):
         keys, specs = self._buffer_specs(given)
         index = {key: position for position, key in enumerate(keys)}
         sizes = [_spec_size(spec) for spec in specs]
-        worker = default_worker()
+        worker = worker_module.default_worker()
         session = worker.allocate(specs)
         try:
             for item in self.items:
@@ -193,7 +194,7 @@ class Program(Lowering):
 
     def _allocate(self, given: Mapping[Any, Any]) -> dict[UOp, np.ndarray]:
         keys, specs = self._buffer_specs(given)
-        return dict(zip(keys, allocate_buffers(specs)))
+        return dict(zip(keys, worker_module.allocate_buffers(specs)))
 
     def _buffer_specs(self, given: Mapping[Any, Any]) -> tuple[list[Any], list[tuple]]:
         """Every array the run needs, as keys (input UOps, BUFFERs, ``("arena", device)``) and specs for
