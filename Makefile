@@ -9,7 +9,7 @@
 #                   programs on every CPU backend); outcome counts in tests/artifacts/fuzz-outcomes.json
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
 #   make accuracy   scripts/accuracy.py: max ulp error per op, dtype and backend into docs/accuracy.md
-#   make lint       ruff
+#   make lint       ruff, and lint-imports (the layer contract in pyproject.toml; make test runs it too)
 #   make venv       system packages (when root) + .venv with `pip install -e .[dev,bench]`
 #   make clean      caches and build outputs; `make distclean` also removes .venv
 
@@ -103,6 +103,7 @@ accuracy: venv
 
 lint: venv
 	$(VENV)/bin/ruff check $(wildcard uopviz tests benchmarks)
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis tests/artifacts benchmarks/results.json

@@ -23,7 +23,7 @@ from run import measure, row, settle
 
 import uopviz as uv
 from uopviz.backends import get
-from uopviz.backends.timing import time_kernel
+from uopviz.backends.worker import time_kernel
 
 BACKENDS = ("c", "llvm", "opencl")
 BEAM_S = float(os.environ.get("UOPVIZ_BENCH_BEAM_S", "30"))

@@ -14,7 +14,7 @@ from run import measure, row, settle
 
 import uopviz as uv
 from uopviz.backends import get
-from uopviz.backends.timing import time_kernel
+from uopviz.backends.worker import time_kernel
 
 BACKENDS = ("c", "llvm", "opencl")
 CASES = (("sin", "float32"), ("cos", "float32"), ("tan", "float32"), ("exp", "float32"), ("sin", "float64"))

@@ -12,6 +12,7 @@ from typing import Any
 
 from uopviz.core import *  # noqa: F403 - the IR is the package's face
 from uopviz.core import __all__ as _core_names
+from uopviz.core.entry_points import provide
 
 __version__ = "0.1.0"
 
@@ -21,8 +22,8 @@ _LAZY: dict[str, str] = {
     "function": "uopviz.core.function:function",
     "gradient": "uopviz.core.gradient:gradient",
     "simplify": "uopviz.core.symbolic:simplify",
-    "compile": "uopviz.passes.pipeline:compile",
-    "Program": "uopviz.passes.pipeline:Program",
+    "compile": "uopviz.engine.program:compile",
+    "Program": "uopviz.engine.program:Program",
     "Kernel": "uopviz.passes.kernel:Kernel",
     "Opt": "uopviz.passes.kernel:Opt",
     "OptOp": "uopviz.passes.kernel:OptOp",
@@ -39,6 +40,14 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [*_core_names, *_LAZY]
+
+# The composition root: the layers below call the engine through these entry points (imported on
+# first use), so no module imports a layer above its own (docs/design/architecture.md).
+provide("compile", "uopviz.engine.program:compile")
+provide("gradient", "uopviz.core.gradient:gradient")
+provide("lower_kernel", "uopviz.engine.kernel:lower_kernel")
+provide("time_kernel", "uopviz.engine.kernel:time_kernel_on_random_inputs")
+provide("search", "uopviz.passes.beam:beam_search")
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,8 @@ import pytest
 from uopviz.backends import get
 from uopviz.backends.base import Launch
 from uopviz.backends.c import find_c_compiler
-from uopviz.backends.timing import Timing, time_compiled, time_kernel, time_launches
+from uopviz.backends.timing import Timing, time_compiled, time_launches
+from uopviz.backends.worker import time_kernel
 from uopviz.core.dtype import dtypes
 
 from . import linear_programs as lp

@@ -198,7 +198,7 @@ def test_resolve_rules_are_named_and_traced():
     assert resolved is x.exp().uop
     record = trace.find("resolve functions")
     assert [s.rule for s in record.steps] == ["inline a FUNCTION's element: PARAM k -> argument k"]
-    assert record.steps[0].location.startswith("uopviz/core/function.py:")
+    assert record.steps[0].location.startswith("uopviz/core/inline.py:")
     assert resolve_functions(x.uop) is x.uop  # nothing to resolve
 
 

@@ -15,7 +15,8 @@ from uopviz.backends import available
 from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import AxisType
 from uopviz.core.rewrite import traced_pass
-from uopviz.passes.pipeline import STAGES, compile_kernels
+from uopviz.engine.program import compile_kernels
+from uopviz.passes.pipeline import STAGES
 
 BACKENDS = [name for name in ("python", "c") if name in available()]
 

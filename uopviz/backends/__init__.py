@@ -1,8 +1,7 @@
 """The backends: renderers and runtimes for linear programs (``docs/design/kernel-ir.md``).
 
-NOTE: created by the backends engineer so that ``get("c")`` worked before the pipeline landed;
-the pipeline engineer owns this registry.  Backends are made on first ``get`` from a
-``"module:Class"`` entry, so importing this package stays cheap.
+Backends are made on first ``get`` from a ``"module:Class"`` entry, so importing this package stays
+cheap.
 
 ``get(name)`` → the Backend; ``available()`` → names of the backends usable on this machine;
 ``register(name, factory)`` adds one.

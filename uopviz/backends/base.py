@@ -1,9 +1,7 @@
 """The backend interface of ``docs/design/kernel-ir.md``: Backend, TensorCore, CompiledKernel.
 
-NOTE: created by the backends engineer because the renderers needed it first; the pipeline
-engineer owns this file and the registry in ``uopviz/backends/__init__.py``.  Kept minimal: what
-kernel-ir.md lists, plus what running a compiled kernel needs (``KernelParam``, ``Launch``,
-``CompileError``, ``BackendUnavailable``).
+What kernel-ir.md lists (the declaration the passes see), plus what running a compiled kernel
+needs (``KernelParam``, ``Launch``, ``CompileError``, ``BackendUnavailable``).
 
 A compiled kernel is called with host numpy arrays, one per PARAM slot, in slot order; it writes
 its outputs into them.  ``prepare`` binds the arrays once (copying them to the device where the

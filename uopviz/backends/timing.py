@@ -2,7 +2,8 @@
 
 ``time_launches`` is the measuring loop itself (it runs wherever the kernel runs: by default in
 the isolated worker process of :mod:`uopviz.backends.worker`, so a crashing kernel cannot take a
-notebook down).  ``time_kernel`` is the entry point the rest of uopviz uses::
+notebook down).  ``uopviz.backends.worker.time_kernel`` (it picks the worker or this process; the
+worker imports this module, never the other way) is the entry point the rest of uopviz uses::
 
     timing = time_kernel("c", source, name, arrays, flops=2 * n**3)
     timing.median_s, timing.min_s, timing.spread, timing.gflops
@@ -193,55 +194,4 @@ def time_compiled(
     launches[0].read_back()
     return Timing(
         tuple(times), flops, bytes_moved, warmup, rotate, kernel.backend, kernel.name, kernel.compile_s
-    )
-
-
-def time_kernel(
-    backend: str,
-    source: str,
-    name: str,
-    arrays: Sequence[np.ndarray],
-    *,
-    warmup: int = 2,
-    repeats: int = 10,
-    rotate: int = 1,
-    flops: int = 0,
-    bytes_moved: int = 0,
-    budget_s: float | None = None,
-    isolated: bool = True,
-    timeout_s: float = 120.0,
-) -> Timing:
-    """Compile ``source`` on ``backend`` and time it on ``arrays`` (numpy arrays in PARAM slot order).
-
-    With ``isolated`` (the default) it runs in the worker process: a crash raises
-    ``KernelCrashed`` and a run past ``timeout_s`` raises ``KernelTimeout``, and this process goes on.
-    """
-    if isolated:
-        from uopviz.backends.worker import default_worker
-
-        return default_worker().time(
-            backend,
-            source,
-            name,
-            arrays,
-            warmup=warmup,
-            repeats=repeats,
-            rotate=rotate,
-            flops=flops,
-            bytes_moved=bytes_moved,
-            budget_s=budget_s,
-            timeout_s=timeout_s,
-        )
-    from uopviz.backends import get
-
-    kernel = get(backend).compile(source, name)
-    return time_compiled(
-        kernel,
-        arrays,
-        warmup=warmup,
-        repeats=repeats,
-        rotate=rotate,
-        flops=flops,
-        bytes_moved=bytes_moved,
-        budget_s=budget_s,
     )

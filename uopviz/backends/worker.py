@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.backends.timing import Timing
+from uopviz.backends.timing import Timing, random_arguments, time_compiled
 
 
 class KernelCrashed(RuntimeError):
@@ -91,8 +91,6 @@ def _handle_run(backend: str, source: str, name: str, arrays: list[np.ndarray]) 
 
 
 def _handle_time(backend: str, source: str, name: str, arrays: list[np.ndarray], **options: Any) -> Timing:
-    from uopviz.backends.timing import time_compiled
-
     kernel = _compile(backend, source, name)
     return time_compiled(kernel, arrays, **options)
 
@@ -145,8 +143,6 @@ def _handle_release(session: int) -> None:
 
 
 def _handle_time_random(backend: str, source: str, name: str, seed: int, **options: Any) -> Timing:
-    from uopviz.backends.timing import random_arguments, time_compiled
-
     kernel = _compile(backend, source, name)
     return time_compiled(kernel, random_arguments(kernel.params, seed), **options)
 
@@ -389,6 +385,55 @@ def run_isolated(
 ) -> dict[int, np.ndarray]:
     """Run a kernel in the default worker; returns slot → contents of each array it writes."""
     return default_worker().run(backend, source, name, arrays, timeout_s)
+
+
+def time_kernel(
+    backend: str,
+    source: str,
+    name: str,
+    arrays: Sequence[np.ndarray],
+    *,
+    warmup: int = 2,
+    repeats: int = 10,
+    rotate: int = 1,
+    flops: int = 0,
+    bytes_moved: int = 0,
+    budget_s: float | None = None,
+    isolated: bool = True,
+    timeout_s: float = 120.0,
+) -> Timing:
+    """Compile ``source`` on ``backend`` and time it on ``arrays`` (numpy arrays in PARAM slot order).
+
+    With ``isolated`` (the default) it runs in the worker process: a crash raises
+    ``KernelCrashed`` and a run past ``timeout_s`` raises ``KernelTimeout``, and this process goes on.
+    """
+    if isolated:
+        return default_worker().time(
+            backend,
+            source,
+            name,
+            arrays,
+            warmup=warmup,
+            repeats=repeats,
+            rotate=rotate,
+            flops=flops,
+            bytes_moved=bytes_moved,
+            budget_s=budget_s,
+            timeout_s=timeout_s,
+        )
+    from uopviz.backends import get
+
+    kernel = get(backend).compile(source, name)
+    return time_compiled(
+        kernel,
+        arrays,
+        warmup=warmup,
+        repeats=repeats,
+        rotate=rotate,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        budget_s=budget_s,
+    )
 
 
 if __name__ == "__main__":  # python -m uopviz.backends.worker READ_FD WRITE_FD (started by Worker)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from uopviz.core.dtype import dtypes
+from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, Rule, UPat
 from uopviz.core.tensor import Tensor
@@ -280,8 +281,6 @@ def gradient(out: Tensor | UOp, wrt: Sequence[Tensor | UOp], grad_out: Tensor | 
     ``out.sum()``).  Each result is a Tensor when its ``wrt`` entry is a Tensor, a UOp when it is a
     UOp; a target ``out`` does not depend on (or only through non-float values) gets zeros.
     """
-    from uopviz.core.function import resolve_functions
-
     root = _as_uop(out, "out")
     targets = [_as_uop(w, "each wrt entry") for w in wrt]
     if any(u.op is Ops.FUNCTION for u in toposort([root])):

@@ -36,14 +36,20 @@ class RewriteError(RuntimeError):
 
 def _caller_location(depth: int = 2) -> str:
     frame = sys._getframe(depth)
-    return f"{_short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
-def _short_path(path: str) -> str:
+def short_path(path: str) -> str:
     """Paths inside the package are written from the package root (``uopviz/core/symbolic.py``)."""
     marker = os.sep + "uopviz" + os.sep
     index = path.rfind(marker)
     return path[index + 1 :] if index >= 0 else path
+
+
+def location_of(function: Any) -> str:
+    """``file:line`` of a function's definition (its ``def`` line), as the trace writes locations."""
+    code = inspect.unwrap(function).__code__
+    return f"{short_path(code.co_filename)}:{code.co_firstlineno}"
 
 
 class UPat:
@@ -240,7 +246,7 @@ def _function_location(function: Callable, pattern: UPat) -> str:
     nothing about this rule, so then the lambda's own line is used."""
     code = getattr(function, "__code__", None)
     if code is not None and function.__name__ == "<lambda>":
-        lambda_location = f"{_short_path(code.co_filename)}:{code.co_firstlineno}"
+        lambda_location = f"{short_path(code.co_filename)}:{code.co_firstlineno}"
         if pattern.location.rsplit(":", 1)[0] != lambda_location.rsplit(":", 1)[0]:
             return lambda_location
     return pattern.location

@@ -39,7 +39,7 @@ from uopviz.core.alu import ALUError, bitcast_value, exec_alu, wrap_integer
 from uopviz.core.dtype import DType, DTypeKind, dtypes
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
-from uopviz.core.uop import UOp, _lazy
+from uopviz.core.uop import UOp, derived_attribute
 
 __all__ = [
     "algebraic_identities",
@@ -92,7 +92,7 @@ def bounds(u: UOp) -> tuple[Any, Any]:
     cached = u.__dict__.get("_bounds")
     if cached is not None:
         return cached
-    return _lazy(u, "_bounds", _derive_bounds)
+    return derived_attribute(u, "_bounds", _derive_bounds)
 
 
 def _fit(dtype: DType, low: int, high: int) -> tuple[int, int]:
@@ -345,7 +345,7 @@ def order_key(u: UOp) -> tuple:
     cached = u.__dict__.get("_order_key")
     if cached is not None:
         return cached
-    return _lazy(u, "_order_key", _derive_order_key)
+    return derived_attribute(u, "_order_key", _derive_order_key)
 
 
 def _derive_order_key(u: UOp) -> tuple:

@@ -5,8 +5,8 @@ Tensor, nothing is computed until ``t.numpy()`` hands the graph to the pipeline.
 are written so that a person reading them in the explorer sees the spec's ops:
 
 * **Data** (lists, numpy arrays) becomes a ``BUFFER`` (reshaped to the data's shape).  Its
-  initial contents live in the module-level registry :data:`buffer_data`, keyed by the buffer;
-  the pipeline reads them with :func:`initial_data` when it runs a program.  Python scalars
+  initial contents live in the registry :data:`uopviz.core.buffers.buffer_data`, keyed by the
+  buffer; the engine reads them with :func:`initial_data` when it runs a program.  Python scalars
   become a ``CONST`` (shape ``()``), which is how the spec writes ``Tensor(1)`` in ``arange``.
 * **Broadcasting is explicit**: before an elementwise op both operands are brought to the
   output shape with ``RESHAPE`` (new leading axes of size 1) and ``EXPAND``; a scalar becomes a
@@ -41,84 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.buffers import BufferData, buffer_data, initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
+from uopviz.core.entry_points import entry_point
+from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
 from uopviz.core.uop import Device, UOp, UOpError
 
 DEFAULT_DEVICE = "CPU"
 Shape = tuple[int, ...]
 Scalar = bool | int | float
-
-# ---------------------------------------------------------------------------------------------
-# initial contents of data buffers
-
-
-class BufferData:
-    """The registry of the initial contents of BUFFERs made from data: ``BUFFER UOp → numpy array``.
-
-    Entries are keyed by the buffer's unique number (``BufferArg.number``), so a re-tagged copy of
-    a buffer finds the same data, and an entry is dropped when its BUFFER UOp is freed (a
-    ``weakref.finalize`` on the UOp): the registry never keeps a graph alive.  Arrays are flat,
-    read-only, of the buffer's full size (``n*size`` on an ``n``-tuple device, device-major) and of
-    the dtype's numpy type (``bfloat16`` is stored as its ``uint16`` bit patterns).
-    """
-
-    def __init__(self) -> None:
-        self._arrays: dict[int, np.ndarray] = {}
-
-    def __getitem__(self, buffer: UOp) -> np.ndarray:
-        found = self.get(buffer)
-        if found is None:
-            raise KeyError(f"no initial data for {buffer!r}")
-        return found
-
-    def __contains__(self, buffer: UOp) -> bool:
-        return self.get(buffer) is not None
-
-    def __len__(self) -> int:
-        return len(self._arrays)
-
-    def get(self, buffer: UOp, default: np.ndarray | None = None) -> np.ndarray | None:
-        """The initial contents of ``buffer``, or ``default`` when it has none (an ``empty`` one)."""
-        if not isinstance(buffer, UOp) or buffer.op is not Ops.BUFFER:
-            raise TypeError(f"buffer_data is keyed by BUFFER UOps, got {buffer!r}")
-        return self._arrays.get(buffer.arg.number, default)
-
-    def register(self, buffer: UOp, array: np.ndarray) -> None:
-        """Record ``array`` (flat, of the buffer's full size) as the initial contents of ``buffer``."""
-        if buffer.op is not Ops.BUFFER:
-            raise TypeError(f"only a BUFFER holds data, got {buffer.op.name}")
-        expected = buffer.shape[0]
-        if array.size != expected:
-            raise ValueError(f"{buffer!r} holds {expected} elements, the data has {array.size}")
-        stored = np.ascontiguousarray(array.reshape(-1))
-        stored.flags.writeable = False
-        number = buffer.arg.number
-        self._arrays[number] = stored
-        weakref.finalize(buffer, self._arrays.pop, number, None)
-
-
-buffer_data = BufferData()
-
-
-def initial_data(buffer: UOp) -> np.ndarray | None:
-    """The initial contents of a BUFFER made from data (flat, read-only), or None (``empty``).
-
-    This is how the pipeline fills input buffers when it runs a program.
-    """
-    return buffer_data.get(buffer)
-
-
-def _storage_array(array: np.ndarray, dtype: DType) -> np.ndarray:
-    """``array`` converted to how a buffer of ``dtype`` stores it."""
-    if dtype is dtypes.bfloat16:
-        bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-        rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)  # round to nearest even
-        return ((bits + rounding) >> 16).astype(np.uint16)
-    if dtype.numpy_name is None:
-        raise TypeError(f"a buffer of {dtype.name} cannot hold data")
-    return np.asarray(array).astype(dtype.numpy_name)
-
 
 # ---------------------------------------------------------------------------------------------
 # small helpers on shapes, axes and dtypes
@@ -507,9 +439,7 @@ class Tensor:
     # -- running -----------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """Compile and run the graph on the default backend; the value as a numpy array."""
-        from uopviz.passes.pipeline import compile as compile_program  # the pipeline lives above core
-
-        return compile_program([self]).run()[0]
+        return entry_point("compile")([self]).run()[0]  # the engine lives above the front end
 
     def item(self) -> Scalar:
         """The value of a one-element tensor as a Python scalar."""
@@ -1752,17 +1682,15 @@ class Tensor:
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Reverse-mode differentiation: accumulate into ``.grad`` of every tensor marked
         ``requires_grad`` that this one depends on.  A non-scalar output needs ``gradient``."""
-        from uopviz.core.gradient import gradient as compute_gradients
         from uopviz.core.uop import toposort
 
+        compute_gradients = entry_point("gradient")  # gradient rules are written on Tensors: above us
         if gradient is None and self.numel() != 1:
             raise ValueError(f"backward of a non-scalar tensor {self.shape} needs an explicit gradient")
         graph = set(toposort([self.uop]))
         leaves = [t for ref in list(_gradient_leaves.values()) if (t := ref()) is not None]
         targets = [t for t in leaves if t.requires_grad and t.uop in graph]
         if not targets:
-            from uopviz.core.function import resolve_functions
-
             graph = set(toposort([resolve_functions(self.uop)]))
             targets = [t for t in leaves if t.requires_grad and t.uop in graph]
         if not targets:
@@ -1823,7 +1751,7 @@ def _wrapped_indices(idx: Tensor, size: int, where: str) -> Tensor:
 
 def _data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:
     """A BUFFER holding ``array`` (registered in :data:`buffer_data`), reshaped to its shape."""
-    stored = _storage_array(array, dtype)
+    stored = storage_array(array, dtype)
     buffer = UOp.buffer(int(stored.size), dtype, device)
     buffer_data.register(buffer, stored)
     return buffer.reshape(array.shape) if buffer.shape != array.shape else buffer
@@ -1837,7 +1765,7 @@ def _sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], a
     shape = array.shape
     if not shape or shape[axis] % count:
         raise UOpError(f"cannot shard shape {shape} on axis {axis} over {count} devices")
-    data = array if stored else _storage_array(array, dtype)
+    data = array if stored else storage_array(array, dtype)
     slices = np.split(data, count, axis=axis)
     flat = np.concatenate([s.reshape(-1) for s in slices])
     buffer = UOp.buffer(int(flat.size) // count, dtype, devices)

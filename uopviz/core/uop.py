@@ -227,12 +227,12 @@ class UOp(metaclass=_UOpMeta):
     @property
     def device(self) -> Device:
         """Where the value lives (spec table, 'device' column)."""
-        return _lazy(self, "_device", _derive_device)
+        return derived_attribute(self, "_device", _derive_device)
 
     @property
     def min_max(self) -> tuple[Any, Any]:
         """Bounds ``(min, max)`` of every value this UOp can take (spec table, 'min_max' column)."""
-        return _lazy(self, "_min_max", _derive_min_max)
+        return derived_attribute(self, "_min_max", _derive_min_max)
 
     @property
     def vmin(self) -> Any:
@@ -247,7 +247,7 @@ class UOp(metaclass=_UOpMeta):
     @property
     def axis(self) -> int | None:
         """The multi-device shard dimension, or None (spec: 'axis tracks the sharding dimension')."""
-        return _lazy(self, "_axis", _derive_axis)
+        return derived_attribute(self, "_axis", _derive_axis)
 
     @property
     def size(self) -> int:
@@ -553,7 +553,7 @@ def _rebuild(flat: list[tuple[Ops, tuple[int, ...], Any, Any]]) -> UOp:
     return built[-1]
 
 
-def _lazy(u: UOp, attr: str, derive: Callable[[UOp], Any]) -> Any:
+def derived_attribute(u: UOp, attr: str, derive: Callable[[UOp], Any]) -> Any:
     """Compute ``attr`` for ``u`` and, iteratively in topological order, every source missing it."""
     cached = u.__dict__.get(attr, _MISSING)
     if cached is not _MISSING:

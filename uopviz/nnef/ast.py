@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 __all__ = [
+    "identifiers",
     "Assert", "AssertPrint", "Binary", "Block", "Bounded", "BoolLiteral", "Builtin", "Callable",
     "Carry", "Cast", "Coalesce", "Component", "Definition", "Expand", "Expr", "Extent", "Fold",
     "Format", "Identifier", "If", "Import", "Index", "IntLiteral", "Invocation", "KeywordConstant",
@@ -624,3 +625,18 @@ def walk(node: Node) -> Iterator[Node]:
         current = stack.pop()
         yield current
         stack.extend(reversed(list(children(current))))
+
+
+_IDENTIFIERS: dict[int, tuple[Node, frozenset[str]]] = {}
+
+
+def identifiers(node: Node | None) -> frozenset[str]:
+    """The identifiers an expression refers to (``x.shape`` counts as ``x``); cached per node."""
+    if node is None:
+        return frozenset()
+    cached = _IDENTIFIERS.get(id(node))
+    if cached is not None and cached[0] is node:
+        return cached[1]
+    names = frozenset(item.name for item in walk(node) if isinstance(item, Identifier | Member))
+    _IDENTIFIERS[id(node)] = (node, names)  # the node is kept alive so its id stays unique
+    return names

@@ -56,6 +56,7 @@ import numpy as np
 
 from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.nnef import ast
+from uopviz.nnef.ast import identifiers
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
     BOUNDED_PACK_LENGTHS,
@@ -98,21 +99,6 @@ VariableLoader = Callable[[str, TensorInfo], "np.ndarray | None"]
 
 # ------------------------------------------------------------------------------------------------
 # static analysis of definitions (cached)
-
-_IDENTIFIERS: dict[int, tuple[ast.Node, frozenset[str]]] = {}
-
-
-def identifiers(node: ast.Node | None) -> frozenset[str]:
-    """The identifiers an expression refers to (``x.shape`` counts as ``x``); cached per node."""
-    if node is None:
-        return frozenset()
-    cached = _IDENTIFIERS.get(id(node))
-    if cached is not None and cached[0] is node:
-        return cached[1]
-    names = frozenset(item.name for item in ast.walk(node) if isinstance(item, ast.Identifier | ast.Member))
-    _IDENTIFIERS[id(node)] = (node, names)  # the node is kept alive so its id stays unique
-    return names
-
 
 def _type_identifiers(spec: ast.TypeSpec) -> set[str]:
     names: set[str] = set(identifiers(spec.rank))
@@ -215,9 +201,9 @@ def _in_stdlib(file: str | None) -> bool:
 
 
 def _describe_type(spec: ast.TypeSpec) -> str:
-    from uopviz.nnef.printer import _type_spec
+    from uopviz.nnef.printer import type_spec_text
 
-    return _type_spec(spec)
+    return type_spec_text(spec)
 
 
 class _Describe:

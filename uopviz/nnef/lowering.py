@@ -70,7 +70,7 @@ after each iteration (a body may compress what it carries), and the results' ext
 run knows are written to counters of the enclosing graph (``LoopOperation.extent_outputs``).
 
 :func:`compile_graph` compiles the kernels with the pipeline's public
-:func:`~uopviz.passes.pipeline.compile_kernels` (graph inputs, variables and constants are the
+:func:`~uopviz.engine.program.compile_kernels` (graph inputs, variables and constants are the
 program's inputs): one Program for a graph without loops, else one per run of kernels between loop
 nodes, gathered in a :class:`GraphProgram`; :func:`run_graph` binds the data and runs them in order.
 Opts chosen per kernel number the kernels as ``program.kernels`` lists them, loop bodies and
@@ -94,7 +94,7 @@ from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import ParamArg, UOp, shape_uop
 from uopviz.nnef import ast
-from uopviz.nnef.composer import identifiers
+from uopviz.nnef.ast import identifiers
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
     BoundedIndex,
@@ -2883,7 +2883,7 @@ def _compile_segment(
     """One run of kernels as a pipeline Program (``compile_kernels``): its inputs are what it reads
     and does not write, its outputs what it writes and ``needed`` names."""
     from uopviz.core.rewrite import traced_pass
-    from uopviz.passes.pipeline import compile_kernels
+    from uopviz.engine.program import compile_kernels
 
     storage: dict[str, UOp] = {}
 

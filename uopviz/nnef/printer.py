@@ -72,7 +72,7 @@ def _type_param(param: ast.TypeParam) -> str:
     return f"{param.name}: {param.base}{default};"
 
 
-def _type_spec(spec: ast.TypeSpec) -> str:
+def type_spec_text(spec: ast.TypeSpec) -> str:
     """``[dynamic] [optional] name[^(r)][shape][pack]``."""
     text = f"{spec.qualifier} " if spec.qualifier else ""
     text += "optional " if spec.optional else ""
@@ -112,7 +112,7 @@ def _extent(extent: ast.Extent) -> str:
 
 def _param(param: ast.Param) -> str:
     """``name: type [= default[, i < n]*];``"""
-    text = f"{param.name}: {_type_spec(param.type)}"
+    text = f"{param.name}: {type_spec_text(param.type)}"
     if param.default is not None:
         text += f" = {print_expression(param.default)}"
         text += "".join(f", {_bound(bound)}" for bound in param.bounds)
@@ -198,7 +198,7 @@ def _result(result: ast.Result) -> str:
     """``~`` or ``name[: type][..(n)]``."""
     text = "~" if result.name is None else result.name
     if result.type is not None:
-        text += f": {_type_spec(result.type)}"
+        text += f": {type_spec_text(result.type)}"
     if result.pack is not None:
         text += _pack(result.pack, text)
     return text
@@ -327,7 +327,7 @@ def _loop(loop: ast.Loop, depth: int) -> str:
 
 def _carry(carry: ast.Carry) -> str:
     """``name[: type] = initial``."""
-    spec = f": {_type_spec(carry.type)}" if carry.type is not None else ""
+    spec = f": {type_spec_text(carry.type)}" if carry.type is not None else ""
     return f"{carry.name}{spec} = {print_expression(carry.initial)}"
 
 

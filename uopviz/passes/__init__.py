@@ -1,9 +1,11 @@
 """The lowering pipeline of the spec: Callify → Rangeify → Optimize → Expand → Instruction
-Selection → Linearize → Register/Memory Plan → Render, one module per stage, listed in order by
-:func:`uopviz.passes.pipeline.lower`.  ``compile`` and ``Program`` are the entry points; ``Kernel``,
-``Opt``, ``OptOp`` and ``OptError`` shape single kernels."""
+Selection → Linearize → Register/Memory Plan → Render, one module per stage, listed in order in one
+table, :data:`uopviz.passes.pipeline.PIPELINE`.  ``Kernel``, ``Opt``, ``OptOp`` and ``OptError``
+shape single kernels.  Compiling and running programs (``uv.compile``, ``Program``) is the engine's
+(:mod:`uopviz.engine`).
+"""
 
 from uopviz.passes.kernel import Kernel, Opt, OptError, OptOp
-from uopviz.passes.pipeline import STAGES, Program, compile
+from uopviz.passes.pipeline import PIPELINE, STAGES
 
-__all__ = ["STAGES", "Kernel", "Opt", "OptError", "OptOp", "Program", "compile"]
+__all__ = ["PIPELINE", "STAGES", "Kernel", "Opt", "OptError", "OptOp"]

@@ -400,8 +400,7 @@ def evaluate_candidate(
 def _time_built(
     built: _Built, backend: str, repeats: int, timeout_s: float
 ) -> tuple[float | None, str | None]:
-    from uopviz.backends.timing import time_kernel
-    from uopviz.backends.worker import KernelCrashed, KernelTimeout
+    from uopviz.backends.worker import KernelCrashed, KernelTimeout, time_kernel
 
     try:
         timing = time_kernel(
@@ -641,7 +640,7 @@ def _verify_finalists(
     }
     if len(chosen) < 2:
         return None
-    from uopviz.backends.timing import time_kernel
+    from uopviz.backends.worker import time_kernel
 
     built = {key: build_candidate(kernels[key], backend) for key in chosen}
     reference = _outputs_of(build_candidate(untuned, backend), backend, timeout_s)

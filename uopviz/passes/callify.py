@@ -4,7 +4,7 @@ Two passes, both rules:
 
 1. **resolve functions**: every ``GET_TUPLE(FUNCTION(TUPLE(body...), args...), i)`` made by
    ``@function`` is replaced by ``body[i]`` with each ``PARAM(k)`` substituted by ``args[k]``
-   (``uopviz.core.function.resolve_functions`` when it exists, else the rule here);
+   (``uopviz.core.inline.resolve_functions``);
 2. **parametrize inputs**: every data leaf (a ``BUFFER`` or raw ``BINARY`` data) becomes
    ``PARAM(k)``, in order of first use.
 
@@ -19,42 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from uopviz.core.dtype import AddrSpace
+from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute, traced_pass
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, traced_pass
 from uopviz.core.uop import UOp
+from uopviz.passes.schedule import Lowering
 
 
 class CallifyError(ValueError):
     """A graph that is not a program: a free PARAM, an output that is not a value, ..."""
-
-
-def _substitute_params(body: UOp, arguments: Sequence[UOp]) -> UOp:
-    params = {u: arguments[u.arg.slot] for u in body.toposort()
-              if u.op is Ops.PARAM and u.arg.addrspace is None and u.arg.slot < len(arguments)}
-    return substitute(body, params)
-
-
-def inline_function(call: UOp, function: UOp) -> UOp:
-    """``GET_TUPLE(FUNCTION(TUPLE(b...), a...), i)`` is ``b[i]`` with ``PARAM(k)`` replaced by ``a[k]``
-    (bottom-up, functions called inside the body were inlined already)."""
-    body = function.src[0]
-    return _substitute_params(body.src[call.arg], function.src[1:])
-
-
-function_rules = PatternMatcher([
-    (UPat(Ops.GET_TUPLE, src=(UPat(Ops.FUNCTION, name="function"),), name="call"), inline_function, "inline_function"),  # noqa: E501
-], name="resolve functions")
-
-
-def resolve_functions(root: UOp) -> UOp:
-    """Inline every ``@function`` call of ``root`` (the core's resolver when it exists)."""
-    try:
-        from uopviz.core.function import resolve_functions as core_resolve  # type: ignore[attr-defined]
-    except ImportError:
-        core_resolve = None
-    if core_resolve is not None:
-        return core_resolve(root)
-    return graph_rewrite(root, function_rules, name="resolve functions")
 
 
 @dataclass
@@ -112,3 +85,8 @@ def callify(outputs: Sequence[UOp]) -> UOp:
         record.step("make_function: the body and its inputs as one FUNCTION", body, function)
         record.output = function
     return function
+
+def callify_stage(lowering: Lowering) -> None:
+    """Callify: the graph becomes one stateless FUNCTION of its inputs."""
+    lowering.graph = callify(lowering.outputs)
+    lowering.inputs = list(lowering.graph.src[1:])

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from itertools import product
 
-from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import frontier_graph, graph_rewrite, substitute, traced_pass, untraced
+from uopviz.core.rewrite import frontier_graph, graph_rewrite, location_of, substitute, traced_pass, untraced
 from uopviz.core.uop import UOp
-from uopviz.passes.indexing import iadd, iconst, index_simplifier, simplify_indices
-from uopviz.passes.kernel import LANE_TYPES, _location_of, kernel_order, range_size
+from uopviz.passes.indexing import affine_coefficients, iadd, iconst, index_simplifier, simplify_indices
+from uopviz.passes.kernel import LANE_TYPES, kernel_order, range_size
+from uopviz.passes.schedule import Lowering, once_per_body
 
 Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order
 
@@ -100,32 +100,6 @@ def expand_range(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     if u.arg[1] not in LANE_TYPES:
         return u, ()
     return UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(range_size(u)))), (u,)
-
-
-def affine_coefficients(expression: UOp, ranges: Axes) -> dict[UOp, int] | None:
-    """``{range: coefficient}`` when ``expression`` is ``base + sum(coefficient * range)`` in the given
-    ranges (only ADD, and MUL by constants, above them); None otherwise."""
-    out: dict[UOp, int] = {}
-    if expression.dtype is dtypes.index and _collect_affine(expression, 1, ranges, out):
-        return out
-    return None
-
-
-def _collect_affine(u: UOp, scale: int, ranges: Axes, out: dict[UOp, int]) -> bool:
-    """Add ``scale`` times ``u``'s coefficients to ``out``; False when ``u`` is not affine in ``ranges``.
-    (A module function, not a closure that calls itself: such a closure is a reference cycle.)"""
-    if any(u is r for r in ranges):
-        out[u] = out.get(u, 0) + scale
-        return True
-    if not any(any(s is r for r in ranges) for s in u.toposort()):
-        return True  # part of the base
-    if u.op is Ops.ADD:
-        return _collect_affine(u.src[0], scale, ranges, out) and _collect_affine(u.src[1], scale, ranges, out)
-    if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
-        return _collect_affine(u.src[0], scale * int(u.src[1].arg[0]), ranges, out)
-    if u.op is Ops.MUL and u.src[0].op is Ops.CONST:
-        return _collect_affine(u.src[1], scale * int(u.src[0].arg[0]), ranges, out)
-    return False
 
 
 def per_lane(original: UOp, axes: Axes, target: Axes, ctx: ExpandContext | None = None) -> UOp:
@@ -324,9 +298,13 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
                 # the whole kernel after this step, built when shown: substituting ``new`` for ``u``
                 # would feed a vector to users that are not expanded yet
                 whole = partial(frontier_graph, ast, order, ctx.new, position + 1)
-                record.step(rule.__name__, u, new, graph=whole, location=_location_of(rule))
+                record.step(rule.__name__, u, new, graph=whole, location=location_of(rule))
         record.output = ctx.new[ast]
     return simplify_indices(ctx.new[ast], name="simplify lane indices") if ctx.substituted else ctx.new[ast]
 
+def expand_stage(lowering: Lowering) -> None:
+    """Expand: UPCAST and UNROLL ranges become vector lanes."""
+    lowering.replace_bodies(once_per_body(lowering, lambda item: expand_kernel(item.body, item.kernel.name)))
 
-__all__ = ["EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]
+
+__all__ = ["expand_stage", "EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]

@@ -4,9 +4,8 @@ Rangeify turns movement ops into index arithmetic, Optimize splits ranges, Expan
 indices; all of them build ``index``-typed expressions here.  The builders fold constants and
 drop identities eagerly (``x + 0``, ``x * 1``, ``x // 1``), and use value bounds to drop divisions
 and modulos that cannot change anything, so the kernel ASTs stay readable before any simplifier
-runs.  :data:`index_simplifier` is the rule set that tidies what the builders could not see
-locally; once ``uopviz.core.symbolic`` lands its matcher is used instead (see
-:func:`simplify_indices`).
+runs.  :data:`index_simplifier` (``uopviz.core.symbolic``'s rules and the decided-gate rules here)
+tidies what the builders could not see locally (see :func:`simplify_indices`).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from collections.abc import Callable, Sequence
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopviz.core.symbolic import symbolic
 from uopviz.core.uop import UOp
 
 INDEX = dtypes.index
@@ -184,6 +184,32 @@ def unflatten(flat: UOp, shape: Sequence[int]) -> list[UOp]:
     return out
 
 
+def affine_coefficients(expression: UOp, ranges: Sequence[UOp]) -> dict[UOp, int] | None:
+    """``{range: coefficient}`` when ``expression`` is ``base + sum(coefficient * range)`` in the given
+    ranges (only ADD, and MUL by constants, above them); None otherwise."""
+    out: dict[UOp, int] = {}
+    if expression.dtype is dtypes.index and _collect_affine(expression, 1, ranges, out):
+        return out
+    return None
+
+
+def _collect_affine(u: UOp, scale: int, ranges: Sequence[UOp], out: dict[UOp, int]) -> bool:
+    """Add ``scale`` times ``u``'s coefficients to ``out``; False when ``u`` is not affine in ``ranges``.
+    (A module function, not a closure that calls itself: such a closure is a reference cycle.)"""
+    if any(u is r for r in ranges):
+        out[u] = out.get(u, 0) + scale
+        return True
+    if not any(any(s is r for r in ranges) for s in u.toposort()):
+        return True  # part of the base
+    if u.op is Ops.ADD:
+        return _collect_affine(u.src[0], scale, ranges, out) and _collect_affine(u.src[1], scale, ranges, out)
+    if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+        return _collect_affine(u.src[0], scale * int(u.src[1].arg[0]), ranges, out)
+    if u.op is Ops.MUL and u.src[0].op is Ops.CONST:
+        return _collect_affine(u.src[1], scale * int(u.src[0].arg[0]), ranges, out)
+    return False
+
+
 def lower_than(index: UOp, limit: int) -> UOp | None:
     """The bool ``index < limit``, or None when bounds show it always holds."""
     low, high = bounds(index)
@@ -219,144 +245,11 @@ def conjuncts(condition: UOp) -> list[UOp]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the temporary index simplifier (replaced by uopviz.core.symbolic once it exists)
+# the index simplifier
 
-
-def _index_only(*nodes: UOp) -> bool:
-    return all(n.dtype is INDEX for n in nodes)
-
-
-def _fold_binary(x: UOp, a: UOp, b: UOp) -> UOp | None:
-    if not _index_only(a, b):
-        return None
-    va, vb = a.arg[0], b.arg[0]
-    if x.op is Ops.ADD:
-        return iconst(va + vb)
-    if x.op is Ops.MUL:
-        return iconst(va * vb)
-    if x.op is Ops.IDIV and vb != 0:
-        return iconst(va // vb)
-    if x.op is Ops.MOD and vb != 0:
-        return iconst(va % vb)
-    if x.op is Ops.MAX:
-        return iconst(max(va, vb))
-    if x.op is Ops.CMP_LT:
-        return UOp.const(dtypes.bool, va < vb)
-    if x.op is Ops.CMP_NE:
-        return UOp.const(dtypes.bool, va != vb)
-    return None
-
-
-def _decide_comparison(x: UOp, a: UOp, b: UOp) -> UOp | None:
-    """An index comparison whose outcome the bounds already decide becomes a bool constant."""
-    if not _index_only(a, b):
-        return None
-    (la, ha), (lb, hb) = bounds(a), bounds(b)
-    if x.op is Ops.CMP_LT:
-        if ha < lb:
-            return UOp.const(dtypes.bool, True)
-        if la >= hb:
-            return UOp.const(dtypes.bool, False)
-    if x.op is Ops.CMP_NE and (ha < lb or hb < la):
-        return UOp.const(dtypes.bool, True)
-    return None
-
-
-def _divide_sum(x: UOp, divisor: int) -> UOp | None:
-    """``(a*c + b) // c -> a + b // c`` when ``a*c`` is a multiple of ``c`` and ``b >= 0``."""
-    terms = _sum_terms(x)
-    multiples = [t for t in terms if _multiple_of(t, divisor)]
-    if not multiples:
-        return None
-    rest = [t for t in terms if not _multiple_of(t, divisor)]
-    rest_sum = _sum(rest)
-    if bounds(rest_sum)[0] < 0:
-        return None
-    quotient = _sum([_divide_exact(t, divisor) for t in multiples])
-    return iadd(quotient, idiv(rest_sum, divisor))
-
-
-def _mod_sum(x: UOp, divisor: int) -> UOp | None:
-    """``(a*c + b) % c -> b % c``: multiples of the divisor drop out."""
-    terms = _sum_terms(x)
-    rest = [t for t in terms if not _multiple_of(t, divisor)]
-    if len(rest) == len(terms):
-        return None
-    return imod(_sum(rest), divisor)
-
-
-def _sum_terms(u: UOp) -> list[UOp]:
-    if u.op is Ops.ADD:
-        return _sum_terms(u.src[0]) + _sum_terms(u.src[1])
-    return [u]
-
-
-def _sum(terms: Sequence[UOp]) -> UOp:
-    out = iconst(0)
-    for t in terms:
-        out = iadd(out, t)
-    return out
-
-
-def _multiple_of(u: UOp, divisor: int) -> bool:
-    if is_const(u):
-        return u.arg[0] % divisor == 0
-    if u.op is Ops.MUL and is_const(u.src[1]):
-        return u.src[1].arg[0] % divisor == 0
-    return False
-
-
-def _divide_exact(u: UOp, divisor: int) -> UOp:
-    if is_const(u):
-        return iconst(u.arg[0] // divisor)
-    return imul(u.src[0], u.src[1].arg[0] // divisor)
-
-
-def _simplify_idiv(x: UOp, a: UOp, c: UOp) -> UOp | None:
-    if not _index_only(a, c) or c.arg[0] <= 0:
-        return None
-    divisor = c.arg[0]
-    simpler = idiv(a, divisor)
-    if simpler is not x:
-        return simpler
-    return _divide_sum(a, divisor) if a.op is Ops.ADD else None
-
-
-def _simplify_mod(x: UOp, a: UOp, c: UOp) -> UOp | None:
-    if not _index_only(a, c) or c.arg[0] <= 0:
-        return None
-    divisor = c.arg[0]
-    simpler = imod(a, divisor)
-    if simpler is not x:
-        return simpler
-    if a.op is Ops.ADD:
-        return _mod_sum(a, divisor)
-    if _multiple_of(a, divisor):
-        return iconst(0)
-    return None
-
-
-def _simplify_add(x: UOp, a: UOp, b: UOp) -> UOp | None:
-    if not _index_only(a, b):
-        return None
-    simpler = iadd(a, b)
-    return simpler if simpler is not x else None
-
-
-def _simplify_mul(x: UOp, a: UOp, c: UOp) -> UOp | None:
-    if not _index_only(a, c):
-        return None
-    simpler = imul(a, c.arg[0])
-    return simpler if simpler is not x else None
-
-
-index_simplifier = PatternMatcher([
-    (UPat((Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMP_LT, Ops.CMP_NE), src=(UPat.cvar("a"), UPat.cvar("b")), name="x"), _fold_binary, "fold_index_constants"),  # noqa: E501
-    (UPat((Ops.CMP_LT, Ops.CMP_NE), src=(UPat.var("a"), UPat.var("b")), name="x"), _decide_comparison, "decide_index_comparison"),  # noqa: E501
-    (UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("c")), name="x"), _simplify_idiv, "simplify_index_division"),  # noqa: E501
-    (UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("c")), name="x"), _simplify_mod, "simplify_index_modulo"),
-    (UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b")), name="x"), _simplify_add, "simplify_index_sum"),
-    (UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("c")), name="x"), _simplify_mul, "simplify_index_product"),
+# What the index builders cannot see locally: gates and WHEREs that bounds decided (the arithmetic
+# itself is uopviz.core.symbolic's, one simplifier for every index expression).
+gate_rules = PatternMatcher([
     (UPat(Ops.AND, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, True)]), lambda x: x, "and_true"),  # noqa: E501
     (UPat(Ops.AND, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, False, name="f")]), lambda x, f: f, "and_false"),  # noqa: E501
     (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, True), UPat.var("a"), UPat.var("b"))), lambda a, b: a, "where_true"),  # noqa: E501
@@ -364,16 +257,12 @@ index_simplifier = PatternMatcher([
     (UPat(Ops.LOAD, src=(UPat.var("address"), UPat.var("alt"), UPat.const(dtypes.bool, True))), lambda address, alt: UOp(Ops.LOAD, (address,)), "load_gate_true"),  # noqa: E501
     (UPat(Ops.LOAD, src=(UPat.var("address"), UPat.var("alt"), UPat.const(dtypes.bool, False))), lambda address, alt: alt, "load_gate_false"),  # noqa: E501
     (UPat(Ops.STORE, src=(UPat.var("address"), UPat.var("value"), UPat.const(dtypes.bool, True))), lambda address, value: UOp(Ops.STORE, (address, value)), "store_gate_true"),  # noqa: E501
-], name="simplify indices")
+], name="decided gates")
+
+index_simplifier = PatternMatcher((symbolic + gate_rules).rules, name="simplify indices")
 
 
 def simplify_indices(root: UOp, name: str = "simplify indices") -> UOp:
-    """Tidy the index arithmetic of a kernel: ``uopviz.core.symbolic``'s matcher when it exists,
-    followed by the index rules above (which also clean gates and WHEREs decided by bounds)."""
-    try:
-        from uopviz.core.symbolic import symbolic  # type: ignore[attr-defined]
-    except ImportError:
-        symbolic = None
-    if symbolic is not None:
-        root = graph_rewrite(root, symbolic, name="symbolic")
+    """Tidy the index arithmetic of a kernel (``uopviz.core.symbolic``) and the gates and WHEREs its
+    bounds decided, in one rewrite."""
     return graph_rewrite(root, index_simplifier, name=name)

@@ -64,22 +64,37 @@ pow        a in [1e-3, 1e3], b in [-8, 8]    0 (in f64)   1.85
 
 The reduction is exact for every finite argument, 1e20 and 3.4e38 included.  On a target without
 float64, float32 sin/cos reach 1.9 ulp and tan 3.7 (two float32 polynomials divided).
+
+The stage (:func:`select_instructions`) first lowers reductions to **accumulators**, so that the
+target's rules see the multiply-add of a reduction: ``REDUCE(value, r...)`` becomes a REG buffer
+``acc`` with
+
+* ``STORE(acc[AFTER(acc, outer ranges...)], identity)`` — initialised once per output element,
+* ``STORE(acc[AFTER(acc, init, r...)], LOAD(acc) op value)`` — updated in the reduce loops,
+* ``END(update, r)`` closing each reduce range (innermost first),
+* ``LOAD(acc[AFTER(acc, END)])`` — the result, read after the loops.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from uopviz.backends.base import Backend
 from uopviz.core.alu import exec_alu, wrap_integer
-from uopviz.core.dtype import DType, dtypes
+from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.uop import UOp
+from uopviz.passes.indexing import iconst
+from uopviz.passes.kernel import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity
+from uopviz.passes.render import backend_named
+from uopviz.passes.schedule import Lowering, PipelineError, once_per_body
 
-__all__ = [
+__all__ = ["accumulator_rules", "instruction_selection_stage", "lower_reductions", "select_instructions",
     "DECOMPOSITIONS",
     "devectorize",
     "devectorize_rules",
@@ -1232,3 +1247,88 @@ def instruction_selection_matcher(
         rules.extend(mulacc_fusion.rules)
     rules.extend(_split_widths(tuple(vector_widths), frozenset(scalar_dtypes), vector_bytes).rules)
     return PatternMatcher(rules, name="instruction selection")
+
+
+# ---------------------------------------------------------------------------------------------
+# accumulators
+
+
+@dataclass
+class AccumulatorContext:
+    """The loops around every reduction (the kernel's non-reduce ranges) and a counter for REG buffers."""
+
+    outer: tuple[UOp, ...]
+    count: int = 0
+
+
+def lower_reduce(ctx: AccumulatorContext, reduce: UOp) -> UOp:
+    """REDUCE → a REG accumulator: init before the loops, update inside, read after them."""
+    op = reduce.arg[0]
+    value, loops = reduce.src[0], reduce.src[1:]
+    dtype = value.dtype
+    accumulator = UOp.buffer(dtype.count, dtype.scalar, None, AddrSpace.REG, number=ctx.count)
+    ctx.count += 1
+    lanes = iconst(0)
+    if dtype.count > 1:
+        lanes = UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(dtype.count)))
+    first = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, *ctx.outer)), lanes))
+    init = UOp(Ops.STORE, (first, reduce_identity(op, dtype)))
+    inside = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, init, *loops)), lanes))
+    update = UOp(Ops.STORE, (inside, UOp(op, (UOp(Ops.LOAD, (inside,)), value))))
+    closed = update
+    for r in reversed(kernel_order(list(loops))):
+        closed = UOp(Ops.END, (closed, r))
+    return UOp(Ops.LOAD, (UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, closed)), lanes)),))
+
+
+def fuse_wmma_accumulate(acc: UOp, wmma: UOp) -> UOp | None:
+    """``acc + WMMA(a, b, 0)`` is ``WMMA(a, b, acc)``: the tensor core accumulates by itself."""
+    zero = wmma.src[2]
+    lanes = zero.src if zero.op is Ops.VECTORIZE else (zero,)
+    if not all(s.op is Ops.CONST and s.arg[0] == 0 for s in lanes):
+        return None
+    return UOp(Ops.WMMA, (wmma.src[0], wmma.src[1], acc), wmma.arg)
+
+
+accumulator_rules = PatternMatcher([
+    (UPat(Ops.REDUCE, name="reduce"), lower_reduce, "lower_reduce"),
+    (UPat(Ops.ADD, src=[UPat(Ops.LOAD, name="acc"), UPat(Ops.WMMA, name="wmma")]), fuse_wmma_accumulate, "fuse_wmma_accumulate"),  # noqa: E501
+], name="accumulators")
+
+
+def lower_reductions(ast: UOp) -> UOp:
+    """Every REDUCE of the kernel as a REG accumulator (see the module docstring)."""
+    if not any(u.op is Ops.REDUCE for u in ast.toposort()):
+        return ast
+    outer = tuple(r for r in ranges_of(ast) if r.arg[1] not in REDUCE_TYPES)
+    return graph_rewrite(ast, accumulator_rules, ctx=AccumulatorContext(outer), name="accumulators")
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage
+
+
+def select_instructions(ast: UOp, backend: Backend, name: str = "kernel") -> UOp:
+    """Instruction Selection for one kernel: REDUCE → REG accumulators, then the target's rules
+    (decompositions of what the backend lacks, devectorization)."""
+    ast = lower_reductions(ast)
+    matcher = instruction_selection_matcher(
+        backend.supported_ops, backend.vector_widths, backend.supports_dtype(dtypes.float64),
+        backend.scalar_dtypes, backend.vector_bytes,
+    )
+    ast = graph_rewrite(ast, matcher, name="instruction selection")
+    if not backend.vector_widths:
+        ast = devectorize(ast)
+    missing = sorted({u.op.name for u in ast.toposort() if u.op in GroupOp.ELEMENTWISE
+                      and u.op not in backend.supported_ops and u.op is not Ops.CAST})
+    if missing:
+        raise PipelineError(f"kernel {name}: the {backend.name} backend has no {', '.join(missing)} and no "
+                            f"instruction-selection rule decomposed them")
+    return ast
+
+
+def instruction_selection_stage(lowering: Lowering) -> None:
+    """Instruction Selection: accumulators for reductions, then the target's instruction rules."""
+    backend = backend_named(lowering.backend)
+    lowering.replace_bodies(once_per_body(
+        lowering, lambda item: select_instructions(item.body, backend, item.kernel.name)))

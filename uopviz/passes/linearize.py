@@ -1,12 +1,6 @@
-"""Accumulators and linearization: from a kernel graph to the LINEAR program of kernel-ir.md.
+"""Linearize: from a kernel graph to the LINEAR program of kernel-ir.md.
 
-**Accumulators** (run in the Instruction Selection stage, so that target rules see the
-multiply-add of a reduction): ``REDUCE(value, r...)`` becomes a REG buffer ``acc`` with
-
-* ``STORE(acc[AFTER(acc, outer ranges...)], identity)`` — initialised once per output element,
-* ``STORE(acc[AFTER(acc, init, r...)], LOAD(acc) op value)`` — updated in the reduce loops,
-* ``END(update, r)`` closing each reduce range (innermost first),
-* ``LOAD(acc[AFTER(acc, END)])`` — the result, read after the loops.
+Reductions arrive as REG accumulators (Instruction Selection made them: ``uopviz.passes.isel``).
 
 **Linearize** places every UOp in the innermost loop its dependencies need (so loop-invariant
 work is hoisted out of loops), nests the output loops in kernel order with each reduce loop inside
@@ -21,71 +15,17 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from uopviz.core.dtype import AddrSpace
+from uopviz.backends.base import Backend
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp, toposort
-from uopviz.passes.indexing import iconst
-from uopviz.passes.kernel import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity
+from uopviz.passes.kernel import kernel_order, ranges_of
+from uopviz.passes.render import backend_named
+from uopviz.passes.schedule import Lowering, once_per_body, record_step
 
 
 class LinearizeError(ValueError):
     """A kernel graph whose dependencies do not nest into loops."""
-
-
-# ---------------------------------------------------------------------------------------------
-# accumulators
-
-
-@dataclass
-class AccumulatorContext:
-    """The loops around every reduction (the kernel's non-reduce ranges) and a counter for REG buffers."""
-
-    outer: tuple[UOp, ...]
-    count: int = 0
-
-
-def lower_reduce(ctx: AccumulatorContext, reduce: UOp) -> UOp:
-    """REDUCE → a REG accumulator: init before the loops, update inside, read after them."""
-    op = reduce.arg[0]
-    value, loops = reduce.src[0], reduce.src[1:]
-    dtype = value.dtype
-    accumulator = UOp.buffer(dtype.count, dtype.scalar, None, AddrSpace.REG, number=ctx.count)
-    ctx.count += 1
-    lanes = iconst(0)
-    if dtype.count > 1:
-        lanes = UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(dtype.count)))
-    first = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, *ctx.outer)), lanes))
-    init = UOp(Ops.STORE, (first, reduce_identity(op, dtype)))
-    inside = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, init, *loops)), lanes))
-    update = UOp(Ops.STORE, (inside, UOp(op, (UOp(Ops.LOAD, (inside,)), value))))
-    closed = update
-    for r in reversed(kernel_order(list(loops))):
-        closed = UOp(Ops.END, (closed, r))
-    return UOp(Ops.LOAD, (UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, closed)), lanes)),))
-
-
-def fuse_wmma_accumulate(acc: UOp, wmma: UOp) -> UOp | None:
-    """``acc + WMMA(a, b, 0)`` is ``WMMA(a, b, acc)``: the tensor core accumulates by itself."""
-    zero = wmma.src[2]
-    lanes = zero.src if zero.op is Ops.VECTORIZE else (zero,)
-    if not all(s.op is Ops.CONST and s.arg[0] == 0 for s in lanes):
-        return None
-    return UOp(Ops.WMMA, (wmma.src[0], wmma.src[1], acc), wmma.arg)
-
-
-accumulator_rules = PatternMatcher([
-    (UPat(Ops.REDUCE, name="reduce"), lower_reduce, "lower_reduce"),
-    (UPat(Ops.ADD, src=[UPat(Ops.LOAD, name="acc"), UPat(Ops.WMMA, name="wmma")]), fuse_wmma_accumulate, "fuse_wmma_accumulate"),  # noqa: E501
-], name="accumulators")
-
-
-def lower_reductions(ast: UOp) -> UOp:
-    """Every REDUCE of the kernel as a REG accumulator (see the module docstring)."""
-    if not any(u.op is Ops.REDUCE for u in ast.toposort()):
-        return ast
-    outer = tuple(r for r in ranges_of(ast) if r.arg[1] not in REDUCE_TYPES)
-    return graph_rewrite(ast, accumulator_rules, ctx=AccumulatorContext(outer), name="accumulators")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,5 +309,20 @@ def _rebuild(sequence: list[tuple[str, object]], name: str) -> UOp:
             program.append(UOp(Ops.ENDIF, (opened[id(item)],)))
     return UOp(Ops.LINEAR, tuple(program), name)
 
+def linearize_kernel(ast: UOp, backend: Backend, name: str) -> UOp:
+    """The LINEAR program of one kernel (GPU backends: GLOBAL/LOCAL ranges become SPECIALs)."""
+    if backend.has_local:
+        ast = to_special(ast)
+    return linearize(ast, name)
 
-__all__ = ["LinearizeError", "accumulator_rules", "linearize", "lower_reductions", "to_special"]
+
+def linearize_stage(lowering: Lowering) -> None:
+    """Linearize: every kernel as a LINEAR program."""
+    backend = backend_named(lowering.backend)
+    bodies = once_per_body(lowering, lambda item: linearize_kernel(item.body, backend, item.kernel.name))
+    for item, linear in bodies.items():
+        record_step(linearize, item.body, linear, f"linearize {item.kernel.name}")
+    lowering.replace_bodies(bodies)
+
+
+__all__ = ["linearize_kernel", "linearize_stage", "LinearizeError", "linearize", "to_special"]

@@ -14,11 +14,13 @@ share one register buffer (same dtype, large enough).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from uopviz.core.dtype import AddrSpace, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.uop import UOp
+from uopviz.passes.schedule import Lowering, storage_of
 
 ALIGNMENT = 16  # bytes: every planned buffer starts aligned for any element type (and SIMD loads)
 
@@ -215,6 +217,30 @@ def apply_register_plan(linear: UOp, plan: RegisterPlan) -> UOp:
             declared.add(u)
         program.append(u)
     return UOp(Ops.LINEAR, tuple(program), shared.arg)
+
+def memory_plan_stage(lowering: Lowering) -> None:
+    """Register/Memory Plan: registers inside kernels, then GLOBAL buffers between kernels (a lone
+    kernel, with no program around it, gets its register plan only)."""
+    saved = 0
+    plans: dict[UOp, Any] = {}
+    bodies = {}
+    for item in lowering.items:
+        if item.body not in plans:
+            plan = plan_registers(item.body)
+            plans[item.body] = (plan, apply_register_plan(item.body, plan))
+        plan, bodies[item] = plans[item.body]
+        saved += plan.bytes_saved
+    lowering.replace_bodies(bodies)
+    if lowering.graph is None:
+        return
+    outputs = {storage_of(v) for v in lowering.output_values()}
+    usage = [(storage_of(item.arguments[0]), [storage_of(a) for a in item.arguments[1:]])
+             for item in lowering.items]
+    memory = plan_memory(usage, outputs)
+    memory.register_bytes_saved = saved
+    lowering.memory_plan = memory
+    if memory.placements:
+        lowering.graph = apply_memory_plan(lowering.graph, memory)
 
 
 __all__ = ["MemoryPlan", "Placement", "RegisterPlan", "apply_memory_plan", "apply_register_plan",

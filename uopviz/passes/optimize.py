@@ -33,13 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from uopviz.backends.base import TensorCore
 from uopviz.core.dtype import AddrSpace
+from uopviz.core.entry_points import entry_point
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp
-from uopviz.passes.expand import affine_coefficients
-from uopviz.passes.indexing import flat_index, iadd, iconst, idiv, imod, imul
+from uopviz.passes.indexing import affine_coefficients, flat_index
 from uopviz.passes.kernel import (
     LANE_TYPES,
     REDUCE_TYPES,
@@ -47,192 +46,16 @@ from uopviz.passes.kernel import (
     Opt,
     OptError,
     OptOp,
+    apply_tensor_core,
+    depends_on,
     kernel_order,
-    pad_axis,
     position_of,
     range_size,
     ranges_of,
     renumber,
     substitute_ranges,
 )
-
-# ---------------------------------------------------------------------------------------------
-# tensor cores
-
-
-def _strip_cast(u: UOp) -> UOp:
-    return u.src[0] if u.op is Ops.CAST else u
-
-
-def _depends(u: UOp, r: UOp) -> bool:
-    return any(s is r for s in u.toposort())
-
-
-def _product_of(reduce: UOp) -> UOp:
-    """The summed product of a multiply-reduce; through the mask PADTO puts on a padded reduce
-    axis (the product is 0 there anyway: the loads of the padding are gated to 0)."""
-    value = reduce.src[0]
-    if value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].const_value == 0:
-        return value.src[1]
-    return value
-
-
-def _padded_to_tiles(kernel: Kernel, misfits: list[tuple[UOp, int]]) -> Kernel:
-    """``kernel`` with each range of ``misfits`` padded (PADTO) to a multiple of its tile size."""
-    for r, tile in misfits:
-        number = r.arg[0]
-        index = next(i for i, candidate in enumerate(kernel.ranges) if candidate.arg[0] == number)
-        ast = pad_axis(kernel, Opt(OptOp.PADTO, index, tile))
-        kernel = Kernel(renumber(ast, ranges_of(ast)), kernel.backend, kernel.opts, kernel.name_hint)
-    return kernel
-
-
-def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
-    """TC on the ``reduce_index``-th reduce axis: find the multiply-reduce, its M (an output axis only
-    the first operand varies over), N (only the second) and a matching tensor core; then mode 1
-    emits ``REDUCE(WMMA(a, b, 0))`` over the tile's fragments and warp (``_tensor_core_wmma``), and
-    mode 3 only splits M, N into UPCAST and K into UNROLL tiles of the tile's sizes."""
-    if not (isinstance(opt.arg, tuple) and len(opt.arg) == 3):
-        raise OptError(f"{opt}: TC's arg is (tc_select, tc_opt, mode)")
-    tc_select, tc_opt, mode = opt.arg
-    if mode not in (1, 3):
-        raise OptError(f"{opt}: TC mode {mode!r} is not known; 1 emits WMMA, 3 only shapes the tile axes")
-    if tc_opt not in (0, 1, 2):
-        raise OptError(f"{opt}: tc_opt must be 0 (exact multiply), 1 (casts allowed) or 2 (also pad axes)")
-    reduce_axes = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
-    if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(reduce_axes):
-        raise OptError(f"{opt}: reduce axis {opt.axis} does not exist; the kernel has {len(reduce_axes)} "
-                       f"reduce axes")
-    k_range = reduce_axes[opt.axis]
-    reduces = [u for u in kernel.ast.toposort()
-               if u.op is Ops.REDUCE and any(s is k_range for s in u.src[1:])]
-    if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or _product_of(reduces[0]).op is not Ops.MUL:
-        raise OptError(f"{opt}: TC needs exactly one sum of products over reduce axis {opt.axis}")
-    reduce = reduces[0]
-    a, b = _product_of(reduce).src
-    if tc_opt == 0 and (a.op is Ops.CAST or b.op is Ops.CAST):
-        raise OptError(f"{opt}: the products cast their operands; use tc_opt=1 to allow that")
-    a_in, b_in = (_strip_cast(a), _strip_cast(b)) if tc_opt >= 1 else (a, b)
-    outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
-    m_candidates = [r for r in outputs if _depends(a_in, r) and not _depends(b_in, r)]
-    n_candidates = [r for r in outputs if _depends(b_in, r) and not _depends(a_in, r)]
-    if not m_candidates or not n_candidates:
-        raise OptError(f"{opt}: TC needs an output axis only the first operand varies over (M) and one "
-                       f"only the second varies over (N)")
-    m_range, n_range = m_candidates[-1], n_candidates[-1]
-    cores = kernel.backend_object.tensor_cores
-    matching = [tc for tc in cores
-                if tc.dtype_in == a_in.dtype.scalar and tc.dtype_out == reduce.dtype.scalar]
-    if not matching:
-        raise OptError(f"{opt}: the {kernel.backend} backend has no tensor core for {a_in.dtype.name} -> "
-                       f"{reduce.dtype.name} (it has {[tc.name for tc in cores]})")
-    if tc_select == -1:
-        config = matching[0]
-    elif isinstance(tc_select, int) and 0 <= tc_select < len(cores) and cores[tc_select] in matching:
-        config = cores[tc_select]
-    else:
-        raise OptError(f"{opt}: tc_select {tc_select!r} is not one of the matching tensor cores "
-                       f"{[cores.index(tc) for tc in matching]}")
-    tile_m, tile_n, tile_k = config.dims
-    misfits = [(r, tile) for r, tile in ((m_range, tile_m), (n_range, tile_n), (k_range, tile_k))
-               if range_size(r) % tile]
-    if misfits and tc_opt == 2:  # pad them to the tile (loads and stores of the padding gated off)
-        return apply_tensor_core(_padded_to_tiles(kernel, misfits), opt)
-    for r, tile, what in ((m_range, tile_m, "M"), (n_range, tile_n, "N"), (k_range, tile_k, "K")):
-        if range_size(r) % tile:
-            raise OptError(f"{opt}: the {what} axis of size {range_size(r)} is not a multiple of the "
-                           f"tile's {tile}; use tc_opt=2 to pad it (TC is the first opt, so no PADTO "
-                           f"can come before it)")
-    if mode == 1:
-        return _tensor_core_wmma(kernel, config, reduce, (a_in, b_in), m_range, n_range, k_range)
-    # mode 3: r = outer * tile + inner for M, N (inner UPCAST) and K (inner UNROLL); the outer parts
-    # keep their numbers (so their loops keep their places), the tiles come last in kernel order
-    mapping: dict[UOp, UOp] = {}
-    inner: dict[str, UOp] = {}
-    for number, (key, r, tile, target) in enumerate((("m", m_range, tile_m, AxisType.UPCAST),
-                                                      ("n", n_range, tile_n, AxisType.UPCAST),
-                                                      ("k", k_range, tile_k, AxisType.UNROLL))):
-        inner[key] = UOp.range(tile, target, 30_000 + number)
-        rest = range_size(r) // tile
-        if rest == 1:
-            mapping[r] = inner[key]
-        else:
-            outer = UOp.range(rest, r.arg[1], r.arg[0])
-            mapping[r] = outer * UOp.const(outer.dtype, tile) + inner[key]
-    return substitute_ranges(kernel.ast, mapping)
-
-
-def _bit(x: UOp, bit: int) -> UOp:
-    """Bit ``bit`` of the index ``x`` (0 or 1)."""
-    return imod(idiv(x, 1 << bit), 2)
-
-
-def _select(x: UOp, values: Sequence[UOp]) -> UOp:
-    """``values[x]`` for an index ``x`` in ``range(len(values))``, as a chain of WHEREs."""
-    out = values[-1]
-    for i in range(len(values) - 2, -1, -1):
-        out = UOp(Ops.WHERE, (UOp(Ops.CMP_NE, (x, iconst(i))), out, values[i]))
-    return out
-
-
-def layout_expression(config: TensorCore, operand: str, axis: int, lane: UOp | None, element: UOp) -> UOp:
-    """The row (``axis`` 0) or column (1) of ``operand``'s tile that element ``element`` of warp lane
-    ``lane`` holds, as an index expression: a sum of bits of the lane and the element where the
-    layout is such a bit permutation (the PTX layouts are), else a selection among the entries."""
-    threads, count = config.threads, config.elements(operand)
-    table = [[config.coordinate(operand, t, e)[axis] for e in range(count)] for t in range(threads)]
-    base = table[0][0]
-    lane_bits = {b: table[1 << b][0] - base for b in range((threads - 1).bit_length())}
-    element_bits = {b: table[0][1 << b] - base for b in range((count - 1).bit_length())}
-    def predicted(t: int, e: int) -> int:
-        return base + sum(w for b, w in lane_bits.items() if t >> b & 1) + \
-            sum(w for b, w in element_bits.items() if e >> b & 1)
-
-    if all(table[t][e] == predicted(t, e) for t in range(threads) for e in range(count)):
-        out = iconst(base)
-        for b, weight in element_bits.items():
-            out = iadd(out, imul(_bit(element, b), weight))
-        for b, weight in lane_bits.items():
-            out = iadd(out, imul(_bit(lane, b), weight))
-        return out
-    per_element = [_select(lane, [iconst(table[t][e]) for t in range(threads)]) if lane is not None
-                   else iconst(table[0][e]) for e in range(count)]
-    return _select(element, per_element)
-
-
-def _tensor_core_wmma(kernel: Kernel, config: TensorCore, reduce: UOp, operands: tuple[UOp, UOp],
-                      m_range: UOp, n_range: UOp, k_range: UOp) -> UOp:
-    """TC mode 1: each of M, N, K becomes ``outer * tile + coordinate``, where the coordinate comes
-    from the tensor core's layout of the operand at hand: A's elements (an UNROLL range ``ea``), B's
-    (UNROLL ``eb``) and the result's (UPCAST ``ec``), over the WARP lanes (a WARP range, when the tile
-    is spread over several threads).  The multiply-reduce becomes ``REDUCE(WMMA(a, b, 0))``."""
-    tile_m, tile_n, tile_k = config.dims
-    elements = {name: UOp.range(config.elements(name), kind, 30_000 + i)
-                for i, (name, kind) in enumerate((("a", AxisType.UNROLL), ("b", AxisType.UNROLL),
-                                                  ("c", AxisType.UPCAST)))}
-    warp = UOp.range(config.threads, AxisType.WARP, 30_003) if config.threads > 1 else None
-
-    def outer(r: UOp, tile: int) -> UOp:
-        rest = range_size(r) // tile
-        return iconst(0) if rest == 1 else imul(UOp.range(rest, r.arg[1], r.arg[0]), tile)
-
-    def at(r: UOp, tile: int, operand: str, axis: int) -> UOp:
-        return iadd(outer(r, tile), layout_expression(config, operand, axis, warp, elements[operand]))
-
-    a, b = operands  # in the tensor core's input dtype: the WMMA converts to its output dtype
-    a = substitute(a, {m_range: at(m_range, tile_m, "a", 0), k_range: at(k_range, tile_k, "a", 1)})
-    b = substitute(b, {k_range: at(k_range, tile_k, "b", 0), n_range: at(n_range, tile_n, "b", 1)})
-    wmma = UOp(Ops.WMMA, (a, b, UOp.const(reduce.dtype, 0)), (config, elements["a"], elements["b"],
-                                                                elements["c"], warp))
-    k_loop = [x for x in outer(k_range, tile_k).toposort() if x.op is Ops.RANGE]
-    loops = [r for r in reduce.src[1:] if r is not k_range] + k_loop
-    new_reduce = UOp(Ops.REDUCE, (wmma, *loops), reduce.arg)  # (no loops: Expand still finds the tile)
-    ast = substitute(kernel.ast, {reduce: new_reduce})
-    return substitute(ast, {m_range: at(m_range, tile_m, "c", 0), n_range: at(n_range, tile_n, "c", 1)})
-
-
-# ---------------------------------------------------------------------------------------------
-# local buffers for GROUP_REDUCE
+from uopviz.passes.schedule import Lowering
 
 
 @dataclass
@@ -500,7 +323,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
         # register blocking: an output axis a load does not vary over reuses that load across its
         # lanes.  The innermost such axis gets a vector's width; the next one 4, if it reuses another
         # load (matmul: N reuses A, M reuses B; conv: width reuses the weights, channels the input)
-        reusing = {r: frozenset(i for i, load in enumerate(loads) if not _depends(load.src[0], r))
+        reusing = {r: frozenset(i for i, load in enumerate(loads) if not depends_on(load.src[0], r))
                    for r in reversed(outputs)}
         candidates = [r for r, which in reusing.items() if which]
         if candidates:
@@ -580,10 +403,8 @@ def optimize_kernel(kernel: Kernel, opts: Any) -> Kernel:
         return kernel
     if opts == "heuristic":
         return hand_coded_optimizations(kernel)
-    if opts == "beam":
-        from uopviz.passes.beam import beam_search
-
-        return kernel.apply_all(list(beam_search(kernel).opts))
+    if opts == "beam":  # search runs kernels: the engine's, reached through its entry point
+        return kernel.apply_all(list(entry_point("search")(kernel).opts))
     if isinstance(opts, str):
         raise ValueError(f"opts must be None, 'heuristic', 'beam' or a sequence of Opt, got {opts!r}")
     return kernel.apply_all(list(opts))
@@ -616,6 +437,27 @@ def opts_for(opts: Any, index: int, kernel: Kernel) -> Any:
     raise ValueError(f"opts must be None, 'heuristic', 'beam', a sequence of Opt, one entry per kernel, "
                      f"or a dict; got {type(opts).__name__}")
 
+def optimize_stage(lowering: Lowering) -> None:
+    """Optimize: each kernel in its backend's initial state with its opts (each a recorded step),
+    then the opts' finishing touches (local buffers, staged loads).  Identical kernels with the same
+    opts (a network's repeated blocks) are optimized once.  Kernels that come optimized already
+    (``Kernel.lower``) are only finished."""
+    bodies = {}
+    done: dict[tuple[UOp, str], tuple[Kernel, UOp]] = {}
+    for item in lowering.items:
+        if lowering.optimized:
+            bodies[item] = finish_optimize(item.kernel)
+            continue
+        chosen = opts_for(lowering.opts, item.index, item.kernel)
+        key = (item.kernel.ast, repr(chosen))
+        if key not in done:
+            kernel = optimize_kernel(item.kernel, chosen)
+            done[key] = (kernel, finish_optimize(kernel))
+        kernel, bodies[item] = done[key]
+        item.kernel = kernel if kernel.name_hint == item.kernel.name_hint else \
+            Kernel(kernel.ast, kernel.backend, kernel.opts, item.kernel.name_hint)
+    lowering.replace_bodies(bodies)
 
-__all__ = ["LANE_TYPES", "apply_tensor_core", "finish_optimize", "hand_coded_optimizations",
+
+__all__ = ["optimize_stage", "LANE_TYPES", "apply_tensor_core", "finish_optimize", "hand_coded_optimizations",
            "insert_local_buffers", "optimize_kernel", "opts_for", "stage_strided_loads"]

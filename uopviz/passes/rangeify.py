@@ -45,7 +45,8 @@ from uopviz.passes.indexing import (
     simplify_indices,
     unflatten,
 )
-from uopviz.passes.kernel import reduce_identity
+from uopviz.passes.kernel import Kernel, reduce_identity
+from uopviz.passes.schedule import Lowering, ScheduleItem
 
 REALIZE = "realize"  # tag of the values that get their own buffer
 
@@ -778,3 +779,13 @@ def rangeify(function: UOp) -> RangeifyResult:
     except UOpError as error:
         raise RangeifyError(f"Rangeify could not build the kernels: {error}") from error
     return RangeifyResult(UOp(Ops.FUNCTION, (kernels, *function.src[1:]), function.arg), buffer_ctx.buffers)
+
+def rangeify_stage(lowering: Lowering) -> None:
+    """Rangeify: kernel boundaries, and every kernel down to shape-() values over RANGEs."""
+    lowering.graph = rangeify(lowering.graph).function
+    calls = [u for u in lowering.graph.toposort() if u.op is Ops.CALL]
+    lowering.items = [
+        ScheduleItem(index, call.src[0], list(call.src[1:]),
+                     Kernel(call.src[0], lowering.backend, name_hint=f"k{index}"), shard=call.arg)
+        for index, call in enumerate(calls)
+    ]

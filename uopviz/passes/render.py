@@ -7,10 +7,16 @@ The backends live in ``uopviz.backends`` (their registry names them: ``python``,
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 from uopviz.backends import get
 from uopviz.backends.base import Backend, CompiledKernel
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
+from uopviz.passes.schedule import Lowering, record_step
 
 
 def backend_named(name: str | Backend) -> Backend:
@@ -34,5 +40,40 @@ def program_uop(linear: UOp, source: str) -> UOp:
     """``PROGRAM(LINEAR, SOURCE)``: how a rendered kernel appears in the program graph."""
     return UOp(Ops.PROGRAM, (linear, UOp(Ops.SOURCE, (), source)))
 
+def render_stage(lowering: Lowering) -> None:
+    """Render: every LINEAR program rendered and, unless ``build=False``, compiled by the backend
+    (identical kernels once; in parallel where the backend's builds are processes of their own)."""
+    bodies = {}
+    rendered_sources: dict[UOp, str] = {}
+    for item in lowering.items:
+        linear = item.body
+        source = rendered_sources.get(linear)
+        if source is None:
+            source = rendered_sources[linear] = render_source(linear, lowering.backend)
+        item.source = source
+        rendered = program_uop(linear, source)
+        record_step(render_source, linear, rendered, f"render {linear.arg}")
+        bodies[item] = rendered
+    if lowering.build:
+        compiled = compile_sources({(item.source, str(item.body.arg)) for item in lowering.items},
+                                   lowering.backend)
+        for item in lowering.items:
+            item.compiled = compiled[item.source, str(item.body.arg)]
+    lowering.replace_bodies(bodies)
 
-__all__ = ["backend_named", "compile_source", "program_uop", "render_source"]
+
+def compile_sources(sources: Iterable[tuple[str, str]], backend_name: str) -> dict[tuple[str, str], Any]:
+    """Each ``(source, name)`` compiled once: in a thread per core when the backend's builds run as
+    processes of their own (``Backend.parallel_compile``), else one after the other."""
+    backend = backend_named(backend_name)
+    pending = list(dict.fromkeys(sources))
+    workers = min(len(pending), os.cpu_count() or 1) if backend.parallel_compile else 1
+    if workers <= 1:
+        return {(source, name): compile_source(source, name, backend) for source, name in pending}
+    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
+        futures = {key: pool.submit(compile_source, key[0], key[1], backend) for key in pending}
+        return {key: future.result() for key, future in futures.items()}
+
+
+__all__ = ["backend_named", "compile_source", "compile_sources", "program_uop", "render_source",
+           "render_stage"]
