@@ -1,4 +1,4 @@
-"""Render a fixed set of programs on the C-family backends (C, OpenCL C, CUDA C) and write or compare
+"""Render a fixed set of programs on the C-family backends (C, OpenCL C, CUDA C) and LLVM and write or compare
 their sources: a refactor of the renderers must leave every byte of generated code as it was.
 
     python scripts/render_sources.py save  sources.json   # before the change
@@ -25,7 +25,7 @@ from tests.backends import linear_programs as lp  # noqa: E402  (the repository'
 #: (label, backend, OpenCL device features or None): OpenCL renders differently with and without
 #: cl_khr_fp16 / cl_khr_fp64, so both are rendered whatever this machine's device has
 BACKENDS = (("c", "c", None), ("opencl", "opencl", (True, True)), ("opencl-nofp16", "opencl", (False, False)),
-            ("cuda", "cuda", None))
+            ("cuda", "cuda", None), ("llvm", "llvm", None))
 
 
 def tensor_programs() -> dict[str, Callable[[], list]]:

@@ -51,6 +51,7 @@ from uopviz.backends.base import (
     cpu_tensor_cores,
 )
 from uopviz.backends.cache import cached_file, content_key
+from uopviz.core.affine import constant_chunk_width, contiguous_start, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, DTypeKind, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
@@ -98,122 +99,8 @@ def _underlying_buffer(u: UOp) -> UOp:
     return u
 
 
-def _split_constant(lane: UOp) -> tuple[Any, int]:
-    """A lane as (structural key of its non-constant part, constant): ``x*4 + 1`` (an ADD or a fused
-    MULACC) and ``x*4`` share the key of ``x*4``."""
-    if lane.op is Ops.CONST:
-        return None, int(lane.arg[0])
-    if lane.op is Ops.ADD:
-        for constant, rest in ((lane.src[1], lane.src[0]), (lane.src[0], lane.src[1])):
-            if constant.op is Ops.CONST:
-                key, value = _split_constant(rest)
-                return key, value + int(constant.arg[0])
-    if lane.op is Ops.MULACC and lane.src[2].op is Ops.CONST:
-        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), int(lane.src[2].arg[0])
-    if lane.op is Ops.MUL:
-        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), 0
-    return ("uop", lane), 0
-
-
-def _same_key(first: Any, second: Any) -> bool:
-    """Keys of ``_split_constant`` compared by identity (``==`` on UOps builds a CMP_EQ)."""
-    return (
-        first is not None
-        and second is not None
-        and len(first) == len(second)
-        and all(a is b for a, b in zip(first, second))
-    )
-
-
-def affine_lanes(u: UOp) -> list[tuple[UOp | None, int]] | None:
-    """Each lane of an index vector as ``(base, constant)`` with lane = base + constant (base None:
-    a constant lane), or None when some lane is not of that form."""
-    if u.op is Ops.VECTORIZE:
-        split = [_split_constant(lane) for lane in u.src]
-        key, first = split[0]
-        if (
-            key is not None
-            and all(_same_key(k, key) for k, _ in split)
-            and all(c == first + i for i, (_, c) in enumerate(split))
-        ):
-            base, start = u.src[0], 0  # lane i = lane 0 + i; lane 0 without its added constants
-            while base.op is Ops.ADD and any(s.op is Ops.CONST for s in base.src):
-                constant = base.src[1] if base.src[1].op is Ops.CONST else base.src[0]
-                start += int(constant.arg[0])
-                base = base.src[0] if constant is base.src[1] else base.src[1]
-            return [(base, start + i) for i in range(len(u.src))]
-        out: list[tuple[UOp | None, int]] = []
-        for lane in u.src:
-            if lane.op is Ops.CONST:
-                out.append((None, int(lane.arg[0])))
-            elif lane.op is Ops.ADD and lane.src[1].op is Ops.CONST:
-                out.append((lane.src[0], int(lane.src[1].arg[0])))
-            elif lane.op is Ops.ADD and lane.src[0].op is Ops.CONST:
-                out.append((lane.src[1], int(lane.src[0].arg[0])))
-            else:
-                out.append((lane, 0))
-        return out
-    if u.op is Ops.GEP:
-        inner = affine_lanes(u.src[0])
-        return None if inner is None else [inner[i] for i in u.arg]
-    if u.op is Ops.ADD:
-        left, right = affine_lanes(u.src[0]), affine_lanes(u.src[1])
-        if left is None or right is None:
-            return None
-        combined: list[tuple[UOp | None, int]] = []
-        for (base_l, const_l), (base_r, const_r) in zip(left, right):
-            if base_l is not None and base_r is not None:
-                return None
-            combined.append((base_l if base_l is not None else base_r, const_l + const_r))
-        return combined
-    return None
-
-
-def contiguous_start(index: UOp) -> tuple[UOp | None, int] | None:
-    """``(base, start)`` when the lanes of a vector index are ``base + start + lane`` (base None: constant
-    lanes ``start + lane``), else None."""
-    lanes = affine_lanes(index)
-    if lanes is None:
-        return None
-    base, start = lanes[0]
-    if all(b is base for b, _ in lanes) and all(c == start + i for i, (_, c) in enumerate(lanes)):
-        return base, start
-    return None
-
-
 PREFETCH_MIN_STRIDE_BYTES = 1024
 PREFETCH_ITERATIONS = 8  # measured on gemm 1024: 4 → 50.8, 8 → 52.4, 16 → 51.2, 32 → 46.1 GFLOP/s
-
-
-def linear_coefficient(expression: UOp, variable: UOp) -> int | None:
-    """``c`` when ``expression`` is ``c * variable`` plus terms free of it (ADDs, MULs by constants
-    and MULACCs by constants above it), else None."""
-    return _coefficient_of(expression, variable, {})
-
-
-def _coefficient_of(u: UOp, variable: UOp, memo: dict[UOp, int | None]) -> int | None:
-    """``linear_coefficient`` with its memo (a module function, not a closure that calls itself:
-    such a closure is a reference cycle)."""
-    if u is variable:
-        return 1
-    if u in memo:
-        return memo[u]
-    if u.op is Ops.ADD:
-        left, right = _coefficient_of(u.src[0], variable, memo), _coefficient_of(u.src[1], variable, memo)
-        found = None if left is None or right is None else left + right
-    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
-        inner = _coefficient_of(u.src[0], variable, memo)
-        found = None if inner is None else inner * int(u.src[1].arg[0])
-    elif u.op is Ops.MUL and u.src[0].op is Ops.CONST:
-        inner = _coefficient_of(u.src[1], variable, memo)
-        found = None if inner is None else inner * int(u.src[0].arg[0])
-    elif u.op is Ops.MULACC and u.src[1].op is Ops.CONST:  # a * c + b, fused by isel
-        inner, rest = _coefficient_of(u.src[0], variable, memo), _coefficient_of(u.src[2], variable, memo)
-        found = None if inner is None or rest is None else inner * int(u.src[1].arg[0]) + rest
-    else:
-        found = None if any(s is variable for s in u.toposort()) else 0
-    memo[u] = found
-    return found
 
 
 def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
@@ -229,7 +116,7 @@ def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
                 continue
             width = None
             if u.op is Ops.INDEX and len(u.src) == 2:
-                width = _constant_chunk_width(u.src[1])
+                width = constant_chunk_width(u.src[1])
             elif u.op is Ops.AFTER:
                 continue
             if width is None or base.arg.size % width or widths.get(base, width) != width:
@@ -241,16 +128,6 @@ def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
             if base in widths:
                 widths[base] = None
     return {buffer: width for buffer, width in widths.items() if width is not None}
-
-
-def _constant_chunk_width(index: UOp) -> int | None:
-    """The lane count of a constant index at a multiple of it (``4`` or ``VECTORIZE(8..15)``), else None."""
-    if index.dtype.count == 1:
-        return 1 if index.op is Ops.CONST else None
-    found = contiguous_start(index)
-    if found is None or found[0] is not None or found[1] % index.dtype.count:
-        return None
-    return index.dtype.count
 
 
 _SIDE_EFFECTS = frozenset(

@@ -54,12 +54,11 @@ from uopviz.backends.c import (
     CPULaunch,
     LinearRenderState,
     _underlying_buffer,
-    contiguous_start,
-    linear_coefficient,
     live_uops,
 )
 from uopviz.backends.cache import cache_dir, content_key
 from uopviz.backends.target import CPUTarget
+from uopviz.core.affine import contiguous_start, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
