@@ -45,8 +45,8 @@ from uopviz.backends.base import (
     RenderError,
     TensorCore,
 )
-from uopviz.backends.c import CStyleRenderer, _RenderState, render_wmma_scalar
 from uopviz.backends.cache import cached_file, content_key
+from uopviz.backends.cfamily import CFamilyRenderState, CStyleRenderer, render_wmma_scalar
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
@@ -241,7 +241,9 @@ class CUDARenderer(CStyleRenderer):
         ]
         return self.vector_literal(target, items)
 
-    def render_wmma(self, state: _RenderState, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
+    def render_wmma(
+        self, state: CFamilyRenderState, u: UOp, config: TensorCore, a: str, b: str, c: str
+    ) -> None:
         if config.threads == 1:
             render_wmma_scalar(self, state, u, config, a, b, c)
             return

@@ -48,15 +48,15 @@ from uopviz.backends.base import (
     TensorCore,
     cpu_tensor_cores,
 )
-from uopviz.backends.c import (
+from uopviz.backends.cache import cache_dir, content_key
+from uopviz.backends.cpu_runtime import CPULaunch
+from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
     PREFETCH_MIN_STRIDE_BYTES,
-    CPULaunch,
     LinearRenderState,
-    _underlying_buffer,
     live_uops,
+    underlying_buffer,
 )
-from uopviz.backends.cache import cache_dir, content_key
 from uopviz.backends.target import CPUTarget
 from uopviz.core.affine import contiguous_start, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, dtypes
@@ -481,7 +481,7 @@ class _LLVMState(LinearRenderState):
 
     # -- memory -------------------------------------------------------------------------------
     def render_index(self, u: UOp) -> None:
-        buffer_uop = _underlying_buffer(u.src[0])
+        buffer_uop = underlying_buffer(u.src[0])
         if buffer_uop.op not in (Ops.PARAM, Ops.BUFFER) or len(u.src) != 2:
             raise self.fail(u, "INDEX in a linear program takes (PARAM or BUFFER, flat index)")
         buffer = self.ref(buffer_uop)

@@ -34,8 +34,8 @@ from uopviz.backends.base import (
     RenderError,
     cpu_tensor_cores,
 )
-from uopviz.backends.c import C_COMPARISONS, CStyleRenderer, _RenderState, render_wmma_scalar
 from uopviz.backends.cache import content_key, read_cached_bytes
+from uopviz.backends.cfamily import C_COMPARISONS, CFamilyRenderState, CStyleRenderer, render_wmma_scalar
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
@@ -321,7 +321,7 @@ class OpenCLRenderer(CStyleRenderer):
         items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
         return self.vector_literal(target, items)
 
-    def render_wmma(self, state: _RenderState, u: UOp, config, a: str, b: str, c: str) -> None:
+    def render_wmma(self, state: CFamilyRenderState, u: UOp, config, a: str, b: str, c: str) -> None:
         render_wmma_scalar(self, state, u, config, a, b, c)
 
 
