@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-import uopviz as uv
-from uopviz.backends import get
-from uopviz.backends.cuda import MMA_M16N8K16_F16_F32
-from uopviz.backends.opencl import OpenCLRenderer
-from uopviz.core.dtype import dtypes
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's uopviz and tests
 
-sys.path.insert(0, ".")
+import uopviz as uv  # noqa: E402
 from tests.backends import linear_programs as lp  # noqa: E402  (the repository's test programs)
+from uopviz.backends import get  # noqa: E402
+from uopviz.backends.cuda import MMA_M16N8K16_F16_F32  # noqa: E402
+from uopviz.backends.opencl import OpenCLRenderer  # noqa: E402
+from uopviz.core.dtype import dtypes  # noqa: E402
 
 #: (label, backend, OpenCL device features or None): OpenCL renders differently with and without
 #: cl_khr_fp16 / cl_khr_fp64, so both are rendered whatever this machine's device has
@@ -90,14 +91,15 @@ def main() -> int:
         with open(path, "w") as file:
             json.dump(rendered, file, indent=0, sort_keys=True)
         errors = sum(v.startswith("error:") for v in rendered.values())
-        print(f"saved {len(rendered)} sources ({errors} refusals) to {path}")
+        print(f"saved {len(rendered)} sources ({errors} refusals) to {path} from {uv.__file__}")
         return 0
     with open(path) as file:
         saved = json.load(file)
     differing = [key for key in sorted(set(saved) | set(rendered)) if saved.get(key) != rendered.get(key)]
     for key in differing:
         print(f"DIFFERS: {key}")
-    print(f"{len(rendered) - len(differing)} of {len(set(saved) | set(rendered))} sources identical")
+    total = len(set(saved) | set(rendered))
+    print(f"{len(rendered) - len(differing)} of {total} sources identical ({uv.__file__})")
     return 1 if differing else 0
 
 
