@@ -25,7 +25,7 @@ from uopviz.backends.base import (
     cpu_tensor_cores,
 )
 from uopviz.backends.cache import cached_file, content_key
-from uopviz.backends.cfamily import C_COMPARISONS, CStyleRenderer
+from uopviz.backends.cfamily import C_COMPARISONS, CDialect, CStyleRenderer
 from uopviz.backends.cpu_runtime import CPUCompiledKernel, CPULaunch, load_function
 from uopviz.backends.toolchain import (
     C_FLAGS,
@@ -38,16 +38,74 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.uop import UOp
 
+#: C99 with GCC vector extensions and OpenMP pragmas
+C_DIALECT = CDialect(
+    name="c",
+    scalar_types={
+        "bool": "bool",
+        "int8": "int8_t",
+        "int16": "int16_t",
+        "int32": "int32_t",
+        "int64": "int64_t",
+        "uint8": "uint8_t",
+        "uint16": "uint16_t",
+        "uint32": "uint32_t",
+        "uint64": "uint64_t",
+        "float16": "_Float16",
+        "bfloat16": "float",
+        "float32": "float",
+        "float64": "double",
+        "index": "int64_t",
+    },
+    memory_types={"bfloat16": "uint16_t"},
+    kernel_prefix="void",
+    includes=("#include <stdint.h>", "#include <stdbool.h>", "#ifdef _OPENMP", "#include <omp.h>", "#endif"),
+    parallel_pragma="#pragma omp parallel for schedule(static)",
+    barrier="/* BARRIER: workgroups are one thread here, nothing to wait for */",
+    prefetch="__builtin_prefetch({pointer});",
+    native_vector_counts=(2, 4, 8, 16, 32, 64, 128, 256),
+    native_vector_ops=frozenset(
+        {Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.RECIP, Ops.MULACC}
+    ),
+    vector_name="{scalar}x{count}",
+    vector_bool_element="signed char",
+    vector_typedef="typedef {element} {name} __attribute__((vector_size({bytes})));",
+    vector_literal="(({type}){{{items}}})",
+    vector_convert="__builtin_convertvector({value}, {type})",
+    vector_convert_index=False,
+    vector_wrapping_negate="(({type})(-(({unsigned}){a})))",
+    vector_wrapping_binary="(({type})((({unsigned}){a}) {op} (({unsigned}){b})))",
+    float16_constant="((_Float16){})",
+    float_specials={
+        ("float32", "nan"): '__builtin_nanf("")',
+        ("float32", "inf"): "__builtin_inff()",
+        ("float32", "-inf"): "-__builtin_inff()",
+        ("float64", "nan"): '__builtin_nan("")',
+        ("float64", "inf"): "__builtin_inf()",
+        ("float64", "-inf"): "-__builtin_inf()",
+    },
+    math_functions={
+        Ops.SQRT: "__builtin_sqrt",
+        Ops.EXP2: "__builtin_exp2",
+        Ops.LOG2: "__builtin_log2",
+        Ops.SIN: "__builtin_sin",
+        Ops.TRUNC: "__builtin_trunc",
+        Ops.POW: "__builtin_pow",
+    },
+    math_float16_call="((_Float16){})",
+    math_float16_argument="(float){}",
+)
+
 
 class CRenderer(CStyleRenderer):
-    """C99 with GCC vector extensions and OpenMP pragmas (the defaults of CStyleRenderer).
+    """C99 with GCC vector extensions and OpenMP pragmas (:data:`C_DIALECT`).
 
     Vector comparisons, WHERE, shifts and float → int casts have whole-vector forms here: lane-by-lane
     code (``(boolx8){a[0] < b[0], ...}``) stops GCC from vectorising the transcendental decompositions
     (measured: exp over 4M floats 3× slower).  GCC's vector comparisons give 0/-1 lanes of an integer
     vector; bool vectors hold 0/1 lanes (like scalar bools), so masks are converted both ways."""
 
-    dialect = "c"
+    dialect = C_DIALECT
 
     def vector_from_runs(
         self, dtype: DType, runs: Sequence[tuple[str, int, int]]
@@ -146,7 +204,7 @@ class CRenderer(CStyleRenderer):
         f, i = self.vector_type(dtype), self._mask_type(dtype)
         bits = dtype.scalar.bits
         suffix = "f" if dtype.scalar is dtypes.float32 else ""
-        sign = f"(({i}){{}} + (-{2 ** (bits - 1) - 1}{self.long_suffix if bits == 64 else ''} - 1))"
+        sign = f"(({i}){{}} + (-{2 ** (bits - 1) - 1}{self.dialect.long_suffix if bits == 64 else ''} - 1))"
         limit = f"{2.0 ** (23 if bits == 32 else 52)!r}{suffix}"
         name = f"trunc_{f}"
         body = (
@@ -157,7 +215,7 @@ class CRenderer(CStyleRenderer):
             f"  {f} whole = __builtin_convertvector(integer, {f});\n"
             f"  return ({f})(((({i})whole | sign) & small) | (({i})x & ~small));"
         )
-        return self.helper(name, lambda: f"{self.helper_prefix} {f} {name}({f} x) {{\n  {body}\n}}")
+        return self.helper(name, lambda: f"{self.dialect.helper_prefix} {f} {name}({f} x) {{\n  {body}\n}}")
 
     def helper_vector_shift(self, op: Ops, dtype: DType) -> str:
         """Lane-wise SHL/SHR with the scalar helpers' rule for counts outside ``[0, bits)``."""
@@ -172,7 +230,8 @@ class CRenderer(CStyleRenderer):
             body = f"return (a >> (b & {bits - 1})) & {fits};"
         else:
             body = f"return ((a >> (b & {bits - 1})) & {fits}) | ((a >> {bits - 1}) & ~{fits});"
-        return self.helper(name, lambda: f"{self.helper_prefix} {t} {name}({t} a, {t} b) {{ {body} }}")
+        prefix = self.dialect.helper_prefix
+        return self.helper(name, lambda: f"{prefix} {t} {name}({t} a, {t} b) {{ {body} }}")
 
     def vector_cast(self, value: str, source: DType, target: DType) -> str:
         s, t = source.scalar, target.scalar
@@ -194,17 +253,16 @@ class CRenderer(CStyleRenderer):
         bits = target.scalar.bits
         suffix = "f" if source.scalar is dtypes.float32 else ""
         low, high = f"-{2 ** (bits - 1)}.0{suffix}", f"{2 ** (bits - 1)}.0{suffix}"
-        minimum = f"(-{2 ** (bits - 1) - 1}{self.long_suffix if bits == 64 else ''} - 1)"
+        minimum = f"(-{2 ** (bits - 1) - 1}{self.dialect.long_suffix if bits == 64 else ''} - 1)"
         name = f"{f}_to_{i}"
         body = (
             f"{i} fits = ({i})((x >= {low}) & (x < {high}));\n"
             f"  {f} safe = ({f})(({i})x & fits);\n"
             f"  return (__builtin_convertvector(safe, {i}) & fits) | (~fits & {minimum});"
         )
-        return self.helper(name, lambda: f"{self.helper_prefix} {i} {name}({f} x) {{\n  {body}\n}}")
+        return self.helper(name, lambda: f"{self.dialect.helper_prefix} {i} {name}({f} x) {{\n  {body}\n}}")
 
 
-#: comparison operators of C (also lane-wise on GCC vectors, giving 0/-1 lanes)
 class CBackend(TargetsCPU, Backend):
     """C compiled by gcc/clang with OpenMP for THREAD axes and GCC vectors for UPCAST lanes."""
 
@@ -298,6 +356,7 @@ class CBackend(TargetsCPU, Backend):
 
 
 __all__ = [  # the C backend, and the names that lived here before the C family was split up
+    "C_DIALECT",
     "C_FLAGS",
     "GCC_WORKAROUND_FLAG",
     "CBackend",

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from uopviz.backends.base import (
@@ -103,102 +103,163 @@ def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
     return {buffer: width for buffer, width in widths.items() if width is not None}
 
 
-class CStyleRenderer:
-    """Renders a LINEAR program to a C-family language; dialects override the hooks below."""
+@dataclass(frozen=True, kw_only=True, eq=False)
+class CDialect:
+    """How one C-family language spells what the renderer writes: the data that tells C, OpenCL C
+    and CUDA C apart (one :class:`CStyleRenderer` reads it; a dialect's subclass adds code only where
+    the structure of its output differs).  Templates are ``str.format`` patterns; each attribute
+    names its fields."""
 
-    dialect = "c"
-    kernel_prefix = "void"
-    helper_prefix = "static inline"
-    global_qualifier = ""
-    restrict = "restrict"
-    comment = "//"
-    long_suffix = "LL"
-    #: LOCAL arrays must be declared at the top of the kernel (OpenCL)
-    locals_at_top = False
-    #: vector lane counts this dialect has types for (others are padded or refused)
-    native_vector_counts: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256)
+    name: str  #: the language, first word of every error ("c", "opencl", "cuda")
+    #: the type of a value of each scalar dtype (by dtype name) held in a variable
+    scalar_types: Mapping[str, str]
+    #: element types of buffers where they differ from the variable type (by scalar dtype name)
+    memory_types: Mapping[str, str]
+    #: scalar dtypes (by name) whose values live in float variables, rounded after every op
+    held_as_float: frozenset[str] = frozenset({"bfloat16"})
+    kernel_prefix: str  #: what comes before the kernel's name
+    helper_prefix: str = "static inline"  #: what comes before each helper function
+    global_qualifier: str = ""  #: before each pointer parameter's type
+    restrict: str = "restrict"
+    comment: str = "//"
+    long_suffix: str = "LL"  #: of 64-bit integer constants
+    includes: tuple[str, ...] = ()  #: lines at the very top of the source
+    #: the line before an outermost THREAD loop; None: THREAD loops run sequentially
+    parallel_pragma: str | None = None
+    #: GPU indices of SPECIALs by name (``gidx``, ``lidx``, ``idx``; ``gidx_alone``: ``gidx`` in a
+    #: kernel without ``lidx``), fields ``dim`` (its digits) and ``axis`` (x, y, z); empty: none
+    special_indices: Mapping[str, str] = field(default_factory=dict)
+    barrier: str  #: the statement of a workgroup barrier
+    local_qualifier: str = ""  #: before a LOCAL (workgroup-shared) array's declaration
+    locals_at_top: bool = False  #: LOCAL arrays must be declared at the top of the kernel
+    prefetch: str | None = None  #: a statement prefetching ``{pointer}`` for reading (None: none)
+    #: vector lane counts the dialect has types for
+    native_vector_counts: tuple[int, ...]
+    #: what other lane counts become: "pad" (the next native count), "struct" (``struct {T v[N];}``)
+    #: or "exact" (the count itself)
+    other_vector_counts: str = "pad"
     #: ops computed on whole vectors (everything else is computed lane by lane)
-    native_vector_ops: frozenset[Ops] = frozenset(
-        {Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.RECIP, Ops.MULACC}
-    )
-    #: how the dialect calls math functions, by op, for float32 (f) and float64 ("")
-    math_functions: dict[Ops, str] = {
-        Ops.SQRT: "__builtin_sqrt",
-        Ops.EXP2: "__builtin_exp2",
-        Ops.LOG2: "__builtin_log2",
-        Ops.SIN: "__builtin_sin",
-        Ops.TRUNC: "__builtin_trunc",
-        Ops.POW: "__builtin_pow",
-    }
-    scalar_type_names: dict[str, str] = {
-        "bool": "bool",
-        "int8": "int8_t",
-        "int16": "int16_t",
-        "int32": "int32_t",
-        "int64": "int64_t",
-        "uint8": "uint8_t",
-        "uint16": "uint16_t",
-        "uint32": "uint32_t",
-        "uint64": "uint64_t",
-        "float16": "_Float16",
-        "bfloat16": "float",
-        "float32": "float",
-        "float64": "double",
-        "index": "int64_t",
-    }
+    native_vector_ops: frozenset[Ops]
+    vector_name: str  #: a vector type's name; fields scalar (dtype name), element (C type), count
+    vector_bool_element: str  #: the element type of bool vectors
+    #: the declaration of a vector type (None: the types are built in); fields name, element,
+    #: lanes, bytes, align
+    vector_typedef: str | None = None
+    lane: str = "{vector}[{index}]"  #: one lane of a vector; fields vector, index, hex
+    vector_literal: str  #: a vector from its lanes; fields type, items
+    #: a whole-vector conversion (None: lane by lane); fields value, type
+    vector_convert: str | None = None
+    #: whether :attr:`vector_convert` takes index vectors
+    vector_convert_index: bool = True
+    #: wrapping vector arithmetic through the unsigned vector type: fields type, unsigned, a, b, op
+    vector_wrapping_negate: str = ""
+    vector_wrapping_binary: str = ""
+    #: float constants: a float16 one from its float32 text (``{}``)
+    float16_constant: str = "{}"
+    #: NaN and infinities by (precision "float32"/"float64", "nan"/"inf"/"-inf"); field type
+    float_specials: Mapping[tuple[str, str], str]
+    #: the special values name their own type: a float16 one is not converted again
+    typed_specials: bool = False
+    #: math functions by op, the suffix of their float32 form, and how a float16 call is made: the
+    #: float32 call converted back (``{}``), each argument converted to float (``{}``)
+    math_functions: Mapping[Ops, str]
+    math_float32_suffix: str = "f"
+    math_float16_call: str = "{}"
+    math_float16_argument: str = "{}"
+    #: scalar float16 conversions that go through float (None: a plain cast): widening to a
+    #: non-float type, narrowing from any type
+    float16_widen: str | None = None
+    float16_narrow: str | None = None
+    #: how a bool element is read from and written to memory
+    bool_element_value: str = "{}"
+    bool_element_store: str = "{}"
+    copy: str = "__builtin_memcpy"  #: the byte copy bitcasts use
+    #: bfloat16's bits as a float and back (None: through a byte copy)
+    bits_as_float: str | None = None
+    float_as_bits: str | None = None
+
+
+class CStyleRenderer:
+    """Renders a LINEAR program to a C-family language: what it writes is spelled by the renderer's
+    :class:`CDialect`; a dialect's subclass overrides the hooks below only where its output has
+    another structure."""
+
+    dialect: CDialect
 
     def __init__(self, tensor_cores: Sequence[TensorCore] = ()):
         self.tensor_cores = tuple(tensor_cores)
 
-    # -- dialect hooks ------------------------------------------------------------------------
+    # -- types ------------------------------------------------------------------------------------
     def scalar_type(self, dtype: DType) -> str:
         """The type of a value of scalar ``dtype`` held in a variable."""
         try:
-            return self.scalar_type_names[dtype.scalar.name]
+            return self.dialect.scalar_types[dtype.scalar.name]
         except KeyError:
-            raise RenderError(f"{self.dialect}: no type for {dtype.name}") from None
+            raise RenderError(f"{self.dialect.name}: no type for {dtype.name}") from None
 
     def memory_type(self, dtype: DType) -> str:
         """The element type of a buffer of ``dtype`` (bfloat16 is stored as its 16 bits)."""
         if dtype.count > 1:
             return self.vector_type(dtype)
-        return "uint16_t" if dtype.scalar is dtypes.bfloat16 else self.scalar_type(dtype)
+        return self.dialect.memory_types.get(dtype.scalar.name) or self.scalar_type(dtype)
 
     def padded_count(self, count: int) -> int:
         """Lanes of the vector type used for ``count`` lanes."""
-        if count in self.native_vector_counts:
+        native = self.dialect.native_vector_counts
+        if count in native or self.dialect.other_vector_counts == "exact":
             return count
-        bigger = [c for c in self.native_vector_counts if c >= count]
+        bigger = [c for c in native if c >= count]
         if not bigger:
-            raise RenderError(f"{self.dialect}: no vector type with {count} lanes")
+            raise RenderError(f"{self.dialect.name}: no vector type with {count} lanes")
         return min(bigger)
+
+    def struct_vector(self, dtype: DType) -> bool:
+        """True for lane counts the dialect has no vector type for when they become
+        ``struct {T v[N];}`` (OpenCL's vectors have 2, 3, 4, 8 or 16 lanes)."""
+        return (
+            self.dialect.other_vector_counts == "struct"
+            and dtype.count > 1
+            and dtype.count not in self.dialect.native_vector_counts
+        )
 
     def vector_type(self, dtype: DType) -> str:
         """The name of the vector type for ``dtype`` (recorded so its typedef is emitted)."""
         if dtype.count == 1:
             return self.scalar_type(dtype)
         if dtype.scalar is dtypes.bfloat16:
-            raise RenderError(f"{self.dialect}: bfloat16 vectors are not rendered; devectorize them")
-        name = f"{dtype.scalar.name}x{dtype.count}"
-        if self._state is not None and name not in self._state.typedefs:
+            raise RenderError(f"{self.dialect.name}: bfloat16 vectors are not rendered; devectorize them")
+        element = self.dialect.vector_bool_element if dtype.scalar.is_bool else self.scalar_type(dtype.scalar)
+        if self.struct_vector(dtype):
+            name = f"{element}_x{dtype.count}"
+            if self._state is not None and name not in self._state.typedefs:
+                self._state.typedefs[name] = f"typedef struct {{ {element} v[{dtype.count}]; }} {name};"
+            return name
+        name = self.dialect.vector_name.format(scalar=dtype.scalar.name, element=element, count=dtype.count)
+        declared = self.dialect.vector_typedef is not None and self._state is not None
+        if declared and name not in self._state.typedefs:
             lanes = self.padded_count(dtype.count)
             self._state.typedefs[name] = self.vector_typedef(name, dtype, lanes)
         return name
 
     def vector_typedef(self, name: str, dtype: DType, lanes: int) -> str:
         """The declaration of a vector type of ``lanes`` lanes."""
-        element = "signed char" if dtype.scalar is dtypes.bool else self.scalar_type(dtype.scalar)
-        return f"typedef {element} {name} __attribute__((vector_size({lanes * dtype.scalar.itemsize})));"
+        element = self.dialect.vector_bool_element if dtype.scalar.is_bool else self.scalar_type(dtype.scalar)
+        size = lanes * dtype.scalar.itemsize
+        align = min(16, 1 << (size.bit_length() - 1)) if size else 1
+        template = self.dialect.vector_typedef or ""
+        return template.format(name=name, element=element, lanes=lanes, bytes=size, align=align)
 
     def lane(self, expression: str, index: int, dtype: DType) -> str:
         """Lane ``index`` of a vector expression."""
         if dtype.count == 1:
             return expression
-        return f"{expression}[{index}]"
+        if self.struct_vector(dtype):
+            return f"{expression}.v[{index}]"
+        return self.dialect.lane.format(vector=expression, index=index, hex=f"{index:x}")
 
     def vectors_native(self, dtype: DType) -> bool:
         """True when whole-vector arithmetic works on values of ``dtype`` in this dialect."""
-        return True
+        return not self.struct_vector(dtype)
 
     def vector_expression(self, u: UOp, operands: list[str]) -> str | None:
         """A whole-vector form of comparisons, WHERE and shifts where the dialect has one (None: the
@@ -213,7 +274,7 @@ class CStyleRenderer:
     def select_lanes(self, mask: str, if_true: str, if_false: str, dtype: DType) -> str:
         """A whole-vector pick: ``if_true``'s lanes where the bool vector ``mask`` is set and
         ``if_false``'s elsewhere, both of ``dtype`` (only where :meth:`selects_lanes` says so)."""
-        raise RenderError(f"{self.dialect}: no whole-vector select of {dtype.name}")
+        raise RenderError(f"{self.dialect.name}: no whole-vector select of {dtype.name}")
 
     def register_pin(self, name: str) -> str | None:
         """A statement that keeps vector variable ``name`` in a register (None: the dialect has none)."""
@@ -233,82 +294,100 @@ class CStyleRenderer:
 
     def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
         """A vector of ``dtype`` built from one expression per lane."""
-        return f"(({self.vector_type(dtype)}){{{', '.join(items)}}})"
+        if self.struct_vector(dtype):
+            return f"(({self.vector_type(dtype)}){{{{{', '.join(items)}}}}})"
+        return self.dialect.vector_literal.format(type=self.vector_type(dtype), items=", ".join(items))
 
+    # -- constants ------------------------------------------------------------------------------
     def const(self, value: Any, dtype: DType) -> str:
         """A constant written inline."""
         scalar = dtype.scalar
+        long_suffix = self.dialect.long_suffix
         if scalar.is_bool:
             return "1" if value else "0"
         if scalar.is_float:
             return self.float_const(float(value), scalar)
         value = int(value)
         if scalar is dtypes.index:
-            return str(value) if -(2**31) < value < 2**31 else f"{value}{self.long_suffix}"
+            return str(value) if -(2**31) < value < 2**31 else f"{value}{long_suffix}"
         if scalar.is_unsigned:
-            suffix = f"u{self.long_suffix.lower()}" if scalar.itemsize == 8 else "u"
+            suffix = f"u{long_suffix.lower()}" if scalar.itemsize == 8 else "u"
             text = f"{value}{suffix}"
             return text if scalar.itemsize >= 4 else f"(({self.scalar_type(scalar)}){text})"
         if value == scalar.min:
-            return f"({value + 1}{self.long_suffix if scalar.itemsize == 8 else ''}-1)"
-        text = f"{value}{self.long_suffix if scalar.itemsize == 8 else ''}"
+            return f"({value + 1}{long_suffix if scalar.itemsize == 8 else ''}-1)"
+        text = f"{value}{long_suffix if scalar.itemsize == 8 else ''}"
         return text if scalar.itemsize >= 4 else f"(({self.scalar_type(scalar)}){text})"
 
     def float_const(self, value: float, dtype: DType) -> str:
-        """A float constant (inf and nan through builtins)."""
-        suffix = "" if dtype is dtypes.float64 else "f"
-        if math.isnan(value):
-            text = f'__builtin_nan{suffix}("")'
-        elif math.isinf(value):
-            text = f"{'-' if value < 0 else ''}__builtin_inf{suffix}()"
+        """A float constant (inf and nan as the dialect spells them)."""
+        precision = "float64" if dtype is dtypes.float64 else "float32"
+        if math.isnan(value) or math.isinf(value):
+            kind = "nan" if math.isnan(value) else "-inf" if value < 0 else "inf"
+            text = self.dialect.float_specials[precision, kind].format(type=self.scalar_type(dtype))
+            if self.dialect.typed_specials:
+                return text
         else:
+            suffix = "" if precision == "float64" else "f"
             text = (
                 f"{value!r}{suffix}" if "e" in repr(value) or "." in repr(value) else f"{value!r}.0{suffix}"
             )
         if dtype is dtypes.float16:
-            return f"((_Float16){text})"
+            return self.dialect.float16_constant.format(text)
         return text
 
+    # -- declarations and statements ------------------------------------------------------------
     def kernel_signature(self, name: str, params: Sequence[tuple[KernelParam, str]]) -> str:
         """The first line of the kernel function."""
+        dialect = self.dialect
         args = []
         for param, pname in params:
             const = "" if param.written else "const "
-            args.append(
-                f"{self.global_qualifier}{const}{self.memory_type(param.dtype)}* {self.restrict} {pname}"
-            )
-        return f"{self.kernel_prefix} {name}({', '.join(args) or 'void'})"
+            element = self.memory_type(param.dtype)
+            args.append(f"{dialect.global_qualifier}{const}{element}* {dialect.restrict} {pname}")
+        return f"{dialect.kernel_prefix} {name}({', '.join(args) or 'void'})"
 
     def special(self, name: str, uses_local: bool) -> str:
         """The expression of a GPU index (SPECIAL) named ``name`` (``gidxN`` workgroup, ``lidxN`` lane in the
         workgroup, ``idxN`` global); ``uses_local`` says whether the kernel has workgroup lanes at all."""
-        raise RenderError(f"{self.dialect}: SPECIAL {name!r} needs a GPU backend; CPU backends use RANGEs")
+        indices = self.dialect.special_indices
+        if not indices:
+            raise RenderError(
+                f"{self.dialect.name}: SPECIAL {name!r} needs a GPU backend; CPU backends use RANGEs"
+            )
+        kind, dim = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")) :]
+        if kind == "gidx" and not uses_local:
+            kind = "gidx_alone"
+        elif kind not in ("gidx", "lidx"):
+            kind = "idx"
+        return indices[kind].format(dim=dim, axis="xyz"[int(dim or 0)])
 
     def barrier(self) -> str:
         """The statement of a workgroup barrier."""
-        return "/* BARRIER: workgroups are one thread here, nothing to wait for */"
+        return self.dialect.barrier
 
     def local_declaration(self, dtype: DType, name: str, size: int) -> str:
         """A workgroup-shared (LOCAL) array declaration."""
-        return f"{self.memory_type(dtype)} {name}[{size}];"
+        return f"{self.dialect.local_qualifier}{self.memory_type(dtype)} {name}[{size}];"
 
     def register_declaration(self, dtype: DType, name: str, size: int) -> str:
         """A per-thread (REG) array declaration."""
         return f"{self.memory_type(dtype)} {name}[{size}];"
 
     def range_header(self, range_uop: UOp, name: str, bound: str, parallel: bool) -> list[str]:
-        """The lines that open a RANGE loop."""
-        prefix = ["#pragma omp parallel for schedule(static)"] if parallel else []
+        """The lines that open a RANGE loop (``parallel``: the dialect's parallel pragma first)."""
+        prefix = [self.dialect.parallel_pragma] if parallel and self.dialect.parallel_pragma else []
         ctype = self.scalar_type(dtypes.index)
         return [*prefix, f"for ({ctype} {name} = 0; {name} < {bound}; {name}++) {{"]
 
     def includes(self) -> list[str]:
         """Lines at the very top of the source."""
-        return ["#include <stdint.h>", "#include <stdbool.h>", "#ifdef _OPENMP", "#include <omp.h>", "#endif"]
+        return list(self.dialect.includes)
 
     def prefetch_statement(self, pointer: str) -> str | None:
         """A statement prefetching the cache line at ``pointer`` for reading (None: the dialect has none)."""
-        return f"__builtin_prefetch({pointer});" if self.dialect == "c" else None
+        template = self.dialect.prefetch
+        return None if template is None else template.format(pointer=pointer)
 
     def vector_load(self, address: Address) -> str:
         """An expression loading ``address.dtype.count`` contiguous elements."""
@@ -324,17 +403,19 @@ class CStyleRenderer:
         """Statements and the expression reinterpreting ``value``'s bits as ``target``."""
         name = self._state.fresh("bits")
         declared = self.memory_type(target) if target.count == 1 else self.vector_type(target)
-        lines = [f"{declared} {name};", f"__builtin_memcpy(&{name}, &{value}, sizeof({name}));"]
+        lines = [f"{declared} {name};", f"{self.dialect.copy}(&{name}, &{value}, sizeof({name}));"]
         return lines, name
 
     def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:
         """A math function call on scalars of ``dtype``."""
-        base = self.math_functions[op]
+        dialect = self.dialect
+        base = dialect.math_functions[op]
         if dtype is dtypes.float64:
             return f"{base}({', '.join(args)})"
         if dtype is dtypes.float16:
-            return f"((_Float16){base}f({', '.join(f'(float){a}' for a in args)}))"
-        return f"{base}f({', '.join(args)})"
+            converted = ", ".join(dialect.math_float16_argument.format(a) for a in args)
+            return dialect.math_float16_call.format(f"{base}{dialect.math_float32_suffix}({converted})")
+        return f"{base}{dialect.math_float32_suffix}({', '.join(args)})"
 
     # -- helpers emitted into the prelude -----------------------------------------------------
     def helper(self, name: str, make: Callable[[], str]) -> str:
@@ -353,14 +434,14 @@ class CStyleRenderer:
             return self.helper(
                 f"idiv_{dtype.name}",
                 lambda: (
-                    f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{ "
+                    f"{self.dialect.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{ "
                     f"return b == 0 ? 0 : a / b; }}"
                 ),
             )
         return self.helper(
             f"idiv_{dtype.name}",
             lambda: (
-                f"{self.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{\n"
+                f"{self.dialect.helper_prefix} {t} idiv_{dtype.name}({t} a, {t} b) {{\n"
                 f"  if (b == 0) return 0;\n"
                 f"  if (b == -1) return ({t})(({u})0 - ({u})a);  /* MIN // -1 wraps, as numpy */\n"
                 f"  {t} q = a / b;\n"
@@ -376,14 +457,14 @@ class CStyleRenderer:
             return self.helper(
                 f"mod_{dtype.name}",
                 lambda: (
-                    f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{ "
+                    f"{self.dialect.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{ "
                     f"return b == 0 ? 0 : a % b; }}"
                 ),
             )
         return self.helper(
             f"mod_{dtype.name}",
             lambda: (
-                f"{self.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{\n"
+                f"{self.dialect.helper_prefix} {t} mod_{dtype.name}({t} a, {t} b) {{\n"
                 f"  if (b == 0 || b == -1) return 0;\n"
                 f"  {t} r = a % b;\n"
                 f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n"
@@ -400,7 +481,7 @@ class CStyleRenderer:
             return self.helper(
                 f"shl_{dtype.name}",
                 lambda: (
-                    f"{self.helper_prefix} {t} shl_{dtype.name}({t} a, {t} b) {{ "
+                    f"{self.dialect.helper_prefix} {t} shl_{dtype.name}({t} a, {t} b) {{ "
                     f"return ({narrow})b < {bits}u ? ({t})(({u})({narrow})a << b) : 0; }}"
                 ),
             )
@@ -408,7 +489,7 @@ class CStyleRenderer:
         return self.helper(
             f"shr_{dtype.name}",
             lambda: (
-                f"{self.helper_prefix} {t} shr_{dtype.name}({t} a, {t} b) {{ "
+                f"{self.dialect.helper_prefix} {t} shr_{dtype.name}({t} a, {t} b) {{ "
                 f"return ({narrow})b < {bits}u ? ({t})(a >> b) : {overflow}; }}"
             ),
         )
@@ -419,7 +500,7 @@ class CStyleRenderer:
         return self.helper(
             f"max_{dtype.name}",
             lambda: (
-                f"{self.helper_prefix} {t} max_{dtype.name}({t} a, {t} b) {{ "
+                f"{self.dialect.helper_prefix} {t} max_{dtype.name}({t} a, {t} b) {{ "
                 f"return (a != a || a > b) ? a : b; }}"
             ),
         )
@@ -436,36 +517,44 @@ class CStyleRenderer:
         # in float no value lies strictly between -2^31-1 and -2^31, so ">= -2^31" is the same test
         low32 = f"x >= -2147483648.0{f}" if single else "x > -2147483649.0"
         name = f"{'float32' if single else 'float'}_to_{dtype.name}"
+        minimum64 = f"-9223372036854775807{self.dialect.long_suffix} - 1"
         if dtype.itemsize <= 4 and dtype is not dtypes.uint32:
             body = f"return ({t})(({low32} && x < 2147483648.0{f}) ? ({i32})x : ({i32})(-2147483647 - 1));"
         elif dtype is dtypes.uint64:
             body = (
                 f"if (x >= 9223372036854775808.0{f} && x < 18446744073709551616.0{f}) return ({u64})x;\n"
                 f"  return ({u64})((x >= -9223372036854775808.0{f} && x < 9223372036854775808.0{f}) ? "
-                f"({i64})x : ({i64})(-9223372036854775807{self.long_suffix} - 1));"
+                f"({i64})x : ({i64})({minimum64}));"
             )
         else:
             body = (
                 f"return ({t})((x >= -9223372036854775808.0{f} && x < 9223372036854775808.0{f}) ? ({i64})x : "
-                f"({i64})(-9223372036854775807{self.long_suffix} - 1));"
+                f"({i64})({minimum64}));"
             )
-        return self.helper(name, lambda: f"{self.helper_prefix} {t} {name}({ftype} x) {{\n  {body}\n}}")
+        prefix = self.dialect.helper_prefix
+        return self.helper(name, lambda: f"{prefix} {t} {name}({ftype} x) {{\n  {body}\n}}")
 
     def helper_bfloat16(self) -> tuple[str, str]:
         """Helpers converting bfloat16 bits to float and float to bfloat16 bits (round to nearest even)."""
+        dialect = self.dialect
         u16, u32 = self.memory_type(dtypes.bfloat16), self.scalar_type(dtypes.uint32)
+        if dialect.bits_as_float is not None:
+            widen = f"return {dialect.bits_as_float.format(f'({u32})h << 16')};"
+        else:
+            widen = f"{u32} u = ({u32})h << 16; float f; {dialect.copy}(&f, &u, 4); return f;"
+        if dialect.float_as_bits is not None:
+            bits = f"{u32} u = {dialect.float_as_bits.format('f')};"
+        else:
+            bits = f"{u32} u; {dialect.copy}(&u, &f, 4);"
         to_float = self.helper(
             "bf16_to_float",
-            lambda: (
-                f"{self.helper_prefix} float bf16_to_float({u16} h) {{ {u32} u = ({u32})h << 16; float f; "
-                f"__builtin_memcpy(&f, &u, 4); return f; }}"
-            ),
+            lambda: f"{dialect.helper_prefix} float bf16_to_float({u16} h) {{ {widen} }}",
         )
         from_float = self.helper(
             "float_to_bf16",
             lambda: (
-                f"{self.helper_prefix} {u16} float_to_bf16(float f) {{\n"
-                f"  {u32} u; __builtin_memcpy(&u, &f, 4);\n"
+                f"{dialect.helper_prefix} {u16} float_to_bf16(float f) {{\n"
+                f"  {bits}\n"
                 f"  if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it quiet */\n"
                 f"    return ({u16})((u >> 16) | 0x40u);\n"
                 f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
@@ -482,7 +571,7 @@ class CStyleRenderer:
         return self.helper(
             f"load_{vtype}",
             lambda: (
-                f"{self.helper_prefix} {vtype} load_{vtype}(const {element}* p) {{ {vtype} v; "
+                f"{self.dialect.helper_prefix} {vtype} load_{vtype}(const {element}* p) {{ {vtype} v; "
                 f"__builtin_memcpy(&v, p, {size}); return v; }}"
             ),
         )
@@ -494,7 +583,7 @@ class CStyleRenderer:
         return self.helper(
             f"store_{vtype}",
             lambda: (
-                f"{self.helper_prefix} void store_{vtype}({element}* p, {vtype} v) {{ "
+                f"{self.dialect.helper_prefix} void store_{vtype}({element}* p, {vtype} v) {{ "
                 f"__builtin_memcpy(p, &v, {size}); }}"
             ),
         )
@@ -554,19 +643,19 @@ class CStyleRenderer:
             return f"({self.const(1.0, dtype)} / {a})"
         if op is Ops.MULACC:
             return f"({a} * {b} + {operands[2]})"
-        if op in self.math_functions:
+        if op in self.dialect.math_functions:
             if not dtype.is_float:
-                raise RenderError(f"{self.dialect}: {op.name} of {dtype.name}")
+                raise RenderError(f"{self.dialect.name}: {op.name} of {dtype.name}")
             return self.math_call(op, dtype, operands)
         raise RenderError(
-            f"{self.dialect}: cannot render {op.name} (Instruction Selection should have "
+            f"{self.dialect.name}: cannot render {op.name} (Instruction Selection should have "
             f"decomposed it for this backend)"
         )
 
     # -- types held in float variables (bfloat16 everywhere; float16 where the dialect lacks it) --------
     def held_as_float(self, dtype: DType) -> bool:
         """True when values of ``dtype`` live in float variables, rounded after every op."""
-        return dtype.scalar is dtypes.bfloat16
+        return dtype.scalar.name in self.dialect.held_as_float
 
     def round_to(self, expression: str, dtype: DType) -> str:
         """A float expression rounded to the precision of ``dtype`` (one held as float)."""
@@ -589,6 +678,16 @@ class CStyleRenderer:
 
     def cast_expression(self, value: str, source: DType, target: DType) -> str:
         """A scalar conversion with numpy's semantics."""
+        dialect = self.dialect
+        if (
+            dialect.float16_widen is not None
+            and source is dtypes.float16
+            and target != source
+            and not target.is_float
+        ):
+            value, source = dialect.float16_widen.format(value), dtypes.float32
+        if dialect.float16_narrow is not None and target is dtypes.float16 and source != target:
+            return dialect.float16_narrow.format(value)
         if source == target:
             return value
         t = self.scalar_type(target)
@@ -606,32 +705,43 @@ class CStyleRenderer:
 
     # -- memory and vector hooks ----------------------------------------------------------------
     def element_value(self, text: str, dtype: DType) -> str:
-        """An element read from memory as a value (C: the element itself)."""
-        return text
+        """An element read from memory as a value (bools as the dialect stores them)."""
+        return self.dialect.bool_element_value.format(text) if dtype.is_bool else text
 
     def element_store_value(self, value: str, dtype: DType) -> str:
         """A value converted to the element type it is stored as."""
-        return value
+        return self.dialect.bool_element_store.format(value) if dtype.is_bool else value
 
     def vector_wrapping(self, op: Ops, a: str, b: str, dtype: DType, unsigned: DType) -> str:
         """Wrapping vector arithmetic through the unsigned vector type (a bit reinterpretation)."""
-        return _vector_wrapping_c(op, a, b, dtype, self.vector_type(unsigned), self.vector_type(dtype))
+        unsigned_type = self.vector_type(unsigned)  # (first: the order its typedef is emitted in)
+        names = {"type": self.vector_type(dtype), "unsigned": unsigned_type, "a": a, "b": b}
+        if op is Ops.NEG:
+            return self.dialect.vector_wrapping_negate.format(**names)
+        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
+        return self.dialect.vector_wrapping_binary.format(op=symbol, **names)
 
     def vector_cast(self, value: str, source: DType, target: DType) -> str:
-        """A lane-wise conversion; int↔float and float↔float use ``__builtin_convertvector``."""
+        """A lane-wise conversion: int↔float and float↔float as one whole-vector conversion where
+        the dialect has one, else lane by lane."""
         s, t = source.scalar, target.scalar
+        dialect = self.dialect
+        index_ok = dialect.vector_convert_index
         plain = (
-            (s.is_int and t.is_float and s is not dtypes.index)
+            (s.is_int and t.is_float and (index_ok or s is not dtypes.index))
             or (s.is_float and t.is_float)
-            or (s.is_int and t.is_int and s is not dtypes.index and t is not dtypes.index)
+            or (s.is_int and t.is_int and (index_ok or (s is not dtypes.index and t is not dtypes.index)))
         )
         if (
-            plain
+            dialect.vector_convert is not None
+            and plain
+            and self.vectors_native(source)
+            and self.vectors_native(target)
             and not self.held_as_float(s)
             and not self.held_as_float(t)
             and self.padded_count(source.count) == self.padded_count(target.count)
         ):
-            return f"__builtin_convertvector({value}, {self.vector_type(target)})"
+            return dialect.vector_convert.format(value=value, type=self.vector_type(target))
         items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
         return self.vector_literal(target, items)
 
@@ -647,7 +757,7 @@ class CStyleRenderer:
     def render(self, linear: UOp) -> str:
         """The source of a LINEAR program (its arg is the kernel name)."""
         if linear.op is not Ops.LINEAR:
-            raise RenderError(f"{self.dialect}: render takes a LINEAR program, got {linear.op.name}")
+            raise RenderError(f"{self.dialect.name}: render takes a LINEAR program, got {linear.op.name}")
         state = CFamilyRenderState(self, linear)
         previous, self._state = self._state, state
         try:
@@ -657,7 +767,7 @@ class CStyleRenderer:
 
     def assemble(self, state: CFamilyRenderState, signature: str, body: list[str], meta: KernelMeta) -> str:
         """The whole source file from its parts."""
-        out = [f"{self.comment} {meta.to_comment_text()}", *self.includes()]
+        out = [f"{self.dialect.comment} {meta.to_comment_text()}", *self.includes()]
         out += list(state.typedefs.values())
         out += list(state.helpers.values())
         out += [signature + " {", *state.top_lines, *body, "}", ""]
@@ -685,7 +795,7 @@ class CFamilyRenderState(LinearRenderState):
     # -- bookkeeping --------------------------------------------------------------------------
     @property
     def dialect(self) -> str:
-        return self.r.dialect
+        return self.r.dialect.name
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * len(self.scopes) + line)
@@ -731,7 +841,7 @@ class CFamilyRenderState(LinearRenderState):
         if len(self.scopes) != 1:
             opener = self.scopes[-1].opener
             raise RenderError(
-                f"{self.r.dialect}: kernel {self.linear.arg!r} ends with an open "
+                f"{self.r.dialect.name}: kernel {self.linear.arg!r} ends with an open "
                 f"{self.scopes[-1].kind} ({opener.op.name if opener is not None else '?'}); "
                 f"an END or ENDIF is missing"
             )
@@ -789,7 +899,7 @@ class CFamilyRenderState(LinearRenderState):
         for dim, total in flat.items():
             if total % local[dim]:
                 raise RenderError(
-                    f"{self.r.dialect}: idx{dim} bound {total} is not a multiple of the local "
+                    f"{self.r.dialect.name}: idx{dim} bound {total} is not a multiple of the local "
                     f"size {local[dim]}"
                 )
             groups[dim] = total // local[dim]
@@ -831,7 +941,7 @@ class CFamilyRenderState(LinearRenderState):
         if space is AddrSpace.LOCAL:
             name = self.define(u, self.fresh("temp"))
             declaration = self.r.local_declaration(u.arg.dtype, name, u.arg.size)
-            if self.r.locals_at_top:
+            if self.r.dialect.locals_at_top:
                 self.defined_in[u] = (0,)
                 self.top_lines.append("  " + declaration)
             else:
@@ -846,7 +956,7 @@ class CFamilyRenderState(LinearRenderState):
         ctype = self.r.scalar_type(dtypes.index)
         uses_local = any(s.op is Ops.SPECIAL and s.arg.startswith("lidx") for s in self.program)
         self.emit(
-            f"{ctype} {u.arg} = {self.r.special(u.arg, uses_local)};  {self.r.comment} 0 .. "
+            f"{ctype} {u.arg} = {self.r.special(u.arg, uses_local)};  {self.r.dialect.comment} 0 .. "
             f"{u.src[0].arg[0] - 1}"
         )
         self.define(u, u.arg)
@@ -855,9 +965,13 @@ class CFamilyRenderState(LinearRenderState):
         number, axis_type = u.arg
         name = self.fresh("ridx")
         bound = self.ref(u.src[0])
-        parallel = axis_type is AxisType.THREAD and self.parallel_depth == 0 and self.r.dialect == "c"
+        parallel = (
+            axis_type is AxisType.THREAD
+            and self.parallel_depth == 0
+            and self.r.dialect.parallel_pragma is not None  # (dialects without one run it sequentially)
+        )
         header = self.r.range_header(u, name, bound, parallel)
-        comment = f"  {self.r.comment} {axis_type.name}"
+        comment = f"  {self.r.dialect.comment} {axis_type.name}"
         for line in header[:-1]:
             self.emit(line)
         self.emit(header[-1] + comment)
@@ -1006,7 +1120,7 @@ class CFamilyRenderState(LinearRenderState):
 
     def address_expression(self, address: Address) -> str:
         if address.offset is None:
-            raise RenderError(f"{self.r.dialect}: a gathered INDEX has no single address")
+            raise RenderError(f"{self.r.dialect.name}: a gathered INDEX has no single address")
         return f"({address.buffer} + {address.offset})"
 
     def element(self, address: Address, offset: str) -> str:
@@ -1163,7 +1277,7 @@ class CFamilyRenderState(LinearRenderState):
             if held:
                 expression = self.r.round_to(expression, scalar)
         elif (
-            op in self.r.native_vector_ops
+            op in self.r.dialect.native_vector_ops
             and self.r.vectors_native(u.dtype)
             and not self.r.held_as_float(scalar)
             and not (scalar.is_bool and op in (Ops.ADD, Ops.MUL, Ops.NEG))
@@ -1271,13 +1385,7 @@ _HANDLERS: dict[Ops, Callable[[CFamilyRenderState, UOp], None]] = {
 }
 
 
-def _vector_wrapping_c(op: Ops, a: str, b: str, dtype: DType, unsigned_name: str, vtype: str) -> str:
-    if op is Ops.NEG:
-        return f"(({vtype})(-(({unsigned_name}){a})))"
-    symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
-    return f"(({vtype})((({unsigned_name}){a}) {symbol} (({unsigned_name}){b})))"
-
-
+#: comparison operators of C (also lane-wise on GCC vectors, giving 0/-1 lanes)
 C_COMPARISONS = {
     Ops.CMP_LT: "<",
     Ops.CMP_NE: "!=",
@@ -1296,7 +1404,7 @@ def render_wmma_scalar(
         raise state.fail(
             u,
             f"tensor core {config.name} spreads a tile over {config.threads} lanes; the "
-            f"{renderer.dialect} backend emulates only one-thread tiles",
+            f"{renderer.dialect.name} backend emulates only one-thread tiles",
         )
     a_dtype, b_dtype, c_dtype = (s.dtype for s in u.src)
     if (
@@ -1315,7 +1423,7 @@ def render_wmma_scalar(
     out_type = config.dtype_out
     name = state.fresh("wmma")
     state.emit(
-        f"{renderer.vector_type(u.dtype)} {name};  {renderer.comment} {config.name}: "
+        f"{renderer.vector_type(u.dtype)} {name};  {renderer.dialect.comment} {config.name}: "
         f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds"
     )
     for lane, (m, n) in enumerate(config.layout_c):
