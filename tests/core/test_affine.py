@@ -7,9 +7,11 @@ import time
 from uopviz.core.affine import (
     affine_coefficients,
     affine_lanes,
+    build_range_sum,
     constant_chunk_width,
     contiguous_start,
     linear_coefficient,
+    range_sum,
 )
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
@@ -76,3 +78,17 @@ def test_constant_chunks() -> None:
     assert constant_chunk_width(misaligned) is None
     assert constant_chunk_width(index(3)) == 1
     assert constant_chunk_width(UOp.range(4)) is None
+
+
+def test_index_of_ranges_and_constants() -> None:
+    """``range_sum`` reads an index built of ranges and constants only (a front end's index
+    equation); ``build_range_sum`` writes one back."""
+    i, j = UOp.range(6), UOp.range(4)
+    expression = (i * index(3) - j + index(5)).cast(dtypes.int32).cast(dtypes.index) * index(2)
+    assert range_sum(expression) == ({i: 6, j: -2}, 10)
+    assert range_sum(i - i + index(1)) == ({}, 1)  # cancelled terms are dropped
+    assert range_sum(i * j) is None  # not affine
+    assert range_sum(i + UOp.range(2).cast(dtypes.float32).cast(dtypes.index)) is None  # through a float
+    rebuilt = build_range_sum({i: 6, j: -2}, 10)
+    assert range_sum(rebuilt) == ({i: 6, j: -2}, 10)
+    assert build_range_sum({i: 1}, 0) is i

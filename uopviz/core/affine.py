@@ -7,12 +7,16 @@ One module for the questions every stage below the Tensor front end asks of an a
   (RANGE) in a scalar index, the rest being a base free of them.  Expand uses it to build a lane's
   address as ``base + constant``; the heuristic of Optimize to see which axis strides memory; the
   C-family and LLVM renderers to find the stride of a load per loop iteration (prefetching).
+* :func:`range_sum` / :func:`build_range_sum`: an index made of loop variables and constants only
+  as ``(coefficients, constant)`` and back, the form a front end solves index equations in (NNEF's
+  left-hand sides: which ranges an output index uses, with what stride and offset).
 * :func:`affine_lanes` / :func:`contiguous_start` / :func:`constant_chunk_width`: the lanes of an
   index *vector* (after Expand) as ``base + constant``, so a renderer emits one contiguous vector
   load or store where the lanes are consecutive.
 
-Only ADD, MUL by a constant and MULACC by a constant (the fused form Instruction Selection makes)
-are looked through; anything else that contains a variable makes the expression non-affine.
+The coefficients look through ADD, MUL by a constant and MULACC by a constant (the fused form
+Instruction Selection makes); anything else that contains a variable makes the expression
+non-affine.
 """
 
 from __future__ import annotations
@@ -84,6 +88,56 @@ def _sum(left: Coefficients | None, right: Coefficients | None) -> Coefficients 
 
 def _scaled(inner: Coefficients | None, factor: int) -> Coefficients | None:
     return None if inner is None else {variable: c * factor for variable, c in inner.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# an index of ranges and constants only
+
+
+def range_sum(u: UOp) -> tuple[Coefficients, int] | None:
+    """``u`` as ``sum(coefficient * range) + constant`` over its RANGEs, when it is built of RANGEs and
+    integer constants only (through ADD, SUB, NEG, MUL with one side free of ranges, and casts from
+    integers); None otherwise.  Terms whose coefficients cancel are dropped."""
+    op = u.op
+    if op is Ops.CONST:
+        value = u.arg[0]
+        return ({}, int(value)) if isinstance(value, int | bool) else None
+    if op is Ops.RANGE:
+        return {u: 1}, 0
+    if op is Ops.CAST and (u.src[0].dtype.is_int or u.src[0].dtype is dtypes.index):
+        return range_sum(u.src[0])
+    if op in (Ops.ADD, Ops.SUB):
+        left, right = range_sum(u.src[0]), range_sum(u.src[1])
+        if left is None or right is None:
+            return None
+        sign = 1 if op is Ops.ADD else -1
+        terms = dict(left[0])
+        for r, c in right[0].items():
+            terms[r] = terms.get(r, 0) + sign * c
+        return {r: c for r, c in terms.items() if c}, left[1] + sign * right[1]
+    if op is Ops.NEG:
+        inner = range_sum(u.src[0])
+        return None if inner is None else ({r: -c for r, c in inner[0].items()}, -inner[1])
+    if op is Ops.MUL:
+        left, right = range_sum(u.src[0]), range_sum(u.src[1])
+        if left is None or right is None:
+            return None
+        if not left[0]:
+            left, right = right, left
+        if right[0]:
+            return None
+        factor = right[1]
+        return {r: c * factor for r, c in left[0].items() if c * factor}, left[1] * factor
+    return None
+
+
+def build_range_sum(terms: Coefficients, constant: int) -> UOp:
+    """``sum(coefficient * range) + constant`` as an index UOp (the inverse of :func:`range_sum`)."""
+    total: UOp = UOp.const(dtypes.index, constant)
+    for r, coefficient in terms.items():
+        term = r if coefficient == 1 else r * coefficient
+        total = term if total.op is Ops.CONST and total.arg[0] == 0 else total + term
+    return total
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +240,9 @@ def constant_chunk_width(index: UOp) -> int | None:
 __all__ = [
     "affine_coefficients",
     "affine_lanes",
+    "build_range_sum",
     "constant_chunk_width",
     "contiguous_start",
     "linear_coefficient",
+    "range_sum",
 ]
