@@ -21,9 +21,9 @@ STRUCTURAL_HOOKS = {
     },
     OpenCLRenderer: {
         "__init__", "round_to", "load_element", "store_element", "vector_expression", "selects_lanes",
-        "select_lanes", "_mask_element", "local_declaration", "vector_load", "vector_store", "bitcast",
+        "select_lanes", "_mask_element", "local_declaration", "vector_load", "vector_store",
     },
-    CUDARenderer: {"vector_load", "vector_store", "render_wmma"},
+    CUDARenderer: {"render_wmma"},
 }
 
 

@@ -173,7 +173,17 @@ class CDialect:
     #: how a bool element is read from and written to memory
     bool_element_value: str = "{}"
     bool_element_store: str = "{}"
+    #: contiguous vector loads and stores (fields count, pointer, value; None: through byte-copy
+    #: helpers), and the conversions of bool vectors around them (fields count, value)
+    vector_load: str | None = None
+    vector_store: str | None = None
+    vector_bool_load: str = "{value}"
+    vector_bool_store: str = "{value}"
+    #: vectors are read and written element by element (no vector memory access)
+    element_vectors: bool = False
     copy: str = "__builtin_memcpy"  #: the byte copy bitcasts use
+    #: a bitcast as an expression (fields type, value; None: a byte copy into a new variable)
+    reinterpret: str | None = None
     #: bfloat16's bits as a float and back (None: through a byte copy)
     bits_as_float: str | None = None
     float_as_bits: str | None = None
@@ -391,19 +401,51 @@ class CStyleRenderer:
 
     def vector_load(self, address: Address) -> str:
         """An expression loading ``address.dtype.count`` contiguous elements."""
-        helper = self.helper_vector_load(address.dtype)
-        return f"{helper}({address.buffer} + {address.offset})"
+        dtype, dialect = address.dtype, self.dialect
+        if self.struct_vector(dtype) or dialect.element_vectors:
+            items = [
+                self.load_element(address.buffer, f"{address.offset} + {i}", dtype.scalar)
+                for i in range(dtype.count)
+            ]
+            return self.vector_literal(dtype, items)
+        pointer = f"{address.buffer} + {address.offset}"
+        if dialect.vector_load is None:
+            return f"{self.helper_vector_load(dtype)}({pointer})"
+        loaded = dialect.vector_load.format(count=dtype.count, pointer=pointer)
+        if dtype.scalar.is_bool:
+            return dialect.vector_bool_load.format(count=dtype.count, value=loaded)
+        return loaded
 
     def vector_store(self, address: Address, value: str) -> str:
         """A statement storing a vector to contiguous elements."""
-        helper = self.helper_vector_store(address.dtype)
-        return f"{helper}({address.buffer} + {address.offset}, {value});"
+        dtype, dialect = address.dtype, self.dialect
+        if self.struct_vector(dtype) or dialect.element_vectors:
+            return " ".join(
+                self.store_element(
+                    address.buffer, f"{address.offset} + {i}", self.lane(value, i, dtype), dtype.scalar
+                )
+                for i in range(dtype.count)
+            )
+        pointer = f"{address.buffer} + {address.offset}"
+        if dialect.vector_store is None:
+            return f"{self.helper_vector_store(dtype)}({pointer}, {value});"
+        if dtype.scalar.is_bool:
+            value = dialect.vector_bool_store.format(count=dtype.count, value=value)
+        return dialect.vector_store.format(count=dtype.count, pointer=pointer, value=value)
 
     def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
         """Statements and the expression reinterpreting ``value``'s bits as ``target``."""
+        dialect = self.dialect
+        if dialect.reinterpret is not None:
+            if self.struct_vector(source) or self.struct_vector(target):
+                raise RenderError(
+                    f"{dialect.name}: no bitcast between {source.name} and {target.name} (vectors of more "
+                    f"than {max(dialect.native_vector_counts)} lanes are structs); devectorize it"
+                )
+            return [], dialect.reinterpret.format(type=self.vector_type(target), value=value)
         name = self._state.fresh("bits")
         declared = self.memory_type(target) if target.count == 1 else self.vector_type(target)
-        lines = [f"{declared} {name};", f"{self.dialect.copy}(&{name}, &{value}, sizeof({name}));"]
+        lines = [f"{declared} {name};", f"{dialect.copy}(&{name}, &{value}, sizeof({name}));"]
         return lines, name
 
     def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:

@@ -142,6 +142,7 @@ CUDA_DIALECT = CDialect(
     math_float16_argument="__half2float({})",
     float16_widen="__half2float({})",
     float16_narrow="__float2half((float){})",
+    element_vectors=True,
     copy="memcpy",
     bits_as_float="__uint_as_float({})",
     float_as_bits="__float_as_uint({})",
@@ -150,23 +151,9 @@ CUDA_DIALECT = CDialect(
 
 class CUDARenderer(CStyleRenderer):
     """CUDA C++ for NVRTC or nvcc (:data:`CUDA_DIALECT`), with code for what has another structure
-    in CUDA: vectors loaded and stored element by element, WMMA as the PTX ``mma`` instruction."""
+    in CUDA: WMMA as the PTX ``mma`` instruction."""
 
     dialect = CUDA_DIALECT
-
-    def vector_load(self, address) -> str:
-        count = address.dtype.count
-        items = [
-            self.element_value(f"{address.buffer}[{address.offset} + {i}]", address.dtype.scalar)
-            for i in range(count)
-        ]
-        return self.vector_literal(address.dtype, items)
-
-    def vector_store(self, address, value: str) -> str:
-        return " ".join(
-            f"{address.buffer}[{address.offset} + {i}] = {self.lane(value, i, address.dtype)};"
-            for i in range(address.dtype.count)
-        )
 
     def render_wmma(
         self, state: CFamilyRenderState, u: UOp, config: TensorCore, a: str, b: str, c: str

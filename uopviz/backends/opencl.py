@@ -31,11 +31,10 @@ from uopviz.backends.base import (
     CompileError,
     KernelMeta,
     Launch,
-    RenderError,
     cpu_tensor_cores,
 )
 from uopviz.backends.cache import content_key, read_cached_bytes
-from uopviz.backends.cfamily import C_COMPARISONS, CDialect, CStyleRenderer
+from uopviz.backends.cfamily import C_COMPARISONS, Address, CDialect, CStyleRenderer
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
@@ -116,6 +115,11 @@ def opencl_dialect(has_fp16: bool = True, has_fp64: bool = True) -> CDialect:
         math_float32_suffix="",  # the math functions are overloaded
         bool_element_value="({} != 0)",
         bool_element_store="(uchar)({})",
+        vector_load="vload{count}(0, {pointer})",
+        vector_store="vstore{count}({value}, 0, {pointer});",
+        vector_bool_load="as_char{count}({value})",  # bool vectors are char lanes, stored as uchar
+        vector_bool_store="as_uchar{count}({value})",
+        reinterpret="as_{type}({value})",
         bits_as_float="as_float({})",
         float_as_bits="as_uint({})",
     )
@@ -204,44 +208,20 @@ class OpenCLRenderer(CStyleRenderer):
                     f"__local half* {name} = (__local half*){name}_bits;")  # fmt: skip
         return super().local_declaration(dtype, name, size)
 
-    def vector_load(self, address) -> str:
-        count = address.dtype.count
-        if self.struct_vector(address.dtype):
-            items = [
-                self.load_element(address.buffer, f"{address.offset} + {i}", address.dtype.scalar)
-                for i in range(count)
-            ]
-            return self.vector_literal(address.dtype, items)
-        if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
-            return f"vload_half{count}(0, {address.buffer} + {address.offset})"
-        loaded = f"vload{count}(0, {address.buffer} + {address.offset})"
-        return f"as_char{count}({loaded})" if address.dtype.scalar.is_bool else loaded
+    def vector_load(self, address: Address) -> str:
+        """Half vectors held in floats are read with ``vload_halfN``."""
+        dtype = address.dtype
+        if self.held_as_float(dtype) and dtype.scalar is dtypes.float16 and not self.struct_vector(dtype):
+            return f"vload_half{dtype.count}(0, {address.buffer} + {address.offset})"
+        return super().vector_load(address)
 
-    def vector_store(self, address, value: str) -> str:
-        count = address.dtype.count
-        if self.struct_vector(address.dtype):
-            return " ".join(
-                self.store_element(
-                    address.buffer,
-                    f"{address.offset} + {i}",
-                    self.lane(value, i, address.dtype),
-                    address.dtype.scalar,
-                )
-                for i in range(count)
-            )
-        if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
-            return f"vstore_half{count}({value}, 0, {address.buffer} + {address.offset});"
-        if address.dtype.scalar.is_bool:
-            value = f"as_uchar{count}({value})"
-        return f"vstore{count}({value}, 0, {address.buffer} + {address.offset});"
+    def vector_store(self, address: Address, value: str) -> str:
+        """Half vectors held in floats are written with ``vstore_halfN``."""
+        dtype = address.dtype
+        if self.held_as_float(dtype) and dtype.scalar is dtypes.float16 and not self.struct_vector(dtype):
+            return f"vstore_half{dtype.count}({value}, 0, {address.buffer} + {address.offset});"
+        return super().vector_store(address, value)
 
-    def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
-        if self.struct_vector(source) or self.struct_vector(target):
-            raise RenderError(
-                f"opencl: no bitcast between {source.name} and {target.name} (vectors of more "
-                f"than 16 lanes are structs); devectorize it"
-            )
-        return [], f"as_{self.vector_type(target)}({value})"
 
 # ---------------------------------------------------------------------------------------------
 # runtime
