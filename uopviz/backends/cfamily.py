@@ -1389,13 +1389,7 @@ class CFamilyRenderState(LinearRenderState):
         self.r.render_wmma(self, u, config, a, b, c)
 
     def render_custom(self, u: UOp) -> None:
-        if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[0], str)):
-            raise self.fail(u, "CUSTOM's arg is (format, dtype)")
-        operands = [self.ref(s) for s in u.src]
-        try:
-            text = u.arg[0].format(*operands)
-        except (IndexError, KeyError) as error:
-            raise self.fail(u, f"CUSTOM format {u.arg[0]!r} needs more sources: {error}") from None
+        text = self.custom_text(u)
         if u.dtype is dtypes.void:
             self.emit(text if text.rstrip().endswith((";", "}")) else text + ";")
             return
@@ -1426,6 +1420,16 @@ _HANDLERS: dict[Ops, Callable[[CFamilyRenderState, UOp], None]] = {
     Ops.CUSTOM: CFamilyRenderState.render_custom,
 }
 
+
+#: the C math library's functions by op (float64; their float32 forms add an "f")
+MATH_LIBRARY = {
+    Ops.SQRT: "sqrt",
+    Ops.EXP2: "exp2",
+    Ops.LOG2: "log2",
+    Ops.SIN: "sin",
+    Ops.TRUNC: "trunc",
+    Ops.POW: "pow",
+}
 
 #: comparison operators of C (also lane-wise on GCC vectors, giving 0/-1 lanes)
 C_COMPARISONS = {

@@ -45,9 +45,14 @@ from uopviz.backends.base import (
     TensorCore,
 )
 from uopviz.backends.cache import cached_file, content_key
-from uopviz.backends.cfamily import CDialect, CFamilyRenderState, CStyleRenderer, render_wmma_scalar
+from uopviz.backends.cfamily import (
+    MATH_LIBRARY,
+    CDialect,
+    CFamilyRenderState,
+    CStyleRenderer,
+    render_wmma_scalar,
+)
 from uopviz.core.dtype import dtypes
-from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -130,14 +135,7 @@ CUDA_DIALECT = CDialect(
         ("float64", "inf"): "__longlong_as_double(0x7ff0000000000000LL)",
         ("float64", "-inf"): "__longlong_as_double(0xfff0000000000000LL)",
     },
-    math_functions={
-        Ops.SQRT: "sqrt",
-        Ops.EXP2: "exp2",
-        Ops.LOG2: "log2",
-        Ops.SIN: "sin",
-        Ops.TRUNC: "trunc",
-        Ops.POW: "pow",
-    },
+    math_functions=MATH_LIBRARY,
     math_float16_call="__float2half({})",
     math_float16_argument="__half2float({})",
     float16_widen="__half2float({})",

@@ -5,7 +5,7 @@ and when a strided vector load is prefetched."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from uopviz.backends.base import (
@@ -72,6 +72,7 @@ class LinearRenderState:
     name_prefix = ""  # LLVM's SSA names start with "%"
     dialect: str  # the language, first word of every error (each subclass says)
     scopes: list  # open scopes, the function's first: each has a ``number``
+    ref: Callable[[UOp], str]  # the name of an earlier uop's value (each subclass says how)
 
     def __init__(self, linear: UOp):
         self.linear = linear
@@ -110,6 +111,17 @@ class LinearRenderState:
                 self.defined_in[u] = self.defined_in[source]
         if source in self.addresses:
             self.addresses[u] = self.addresses[source]
+
+    def custom_text(self, u: UOp) -> str:
+        """A CUSTOM's text: its format (``u.arg[0]``) filled with its sources' names (each renderer
+        defines ``ref``)."""
+        if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[0], str)):
+            raise self.fail(u, "CUSTOM's arg is (format, dtype)")
+        operands = [self.ref(s) for s in u.src]
+        try:
+            return u.arg[0].format(*operands)
+        except (IndexError, KeyError) as error:
+            raise self.fail(u, f"CUSTOM format {u.arg[0]!r} needs more sources: {error}") from None
 
     def collect_params(self) -> list[tuple[KernelParam, str]]:
         """The kernel's parameters in slot order, each with its argument name; a PARAM is written

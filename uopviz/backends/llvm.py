@@ -819,13 +819,7 @@ class _LLVMState(LinearRenderState):
         self.define(u, current)
 
     def render_custom(self, u: UOp) -> None:
-        if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[0], str)):
-            raise self.fail(u, "CUSTOM's arg is (format, dtype)")
-        operands = [self.ref(s) for s in u.src]
-        try:
-            text = u.arg[0].format(*operands)
-        except (IndexError, KeyError) as error:
-            raise self.fail(u, f"CUSTOM format {u.arg[0]!r} needs more sources: {error}") from None
+        text = self.custom_text(u)
         if u.dtype is dtypes.void:
             self.emit(text)
         else:

@@ -34,7 +34,7 @@ from uopviz.backends.base import (
     cpu_tensor_cores,
 )
 from uopviz.backends.cache import content_key, read_cached_bytes
-from uopviz.backends.cfamily import C_COMPARISONS, Address, CDialect, CStyleRenderer
+from uopviz.backends.cfamily import C_COMPARISONS, MATH_LIBRARY, Address, CDialect, CStyleRenderer
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
@@ -104,14 +104,7 @@ def opencl_dialect(has_fp16: bool = True, has_fp64: bool = True) -> CDialect:
             for kind, text in (("nan", "NAN"), ("inf", "INFINITY"), ("-inf", "-INFINITY"))
         },
         typed_specials=True,
-        math_functions={
-            Ops.SQRT: "sqrt",
-            Ops.EXP2: "exp2",
-            Ops.LOG2: "log2",
-            Ops.SIN: "sin",
-            Ops.TRUNC: "trunc",
-            Ops.POW: "pow",
-        },
+        math_functions=MATH_LIBRARY,
         math_float32_suffix="",  # the math functions are overloaded
         bool_element_value="({} != 0)",
         bool_element_store="(uchar)({})",
