@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import math
 import os
 import shutil
 import subprocess
@@ -45,10 +44,15 @@ from uopviz.backends.base import (
     RenderError,
     TensorCore,
 )
-from uopviz.backends.c import CStyleRenderer, _RenderState, render_wmma_scalar
 from uopviz.backends.cache import cached_file, content_key
-from uopviz.core.dtype import DType, dtypes
-from uopviz.core.ops import Ops
+from uopviz.backends.cfamily import (
+    MATH_LIBRARY,
+    CDialect,
+    CFamilyRenderState,
+    CStyleRenderer,
+    render_wmma_scalar,
+)
+from uopviz.core.dtype import dtypes
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -81,25 +85,11 @@ MMA_M16N8K16_F16_F32 = TensorCore(
 # the renderer
 
 
-class CUDARenderer(CStyleRenderer):
-    """CUDA C++ for NVRTC or nvcc."""
-
-    dialect = "cuda"
-    kernel_prefix = 'extern "C" __global__ void'
-    helper_prefix = "__device__ static inline"
-    restrict = "__restrict__"
-    locals_at_top = False
-    native_vector_counts = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256)
-    native_vector_ops: frozenset[Ops] = frozenset()
-    math_functions = {
-        Ops.SQRT: "sqrt",
-        Ops.EXP2: "exp2",
-        Ops.LOG2: "log2",
-        Ops.SIN: "sin",
-        Ops.TRUNC: "trunc",
-        Ops.POW: "pow",
-    }
-    scalar_type_names = {
+#: CUDA C++ for NVRTC or nvcc: no vector arithmetic (vectors are small structs handled lane by lane),
+#: half through cuda_fp16.h's conversions
+CUDA_DIALECT = CDialect(
+    name="cuda",
+    scalar_types={
         "bool": "bool",
         "int8": "signed char",
         "int16": "short",
@@ -114,134 +104,58 @@ class CUDARenderer(CStyleRenderer):
         "float32": "float",
         "float64": "double",
         "index": "long long",
-    }
+    },
+    memory_types={"bfloat16": "unsigned short"},
+    kernel_prefix='extern "C" __global__ void',
+    helper_prefix="__device__ static inline",
+    restrict="__restrict__",
+    includes=("#include <cuda_fp16.h>",),
+    special_indices={
+        "gidx": "blockIdx.{axis}",
+        "gidx_alone": "blockIdx.{axis}",
+        "lidx": "threadIdx.{axis}",
+        "idx": "(blockIdx.{axis} * blockDim.{axis} + threadIdx.{axis})",
+    },
+    barrier="__syncthreads();",
+    local_qualifier="__shared__ ",
+    native_vector_counts=(1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256),
+    other_vector_counts="exact",
+    native_vector_ops=frozenset(),
+    vector_name="{scalar}x{count}",
+    vector_bool_element="bool",
+    vector_typedef="typedef struct __align__({align}) {{ {element} v[{lanes}]; }} {name};",
+    lane="{vector}.v[{index}]",
+    vector_literal="{type}{{{{{items}}}}}",
+    float16_constant="__float2half({})",
+    float_specials={
+        ("float32", "nan"): "__int_as_float(0x7fc00000)",
+        ("float32", "inf"): "__int_as_float(0x7f800000)",
+        ("float32", "-inf"): "__int_as_float(0xff800000)",
+        ("float64", "nan"): "__longlong_as_double(0x7ff8000000000000LL)",
+        ("float64", "inf"): "__longlong_as_double(0x7ff0000000000000LL)",
+        ("float64", "-inf"): "__longlong_as_double(0xfff0000000000000LL)",
+    },
+    math_functions=MATH_LIBRARY,
+    math_float16_call="__float2half({})",
+    math_float16_argument="__half2float({})",
+    float16_widen="__half2float({})",
+    float16_narrow="__float2half((float){})",
+    element_vectors=True,
+    copy="memcpy",
+    bits_as_float="__uint_as_float({})",
+    float_as_bits="__float_as_uint({})",
+)
 
-    def padded_count(self, count: int) -> int:
-        return count
 
-    def memory_type(self, dtype: DType) -> str:
-        if dtype.count == 1 and dtype.scalar is dtypes.bfloat16:
-            return "unsigned short"
-        return super().memory_type(dtype)
+class CUDARenderer(CStyleRenderer):
+    """CUDA C++ for NVRTC or nvcc (:data:`CUDA_DIALECT`), with code for what has another structure
+    in CUDA: WMMA as the PTX ``mma`` instruction."""
 
-    def vector_typedef(self, name: str, dtype: DType, lanes: int) -> str:
-        element = self.scalar_type(dtype.scalar)
-        size = lanes * dtype.scalar.itemsize
-        align = min(16, 1 << (size.bit_length() - 1)) if size else 1
-        return f"typedef struct __align__({align}) {{ {element} v[{lanes}]; }} {name};"
+    dialect = CUDA_DIALECT
 
-    def lane(self, expression: str, index: int, dtype: DType) -> str:
-        if dtype.count == 1:
-            return expression
-        return f"{expression}.v[{index}]"
-
-    def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
-        return f"{self.vector_type(dtype)}{{{{{', '.join(items)}}}}}"
-
-    def float_const(self, value: float, dtype: DType) -> str:
-        if math.isnan(value) or math.isinf(value):
-            if dtype is dtypes.float64:
-                bits = {math.inf: "0x7ff0000000000000LL", -math.inf: "0xfff0000000000000LL"}.get(
-                    value, "0x7ff8000000000000LL"
-                )
-                return f"__longlong_as_double({bits})"
-            bits = {math.inf: "0x7f800000", -math.inf: "0xff800000"}.get(value, "0x7fc00000")
-            text = f"__int_as_float({bits})"
-        else:
-            text = super().float_const(value, dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
-        return f"__float2half({text})" if dtype is dtypes.float16 else text
-
-    def special(self, name: str, uses_local: bool) -> str:
-        kind, dim = name.rstrip("0123456789"), int(name[len(name.rstrip("0123456789")) :] or 0)
-        axis = "xyz"[dim]
-        if kind == "gidx":
-            return f"blockIdx.{axis}"
-        if kind == "lidx":
-            return f"threadIdx.{axis}"
-        return f"(blockIdx.{axis} * blockDim.{axis} + threadIdx.{axis})"
-
-    def barrier(self) -> str:
-        return "__syncthreads();"
-
-    def local_declaration(self, dtype: DType, name: str, size: int) -> str:
-        return f"__shared__ {self.memory_type(dtype)} {name}[{size}];"
-
-    def range_header(self, range_uop: UOp, name: str, bound: str, parallel: bool) -> list[str]:
-        return [f"for (long long {name} = 0; {name} < {bound}; {name}++) {{"]
-
-    def includes(self) -> list[str]:
-        return ["#include <cuda_fp16.h>"]
-
-    def element_value(self, text: str, dtype: DType) -> str:
-        return text
-
-    def element_store_value(self, value: str, dtype: DType) -> str:
-        return value
-
-    def vector_load(self, address) -> str:
-        count = address.dtype.count
-        items = [
-            self.element_value(f"{address.buffer}[{address.offset} + {i}]", address.dtype.scalar)
-            for i in range(count)
-        ]
-        return self.vector_literal(address.dtype, items)
-
-    def vector_store(self, address, value: str) -> str:
-        return " ".join(
-            f"{address.buffer}[{address.offset} + {i}] = {self.lane(value, i, address.dtype)};"
-            for i in range(address.dtype.count)
-        )
-
-    def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
-        name = self._state.fresh("bits")
-        declared = self.memory_type(target) if target.count == 1 else self.vector_type(target)
-        return [f"{declared} {name};", f"memcpy(&{name}, &{value}, sizeof({name}));"], name
-
-    def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:
-        base = self.math_functions[op]
-        if dtype is dtypes.float64:
-            return f"{base}({', '.join(args)})"
-        if dtype is dtypes.float16:
-            return f"__float2half({base}f({', '.join(f'__half2float({a})' for a in args)}))"
-        return f"{base}f({', '.join(args)})"
-
-    def cast_expression(self, value: str, source: DType, target: DType) -> str:
-        if source is dtypes.float16 and target != source and not target.is_float:
-            value, source = f"__half2float({value})", dtypes.float32
-        if target is dtypes.float16 and source != target:
-            return f"__float2half((float){value})"
-        return super().cast_expression(value, source, target)
-
-    def helper_bfloat16(self) -> tuple[str, str]:
-        to_float = self.helper(
-            "bf16_to_float",
-            lambda: (
-                f"{self.helper_prefix} float bf16_to_float(unsigned short h) {{ "
-                f"return __uint_as_float((unsigned int)h << 16); }}"
-            ),
-        )
-        from_float = self.helper(
-            "float_to_bf16",
-            lambda: (
-                f"{self.helper_prefix} unsigned short float_to_bf16(float f) {{\n"
-                f"  unsigned int u = __float_as_uint(f);\n"
-                f"  if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it quiet */\n"
-                f"    return (unsigned short)((u >> 16) | 0x40u);\n"
-                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
-                f"  return (unsigned short)(u >> 16);\n"
-                f"}}"
-            ),
-        )
-        return to_float, from_float
-
-    def vector_cast(self, value: str, source: DType, target: DType) -> str:
-        items = [
-            self.cast_expression(self.lane(value, i, source), source.scalar, target.scalar)
-            for i in range(target.count)
-        ]
-        return self.vector_literal(target, items)
-
-    def render_wmma(self, state: _RenderState, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
+    def render_wmma(
+        self, state: CFamilyRenderState, u: UOp, config: TensorCore, a: str, b: str, c: str
+    ) -> None:
         if config.threads == 1:
             render_wmma_scalar(self, state, u, config, a, b, c)
             return
@@ -258,10 +172,11 @@ class CUDARenderer(CStyleRenderer):
                 f"{', '.join(s.dtype.name for s in u.src)}",
             )
         a_type, b_type, c_type = (self.vector_type(s.dtype) for s in u.src)
+        prefix = self.dialect.helper_prefix
         helper = self.helper(
             "mma_m16n8k16_f16_f32",
             lambda: (
-                f"{self.helper_prefix} {c_type} mma_m16n8k16_f16_f32({a_type} a, {b_type} b, {c_type} c) {{\n"
+                f"{prefix} {c_type} mma_m16n8k16_f16_f32({a_type} a, {b_type} b, {c_type} c) {{\n"
                 f"  const unsigned int* ar = reinterpret_cast<const unsigned int*>(&a);\n"
                 f"  const unsigned int* br = reinterpret_cast<const unsigned int*>(&b);\n"
                 f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%0, %1, %2, %3}}, '

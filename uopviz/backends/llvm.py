@@ -48,18 +48,17 @@ from uopviz.backends.base import (
     TensorCore,
     cpu_tensor_cores,
 )
-from uopviz.backends.c import (
+from uopviz.backends.cache import cache_dir, content_key
+from uopviz.backends.cpu_runtime import CPULaunch
+from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
     PREFETCH_MIN_STRIDE_BYTES,
-    CPULaunch,
     LinearRenderState,
-    _underlying_buffer,
-    contiguous_start,
-    linear_coefficient,
     live_uops,
+    underlying_buffer,
 )
-from uopviz.backends.cache import cache_dir, content_key
 from uopviz.backends.target import CPUTarget
+from uopviz.core.affine import contiguous_start, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
@@ -482,7 +481,7 @@ class _LLVMState(LinearRenderState):
 
     # -- memory -------------------------------------------------------------------------------
     def render_index(self, u: UOp) -> None:
-        buffer_uop = _underlying_buffer(u.src[0])
+        buffer_uop = underlying_buffer(u.src[0])
         if buffer_uop.op not in (Ops.PARAM, Ops.BUFFER) or len(u.src) != 2:
             raise self.fail(u, "INDEX in a linear program takes (PARAM or BUFFER, flat index)")
         buffer = self.ref(buffer_uop)
@@ -520,7 +519,7 @@ class _LLVMState(LinearRenderState):
 
     def prefetch(self, pointer: str, element: str, base: UOp, itemsize: int) -> None:
         """Prefetch a few iterations ahead of a contiguous access that jumps a kilobyte or more per
-        iteration of its loop (the C backend's rule, see ``CStyleRenderer.prefetch``)."""
+        iteration of its loop (the C backend's rule, see ``cfamily.CFamilyRenderState.prefetch``)."""
         loop = next(
             (
                 scope.opener
@@ -820,13 +819,7 @@ class _LLVMState(LinearRenderState):
         self.define(u, current)
 
     def render_custom(self, u: UOp) -> None:
-        if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[0], str)):
-            raise self.fail(u, "CUSTOM's arg is (format, dtype)")
-        operands = [self.ref(s) for s in u.src]
-        try:
-            text = u.arg[0].format(*operands)
-        except (IndexError, KeyError) as error:
-            raise self.fail(u, f"CUSTOM format {u.arg[0]!r} needs more sources: {error}") from None
+        text = self.custom_text(u)
         if u.dtype is dtypes.void:
             self.emit(text)
         else:

@@ -31,11 +31,10 @@ from uopviz.backends.base import (
     CompileError,
     KernelMeta,
     Launch,
-    RenderError,
     cpu_tensor_cores,
 )
-from uopviz.backends.c import C_COMPARISONS, CStyleRenderer, _RenderState, render_wmma_scalar
 from uopviz.backends.cache import content_key, read_cached_bytes
+from uopviz.backends.cfamily import C_COMPARISONS, MATH_LIBRARY, Address, CDialect, CStyleRenderer
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
@@ -44,61 +43,90 @@ from uopviz.core.uop import UOp
 _HEX_LANES = "0123456789abcdef"
 
 
-class OpenCLRenderer(CStyleRenderer):
-    """OpenCL C 1.2 (runs on OpenCL 1.2 and 3.0 devices)."""
+def opencl_dialect(has_fp16: bool = True, has_fp64: bool = True) -> CDialect:
+    """OpenCL C 1.2 on a device with or without ``cl_khr_fp16`` / ``cl_khr_fp64``: without fp16, half
+    values live in float variables (``vload_half``/``vstore_half`` read and write them)."""
+    includes = []
+    if has_fp16:
+        includes.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    if has_fp64:
+        includes.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    return CDialect(
+        name="opencl",
+        scalar_types={
+            "bool": "bool",
+            "int8": "char",
+            "int16": "short",
+            "int32": "int",
+            "int64": "long",
+            "uint8": "uchar",
+            "uint16": "ushort",
+            "uint32": "uint",
+            "uint64": "ulong",
+            "float16": "half" if has_fp16 else "float",
+            "bfloat16": "float",
+            "float32": "float",
+            "float64": "double",
+            "index": "long",
+        },
+        # OpenCL forbids bool pointers; half pointers need no extension (vload_half reads them)
+        memory_types={"bool": "uchar", "bfloat16": "ushort", "float16": "half"},
+        held_as_float=frozenset({"bfloat16"} if has_fp16 else {"bfloat16", "float16"}),
+        kernel_prefix="__kernel void",
+        global_qualifier="__global ",
+        long_suffix="L",
+        includes=tuple(includes),
+        special_indices={
+            "gidx": "get_group_id({dim})",
+            "gidx_alone": "get_global_id({dim})",  # no lidx: the runtime may choose the workgroup size
+            "lidx": "get_local_id({dim})",
+            "idx": "get_global_id({dim})",
+        },
+        barrier="barrier(CLK_LOCAL_MEM_FENCE);",
+        local_qualifier="__local ",
+        locals_at_top=True,
+        native_vector_counts=(2, 3, 4, 8, 16),
+        other_vector_counts="struct",
+        native_vector_ops=frozenset(
+            {Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.RECIP, Ops.MULACC}
+        ),
+        vector_name="{element}{count}",
+        vector_bool_element="char",
+        lane="{vector}.s{hex}",
+        vector_literal="(({type})({items}))",
+        vector_convert="convert_{type}({value})",
+        vector_wrapping_negate="as_{type}(-as_{unsigned}({a}))",
+        vector_wrapping_binary="as_{type}(as_{unsigned}({a}) {op} as_{unsigned}({b}))",
+        float16_constant="((half){})" if has_fp16 else "{}",
+        float_specials={
+            (precision, kind): f"(({{type}}){text})"
+            for precision in ("float32", "float64")
+            for kind, text in (("nan", "NAN"), ("inf", "INFINITY"), ("-inf", "-INFINITY"))
+        },
+        typed_specials=True,
+        math_functions=MATH_LIBRARY,
+        math_float32_suffix="",  # the math functions are overloaded
+        bool_element_value="({} != 0)",
+        bool_element_store="(uchar)({})",
+        vector_load="vload{count}(0, {pointer})",
+        vector_store="vstore{count}({value}, 0, {pointer});",
+        vector_bool_load="as_char{count}({value})",  # bool vectors are char lanes, stored as uchar
+        vector_bool_store="as_uchar{count}({value})",
+        reinterpret="as_{type}({value})",
+        bits_as_float="as_float({})",
+        float_as_bits="as_uint({})",
+    )
 
-    dialect = "opencl"
-    kernel_prefix = "__kernel void"
-    helper_prefix = "static inline"
-    global_qualifier = "__global "
-    long_suffix = "L"
-    locals_at_top = True
-    native_vector_counts = (2, 3, 4, 8, 16)
-    math_functions = {
-        Ops.SQRT: "sqrt",
-        Ops.EXP2: "exp2",
-        Ops.LOG2: "log2",
-        Ops.SIN: "sin",
-        Ops.TRUNC: "trunc",
-        Ops.POW: "pow",
-    }
-    scalar_type_names = {
-        "bool": "bool",
-        "int8": "char",
-        "int16": "short",
-        "int32": "int",
-        "int64": "long",
-        "uint8": "uchar",
-        "uint16": "ushort",
-        "uint32": "uint",
-        "uint64": "ulong",
-        "float16": "half",
-        "bfloat16": "float",
-        "float32": "float",
-        "float64": "double",
-        "index": "long",
-    }
+
+class OpenCLRenderer(CStyleRenderer):
+    """OpenCL C 1.2 (runs on OpenCL 1.2 and 3.0 devices): :func:`opencl_dialect` for the device's
+    extensions, and code for what has another structure in OpenCL: half values held in floats
+    (``vload_half``/``vstore_half``), ``vloadN``/``vstoreN``, ``select`` and ``as_`` reinterpretations."""
 
     def __init__(self, tensor_cores=(), has_fp16: bool = True, has_fp64: bool = True):
         super().__init__(tensor_cores)
         self.has_fp16, self.has_fp64 = has_fp16, has_fp64
-
-    def scalar_type(self, dtype: DType) -> str:
-        if dtype.scalar is dtypes.float16 and not self.has_fp16:
-            return "float"  # without cl_khr_fp16 half values live in floats (see held_as_float)
-        return super().scalar_type(dtype)
-
-    def memory_type(self, dtype: DType) -> str:
-        if dtype.count == 1 and dtype.scalar.is_bool:
-            return "uchar"
-        if dtype.count == 1 and dtype.scalar is dtypes.bfloat16:
-            return "ushort"
-        if dtype.count == 1 and dtype.scalar is dtypes.float16:
-            return "half"  # half pointers need no extension: vload_half/vstore_half read them
-        return super().memory_type(dtype)
-
-    def held_as_float(self, dtype: DType) -> bool:
-        return dtype.scalar is dtypes.bfloat16 or (dtype.scalar is dtypes.float16 and not self.has_fp16)
+        self.dialect = opencl_dialect(has_fp16, has_fp64)
 
     def round_to(self, expression: str, dtype: DType) -> str:
         if dtype.scalar is not dtypes.float16:
@@ -106,7 +134,7 @@ class OpenCLRenderer(CStyleRenderer):
         helper = self.helper(
             "round_half",
             lambda: (
-                f"{self.helper_prefix} float round_half(float x) {{ "
+                f"{self.dialect.helper_prefix} float round_half(float x) {{ "
                 f"ushort bits; vstore_half(x, 0, (half*)&bits); "
                 f"return vload_half(0, (half*)&bits); }}"
             ),
@@ -122,33 +150,6 @@ class OpenCLRenderer(CStyleRenderer):
         if self.held_as_float(dtype) and dtype.scalar is dtypes.float16:
             return f"vstore_half({value}, {offset}, {buffer});"
         return super().store_element(buffer, offset, value, dtype)
-
-    def struct_vector(self, dtype: DType) -> bool:
-        """True for lane counts OpenCL has no vector type for: they become ``struct {T v[N];}``."""
-        return dtype.count > 1 and dtype.count not in self.native_vector_counts
-
-    def vectors_native(self, dtype: DType) -> bool:
-        return not self.struct_vector(dtype)
-
-    def vector_type(self, dtype: DType) -> str:
-        if dtype.count == 1:
-            return self.scalar_type(dtype)
-        if dtype.scalar is dtypes.bfloat16:
-            raise RenderError("opencl: bfloat16 vectors are not rendered; devectorize them")
-        element = "char" if dtype.scalar.is_bool else self.scalar_type(dtype.scalar)
-        if self.struct_vector(dtype):
-            name = f"{element}_x{dtype.count}"
-            if self._state is not None and name not in self._state.typedefs:
-                self._state.typedefs[name] = f"typedef struct {{ {element} v[{dtype.count}]; }} {name};"
-            return name
-        return f"{element}{dtype.count}"  # (float16 held as float: floatN)
-
-    def lane(self, expression: str, index: int, dtype: DType) -> str:
-        if dtype.count == 1:
-            return expression
-        if self.struct_vector(dtype):
-            return f"{expression}.v[{index}]"
-        return f"{expression}.s{_HEX_LANES[index]}"
 
     def vector_expression(self, u: UOp, operands: list[str]) -> str | None:
         """Whole-vector comparisons, WHERE and MAX with OpenCL's relational operators and ``select``:
@@ -192,137 +193,27 @@ class OpenCLRenderer(CStyleRenderer):
         """The signed integer element ``select`` takes as the mask for values of ``dtype``."""
         return {1: "char", 2: "short", 4: "int", 8: "long"}[dtype.scalar.itemsize]
 
-    def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
-        if self.struct_vector(dtype):
-            return f"(({self.vector_type(dtype)}){{{{{', '.join(items)}}}}})"
-        return f"(({self.vector_type(dtype)})({', '.join(items)}))"
-
-    def float_const(self, value: float, dtype: DType) -> str:
-        import math
-
-        if math.isnan(value) or math.isinf(value):
-            text = "NAN" if math.isnan(value) else f"{'-' if value < 0 else ''}INFINITY"
-            return f"(({self.scalar_type(dtype)}){text})"
-        text = super().float_const(value, dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
-        return f"((half){text})" if dtype is dtypes.float16 and self.has_fp16 else text
-
-    def special(self, name: str, uses_local: bool) -> str:
-        kind, dim = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")) :]
-        if kind == "gidx":
-            return f"get_group_id({dim})" if uses_local else f"get_global_id({dim})"
-        if kind == "lidx":
-            return f"get_local_id({dim})"
-        return f"get_global_id({dim})"
-
-    def barrier(self) -> str:
-        return "barrier(CLK_LOCAL_MEM_FENCE);"
-
     def local_declaration(self, dtype: DType, name: str, size: int) -> str:
         if self.held_as_float(dtype) and dtype.scalar is dtypes.float16:
             # without cl_khr_fp16 no half variable may be declared, arrays included; a pointer to half
             # may be, and vload_half/vstore_half read and write through it
             return (f"__local ushort {name}_bits[{size * dtype.count}]; "
                     f"__local half* {name} = (__local half*){name}_bits;")  # fmt: skip
-        return f"__local {self.memory_type(dtype)} {name}[{size}];"
+        return super().local_declaration(dtype, name, size)
 
-    def range_header(self, range_uop: UOp, name: str, bound: str, parallel: bool) -> list[str]:
-        return [f"for (long {name} = 0; {name} < {bound}; {name}++) {{"]
+    def vector_load(self, address: Address) -> str:
+        """Half vectors held in floats are read with ``vload_halfN``."""
+        dtype = address.dtype
+        if self.held_as_float(dtype) and dtype.scalar is dtypes.float16 and not self.struct_vector(dtype):
+            return f"vload_half{dtype.count}(0, {address.buffer} + {address.offset})"
+        return super().vector_load(address)
 
-    def includes(self) -> list[str]:
-        lines = []
-        if self.has_fp16:
-            lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-        if self.has_fp64:
-            lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-        return lines
-
-    def element_value(self, text: str, dtype: DType) -> str:
-        return f"({text} != 0)" if dtype.is_bool else text
-
-    def element_store_value(self, value: str, dtype: DType) -> str:
-        return f"(uchar)({value})" if dtype.is_bool else value
-
-    def vector_load(self, address) -> str:
-        count = address.dtype.count
-        if self.struct_vector(address.dtype):
-            items = [
-                self.load_element(address.buffer, f"{address.offset} + {i}", address.dtype.scalar)
-                for i in range(count)
-            ]
-            return self.vector_literal(address.dtype, items)
-        if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
-            return f"vload_half{count}(0, {address.buffer} + {address.offset})"
-        loaded = f"vload{count}(0, {address.buffer} + {address.offset})"
-        return f"as_char{count}({loaded})" if address.dtype.scalar.is_bool else loaded
-
-    def vector_store(self, address, value: str) -> str:
-        count = address.dtype.count
-        if self.struct_vector(address.dtype):
-            return " ".join(
-                self.store_element(
-                    address.buffer,
-                    f"{address.offset} + {i}",
-                    self.lane(value, i, address.dtype),
-                    address.dtype.scalar,
-                )
-                for i in range(count)
-            )
-        if self.held_as_float(address.dtype) and address.dtype.scalar is dtypes.float16:
-            return f"vstore_half{count}({value}, 0, {address.buffer} + {address.offset});"
-        if address.dtype.scalar.is_bool:
-            value = f"as_uchar{count}({value})"
-        return f"vstore{count}({value}, 0, {address.buffer} + {address.offset});"
-
-    def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
-        if self.struct_vector(source) or self.struct_vector(target):
-            raise RenderError(
-                f"opencl: no bitcast between {source.name} and {target.name} (vectors of more "
-                f"than 16 lanes are structs); devectorize it"
-            )
-        return [], f"as_{self.vector_type(target)}({value})"
-
-    def math_call(self, op: Ops, dtype: DType, args: Sequence[str]) -> str:
-        return f"{self.math_functions[op]}({', '.join(args)})"
-
-    def helper_bfloat16(self) -> tuple[str, str]:
-        to_float = self.helper(
-            "bf16_to_float",
-            lambda: (
-                f"{self.helper_prefix} float bf16_to_float(ushort h) {{ return as_float((uint)h << 16); }}"
-            ),
-        )
-        from_float = self.helper(
-            "float_to_bf16",
-            lambda: (
-                f"{self.helper_prefix} ushort float_to_bf16(float f) {{\n"
-                f"  uint u = as_uint(f);\n"
-                f"  if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it quiet */\n"
-                f"    return (ushort)((u >> 16) | 0x40u);\n"
-                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
-                f"  return (ushort)(u >> 16);\n"
-                f"}}"
-            ),
-        )
-        return to_float, from_float
-
-    def vector_wrapping(self, op: Ops, a: str, b: str, dtype: DType, unsigned: DType) -> str:
-        vtype, utype = self.vector_type(dtype), self.vector_type(unsigned)
-        if op is Ops.NEG:
-            return f"as_{vtype}(-as_{utype}({a}))"
-        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op]
-        return f"as_{vtype}(as_{utype}({a}) {symbol} as_{utype}({b}))"
-
-    def vector_cast(self, value: str, source: DType, target: DType) -> str:
-        s, t = source.scalar, target.scalar
-        plain = (s.is_int and t.is_float) or (s.is_float and t.is_float) or (s.is_int and t.is_int)
-        native = self.vectors_native(source) and self.vectors_native(target)
-        if plain and native and not self.held_as_float(s) and not self.held_as_float(t):
-            return f"convert_{self.vector_type(target)}({value})"
-        items = [self.cast_expression(self.lane(value, i, source), s, t) for i in range(target.count)]
-        return self.vector_literal(target, items)
-
-    def render_wmma(self, state: _RenderState, u: UOp, config, a: str, b: str, c: str) -> None:
-        render_wmma_scalar(self, state, u, config, a, b, c)
+    def vector_store(self, address: Address, value: str) -> str:
+        """Half vectors held in floats are written with ``vstore_halfN``."""
+        dtype = address.dtype
+        if self.held_as_float(dtype) and dtype.scalar is dtypes.float16 and not self.struct_vector(dtype):
+            return f"vstore_half{dtype.count}({value}, 0, {address.buffer} + {address.offset});"
+        return super().vector_store(address, value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,4 +424,4 @@ class OpenCLBackend(Backend):
         return kernel
 
 
-__all__ = ["OpenCLBackend", "OpenCLRenderer"]
+__all__ = ["OpenCLBackend", "OpenCLRenderer", "opencl_dialect"]

@@ -184,32 +184,6 @@ def unflatten(flat: UOp, shape: Sequence[int]) -> list[UOp]:
     return out
 
 
-def affine_coefficients(expression: UOp, ranges: Sequence[UOp]) -> dict[UOp, int] | None:
-    """``{range: coefficient}`` when ``expression`` is ``base + sum(coefficient * range)`` in the given
-    ranges (only ADD, and MUL by constants, above them); None otherwise."""
-    out: dict[UOp, int] = {}
-    if expression.dtype is dtypes.index and _collect_affine(expression, 1, ranges, out):
-        return out
-    return None
-
-
-def _collect_affine(u: UOp, scale: int, ranges: Sequence[UOp], out: dict[UOp, int]) -> bool:
-    """Add ``scale`` times ``u``'s coefficients to ``out``; False when ``u`` is not affine in ``ranges``.
-    (A module function, not a closure that calls itself: such a closure is a reference cycle.)"""
-    if any(u is r for r in ranges):
-        out[u] = out.get(u, 0) + scale
-        return True
-    if not any(any(s is r for r in ranges) for s in u.toposort()):
-        return True  # part of the base
-    if u.op is Ops.ADD:
-        return _collect_affine(u.src[0], scale, ranges, out) and _collect_affine(u.src[1], scale, ranges, out)
-    if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
-        return _collect_affine(u.src[0], scale * int(u.src[1].arg[0]), ranges, out)
-    if u.op is Ops.MUL and u.src[0].op is Ops.CONST:
-        return _collect_affine(u.src[1], scale * int(u.src[0].arg[0]), ranges, out)
-    return False
-
-
 def lower_than(index: UOp, limit: int) -> UOp | None:
     """The bool ``index < limit``, or None when bounds show it always holds."""
     low, high = bounds(index)

@@ -33,12 +33,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from uopviz.core.affine import affine_coefficients
 from uopviz.core.dtype import AddrSpace
 from uopviz.core.entry_points import entry_point
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp
-from uopviz.passes.indexing import affine_coefficients, flat_index
+from uopviz.passes.indexing import flat_index
 from uopviz.passes.kernel import (
     LANE_TYPES,
     REDUCE_TYPES,

@@ -1,0 +1,69 @@
+"""The C toolchain of the CPU backends: which compiler there is, its version (part of every cache
+key), whether its OpenMP works, and the flags every C kernel is built with."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+
+@functools.cache
+def find_c_compiler() -> str | None:
+    """gcc, else clang, else cc (``$UOPVIZ_CC`` overrides); None when there is none."""
+    override = os.environ.get("UOPVIZ_CC")
+    if override:
+        return shutil.which(override)
+    for candidate in ("gcc", "clang", "cc"):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+@functools.cache
+def compiler_version(compiler: str) -> str:
+    """The first line of ``compiler --version`` (part of the cache key)."""
+    out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.splitlines()[0] if out.stdout else compiler
+
+
+@functools.cache
+def openmp_works(compiler: str) -> str | None:
+    """None when ``compiler -fopenmp`` builds and runs a parallel loop, else why not."""
+    import tempfile
+
+    code = (
+        "#include <omp.h>\nint count(void){int s=0;\n#pragma omp parallel for reduction(+:s)\n"
+        "for(int i=0;i<64;i++)s+=i;\nreturn s + 0*omp_get_max_threads();}\n"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        library = Path(folder) / "probe.so"
+        result = subprocess.run(
+            [compiler, "-O1", "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", str(library)],
+            input=code,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if result.returncode != 0:
+            return f"{compiler} -fopenmp failed: {result.stderr.strip()[:300]}"
+        try:
+            value = ctypes.CDLL(str(library)).count()
+        except OSError as error:
+            return f"the OpenMP probe library does not load: {error}"
+        return None if value == 2016 else f"the OpenMP probe computed {value}, not 2016"
+
+
+#: the flags of every C kernel; the ISA flags (``-march=...``) come from the CPU target profile
+C_FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-std=gnu11")
+#: GCC 12.2 at -O3 -march=native vectorises a nested sum of gated terms wrongly (two loops over r, c
+#: adding ``(c < hi1) & (c >= lo1) & ((r < hi0) & (r >= lo0)) ? x[r*9+c] : 0``: 6 instead of 9 for a
+#: 3x3 window of ones; found by the NNEF avg_roi_pool tests).  Without loop if-conversion it is
+#: right; the kernels' own vectors (UPCAST lanes) do not depend on that pass.
+GCC_WORKAROUND_FLAG = "-fno-tree-loop-if-convert"
+
+

@@ -1,0 +1,248 @@
+"""Affine index analysis: which index expressions are ``base + sum(coefficient * variable)``, and which
+index vectors address consecutive elements.
+
+One module for the questions every stage below the Tensor front end asks of an address:
+
+* :func:`affine_coefficients` / :func:`linear_coefficient`: the coefficient of each loop variable
+  (RANGE) in a scalar index, the rest being a base free of them.  Expand uses it to build a lane's
+  address as ``base + constant``; the heuristic of Optimize to see which axis strides memory; the
+  C-family and LLVM renderers to find the stride of a load per loop iteration (prefetching).
+* :func:`range_sum` / :func:`build_range_sum`: an index made of loop variables and constants only
+  as ``(coefficients, constant)`` and back, the form a front end solves index equations in (NNEF's
+  left-hand sides: which ranges an output index uses, with what stride and offset).
+* :func:`affine_lanes` / :func:`contiguous_start` / :func:`constant_chunk_width`: the lanes of an
+  index *vector* (after Expand) as ``base + constant``, so a renderer emits one contiguous vector
+  load or store where the lanes are consecutive.
+
+The coefficients look through ADD, MUL by a constant and MULACC by a constant (the fused form
+Instruction Selection makes); anything else that contains a variable makes the expression
+non-affine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from uopviz.core.dtype import dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.uop import UOp
+
+Coefficients = dict[UOp, int]  # loop variable -> its coefficient
+
+# ---------------------------------------------------------------------------------------------
+# coefficients of loop variables in a scalar index
+
+
+def affine_coefficients(expression: UOp, ranges: tuple[UOp, ...]) -> dict[UOp, int] | None:
+    """``{range: coefficient}`` when ``expression`` (an index) is ``base + sum(coefficient * range)``
+    in the given ranges (only ADD, and MUL or MULACC by constants, above them); None otherwise."""
+    if expression.dtype is not dtypes.index:
+        return None
+    return _coefficients(expression, ranges, {})
+
+
+def linear_coefficient(expression: UOp, variable: UOp) -> int | None:
+    """``c`` when ``expression`` is ``c * variable`` plus terms free of it (ADDs, MULs by constants
+    and MULACCs by constants above it), else None."""
+    found = _coefficients(expression, (variable,), {})
+    return None if found is None else found.get(variable, 0)
+
+
+def _coefficients(u: UOp, ranges: Sequence[UOp], memo: dict[UOp, Coefficients | None]) -> Coefficients | None:
+    """The coefficients of ``ranges`` in ``u`` (in the order the ranges are first met, left operand
+    first), memoised per shared subexpression.  (A module function, not a closure that calls
+    itself: such a closure is a reference cycle.)"""
+    if any(u is r for r in ranges):
+        return {u: 1}
+    if u in memo:
+        return memo[u]
+    found: Coefficients | None
+    if not any(any(s is r for r in ranges) for s in u.toposort()):
+        found = {}  # part of the base
+    elif u.op is Ops.ADD:
+        found = _sum(_coefficients(u.src[0], ranges, memo), _coefficients(u.src[1], ranges, memo))
+    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+        found = _scaled(_coefficients(u.src[0], ranges, memo), int(u.src[1].arg[0]))
+    elif u.op is Ops.MUL and u.src[0].op is Ops.CONST:
+        found = _scaled(_coefficients(u.src[1], ranges, memo), int(u.src[0].arg[0]))
+    elif u.op is Ops.MULACC and u.src[1].op is Ops.CONST:  # a * c + b, fused by isel
+        found = _sum(
+            _scaled(_coefficients(u.src[0], ranges, memo), int(u.src[1].arg[0])),
+            _coefficients(u.src[2], ranges, memo),
+        )
+    else:
+        found = None
+    memo[u] = found
+    return found
+
+
+def _sum(left: Coefficients | None, right: Coefficients | None) -> Coefficients | None:
+    if left is None or right is None:
+        return None
+    out = dict(left)
+    for variable, coefficient in right.items():
+        out[variable] = out.get(variable, 0) + coefficient
+    return out
+
+
+def _scaled(inner: Coefficients | None, factor: int) -> Coefficients | None:
+    return None if inner is None else {variable: c * factor for variable, c in inner.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# an index of ranges and constants only
+
+
+def range_sum(u: UOp) -> tuple[Coefficients, int] | None:
+    """``u`` as ``sum(coefficient * range) + constant`` over its RANGEs, when it is built of RANGEs and
+    integer constants only (through ADD, SUB, NEG, MUL with one side free of ranges, and casts from
+    integers); None otherwise.  Terms whose coefficients cancel are dropped."""
+    op = u.op
+    if op is Ops.CONST:
+        value = u.arg[0]
+        return ({}, int(value)) if isinstance(value, int | bool) else None
+    if op is Ops.RANGE:
+        return {u: 1}, 0
+    if op is Ops.CAST and (u.src[0].dtype.is_int or u.src[0].dtype is dtypes.index):
+        return range_sum(u.src[0])
+    if op in (Ops.ADD, Ops.SUB):
+        left, right = range_sum(u.src[0]), range_sum(u.src[1])
+        if left is None or right is None:
+            return None
+        sign = 1 if op is Ops.ADD else -1
+        terms = dict(left[0])
+        for r, c in right[0].items():
+            terms[r] = terms.get(r, 0) + sign * c
+        return {r: c for r, c in terms.items() if c}, left[1] + sign * right[1]
+    if op is Ops.NEG:
+        inner = range_sum(u.src[0])
+        return None if inner is None else ({r: -c for r, c in inner[0].items()}, -inner[1])
+    if op is Ops.MUL:
+        left, right = range_sum(u.src[0]), range_sum(u.src[1])
+        if left is None or right is None:
+            return None
+        if not left[0]:
+            left, right = right, left
+        if right[0]:
+            return None
+        factor = right[1]
+        return {r: c * factor for r, c in left[0].items() if c * factor}, left[1] * factor
+    return None
+
+
+def build_range_sum(terms: Coefficients, constant: int) -> UOp:
+    """``sum(coefficient * range) + constant`` as an index UOp (the inverse of :func:`range_sum`)."""
+    total: UOp = UOp.const(dtypes.index, constant)
+    for r, coefficient in terms.items():
+        term = r if coefficient == 1 else r * coefficient
+        total = term if total.op is Ops.CONST and total.arg[0] == 0 else total + term
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# lanes of an index vector
+
+
+def _split_constant(lane: UOp) -> tuple[Any, int]:
+    """A lane as (structural key of its non-constant part, constant): ``x*4 + 1`` (an ADD or a fused
+    MULACC) and ``x*4`` share the key of ``x*4``."""
+    if lane.op is Ops.CONST:
+        return None, int(lane.arg[0])
+    if lane.op is Ops.ADD:
+        for constant, rest in ((lane.src[1], lane.src[0]), (lane.src[0], lane.src[1])):
+            if constant.op is Ops.CONST:
+                key, value = _split_constant(rest)
+                return key, value + int(constant.arg[0])
+    if lane.op is Ops.MULACC and lane.src[2].op is Ops.CONST:
+        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), int(lane.src[2].arg[0])
+    if lane.op is Ops.MUL:
+        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), 0
+    return ("uop", lane), 0
+
+
+def _same_key(first: Any, second: Any) -> bool:
+    """Keys of ``_split_constant`` compared by identity (``==`` on UOps builds a CMP_EQ)."""
+    return (
+        first is not None
+        and second is not None
+        and len(first) == len(second)
+        and all(a is b for a, b in zip(first, second))
+    )
+
+
+def affine_lanes(u: UOp) -> list[tuple[UOp | None, int]] | None:
+    """Each lane of an index vector as ``(base, constant)`` with lane = base + constant (base None:
+    a constant lane), or None when some lane is not of that form."""
+    if u.op is Ops.VECTORIZE:
+        split = [_split_constant(lane) for lane in u.src]
+        key, first = split[0]
+        if (
+            key is not None
+            and all(_same_key(k, key) for k, _ in split)
+            and all(c == first + i for i, (_, c) in enumerate(split))
+        ):
+            base, start = u.src[0], 0  # lane i = lane 0 + i; lane 0 without its added constants
+            while base.op is Ops.ADD and any(s.op is Ops.CONST for s in base.src):
+                constant = base.src[1] if base.src[1].op is Ops.CONST else base.src[0]
+                start += int(constant.arg[0])
+                base = base.src[0] if constant is base.src[1] else base.src[1]
+            return [(base, start + i) for i in range(len(u.src))]
+        out: list[tuple[UOp | None, int]] = []
+        for lane in u.src:
+            if lane.op is Ops.CONST:
+                out.append((None, int(lane.arg[0])))
+            elif lane.op is Ops.ADD and lane.src[1].op is Ops.CONST:
+                out.append((lane.src[0], int(lane.src[1].arg[0])))
+            elif lane.op is Ops.ADD and lane.src[0].op is Ops.CONST:
+                out.append((lane.src[1], int(lane.src[0].arg[0])))
+            else:
+                out.append((lane, 0))
+        return out
+    if u.op is Ops.GEP:
+        inner = affine_lanes(u.src[0])
+        return None if inner is None else [inner[i] for i in u.arg]
+    if u.op is Ops.ADD:
+        left, right = affine_lanes(u.src[0]), affine_lanes(u.src[1])
+        if left is None or right is None:
+            return None
+        combined: list[tuple[UOp | None, int]] = []
+        for (base_l, const_l), (base_r, const_r) in zip(left, right):
+            if base_l is not None and base_r is not None:
+                return None
+            combined.append((base_l if base_l is not None else base_r, const_l + const_r))
+        return combined
+    return None
+
+
+def contiguous_start(index: UOp) -> tuple[UOp | None, int] | None:
+    """``(base, start)`` when the lanes of a vector index are ``base + start + lane`` (base None: constant
+    lanes ``start + lane``), else None."""
+    lanes = affine_lanes(index)
+    if lanes is None:
+        return None
+    base, start = lanes[0]
+    if all(b is base for b, _ in lanes) and all(c == start + i for i, (_, c) in enumerate(lanes)):
+        return base, start
+    return None
+
+
+def constant_chunk_width(index: UOp) -> int | None:
+    """The lane count of a constant index at a multiple of it (``4`` or ``VECTORIZE(8..15)``), else None."""
+    if index.dtype.count == 1:
+        return 1 if index.op is Ops.CONST else None
+    found = contiguous_start(index)
+    if found is None or found[0] is not None or found[1] % index.dtype.count:
+        return None
+    return index.dtype.count
+
+
+__all__ = [
+    "affine_coefficients",
+    "affine_lanes",
+    "build_range_sum",
+    "constant_chunk_width",
+    "contiguous_start",
+    "linear_coefficient",
+    "range_sum",
+]
