@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from uopviz.core.affine import range_sum
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
-from uopviz.nnef.lowering import LoweredKernel, _affine, _gate_loads, tidy
+from uopviz.nnef.kernel_builder import LoweredKernel
+from uopviz.nnef.kernel_math import gate_loads, tidy
 
 __all__ = ["fuse_kernels"]
 
@@ -69,7 +71,7 @@ def _producer(kernel: LoweredKernel) -> _Producer | None:
         return None  # it reads what it writes
     if any(u.op in (Ops.STORE, Ops.CUSTOM, Ops.WMMA) for u in nodes):
         return None
-    affine = _affine(index)
+    affine = range_sum(index)
     if affine is None or affine[1] != 0:
         return None
     strides = affine[0]
@@ -117,7 +119,7 @@ def _range_map(producer: _Producer, index: UOp, reader_loops: set[UOp] | None) -
     """The producer's output ranges as the reader's ranges, when ``index`` reads each producer range's
     position through one reader range of equal bound and stride; None otherwise.  With
     ``reader_loops``, those ranges must all take part (each element is read exactly once)."""
-    affine = _affine(index)
+    affine = range_sum(index)
     if affine is None or affine[1] != 0 or len(affine[0]) != len(producer.strides):
         return None
     by_stride = {stride: r for r, stride in affine[0].items()}
@@ -281,7 +283,7 @@ def _inline(
         value = substitute(producer.value, {**param_map, **fresh, **ranges})
         if len(load.src) == 3:
             alternative, gate = load.src[1], load.src[2]
-            value = UOp(Ops.WHERE, (gate, _gate_loads(value, gate), alternative))
+            value = UOp(Ops.WHERE, (gate, gate_loads(value, gate), alternative))
         replaced[load] = value
     ast = substitute(reader, replaced)
     ast, kept = _compact(ast)

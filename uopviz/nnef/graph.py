@@ -399,7 +399,7 @@ class Graph:
 
     def lower(self, operation: Operation | int | None = None):
         """The kernels of one operation (or of the whole graph): :class:`LoweredKernel` objects."""
-        from uopviz.nnef.lowering import lower_operation
+        from uopviz.nnef.operation_lowering import lower_operation
 
         ops = self.operations if operation is None else [self._operation(operation)]
         kernels = []
@@ -412,7 +412,7 @@ class Graph:
 
     def kernels(self, operation: Operation | int, backend: str = "python"):
         """The compiled pipeline kernels (``uopviz.Kernel``) of one operation."""
-        from uopviz.nnef.lowering import operation_kernels
+        from uopviz.nnef.operation_lowering import operation_kernels
 
         return operation_kernels(self, self._operation(operation), backend)
 
@@ -424,7 +424,7 @@ class Graph:
         that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
         ``progress(done, total, operation)`` (``operation`` None once all are lowered)."""
         from uopviz.core.progress import progress_reporter
-        from uopviz.nnef.lowering import compile_graph
+        from uopviz.nnef.compile import compile_graph
 
         if self.pack_lengths_at_bounds:
             raise NNEFError(
@@ -463,7 +463,7 @@ class Graph:
         values (a training step of batch_norm layers). A pack input is given as a list of arrays
         (its length within the declared bound), and a pack output comes back as one.
         """
-        from uopviz.nnef.lowering import run_graph
+        from uopviz.nnef.runtime import run_graph
 
         given = dict(inputs or {})
         if not self.packs:

@@ -35,12 +35,14 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from uopviz.core.affine import build_range_sum
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
 from uopviz.nnef.graph import Graph
-from uopviz.nnef.lowering import LoweredKernel, _affine_uop, _const, tidy, uop_dtype
+from uopviz.nnef.kernel_builder import LoweredKernel
+from uopviz.nnef.kernel_math import tidy, uop_constant, uop_dtype
 
 __all__ = ["pad_guarded_reads"]
 
@@ -300,7 +302,7 @@ def _padded_kernel(kernel: LoweredKernel, graph: Graph) -> tuple[LoweredKernel, 
         plans += found
     if not plans:
         return None
-    true = _const(dtypes.bool, True)
+    true = uop_constant(dtypes.bool, True)
     mapping: dict[UOp, UOp] = {}
     buffers = list(kernel.buffers)
     scratch = dict(kernel.scratch)
@@ -320,7 +322,7 @@ def _padded_kernel(kernel: LoweredKernel, graph: Graph) -> tuple[LoweredKernel, 
             for r, c in terms.items():
                 flat_terms[r] = flat_terms.get(r, 0) + c * stride
             flat_constant += (constant + plan.low[axis]) * stride
-        flat = _affine_uop({r: c for r, c in flat_terms.items() if c}, flat_constant)
+        flat = build_range_sum({r: c for r, c in flat_terms.items() if c}, flat_constant)
         mapping[plan.load] = UOp(Ops.LOAD, (UOp(Ops.INDEX, (param, flat)),))
     new_ast = tidy(substitute(ast, mapping))
     used = {u.arg.slot for u in new_ast.toposort() if u.op is Ops.PARAM}
@@ -361,7 +363,7 @@ def _pad_kernel(plan: _Plan, operation) -> LoweredKernel:
     space = plan.load.src[0].src[0].arg.addrspace
     output = UOp.param(0, (math.prod(padded),), dtype, "CPU", space)
     source_param = UOp.param(1, (math.prod(plan.shape),), dtype, "CPU", space)
-    fill = _const(dtype, plan.fill if plan.fill else 0)  # an integer sum pads with the int 0
+    fill = uop_constant(dtype, plan.fill if plan.fill else 0)  # an integer sum pads with the int 0
     value = UOp(Ops.LOAD, (UOp(Ops.INDEX, (source_param, read)), fill, gate))
     ast = tidy(UOp(Ops.SINK, (UOp(Ops.STORE, (UOp(Ops.INDEX, (output, write)), value)),)))
     name = "pad_" + re.sub(r"\W", "_", plan.tensor)

@@ -1,0 +1,1519 @@
+"""Lowering of composed NNEF operations to UOp kernels.
+
+Every ``@lower`` contraction (§2.12) of a leaf operation becomes a kernel AST in the form of
+``docs/design/kernel-ir.md`` (``SINK(STORE(INDEX(PARAM_out, idx), value[, gate]), ...)``):
+
+- each index symbol ``i < n`` is a RANGE (a pack bound gives a pack of RANGEs); symbols that
+  select an item of a tensor pack (``xs[k]``), that other bounds depend on, or that an
+  ``unroll..(k -> n)`` names are unrolled at compile time;
+- the left side is solved for the output space: a plain index becomes an output (LOOP) range; an
+  affine mixed-radix sum (``(i * strides) + ..`` of flatten) becomes one range split back by
+  ``//`` and ``%``; any other affine index (``stride * i + j - offset`` of deconv or
+  linear_upsample) is inverted — the output position is the loop and the eliminated index is
+  recovered with a divisibility and bounds gate; a data-dependent index (scatter) is matched
+  against the output position; symbols left out of the left side are REDUCE ranges;
+- loads sit at the flat row-major offsets of the access; ``|i|`` guards gate the load *and* drop
+  the whole term (the identity of the accumulation takes its place), ``|i <> a : b|`` remaps an
+  out-of-range index (the reflect/replicate forms of pad and grid_sample);
+- the initialising ``=`` and the accumulating ``+= *= &= |= <?= >?=`` form one REDUCE with the
+  initial value folded in when the initialiser maps onto the same points, else an initialising
+  kernel and an accumulating one that reads it back;
+- ``:=`` updates: argmin/argmax-like conditions that compare the candidate with the current value
+  become max-then-first-index reductions; unrolled ones become a chain of selects; others keep
+  the last write (a MAX reduction over the iteration order);
+- ``with`` locals are shared subexpressions (hash-consing does the sharing), packs and packed
+  assignments ``x[:,]`` are unrolled into one store per item;
+- a data-dependent output extent (``idx[:,k] = i, i < s | cond``, §2.12) is counted: a positions
+  kernel (exclusive prefix count of the condition), a count kernel and a scattering kernel.
+
+Run-time (data-dependent) extents. Tensors are stored at their upper bounds, row-major over the
+upper-bound shape, and every kernel is compiled once. What changes at run time is how far each
+kernel goes: the spec asks for shape inference interleaved with execution (§3 "Dynamic tensor
+shapes"), and the extent expressions are the scalar expressions the composer keeps symbolically
+(:class:`~uopviz.nnef.expressions.DynamicExtent` keys). In a kernel such an extent is a UOp: the
+counters of the extents its key is built of (``graph.counts``: int32 buffers written by the
+counting kernels) loaded and combined by the key's arithmetic (:func:`runtime_extent`). A range
+whose bound is a data-dependent extent runs to the upper bound, gated by ``range < extent``: the
+gate joins the term's gates, so an accumulation skips the term (its identity takes its place), a
+plain ``=`` does not store, an arg-extreme ignores the point, and the term's loads are gated too
+(an index computed from the actual extent, such as a reflected one, may point outside there).
+Guards ``|i|`` and remaps ``|i <> a : b|`` test the actual extent, and extents inside values (``s -
+1 - i``) read it. Elements past the actual extent are never read, so their contents do not matter.
+The alternative, recompiling everything after a counted operation for the count it found, would
+give static kernels but one compilation per distinct count; the gated kernels give exact results
+for any count with one compilation, and stay the same kernels for the tuner. The runner trims
+graph outputs to their actual extents, evaluated from the same counters on the host. Built-in
+kernels (intrinsics) run over upper bounds: a data-dependent extent may only pass through them to
+an output; one they would read across is refused, except by the kernels that read the extents
+themselves (cubic resize and grid sampling). Input extents (``real[~|10]``) are different: ``run``
+recomposes the graph for the given shapes, so they are static by the time kernels run.
+
+Intrinsics (operations with no body) get the kernels of :mod:`uopviz.nnef.intrinsics`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import ChainMap
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from uopviz.core.affine import build_range_sum, range_sum
+from uopviz.core.dtype import DType, dtypes
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.uop import ParamArg, UOp, shape_uop
+from uopviz.nnef import ast
+from uopviz.nnef.ast import identifiers
+from uopviz.nnef.errors import NNEFError
+from uopviz.nnef.expressions import (
+    BoundedIndex,
+    DynamicExtent,
+    Evaluator,
+    RuntimeScalar,
+    format_value,
+    type_name_of,
+)
+from uopviz.nnef.graph import Graph, LoopOperation, Operation, TensorInfo
+from uopviz.nnef.intrinsics import INTRINSICS
+from uopviz.nnef.kernel_builder import (
+    ALL_ITEMS,
+    KernelBuilder,
+    LoweredKernel,
+    PackChoice,
+    compact_slots,
+    rebind_params,
+    runtime_extent,
+)
+from uopviz.nnef.kernel_math import (
+    COMPARISONS,
+    INDEX,
+    KernelScalarOps,
+    accumulate,
+    accumulation_identity,
+    all_of,
+    as_float,
+    as_index,
+    as_uop,
+    flat_offset,
+    gate_loads,
+    gate_value,
+    python_value,
+    reduce_over,
+    select,
+    strip_casts,
+    substitute_in,
+    tidy,
+    unflatten_offset,
+    uop_constant,
+    uop_dtype,
+)
+from uopviz.nnef.printer import print_expression
+
+
+class _LoweringEvaluator(Evaluator):
+    """The expression evaluator of a lowering: tensor accesses read through a kernel builder."""
+
+    def __init__(self, builder: KernelBuilder, symbols: Any, types: dict[str, str]) -> None:
+        super().__init__(symbols, frozenset(), types, KernelScalarOps(builder.extent))
+        self.builder = builder
+
+    def tensor_access(self, node: ast.TensorAccess) -> Any:
+        base = self(node.base)
+        if base is None:
+            return None
+        items: list[Any] = []
+        for index in node.indices:
+            if isinstance(index, ast.Expand):
+                value = self(index.value)
+                if value is None:
+                    return None
+                if index.count is not None:
+                    count = self.repeat_count(index.count)
+                    value = (value if isinstance(value, list) else [value]) * (count or 0)
+                if not isinstance(value, list):
+                    raise NNEFError.at(index.pos, "'..' in a tensor index expands a pack; this is not a pack")
+                items.extend(value)
+            elif isinstance(index, ast.Range):
+                if index.start is None and index.stop is None and index.step is None:
+                    items.append(ALL_ITEMS)
+                else:
+                    items.append(("range", index))
+            else:
+                value = self(index)
+                if value is None:
+                    return None
+                items.append(("positions", value) if isinstance(value, list) else value)
+        return self.read(base, items, node)
+
+    def read(self, base: Any, items: list, node: ast.Node) -> Any:
+        """The value of ``base`` at ``items`` (a pack when an index is ``:``)."""
+        if isinstance(base, list):
+            return [self.read(item, items, node) for item in base]
+        if isinstance(base, PackChoice):
+            values = [self.read(tensor, items, node) for tensor in base.tensors]
+            return _pick(values, base.selector)
+        if isinstance(base, _OutputRef):
+            return self._read_output(base, items, node)
+        if not isinstance(base, TensorInfo):
+            raise NNEFError.at(
+                node.pos, f"only tensors can be accessed with x[...], got {type_name_of(base)}"
+            )
+        if len(items) != base.rank:
+            raise NNEFError.at(
+                node.pos, f"'{base.name}' has rank {base.rank} but is accessed with {len(items)} indices"
+            )
+        resolved = [
+            self._range_positions(item, extent) for item, extent in zip(items, base.upper_shape, strict=True)
+        ]
+        packed = [axis for axis, item in enumerate(resolved) if isinstance(item, list)]
+        if len(packed) > 1:
+            raise NNEFError.at(node.pos, "only one dimension of an access may be ':'")
+        if packed:
+            axis = packed[0]
+            return [
+                self._read_point(base, resolved[:axis] + [position] + resolved[axis + 1 :], node)
+                for position in resolved[axis]
+            ]
+        return self._read_point(base, resolved, node)
+
+    def _range_positions(self, item: Any, extent: int) -> Any:
+        if item is ALL_ITEMS:
+            return list(range(extent))
+        if isinstance(item, tuple) and item and item[0] == "range":
+            return self.slice_value(list(range(extent)), item[1])
+        if isinstance(item, tuple) and item and item[0] == "positions":
+            return list(item[1])  # a pack index (not expanded) reads a pack along this dimension
+        return item
+
+    def _read_point(self, tensor: TensorInfo, indices: list, node: ast.Node) -> Any:
+        uniform = _uniform_constant(tensor)
+        if uniform is not None:
+            self._guards(tensor, indices, node)  # a guarded read still skips its term
+            return uniform
+        positions, gate = self._guards(tensor, indices, node)
+        if gate is False:
+            return uop_constant(uop_dtype(tensor.dtype), 0)
+        return self.builder.load(tensor, flat_offset(positions, tensor.upper_shape), gate)
+
+    def _guards(self, tensor: TensorInfo, indices: list, node: ast.Node) -> tuple[list, Any]:
+        positions: list[Any] = []
+        gates: list[Any] = []
+        extent_of = self.builder.extent
+        for index, extent, declared in zip(indices, tensor.upper_shape, tensor.shape, strict=True):
+            if isinstance(index, DynamicExtent):
+                index = as_index(extent_of(index))
+            if isinstance(index, BoundedIndex):  # guards and remaps test the actual extent
+                index = BoundedIndex(*(extent_of(part) for part in (index.index, index.lower, index.upper)))
+                position, gate = _bounded(index, extent_of(declared))
+                gates.append(gate)
+                positions.append(position)
+            elif isinstance(index, int) and not isinstance(index, bool):
+                if not 0 <= index < extent:
+                    raise NNEFError.at(
+                        node.pos,
+                        f"index {index} is out of range for extent {extent} of "
+                        f"'{tensor.name}'; guard it with |...|",
+                    )
+                positions.append(index)
+            elif isinstance(index, UOp):
+                positions.append(as_index(index))
+            else:
+                raise NNEFError.at(node.pos, f"a tensor index must be an int, got {format_value(index)}")
+        gate = all_of(gates)
+        if gate is not True:
+            self.builder.term_gates.append(gate)
+        return positions, gate
+
+    def _read_output(self, ref: _OutputRef, items: list, node: ast.Node) -> Any:
+        dtype = uop_dtype(ref.tensor.dtype)
+        packed = [axis for axis, item in enumerate(items) if item is ALL_ITEMS]
+        if packed:
+            return [
+                self.builder.placeholder(position, dtype)
+                for position in range(ref.tensor.upper_shape[packed[0]])
+            ]
+        return self.builder.placeholder(0, dtype)
+
+    def index_other(self, base: Any, index: Any, node: ast.Index) -> Any:
+        if isinstance(base, TensorInfo | _OutputRef):  # x[i] for x[i,]: the spec's own linear writes it
+            return self.read(base, [index], node)
+        return super().index_other(base, index, node)
+
+    def dynamic_item(self, base: list | str, index: Any, node: ast.Index) -> Any:
+        if not isinstance(index, UOp) or isinstance(base, str):
+            return super().dynamic_item(base, index, node)
+        if base and all(isinstance(item, TensorInfo) for item in base):
+            return PackChoice(tuple(base), index)
+        return _pick(list(base), index)
+
+    def runtime_select(self, condition: Any, node: ast.Select) -> Any:
+        if not condition.dtype.is_bool:
+            condition = condition.ne(uop_constant(condition.dtype, 0))
+        builder = self.builder
+        saved = builder.term_gates
+        builder.term_gates = []
+        builder.gate_stack.append(condition)
+        then = self(node.then)
+        builder.gate_stack.pop()
+        then_gates, builder.term_gates = builder.term_gates, []
+        builder.gate_stack.append(UOp(Ops.NOT, (condition,)))
+        otherwise = self(node.otherwise)
+        builder.gate_stack.pop()
+        other_gates = builder.term_gates
+        builder.term_gates = saved
+        if then_gates or other_gates:
+            saved.append(
+                select(
+                    condition,
+                    as_uop(all_of(then_gates), dtypes.bool),
+                    as_uop(all_of(other_gates), dtypes.bool),
+                )
+            )
+        if then is None or otherwise is None:
+            return None
+        if isinstance(then, list) or isinstance(otherwise, list):
+            thens = then if isinstance(then, list) else [then] * len(otherwise)
+            others = otherwise if isinstance(otherwise, list) else [otherwise] * len(thens)
+            return [select(condition, a, b) for a, b in zip(thens, others, strict=True)]
+        return select(condition, then, otherwise)
+
+
+@dataclass(frozen=True)
+class _OutputRef:
+    """The output being assigned, read inside its own statement (the current value)."""
+
+    tensor: TensorInfo
+
+
+def _pick(values: list, selector: UOp) -> Any:
+    """``values[selector]`` for a run-time selector: a chain of WHERE."""
+    if not values:
+        raise NNEFError("cannot pick an item of an empty pack")
+    out = values[-1]
+    for position in range(len(values) - 2, -1, -1):
+        out = select(selector.eq(uop_constant(selector.dtype, position)), values[position], out)
+    return out
+
+
+def _bounded(index: BoundedIndex, extent: int | UOp) -> tuple[Any, Any]:
+    """(position, gate) of a guarded / remapped index against ``extent`` (an int, or an index UOp
+    for an extent decided at run time)."""
+    value = index.index
+    static = isinstance(extent, int)
+    if not index.remaps:
+        if isinstance(value, int) and static:
+            return value, 0 <= value < extent
+        position = as_index(value)
+        return position, UOp(Ops.AND, (position >= 0, position < extent))
+    if static and all(isinstance(v, int) for v in (value, index.lower, index.upper)):
+        return (index.lower if value < 0 else index.upper if value >= extent else value), True
+    position = as_index(value)
+    lower, upper = as_index(index.lower), as_index(index.upper)
+    remapped = UOp(Ops.WHERE, (position < 0, lower, UOp(Ops.WHERE, (position >= extent, upper, position))))
+    return remapped, True
+
+
+def _uniform_constant(tensor: TensorInfo) -> Any:
+    """The single value of a constant tensor whose items are all equal (read as a literal)."""
+    if tensor.kind != "constant" or tensor.data is None or tensor.data.size == 0:
+        return None
+    cached = tensor.__dict__.get("_uniform", _MISSING)
+    if cached is _MISSING:
+        flat = tensor.data.reshape(-1)
+        cached = flat[0].item() if bool(np.all(flat == flat[0])) else None
+        if isinstance(cached, bool) and tensor.dtype != "bool":
+            cached = int(cached)
+        tensor.__dict__["_uniform"] = cached
+    return cached
+
+
+_MISSING = object()
+_LOAD_BACK = object()  # the initial value is read back from the output (written by an init kernel)
+
+
+def _ranges_in(u: Any) -> set[UOp]:
+    if not isinstance(u, UOp):
+        return set()
+    return {node for node in u.toposort() if node.op is Ops.RANGE}
+
+
+def _range_bound(r: UOp) -> int:
+    return int(r.src[0].arg[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# one statement, evaluated
+
+
+@dataclass
+class _Term:
+    """The right side of a statement for one binding of its unrolled reduction symbols."""
+
+    value: Any
+    gates: list[Any]
+    condition: Any
+
+
+@dataclass
+class _Evaluated:
+    """A statement with its ranges, its left side and its terms."""
+
+    statement: ast.Lowering
+    ranges: list[UOp]  # provisional RANGEs, in declaration order
+    lhs: list[Any]
+    output: TensorInfo
+    terms: list[_Term]
+    reads_output: bool
+
+
+class _OperationLowering:
+    """Lowers the @lower statements of one operation."""
+
+    def __init__(self, graph: Graph, op: Operation) -> None:
+        self.graph = graph
+        self.op = op
+        self.symbols = op.symbols
+        self.kernels: list[LoweredKernel] = []
+        self._range_numbers = itertools.count(1000)
+        self.pack_item: int | None = None
+
+    def error(self, node: ast.Node, message: str) -> NNEFError:
+        """An error at the statement, naming the operation."""
+        where = f" (in {self.op.type} '{self.op.label}', invoked at {self.op.position})"
+        return NNEFError.at(node.pos, message + where)
+
+    # -- grouping --------------------------------------------------------------------------------
+
+    def lower(self) -> list[LoweredKernel]:
+        groups: dict[str, list[ast.Lowering]] = {}
+        for statement in self.op.definition.lowerings:
+            groups.setdefault(self._target_name(statement), []).append(statement)
+        for name, statements in groups.items():
+            init = [s for s in statements if s.op == "="]
+            updates = [s for s in statements if s.op != "="]
+            if len(init) > 1 or len(updates) > 1:
+                raise self.error(
+                    statements[-1], f"'{name}' is assigned by more than one '=' or more than one accumulation"
+                )
+            if updates and updates[0].op == ":=" and not init:
+                raise self.error(updates[0], f"':=' updates '{name}', which needs an initialising '=' first")
+            self._lower_output(init[0] if init else None, updates[0] if updates else None)
+        return self.kernels
+
+    def _target_name(self, statement: ast.Lowering) -> str:
+        base = statement.target.base if isinstance(statement.target, ast.TensorAccess) else statement.target
+        while isinstance(base, ast.Index):
+            base = base.base
+        if not isinstance(base, ast.Identifier):
+            raise self.error(statement, "the left side of a lowering must be an output tensor access")
+        if base.name not in {param.name for param in self.op.definition.outputs}:
+            raise self.error(statement, f"'{base.name}' is not an output of {self.op.type}")
+        return base.name
+
+    # -- unrolling -------------------------------------------------------------------------------
+
+    def _unrolled(self, statement: ast.Lowering) -> list[str]:
+        """Index symbols expanded at compile time: pack selectors, symbols bounds depend on."""
+        names = {bound.name for bound in statement.bounds}
+        chosen: list[str] = []
+        nodes = [
+            statement.target,
+            statement.value,
+            statement.condition,
+            *(local.value for local in statement.locals),
+        ]
+        for root in nodes:
+            if root is None:
+                continue
+            for node in ast.walk(root):
+                if (
+                    isinstance(node, ast.Index)
+                    and isinstance(node.base, ast.Identifier)
+                    and isinstance(node.index, ast.Identifier)
+                    and node.index.name in names
+                ):
+                    value = self.symbols.get(node.base.name)
+                    if (
+                        isinstance(value, list)
+                        and value
+                        and all(isinstance(item, TensorInfo) for item in value)
+                    ):
+                        chosen.append(node.index.name)
+        for position, bound in enumerate(statement.bounds):
+            earlier = {b.name for b in statement.bounds[:position]}
+            chosen.extend(identifiers(bound.bound) & earlier)
+        return list(dict.fromkeys(chosen))
+
+    def _bindings(
+        self, statement: ast.Lowering, names: list[str], local: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Every combination of values of the unrolled symbols ``names``."""
+        if not names:
+            return [{}]
+        bounds = {bound.name: bound for bound in statement.bounds}
+        out: list[dict[str, Any]] = [{}]
+        for name in names:
+            bound = bounds[name]
+            expanded = []
+            for binding in out:
+                evaluator = Evaluator(ChainMap(binding, local, self.symbols), frozenset(), self.op.dtypes)
+                count = evaluator(bound.bound)
+                if isinstance(count, list) or not isinstance(count, int) or isinstance(count, bool):
+                    raise self.error(
+                        bound, f"the unrolled index '{name}' needs an int bound, got {format_value(count)}"
+                    )
+                expanded.extend({**binding, name: value} for value in range(count))
+            out = expanded
+        return out
+
+    # -- evaluation -------------------------------------------------------------------------------
+
+    def _evaluate(
+        self,
+        statement: ast.Lowering,
+        builder: KernelBuilder,
+        local: dict[str, Any],
+        term_names: list[str],
+        output: TensorInfo,
+        self_reads: bool,
+    ) -> _Evaluated:
+        """Ranges, left side and the terms (one per binding of ``term_names``) of a statement."""
+        ranges: list[UOp] = []
+        symbols: dict[str, Any] = dict(local)
+        unrolled = set(local) | set(term_names)
+        extent_gates: list[Any] = []  # ranges run to the upper bound of a data-dependent extent
+        for bound in statement.bounds:
+            if bound.name in unrolled:
+                continue
+            evaluator = _LoweringEvaluator(builder, ChainMap(symbols, self.symbols), self.op.dtypes)
+            extent = evaluator(bound.bound)
+            extents = [self._as_extent(e, bound) for e in (extent if isinstance(extent, list) else [extent])]
+            made = [self._new_range(self._extent(e, bound)) for e in extents]
+            for r, e in zip(made, extents, strict=True):
+                actual = builder.extent(e) if isinstance(e, DynamicExtent) else None
+                if isinstance(actual, UOp):
+                    extent_gates.append(r < actual)
+            ranges.extend(made)
+            symbols[bound.name] = made if isinstance(extent, list) else made[0]
+        overlay = dict(symbols)
+        name = self._target_name(statement)
+        if self_reads:
+            overlay[name] = _OutputRef(output)
+        lhs_scope = dict(overlay)
+        evaluator = _LoweringEvaluator(builder, ChainMap(lhs_scope, self.symbols), self.op.dtypes)
+        pending = set(term_names)
+        for local_def in statement.locals:  # the left side may use 'with' locals (conv's oi)
+            if identifiers(local_def.value) & pending:
+                pending.add(local_def.name)
+                continue
+            lhs_scope[local_def.name] = evaluator(local_def.value)
+        lhs = self._lhs(statement, evaluator, output)
+        terms = []
+        reads_before = len(builder.current)
+        for binding in self._bindings(statement, term_names, symbols):
+            builder.term_gates = []
+            scope: dict[str, Any] = {**overlay, **binding}
+            term_evaluator = _LoweringEvaluator(builder, ChainMap(scope, self.symbols), self.op.dtypes)
+            for local_def in statement.locals:
+                scope[local_def.name] = term_evaluator(local_def.value)
+            value = term_evaluator(statement.value)
+            if isinstance(value, list):  # a run-time extent or scalar assigned as it is (x.shape[i])
+                value = [
+                    builder.extent(v) if isinstance(v, DynamicExtent | RuntimeScalar) else v for v in value
+                ]
+            elif isinstance(value, DynamicExtent | RuntimeScalar):
+                value = builder.extent(value)
+            if self.pack_item is not None and isinstance(value, list):
+                value = value[self.pack_item]  # the item of a whole-pack assignment
+            condition = True if statement.condition is None else term_evaluator(statement.condition)
+            if condition is None:
+                raise self.error(statement, "the condition after '|' is null")
+            if extent_gates:  # past a run-time extent nothing is read: indices there may point outside
+                value = gate_value(value, all_of(extent_gates))
+            terms.append(_Term(value, [*extent_gates, *builder.term_gates], condition))
+        builder.term_gates = []
+        return _Evaluated(statement, ranges, lhs, output, terms, len(builder.current) > reads_before)
+
+    def _as_extent(self, value: Any, bound: ast.LoopBound) -> Any:
+        """A bound computed from run-time extents (``int(round(real(s) * f))``) as a run-time extent."""
+        if not isinstance(value, RuntimeScalar) or value.type != "int":
+            return value
+        converted = value.as_extent()
+        if converted is None:
+            raise self.error(bound, f"the bound of '{bound.name}' ({value!r}) has no upper bound")
+        return converted
+
+    def _extent(self, value: Any, bound: ast.LoopBound) -> int:
+        if isinstance(value, DynamicExtent):
+            if value.bound is None:
+                raise self.error(
+                    bound, f"the bound of '{bound.name}' is a run-time extent without an upper bound"
+                )
+            return int(value.bound)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(
+                bound,
+                f"the bound of '{bound.name}' must be an int (or a pack of ints), got {format_value(value)}",
+            )
+        return value
+
+    def _new_range(self, extent: int) -> UOp:
+        return UOp.range(extent, AxisType.LOOP, next(self._range_numbers))
+
+    def _lhs(self, statement: ast.Lowering, evaluator: _LoweringEvaluator, output: TensorInfo) -> list[Any]:
+        target = statement.target
+        if isinstance(target, ast.Index) and isinstance(target.base, ast.Identifier):
+            indices: tuple = (target.index,)  # y[i] for y[i,], as the spec's own 'linear' reads bias[ni]
+        elif isinstance(target, ast.TensorAccess):
+            indices = target.indices
+        else:
+            raise self.error(statement, "the left side of a lowering must be an access of an output tensor")
+        items: list[Any] = []
+        for index in indices:
+            if isinstance(index, ast.Expand):
+                value = evaluator(index.value)
+                if index.count is not None:
+                    count = evaluator.repeat_count(index.count)
+                    value = (value if isinstance(value, list) else [value]) * (count or 0)
+                if not isinstance(value, list):
+                    raise self.error(index, "'..' in the left side expands a pack; this is not a pack")
+                items.extend(value)
+            elif isinstance(index, ast.Range):
+                if index.start is not None or index.stop is not None or index.step is not None:
+                    raise self.error(index, "only ':' (the whole dimension) may be a range on the left side")
+                items.append(ALL_ITEMS)
+            else:
+                value = evaluator(index)
+                items.append(("positions", value) if isinstance(value, list) else value)
+        if len(items) != output.rank:
+            raise self.error(
+                target, f"'{output.name}' has rank {output.rank} but the left side has {len(items)} indices"
+            )
+        return items
+
+    def _output_tensor(self, statement: ast.Lowering, local: dict[str, Any]) -> TensorInfo | list[TensorInfo]:
+        base = statement.target.base
+        evaluator = Evaluator(ChainMap(local, self.symbols), frozenset(), self.op.dtypes)
+        tensor = evaluator(base)
+        if isinstance(tensor, list) and tensor and all(isinstance(item, TensorInfo) for item in tensor):
+            return tensor
+        if not isinstance(tensor, TensorInfo):
+            raise self.error(statement, "the left side of a lowering must be an output tensor")
+        return tensor
+
+    # -- one output ------------------------------------------------------------------------------------
+
+    def _lower_output(self, init: ast.Lowering | None, update: ast.Lowering | None) -> None:
+        main = update or init
+        unrolled = self._unrolled(main)
+        if main.unroll_index is not None:
+            unrolled.insert(0, main.unroll_index)
+        lhs_names = identifiers(main.target)
+        split = [name for name in unrolled if name in lhs_names]
+        terms = [name for name in unrolled if name not in lhs_names]
+        for binding in self._split_bindings(main, split):
+            output = self._output_tensor(main, binding)
+            if isinstance(output, list):  # a whole pack assigned at once: one kernel per item (§2.12)
+                for item, tensor in enumerate(output):
+                    self.pack_item = item
+                    self._lower_instance(init, update, binding, terms, tensor)
+                self.pack_item = None
+            else:
+                self._lower_instance(init, update, binding, terms, output)
+
+    def _split_bindings(self, statement: ast.Lowering, names: list[str]) -> list[dict[str, Any]]:
+        local: dict[str, Any] = {}
+        if statement.unroll_index is not None:
+            count = Evaluator(self.symbols, frozenset(), self.op.dtypes)(statement.unroll_count)
+            values = [{statement.unroll_index: value} for value in range(count)]
+            rest = [name for name in names if name != statement.unroll_index]
+            return [{**v, **b} for v in values for b in self._bindings(statement, rest, {**local, **v})]
+        return self._bindings(statement, names, local)
+
+    def _lower_instance(
+        self,
+        init: ast.Lowering | None,
+        update: ast.Lowering | None,
+        binding: dict[str, Any],
+        terms: list[str],
+        output: TensorInfo,
+    ) -> None:
+        main = update or init
+        builder = KernelBuilder(output, self.graph)
+        counter = self._counter_symbol(main)
+        if counter is not None:
+            self._lower_counted(main, binding, output, counter)
+            return
+        evaluated = self._evaluate(main, builder, binding, terms, output, self_reads=main.op == ":=")
+        space = _OutputSpace(self, evaluated)
+        indices = [*binding.values(), *([self.pack_item] if self.pack_item is not None else [])]
+        label = f"{self.op.label}" + (f"[{','.join(str(v) for v in indices)}]" if indices else "")
+        if update is None:
+            stores = self._assign(builder, evaluated, space, init_value=None)
+            self._emit(builder, stores, label, main)
+            return
+        init_value = None
+        if init is not None:
+            init_value = self._fused_init(init, binding, output, space, builder) if space.full else None
+            if init_value is None:
+                init_builder = KernelBuilder(output, self.graph)
+                init_evaluated = self._evaluate(init, init_builder, binding, [], output, self_reads=False)
+                init_space = _OutputSpace(self, init_evaluated)
+                self._emit(
+                    init_builder,
+                    self._assign(init_builder, init_evaluated, init_space, None),
+                    f"{label}.init",
+                    init,
+                )
+                init_value = _LOAD_BACK
+        stores = self._accumulate(builder, evaluated, space, init_value)
+        self._emit(builder, stores, label, main)
+
+    def _emit(
+        self,
+        builder: KernelBuilder,
+        stores: list[UOp],
+        label: str,
+        statement: ast.Lowering,
+        scratch: dict[str, tuple[DType, int]] | None = None,
+    ) -> None:
+        ast_uop = UOp(Ops.SINK, tuple(stores))
+        leftover = [u for u in ast_uop.toposort() if u.op is Ops.PARAM and u.arg.slot < 0]
+        if leftover:
+            raise self.error(
+                statement, "the statement reads the output it assigns in a way uopviz cannot lower"
+            )
+        ast_uop, names = compact_slots(tidy(ast_uop), builder)
+        self.kernels.append(
+            LoweredKernel(
+                label,
+                ast_uop,
+                names,
+                self.op,
+                dict(scratch or {}),
+                print_expression(statement.value),
+            )
+        )
+
+    # -- assembling values ------------------------------------------------------------------------------
+
+    def _store(
+        self, builder: KernelBuilder, space: _OutputSpace, value: Any, gate: Any, item: int | None
+    ) -> UOp:
+        output = builder.output
+        dtype = uop_dtype(output.dtype)
+        if isinstance(value, list):
+            raise NNEFError(
+                f"a pack of {len(value)} values is assigned to a single element of '{output.name}'"
+            )
+        if value is None:
+            raise NNEFError(
+                f"a null value is assigned to '{output.name}' (resolve optional values with '??')"
+            )
+        if isinstance(value, BoundedIndex):
+            raise NNEFError(f"a guarded index is assigned to '{output.name}'")
+        stored = (
+            as_uop(value, dtype)
+            if isinstance(value, UOp)
+            else uop_constant(dtype, python_value(value, dtype))
+        )
+        address = UOp(Ops.INDEX, (builder.param(output), space.flat(item)))
+        gate = all_of([gate, *space.store_gates])
+        if gate is True:
+            return UOp(Ops.STORE, (address, stored))
+        if gate is False:
+            raise NNEFError(f"an assignment to '{output.name}' can never happen")
+        return UOp(Ops.STORE, (address, stored, gate))
+
+    def _items(self, value: Any, space: _OutputSpace) -> list[tuple[int | None, Any]]:
+        if space.pack_axis is None:
+            return [(None, value)]
+        extent = space.pack_extent()
+        values = value if isinstance(value, list) else [value] * extent
+        if len(values) != extent:
+            raise NNEFError(
+                f"a pack of {len(values)} values is assigned to the ':' dimension of extent {extent} "
+                f"of '{space.output.name}'"
+            )
+        return list(enumerate(values))
+
+    def _assign(
+        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+    ) -> list[UOp]:
+        """Stores of a plain '=' statement (last write wins if several iterations hit a point)."""
+        (term,) = evaluated.terms if len(evaluated.terms) == 1 else (None,)
+        if term is None:
+            raise self.error(evaluated.statement, "an '=' assignment cannot have unrolled reduction indices")
+        gate = all_of([*term.gates, term.condition, *space.term_gates])
+        if space.reduce_ranges:
+            return self._last_write(builder, evaluated, space, [term], init_value)
+        stores = []
+        for item, value in self._items(term.value, space):
+            stores.append(self._store(builder, space, space.apply(value), space.apply_gate(gate), item))
+        return stores
+
+    def _accumulate(
+        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+    ) -> list[UOp]:
+        op = evaluated.statement.op
+        if op == ":=":
+            return self._update(builder, evaluated, space, init_value)
+        dtype = uop_dtype(evaluated.output.dtype)
+        stores = []
+        packs = [self._items(term.value, space) for term in evaluated.terms]
+        for position, (item, _) in enumerate(packs[0]):
+            total: Any = None
+            for term, items in zip(evaluated.terms, packs, strict=True):
+                gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
+                value = gate_loads(as_uop(space.apply(items[position][1]), dtype), all_of(space.term_gates))
+                contribution = (
+                    value if gate is True else select(gate, value, accumulation_identity(op, dtype))
+                )
+                total = contribution if total is None else accumulate(op, total, contribution)
+            if space.reduce_ranges:
+                total = reduce_over(op, total, space.reduce_ranges)
+            initial = self._initial(init_value, builder, space, item, op, dtype)
+            if initial is not None:
+                total = accumulate(op, as_uop(initial, dtype), total)
+            stores.append(self._store(builder, space, total, True, item))
+        return stores
+
+    def _initial(
+        self,
+        init_value: Any,
+        builder: KernelBuilder,
+        space: _OutputSpace,
+        item: int | None,
+        op: str,
+        dtype: DType,
+    ) -> Any:
+        if init_value is None:
+            return None
+        if init_value is _LOAD_BACK:
+            # read where the store may write: a guarded output index out of range (y[|2*i+j|] += ...)
+            # skips the read as it skips the write
+            return builder.load(builder.output, space.flat(item), all_of(space.store_gates))
+        values = init_value if isinstance(init_value, list) else None
+        if values is not None:
+            return values[item or 0]
+        return init_value
+
+    def _update(
+        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+    ) -> list[UOp]:
+        """':=' conditional updates."""
+        dtype = uop_dtype(evaluated.output.dtype)
+        if evaluated.reads_output:
+            if len(evaluated.terms) > 1 and not space.reduce_ranges:
+                return self._sequential(builder, evaluated, space, init_value)
+            return self._arg_extreme(builder, evaluated, space, init_value)
+        if space.reduce_ranges or len(evaluated.terms) > 1:
+            return self._last_write(builder, evaluated, space, evaluated.terms, init_value)
+        (term,) = evaluated.terms
+        gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
+        stores = []
+        for item, value in self._items(term.value, space):
+            value = as_uop(space.apply(value), dtype)
+            initial = self._initial(init_value, builder, space, item, ":=", dtype)
+            if gate is True:
+                stores.append(self._store(builder, space, value, True, item))
+            elif initial is None:
+                stores.append(self._store(builder, space, value, gate, item))
+            else:
+                stores.append(self._store(builder, space, select(gate, value, initial), True, item))
+        return stores
+
+    def _sequential(
+        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+    ) -> list[UOp]:
+        """Unrolled ':=' updates that read the output: a chain of selects in iteration order."""
+        dtype = uop_dtype(evaluated.output.dtype)
+        count = space.pack_extent()
+        state = [
+            as_uop(
+                self._initial(init_value, builder, space, item, ":=", dtype) if init_value is not None else 0,
+                dtype,
+            )
+            for item in range(count)
+        ]
+        placeholders = builder.current
+        for term in evaluated.terms:
+            mapping = {placeholders[item]: state[item] for item in placeholders}
+            gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
+            gate = substitute_in(gate, mapping)
+            values = term.value if isinstance(term.value, list) else [term.value] * count
+            state = [
+                select(gate, as_uop(substitute_in(space.apply(v), mapping), dtype), s)
+                if gate is not True
+                else as_uop(substitute_in(space.apply(v), mapping), dtype)
+                for v, s in zip(values, state, strict=True)
+            ]
+        items = range(count) if space.pack_axis is not None else [None]
+        return [self._store(builder, space, state[item or 0], True, item) for item in items]
+
+    def _arg_extreme(
+        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+    ) -> list[UOp]:
+        """``out := r | f(r) > f(out)``: the first (strict) / last (non-strict) index of the extreme."""
+        statement = evaluated.statement
+        (term,) = evaluated.terms
+        condition = term.condition
+        values = term.value if isinstance(term.value, list) else [term.value]
+        reduce = space.reduce_ranges
+        candidates = [strip_casts(space.apply(value)) for value in values]
+        placeholders = [builder.current[item] for item in sorted(builder.current)]
+        reduce_set = set(reduce)
+        if (
+            not isinstance(condition, UOp)
+            or condition.op not in COMPARISONS
+            or len(placeholders) != len(candidates)
+            or any(c not in reduce_set for c in candidates)
+        ):
+            raise self.error(
+                statement,
+                "this conditional update reads the output in a way uopviz cannot lower "
+                "(supported: out := index | f(index) compared with f(out))",
+            )
+        condition = space.apply(condition)
+        left, right = condition.src
+        mapping = {
+            r: UOp(Ops.CAST, (p,), INDEX) if p.dtype is not INDEX else p
+            for r, p in zip(candidates, placeholders, strict=True)
+        }
+        if substitute_in(left, mapping) is not right:
+            left, right = right, left
+            flipped = True
+        else:
+            flipped = False
+        if substitute_in(left, mapping) is not right:
+            raise self.error(
+                statement,
+                "this conditional update reads the output in a way uopviz cannot lower "
+                "(the two sides of the comparison differ by more than the index)",
+            )
+        op = condition.op
+        greater = (op in (Ops.CMP_GT, Ops.CMP_GE)) != flipped
+        strict = op in (Ops.CMP_GT, Ops.CMP_LT)
+        key = as_float(left) if not left.dtype.is_float else left
+        gate = space.apply_gate(all_of(term.gates))  # skipped terms (guards, run-time extents) take no part
+        if gate is not True:
+            key = select(gate, key, uop_constant(dtypes.float32, -math.inf if greater else math.inf))
+        extreme = reduce_over(">?=" if greater else "<?=", key, reduce)
+        chosen_set = set(candidates)
+        order = [space.mapping[r] for r in evaluated.ranges if space.mapping[r] in chosen_set]
+        shape = [_range_bound(r) for r in order]
+        flat = flat_offset(order, shape)
+        fresh = {r: UOp.range(_range_bound(r), AxisType.REDUCE, next(self._range_numbers)) for r in reduce}
+        hit = substitute_in(key, fresh).eq(extreme)  # the second pass runs over ranges of its own
+        if gate is not True:
+            hit = UOp(Ops.AND, (substitute_in(gate, fresh), hit))
+        position = substitute_in(flat, fresh)
+        if strict:  # the first position that reaches the extreme
+            chosen = -reduce_over(">?=", select(hit, -position, -(1 << 62)), list(fresh.values()))
+        else:  # the last one
+            chosen = reduce_over(">?=", select(hit, position, -1), list(fresh.values()))
+        indices = unflatten_offset(chosen, shape)
+        by_range = dict(zip(order, indices, strict=True))
+        dtype = uop_dtype(evaluated.output.dtype)
+        items = [item if space.pack_axis is not None else None for item in range(len(candidates))]
+        initial = [
+            as_uop(self._initial(init_value, builder, space, item, ":=", dtype), dtype) for item in items
+        ]
+        # the scan only moves away from its initial value when the extreme beats the value there
+        at_initial = substitute_in(right, {p: v for p, v in zip(placeholders, initial, strict=True)})
+        at_initial = as_float(at_initial) if not at_initial.dtype.is_float else at_initial
+        if greater:
+            better = extreme > at_initial if strict else extreme >= at_initial
+        else:
+            better = extreme < at_initial if strict else extreme <= at_initial
+        stores = []
+        for item, candidate, start in zip(items, candidates, initial, strict=True):
+            value = select(better, by_range[candidate].cast(dtype), start)
+            stores.append(self._store(builder, space, value, True, item))
+        return stores
+
+    def _last_write(
+        self,
+        builder: KernelBuilder,
+        evaluated: _Evaluated,
+        space: _OutputSpace,
+        terms: list[_Term],
+        init_value: Any,
+    ) -> list[UOp]:
+        """Several iterations may write a point: the last one in iteration order wins."""
+        if len(terms) != 1:
+            raise self.error(evaluated.statement, "unrolled indices cannot be combined with scattered writes")
+        (term,) = terms
+        reduce_set = set(space.reduce_ranges)
+        order = [space.mapping[r] for r in evaluated.ranges if space.mapping[r] in reduce_set]
+        shape = [_range_bound(r) for r in order]
+        gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
+        flat = flat_offset(order, shape)
+        last = reduce_over(">?=", select(gate, flat, -1), order)
+        safe = UOp(Ops.MAX, (last, uop_constant(INDEX, 0)))
+        back = dict(zip(order, unflatten_offset(safe, shape), strict=True))
+        dtype = uop_dtype(evaluated.output.dtype)
+        stores = []
+        for item, value in self._items(term.value, space):
+            written = as_uop(substitute_in(space.apply(value), back), dtype)
+            initial = self._initial(init_value, builder, space, item, ":=", dtype)
+            if initial is None:
+                stores.append(self._store(builder, space, written, last >= 0, item))
+            else:
+                stores.append(
+                    self._store(
+                        builder, space, select(last >= 0, written, as_uop(initial, dtype)), True, item
+                    )
+                )
+        return stores
+
+    # -- fusing the initialiser ---------------------------------------------------------------------
+
+    def _fused_init(
+        self,
+        init: ast.Lowering,
+        binding: dict[str, Any],
+        output: TensorInfo,
+        space: _OutputSpace,
+        target: KernelBuilder,
+    ) -> Any:
+        """The initial value at the update's points, when the initialiser maps onto them."""
+        builder = KernelBuilder(output, self.graph)
+        evaluated = self._evaluate(init, builder, binding, [], output, self_reads=False)
+        (term,) = evaluated.terms
+        if term.gates or term.condition is not True:
+            return None
+        mapping: dict[UOp, UOp] = {}
+        points = space.point_indices()
+        for axis, item in enumerate(evaluated.lhs):
+            positions = _pack_positions(item, output.upper_shape[axis])
+            if positions is not None:
+                if space.pack_axis != axis or positions != space.pack_positions:
+                    return None
+                continue
+            point = points[axis]
+            if isinstance(item, int):
+                if not (isinstance(point, int) and point == item) and output.upper_shape[axis] != 1:
+                    return None
+                continue
+            if (
+                not isinstance(item, UOp)
+                or item.op is not Ops.RANGE
+                or item in mapping
+                or _range_bound(item) != output.upper_shape[axis]
+            ):
+                return None
+            mapping[item] = as_index(point) if not isinstance(point, UOp) else point
+        if set(evaluated.ranges) - set(mapping):
+            return None
+        value = term.value
+        if value is None:
+            raise self.error(init, "the initial value is null (resolve optional values with '??')")
+
+        def at_point(item: Any) -> Any:
+            if not isinstance(item, UOp):
+                return item
+            return rebind_params(substitute_in(item, mapping), builder, target)
+
+        return [at_point(v) for v in value] if isinstance(value, list) else at_point(value)
+
+    # -- counted (data-dependent) outputs ---------------------------------------------------------------
+
+    def _counter_symbol(self, statement: ast.Lowering) -> str | None:
+        """The output extent this statement counts (§2.12): a symbol the output declares afresh
+        (``k`` of ``int[d,k|n]``), not one derived from the inputs' run-time extents."""
+        label = self.op.label
+        for node in ast.walk(statement.target):
+            if isinstance(node, ast.Identifier):
+                value = self.symbols.get(node.name)
+                if isinstance(value, DynamicExtent) and value.key == (
+                    f"{label}.{node.name}" if label else node.name
+                ):
+                    return node.name
+        return None
+
+    def _lower_counted(
+        self, statement: ast.Lowering, binding: dict[str, Any], output: TensorInfo, counter: str
+    ) -> None:
+        """``out[..., k] = v, i < s | cond``: k is the running count of the points where cond holds."""
+        if statement.op != "=":
+            raise self.error(statement, "a counted output dimension needs a plain '=' assignment")
+        marker = UOp(Ops.PARAM, (shape_uop(()),), ParamArg(-100, INDEX, None, None))
+        local = {**binding, counter: marker}
+        builder = KernelBuilder(output, self.graph)
+        evaluated = self._evaluate(statement, builder, local, [], output, self_reads=False)
+        (term,) = evaluated.terms
+        ranges = evaluated.ranges
+        shape = [_range_bound(r) for r in ranges]
+        volume = max(math.prod(shape), 1)
+        positions = f"{output.name}#positions"
+        count = f"{output.name}#count"
+        scratch = {positions: (dtypes.int32, volume), count: (dtypes.int32, 1)}
+        condition = all_of([*term.gates, term.condition])
+        condition_uop = as_uop(condition, dtypes.bool)
+        flat = flat_offset(ranges, shape)
+        loops = {r: UOp.range(_range_bound(r), AxisType.LOOP, number) for number, r in enumerate(ranges)}
+        reduces = {
+            r: UOp.range(_range_bound(r), AxisType.REDUCE, len(ranges) + number)
+            for number, r in enumerate(ranges)
+        }
+        # kernel 1: exclusive prefix count of the condition, in the order of the loop indices
+        position_builder = KernelBuilder(TensorInfo(positions, "int", (volume,)), self.graph)
+        before = substitute_in(flat, reduces) < substitute_in(flat, loops)
+        counted = rebind_params(substitute_in(condition_uop, reduces), builder, position_builder)
+        total = reduce_over(
+            "+=",
+            select(
+                UOp(Ops.AND, (counted, before)), uop_constant(dtypes.int32, 1), uop_constant(dtypes.int32, 0)
+            ),
+            list(reduces.values()),
+        )
+        address = UOp(
+            Ops.INDEX, (position_builder.param(position_builder.output), substitute_in(flat, loops))
+        )
+        self._emit(
+            position_builder,
+            [UOp(Ops.STORE, (address, total))],
+            f"{self.op.label}.positions",
+            statement,
+            {positions: scratch[positions]},
+        )
+        # kernel 2: the count
+        count_builder = KernelBuilder(TensorInfo(count, "int", (1,)), self.graph)
+        counted = rebind_params(substitute_in(condition_uop, reduces), builder, count_builder)
+        total = reduce_over(
+            "+=",
+            select(counted, uop_constant(dtypes.int32, 1), uop_constant(dtypes.int32, 0)),
+            list(reduces.values()),
+        )
+        address = UOp(Ops.INDEX, (count_builder.param(count_builder.output), uop_constant(INDEX, 0)))
+        self._emit(
+            count_builder,
+            [UOp(Ops.STORE, (address, total))],
+            f"{self.op.label}.count",
+            statement,
+            {count: scratch[count]},
+        )
+        # kernel 3: zero the output, kernel 4: scatter the values to their counted slots
+        zero_builder = KernelBuilder(output, self.graph)
+        size = max(math.prod(output.upper_shape), 1)
+        fill = UOp.range(size, AxisType.LOOP, 0)
+        zero = UOp(
+            Ops.STORE,
+            (UOp(Ops.INDEX, (zero_builder.param(output), fill)), uop_constant(uop_dtype(output.dtype), 0)),
+        )
+        self._emit(zero_builder, [zero], f"{self.op.label}.clear", statement)
+        scatter_builder = KernelBuilder(output, self.graph)
+        slot = scatter_builder.load(positions, substitute_in(flat, loops), True, dtypes.int32, volume).cast(
+            INDEX
+        )
+        gate = rebind_params(substitute_in(condition_uop, loops), builder, scatter_builder)
+        stores = []
+        lhs = evaluated.lhs
+        packed = [axis for axis, item in enumerate(lhs) if item is ALL_ITEMS]
+        values = term.value if isinstance(term.value, list) else [term.value]
+        items = range(output.upper_shape[packed[0]]) if packed else [None]
+        for item in items:
+            indices = []
+            for index in lhs:
+                if index is ALL_ITEMS:
+                    indices.append(item)
+                elif isinstance(index, UOp) and index is marker:
+                    indices.append(slot)
+                elif isinstance(index, int):
+                    indices.append(index)
+                else:
+                    raise self.error(
+                        statement, "a counted output supports ':', constant and counter indices only"
+                    )
+            value = values[item or 0]
+            value = rebind_params(
+                substitute_in(as_uop(value, uop_dtype(output.dtype)), loops), builder, scatter_builder
+            )
+            address = UOp(
+                Ops.INDEX, (scatter_builder.param(output), flat_offset(indices, output.upper_shape))
+            )
+            stores.append(UOp(Ops.STORE, (address, value, gate)))
+        self._emit(
+            scatter_builder, stores, f"{self.op.label}.scatter", statement, {positions: scratch[positions]}
+        )
+        dynamic = self.symbols[counter]
+        self.graph.counts[dynamic.key] = count
+
+
+# ------------------------------------------------------------------------------------------------
+# the output space of a statement
+
+
+class _OutputSpace:
+    """How a statement's left side maps iteration points to output elements.
+
+    After construction: ``mapping`` sends every provisional range to its final form (an output
+    LOOP range, a REDUCE range or an expression of output ranges), ``store_gates`` hold the
+    conditions under which a point is written, ``term_gates`` those that drop a term,
+    ``reduce_ranges`` the REDUCE ranges, ``full`` whether every output element is written.
+    """
+
+    def __init__(self, lowering: _OperationLowering, evaluated: _Evaluated) -> None:
+        self.lowering = lowering
+        self.output = evaluated.output
+        shape = evaluated.output.upper_shape
+        self.mapping: dict[UOp, UOp] = {}
+        self.store_gates: list[Any] = []
+        self.term_gates: list[Any] = []
+        self.indices: list[Any] = []
+        self.pack_axis: int | None = None
+        self.pack_positions: list[int] = []
+        self.full = True
+        outputs: list[UOp] = []
+        lhs = evaluated.lhs
+        usage: dict[UOp, int] = {}
+        for item in lhs:
+            for r in _ranges_in(item.index if isinstance(item, BoundedIndex) else item):
+                usage[r] = usage.get(r, 0) + 1
+        solved: dict[UOp, UOp] = {}
+        number = itertools.count()
+        for axis, (item, extent) in enumerate(zip(lhs, shape, strict=True)):
+            guarded = isinstance(item, BoundedIndex)
+            if guarded:
+                if item.remaps:
+                    raise lowering.error(
+                        evaluated.statement, "a remapped index |i <> a : b| cannot be on the left side"
+                    )
+                item = item.index
+            positions = _pack_positions(item, extent)
+            if positions is not None:
+                if self.pack_axis is not None:
+                    raise lowering.error(
+                        evaluated.statement, "only one packed dimension is allowed on the left side"
+                    )
+                self.pack_axis = axis
+                self.pack_positions = positions
+                self.full = self.full and positions == list(range(extent))
+                self.indices.append(None)
+                continue
+            if isinstance(item, int) and not isinstance(item, bool):
+                if not 0 <= item < extent:
+                    raise lowering.error(
+                        evaluated.statement, f"index {item} is out of range for the extent {extent}"
+                    )
+                self.indices.append(item)
+                self.full = self.full and extent == 1
+                continue
+            if not isinstance(item, UOp):
+                raise lowering.error(
+                    evaluated.statement, f"an index of the left side must be an int, got {format_value(item)}"
+                )
+            item = as_index(item)
+            affine = range_sum(item) if not any(r in solved for r in _ranges_in(item)) else None
+            if affine is not None and not affine[0]:
+                self.indices.append(affine[1])
+                self.full = self.full and extent == 1
+                continue
+            own = None if affine is None else [r for r in affine[0] if usage.get(r) == 1 and r not in solved]
+            exclusive = affine is not None and len(own) == len(affine[0])
+            if exclusive and len(own) == 1 and affine[0][own[0]] == 1:
+                r = own[0]
+                final = UOp.range(_range_bound(r), AxisType.LOOP, next(number))
+                solved[r] = final
+                outputs.append(final)
+                index = final + affine[1] if affine[1] else final
+                self._bounds_gate(
+                    index, extent, _range_bound(r) + affine[1] - 1, affine[1], guarded, evaluated
+                )
+                self.full = self.full and affine[1] == 0 and _range_bound(r) == extent
+                self.indices.append(index)
+                continue
+            radix = _mixed_radix(affine) if exclusive else None
+            if radix is not None:
+                total = radix[-1][1] * _range_bound(radix[-1][0])
+                final = UOp.range(total, AxisType.LOOP, next(number))
+                for r, coefficient in radix:
+                    solved[r] = _div_mod(final, coefficient, _range_bound(r))
+                outputs.append(final)
+                index = final + affine[1] if affine[1] else final
+                self._bounds_gate(index, extent, total + affine[1] - 1, affine[1], guarded, evaluated)
+                self.full = self.full and affine[1] == 0 and total == extent
+                self.indices.append(index)
+                continue
+            final = UOp.range(extent, AxisType.LOOP, next(number))
+            outputs.append(final)
+            self.indices.append(final)
+            candidates = list(own or []) if affine is not None else []
+            if candidates:
+                r = max(candidates, key=_range_bound)
+                coefficient = affine[0][r]
+                rest = build_range_sum({q: c for q, c in affine[0].items() if q is not r}, affine[1])
+                numerator = final - rest
+                if coefficient == 1:
+                    recovered = numerator
+                elif coefficient == -1:
+                    recovered = -numerator
+                else:
+                    recovered = UOp(Ops.IDIV, (numerator, uop_constant(INDEX, coefficient)))
+                    self.term_gates.append(
+                        UOp(Ops.MOD, (numerator, uop_constant(INDEX, abs(coefficient)))).eq(
+                            uop_constant(INDEX, 0)
+                        )
+                    )
+                solved[r] = recovered
+                self.term_gates.append(UOp(Ops.AND, (recovered >= 0, recovered < _range_bound(r))))
+            else:
+                self.term_gates.append(
+                    item.eq(final)
+                )  # a data-dependent or shared index must match the point
+        self.reduce_ranges: list[UOp] = []
+        number_reduce = itertools.count(len(outputs))
+        for r in evaluated.ranges:
+            if r not in solved:
+                final = UOp.range(_range_bound(r), AxisType.REDUCE, next(number_reduce))
+                solved[r] = final
+                self.reduce_ranges.append(final)
+        # solved expressions may mention ranges that are themselves replaced (reduce ranges in `rest`)
+        self.mapping = _resolve(solved)
+        self.term_gates = [self.apply(g) for g in self.term_gates]
+        self.indices = [self.apply(i) for i in self.indices]
+        self.outputs = outputs
+        if self.term_gates and not self.reduce_ranges:
+            self.store_gates.extend(self.term_gates)
+            self.term_gates = []
+
+    def _bounds_gate(
+        self, index: UOp, extent: int, high: int, low: int, guarded: bool, evaluated: _Evaluated
+    ) -> None:
+        if low < 0 or high >= extent:
+            if not guarded:
+                raise self.lowering.error(
+                    evaluated.statement,
+                    f"an index of the left side runs from {low} to "
+                    f"{high}, outside [0, {extent}); guard it with |...|",
+                )
+            self.store_gates.append(UOp(Ops.AND, (index >= 0, index < extent)))
+            self.full = False
+
+    def apply(self, value: Any) -> Any:
+        """``value`` with the provisional ranges replaced by their final forms."""
+        if isinstance(value, list):
+            return [self.apply(v) for v in value]
+        return substitute_in(value, self.mapping) if isinstance(value, UOp) else value
+
+    def apply_gate(self, gate: Any) -> Any:
+        return self.apply(gate)
+
+    def point_indices(self) -> list[Any]:
+        """The index of each output dimension at the stored point (None for the ':' dimension)."""
+        return list(self.indices)
+
+    def pack_extent(self) -> int:
+        return len(self.pack_positions) if self.pack_axis is not None else 1
+
+    def flat(self, item: int | None) -> UOp:
+        indices = [
+            self.pack_positions[item] if axis == self.pack_axis else index
+            for axis, index in enumerate(self.indices)
+        ]
+        return flat_offset(indices, self.output.upper_shape)
+
+
+def _resolve(solved: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """The mapping with every provisional range inside the values replaced too (to a fixed point)."""
+    from uopviz.core.rewrite import substitute_closure
+
+    return {r: substitute_closure(v, solved) for r, v in solved.items()}
+
+
+def _pack_positions(item: Any, extent: int) -> list[int] | None:
+    """The positions a packed index of the left side covers (``:`` or a static pack), else None."""
+    if item is ALL_ITEMS:
+        return list(range(extent))
+    if isinstance(item, tuple) and item and item[0] == "positions":
+        positions = item[1]
+        if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < extent for p in positions):
+            raise NNEFError(
+                f"a packed index of the left side must hold ints in [0, {extent}), got "
+                f"{format_value(positions)}"
+            )
+        return list(positions)
+    return None
+
+
+def _mixed_radix(affine: tuple[dict[UOp, int], int]) -> list[tuple[UOp, int]] | None:
+    """The ranges of an exact mixed-radix sum (coefficients 1, n0, n0*n1, ...), smallest first."""
+    terms = sorted(affine[0].items(), key=lambda pair: pair[1])
+    expected = 1
+    for r, coefficient in terms:
+        if coefficient != expected:
+            return None
+        expected *= _range_bound(r)
+    return terms if len(terms) > 1 else None
+
+
+def _div_mod(final: UOp, coefficient: int, bound: int) -> UOp:
+    index = final if coefficient == 1 else UOp(Ops.IDIV, (final, uop_constant(INDEX, coefficient)))
+    return UOp(Ops.MOD, (index, uop_constant(INDEX, bound)))
+
+
+# ------------------------------------------------------------------------------------------------
+# entry points
+
+
+def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
+    """The kernels of one operation of ``graph`` (none for a loop node: its body and condition are
+    graphs of their own)."""
+    if isinstance(op, LoopOperation):
+        graph.counts.update(op.counted)  # extents of its results that the runner counts
+        return []
+    signature = _lowering_signature(graph, op)
+    templates = graph.__dict__.setdefault("_lowering_templates", {})
+    if signature is not None and signature in templates:
+        reused = _renamed_kernels(*templates[signature], op)
+        if reused is not None:
+            return reused
+    busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
+    busy.add(id(op))
+    try:
+        kernels = _lower_one(graph, op)
+    finally:
+        busy.discard(id(op))
+    if signature is not None:
+        templates[signature] = (op, kernels)
+    return kernels
+
+
+def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
+    """What the kernels of ``op`` depend on besides its tensors' names: its operator, attributes and
+    types, and each tensor's type, shape, kind and (for a constant of one repeated value, which the
+    kernels read as a literal) value.  Operations with equal signatures lower to the same kernel
+    ASTs (a ResNet's repeated blocks), so one is lowered and the others renamed.  None where the
+    names or the data matter: intrinsics, run-time extents."""
+    if op.is_intrinsic or graph.counts or graph.extent_inputs:
+        return None
+    names = [*op.input_names(), *op.output_names()]
+    tensors: list[Any] = [tuple(names.index(name) for name in names)]  # which tensors are one
+    for name in names:
+        tensor = graph.tensors.get(name)
+        if tensor is None or not tensor.is_static:
+            return None
+        tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(_uniform_constant(tensor))))
+    structure = repr((_shape_of_names(op.inputs), _shape_of_names(op.outputs), sorted(op.constants)))
+    types = repr(sorted(op.dtypes.items()))
+    return (op.type, id(op.definition), _exact(op.attribs), types, structure, *tensors)
+
+
+def _exact(value: Any) -> Any:
+    """A hashable form of an attribute value that tells every two values apart (numpy's repr
+    elides the middle of a long array)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, dict):
+        return tuple((key, _exact(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, *(_exact(item) for item in value))
+    return repr(value)
+
+
+def _shape_of_names(values: Any) -> Any:
+    """A pack structure with its names left out (None stays None)."""
+    if isinstance(values, list | tuple):
+        return [_shape_of_names(value) for value in values]
+    return None if values is None else ""
+
+
+def _renamed_kernels(
+    template: Operation, kernels: list[LoweredKernel], op: Operation
+) -> list[LoweredKernel] | None:
+    """The kernels lowered for ``template`` as those of ``op`` (same signature): buffers and names
+    renamed; None when a kernel uses a buffer that is not one of the operation's tensors."""
+    names = dict(
+        zip(
+            [*template.input_names(), *template.output_names()],
+            [*op.input_names(), *op.output_names()],
+            strict=True,
+        )
+    )
+    out = []
+    for kernel in kernels:
+        if kernel.scratch or any(name not in names for name in kernel.buffers):
+            return None
+        if kernel.name == template.label:
+            name = op.label
+        elif kernel.name.startswith(template.label + "."):
+            name = op.label + kernel.name[len(template.label) :]
+        else:
+            return None
+        buffers = [names[buffer] for buffer in kernel.buffers]
+        out.append(LoweredKernel(name, kernel.ast, buffers, op, note=kernel.note))
+    return out
+
+
+def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:
+    if op.is_intrinsic:
+        handler = INTRINSICS.get(op.type)
+        if handler is None:
+            raise NNEFError.at(
+                op.position,
+                f"uopviz has no kernel for the intrinsic operator {op.type} "
+                f"(intrinsics with kernels: {', '.join(sorted(INTRINSICS))})",
+            )
+        _check_intrinsic_extents(graph, op)
+        return handler(graph, op)
+    return _OperationLowering(graph, op).lower()
+
+
+# built-in kernels that read the actual value of their inputs' run-time extents
+_INTRINSICS_READING_EXTENTS = frozenset({"image._cubic_grid_sample", "image.cubic_resize", "runtime.scalar"})
+
+
+def _check_intrinsic_extents(graph: Graph, op: Operation) -> None:
+    """The built-in kernels run over the upper bounds of their inputs: a data-dependent extent may
+    only pass through to an output (rows past the count are never read), not be read across,
+    except by the kernels that read the extents themselves."""
+    if op.type in _INTRINSICS_READING_EXTENTS:
+        return
+    passed = {
+        e for name in op.output_names() for e in graph.tensors[name].shape if isinstance(e, DynamicExtent)
+    }
+    for name in op.input_names():
+        tensor = graph.tensors.get(name)
+        for extent in tensor.shape if tensor is not None else ():
+            if (
+                isinstance(extent, DynamicExtent)
+                and extent not in passed
+                and runtime_extent(graph, extent, lambda _: uop_constant(dtypes.int32, 0)) is not None
+            ):
+                raise NNEFError.at(
+                    op.position,
+                    f"{op.type} '{op.label}' reads '{name}', whose extent {extent!r} is decided by the data "
+                    f"at run time; the built-in kernel of {op.type} needs it fixed (it may only carry "
+                    f"through to the output)",
+                )
+
+
+def operation_kernels(graph: Graph, op: Operation, backend: str = "python") -> list:
+    """The kernels of ``op`` as pipeline :class:`~uopviz.passes.kernel.Kernel` objects (tunable); for
+    a loop node, those of its body and condition (nested loops included), in program order."""
+    from uopviz.passes.kernel import Kernel
+
+    if isinstance(op, LoopOperation):
+        return [
+            kernel
+            for sub in op.subgraphs.values()
+            for inner in sub.operations
+            for kernel in operation_kernels(sub, inner, backend)
+        ]
+    return [Kernel(kernel.ast, backend, name_hint=kernel.name) for kernel in graph.lower(op)]
+
+
+def kernel_count(graph: Graph) -> int:
+    """How many kernels ``g.compile()`` gives, loop bodies and conditions (nested ones too) included:
+    the length of ``program.kernels``, whose order is the numbering of per-kernel opts."""
+    total = 0
+    for op in graph.operations:
+        if isinstance(op, LoopOperation):
+            total += sum(kernel_count(sub) for sub in op.subgraphs.values())
+        else:
+            total += len(graph.lower(op))
+    return total

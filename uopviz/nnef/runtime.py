@@ -1,0 +1,355 @@
+"""Running a compiled NNEF graph on the host: binding data, trimming run-time extents, loops.
+
+Loops decided at run time (:class:`~uopviz.nnef.graph.LoopOperation`) have no kernels of their own:
+their body and condition are graphs compiled separately, and the runner executes the loop on the
+host (test the condition, run the body, carry the values; scan outputs stacked in iteration order).
+What they read with run-time extents, they read through counters of their own that the runner
+fills on every iteration (``Graph.extent_inputs``); the extents of the carried values are read back
+after each iteration (a body may compress what it carries), and the results' extents that only the
+run knows are written to counters of the enclosing graph (``LoopOperation.extent_outputs``).
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from uopviz.nnef.compile import GraphProgram
+from uopviz.nnef.errors import NNEFError
+from uopviz.nnef.expressions import (
+    DynamicExtent,
+    PythonScalarOps,
+)
+from uopviz.nnef.graph import Graph, LoopOperation
+from uopviz.nnef.kernel_builder import NOT_A_LEAF, evaluate_tree
+
+
+def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarray:
+    tensor = graph.tensors[name] if name in graph.tensors else None
+    if tensor is None:
+        if name in graph.extent_inputs:  # a counter a loop's runner fills
+            if name not in given:
+                raise NNEFError(
+                    f"the sub-graph {graph.name} reads the run-time extent '{name}' "
+                    f"({graph.extent_inputs[name]!r}), which the loop that runs it passes; give it by name"
+                )
+            return np.asarray(given[name], np.int32).reshape(1)
+        raise NNEFError(f"the program reads '{name}', which the graph does not define")
+    if name in given:
+        array = np.asarray(given[name])
+        expected = tensor.upper_shape
+        if tuple(array.shape) != tuple(expected):
+            raise NNEFError(
+                f"'{name}' must have shape {list(expected)}, the array given has shape {list(array.shape)}"
+            )
+        try:
+            return np.ascontiguousarray(array.astype(tensor.numpy_dtype, copy=False))
+        except (TypeError, ValueError, OverflowError) as error:
+            raise NNEFError(f"'{name}' is {tensor.numpy_dtype} data; the array given ({array.dtype}) cannot "
+                            f"become that: {error}") from None  # fmt: skip
+    if tensor.data is not None:
+        return tensor.data
+    kind = "input" if tensor.kind == "input" else tensor.kind
+    hint = " (no .dat file was found for it; give it by name in the inputs)" if kind == "variable" else ""
+    raise NNEFError.at(tensor.position, f"{kind} '{name}' has no data{hint}")
+
+
+def _execute(graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> dict[str, np.ndarray]:
+    """Run the compiled steps of ``graph``: every buffer they produce, by name (flat arrays)."""
+    compiled = graph.compile(backend=backend, opts=opts)
+    values: dict[str, np.ndarray] = {}
+
+    def fetch(name: str) -> np.ndarray:
+        found = values.get(name)
+        return found if found is not None else _input_array(graph, name, given)
+
+    def extent_of(extent: Any) -> int:
+        return extent if isinstance(extent, int) else _host_extent(extent, graph, ChainMap(values, given))
+
+    for kind, step in compiled.nnef_steps:
+        if kind == "kernels":
+            results = step.run({position: fetch(name) for position, name in enumerate(step.nnef_inputs)})
+            values.update(zip(step.nnef_outputs, results, strict=True))
+        else:
+            values.update(
+                _run_loop(step, graph, fetch, extent_of, backend, compiled.nnef_loop_opts[id(step)])
+            )
+    return values
+
+
+def _relayout(
+    array: np.ndarray, source: Sequence[int], target: Sequence[int], actual: Sequence[int]
+) -> np.ndarray:
+    """A tensor stored row-major over the upper shape ``source``, stored over ``target`` instead
+    (the elements inside the actual extents kept, the rest zero)."""
+    array = np.asarray(array).reshape(tuple(source))
+    if tuple(source) == tuple(target):
+        return array
+    out = np.zeros(tuple(target), array.dtype)
+    window = tuple(slice(0, extent) for extent in actual)
+    out[window] = array[window]
+    return out
+
+
+class _BoundSubgraph:
+    """A loop's body or condition compiled once and bound to its arrays: each iteration copies the
+    values it is given into the program's input arrays and launches the kernels (no allocation, no
+    argument checks, no look-ups).  For CPU backends, whose arrays are the kernels' memory, and
+    sub-graphs of fixed extents that compile to one program.  A finished loop gives its bound forms
+    back to the sub-graph (:meth:`take`, :meth:`give_back`) for its next run."""
+
+    def __init__(self, graph: Graph, program: Any, given: Mapping[str, Any], key: tuple) -> None:
+        self.graph = graph
+        self.program = program
+        self.key = key
+        initial = {
+            position: np.array(_input_array(graph, name, given), copy=True)
+            for position, name in enumerate(program.nnef_inputs)
+        }
+        self.arrays = program._allocate(initial)
+        self.inputs = {
+            name: self.arrays[program.inputs[position]] for position, name in enumerate(program.nnef_inputs)
+        }
+        arrays, array_of = self.arrays, program._array_of
+        self.launches = [
+            item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
+            for item in program.items
+        ]
+        values = program.output_values()
+        self.outputs = [
+            (values[index], program.outputs[index], graph.tensors[name].upper_shape)
+            for index, name in ((program.nnef_outputs.index(name), name) for name in graph.outputs)
+        ]
+        self.extents = [list(graph.tensors[name].shape) for name in graph.outputs]
+
+    @classmethod
+    def take(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> _BoundSubgraph | None:
+        """A bound form of ``graph`` a finished loop gave back, else a new one (a loop nested in its
+        own body, or running in another thread, gets arrays of its own); None where binding does
+        not apply (the per-iteration path runs)."""
+        pools = graph.__dict__.setdefault("_bound", {})
+        key = (backend, repr(opts))
+        if key in pools and pools[key] is None:
+            return None
+        try:
+            return pools.setdefault(key, []).pop()
+        except IndexError:
+            bound = cls._bind(graph, given, backend, opts, key)
+            if bound is None:
+                pools[key] = None
+            return bound
+
+    @classmethod
+    def _bind(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any, key: tuple) -> Any:
+        from uopviz.passes.render import backend_named
+
+        if not backend_named(backend).runs_on_cpu or graph.extent_inputs or graph.counts:
+            return None
+        if not all(graph.tensors[name].is_static for name in (*graph.inputs, *graph.outputs)):
+            return None
+        program = graph.compile(backend=backend, opts=opts)
+        if isinstance(program, GraphProgram) or len(program.nnef_steps) != 1:
+            return None
+        if not all(name in program.nnef_outputs for name in graph.outputs):
+            return None  # an output passed through from an input: no kernel writes it
+        return cls(graph, program, given, key)
+
+    def give_back(self) -> None:
+        """Make this bound form available to the sub-graph's next loop."""
+        pool = self.graph.__dict__.get("_bound", {}).get(self.key)
+        if pool is not None:
+            pool.append(self)
+
+    def run(self, given: Mapping[str, Any]) -> list[np.ndarray]:
+        """The sub-graph's outputs for ``given`` (names -> arrays), in the order of its outputs."""
+        for name, array in given.items():
+            target = self.inputs.get(name)
+            if target is not None:
+                np.copyto(target, np.asarray(array).reshape(-1), casting="unsafe")
+        for launch in self.launches:
+            launch.run()
+        read = self.program._output
+        return [read(self.arrays, value, original).reshape(shape) for value, original, shape in self.outputs]
+
+
+def _run_loop(
+    op: LoopOperation,
+    graph: Graph,
+    fetch: Callable[[str], np.ndarray],
+    extent_of: Callable[[Any], int],
+    backend: str,
+    sub_opts: dict[str, Any],
+) -> dict:
+    """A loop node on the host: test the condition, run the body, carry the values (§3).
+
+    Run-time extents: the body and condition get the actual extents of what they read in their
+    counters (:attr:`Graph.extent_inputs`); after each iteration the extents of the carried values
+    are read back from the body's counters, so a body that compresses what it carries hands the
+    next iteration the new extent. The results' extents that only the run knows are written to
+    their counters (``op.extent_outputs``)."""
+    carried_formals = [op.body.tensors[name] for name in op.body.inputs[: len(op.carried)]]
+    carried = [
+        np.asarray(fetch(name)).reshape(formal.upper_shape)
+        for name, formal in zip(op.carried, carried_formals, strict=True)
+    ]
+    carried_extents = [[extent_of(extent) for extent in graph.tensors[name].shape] for name in op.carried]
+    scans = [[fetch(name) for name in pack] for pack in op.scans]
+    captured = {name: fetch(name) for name in op.captures}
+    outer_extents: dict[str, int] = {}  # counters filled from the enclosing graph (fixed for the loop)
+    bounds = [len(pack) for pack in op.scans]
+    if isinstance(op.count, int):
+        bounds.append(op.count)
+    elif isinstance(op.count, str):
+        bounds.append(int(np.asarray(fetch(op.count)).reshape(-1)[0]))
+    bound = min(bounds, default=None)
+    indexed = len(op.body.inputs) > len(op.carried) + len(op.scans)
+
+    def counters(sub: Graph) -> dict[str, np.ndarray]:
+        out = {}
+        for counter, source in sub.extent_inputs.items():
+            if isinstance(source, tuple):  # ("carry", index, axis): the carried value's current extent
+                value = carried_extents[source[1]][source[2]]
+            else:
+                if counter not in outer_extents:
+                    outer_extents[counter] = extent_of(source)
+                value = outer_extents[counter]
+            out[counter] = np.array([value], np.int32)
+        return out
+
+    bound_programs: dict[int, _BoundSubgraph | None] = {}
+
+    def run(sub: Graph, step: int) -> tuple[list[np.ndarray], list[list[int]]]:
+        arguments = [*carried, *(pack[step] for pack in scans)]
+        if indexed:
+            arguments.append(np.array(step, np.int32))
+        fast = bound_programs.get(id(sub))
+        if fast is not None:  # the captured values are in its arrays since the first iteration
+            return fast.run(dict(zip(sub.inputs, arguments, strict=True))), fast.extents
+        given = {name: captured[name] for name in sub.captures}
+        given.update(zip(sub.inputs, arguments, strict=True))
+        given = {name: np.asarray(a).reshape(sub.tensors[name].upper_shape) for name, a in given.items()}
+        given.update(counters(sub))
+        opts = sub_opts["body" if sub is op.body else "condition"]
+        if id(sub) not in bound_programs:
+            fast = bound_programs[id(sub)] = _BoundSubgraph.take(sub, given, backend, opts)
+            if fast is not None:
+                return fast.run(given), fast.extents
+        values = _execute(sub, given, backend, opts)
+        known = ChainMap(values, given)
+        arrays = [values[name] if name in values else _input_array(sub, name, given) for name in sub.outputs]
+        extents = [
+            [
+                extent if isinstance(extent, int) else _host_extent(extent, sub, known)
+                for extent in sub.tensors[name].shape
+            ]
+            for name in sub.outputs
+        ]
+        return arrays, extents
+
+    scanned: list[list[tuple[np.ndarray, list[int]]]] = [[] for _ in op.outputs[len(op.carried) :]]
+    step = 0
+    try:
+        while bound is None or step < bound:
+            if op.condition is not None and (op.pretest or step > 0):
+                (test,), _ = run(op.condition, step)
+                if not bool(np.asarray(test).reshape(-1)[0]):
+                    break
+            if op.scan_limit is not None and step >= op.scan_limit:
+                raise NNEFError.at(
+                    op.position,
+                    f"loop '{op.label}' goes on to iteration {step + 1}, but the left side declares "
+                    f"{op.scan_limit} items for its scan outputs (their upper bound); declare more items or "
+                    f"bound the loop with a count (do..({op.scan_limit}))",
+                )
+            updated, extents = run(op.body, step)
+            for index, formal in enumerate(carried_formals):
+                source = op.body.tensors[op.body.outputs[index]].upper_shape
+                carried[index] = _relayout(updated[index], source, formal.upper_shape, extents[index])
+                carried_extents[index] = extents[index]
+            for outputs, value, extent in zip(
+                scanned, updated[len(op.carried) :], extents[len(op.carried) :], strict=True
+            ):
+                outputs.append((value, extent))
+            step += 1
+    finally:
+        for bound_program in bound_programs.values():
+            if bound_program is not None:
+                bound_program.give_back()
+    results: dict[str, np.ndarray] = {}
+    for name, value, formal in zip(op.outputs[: len(op.carried)], carried, carried_formals, strict=True):
+        results[name] = value.reshape(formal.upper_shape)
+    produced = op.body.outputs[len(op.carried) :]
+    for names, values, source in zip(op.outputs[len(op.carried) :], scanned, produced, strict=True):
+        tensor = op.body.tensors[source]
+        for item, name in enumerate(names):  # items past the last iteration are zero (and empty)
+            results[name] = (
+                values[item][0] if item < len(values) else np.zeros(tensor.upper_shape, tensor.numpy_dtype)
+            )
+    for counter, where in op.extent_outputs.items():
+        if where[0] == "carry":
+            value = carried_extents[where[1]][where[2]]
+        else:
+            _, output, item, axis = where
+            value = scanned[output][item][1][axis] if item < len(scanned[output]) else 0
+        results[counter] = np.array([value], np.int32)
+    return results
+
+
+def _needs_recompose(graph: Graph, given: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
+    shapes = {}
+    for name in graph.inputs:
+        tensor = graph.tensors[name]
+        if name in given and not tensor.is_static:
+            shapes[name] = tuple(np.asarray(given[name]).shape)
+    return shapes or None
+
+
+def _host_extent(extent: Any, graph: Graph, values: Mapping[str, np.ndarray]) -> int:
+    """The value of a run-time extent after a run (from the counters its key is built of)."""
+
+    def leaf(key: Any) -> Any:
+        counter = graph.counts.get(key)
+        if counter is not None:
+            return int(np.asarray(values[counter]).reshape(-1)[0])
+        if isinstance(key, str):
+            raise NNEFError(f"the run-time extent {extent!r} depends on a value that no kernel counts")
+        return NOT_A_LEAF
+
+    return max(0, min(int(evaluate_tree(extent.key, leaf, PythonScalarOps())), int(extent.bound)))
+
+
+def run_graph(
+    graph: Graph, inputs: dict[str, Any], backend: str = "python", opts: Any = None, update: bool = False
+) -> dict[str, np.ndarray]:
+    """Run ``graph`` on ``inputs`` (names -> arrays; variables may be given too); outputs by name.
+
+    Outputs with run-time extents come at their actual extents. With ``update``, the variables
+    assigned in ``@update`` blocks take their new values.
+    """
+    unknown = [name for name in inputs if name not in graph.tensors]
+    if unknown:
+        raise NNEFError(f"unknown input name(s) {unknown}; the graph's inputs are {graph.inputs}")
+    missing = [name for name in graph.inputs if name not in inputs]
+    if missing:
+        raise NNEFError(f"missing graph input(s) {missing}")
+    shapes = _needs_recompose(graph, inputs)
+    if shapes is not None:
+        return run_graph(graph.recomposed(shapes), inputs, backend, opts, update)
+    values = _execute(graph, inputs, backend, opts)
+    outputs = {}
+    for name in graph.outputs:
+        tensor = graph.tensors[name]
+        array = np.asarray(values[name] if name in values else _input_array(graph, name, inputs))
+        array = array.reshape(tensor.upper_shape)
+        for axis, extent in enumerate(tensor.shape):
+            if isinstance(extent, DynamicExtent):
+                array = np.take(array, np.arange(_host_extent(extent, graph, values)), axis=axis)
+        outputs[name] = array
+    if update:
+        for variable, tensor in graph.updates.items():
+            info = graph.tensors[variable]
+            info.data = np.asarray(values[tensor]).reshape(info.upper_shape).astype(info.numpy_dtype)
+    return outputs
