@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,10 +22,13 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.graph import Graph, LoopOperation, Operation
+from uopviz.nnef.graph_nodes import LoopOperation, Operation
 from uopviz.nnef.kernel_builder import LoweredKernel
 from uopviz.nnef.kernel_math import uop_dtype
 from uopviz.nnef.operation_lowering import kernel_count
+
+if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
+    from uopviz.nnef.graph import Graph
 
 # ------------------------------------------------------------------------------------------------
 # the whole graph: programs for the pipeline, run step by step

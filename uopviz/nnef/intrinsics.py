@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
-from uopviz.nnef.graph import Graph, Operation, TensorInfo
+from uopviz.nnef.graph_nodes import Operation, TensorInfo
 from uopviz.nnef.kernel_builder import KernelBuilder, LoweredKernel, compact_slots, runtime_value
 from uopviz.nnef.kernel_math import (
     INDEX,
@@ -39,6 +39,9 @@ from uopviz.nnef.kernel_math import (
     uop_constant,
     uop_dtype,
 )
+
+if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
+    from uopviz.nnef.graph import Graph
 
 # ------------------------------------------------------------------------------------------------
 # intrinsics

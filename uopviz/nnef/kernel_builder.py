@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import Ops
@@ -41,7 +41,7 @@ from uopviz.nnef.expressions import (
     PythonScalarOps,
     RuntimeScalar,
 )
-from uopviz.nnef.graph import Graph, Operation, TensorInfo
+from uopviz.nnef.graph_nodes import Operation, TensorInfo
 from uopviz.nnef.kernel_math import (
     INDEX,
     KERNEL_OPS,
@@ -52,6 +52,9 @@ from uopviz.nnef.kernel_math import (
     uop_constant,
     uop_dtype,
 )
+
+if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
+    from uopviz.nnef.graph import Graph
 
 
 @dataclass(eq=False)

@@ -57,7 +57,7 @@ import itertools
 import math
 from collections import ChainMap
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,7 +76,7 @@ from uopviz.nnef.expressions import (
     format_value,
     type_name_of,
 )
-from uopviz.nnef.graph import Graph, LoopOperation, Operation, TensorInfo
+from uopviz.nnef.graph_nodes import LoopOperation, Operation, TensorInfo
 from uopviz.nnef.intrinsics import INTRINSICS
 from uopviz.nnef.kernel_builder import (
     ALL_ITEMS,
@@ -111,6 +111,9 @@ from uopviz.nnef.kernel_math import (
     uop_dtype,
 )
 from uopviz.nnef.printer import print_expression
+
+if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
+    from uopviz.nnef.graph import Graph
 
 
 class _LoweringEvaluator(Evaluator):

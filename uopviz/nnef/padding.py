@@ -34,15 +34,18 @@ import itertools
 import math
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from uopviz.core.affine import build_range_sum
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
-from uopviz.nnef.graph import Graph
 from uopviz.nnef.kernel_builder import LoweredKernel
 from uopviz.nnef.kernel_math import tidy, uop_constant, uop_dtype
+
+if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
+    from uopviz.nnef.graph import Graph
 
 __all__ = ["pad_guarded_reads"]
 

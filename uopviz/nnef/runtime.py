@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,8 +23,11 @@ from uopviz.nnef.expressions import (
     DynamicExtent,
     PythonScalarOps,
 )
-from uopviz.nnef.graph import Graph, LoopOperation
+from uopviz.nnef.graph_nodes import LoopOperation
 from uopviz.nnef.kernel_builder import NOT_A_LEAF, evaluate_tree
+
+if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
+    from uopviz.nnef.graph import Graph
 
 
 def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarray:
