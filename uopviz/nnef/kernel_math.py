@@ -47,6 +47,7 @@ def uop_dtype(type_name: str) -> DType:
 
 
 def uop_constant(dtype: DType, value: Any) -> UOp:
+    """A CONST of ``dtype`` holding ``value``."""
     return UOp.const(dtype, value)
 
 
@@ -84,6 +85,7 @@ def lift(value: Any, like: UOp) -> tuple[UOp, UOp]:
 
 
 def operands(a: Any, b: Any) -> tuple[UOp, UOp]:
+    """Two operands of a binary operation as UOps of one dtype (a Python value takes the other's type)."""
     if isinstance(a, UOp) and isinstance(b, UOp):
         return promote(a, b)
     if isinstance(a, UOp):
@@ -103,10 +105,12 @@ def as_uop(value: Any, dtype: DType | None = None) -> UOp:
 
 
 def as_index(value: Any) -> UOp:
+    """``value`` (a UOp or a Python int) as an index UOp."""
     return value.cast(INDEX) if isinstance(value, UOp) else uop_constant(INDEX, int(value))
 
 
 def select(condition: Any, a: Any, b: Any) -> Any:
+    """``condition ? a : b``: a WHERE of the promoted operands, or ``a`` / ``b`` for a Python bool."""
     if isinstance(condition, bool):
         return a if condition else b
     x, y = operands(a, b) if (isinstance(a, UOp) or isinstance(b, UOp)) else (as_uop(a), as_uop(b))
@@ -128,40 +132,49 @@ def all_of(conditions: Sequence[Any]) -> Any:
 
 
 def logical_not(condition: Any) -> Any:
+    """The negation of a UOp or Python bool."""
     return (not condition) if isinstance(condition, bool) else UOp(Ops.NOT, (condition,))
 
 
 def as_float(x: UOp) -> UOp:
+    """``x`` as a float32 UOp (kept when already float)."""
     return x if x.dtype.is_float else x.cast(dtypes.float32)
 
 
 def exp(x: UOp) -> UOp:
+    """``e ** x`` through EXP2 (the UOp dialect has no natural exponential)."""
     return UOp(Ops.EXP2, (x * _LOG2E,))
 
 
 def log(x: UOp) -> UOp:
+    """The natural logarithm through LOG2."""
     return UOp(Ops.LOG2, (x,)) * _LN2
 
 
 def trunc(x: UOp) -> UOp:
+    """``x`` rounded towards zero."""
     return UOp(Ops.TRUNC, (x,))
 
 
 def floor(x: UOp) -> UOp:
+    """``x`` rounded down."""
     t = trunc(x)
     return UOp(Ops.WHERE, (x < t, t - 1.0, t))
 
 
 def ceil(x: UOp) -> UOp:
+    """``x`` rounded up."""
     t = trunc(x)
     return UOp(Ops.WHERE, (x > t, t + 1.0, t))
 
 
 def absolute(x: UOp) -> UOp:
+    """``|x|``."""
     return UOp(Ops.WHERE, (x < uop_constant(x.dtype, 0), -x, x))
 
 
 def sign(x: UOp) -> UOp:
+    """-1, 0 or 1 by the sign of ``x``."""
     zero, one = uop_constant(x.dtype, 0), uop_constant(x.dtype, 1)
     return UOp(Ops.WHERE, (x > zero, one, UOp(Ops.WHERE, (x < zero, -one, zero))))
 
@@ -193,18 +206,22 @@ def erf(x: UOp) -> UOp:
 
 
 def sinh(x: UOp) -> UOp:
+    """The hyperbolic sine through ``exp``."""
     return (exp(x) - exp(-x)) * 0.5
 
 
 def cosh(x: UOp) -> UOp:
+    """The hyperbolic cosine through ``exp``."""
     return (exp(x) + exp(-x)) * 0.5
 
 
 def tanh(x: UOp) -> UOp:
+    """The hyperbolic tangent through ``exp``."""
     return 1.0 - 2.0 / (exp(x * 2.0) + 1.0)
 
 
 def asin(x: UOp) -> UOp:
+    """The arcsine through ``atan(x / sqrt(1 - x^2))``."""
     return atan(x / UOp(Ops.SQRT, (1.0 - x * x,)))
 
 
@@ -356,6 +373,7 @@ KERNEL_OPS = KernelScalarOps()  # without run-time extents (intrinsics, helpers)
 
 
 def row_major_strides(shape: Sequence[int]) -> list[int]:
+    """The element strides of a row-major tensor of ``shape``."""
     strides = [1] * len(shape)
     for axis in range(len(shape) - 2, -1, -1):
         strides[axis] = strides[axis + 1] * shape[axis + 1]
@@ -363,6 +381,12 @@ def row_major_strides(shape: Sequence[int]) -> list[int]:
 
 
 def flat_offset(indices: Sequence[Any], shape: Sequence[int]) -> UOp:
+    """The row-major flat offset of ``indices`` (index UOps or Python ints) in ``shape``.
+
+    Not :func:`uopviz.passes.indexing.flat_index`: that one drops the index of every size-1 axis
+    (exact for in-range indices), which changes the kernels' ASTs and with them the kernels a
+    compiled loop condition ends up with (one fewer, which tests/nnef/test_loops.py and
+    test_loop_extents.py pin: found by swapping it in); it also takes no Python ints."""
     total: UOp = uop_constant(INDEX, 0)
     for index, stride in zip(indices, row_major_strides(shape), strict=True):
         if isinstance(index, int):
@@ -428,12 +452,14 @@ def gate_value(value: Any, gate: Any) -> Any:
 
 
 def strip_casts(u: Any) -> Any:
+    """``u`` without the CASTs wrapped around it."""
     while isinstance(u, UOp) and u.op is Ops.CAST:
         u = u.src[0]
     return u
 
 
 def python_value(value: Any, dtype: DType) -> Any:
+    """``value`` as the Python type of ``dtype`` (bool, float or int)."""
     if dtype.is_bool:
         return bool(value)
     if dtype.is_float:
@@ -442,6 +468,7 @@ def python_value(value: Any, dtype: DType) -> Any:
 
 
 def substitute_in(value: Any, mapping: dict[UOp, UOp]) -> Any:
+    """``value`` with ``mapping`` substituted when it is a UOp (other values pass through)."""
     from uopviz.core.rewrite import substitute
 
     if not isinstance(value, UOp) or not mapping:
@@ -449,18 +476,8 @@ def substitute_in(value: Any, mapping: dict[UOp, UOp]) -> Any:
     return substitute(value, mapping)
 
 
-def unflatten_offset(flat: UOp, shape: Sequence[int]) -> list[UOp]:
-    out = []
-    for axis, stride in enumerate(row_major_strides(shape)):
-        index = UOp(Ops.IDIV, (flat, uop_constant(INDEX, stride))) if stride != 1 else flat
-        out.append(index if axis == 0 else UOp(Ops.MOD, (index, uop_constant(INDEX, shape[axis]))))
-    return out
-
-
-# the accumulation of each lowering operator: (REDUCE op, how values enter, how the result leaves)
-
-
 def accumulation_identity(op: str, dtype: DType) -> UOp:
+    """The identity of the accumulation of ``op`` (``+=``: 0, ``*=``: 1, ``>?=``: the lowest value...)."""
     if op == "+=":
         return uop_constant(dtype, 0)
     if op == "*=":
@@ -477,6 +494,7 @@ def accumulation_identity(op: str, dtype: DType) -> UOp:
 
 
 def accumulate(op: str, a: UOp, b: UOp) -> UOp:
+    """``a`` and ``b`` combined by the accumulation of ``op``."""
     a, b = promote(a, b)
     if op == "+=":
         return a + b
@@ -516,6 +534,7 @@ def reduce_over(op: str, value: UOp, ranges: Sequence[UOp]) -> UOp:
 
 
 def clamp_index(index: UOp, extent: int | UOp) -> UOp:
+    """``index`` clamped to ``[0, extent - 1]`` (the replicate border)."""
     last = uop_constant(INDEX, extent - 1) if isinstance(extent, int) else extent - 1
     return select(index < 0, uop_constant(INDEX, 0), select(index >= extent, last, index))
 
@@ -532,4 +551,5 @@ def reflect_index(index: UOp, extent: int | UOp) -> UOp:
 
 
 def round_half_away(x: UOp) -> UOp:
+    """``x`` rounded to the nearest integer, halves away from zero."""
     return trunc(x + select(x < 0.0, uop_constant(dtypes.float32, -0.5), uop_constant(dtypes.float32, 0.5)))

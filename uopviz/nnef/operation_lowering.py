@@ -106,11 +106,11 @@ from uopviz.nnef.kernel_math import (
     strip_casts,
     substitute_in,
     tidy,
-    unflatten_offset,
     uop_constant,
     uop_dtype,
 )
 from uopviz.nnef.printer import print_expression
+from uopviz.passes.indexing import unflatten
 
 if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
     from uopviz.nnef.graph import Graph
@@ -918,7 +918,7 @@ class _OperationLowering:
             chosen = -reduce_over(">?=", select(hit, -position, -(1 << 62)), list(fresh.values()))
         else:  # the last one
             chosen = reduce_over(">?=", select(hit, position, -1), list(fresh.values()))
-        indices = unflatten_offset(chosen, shape)
+        indices = unflatten(chosen, shape)
         by_range = dict(zip(order, indices, strict=True))
         dtype = uop_dtype(evaluated.output.dtype)
         items = [item if space.pack_axis is not None else None for item in range(len(candidates))]
@@ -957,7 +957,7 @@ class _OperationLowering:
         flat = flat_offset(order, shape)
         last = reduce_over(">?=", select(gate, flat, -1), order)
         safe = UOp(Ops.MAX, (last, uop_constant(INDEX, 0)))
-        back = dict(zip(order, unflatten_offset(safe, shape), strict=True))
+        back = dict(zip(order, unflatten(safe, shape), strict=True))
         dtype = uop_dtype(evaluated.output.dtype)
         stores = []
         for item, value in self._items(term.value, space):
