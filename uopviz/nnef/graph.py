@@ -192,7 +192,7 @@ class Graph:
 
     def compile(self, backend: str = "python", opts: Any = None, progress: Any = None):
         """Lower every operation and compile the kernels with the pipeline: a Program (a
-        :class:`~uopviz.nnef.lowering.GraphProgram` of several when the graph has loop nodes).
+        :class:`~uopviz.nnef.compile.GraphProgram` of several when the graph has loop nodes).
 
         ``progress``: None for a bar over the operations lowered, then the kernels compiling, when
         that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
