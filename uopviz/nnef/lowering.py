@@ -8,7 +8,8 @@ The work is split by what each part is about; this module gathers their public n
   run-time extents and values computed from the counters (:func:`runtime_extent`,
   :func:`runtime_value`);
 - :mod:`uopviz.nnef.operation_lowering`: the lowering of ``@lower`` contractions to kernel ASTs
-  (:func:`lower_operation`, :func:`operation_kernels`, :func:`kernel_count`);
+  (:func:`lower_operation`, :func:`operation_kernels`, :func:`kernel_count`), with
+  :mod:`uopviz.nnef.lowering_evaluator` reading tensors inside a statement;
 - :mod:`uopviz.nnef.intrinsics`: the hand-written kernels of operations with no body;
 - :mod:`uopviz.nnef.compile`: :func:`compile_graph` and :class:`GraphProgram`;
 - :mod:`uopviz.nnef.runtime`: :func:`run_graph`, which binds the data and runs the programs (loop

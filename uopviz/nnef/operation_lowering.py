@@ -74,7 +74,6 @@ from uopviz.nnef.expressions import (
     Evaluator,
     RuntimeScalar,
     format_value,
-    type_name_of,
 )
 from uopviz.nnef.graph_nodes import LoopOperation, Operation, TensorInfo
 from uopviz.nnef.intrinsics import INTRINSICS
@@ -82,7 +81,6 @@ from uopviz.nnef.kernel_builder import (
     ALL_ITEMS,
     KernelBuilder,
     LoweredKernel,
-    PackChoice,
     compact_slots,
     rebind_params,
     runtime_extent,
@@ -90,7 +88,6 @@ from uopviz.nnef.kernel_builder import (
 from uopviz.nnef.kernel_math import (
     COMPARISONS,
     INDEX,
-    KernelScalarOps,
     accumulate,
     accumulation_identity,
     all_of,
@@ -109,6 +106,7 @@ from uopviz.nnef.kernel_math import (
     uop_constant,
     uop_dtype,
 )
+from uopviz.nnef.lowering_evaluator import LoweringEvaluator, OutputRef, uniform_constant
 from uopviz.nnef.printer import print_expression
 from uopviz.passes.indexing import unflatten
 
@@ -116,224 +114,6 @@ if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lea
     from uopviz.nnef.graph import Graph
 
 
-class _LoweringEvaluator(Evaluator):
-    """The expression evaluator of a lowering: tensor accesses read through a kernel builder."""
-
-    def __init__(self, builder: KernelBuilder, symbols: Any, types: dict[str, str]) -> None:
-        super().__init__(symbols, frozenset(), types, KernelScalarOps(builder.extent))
-        self.builder = builder
-
-    def tensor_access(self, node: ast.TensorAccess) -> Any:
-        base = self(node.base)
-        if base is None:
-            return None
-        items: list[Any] = []
-        for index in node.indices:
-            if isinstance(index, ast.Expand):
-                value = self(index.value)
-                if value is None:
-                    return None
-                if index.count is not None:
-                    count = self.repeat_count(index.count)
-                    value = (value if isinstance(value, list) else [value]) * (count or 0)
-                if not isinstance(value, list):
-                    raise NNEFError.at(index.pos, "'..' in a tensor index expands a pack; this is not a pack")
-                items.extend(value)
-            elif isinstance(index, ast.Range):
-                if index.start is None and index.stop is None and index.step is None:
-                    items.append(ALL_ITEMS)
-                else:
-                    items.append(("range", index))
-            else:
-                value = self(index)
-                if value is None:
-                    return None
-                items.append(("positions", value) if isinstance(value, list) else value)
-        return self.read(base, items, node)
-
-    def read(self, base: Any, items: list, node: ast.Node) -> Any:
-        """The value of ``base`` at ``items`` (a pack when an index is ``:``)."""
-        if isinstance(base, list):
-            return [self.read(item, items, node) for item in base]
-        if isinstance(base, PackChoice):
-            values = [self.read(tensor, items, node) for tensor in base.tensors]
-            return _pick(values, base.selector)
-        if isinstance(base, _OutputRef):
-            return self._read_output(base, items, node)
-        if not isinstance(base, TensorInfo):
-            raise NNEFError.at(
-                node.pos, f"only tensors can be accessed with x[...], got {type_name_of(base)}"
-            )
-        if len(items) != base.rank:
-            raise NNEFError.at(
-                node.pos, f"'{base.name}' has rank {base.rank} but is accessed with {len(items)} indices"
-            )
-        resolved = [
-            self._range_positions(item, extent) for item, extent in zip(items, base.upper_shape, strict=True)
-        ]
-        packed = [axis for axis, item in enumerate(resolved) if isinstance(item, list)]
-        if len(packed) > 1:
-            raise NNEFError.at(node.pos, "only one dimension of an access may be ':'")
-        if packed:
-            axis = packed[0]
-            return [
-                self._read_point(base, resolved[:axis] + [position] + resolved[axis + 1 :], node)
-                for position in resolved[axis]
-            ]
-        return self._read_point(base, resolved, node)
-
-    def _range_positions(self, item: Any, extent: int) -> Any:
-        if item is ALL_ITEMS:
-            return list(range(extent))
-        if isinstance(item, tuple) and item and item[0] == "range":
-            return self.slice_value(list(range(extent)), item[1])
-        if isinstance(item, tuple) and item and item[0] == "positions":
-            return list(item[1])  # a pack index (not expanded) reads a pack along this dimension
-        return item
-
-    def _read_point(self, tensor: TensorInfo, indices: list, node: ast.Node) -> Any:
-        uniform = _uniform_constant(tensor)
-        if uniform is not None:
-            self._guards(tensor, indices, node)  # a guarded read still skips its term
-            return uniform
-        positions, gate = self._guards(tensor, indices, node)
-        if gate is False:
-            return uop_constant(uop_dtype(tensor.dtype), 0)
-        return self.builder.load(tensor, flat_offset(positions, tensor.upper_shape), gate)
-
-    def _guards(self, tensor: TensorInfo, indices: list, node: ast.Node) -> tuple[list, Any]:
-        positions: list[Any] = []
-        gates: list[Any] = []
-        extent_of = self.builder.extent
-        for index, extent, declared in zip(indices, tensor.upper_shape, tensor.shape, strict=True):
-            if isinstance(index, DynamicExtent):
-                index = as_index(extent_of(index))
-            if isinstance(index, BoundedIndex):  # guards and remaps test the actual extent
-                index = BoundedIndex(*(extent_of(part) for part in (index.index, index.lower, index.upper)))
-                position, gate = _bounded(index, extent_of(declared))
-                gates.append(gate)
-                positions.append(position)
-            elif isinstance(index, int) and not isinstance(index, bool):
-                if not 0 <= index < extent:
-                    raise NNEFError.at(
-                        node.pos,
-                        f"index {index} is out of range for extent {extent} of "
-                        f"'{tensor.name}'; guard it with |...|",
-                    )
-                positions.append(index)
-            elif isinstance(index, UOp):
-                positions.append(as_index(index))
-            else:
-                raise NNEFError.at(node.pos, f"a tensor index must be an int, got {format_value(index)}")
-        gate = all_of(gates)
-        if gate is not True:
-            self.builder.term_gates.append(gate)
-        return positions, gate
-
-    def _read_output(self, ref: _OutputRef, items: list, node: ast.Node) -> Any:
-        dtype = uop_dtype(ref.tensor.dtype)
-        packed = [axis for axis, item in enumerate(items) if item is ALL_ITEMS]
-        if packed:
-            return [
-                self.builder.placeholder(position, dtype)
-                for position in range(ref.tensor.upper_shape[packed[0]])
-            ]
-        return self.builder.placeholder(0, dtype)
-
-    def index_other(self, base: Any, index: Any, node: ast.Index) -> Any:
-        if isinstance(base, TensorInfo | _OutputRef):  # x[i] for x[i,]: the spec's own linear writes it
-            return self.read(base, [index], node)
-        return super().index_other(base, index, node)
-
-    def dynamic_item(self, base: list | str, index: Any, node: ast.Index) -> Any:
-        if not isinstance(index, UOp) or isinstance(base, str):
-            return super().dynamic_item(base, index, node)
-        if base and all(isinstance(item, TensorInfo) for item in base):
-            return PackChoice(tuple(base), index)
-        return _pick(list(base), index)
-
-    def runtime_select(self, condition: Any, node: ast.Select) -> Any:
-        if not condition.dtype.is_bool:
-            condition = condition.ne(uop_constant(condition.dtype, 0))
-        builder = self.builder
-        saved = builder.term_gates
-        builder.term_gates = []
-        builder.gate_stack.append(condition)
-        then = self(node.then)
-        builder.gate_stack.pop()
-        then_gates, builder.term_gates = builder.term_gates, []
-        builder.gate_stack.append(UOp(Ops.NOT, (condition,)))
-        otherwise = self(node.otherwise)
-        builder.gate_stack.pop()
-        other_gates = builder.term_gates
-        builder.term_gates = saved
-        if then_gates or other_gates:
-            saved.append(
-                select(
-                    condition,
-                    as_uop(all_of(then_gates), dtypes.bool),
-                    as_uop(all_of(other_gates), dtypes.bool),
-                )
-            )
-        if then is None or otherwise is None:
-            return None
-        if isinstance(then, list) or isinstance(otherwise, list):
-            thens = then if isinstance(then, list) else [then] * len(otherwise)
-            others = otherwise if isinstance(otherwise, list) else [otherwise] * len(thens)
-            return [select(condition, a, b) for a, b in zip(thens, others, strict=True)]
-        return select(condition, then, otherwise)
-
-
-@dataclass(frozen=True)
-class _OutputRef:
-    """The output being assigned, read inside its own statement (the current value)."""
-
-    tensor: TensorInfo
-
-
-def _pick(values: list, selector: UOp) -> Any:
-    """``values[selector]`` for a run-time selector: a chain of WHERE."""
-    if not values:
-        raise NNEFError("cannot pick an item of an empty pack")
-    out = values[-1]
-    for position in range(len(values) - 2, -1, -1):
-        out = select(selector.eq(uop_constant(selector.dtype, position)), values[position], out)
-    return out
-
-
-def _bounded(index: BoundedIndex, extent: int | UOp) -> tuple[Any, Any]:
-    """(position, gate) of a guarded / remapped index against ``extent`` (an int, or an index UOp
-    for an extent decided at run time)."""
-    value = index.index
-    static = isinstance(extent, int)
-    if not index.remaps:
-        if isinstance(value, int) and static:
-            return value, 0 <= value < extent
-        position = as_index(value)
-        return position, UOp(Ops.AND, (position >= 0, position < extent))
-    if static and all(isinstance(v, int) for v in (value, index.lower, index.upper)):
-        return (index.lower if value < 0 else index.upper if value >= extent else value), True
-    position = as_index(value)
-    lower, upper = as_index(index.lower), as_index(index.upper)
-    remapped = UOp(Ops.WHERE, (position < 0, lower, UOp(Ops.WHERE, (position >= extent, upper, position))))
-    return remapped, True
-
-
-def _uniform_constant(tensor: TensorInfo) -> Any:
-    """The single value of a constant tensor whose items are all equal (read as a literal)."""
-    if tensor.kind != "constant" or tensor.data is None or tensor.data.size == 0:
-        return None
-    cached = tensor.__dict__.get("_uniform", _MISSING)
-    if cached is _MISSING:
-        flat = tensor.data.reshape(-1)
-        cached = flat[0].item() if bool(np.all(flat == flat[0])) else None
-        if isinstance(cached, bool) and tensor.dtype != "bool":
-            cached = int(cached)
-        tensor.__dict__["_uniform"] = cached
-    return cached
-
-
-_MISSING = object()
 _LOAD_BACK = object()  # the initial value is read back from the output (written by an init kernel)
 
 
@@ -491,7 +271,7 @@ class _OperationLowering:
         for bound in statement.bounds:
             if bound.name in unrolled:
                 continue
-            evaluator = _LoweringEvaluator(builder, ChainMap(symbols, self.symbols), self.op.dtypes)
+            evaluator = LoweringEvaluator(builder, ChainMap(symbols, self.symbols), self.op.dtypes)
             extent = evaluator(bound.bound)
             extents = [self._as_extent(e, bound) for e in (extent if isinstance(extent, list) else [extent])]
             made = [self._new_range(self._extent(e, bound)) for e in extents]
@@ -504,9 +284,9 @@ class _OperationLowering:
         overlay = dict(symbols)
         name = self._target_name(statement)
         if self_reads:
-            overlay[name] = _OutputRef(output)
+            overlay[name] = OutputRef(output)
         lhs_scope = dict(overlay)
-        evaluator = _LoweringEvaluator(builder, ChainMap(lhs_scope, self.symbols), self.op.dtypes)
+        evaluator = LoweringEvaluator(builder, ChainMap(lhs_scope, self.symbols), self.op.dtypes)
         pending = set(term_names)
         for local_def in statement.locals:  # the left side may use 'with' locals (conv's oi)
             if identifiers(local_def.value) & pending:
@@ -519,7 +299,7 @@ class _OperationLowering:
         for binding in self._bindings(statement, term_names, symbols):
             builder.term_gates = []
             scope: dict[str, Any] = {**overlay, **binding}
-            term_evaluator = _LoweringEvaluator(builder, ChainMap(scope, self.symbols), self.op.dtypes)
+            term_evaluator = LoweringEvaluator(builder, ChainMap(scope, self.symbols), self.op.dtypes)
             for local_def in statement.locals:
                 scope[local_def.name] = term_evaluator(local_def.value)
             value = term_evaluator(statement.value)
@@ -566,7 +346,7 @@ class _OperationLowering:
     def _new_range(self, extent: int) -> UOp:
         return UOp.range(extent, AxisType.LOOP, next(self._range_numbers))
 
-    def _lhs(self, statement: ast.Lowering, evaluator: _LoweringEvaluator, output: TensorInfo) -> list[Any]:
+    def _lhs(self, statement: ast.Lowering, evaluator: LoweringEvaluator, output: TensorInfo) -> list[Any]:
         target = statement.target
         if isinstance(target, ast.Index) and isinstance(target.base, ast.Identifier):
             indices: tuple = (target.index,)  # y[i] for y[i,], as the spec's own 'linear' reads bias[ni]
@@ -1400,7 +1180,7 @@ def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
         tensor = graph.tensors.get(name)
         if tensor is None or not tensor.is_static:
             return None
-        tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(_uniform_constant(tensor))))
+        tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(uniform_constant(tensor))))
     structure = repr((_shape_of_names(op.inputs), _shape_of_names(op.outputs), sorted(op.constants)))
     types = repr(sorted(op.dtypes.items()))
     return (op.type, id(op.definition), _exact(op.attribs), types, structure, *tensors)
