@@ -9,7 +9,8 @@ The work is split by what each part is about; this module gathers their public n
   :func:`runtime_value`);
 - :mod:`uopviz.nnef.operation_lowering`: the lowering of ``@lower`` contractions to kernel ASTs
   (:func:`lower_operation`, :func:`operation_kernels`, :func:`kernel_count`), with
-  :mod:`uopviz.nnef.lowering_evaluator` reading tensors inside a statement;
+  :mod:`uopviz.nnef.lowering_evaluator` reading tensors inside a statement and
+  :mod:`uopviz.nnef.output_space` solving its left side for the output positions;
 - :mod:`uopviz.nnef.intrinsics`: the hand-written kernels of operations with no body;
 - :mod:`uopviz.nnef.compile`: :func:`compile_graph` and :class:`GraphProgram`;
 - :mod:`uopviz.nnef.runtime`: :func:`run_graph`, which binds the data and runs the programs (loop

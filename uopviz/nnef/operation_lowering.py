@@ -56,12 +56,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections import ChainMap
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from uopviz.core.affine import build_range_sum, range_sum
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import ParamArg, UOp, shape_uop
@@ -107,6 +105,7 @@ from uopviz.nnef.kernel_math import (
     uop_dtype,
 )
 from uopviz.nnef.lowering_evaluator import LoweringEvaluator, OutputRef, uniform_constant
+from uopviz.nnef.output_space import Evaluated, OutputSpace, Term, pack_positions, range_bound
 from uopviz.nnef.printer import print_expression
 from uopviz.passes.indexing import unflatten
 
@@ -115,41 +114,6 @@ if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lea
 
 
 _LOAD_BACK = object()  # the initial value is read back from the output (written by an init kernel)
-
-
-def _ranges_in(u: Any) -> set[UOp]:
-    if not isinstance(u, UOp):
-        return set()
-    return {node for node in u.toposort() if node.op is Ops.RANGE}
-
-
-def _range_bound(r: UOp) -> int:
-    return int(r.src[0].arg[0])
-
-
-# ------------------------------------------------------------------------------------------------
-# one statement, evaluated
-
-
-@dataclass
-class _Term:
-    """The right side of a statement for one binding of its unrolled reduction symbols."""
-
-    value: Any
-    gates: list[Any]
-    condition: Any
-
-
-@dataclass
-class _Evaluated:
-    """A statement with its ranges, its left side and its terms."""
-
-    statement: ast.Lowering
-    ranges: list[UOp]  # provisional RANGEs, in declaration order
-    lhs: list[Any]
-    output: TensorInfo
-    terms: list[_Term]
-    reads_output: bool
 
 
 class _OperationLowering:
@@ -262,7 +226,7 @@ class _OperationLowering:
         term_names: list[str],
         output: TensorInfo,
         self_reads: bool,
-    ) -> _Evaluated:
+    ) -> Evaluated:
         """Ranges, left side and the terms (one per binding of ``term_names``) of a statement."""
         ranges: list[UOp] = []
         symbols: dict[str, Any] = dict(local)
@@ -316,9 +280,9 @@ class _OperationLowering:
                 raise self.error(statement, "the condition after '|' is null")
             if extent_gates:  # past a run-time extent nothing is read: indices there may point outside
                 value = gate_value(value, all_of(extent_gates))
-            terms.append(_Term(value, [*extent_gates, *builder.term_gates], condition))
+            terms.append(Term(value, [*extent_gates, *builder.term_gates], condition))
         builder.term_gates = []
-        return _Evaluated(statement, ranges, lhs, output, terms, len(builder.current) > reads_before)
+        return Evaluated(statement, ranges, lhs, output, terms, len(builder.current) > reads_before)
 
     def _as_extent(self, value: Any, bound: ast.LoopBound) -> Any:
         """A bound computed from run-time extents (``int(round(real(s) * f))``) as a run-time extent."""
@@ -431,7 +395,7 @@ class _OperationLowering:
             self._lower_counted(main, binding, output, counter)
             return
         evaluated = self._evaluate(main, builder, binding, terms, output, self_reads=main.op == ":=")
-        space = _OutputSpace(self, evaluated)
+        space = OutputSpace(self.error, evaluated)
         indices = [*binding.values(), *([self.pack_item] if self.pack_item is not None else [])]
         label = f"{self.op.label}" + (f"[{','.join(str(v) for v in indices)}]" if indices else "")
         if update is None:
@@ -444,7 +408,7 @@ class _OperationLowering:
             if init_value is None:
                 init_builder = KernelBuilder(output, self.graph)
                 init_evaluated = self._evaluate(init, init_builder, binding, [], output, self_reads=False)
-                init_space = _OutputSpace(self, init_evaluated)
+                init_space = OutputSpace(self.error, init_evaluated)
                 self._emit(
                     init_builder,
                     self._assign(init_builder, init_evaluated, init_space, None),
@@ -484,7 +448,7 @@ class _OperationLowering:
     # -- assembling values ------------------------------------------------------------------------------
 
     def _store(
-        self, builder: KernelBuilder, space: _OutputSpace, value: Any, gate: Any, item: int | None
+        self, builder: KernelBuilder, space: OutputSpace, value: Any, gate: Any, item: int | None
     ) -> UOp:
         output = builder.output
         dtype = uop_dtype(output.dtype)
@@ -511,7 +475,7 @@ class _OperationLowering:
             raise NNEFError(f"an assignment to '{output.name}' can never happen")
         return UOp(Ops.STORE, (address, stored, gate))
 
-    def _items(self, value: Any, space: _OutputSpace) -> list[tuple[int | None, Any]]:
+    def _items(self, value: Any, space: OutputSpace) -> list[tuple[int | None, Any]]:
         if space.pack_axis is None:
             return [(None, value)]
         extent = space.pack_extent()
@@ -524,7 +488,7 @@ class _OperationLowering:
         return list(enumerate(values))
 
     def _assign(
-        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
     ) -> list[UOp]:
         """Stores of a plain '=' statement (last write wins if several iterations hit a point)."""
         (term,) = evaluated.terms if len(evaluated.terms) == 1 else (None,)
@@ -539,7 +503,7 @@ class _OperationLowering:
         return stores
 
     def _accumulate(
-        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
     ) -> list[UOp]:
         op = evaluated.statement.op
         if op == ":=":
@@ -568,7 +532,7 @@ class _OperationLowering:
         self,
         init_value: Any,
         builder: KernelBuilder,
-        space: _OutputSpace,
+        space: OutputSpace,
         item: int | None,
         op: str,
         dtype: DType,
@@ -585,7 +549,7 @@ class _OperationLowering:
         return init_value
 
     def _update(
-        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
     ) -> list[UOp]:
         """':=' conditional updates."""
         dtype = uop_dtype(evaluated.output.dtype)
@@ -610,7 +574,7 @@ class _OperationLowering:
         return stores
 
     def _sequential(
-        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
     ) -> list[UOp]:
         """Unrolled ':=' updates that read the output: a chain of selects in iteration order."""
         dtype = uop_dtype(evaluated.output.dtype)
@@ -638,7 +602,7 @@ class _OperationLowering:
         return [self._store(builder, space, state[item or 0], True, item) for item in items]
 
     def _arg_extreme(
-        self, builder: KernelBuilder, evaluated: _Evaluated, space: _OutputSpace, init_value: Any
+        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
     ) -> list[UOp]:
         """``out := r | f(r) > f(out)``: the first (strict) / last (non-strict) index of the extreme."""
         statement = evaluated.statement
@@ -687,9 +651,9 @@ class _OperationLowering:
         extreme = reduce_over(">?=" if greater else "<?=", key, reduce)
         chosen_set = set(candidates)
         order = [space.mapping[r] for r in evaluated.ranges if space.mapping[r] in chosen_set]
-        shape = [_range_bound(r) for r in order]
+        shape = [range_bound(r) for r in order]
         flat = flat_offset(order, shape)
-        fresh = {r: UOp.range(_range_bound(r), AxisType.REDUCE, next(self._range_numbers)) for r in reduce}
+        fresh = {r: UOp.range(range_bound(r), AxisType.REDUCE, next(self._range_numbers)) for r in reduce}
         hit = substitute_in(key, fresh).eq(extreme)  # the second pass runs over ranges of its own
         if gate is not True:
             hit = UOp(Ops.AND, (substitute_in(gate, fresh), hit))
@@ -721,9 +685,9 @@ class _OperationLowering:
     def _last_write(
         self,
         builder: KernelBuilder,
-        evaluated: _Evaluated,
-        space: _OutputSpace,
-        terms: list[_Term],
+        evaluated: Evaluated,
+        space: OutputSpace,
+        terms: list[Term],
         init_value: Any,
     ) -> list[UOp]:
         """Several iterations may write a point: the last one in iteration order wins."""
@@ -732,7 +696,7 @@ class _OperationLowering:
         (term,) = terms
         reduce_set = set(space.reduce_ranges)
         order = [space.mapping[r] for r in evaluated.ranges if space.mapping[r] in reduce_set]
-        shape = [_range_bound(r) for r in order]
+        shape = [range_bound(r) for r in order]
         gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
         flat = flat_offset(order, shape)
         last = reduce_over(">?=", select(gate, flat, -1), order)
@@ -760,7 +724,7 @@ class _OperationLowering:
         init: ast.Lowering,
         binding: dict[str, Any],
         output: TensorInfo,
-        space: _OutputSpace,
+        space: OutputSpace,
         target: KernelBuilder,
     ) -> Any:
         """The initial value at the update's points, when the initialiser maps onto them."""
@@ -772,7 +736,7 @@ class _OperationLowering:
         mapping: dict[UOp, UOp] = {}
         points = space.point_indices()
         for axis, item in enumerate(evaluated.lhs):
-            positions = _pack_positions(item, output.upper_shape[axis])
+            positions = pack_positions(item, output.upper_shape[axis])
             if positions is not None:
                 if space.pack_axis != axis or positions != space.pack_positions:
                     return None
@@ -786,7 +750,7 @@ class _OperationLowering:
                 not isinstance(item, UOp)
                 or item.op is not Ops.RANGE
                 or item in mapping
-                or _range_bound(item) != output.upper_shape[axis]
+                or range_bound(item) != output.upper_shape[axis]
             ):
                 return None
             mapping[item] = as_index(point) if not isinstance(point, UOp) else point
@@ -830,7 +794,7 @@ class _OperationLowering:
         evaluated = self._evaluate(statement, builder, local, [], output, self_reads=False)
         (term,) = evaluated.terms
         ranges = evaluated.ranges
-        shape = [_range_bound(r) for r in ranges]
+        shape = [range_bound(r) for r in ranges]
         volume = max(math.prod(shape), 1)
         positions = f"{output.name}#positions"
         count = f"{output.name}#count"
@@ -838,9 +802,9 @@ class _OperationLowering:
         condition = all_of([*term.gates, term.condition])
         condition_uop = as_uop(condition, dtypes.bool)
         flat = flat_offset(ranges, shape)
-        loops = {r: UOp.range(_range_bound(r), AxisType.LOOP, number) for number, r in enumerate(ranges)}
+        loops = {r: UOp.range(range_bound(r), AxisType.LOOP, number) for number, r in enumerate(ranges)}
         reduces = {
-            r: UOp.range(_range_bound(r), AxisType.REDUCE, len(ranges) + number)
+            r: UOp.range(range_bound(r), AxisType.REDUCE, len(ranges) + number)
             for number, r in enumerate(ranges)
         }
         # kernel 1: exclusive prefix count of the condition, in the order of the loop indices
@@ -925,218 +889,6 @@ class _OperationLowering:
         )
         dynamic = self.symbols[counter]
         self.graph.counts[dynamic.key] = count
-
-
-# ------------------------------------------------------------------------------------------------
-# the output space of a statement
-
-
-class _OutputSpace:
-    """How a statement's left side maps iteration points to output elements.
-
-    After construction: ``mapping`` sends every provisional range to its final form (an output
-    LOOP range, a REDUCE range or an expression of output ranges), ``store_gates`` hold the
-    conditions under which a point is written, ``term_gates`` those that drop a term,
-    ``reduce_ranges`` the REDUCE ranges, ``full`` whether every output element is written.
-    """
-
-    def __init__(self, lowering: _OperationLowering, evaluated: _Evaluated) -> None:
-        self.lowering = lowering
-        self.output = evaluated.output
-        shape = evaluated.output.upper_shape
-        self.mapping: dict[UOp, UOp] = {}
-        self.store_gates: list[Any] = []
-        self.term_gates: list[Any] = []
-        self.indices: list[Any] = []
-        self.pack_axis: int | None = None
-        self.pack_positions: list[int] = []
-        self.full = True
-        outputs: list[UOp] = []
-        lhs = evaluated.lhs
-        usage: dict[UOp, int] = {}
-        for item in lhs:
-            for r in _ranges_in(item.index if isinstance(item, BoundedIndex) else item):
-                usage[r] = usage.get(r, 0) + 1
-        solved: dict[UOp, UOp] = {}
-        number = itertools.count()
-        for axis, (item, extent) in enumerate(zip(lhs, shape, strict=True)):
-            guarded = isinstance(item, BoundedIndex)
-            if guarded:
-                if item.remaps:
-                    raise lowering.error(
-                        evaluated.statement, "a remapped index |i <> a : b| cannot be on the left side"
-                    )
-                item = item.index
-            positions = _pack_positions(item, extent)
-            if positions is not None:
-                if self.pack_axis is not None:
-                    raise lowering.error(
-                        evaluated.statement, "only one packed dimension is allowed on the left side"
-                    )
-                self.pack_axis = axis
-                self.pack_positions = positions
-                self.full = self.full and positions == list(range(extent))
-                self.indices.append(None)
-                continue
-            if isinstance(item, int) and not isinstance(item, bool):
-                if not 0 <= item < extent:
-                    raise lowering.error(
-                        evaluated.statement, f"index {item} is out of range for the extent {extent}"
-                    )
-                self.indices.append(item)
-                self.full = self.full and extent == 1
-                continue
-            if not isinstance(item, UOp):
-                raise lowering.error(
-                    evaluated.statement, f"an index of the left side must be an int, got {format_value(item)}"
-                )
-            item = as_index(item)
-            affine = range_sum(item) if not any(r in solved for r in _ranges_in(item)) else None
-            if affine is not None and not affine[0]:
-                self.indices.append(affine[1])
-                self.full = self.full and extent == 1
-                continue
-            own = None if affine is None else [r for r in affine[0] if usage.get(r) == 1 and r not in solved]
-            exclusive = affine is not None and len(own) == len(affine[0])
-            if exclusive and len(own) == 1 and affine[0][own[0]] == 1:
-                r = own[0]
-                final = UOp.range(_range_bound(r), AxisType.LOOP, next(number))
-                solved[r] = final
-                outputs.append(final)
-                index = final + affine[1] if affine[1] else final
-                self._bounds_gate(
-                    index, extent, _range_bound(r) + affine[1] - 1, affine[1], guarded, evaluated
-                )
-                self.full = self.full and affine[1] == 0 and _range_bound(r) == extent
-                self.indices.append(index)
-                continue
-            radix = _mixed_radix(affine) if exclusive else None
-            if radix is not None:
-                total = radix[-1][1] * _range_bound(radix[-1][0])
-                final = UOp.range(total, AxisType.LOOP, next(number))
-                for r, coefficient in radix:
-                    solved[r] = _div_mod(final, coefficient, _range_bound(r))
-                outputs.append(final)
-                index = final + affine[1] if affine[1] else final
-                self._bounds_gate(index, extent, total + affine[1] - 1, affine[1], guarded, evaluated)
-                self.full = self.full and affine[1] == 0 and total == extent
-                self.indices.append(index)
-                continue
-            final = UOp.range(extent, AxisType.LOOP, next(number))
-            outputs.append(final)
-            self.indices.append(final)
-            candidates = list(own or []) if affine is not None else []
-            if candidates:
-                r = max(candidates, key=_range_bound)
-                coefficient = affine[0][r]
-                rest = build_range_sum({q: c for q, c in affine[0].items() if q is not r}, affine[1])
-                numerator = final - rest
-                if coefficient == 1:
-                    recovered = numerator
-                elif coefficient == -1:
-                    recovered = -numerator
-                else:
-                    recovered = UOp(Ops.IDIV, (numerator, uop_constant(INDEX, coefficient)))
-                    self.term_gates.append(
-                        UOp(Ops.MOD, (numerator, uop_constant(INDEX, abs(coefficient)))).eq(
-                            uop_constant(INDEX, 0)
-                        )
-                    )
-                solved[r] = recovered
-                self.term_gates.append(UOp(Ops.AND, (recovered >= 0, recovered < _range_bound(r))))
-            else:
-                self.term_gates.append(
-                    item.eq(final)
-                )  # a data-dependent or shared index must match the point
-        self.reduce_ranges: list[UOp] = []
-        number_reduce = itertools.count(len(outputs))
-        for r in evaluated.ranges:
-            if r not in solved:
-                final = UOp.range(_range_bound(r), AxisType.REDUCE, next(number_reduce))
-                solved[r] = final
-                self.reduce_ranges.append(final)
-        # solved expressions may mention ranges that are themselves replaced (reduce ranges in `rest`)
-        self.mapping = _resolve(solved)
-        self.term_gates = [self.apply(g) for g in self.term_gates]
-        self.indices = [self.apply(i) for i in self.indices]
-        self.outputs = outputs
-        if self.term_gates and not self.reduce_ranges:
-            self.store_gates.extend(self.term_gates)
-            self.term_gates = []
-
-    def _bounds_gate(
-        self, index: UOp, extent: int, high: int, low: int, guarded: bool, evaluated: _Evaluated
-    ) -> None:
-        if low < 0 or high >= extent:
-            if not guarded:
-                raise self.lowering.error(
-                    evaluated.statement,
-                    f"an index of the left side runs from {low} to "
-                    f"{high}, outside [0, {extent}); guard it with |...|",
-                )
-            self.store_gates.append(UOp(Ops.AND, (index >= 0, index < extent)))
-            self.full = False
-
-    def apply(self, value: Any) -> Any:
-        """``value`` with the provisional ranges replaced by their final forms."""
-        if isinstance(value, list):
-            return [self.apply(v) for v in value]
-        return substitute_in(value, self.mapping) if isinstance(value, UOp) else value
-
-    def apply_gate(self, gate: Any) -> Any:
-        return self.apply(gate)
-
-    def point_indices(self) -> list[Any]:
-        """The index of each output dimension at the stored point (None for the ':' dimension)."""
-        return list(self.indices)
-
-    def pack_extent(self) -> int:
-        return len(self.pack_positions) if self.pack_axis is not None else 1
-
-    def flat(self, item: int | None) -> UOp:
-        indices = [
-            self.pack_positions[item] if axis == self.pack_axis else index
-            for axis, index in enumerate(self.indices)
-        ]
-        return flat_offset(indices, self.output.upper_shape)
-
-
-def _resolve(solved: dict[UOp, UOp]) -> dict[UOp, UOp]:
-    """The mapping with every provisional range inside the values replaced too (to a fixed point)."""
-    from uopviz.core.rewrite import substitute_closure
-
-    return {r: substitute_closure(v, solved) for r, v in solved.items()}
-
-
-def _pack_positions(item: Any, extent: int) -> list[int] | None:
-    """The positions a packed index of the left side covers (``:`` or a static pack), else None."""
-    if item is ALL_ITEMS:
-        return list(range(extent))
-    if isinstance(item, tuple) and item and item[0] == "positions":
-        positions = item[1]
-        if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < extent for p in positions):
-            raise NNEFError(
-                f"a packed index of the left side must hold ints in [0, {extent}), got "
-                f"{format_value(positions)}"
-            )
-        return list(positions)
-    return None
-
-
-def _mixed_radix(affine: tuple[dict[UOp, int], int]) -> list[tuple[UOp, int]] | None:
-    """The ranges of an exact mixed-radix sum (coefficients 1, n0, n0*n1, ...), smallest first."""
-    terms = sorted(affine[0].items(), key=lambda pair: pair[1])
-    expected = 1
-    for r, coefficient in terms:
-        if coefficient != expected:
-            return None
-        expected *= _range_bound(r)
-    return terms if len(terms) > 1 else None
-
-
-def _div_mod(final: UOp, coefficient: int, bound: int) -> UOp:
-    index = final if coefficient == 1 else UOp(Ops.IDIV, (final, uop_constant(INDEX, coefficient)))
-    return UOp(Ops.MOD, (index, uop_constant(INDEX, bound)))
 
 
 # ------------------------------------------------------------------------------------------------
