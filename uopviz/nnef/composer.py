@@ -63,7 +63,7 @@ import numpy as np
 
 from uopviz.nnef import ast
 from uopviz.nnef.ast import identifiers
-from uopviz.nnef.composer_binding import _Binding
+from uopviz.nnef.composer_binding import _Binding, _check_generics
 from uopviz.nnef.composer_graph_io import _GraphLevel
 from uopviz.nnef.composer_leaves import _Leaves
 from uopviz.nnef.composer_loops import _Loops
@@ -350,7 +350,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         self._generic_arguments(instance, type_args)
         deferred, uniform = self._attributes(instance, attribs)
         self._inputs(instance, args)
-        self._check_generics(instance)
+        _check_generics(instance)
         self._finish_attributes(instance, deferred, uniform)
         self._usings_and_asserts(instance)
         return instance
@@ -361,27 +361,9 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
     def _component(self, component: ast.Component, frame: _Frame) -> None:
         serial = next(self._serial)
         names = [_first_name(group) for group in component.results]
-        lengths = [self._declared_length(group, frame) for group in component.results]
+        lengths = [_declared_length(group, frame) for group in component.results]
         values = self._callable(component.value, frame, names, component.pos, lengths)
         self._assign(component.results, values, frame, serial, component.pos)
-
-    def _declared_length(
-        self, group: ast.Result | ast.ResultList | ast.ResultTuple, frame: _Frame
-    ) -> int | None:
-        """The length a packed result declares on the left side (``ys..(8)``, §2.10: packed results
-        denote their length), when it is known before the value is composed."""
-        if not isinstance(group, ast.Result) or group.pack is None:
-            return None
-        count = group.pack.count
-        if count is None or isinstance(count, ast.Placeholder):
-            return None
-        if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
-            return None  # a new symbol: it takes the length the value has
-        try:
-            value = frame.evaluator()(count)
-        except Unknown:
-            return None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def _callable(
         self,
@@ -445,7 +427,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 raise self._error(result.pos, f"'{result.name}..' expects a pack of tensors, got one value")
             count = result.pack.count
             if count is not None and not isinstance(count, ast.Placeholder):
-                self._bind_frame_count(frame, count, len(value), result)
+                _bind_frame_count(frame, count, len(value), result)
             for index, item in enumerate(value):
                 self._name_tensor(item, f"{frame.scope}{result.name}[{index}]", serial, result.pos)
         elif isinstance(value, list):  # a pack result without '..': lenient, as the spec's own cumsum
@@ -491,24 +473,6 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 value[offset :: len(group.items)],
                 frame,
                 serial,
-            )
-
-    def _bind_frame_count(self, frame: _Frame, count: ast.Expr, length: int, result: ast.Result) -> None:
-        if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
-            frame.symbols[count.name] = length
-            return
-        try:
-            expected = frame.evaluator()(count)
-        except Unknown:
-            if isinstance(count, ast.Identifier):
-                frame.symbols[count.name] = length
-                return
-            raise
-        if expected != length:
-            raise self._error(
-                result.pos,
-                f"'{result.name}' receives {length} tensors, but its length is declared "
-                f"{format_value(expected)}",
             )
 
     def _check_result_type(self, result: ast.Result, value: Any, frame: _Frame) -> None:
@@ -657,7 +621,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                     param.pos, f"{instance.name}: output '{param.name}' is not assigned by its @compose"
                 )
             value = instance.symbols[param.name]
-            self._check_output(instance, param, value, declared[param.name], invocation.pos)
+            _check_output(instance, param, value, declared[param.name], invocation.pos)
             results.append(value)
         composite.outputs = tuple(_names_of(value) for value in results)
         self._updates(definition, inner)
@@ -700,42 +664,6 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             names,
             position,
         )
-
-    def _check_output(
-        self,
-        instance: _Instance,
-        param: ast.Param,
-        value: Any,
-        declared: tuple[str, Any],
-        position: ast.Position,
-    ) -> None:
-        element, shapes = declared
-        items = value if isinstance(value, list) else [value]
-        expected_shapes = (
-            shapes if isinstance(shapes, list) and param.type.pack is not None else [shapes] * len(items)
-        )
-        if param.type.pack is not None and isinstance(shapes, list) and len(shapes) != len(items):
-            raise self._error(
-                position,
-                f"{instance.name}: output '{param.name}' should be {len(shapes)} tensors, "
-                f"its @compose produced {len(items)}",
-            )
-        for item, shape in zip(items, expected_shapes, strict=False):
-            if not isinstance(item, TensorInfo):
-                raise self._error(position, f"{instance.name}: output '{param.name}' is not a tensor")
-            if item.dtype != element:
-                raise self._error(
-                    position,
-                    f"{instance.name}: output '{param.name}' is declared {element} but its "
-                    f"@compose produced a {item.dtype} tensor",
-                )
-            if shape is not None and not _shapes_match(shape, item.shape):
-                raise self._error(
-                    position,
-                    f"{instance.name}: output '{param.name}' is declared with shape "
-                    f"{format_value(shape)} but its @compose produced "
-                    f"{format_value(list(item.shape))}",
-                )
 
     # -- blocks, branches, loops ----------------------------------------------------------------------------
 
@@ -836,3 +764,79 @@ def compose(
     modules = ModuleSet(None)
     modules.add("main", module)
     return Composer(modules).compose("main", graph_name, attribs)
+
+
+# ------------------------------------------------------------------------------------------------
+# checks and computations that need no composer state (module functions, not methods)
+
+
+def _declared_length(group: ast.Result | ast.ResultList | ast.ResultTuple, frame: _Frame
+) -> int | None:
+    """The length a packed result declares on the left side (``ys..(8)``, §2.10: packed results
+    denote their length), when it is known before the value is composed."""
+    if not isinstance(group, ast.Result) or group.pack is None:
+        return None
+    count = group.pack.count
+    if count is None or isinstance(count, ast.Placeholder):
+        return None
+    if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
+        return None  # a new symbol: it takes the length the value has
+    try:
+        value = frame.evaluator()(count)
+    except Unknown:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bind_frame_count(frame: _Frame, count: ast.Expr, length: int, result: ast.Result) -> None:
+    if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
+        frame.symbols[count.name] = length
+        return
+    try:
+        expected = frame.evaluator()(count)
+    except Unknown:
+        if isinstance(count, ast.Identifier):
+            frame.symbols[count.name] = length
+            return
+        raise
+    if expected != length:
+        raise NNEFError.at(
+            result.pos,
+            f"'{result.name}' receives {length} tensors, but its length is declared "
+            f"{format_value(expected)}",
+        )
+
+
+def _check_output(instance: _Instance,
+    param: ast.Param,
+    value: Any,
+    declared: tuple[str, Any],
+    position: ast.Position,
+) -> None:
+    element, shapes = declared
+    items = value if isinstance(value, list) else [value]
+    expected_shapes = (
+        shapes if isinstance(shapes, list) and param.type.pack is not None else [shapes] * len(items)
+    )
+    if param.type.pack is not None and isinstance(shapes, list) and len(shapes) != len(items):
+        raise NNEFError.at(
+            position,
+            f"{instance.name}: output '{param.name}' should be {len(shapes)} tensors, "
+            f"its @compose produced {len(items)}",
+        )
+    for item, shape in zip(items, expected_shapes, strict=False):
+        if not isinstance(item, TensorInfo):
+            raise NNEFError.at(position, f"{instance.name}: output '{param.name}' is not a tensor")
+        if item.dtype != element:
+            raise NNEFError.at(
+                position,
+                f"{instance.name}: output '{param.name}' is declared {element} but its "
+                f"@compose produced a {item.dtype} tensor",
+            )
+        if shape is not None and not _shapes_match(shape, item.shape):
+            raise NNEFError.at(
+                position,
+                f"{instance.name}: output '{param.name}' is declared with shape "
+                f"{format_value(shape)} but its @compose produced "
+                f"{format_value(list(item.shape))}",
+            )

@@ -21,6 +21,7 @@ from uopviz.nnef.composer_support import (
     _is_scalar_argument,
     _shape_of,
 )
+from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
     DynamicExtent,
     RuntimeScalar,
@@ -49,49 +50,7 @@ class _Binding:
                 f"{instance.name} takes {len(params)} generic type(s), got {len(type_args)}",
             )
         for param, concrete in zip(params, type_args, strict=False):
-            self._bind_type(instance, param.name, concrete, instance.position, "explicitly")
-
-    def _bind_type(
-        self, instance: _Instance, name: str, concrete: str, position: ast.Position, source: str
-    ) -> None:
-        param = instance.info.dtype_params.get(name)
-        if param is None:
-            return
-        allowed = _ABSTRACT_TYPES.get(param.base, (param.base,))
-        if concrete not in allowed:
-            raise self._error(
-                position,
-                f"{instance.name}: generic type {name}: {param.base} cannot be {concrete} (given {source})",
-            )
-        bound = instance.types.get(name)
-        if bound is not None and bound != concrete:
-            if {bound, concrete} == {"int", "real"} and source.startswith("from the value"):
-                return  # a scalar literal adapts to the type deduced from tensors
-            raise self._error(
-                position,
-                f"{instance.name}: generic type {name} is {bound} but would also be {concrete} ({source})",
-            )
-        instance.types[name] = concrete
-
-    def _check_generics(self, instance: _Instance) -> None:
-        for param in instance.info.definition.dtypes:
-            if param.name not in instance.types:
-                if param.default is None:
-                    raise self._error(
-                        instance.position,
-                        f"{instance.name}: cannot deduce the generic type "
-                        f"{param.name}; give it as {instance.name}<type>(...)",
-                    )
-                instance.types[param.name] = param.default
-
-    def _element_type(self, instance: _Instance, spec: ast.TypeSpec) -> str | None:
-        if spec.name in _CONCRETE_TYPES:
-            return spec.name
-        if spec.name in instance.info.dtype_params:
-            return instance.types.get(spec.name)
-        if spec.name in _ABSTRACT_TYPES:
-            return None
-        raise self._error(spec.pos, f"unknown type '{spec.name}'")
+            _bind_type(instance, param.name, concrete, instance.position, "explicitly")
 
     # -- attributes ------------------------------------------------------------------------------------
 
@@ -182,7 +141,7 @@ class _Binding:
             if bound is None:
                 if actual not in _CONCRETE_TYPES:
                     raise self._error(position, f"{what} got {actual} {format_value(item, True)}")
-                self._bind_type(instance, expected, actual, position, "from the value of an attribute")
+                _bind_type(instance, expected, actual, position, "from the value of an attribute")
                 return item
             expected = bound
         if expected in _ABSTRACT_TYPES:
@@ -268,19 +227,13 @@ class _Binding:
             )
         if deferred:
             param = deferred[0]
-            missing = self._unknown_in(instance, param.default)
+            missing = _unknown_in(instance, param.default)
             raise self._error(
                 instance.position,
                 f"{instance.name}: the default of attribute '{param.name}' "
                 f"('{print_expression(param.default)}') refers to "
                 f"'{missing}', which is not known",
             )
-
-    def _unknown_in(self, instance: _Instance, node: ast.Node) -> str:
-        for name in sorted(identifiers(node)):
-            if name not in instance.symbols:
-                return name
-        return "?"
 
     # -- inputs ----------------------------------------------------------------------------------------
 
@@ -332,7 +285,7 @@ class _Binding:
             if param.type.name in instance.info.dtype_params and param.type.name not in instance.types:
                 literal = next((item for item in items if _is_scalar_argument(item)), None)
                 if literal is not None:
-                    self._bind_type(
+                    _bind_type(
                         instance,
                         param.type.name,
                         type_name_of(literal),
@@ -360,7 +313,7 @@ class _Binding:
             else:
                 raise self._error(position, f"{what} got {type_name_of(item)}")
             if spec.name in instance.info.dtype_params:
-                self._bind_type(instance, spec.name, actual, position, source)
+                _bind_type(instance, spec.name, actual, position, source)
             elif spec.name in _ABSTRACT_TYPES:
                 if actual not in _ABSTRACT_TYPES[spec.name]:
                     raise self._error(position, f"{what} got a {actual} tensor")
@@ -400,7 +353,7 @@ class _Binding:
         return True
 
     def _default_input(self, instance: _Instance, param: ast.Param) -> None:
-        element = self._element_type(instance, param.type) or "real"
+        element = _element_type(instance, param.type) or "real"
         value = instance.evaluator()(param.default)
         shape = (
             self._evaluate_shape(instance, param.type, param.name, 0) if param.type.shape is not None else []
@@ -409,3 +362,58 @@ class _Binding:
         tensor = self._constant_tensor(value, element, tuple(shape), name, param.pos)
         instance.symbols[param.name] = tensor
         instance.inputs[param.name] = tensor
+
+
+# ------------------------------------------------------------------------------------------------
+# checks and computations that need no composer state (module functions, not methods)
+
+
+def _bind_type(instance: _Instance, name: str, concrete: str, position: ast.Position, source: str
+) -> None:
+    param = instance.info.dtype_params.get(name)
+    if param is None:
+        return
+    allowed = _ABSTRACT_TYPES.get(param.base, (param.base,))
+    if concrete not in allowed:
+        raise NNEFError.at(
+            position,
+            f"{instance.name}: generic type {name}: {param.base} cannot be {concrete} (given {source})",
+        )
+    bound = instance.types.get(name)
+    if bound is not None and bound != concrete:
+        if {bound, concrete} == {"int", "real"} and source.startswith("from the value"):
+            return  # a scalar literal adapts to the type deduced from tensors
+        raise NNEFError.at(
+            position,
+            f"{instance.name}: generic type {name} is {bound} but would also be {concrete} ({source})",
+        )
+    instance.types[name] = concrete
+
+
+def _check_generics(instance: _Instance) -> None:
+    for param in instance.info.definition.dtypes:
+        if param.name not in instance.types:
+            if param.default is None:
+                raise NNEFError.at(
+                    instance.position,
+                    f"{instance.name}: cannot deduce the generic type "
+                    f"{param.name}; give it as {instance.name}<type>(...)",
+                )
+            instance.types[param.name] = param.default
+
+
+def _element_type(instance: _Instance, spec: ast.TypeSpec) -> str | None:
+    if spec.name in _CONCRETE_TYPES:
+        return spec.name
+    if spec.name in instance.info.dtype_params:
+        return instance.types.get(spec.name)
+    if spec.name in _ABSTRACT_TYPES:
+        return None
+    raise NNEFError.at(spec.pos, f"unknown type '{spec.name}'")
+
+
+def _unknown_in(instance: _Instance, node: ast.Node) -> str:
+    for name in sorted(identifiers(node)):
+        if name not in instance.symbols:
+            return name
+    return "?"

@@ -10,6 +10,8 @@ from collections import ChainMap
 from typing import Any
 
 from uopviz.nnef import ast
+from uopviz.nnef.composer_binding import _element_type
+from uopviz.nnef.composer_shapes import _extent_count
 from uopviz.nnef.composer_support import (
     _first_name,
     _Frame,
@@ -52,7 +54,7 @@ class _GraphLevel:
             raise NNEFError(f"graph {definition.name} has no input(s) {sorted(unknown)}")
         names = []
         for param in definition.inputs:
-            element = self._element_type(instance, param.type)
+            element = _element_type(instance, param.type)
             if element is None:
                 raise self._error(param.pos, f"graph input '{param.name}' needs a concrete type")
             if param.type.shape is None:
@@ -145,7 +147,7 @@ class _GraphLevel:
         for position, extent in enumerate(param.type.shape.extents):
             bound = None if extent.bound is None else evaluator(extent.bound)
             node = extent.value
-            count = 1 if extent.pack is None else self._extent_count(instance, extent, evaluator)
+            count = 1 if extent.pack is None else _extent_count(instance, extent, evaluator)
             if isinstance(node, ast.Placeholder):
                 if bound is None:
                     raise self._error(
@@ -198,7 +200,7 @@ class _GraphLevel:
                         f"{format_value(expected)} but the graph computes "
                         f"{format_value(list(value.shape))}",
                     )
-            element = self._element_type(instance, param.type)
+            element = _element_type(instance, param.type)
             if element is not None and element != value.dtype:
                 raise self._error(
                     param.pos,
@@ -226,7 +228,7 @@ class _GraphLevel:
                     f"graph output pack '{param.name}' is declared with {declared} items, the graph "
                     f"computes {len(items)}",
                 )
-        element = self._element_type(instance, param.type)
+        element = _element_type(instance, param.type)
         names = []
         for index, value in enumerate(items):
             if not isinstance(value, TensorInfo):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.nnef import ast
+from uopviz.nnef.composer_binding import _element_type
 from uopviz.nnef.composer_support import (
     _RUNTIME_SCALAR_DEFINITION,
     MAX_FORMULA_ELEMENTS,
@@ -65,7 +66,7 @@ class _Leaves:
     ) -> Any:
         if not _is_scalar_argument(value):
             return value
-        element = self._element_type(instance, param.type) or type_name_of(value)
+        element = _element_type(instance, param.type) or type_name_of(value)
         if element == "real" and type_name_of(value) == "int":
             value = (
                 float(value)
@@ -181,7 +182,7 @@ class _Leaves:
         return created
 
     def _local_tensor(self, instance: _Instance, param: ast.Param, kind: str, name: str) -> TensorInfo:
-        element = self._element_type(instance, param.type)
+        element = _element_type(instance, param.type)
         if element is None:
             raise self._error(param.pos, f"{kind} '{param.name}' needs a concrete type")
         shape = (
@@ -196,28 +197,8 @@ class _Leaves:
         if self.variable_loader is not None:
             data = self.variable_loader(name, tensor)
             if data is not None:
-                tensor.data = self._check_variable_data(tensor, data)
+                tensor.data = _check_variable_data(tensor, data)
         return tensor
-
-    def _check_variable_data(self, tensor: TensorInfo, data: np.ndarray) -> np.ndarray:
-        if tuple(data.shape) != tuple(tensor.shape):
-            raise NNEFError(
-                f"variable '{tensor.name}': its data has shape {list(data.shape)} but the graph declares "
-                f"{format_value(list(tensor.shape))}",
-                tensor.position.file,
-                tensor.position.line,
-                tensor.position.column,
-            )
-        kind = data.dtype.kind
-        expected = {"real": "f", "int": "iu", "bool": "b"}[tensor.dtype]
-        if kind not in expected and not (tensor.dtype == "real" and kind in "iu"):
-            raise NNEFError(
-                f"variable '{tensor.name}': its data is {data.dtype} but the graph declares {tensor.dtype}",
-                tensor.position.file,
-                tensor.position.line,
-                tensor.position.column,
-            )
-        return data.astype(tensor.numpy_dtype, copy=False)
 
     def _constant_data(self, instance: _Instance, param: ast.Param, element: str, shape: tuple) -> np.ndarray:
         if param.default is None:
@@ -265,19 +246,8 @@ class _Leaves:
                     f"constant '{param.name}' has the run-time shape {format_value(list(shape))}; a list of "
                     f"values cannot fill it (give a uniform value or a formula of the indices)",
                 )
-            data = self._constant_value(param, value, dtype, upper)
+            data = _constant_value(param, value, dtype, upper)
         return data
-
-    def _constant_value(self, param: ast.Param, value: Any, dtype: np.dtype, shape: tuple) -> np.ndarray:
-        if value is None:
-            raise self._error(param.pos, f"the value of constant '{param.name}' is null")
-        if isinstance(value, DynamicExtent | RuntimeScalar):
-            raise self._error(
-                param.pos,
-                f"the value of constant '{param.name}' depends on the run-time value {value!r}; a constant "
-                f"is known at compile time (compute it with an operation instead)",
-            )
-        return _filled(shape, value, dtype, param.name, param.pos)
 
     def _constant_per_element(
         self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple, upper: tuple | None = None
@@ -315,6 +285,43 @@ class _Leaves:
                     local.setdefault(name, []).append(value)
             value = instance.evaluator(ChainMap(local, instance.symbols))(param.default)
             if isinstance(value, DynamicExtent | RuntimeScalar):
-                self._constant_value(param, value, dtype, ())  # raises: not a compile-time value
+                _constant_value(param, value, dtype, ())  # raises: not a compile-time value
             data[point] = value
         return data
+
+
+# ------------------------------------------------------------------------------------------------
+# checks and computations that need no composer state (module functions, not methods)
+
+
+def _check_variable_data(tensor: TensorInfo, data: np.ndarray) -> np.ndarray:
+    if tuple(data.shape) != tuple(tensor.shape):
+        raise NNEFError(
+            f"variable '{tensor.name}': its data has shape {list(data.shape)} but the graph declares "
+            f"{format_value(list(tensor.shape))}",
+            tensor.position.file,
+            tensor.position.line,
+            tensor.position.column,
+        )
+    kind = data.dtype.kind
+    expected = {"real": "f", "int": "iu", "bool": "b"}[tensor.dtype]
+    if kind not in expected and not (tensor.dtype == "real" and kind in "iu"):
+        raise NNEFError(
+            f"variable '{tensor.name}': its data is {data.dtype} but the graph declares {tensor.dtype}",
+            tensor.position.file,
+            tensor.position.line,
+            tensor.position.column,
+        )
+    return data.astype(tensor.numpy_dtype, copy=False)
+
+
+def _constant_value(param: ast.Param, value: Any, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    if value is None:
+        raise NNEFError.at(param.pos, f"the value of constant '{param.name}' is null")
+    if isinstance(value, DynamicExtent | RuntimeScalar):
+        raise NNEFError.at(
+            param.pos,
+            f"the value of constant '{param.name}' depends on the run-time value {value!r}; a constant "
+            f"is known at compile time (compute it with an operation instead)",
+        )
+    return _filled(shape, value, dtype, param.name, param.pos)

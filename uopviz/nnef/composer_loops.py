@@ -25,6 +25,7 @@ from uopviz.nnef.composer_support import (
     _Instance,
     _names_of,
 )
+from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
     DynamicExtent,
     format_value,
@@ -160,13 +161,13 @@ class _Loops:
             initial = evaluator(carry.initial)
             if not isinstance(initial, TensorInfo):
                 initial = self._carry_constant(carry, initial, frame)
-            carried.append(self._loop_tensor(initial, f"the carried value '{carry.name}'", carry.pos))
+            carried.append(_loop_tensor(initial, f"the carried value '{carry.name}'", carry.pos))
         scans = []
         for scan in loop.scans:
             pack = evaluator(scan.pack)
             if not isinstance(pack, list) or not pack or not all(isinstance(t, TensorInfo) for t in pack):
                 raise self._error(scan.pos, f"the scanned value of '{scan.name}' must be a pack of tensors")
-            first = self._loop_tensor(pack[0], f"the scanned pack '{scan.name}'", scan.pos)
+            first = _loop_tensor(pack[0], f"the scanned pack '{scan.name}'", scan.pos)
             if any(t.dtype != first.dtype or t.shape != first.shape for t in pack):
                 raise self._error(
                     scan.pos,
@@ -213,7 +214,7 @@ class _Loops:
                 )
             bound = scan_limit = declared.pop()
         for value in scan_outputs:
-            self._loop_tensor(value, "a scan output", loop.body.pos)
+            _loop_tensor(value, "a scan output", loop.body.pos)
         captures = list(dict.fromkeys([*body.captures, *(condition.captures if condition else [])]))
         counted: dict[Any, str] = {}  # run-time extents of the results, counted by the run of the loop
         extent_outputs: dict[str, tuple] = {}  # counter -> where the runner finds its value
@@ -330,7 +331,7 @@ class _Loops:
                     loop.body.pos,
                     f"the loop body yields {len(outputs)} values but {len(carried)} are carried",
                 )
-            found = self._varying_extents(loop, formals, outputs)
+            found = _varying_extents(loop, formals, outputs)
             if not set(found) - set(varying):
                 break
             if attempt == 1:  # cannot happen: a varying extent stays varying
@@ -362,35 +363,6 @@ class _Loops:
                 _import_extents(graph, fresh)
         return body, outputs, condition, formals, owned, varying
 
-    def _varying_extents(
-        self, loop: ast.Loop, formals: list, outputs: list[TensorInfo]
-    ) -> dict[tuple[int, int], int]:
-        """The (carry, axis) whose extent the body changes to one decided at run time, with the
-        bound the carried value keeps there; any other change of type or shape is an error."""
-        found: dict[tuple[int, int], int] = {}
-        for i, (carry, (_, dtype, shape), updated) in enumerate(
-            zip(loop.carries, formals, outputs, strict=False)
-        ):
-            problem = updated.dtype != dtype or len(updated.shape) != len(shape)
-            for axis, (before, after) in enumerate(zip(shape, updated.shape, strict=False)):
-                if problem or before == after:
-                    continue
-                limit = before if isinstance(before, int) else before.bound
-                reach = after.bound if isinstance(after, DynamicExtent) else None
-                if limit is None or reach is None or reach > limit:
-                    problem = True  # only an extent decided at run time may vary, within the bound
-                else:
-                    found[(i, axis)] = limit
-            if problem:
-                raise self._error(
-                    loop.body.pos,
-                    f"the loop body updates '{carry.name}' ({dtype}{format_value(list(shape))}) with a "
-                    f"{updated.dtype}{format_value(list(updated.shape))} tensor; a carried value keeps its "
-                    f"type and shape (an extent may change from one iteration to the next only within the "
-                    f"initial value's extent or upper bound)",
-                )
-        return found
-
     def _unique_label(self, base: str) -> str:
         labels = {op.label for op in self.operations}
         if base not in labels and base not in self.tensors:
@@ -400,21 +372,6 @@ class _Loops:
             for n in itertools.count(1)
             if f"{base}#{n}" not in labels and f"{base}#{n}" not in self.tensors
         )
-
-    def _loop_tensor(self, value: Any, what: str, position: ast.Position) -> TensorInfo:
-        """``value`` as a tensor a loop decided at run time can carry: numeric type, and an upper
-        bound for every extent decided at run time (the runner passes their actual values)."""
-        if not isinstance(value, TensorInfo):
-            raise self._error(position, f"{what} must be a tensor, got {format_value(value)}")
-        for extent in value.shape:
-            if isinstance(extent, DynamicExtent) and extent.bound is None:
-                raise self._error(
-                    position,
-                    f"{what} ('{value.name}', shape {format_value(list(value.shape))}) has a run-time extent "
-                    f"without an upper bound; a loop decided at run time needs one for its buffers",
-                )
-        numpy_dtype_of(value.dtype)
-        return value
 
     def _subgraph(
         self,
@@ -464,7 +421,7 @@ class _Loops:
         read = [n for op in operations for n in op.input_names()] + [t.name for t in outputs]
         captures = [n for n in dict.fromkeys(read) if n not in own]
         for captured in captures:
-            self._loop_tensor(
+            _loop_tensor(
                 self.tensors[captured], f"the tensor '{captured}' read inside the loop", value.pos
             )
         owned |= set(own)
@@ -497,3 +454,52 @@ class _Loops:
             else frame.types.get(carry.type.name, "real")
         )
         return self._constant_tensor(value, element, tuple(shape), f"{frame.scope}{carry.name}", carry.pos)
+
+
+# ------------------------------------------------------------------------------------------------
+# checks and computations that need no composer state (module functions, not methods)
+
+
+def _varying_extents(loop: ast.Loop, formals: list, outputs: list[TensorInfo]
+) -> dict[tuple[int, int], int]:
+    """The (carry, axis) whose extent the body changes to one decided at run time, with the
+    bound the carried value keeps there; any other change of type or shape is an error."""
+    found: dict[tuple[int, int], int] = {}
+    for i, (carry, (_, dtype, shape), updated) in enumerate(
+        zip(loop.carries, formals, outputs, strict=False)
+    ):
+        problem = updated.dtype != dtype or len(updated.shape) != len(shape)
+        for axis, (before, after) in enumerate(zip(shape, updated.shape, strict=False)):
+            if problem or before == after:
+                continue
+            limit = before if isinstance(before, int) else before.bound
+            reach = after.bound if isinstance(after, DynamicExtent) else None
+            if limit is None or reach is None or reach > limit:
+                problem = True  # only an extent decided at run time may vary, within the bound
+            else:
+                found[(i, axis)] = limit
+        if problem:
+            raise NNEFError.at(
+                loop.body.pos,
+                f"the loop body updates '{carry.name}' ({dtype}{format_value(list(shape))}) with a "
+                f"{updated.dtype}{format_value(list(updated.shape))} tensor; a carried value keeps its "
+                f"type and shape (an extent may change from one iteration to the next only within the "
+                f"initial value's extent or upper bound)",
+            )
+    return found
+
+
+def _loop_tensor(value: Any, what: str, position: ast.Position) -> TensorInfo:
+    """``value`` as a tensor a loop decided at run time can carry: numeric type, and an upper
+    bound for every extent decided at run time (the runner passes their actual values)."""
+    if not isinstance(value, TensorInfo):
+        raise NNEFError.at(position, f"{what} must be a tensor, got {format_value(value)}")
+    for extent in value.shape:
+        if isinstance(extent, DynamicExtent) and extent.bound is None:
+            raise NNEFError.at(
+                position,
+                f"{what} ('{value.name}', shape {format_value(list(value.shape))}) has a run-time extent "
+                f"without an upper bound; a loop decided at run time needs one for its buffers",
+            )
+    numpy_dtype_of(value.dtype)
+    return value

@@ -11,6 +11,7 @@ from typing import Any
 
 from uopviz.nnef import ast
 from uopviz.nnef.ast import identifiers
+from uopviz.nnef.composer_binding import _element_type
 from uopviz.nnef.composer_support import (
     _describe_type,
     _extent_matches,
@@ -71,7 +72,7 @@ class _ShapeBinding:
             plan.append((extent, length, count_is_bool))
         known = sum(length for _, length, _ in plan if length is not None)
         if unknown < 0 and known != len(dims) or known > len(dims):
-            raise self._shape_error(
+            raise _shape_error(
                 instance,
                 spec,
                 dims,
@@ -86,7 +87,7 @@ class _ShapeBinding:
                 length = len(dims) - known
                 count = extent.pack.count if extent.pack is not None else None
                 if count is not None and not isinstance(count, ast.Placeholder):
-                    self._solve(instance, count, length, position, f"the length of a pack in {what}")
+                    _solve(instance, count, length, position, f"the length of a pack in {what}")
             part = dims[offset : offset + length]
             offset += length
             self._bind_extent(
@@ -102,7 +103,7 @@ class _ShapeBinding:
             if (
                 extent.distinct
                 or isinstance(extent.value, ast.Placeholder)
-                or self._declares(instance, extent.value)
+                or _declares(instance, extent.value)
             ):
                 return 1, False
             try:
@@ -128,7 +129,7 @@ class _ShapeBinding:
         try:
             length = evaluator(count)
         except Unknown:
-            return (None, False) if self._declares(instance, count) else (False, False)
+            return (None, False) if _declares(instance, count) else (False, False)
         if length is None:
             return 0, False
         if isinstance(length, bool):
@@ -138,14 +139,6 @@ class _ShapeBinding:
                 count.pos, f"a pack length must be a non-negative int, got {format_value(length)}"
             )
         return length, False
-
-    def _declares(self, instance: _Instance, node: ast.Node) -> bool:
-        """Whether ``node`` is an affine expression of exactly one new shape symbol."""
-        new = [name for name in identifiers(node) if instance.declaration(name)]
-        if len(new) != 1:
-            return False
-        others = identifiers(node) - {new[0]}
-        return all(name in instance.symbols for name in others)
 
     def _bind_extent(
         self,
@@ -180,7 +173,7 @@ class _ShapeBinding:
             if len(expected_items) != len(part) or any(
                 not _extent_matches(e, d) for e, d in zip(expected_items, part, strict=False)
             ):
-                raise self._shape_error(
+                raise _shape_error(
                     instance,
                     spec,
                     dims,
@@ -194,12 +187,12 @@ class _ShapeBinding:
         if not part:
             return
         actual = part[0]
-        if self._declares(instance, node):
-            self._solve(instance, node, actual, position, what)
+        if _declares(instance, node):
+            _solve(instance, node, actual, position, what)
             return
         expected = evaluator(node)
         if not _extent_matches(expected, actual):
-            raise self._shape_error(
+            raise _shape_error(
                 instance,
                 spec,
                 dims,
@@ -209,32 +202,12 @@ class _ShapeBinding:
                 f"extent {format_value(actual)} where '{print_expression(node)}' = {format_value(expected)}",
             )
 
-    def _shape_error(
-        self,
-        instance: _Instance,
-        spec: ast.TypeSpec,
-        dims: list,
-        position: ast.Position,
-        what: str,
-        value: Any,
-        detail: str,
-    ) -> NNEFError:
-        argument = f"the argument '{value.name}'" if isinstance(value, TensorInfo) else "the argument"
-        if isinstance(value, list):
-            argument = "an item of the argument"
-        return self._error(
-            position,
-            f"shape mismatch: {instance.name} {what} is declared "
-            f"{_describe_type(spec)} but {argument} has shape "
-            f"{format_value(list(dims))}: {detail}",
-        )
-
     def _bind_or_check(
         self, instance: _Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
     ) -> bool:
         """Bind ``node`` (a new symbol or an affine expression of one) to ``value``, or check it."""
-        if self._declares(instance, node):
-            self._solve(instance, node, value, position, what)
+        if _declares(instance, node):
+            _solve(instance, node, value, position, what)
             return True
         try:
             expected = instance.evaluator()(node)
@@ -249,46 +222,6 @@ class _ShapeBinding:
                 f"'{print_expression(node)}' = {format_value(expected)}",
             )
         return True
-
-    def _solve(
-        self, instance: _Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
-    ) -> None:
-        """Solve the affine ``node`` (one unknown symbol) for ``node == value`` and bind the symbol."""
-        if isinstance(node, ast.Identifier):
-            instance.symbols[node.name] = value
-            return
-        (name,) = [n for n in identifiers(node) if instance.declaration(n)]
-        if isinstance(value, DynamicExtent):
-            raise self._error(
-                position,
-                f"{instance.name}: {what}: cannot solve '{print_expression(node)}' for a run-time extent",
-            )
-
-        def at(x: int) -> Any:
-            return instance.evaluator(ChainMap({name: x}, instance.symbols))(node)
-
-        try:
-            f0, f1, f2 = at(0), at(1), at(2)
-        except NNEFError:
-            f0 = f1 = f2 = None
-        if (
-            not all(isinstance(f, int) and not isinstance(f, bool) for f in (f0, f1, f2))
-            or f2 - f1 != f1 - f0
-            or f1 == f0
-        ):
-            raise self._error(
-                node.pos,
-                f"'{print_expression(node)}' is not an affine expression of '{name}'; it cannot declare it",
-            )
-        slope = f1 - f0
-        solution, remainder = divmod(value - f0, slope)
-        if remainder or at(solution) != value:
-            raise self._error(
-                position,
-                f"{instance.name}: {what} is {value}, which '{print_expression(node)}' "
-                f"cannot equal for an integer '{name}'",
-            )
-        instance.symbols[name] = solution
 
     # -- using and asserts ------------------------------------------------------------------------------
 
@@ -334,7 +267,7 @@ class _ShapeBinding:
         target = using.target
         if isinstance(target, ast.Identifier):
             if using.count is not None:
-                self._check_using_count(instance, using, value)
+                _check_using_count(instance, using, value)
             instance.symbols[target.name] = value
             return
         if value is None:
@@ -345,48 +278,7 @@ class _ShapeBinding:
             raise self._error(
                 using.pos, f"{instance.name}: cannot destructure the non-pack {format_value(value)}"
             )
-        self._destructure(instance, target, value, using.pos)
-
-    def _check_using_count(self, instance: _Instance, using: ast.Using, value: Any) -> None:
-        length = instance.evaluator()(using.count)
-        actual = len(value) if isinstance(value, list) else None
-        if value is not None and actual != length:
-            raise self._error(
-                using.pos,
-                f"{instance.name}: '{print_expression(using.target)}' has length "
-                f"{actual}, but its hint says {format_value(length)}",
-            )
-
-    def _destructure(
-        self, instance: _Instance, target: ast.List, value: list, position: ast.Position
-    ) -> None:
-        items = target.items
-        expanded = [i for i, item in enumerate(items) if isinstance(item, ast.Expand)]
-        if len(items) == 1 and expanded and isinstance(items[0].value, ast.Zip):
-            names = [item.name for item in items[0].value.items]
-            if len(value) % len(names):
-                raise self._error(
-                    position, f"cannot unzip a pack of length {len(value)} into {len(names)} packs"
-                )
-            for offset, name in enumerate(names):
-                instance.symbols[name] = value[offset :: len(names)]
-            return
-        if len(expanded) > 1:
-            raise self._error(position, "at most one item of a destructuring list may be a pack")
-        fixed = len(items) - len(expanded)
-        if (not expanded and len(value) != fixed) or len(value) < fixed:
-            raise self._error(
-                position, f"cannot destructure a pack of length {len(value)} into {len(items)} items"
-            )
-        rest = len(value) - fixed
-        offset = 0
-        for item in items:
-            if isinstance(item, ast.Expand):
-                instance.symbols[item.value.name] = value[offset : offset + rest]
-                offset += rest
-            else:
-                instance.symbols[item.name] = value[offset]
-                offset += 1
+        _destructure(instance, target, value, using.pos)
 
     def _check_asserts(self, instance: _Instance, final: bool) -> None:
         for index in range(len(instance.info.definition.asserts)):
@@ -418,27 +310,7 @@ class _ShapeBinding:
                     assertion.pos, f"{instance.name}: an assertion must be a bool, got {format_value(item)}"
                 )
             if not item:
-                raise self._assertion_error(instance, assertion)
-
-    def _assertion_error(self, instance: _Instance, assertion: ast.Assert) -> NNEFError:
-        evaluator = instance.evaluator()
-        if assertion.message is None:
-            message = f"assertion '{print_expression(assertion.condition)}' failed"
-        else:
-            try:
-                message = evaluator(assertion.message)
-            except (Unknown, NNEFError):
-                message = print_expression(assertion.message)
-        printed = []
-        for item in assertion.prints:
-            label = item.label or print_expression(item.value)
-            try:
-                printed.append(f"{label} = {format_value(evaluator(item.value), True)}")
-            except (Unknown, NNEFError):
-                printed.append(f"{label} = ?")
-        detail = f" ({', '.join(printed)})" if printed else ""
-        where = f" [assertion at {assertion.pos}]" if _in_stdlib(assertion.pos.file) else ""
-        return self._error(instance.position, f"{instance.name}: {message}{detail}{where}")
+                raise _assertion_error(instance, assertion)
 
     # -- output declarations -----------------------------------------------------------------------------
 
@@ -455,7 +327,7 @@ class _ShapeBinding:
                 bound = bound.bound
             if isinstance(node, ast.Placeholder):
                 dynamic = DynamicExtent((instance.label or instance.name, name, position), bound)
-                shape.extend([dynamic] * self._extent_count(instance, extent, evaluator))
+                shape.extend([dynamic] * _extent_count(instance, extent, evaluator))
                 continue
             if (
                 extent.bound is not None
@@ -497,7 +369,7 @@ class _ShapeBinding:
                             )
                     shape.extend(value)
                 else:
-                    shape.extend([value] * self._extent_count(instance, extent, evaluator))
+                    shape.extend([value] * _extent_count(instance, extent, evaluator))
             else:
                 if value is None:
                     continue
@@ -524,18 +396,11 @@ class _ShapeBinding:
                 )
         return shape
 
-    def _extent_count(self, instance: _Instance, extent: ast.Extent, evaluator: Evaluator) -> int:
-        if extent.pack is None:
-            return 1
-        if extent.pack.count is None or isinstance(extent.pack.count, ast.Placeholder):
-            raise self._error(extent.pos, "a repeated extent needs a length: x..(n)")
-        return evaluator.repeat_count(extent.pack.count) or 0
-
     def _declared_outputs(self, instance: _Instance) -> dict[str, tuple[str, Any]]:
         """Each declared output: (element type, shape or list of shapes for a pack)."""
         out: dict[str, tuple[str, Any]] = {}
         for param in instance.info.definition.outputs:
-            element = self._element_type(instance, param.type)
+            element = _element_type(instance, param.type)
             if element is None:
                 raise self._error(
                     param.pos,
@@ -555,3 +420,146 @@ class _ShapeBinding:
         if spec.shape is None:
             return [None] * (count or 0)
         return [self._evaluate_shape(instance, spec, param.name, item) for item in range(count or 0)]
+
+
+# ------------------------------------------------------------------------------------------------
+# checks and computations that need no composer state (module functions, not methods)
+
+
+def _declares(instance: _Instance, node: ast.Node) -> bool:
+    """Whether ``node`` is an affine expression of exactly one new shape symbol."""
+    new = [name for name in identifiers(node) if instance.declaration(name)]
+    if len(new) != 1:
+        return False
+    others = identifiers(node) - {new[0]}
+    return all(name in instance.symbols for name in others)
+
+
+def _shape_error(instance: _Instance,
+    spec: ast.TypeSpec,
+    dims: list,
+    position: ast.Position,
+    what: str,
+    value: Any,
+    detail: str,
+) -> NNEFError:
+    argument = f"the argument '{value.name}'" if isinstance(value, TensorInfo) else "the argument"
+    if isinstance(value, list):
+        argument = "an item of the argument"
+    return NNEFError.at(
+        position,
+        f"shape mismatch: {instance.name} {what} is declared "
+        f"{_describe_type(spec)} but {argument} has shape "
+        f"{format_value(list(dims))}: {detail}",
+    )
+
+
+def _solve(instance: _Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
+) -> None:
+    """Solve the affine ``node`` (one unknown symbol) for ``node == value`` and bind the symbol."""
+    if isinstance(node, ast.Identifier):
+        instance.symbols[node.name] = value
+        return
+    (name,) = [n for n in identifiers(node) if instance.declaration(n)]
+    if isinstance(value, DynamicExtent):
+        raise NNEFError.at(
+            position,
+            f"{instance.name}: {what}: cannot solve '{print_expression(node)}' for a run-time extent",
+        )
+
+    def at(x: int) -> Any:
+        return instance.evaluator(ChainMap({name: x}, instance.symbols))(node)
+
+    try:
+        f0, f1, f2 = at(0), at(1), at(2)
+    except NNEFError:
+        f0 = f1 = f2 = None
+    if (
+        not all(isinstance(f, int) and not isinstance(f, bool) for f in (f0, f1, f2))
+        or f2 - f1 != f1 - f0
+        or f1 == f0
+    ):
+        raise NNEFError.at(
+            node.pos,
+            f"'{print_expression(node)}' is not an affine expression of '{name}'; it cannot declare it",
+        )
+    slope = f1 - f0
+    solution, remainder = divmod(value - f0, slope)
+    if remainder or at(solution) != value:
+        raise NNEFError.at(
+            position,
+            f"{instance.name}: {what} is {value}, which '{print_expression(node)}' "
+            f"cannot equal for an integer '{name}'",
+        )
+    instance.symbols[name] = solution
+
+
+def _check_using_count(instance: _Instance, using: ast.Using, value: Any) -> None:
+    length = instance.evaluator()(using.count)
+    actual = len(value) if isinstance(value, list) else None
+    if value is not None and actual != length:
+        raise NNEFError.at(
+            using.pos,
+            f"{instance.name}: '{print_expression(using.target)}' has length "
+            f"{actual}, but its hint says {format_value(length)}",
+        )
+
+
+def _destructure(instance: _Instance, target: ast.List, value: list, position: ast.Position
+) -> None:
+    items = target.items
+    expanded = [i for i, item in enumerate(items) if isinstance(item, ast.Expand)]
+    if len(items) == 1 and expanded and isinstance(items[0].value, ast.Zip):
+        names = [item.name for item in items[0].value.items]
+        if len(value) % len(names):
+            raise NNEFError.at(
+                position, f"cannot unzip a pack of length {len(value)} into {len(names)} packs"
+            )
+        for offset, name in enumerate(names):
+            instance.symbols[name] = value[offset :: len(names)]
+        return
+    if len(expanded) > 1:
+        raise NNEFError.at(position, "at most one item of a destructuring list may be a pack")
+    fixed = len(items) - len(expanded)
+    if (not expanded and len(value) != fixed) or len(value) < fixed:
+        raise NNEFError.at(
+            position, f"cannot destructure a pack of length {len(value)} into {len(items)} items"
+        )
+    rest = len(value) - fixed
+    offset = 0
+    for item in items:
+        if isinstance(item, ast.Expand):
+            instance.symbols[item.value.name] = value[offset : offset + rest]
+            offset += rest
+        else:
+            instance.symbols[item.name] = value[offset]
+            offset += 1
+
+
+def _assertion_error(instance: _Instance, assertion: ast.Assert) -> NNEFError:
+    evaluator = instance.evaluator()
+    if assertion.message is None:
+        message = f"assertion '{print_expression(assertion.condition)}' failed"
+    else:
+        try:
+            message = evaluator(assertion.message)
+        except (Unknown, NNEFError):
+            message = print_expression(assertion.message)
+    printed = []
+    for item in assertion.prints:
+        label = item.label or print_expression(item.value)
+        try:
+            printed.append(f"{label} = {format_value(evaluator(item.value), True)}")
+        except (Unknown, NNEFError):
+            printed.append(f"{label} = ?")
+    detail = f" ({', '.join(printed)})" if printed else ""
+    where = f" [assertion at {assertion.pos}]" if _in_stdlib(assertion.pos.file) else ""
+    return NNEFError.at(instance.position, f"{instance.name}: {message}{detail}{where}")
+
+
+def _extent_count(instance: _Instance, extent: ast.Extent, evaluator: Evaluator) -> int:
+    if extent.pack is None:
+        return 1
+    if extent.pack.count is None or isinstance(extent.pack.count, ast.Placeholder):
+        raise NNEFError.at(extent.pos, "a repeated extent needs a length: x..(n)")
+    return evaluator.repeat_count(extent.pack.count) or 0
