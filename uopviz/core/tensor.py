@@ -28,6 +28,11 @@ are written so that a person reading them in the explorer sees the spec's ops:
 Dtype rules that differ from numpy (on purpose, like tinygrad and torch): true division and
 transcendental functions of integers give ``float32`` (numpy: ``float64``); ``argmax`` gives
 ``int32``; integer sums keep ``int32`` rather than widening to ``int64``.
+
+This module holds the :class:`Tensor` class and ``cat``/``stack``; the helpers it shares live in
+:mod:`uopviz.core.tensor_helpers` (shapes, axes, dtypes, data buffers), the accurate ``exp``,
+``sigmoid`` and ``tanh`` in :mod:`uopviz.core.tensor_math`, and the collectives in
+:mod:`uopviz.core.collectives` (re-exported here, and as ``Tensor.collectives``).
 """
 
 from __future__ import annotations
@@ -36,271 +41,55 @@ import itertools
 import math
 import weakref
 from collections.abc import Iterator, Sequence
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from uopviz.core.buffers import BufferData, buffer_data, initial_data, storage_array
+from uopviz.core.buffers import BufferData, buffer_data, initial_data
+from uopviz.core.collectives import (
+    allgather,
+    allreduce,
+    broadcast,
+    collectives,
+    gather,
+    reduce,
+    reduce_scatter,
+    scatter,
+)
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.entry_points import entry_point
 from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
+from uopviz.core.tensor_helpers import (
+    DEFAULT_DEVICE,
+    Scalar,
+    Shape,
+    _accumulate_dtype,
+    _broadcast,
+    _check_devices,
+    _check_scalar_fits,
+    _data_buffer,
+    _default_dtype_of,
+    _float_dtype,
+    _is_scalar,
+    _normalize_axis,
+    _pair,
+    _shape_args,
+    _sharded_buffer,
+    _to_dtype,
+    _weak_scalar_dtype,
+    _wrapped_indices,
+    broadcast_shape,
+)
+from uopviz.core.tensor_math import (
+    LN_2,
+    _exp,
+    _sigmoid,
+    _tanh,
+)
 from uopviz.core.uop import Device, UOp, UOpError
 
-DEFAULT_DEVICE = "CPU"
-Shape = tuple[int, ...]
-Scalar = bool | int | float
-
-# ---------------------------------------------------------------------------------------------
-# small helpers on shapes, axes and dtypes
-
-
-def _shape_args(args: Sequence[Any]) -> tuple[Any, ...]:
-    """``f(2, 3)`` and ``f((2, 3))`` both give ``(2, 3)``."""
-    if len(args) == 1 and isinstance(args[0], list | tuple):
-        return tuple(args[0])
-    return tuple(args)
-
-
-def broadcast_shape(*shapes: Shape) -> Shape:
-    """numpy's broadcasting: right-align, each axis equal or 1.  Raises UOpError naming the shapes."""
-    rank = max((len(s) for s in shapes), default=0)
-    out: list[int] = []
-    for position in range(rank):
-        sizes = {s[position - rank + len(s)] for s in shapes if position - rank + len(s) >= 0}
-        other_than_one = sizes - {1}
-        if len(other_than_one) > 1:
-            raise UOpError(f"shapes {', '.join(map(str, shapes))} do not broadcast (axis {position} "
-                             f"has sizes {sorted(sizes)})")
-        out.append(other_than_one.pop() if other_than_one else 1)
-    return tuple(out)
-
-
-def _normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
-    if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
-        raise TypeError(f"{what} must be an int, got {axis!r}")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{what} {axis} is out of range for a tensor of rank {ndim}")
-    return int(axis) % ndim if ndim else 0
-
-
-def _to_dtype(dtype: DType | str | Any) -> DType:
-    if isinstance(dtype, DType):
-        return dtype
-    if isinstance(dtype, str):
-        return dtypes.from_name(dtype)
-    return dtypes.from_numpy(dtype)
-
-
-def _accumulate_dtype(dtype: DType) -> DType:
-    """The dtype a sum or product of ``dtype`` accumulates in (numpy-like, but int32 not int64)."""
-    if dtype.is_bool or (dtype.kind.value == "signed" and dtype.itemsize < 4):
-        return dtypes.int32
-    if dtype.is_unsigned and dtype.itemsize < 4:
-        return dtypes.uint32
-    return dtype
-
-
-def _float_dtype(dtype: DType) -> DType:
-    """The dtype a floating-point function of ``dtype`` computes in."""
-    return dtype if dtype.is_float else dtypes.default_float
-
-
-# log2(e) = 1/ln 2 to 52 digits (a double's math.log2(math.e) is off by 2**-53: 85 ulp in exp(-685))
-_LOG2_E_EXACT = Fraction("1.442695040888963407359924681001892137426645954152985934")
-
-
-def _upper_half(x: Tensor) -> Tensor:
-    """``x`` with the lower half of its mantissa bits cleared (by masking, so that no fused
-    multiply-add can spoil the exact products of halves)."""
-    if x.dtype is dtypes.float64:
-        return (x.bitcast(dtypes.int64) & -(1 << 27)).bitcast(dtypes.float64)
-    return (x.bitcast(dtypes.int32) & -(1 << 12)).bitcast(dtypes.float32)
-
-
-def _exp(x: Tensor) -> Tensor:
-    """See :meth:`Tensor.exp`."""
-    wide = x.dtype is dtypes.float64
-    bits = 27 if wide else 12  # the low bits cleared: halves of 26 / 12 significant bits
-    scale = Fraction(2) ** (math.floor(math.log2(LOG2_E)) - (52 if wide else 23) + bits)
-    high = math.floor(_LOG2_E_EXACT / scale) * scale  # log2 e to half the mantissa's bits
-    log2_e_high, log2_e_low = float(high), float(_LOG2_E_EXACT - high)  # (the sum: log2 e to ~2**-80)
-    t = x * LOG2_E
-    x_high = _upper_half(x)
-    x_low = x - x_high
-    # t's rounding error: the products of halves are exact, x_high·log2_e_high - t by Sterbenz
-    error = (((x_high * log2_e_high - t) + x_high * log2_e_low) + x_low * log2_e_high) + x_low * log2_e_low
-    error = (x.abs() < (1500 if wide else 200)).where(error, 0)  # beyond, exp is 0 or inf (t may be inf)
-    # (a t rounded up to the overflow threshold has an exact value past the largest float too)
-    return t.exp2() * (1 + error * LN_2)
-
-
-# ln 2 in three parts: the first two of 16 bits, so their products with |n| <= 160 are exact in float32
-_LN2_EXACT = 1 / _LOG2_E_EXACT
-_LN2_16, _LN2_32 = (Fraction(math.floor(_LN2_EXACT * 2**bits), 2**bits) for bits in (16, 32))
-_LN2_PARTS = (float(_LN2_16), float(_LN2_32 - _LN2_16), float(_LN2_EXACT - _LN2_32))
-# (e**r - 1 - r) / r² = Σ r**k / (k+2)!, |r| <= 0.35: 8 terms leave 2e-10 of it
-_EXP_TAIL = tuple(1 / math.factorial(k + 2) for k in range(8))
-
-
-def _two_sum(a: Tensor, b: Tensor | float) -> tuple[Tensor, Tensor]:
-    """``a + b`` as the rounded sum and its exact error (Knuth's two-sum; any magnitudes).  The
-    operands must not be rounded products: a multiply-add fusion would add the exact ones."""
-    total = a + b
-    b_virtual = total - a
-    return total, (a - (total - b_virtual)) + (b - b_virtual)
-
-
-def _exp_pair_float32(v: Tensor) -> tuple[Tensor, Tensor]:
-    """``e**v`` for float32 ``v <= 0`` as ``high + low`` to about 2**-28 relative (``exp`` alone is
-    good to 2 ulp, which the divisions of sigmoid and tanh then double).
-
-    ``v = n·ln 2 + r`` with ``r`` kept as a pair (``n·ln2`` in parts whose products with ``n`` are
-    exact), ``e**r = 1 + r + r²·T(r)`` with the leading ``1 + r`` kept as a pair, times ``2**n``
-    built from the exponent bits in two exact steps (so denormal results are rounded once)."""
-    v = v.maximum(-110.0)  # e**-110 is 0 in float32 (and n stays in the steps' range); nan stays nan
-    magic = 1.5 * 2.0**23
-    n = (v * LOG2_E + magic) - magic  # round to an integer without a float → int conversion
-    reduced = v - n * _LN2_PARTS[0]  # exact (Sterbenz; n·part exact)
-    r_high, r_low = _two_sum(reduced, -n * _LN2_PARTS[1])  # n·part exact: a fused form is the same
-    r_low = r_low - n * _LN2_PARTS[2]
-    tail = r_low * (1 + r_high) + r_high * r_high * _polynomial(r_high, _EXP_TAIL)
-    leading = 1 + r_high  # |r| < 1: fast two-sum
-    rest = (r_high - (leading - 1)) + tail
-    high = leading + rest  # normalized (|low| below half an ulp of high), as _divide_pair needs
-    low = rest - (high - leading)
-    # 2**n as 2**(n + 64) (a normal float for n >= -190) times 2**-64: the pair scales exactly, the
-    # last step rounds once where the result is a denormal
-    whole = (n == n).where(n, 0.0)  # a nan v: the pair is nan anyway; keep the integer steps defined
-    scale = ((whole.cast(dtypes.int32) + (127 + 64)) * (1 << 23)).bitcast(dtypes.float32)
-    return high * scale * 2.0**-64, low * scale * 2.0**-64
-
-
-def _polynomial(x: Tensor, coefficients: Sequence[float]) -> Tensor:
-    """``c0 + x·(c1 + x·(c2 + ...))`` by Horner's rule."""
-    result = x * coefficients[-1] + coefficients[-2]
-    for c in reversed(coefficients[:-2]):
-        result = result * x + c
-    return result
-
-
-def _divide_pair(numerator: tuple[Tensor, Tensor], denominator: tuple[Tensor, Tensor]) -> Tensor:
-    """``(a + a_low) / (b + b_low)`` rounded about once (float32; ``0 < b``, both pairs normalized:
-    each low part below about an ulp of its high part).
-
-    A quotient ``q`` of 12 bits (masked, so its products with the 12-bit halves of ``b`` are exact
-    and no multiply-add fusion changes them), the exact residual ``a - q·b`` plus the low parts,
-    and ``q + residual / b``."""
-    a, a_low = numerator
-    b, b_low = denominator
-    inverse = b.reciprocal()
-    quotient = _upper_half(a * inverse)
-    b_high = _upper_half(b)
-    residual = ((a - quotient * b_high) - quotient * (b - b_high)) + (a_low - quotient * b_low)
-    return quotient + residual * inverse
-
-
-def _with_slope(value: Tensor, x: Tensor, slope: Tensor) -> Tensor:
-    """``value``, differentiated as ``slope·dx``: the pair arithmetic of the float32 sigmoid and tanh
-    splits values by masking bits, which carry no gradient.  ``value - (linear - linear)`` with the
-    first ``linear`` detached: the difference is exactly 0 (-0 stays -0) for finite ``x``, an
-    infinite ``x`` is replaced by 0 in ``linear`` (where the slope is 0, and inf·0 is nan)."""
-    linear = (x * 0 == 0).where(x, 0.0) * slope.detach()
-    return value.detach() - (linear.detach() - linear)
-
-
-def _sigmoid(x: Tensor) -> Tensor:
-    """``1 / (1 + exp(-x))`` for ``x >= 0``, ``exp(x) / (1 + exp(x))`` below: the exponential never
-    overflows, so very negative ``x`` give the tiny (denormal) result rather than 0.  float32:
-    the exponential and ``1 + exp`` as pairs of floats and one correctly rounded-ish division
-    (each rounding of the plain form costs up to 2 ulp once the quotient's mantissa is smaller
-    than the exponential's: 3.8 ulp)."""
-    if x.dtype is dtypes.float32:
-        small, small_low = _exp_pair_float32(-x.abs())
-        sum_high = 1 + small  # small <= 1: fast two-sum
-        sum_low = (small - (sum_high - 1)) + small_low
-        negative = x < 0
-        numerator = (negative.where(small, 1.0), negative.where(small_low, 0.0))
-        value = _divide_pair(numerator, (sum_high, sum_low))
-        return _with_slope(value, x, value * (1 - value))
-    small = (-x.abs()).exp()
-    share = (1 + small).reciprocal()
-    return (x >= 0).where(share, small * share)
-
-
-# tanh(x)/x as a polynomial of x² on [0, 0.55²] (Chebyshev fits in 40-digit mpmath, relative error
-# 9e-10 / 5e-19, lowest degree first): float32, float64
-_TANH_SMALL = {
-    "float32": (0.999999999054801905542447, -0.3333331079774894818849908, 0.133324565364331372973326,
-                -0.05384231924681724054554289, 0.02103821480627656268466029, -0.006233633487954958622381385),
-    "float64": (0.9999999999999999994489066, -0.3333333333333328084326555, 0.1333333333332504441716509,
-                -0.05396825396311857846798985, 0.02186948837144286405154073, -0.00886323240466766816142771,
-                0.003592090310256479220136964, -0.001455533008820424509152715, 0.0005884078649141197677456099,
-                -0.0002332960570410419828881481, 0.00008320274178943323378806441,
-                -0.00001942899318366304308336065),
-}
-
-
-def _tanh(x: Tensor) -> Tensor:
-    """See :meth:`Tensor.tanh`."""
-    square = x * x
-    coefficients = _TANH_SMALL["float64" if x.dtype is dtypes.float64 else "float32"]
-    series = coefficients[-1] * square + coefficients[-2]
-    for c in reversed(coefficients[:-2]):
-        series = series * square + c
-    if x.dtype is dtypes.float32:
-        # (1 - u) / (1 + u) with u = e**(-2|x|) <= 1/3 as a pair: the result is in [0.5, 1), where
-        # 2·sigmoid(2x) - 1 doubles sigmoid's roundings (3.0 ulp)
-        u, u_low = _exp_pair_float32(-2 * x.abs())
-        difference = 1 - u
-        difference_low = ((1 - difference) - u) - u_low
-        total = 1 + u
-        total_low = (u - (total - 1)) + u_low
-        large = _divide_pair((difference, difference_low), (total, total_low))
-        large = (x < 0).where(-large, large)
-        value = (x.abs() < 0.55).where(x * series, large)
-        return _with_slope(value, x, 1 - value * value)
-    large = 2 * (2 * x).sigmoid() - 1
-    return (x.abs() < 0.55).where(x * series, large)
-
-
-def _kind_rank(dtype: DType) -> int:
-    return 0 if dtype.is_bool else 2 if dtype.is_float else 1
-
-
-def _weak_scalar_dtype(tensor_dtype: DType, value: Scalar) -> DType:
-    """A Python scalar takes the tensor's dtype when it is of the same or a lower kind."""
-    value_dtype = dtypes.from_python(value)
-    if _kind_rank(value_dtype) <= _kind_rank(tensor_dtype):
-        return tensor_dtype
-    return value_dtype
-
-
-def _check_scalar_fits(value: Scalar, dtype: DType) -> None:
-    if dtype.is_int and not isinstance(value, bool) and isinstance(value, int) \
-            and not dtype.min <= value <= dtype.max:
-        raise ValueError(f"the Python integer {value} does not fit in {dtype.name} "
-                         f"[{dtype.min}, {dtype.max}]")
-
-
-def _is_scalar(value: Any) -> bool:
-    return isinstance(value, bool | int | float) and not isinstance(value, np.generic)
-
-
-def _pair(value: int | Sequence[int], count: int, what: str) -> tuple[int, ...]:
-    if isinstance(value, int):
-        return (value,) * count
-    value = tuple(value)
-    if len(value) != count:
-        raise ValueError(f"{what} needs {count} values, got {value}")
-    return value
-
-
 _seed_state = {"seed": 0, "calls": itertools.count()}
-
-LOG2_E = math.log2(math.e)
-LN_2 = math.log(2.0)
 
 # ---------------------------------------------------------------------------------------------
 # the Tensor
@@ -1702,98 +1491,6 @@ class Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# data buffers and broadcasting
-
-
-def _default_dtype_of(array: np.ndarray, from_list: bool) -> DType:
-    """Lists take the default dtypes (bool, int32, float32); numpy arrays keep theirs."""
-    if array.dtype.kind == "b":
-        return dtypes.bool
-    if from_list and array.dtype.kind == "f":
-        return dtypes.default_float
-    if from_list and array.dtype.kind in "iu":
-        return dtypes.default_int
-    if array.dtype.kind not in "fiu":
-        raise TypeError(f"cannot make a Tensor from numpy data of dtype {array.dtype}")
-    return dtypes.from_numpy(array.dtype)
-
-
-def _known_values(t: Tensor) -> np.ndarray | None:
-    """The values of ``t`` when they are data (a BUFFER made from an array, maybe reshaped, or a
-    constant), else None: what can be checked while the graph is built."""
-    uop = t.uop
-    if uop.op is Ops.RESHAPE:
-        uop = uop.src[0]
-    if uop.op is Ops.CONST:
-        return np.asarray(uop.const_value)
-    if uop.op is Ops.BUFFER:
-        data = initial_data(uop)
-        return None if data is None or data.size != t.numel() else data
-    return None
-
-
-def _wrapped_indices(idx: Tensor, size: int, where: str) -> Tensor:
-    """``idx`` with negative indices counted from the end (``idx + size`` where ``idx < 0``), as numpy;
-    indices known now (data) outside ``[-size, size)`` raise IndexError naming the first one."""
-    known = _known_values(idx)
-    if known is not None and known.size:
-        outside = (known < -size) | (known >= size)
-        if outside.any():
-            position = int(np.flatnonzero(outside.reshape(-1))[0])
-            raise IndexError(f"{where}: index {int(known.reshape(-1)[position])} at position {position} is "
-                             f"out of range for size {size} (valid: -{size} to {size - 1})")
-        if (known >= 0).all():
-            return idx
-    if idx.dtype.is_unsigned:
-        return idx
-    return (idx < 0).where(idx + size, idx)
-
-
-def _data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:
-    """A BUFFER holding ``array`` (registered in :data:`buffer_data`), reshaped to its shape."""
-    stored = storage_array(array, dtype)
-    buffer = UOp.buffer(int(stored.size), dtype, device)
-    buffer_data.register(buffer, stored)
-    return buffer.reshape(array.shape) if buffer.shape != array.shape else buffer
-
-
-def _sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], axis: int,
-                    stored: bool = False) -> UOp:
-    """One BUFFER on the n-tuple device holding the ``n`` slices of ``array`` along ``axis`` one after
-    the other, viewed as ``array``'s shape with ``.axis == axis``."""
-    count = len(devices)
-    shape = array.shape
-    if not shape or shape[axis] % count:
-        raise UOpError(f"cannot shard shape {shape} on axis {axis} over {count} devices")
-    data = array if stored else storage_array(array, dtype)
-    slices = np.split(data, count, axis=axis)
-    flat = np.concatenate([s.reshape(-1) for s in slices])
-    buffer = UOp.buffer(int(flat.size) // count, dtype, devices)
-    buffer_data.register(buffer, flat)
-    slice_shape = slices[0].shape
-    u = buffer.reshape((count, *slice_shape))  # axis 0: the device axis
-    order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, len(shape) + 1))
-    u = u.permute(order) if order != list(range(len(order))) else u  # device axis next to `axis`
-    return u.reshape(shape)
-
-
-def _broadcast(*tensors: Tensor, op: Ops | None = None) -> list[Tensor]:
-    """Bring every tensor to the common shape with explicit RESHAPE (leading 1s) and EXPAND; ``op``,
-    the op the operands are for, is named when they do not broadcast."""
-    try:
-        shape = broadcast_shape(*(t.shape for t in tensors))
-    except UOpError as error:
-        raise UOpError(f"{op.name}: {error}" if op is not None else str(error)) from None
-    return [t if t.shape == shape else t.expand(shape) for t in tensors]
-
-
-def _check_devices(*tensors: Tensor) -> None:
-    devices = {t.uop.device for t in tensors} - {None}
-    if len(devices) > 1:
-        raise ValueError(f"operands live on different devices {sorted(map(str, devices))}; copy() one first")
-
-
-# ---------------------------------------------------------------------------------------------
 # module-level conveniences
 
 
@@ -1807,102 +1504,6 @@ def stack(*tensors: Tensor, axis: int = 0) -> Tensor:
     """Stack along a new ``axis`` (see :meth:`Tensor.stack`)."""
     flat = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], list | tuple) else list(tensors)
     return Tensor.stack(flat, axis=axis)
-
-
-# ---------------------------------------------------------------------------------------------
-# the spec's multi-device collectives, built from primitives exactly as the spec writes them.
-# D = (d_0, ..., d_{n-1}).  REPLICATED collapses its axes to 1 (the spec's table), so where the
-# spec's comment gives the squeezed shape, a final RESHAPE drops that axis.
-
-
-def _multi_device(t: Tensor, what: str) -> tuple[str, ...]:
-    device = t.device
-    if not isinstance(device, tuple):
-        raise ValueError(f"{what} needs a tensor on an n-tuple device, got one on {device!r}")
-    if t.ndim != 1:
-        raise ValueError(f"{what} works on 1-D tensors (the spec's (n*s,)), got shape {t.shape}")
-    return device
-
-
-def _single_device_vector(t: Tensor, devices: Sequence[str], what: str) -> tuple[str, ...]:
-    devices = tuple(devices)
-    if len(devices) < 1 or isinstance(t.device, tuple):
-        raise ValueError(f"{what} takes a tensor on one device and an n-tuple of devices")
-    if t.ndim != 1:
-        raise ValueError(f"{what} works on 1-D tensors (the spec's (s,)), got shape {t.shape}")
-    return devices
-
-
-def broadcast(t: Tensor, devices: Sequence[str]) -> Tensor:
-    """Replicate ``t`` (shape ``(s,)`` on one device) to all ``n`` devices:
-    ``T.reshape(1, s).expand(n, s).copy(D).replicated(0)`` → ``(1, s)``, then RESHAPE to the spec's
-    ``(s,)`` on D, axis null."""
-    devices = _single_device_vector(t, devices, "broadcast")
-    n, s = len(devices), t.shape[0]
-    return t.reshape(1, s).expand(n, s).copy(devices).replicated(0).reshape(s)
-
-
-def scatter(t: Tensor, devices: Sequence[str]) -> Tensor:
-    """Split ``t`` (``(s,)`` on one device) into ``n`` chunks, one per device: ``T.copy(D)`` →
-    ``(s,)`` on D, axis 0."""
-    devices = _single_device_vector(t, devices, "scatter")
-    if t.shape[0] % len(devices):
-        raise ValueError(f"scatter of {t.shape} over {len(devices)} devices: the size does not divide")
-    return t.copy(devices)
-
-
-def gather(t: Tensor) -> Tensor:
-    """Collect all shards (``(n*s,)`` on D, axis 0) onto the first device: ``T.copy(D[0])`` →
-    ``(n*s,)`` on D[0], axis null."""
-    devices = _multi_device(t, "gather")
-    return t.copy(devices[0])
-
-
-def reduce(t: Tensor) -> Tensor:
-    """Gather and sum: ``gather(T).reshape(n, s).sum(0)`` → ``(s,)`` on D[0], axis null (the sum's
-    REDUCE gives ``(1, s)``; its RESHAPE drops the axis)."""
-    devices = _multi_device(t, "reduce")
-    n = len(devices)
-    return gather(t).reshape(n, t.shape[0] // n).sum(0, dtype=t.dtype)
-
-
-def allgather(t: Tensor) -> Tensor:
-    """Collect all shards and replicate to every device:
-    ``T.reshape(1, n*s).expand(n, n*s).copy(D).replicated(0)`` → ``(1, n*s)``, then RESHAPE to the
-    spec's ``(n*s,)`` on D, axis null."""
-    devices = _multi_device(t, "allgather")
-    n, total = len(devices), t.shape[0]
-    return t.reshape(1, total).expand(n, total).copy(devices).replicated(0).reshape(total)
-
-
-def reduce_scatter(t: Tensor) -> Tensor:
-    """Reduce across devices and scatter the result:
-    ``T.reshape(n, n, s//n).permute(1, 0, 2).copy(D).sum(1).reshape(s)`` → ``(s,)`` on D, axis 0.
-    ``t`` is ``(n*s,)`` on D with axis 0 (each device holds ``(s,)``)."""
-    devices = _multi_device(t, "reduce_scatter")
-    n = len(devices)
-    s = t.shape[0] // n
-    if s % n:
-        raise ValueError(f"reduce_scatter of {t.shape} over {n} devices: each shard ({s}) must split "
-                         f"into {n}")
-    return t.reshape(n, n, s // n).permute(1, 0, 2).copy(devices).sum(1, dtype=t.dtype).reshape(s)
-
-
-def allreduce(t: Tensor) -> Tensor:
-    """``allgather(reduce_scatter(T))`` → ``(s,)`` on D, axis null."""
-    return allgather(reduce_scatter(t))
-
-
-class collectives:  # noqa: N801 - a namespace, used as Tensor.collectives.allreduce(t)
-    """The spec's seven multi-device collectives (also module functions of ``uopviz.core.tensor``)."""
-
-    broadcast = staticmethod(broadcast)
-    scatter = staticmethod(scatter)
-    gather = staticmethod(gather)
-    reduce = staticmethod(reduce)
-    allgather = staticmethod(allgather)
-    reduce_scatter = staticmethod(reduce_scatter)
-    allreduce = staticmethod(allreduce)
 
 
 Tensor.collectives = collectives  # type: ignore[attr-defined]
