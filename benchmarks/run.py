@@ -246,6 +246,42 @@ def _git_commit() -> str | None:
 #: Thread-count variables of the BLAS / OpenMP runtimes that numpy, peers and kernels may use.
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
+#: The peers' own code paths per uopviz target, so that a lesser target is compared with peers held
+#: to the same instructions (numpy's OpenBLAS and its SIMD loops pick AVX-512 on an AVX-512 host by
+#: themselves, which would compare AVX2 code of ours with AVX-512 code of theirs).  OpenBLAS reads
+#: OPENBLAS_CORETYPE (a DYNAMIC_ARCH build, as numpy's wheels are); numpy reads
+#: NPY_DISABLE_CPU_FEATURES, which may only name features it dispatches and the host has.
+OPENBLAS_CORETYPES = {"x86-64-v3": "Haswell", "x86-64-v2": "Nehalem"}
+NUMPY_FEATURES_ALLOWED = {
+    "x86-64-v2": {"SSE", "SSE2", "SSE3", "SSSE3", "SSE41", "SSE42", "POPCNT", "X86_V2"},
+    "x86-64-v3": {"SSE", "SSE2", "SSE3", "SSSE3", "SSE41", "SSE42", "POPCNT", "X86_V2",
+                  "AVX", "F16C", "FMA3", "AVX2", "X86_V3"},
+}
+PEER_ISA_VARS = ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")
+
+
+def peer_isa_environment() -> dict[str, str]:
+    """The environment that holds numpy (its SIMD loops and OpenBLAS) to the ISA level of uopviz's
+    target (``UOPVIZ_TARGET``); empty for native and x86-64-v4.  Both the level and numpy's
+    dispatched features are read in a child process: importing uopviz imports numpy, and numpy's
+    features can only be switched off before numpy is imported."""
+    probe = ("from numpy._core._multiarray_umath import __cpu_dispatch__ as d, __cpu_features__ as f;"
+             "from uopviz.backends.target import cpu_target;"
+             "print(cpu_target().level, *(x for x in d if f.get(x)))")
+    try:
+        level, *found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                       timeout=120, check=True, cwd=REPO_ROOT).stdout.split()
+    except (subprocess.SubprocessError, OSError, ValueError) as error:
+        print(f"peers left at the host's ISA (probe failed: {error})", file=sys.stderr)
+        return {}
+    if level not in NUMPY_FEATURES_ALLOWED:
+        return {}
+    environment = {"OPENBLAS_CORETYPE": OPENBLAS_CORETYPES[level]}
+    disabled = [feature for feature in found if feature not in NUMPY_FEATURES_ALLOWED[level]]
+    if disabled:
+        environment["NPY_DISABLE_CPU_FEATURES"] = " ".join(disabled)
+    return environment
+
 
 def _compilers() -> dict[str, Any]:
     """The code generators behind each CPU backend: the C compiler and its version, LLVM's version,
@@ -297,6 +333,7 @@ def machine_info() -> dict[str, Any]:
         "cpu_usable": usable,
         "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "threads_env": {v: os.environ[v] for v in THREAD_VARS if v in os.environ},
+        "peer_isa_env": {v: os.environ[v] for v in PEER_ISA_VARS if v in os.environ},
         "platform": platform.platform(),
         "python": platform.python_version(),
         "numpy": _version("numpy"),
@@ -317,6 +354,8 @@ def machine_header(machine: dict[str, Any]) -> str:
         f"target: {target['name']} = {target['level']}: {target['vector_registers']} x "
         f"{target['vector_bits']}-bit registers, FMA {target['fma']}; key {target['key']}",
         f"compilers: C {compilers.get('c')}; {compilers.get('llvm')}; OpenCL {compilers.get('opencl')}",
+        "peers: " + (" ".join(f"{k}={v!r}" for k, v in machine.get("peer_isa_env", {}).items())
+                     or "at the host's own ISA"),
         "",
     ])
 
@@ -370,6 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.update({v: str(args.threads) for v in THREAD_VARS})
     if args.target is not None:  # before any module makes a backend (pocl reads it once)
         os.environ["UOPVIZ_TARGET"] = args.target
+        # before any module imports numpy: the peers run at the target's ISA level too
+        os.environ.update(peer_isa_environment())
 
     available = discover()
     if args.list:
