@@ -1,0 +1,89 @@
+"""Why OpenCL (pocl) trails C on gemm 1024: an account measured on one core
+(``make bench BENCH_ARGS=opencl_account``).
+
+The heuristic's gemm tile (M4 x N32 lanes, its THREAD split left out) runs on one core, in a child
+process whose pocl device has one compute unit (``POCL_CPU_MAX_CU_COUNT=1``), three ways:
+
+* C as the pipeline builds it: the strip of B (32 columns, rows 4 KiB apart) is copied once into a
+  contiguous per-thread buffer and read from there by every row tile (Optimize's strip staging);
+* C with the staging switched off: every row tile reads B's rows 4 KiB apart, which share a few
+  cache sets, so the strip never stays in cache;
+* OpenCL: the same tile as one work-item.  It cannot stage: each work-item is one row tile (no row
+  loop inside it to share a copy with), and pocl gives a work-item's private array a small stack
+  (a 64 KiB strip crashed it).
+
+If OpenCL's time is close to unstaged C's, the gap to C is the staging, not pocl's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SIZE = 1024
+
+
+def _child() -> dict[str, float]:
+    """In the child: the three kernels' times (median seconds of interleaved runs)."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    import uopviz as uv
+    import uopviz.passes.optimize as optimize
+    from uopviz.core.ops import AxisType
+    from uopviz.passes.kernel import OptOp
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((SIZE, SIZE), np.float32) for _ in range(2))
+    heuristic = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend="c", opts="heuristic").kernels[0].opts
+    one_core = [o for o in heuristic if not (o.op is OptOp.SPLIT and o.arg[1] is AxisType.THREAD)]
+    bound, names = {}, {}
+    for case, backend, stage in (("c staged", "c", True), ("c unstaged", "c", False),
+                                 ("opencl", "opencl", False)):
+        limit = optimize.STAGE_MAX_BYTES
+        optimize.STAGE_MAX_BYTES = limit if stage else 0  # no strip is small enough: none staged
+        try:
+            program = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend=backend, opts=one_core)
+        finally:
+            optimize.STAGE_MAX_BYTES = limit
+        np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-3, atol=1e-3)
+        bound[case], names[case] = program.bind(), program.kernels[0].name
+    samples: dict[str, list[float]] = {case: [] for case in bound}
+    for _ in range(7):  # interleaved, so a busy moment hits every case alike
+        for case, runner in bound.items():
+            started = time.perf_counter()
+            runner.run()
+            samples[case].append(time.perf_counter() - started)
+    return {"times": {case: statistics.median(s) for case, s in samples.items()}, "names": names}
+
+
+def run() -> list[dict]:
+    from run import row
+
+    environment = {**os.environ, "POCL_CPU_MAX_CU_COUNT": "1", "POCL_MAX_PTHREAD_COUNT": "1"}
+    done = subprocess.run([sys.executable, __file__, "child"], capture_output=True, text=True,
+                          env=environment, cwd=Path(__file__).resolve().parent.parent, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"child failed: {done.stderr[-2000:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    times, names = found["times"], found["names"]
+    flops = 2 * SIZE ** 3
+    rows = []
+    for case in ("c unstaged", "opencl"):
+        rows.append(row(f"gemm {SIZE} one core: {case}", times[case], peer="uopviz C staged",
+                        peer_s=times["c staged"],
+                        notes=f"{names[case]}; {flops / times[case] / 1e9:.1f} vs "
+                              f"{flops / times['c staged'] / 1e9:.1f} GFLOP/s"))
+    rows.append(row(f"gemm {SIZE} one core: opencl", times["opencl"], peer="uopviz C unstaged",
+                    peer_s=times["c unstaged"], notes="the same tile without strip staging on both"))
+    return rows
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["child"]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    print(json.dumps(_child()))
