@@ -21,7 +21,7 @@ non-affine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from uopviz.core.dtype import dtypes
@@ -94,10 +94,14 @@ def _scaled(inner: Coefficients | None, factor: int) -> Coefficients | None:
 # an index of ranges and constants only
 
 
-def range_sum(u: UOp) -> tuple[Coefficients, int] | None:
-    """``u`` as ``sum(coefficient * range) + constant`` over its RANGEs, when it is built of RANGEs and
-    integer constants only (through ADD, SUB, NEG, MUL with one side free of ranges, and casts from
-    integers); None otherwise.  Terms whose coefficients cancel are dropped."""
+def range_sum(u: UOp, leaf: Callable[[UOp], bool] | None = None) -> tuple[Coefficients, int] | None:
+    """``u`` as ``sum(coefficient * term) + constant``, when it is built of terms and integer
+    constants only (through ADD, SUB, NEG, MUL with one side constant, and casts from integers);
+    None otherwise.  Terms whose coefficients cancel are dropped.
+
+    A term is a RANGE, and with ``leaf`` any other expression ``leaf`` accepts that is not such a
+    sum itself (a grouped convolution's ``n // m``, a product of two variables): NNEF's padding
+    bounds those by their min_max."""
     op = u.op
     if op is Ops.CONST:
         value = u.arg[0]
@@ -105,9 +109,9 @@ def range_sum(u: UOp) -> tuple[Coefficients, int] | None:
     if op is Ops.RANGE:
         return {u: 1}, 0
     if op is Ops.CAST and (u.src[0].dtype.is_int or u.src[0].dtype is dtypes.index):
-        return range_sum(u.src[0])
+        return range_sum(u.src[0], leaf)
     if op in (Ops.ADD, Ops.SUB):
-        left, right = range_sum(u.src[0]), range_sum(u.src[1])
+        left, right = range_sum(u.src[0], leaf), range_sum(u.src[1], leaf)
         if left is None or right is None:
             return None
         sign = 1 if op is Ops.ADD else -1
@@ -115,20 +119,21 @@ def range_sum(u: UOp) -> tuple[Coefficients, int] | None:
         for r, c in right[0].items():
             terms[r] = terms.get(r, 0) + sign * c
         return {r: c for r, c in terms.items() if c}, left[1] + sign * right[1]
+    found: tuple[Coefficients, int] | None = None
     if op is Ops.NEG:
-        inner = range_sum(u.src[0])
-        return None if inner is None else ({r: -c for r, c in inner[0].items()}, -inner[1])
-    if op is Ops.MUL:
-        left, right = range_sum(u.src[0]), range_sum(u.src[1])
-        if left is None or right is None:
-            return None
-        if not left[0]:
-            left, right = right, left
-        if right[0]:
-            return None
-        factor = right[1]
-        return {r: c * factor for r, c in left[0].items() if c * factor}, left[1] * factor
-    return None
+        inner = range_sum(u.src[0], leaf)
+        found = None if inner is None else ({r: -c for r, c in inner[0].items()}, -inner[1])
+    elif op is Ops.MUL:
+        left, right = range_sum(u.src[0], leaf), range_sum(u.src[1], leaf)
+        if left is not None and right is not None:
+            if not left[0]:
+                left, right = right, left
+            if not right[0]:  # a product by a constant; of two variables it is a term, or nothing
+                factor = right[1]
+                found = {r: c * factor for r, c in left[0].items() if c * factor}, left[1] * factor
+    if found is None and leaf is not None and leaf(u):
+        return {u: 1}, 0
+    return found
 
 
 def build_range_sum(terms: Coefficients, constant: int) -> UOp:

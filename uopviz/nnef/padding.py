@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from uopviz.core.affine import build_range_sum
+from uopviz.core.affine import build_range_sum, range_sum
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
@@ -97,34 +97,17 @@ def _bound_test(atom: UOp) -> tuple[UOp, str, int] | None:
     return None
 
 
+def _is_integer(u: UOp) -> bool:
+    """Whether ``u`` is an index or integer expression that can be a term of :func:`_linear` of its
+    own. Not a cast: one from a float has no bounds worth having, and one from an integer is looked
+    through by range_sum."""
+    return (u.dtype is dtypes.index or u.dtype.is_int) and u.op is not Ops.CAST
+
+
 def _linear(u: UOp) -> tuple[dict[UOp, int], int] | None:
     """``u`` as ``sum(coeff * term) + const``; a term is a RANGE or any other index expression that
     is not a sum or a product by a constant (a grouped conv's ``n // m``), bounded by its min_max."""
-    op = u.op
-    if u.dtype is not dtypes.index and not u.dtype.is_int:
-        return None
-    if op is Ops.CONST:
-        value = u.arg[0]
-        return ({}, int(value)) if isinstance(value, int) and not isinstance(value, bool) else None
-    if op in (Ops.ADD, Ops.SUB):
-        left, right = _linear(u.src[0]), _linear(u.src[1])
-        if left is None or right is None:
-            return None
-        sign = 1 if op is Ops.ADD else -1
-        terms = dict(left[0])
-        for r, c in right[0].items():
-            terms[r] = terms.get(r, 0) + sign * c
-        return {r: c for r, c in terms.items() if c}, left[1] + sign * right[1]
-    if op is Ops.MUL and (u.src[1].op is Ops.CONST or u.src[0].op is Ops.CONST):
-        inner, factor = (u.src[0], u.src[1]) if u.src[1].op is Ops.CONST else (u.src[1], u.src[0])
-        found = _linear(inner)
-        scale = factor.arg[0]
-        if found is None or not isinstance(scale, int) or isinstance(scale, bool):
-            return None
-        return {r: c * scale for r, c in found[0].items() if c * scale}, found[1] * scale
-    if op is Ops.CAST:
-        return _linear(u.src[0])
-    return {u: 1}, 0
+    return range_sum(u, _is_integer) if u.dtype is dtypes.index or u.dtype.is_int else None
 
 
 def _bounds(term: UOp) -> tuple[object, object]:
