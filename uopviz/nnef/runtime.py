@@ -3,6 +3,9 @@
 Loops decided at run time (:class:`~uopviz.nnef.graph.LoopOperation`) have no kernels of their own:
 their body and condition are graphs compiled separately, and the runner executes the loop on the
 host (test the condition, run the body, carry the values; scan outputs stacked in iteration order).
+On CPU backends the first iteration binds the body and the condition to their arrays, and where the
+loop carries values of fixed shape and has no scans, the remaining iterations run in the native
+loop driver (:mod:`uopviz.backends.loop_driver`), not through Python: an iteration costs its kernels.
 What they read with run-time extents, they read through counters of their own that the runner
 fills on every iteration (``Graph.extent_inputs``); the extents of the carried values are read back
 after each iteration (a body may compress what it carries), and the results' extents that only the
@@ -127,6 +130,9 @@ class _BoundSubgraph:
             for index, name in ((program.nnef_outputs.index(name), name) for name in graph.outputs)
         ]
         self.extents = [list(graph.tensors[name].shape) for name in graph.outputs]
+        #: native drivers of loops whose body this is, by id of the loop: (the bound condition it
+        #: was made with, the driver or None): see _native_loop
+        self.native_loops: dict[int, tuple[Any, _NativeLoop | None]] = {}
 
     @classmethod
     def take(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> _BoundSubgraph | None:
@@ -159,6 +165,21 @@ class _BoundSubgraph:
         if not all(name in program.nnef_outputs for name in graph.outputs):
             return None  # an output passed through from an input: no kernel writes it
         return cls(graph, program, given, key)
+
+    def output_storage(self, index: int) -> np.ndarray | None:
+        """The flat array whose first elements are output ``index`` as the graph stores it, or None
+        when reading it takes more than a slice (a view, bfloat16 unpacking)."""
+        from uopviz.core.dtype import dtypes
+        from uopviz.core.ops import Ops
+        from uopviz.passes.schedule import VIEW_OPS, storage_of
+
+        value, original, shape = self.outputs[index]
+        storage = storage_of(value)
+        if value.op in VIEW_OPS or original.dtype.scalar is dtypes.bfloat16:
+            return None
+        if storage.op is Ops.PARAM:
+            return self.arrays[self.program.inputs[storage.arg.slot]]
+        return self.arrays.get(storage)
 
     def give_back(self) -> None:
         """Make this bound form available to the sub-graph's next loop."""
@@ -254,6 +275,7 @@ def _run_loop(
 
     scanned: list[list[tuple[np.ndarray, list[int]]]] = [[] for _ in op.outputs[len(op.carried) :]]
     step = 0
+    native: _NativeLoop | bool | None = None
     try:
         while bound is None or step < bound:
             if op.condition is not None and (op.pretest or step > 0):
@@ -277,6 +299,12 @@ def _run_loop(
             ):
                 outputs.append((value, extent))
             step += 1
+            bound_already = all(id(g) in bound_programs for g in (op.body, op.condition) if g is not None)
+            if native is None and bound_already:  # both have run once (a do-while's test after step 1)
+                native = _native_loop(op, bound_programs, indexed) or False
+            if native:  # the remaining iterations without returning to Python each time
+                step = native.run(carried, step, bound)
+                break
     finally:
         for bound_program in bound_programs.values():
             if bound_program is not None:
@@ -356,3 +384,91 @@ def run_graph(
             info = graph.tensors[variable]
             info.data = np.asarray(values[tensor]).reshape(info.upper_shape).astype(info.numpy_dtype)
     return outputs
+
+
+class _NativeLoop:
+    """A loop whose condition and body are bound CPU programs, run by the native loop driver
+    (:mod:`uopviz.backends.loop_driver`): the carried values are copied from the body's outputs
+    into the body's and the condition's inputs inside the driver, not through Python."""
+
+    def __init__(self, driver: Any, body: _BoundSubgraph, seeds: Sequence[tuple[np.ndarray, int]],
+                 names: Sequence[str], shapes: Sequence[Sequence[int]]):
+        self.driver = driver
+        self.body = body
+        self.seeds = list(seeds)  # (an input array of the body or condition, carried index)
+        self.names = list(names)
+        self.shapes = [tuple(shape) for shape in shapes]
+
+    def run(self, carried: list[np.ndarray], step: int, bound: int | None) -> int:
+        """Seeds the inputs with ``carried``, runs the iterations, and writes the carried values the
+        last body produced back into ``carried``. Returns the step reached."""
+        for target, index in self.seeds:
+            np.copyto(target, carried[index].reshape(-1), casting="unsafe")
+        step, _ = self.driver.run(step, bound)
+        for index, name in enumerate(self.names):
+            carried[index] = self.body.inputs[name].reshape(self.shapes[index]).copy()
+        return step
+
+
+def _native_loop(op: LoopOperation, bound_programs: Mapping[int, Any], indexed: bool) -> _NativeLoop | None:
+    """The native form of ``op``'s remaining iterations, or None where it does not apply: scans,
+    run-time extents, outputs that are views, a sub-graph not bound, or no C compiler."""
+    from uopviz.backends.loop_driver import loop_driver
+
+    if op.scans or len(op.outputs) != len(op.carried) or op.extent_outputs or op.scan_limit is not None:
+        return None
+    body = bound_programs.get(id(op.body))
+    condition = bound_programs.get(id(op.condition)) if op.condition is not None else None
+    if body is None or (op.condition is not None and condition is None) or loop_driver() is None:
+        return None
+    # made once per pair of bound sub-graphs (they return to their pools after each run, arrays and
+    # all); the entry holds the condition it was made with, so its arrays outlive the driver's pointers
+    found = body.native_loops.get(id(op))
+    if found is None or found[0] is not condition:
+        found = body.native_loops[id(op)] = (condition, _make_native_loop(op, body, condition, indexed))
+    return found[1]
+
+
+def _make_native_loop(op: LoopOperation, body: _BoundSubgraph, condition: _BoundSubgraph | None,
+                      indexed: bool) -> _NativeLoop | None:
+    from uopviz.backends.loop_driver import Copy, NativeLoop
+
+    launches = [*body.launches, *(condition.launches if condition is not None else [])]
+    if not NativeLoop.can_call(launches):
+        return None
+    count = len(op.carried)
+    names = op.body.inputs[:count]
+    copies, seeds = [], []
+    for index, name in enumerate(names):
+        formal = op.body.tensors[name]
+        if tuple(op.body.tensors[op.body.outputs[index]].upper_shape) != tuple(formal.upper_shape):
+            return None  # carried across a change of stored shape: relaid out on the host
+        source = body.output_storage(index)
+        if source is None or name not in body.inputs:
+            return None
+        for bound, sub in ((body, op.body), (condition, op.condition)):
+            if bound is None:
+                continue
+            target = bound.inputs.get(sub.inputs[index])
+            if target is None:
+                continue  # the sub-graph does not read this value
+            if target.dtype != source.dtype or source.size < target.size:
+                return None
+            copies.append(Copy(target, source))
+            seeds.append((target, index))
+    test = None
+    if condition is not None:
+        test = condition.output_storage(0)
+        if test is None or test.dtype.itemsize != 1:
+            return None
+    step_inputs = []
+    if indexed:
+        for bound, sub in ((body, op.body), (condition, op.condition)):
+            target = None if bound is None else bound.inputs.get(sub.inputs[-1])
+            if target is not None:
+                if target.dtype != np.int32:
+                    return None
+                step_inputs.append(target)
+    driver = NativeLoop(condition.launches if condition is not None else None, test, body.launches,
+                        copies, step_inputs)
+    return _NativeLoop(driver, body, seeds, names, [op.body.tensors[name].upper_shape for name in names])
