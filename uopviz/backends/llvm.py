@@ -519,7 +519,7 @@ class _LLVMState(LinearRenderState):
 
     def prefetch(self, pointer: str, element: str, base: UOp, itemsize: int) -> None:
         """Prefetch a few iterations ahead of a contiguous access that jumps a kilobyte or more per
-        iteration of its loop (the C backend's rule, see ``cfamily.CFamilyRenderState.prefetch``)."""
+        iteration of its loop (the C backend's rule, see ``cfamily_state.CFamilyRenderState.prefetch``)."""
         loop = next(
             (
                 scope.opener
