@@ -1,7 +1,7 @@
 """What every renderer of a LINEAR program shares, whatever language it writes (the C family in
-:mod:`uopviz.backends.cfamily_state`, LLVM IR in :mod:`uopviz.backends.llvm`): the bookkeeping of
-one walk over the program (fresh names, scopes, AFTER as a passthrough, the PARAM table), which uops
-are live, and when a strided vector load is prefetched."""
+:mod:`uopviz.backends.cfamily_state`, LLVM IR in :mod:`uopviz.backends.llvm_renderer`): the
+bookkeeping of one walk over the program (fresh names, scopes, AFTER as a passthrough, the PARAM
+table), which uops are live, and when a strided vector load is prefetched."""
 
 from __future__ import annotations
 
