@@ -20,7 +20,6 @@ from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
     PREFETCH_MIN_STRIDE_BYTES,
     LinearRenderState,
-    live_uops,
     underlying_buffer,
 )
 from uopviz.core.affine import constant_chunk_width, contiguous_start, linear_coefficient
@@ -148,13 +147,7 @@ class CFamilyRenderState(LinearRenderState):
         params = self.collect_params()
         self.plan_registers()
         meta_sizes = self.launch_sizes()
-        for param, pname in params:
-            self.names[self.param_uops[param.slot]] = pname
-        live = live_uops(self.program)
-        for position, u in enumerate(self.program):
-            self.position = position
-            if u in live:
-                self.render_uop(u)
+        self.render_live_uops(params)
         if len(self.scopes) != 1:
             opener = self.scopes[-1].opener
             raise RenderError(

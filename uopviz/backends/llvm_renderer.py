@@ -28,7 +28,6 @@ from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
     PREFETCH_MIN_STRIDE_BYTES,
     LinearRenderState,
-    live_uops,
     underlying_buffer,
 )
 from uopviz.backends.llvm_instructions import alu_instruction, cast_value
@@ -162,13 +161,7 @@ class LLVMRenderState(LinearRenderState):
     def run(self) -> str:
         params = self.collect_params()
         self.thread_range = parallel_range(self.program) if self.r.parallel else None
-        for param, name in params:
-            self.names[self.param_uops[param.slot]] = name
-        live = live_uops(self.program)
-        for position, u in enumerate(self.program):
-            self.position = position
-            if u in live:
-                self.render_uop(u)
+        self.render_live_uops(params)
         if len(self.scopes) != 1:
             raise RenderError(
                 f"llvm: kernel {self.linear.arg!r} ends with an open block; an END or ENDIF is missing"
