@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from uopviz.backends.c import C_DIALECT, CRenderer
-from uopviz.backends.cfamily import CDialect, CStyleRenderer
+from uopviz.backends.cfamily import CStyleRenderer
+from uopviz.backends.cfamily_dialect import CDialect
 from uopviz.backends.cuda import CUDA_DIALECT, CUDARenderer
 from uopviz.backends.opencl import OpenCLRenderer, opencl_dialect
 

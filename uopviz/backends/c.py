@@ -25,7 +25,8 @@ from uopviz.backends.base import (
     cpu_tensor_cores,
 )
 from uopviz.backends.cache import cached_file, content_key
-from uopviz.backends.cfamily import C_COMPARISONS, CDialect, CStyleRenderer
+from uopviz.backends.cfamily import CStyleRenderer
+from uopviz.backends.cfamily_dialect import C_COMPARISONS, CDialect
 from uopviz.backends.cpu_runtime import CPUCompiledKernel, CPULaunch, load_function
 from uopviz.backends.toolchain import (
     C_FLAGS,

@@ -45,13 +45,9 @@ from uopviz.backends.base import (
     TensorCore,
 )
 from uopviz.backends.cache import cached_file, content_key
-from uopviz.backends.cfamily import (
-    MATH_LIBRARY,
-    CDialect,
-    CFamilyRenderState,
-    CStyleRenderer,
-    render_wmma_scalar,
-)
+from uopviz.backends.cfamily import CStyleRenderer
+from uopviz.backends.cfamily_dialect import MATH_LIBRARY, CDialect
+from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
 from uopviz.core.dtype import dtypes
 from uopviz.core.uop import UOp
 

@@ -1,7 +1,7 @@
 """What every renderer of a LINEAR program shares, whatever language it writes (the C family in
-:mod:`uopviz.backends.cfamily`, LLVM IR in :mod:`uopviz.backends.llvm`): the bookkeeping of one walk
-over the program (fresh names, scopes, AFTER as a passthrough, the PARAM table), which uops are live,
-and when a strided vector load is prefetched."""
+:mod:`uopviz.backends.cfamily_state`, LLVM IR in :mod:`uopviz.backends.llvm_renderer`): the
+bookkeeping of one walk over the program (fresh names, scopes, AFTER as a passthrough, the PARAM
+table), which uops are live, and when a strided vector load is prefetched."""
 
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ class LinearRenderState:
     dialect: str  # the language, first word of every error (each subclass says)
     scopes: list  # open scopes, the function's first: each has a ``number``
     ref: Callable[[UOp], str]  # the name of an earlier uop's value (each subclass says how)
+    render_uop: Callable[[UOp], None]  # write one uop's code (each subclass says how)
 
     def __init__(self, linear: UOp):
         self.linear = linear
@@ -122,6 +123,17 @@ class LinearRenderState:
             return u.arg[0].format(*operands)
         except (IndexError, KeyError) as error:
             raise self.fail(u, f"CUSTOM format {u.arg[0]!r} needs more sources: {error}") from None
+
+    def render_live_uops(self, params: Sequence[tuple[KernelParam, str]]) -> None:
+        """Name the PARAMs (``params`` from :meth:`collect_params`), then render every live uop of the
+        program in order, keeping ``position`` (the uop's place, which errors name)."""
+        for param, name in params:
+            self.names[self.param_uops[param.slot]] = name
+        live = live_uops(self.program)
+        for position, u in enumerate(self.program):
+            self.position = position
+            if u in live:
+                self.render_uop(u)
 
     def collect_params(self) -> list[tuple[KernelParam, str]]:
         """The kernel's parameters in slot order, each with its argument name; a PARAM is written

@@ -407,33 +407,14 @@ def time_kernel(
     With ``isolated`` (the default) it runs in the worker process: a crash raises
     ``KernelCrashed`` and a run past ``timeout_s`` raises ``KernelTimeout``, and this process goes on.
     """
+    # the options of time_compiled, passed the same either way
+    options = {"warmup": warmup, "repeats": repeats, "rotate": rotate, "flops": flops,
+               "bytes_moved": bytes_moved, "budget_s": budget_s}  # fmt: skip
     if isolated:
-        return default_worker().time(
-            backend,
-            source,
-            name,
-            arrays,
-            warmup=warmup,
-            repeats=repeats,
-            rotate=rotate,
-            flops=flops,
-            bytes_moved=bytes_moved,
-            budget_s=budget_s,
-            timeout_s=timeout_s,
-        )
+        return default_worker().time(backend, source, name, arrays, timeout_s=timeout_s, **options)
     from uopviz.backends import get
 
-    kernel = get(backend).compile(source, name)
-    return time_compiled(
-        kernel,
-        arrays,
-        warmup=warmup,
-        repeats=repeats,
-        rotate=rotate,
-        flops=flops,
-        bytes_moved=bytes_moved,
-        budget_s=budget_s,
-    )
+    return time_compiled(get(backend).compile(source, name), arrays, **options)
 
 
 if __name__ == "__main__":  # python -m uopviz.backends.worker READ_FD WRITE_FD (started by Worker)

@@ -1,0 +1,709 @@
+"""LLVM IR text from a LINEAR program: :class:`LLVMRenderer` and the walk that writes it.
+
+One IR instruction (or a few) per uop; loops are the canonical header/body/latch/exit blocks with a
+``phi`` induction variable; REG and LOCAL buffers are ``alloca``s in the entry block (``mem2reg``
+turns accumulators into registers).  UPCAST lanes are LLVM vector types (``<4 x float>``):
+contiguous vector addresses become vector loads and stores, others ``llvm.masked.gather`` /
+``llvm.masked.scatter``, gated vector accesses ``llvm.masked.load`` / ``llvm.masked.store``.
+The instructions of ALU ops and conversions are in :mod:`uopviz.backends.llvm_instructions`, the
+spelling of types and constants in :mod:`uopviz.backends.llvm_types`.
+
+THREAD ranges run in parallel when the kernel has one THREAD range at the top with every side
+effect inside it (:func:`parallel_range`): the kernel body becomes ``@name.body(..., start, end)``
+and ``@name`` hands chunks of the range to the threads of libgomp's ``GOMP_parallel``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from uopviz.backends.base import (
+    KernelMeta,
+    KernelParam,
+    RenderError,
+    TensorCore,
+)
+from uopviz.backends.linear_program import (
+    PREFETCH_ITERATIONS,
+    PREFETCH_MIN_STRIDE_BYTES,
+    LinearRenderState,
+    underlying_buffer,
+)
+from uopviz.backends.llvm_instructions import alu_instruction, cast_value
+from uopviz.backends.llvm_types import (
+    mangle,
+    memory_scalar_type,
+    memory_type,
+    scalar_literal,
+    scalar_type,
+    splat,
+    value_type,
+    with_element,
+)
+from uopviz.core.affine import contiguous_start, linear_coefficient
+from uopviz.core.dtype import AddrSpace, DType, dtypes
+from uopviz.core.ops import AxisType, GroupOp, Ops
+from uopviz.core.uop import UOp
+
+
+@dataclass
+class _Address:
+    buffer: str
+    dtype: DType  # what a LOAD from here produces
+    pointer: str | None = None  # scalar or contiguous start
+    pointers: str | None = None  # <N x ptr> for gathers and scatters (made when a gate needs it)
+    lane_pointers: list[str] | None = None  # one pointer per lane of a gather or scatter
+
+
+@dataclass
+class _Scope:
+    opener: UOp | None
+    number: int
+    label: str = ""
+
+
+class LLVMRenderer:
+    """Renders LINEAR programs to LLVM IR (see the module docstring)."""
+
+    def __init__(self, parallel: bool = True):
+        self.parallel = parallel
+
+    def render(self, linear: UOp) -> str:
+        """The LLVM IR module of a LINEAR program."""
+        if linear.op is not Ops.LINEAR:
+            raise RenderError(f"llvm: render takes a LINEAR program, got {linear.op.name}")
+        return LLVMRenderState(self, linear).run()
+
+
+def parallel_range(program: Sequence[UOp]) -> UOp | None:
+    """The THREAD range to run in parallel: the only THREAD range at the top, with every side effect
+    of the kernel inside it; None when there is none such."""
+    depth, candidates = 0, []
+    for u in program:
+        if u.op in (Ops.RANGE, Ops.IF):
+            if depth == 0 and u.op is Ops.RANGE and u.arg[1] is AxisType.THREAD:
+                candidates.append(u)
+            depth += 1
+        elif u.op in (Ops.END, Ops.ENDIF):
+            depth -= 1
+        elif depth == 0 and u.op in (Ops.STORE, Ops.CUSTOM, Ops.BARRIER, Ops.ATOMIC_ADD):
+            return None
+    if len(candidates) != 1 or candidates[0].src[0].op is not Ops.CONST:
+        return None
+    return candidates[0]
+
+
+class LLVMRenderState(LinearRenderState):
+    """One rendering: SSA names, blocks, allocas, helper functions and declarations."""
+
+    name_prefix = "%"
+    dialect = "llvm"
+
+    def __init__(self, renderer: LLVMRenderer, linear: UOp):
+        super().__init__(linear)
+        self.r = renderer
+        self.addresses: dict[UOp, _Address]  # (made by LinearRenderState: what each INDEX addresses)
+        self.lines: list[str] = []
+        self.allocas: list[str] = []
+        self.declarations: dict[str, str] = {}
+        self.helpers: dict[str, str] = {}
+        self.scopes: list[_Scope] = [_Scope(None, 0)]
+        self.block = "entry"
+        self.thread_range: UOp | None = None
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+        self.block = name
+
+    def ref(self, u: UOp) -> str:
+        """The text of an earlier uop's value (a constant inline), checking scope."""
+        if u.op is Ops.AFTER and u not in self.names:
+            return self.ref(u.src[0])
+        if u.op is Ops.CONST:
+            return scalar_literal(u.arg[0], u.dtype)
+        if u not in self.names:
+            raise self.fail(u, f"uses a {u.op.name} that was not rendered before it")
+        where, here = self.defined_in.get(u), self.scope_path()
+        if where is not None and here[: len(where)] != where:
+            raise self.fail(u, f"uses a {u.op.name} defined inside a loop or IF that is already closed")
+        return self.names[u]
+
+    def typed(self, u: UOp) -> str:
+        return f"{value_type(u.dtype)} {self.ref(u)}"
+
+    def declare(self, name: str, signature: str) -> str:
+        self.declarations.setdefault(name, f"declare {signature}")
+        return name
+
+    def intrinsic(self, base: str, result: str, arguments: Sequence[str], overloads: Sequence[str]) -> str:
+        """Declare ``llvm.<base>.<mangled overloads>`` returning ``result`` and return its name."""
+        name = f"@llvm.{base}." + ".".join(mangle(t) for t in overloads)
+        self.declare(name, f"{result} {name}({', '.join(arguments)})")
+        return name
+
+    def assign(self, u: UOp, prefix: str, instruction: str) -> str:
+        name = self.fresh(prefix)
+        self.emit(f"{name} = {instruction}")
+        return self.define(u, name)
+
+    def temp(self, prefix: str, instruction: str) -> str:
+        name = self.fresh(prefix)
+        self.emit(f"{name} = {instruction}")
+        return name
+
+    # -- the whole module ---------------------------------------------------------------------
+    def run(self) -> str:
+        params = self.collect_params()
+        self.thread_range = parallel_range(self.program) if self.r.parallel else None
+        self.render_live_uops(params)
+        if len(self.scopes) != 1:
+            raise RenderError(
+                f"llvm: kernel {self.linear.arg!r} ends with an open block; an END or ENDIF is missing"
+            )
+        meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params))
+        return self.assemble(meta, params)
+
+    def assemble(self, meta: KernelMeta, params: list[tuple[KernelParam, str]]) -> str:
+        name = meta.name
+        arguments = [f"ptr noalias {'' if p.written else 'readonly '}{n}" for p, n in params]
+        out = [f"; {meta.to_comment_text()}"]
+        if self.thread_range is None:
+            out.append(f"define void @{name}({', '.join(arguments)}) #0 {{")
+            out += ["entry:", *["  " + a for a in self.allocas], *self.lines, "  ret void", "}"]
+        else:
+            bound = scalar_literal(self.thread_range.src[0].arg[0], dtypes.index)
+            body_args = [*arguments, "i64 %thread_start", "i64 %thread_end"]
+            out.append("; the THREAD range runs in chunks [thread_start, thread_end) on libgomp's threads")
+            out.append(f"define internal void @{name}.body({', '.join(body_args)}) #0 {{")
+            out += ["entry:", *["  " + a for a in self.allocas], *self.lines, "  ret void", "}", ""]
+            count = len(params)
+            out.append(f"define internal void @{name}.thread(ptr %context) #0 {{")
+            out.append("entry:")
+            loaded = []
+            for i, (_, pname) in enumerate(params):
+                out.append(f"  %slot{i} = getelementptr [{count} x ptr], ptr %context, i64 0, i64 {i}")
+                out.append(f"  {pname} = load ptr, ptr %slot{i}")
+                loaded.append(f"ptr {pname}")
+            out += [
+                "  %tid32 = call i32 @omp_get_thread_num()",
+                "  %threads32 = call i32 @omp_get_num_threads()",
+                "  %tid = sext i32 %tid32 to i64",
+                "  %threads = sext i32 %threads32 to i64",
+                f"  %rounded = add i64 {bound}, %threads",
+                "  %rounded1 = sub i64 %rounded, 1",
+                "  %chunk = sdiv i64 %rounded1, %threads",
+                "  %start = mul i64 %tid, %chunk",
+                "  %end0 = add i64 %start, %chunk",
+                f"  %end = call i64 @llvm.smin.i64(i64 %end0, i64 {bound})",
+                f"  call void @{name}.body({', '.join([*loaded, 'i64 %start', 'i64 %end'])})",
+                "  ret void",
+                "}",
+                "",
+            ]
+            self.declare("@llvm.smin.i64", "i64 @llvm.smin.i64(i64, i64)")
+            self.declare("@omp_get_thread_num", "i32 @omp_get_thread_num()")
+            self.declare("@omp_get_num_threads", "i32 @omp_get_num_threads()")
+            self.declare("@GOMP_parallel", "void @GOMP_parallel(ptr, ptr, i32, i32)")
+            out.append(f"define void @{name}({', '.join(arguments)}) #0 {{")
+            out += ["entry:", f"  %context = alloca [{count} x ptr]"]
+            for i, (_, pname) in enumerate(params):
+                out.append(f"  %slot{i} = getelementptr [{count} x ptr], ptr %context, i64 0, i64 {i}")
+                out.append(f"  store ptr {pname}, ptr %slot{i}")
+            out += [
+                f"  call void @GOMP_parallel(ptr @{name}.thread, ptr %context, i32 0, i32 0)",
+                "  ret void",
+                "}",
+            ]
+        out += [
+            "",
+            *self.helpers.values(),
+            *self.declarations.values(),
+            "",
+            "attributes #0 = { nounwind }",
+            "",
+        ]
+        return "\n".join(out)
+
+    # -- per op -------------------------------------------------------------------------------
+    def render_uop(self, u: UOp) -> None:
+        handler = _HANDLERS.get(u.op)
+        if handler is not None:
+            handler(self, u)
+        elif u.op in GroupOp.ELEMENTWISE:
+            self.render_alu(u)
+        else:
+            raise self.fail(u, f"{u.op.name} cannot appear in a linear program for this backend")
+
+    def render_nothing(self, u: UOp) -> None:
+        return None
+
+    def render_buffer(self, u: UOp) -> None:
+        if u.arg.addrspace is AddrSpace.GLOBAL:
+            raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
+        name = self.fresh("acc" if u.arg.addrspace is AddrSpace.REG else "temp")
+        element = memory_type(u.arg.dtype)
+        self.allocas.append(f"{name} = alloca [{u.arg.size} x {element}], align 64")
+        self.names[u] = name
+
+    def render_special(self, u: UOp) -> None:
+        raise self.fail(u, f"SPECIAL {u.arg!r} needs a GPU backend; CPU backends use RANGEs")
+
+    def render_range(self, u: UOp) -> None:
+        number = self.scope_numbers + 1
+        loop = f"loop{number}"
+        name = self.fresh("ridx")
+        if u is self.thread_range:
+            start, bound = "%thread_start", "%thread_end"
+        else:
+            start, bound = "0", self.ref(u.src[0])
+        entry = self.block
+        self.emit(f"br label %{loop}  ; {u.arg[1].name} range")
+        self.label(loop)
+        self.emit(f"{name} = phi i64 [ {start}, %{entry} ], [ {name}.next, %{loop}.latch ]")
+        self.emit(f"{name}.go = icmp slt i64 {name}, {bound}")
+        self.emit(f"br i1 {name}.go, label %{loop}.body, label %{loop}.exit")
+        self.label(f"{loop}.body")
+        self.define(u, name)
+        self.scope_numbers = number
+        self.scopes.append(_Scope(u, number, loop))
+
+    def render_end(self, u: UOp) -> None:
+        ranges = [s for s in u.src if s.op is Ops.RANGE]
+        if not ranges or self.scopes[-1].opener is not ranges[-1]:
+            raise self.fail(u, "END does not close the innermost open RANGE")
+        scope = self.scopes.pop()
+        name = self.names[ranges[-1]]
+        self.emit(f"br label %{scope.label}.latch")
+        self.label(f"{scope.label}.latch")
+        self.emit(f"{name}.next = add i64 {name}, 1")
+        self.emit(f"br label %{scope.label}")
+        self.label(f"{scope.label}.exit")
+
+    def render_if(self, u: UOp) -> None:
+        number = self.scope_numbers + 1
+        gate = self.ref(u.src[0])
+        self.emit(f"br i1 {gate}, label %if{number}.then, label %if{number}.end")
+        self.label(f"if{number}.then")
+        self.scope_numbers = number
+        self.scopes.append(_Scope(u, number, f"if{number}"))
+
+    def render_endif(self, u: UOp) -> None:
+        if self.scopes[-1].opener is not u.src[0]:
+            raise self.fail(u, "ENDIF does not close the innermost open IF")
+        scope = self.scopes.pop()
+        self.emit(f"br label %{scope.label}.end")
+        self.label(f"{scope.label}.end")
+
+    def render_barrier(self, u: UOp) -> None:
+        self.emit("; BARRIER: workgroups are one thread here, nothing to wait for")
+
+    def render_vectorize(self, u: UOp) -> None:
+        vtype, stype = value_type(u.dtype), scalar_type(u.dtype)
+        if all(s.op is Ops.CONST for s in u.src):
+            self.names[u] = "<" + ", ".join(f"{stype} {self.ref(s)}" for s in u.src) + ">"
+            self.defined_in[u] = (0,)
+            return
+        current = "poison"
+        for lane, s in enumerate(u.src):
+            current = self.temp("vec", f"insertelement {vtype} {current}, {stype} {self.ref(s)}, i32 {lane}")
+        self.define(u, current)
+
+    def render_gep(self, u: UOp) -> None:
+        source = u.src[0]
+        if source.dtype.count == 1:
+            if len(u.arg) == 1:
+                self.names[u] = self.ref(source)
+                self.defined_in[u] = self.defined_in.get(source, (0,))
+                return
+            vector = self.temp(
+                "vec", f"insertelement <1 x {scalar_type(source.dtype)}> poison, {self.typed(source)}, i32 0"
+            )
+            source_type = f"<1 x {scalar_type(source.dtype)}>"
+        else:
+            vector, source_type = self.ref(source), value_type(source.dtype)
+        if len(u.arg) == 1:
+            self.assign(u, "gep", f"extractelement {source_type} {vector}, i32 {u.arg[0]}")
+            return
+        mask = "<" + ", ".join(f"i32 {lane}" for lane in u.arg) + ">"
+        self.assign(
+            u,
+            "gep",
+            f"shufflevector {source_type} {vector}, {source_type} poison, <{len(u.arg)} x i32> {mask}",
+        )
+
+    # -- memory -------------------------------------------------------------------------------
+    def render_index(self, u: UOp) -> None:
+        buffer_uop = underlying_buffer(u.src[0])
+        if buffer_uop.op not in (Ops.PARAM, Ops.BUFFER) or len(u.src) != 2:
+            raise self.fail(u, "INDEX in a linear program takes (PARAM or BUFFER, flat index)")
+        buffer = self.ref(buffer_uop)
+        element = memory_scalar_type(buffer_uop.arg.dtype)
+        if buffer_uop.arg.dtype.count > 1:
+            element = memory_type(buffer_uop.arg.dtype)
+        index = u.src[1]
+        if index.dtype.count == 1:
+            pointer = self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {self.ref(index)}")
+            self.addresses[u] = _Address(buffer, u.dtype, pointer=pointer)
+            return
+        found = contiguous_start(index)
+        if found is not None:
+            base, start = found
+            offset = str(start) if base is None else self.ref(base)
+            if base is not None and start:
+                offset = self.temp("alu", f"add i64 {offset}, {start}")
+            pointer = self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {offset}")
+            self.addresses[u] = _Address(buffer, u.dtype, pointer=pointer)
+            if base is not None and buffer_uop.op is Ops.PARAM:
+                self.prefetch(pointer, element, base, buffer_uop.arg.dtype.itemsize)
+            return
+        # lane by lane: LLVM merges neighbouring scalar loads into vector loads and shuffles, which
+        # beats llvm.masked.gather (often scalarized) on the interleaved patterns kernels have
+        if index.op is Ops.VECTORIZE:
+            offsets = [self.ref(lane) for lane in index.src]
+        else:
+            vector = self.ref(index)
+            offsets = [
+                self.temp("lane", f"extractelement {value_type(index.dtype)} {vector}, i32 {i}")
+                for i in range(index.dtype.count)
+            ]
+        pointers = [self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {o}") for o in offsets]
+        self.addresses[u] = _Address(buffer, u.dtype, lane_pointers=pointers)
+
+    def prefetch(self, pointer: str, element: str, base: UOp, itemsize: int) -> None:
+        """Prefetch a few iterations ahead of a contiguous access that jumps a kilobyte or more per
+        iteration of its loop (the C backend's rule, see ``cfamily_state.CFamilyRenderState.prefetch``)."""
+        loop = next(
+            (
+                scope.opener
+                for scope in reversed(self.scopes)
+                if scope.opener is not None and scope.opener.op is Ops.RANGE
+            ),
+            None,
+        )
+        if loop is None:
+            return
+        stride = linear_coefficient(base, loop)
+        if stride is None or abs(stride) * itemsize < PREFETCH_MIN_STRIDE_BYTES:
+            return
+        distance = PREFETCH_ITERATIONS * stride
+        ahead = self.temp("ahead", f"getelementptr {element}, ptr {pointer}, i64 {distance}")
+        self.declare("llvm.prefetch.p0", "void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+        self.emit(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 3, i32 1)")
+
+    def vector_of_pointers(self, address: _Address) -> str:
+        """The ``<N x ptr>`` of a lane-by-lane address (for masked gathers and scatters)."""
+        if address.pointers is None:
+            count = len(address.lane_pointers or [])
+            current = "poison"
+            for i, pointer in enumerate(address.lane_pointers or []):
+                current = self.temp(
+                    "ptrs", f"insertelement <{count} x ptr> {current}, ptr {pointer}, i32 {i}"
+                )
+            address.pointers = current
+        return address.pointers
+
+    def address_of(self, u: UOp) -> _Address:
+        source = u.src[0]
+        while source.op is Ops.AFTER:
+            source = source.src[0]
+        if source not in self.addresses:
+            raise self.fail(u, f"{u.op.name} needs an INDEX rendered before it, got {source.op.name}")
+        return self.addresses[source]
+
+    def from_memory(self, value: str, dtype: DType) -> str:
+        """A value loaded as its memory type, converted to its value type."""
+        mtype = memory_type(dtype)
+        if dtype.scalar.is_bool:
+            return self.temp("bool", f"icmp ne {mtype} {value}, {splat('0', mtype)}")
+        if dtype.scalar is dtypes.bfloat16:
+            return self.bfloat16_value(value, value_type(dtype))
+        return value
+
+    def to_memory(self, value: str, dtype: DType) -> str:
+        """A value converted to its memory type for a store."""
+        if dtype.scalar.is_bool:
+            return self.temp("byte", f"zext {value_type(dtype)} {value} to {memory_type(dtype)}")
+        if dtype.scalar is dtypes.bfloat16:
+            return self.bfloat16_bits(value, value_type(dtype))
+        return value
+
+    def render_load(self, u: UOp) -> None:
+        address = self.address_of(u)
+        dtype = u.dtype
+        mtype, align = memory_type(dtype), dtype.scalar.itemsize
+        if len(u.src) == 2:
+            raise self.fail(u, "LOAD takes (index) or (index, alt, gate)")
+        gated = len(u.src) == 3
+        if address.lane_pointers is not None and not gated:
+            current = "poison"
+            element = memory_scalar_type(dtype)
+            for i, pointer in enumerate(address.lane_pointers):
+                lane = self.temp("val", f"load {element}, ptr {pointer}, align {align}")
+                current = self.temp("vec", f"insertelement {mtype} {current}, {element} {lane}, i32 {i}")
+            self.define(u, self.from_memory(current, dtype))
+            return
+        if address.lane_pointers is not None or (gated and u.src[2].dtype.count > 1):
+            self.masked_load(u, address)
+            return
+        if not gated:
+            raw = self.temp("val", f"load {mtype}, ptr {address.pointer}, align {align}")
+            self.define(u, self.from_memory(raw, dtype))
+            return
+        number = self.scope_numbers = self.scope_numbers + 1
+        gate, alt = self.ref(u.src[2]), self.ref(u.src[1])
+        entry = self.block
+        self.emit(f"br i1 {gate}, label %load{number}.then, label %load{number}.end")
+        self.label(f"load{number}.then")
+        raw = self.temp("val", f"load {mtype}, ptr {address.pointer}, align {align}")
+        loaded = self.from_memory(raw, dtype)
+        then_block = self.block
+        self.emit(f"br label %load{number}.end")
+        self.label(f"load{number}.end")
+        self.assign(u, "val", f"phi {value_type(dtype)} [ {loaded}, %{then_block} ], [ {alt}, %{entry} ]")
+
+    def mask_of(self, u: UOp, count: int) -> str:
+        if len(u.src) == 3:
+            gate = u.src[2]
+            if gate.dtype.count == count:
+                return self.ref(gate)
+            splatted = self.temp("mask", f"insertelement <{count} x i1> poison, i1 {self.ref(gate)}, i32 0")
+            return self.temp(
+                "mask",
+                f"shufflevector <{count} x i1> {splatted}, <{count} x i1> poison, "
+                f"<{count} x i32> zeroinitializer",
+            )
+        return splat("true", f"<{count} x i1>")
+
+    def masked_load(self, u: UOp, address: _Address) -> None:
+        dtype = u.dtype
+        count, mtype, align = dtype.count, memory_type(dtype), dtype.scalar.itemsize
+        mask = self.mask_of(u, count)
+        passthru = "poison"
+        if len(u.src) == 3:
+            passthru = self.to_memory(self.ref(u.src[1]), u.src[1].dtype)
+        if address.lane_pointers is not None:
+            self.vector_of_pointers(address)
+            function = self.intrinsic(
+                "masked.gather",
+                mtype,
+                [f"<{count} x ptr>", "i32", f"<{count} x i1>", mtype],
+                [mtype, f"<{count} x ptr>"],
+            )
+            raw = self.temp(
+                "val",
+                f"call {mtype} {function}(<{count} x ptr> {address.pointers}, i32 {align}, "
+                f"<{count} x i1> {mask}, {mtype} {passthru})",
+            )
+        else:
+            function = self.intrinsic(
+                "masked.load", mtype, ["ptr", "i32", f"<{count} x i1>", mtype], [mtype, "ptr"]
+            )
+            raw = self.temp(
+                "val",
+                f"call {mtype} {function}(ptr {address.pointer}, i32 {align}, "
+                f"<{count} x i1> {mask}, {mtype} {passthru})",
+            )
+        self.define(u, self.from_memory(raw, dtype))
+
+    def render_store(self, u: UOp) -> None:
+        address = self.address_of(u)
+        value_uop = u.src[1]
+        dtype = value_uop.dtype
+        mtype, align = memory_type(dtype), dtype.scalar.itemsize
+        value = self.to_memory(self.ref(value_uop), dtype)
+        gated = len(u.src) == 3
+        if address.lane_pointers is not None and not gated:
+            element = memory_scalar_type(dtype)
+            for i, pointer in enumerate(address.lane_pointers):
+                lane = self.temp("lane", f"extractelement {mtype} {value}, i32 {i}")
+                self.emit(f"store {element} {lane}, ptr {pointer}, align {align}")
+            return
+        if address.lane_pointers is not None or (gated and u.src[2].dtype.count > 1):
+            count = dtype.count
+            mask = self.mask_of(u, count)
+            if address.lane_pointers is not None:
+                self.vector_of_pointers(address)
+                function = self.intrinsic(
+                    "masked.scatter",
+                    "void",
+                    [mtype, f"<{count} x ptr>", "i32", f"<{count} x i1>"],
+                    [mtype, f"<{count} x ptr>"],
+                )
+                self.emit(
+                    f"call void {function}({mtype} {value}, <{count} x ptr> {address.pointers}, i32 {align}, "
+                    f"<{count} x i1> {mask})"
+                )
+            else:
+                function = self.intrinsic(
+                    "masked.store", "void", [mtype, "ptr", "i32", f"<{count} x i1>"], [mtype, "ptr"]
+                )
+                self.emit(
+                    f"call void {function}({mtype} {value}, ptr {address.pointer}, i32 {align}, "
+                    f"<{count} x i1> {mask})"
+                )
+            return
+        if not gated:
+            self.emit(f"store {mtype} {value}, ptr {address.pointer}, align {align}")
+            return
+        number = self.scope_numbers = self.scope_numbers + 1
+        self.emit(f"br i1 {self.ref(u.src[2])}, label %store{number}.then, label %store{number}.end")
+        self.label(f"store{number}.then")
+        self.emit(f"store {mtype} {value}, ptr {address.pointer}, align {align}")
+        self.emit(f"br label %store{number}.end")
+        self.label(f"store{number}.end")
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def render_alu(self, u: UOp) -> None:
+        op = u.op
+        operand = u.src[-1] if op is Ops.WHERE else u.src[0]
+        scalar = operand.dtype.scalar
+        vtype = value_type(operand.dtype)
+        args = [self.ref(s) for s in u.src]
+        result = alu_instruction(self, op, scalar, vtype, args, u)
+        if scalar is dtypes.bfloat16 and op not in GroupOp.COMPARISON:
+            result = self.round_bfloat16(result, value_type(u.dtype))
+        self.define(u, result)
+
+    def _bfloat16_rounded(self, value: str, vtype: str) -> tuple[str, str, str]:
+        """(float bits rounded to nearest-even at bit 16, the bits, the i32 type) of a float value."""
+        itype = with_element(vtype, "i32")
+        bits = self.temp("bf", f"bitcast {vtype} {value} to {itype}")
+        low = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
+        odd = self.temp("bf", f"and {itype} {low}, {splat('1', itype)}")
+        bias = self.temp("bf", f"add {itype} {odd}, {splat('32767', itype)}")
+        return self.temp("bf", f"add {itype} {bits}, {bias}"), bits, itype
+
+    def _keep_nan(self, value: str, vtype: str, number: str, nan: str, itype: str) -> str:
+        """``number`` where ``value`` is a number, ``nan`` (both of ``itype``) where it is NaN."""
+        is_nan = self.temp("bf", f"fcmp uno {vtype} {value}, {value}")
+        condition = with_element(vtype, "i1")
+        return self.temp("bf", f"select {condition} {is_nan}, {itype} {nan}, {itype} {number}")
+
+    def round_bfloat16(self, value: str, vtype: str) -> str:
+        """Round a float held value to bfloat16 precision, to nearest-even (bfloat16 arithmetic is
+        done in float); NaN stays a (quiet) NaN.  Through the 16 bits: LLVM folds the narrowing."""
+        return self.bfloat16_value(self.bfloat16_bits(value, vtype), vtype)
+
+    def bfloat16_bits(self, value: str, vtype: str) -> str:
+        """The 16 bits (``i16``) of a float held value rounded to bfloat16 (nearest-even; NaN quiet)."""
+        rounded, bits, itype = self._bfloat16_rounded(value, vtype)
+        high = self.temp("bf", f"lshr {itype} {rounded}, {splat('16', itype)}")
+        quiet = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
+        quiet = self.temp("bf", f"or {itype} {quiet}, {splat('64', itype)}")
+        chosen = self._keep_nan(value, vtype, high, quiet, itype)
+        return self.temp("bf", f"trunc {itype} {chosen} to {with_element(vtype, 'i16')}")
+
+    def bfloat16_value(self, bits: str, vtype: str) -> str:
+        """The float held value of bfloat16 bits (``i16``): the bits are a float's upper half."""
+        itype = with_element(vtype, "i32")
+        wide = self.temp("bf", f"zext {with_element(vtype, 'i16')} {bits} to {itype}")
+        shifted = self.temp("bf", f"shl {itype} {wide}, {splat('16', itype)}")
+        return self.temp("bf", f"bitcast {itype} {shifted} to {vtype}")
+
+    def render_cast(self, u: UOp) -> None:
+        self.define(u, cast_value(self, self.ref(u.src[0]), u.src[0].dtype, u.dtype))
+
+    def render_bitcast(self, u: UOp) -> None:
+        source = u.src[0]
+        if source.dtype.itemsize != u.dtype.itemsize:
+            raise self.fail(u, f"BITCAST from {source.dtype.name} to {u.dtype.name} changes the size")
+        value = self.ref(source)
+        if source.dtype.scalar is dtypes.bfloat16:
+            value = self.bfloat16_bits(value, value_type(source.dtype))
+            from_type = memory_type(source.dtype)
+        else:
+            from_type = value_type(source.dtype)
+        if u.dtype.scalar is dtypes.bfloat16:
+            narrow = self.temp("cast", f"bitcast {from_type} {value} to {memory_type(u.dtype)}")
+            self.define(u, self.bfloat16_value(narrow, value_type(u.dtype)))
+            return
+        self.assign(u, "cast", f"bitcast {from_type} {value} to {value_type(u.dtype)}")
+
+    def render_wmma(self, u: UOp) -> None:
+        config = u.arg
+        if not isinstance(config, TensorCore):
+            raise self.fail(u, f"WMMA's arg must be a TensorCore, got {type(config).__name__}")
+        if config.threads != 1:
+            raise self.fail(
+                u,
+                f"tensor core {config.name} spreads a tile over {config.threads} lanes; the llvm "
+                f"backend emulates only one-thread tiles",
+            )
+        a, b, c = u.src
+        if (a.dtype.count, b.dtype.count, c.dtype.count) != (
+            config.elements("a"),
+            config.elements("b"),
+            config.elements("c"),
+        ):
+            raise self.fail(
+                u,
+                f"WMMA {config.name} takes vectors of {config.elements('a')}, "
+                f"{config.elements('b')} and {config.elements('c')} lanes",
+            )
+        out = value_type(config.dtype_out)
+        where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
+        where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
+
+        def lane(vector: UOp, index: int, target: DType) -> str:
+            value = self.temp(
+                "lane", f"extractelement {value_type(vector.dtype)} {self.ref(vector)}, i32 {index}"
+            )
+            return cast_value(self, value, vector.dtype.scalar, target)
+
+        self.emit(
+            f"; WMMA {config.name}: {config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar "
+            f"multiply-adds"
+        )
+        current = "poison"
+        ctype = value_type(c.dtype)
+        for index, (m, n) in enumerate(config.layout_c):
+            total = lane(c, index, config.dtype_out)
+            for k in range(config.dims[2]):
+                left = lane(a, where_a[(m, k)], config.dtype_out)
+                right = lane(b, where_b[(k, n)], config.dtype_out)
+                if config.dtype_out.is_float:
+                    product = self.temp("mul", f"fmul contract {out} {left}, {right}")
+                    total = self.temp("sum", f"fadd contract {out} {total}, {product}")
+                else:
+                    product = self.temp("mul", f"mul {out} {left}, {right}")
+                    total = self.temp("sum", f"add {out} {total}, {product}")
+            current = self.temp("wmma", f"insertelement {ctype} {current}, {out} {total}, i32 {index}")
+        self.define(u, current)
+
+    def render_custom(self, u: UOp) -> None:
+        text = self.custom_text(u)
+        if u.dtype is dtypes.void:
+            self.emit(text)
+        else:
+            self.assign(u, "custom", text)
+
+
+_HANDLERS: dict[Ops, Callable[[LLVMRenderState, UOp], None]] = {
+    Ops.PARAM: LLVMRenderState.render_nothing,
+    Ops.CONST: LLVMRenderState.render_nothing,
+    Ops.SINK: LLVMRenderState.render_nothing,
+    Ops.GROUP: LLVMRenderState.render_nothing,
+    Ops.BUFFER: LLVMRenderState.render_buffer,
+    Ops.AFTER: LLVMRenderState.render_after,
+    Ops.SPECIAL: LLVMRenderState.render_special,
+    Ops.RANGE: LLVMRenderState.render_range,
+    Ops.END: LLVMRenderState.render_end,
+    Ops.IF: LLVMRenderState.render_if,
+    Ops.ENDIF: LLVMRenderState.render_endif,
+    Ops.BARRIER: LLVMRenderState.render_barrier,
+    Ops.VECTORIZE: LLVMRenderState.render_vectorize,
+    Ops.GEP: LLVMRenderState.render_gep,
+    Ops.INDEX: LLVMRenderState.render_index,
+    Ops.LOAD: LLVMRenderState.render_load,
+    Ops.STORE: LLVMRenderState.render_store,
+    Ops.CAST: LLVMRenderState.render_cast,
+    Ops.BITCAST: LLVMRenderState.render_bitcast,
+    Ops.WMMA: LLVMRenderState.render_wmma,
+    Ops.CUSTOM: LLVMRenderState.render_custom,
+}
