@@ -18,10 +18,8 @@ from uopviz.passes.beam import (
     beam_search,
     candidate_opts,
     kernel_key,
-    opts_from_json,
-    opts_to_json,
 )
-from uopviz.passes.kernel import Opt, OptOp
+from uopviz.passes.optops.opts import Opt, OptOp, opts_from_json, opts_to_json
 
 needs_c = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) for the c backend")
 

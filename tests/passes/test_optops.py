@@ -12,7 +12,7 @@ import uopviz as uv
 from uopviz import AxisType, Ops, Tensor
 from uopviz.backends import available
 from uopviz.passes.beam import candidate_opts
-from uopviz.passes.kernel import Kernel, Opt, OptError, OptOp
+from uopviz.passes.optops import Kernel, Opt, OptError, OptOp
 
 BACKENDS = available()
 U, R, G, L, T = AxisType.UPCAST, AxisType.REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.THREAD

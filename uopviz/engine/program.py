@@ -25,7 +25,7 @@ from uopviz.core.limits import check_allocation
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import tracing
 from uopviz.core.uop import UOp
-from uopviz.passes.kernel import Kernel
+from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.pipeline import lower
 from uopviz.passes.render import backend_named
 from uopviz.passes.schedule import VIEW_OPS, Lowering, PipelineError, ScheduleItem, storage_of

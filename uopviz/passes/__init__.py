@@ -5,7 +5,8 @@ shape single kernels.  Compiling and running programs (``uv.compile``, ``Program
 (:mod:`uopviz.engine`).
 """
 
-from uopviz.passes.kernel import Kernel, Opt, OptError, OptOp
+from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, OptError, OptOp
 from uopviz.passes.pipeline import PIPELINE, STAGES
 
 __all__ = ["PIPELINE", "STAGES", "Kernel", "Opt", "OptError", "OptOp"]

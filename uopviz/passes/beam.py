@@ -37,7 +37,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,9 @@ import numpy as np
 from uopviz.core.dtype import DType
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import BufferArg, ParamArg, UOp
-from uopviz.passes.kernel import REDUCE_TYPES, Kernel, Opt, OptError, OptOp
+from uopviz.passes.optops.axes import REDUCE_TYPES
+from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, OptError, OptOp, opts_to_json
 
 # ---------------------------------------------------------------------------------------------
 # keys
@@ -83,40 +85,6 @@ def kernel_key(kernel: Kernel) -> str:
         )
         digest.update(line.encode() + b"\n")
     return f"{kernel.name}-{digest.hexdigest()[:16]}"
-
-
-def opts_to_json(opts: Sequence[Opt]) -> list:
-    """Opts as plain JSON data: ``[op, axis, arg]`` with AxisTypes by name."""
-
-    def arg_data(arg: Any) -> Any:
-        if isinstance(arg, AxisType):
-            return {"axis_type": arg.name}
-        if isinstance(arg, tuple):
-            return [arg_data(a) for a in arg]
-        return arg
-
-    return [[o.op.name, o.axis, arg_data(o.arg)] for o in opts]
-
-
-def opts_from_json(data: Iterable) -> tuple[Opt, ...]:
-    """The inverse of :func:`opts_to_json`."""
-
-    def arg_value(arg: Any) -> Any:
-        if isinstance(arg, dict) and "axis_type" in arg:
-            return AxisType[arg["axis_type"]]
-        if isinstance(arg, list):
-            return tuple(arg_value(a) for a in arg)
-        return arg
-
-    out = []
-    for entry in data:
-        if not (isinstance(entry, list | tuple) and len(entry) == 3):
-            raise ValueError(f"an opt is [op, axis, arg], got {entry!r}")
-        op, axis, arg = entry
-        if op not in OptOp.__members__:
-            raise ValueError(f"unknown OptOp {op!r}; known: {', '.join(OptOp.__members__)}")
-        out.append(Opt(OptOp[op], axis, arg_value(arg)))
-    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -832,6 +800,4 @@ __all__ = [
     "candidate_opts",
     "evaluate_candidate",
     "kernel_key",
-    "opts_from_json",
-    "opts_to_json",
 ]

@@ -40,14 +40,9 @@ from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import flat_index
-from uopviz.passes.kernel import (
+from uopviz.passes.optops.axes import (
     LANE_TYPES,
     REDUCE_TYPES,
-    Kernel,
-    Opt,
-    OptError,
-    OptOp,
-    apply_tensor_core,
     depends_on,
     kernel_order,
     position_of,
@@ -56,6 +51,9 @@ from uopviz.passes.kernel import (
     renumber,
     substitute_ranges,
 )
+from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, OptError, OptOp
+from uopviz.passes.optops.tensor_cores import apply_tensor_core
 from uopviz.passes.schedule import Lowering
 
 

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from uopviz.passes.beam import BeamResult, kernel_key, opts_from_json, opts_to_json
-from uopviz.passes.kernel import Kernel, Opt
+from uopviz.passes.beam import BeamResult, kernel_key
+from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, opts_from_json, opts_to_json
 
 FORMAT = "uopviz-tuning-records"
 VERSION = 1
