@@ -10,7 +10,7 @@ import pytest
 import uopviz as uv
 from uopviz.backends import get
 from uopviz.core.ops import AxisType, Ops
-from uopviz.passes.optimize import hand_coded_optimizations
+from uopviz.passes.optops.heuristic import hand_coded_optimizations
 from uopviz.passes.optops.opts import Opt, OptOp
 
 needs_c = pytest.mark.skipif(not get("c").available(), reason="no C compiler on this machine")

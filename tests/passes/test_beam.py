@@ -211,7 +211,7 @@ def test_a_script_without_a_main_guard_is_told_why_beam_failed(tmp_path) -> None
 @needs_c
 def test_a_finalist_that_computes_something_else_cannot_win() -> None:
     from uopviz.passes import beam
-    from uopviz.passes.optimize import hand_coded_optimizations
+    from uopviz.passes.optops.heuristic import hand_coded_optimizations
 
     untuned, a, b = _gemm(32)
     tuned = hand_coded_optimizations(untuned)

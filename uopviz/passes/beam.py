@@ -246,13 +246,14 @@ def _measured_on(device: str) -> str:
 
 @functools.cache
 def compiler_fingerprint() -> str:
-    """A hash of the code generator's own source (uopviz.core, .passes, .backends): a measurement made
-    with other code — a changed heuristic, renderer or decomposition — is not reused."""
+    """A hash of the code generator's own source (uopviz.core, .passes with its subpackages such as
+    .passes.optops, .backends): a measurement made with other code — a changed heuristic, renderer or
+    decomposition — is not reused."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for folder in ("core", "passes", "backends"):
-        for path in sorted((root / folder).glob("*.py")):
-            digest.update(path.name.encode())
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -529,7 +530,7 @@ def beam_search(
         seeds = [start_kernel]
         heuristic_kernel = None
         if include_heuristic:
-            from uopviz.passes.optimize import hand_coded_optimizations
+            from uopviz.passes.optops.heuristic import hand_coded_optimizations
 
             heuristic_kernel = hand_coded_optimizations(start_kernel)
             if heuristic_kernel.ast is not start_kernel.ast:

@@ -4,10 +4,15 @@
   made), and opts as JSON data;
 * ``axes.py``: kernel order and the range helpers; SPLIT, PADTO, SWAP and NOLOCALS;
 * ``tensor_cores.py``: TC and the fragment layouts of the backends' tensor cores;
-* ``kernel.py``: :class:`Kernel` and the table from each OptOp to the function applying it.
+* ``kernel.py``: :class:`Kernel` and the table from each OptOp to the function applying it;
+* ``heuristic.py``: the hand-coded choice of opts for a kernel's backend (``opts="heuristic"``);
+* ``staging.py``: CPU: strips of far-apart rows copied into contiguous buffers;
+* ``local_buffers.py``: GPU: GROUP_REDUCE reductions through LOCAL buffers.
 
-Imports point one way inside: ``opts`` <- ``axes`` <- ``tensor_cores`` <- ``kernel``.  The package
-sees the IR, ``passes/indexing.py`` and the backends' declarations, never the engine.
+Imports point one way inside: ``opts`` <- ``axes`` <- ``tensor_cores`` <- ``kernel`` <-
+``heuristic``.  The package sees the IR, ``passes/indexing.py`` and the backends' declarations,
+never the engine: the Optimize stage (``passes/optimize.py``) reaches BEAM search through the
+``search`` entry point.
 """
 
 from uopviz.passes.optops.kernel import Kernel
