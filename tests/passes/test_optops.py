@@ -330,7 +330,7 @@ def test_any_sequence_of_valid_opts_keeps_results(data, name: str, backend: str)
 
 
 def test_tuning_records_choose_the_opts_of_matching_kernels() -> None:
-    from uopviz.passes.records import TuningRecords
+    from uopviz.engine.records import TuningRecords
 
     out, expected = matmul()
     kernel = uv.compile(out).kernels[0]

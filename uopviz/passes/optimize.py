@@ -6,8 +6,8 @@ then finish them (staged strips on CPUs, LOCAL buffers for GROUP_REDUCE on GPUs)
 ``opts`` may also give one such choice per kernel, a dict by kernel index or name, or tuning records.
 
 The OptOps, the heuristic and the finishing passes are in :mod:`uopviz.passes.optops`.  BEAM search
-and tuning records live in :mod:`uopviz.passes.beam` and :mod:`uopviz.passes.records`; this stage
-reaches the search through the ``search`` entry point.
+lives in :mod:`uopviz.passes.beam` (this stage reaches it through the ``search`` entry point), tuning
+records in :mod:`uopviz.engine.records`.
 """
 
 from __future__ import annotations
