@@ -47,7 +47,7 @@ provide("compile", "uopviz.engine.program:compile")
 provide("gradient", "uopviz.core.gradient:gradient")
 provide("lower_kernel", "uopviz.engine.kernel:lower_kernel")
 provide("time_kernel", "uopviz.engine.kernel:time_kernel_on_random_inputs")
-provide("search", "uopviz.passes.beam:beam_search")
+provide("search", "uopviz.engine.search:beam_search")
 
 
 def __getattr__(name: str) -> Any:

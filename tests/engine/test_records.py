@@ -11,7 +11,7 @@ import uopviz as uv
 from uopviz.backends.c import find_c_compiler
 from uopviz.core.ops import AxisType
 from uopviz.engine.records import TuningRecord, TuningRecords
-from uopviz.passes.beam import BeamCache, beam_search, kernel_key
+from uopviz.engine.search import BeamCache, beam_search, kernel_key
 from uopviz.passes.optops.opts import Opt, OptError, OptOp
 
 needs_c = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) for the c backend")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import uopviz as uv
 from uopviz import AxisType, Ops, Tensor
 from uopviz.backends import available
-from uopviz.passes.beam import candidate_opts
+from uopviz.engine.search import candidate_opts
 from uopviz.passes.optops import Kernel, Opt, OptError, OptOp
 
 BACKENDS = available()
@@ -147,6 +147,14 @@ def test_opts_compose_left_to_right_and_are_recorded() -> None:
     steps = [s.rule for s in program.trace.find("Optimize").steps]
     assert [s.split(":")[0] for s in steps if ":" in s] == ["split_axis", "split_axis", "swap_axes"]
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_every_optop_has_one_function_in_the_table() -> None:
+    from uopviz.passes.optops.kernel import OPT_HANDLERS
+
+    assert list(OPT_HANDLERS) == list(OptOp)  # an OptOp added without its function fails here
+    assert [f.__module__.rsplit(".", 1)[1] for f in OPT_HANDLERS.values()] == \
+        ["axes", "axes", "axes", "axes", "tensor_cores"]
 
 
 def test_per_kernel_opts_by_index_and_name() -> None:

@@ -6,8 +6,8 @@ then finish them (staged strips on CPUs, LOCAL buffers for GROUP_REDUCE on GPUs)
 ``opts`` may also give one such choice per kernel, a dict by kernel index or name, or tuning records.
 
 The OptOps, the heuristic and the finishing passes are in :mod:`uopviz.passes.optops`.  BEAM search
-lives in :mod:`uopviz.passes.beam` (this stage reaches it through the ``search`` entry point), tuning
-records in :mod:`uopviz.engine.records`.
+and tuning records are the engine's (:mod:`uopviz.engine.search`, :mod:`uopviz.engine.records`):
+searching times kernels, so this stage reaches it through the ``search`` entry point.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def finish_optimize(kernel: Kernel) -> UOp:
 
 def optimize_kernel(kernel: Kernel, opts: Any) -> Kernel:
     """``kernel`` in its backend's initial state (parallel outputs GLOBAL) with ``opts`` applied:
-    None, ``"heuristic"``, ``"beam"`` (``uopviz.passes.beam``) or a sequence of Opt."""
+    None, ``"heuristic"``, ``"beam"`` (``uopviz.engine.search``, through its entry point) or a sequence
+    of Opt."""
     kernel = kernel.with_parallel_outputs()
     if opts is None:
         return kernel

@@ -11,8 +11,8 @@
 
 Imports point one way inside: ``opts`` <- ``axes`` <- ``tensor_cores`` <- ``kernel`` <-
 ``heuristic``.  The package sees the IR, ``passes/indexing.py`` and the backends' declarations,
-never the engine: the Optimize stage (``passes/optimize.py``) reaches BEAM search through the
-``search`` entry point.
+never the engine: BEAM search times kernels, so it is the engine's, and the Optimize stage
+(``passes/optimize.py``) reaches it through the ``search`` entry point.
 """
 
 from uopviz.passes.optops.kernel import Kernel

@@ -48,6 +48,7 @@ from uopviz.core.dtype import DType
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import BufferArg, ParamArg, UOp
 from uopviz.passes.optops.axes import REDUCE_TYPES
+from uopviz.passes.optops.heuristic import hand_coded_optimizations
 from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.optops.opts import Opt, OptError, OptOp, opts_to_json
 
@@ -530,8 +531,6 @@ def beam_search(
         seeds = [start_kernel]
         heuristic_kernel = None
         if include_heuristic:
-            from uopviz.passes.optops.heuristic import hand_coded_optimizations
-
             heuristic_kernel = hand_coded_optimizations(start_kernel)
             if heuristic_kernel.ast is not start_kernel.ast:
                 seeds.append(heuristic_kernel)
