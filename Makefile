@@ -40,7 +40,7 @@ export DEBIAN_FRONTEND := noninteractive
 .PHONY: help venv system-deps test test-fast test-targets fuzz-slow lab bench accuracy lint clean distclean
 
 # The tests whose generated code depends on the CPU target, run again under each lesser target.
-TARGET_TESTS ?= tests/backends tests/passes tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
+TARGET_TESTS ?= tests/backends tests/passes tests/engine tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
 TARGET_LEVELS ?= x86-64-v3 x86-64-v2
 
 help:

@@ -88,7 +88,7 @@ def _cold_compile(backend: str) -> float:
 
 
 def run() -> list[dict]:
-    from uopviz.passes.beam import beam_search
+    from uopviz.engine.search import beam_search
 
     rows: list[dict] = []
     backends = [b for b in BACKENDS if get(b).available()]

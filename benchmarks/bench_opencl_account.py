@@ -34,9 +34,9 @@ def _child() -> dict[str, float]:
     import numpy as np
 
     import uopviz as uv
-    import uopviz.passes.optimize as optimize
+    import uopviz.passes.optops.staging as staging
     from uopviz.core.ops import AxisType
-    from uopviz.passes.kernel import OptOp
+    from uopviz.passes.optops import OptOp
 
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((SIZE, SIZE), np.float32) for _ in range(2))
@@ -45,12 +45,12 @@ def _child() -> dict[str, float]:
     bound, names = {}, {}
     for case, backend, stage in (("c staged", "c", True), ("c unstaged", "c", False),
                                  ("opencl", "opencl", False)):
-        limit = optimize.STAGE_MAX_BYTES
-        optimize.STAGE_MAX_BYTES = limit if stage else 0  # no strip is small enough: none staged
+        limit = staging.STAGE_MAX_BYTES
+        staging.STAGE_MAX_BYTES = limit if stage else 0  # no strip is small enough: none staged
         try:
             program = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend=backend, opts=one_core)
         finally:
-            optimize.STAGE_MAX_BYTES = limit
+            staging.STAGE_MAX_BYTES = limit
         np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-3, atol=1e-3)
         bound[case], names[case] = program.bind(), program.kernels[0].name
     samples: dict[str, list[float]] = {case: [] for case in bound}

@@ -24,10 +24,10 @@ _LAZY: dict[str, str] = {
     "simplify": "uopviz.core.symbolic:simplify",
     "compile": "uopviz.engine.program:compile",
     "Program": "uopviz.engine.program:Program",
-    "Kernel": "uopviz.passes.kernel:Kernel",
-    "Opt": "uopviz.passes.kernel:Opt",
-    "OptOp": "uopviz.passes.kernel:OptOp",
-    "OptError": "uopviz.passes.kernel:OptError",
+    "Kernel": "uopviz.passes.optops.kernel:Kernel",
+    "Opt": "uopviz.passes.optops.opts:Opt",
+    "OptOp": "uopviz.passes.optops.opts:OptOp",
+    "OptError": "uopviz.passes.optops.opts:OptError",
     "Timing": "uopviz.backends.timing:Timing",
     "cpu_target": "uopviz.backends.target:cpu_target",
     "set_target": "uopviz.backends.target:set_target",
@@ -47,7 +47,7 @@ provide("compile", "uopviz.engine.program:compile")
 provide("gradient", "uopviz.core.gradient:gradient")
 provide("lower_kernel", "uopviz.engine.kernel:lower_kernel")
 provide("time_kernel", "uopviz.engine.kernel:time_kernel_on_random_inputs")
-provide("search", "uopviz.passes.beam:beam_search")
+provide("search", "uopviz.engine.search:beam_search")
 
 
 def __getattr__(name: str) -> Any:

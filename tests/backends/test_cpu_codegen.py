@@ -10,8 +10,8 @@ import pytest
 import uopviz as uv
 from uopviz.backends import get
 from uopviz.core.ops import AxisType, Ops
-from uopviz.passes.kernel import Opt, OptOp
-from uopviz.passes.optimize import hand_coded_optimizations
+from uopviz.passes.optops.heuristic import hand_coded_optimizations
+from uopviz.passes.optops.opts import Opt, OptOp
 
 needs_c = pytest.mark.skipif(not get("c").available(), reason="no C compiler on this machine")
 needs_llvm = pytest.mark.skipif(not get("llvm").available(), reason="llvmlite is not installed")

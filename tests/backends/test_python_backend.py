@@ -139,7 +139,7 @@ def test_runs_code_decomposed_for_another_backend() -> None:
 def test_runs_programs_lowered_for_a_gpu() -> None:
     """Programs lowered for OpenCL (SPECIAL thread indices, LOCAL axes, GROUP_REDUCE through local
     memory and barriers) give the same values on the interpreter."""
-    from uopviz.passes.kernel import Opt, OptOp
+    from uopviz.passes.optops.opts import Opt, OptOp
 
     rng = np.random.default_rng(8)
     a, b = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 4)).astype(np.float32)

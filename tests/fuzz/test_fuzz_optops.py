@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import uopviz as uv
 from uopviz import AxisType, Opt, OptError, OptOp
 from uopviz.backends import available
-from uopviz.passes.beam import candidate_opts
+from uopviz.engine.search import candidate_opts
 
 from .fuzzing import budget, record
 

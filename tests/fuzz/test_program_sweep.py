@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import uopviz as uv
 from uopviz import dtypes
 from uopviz.backends import available, get
-from uopviz.passes.beam import candidate_opts
+from uopviz.engine.search import candidate_opts
 
 from .fuzzing import OUTCOMES, SLOW, budget, record
 

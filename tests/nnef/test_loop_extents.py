@@ -23,7 +23,7 @@ from counted_graphs import counted_graph
 import uopviz as uv
 from uopviz.nnef import NNEFError
 from uopviz.nnef.graph import LoopOperation
-from uopviz.passes.kernel import Opt, OptOp
+from uopviz.passes.optops.opts import Opt, OptOp
 
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
 RNG = np.random.default_rng(17)

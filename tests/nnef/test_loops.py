@@ -255,7 +255,7 @@ def test_malformed_loops_are_reported_where_they_are_written(body, message):
 
 
 def test_kernels_before_and_after_a_loop_compile_in_programs_of_their_own_with_their_opts():
-    from uopviz.passes.kernel import Opt, OptOp
+    from uopviz.passes.optops.opts import Opt, OptOp
 
     g = graph_of(
         "x0: real[8];",

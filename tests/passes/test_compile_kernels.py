@@ -78,7 +78,7 @@ def test_the_stages_are_traced_after_the_front_ends_own_passes() -> None:
 
 
 def test_opts_apply_to_the_named_kernels() -> None:
-    from uopviz.passes.kernel import Opt, OptOp
+    from uopviz.passes.optops.opts import Opt, OptOp
 
     kernels, x, b, y, s = _kernels(16)
     upcast = Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False))

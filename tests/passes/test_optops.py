@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import uopviz as uv
 from uopviz import AxisType, Ops, Tensor
 from uopviz.backends import available
-from uopviz.passes.beam import candidate_opts
-from uopviz.passes.kernel import Kernel, Opt, OptError, OptOp
+from uopviz.engine.search import candidate_opts
+from uopviz.passes.optops import Kernel, Opt, OptError, OptOp
 
 BACKENDS = available()
 U, R, G, L, T = AxisType.UPCAST, AxisType.REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.THREAD
@@ -147,6 +147,14 @@ def test_opts_compose_left_to_right_and_are_recorded() -> None:
     steps = [s.rule for s in program.trace.find("Optimize").steps]
     assert [s.split(":")[0] for s in steps if ":" in s] == ["split_axis", "split_axis", "swap_axes"]
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_every_optop_has_one_function_in_the_table() -> None:
+    from uopviz.passes.optops.kernel import OPT_HANDLERS
+
+    assert list(OPT_HANDLERS) == list(OptOp)  # an OptOp added without its function fails here
+    assert [f.__module__.rsplit(".", 1)[1] for f in OPT_HANDLERS.values()] == \
+        ["axes", "axes", "axes", "axes", "tensor_cores"]
 
 
 def test_per_kernel_opts_by_index_and_name() -> None:
@@ -330,7 +338,7 @@ def test_any_sequence_of_valid_opts_keeps_results(data, name: str, backend: str)
 
 
 def test_tuning_records_choose_the_opts_of_matching_kernels() -> None:
-    from uopviz.passes.records import TuningRecords
+    from uopviz.engine.records import TuningRecords
 
     out, expected = matmul()
     kernel = uv.compile(out).kernels[0]

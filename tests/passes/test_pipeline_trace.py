@@ -15,7 +15,7 @@ import uopviz as uv
 from uopviz import Tensor
 from uopviz.backends import available
 from uopviz.core.tensor import buffer_data
-from uopviz.passes.kernel import Opt, OptOp
+from uopviz.passes.optops.opts import Opt, OptOp
 from uopviz.passes.pipeline import STAGES
 
 REPO = Path(__file__).resolve().parents[2]

@@ -152,7 +152,7 @@ def _lane_programs() -> dict[str, uv.Program]:
     """Programs whose Expand stage turns ranges into vector lanes (dtype changes mid-pass)."""
     import numpy as np
 
-    from uopviz.passes.kernel import Opt, OptOp
+    from uopviz.passes.optops.opts import Opt, OptOp
 
     rng = np.random.default_rng(5)
     programs = {}

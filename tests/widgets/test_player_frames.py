@@ -10,7 +10,7 @@ import pytest
 
 import uopviz as uv
 from uopviz import Ops, UOp, dtypes
-from uopviz.passes.kernel import Opt, OptOp
+from uopviz.passes.optops.opts import Opt, OptOp
 from uopviz.widgets.embed import player_state
 from uopviz.widgets.player import PlayerState, aligned_text_diff, printed_graph, text_diff
 from uopviz.widgets.views import RewritePlayer

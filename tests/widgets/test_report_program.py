@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import uopviz as uv
-from uopviz.passes.kernel import Kernel
+from uopviz.passes.optops.kernel import Kernel
 from uopviz.widgets.graph import layout
 from uopviz.widgets.tuner_view import KernelTuner
 from uopviz.widgets.views import GraphView, RewritePlayer

@@ -10,7 +10,7 @@ import pytest
 
 import uopviz as uv
 from uopviz import AxisType
-from uopviz.passes.kernel import Opt, OptError, OptOp
+from uopviz.passes.optops.opts import Opt, OptError, OptOp
 from uopviz.widgets.tuner import (
     TunerState,
     make_opt,

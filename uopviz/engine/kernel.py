@@ -13,7 +13,7 @@ from uopviz.backends import timing, worker
 from uopviz.backends.base import CompiledKernel, KernelMeta, KernelParam
 from uopviz.core.limits import check_allocation
 from uopviz.core.uop import UOp
-from uopviz.passes.kernel import Kernel
+from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.pipeline import lower
 from uopviz.passes.render import backend_named, compile_source
 from uopviz.passes.schedule import Lowering, ScheduleItem

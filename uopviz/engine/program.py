@@ -25,7 +25,7 @@ from uopviz.core.limits import check_allocation
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import tracing
 from uopviz.core.uop import UOp
-from uopviz.passes.kernel import Kernel
+from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.pipeline import lower
 from uopviz.passes.render import backend_named
 from uopviz.passes.schedule import VIEW_OPS, Lowering, PipelineError, ScheduleItem, storage_of
@@ -37,7 +37,7 @@ def compile(outputs: Any, backend: str = "python", opts: Any = None,  # noqa: A0
 
     ``opts``: None (no optimizations), ``"heuristic"``, ``"beam"``, a sequence of ``Opt`` for every
     kernel, one such sequence per kernel, a dict from kernel index or name to its opts, or tuning
-    records (``uopviz.passes.records``).  ``build=False`` renders the sources without compiling
+    records (``uopviz.engine.records``).  ``build=False`` renders the sources without compiling
     them (the program cannot run).  The lowering is always traced: ``program.trace`` has one pass
     per stage.
     """

@@ -79,7 +79,7 @@ def _step_reads(graph: Graph, step: list[Operation] | LoopOperation) -> set[str]
 
 def _per_kernel_list(opts: Any) -> bool:
     """Whether ``opts`` is a sequence with one entry per kernel (not one list of Opt for all)."""
-    from uopviz.passes.kernel import Opt
+    from uopviz.passes.optops.opts import Opt
 
     return isinstance(opts, list | tuple) and bool(opts) and not all(isinstance(item, Opt) for item in opts)
 

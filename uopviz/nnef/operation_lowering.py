@@ -1028,9 +1028,9 @@ def _check_intrinsic_extents(graph: Graph, op: Operation) -> None:
 
 
 def operation_kernels(graph: Graph, op: Operation, backend: str = "python") -> list:
-    """The kernels of ``op`` as pipeline :class:`~uopviz.passes.kernel.Kernel` objects (tunable); for
+    """The kernels of ``op`` as pipeline :class:`~uopviz.passes.optops.kernel.Kernel` objects (tunable); for
     a loop node, those of its body and condition (nested loops included), in program order."""
-    from uopviz.passes.kernel import Kernel
+    from uopviz.passes.optops.kernel import Kernel
 
     if isinstance(op, LoopOperation):
         return [

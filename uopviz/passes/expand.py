@@ -26,7 +26,7 @@ from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import frontier_graph, graph_rewrite, location_of, substitute, traced_pass, untraced
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import iadd, iconst, index_simplifier, simplify_indices
-from uopviz.passes.kernel import LANE_TYPES, kernel_order, range_size
+from uopviz.passes.optops.axes import LANE_TYPES, kernel_order, range_size
 from uopviz.passes.schedule import Lowering, once_per_body
 
 Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order

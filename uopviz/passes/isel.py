@@ -90,7 +90,7 @@ from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import iconst
-from uopviz.passes.kernel import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity
+from uopviz.passes.optops.axes import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity
 from uopviz.passes.render import backend_named
 from uopviz.passes.schedule import Lowering, PipelineError, once_per_body
 

@@ -19,7 +19,7 @@ from uopviz.backends.base import Backend
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp, toposort
-from uopviz.passes.kernel import kernel_order, ranges_of
+from uopviz.passes.optops.axes import kernel_order, ranges_of
 from uopviz.passes.render import backend_named
 from uopviz.passes.schedule import Lowering, once_per_body, record_step
 

@@ -45,7 +45,8 @@ from uopviz.passes.indexing import (
     simplify_indices,
     unflatten,
 )
-from uopviz.passes.kernel import Kernel, reduce_identity
+from uopviz.passes.optops.axes import reduce_identity
+from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.schedule import Lowering, ScheduleItem
 
 REALIZE = "realize"  # tag of the values that get their own buffer

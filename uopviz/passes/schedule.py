@@ -19,7 +19,7 @@ from uopviz.backends.base import CompiledKernel
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import Trace, is_tracing, location_of, substitute, traced_pass
 from uopviz.core.uop import UOp
-from uopviz.passes.kernel import Kernel
+from uopviz.passes.optops.kernel import Kernel
 
 
 class PipelineError(RuntimeError):

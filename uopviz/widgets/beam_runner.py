@@ -1,4 +1,4 @@
-"""BEAM search for the tuner: ``uopviz.passes.beam.beam_search`` with its progress turned into
+"""BEAM search for the tuner: ``uopviz.engine.search.beam_search`` with its progress turned into
 ``progress(done, total)`` calls for a progress bar, and a one-line summary of the outcome."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from uopviz.backends.timing import format_seconds
 def run_beam(kernel: Any, backend: str, *, width: int = 4, budget_s: float = 60.0,
              progress: Callable[[int, int], None] | None = None, **options: Any) -> tuple[Any, str, Any]:
     """Search ``kernel``'s opts on ``backend``; return (best kernel, summary, the BeamResult)."""
-    from uopviz.passes.beam import beam_search
+    from uopviz.engine.search import beam_search
 
     def report(event: Any) -> None:
         if progress is not None:

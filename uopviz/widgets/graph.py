@@ -465,7 +465,7 @@ def function_title(u: UOp) -> str:
     if body.op is Ops.LINEAR and isinstance(body.arg, str):
         return body.arg
     if u.op is Ops.CALL and body.op is Ops.SINK:
-        from uopviz.passes.kernel import Kernel
+        from uopviz.passes.optops.kernel import Kernel
 
         try:
             return Kernel(body).name

@@ -1,6 +1,6 @@
 """The kernel tuner's data model: a kernel, the opts applied to it, undo/redo, exports.
 
-:class:`TunerState` wraps a :class:`uopviz.passes.kernel.Kernel` (``axes``, ``opts``,
+:class:`TunerState` wraps a :class:`uopviz.passes.optops.kernel.Kernel` (``axes``, ``opts``,
 ``apply(Opt)``, ``source(backend)``, ``time(backend)``).  Applying an opt asks the kernel (which
 checks it against the spec's AxisType rules); an invalid opt raises ``OptError`` there, and the
 tuner keeps the kernel as it was and records the message for the panel.  History is a list of
@@ -23,10 +23,10 @@ from uopviz.core.ops import AxisType
 OPT_NAMES = ("SPLIT", "PADTO", "SWAP", "NOLOCALS", "TC")
 
 
-def _kernel_module() -> Any:
-    from uopviz.passes import kernel as kernel_module
+def _opts_module() -> Any:
+    from uopviz.passes.optops import opts
 
-    return kernel_module
+    return opts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def make_opt(
     """An ``Opt`` from the tuner's control values: SPLIT takes axis, factor, target and top; PADTO
     axis and multiple; SWAP axis and other_axis; NOLOCALS nothing; TC the reduce index (axis) and
     (tc_select, tc_opt, tc_mode)."""
-    module = _kernel_module()
+    module = _opts_module()
     name = op.upper()
     if name not in OPT_NAMES:
         raise ValueError(f"unknown opt {op!r}; the spec's OptOps are {', '.join(OPT_NAMES)}")
@@ -232,7 +232,7 @@ class TunerState:
     def apply(self, opt: Any) -> bool:
         """Apply ``opt``; on ``OptError`` keep the kernel as it was and keep the message. Returns
         whether the opt was applied."""
-        error_type = _kernel_module().OptError
+        error_type = _opts_module().OptError
         try:
             new_kernel = self.kernel.apply(opt)
         except error_type as error:
@@ -318,7 +318,7 @@ class TunerState:
     def export_json(self) -> str:
         """The kernel's opts as JSON: the kernel they apply to, its tuned name, the backend, and the
         opts as BEAM's cache and the tuning records write them."""
-        from uopviz.passes.beam import opts_to_json
+        from uopviz.passes.optops.opts import opts_to_json
 
         return json.dumps(
             {
@@ -333,7 +333,7 @@ class TunerState:
     @staticmethod
     def opts_from_json(text: str) -> list[Any]:
         """The opts of a JSON export (or of a bare list of opts)."""
-        from uopviz.passes.beam import opts_from_json
+        from uopviz.passes.optops.opts import opts_from_json
 
         data = json.loads(text)
         return list(opts_from_json(data["opts"] if isinstance(data, dict) else data))

@@ -10,9 +10,9 @@ import pytest
 import uopviz as uv
 from uopviz.backends.c import find_c_compiler
 from uopviz.core.ops import AxisType
-from uopviz.passes.beam import BeamCache, beam_search, kernel_key
-from uopviz.passes.kernel import Opt, OptError, OptOp
-from uopviz.passes.records import TuningRecord, TuningRecords
+from uopviz.engine.records import TuningRecord, TuningRecords
+from uopviz.engine.search import BeamCache, beam_search, kernel_key
+from uopviz.passes.optops.opts import Opt, OptError, OptOp
 
 needs_c = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) for the c backend")
 

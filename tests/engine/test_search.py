@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,16 +14,14 @@ import pytest
 import uopviz as uv
 from uopviz.backends.c import find_c_compiler
 from uopviz.core.ops import AxisType
-from uopviz.passes.beam import (
+from uopviz.engine.search import (
     BeamCache,
     BeamProgress,
     beam_search,
     candidate_opts,
     kernel_key,
-    opts_from_json,
-    opts_to_json,
 )
-from uopviz.passes.kernel import Opt, OptOp
+from uopviz.passes.optops.opts import Opt, OptOp, opts_from_json, opts_to_json
 
 needs_c = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (gcc/clang) for the c backend")
 
@@ -136,14 +136,14 @@ def test_results_come_from_the_sqlite_cache_the_second_time(tmp_path) -> None:
 
 
 def test_measurements_made_by_other_compiler_code_are_not_reused(tmp_path, monkeypatch) -> None:
-    from uopviz.passes import beam
+    from uopviz.engine import search
 
     cache = BeamCache(tmp_path / "beam.sqlite")
     opts = (Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False)),)
-    measured = beam.Candidate(opts, "r_g8_u4", 0, 42, 0.01, 0.002, None, False, "hash")
+    measured = search.Candidate(opts, "r_g8_u4", 0, 42, 0.01, 0.002, None, False, "hash")
     cache.put("kernel", "c", "CPU:test", measured)
     assert cache.get("kernel", "c", "CPU:test", opts).run_s == 0.002
-    monkeypatch.setattr(beam, "compiler_fingerprint", lambda: "another code generator")
+    monkeypatch.setattr(search, "compiler_fingerprint", lambda: "another code generator")
     assert cache.get("kernel", "c", "CPU:test", opts) is None
 
 
@@ -200,36 +200,41 @@ def test_a_script_without_a_main_guard_is_told_why_beam_failed(tmp_path) -> None
     script = tmp_path / "tune.py"
     script.write_text(
         "import numpy as np, uopviz as uv\n"
-        "from uopviz.passes.beam import beam_search\n"
+        "from uopviz.engine.search import beam_search\n"
         "a = np.ones((16, 16), np.float32)\n"
         "kernel = uv.compile([uv.Tensor(a) @ uv.Tensor(a)], backend='c').kernels[0]\n"
         "beam_search(kernel, width=1, rounds=1, budget_s=20, progress=False, cache=False, workers=1)\n"
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    # the script imports this checkout's uopviz (its own folder, not the checkout, heads its path)
+    checkout = str(Path(__file__).resolve().parents[2])
+    paths = [checkout, os.environ.get("PYTHONPATH", "")]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                          env=environment)
     assert done.returncode != 0
     assert "no candidate ran" in done.stderr and "if __name__ == '__main__':" in done.stderr
 
 
 @needs_c
 def test_a_finalist_that_computes_something_else_cannot_win() -> None:
-    from uopviz.passes import beam
-    from uopviz.passes.optimize import hand_coded_optimizations
+    from uopviz.engine import search
+    from uopviz.passes.optops.heuristic import hand_coded_optimizations
 
     untuned, a, b = _gemm(32)
     tuned = hand_coded_optimizations(untuned)
     # a kernel of the same shape and arguments that computes (a @ b) * 2: a wrong "tuning"
     wrong = uv.compile([(uv.Tensor(a) @ uv.Tensor(b)) * 2], backend="c", opts=None).kernels[0]
-    right_row = beam.Candidate(tuned.opts, tuned.name, 1, run_s=0.002)
-    wrong_row = beam.Candidate((), wrong.name, 1, run_s=0.001)  # "faster" in the search
+    right_row = search.Candidate(tuned.opts, tuned.name, 1, run_s=0.002)
+    wrong_row = search.Candidate((), wrong.name, 1, run_s=0.001)  # "faster" in the search
     kernels = {id(right_row): tuned, id(wrong_row): wrong}
-    winner = beam._verify_finalists([right_row, wrong_row], None, kernels, "c", 2, 60.0, 2, untuned)
+    winner = search._verify_finalists([right_row, wrong_row], None, kernels, "c", 2, 60.0, 2, untuned)
     assert winner is right_row and right_row.verified_s is not None
     assert wrong_row.error is not None and wrong_row.error.startswith("wrong result: output 0 differs")
     assert not wrong_row.ok
 
 
 def test_verification_tolerates_summation_order_but_not_other_values() -> None:
-    from uopviz.passes.beam import _differs_from
+    from uopviz.engine.search import _differs_from
 
     expected = {0: np.linspace(-100, 100, 50).astype(np.float32)}
     reordered = {0: expected[0] * np.float32(1 + 2e-6)}

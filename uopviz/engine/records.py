@@ -7,7 +7,7 @@
     records.save("tuned.json")
     prog = uv.compile(t, backend="c", opts=TuningRecords.load("tuned.json"))
 
-A record is keyed by the kernel key of :func:`uopviz.passes.beam.kernel_key` (the kernel's
+A record is keyed by the kernel key of :func:`uopviz.engine.search.kernel_key` (the kernel's
 computation, independent of range and buffer numbering) and remembers the kernel's name, backend,
 device, the opts, and the times measured when it was chosen.
 
@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from uopviz.passes.beam import BeamResult, kernel_key, opts_from_json, opts_to_json
-from uopviz.passes.kernel import Kernel, Opt
+from uopviz.engine.search import BeamResult, kernel_key
+from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, opts_from_json, opts_to_json
 
 FORMAT = "uopviz-tuning-records"
 VERSION = 1

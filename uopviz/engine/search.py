@@ -37,7 +37,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,10 @@ import numpy as np
 from uopviz.core.dtype import DType
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import BufferArg, ParamArg, UOp
-from uopviz.passes.kernel import REDUCE_TYPES, Kernel, Opt, OptError, OptOp
+from uopviz.passes.optops.axes import REDUCE_TYPES
+from uopviz.passes.optops.heuristic import hand_coded_optimizations
+from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, OptError, OptOp, opts_to_json
 
 # ---------------------------------------------------------------------------------------------
 # keys
@@ -83,40 +86,6 @@ def kernel_key(kernel: Kernel) -> str:
         )
         digest.update(line.encode() + b"\n")
     return f"{kernel.name}-{digest.hexdigest()[:16]}"
-
-
-def opts_to_json(opts: Sequence[Opt]) -> list:
-    """Opts as plain JSON data: ``[op, axis, arg]`` with AxisTypes by name."""
-
-    def arg_data(arg: Any) -> Any:
-        if isinstance(arg, AxisType):
-            return {"axis_type": arg.name}
-        if isinstance(arg, tuple):
-            return [arg_data(a) for a in arg]
-        return arg
-
-    return [[o.op.name, o.axis, arg_data(o.arg)] for o in opts]
-
-
-def opts_from_json(data: Iterable) -> tuple[Opt, ...]:
-    """The inverse of :func:`opts_to_json`."""
-
-    def arg_value(arg: Any) -> Any:
-        if isinstance(arg, dict) and "axis_type" in arg:
-            return AxisType[arg["axis_type"]]
-        if isinstance(arg, list):
-            return tuple(arg_value(a) for a in arg)
-        return arg
-
-    out = []
-    for entry in data:
-        if not (isinstance(entry, list | tuple) and len(entry) == 3):
-            raise ValueError(f"an opt is [op, axis, arg], got {entry!r}")
-        op, axis, arg = entry
-        if op not in OptOp.__members__:
-            raise ValueError(f"unknown OptOp {op!r}; known: {', '.join(OptOp.__members__)}")
-        out.append(Opt(OptOp[op], axis, arg_value(arg)))
-    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,13 +247,14 @@ def _measured_on(device: str) -> str:
 
 @functools.cache
 def compiler_fingerprint() -> str:
-    """A hash of the code generator's own source (uopviz.core, .passes, .backends): a measurement made
-    with other code — a changed heuristic, renderer or decomposition — is not reused."""
+    """A hash of the code generator's own source (uopviz.core, .passes with its subpackages such as
+    .passes.optops, .backends): a measurement made with other code — a changed heuristic, renderer or
+    decomposition — is not reused."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for folder in ("core", "passes", "backends"):
-        for path in sorted((root / folder).glob("*.py")):
-            digest.update(path.name.encode())
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -561,8 +531,6 @@ def beam_search(
         seeds = [start_kernel]
         heuristic_kernel = None
         if include_heuristic:
-            from uopviz.passes.optimize import hand_coded_optimizations
-
             heuristic_kernel = hand_coded_optimizations(start_kernel)
             if heuristic_kernel.ast is not start_kernel.ast:
                 seeds.append(heuristic_kernel)
@@ -832,6 +800,4 @@ __all__ = [
     "candidate_opts",
     "evaluate_candidate",
     "kernel_key",
-    "opts_from_json",
-    "opts_to_json",
 ]

@@ -1,0 +1,315 @@
+"""A kernel's axes and the OptOps that shape them: SPLIT, PADTO, SWAP and NOLOCALS.
+
+A kernel's axes are its RANGEs in *kernel order* — grouped by AxisType (parallel outputs, workgroup,
+loops, reductions, then the lanes), and within a group by range number.  The helpers here find,
+order, renumber and substitute ranges (the later stages use them too); each opt is a function
+``(kernel, opt) -> new AST`` that raises :class:`OptError` saying which rule of the spec's AxisType
+table it breaks.  :class:`~uopviz.passes.optops.kernel.Kernel` dispatches to them by table.
+
+* ``SPLIT(axis, (k, target, top))``: axis of size ``n`` becomes ``(n/k, k)`` — the inner part of
+  the ``target`` type — or ``(k, n/k)`` with the outer part of the target type when ``top``.
+  Allowed splits (type of the new part ← types it may come from, direction), :data:`SPLIT_RULES`:
+  LOCAL ← GLOBAL, LOOP (inner); THREAD ← GLOBAL (outer); GROUP_REDUCE ← REDUCE (either);
+  UPCAST ← GLOBAL, LOCAL, LOOP (inner); UNROLL ← REDUCE, GROUP_REDUCE (inner).
+* ``PADTO(axis, m)``: pad the axis to the next multiple of ``m``; loads and stores of the padded
+  iterations are gated off, and reductions see their identity there.
+* ``SWAP(i, j)``: exchange two axes of the same group (their loop nesting).
+* ``NOLOCALS``: no LOCAL axes from now on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from uopviz.core.uop import UOp
+from uopviz.passes.indexing import conjuncts, iadd, iconst, imul
+from uopviz.passes.optops.opts import Opt, OptError
+
+if TYPE_CHECKING:  # the opts take the Kernel they shape; kernel.py imports this module to dispatch
+    from uopviz.passes.optops.kernel import Kernel
+
+# the kernel order: groups of AxisTypes, then the range number
+_GROUP = {AxisType.THREAD: 0, AxisType.GLOBAL: 0, AxisType.LOOP: 0, AxisType.LOCAL: 1, AxisType.WARP: 1,
+          AxisType.GROUP_REDUCE: 2, AxisType.REDUCE: 2, AxisType.UPCAST: 3, AxisType.UNROLL: 4}
+REDUCE_TYPES = frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL})
+LANE_TYPES = frozenset({AxisType.UPCAST, AxisType.UNROLL})
+MAX_LANES = 256  # UPCAST x UNROLL lanes of one kernel: beyond this the vectors stop being registers
+MAX_PAD_GROWTH = 4  # PADTO may at most quadruple an axis: more is wasted work, never a speed-up
+
+# what SPLIT may create, from what, in which direction (None: either)
+SPLIT_RULES: dict[AxisType, tuple[frozenset[AxisType], bool | None]] = {
+    AxisType.LOCAL: (frozenset({AxisType.GLOBAL, AxisType.LOOP}), False),
+    AxisType.THREAD: (frozenset({AxisType.GLOBAL}), True),
+    AxisType.GROUP_REDUCE: (frozenset({AxisType.REDUCE}), None),
+    AxisType.UPCAST: (frozenset({AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP}), False),
+    AxisType.UNROLL: (frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE}), False),
+}
+
+
+def kernel_order(ranges: Sequence[UOp]) -> list[UOp]:
+    """RANGEs sorted into kernel order (group of their AxisType, then number)."""
+    return sorted(ranges, key=lambda r: (_GROUP[r.arg[1]], r.arg[0]))
+
+
+def ranges_of(ast: UOp) -> list[UOp]:
+    """The distinct RANGEs of a kernel AST, in kernel order."""
+    return kernel_order([u for u in ast.toposort() if u.op is Ops.RANGE])
+
+
+def position_of(items: Sequence[UOp], item: UOp) -> int:
+    """The position of ``item`` in ``items`` by identity (``list.index`` would build CMP_EQ UOps)."""
+    for position, candidate in enumerate(items):
+        if candidate is item:
+            return position
+    raise ValueError(f"{item!r} is not in the sequence")
+
+
+def range_size(r: UOp) -> int:
+    """The trip count of a RANGE with a constant bound."""
+    return int(r.src[0].arg[0])
+
+
+def substitute_ranges(ast: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """``substitute`` for RANGEs: also renames the ranges a pre-expand WMMA names in its arg
+    (``(config, m_range, n_range, k_range)``)."""
+    if not mapping:
+        return ast
+    out = substitute(ast, mapping)
+    fixed: dict[UOp, UOp] = {}
+    for u in out.toposort():
+        if u.op is Ops.WMMA and isinstance(u.arg, tuple) and any(a in mapping for a in u.arg[1:]):
+            fixed[u] = UOp(Ops.WMMA, u.src, (u.arg[0], *(mapping.get(a, a) for a in u.arg[1:])))
+        elif u.op is Ops.REDUCE and any(s.op is not Ops.RANGE for s in u.src[1:]):
+            # a split reduce range is now an expression: the REDUCE loops over the ranges in it
+            inside = (r for s in u.src[1:] for r in s.toposort() if r.op is Ops.RANGE)
+            loops = kernel_order(list(dict.fromkeys(inside)))
+            fixed[u] = UOp(Ops.REDUCE, (u.src[0], *loops), u.arg)
+    return substitute(out, fixed) if fixed else out
+
+
+def renumber(ast: UOp, ordered: Sequence[UOp]) -> UOp:
+    """The AST with its ranges renumbered 0.. in the given order (keeps kernel order stable and
+    source text deterministic)."""
+    mapping = {}
+    for number, r in enumerate(ordered):
+        if r.arg[0] != number:
+            mapping[r] = UOp.range(r.src[0], r.arg[1], number)
+    return substitute_ranges(ast, mapping)
+
+
+# ---------------------------------------------------------------------------------------------
+# the OptOps that shape axes
+
+def _axis(kernel: Kernel, opt: Opt, what: str = "axis") -> UOp:
+    if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(kernel.ranges):
+        raise OptError(f"{opt}: {what} {opt.axis} does not exist; the kernel {kernel.name} has "
+                       f"{len(kernel.ranges)} axes {kernel.axes_text()}")
+    return kernel.ranges[opt.axis]
+
+
+def _lanes(kernel: Kernel) -> int:
+    """UPCAST x UNROLL lanes of a kernel (a tensor core's fragment axes count once: a fragment is one
+    register of the WMMA, not lanes multiplied into every value)."""
+    fragments = {r for u in kernel.ast.toposort() if u.op is Ops.WMMA and isinstance(u.arg, tuple)
+                 for r in u.arg[1:3]}
+    return math.prod(range_size(r) for r in kernel.ranges if r.arg[1] in LANE_TYPES and r not in fragments)
+
+
+def split_axis(kernel: Kernel, opt: Opt) -> UOp:
+    """SPLIT: ``r = outer * k + inner``; the new part gets the target AxisType."""
+    r = _axis(kernel, opt)
+    if not (isinstance(opt.arg, tuple) and len(opt.arg) == 3):
+        raise OptError(f"{opt}: SPLIT's arg is (factor, target AxisType, top)")
+    factor, target, top = opt.arg
+    size, source_type = range_size(r), r.arg[1]
+    if not isinstance(factor, int) or isinstance(factor, bool) or factor < 2:
+        raise OptError(f"{opt}: the factor must be an integer of at least 2, got {factor!r}")
+    if target not in SPLIT_RULES:
+        made_by = "only TC creates WARP axes" if target is AxisType.WARP else \
+            f"{getattr(target, 'name', target)} axes are not made by splitting"
+        raise OptError(f"{opt}: SPLIT cannot create {getattr(target, 'name', target)} ({made_by}); "
+                       f"targets are {', '.join(t.name for t in SPLIT_RULES)}")
+    allowed, direction = SPLIT_RULES[target]
+    if source_type not in allowed:
+        sources = "/".join(sorted(t.name for t in allowed))
+        raise OptError(f"{opt}: {target.name} is split from {sources} axes; axis {opt.axis} is "
+                       f"{source_type.name} (spec AxisType table, 'Split from')")
+    if direction is not None and bool(top) != direction:
+        raise OptError(f"{opt}: {target.name} takes the {'outer' if direction else 'inner'} part of the axis "
+                       f"(top={direction}); got top={bool(top)} (spec AxisType table, 'Direction')")
+    if size % factor:
+        raise OptError(f"{opt}: factor {factor} does not divide axis {opt.axis} of size {size}; "
+                       f"PADTO it first")
+    _check_backend(kernel, opt, target)
+    if target in LANE_TYPES and _lanes(kernel) * factor > MAX_LANES:
+        raise OptError(f"{opt}: the kernel would have {_lanes(kernel) * factor} UPCAST/UNROLL lanes; "
+                       f"at most {MAX_LANES}")
+    rest = size // factor
+    ordered = list(kernel.ranges)
+    position = position_of(ordered, r)
+    new = UOp.range(factor, target, 10_000)
+    kept = UOp.range(rest, source_type, 10_001) if rest > 1 else None
+    outer, inner = (new, kept) if top else (kept, new)
+    inner_size = range_size(inner) if inner is not None else 1
+    if outer is not None and inner is not None:
+        value = iadd(imul(outer, inner_size), inner)
+    else:
+        value = outer if outer is not None else inner
+    ordered[position:position + 1] = [u for u in (outer, inner) if u is not None]
+    ast = substitute_ranges(kernel.ast, {r: value})
+    return _reorder(ast, ordered)
+
+
+def _reorder(ast: UOp, ordered: Sequence[UOp]) -> UOp:
+    """Renumber so that kernel order within each group follows ``ordered``."""
+    present = {u for u in ast.toposort() if u.op is Ops.RANGE}
+    return renumber(ast, [r for r in ordered if r in present])
+
+
+def _check_backend(kernel: Kernel, opt: Opt, target: AxisType) -> None:
+    backend = kernel.backend_object
+    if target is AxisType.LOCAL and kernel.nolocals:
+        raise OptError(f"{opt}: NOLOCALS was applied, so no LOCAL axes")
+    if target in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and not backend.has_local:
+        raise OptError(f"{opt}: the {backend.name} backend has no workgroups or local memory for "
+                       f"{target.name} axes")
+    if target is AxisType.THREAD and not backend.has_threads:
+        raise OptError(f"{opt}: the {backend.name} backend has no threads for THREAD axes")
+    if target is AxisType.GROUP_REDUCE and kernel.nolocals:
+        raise OptError(f"{opt}: NOLOCALS was applied, so no shared memory for GROUP_REDUCE")
+
+
+def reduce_identity(op: Ops, dtype: Any) -> UOp:
+    """The value a reduction by ``op`` starts from (and gives over nothing): 0 for ADD, 1 for MUL,
+    the dtype's lowest value for MAX; a VECTORIZE of it for a vector dtype."""
+    scalar = dtype.scalar
+    value = 0 if op is Ops.ADD else 1 if op is Ops.MUL else scalar.min
+    const = UOp.const(scalar, value)
+    return const if dtype.count == 1 else UOp(Ops.VECTORIZE, (const,) * dtype.count)
+
+
+def depends_on(u: UOp, r: UOp) -> bool:
+    """True when ``r`` is in ``u``'s graph (by identity: ``in`` would build CMP_EQ UOps)."""
+    return any(s is r for s in u.toposort())
+
+
+@dataclass
+class _PadContext:
+    padded: UOp
+    valid: UOp
+
+
+def pad_mask_load(ctx: _PadContext, load: UOp) -> UOp | None:
+    """A load whose address uses the padded range is gated off on the padded iterations."""
+    address = load.src[0]
+    if not depends_on(address, ctx.padded):
+        return None
+    if len(load.src) == 1:
+        return UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), ctx.valid))
+    if any(t is ctx.valid for t in conjuncts(load.src[2])):
+        return None
+    return UOp(Ops.LOAD, (address, load.src[1], UOp(Ops.AND, (load.src[2], ctx.valid))))
+
+
+def pad_mask_store(ctx: _PadContext, store: UOp) -> UOp | None:
+    """A store whose address uses the padded range is gated off on the padded iterations."""
+    address, value = store.src[0], store.src[1]
+    if not depends_on(address, ctx.padded):
+        return None
+    if len(store.src) > 2:
+        if any(t is ctx.valid for t in conjuncts(store.src[2])):
+            return None
+        return UOp(Ops.STORE, (address, value, UOp(Ops.AND, (store.src[2], ctx.valid))))
+    return UOp(Ops.STORE, (address, value, ctx.valid))
+
+
+def pad_mask_reduce(ctx: _PadContext, reduce: UOp) -> UOp | None:
+    """A reduction over the padded range sees its identity on the padded iterations."""
+    if not any(s is ctx.padded for s in reduce.src[1:]):
+        return None
+    value = reduce.src[0]
+    if value.op is Ops.WHERE and value.src[0] is ctx.valid:
+        return None
+    masked = UOp(Ops.WHERE, (ctx.valid, value, reduce_identity(reduce.arg[0], value.dtype)))
+    return UOp(Ops.REDUCE, (masked, *reduce.src[1:]), reduce.arg)
+
+
+pad_rules = PatternMatcher([
+    (UPat(Ops.LOAD, name="load"), pad_mask_load, "pad_mask_load"),
+    (UPat(Ops.STORE, name="store"), pad_mask_store, "pad_mask_store"),
+    (UPat(Ops.REDUCE, name="reduce"), pad_mask_reduce, "pad_mask_reduce"),
+], name="padto masks")
+
+
+def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
+    """PADTO: the axis runs to the next multiple of ``m``; the extra iterations are masked."""
+    r = _axis(kernel, opt)
+    multiple = opt.arg
+    if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 2:
+        raise OptError(f"{opt}: PADTO's arg is a multiple of at least 2, got {multiple!r}")
+    size, axis_type = range_size(r), r.arg[1]
+    if axis_type is AxisType.WARP:
+        raise OptError(f"{opt}: WARP axes belong to a tensor core tile and cannot be padded")
+    padded_size = -(-size // multiple) * multiple
+    if padded_size == size:
+        raise OptError(f"{opt}: axis {opt.axis} of size {size} is already a multiple of {multiple}")
+    if padded_size > MAX_PAD_GROWTH * size:
+        raise OptError(f"{opt}: padding axis {opt.axis} of size {size} to {padded_size} would run more than "
+                       f"{MAX_PAD_GROWTH}x its iterations; pad to a multiple of at most "
+                       f"{MAX_PAD_GROWTH * size}")  # fmt: skip
+    if any(u.op is Ops.WMMA and isinstance(u.arg, tuple) and any(a is r for a in u.arg[1:])
+           for u in kernel.ast.toposort()):
+        raise OptError(f"{opt}: axis {opt.axis} is a tensor core's tile axis; its size is the tile's")
+    if any(u.op is Ops.REDUCE and u.src[0].op is Ops.WMMA and any(s is r for s in u.src[1:])
+           for u in kernel.ast.toposort()):
+        # a masked WMMA is no longer the REDUCE(WMMA) Expand turns into the tile (TC with
+        # tc_opt=2 pads the tensor core's axes itself)
+        raise OptError(f"{opt}: axis {opt.axis} is the reduce axis of a tensor core; padding it is not "
+                       f"supported (TC with tc_opt=2 pads the axes to the tile)")
+    if axis_type in LANE_TYPES and _lanes(kernel) // size * padded_size > MAX_LANES:
+        raise OptError(f"{opt}: padding would make more than {MAX_LANES} lanes")
+    padded = UOp.range(padded_size, axis_type, r.arg[0])
+    ast = substitute_ranges(kernel.ast, {r: padded})
+    valid = UOp(Ops.CMP_LT, (padded, iconst(size)))
+    return graph_rewrite(ast, pad_rules, ctx=_PadContext(padded, valid), name="padto masks")
+
+
+def swap_axes(kernel: Kernel, opt: Opt) -> UOp:
+    """SWAP: exchange the loop positions of two axes of the same group."""
+    first = _axis(kernel, opt)
+    other = opt.arg
+    if not isinstance(other, int) or not 0 <= other < len(kernel.ranges):
+        raise OptError(f"{opt}: the axis to swap with, {other!r}, does not exist; the kernel has "
+                       f"{len(kernel.ranges)} axes")
+    second = kernel.ranges[other]
+    if first is second:
+        raise OptError(f"{opt}: an axis cannot be swapped with itself")
+    if _GROUP[first.arg[1]] != _GROUP[second.arg[1]]:
+        raise OptError(f"{opt}: axes {opt.axis} ({first.arg[1].name}) and {other} ({second.arg[1].name}) "
+                       f"are in different groups of the kernel order; SWAP exchanges loops of one group")
+    ordered = list(kernel.ranges)
+    i, j = position_of(ordered, first), position_of(ordered, second)
+    ordered[i], ordered[j] = ordered[j], ordered[i]
+    mapping = {r: UOp.range(r.src[0], r.arg[1], 20_000 + n) for n, r in enumerate(ordered)}
+    return substitute_ranges(kernel.ast, mapping)
+
+
+def no_locals(kernel: Kernel, opt: Opt) -> UOp:
+    """NOLOCALS: from now on no LOCAL axes (and none may exist already)."""
+    if opt.axis is not None or opt.arg is not None:
+        raise OptError(f"{opt}: NOLOCALS takes no axis and no arg")
+    if any(t in (AxisType.LOCAL, AxisType.GROUP_REDUCE) for _, t in kernel.axes):
+        raise OptError(f"{opt}: the kernel already has LOCAL (or GROUP_REDUCE) axes")
+    if kernel.nolocals:
+        raise OptError(f"{opt}: NOLOCALS was already applied")
+    return kernel.ast
+
+
+__all__ = ["LANE_TYPES", "MAX_LANES", "MAX_PAD_GROWTH", "REDUCE_TYPES", "SPLIT_RULES", "depends_on",
+           "kernel_order", "no_locals", "pad_axis", "position_of", "range_size", "ranges_of",
+           "reduce_identity", "renumber", "split_axis", "substitute_ranges", "swap_axes"]

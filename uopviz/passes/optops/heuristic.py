@@ -1,0 +1,231 @@
+"""The hand-coded heuristics: the opts for a kernel chosen from its backend's abilities.
+
+:func:`hand_coded_optimizations` is what ``opts="heuristic"`` applies (and where BEAM search starts
+from besides the kernel itself):
+
+* **tensor cores** are not used by default on CPU backends (their tiles are emulated there);
+* **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4;
+* **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core of the
+  CPU target, ``Backend.thread_count``);
+* **upcasts**: an output axis that some input does not vary over (so a loaded value is reused across
+  its lanes: matmul's M and N) is upcast, which blocks the reduction in registers.  On CPUs the
+  tile follows the CPU target's SIMD registers (``Backend.register_bytes``, ``vector_registers``,
+  from ``uopviz.backends.target``, never the host's by accident): the
+  innermost such axis two registers wide, the next by as many rows as keep the accumulators in
+  half the registers and the tile at 128 lanes (float32: M4×N32 on x86-64-v4, M4×N16 on v3, M4×N8
+  on v2); on GPUs the innermost
+  by the widest vector (16, 8 or 4), the next by 4.  An elementwise kernel has its innermost
+  axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
+  on GPUs;
+* **unrolls**: the innermost reduction is unrolled fully when it is small, else (on CPUs, with no
+  register tile) by one register's lanes, or by 4 or 2 when the
+  register tile is narrow (under two registers), keeping the kernel at 128 lanes at most.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.uop import UOp
+from uopviz.passes.optops.axes import REDUCE_TYPES, depends_on, position_of, range_size
+from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, OptError, OptOp
+from uopviz.passes.optops.staging import stage_strided_loads
+
+
+def _try(kernel: Kernel, opt: Opt) -> Kernel:
+    try:
+        return kernel.apply(opt)
+    except OptError:
+        return kernel
+
+
+def _axis_of(kernel: Kernel, r: UOp) -> int:
+    return position_of(kernel.ranges, r)
+
+
+def _first_that_applies(kernel: Kernel, opts: Sequence[Opt]) -> Kernel:
+    """The kernel with the first of ``opts`` that applies (the kernel itself when none does)."""
+    for opt in opts:
+        try:
+            return kernel.apply(opt)
+        except OptError:
+            continue
+    return kernel
+
+
+def _splits(kernel: Kernel, r: UOp, factors: Sequence[int], target: AxisType) -> list[Opt]:
+    """SPLITs of range ``r`` by each factor that divides it (and leaves more than one iteration, unless
+    it is the whole axis of a reduction unrolled fully)."""
+    size = range_size(r)
+    return [Opt(OptOp.SPLIT, _axis_of(kernel, r), (f, target, False)) for f in factors
+            if f > 1 and size % f == 0 and (size > f or target is AxisType.UNROLL)]
+
+
+def _lanes(kernel: Kernel) -> int:
+    return math.prod(size for size, t in kernel.axes if t in (AxisType.UPCAST, AxisType.UNROLL))
+
+
+def _register_lanes(kernel: Kernel) -> int:
+    """Lanes of one of the backend's vector registers for the kernel's widest loaded element."""
+    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    itemsize = max((u.dtype.scalar.itemsize for u in loads), default=4)
+    return max(1, kernel.backend_object.register_bytes // itemsize)
+
+
+#: lanes of the heuristic's CPU register tile at most: an M8×N32 tile (256 lanes) runs about 10 %
+#: faster than M4×N32 on AVX-512 (gemm 512: 1.07× vs 0.96× OpenBLAS on one core) but doubles the
+#: code generation time; BEAM searches the bigger tiles
+HEURISTIC_TILE_LANES = 128
+
+
+def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int) -> tuple[Kernel, list[int]]:
+    """Upcast ``first`` (the innermost output axis that reuses loads) by two registers' lanes (or one,
+    or less), and say how many rows the second axis may add: the accumulators take at most half the
+    vector registers (the rest hold the loaded row and broadcasts) and the tile at most
+    ``HEURISTIC_TILE_LANES`` lanes (AVX-512 float32: M4×N32 in 8 registers; AVX2: M4×N16)."""
+    backend = kernel.backend_object
+    factors = [f for f in (2 * lanes, lanes, 8, 4) if f <= max(backend.vector_widths or (1,)) * 2]
+    tiled = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
+    if tiled is kernel:
+        # no power of two divides the axis (a conv's 14 wide rows): the largest other divisor within
+        # two registers still reuses the loads (256 channels 14x14: ~5 -> 20-31 GFLOP/s with the
+        # lanes reordered by _power_of_two_lanes_inside)
+        size = range_size(first)
+        divisors = [f for f in range(min(2 * lanes, size - 1), 2, -1) if size % f == 0]
+        tiled = _first_that_applies(kernel, _splits(kernel, first, divisors[:1], AxisType.UPCAST))
+        if tiled is kernel and 2 < size <= lanes:
+            # a prime width (a conv's 7): the whole axis is the tile (512 channels 7x7: 4-7 -> 20-32
+            # GFLOP/s with the lanes reordered below)
+            tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (size, AxisType.UPCAST, False)))
+    kernel = tiled
+    registers_per_row = max(1, _lanes(kernel) // lanes)
+    by_registers = backend.vector_registers // 2 // registers_per_row
+    most = max(1, min(by_registers, HEURISTIC_TILE_LANES // _lanes(kernel)))
+    rows = [f for f in (16, 8, 4, 2) if f <= most]
+    return kernel, rows
+
+
+def _power_of_two_lanes_inside(kernel: Kernel) -> Kernel:
+    """The register tile's lanes ordered so that whole vectors run along a power-of-two axis: a tile
+    of 7 output columns by 16 output channels (a 14- or 7-wide conv) makes each 16-lane vector the 16
+    channels of one column (one broadcast input, one weight row) instead of a mix of two columns and
+    shuffles between every multiply-add."""
+    upcasts = [r for r in kernel.ranges if r.arg[1] is AxisType.UPCAST]
+    if len(upcasts) != 2:
+        return kernel
+    outer, inner = upcasts
+    size = range_size(inner)
+    if size & (size - 1) == 0 or range_size(outer) & (range_size(outer) - 1):
+        return kernel
+    return _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, inner)))
+
+
+def _stages(kernel: Kernel) -> bool:
+    return stage_strided_loads(kernel.ast, kernel.backend_object) is not kernel.ast
+
+
+def _order_for_staging(kernel: Kernel) -> Kernel:
+    """The loop order in which a strided strip gets staged (:func:`stage_strided_load`): an output
+    loop the strip does not depend on moved inside the ones it does (gemm: N tiles outside M
+    tiles, so each copied strip of B serves every tile of A)."""
+    if _stages(kernel):
+        return kernel
+    outputs = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+    for i, outer in enumerate(outputs):
+        for inner in outputs[i + 1:]:
+            swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, inner)))
+            if swapped is not kernel and _stages(swapped):
+                return swapped
+    return kernel
+
+
+def hand_coded_optimizations(kernel: Kernel) -> Kernel:
+    """The heuristic opts for ``kernel``'s backend (see the module docstring)."""
+    backend = kernel.backend_object
+    gpu = not backend.runs_on_cpu  # workgroup tiles; else register tiles (an OpenCL CPU device too)
+    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    has_reduce = any(t in REDUCE_TYPES for _, t in kernel.axes)
+    widest = max(backend.vector_widths or (1,))
+    # lanes a kernel may have: CPU compilers split wide vectors well; GPU renderers need native widths
+    budget = max(widest, 4) if gpu else 256
+    outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
+    if has_reduce:
+        # register blocking: an output axis a load does not vary over reuses that load across its
+        # lanes.  The innermost such axis gets a vector's width; the next one 4, if it reuses another
+        # load (matmul: N reuses A, M reuses B; conv: width reuses the weights, channels the input)
+        reusing = {r: frozenset(i for i, load in enumerate(loads) if not depends_on(load.src[0], r))
+                   for r in reversed(outputs)}
+        candidates = [r for r, which in reusing.items() if which]
+        if candidates:
+            first = candidates[0]
+            second = next((r for r in candidates[1:] if reusing[r] - reusing[first]), None)
+            # an opt renumbers the ranges: find the second axis again by its position, which a
+            # SPLIT to UPCAST keeps (the new lanes go last)
+            second_axis = None if second is None else _axis_of(kernel, second)
+            if gpu:
+                factors = [f for f in (16, 8, 4) if f <= max(widest, 4)]
+                kernel = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
+                rows = [f for f in (4, 2) if _lanes(kernel) * f <= budget]
+            else:
+                kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel))
+            if second_axis is not None:
+                second = kernel.ranges[second_axis]
+                kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))
+                if not gpu:
+                    kernel = _power_of_two_lanes_inside(kernel)
+            if not gpu:
+                kernel = _order_for_staging(kernel)
+    elif outputs:
+        width = 8 if gpu else _register_lanes(kernel)
+        factors = [f for f in (width, 8, 4) if f <= max(widest, 4)]
+        kernel = _first_that_applies(kernel, _splits(kernel, outputs[-1], factors, AxisType.UPCAST))
+    # unroll the innermost reduction: fully when small, else by a factor that keeps the lanes few
+    # (GPU vectors have power-of-two widths only).  A CPU register tile of several vectors already
+    # has independent multiply-adds enough: unrolling it too was measured slower (gemm 512: 47 vs
+    # 101 GFLOP/s on one AVX-512 core for an M8×N32 tile)
+    for r in [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE][-1:]:
+        size, lanes = range_size(r), _lanes(kernel)
+        fits = size & (size - 1) == 0 or not gpu
+        factors = [size] if size <= 16 and lanes * size <= budget and fits else []
+        if gpu or lanes < 2 * _register_lanes(kernel):
+            # a reduction without a register tile (a row's max or sum) gets a vector's width of
+            # independent lanes: the loads and the math before the reduce (softmax's exp) run as
+            # whole vectors. By 4 left pocl's exp-sum 2.8x slower than by 32 (OpenCL, 1024x1024)
+            wide = (_register_lanes(kernel), 8) if lanes == 1 and not gpu else ()
+            factors += [f for f in (*wide, 4, 2) if lanes * f <= min(budget, 128)]
+        kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
+    if backend.has_local and gpu:
+        for r in reversed([r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL][-2:]):
+            for size in (16, 8, 4):
+                if range_size(r) % size == 0 and range_size(r) > size:
+                    split = Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.LOCAL, False))
+                    kernel = _try(kernel, split)
+                    break
+    elif backend.has_threads:
+        globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+        threads = max(1, min(backend.thread_count, 16))  # the CPU target's cores
+        # the outermost axis every core gets an equal share of (a 28-wide conv tiled by 4 leaves an
+        # outer 7 that two cores do not divide: the next axis is split instead of the 7 running on
+        # one core), else the outermost axis split by the most cores that divide it
+        even = next((r for r in globals_ if range_size(r) % threads == 0 and range_size(r) > 1), None)
+        if even is not None and threads > 1 and even is not globals_[0]:
+            # moved outermost first: one parallel region per launch, not one per iteration of the 7
+            position = _axis_of(kernel, even)
+            swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, globals_[0]), position))
+            if swapped is not kernel and (not _stages(kernel) or _stages(swapped)):  # keeps a staged strip
+                kernel = swapped
+                globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+                even = globals_[0]
+        for outer in ([even] if even is not None and threads > 1 else globals_[:1]):
+            size = range_size(outer)
+            count = next((c for c in range(min(threads, size), 1, -1) if size % c == 0), None)
+            if count is not None:
+                split = Opt(OptOp.SPLIT, _axis_of(kernel, outer), (count, AxisType.THREAD, True))
+                kernel = _try(kernel, split)
+    return kernel
+
+
+__all__ = ["HEURISTIC_TILE_LANES", "hand_coded_optimizations"]

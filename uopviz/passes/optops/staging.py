@@ -1,0 +1,103 @@
+"""CPU: strips of far-apart rows reused by inner output loops, copied into contiguous buffers.
+
+On CPU backends without workgroups (C, LLVM) the Optimize stage stages such strips after the opts
+(:func:`stage_strided_loads`); the heuristic orders the loops so that a strip gets staged
+(``heuristic.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from uopviz.core.affine import affine_coefficients
+from uopviz.core.dtype import AddrSpace
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from uopviz.core.uop import UOp
+from uopviz.passes.indexing import flat_index
+from uopviz.passes.optops.axes import LANE_TYPES, kernel_order, range_size, ranges_of
+
+_OUTPUT_TYPES = frozenset({AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP})
+STAGE_MIN_STRIDE_BYTES = 1024  # a strip whose rows are this far apart: each row on its own page(s)
+STAGE_MAX_BYTES = 512 * 1024  # a staged strip stays in L2, and on a thread's stack
+
+
+@dataclass
+class _StageContext:
+    """The kernel's output loops in kernel order, and the strips staged so far."""
+
+    outputs: tuple[UOp, ...]
+    fills: set[UOp]
+    count: int = 0
+
+
+def stage_strided_load(ctx: _StageContext, load: UOp) -> UOp | None:
+    """A load of a strip of rows far apart (``B[k, n0:n0+32]`` of a row-major matrix, over the reduce
+    loop ``k``) that is reused by an output loop nested inside the loops it depends on: copy the
+    strip once into a contiguous per-thread buffer (a REG buffer filled in a loop of its own, closed
+    by END) and read it from there.  Rows 4 KiB apart all fall into a few cache sets, so the strip
+    cannot stay in cache and every reuse goes to L3; the copy is read sequentially from L2
+    (measured on gemm 1024, see benchmarks/bench_backends.py)."""
+    if load in ctx.fills or len(load.src) != 1 or load.src[0].op is not Ops.INDEX:
+        return None
+    buffer, index = load.src[0].src
+    if buffer.op is not Ops.PARAM:
+        return None
+    ranges = [u for u in index.toposort() if u.op is Ops.RANGE]
+    reduces = kernel_order([r for r in ranges if r.arg[1] is AxisType.REDUCE])
+    lanes = kernel_order([r for r in ranges if r.arg[1] in LANE_TYPES])
+    outputs = [r for r in ranges if r.arg[1] in _OUTPUT_TYPES]
+    if not reduces or len(reduces) + len(lanes) + len(outputs) != len(ranges):
+        return None
+    coefficients = affine_coefficients(index, tuple(ranges))
+    itemsize = load.dtype.scalar.itemsize
+    if coefficients is None or abs(coefficients[reduces[-1]]) * itemsize < STAGE_MIN_STRIDE_BYTES:
+        return None
+    if not any(r.arg[1] is AxisType.UPCAST and coefficients[r] == 1 for r in lanes):
+        return None  # no contiguous row: nothing to gain from a copy
+    used = [i for i, r in enumerate(ctx.outputs) if any(r is x for x in ranges)]
+    inner = ctx.outputs[max(used, default=-1) + 1:]
+    if not inner:
+        return None  # no loop inside the strip's own loops reuses it
+    staged = [*reduces, *[r for r in lanes if r.arg[1] is AxisType.UNROLL],
+              *[r for r in lanes if r.arg[1] is AxisType.UPCAST]]
+    size = math.prod(range_size(r) for r in staged)
+    if size * itemsize > STAGE_MAX_BYTES:
+        return None
+    fresh = {r: UOp.range(r.src[0], AxisType.REDUCE, 60_000 + ctx.count * 8 + i)
+             for i, r in enumerate(reduces)}
+    strip = UOp.buffer(size, load.dtype.scalar, None, AddrSpace.REG, number=1_000 + ctx.count)
+    ctx.count += 1
+
+    def position(mapping: dict[UOp, UOp]) -> UOp:
+        return flat_index([mapping.get(r, r) for r in staged], [range_size(r) for r in staged])
+
+    fill_load = UOp(Ops.LOAD, (UOp(Ops.INDEX, (buffer, substitute(index, fresh))),))
+    ctx.fills.add(fill_load)
+    filled = UOp(Ops.STORE, (UOp(Ops.INDEX, (strip, position(fresh))), fill_load))
+    for r in reversed(list(fresh.values())):
+        filled = UOp(Ops.END, (filled, r))
+    return UOp(Ops.LOAD, (UOp(Ops.INDEX, (UOp(Ops.AFTER, (strip, filled)), position({}))),))
+
+
+stage_rules = PatternMatcher([
+    (UPat(Ops.LOAD, name="load"), stage_strided_load, "stage_strided_load"),
+], name="stage strided loads")
+
+
+def stage_strided_loads(ast: UOp, backend: Any) -> UOp:
+    """On CPU backends without workgroups (C, LLVM), strips of far-apart rows reused by inner output
+    loops are copied into contiguous buffers first (:func:`stage_strided_load`)."""
+    # not on OpenCL CPU devices either: pocl gives a work-item's private array a small stack (a
+    # 64 KiB strip crashed it with SIGSEGV)
+    if backend.has_local or not backend.runs_on_cpu or not backend.vector_widths:
+        return ast
+    outputs = tuple(r for r in ranges_of(ast) if r.arg[1] in _OUTPUT_TYPES)
+    if not outputs:
+        return ast
+    return graph_rewrite(ast, stage_rules, ctx=_StageContext(outputs, set()), name="stage strided loads")
+
+
+__all__ = ["STAGE_MAX_BYTES", "STAGE_MIN_STRIDE_BYTES", "stage_rules", "stage_strided_loads"]
