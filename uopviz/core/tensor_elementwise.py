@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class ElementwiseMixin:
-    """The arithmetic, rounding and transcendental methods of :class:`~uopviz.core.tensor.Tensor`."""
+    """The arithmetic, rounding and transcendental methods of :class:`~uopviz.core.tensor.Tensor`
+    (a mixin)."""
 
     # -- elementwise: arithmetic ---------------------------------------------------------------
     def add(self, other: Any, reverse: bool = False) -> Tensor:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 class NeuralNetworkMixin:
-    """The softmax, normalisation, convolution and pooling methods of :class:`~uopviz.core.tensor.Tensor`."""
+    """The softmax, normalisation, convolution and pooling methods of :class:`~uopviz.core.tensor.Tensor`
+    (a mixin)."""
 
     # -- normalisations -------------------------------------------------------------------------
     def softmax(self, axis: int = -1) -> Tensor:
