@@ -23,7 +23,7 @@ Scalar = bool | int | float
 
 #: The operand of these helpers: a :class:`~uopviz.core.tensor.Tensor`, used only through its
 #: methods and attributes.  The class is not imported: ``core.tensor`` imports this module, and the
-#: layer contract forbids import cycles (imports made only for type checking count too).
+#: layer contract forbids import cycles.
 TensorLike = Any
 
 

@@ -31,7 +31,9 @@ import networkx as nx
 
 from uopviz.core.dtype import DType
 from uopviz.core.ops import AxisType, GroupOp, Ops
-from uopviz.core.uop import BufferArg, ParamArg, UOp, format_device, inline_text, toposort
+from uopviz.core.uop import BufferArg, ParamArg, UOp, toposort
+from uopviz.core.uop_printing import inline_text
+from uopviz.core.uop_types import format_device
 from uopviz.widgets import layered
 
 #: Above this many nodes ``engine="auto"`` skips ``dot`` (its crossing minimisation grows fast)

@@ -24,7 +24,8 @@ from typing import Any
 import networkx as nx
 
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
-from uopviz.core.uop import UOp, UOpError, graph_lines
+from uopviz.core.uop import UOp, UOpError
+from uopviz.core.uop_printing import graph_lines
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -85,9 +86,9 @@ def _unified(a: list[str], b: list[str], context: int = 2) -> list[str]:
 def printed_graph(
     root: UOp, names: Mapping[UOp, str] | None = None, first_new: int = 0
 ) -> tuple[list[str], dict[UOp, str]]:
-    """``root`` printed as :func:`uopviz.core.uop.format_graph` prints it, with each node's tag,
+    """``root`` printed as :func:`uopviz.core.uop_printing.format_graph` prints it, with each node's tag,
     and the name each line's UOp got; ``names`` fixes the names of some UOps (those of the graph
-    before a step), the others are numbered from ``first_new`` (:func:`uopviz.core.uop.graph_lines`).
+    before a step), the others are numbered from ``first_new`` (:func:`uopviz.core.uop_printing.graph_lines`).
     So a graph printed with the names of the graph before it differs only where a node really
     changed, not in the numbers of every node after it."""
     return graph_lines(root, names, first_new, tags=True)

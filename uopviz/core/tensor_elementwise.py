@@ -1,0 +1,231 @@
+"""Tensor's named elementwise functions: arithmetic, rounding, transcendentals and activations.
+
+Each is a spec op (``ADD``, ``IDIV``, ``EXP2``, ``SIN`` ...) or a composition of them, built on the
+class's operand handling (promotion and broadcasting: ``_operands``, ``_binary``, ``_unary_float``
+in :mod:`uopviz.core.tensor`); the accurate ``exp``, ``sigmoid`` and ``tanh`` are written in
+:mod:`uopviz.core.tensor_math`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from uopviz.core.dtype import dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.tensor_helpers import _float_dtype
+from uopviz.core.tensor_math import LN_2, _exp, _sigmoid, _tanh
+
+if TYPE_CHECKING:
+    from uopviz.core.tensor import Tensor
+
+
+class ElementwiseMixin:
+    """The arithmetic, rounding and transcendental methods of :class:`~uopviz.core.tensor.Tensor`
+    (a mixin)."""
+
+    # -- elementwise: arithmetic ---------------------------------------------------------------
+    def add(self, other: Any, reverse: bool = False) -> Tensor:
+        """``self + other`` (ADD)."""
+        return self._binary(Ops.ADD, other, reverse)
+
+    def sub(self, other: Any, reverse: bool = False) -> Tensor:
+        """``self - other`` (SUB)."""
+        x, y = self._operands(other, reverse, Ops.SUB)
+        if x.dtype.is_bool:
+            raise TypeError("subtraction of bool tensors is not defined; use ^ or logical_not")
+        return x._elementwise(Ops.SUB, y)
+
+    def mul(self, other: Any, reverse: bool = False) -> Tensor:
+        """``self * other`` (MUL)."""
+        return self._binary(Ops.MUL, other, reverse)
+
+    def div(self, other: Any, reverse: bool = False) -> Tensor:
+        """True division ``self / other`` (DIV); integers give ``float32``."""
+        return self._binary_float(Ops.DIV, other, reverse)
+
+    def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
+        """Floor division: IDIV for integers (the spec's floor semantics); ``floor(a / b)`` for floats."""
+        x, y = self._operands(other, reverse, Ops.IDIV)
+        if x.dtype.is_bool:
+            x, y = x.cast(dtypes.default_int), y.cast(dtypes.default_int)
+        if x.dtype.is_float:
+            return (x / y).floor()
+        return x._elementwise(Ops.IDIV, y)
+
+    def mod(self, other: Any, reverse: bool = False) -> Tensor:
+        """Modulo with the sign of the divisor: MOD for integers; ``a - b*floor(a/b)`` for floats."""
+        x, y = self._operands(other, reverse, Ops.MOD)
+        if x.dtype.is_bool:
+            x, y = x.cast(dtypes.default_int), y.cast(dtypes.default_int)
+        if x.dtype.is_float:
+            return x - y * (x / y).floor()
+        return x._elementwise(Ops.MOD, y)
+
+    def neg(self) -> Tensor:
+        """``-self`` (NEG)."""
+        if self.dtype.is_bool:
+            raise TypeError("negation of a bool tensor is not defined; use logical_not")
+        return self._elementwise(Ops.NEG)
+
+    def reciprocal(self) -> Tensor:
+        """``1 / self`` (RECIP)."""
+        return self._unary_float(Ops.RECIP)
+
+    def square(self) -> Tensor:
+        """``self * self``."""
+        return self * self
+
+    def pow(self, exponent: Any, reverse: bool = False) -> Tensor:
+        """``self ** exponent``.
+
+        A Python integer exponent multiplies (square-and-multiply; exact and defined for negative
+        bases, a negative exponent takes the reciprocal).  Any other exponent builds the spec's POW
+        (``exp2(log2(a) * b)``, so defined for positive bases), in floating point.
+        """
+        if not reverse and isinstance(exponent, int) and not isinstance(exponent, bool):
+            return self._integer_power(exponent)
+        return self._binary_float(Ops.POW, exponent, reverse)
+
+    def _integer_power(self, exponent: int) -> Tensor:
+        if exponent < 0:
+            if not self.dtype.is_float:
+                raise ValueError(f"integer tensors to the negative power {exponent} are not allowed")
+            return self._integer_power(-exponent).reciprocal()
+        result: Tensor | None = None
+        base = self
+        while exponent:
+            if exponent & 1:
+                result = base if result is None else result * base
+            exponent >>= 1
+            if exponent:
+                base = base * base
+        return result if result is not None else self.ones_like()
+
+    def maximum(self, other: Any) -> Tensor:
+        """Elementwise maximum (MAX)."""
+        return self._binary(Ops.MAX, other)
+
+    def minimum(self, other: Any) -> Tensor:
+        """Elementwise minimum: ``-max(-a, -b)`` for floats, ``~max(~a, ~b)`` for integers (never
+        overflows), AND for bool."""
+        x, y = self._operands(other, op=Ops.MAX)
+        if x.dtype.is_float:
+            return -((-x).maximum(-y))
+        if x.dtype.is_bool:
+            return x & y
+        return ~((~x).maximum(~y))
+
+    def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+        """``minimum(maximum(self, min_), max_)`` (either bound may be None)."""
+        if min_ is None and max_ is None:
+            raise ValueError("clip needs min_ or max_")
+        out = self if min_ is None else self.maximum(min_)
+        return out if max_ is None else out.minimum(max_)
+
+    clamp = clip
+
+    def abs(self) -> Tensor:
+        """``|x|`` as ``max(x, -x)`` (unsigned and bool: unchanged)."""
+        if self.dtype.is_unsigned or self.dtype.is_bool:
+            return self
+        return self.maximum(-self)
+
+    def sign(self) -> Tensor:
+        """-1, 0 or 1 by the sign: ``(x > 0) - (x < 0)`` in the tensor's dtype."""
+        if self.dtype.is_bool:
+            return self
+        positive = (self > 0).cast(self.dtype)
+        if self.dtype.is_unsigned:
+            return positive
+        return positive - (self < 0).cast(self.dtype)
+
+    def trunc(self) -> Tensor:
+        """Round toward zero (TRUNC; integers unchanged)."""
+        return self if not self.dtype.is_float else self._elementwise(Ops.TRUNC)
+
+    def floor(self) -> Tensor:
+        """Round down: ``trunc(x) - (x < trunc(x))``."""
+        if not self.dtype.is_float:
+            return self
+        truncated = self.trunc()
+        return truncated - (self < truncated).cast(self.dtype)
+
+    def ceil(self) -> Tensor:
+        """Round up: ``trunc(x) + (x > trunc(x))``."""
+        if not self.dtype.is_float:
+            return self
+        truncated = self.trunc()
+        return truncated + (self > truncated).cast(self.dtype)
+
+    # -- elementwise: transcendental -------------------------------------------------------------
+    def exp2(self) -> Tensor:
+        """``2 ** x`` (EXP2)."""
+        return self._unary_float(Ops.EXP2)
+
+    def log2(self) -> Tensor:
+        """``log2(x)`` (LOG2)."""
+        return self._unary_float(Ops.LOG2)
+
+    def _in_float32_for_halves(self, compute: Any) -> Tensor:
+        """``compute(x)`` in the tensor's float type; float16 and bfloat16 in float32, rounded once at
+        the end, because the roundings of a composition's steps to 8 or 11 bits would dominate its
+        error (``x·log2 e`` rounded to bfloat16 made ``exp(88.5)`` overflow)."""
+        dtype = _float_dtype(self.dtype)
+        if dtype in (dtypes.float16, dtypes.bfloat16):
+            return compute(self.cast(dtypes.float32)).cast(dtype)
+        return compute(self.cast(dtype))
+
+    def exp(self) -> Tensor:
+        """``e ** x`` as ``exp2(t)·(1 + d·ln 2)`` with ``t = x·log2 e`` rounded and ``d`` its rounding
+        error, recovered exactly by splitting ``x`` and ``log2 e`` into halves (a bare
+        ``exp2(x·log2 e)`` carries the product's rounding into the exponent: 62 ulp near the float32
+        overflow).  float16/bfloat16 are computed in float32."""
+        return self._in_float32_for_halves(_exp)
+
+    def log(self) -> Tensor:
+        """Natural log as ``log2(x) * ln(2)`` (float16/bfloat16 computed in float32)."""
+        return self._in_float32_for_halves(lambda x: x.log2() * LN_2)
+
+    def sin(self) -> Tensor:
+        """``sin(x)`` (SIN)."""
+        return self._unary_float(Ops.SIN)
+
+    def cos(self) -> Tensor:
+        """``cos(x)`` (COS, one of our two ops beyond the card).
+
+        Not the card's ``sin(pi/2 - x)``: rounding ``pi/2 - x`` loses the result's digits as ``|x|``
+        grows (4.8e-4 absolute error near 1e4 in float32); COS shares SIN's exact reduction."""
+        return self._unary_float(Ops.COS)
+
+    def tan(self) -> Tensor:
+        """``tan(x)`` (TAN, ours beyond the card): one reduction and one division, accurate near the
+        poles, where ``sin(x) / cos(x)`` of two separately rounded results is not."""
+        return self._unary_float(Ops.TAN)
+
+    def sqrt(self) -> Tensor:
+        """``sqrt(x)`` (SQRT)."""
+        return self._unary_float(Ops.SQRT)
+
+    def rsqrt(self) -> Tensor:
+        """``1 / sqrt(x)`` (RECIP of SQRT)."""
+        return self.sqrt().reciprocal()
+
+    def relu(self) -> Tensor:
+        """``max(x, 0)``."""
+        return self.maximum(0)
+
+    def sigmoid(self) -> Tensor:
+        """``1 / (1 + exp(-x))``, as ``exp(x) / (1 + exp(x))`` for negative ``x`` (the exponential
+        never overflows); float16/bfloat16 computed in float32."""
+        return self._in_float32_for_halves(_sigmoid)
+
+    def tanh(self) -> Tensor:
+        """``x·P(x²)`` for ``|x| < 0.55`` (``2·sigmoid(2x) - 1`` cancels there: 2e7 ulp at 4e-8),
+        ``2 * sigmoid(2x) - 1`` beyond; float16/bfloat16 computed in float32."""
+        return self._in_float32_for_halves(_tanh)
+
+    def gelu(self) -> Tensor:
+        """GELU, tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+        x = self.cast(_float_dtype(self.dtype))
+        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())

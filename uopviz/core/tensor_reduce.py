@@ -1,0 +1,192 @@
+"""Tensor's reductions: REDUCE over axes, and the contractions (matmul, dot) and scans built on it.
+
+``sum``, ``prod``, ``max`` build ``REDUCE`` (axes collapse to 1) and a ``RESHAPE`` dropping them;
+``min``, ``any``, ``all``, ``mean``, ``var``, ``std``, ``argmax``, ``argmin`` are compositions;
+``matmul`` and ``dot`` are products summed over the shared axis (the spec's gemm) and ``cumsum``
+the spec's prefix_sum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from uopviz.core.dtype import DType, dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.tensor_helpers import _accumulate_dtype, _float_dtype, _normalize_axis, _to_dtype
+from uopviz.core.uop import UOpError
+
+if TYPE_CHECKING:
+    from uopviz.core.tensor import Tensor
+
+
+class ReduceMixin:
+    """The reduction, contraction and scan methods of :class:`~uopviz.core.tensor.Tensor` (a mixin)."""
+
+    # -- reductions --------------------------------------------------------------------------------
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        """REDUCE (axes collapse to 1), then a RESHAPE dropping them unless ``keepdim``."""
+        axes = self._axes(axis)
+        if not axes:
+            return self
+        if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):  # as numpy: max/min of nothing
+            raise ValueError(f"max/min over a zero-size axis of {self.shape}: nothing to choose from")
+        out = self._wrap(self.uop.reduce(op, axes), self)
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+            dtype: DType | str | None = None) -> Tensor:
+        """Sum over ``axis`` (None: all).  Accumulates in ``dtype`` or the accumulation rule's type."""
+        accumulate = _to_dtype(dtype) if dtype is not None else _accumulate_dtype(self.dtype)
+        return self.cast(accumulate)._reduce(Ops.ADD, axis, keepdim)
+
+    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+             dtype: DType | str | None = None) -> Tensor:
+        """Product over ``axis`` (REDUCE MUL)."""
+        accumulate = _to_dtype(dtype) if dtype is not None else _accumulate_dtype(self.dtype)
+        return self.cast(accumulate)._reduce(Ops.MUL, axis, keepdim)
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Maximum over ``axis`` (REDUCE MAX)."""
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Minimum over ``axis``: ``-max(-x)`` for floats, ``~max(~x)`` for integers, ``all`` for bool."""
+        if self.dtype.is_bool:
+            return self.all(axis, keepdim)
+        if self.dtype.is_float:
+            return -((-self).max(axis, keepdim))
+        return ~((~self).max(axis, keepdim))
+
+    def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """True where any element along ``axis`` is nonzero (REDUCE MAX over bool); over a
+        zero-size axis False, as numpy (nothing is nonzero), where max itself has no answer."""
+        truth = self if self.dtype.is_bool else self != 0
+        axes = self._axes(axis)
+        if any(self.shape[a] == 0 for a in axes):
+            kept = tuple(1 if i in axes else size for i, size in enumerate(self.shape))
+            shape = kept if keepdim else tuple(size for i, size in enumerate(self.shape) if i not in axes)
+            return self.full(shape, False, dtype=dtypes.bool, device=self.device)
+        return truth._reduce(Ops.MAX, axis, keepdim)
+
+    def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """True where every element along ``axis`` is nonzero: ``not any(not x)`` (so True over a
+        zero-size axis, as numpy)."""
+        truth = self if self.dtype.is_bool else self != 0
+        return truth.logical_not().any(axis, keepdim).logical_not()
+
+    def _count(self, axis: int | Sequence[int] | None) -> int:
+        return math.prod(self.shape[a] for a in self._axes(axis))
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Mean over ``axis``: ``sum / count`` (integers give float32; half types accumulate in float32)."""
+        dtype = _float_dtype(self.dtype)
+        accumulate = dtypes.float32 if dtype.itemsize < 4 else dtype
+        total = self.cast(accumulate).sum(axis, keepdim)
+        return (total / self._count(axis)).cast(dtype)
+
+    def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, ddof: int = 0) -> Tensor:
+        """Variance over ``axis``: ``sum((x - mean)^2) / (count - ddof)`` (numpy's ``ddof``)."""
+        x = self.cast(_float_dtype(self.dtype))
+        centered = x - x.mean(axis, keepdim=True)
+        return (centered * centered).sum(axis, keepdim) / max(0, self._count(axis) - ddof)
+
+    def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, ddof: int = 0) -> Tensor:
+        """Standard deviation: ``sqrt(var)``."""
+        return self.var(axis, keepdim, ddof).sqrt()
+
+    def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the first maximum along ``axis`` (None: of the flattened tensor), as int32:
+        ``n - max(is_max * (n - arange(n)))``."""
+        if axis is None:
+            return self.flatten().argmax(0)
+        axis = _normalize_axis(axis, self.ndim)
+        length = self.shape[axis]
+        is_max = (self == self.max(axis, keepdim=True)).cast(dtypes.int32)
+        countdown = self.arange(length, 0, -1, device=self.device)
+        countdown = countdown.reshape((length,) + (1,) * (self.ndim - axis - 1))
+        return length - (is_max * countdown).max(axis, keepdim)
+
+    def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the first minimum along ``axis``: argmax of the order-reversed values."""
+        if self.dtype.is_float:
+            return (-self).argmax(axis, keepdim)
+        if self.dtype.is_bool:
+            return self.logical_not().argmax(axis, keepdim)
+        return (~self).argmax(axis, keepdim)
+
+    # -- contractions and scans ------------------------------------------------------------------
+    def matmul(self, other: Any) -> Tensor:
+        """Matrix product by the spec's gemm: ``(A.reshape(M,K,1) * B.reshape(1,K,N)).sum(1)``.
+
+        Batch axes broadcast (numpy's matmul); a 1-D left operand is a row ``(1, K)`` and a 1-D
+        right operand a column ``(K, 1)``, the added axis removed from the result.  The sum
+        accumulates in the operands' dtype (as numpy); bool matrices combine with OR (max).
+        """
+        other = self._tensor_of(other)
+        if self.ndim == 0 or other.ndim == 0:
+            raise UOpError(f"matmul needs at least 1-D operands, got {self.shape} @ {other.shape}")
+        dtype = dtypes.promote(self.dtype, other.dtype)
+        a = self.cast(dtype)
+        b = other.cast(dtype)
+        a = a.reshape(1, a.shape[0]) if self.ndim == 1 else a
+        b = b.reshape(b.shape[0], 1) if other.ndim == 1 else b
+        (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+        if k != k2:
+            raise UOpError(f"matmul {self.shape} @ {other.shape}: inner sizes {k} and {k2} differ")
+        products = a.reshape(*a.shape[:-2], m, k, 1) * b.reshape(*b.shape[:-2], 1, k, n)
+        reduce_axis = products.ndim - 2
+        out = products.max(reduce_axis) if dtype.is_bool else products.sum(reduce_axis, dtype=dtype)
+        if self.ndim == 1:
+            out = out.squeeze(-2)
+        if other.ndim == 1:
+            out = out.squeeze(-1)
+        return out
+
+    def dot(self, other: Any) -> Tensor:
+        """``numpy.dot``: the product of scalars, matmul for 1-D and 2-D operands, and for N-D the sum
+        over the last axis of ``self`` and the second-to-last of ``other`` (no broadcasting)."""
+        other = self._tensor_of(other)
+        if self.ndim == 0 or other.ndim == 0:
+            return self * other
+        if self.ndim <= 2 and other.ndim <= 2:
+            return self.matmul(other)
+        dtype = dtypes.promote(self.dtype, other.dtype)
+        k = self.shape[-1]
+        other_k = other.shape[-2] if other.ndim > 1 else other.shape[0]
+        if k != other_k:
+            raise UOpError(f"dot {self.shape} . {other.shape}: summed sizes {k} and {other_k} differ")
+        if other.ndim == 1:
+            return self.matmul(other)
+        before, rest = other.shape[:-2], other.shape[-1]
+        a = self.cast(dtype).reshape(*self.shape[:-1], *(1,) * len(before), k, 1)
+        b = other.cast(dtype).reshape(*(1,) * (self.ndim - 1), *before, k, rest)
+        products = a * b
+        return products.sum(products.ndim - 2, dtype=dtype)
+
+    def _prefix_sum(self) -> Tensor:
+        """The spec's prefix_sum along the last axis (leading axes are batch axes)."""
+        n = self.shape[-1]
+        batch = self.shape[:-1]
+        none = [(0, 0)] * len(batch)
+        x = self.pad([*none, (n - 1, 0)])  # (..., 2n-1)
+        x = x.reshape(*batch, 1, 2 * n - 1).expand(*batch, n + 1, 2 * n - 1)  # tile
+        x = x.reshape(*batch, (n + 1) * (2 * n - 1)).shrink_to(*batch, 2 * n * n)  # trim
+        x = x.reshape(*batch, n, 2 * n).shrink_to(*batch, n, n)  # windows
+        return x.sum(-1, dtype=x.dtype)  # reduce
+
+    def cumsum(self, axis: int | None = None) -> Tensor:
+        """Cumulative sum along ``axis`` (None: of the flattened tensor) by the spec's prefix_sum:
+        pad, tile, trim, windows, reduce (the axis moves last and back)."""
+        if axis is None:
+            return self.flatten().cumsum(0)
+        axis = _normalize_axis(axis, self.ndim)
+        x = self.cast(_accumulate_dtype(self.dtype))
+        if self.shape[axis] == 0:
+            return x
+        order = [i for i in range(self.ndim) if i != axis] + [axis]
+        summed = x.permute(order)._prefix_sum()
+        return summed.permute([order.index(i) for i in range(self.ndim)])
