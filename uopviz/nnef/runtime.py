@@ -32,6 +32,10 @@ if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lea
 
 def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarray:
     tensor = graph.tensors[name] if name in graph.tensors else None
+    if tensor is None and name in graph.layouts:  # a filter's blocked copy (uopviz.nnef.weight_layout)
+        from uopviz.nnef.weight_layout import layout_array
+
+        return layout_array(graph, graph.layouts[name], given)
     if tensor is None:
         if name in graph.extent_inputs:  # a counter a loop's runner fills
             if name not in given:

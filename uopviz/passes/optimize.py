@@ -277,16 +277,23 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int) -> tuple[Kernel, 
 
 
 def _power_of_two_lanes_inside(kernel: Kernel) -> Kernel:
-    """The register tile's lanes ordered so that whole vectors run along a power-of-two axis: a tile
-    of 7 output columns by 16 output channels (a 14- or 7-wide conv) makes each 16-lane vector the 16
-    channels of one column (one broadcast input, one weight row) instead of a mix of two columns and
-    shuffles between every multiply-add."""
+    """The register tile's lanes ordered so that whole vectors run along one axis: a tile of 7 (or 4)
+    output columns by 16 output channels (a 14-, 7- or 28-wide conv) makes each 16-lane vector the
+    16 channels of one column (one broadcast input, one weight row) instead of a mix of columns and
+    shuffles between every multiply-add.  The axis inside is the one a register's lanes divide, else
+    a power of two."""
     upcasts = [r for r in kernel.ranges if r.arg[1] is AxisType.UPCAST]
     if len(upcasts) != 2:
         return kernel
     outer, inner = upcasts
-    size = range_size(inner)
-    if size & (size - 1) == 0 or range_size(outer) & (range_size(outer) - 1):
+    inner_size, outer_size = range_size(inner), range_size(outer)
+    lanes = _register_lanes(kernel)
+    # whole registers along the outer axis but not the inner one (16 channels by 4 columns of a
+    # 28-wide conv on AVX-512): each vector would hold 4 channels of 4 columns, built by shuffles
+    # from a weight vector and an input row for every multiply-add (1.5 GFLOP/s, 2 cores)
+    partial_registers = inner_size % lanes != 0 and outer_size % lanes == 0
+    power_of_two_outside = inner_size & (inner_size - 1) != 0 and outer_size & (outer_size - 1) == 0
+    if not (partial_registers or power_of_two_outside):
         return kernel
     return _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, inner)))
 
