@@ -64,6 +64,13 @@ def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarra
     raise NNEFError.at(tensor.position, f"{kind} '{name}' has no data{hint}")
 
 
+def program_inputs(graph: Graph, program: Any, given: Mapping[str, Any]) -> dict[int, np.ndarray]:
+    """The arrays a Program compiled from ``graph``'s kernels reads (``program.nnef_inputs``), by
+    input position: the arrays ``given`` by tensor name, else the tensors' data; a filter's blocked
+    copy (:mod:`uopviz.nnef.weight_layout`) made from its tensor's."""
+    return {position: _input_array(graph, name, given) for position, name in enumerate(program.nnef_inputs)}
+
+
 def _execute(graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> dict[str, np.ndarray]:
     """Run the compiled steps of ``graph``: every buffer they produce, by name (flat arrays)."""
     compiled = graph.compile(backend=backend, opts=opts)

@@ -121,7 +121,10 @@ def _blocked_index(flat: UOp, lanes: int, shape: tuple[int, ...]) -> tuple[UOp, 
     return channel, index
 
 
-def _blocked_kernel(kernel: LoweredKernel, graph: Graph, lanes_of: Any) -> tuple[LoweredKernel, list[WeightLayout]]:
+def _blocked_kernel(
+    kernel: LoweredKernel, graph: Graph, lanes_of: Any
+) -> tuple[LoweredKernel, list[WeightLayout]]:
+    """``kernel`` reading the blocked copies of its filters, and their layouts."""
     written = kernel.buffers[0]
     mapping: dict[UOp, UOp] = {}
     layouts: list[WeightLayout] = []
