@@ -28,7 +28,7 @@ The copy is made on the host, not by a kernel: a graph's weights are the same fo
 copy per run would cost more than it saves (ResNet-50's 25 M weights).  :class:`WeightLayout` names
 it; ``graph.layouts`` keeps the graph's layouts and :func:`layout_array` makes (and caches) the copy
 from the tensor's data, or from the array a run gives for the variable by name.  Only CPU backends
-with vector registers get the blocked layout (GPU kernels vectorise differently).
+generating code for the CPU target's vector registers (C, LLVM) get the blocked layout.
 """
 
 from __future__ import annotations
@@ -80,8 +80,11 @@ class WeightLayout:
 
 def vector_lanes(backend: Any, itemsize: int) -> int | None:
     """Lanes of one of ``backend``'s vector registers for items of ``itemsize`` bytes, or None when
-    the backend gets no blocked layouts (not a CPU backend, or one without vector registers)."""
-    if not backend.runs_on_cpu or not backend.vector_widths:
+    the backend gets no blocked layouts: only the backends that generate code for the CPU target's
+    registers (C, LLVM) do; the Python backend's vectors are lists, GPUs vectorise differently."""
+    from uopviz.backends.base import TargetsCPU
+
+    if not isinstance(backend, TargetsCPU) or not backend.runs_on_cpu or not backend.vector_widths:
         return None
     lanes = backend.register_bytes // itemsize
     return lanes if lanes > 1 else None
