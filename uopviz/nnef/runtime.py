@@ -35,7 +35,8 @@ def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarra
     if tensor is None and name in graph.layouts:  # a filter's blocked copy (uopviz.nnef.weight_layout)
         from uopviz.nnef.weight_layout import layout_array
 
-        return layout_array(graph, graph.layouts[name], given)
+        layout = graph.layouts[name]
+        return layout_array(graph, layout, _input_array(graph, layout.source, given))
     if tensor is None:
         if name in graph.extent_inputs:  # a counter a loop's runner fills
             if name not in given:

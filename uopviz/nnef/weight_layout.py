@@ -27,8 +27,10 @@ of ``L`` (or of a divisor of ``L``) the ``//`` and ``%`` fold away and the lanes
 The copy is made on the host, not by a kernel: a graph's weights are the same for every run, and a
 copy per run would cost more than it saves (ResNet-50's 25 M weights).  :class:`WeightLayout` names
 it; ``graph.layouts`` keeps the graph's layouts and :func:`layout_array` makes (and caches) the copy
-from the tensor's data, or from the array a run gives for the variable by name.  Only CPU backends
-generating code for the CPU target's vector registers (C, LLVM) get the blocked layout.
+from the tensor's data, or from the array a run gives for the variable by name.  New weights take a
+new data array (``graph.tensors[name].data = array``): the copy follows the array, not changes made
+inside it.  Only CPU backends generating code for the CPU target's vector registers (C, LLVM) get
+the blocked layout.
 """
 
 from __future__ import annotations
@@ -196,20 +198,17 @@ def block_weight_reads(kernels: list[LoweredKernel], graph: Graph, backend: Any)
     return out
 
 
-def layout_array(graph: Graph, layout: WeightLayout, given: dict[str, Any] | None = None) -> np.ndarray:
-    """The blocked copy of ``layout.source``: made from the array ``given`` holds for it (each run
-    that gives one), else from the tensor's data, once (cached while the tensor keeps the same data
-    array)."""
-    from uopviz.nnef.runtime import _input_array
-
-    if given is not None and layout.source in given:
-        return layout.apply(_input_array(graph, layout.source, given))
+def layout_array(graph: Graph, layout: WeightLayout, source: np.ndarray) -> np.ndarray:
+    """The blocked copy of ``source``, the values of ``layout.source``: made once per source array
+    (the graph's own data, kept while the tensor keeps that array), and again for another one (an
+    array a run gives for the variable by name)."""
     tensor = graph.tensors[layout.source]
+    if source is not tensor.data:
+        return layout.apply(source)
     cache = graph.__dict__.setdefault("_layout_copies", {})
     found = cache.get(layout.name)
-    if found is not None and found[0] is tensor.data:
+    if found is not None and found[0] is source:
         return found[1]
-    copy = layout.apply(_input_array(graph, layout.source, {}))
-    cache[layout.name] = (tensor.data, copy)
+    copy = layout.apply(source)
+    cache[layout.name] = (source, copy)
     return copy
-
