@@ -18,7 +18,9 @@ constant tensor that
   other axes by anything that does not involve that range (checked on the linear form of the flat
   index: the range's coefficient is the first axis' stride and nothing else varies with it);
 - has a first axis that ``L`` divides, ``L`` being the lanes of one of the CPU target's vector
-  registers for the tensor's element type (16 float32 on x86-64-v4, 8 on v3, 4 on v2)
+  registers for the tensor's element type (16 float32 on x86-64-v4, 8 on v3, 4 on v2), else the
+  widest power of two from ``L / 2`` down to 4 that divides it (the heuristic vectorises a
+  1000-way classifier's outputs by 8)
 
 into a read of ``name#blocked<L>`` at ``(o // L) * (R * L) + rest * L + o % L`` (``R`` the product of
 the other extents, ``rest`` their row-major offset).  Once the heuristic splits ``o`` into vector lanes
@@ -92,6 +94,17 @@ def vector_lanes(backend: Any, itemsize: int) -> int | None:
     return lanes if lanes > 1 else None
 
 
+def _block(lanes: int | None, channels: int) -> int | None:
+    """The block for ``channels`` output channels: a register's ``lanes``, else the widest smaller
+    power of two (at least 4) that divides them, which the heuristic's vectors then take (a 1000-way
+    classifier in blocks of 8 on AVX-512); None when none does."""
+    while lanes is not None and lanes >= 4:
+        if channels % lanes == 0:
+            return lanes
+        lanes //= 2
+    return None
+
+
 def _blocked_index(flat: UOp, lanes: int, shape: tuple[int, ...]) -> tuple[UOp, UOp] | None:
     """``(o, index)``: the output range ``o`` on the first axis of a flat ``flat`` into ``shape``
     and the index of the same element in the blocked layout; None when the read does not qualify."""
@@ -149,8 +162,8 @@ def _blocked_kernel(
             if uop_dtype(tensor.dtype) is not load.dtype or load.dtype is dtypes.bool:
                 continue
             shape = tuple(int(extent) for extent in tensor.upper_shape)
-            lanes = lanes_of(load.dtype.itemsize)
-            if lanes is None or len(shape) < 2 or shape[0] % lanes or math.prod(shape) != param.shape[0]:
+            lanes = _block(lanes_of(load.dtype.itemsize), shape[0])
+            if lanes is None or len(shape) < 2 or math.prod(shape) != param.shape[0]:
                 continue
             found = _blocked_index(flat, lanes, shape)
             if found is None:
