@@ -21,7 +21,9 @@ without the heuristic's optimizations; a child that takes more than
 ``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an error row.
 
 The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c``
-prints one JSON object (``... conv c``: the single convolutions' times and errors).
+prints one JSON object (``... conv c``: the single convolutions' times and errors;
+``... kernels resnet50 c``: where a model's inference time goes, each kernel's median time bound
+to its arrays, slowest first, with the sum and ``graph.run``'s median).
 """
 
 from __future__ import annotations
@@ -282,9 +284,42 @@ def run() -> list[dict]:
     return rows
 
 
+def _kernels_child(model: str, backend: str, repeat: int = 5) -> dict:
+    """Each kernel of ``model``'s program timed alone, bound to its arrays (no allocation), median
+    of ``repeat`` runs of the whole program; slowest first."""
+    import statistics
+
+    import zoo
+    from run import measure
+
+    import uopviz as uv
+    from uopviz.nnef.runtime import program_inputs
+
+    net = zoo.BUILDERS[model]()
+    inputs = {net.input_name: net.input_data()}
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-") as folder:
+        zoo.write_nnef1(net, folder)
+        graph = uv.nnef.load(folder)
+    program = graph.compile(backend, opts=OPTS)
+    run_s = measure(lambda: graph.run(inputs, backend=backend, opts=OPTS), repeat=5, warmup=1, min_time_s=0.0)
+    steps = [step for kind, step in program.nnef_steps if kind == "kernels"]
+    times: list[tuple[str, list[float]]] = []
+    for step in steps:
+        bound = step.bind(program_inputs(graph, step, inputs))
+        launches = [(item.kernel.name, launch, []) for item, launch in zip(step.items, bound.launches)]
+        for _ in range(repeat + 1):  # the first round warms the caches
+            for _, launch, seconds in launches:
+                seconds.append(launch.run())
+        times += [(name, seconds[1:]) for name, _, seconds in launches]
+    kernels = sorted(((name, statistics.median(seconds)) for name, seconds in times), key=lambda p: -p[1])
+    return {"run_s": run_s, "kernels_s": sum(seconds for _, seconds in kernels), "kernels": kernels}
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(BENCH_DIR))
     if sys.argv[1] == "conv":
         print(json.dumps(_conv_child(sys.argv[2])))
+    elif sys.argv[1] == "kernels":
+        print(json.dumps(_kernels_child(sys.argv[2], sys.argv[3])))
     else:
         print(json.dumps(_child(sys.argv[1], sys.argv[2])))

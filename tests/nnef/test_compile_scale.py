@@ -10,6 +10,7 @@ import pytest
 import uopviz as uv
 from uopviz.nnef.composer import compose
 from uopviz.nnef.lowering import compile_graph
+from uopviz.nnef.runtime import program_inputs
 
 RNG = np.random.default_rng(12)
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
@@ -69,7 +70,7 @@ def test_fused_and_unfused_graphs_compute_what_numpy_does(backend, fuse):
     g = compose(TWIN_CONVS)
     v = _data()
     program = compile_graph(g, backend, fuse=fuse)
-    outputs = dict(zip(program.nnef_outputs, program.run(dict(enumerate(v[n] for n in program.nnef_inputs)))))
+    outputs = dict(zip(program.nnef_outputs, program.run(program_inputs(g, program, v))))
     y, z = _reference(v)
     np.testing.assert_allclose(outputs["y"].reshape(y.shape), y, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outputs["z"].reshape(z.shape), z, rtol=1e-4, atol=1e-4)
@@ -88,7 +89,7 @@ def test_a_tensor_the_graph_outputs_is_stored_even_when_it_could_be_fused():
     program = compile_graph(g, "python")
     assert "c2" in program.nnef_outputs
     v = _data()
-    outputs = dict(zip(program.nnef_outputs, program.run(dict(enumerate(v[n] for n in program.nnef_inputs)))))
+    outputs = dict(zip(program.nnef_outputs, program.run(program_inputs(g, program, v))))
     r1 = np.maximum(_conv(v["x"], v["w1"], v["b1"]), 0)
     np.testing.assert_allclose(
         outputs["c2"].reshape(1, 4, 6, 6), _conv(r1, v["w2"], v["b2"]), rtol=1e-4, atol=1e-4

@@ -10,6 +10,7 @@ import uopviz as uv
 from uopviz.core.ops import Ops
 from uopviz.nnef.composer import compose
 from uopviz.nnef.lowering import compile_graph
+from uopviz.nnef.runtime import program_inputs
 
 RNG = np.random.default_rng(31)
 BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
@@ -76,7 +77,7 @@ def test_padded_conv_equals_numpy(case, backend):
     b = RNG.standard_normal(cout).astype(np.float32)
     program = compile_graph(g, backend)
     given = {"x": x, "w": w, "b": b}
-    out = dict(zip(program.nnef_outputs, program.run(dict(enumerate(given[n] for n in program.nnef_inputs)))))
+    out = dict(zip(program.nnef_outputs, program.run(program_inputs(g, program, given))))
     expected = _reference(x, w, b, stride, dilation, padding, groups)
     np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
     names = [kernel.name for kernel in program.nnef_kernels]
@@ -112,7 +113,7 @@ graph Two {
     w1, w2 = (RNG.standard_normal((2, 2, 3, 3)).astype(np.float32) for _ in range(2))
     program = compile_graph(g, BACKENDS[-1])
     given = {"x": x, "w1": w1, "w2": w2}
-    out = dict(zip(program.nnef_outputs, program.run(dict(enumerate(given[n] for n in program.nnef_inputs)))))
+    out = dict(zip(program.nnef_outputs, program.run(program_inputs(g, program, given))))
     zero = np.zeros(2, np.float32)
     expected = sum(_reference(x, w, zero, (1, 1), (1, 1), (1, 1, 1, 1), 1) for w in (w1, w2))
     np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
@@ -131,7 +132,7 @@ def test_heuristic_tiles_odd_width_convs_with_power_of_two_vectors(width):
     b = RNG.standard_normal(32).astype(np.float32)
     program = compile_graph(g, "c", opts="heuristic")
     given = {"x": x, "w": w, "b": b}
-    out = dict(zip(program.nnef_outputs, program.run(dict(enumerate(given[n] for n in program.nnef_inputs)))))
+    out = dict(zip(program.nnef_outputs, program.run(program_inputs(g, program, given))))
     expected = _reference(x, w, b, (1, 1), (1, 1), (1, 1, 1, 1), 1)
     np.testing.assert_allclose(out["y"].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
     conv = program.kernels[-1]

@@ -13,6 +13,7 @@ import pytest
 
 import uopviz as uv
 from uopviz.nnef.lowering import compile_graph, kernel_count
+from uopviz.nnef.runtime import program_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import zoo  # noqa: E402
@@ -107,10 +108,7 @@ def test_fusion_folds_batch_norm_chains_and_keeps_results(networks, tmp_path):
     x = net.input_data()
 
     def output(program):
-        given = {
-            position: x if name == net.input_name else graph.tensors[name].data
-            for position, name in enumerate(program.nnef_inputs)
-        }
+        given = program_inputs(graph, program, {net.input_name: x})
         return dict(zip(program.nnef_outputs, program.run(given)))[net.output]
 
     np.testing.assert_allclose(output(fused), output(unfused), rtol=1e-5, atol=1e-7)

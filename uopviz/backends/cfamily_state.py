@@ -144,6 +144,16 @@ class CFamilyRenderState(LinearRenderState):
     # -- passes -------------------------------------------------------------------------------
     def run(self) -> str:
         self.use_counts = Counter(s for u in self.program for s in u.src)
+        # vector loads whose every use broadcasts one of their lanes (a conv's row of input columns,
+        # each column broadcast against a vector of output channels): not pinned in a register, so
+        # the C compiler broadcasts each lane from memory (a load port) instead of by shuffles
+        lane_uses: dict[UOp, bool] = {}
+        for u in self.program:
+            for s in u.src:
+                if s.op is Ops.LOAD and s.dtype.count > 1:
+                    broadcast = u.op is Ops.GEP and len(set(u.arg)) == 1
+                    lane_uses[s] = lane_uses.get(s, True) and broadcast
+        self.broadcast_only = {load for load, only in lane_uses.items() if only}
         params = self.collect_params()
         self.plan_registers()
         meta_sizes = self.launch_sizes()
@@ -457,7 +467,8 @@ class CFamilyRenderState(LinearRenderState):
             self.prefetch(address)
             value = self.r.vector_load(address)
             name = self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
-            pin = self.r.register_pin(name) if self.use_counts[u] > 1 else None
+            pinned = self.use_counts[u] > 1 and u not in self.broadcast_only
+            pin = self.r.register_pin(name) if pinned else None
             if pin is not None:
                 self.emit(pin)
             return

@@ -50,6 +50,8 @@ def _buffer_spec(graph: Graph, kernels: list[LoweredKernel], name: str) -> tuple
     if name in graph.extent_inputs or name in graph.counts.values():
         return dtypes.int32, 1  # the counter of a run-time extent
     tensor = graph.tensors.get(name)
+    if tensor is None and name in graph.layouts:  # a copy of a tensor in another layout
+        tensor = graph.tensors[graph.layouts[name].source]
     if tensor is not None:
         return uop_dtype(tensor.dtype), max(math.prod(tensor.upper_shape), 1)
     for kernel in kernels:
@@ -267,13 +269,16 @@ def compile_graph(
     the kernels of loop bodies as well.
 
     ``fuse``: compute each tensor that only feeds later kernels where it is read, when that is cheap
-    (:mod:`uopviz.nnef.fusion`: batch-norm chains and activations into the convolution before them).
+    (:mod:`uopviz.nnef.fusion`: batch-norm chains and activations into the convolution before them),
+    with guarded reads from padded copies (:mod:`uopviz.nnef.padding`) and, on CPU backends, filters
+    read from copies blocked by the vector lanes (:mod:`uopviz.nnef.weight_layout`).
     By default on, except with choices per kernel (a list or a dict by index), which number the
     kernels before fusion.
     """
     from uopviz.core.rewrite import traced_pass, tracing
     from uopviz.nnef.fusion import fuse_kernels
     from uopviz.nnef.padding import pad_guarded_reads
+    from uopviz.nnef.weight_layout import block_weight_reads
 
     if fuse is None:
         fuse = not (_per_kernel_list(opts) or isinstance(opts, dict))
@@ -311,6 +316,7 @@ def compile_graph(
             if fuse:
                 segment = fuse_kernels(segment, final | read_after[position])
                 segment = pad_guarded_reads(segment, graph)
+                segment = block_weight_reads(segment, graph, backend)
             program = _compile_segment(
                 graph,
                 segment,

@@ -78,6 +78,9 @@ class Graph:
     # run-time input extents that pack lengths follow, taken at their bounds in this composition
     # (``run`` composes again for the shapes given; this graph itself does not compile)
     pack_lengths_at_bounds: list[str] = field(default_factory=list)
+    # copies of variables and constants in the layouts kernels read them in (buffer name ->
+    # uopviz.nnef.weight_layout.WeightLayout), recorded when the kernels compile
+    layouts: dict = field(default_factory=dict, repr=False)
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 

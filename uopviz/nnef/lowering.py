@@ -12,9 +12,11 @@ The work is split by what each part is about; this module gathers their public n
   :mod:`uopviz.nnef.lowering_evaluator` reading tensors inside a statement and
   :mod:`uopviz.nnef.output_space` solving its left side for the output positions;
 - :mod:`uopviz.nnef.intrinsics`: the hand-written kernels of operations with no body;
-- :mod:`uopviz.nnef.compile`: :func:`compile_graph` and :class:`GraphProgram`;
+- :mod:`uopviz.nnef.compile`: :func:`compile_graph` and :class:`GraphProgram`, with
+  :mod:`uopviz.nnef.fusion`, :mod:`uopviz.nnef.padding` and :mod:`uopviz.nnef.weight_layout`
+  (filters read from copies blocked by the CPU target's vector lanes) rewriting the kernels first;
 - :mod:`uopviz.nnef.runtime`: :func:`run_graph`, which binds the data and runs the programs (loop
-  nodes on the host).
+  nodes on the host), and :func:`program_inputs`, a program's input arrays by tensor name.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from uopviz.nnef.compile import GraphProgram, compile_graph
 from uopviz.nnef.kernel_builder import LoweredKernel, runtime_extent, runtime_value
 from uopviz.nnef.kernel_math import uop_dtype
 from uopviz.nnef.operation_lowering import kernel_count, lower_operation, operation_kernels
-from uopviz.nnef.runtime import run_graph
+from uopviz.nnef.runtime import program_inputs, run_graph
 
 __all__ = [
     "GraphProgram",
@@ -32,6 +34,7 @@ __all__ = [
     "kernel_count",
     "lower_operation",
     "operation_kernels",
+    "program_inputs",
     "run_graph",
     "runtime_extent",
     "runtime_value",

@@ -101,24 +101,38 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int) -> tuple[Kernel, 
             # GFLOP/s with the lanes reordered below)
             tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (size, AxisType.UPCAST, False)))
     kernel = tiled
-    registers_per_row = max(1, _lanes(kernel) // lanes)
+    width = _lanes(kernel)
+    registers_per_row = max(1, width // lanes)
     by_registers = backend.vector_registers // 2 // registers_per_row
-    most = max(1, min(by_registers, HEURISTIC_TILE_LANES // _lanes(kernel)))
-    rows = [f for f in (16, 8, 4, 2) if f <= most]
+    if width < lanes:
+        # a row narrower than a register (a 28-wide conv's 4 columns): the rows become the vectors'
+        # lanes (_power_of_two_lanes_inside), so the accumulators are width * rows / lanes registers
+        # (AVX-512, 128 channels 28x28: 16 channels x 4 columns, 4 accumulators, 57 GFLOP/s on one
+        # core; 32 x 4, 8 accumulators: see the bench in the commit)
+        by_registers = backend.vector_registers // 2 * lanes // width
+    most = max(1, min(by_registers, HEURISTIC_TILE_LANES // width))
+    rows = [f for f in (32, 16, 8, 4, 2) if f <= most]
     return kernel, rows
 
 
 def _power_of_two_lanes_inside(kernel: Kernel) -> Kernel:
-    """The register tile's lanes ordered so that whole vectors run along a power-of-two axis: a tile
-    of 7 output columns by 16 output channels (a 14- or 7-wide conv) makes each 16-lane vector the 16
-    channels of one column (one broadcast input, one weight row) instead of a mix of two columns and
-    shuffles between every multiply-add."""
+    """The register tile's lanes ordered so that whole vectors run along one axis: a tile of 7 (or 4)
+    output columns by 16 output channels (a 14-, 7- or 28-wide conv) makes each 16-lane vector the
+    16 channels of one column (one broadcast input, one weight row) instead of a mix of columns and
+    shuffles between every multiply-add.  The axis inside is the one a register's lanes divide, else
+    a power of two."""
     upcasts = [r for r in kernel.ranges if r.arg[1] is AxisType.UPCAST]
     if len(upcasts) != 2:
         return kernel
     outer, inner = upcasts
-    size = range_size(inner)
-    if size & (size - 1) == 0 or range_size(outer) & (range_size(outer) - 1):
+    inner_size, outer_size = range_size(inner), range_size(outer)
+    lanes = _register_lanes(kernel)
+    # whole registers along the outer axis but not the inner one (16 channels by 4 columns of a
+    # 28-wide conv on AVX-512): each vector would hold 4 channels of 4 columns, built by shuffles
+    # from a weight vector and an input row for every multiply-add (1.5 GFLOP/s, 2 cores)
+    partial_registers = inner_size % lanes != 0 and outer_size % lanes == 0
+    power_of_two_outside = inner_size & (inner_size - 1) != 0 and outer_size & (outer_size - 1) == 0
+    if not (partial_registers or power_of_two_outside):
         return kernel
     return _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, inner)))
 

@@ -1,0 +1,70 @@
+"""Graph runs on CPU backends reuse arrays bound once (uopviz.nnef.runtime._BoundGraph): each run's
+inputs reach the kernels, outputs are the caller's own copies, and a variable given by name or new
+data for a tensor are honoured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.nnef.composer import compose
+
+BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]
+RNG = np.random.default_rng(5)
+
+GRAPH = """import nn;
+graph Net {
+    @input { x: real[1, 4, 5, 5]; }
+    @output { y: real; }
+    @variable { w: real[16, 4, 3, 3]; b: real[16]; }
+    @compose {
+        c = nn.conv{padding=[1, 1, 1, 1]}(x, w, b);
+        y = nn.relu(c);
+    }
+}"""
+
+
+def _expected(x, w, b):
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 1), (1, 1)])
+    out = np.zeros((1, 16, 5, 5))
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("nchw,oc->nohw", xp[:, :, i : i + 5, j : j + 5], w[:, :, i, j])
+    return np.maximum(out + b.reshape(1, -1, 1, 1), 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bound_runs_follow_each_input_and_each_weight(backend):
+    g = compose(GRAPH)
+    w = RNG.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(16).astype(np.float32)
+    g.tensors["w"].data, g.tensors["b"].data = w, b
+    outputs = []
+    for _ in range(3):
+        x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
+        y = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
+        np.testing.assert_allclose(y, _expected(x, w, b), rtol=1e-4, atol=1e-4)
+        outputs.append((x, y))
+    assert any(g.__dict__.get("_bound_graphs", {}).values())  # the runs went through a bound form
+    for x, y in outputs:  # each run's output is its own array, not a view the next run overwrites
+        np.testing.assert_allclose(y, _expected(x, w, b), rtol=1e-4, atol=1e-4)
+    x = outputs[0][0]
+    other = RNG.standard_normal(w.shape).astype(np.float32)
+    y = g.run({"x": x, "w": other}, backend=backend, opts="heuristic")["y"]  # this run's weights
+    np.testing.assert_allclose(y, _expected(x, other, b), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(g.run({"x": x}, backend=backend, opts="heuristic")["y"], outputs[0][1])
+    g.tensors["b"].data = bias = b + 1  # a tensor's new data: bound again
+    y = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(y, _expected(x, w, bias), rtol=1e-4, atol=1e-4)
+
+
+def test_a_wrongly_shaped_input_is_refused_on_the_bound_path():
+    if "c" not in BACKENDS:
+        pytest.skip("the C backend (a C compiler) is not available here")
+    g = compose(GRAPH)
+    g.tensors["w"].data = np.ones((16, 4, 3, 3), np.float32)
+    g.tensors["b"].data = np.ones(16, np.float32)
+    g.run({"x": np.ones((1, 4, 5, 5), np.float32)}, backend="c")
+    with pytest.raises(uv.nnef.NNEFError, match="shape"):
+        g.run({"x": np.ones((1, 4, 5, 4), np.float32)}, backend="c")
