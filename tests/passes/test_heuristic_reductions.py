@@ -39,3 +39,28 @@ def test_row_reductions_unroll_by_the_targets_register_lanes(backend, target, sh
                 continue  # small rows are unrolled whole
             assert unrolled == [expected], (kernel.name, unrolled, expected)
         np.testing.assert_allclose(program.run()[0], _softmax(x), rtol=1e-5, atol=1e-6)
+
+
+def _accumulator_sizes(kernel, backend: str) -> list[int]:
+    """The element counts of the REG accumulators of a kernel's linear program."""
+    from uopviz.core.ops import Ops
+
+    return [u.arg.size for u in kernel.linear(backend).toposort() if u.op is Ops.BUFFER]
+
+
+@pytest.mark.parametrize("backend", ["python", *CPU_BACKENDS])
+@pytest.mark.parametrize("reduction", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("shape,lanes", [((8, 64), 16), ((5, 96), 8), ((3, 40), 4)])
+def test_reduction_lanes_accumulate_in_a_vector_and_combine_once(backend, reduction, shape, lanes):
+    # a reduction unrolled with no other lanes keeps one accumulator per lane across the loop and
+    # combines them after it (not a horizontal tree every iteration); values as numpy's, NaN kept
+    x = RNG.uniform(0.9, 1.1, shape).astype(np.float32)
+    x[1, 7] = np.nan if reduction in ("max", "min") else x[1, 7]
+    opts = [[uv.Opt(uv.OptOp.SPLIT, 1, (lanes, uv.AxisType.UNROLL, False))]]
+    program = uv.compile(getattr(uv.Tensor(x), reduction)(1), backend=backend, opts=opts)
+    (kernel,) = program.kernels
+    assert _accumulator_sizes(kernel, backend) == [lanes]
+    expected = getattr(np, reduction)(x.astype(np.float64), axis=1)
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-5)
+    if reduction in ("max", "min"):
+        assert np.isnan(program.run()[0][1])

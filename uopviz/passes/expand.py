@@ -5,7 +5,9 @@ Every UOp that depends on such ranges becomes a vector whose lanes run over them
 lane order (its *lane axes*: UNROLL axes first, then UPCAST axes, each in kernel order).
 Operands with fewer lane axes are broadcast: a scalar is repeated
 (``VECTORIZE(x, x, ...)``), a vector is rearranged with ``GEP``.  A REDUCE over UNROLL ranges
-combines their lanes (a horizontal reduction of GEPs) and keeps looping over its other ranges.
+combines their lanes (a horizontal reduction of GEPs) and keeps looping over its other ranges;
+when its lanes are all reduction lanes, they accumulate in one vector across those loops and are
+combined once after them.
 A REDUCE of a tensor-core multiply (``WMMA`` made by the TC opt) gathers the A, B and C tiles
 from the lanes in the tensor core's layouts.
 
@@ -187,6 +189,12 @@ def expand_reduce(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     every = _union(source_axes, unrolled)
     kept = tuple(r for r in every if not any(r is x for x in unrolled))
     full = broadcast(ctx.new[value], source_axes, every)
+    if unrolled and loops and not kept:
+        # only reduction lanes (a row's max or sum unrolled by a register's width): they accumulate
+        # lane by lane in one vector across the loop and are combined once after it, not by a
+        # horizontal tree in every iteration (softmax's max: 15 scalar maxes per 16 elements)
+        partial = UOp(Ops.REDUCE, (full, *loops), u.arg)
+        return _combine(op, [_gep(partial, [lane]) for lane in range(full.dtype.count)]), kept
     if unrolled:
         parts = []
         for coordinates in product(*(range(range_size(r)) for r in unrolled)):
