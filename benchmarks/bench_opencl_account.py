@@ -12,7 +12,9 @@ process whose pocl device has one compute unit (``POCL_CPU_MAX_CU_COUNT=1``), th
   loop inside it to share a copy with), and pocl gives a work-item's private array a small stack
   (a 64 KiB strip crashed it).
 
-If OpenCL's time is close to unstaged C's, the gap to C is the staging, not pocl's code.
+If OpenCL's time is close to unstaged C's, the gap to C is the staging, not pocl's code.  A last
+row times one launch of a 16-element kernel on pocl and on C: what every kernel of a program pays
+on OpenCL before any work (softmax and layernorm are three kernels each).
 """
 
 from __future__ import annotations
@@ -59,7 +61,21 @@ def _child() -> dict[str, float]:
             started = time.perf_counter()
             runner.run()
             samples[case].append(time.perf_counter() - started)
-    return {"times": {case: statistics.median(s) for case, s in samples.items()}, "names": names}
+    # what one launch costs apart from its work: a 16-element kernel, on C and on pocl
+    launches: dict[str, float] = {}
+    tiny = np.ones(16, np.float32)
+    for backend in ("c", "opencl"):
+        runner = uv.compile(uv.Tensor(tiny) + 1, backend=backend, opts="heuristic").bind()
+        for _ in range(20):
+            runner.run()
+        seconds = []
+        for _ in range(200):
+            started = time.perf_counter()
+            runner.run()
+            seconds.append(time.perf_counter() - started)
+        launches[backend] = statistics.median(seconds)
+    return {"times": {case: statistics.median(s) for case, s in samples.items()}, "names": names,
+            "launches": launches}
 
 
 def run() -> list[dict]:
@@ -81,6 +97,10 @@ def run() -> list[dict]:
                               f"{flops / times['c staged'] / 1e9:.1f} GFLOP/s"))
     rows.append(row(f"gemm {SIZE} one core: opencl", times["opencl"], peer="uopviz C unstaged",
                     peer_s=times["c unstaged"], notes="the same tile without strip staging on both"))
+    launches = found["launches"]
+    rows.append(row("one launch of a 16-element kernel: opencl", launches["opencl"], peer="uopviz C",
+                    peer_s=launches["c"], notes="pocl's cost per kernel launch (one compute unit), "
+                                                "paid once per kernel of a program"))
     return rows
 
 
