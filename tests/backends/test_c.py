@@ -227,3 +227,27 @@ def test_vectors_made_of_other_vectors_lanes_are_copied_as_runs() -> None:
     assert "(float32x8){alu" not in source  # the float32x16's halves are not read lane by lane
     argument = (x * np.float32(2) + np.float32(1)).astype(np.float64)  # (x·2 is exact: one rounding)
     np.testing.assert_allclose(program.run()[0], np.sin(argument), rtol=0, atol=2.5e-7)
+
+
+@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("shape", [(24, 144, 56), (16, 40, 24), (8, 9, 8)])
+def test_lanes_of_one_vector_repeated_are_one_shuffle(target, shape):
+    # an 8x8 register tile on 16-lane registers: each vector holds two output rows of 8 columns, so
+    # A's two values are repeated 8 times each and B's row twice. One __builtin_shufflevector each
+    # (copies through the stack stalled the loop: MobileNet-v2's 1x1 convs 12x slower than LLVM)
+    import uopviz as uv
+    from uopviz.backends.target import using_target
+
+    if "c" not in uv.backends.available():
+        pytest.skip("no C compiler")
+    m, k, n = shape
+    rng = np.random.default_rng(sum(shape))
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    opts = [[uv.Opt(uv.OptOp.SPLIT, 1, (8, uv.AxisType.UPCAST, False)),
+             uv.Opt(uv.OptOp.SPLIT, 0, (8, uv.AxisType.UPCAST, False))]]
+    with using_target(target) as profile:
+        program = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend="c", opts=opts)
+        source = program.kernels[0].source("c")
+        np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+    if profile.vector_bytes // 4 > 8:  # registers wider than a row of the tile: rows share vectors
+        assert "__builtin_shufflevector" in source
