@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_reference import conv_reference as _reference
 
 import uopviz as uv
 from uopviz.core.ops import Ops
@@ -14,30 +15,6 @@ from uopviz.nnef.runtime import program_inputs
 
 RNG = np.random.default_rng(31)
 BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
-
-
-def _reference(x, w, b, stride, dilation, padding, groups):
-    """Zero-padded cross-correlation in float64, NCHW / OIHW, ``padding`` = (top, left, bottom, right)."""
-    top, left, bottom, right = padding
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (top, bottom), (left, right)])
-    n, c, h, width = xp.shape
-    o, fc, kh, kw = w.shape
-    oh = (h - (kh - 1) * dilation[0] - 1) // stride[0] + 1
-    ow = (width - (kw - 1) * dilation[1] - 1) // stride[1] + 1
-    out = np.zeros((n, o, oh, ow))
-    per_group = o // groups
-    for g in range(groups):
-        xs = xp[:, g * fc : (g + 1) * fc]
-        ws = w[g * per_group : (g + 1) * per_group].astype(np.float64)
-        for i in range(kh):
-            for j in range(kw):
-                y0, x0 = i * dilation[0], j * dilation[1]
-                rows = slice(y0, y0 + stride[0] * (oh - 1) + 1, stride[0])
-                columns = slice(x0, x0 + stride[1] * (ow - 1) + 1, stride[1])
-                patch = xs[:, :, rows, columns]
-                term = np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
-                out[:, g * per_group : (g + 1) * per_group] += term
-    return out + b.reshape(1, -1, 1, 1)
 
 
 CASES = [

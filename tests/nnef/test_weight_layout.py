@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_reference import conv_reference as _reference
 
 import uopviz as uv
 from uopviz.backends.target import host_cpu, level_features, using_target
@@ -18,29 +19,6 @@ RNG = np.random.default_rng(47)
 VECTOR_BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]
 # the x86-64 levels this host runs code for (their lanes: 8 float32 on v3, 4 on v2)
 LEVELS = [level for level in ("x86-64-v3", "x86-64-v2") if level_features(level) <= host_cpu().features]
-
-
-def _reference(x, w, b, stride, dilation, padding, groups):
-    """Zero-padded cross-correlation in float64, NCHW / OIHW, ``padding`` = (top, left, bottom, right)."""
-    top, left, bottom, right = padding
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (top, bottom), (left, right)])
-    n, _, h, width = xp.shape
-    o, fc, kh, kw = w.shape
-    oh = (h - (kh - 1) * dilation[0] - 1) // stride[0] + 1
-    ow = (width - (kw - 1) * dilation[1] - 1) // stride[1] + 1
-    out = np.zeros((n, o, oh, ow))
-    per_group = o // groups
-    for g in range(groups):
-        xs = xp[:, g * fc : (g + 1) * fc]
-        ws = w[g * per_group : (g + 1) * per_group].astype(np.float64)
-        for i in range(kh):
-            for j in range(kw):
-                y0, x0 = i * dilation[0], j * dilation[1]
-                rows = slice(y0, y0 + stride[0] * (oh - 1) + 1, stride[0])
-                columns = slice(x0, x0 + stride[1] * (ow - 1) + 1, stride[1])
-                term = np.einsum("nchw,oc->nohw", xs[:, :, rows, columns], ws[:, :, i, j])
-                out[:, g * per_group : (g + 1) * per_group] += term
-    return out + b.reshape(1, -1, 1, 1)
 
 
 CASES = [

@@ -98,13 +98,13 @@ def _bound_test(atom: UOp) -> tuple[UOp, str, int] | None:
 
 
 def _is_integer(u: UOp) -> bool:
-    """Whether ``u`` is an index or integer expression that can be a term of :func:`_linear` of its
+    """Whether ``u`` is an index or integer expression that can be a term of :func:`index_linear_form` of its
     own. Not a cast: one from a float has no bounds worth having, and one from an integer is looked
     through by range_sum."""
     return (u.dtype is dtypes.index or u.dtype.is_int) and u.op is not Ops.CAST
 
 
-def _linear(u: UOp) -> tuple[dict[UOp, int], int] | None:
+def index_linear_form(u: UOp) -> tuple[dict[UOp, int], int] | None:
     """``u`` as ``sum(coeff * term) + const``; a term is a RANGE or any other index expression that
     is not a sum or a product by a constant (a grouped conv's ``n // m``), bounded by its min_max."""
     return range_sum(u, _is_integer) if u.dtype is dtypes.index or u.dtype.is_int else None
@@ -114,8 +114,8 @@ def _bounds(term: UOp) -> tuple[object, object]:
     """The least and largest value of a term (the core's min_max does not bound divisions)."""
     if term.op in (Ops.IDIV, Ops.MOD) and term.src[1].op is Ops.CONST:
         divisor = term.src[1].arg[0]
-        inner = _linear(term.src[0])
-        span = None if inner is None else _span(*inner)
+        inner = index_linear_form(term.src[0])
+        span = None if inner is None else index_span(*inner)
         if isinstance(divisor, int) and divisor > 0 and span is not None and span[0] >= 0:
             if term.op is Ops.IDIV:
                 return span[0] // divisor, span[1] // divisor
@@ -123,7 +123,9 @@ def _bounds(term: UOp) -> tuple[object, object]:
     return term.min_max
 
 
-def _span(terms: dict[UOp, int], constant: int) -> tuple[int, int] | None:
+def index_span(terms: dict[UOp, int], constant: int) -> tuple[int, int] | None:
+    """The least and largest value of ``sum(coefficient * term) + constant`` (a linear form of
+    :func:`index_linear_form`), or None where a term has no integer bounds."""
     low = high = constant
     for term, coefficient in terms.items():
         least, most = _bounds(term)
@@ -157,7 +159,7 @@ def _unguarded(residual, axes: list[int], shape, strides) -> dict[int, tuple[dic
     if constant:
         return None
     for axis, position in positions.items():
-        span = _span(*position)
+        span = index_span(*position)
         if span is None or span[0] < 0 or span[1] >= shape[axis]:
             return None
     return positions
@@ -188,13 +190,13 @@ def _plan(load: UOp, kernel: LoweredKernel, graph: Graph) -> _Plan | None:
         found = _bound_test(atom)
         if found is None:
             return None
-        affine = _linear(found[0])
-        if affine is None or not affine[0] or _span(*affine) is None:
+        affine = index_linear_form(found[0])
+        if affine is None or not affine[0] or index_span(*affine) is None:
             return None
         key = frozenset(affine[0].items())
         terms_of[key] = affine[0]
         tests.setdefault(key, {})[found[1]] = (affine[1], found[2])
-    whole = _linear(flat)
+    whole = index_linear_form(flat)
     if whole is None or len(tests) > len(shape):
         return None
     guarded = list(tests)
@@ -208,7 +210,7 @@ def _plan(load: UOp, kernel: LoweredKernel, graph: Graph) -> _Plan | None:
             constant = sides["low"][0] if "low" in sides else high[0] - high[1] + shape[axis]
             if high is not None and high[1] - high[0] + constant != shape[axis]:
                 break
-            first, last = _span(terms_of[key], constant)
+            first, last = index_span(terms_of[key], constant)
             # an untested side must hold anyway (the lowering proved it and left the test out)
             if ("low" not in sides and first < 0) or (high is None and last >= shape[axis]):
                 break
@@ -223,7 +225,7 @@ def _plan(load: UOp, kernel: LoweredKernel, graph: Graph) -> _Plan | None:
             low = [0] * len(shape)
             high_pad = [0] * len(shape)
             for axis, affine in positions.items():
-                first, last = _span(*affine)
+                first, last = index_span(*affine)
                 low[axis], high_pad[axis] = max(0, -first), max(0, last - shape[axis] + 1)
             positions.update(others)
             return _Plan(
@@ -310,18 +312,24 @@ def _padded_kernel(kernel: LoweredKernel, graph: Graph) -> tuple[LoweredKernel, 
             flat_constant += (constant + plan.low[axis]) * stride
         flat = build_range_sum({r: c for r, c in flat_terms.items() if c}, flat_constant)
         mapping[plan.load] = UOp(Ops.LOAD, (UOp(Ops.INDEX, (param, flat)),))
-    new_ast = tidy(substitute(ast, mapping))
-    used = {u.arg.slot for u in new_ast.toposort() if u.op is Ops.PARAM}
-    # slots are positional: drop the ones nothing reads any more and renumber the rest
+    new_ast, kept = without_unread_params(tidy(substitute(ast, mapping)), buffers)
+    return replace(kernel, ast=new_ast, buffers=kept, scratch=scratch), plans
+
+
+def without_unread_params(ast: UOp, buffers: list) -> tuple[UOp, list]:
+    """``ast`` and its ``buffers`` without the PARAM slots nothing reads any more (an input that a
+    rewrite replaced by a copy), the rest renumbered: slots are positions in the kernel's buffer list.
+    Slot 0, the output, always stays."""
+    used = {u.arg.slot for u in ast.toposort() if u.op is Ops.PARAM}
     keep = [slot for slot in range(len(buffers)) if slot == 0 or slot in used]
     renumber = {}
-    for u in new_ast.toposort():
+    for u in ast.toposort():
         if u.op is Ops.PARAM and u.arg.slot >= 0 and keep.index(u.arg.slot) != u.arg.slot:
             arg = u.arg
             renumber[u] = UOp.param(keep.index(arg.slot), u.shape, arg.dtype, arg.device, arg.addrspace)
     if renumber:
-        new_ast = substitute(new_ast, renumber)
-    return replace(kernel, ast=new_ast, buffers=[buffers[slot] for slot in keep], scratch=scratch), plans
+        ast = substitute(ast, renumber)
+    return ast, [buffers[slot] for slot in keep]
 
 
 def _pad_kernel(plan: _Plan, operation) -> LoweredKernel:

@@ -50,7 +50,7 @@ from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
 from uopviz.nnef.kernel_builder import LoweredKernel
 from uopviz.nnef.kernel_math import tidy, uop_dtype
-from uopviz.nnef.padding import _linear, _span
+from uopviz.nnef.padding import index_linear_form, index_span, without_unread_params
 
 if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
     from uopviz.nnef.graph import Graph
@@ -108,7 +108,7 @@ def _block(lanes: int | None, channels: int) -> int | None:
 def _blocked_index(flat: UOp, lanes: int, shape: tuple[int, ...]) -> tuple[UOp, UOp] | None:
     """``(o, index)``: the output range ``o`` on the first axis of a flat ``flat`` into ``shape``
     and the index of the same element in the blocked layout; None when the read does not qualify."""
-    found = _linear(flat)
+    found = index_linear_form(flat)
     if found is None:
         return None
     terms, constant = found
@@ -129,7 +129,7 @@ def _blocked_index(flat: UOp, lanes: int, shape: tuple[int, ...]) -> tuple[UOp, 
     # the rest of the index must not vary with the channel and must stay inside one row of it
     if any(u is channel for term in others for u in term.toposort()):
         return None
-    span = _span(others, constant)
+    span = index_span(others, constant)
     if span is None or span[0] < 0 or span[1] >= rest_extent:
         return None
     rest = build_range_sum(others, constant)
@@ -177,19 +177,9 @@ def _blocked_kernel(
             layouts.append(layout)
     if not mapping:
         return kernel, []
-    ast = tidy(substitute(kernel.ast, mapping))
-    used = {u.arg.slot for u in ast.toposort() if u.op is Ops.PARAM}
-    # slots are positional: drop the ones nothing reads any more and renumber the rest
-    keep = [slot for slot in range(len(buffers)) if slot == 0 or slot in used]
-    renumber = {}
-    for u in ast.toposort():
-        if u.op is Ops.PARAM and u.arg.slot >= 0 and keep.index(u.arg.slot) != u.arg.slot:
-            arg = u.arg
-            renumber[u] = UOp.param(keep.index(arg.slot), u.shape, arg.dtype, arg.device, arg.addrspace)
-    if renumber:
-        ast = substitute(ast, renumber)
+    ast, kept = without_unread_params(tidy(substitute(kernel.ast, mapping)), buffers)
     note = ", ".join(f"{layout.source} read blocked by {layout.lanes}" for layout in layouts)
-    return replace(kernel, ast=ast, buffers=[buffers[slot] for slot in keep],
+    return replace(kernel, ast=ast, buffers=kept,
                    note=f"{kernel.note}; {note}" if kernel.note else note), layouts
 
 
