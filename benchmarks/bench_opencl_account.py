@@ -14,7 +14,8 @@ process whose pocl device has one compute unit (``POCL_CPU_MAX_CU_COUNT=1``), th
 
 If OpenCL's time is close to unstaged C's, the gap to C is the staging, not pocl's code.  A last
 row times one launch of a 16-element kernel on pocl and on C: what every kernel of a program pays
-on OpenCL before any work (softmax and layernorm are three kernels each).
+on OpenCL before any work (softmax and layernorm are three kernels each), and the pipeline's conv2d
+with C's tile on one core, C and pocl: the same kernel through two compilers.
 """
 
 from __future__ import annotations
@@ -61,6 +62,26 @@ def _child() -> dict[str, float]:
             started = time.perf_counter()
             runner.run()
             samples[case].append(time.perf_counter() - started)
+    # the pipeline's conv2d (1x16x64x64, 32x3x3) with C's tile on one core, C and pocl: a kernel
+    # both compile from the same opts, so the difference is the compilers' code for it
+    x = rng.standard_normal((1, 16, 64, 64), np.float32)
+    w = rng.standard_normal((32, 16, 3, 3), np.float32)
+    conv = uv.compile(uv.Tensor(x).conv2d(uv.Tensor(w), padding=1), backend="c", opts="heuristic")
+    conv_opts = [[o for o in k.opts if not (o.op is OptOp.SPLIT and o.arg[1] is AxisType.THREAD)]
+                 for k in conv.kernels]
+    convs: dict[str, float] = {}
+    for backend in ("c", "opencl"):
+        program = uv.compile(uv.Tensor(x).conv2d(uv.Tensor(w), padding=1), backend=backend, opts=conv_opts)
+        runner = program.bind()
+        for _ in range(5):
+            runner.run()
+        seconds = []
+        for _ in range(20):
+            started = time.perf_counter()
+            runner.run()
+            seconds.append(time.perf_counter() - started)
+        convs[backend] = statistics.median(seconds)
+    names["conv2d"] = conv.kernels[0].name
     # what one launch costs apart from its work: a 16-element kernel, on C and on pocl
     launches: dict[str, float] = {}
     tiny = np.ones(16, np.float32)
@@ -75,7 +96,7 @@ def _child() -> dict[str, float]:
             seconds.append(time.perf_counter() - started)
         launches[backend] = statistics.median(seconds)
     return {"times": {case: statistics.median(s) for case, s in samples.items()}, "names": names,
-            "launches": launches}
+            "launches": launches, "convs": convs}
 
 
 def run() -> list[dict]:
@@ -97,6 +118,10 @@ def run() -> list[dict]:
                               f"{flops / times['c staged'] / 1e9:.1f} GFLOP/s"))
     rows.append(row(f"gemm {SIZE} one core: opencl", times["opencl"], peer="uopviz C unstaged",
                     peer_s=times["c unstaged"], notes="the same tile without strip staging on both"))
+    convs = found["convs"]
+    rows.append(row("conv2d 1x16x64x64 k32x3x3 one core: opencl", convs["opencl"], peer="uopviz C",
+                    peer_s=convs["c"], notes=f"{names['conv2d']} without its THREAD split on both: "
+                                             "the compilers' code for the same kernel"))
     launches = found["launches"]
     rows.append(row("one launch of a 16-element kernel: opencl", launches["opencl"], peer="uopviz C",
                     peer_s=launches["c"], notes="pocl's cost per kernel launch (one compute unit), "
