@@ -64,3 +64,23 @@ def test_reduction_lanes_accumulate_in_a_vector_and_combine_once(backend, reduct
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-5)
     if reduction in ("max", "min"):
         assert np.isnan(program.run()[0][1])
+
+
+@pytest.mark.parametrize("backend", ["python", *CPU_BACKENDS])
+@pytest.mark.parametrize("outputs,steps,expected_lanes", [(8, 4, [32]), (4, 2, [8]), (16, 4, None)])
+def test_few_output_and_reduction_lanes_accumulate_together(backend, outputs, steps, expected_lanes):
+    # a matrix-vector product with `outputs` lanes of outputs and the reduction unrolled by `steps`:
+    # up to 32 lanes in all accumulate lane by lane (one vector) and are combined after the loop;
+    # more (a register tile) keep one accumulator per output lane, combined in every iteration
+    w = RNG.standard_normal((48, 96)).astype(np.float32)
+    x = RNG.standard_normal((96,)).astype(np.float32)
+    opts = [[uv.Opt(uv.OptOp.SPLIT, 0, (outputs, uv.AxisType.UPCAST, False)),
+             uv.Opt(uv.OptOp.SPLIT, 1, (steps, uv.AxisType.UNROLL, False))]]
+    program = uv.compile(uv.Tensor(w) @ uv.Tensor(x), backend=backend, opts=opts)
+    (kernel,) = program.kernels
+    sizes = _accumulator_sizes(kernel, backend)
+    if outputs * steps <= 32:
+        assert sizes == expected_lanes
+    else:
+        assert sum(sizes) == outputs  # one accumulator lane per output
+    np.testing.assert_allclose(program.run()[0], w.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)

@@ -6,8 +6,8 @@ lane order (its *lane axes*: UNROLL axes first, then UPCAST axes, each in kernel
 Operands with fewer lane axes are broadcast: a scalar is repeated
 (``VECTORIZE(x, x, ...)``), a vector is rearranged with ``GEP``.  A REDUCE over UNROLL ranges
 combines their lanes (a horizontal reduction of GEPs) and keeps looping over its other ranges;
-when its lanes are all reduction lanes, they accumulate in one vector across those loops and are
-combined once after them.
+with few lanes in all (reduction and output lanes, ``VECTOR_ACCUMULATOR_LANES``), they accumulate
+in one vector across those loops and are combined once after them.
 A REDUCE of a tensor-core multiply (``WMMA`` made by the TC opt) gathers the A, B and C tiles
 from the lanes in the tensor core's layouts.
 
@@ -32,6 +32,12 @@ from uopviz.passes.optops.axes import LANE_TYPES, kernel_order, range_size
 from uopviz.passes.schedule import Lowering, once_per_body
 
 Axes = tuple[UOp, ...]  # lane axes: the lane ranges of a value, in kernel order
+
+
+#: a REDUCE over UNROLL lanes with at most this many lanes in all accumulates them in a vector
+#: across its loops (two AVX-512 registers of float32); more, and the horizontal combine stays in
+#: the loop so that a register tile keeps one accumulator per output
+VECTOR_ACCUMULATOR_LANES = 32
 
 
 @dataclass
@@ -189,30 +195,34 @@ def expand_reduce(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     every = _union(source_axes, unrolled)
     kept = tuple(r for r in every if not any(r is x for x in unrolled))
     full = broadcast(ctx.new[value], source_axes, every)
-    if unrolled and loops and not kept:
-        # only reduction lanes (a row's max or sum unrolled by a register's width): they accumulate
-        # lane by lane in one vector across the loop and are combined once after it, not by a
-        # horizontal tree in every iteration (softmax's max: 15 scalar maxes per 16 elements)
-        partial = UOp(Ops.REDUCE, (full, *loops), u.arg)
-        return _combine(op, [_gep(partial, [lane]) for lane in range(full.dtype.count)]), kept
-    if unrolled:
-        parts = []
-        for coordinates in product(*(range(range_size(r)) for r in unrolled)):
-            fixed = dict(zip(unrolled, coordinates))
-            lanes = []
-            for kept_coordinates in product(*(range(range_size(r)) for r in kept)):
-                where = {**fixed, **dict(zip(kept, kept_coordinates))}
-                lane = 0
-                for r in every:
-                    lane = lane * range_size(r) + where[r]
-                lanes.append(lane)
-            parts.append(_gep(full, lanes))
-        combined = _combine(op, parts)
-    else:
-        combined = full
+    if unrolled and loops and full.dtype.count <= VECTOR_ACCUMULATOR_LANES:
+        # few lanes (a row's max or sum unrolled by a register's width; a matrix-vector product's
+        # 8 outputs by 4 steps): they accumulate lane by lane across the loop and are combined
+        # once after it, not by a horizontal tree in every iteration (softmax's max: 15 scalar
+        # maxes per 16 elements). A register tile's many lanes keep one accumulator per output.
+        accumulated = UOp(Ops.REDUCE, (full, *loops), u.arg)
+        return _combine_lanes(op, accumulated, unrolled, kept, every), kept
+    combined = _combine_lanes(op, full, unrolled, kept, every) if unrolled else full
     if not loops:
         return combined, kept
     return UOp(Ops.REDUCE, (combined, *loops), u.arg), kept
+
+
+def _combine_lanes(op: Ops, vector: UOp, unrolled: Axes, kept: Axes, every: Axes) -> UOp:
+    """``vector`` (lanes over ``every``) reduced with ``op`` over its ``unrolled`` lane axes: one
+    part per combination of their coordinates, each part the ``kept`` lanes, combined as a tree."""
+    parts = []
+    for coordinates in product(*(range(range_size(r)) for r in unrolled)):
+        fixed = dict(zip(unrolled, coordinates))
+        lanes = []
+        for kept_coordinates in product(*(range(range_size(r)) for r in kept)):
+            where = {**fixed, **dict(zip(kept, kept_coordinates))}
+            lane = 0
+            for r in every:
+                lane = lane * range_size(r) + where[r]
+            lanes.append(lane)
+        parts.append(_gep(vector, lanes))
+    return _combine(op, parts)
 
 
 def _gep(vector: UOp, lanes: list[int]) -> UOp:
