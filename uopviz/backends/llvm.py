@@ -38,6 +38,7 @@ from uopviz.backends.cpu_runtime import CPULaunch
 from uopviz.backends.llvm_renderer import LLVMRenderer
 from uopviz.backends.llvm_types import float_literal
 from uopviz.backends.target import CPUTarget
+from uopviz.backends.toolchain import configure_openmp_runtime
 from uopviz.core.uop import UOp
 
 
@@ -154,6 +155,7 @@ def libgomp_reason() -> str | None:
     path = ctypes.util.find_library("gomp")
     if path is None:
         return "libgomp not found (install gcc's OpenMP runtime, libgomp1)"
+    configure_openmp_runtime()
     try:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         _llvm().load_library_permanently(path)
