@@ -149,3 +149,85 @@ graph Pool {{
     names = [kernel.name for kernel in program.nnef_kernels]
     assert names == ["pad_x", "y"] and program.nnef_kernels[0].buffers[0].endswith("#-inf")
     assert not any(u.op is Ops.LOAD and len(u.src) == 3 for u in program.nnef_kernels[1].ast.toposort())
+
+
+IN_PLACE_CASES = [
+    # (channels, size (h, w), kernel, stride, padding (top, left, bottom, right), then: "conv" | "pool")
+    (4, (9, 8), (3, 3), (2, 2), (0, 0, 1, 1), "conv"),  # MobileNet-v2's stride-2 depthwise
+    (3, (6, 7), (3, 3), (1, 1), (1, 1, 1, 1), "conv"),
+    (2, (5, 5), (5, 3), (1, 2), (2, 0, 1, 1), "conv"),
+    (3, (7, 6), (3, 3), (2, 2), (1, 1, 1, 1), "pool"),  # ResNet's stem max pool: -inf border
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", IN_PLACE_CASES, ids=lambda case: "-".join(map(str, case)).replace(" ", ""))
+def test_a_tensor_read_only_through_its_padding_is_written_in_place(case, backend):
+    # a 1x1 conv + relu feeding a padded depthwise conv (or max pool) only: the producer writes the
+    # interior of the padded buffer and border kernels fill the rest; no copy, same values
+    channels, (h, w), kernel, stride, padding, then = case
+    top, left, bottom, right = padding
+    if then == "conv":
+        second = (f"nn.conv{{stride=[{stride[0]}, {stride[1]}], padding=[{top}, {left}, {bottom}, {right}], "
+                  f"groups={channels}}}(r, w2, b2)")
+    else:
+        second = (f"nn.max_pool{{size=[{kernel[0]}, {kernel[1]}], stride=[{stride[0]}, {stride[1]}], "
+                  f"padding=[{top}, {left}, {bottom}, {right}]}}(r)")
+    g = compose(
+        f"""import nn;
+graph InPlace {{
+    @input {{ x: real[1, {channels}, {h}, {w}]; }}
+    @output {{ y: real; }}
+    @variable {{ w1: real[{channels}, {channels}, 1, 1]; b1: real[{channels}];
+                w2: real[{channels}, 1, {kernel[0]}, {kernel[1]}]; b2: real[{channels}]; }}
+    @compose {{ c = nn.conv(x, w1, b1); r = nn.relu(c); y = {second}; }}
+}}"""
+    )
+    given = {
+        "x": RNG.standard_normal((1, channels, h, w)).astype(np.float32),
+        "w1": RNG.standard_normal((channels, channels, 1, 1)).astype(np.float32),
+        "b1": RNG.standard_normal(channels).astype(np.float32),
+        "w2": RNG.standard_normal((channels, 1, *kernel)).astype(np.float32),
+        "b2": RNG.standard_normal(channels).astype(np.float32),
+    }
+    r = np.maximum(_reference(given["x"], given["w1"], given["b1"], (1, 1), (1, 1), (0, 0, 0, 0), 1), 0)
+    r = r.astype(np.float32)
+    if then == "conv":
+        expected = _reference(r, given["w2"], given["b2"], stride, (1, 1), padding, channels)
+    else:
+        rp = np.pad(r, [(0, 0), (0, 0), (top, bottom), (left, right)], constant_values=-np.inf)
+        windows = np.lib.stride_tricks.sliding_window_view(rp, kernel, axis=(2, 3))
+        expected = windows[:, :, :: stride[0], :: stride[1]].max(axis=(4, 5))
+    program = compile_graph(g, backend)
+    out = dict(zip(program.nnef_outputs, program.run(program_inputs(g, program, given))))["y"]
+    np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+    kernels = program.nnef_kernels
+    names = [kernel.name for kernel in kernels]
+    assert not any(name.startswith("pad_") for name in names), names
+    borders = [kernel for kernel in kernels if kernel.name.startswith("border_")]
+    writers = [kernel for kernel in kernels if kernel.buffers[0].startswith("r#pad")]
+    producer = next(kernel for kernel in writers if kernel not in borders)
+    assert borders and all(kernel.buffers == [producer.buffers[0]] for kernel in borders)
+    # the borders come first, then the producer, then its reader; the tensor itself is never stored
+    assert names.index(producer.name) > max(names.index(kernel.name) for kernel in borders)
+    assert not any(kernel.buffers[0] == "r" for kernel in kernels)
+    if then == "pool":
+        assert producer.buffers[0].endswith("#-inf")
+
+
+def test_a_tensor_read_besides_its_padding_keeps_the_copy():
+    # r is read by the padded conv and by the residual add: it is stored, and copied for the conv
+    g = compose(
+        """import nn; import math;
+graph Residual {
+    @input { x: real[1, 2, 5, 5]; }
+    @output { y: real; }
+    @variable { w1: real[2, 2, 1, 1]; b1: real[2]; w2: real[2, 2, 3, 3]; b2: real[2]; }
+    @compose {
+        c = nn.conv(x, w1, b1); r = nn.relu(c); d = nn.conv{padding=1}(r, w2, b2); y = math.add(d, r);
+    }
+}"""
+    )
+    program = compile_graph(g, BACKENDS[-1])
+    names = [kernel.name for kernel in program.nnef_kernels]
+    assert "pad_r" in names and not any(name.startswith("border_") for name in names)

@@ -315,7 +315,7 @@ def compile_graph(
             count = len(segment)
             if fuse:
                 segment = fuse_kernels(segment, final | read_after[position])
-                segment = pad_guarded_reads(segment, graph)
+                segment = pad_guarded_reads(segment, graph, final | read_after[position])
                 segment = block_weight_reads(segment, graph, backend)
             program = _compile_segment(
                 graph,

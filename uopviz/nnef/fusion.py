@@ -31,11 +31,11 @@ from uopviz.core.uop import UOp
 from uopviz.nnef.kernel_builder import LoweredKernel
 from uopviz.nnef.kernel_math import gate_loads, tidy
 
-__all__ = ["fuse_kernels"]
+__all__ = ["Producer", "fuse_kernels", "producer_form"]
 
 
 @dataclass(frozen=True)
-class _Producer:
+class Producer:
     """What inlining needs of a producer kernel: its stored value and the strides of its ranges."""
 
     value: UOp
@@ -54,7 +54,7 @@ def _params(ast: UOp) -> dict[int, UOp]:
     return {u.arg.slot: u for u in ast.toposort() if u.op is Ops.PARAM}
 
 
-def _producer(kernel: LoweredKernel) -> _Producer | None:
+def producer_form(kernel: LoweredKernel) -> Producer | None:
     """The producer form of ``kernel``, or None when its tensor cannot be computed where it is read."""
     ast = kernel.ast
     if kernel.scratch or ast.op is not Ops.SINK or len(ast.src) != 1:
@@ -97,7 +97,7 @@ def _producer(kernel: LoweredKernel) -> _Producer | None:
             return None
     params = {u.arg.slot: u for u in nodes if u.op is Ops.PARAM}
     ranges = tuple(u for u in nodes if u.op is Ops.RANGE)
-    return _Producer(value, strides, any(u.op is Ops.REDUCE for u in nodes), params, ranges)
+    return Producer(value, strides, any(u.op is Ops.REDUCE for u in nodes), params, ranges)
 
 
 def _loads_of(nodes: list[UOp], slot: int) -> list[UOp] | None:
@@ -115,7 +115,7 @@ def _loads_of(nodes: list[UOp], slot: int) -> list[UOp] | None:
     return loads
 
 
-def _range_map(producer: _Producer, index: UOp, reader_loops: set[UOp] | None) -> dict[UOp, UOp] | None:
+def _range_map(producer: Producer, index: UOp, reader_loops: set[UOp] | None) -> dict[UOp, UOp] | None:
     """The producer's output ranges as the reader's ranges, when ``index`` reads each producer range's
     position through one reader range of equal bound and stride; None otherwise.  With
     ``reader_loops``, those ranges must all take part (each element is read exactly once)."""
@@ -136,7 +136,7 @@ def _range_map(producer: _Producer, index: UOp, reader_loops: set[UOp] | None) -
     return mapping
 
 
-def _unflattened(producer: _Producer, index: UOp) -> dict[UOp, UOp]:
+def _unflattened(producer: Producer, index: UOp) -> dict[UOp, UOp]:
     """The producer's output ranges as divisions of a flat read position."""
     ordered = sorted(producer.strides.items(), key=lambda pair: -pair[1])
     mapping = {}
@@ -172,7 +172,7 @@ class _Fuser:
             self.writers.setdefault(kernel.buffers[0], []).append(position)
             for name in kernel.buffers[1:]:
                 self.readers.setdefault(name, set()).add(position)
-        self._producers: dict[UOp, _Producer | None] = {}
+        self._producers: dict[UOp, Producer | None] = {}
         self._inlined: dict[tuple, tuple[UOp, tuple[tuple[int, int], ...]] | None] = {}
 
     def run(self) -> list[LoweredKernel]:
@@ -192,7 +192,7 @@ class _Fuser:
         if any(max(self.writers.get(name, [-1])) >= position for name in kernel.buffers[1:]):
             return  # an input written again by this or a later kernel (in place): keep the order
         if kernel.ast not in self._producers:
-            self._producers[kernel.ast] = _producer(kernel)
+            self._producers[kernel.ast] = producer_form(kernel)
         producer = self._producers[kernel.ast]
         if producer is None or (len(readers) > 1 and producer.reduces):
             return
@@ -211,7 +211,7 @@ class _Fuser:
                 self.readers.setdefault(name, set()).add(reader)
 
     def _inline(
-        self, producer: _Producer, source: LoweredKernel, reader: LoweredKernel, tensor: str
+        self, producer: Producer, source: LoweredKernel, reader: LoweredKernel, tensor: str
     ) -> LoweredKernel | None:
         if reader.buffers[0] == tensor or reader.buffers.count(tensor) != 1:
             return None
@@ -236,7 +236,7 @@ class _Fuser:
 
 
 def _inline(
-    producer: _Producer, source_buffers: list[str], reader: UOp, reader_buffers: list[str], slot: int
+    producer: Producer, source_buffers: list[str], reader: UOp, reader_buffers: list[str], slot: int
 ) -> tuple[UOp, tuple[tuple[int, int], ...]] | None:
     """The reader's AST with every load of its PARAM ``slot`` replaced by the producer's value, and
     its buffers after that as references ``(0, reader's slot)`` or ``(1, producer's slot)``; None
@@ -292,7 +292,7 @@ def _inline(
     return ast, tuple(references[old] for old in kept)
 
 
-def _fresh_ranges(producer: _Producer, reader_nodes: list[UOp]) -> dict[UOp, UOp]:
+def _fresh_ranges(producer: Producer, reader_nodes: list[UOp]) -> dict[UOp, UOp]:
     """The producer's reduction ranges renumbered past every range of the reader (two kernels number
     their ranges from 0: equal numbers and bounds would be one UOp)."""
     # in the producer's own order (its numbers), not the order the AST first meets them: a conv's

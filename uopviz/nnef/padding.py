@@ -41,6 +41,7 @@ from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
+from uopviz.nnef.fusion import producer_form
 from uopviz.nnef.kernel_builder import LoweredKernel
 from uopviz.nnef.kernel_math import tidy, uop_constant, uop_dtype
 
@@ -303,17 +304,23 @@ def _padded_kernel(kernel: LoweredKernel, graph: Graph) -> tuple[LoweredKernel, 
         arg = plan.load.src[0].src[0].arg
         param = UOp.param(slot, (size,), arg.dtype, arg.device, arg.addrspace)
         padded = plan.padded_shape
-        flat_terms: dict[UOp, int] = {}
-        flat_constant = 0
-        for axis, (terms, constant) in enumerate(plan.positions):
-            stride = math.prod(padded[axis + 1 :])
-            for r, c in terms.items():
-                flat_terms[r] = flat_terms.get(r, 0) + c * stride
-            flat_constant += (constant + plan.low[axis]) * stride
-        flat = build_range_sum({r: c for r, c in flat_terms.items() if c}, flat_constant)
+        flat = _padded_flat(plan.positions, plan.low, padded)
         mapping[plan.load] = UOp(Ops.LOAD, (UOp(Ops.INDEX, (param, flat)),))
     new_ast, kept = without_unread_params(tidy(substitute(ast, mapping)), buffers)
     return replace(kernel, ast=new_ast, buffers=kept, scratch=scratch), plans
+
+
+def _padded_flat(positions, low: tuple[int, ...], padded: tuple[int, ...]) -> UOp:
+    """The flat index in a padded buffer of the position ``positions`` (an affine form per axis)
+    of the unpadded tensor."""
+    flat_terms: dict[UOp, int] = {}
+    flat_constant = 0
+    for axis, (terms, constant) in enumerate(positions):
+        stride = math.prod(padded[axis + 1 :])
+        for r, c in terms.items():
+            flat_terms[r] = flat_terms.get(r, 0) + c * stride
+        flat_constant += (constant + low[axis]) * stride
+    return build_range_sum({r: c for r, c in flat_terms.items() if c}, flat_constant)
 
 
 def without_unread_params(ast: UOp, buffers: list) -> tuple[UOp, list]:
@@ -372,12 +379,108 @@ def _pad_kernel(plan: _Plan, operation) -> LoweredKernel:
     )
 
 
-def pad_guarded_reads(kernels: list[LoweredKernel], graph: Graph) -> list[LoweredKernel]:
+def _border_kernels(plan: _Plan, operation) -> list[LoweredKernel]:
+    """Fill the border of a padded buffer with the padding's value: one kernel per padded side of
+    each axis, disjoint slabs (an axis before the slab's own runs over the interior only).  One
+    kernel each, not one kernel of several stores: a kernel's output loops nest, one store's
+    loops would run inside another's."""
+    padded = plan.padded_shape
+    dtype = plan.load.dtype
+    space = plan.load.src[0].src[0].arg.addrspace
+    output = UOp.param(0, (math.prod(padded),), dtype, "CPU", space)
+    fill = uop_constant(dtype, plan.fill if plan.fill else 0)
+    strides = [math.prod(padded[axis + 1 :]) for axis in range(len(padded))]
+    kernels = []
+    label = re.sub(r"\W", "_", plan.tensor)
+    for axis, (low, high) in enumerate(zip(plan.low, plan.high)):
+        for side, start, extent in (("low", 0, low), ("high", low + plan.shape[axis], high)):
+            if not extent:
+                continue
+            flat: UOp | int = 0
+            for other in range(len(padded)):
+                if other < axis:  # the interior: the slabs of earlier axes hold the rest
+                    first, count = plan.low[other], plan.shape[other]
+                elif other == axis:
+                    first, count = start, extent
+                else:
+                    first, count = 0, padded[other]
+                position = UOp.range(count, AxisType.LOOP, _RANGE_BASE + other)
+                position = position + first if first else position
+                flat = flat + (position * strides[other] if strides[other] != 1 else position)
+            store = UOp(Ops.STORE, (UOp(Ops.INDEX, (output, flat)), fill))
+            kernels.append(
+                LoweredKernel(
+                    name=f"border_{label}_{axis}{side}",
+                    ast=tidy(UOp(Ops.SINK, (store,))),
+                    buffers=[plan.buffer],
+                    operation=operation,
+                    scratch={plan.buffer: (dtype, math.prod(padded))},
+                    note=f"the {side} border of axis {axis} of {plan.tensor}'s padded buffer, filled "
+                    f"with {plan.fill}: {plan.tensor}'s producer writes the interior",
+                )
+            )
+    return kernels
+
+
+def _written_in_place(producer: LoweredKernel, plan: _Plan) -> LoweredKernel | None:
+    """``producer`` storing into the interior of ``plan``'s padded buffer instead of its tensor, or
+    None when its store is not one ungated write of each element of the tensor."""
+    form = producer_form(producer)
+    if form is None:
+        return None
+    store = producer.ast.src[0]
+    address = store.src[0]
+    strides = [math.prod(plan.shape[axis + 1 :]) for axis in range(len(plan.shape))]
+    positions = _unguarded((form.strides, 0), list(range(len(plan.shape))), plan.shape, strides)
+    if positions is None:
+        return None
+    padded = plan.padded_shape
+    arg = address.src[0].arg
+    target = UOp.param(0, (math.prod(padded),), arg.dtype, arg.device, arg.addrspace)
+    flat = _padded_flat(tuple(positions[axis] for axis in range(len(padded))), plan.low, padded)
+    moved = UOp(Ops.STORE, (UOp(Ops.INDEX, (target, flat)), *store.src[1:]))
+    return replace(
+        producer,
+        ast=tidy(substitute(producer.ast, {store: moved})),
+        buffers=[plan.buffer, *producer.buffers[1:]],
+        scratch={**producer.scratch, plan.buffer: (plan.load.dtype, math.prod(padded))},
+        note=(producer.note + "; " if producer.note else "")
+        + f"writes the interior of {plan.buffer} (no padded copy of {plan.tensor})",
+    )
+
+
+def _write_in_place(
+    out: list[LoweredKernel], pads: dict[int, _Plan], needed: set[str]
+) -> list[LoweredKernel]:
+    """``out`` with each pad kernel whose tensor is read by nothing else replaced: the tensor's one
+    producer writes the padded buffer's interior, a border kernel before it fills the rest."""
+    for kernel in list(out):
+        plan = pads.get(id(kernel))
+        if plan is None or plan.tensor in needed:
+            continue
+        writers = [k for k in out if k.buffers[0] == plan.tensor]
+        touching = [k for k in out if plan.tensor in k.buffers]
+        if len(writers) != 1 or len(touching) != 2 or plan.tensor in writers[0].buffers[1:]:
+            continue  # a graph input, a tensor written twice, or one something else reads
+        at = out.index(writers[0])
+        moved = _written_in_place(writers[0], plan)
+        if moved is None or at > out.index(kernel):
+            continue
+        out[at : at + 1] = [*_border_kernels(plan, writers[0].operation), moved]
+        out.remove(kernel)
+    return out
+
+
+def pad_guarded_reads(
+    kernels: list[LoweredKernel], graph: Graph, needed: set[str] | frozenset[str] = frozenset()
+) -> list[LoweredKernel]:
     """The kernels of one program with guarded reads in sums turned into reads of zero-padded
     copies (see the module's docstring), each copy made by a pad kernel placed before its first
-    reader."""
+    reader.  Where the copied tensor is read by nothing else and not ``needed`` after these kernels,
+    its producer writes the padded buffer's interior and a border kernel fills the rest: no copy."""
     out: list[LoweredKernel] = []
     made: dict[str, int] = {}  # padded buffer -> position in ``out`` of its pad kernel
+    pads: dict[int, _Plan] = {}  # id of a pad kernel -> its plan
     for kernel in kernels:
         found = _padded_kernel(kernel, graph)
         if found is None:
@@ -390,5 +493,6 @@ def pad_guarded_reads(kernels: list[LoweredKernel], graph: Graph) -> list[Lowere
             if stale:
                 made[plan.buffer] = len(out)
                 out.append(_pad_kernel(plan, kernel.operation))
+                pads[id(out[-1])] = plan
         out.append(padded)
-    return out
+    return _write_in_place(out, pads, set(needed))
