@@ -98,6 +98,10 @@ C_DIALECT = CDialect(
 )
 
 
+def _power_of_two(count: int) -> bool:
+    return count >= 2 and count & (count - 1) == 0
+
+
 class CRenderer(CStyleRenderer):
     """C99 with GCC vector extensions and OpenMP pragmas (:data:`C_DIALECT`).
 
@@ -109,33 +113,44 @@ class CRenderer(CStyleRenderer):
     dialect = C_DIALECT
 
     def vector_from_runs(
-        self, dtype: DType, runs: Sequence[tuple[str, int, int]]
+        self, dtype: DType, runs: Sequence[tuple[str, int, int, int]]
     ) -> tuple[list[str], str] | None:
-        """Copies of the runs' bytes into a new vector variable: GCC turns them into one or two
-        register moves (a half, a concatenation), where a literal of lanes ``{a[0], ..., b[7]}``
-        became inserts and extracts through the stack (float32 sin's quadrant, narrowed from two
-        int64x8 halves: a third of its time)."""
+        """Copies of the runs' bytes into a new vector variable, or one ``__builtin_shufflevector``
+        where every run comes from one vector.  GCC turns copies from several vectors into register
+        moves (a concatenation), where a literal of lanes ``{a[0], ..., b[7]}`` became inserts and
+        extracts through the stack (float32 sin's quadrant, narrowed from two int64x8 halves: a third
+        of its time)."""
         name = self._state.fresh("join")
         size = dtype.scalar.itemsize
         lines = [f"{self.vector_type(dtype)} {name};"]
         offset = 0
         copies = []
-        for vector, first, count in runs:
+        for vector, _, first, count in runs:
             target, source = f"(char*)&{name} + {offset * size}", f"(char*)&{vector} + {first * size}"
             copies.append(f"__builtin_memcpy({target}, {source}, {count * size});")
             offset += count
-        sources = {vector for vector, _, _ in runs}
-        if len(runs) < 2 or len(sources) != 1:
+        sources = {(vector, width) for vector, width, _, _ in runs}
+        if len(sources) != 1 or not _power_of_two(dtype.count) or not _power_of_two(runs[0][1]):
             return lines + copies, name
-        # lanes of one vector repeated or reordered (a register tile's weights, each broadcast over
-        # a row of columns; a row of columns repeated for two channels): one shuffle, where GCC
-        # turned the copies into stores and a reload through the stack that stalls (MobileNet-v2's
-        # 1x1 convs: 12x slower than LLVM). GCC has the shuffle since 12, clang long before.
-        (vector,) = sources
-        lanes = ", ".join(str(first + i) for _, first, count in runs for i in range(count))
+        # lanes of one vector repeated, reordered or a part of it (a register tile's weights, each
+        # broadcast over a row of columns; a row of columns repeated for two channels; the halves of
+        # an accumulator summed after the loop): one shuffle.  GCC turned the copies into stores and
+        # a reload through the stack that stalls (MobileNet-v2's 1x1 convs: 12x slower than LLVM),
+        # and an accumulator whose half is copied lives on the stack for the whole loop (its
+        # classifier: 376 -> 255 us).  GCC has the shuffle since 12, clang long before.
+        ((vector, width),) = sources
+        shuffle = []
+        while width < dtype.count:  # widened by doubling: GCC widens 4 -> 16 lanes through the stack
+            wider = self._state.fresh("wide")
+            doubled = ", ".join(str(i) for i in range(2 * width))
+            shuffle.append(f"{self.vector_type(dtype.scalar.vec(2 * width))} {wider} = "
+                           f"__builtin_shufflevector({vector}, {vector}, {doubled});")
+            vector, width = wider, 2 * width
+        lanes = ", ".join(str(first + i) for _, _, first, count in runs for i in range(count))
         return [
             *lines,
             "#if defined(__clang__) || __GNUC__ >= 12",
+            *shuffle,
             f"{name} = __builtin_shufflevector({vector}, {vector}, {lanes});",
             "#else",
             *copies,

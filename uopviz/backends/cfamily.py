@@ -136,10 +136,10 @@ class CStyleRenderer:
         return self.lane(expression, index, dtype)
 
     def vector_from_runs(
-        self, dtype: DType, runs: Sequence[tuple[str, int, int]]
+        self, dtype: DType, runs: Sequence[tuple[str, int, int, int]]
     ) -> tuple[list[str], str] | None:
-        """Statements and the name of a vector of ``dtype`` made of runs ``(vector variable, first
-        lane, lane count)`` of other vectors' lanes, in order; None where the dialect has no such
+        """Statements and the name of a vector of ``dtype`` made of runs ``(vector variable, its lane
+        count, first lane, lane count)`` of other vectors' lanes, in order; None where the dialect has no such
         form (the vector is then built lane by lane)."""
         return None
 

@@ -360,8 +360,9 @@ class CFamilyRenderState(LinearRenderState):
         names = [self.ref(source) for source, _, _ in runs]
         if not all(name.isidentifier() for name in names):  # (a copy needs a variable to point at)
             return False
-        rendered = self.r.vector_from_runs(u.dtype, [(name, first, count) for name, (_, first, count) in
-                                                     zip(names, runs, strict=True)])
+        described = [(name, source.dtype.count, first, count)
+                     for name, (source, first, count) in zip(names, runs, strict=True)]
+        rendered = self.r.vector_from_runs(u.dtype, described)
         if rendered is None:
             return False
         lines, name = rendered
