@@ -1,5 +1,7 @@
-"""The heuristic's THREAD split on CPU backends: every core gets work when the outermost output
-axis is a count the cores do not divide."""
+"""The heuristic's CPU threads and row tiles: every core gets work when the outermost output axis is
+a count the cores do not divide (the next axis they divide is split, else the axis is padded to a
+multiple of the cores, its loads clamped, not gated); tiny kernels stay on one core; a kernel with
+no second axis to tile (a depthwise conv) upcasts whole rows of output."""
 
 from __future__ import annotations
 
@@ -7,8 +9,16 @@ import numpy as np
 import pytest
 
 import uopviz as uv
+from uopviz.backends.target import using_target
+from uopviz.core.ops import Ops
+from uopviz.passes.optops.heuristic import MIN_THREADED_ITERATIONS
 
-RNG = np.random.default_rng(5)
+RNG = np.random.default_rng(23)
+CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
+
+
+def _threads(kernel) -> list[int]:
+    return [size for size, kind in kernel.axes if kind is uv.AxisType.THREAD]
 
 
 @pytest.mark.skipif(
@@ -29,3 +39,70 @@ def test_heuristic_threads_a_kernel_whose_outer_tile_count_the_cores_do_not_divi
     # the THREAD axis comes first: one parallel region per launch, not one per outer iteration
     assert kernel.axes[0][1] is uv.AxisType.THREAD
     np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("size", [1024, MIN_THREADED_ITERATIONS // 2, 4 * MIN_THREADED_ITERATIONS])
+def test_kernels_of_few_iterations_run_on_one_core(backend, size):
+    x = RNG.standard_normal(size).astype(np.float32)
+    program = uv.compile([uv.Tensor(x) * 2 + 1], backend=backend, opts="heuristic")
+    (kernel,) = program.kernels
+    cores = kernel.backend_object.thread_count
+    expected = [cores] if size >= MIN_THREADED_ITERATIONS and cores > 1 else []
+    assert _threads(kernel) == expected
+    np.testing.assert_allclose(program.run()[0], x * 2 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("shape", [(125, 1280), (127, 333), (7, 9, 4099)])
+def test_an_axis_no_core_count_divides_is_padded_to_share_it(backend, target, shape):
+    # a row sum over an odd number of rows: padded to a multiple of the cores, the extra rows'
+    # loads read the last real row (no gate inside the loops) and their stores are gated off
+    x = RNG.standard_normal(shape).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).sum(-1)], backend=backend, opts="heuristic")
+        (kernel,) = program.kernels
+        cores = kernel.backend_object.thread_count
+        np.testing.assert_allclose(program.run()[0], x.sum(-1), rtol=1e-4, atol=1e-4)
+    if cores < 2:
+        pytest.skip("the CPU target has one core: nothing to share")
+    assert _threads(kernel) == [cores]
+    nodes = kernel.ast.toposort()  # the kernel with its opts applied
+    assert not any(u.op is Ops.LOAD and len(u.src) == 3 for u in nodes)
+    assert any(u.op is Ops.STORE and len(u.src) == 3 for u in nodes)
+
+
+@pytest.mark.parametrize("backend", ["python", *CPU_BACKENDS])
+@pytest.mark.parametrize("axis_type", [uv.AxisType.GLOBAL, uv.AxisType.UPCAST])
+def test_padto_clamps_output_axes_and_gates_lanes(backend, axis_type):
+    x = RNG.standard_normal((7, 12)).astype(np.float32)
+    if axis_type is uv.AxisType.GLOBAL:
+        opts = [uv.Opt(uv.OptOp.PADTO, 0, 4)]
+    else:
+        opts = [uv.Opt(uv.OptOp.SPLIT, 0, (7, uv.AxisType.UPCAST, False)), uv.Opt(uv.OptOp.PADTO, 1, 8)]
+    program = uv.compile([uv.Tensor(x).exp() + 1], backend=backend, opts=[opts])
+    np.testing.assert_allclose(program.run()[0], np.exp(x) + 1, rtol=1e-5)
+    kernel = program.kernels[0]
+    gated = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD and len(u.src) == 3]
+    assert bool(gated) == (axis_type is uv.AxisType.UPCAST)  # a clamped lane would be a gather
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("channels,width", [(48, 14), (16, 28), (32, 7)])
+def test_a_depthwise_conv_upcasts_whole_rows(backend, channels, width):
+    # no second axis reuses a load (each channel has its own weights and input): the row is the
+    # tile, whole when its even vector chunks fill the registers better than a divisor's do
+    x = RNG.standard_normal((1, channels, width + 2, width + 2)).astype(np.float32)
+    w = RNG.standard_normal((channels, 1, 3, 3)).astype(np.float32)
+    with using_target("native") as profile:
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), groups=channels)], backend=backend,
+                             opts="heuristic")
+        out = program.run()[0]
+    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))
+    expected = np.einsum("nchwij,cij->nchw", windows, w[:, 0])
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    upcasts = [size for size, kind in program.kernels[-1].axes if kind is uv.AxisType.UPCAST]
+    lanes = profile.vector_bytes // 4
+    if width in (14, 28) and width <= 2 * lanes:
+        assert upcasts == [width], program.kernels[-1].name

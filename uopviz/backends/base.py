@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -307,6 +307,18 @@ class CompiledKernel(abc.ABC):
 
 # ---------------------------------------------------------------------------------------------
 # the backend
+
+
+def chunk_sizes(count: int, widths: Collection[int]) -> list[int]:
+    """``count`` lanes as equal chunks of the widest width in ``widths`` that divides ``count``
+    (a chunk of 1: a scalar lane).  Equal, not the fewest: the lanes of a reduction's unrolled
+    steps come in runs of the output's lanes, and chunks of mixed widths (a row of 14: 8 + 4 + 2)
+    straddle the runs of three steps (42 lanes: 16 + 16 + 8 + 2), which GCC compiled 5x slower
+    than seven chunks of 2 (a depthwise conv, 576 channels 14x14: 236 vs 48 us)."""
+    if count in widths:
+        return [count]
+    even = max((w for w in widths if 1 < w < count and count % w == 0), default=1)
+    return [even] * (count // even)
 
 
 class Backend(abc.ABC):

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from uopviz.backends.base import Backend
+from uopviz.backends.base import Backend, chunk_sizes
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -261,20 +261,20 @@ def _splittable_alu(x: UOp) -> bool:
     return x.op is not Ops.BITCAST or x.src[0].dtype.scalar.itemsize == x.dtype.scalar.itemsize
 
 
-def _split_alu(x: UOp, width: int) -> UOp:
-    """``x`` as ops of ``width`` lanes each (1: scalar lanes), joined again by a VECTORIZE."""
+def _split_alu(x: UOp, chunks: list[int]) -> UOp:
+    """``x`` as ops of ``chunks`` lanes each (1: scalar lanes), joined again by a VECTORIZE."""
 
     def make(lanes: tuple[int, ...]) -> UOp:
         arg = x.arg
         if x.op in (Ops.CAST, Ops.BITCAST):
-            arg = x.dtype.scalar if width == 1 else x.dtype.scalar.vec(width)
+            arg = x.dtype.scalar if len(lanes) == 1 else x.dtype.scalar.vec(len(lanes))
         return UOp(x.op, tuple(_piece(s, lanes) for s in x.src), arg)
 
-    return _chunked(x, width, make)
+    return _chunked(x, chunks, make)
 
 
 def _devectorize_alu(x: UOp) -> UOp | None:
-    return _split_alu(x, 1) if _splittable_alu(x) else None
+    return _split_alu(x, [1] * x.dtype.count) if _splittable_alu(x) else None
 
 
 def _gep_of_vectorize(g: UOp, v: UOp) -> UOp:
@@ -314,11 +314,6 @@ def devectorize(root: UOp) -> UOp:
     return graph_rewrite(root, devectorize_rules, name="devectorize")
 
 
-def chunk_width(count: int, widths: frozenset[int]) -> int:
-    """The widest width in ``widths`` that splits ``count`` lanes into equal chunks (1: scalar lanes)."""
-    return max((w for w in widths if 1 < w < count and count % w == 0), default=1)
-
-
 def _piece(x: UOp, lanes: tuple[int, ...]) -> UOp:
     """Lanes ``lanes`` of ``x`` (a scalar operand is the same in every chunk).  Picked straight from a
     VECTORIZE (a split op's chunks, lane constants) rather than as a GEP the folding rules would
@@ -340,14 +335,20 @@ def _piece(x: UOp, lanes: tuple[int, ...]) -> UOp:
     return UOp(Ops.GEP, (x,), lanes)
 
 
-def _chunked(x: UOp, width: int, make) -> UOp:
+def _lane_chunks(chunks: list[int]) -> list[tuple[int, ...]]:
+    """The lanes of each chunk of widths ``chunks``, in order."""
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    return [tuple(range(start, start + width)) for start, width in zip(starts, chunks)]
+
+
+def _chunked(x: UOp, chunks: list[int], make) -> UOp:
     """``x`` rebuilt chunk by chunk: ``make(lanes)`` builds the chunk of ``lanes``; the result is the
     VECTORIZE of every chunk's lanes, which consumers split again by the GEP folding rules."""
-    chunks = [tuple(range(start, start + width)) for start in range(0, x.dtype.count, width)]
-    parts = [make(lanes) for lanes in chunks]
-    if width == 1:
-        return UOp(Ops.VECTORIZE, tuple(parts))
-    return UOp(Ops.VECTORIZE, tuple(UOp(Ops.GEP, (part,), (i,)) for part in parts for i in range(width)))
+    parts = [make(lanes) for lanes in _lane_chunks(chunks)]
+    return UOp(Ops.VECTORIZE, tuple(
+        part if width == 1 else UOp(Ops.GEP, (part,), (i,))
+        for part, width in zip(parts, chunks) for i in range(width)
+    ))
 
 
 def _vectorize_of_geps(v: UOp) -> UOp | None:
@@ -383,30 +384,26 @@ def _split_widths(
         widths = widths_for(x, *x.src)
         if x.dtype.count in widths or not _splittable_alu(x):
             return None
-        return _split_alu(x, chunk_width(x.dtype.count, widths))
+        return _split_alu(x, chunk_sizes(x.dtype.count, widths))
 
     def split_load(x: UOp) -> UOp | None:
         count, widths = x.dtype.count, widths_for(x)
         index = x.src[0]
         if count == 1 or count in widths or index.op is not Ops.INDEX or index.src[1].dtype.count != count:
             return None
-        width = chunk_width(count, widths)
-
         def make(lanes: tuple[int, ...]) -> UOp:
             address = UOp(Ops.INDEX, (index.src[0], _piece(index.src[1], lanes)))
             return UOp(Ops.LOAD, (address, *(_piece(s, lanes) for s in x.src[1:])), x.arg)
 
-        return _chunked(x, width, make)
+        return _chunked(x, chunk_sizes(count, widths), make)
 
     def split_store(x: UOp) -> UOp | None:
         index, value = x.src[0], x.src[1]
         count, widths = value.dtype.count, widths_for(value)
         if count == 1 or count in widths or index.op is not Ops.INDEX or index.src[1].dtype.count != count:
             return None
-        width = chunk_width(count, widths)
         stores = []
-        for start in range(0, count, width):
-            lanes = tuple(range(start, start + width))
+        for lanes in _lane_chunks(chunk_sizes(count, widths)):
             address = UOp(Ops.INDEX, (index.src[0], _piece(index.src[1], lanes)))
             stores.append(UOp(Ops.STORE, (address, *(_piece(s, lanes) for s in x.src[1:])), x.arg))
         return UOp(Ops.GROUP, tuple(stores))

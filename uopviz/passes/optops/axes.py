@@ -11,8 +11,9 @@ table it breaks.  :class:`~uopviz.passes.optops.kernel.Kernel` dispatches to the
   Allowed splits (type of the new part ← types it may come from, direction), :data:`SPLIT_RULES`:
   LOCAL ← GLOBAL, LOOP (inner); THREAD ← GLOBAL (outer); GROUP_REDUCE ← REDUCE (either);
   UPCAST ← GLOBAL, LOCAL, LOOP (inner); UNROLL ← REDUCE, GROUP_REDUCE (inner).
-* ``PADTO(axis, m)``: pad the axis to the next multiple of ``m``; loads and stores of the padded
-  iterations are gated off, and reductions see their identity there.
+* ``PADTO(axis, m)``: pad the axis to the next multiple of ``m``; stores of the padded iterations
+  are gated off, and reductions see their identity there; their loads are gated off too, or, on an
+  output axis (not lanes), read at the axis' last real iteration (the values are never stored).
 * ``SWAP(i, j)``: exchange two axes of the same group (their loop nesting).
 * ``NOLOCALS``: no LOCAL axes from now on.
 """
@@ -202,12 +203,27 @@ def depends_on(u: UOp, r: UOp) -> bool:
 class _PadContext:
     padded: UOp
     valid: UOp
+    clamped: UOp | None  # an output axis: the range clamped to its last real iteration
+
+
+#: axes whose padded iterations only compute values that are not stored: their loads may read the
+#: last real iteration's addresses instead of being gated (lanes are not: a clamped lane is a gather)
+_CLAMPED_TYPES = frozenset({AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD, AxisType.LOCAL})
+
+
+def pad_clamp_load(ctx: _PadContext, load: UOp) -> UOp | None:
+    """A load on an output axis reads at the last real iteration on the padded ones: no gate in
+    the loops below the axis (a gated vector load is a per-lane select; a clamped index is one
+    select outside them), and the stores of those iterations are gated off."""
+    if ctx.clamped is None or not depends_on(load, ctx.padded) or depends_on(load, ctx.clamped):
+        return None
+    return UOp(Ops.LOAD, tuple(substitute(s, {ctx.padded: ctx.clamped}) for s in load.src), load.arg)
 
 
 def pad_mask_load(ctx: _PadContext, load: UOp) -> UOp | None:
     """A load whose address uses the padded range is gated off on the padded iterations."""
     address = load.src[0]
-    if not depends_on(address, ctx.padded):
+    if ctx.clamped is not None or not depends_on(address, ctx.padded):
         return None
     if len(load.src) == 1:
         return UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), ctx.valid))
@@ -240,6 +256,7 @@ def pad_mask_reduce(ctx: _PadContext, reduce: UOp) -> UOp | None:
 
 
 pad_rules = PatternMatcher([
+    (UPat(Ops.LOAD, name="load"), pad_clamp_load, "pad_clamp_load"),
     (UPat(Ops.LOAD, name="load"), pad_mask_load, "pad_mask_load"),
     (UPat(Ops.STORE, name="store"), pad_mask_store, "pad_mask_store"),
     (UPat(Ops.REDUCE, name="reduce"), pad_mask_reduce, "pad_mask_reduce"),
@@ -276,7 +293,8 @@ def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
     padded = UOp.range(padded_size, axis_type, r.arg[0])
     ast = substitute_ranges(kernel.ast, {r: padded})
     valid = UOp(Ops.CMP_LT, (padded, iconst(size)))
-    return graph_rewrite(ast, pad_rules, ctx=_PadContext(padded, valid), name="padto masks")
+    clamped = UOp(Ops.WHERE, (valid, padded, iconst(size - 1))) if axis_type in _CLAMPED_TYPES else None
+    return graph_rewrite(ast, pad_rules, ctx=_PadContext(padded, valid, clamped), name="padto masks")
 
 
 def swap_axes(kernel: Kernel, opt: Opt) -> UOp:
