@@ -26,6 +26,11 @@ them.  A skipped term and ``0 * w`` differ only where ``w`` is infinite or NaN (
 product then makes NaN), the same convention as every zero-padding convolution library.
 Kernels reading the same tensor with the same padding share one pad kernel while the tensor is
 not written again.
+
+When nothing else reads the tensor (and the graph does not output it), there is no copy at all:
+its one producer stores into the interior of the padded buffer, and border kernels, one per padded
+side of an axis, fill the rest with the padding's value (MobileNet-v2's expand conv feeding a
+padded depthwise conv: 4.9 MB written once instead of written, read and written again).
 """
 
 from __future__ import annotations
