@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -300,3 +301,27 @@ def test_a_vector_widened_or_halved_from_one_vector_is_shuffled_in_registers(tar
         assert "__builtin_memcpy" not in branch.split("#else")[0]
     if profile.vector_bytes // 4 >= 16:  # 32 lanes in 16-lane registers: 4 values widened to 16
         assert "wide0 = __builtin_shufflevector(val0, val0, 0, 1, 2, 3, 4, 5, 6, 7);" in source
+
+
+@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("size", [1 << 16, 3 * 4096])
+def test_vectors_of_constants_are_static_so_the_openmp_body_sees_their_lanes(target, size):
+    # declared before the THREAD loop, a vector of constants is passed to the outlined OpenMP body
+    # through a struct, where GCC no longer folds it: exp's shifts by a constant became variable
+    # shifts with masks and a multiply by -1 a vpmulld. Static const vectors stay constants.
+    import uopviz as uv
+    from uopviz.backends.target import using_target
+
+    if "c" not in uv.backends.available():
+        pytest.skip("no C compiler")
+    x = np.random.default_rng(size).uniform(-40, 40, size).astype(np.float32)  # exp(2x+1) finite
+    with using_target(target):
+        program = uv.compile([(uv.Tensor(x) * 2 + 1).exp()], backend="c", opts="heuristic")
+        source = program.kernels[0].source("c")
+        out = program.run()[0]
+    expected = np.exp((x * np.float32(2) + np.float32(1)).astype(np.float64))  # the argument rounded once
+    np.testing.assert_allclose(out, expected, rtol=2e-6)
+    body = source.split("{", 1)[1]
+    assert "static const float32x" in body
+    constant = re.compile(r"^\s*float32x\d+ \w+ = \(\(float32x\d+\)\{[-+0-9.ef, ]+\}\);$")
+    assert not [line for line in body.splitlines() if constant.match(line)]

@@ -143,6 +143,11 @@ class CStyleRenderer:
         form (the vector is then built lane by lane)."""
         return None
 
+    def constant_vector(self, name: str, dtype: DType, items: Sequence[str]) -> tuple[str, str] | None:
+        """A declaration of vector ``name`` of constant lanes ``items`` and the name to use, where the
+        dialect declares such vectors apart (None: an ordinary assignment of the literal)."""
+        return None
+
     def vector_literal(self, dtype: DType, items: Sequence[str]) -> str:
         """A vector of ``dtype`` built from one expression per lane."""
         if self.struct_vector(dtype):

@@ -340,6 +340,12 @@ class CFamilyRenderState(LinearRenderState):
         if self.render_lane_runs(u, lanes):
             return
         items = [self.ref(s) for s in u.src]
+        if all(s.op is Ops.CONST for s in u.src):
+            declared = self.r.constant_vector(self.fresh("vec"), u.dtype, items)
+            if declared is not None:
+                self.emit(declared[0])
+                self.define(u, declared[1])
+                return
         self.assign(u, "vec", self.r.vector_literal(u.dtype, items))
 
     def render_lane_runs(self, u: UOp, lanes: list[tuple[UOp | None, int]]) -> bool:
