@@ -30,6 +30,15 @@ def _upper_half(x: TensorLike) -> TensorLike:
     return (x.bitcast(dtypes.int32) & -(1 << 12)).bitcast(dtypes.float32)
 
 
+def _magnitude(x: TensorLike) -> TensorLike:
+    """``|x|`` by clearing the sign bit: one AND on every backend, where ``abs``'s ``max(x, -x)``
+    with NaN kept is a compare, an or and a blend of bits in C (GCC: 5 instructions of exp's 48
+    per vector, LLVM's 39)."""
+    if x.dtype is dtypes.float64:
+        return (x.bitcast(dtypes.int64) & ((1 << 63) - 1)).bitcast(dtypes.float64)
+    return (x.bitcast(dtypes.int32) & ((1 << 31) - 1)).bitcast(dtypes.float32)
+
+
 def _exp(x: TensorLike) -> TensorLike:
     """See :meth:`Tensor.exp`."""
     wide = x.dtype is dtypes.float64
@@ -42,7 +51,8 @@ def _exp(x: TensorLike) -> TensorLike:
     x_low = x - x_high
     # t's rounding error: the products of halves are exact, x_high·log2_e_high - t by Sterbenz
     error = (((x_high * log2_e_high - t) + x_high * log2_e_low) + x_low * log2_e_high) + x_low * log2_e_low
-    error = (x.abs() < (1500 if wide else 200)).where(error, 0)  # beyond, exp is 0 or inf (t may be inf)
+    # beyond, exp is 0 or inf (t may be inf)
+    error = (_magnitude(x) < (1500 if wide else 200)).where(error, 0)
     # (a t rounded up to the overflow threshold has an exact value past the largest float too)
     return t.exp2() * (1 + error * LN_2)
 
