@@ -175,9 +175,11 @@ def _order_for_staging(kernel: Kernel) -> Kernel:
 
 
 #: kernels of fewer iterations (all axes, lanes included) run on one core: waking the others costs
-#: more than they save (x*2+1 on C, 2 cores: 16K floats 2.45 us threaded vs 2.56 on one core, 4K
-#: floats 1.67 vs 0.99; the borders of MobileNet-v2's padded buffers are 1-10K)
-MIN_THREADED_ITERATIONS = 16384
+#: more than they save (x*2+1 on C, 2 cores, in cache: 4K floats 1.67 us threaded vs 0.99 on one
+#: core, 16K 2.45 vs 2.56).  Not higher: a kernel storing to lines out of cache gains from a second
+#: core well below 16K (MobileNet-v2's border columns, 10K strided stores: 61 us on one core, 37 on
+#: two; its borders in all 0.73 -> 0.52 ms)
+MIN_THREADED_ITERATIONS = 4096
 
 
 def _threaded(kernel: Kernel, threads: int) -> Kernel:
