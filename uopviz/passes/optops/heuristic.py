@@ -182,6 +182,22 @@ def _order_for_staging(kernel: Kernel) -> Kernel:
 MIN_THREADED_ITERATIONS = 4096
 
 
+def _globals(kernel: Kernel) -> list[UOp]:
+    return [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+
+
+def _padded_for_threads(kernel: Kernel, candidates: list[UOp], threads: int) -> tuple[Kernel, UOp | None]:
+    """The kernel with the candidate axis that wastes least padded to a multiple of ``threads``, and
+    that axis; ``(kernel, None)`` when none can be."""
+    waste = lambda r: -(-range_size(r) // threads) * threads / range_size(r)  # noqa: E731
+    least = min((r for r in candidates if range_size(r) >= threads), key=waste, default=None)
+    if least is None:
+        return kernel, None
+    position = _axis_of(kernel, least)
+    padded = _try(kernel, Opt(OptOp.PADTO, position, threads))
+    return (kernel, None) if padded is kernel else (padded, padded.ranges[position])  # (position kept)
+
+
 def _threaded(kernel: Kernel, threads: int) -> Kernel:
     """The outermost axis every core gets an equal share of split into THREAD chunks.
 
@@ -196,22 +212,18 @@ def _threaded(kernel: Kernel, threads: int) -> Kernel:
         return kernel
     even = next((r for r in globals_ if range_size(r) % threads == 0 and range_size(r) > 1), None)
     if even is None:
-        waste = lambda r: -(-range_size(r) // threads) * threads / range_size(r)  # noqa: E731
-        least = min((r for r in globals_ if range_size(r) >= threads), key=waste, default=None)
-        position = None if least is None else _axis_of(kernel, least)
-        padded = kernel if position is None else _try(kernel, Opt(OptOp.PADTO, position, threads))
-        if padded is kernel:  # else the outermost axis, split by the most cores that divide it
-            even = globals_[0]
-        else:
-            kernel, even = padded, padded.ranges[position]  # PADTO keeps the axis' position
-            globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
-    if even is not globals_[0]:
-        swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, globals_[0]), _axis_of(kernel, even)))
+        kernel, even = _padded_for_threads(kernel, globals_, threads)
+    if even is not None and even is not _globals(kernel)[0]:
+        # moved outermost: one parallel region per launch, not one per outer iteration
+        outer = _globals(kernel)[0]
+        swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, even)))
         if swapped is not kernel and (not _stages(kernel) or _stages(swapped)):  # keeps a staged strip
-            kernel = swapped
-            even = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL][0]
-        else:
-            even = globals_[0]
+            kernel, even = swapped, _globals(swapped)[0]
+        else:  # the outer axis stays outermost: padded if no core count divides it
+            kernel, even = (kernel, outer) if range_size(outer) % threads == 0 else \
+                _padded_for_threads(kernel, [outer], threads)
+    if even is None:
+        even = _globals(kernel)[0]  # split by the most cores that divide it
     size = range_size(even)
     count = next((c for c in range(min(threads, size), 1, -1) if size % c == 0), None)
     if count is None:
