@@ -277,6 +277,7 @@ def compile_graph(
     """
     from uopviz.core.rewrite import traced_pass, tracing
     from uopviz.nnef.fusion import fuse_kernels
+    from uopviz.nnef.loop_merge import merge_contiguous_loops
     from uopviz.nnef.padding import pad_guarded_reads
     from uopviz.nnef.weight_layout import block_weight_reads
 
@@ -317,6 +318,7 @@ def compile_graph(
                 segment = fuse_kernels(segment, final | read_after[position])
                 segment = pad_guarded_reads(segment, graph, final | read_after[position])
                 segment = block_weight_reads(segment, graph, backend)
+                segment = [merge_contiguous_loops(kernel) for kernel in segment]
             program = _compile_segment(
                 graph,
                 segment,
