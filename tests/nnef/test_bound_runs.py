@@ -68,3 +68,24 @@ def test_a_wrongly_shaped_input_is_refused_on_the_bound_path():
     g.run({"x": np.ones((1, 4, 5, 5), np.float32)}, backend="c")
     with pytest.raises(uv.nnef.NNEFError, match="shape"):
         g.run({"x": np.ones((1, 4, 5, 4), np.float32)}, backend="c")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bound_graph_runs_its_kernels_in_one_native_call(backend, monkeypatch):
+    # the kernels of a bound run are called by the native driver (one ctypes call per run, not one
+    # per kernel), with the same values as the launches called one by one
+    from uopviz.nnef import runtime
+
+    g = compose(GRAPH)
+    w = RNG.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(16).astype(np.float32)
+    g.tensors["w"].data, g.tensors["b"].data = w, b
+    x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    native = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    bound = [form for pool in g.__dict__["_bound_graphs"].values() for form in pool]
+    assert bound and all(form.native is not None for form in bound)
+    np.testing.assert_allclose(native, _expected(x, w, b), rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(runtime, "_native_sequence", lambda launches: None)
+    g.__dict__.pop("_bound_graphs")
+    one_by_one = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_array_equal(one_by_one, native)

@@ -143,6 +143,7 @@ class _BoundSubgraph:
             item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
             for item in program.items
         ]
+        self.native = _native_sequence(self.launches)
         values = program.output_values()
         self.outputs = [
             (values[index], program.outputs[index], graph.tensors[name].upper_shape)
@@ -212,8 +213,11 @@ class _BoundSubgraph:
             target = self.inputs.get(name)
             if target is not None:
                 np.copyto(target, np.asarray(array).reshape(-1), casting="unsafe")
-        for launch in self.launches:
-            launch.run()
+        if self.native is not None:
+            self.native.run()
+        else:
+            for launch in self.launches:
+                launch.run()
         read = self.program._output
         return [read(self.arrays, value, original).reshape(shape) for value, original, shape in self.outputs]
 
@@ -249,6 +253,7 @@ class _BoundGraph:
             item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
             for item in program.items
         ]
+        self.native = _native_sequence(self.launches)
         values = program.output_values()
         where = {name: program.nnef_outputs.index(name) for name in graph.outputs}
         self.outputs = [(name, values[where[name]], program.outputs[where[name]]) for name in graph.outputs]
@@ -300,10 +305,23 @@ class _BoundGraph:
         """The graph's outputs for the inputs ``given`` by name (copies)."""
         for name, target in self.inputs.items():
             np.copyto(target, _input_array(self.graph, name, given).reshape(-1), casting="unsafe")
-        for launch in self.launches:
-            launch.run()
+        if self.native is not None:
+            self.native.run()
+        else:
+            for launch in self.launches:
+                launch.run()
         read = self.program._output
         return {name: read(self.arrays, value, original) for name, value, original in self.outputs}
+
+
+def _native_sequence(launches: list) -> Any:
+    """The launches as one native call (:class:`~uopviz.backends.loop_driver.NativeSequence`), or
+    None where the driver cannot call them (no C compiler, too many parameters)."""
+    from uopviz.backends.loop_driver import NativeLoop, NativeSequence, loop_driver
+
+    if not launches or not NativeLoop.can_call(launches) or loop_driver() is None:
+        return None
+    return NativeSequence(launches)
 
 
 def _run_loop(
