@@ -230,6 +230,18 @@ def test_vectors_made_of_other_vectors_lanes_are_copied_as_runs() -> None:
     np.testing.assert_allclose(program.run()[0], np.sin(argument), rtol=0, atol=2.5e-7)
 
 
+def _matmul_source(a: np.ndarray, b: np.ndarray, opts, target: str):
+    """The C source of ``a @ b`` with ``opts`` on ``target`` (its values checked) and the target."""
+    import uopviz as uv
+    from uopviz.backends.target import using_target
+
+    with using_target(target) as profile:
+        program = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend="c", opts=opts)
+        source = program.kernels[0].source("c")
+        np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+    return source, profile
+
+
 @pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
 @pytest.mark.parametrize("shape", [(24, 144, 56), (16, 40, 24), (8, 9, 8)])
 def test_lanes_of_one_vector_repeated_are_one_shuffle(target, shape):
@@ -237,7 +249,6 @@ def test_lanes_of_one_vector_repeated_are_one_shuffle(target, shape):
     # A's two values are repeated 8 times each and B's row twice. One __builtin_shufflevector each
     # (copies through the stack stalled the loop: MobileNet-v2's 1x1 convs 12x slower than LLVM)
     import uopviz as uv
-    from uopviz.backends.target import using_target
 
     if "c" not in uv.backends.available():
         pytest.skip("no C compiler")
@@ -246,10 +257,7 @@ def test_lanes_of_one_vector_repeated_are_one_shuffle(target, shape):
     a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
     opts = [[uv.Opt(uv.OptOp.SPLIT, 1, (8, uv.AxisType.UPCAST, False)),
              uv.Opt(uv.OptOp.SPLIT, 0, (8, uv.AxisType.UPCAST, False))]]
-    with using_target(target) as profile:
-        program = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend="c", opts=opts)
-        source = program.kernels[0].source("c")
-        np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+    source, profile = _matmul_source(a, b, opts, target)
     if profile.vector_bytes // 4 > 8:  # registers wider than a row of the tile: rows share vectors
         assert "__builtin_shufflevector" in source
 
@@ -282,7 +290,6 @@ def test_a_vector_widened_or_halved_from_one_vector_is_shuffled_in_registers(tar
     # copying them kept the accumulator on the stack for the whole loop; the classifier of
     # MobileNet-v2: 376 -> 255 us)
     import uopviz as uv
-    from uopviz.backends.target import using_target
 
     if "c" not in uv.backends.available():
         pytest.skip("no C compiler")
@@ -291,10 +298,7 @@ def test_a_vector_widened_or_halved_from_one_vector_is_shuffled_in_registers(tar
     a, b = rng.standard_normal((1, k), np.float32), rng.standard_normal((k, n), np.float32)
     opts = [[uv.Opt(uv.OptOp.SPLIT, 0, (8, uv.AxisType.UPCAST, False)),
              uv.Opt(uv.OptOp.SPLIT, 1, (4, uv.AxisType.UNROLL, False))]]
-    with using_target(target) as profile:
-        program = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend="c", opts=opts)
-        source = program.kernels[0].source("c")
-        np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4, atol=1e-4)
+    source, profile = _matmul_source(a, b, opts, target)
     shuffled = source.split("#if defined(__clang__) || __GNUC__ >= 12")[1:]
     assert shuffled or profile.vector_bytes // 4 <= 8, source  # 8-lane registers: no vector is joined
     for branch in shuffled:  # the shuffle branch copies nothing; the #else branch (GCC < 12) does
