@@ -157,6 +157,27 @@ class CRenderer(CStyleRenderer):
             "#endif",
         ], name
 
+    def two_vector_shuffle(self, dtype: DType, halves: Sequence[str], picks: Sequence[int]):
+        """``__builtin_shufflevector`` of the two halves (GCC 12+, clang); the fallback before."""
+        name = self._state.fresh("even")
+        vector = self.vector_type(dtype)
+        lanes = ", ".join(map(str, picks))
+
+        def lines(fallback: str) -> list[str]:
+            return [
+                f"{vector} {name};",
+                "#if defined(__clang__) || __GNUC__ >= 12",
+                "{",
+                f"  {vector} low = {halves[0]}, high = {halves[1]};",
+                f"  {name} = __builtin_shufflevector(low, high, {lanes});",
+                "}",
+                "#else",
+                f"{name} = {fallback};",
+                "#endif",
+            ]
+
+        return lines, name
+
     def constant_vector(self, name: str, dtype: DType, items: Sequence[str]) -> tuple[str, str] | None:
         """``static const``: a vector of constants declared before an OpenMP loop is otherwise
         passed to the outlined loop body in the shared-variables struct, where GCC no longer sees

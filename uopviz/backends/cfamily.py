@@ -143,6 +143,12 @@ class CStyleRenderer:
         form (the vector is then built lane by lane)."""
         return None
 
+    def two_vector_shuffle(self, dtype: DType, halves: Sequence[str], picks: Sequence[int]):
+        """``(lines, name)``: a vector of ``dtype`` whose lane i is lane ``picks[i]`` of the two
+        vectors ``halves`` (numbered on), ``lines(fallback)`` declaring it, with ``fallback`` the
+        expression for compilers without the shuffle; None where the dialect has no shuffle."""
+        return None
+
     def constant_vector(self, name: str, dtype: DType, items: Sequence[str]) -> tuple[str, str] | None:
         """A declaration of vector ``name`` of constant lanes ``items`` and the name to use, where the
         dialect declares such vectors apart (None: an ordinary assignment of the literal)."""

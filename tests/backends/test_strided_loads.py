@@ -1,0 +1,37 @@
+"""Vector loads of every other element (a stride-2 convolution's input row) on C and LLVM: two
+contiguous loads over exactly the span and one shuffle of their even lanes, the values numpy's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.backends.target import using_target
+
+RNG = np.random.default_rng(17)
+BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
+
+
+def _depthwise_stride_2(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    windows = np.lib.stride_tricks.sliding_window_view(x, w.shape[2:], axis=(2, 3))[:, :, ::2, ::2]
+    return np.einsum("nchwij,cij->nchw", windows.astype(np.float64), w[:, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("channels,size", [(8, 33), (4, 17), (2, 64)])
+def test_a_stride_2_row_is_read_as_two_loads_and_a_shuffle(backend, target, channels, size):
+    # the last row's last vector ends exactly at the buffer's end (size odd): no read past it
+    x = RNG.standard_normal((1, channels, size, size)).astype(np.float32)
+    w = RNG.standard_normal((channels, 1, 3, 3)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), groups=channels, stride=2)], backend=backend,
+                             opts="heuristic")
+        out = program.run()[0]
+        source = program.kernels[-1].source(backend)
+    np.testing.assert_allclose(out, _depthwise_stride_2(x, w), rtol=1e-4, atol=1e-4)
+    lanes = [size for size, kind in program.kernels[-1].axes if kind is uv.AxisType.UPCAST]
+    if lanes and lanes[-1] in (4, 8, 16):
+        assert ("__builtin_shufflevector(low, high, 0, 2" in source) if backend == "c" else \
+            ("shufflevector" in source and "i32 0, i32 2" in source)
