@@ -22,7 +22,13 @@ from uopviz.backends.linear_program import (
     LinearRenderState,
     underlying_buffer,
 )
-from uopviz.core.affine import affine_lanes, constant_chunk_width, contiguous_start, linear_coefficient
+from uopviz.core.affine import (
+    constant_chunk_width,
+    contiguous_start,
+    even_lane_picks,
+    every_other_lane,
+    linear_coefficient,
+)
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
@@ -494,19 +500,13 @@ class CFamilyRenderState(LinearRenderState):
         where the dialect has the shuffle (True).  A read per lane kept GCC from vectorizing
         MobileNet-v2's stride-2 depthwise convs."""
         count = u.dtype.count
-        index = u.src[0].src[1] if len(u.src[0].src) > 1 else None
-        whole = self.r.selects_lanes(u.dtype)  # lanes the dialect holds in vectors natively
-        lanes = affine_lanes(index) if index is not None and count in (4, 8, 16) and whole else None
-        if lanes is None or lanes[0][0] is None or lanes[0][0] not in self.names:
+        found = every_other_lane(u) if self.r.selects_lanes(u.dtype) else None  # lanes held in vectors
+        if found is None or found[0] not in self.names:
             return False
-        base, first = lanes[0]
-        if any(b is not base or c != first + 2 * i for i, (b, c) in enumerate(lanes)):
-            return False
-        start = f"{self.ref(base)} + {first}"
+        start = f"{self.ref(found[0])} + {found[1]}"
         halves = [self.r.vector_load(replace(address, offset=offset, lanes=None))
                   for offset in (start, f"{start} + {count - 1}")]
-        # lane i is element 2i: the first half holds elements 0 .. count-1, the second count-1 ..
-        picks = [2 * i if 2 * i < count else count + 2 * i - (count - 1) for i in range(count)]
+        picks = even_lane_picks(count)
         shuffled = self.r.two_vector_shuffle(u.dtype, halves, picks)
         if shuffled is None:
             return False

@@ -41,7 +41,7 @@ from uopviz.backends.llvm_types import (
     value_type,
     with_element,
 )
-from uopviz.core.affine import affine_lanes, contiguous_start, linear_coefficient
+from uopviz.core.affine import contiguous_start, even_lane_picks, every_other_lane, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
@@ -476,14 +476,11 @@ class LLVMRenderState(LinearRenderState):
         over exactly the elements it spans and one shufflevector of their even lanes; None for
         other lane patterns (the C backend's rule, ``CFamilyRenderState.render_every_other_lane``)."""
         count = u.dtype.count
-        index = u.src[0].src[1] if len(u.src[0].src) > 1 else None
         wide = u.dtype.scalar.itemsize >= 4 and not u.dtype.scalar.is_bool  # (4 and 8-byte lanes)
-        lanes = affine_lanes(index) if index is not None and count in (4, 8, 16) and wide else None
-        if lanes is None or lanes[0][0] is None or lanes[0][0] not in self.names:
+        found = every_other_lane(u) if wide else None
+        if found is None or found[0] not in self.names:
             return None
-        base, first = lanes[0]
-        if any(b is not base or c != first + 2 * i for i, (b, c) in enumerate(lanes)):
-            return None
+        base, first = found
         mtype, element, align = memory_type(u.dtype), memory_scalar_type(u.dtype), u.dtype.scalar.itemsize
         start = self.temp("alu", f"add i64 {self.ref(base)}, {first}")
         halves = []
@@ -491,8 +488,7 @@ class LLVMRenderState(LinearRenderState):
             offset = self.temp("alu", f"add i64 {start}, {skip}")
             pointer = self.temp("ptr", f"getelementptr {element}, ptr {address.buffer}, i64 {offset}")
             halves.append(self.temp("val", f"load {mtype}, ptr {pointer}, align {align}"))
-        picks = [2 * i if 2 * i < count else count + 2 * i - (count - 1) for i in range(count)]
-        mask = ", ".join(f"i32 {p}" for p in picks)
+        mask = ", ".join(f"i32 {p}" for p in even_lane_picks(count))
         pair = f"{mtype} {halves[0]}, {mtype} {halves[1]}"
         return self.temp("vec", f"shufflevector {pair}, <{count} x i32> <{mask}>")
 

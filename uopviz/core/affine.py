@@ -242,8 +242,31 @@ def constant_chunk_width(index: UOp) -> int | None:
     return index.dtype.count
 
 
+def every_other_lane(load: UOp) -> tuple[UOp, int] | None:
+    """``(base, first)`` when the lanes of a vector LOAD's address are ``base + first + 2 * lane``
+    (a stride-2 convolution's input row) for 4, 8 or 16 lanes, else None."""
+    index = load.src[0].src[1] if len(load.src[0].src) > 1 else None
+    if index is None or load.dtype.count not in (4, 8, 16):
+        return None
+    lanes = affine_lanes(index)
+    if lanes is None or lanes[0][0] is None:
+        return None
+    base, first = lanes[0]
+    if any(b is not base or c != first + 2 * i for i, (b, c) in enumerate(lanes)):
+        return None
+    return base, first
+
+
+def even_lane_picks(count: int) -> list[int]:
+    """The shuffle of two ``count``-lane vectors, loaded at ``first`` and ``first + count - 1``, that
+    gives elements ``first + 2 * lane``: lanes 0, 2, .. of the first, then odd lanes of the second."""
+    return [2 * i if 2 * i < count else count + 2 * i - (count - 1) for i in range(count)]
+
+
 __all__ = [
     "affine_coefficients",
+    "even_lane_picks",
+    "every_other_lane",
     "affine_lanes",
     "build_range_sum",
     "constant_chunk_width",
