@@ -369,3 +369,16 @@ def test_simplify_matches_the_array_evaluator():
     bindings = dict(zip((A, B, C), grid))
     np.testing.assert_array_equal(evaluate(expression, bindings), evaluate(result, bindings))
     assert tree_size(result) <= tree_size(expression)
+
+
+@pytest.mark.parametrize("scale,modulus", [(8, 16), (4, 16), (8, 32), (6, 18), (2, 4)])
+def test_a_multiple_plus_a_lane_modulo_keeps_the_lane_outside(scale, modulus):
+    # (g*a + k) % (g*d) → g*((a + k//g) % d) + k%g: the lanes k of a vector share one base, so a
+    # load of them is contiguous (a conv's weights blocked by 16, read 8 channels at a time)
+    for k in range(scale + 3):
+        expression = UOp(Ops.MOD, (A * scale + k, UOp.const(dtypes.index, modulus)))
+        simplified = simplify(expression)
+        for a in range(16):
+            assert evaluate_scalar(simplified, {A: a}) == (scale * a + k) % modulus
+        if k < scale:  # the lane is added outside the modulo, not inside it
+            assert simplified.op is Ops.ADD or k == 0, format_graph(simplified)
