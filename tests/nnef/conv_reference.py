@@ -1,5 +1,5 @@
 """A reference for the convolution tests (test_padding, test_weight_layout): NNEF's conv written
-with numpy in float64, independent of uopviz."""
+with numpy in float64, independent of uopviz, and the one-conv graph both tests compile."""
 
 from __future__ import annotations
 
@@ -28,3 +28,22 @@ def conv_reference(x, w, b, stride, dilation, padding, groups):
                 term = np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
                 out[:, g * per_group : (g + 1) * per_group] += term
     return out + b.reshape(1, -1, 1, 1)
+
+
+def conv_graph(cin, cout, size, kernel, stride, dilation, padding, groups):
+    """A one-conv NNEF graph ``y = nn.conv(x, w, b)`` with these attributes, composed."""
+    from uopviz.nnef.composer import compose
+
+    top, left, bottom, right = padding
+    return compose(
+        f"""import nn;
+graph Conv {{
+    @input {{ x: real[1, {cin}, {size[0]}, {size[1]}]; }}
+    @output {{ y: real; }}
+    @variable {{ w: real[{cout}, {cin // groups}, {kernel[0]}, {kernel[1]}]; b: real[{cout}]; }}
+    @compose {{
+        y = nn.conv{{stride=[{stride[0]}, {stride[1]}], dilation=[{dilation[0]}, {dilation[1]}],
+                    padding=[{top}, {left}, {bottom}, {right}], groups={groups}}}(x, w, b);
+    }}
+}}"""
+    )

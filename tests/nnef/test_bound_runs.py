@@ -74,7 +74,7 @@ def test_a_wrongly_shaped_input_is_refused_on_the_bound_path():
 def test_a_bound_graph_runs_its_kernels_in_one_native_call(backend, monkeypatch):
     # the kernels of a bound run are called by the native driver (one ctypes call per run, not one
     # per kernel), with the same values as the launches called one by one
-    from uopviz.nnef import runtime
+    from uopviz.backends import loop_driver
 
     g = compose(GRAPH)
     w = RNG.standard_normal((16, 4, 3, 3)).astype(np.float32)
@@ -85,7 +85,7 @@ def test_a_bound_graph_runs_its_kernels_in_one_native_call(backend, monkeypatch)
     bound = [form for pool in g.__dict__["_bound_graphs"].values() for form in pool]
     assert bound and all(form.native is not None for form in bound)
     np.testing.assert_allclose(native, _expected(x, w, b), rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(runtime, "_native_sequence", lambda launches: None)
+    monkeypatch.setattr(loop_driver, "loop_driver", lambda: None)  # no driver: launches one by one
     g.__dict__.pop("_bound_graphs")
     one_by_one = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
     np.testing.assert_array_equal(one_by_one, native)

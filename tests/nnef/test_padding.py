@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_reference import conv_graph
 from conv_reference import conv_reference as _reference
 
 import uopviz as uv
@@ -28,27 +29,11 @@ CASES = [
 ]
 
 
-def _graph(cin, cout, size, kernel, stride, dilation, padding, groups):
-    top, left, bottom, right = padding
-    return compose(
-        f"""import nn;
-graph Conv {{
-    @input {{ x: real[1, {cin}, {size[0]}, {size[1]}]; }}
-    @output {{ y: real; }}
-    @variable {{ w: real[{cout}, {cin // groups}, {kernel[0]}, {kernel[1]}]; b: real[{cout}]; }}
-    @compose {{
-        y = nn.conv{{stride=[{stride[0]}, {stride[1]}], dilation=[{dilation[0]}, {dilation[1]}],
-                    padding=[{top}, {left}, {bottom}, {right}], groups={groups}}}(x, w, b);
-    }}
-}}"""
-    )
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda case: "-".join(map(str, case)).replace(" ", ""))
 def test_padded_conv_equals_numpy(case, backend):
     cin, cout, size, kernel, stride, dilation, padding, groups = case
-    g = _graph(*case)
+    g = conv_graph(*case)
     x = RNG.standard_normal((1, cin, *size)).astype(np.float32)
     w = RNG.standard_normal((cout, cin // groups, *kernel)).astype(np.float32)
     b = RNG.standard_normal(cout).astype(np.float32)
@@ -67,7 +52,7 @@ def test_padded_conv_equals_numpy(case, backend):
 
 
 def test_unpadded_conv_gets_no_pad_kernel():
-    g = _graph(2, 2, (5, 5), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1)
+    g = conv_graph(2, 2, (5, 5), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1)
     program = compile_graph(g, BACKENDS[-1])
     assert [kernel.name for kernel in program.nnef_kernels] == ["y"]
 
@@ -103,7 +88,7 @@ graph Two {
 @pytest.mark.parametrize("width", [14, 7])
 def test_heuristic_tiles_odd_width_convs_with_power_of_two_vectors(width):
     # no power of two divides 14 or 7: the tile takes 7 columns, and the channels' lanes go inside
-    g = _graph(32, 32, (width, width), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    g = conv_graph(32, 32, (width, width), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
     x = RNG.standard_normal((1, 32, width, width)).astype(np.float32)
     w = RNG.standard_normal((32, 32, 3, 3)).astype(np.float32)
     b = RNG.standard_normal(32).astype(np.float32)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_reference import conv_graph
 from conv_reference import conv_reference as _reference
 
 import uopviz as uv
 from uopviz.backends.target import host_cpu, level_features, using_target
-from uopviz.nnef.composer import compose
 from uopviz.nnef.lowering import compile_graph
 from uopviz.nnef.weight_layout import WeightLayout
 
@@ -36,22 +36,6 @@ CASES = [
 
 def _case_id(case) -> str:
     return "-".join(map(str, case)).replace(" ", "")
-
-
-def _graph(cin, cout, size, kernel, stride, dilation, padding, groups):
-    top, left, bottom, right = padding
-    return compose(
-        f"""import nn;
-graph Conv {{
-    @input {{ x: real[1, {cin}, {size[0]}, {size[1]}]; }}
-    @output {{ y: real; }}
-    @variable {{ w: real[{cout}, {cin // groups}, {kernel[0]}, {kernel[1]}]; b: real[{cout}]; }}
-    @compose {{
-        y = nn.conv{{stride=[{stride[0]}, {stride[1]}], dilation=[{dilation[0]}, {dilation[1]}],
-                    padding=[{top}, {left}, {bottom}, {right}], groups={groups}}}(x, w, b);
-    }}
-}}"""
-    )
 
 
 def _data(case):
@@ -88,7 +72,7 @@ def _blocked_reads(program) -> list[str]:
 def _check(case, backend, lanes):
     cin, cout, size, kernel, stride, dilation, padding, groups = case
     x, w, b = _data(case)
-    g = _graph(*case)
+    g = conv_graph(*case)
     out = g.run({"x": x, "w": w, "b": b}, backend=backend, opts="heuristic")["y"]
     expected = _reference(x, w, b, stride, dilation, padding, groups)
     np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
@@ -117,7 +101,7 @@ def test_the_lanes_follow_the_cpu_target(case, level):
 
 def test_other_backends_read_the_filter_as_it_is():
     case = CASES[0]
-    program = compile_graph(_graph(*case), "python")
+    program = compile_graph(conv_graph(*case), "python")
     assert _blocked_reads(program) == []
 
 
@@ -126,7 +110,7 @@ def test_the_copy_follows_the_weights_of_each_run(backend):
     case = CASES[2]
     _, _, _, _, stride, dilation, padding, groups = case
     x, w, b = _data(case)
-    g = _graph(*case)
+    g = conv_graph(*case)
     g.tensors["w"].data, g.tensors["b"].data = w, b
 
     def expect(out, weights):

@@ -45,10 +45,10 @@ def _address_nodes(nodes: list[UOp]) -> set[UOp]:
     return inside
 
 
-def _mergeable(nodes: list[UOp], outer: UOp, inner: UOp, width: int) -> bool:
-    """Whether ``outer`` and ``inner`` appear only in addresses, always as ``c * (width * outer + inner)``."""
+def _mergeable(nodes: list[UOp], inside: set[UOp], outer: UOp, inner: UOp, width: int) -> bool:
+    """Whether ``outer`` and ``inner`` appear only in addresses (``inside``: the nodes of the
+    addresses), always as ``c * (width * outer + inner)``."""
     pair = {outer, inner}
-    inside = _address_nodes(nodes)
     depends = {u for u in nodes if u in pair or any(s in pair for s in u.src)}
     for u in nodes:  # (sources come first: a node depends on the pair if a source does)
         if u not in depends and any(s in depends for s in u.src) and u.op is not Ops.INDEX:
@@ -73,9 +73,10 @@ def _merge_once(ast: UOp) -> UOp | None:
         (u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP and _extent(u) is not None),
         key=lambda r: r.arg[0],
     )
+    inside = _address_nodes(nodes)
     for outer, inner in zip(loops, loops[1:]):
         width = _extent(inner)
-        if _mergeable(nodes, outer, inner, width):
+        if _mergeable(nodes, inside, outer, inner, width):
             merged = UOp.range(_extent(outer) * width, AxisType.LOOP, outer.arg[0])
             return tidy(substitute(ast, {inner: merged, outer: uop_constant(outer.dtype, 0)}))
     return None

@@ -138,12 +138,7 @@ class _BoundSubgraph:
         self.inputs = {
             name: self.arrays[program.inputs[position]] for position, name in enumerate(program.nnef_inputs)
         }
-        arrays, array_of = self.arrays, program._array_of
-        self.launches = [
-            item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
-            for item in program.items
-        ]
-        self.native = _native_sequence(self.launches)
+        self.launches, self.native = _prepared_launches(program, self.arrays)
         values = program.output_values()
         self.outputs = [
             (values[index], program.outputs[index], graph.tensors[name].upper_shape)
@@ -213,11 +208,7 @@ class _BoundSubgraph:
             target = self.inputs.get(name)
             if target is not None:
                 np.copyto(target, np.asarray(array).reshape(-1), casting="unsafe")
-        if self.native is not None:
-            self.native.run()
-        else:
-            for launch in self.launches:
-                launch.run()
+        _launch_all(self.launches, self.native)
         read = self.program._output
         return [read(self.arrays, value, original).reshape(shape) for value, original, shape in self.outputs]
 
@@ -248,12 +239,7 @@ class _BoundGraph:
             for position, name in enumerate(program.nnef_inputs)
             if name not in self.fixed
         }
-        arrays, array_of = self.arrays, program._array_of
-        self.launches = [
-            item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
-            for item in program.items
-        ]
-        self.native = _native_sequence(self.launches)
+        self.launches, self.native = _prepared_launches(program, self.arrays)
         values = program.output_values()
         where = {name: program.nnef_outputs.index(name) for name in graph.outputs}
         self.outputs = [(name, values[where[name]], program.outputs[where[name]]) for name in graph.outputs]
@@ -305,23 +291,34 @@ class _BoundGraph:
         """The graph's outputs for the inputs ``given`` by name (copies)."""
         for name, target in self.inputs.items():
             np.copyto(target, _input_array(self.graph, name, given).reshape(-1), casting="unsafe")
-        if self.native is not None:
-            self.native.run()
-        else:
-            for launch in self.launches:
-                launch.run()
+        _launch_all(self.launches, self.native)
         read = self.program._output
         return {name: read(self.arrays, value, original) for name, value, original in self.outputs}
 
 
-def _native_sequence(launches: list) -> Any:
-    """The launches as one native call (:class:`~uopviz.backends.loop_driver.NativeSequence`), or
-    None where the driver cannot call them (no C compiler, too many parameters)."""
+def _prepared_launches(program: Any, arrays: dict) -> tuple[list, Any]:
+    """The program's kernels bound to ``arrays``, and the same launches as one native call
+    (:class:`~uopviz.backends.loop_driver.NativeSequence`) or None where the driver cannot call
+    them (no C compiler, too many parameters)."""
     from uopviz.backends.loop_driver import NativeLoop, NativeSequence, loop_driver
 
+    array_of = program._array_of
+    launches = [
+        item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
+        for item in program.items
+    ]
     if not launches or not NativeLoop.can_call(launches) or loop_driver() is None:
-        return None
-    return NativeSequence(launches)
+        return launches, None
+    return launches, NativeSequence(launches)
+
+
+def _launch_all(launches: list, native: Any) -> None:
+    """Run bound launches once, in order: in one native call where there is one."""
+    if native is not None:
+        native.run()
+        return
+    for launch in launches:
+        launch.run()
 
 
 def _run_loop(
