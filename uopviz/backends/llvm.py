@@ -136,6 +136,13 @@ def llvm_cpu_and_features(target: CPUTarget) -> tuple[str, str]:
     return target.llvm_cpu_and_features(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
 
 
+# MCJIT places a kernel's code and its constants in separate allocations that may land more than
+# 2 GiB apart (they do under qemu-user and on hosts with scattered mappings); the small code
+# model's 32-bit PC-relative references then overflow (an assertion, or a wild jump without
+# one).  The large code model addresses constants and callees with 64-bit immediates.
+CODE_MODEL = "large"
+
+
 def _target_machine(cpu: str, features: str) -> Any:
     """A new target machine (an MCJIT engine owns and disposes the one it is given)."""
     llvm = _llvm()
@@ -145,7 +152,7 @@ def _target_machine(cpu: str, features: str) -> Any:
         features=features,
         opt=3,
         reloc="pic",
-        codemodel="default",
+        codemodel=CODE_MODEL,
     )
 
 
@@ -251,7 +258,7 @@ class LLVMBackend(TargetsCPU, Backend):
         target = self.target
         cpu, features = llvm_cpu_and_features(target)
         key = content_key(source, cpu, features, target.key, ".".join(map(str, llvm.llvm_version_info)),
-                          "O3+slp", "soft-half-1")
+                          "O3+slp", "soft-half-1", CODE_MODEL)
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
