@@ -5,6 +5,8 @@
 #   make test-fast  the suite without `slow` and `browser` tests
 #   make test-targets  backend, pipeline and NNEF-lowering tests again for each lesser CPU target
 #                   (UOPVIZ_TARGET=x86-64-v3, x86-64-v2) this host can run
+#   make test-emulated  the same tests on emulated older CPUs (qemu-x86_64: Haswell = AVX2, no
+#                   AVX-512): the native target is detected there, and AVX-512 code would SIGILL
 #   make fuzz-slow  tests/fuzz under the slow hypothesis profile (> 10,000 fuzz inputs, 500 generated
 #                   programs on every CPU backend); outcome counts in tests/artifacts/fuzz-outcomes.json
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
@@ -37,14 +39,16 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: help venv system-deps test test-fast test-targets fuzz-slow lab bench accuracy lint clean distclean
+.PHONY: help venv system-deps test test-fast test-targets test-emulated fuzz-slow lab bench accuracy lint clean distclean
 
 # The tests whose generated code depends on the CPU target, run again under each lesser target.
 TARGET_TESTS ?= tests/backends tests/passes tests/engine tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
 TARGET_LEVELS ?= x86-64-v3 x86-64-v2
+# The emulated CPUs of `make test-emulated` (scripts/emulated-host.sh names them).
+EMULATED_CPUS ?= haswell
 
 help:
-	@echo "uopviz: make lab | test | test-fast | test-targets | fuzz-slow | bench | accuracy | lint | venv | system-deps | clean | distclean"
+	@echo "uopviz: make lab | test | test-fast | test-targets | test-emulated | fuzz-slow | bench | accuracy | lint | venv | system-deps | clean | distclean"
 
 system-deps:
 	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
@@ -84,6 +88,16 @@ test-targets: venv
 	  echo "== UOPVIZ_TARGET=$$level $(PY) -m pytest -n auto -m 'not slow and not browser' $(TARGET_TESTS)"; \
 	  UOPVIZ_TARGET=$$level $(PY) -m pytest -n auto -m "not slow and not browser" $(TARGET_TESTS) \
 	    $(PYTEST_ARGS) || exit $$?; \
+	done
+
+test-emulated: venv
+	@if ! command -v qemu-x86_64 >/dev/null || [ "$$(uname -m)" != x86_64 ]; then \
+	  echo "== test-emulated: needs qemu-user on an x86-64 host (make system-deps as root); skipped"; \
+	  exit 0; fi; \
+	for cpu in $(EMULATED_CPUS); do \
+	  echo "== scripts/emulated-host.sh $$cpu python -m pytest -n auto -m 'not slow and not browser' $(TARGET_TESTS)"; \
+	  bash scripts/emulated-host.sh $$cpu python -m pytest -n auto -m "not slow and not browser" \
+	    $(TARGET_TESTS) $(PYTEST_ARGS) || exit $$?; \
 	done
 
 fuzz-slow: venv

@@ -8,6 +8,8 @@
 #   ocl-icd-libopencl1       the OpenCL ICD loader (libOpenCL.so.1)
 #   ocl-icd-opencl-dev       OpenCL headers + libOpenCL.so, for building pyopencl from source
 #   clinfo                   diagnostics: lists the OpenCL platforms the loader sees
+#   qemu-user                qemu-x86_64, which runs the tests on an emulated AVX2 or SSE4.2 CPU
+#                            (scripts/emulated-host.sh, `make test-emulated`)
 #
 # Behaviour:
 #   * every package already installed      -> prints nothing, exits 0 (fast: one dpkg-query)
@@ -21,7 +23,8 @@
 # ensurepip, python3-venv is added to the list).
 set -euo pipefail
 
-PACKAGES=(graphviz chromium clang libomp-dev pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo)
+PACKAGES=(graphviz chromium clang libomp-dev pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo
+          qemu-user)
 PYTHON="${PYTHON:-python3}"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
