@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from cpu_targets import target_params
 
 from uopviz.backends import get
 from uopviz.backends.base import CompileError, KernelMeta, RenderError
@@ -242,7 +243,7 @@ def _matmul_source(a: np.ndarray, b: np.ndarray, opts, target: str):
     return source, profile
 
 
-@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("target", target_params("native", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize("shape", [(24, 144, 56), (16, 40, 24), (8, 9, 8)])
 def test_lanes_of_one_vector_repeated_are_one_shuffle(target, shape):
     # an 8x8 register tile on 16-lane registers: each vector holds two output rows of 8 columns, so
@@ -281,7 +282,7 @@ def test_libgomp_spins_briefly_unless_the_user_says_otherwise(given, expected):
     assert json.loads(out) == expected
 
 
-@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("target", target_params("native", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize("shape", [(64, 40), (128, 1000), (12, 16)])
 def test_a_vector_widened_or_halved_from_one_vector_is_shuffled_in_registers(target, shape):
     # a matrix-vector product by 8 outputs x 4 steps: the 4 loaded values are broadcast over
@@ -307,7 +308,7 @@ def test_a_vector_widened_or_halved_from_one_vector_is_shuffled_in_registers(tar
         assert "wide0 = __builtin_shufflevector(val0, val0, 0, 1, 2, 3, 4, 5, 6, 7);" in source
 
 
-@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("target", target_params("native", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize("size", [1 << 16, 3 * 4096])
 def test_vectors_of_constants_are_static_so_the_openmp_body_sees_their_lanes(target, size):
     # declared before the THREAD loop, a vector of constants is passed to the outlined OpenMP body

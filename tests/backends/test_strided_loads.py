@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_targets import target_params
 
 import uopviz as uv
 from uopviz.backends.target import using_target
@@ -19,7 +20,7 @@ def _depthwise_stride_2(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("target", target_params("native", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize("channels,size", [(8, 33), (4, 17), (2, 64)])
 def test_a_stride_2_row_is_read_as_two_loads_and_a_shuffle(backend, target, channels, size):
     # the last row's last vector ends exactly at the buffer's end (size odd): no read past it

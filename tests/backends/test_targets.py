@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from cpu_targets import not_runnable_levels, runnable_levels
 
 import uopviz as uv
 from uopviz.backends import BackendUnavailable, get
@@ -27,14 +28,6 @@ CPU_BACKENDS = ("c", "llvm", "opencl")
 def _require(backend: str) -> None:
     if not get(backend).available():
         pytest.skip(f"{backend} backend unavailable here: {get(backend).unavailable_reason()}")
-
-
-def _runnable_levels() -> list[str]:
-    return [level for level in LEVELS if resolve_target(level).runs_here]
-
-
-def _not_runnable_levels() -> list[str]:
-    return [level for level in LEVELS if not resolve_target(level).runs_here]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +123,7 @@ def _elementwise_program(backend: str):
 def test_compiled_code_is_cached_per_target(backend: str) -> None:
     _require(backend)
     sources = {}
-    for level in _runnable_levels():
+    for level in runnable_levels():
         with using_target(level):
             x, program = _elementwise_program(backend)
             kernel = program.kernels[0]
@@ -143,7 +136,7 @@ def test_compiled_code_is_cached_per_target(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["c", "llvm"])
-@pytest.mark.parametrize("level", _not_runnable_levels() or ["none"])
+@pytest.mark.parametrize("level", not_runnable_levels() or ["none"])
 def test_a_level_the_host_lacks_compiles_but_refuses_to_run(backend: str, level: str) -> None:
     if level == "none":
         pytest.skip("this host runs every x86-64 level (nothing it lacks to refuse)")
@@ -190,7 +183,7 @@ HALF_TYPES = {
 @pytest.mark.parametrize("opts", [None, "heuristic"])
 @pytest.mark.parametrize("half", list(HALF_TYPES))
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("level", ["native", *_runnable_levels()])
+@pytest.mark.parametrize("level", ["native", *runnable_levels()])
 def test_half_types_match_a_bit_level_reference(level: str, backend: str, half: str, opts) -> None:
     _require(backend)
     if backend == "opencl" and level != "native":

@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 from conv_reference import conv_graph
 from conv_reference import conv_reference as _reference
+from cpu_targets import target_params
 
 import uopviz as uv
-from uopviz.backends.target import host_cpu, level_features, using_target
+from uopviz.backends.target import using_target
 from uopviz.nnef.lowering import compile_graph
 from uopviz.nnef.weight_layout import WeightLayout
 
 RNG = np.random.default_rng(47)
 VECTOR_BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]
-# the x86-64 levels this host runs code for (their lanes: 8 float32 on v3, 4 on v2)
-LEVELS = [level for level in ("x86-64-v3", "x86-64-v2") if level_features(level) <= host_cpu().features]
+# the lesser x86-64 levels (their lanes: 8 float32 on v3, 4 on v2), where this host runs their code
+LEVELS = target_params("x86-64-v3", "x86-64-v2")
 
 
 CASES = [

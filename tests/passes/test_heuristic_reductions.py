@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_targets import target_params
 
 import uopviz as uv
 from uopviz.backends.target import using_target
@@ -20,7 +21,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("target", target_params("native", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize("shape", [(64, 1024), (33, 96), (8, 40)])
 def test_row_reductions_unroll_by_the_targets_register_lanes(backend, target, shape):
     x = RNG.standard_normal(shape).astype(np.float32)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_targets import target_params
 
 import uopviz as uv
 from uopviz.backends.target import using_target
@@ -54,7 +55,7 @@ def test_kernels_of_few_iterations_run_on_one_core(backend, size):
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("target", ["native", "x86-64-v3", "x86-64-v2"])
+@pytest.mark.parametrize("target", target_params("native", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize("shape", [(125, 1280), (127, 333), (7, 9, 4099)])
 def test_an_axis_no_core_count_divides_is_padded_to_share_it(backend, target, shape):
     # a row sum over an odd number of rows: padded to a multiple of the cores, the extra rows'
