@@ -6,7 +6,8 @@
 #   make test-targets  backend, pipeline and NNEF-lowering tests again for each lesser CPU target
 #                   (UOPVIZ_TARGET=x86-64-v3, x86-64-v2) this host can run
 #   make test-emulated  the same tests on emulated older CPUs (qemu-x86_64: Haswell = AVX2, no
-#                   AVX-512): the native target is detected there, and AVX-512 code would SIGILL
+#                   AVX-512; Nehalem = SSE4.2): `native` is detected there, and code using an
+#                   instruction the CPU lacks would SIGILL
 #   make fuzz-slow  tests/fuzz under the slow hypothesis profile (> 10,000 fuzz inputs, 500 generated
 #                   programs on every CPU backend); outcome counts in tests/artifacts/fuzz-outcomes.json
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
@@ -44,8 +45,11 @@ export DEBIAN_FRONTEND := noninteractive
 # The tests whose generated code depends on the CPU target, run again under each lesser target.
 TARGET_TESTS ?= tests/backends tests/passes tests/engine tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
 TARGET_LEVELS ?= x86-64-v3 x86-64-v2
-# The emulated CPUs of `make test-emulated` (scripts/emulated-host.sh names them).
-EMULATED_CPUS ?= haswell
+# The emulated CPUs of `make test-emulated` (scripts/emulated-host.sh names them) and what runs on
+# each: on Haswell (AVX2, no AVX-512) the target-dependent tests, on Nehalem (SSE4.2) the backends'.
+EMULATED_CPUS ?= haswell nehalem
+EMULATED_TESTS_haswell ?= $(TARGET_TESTS)
+EMULATED_TESTS_nehalem ?= tests/backends
 
 help:
 	@echo "uopviz: make lab | test | test-fast | test-targets | test-emulated | fuzz-slow | bench | accuracy | lint | venv | system-deps | clean | distclean"
@@ -94,11 +98,10 @@ test-emulated: venv
 	@if ! command -v qemu-x86_64 >/dev/null || [ "$$(uname -m)" != x86_64 ]; then \
 	  echo "== test-emulated: needs qemu-user on an x86-64 host (make system-deps as root); skipped"; \
 	  exit 0; fi; \
-	for cpu in $(EMULATED_CPUS); do \
-	  echo "== scripts/emulated-host.sh $$cpu python -m pytest -n auto -m 'not slow and not browser' $(TARGET_TESTS)"; \
-	  bash scripts/emulated-host.sh $$cpu python -m pytest -n auto -m "not slow and not browser" \
-	    $(TARGET_TESTS) $(PYTEST_ARGS) || exit $$?; \
-	done
+	$(foreach cpu,$(EMULATED_CPUS), \
+	  echo "== scripts/emulated-host.sh $(cpu) python -m pytest -n auto -m 'not slow and not browser' $(EMULATED_TESTS_$(cpu))"; \
+	  bash scripts/emulated-host.sh $(cpu) python -m pytest -n auto -m "not slow and not browser" \
+	    $(EMULATED_TESTS_$(cpu)) $(PYTEST_ARGS) || exit $$?;)
 
 fuzz-slow: venv
 	mkdir -p tests/artifacts && rm -f tests/artifacts/fuzz-outcomes.json

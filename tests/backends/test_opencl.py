@@ -139,3 +139,27 @@ def test_float16_group_reduce_compiles_and_runs_without_cl_khr_fp16():
     split = uv.Opt(uv.OptOp.SPLIT, 1, (4, uv.AxisType.GROUP_REDUCE, False))
     (out,) = uv.compile(uv.Tensor(x).sum(axis=1), backend="opencl", opts=[split]).run()
     np.testing.assert_allclose(out.astype(np.float32), x.astype(np.float32).sum(axis=1), rtol=1e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (5, 32), (3, 16)])
+def test_what_the_compiler_says_stays_with_the_kernel_and_is_not_warned(shape, tmp_path, monkeypatch) -> None:
+    # pocl for an SSE-only CPU (x86-64-v2, an emulated Nehalem) says on every build that a float8
+    # built-in's ABI changes; pyopencl turned that into a warning per kernel in the user's notebook
+    import warnings
+
+    from uopviz.backends.target import host_cpu
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))  # built from source here, not loaded
+    backend = _backend()
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        program = uv.compile([uv.Tensor(x).sum(1)], backend="opencl", opts="heuristic")
+        out = program.run()[0]
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-5, atol=1e-5)
+    compiled = backend.compile(program.kernels[0].source("opencl"), program.kernels[0].name)
+    output = compiled.extra["compiler_output"]
+    assert isinstance(output, str)
+    wide_load = "vload8" in compiled.source or "vload16" in compiled.source
+    if backend.runs_on_cpu and "avx" not in host_cpu().features and wide_load:  # pocl's clang sees the host
+        assert "ABI" in output, output

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -407,23 +408,38 @@ class OpenCLBackend(Backend):
         start = time.perf_counter()
         options = ["-cl-std=CL1.2"]
 
+        said: list[str] = []
+
         def build_binary() -> bytes:
             try:
-                program = cl.Program(context, source).build(options=options)
+                program = _build(cl.Program(context, source), device, options, said)
             except cl.Error as error:
                 raise CompileError(self.name, name, str(error), source) from None
             return program.get_info(cl.program_info.BINARIES)[0]
 
         binary, was_cached = read_cached_bytes("opencl", key, ".bin", build_binary)
         try:
-            program = cl.Program(context, [device], [binary]).build(options=options)
+            program = _build(cl.Program(context, [device], [binary]), device, options, said)
         except cl.Error as error:
             raise CompileError(self.name, name, f"the cached binary does not load: {error}", source) from None
-        kernel = OpenCLCompiledKernel(
-            self.name, meta, source, time.perf_counter() - start, {"cached": was_cached}, program
-        )
+        info = {"cached": was_cached, "compiler_output": "\n".join(dict.fromkeys(said))}
+        kernel = OpenCLCompiledKernel(self.name, meta, source, time.perf_counter() - start, info, program)
         self._compiled[key] = kernel
         return kernel
+
+
+def _build(program: Any, device: Any, options: list[str], said: list[str]) -> Any:
+    """Builds ``program`` for ``device``; what the compiler said goes to ``said`` (the kernel's
+    ``compiler_output``), not to a warning: pocl on an SSE-only CPU warns on every build that a
+    float8 built-in's ABI changes, which in a notebook would bury the user's own output."""
+    cl = _opencl()[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        built = program.build(options=options)
+    log = built.get_build_info(device, cl.program_build_info.LOG).strip()
+    if log:
+        said.append(log)
+    return built
 
 
 __all__ = ["OpenCLBackend", "OpenCLRenderer", "opencl_dialect"]
