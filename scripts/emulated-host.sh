@@ -16,9 +16,10 @@
 # Needs qemu-user (scripts/system-deps.sh installs it), util-linux's unshare, and either root or
 # unprivileged user namespaces.  The emulator is 10-20x slower than the host: run focused tests.
 # Debian 12's qemu 7.2 miscomputes some AVX2 code: three C-backend tests in tests/nnef (argmax
-# pool/sample, the LSTM zoo model) and the hand-tuning notebook get wrong values there from the
-# very .so files that give numpy's values when the host runs them (same cache, same bytes), so
-# `make test-emulated` runs the target-dependent tests, which pass, not the whole suite.
+# pool/sample, the LSTM zoo model) get wrong values there from the very .so files that give
+# numpy's values when the host runs them (same cache, same bytes), and the hand-tuning notebook
+# outlasts its 5-minute limit; so `make test-emulated` runs the target-dependent tests, which
+# pass, not the whole suite.
 # Env: VENV (default .venv).
 set -euo pipefail
 
