@@ -408,38 +408,37 @@ class OpenCLBackend(Backend):
         start = time.perf_counter()
         options = ["-cl-std=CL1.2"]
 
-        said: list[str] = []
+        said: list[str] = []  # the build logs, from source (when not cached) and from the binary
 
         def build_binary() -> bytes:
             try:
-                program = _build(cl.Program(context, source), device, options, said)
+                program, log = _build(cl.Program(context, source), device, options)
             except cl.Error as error:
                 raise CompileError(self.name, name, str(error), source) from None
+            said.append(log)
             return program.get_info(cl.program_info.BINARIES)[0]
 
         binary, was_cached = read_cached_bytes("opencl", key, ".bin", build_binary)
         try:
-            program = _build(cl.Program(context, [device], [binary]), device, options, said)
+            program, log = _build(cl.Program(context, [device], [binary]), device, options)
         except cl.Error as error:
             raise CompileError(self.name, name, f"the cached binary does not load: {error}", source) from None
-        info = {"cached": was_cached, "compiler_output": "\n".join(dict.fromkeys(said))}
+        said.append(log)
+        info = {"cached": was_cached, "compiler_output": "\n".join(dict.fromkeys(filter(None, said)))}
         kernel = OpenCLCompiledKernel(self.name, meta, source, time.perf_counter() - start, info, program)
         self._compiled[key] = kernel
         return kernel
 
 
-def _build(program: Any, device: Any, options: list[str], said: list[str]) -> Any:
-    """Builds ``program`` for ``device``; what the compiler said goes to ``said`` (the kernel's
-    ``compiler_output``), not to a warning: pocl on an SSE-only CPU warns on every build that a
+def _build(program: Any, device: Any, options: list[str]) -> tuple[Any, str]:
+    """``program`` built for ``device``, and what the compiler said (the kernel's
+    ``compiler_output``) instead of a warning: pocl on an SSE-only CPU warns on every build that a
     float8 built-in's ABI changes, which in a notebook would bury the user's own output."""
     cl = _opencl()[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", cl.CompilerWarning)
         built = program.build(options=options)
-    log = built.get_build_info(device, cl.program_build_info.LOG).strip()
-    if log:
-        said.append(log)
-    return built
+    return built, built.get_build_info(device, cl.program_build_info.LOG).strip()
 
 
 __all__ = ["OpenCLBackend", "OpenCLRenderer", "opencl_dialect"]
