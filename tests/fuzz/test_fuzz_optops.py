@@ -6,6 +6,7 @@ backend (and computes what the kernel computed before)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -98,3 +99,26 @@ def test_accepted_opt_sequences_render_compile_and_compute_the_same(program, bac
     record("opt sequences", None)
     np.testing.assert_allclose(out.astype(np.float64), reference, rtol=2e-2, atol=5e-2,
                                err_msg=f"{name} on {backend} with {list(kernel.opts)}")
+
+
+@pytest.mark.parametrize("shaped_for", CPU_BACKENDS)
+@pytest.mark.parametrize("timed_on", CPU_BACKENDS)
+@budget(default=6, slow=100)
+@given(st.integers(0, len(PROGRAMS) - 1), st.randoms(use_true_random=False), st.integers(1, 4))
+def test_a_kernel_shaped_for_one_backend_times_on_another_or_is_refused(shaped_for, timed_on, program,
+                                                                        random, count):
+    """Hand-applied opts never crash a worker: a kernel shaped for ``shaped_for`` and timed on
+    ``timed_on`` (the tuner's "time on all backends") gives a timing or an OptError before any run."""
+    kernel = kernel_for(program, shaped_for)
+    for _ in range(count):
+        candidates = candidate_opts(kernel)
+        if not candidates:
+            break
+        kernel = kernel.apply(random.choice(candidates))
+    try:
+        timing = kernel.time(timed_on, repeats=1)
+    except OptError as error:
+        record("opts timed on another backend", error)
+        return
+    record("opts timed on another backend", None)
+    assert timing.median_s > 0

@@ -79,6 +79,36 @@ def test_thread_needs_a_global_axis_split_from_the_outside() -> None:
         threaded.apply(split(0, 2, T, top=True))
 
 
+def test_a_kernel_shaped_for_another_backend_is_refused_before_it_runs() -> None:
+    """The C heuristic's THREAD axis on a backend without threads (OpenCL: the worker crashed with
+    SIGSEGV), and an OpenCL LOCAL axis on C, are OptErrors from lowering, naming the axis."""
+    a = Tensor(np.ones((64, 64), np.float32))
+    threaded = uv.compile(a @ a, backend="c", opts=[split(0, 2, T, top=True)], build=False).kernels[0]
+    no_threads = type("NoThreads", (), {"name": "gpu-like", "has_threads": False, "has_local": True,
+                                        "tensor_cores": ()})()
+    with pytest.raises(OptError, match="axis 0 is THREAD, and the gpu-like backend has no threads"):
+        threaded.for_backend(no_threads)
+    if "opencl" in BACKENDS:
+        with pytest.raises(OptError, match="axis 0 is THREAD, and the opencl backend has no threads"):
+            threaded.time("opencl", repeats=1)
+        local = uv.compile(a @ a, backend="opencl", opts=[split(0, 2, L)], build=False).kernels[0]
+        with pytest.raises(OptError, match="is LOCAL, and the c backend has no workgroups"):
+            local.source("c")
+
+
+@pytest.mark.skipif("opencl" not in BACKENDS, reason="the case is a C kernel lowered for opencl")
+def test_a_kernel_shaped_for_c_is_finished_for_the_backend_it_is_lowered_for() -> None:
+    """C stages a strided strip of B into a 64 KiB array (a CPU's L1/L2 holds it); lowered for OpenCL
+    that array is per work-item and crashed pocl: there the kernel is finished as OpenCL's own."""
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
+    opts = [split(1, 32, U), split(0, 4, U), Opt(OptOp.SWAP, 0, 1)]
+    kernel = uv.compile(Tensor(a) @ Tensor(b), backend="c", opts=opts, build=False).kernels[0]
+    assert "[16384]" in kernel.source("c")
+    assert "[16384]" not in kernel.source("opencl")
+    assert kernel.time("opencl", repeats=1).median_s > 0
+
+
 @pytest.mark.skipif("opencl" not in BACKENDS, reason="needs workgroups; opencl is not available")
 def test_nolocals_forbids_local_axes() -> None:
     kernel = matmul_kernel("opencl")

@@ -50,8 +50,10 @@ class LoweredKernel:
 
 def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
     """A Kernel, with the opts it has, through the pipeline's table from Optimize to Render (the
-    source only: :attr:`LoweredKernel.compiled` builds it when asked)."""
+    source only: :attr:`LoweredKernel.compiled` builds it when asked).  A kernel whose axes or tensor
+    cores need what ``backend_name`` lacks is an :class:`OptError` (``Kernel.for_backend``)."""
     backend = backend_named(backend_name)
+    kernel = kernel.for_backend(backend)
     item = ScheduleItem(0, kernel.ast, [], kernel)
     lower(Lowering([], backend.name, items=[item], build=False, optimized=True), first="Optimize")
     return LoweredKernel(kernel.name, backend.name, item.body.src[0], item.source)

@@ -172,15 +172,30 @@ def _reorder(ast: UOp, ordered: Sequence[UOp]) -> UOp:
     return renumber(ast, [r for r in ordered if r in present])
 
 
+#: what an AxisType needs of a backend: the Backend flag that says it has it, and what it is in words
+AXIS_NEEDS: dict[AxisType, tuple[str, str]] = {
+    AxisType.LOCAL: ("has_local", "workgroups or local memory"),
+    AxisType.GROUP_REDUCE: ("has_local", "workgroups or local memory"),
+    AxisType.WARP: ("has_local", "workgroups or local memory"),
+    AxisType.THREAD: ("has_threads", "threads"),
+}
+
+
+def missing_ability(backend: Any, axis_type: AxisType) -> str | None:
+    """What ``backend`` lacks for axes of ``axis_type`` (None when it has what they need)."""
+    need = AXIS_NEEDS.get(axis_type)
+    if need is None or getattr(backend, need[0]):
+        return None
+    return need[1]
+
+
 def _check_backend(kernel: Kernel, opt: Opt, target: AxisType) -> None:
     backend = kernel.backend_object
     if target is AxisType.LOCAL and kernel.nolocals:
         raise OptError(f"{opt}: NOLOCALS was applied, so no LOCAL axes")
-    if target in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and not backend.has_local:
-        raise OptError(f"{opt}: the {backend.name} backend has no workgroups or local memory for "
-                       f"{target.name} axes")
-    if target is AxisType.THREAD and not backend.has_threads:
-        raise OptError(f"{opt}: the {backend.name} backend has no threads for THREAD axes")
+    missing = missing_ability(backend, target)
+    if missing is not None:
+        raise OptError(f"{opt}: the {backend.name} backend has no {missing} for {target.name} axes")
     if target is AxisType.GROUP_REDUCE and kernel.nolocals:
         raise OptError(f"{opt}: NOLOCALS was applied, so no shared memory for GROUP_REDUCE")
 

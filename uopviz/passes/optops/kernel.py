@@ -20,6 +20,7 @@ from uopviz.core.uop import UOp
 from uopviz.passes.indexing import simplify_indices
 from uopviz.passes.optops.axes import (
     REDUCE_TYPES,
+    missing_ability,
     no_locals,
     pad_axis,
     range_size,
@@ -161,6 +162,27 @@ class Kernel:
     def with_ast(self, ast: UOp) -> Kernel:
         """This kernel's backend, opts and name hint on another AST (an opt's intermediate step)."""
         return Kernel(ast, self.backend, self.opts, self.name_hint)
+
+    def for_backend(self, backend: Any) -> Kernel:
+        """This kernel shaped as it is, for ``backend`` (a Backend): what the Optimize stage finishes
+        (staged strips, local buffers) is then decided for that backend, not the one the opts were
+        chosen for.  A shape that needs what ``backend`` lacks is an :class:`OptError`, raised before
+        any code is made or run (the C heuristic's THREAD axis timed on OpenCL: with C's staged
+        strip, a 64 KiB array per work-item, it crashed pocl)."""
+        if backend.name == self.backend:
+            return self
+        where = f"kernel {self.name} (shaped for {self.backend} by {list(self.opts)})"
+        for position, (_, axis_type) in enumerate(self.axes):
+            missing = missing_ability(backend, axis_type)
+            if missing is not None:
+                raise OptError(f"{where}: axis {position} is {axis_type.name}, and the {backend.name} "
+                               f"backend has no {missing}; lower the program for {backend.name} "
+                               f"(uv.compile(..., backend={backend.name!r})) to shape it there")
+        for wmma in (u for u in self.ast.toposort() if u.op is Ops.WMMA):
+            if wmma.arg[0] not in backend.tensor_cores:
+                raise OptError(f"{where}: its tensor core {wmma.arg[0]} is not one of the "
+                               f"{backend.name} backend's")
+        return Kernel(self.ast, backend.name, self.opts, self.name_hint)
 
     # -- lowering and running (the engine's: called through entry points, see core.entry_points) --
     def lower(self, backend: str | None = None) -> Any:
