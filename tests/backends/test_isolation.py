@@ -10,7 +10,7 @@ import pytest
 from uopviz.backends import get
 from uopviz.backends.base import CompileError
 from uopviz.backends.c import find_c_compiler
-from uopviz.backends.worker import KernelCrashed, KernelTimeout, Worker
+from uopviz.backends.worker import KernelCancelled, KernelCrashed, KernelTimeout, Worker
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
@@ -88,6 +88,36 @@ def test_a_kernel_that_never_returns_times_out(worker) -> None:
     arrays = good.make_arrays(np.random.default_rng(2))
     outputs = worker.run("c", _source(good), good.linear.arg, arrays)
     assert outputs[0][0] == -1.0 and outputs[0][5] == arrays[1][3]
+
+
+@pytest.mark.parametrize("how", ["cancel", "interrupt"])
+def test_a_cancelled_or_interrupted_request_stops_its_worker(worker, how) -> None:
+    """The tuner's Stop (``cancel`` from another thread) and Kernel > Interrupt (SIGINT in the
+    waiting thread) kill the worker: nothing keeps running unseen, and the next request is answered
+    by a new process, never with the stale answer of the stopped one."""
+    import signal
+    import threading
+    import time
+
+    case = lp.spin_custom()
+    source = _source(case)
+    worker.compile("c", source, case.linear.arg)
+    spinning = worker.pid
+    if how == "cancel":
+        stop, expected = worker.cancel, KernelCancelled
+    else:
+        main = threading.get_ident()
+        stop, expected = (lambda: signal.pthread_kill(main, signal.SIGINT)), KeyboardInterrupt
+    started = time.monotonic()
+    threading.Timer(0.5, stop).start()
+    with pytest.raises(expected):
+        worker.run("c", source, case.linear.arg, case.make_arrays(None), timeout_s=60)
+    assert time.monotonic() - started < 5
+    good = lp.gated_load(10)
+    arrays = good.make_arrays(np.random.default_rng(2))
+    outputs = worker.run("c", _source(good), good.linear.arg, arrays)
+    assert outputs[0][0] == -1.0 and outputs[0][5] == arrays[1][3]
+    assert worker.pid != spinning
 
 
 def test_errors_raised_in_the_worker_come_back_as_themselves(worker) -> None:

@@ -235,3 +235,57 @@ def test_the_kernel_list_names_each_kernel_as_it_is_now():
     assert labels[1] == f"1: {tuner.state.kernel.name} (was {program.kernels[1].name})"
     assert labels[0] == f"0: {program.kernels[0].name}"
     assert tuner.kernel_select.value == 1 and tuner.state.kernel.opts  # still on the tuned kernel
+
+
+def heuristic_matmul_512():
+    """The kernel a user hand-tuned when "Time on all backends" hung: the C heuristic's 512 matmul
+    (THREAD, UPCAST 4 x 32), far too slow for the Python interpreter."""
+    rng = np.random.default_rng(5)
+    a, b = (uv.Tensor(rng.random((512, 512), dtype=np.float32)) for _ in range(2))
+    return uv.compile(a @ b, backend="c", opts="heuristic", build=False).kernels[0]
+
+
+def test_time_on_all_backends_keeps_to_its_budget_and_refuses_what_a_backend_cannot_run():
+    import time
+
+    backends = [b for b in ("c", "opencl", "python") if b in uv.backends.available()]
+    tuner = KernelTuner([heuristic_matmul_512()], backends=backends, show_graph=False)
+    tuner.timing_budget_s = 2.0
+    started = time.monotonic()
+    tuner.time_all(wait=True)
+    elapsed = time.monotonic() - started
+    entries = {b: tuner.state.cached_timing(b) for b in backends}
+    assert entries["c"].median_s > 0 and not entries["c"].error
+    assert entries["c"].min_s <= entries["c"].median_s <= entries["c"].max_s
+    assert "stopped at its 2 s budget" in entries["python"].error
+    if "opencl" in entries:  # the C heuristic's THREAD axis: refused before the worker, no SIGSEGV
+        assert entries["opencl"].error.startswith("OptError") and "THREAD" in entries["opencl"].error
+    # builds are not in the budget: the C compile (cached after the first run) and the worker start
+    assert elapsed < 2.0 * len(backends) + 30
+    assert tuner.time_button.description == "Time on all backends" and tuner._timing_thread is None
+    rows = {r["backend"]: r for r in timing_rows_of(tuner)}
+    assert "spread" in rows["c"] and rows["python"]["error"].startswith("stopped")
+
+
+def timing_rows_of(tuner):
+    from uopviz.widgets.backends_view import timing_rows
+
+    return timing_rows([tuner.state.cached_timing(b) for b in tuner.backends])
+
+
+def test_the_time_button_becomes_stop_and_stops_the_timing():
+    import time
+
+    tuner = KernelTuner([heuristic_matmul_512()], backends=["python", "c"], show_graph=False)
+    tuner.timing_budget_s = 120.0
+    tuner.time_button.click()
+    assert tuner.time_button.description == "Stop"
+    time.sleep(1.5)  # the interpreter is running the 512 matmul in the worker
+    started = time.monotonic()
+    tuner.time_button.click()
+    while tuner._timing_thread is not None and time.monotonic() - started < 20:
+        time.sleep(0.05)
+    assert tuner._timing_thread is None and time.monotonic() - started < 5
+    assert tuner.time_button.description == "Time on all backends"
+    assert [tuner.state.cached_timing(b) for b in ("python", "c")] == [None, None]  # stopped: not cached
+    assert "stopped" in tuner.timings.children[1].value

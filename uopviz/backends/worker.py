@@ -67,6 +67,20 @@ class KernelTimeout(RuntimeError):
         return (KernelTimeout, (self.kernel, self.backend, self.timeout_s))
 
 
+class KernelCancelled(RuntimeError):
+    """A request was cancelled (:meth:`Worker.cancel`: the tuner's Stop button); its worker process
+    was killed, so nothing goes on running.  (Kernel › Interrupt kills it too, and raises
+    KeyboardInterrupt as usual.)"""
+
+    def __init__(self, kernel: str, backend: str):
+        self.kernel, self.backend = kernel, backend
+        super().__init__(f"kernel {kernel!r} on backend {backend!r} was cancelled; its worker process "
+                         f"was stopped, and the next request starts a new one")
+
+    def __reduce__(self):
+        return (KernelCancelled, (self.kernel, self.backend))
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -204,12 +218,19 @@ class Worker:
         self._sender: Connection | None = None
         self._receiver: Connection | None = None
         self._lock = threading.Lock()
+        self._cancel = threading.Event()
         self.restarts = 0
 
     @property
     def pid(self) -> int | None:
         """The worker process id (None before the first request)."""
         return self._process.pid if self._alive() else None
+
+    def cancel(self) -> None:
+        """Stop the request in progress (from another thread): its worker process is killed and the
+        waiting caller gets :class:`KernelCancelled`.  Without a request in progress, nothing."""
+        if self._lock.locked():
+            self._cancel.set()
 
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -267,20 +288,12 @@ class Worker:
                 self._sender.send((kind, payload))
             except (BrokenPipeError, OSError):
                 raise KernelCrashed(kernel, backend, self._discard(kill=True)) from None
-            deadline = time.monotonic() + timeout_s
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._discard(kill=True)
-                    raise KernelTimeout(kernel, backend, timeout_s)
-                if self._receiver.poll(min(remaining, 0.5)):
-                    try:
-                        answer = self._receiver.recv()
-                    except (EOFError, OSError):
-                        raise KernelCrashed(kernel, backend, self._discard(kill=False)) from None
-                    break
-                if not self._alive():
-                    raise KernelCrashed(kernel, backend, self._discard(kill=False))
+            self._cancel.clear()
+            try:
+                answer = self._wait(timeout_s, kernel, backend)
+            except KeyboardInterrupt:  # Kernel > Interrupt: the request must not run on unseen
+                self._discard(kill=True)
+                raise
         if answer[0] == "ok":
             return answer[1]
         error = answer[1]
@@ -288,6 +301,26 @@ class Worker:
             error.add_note(f"raised in the kernel worker process:\n{answer[2]}")
             raise error
         raise RuntimeError(f"kernel worker failed: {error}")
+
+    def _wait(self, timeout_s: float, kernel: str, backend: str) -> Any:
+        """The worker's answer, waiting at most ``timeout_s``, until a cancel or the worker's death."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._discard(kill=True)
+                raise KernelTimeout(kernel, backend, timeout_s)
+            if self._cancel.is_set():
+                self._cancel.clear()
+                self._discard(kill=True)
+                raise KernelCancelled(kernel, backend)
+            if self._receiver.poll(min(remaining, 0.1)):
+                try:
+                    return self._receiver.recv()
+                except (EOFError, OSError):
+                    raise KernelCrashed(kernel, backend, self._discard(kill=False)) from None
+            if not self._alive():
+                raise KernelCrashed(kernel, backend, self._discard(kill=False))
 
     def run(
         self, backend: str, source: str, name: str, arrays: Sequence[np.ndarray], timeout_s: float = 120.0

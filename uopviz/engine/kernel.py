@@ -60,20 +60,31 @@ def lower_kernel(kernel: Kernel, backend_name: str) -> LoweredKernel:
 
 
 def time_kernel_on_random_inputs(kernel: Kernel, backend: str | None = None, repeats: int = 10,
-                                 isolated: bool | None = None) -> Any:
+                                 isolated: bool | None = None, budget_s: float | None = None) -> Any:
     """``kernel``'s run time on random inputs (a ``Timing``); compiled backends run in the isolated
-    worker unless ``isolated`` is False (see :meth:`Kernel.time`)."""
+    worker unless ``isolated`` is False (see :meth:`Kernel.time`).  With ``budget_s`` every backend,
+    the Python interpreter too, runs in the worker: it is compiled first, then its runs stop once half
+    the budget is spent, and the worker is stopped (:class:`KernelTimeout`) at the budget."""
     lowered = kernel.lower(backend)
-    if isolated is None:
+    if budget_s is not None:
+        if not budget_s > 0:
+            raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+        isolated = True
+    elif isolated is None:
         isolated = lowered.backend != "python"
     params = lowered.params
     total = sum(param.size * param.dtype.itemsize for param in params)
     check_allocation(total, f"the arguments of kernel {kernel.name}")
-    if isolated:
-        return worker.default_worker().time_random(lowered.backend, lowered.source, lowered.name,
-                                            repeats=repeats, flops=kernel.flops, bytes_moved=kernel.bytes)
-    return worker.time_kernel(lowered.backend, lowered.source, lowered.name, lowered.random_arguments(),
-                       repeats=repeats, flops=kernel.flops, bytes_moved=kernel.bytes, isolated=False)
+    counts = {"flops": kernel.flops, "bytes_moved": kernel.bytes}
+    if not isolated:
+        return worker.time_kernel(lowered.backend, lowered.source, lowered.name, lowered.random_arguments(),
+                                  repeats=repeats, isolated=False, **counts)
+    process = worker.default_worker()
+    if budget_s is None:
+        return process.time_random(lowered.backend, lowered.source, lowered.name, repeats=repeats, **counts)
+    process.compile(lowered.backend, lowered.source, lowered.name)  # building is not the kernel's time
+    return process.time_random(lowered.backend, lowered.source, lowered.name, repeats=repeats,
+                               timeout_s=budget_s, budget_s=budget_s / 2, **counts)
 
 
 __all__ = ["LoweredKernel", "lower_kernel", "time_kernel_on_random_inputs"]

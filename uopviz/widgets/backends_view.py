@@ -80,17 +80,23 @@ def _table(rows: list[dict[str, str]]) -> str:
 
 
 def timing_rows(entries: list[TimingEntry]) -> list[dict[str, str]]:
-    """Timings as table rows (median, min, runs, GFLOP/s, GB/s, or the error)."""
+    """Timings as table rows (median, min, max, spread, runs, GFLOP/s, GB/s, or the error); an
+    unsteady timing says so beside its spread."""
     rows = []
     for e in entries:
         if e.error:
             rows.append({"backend": e.backend, "median": "—", "error": e.error})
             continue
+        spread = "—" if e.spread is None else f"{e.spread:.0%}"
+        if e.unsteady:
+            spread += " (unsteady: a busy machine? time again)"
         rows.append(
             {
                 "backend": e.backend,
                 "median": format_seconds(e.median_s),
                 "min": format_seconds(e.min_s),
+                "max": format_seconds(e.max_s),
+                "spread": spread,
                 "runs": str(e.runs),
                 "GFLOP/s": f"{e.gflops:.2f}" if e.gflops is not None else "—",
                 "GB/s": f"{e.gbps:.2f}" if e.gbps is not None else "—",

@@ -95,6 +95,13 @@ class SourceEntry:
     seconds: float = 0.0
 
 
+#: seconds a timing in the tuner may take per backend (the kernel's build not counted): its runs stop
+#: repeating at half of it and its worker is stopped at it, so no click can hang the notebook
+TIMING_BUDGET_S = 5.0
+#: the spread (interquartile range over median) beyond which a timing is flagged as unsteady
+UNSTEADY_SPREAD = 0.25
+
+
 @dataclass
 class TimingEntry:
     """A timing of the current kernel on one backend (or why it failed), with rates when the
@@ -111,6 +118,15 @@ class TimingEntry:
     error: str = ""
     #: where it was measured: the backend's device, which names the CPU and its target profile
     device: str = ""
+    max_s: float | None = None
+    #: the runs' interquartile range over their median (0.05: the middle half within 5 %)
+    spread: float | None = None
+
+    @property
+    def unsteady(self) -> bool:
+        """True when the runs disagree enough that the median should not be trusted alone (a busy
+        machine): their middle half spans more than :data:`UNSTEADY_SPREAD` of the median."""
+        return self.spread is not None and self.spread > UNSTEADY_SPREAD
 
     @property
     def intensity(self) -> float | None:
@@ -161,6 +177,8 @@ def timing_entry(kernel: Any, backend: str, timing: Any) -> TimingEntry:
         flops,
         bytes_moved,
         device=device,
+        max_s=float(getattr(timing, "max_s", median)),
+        spread=getattr(timing, "spread", None),
     )
 
 
@@ -354,14 +372,23 @@ class TunerState:
         self._sources[(id(kernel), backend)] = (kernel, entry)
         return entry
 
-    def timing(self, backend: str, refresh: bool = False) -> TimingEntry:
-        """A timing of the current kernel on ``backend`` (cached unless ``refresh``)."""
-        kernel = self.kernel
+    def timing(self, backend: str, refresh: bool = False, budget_s: float | None = None) -> TimingEntry:
+        """A timing of the current kernel on ``backend`` (cached unless ``refresh``), within
+        ``budget_s`` seconds (default :data:`TIMING_BUDGET_S`): the kernel runs in the worker process,
+        which is stopped at the budget or by ``Worker.cancel`` (the tuner's Stop button)."""
+        from uopviz.backends.worker import KernelCancelled, KernelTimeout
+
+        kernel, budget_s = self.kernel, TIMING_BUDGET_S if budget_s is None else budget_s
         cached = self.cached_timing(backend)
         if cached is not None and not refresh:
             return cached
         try:
-            entry = timing_entry(kernel, backend, kernel.time(backend))
+            entry = timing_entry(kernel, backend, kernel.time(backend, budget_s=budget_s))
+        except KernelTimeout:
+            entry = TimingEntry(backend, error=f"stopped at its {budget_s:g} s budget (Kernel.time("
+                                               f"{backend!r}, budget_s=...) takes longer)")
+        except KernelCancelled:
+            return TimingEntry(backend, error="stopped")  # not cached: the next click times it again
         except Exception as error:  # noqa: BLE001 - shown in the chart's table, others still run
             entry = TimingEntry(backend, error=f"{type(error).__name__}: {error}")
         self._timings[(id(kernel), backend)] = (kernel, entry)

@@ -19,7 +19,7 @@ from uopviz.core.ops import AxisType
 from uopviz.core.uop import UOp
 from uopviz.widgets.backends_view import backend_names, bokeh_widget, timing_figure, timing_rows
 from uopviz.widgets.highlight import highlight
-from uopviz.widgets.tuner import OPT_NAMES, TunerState, make_opt
+from uopviz.widgets.tuner import OPT_NAMES, TIMING_BUDGET_S, TimingEntry, TunerState, make_opt
 
 # a grid, not a flexbox: long source lines must scroll inside their pane, never widen it; panes that do
 # not fit side by side wrap to the next row (a pane cut off at the right edge hides its backend), in
@@ -162,6 +162,10 @@ class KernelTuner(widgets.VBox):
         )
         self.sources = widgets.HTML()
         self.timings = widgets.VBox()
+        self._timing_thread: threading.Thread | None = None
+        self._stop_requested = False
+        #: seconds each backend's timing may take ("Time on all backends")
+        self.timing_budget_s = TIMING_BUDGET_S
         self.graph = None
         if show_graph:
             from uopviz.widgets.views import GraphView
@@ -340,13 +344,55 @@ class KernelTuner(widgets.VBox):
         self.export_text.layout.display = ""
 
     # -- timings and BEAM --------------------------------------------------------------------------
-    def time_all(self) -> None:
-        """Time the current kernel on every backend and draw the chart."""
-        self.time_button.disabled = True
-        try:
-            self._show_timings([self.state.timing(b, refresh=True) for b in self.backends])
-        finally:
-            self.time_button.disabled = False
+    def time_all(self, wait: bool = False) -> None:
+        """Time the current kernel on every backend, one after the other in a thread (each within
+        the tuner's budget), with progress; while it runs the button is Stop.  ``wait`` runs it here."""
+        if self._timing_thread is not None:  # the button reads Stop now: stop the timing in progress
+            self.stop_timing()
+            return
+        state, backends = self.state, list(self.backends)
+        self._stop_requested = False
+        self._set_time_button(running=True)
+        self.timings.children = [widgets.HTML(self._progress_html(backends, 0))]
+
+        def work() -> None:
+            entries = []
+            try:
+                for done, backend in enumerate(backends):
+                    self.timings.children = [widgets.HTML(self._progress_html(backends, done))]
+                    if self._stop_requested:
+                        entries.append(TimingEntry(backend, error="stopped"))
+                        continue
+                    entries.append(state.timing(backend, refresh=True, budget_s=self.timing_budget_s))
+                self._show_timings(entries)
+            finally:
+                self._timing_thread = None
+                self._set_time_button(running=False)
+
+        if wait:
+            self._timing_thread = threading.current_thread()
+            work()
+        else:
+            self._timing_thread = threading.Thread(target=work, daemon=True)
+            self._timing_thread.start()
+
+    def stop_timing(self) -> None:
+        """Stop the timing in progress: the backend being timed is stopped (its worker process is
+        killed) and the ones after it are not timed."""
+        from uopviz.backends.worker import default_worker
+
+        self._stop_requested = True
+        default_worker().cancel()
+
+    def _set_time_button(self, running: bool) -> None:
+        button = self.time_button
+        button.description, button.icon = ("Stop", "stop") if running else ("Time on all backends", "clock")
+        button.button_style = "warning" if running else ""
+
+    def _progress_html(self, backends: list[str], done: int) -> str:
+        now = f"timing {html.escape(backends[done])} " if done < len(backends) else ""
+        return (f'<div style="font-size:12px;color:#57606a">{now}({done}/{len(backends)} done; at most '
+                f"{self.timing_budget_s:g} s each; the button stops it)</div>")
 
     def _show_timings(self, entries: list[Any]) -> None:
         rows = timing_rows(entries)

@@ -197,12 +197,16 @@ class Kernel:
         """The LINEAR program for ``backend``."""
         return self.lower(backend).linear
 
-    def time(self, backend: str | None = None, repeats: int = 10, isolated: bool | None = None) -> Any:
+    def time(self, backend: str | None = None, repeats: int = 10, isolated: bool | None = None,
+             budget_s: float | None = None) -> Any:
         """Run time on random inputs (``uopviz.backends.timing.Timing``: median_s, min_s, runs).
         Compiled backends run in the isolated worker by default (a crashing kernel cannot take the
         caller down), and the worker makes the random arguments (this process allocates nothing); the
-        Python interpreter runs here. Arguments over the memory limit are a MemoryLimitError."""
-        return entry_point("time_kernel")(self, backend, repeats, isolated)
+        Python interpreter runs here.  With ``budget_s`` every backend runs in the worker, stops
+        repeating once half the budget is spent and is stopped at the budget (``KernelTimeout``);
+        Kernel › Interrupt stops a timing in the worker too.  Arguments over the memory limit are a
+        MemoryLimitError."""
+        return entry_point("time_kernel")(self, backend, repeats, isolated, budget_s)
 
     def axes_text(self) -> str:
         """The axes as error messages list them: ``[0: GLOBAL 16, 1: REDUCE 8]``."""
