@@ -120,9 +120,11 @@ def _compile_segment(
     backend: str,
     opts: Any,
     first_inputs: Sequence[str] = (),
+    build: bool = True,
 ):
     """One run of kernels as a pipeline Program (``compile_kernels``): its inputs are what it reads
-    and does not write, its outputs what it writes and ``needed`` names."""
+    and does not write, its outputs what it writes and ``needed`` names; ``build=False`` renders the
+    sources without compiling them (a CUDA program on a machine without a GPU)."""
     from uopviz.core.rewrite import traced_pass
     from uopviz.engine.program import compile_kernels
 
@@ -172,6 +174,7 @@ def _compile_segment(
         [buffer(name) for name in output_names],
         backend=backend,
         opts=opts,
+        build=build,
         front_end=front_end,
     )
     program.nnef_inputs = input_names
@@ -252,8 +255,10 @@ def compile_graph(
     opts: Any = None,
     progress: Callable[[int, int, Operation | None], None] | None = None,
     fuse: bool | None = None,
+    build: bool = True,
 ):
-    """Lower every operation of ``graph`` and compile its kernels with the pipeline.
+    """Lower every operation of ``graph`` and compile its kernels with the pipeline (``build=False``:
+    render the sources only, as ``uv.compile`` does).
 
     A graph without loop nodes becomes one pipeline ``Program``: its inputs are the graph's inputs,
     variables and constants (in that order of first use), its outputs the graph's outputs, the
@@ -306,7 +311,7 @@ def compile_graph(
                 loop_opts[id(step)], offset = _loop_opts(opts, offset, step)
                 with traced_pass(f"loop {step.label}", None) as record:
                     for role, sub in step.subgraphs.items():
-                        sub.compile(backend, loop_opts[id(step)][role])
+                        sub.compile(backend, loop_opts[id(step)][role], build=build)
                     record.output = None
                 compiled.append(("loop", step))
                 continue
@@ -327,6 +332,7 @@ def compile_graph(
                 backend,
                 _segment_opts(opts, offset, count),
                 graph.inputs if position == 0 else (),
+                build,
             )
             offset += count
             compiled.append(("kernels", program))

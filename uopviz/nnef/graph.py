@@ -193,9 +193,10 @@ class Graph:
 
         return operation_kernels(self, self._operation(operation), backend)
 
-    def compile(self, backend: str = "python", opts: Any = None, progress: Any = None):
+    def compile(self, backend: str = "python", opts: Any = None, progress: Any = None, build: bool = True):
         """Lower every operation and compile the kernels with the pipeline: a Program (a
         :class:`~uopviz.nnef.compile.GraphProgram` of several when the graph has loop nodes).
+        ``build=False`` renders the sources without compiling them (CUDA without a GPU).
 
         ``progress``: None for a bar over the operations lowered, then the kernels compiling, when
         that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
@@ -210,11 +211,11 @@ class Graph:
                 "compile the graph composed for given shapes (g.recomposed({name: shape, ...})), which "
                 "g.run(inputs) does by itself"
             )
-        key = (backend, repr(opts))
+        key = (backend, repr(opts), build)
         if key in self._programs:
             return self._programs[key]
         if callable(progress):
-            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=progress)
+            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=progress, build=build)
             return self._programs[key]
         with progress_reporter(progress, len(self.operations), f"lowering {self.name}") as report:
 
@@ -222,7 +223,7 @@ class Graph:
                 if report is not None:
                     report(done, total, f"compiling {self.name}" if operation is None else None)
 
-            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=lowered)
+            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=lowered, build=build)
         return self._programs[key]
 
     def run(

@@ -287,7 +287,13 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
             factors += [f for f in (*wide, 4, 2) if lanes * f <= min(budget, 128)]
         kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
     if backend.has_local and gpu:
-        for r in reversed([r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL][-2:]):
+        # the last two GLOBAL axes, innermost first; found again after each split, which renumbers
+        # the ranges (the split axis keeps its GLOBAL part where it was)
+        for from_last in (1, 2):
+            globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+            if len(globals_) < from_last:
+                break
+            r = globals_[-from_last]
             for size in (16, 8, 4):
                 if range_size(r) % size == 0 and range_size(r) > size:
                     split = Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.LOCAL, False))
