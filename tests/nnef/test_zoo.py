@@ -118,7 +118,8 @@ def test_fusion_folds_batch_norm_chains_and_keeps_results(networks, tmp_path):
     np.testing.assert_allclose(output(fused), output(unfused), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] if m in SLOW else []) for m in SMALL])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] if m in SLOW else [])
+                                   for m in SMALL])
 def test_every_zoo_model_renders_for_cuda_with_heuristic_opts(networks, tmp_path, model):
     """The GPU heuristic on every zoo network, without a GPU (``build=False``): ResNet's kernels
     split their last two GLOBAL axes into LOCAL ones, and the second split once looked for a range

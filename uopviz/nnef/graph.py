@@ -215,7 +215,7 @@ class Graph:
         if key in self._programs:
             return self._programs[key]
         if callable(progress):
-            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=progress, build=build)
+            self._programs[key] = compile_graph(self, backend, opts, progress, build=build)
             return self._programs[key]
         with progress_reporter(progress, len(self.operations), f"lowering {self.name}") as report:
 
@@ -223,7 +223,7 @@ class Graph:
                 if report is not None:
                     report(done, total, f"compiling {self.name}" if operation is None else None)
 
-            self._programs[key] = compile_graph(self, backend=backend, opts=opts, progress=lowered, build=build)
+            self._programs[key] = compile_graph(self, backend, opts, lowered, build=build)
         return self._programs[key]
 
     def run(
