@@ -13,6 +13,7 @@ import pytest
 
 from uopviz.cli import main as cli_main
 from uopviz.report import ReportError, load_source, write_report
+from uopviz.widgets.embed import GZIP_TYPE, JSON_TYPE, embedded_state
 
 SOURCE = textwrap.dedent("""
     import uopviz as uv
@@ -37,17 +38,18 @@ class Collector(HTMLParser):
         super().__init__()
         self.tags: list[tuple[str, dict]] = []
         self.states: list[dict] = []
-        self._in_state = False
+        self._in_state: str | None = None
 
     def handle_starttag(self, tag, attrs):
         attributes = dict(attrs)
         self.tags.append((tag, attributes))
-        self._in_state = tag == "script" and attributes.get("type") == "application/json"
+        kind = attributes.get("type")
+        self._in_state = kind if tag == "script" and kind in (JSON_TYPE, GZIP_TYPE) else None
 
     def handle_data(self, data):
         if self._in_state:
-            self.states.append(json.loads(data))
-            self._in_state = False
+            self.states.append(embedded_state(self._in_state, data))
+            self._in_state = None
 
 
 def parse(path: Path) -> Collector:

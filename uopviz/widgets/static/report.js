@@ -1,20 +1,27 @@
 // Standalone report boot: tabs, and mounting each embedded view on first show (views mounted
-// while hidden would measure no size). Runs after uopviz.js defined UOPVIZ.
+// while hidden would measure no size). Runs after uopviz.js defined UOPVIZ. A large state is
+// embedded gzip-compressed (base64): the browser's DecompressionStream inflates it.
 (function () {
-  function activate(tabs, name) {
+  async function stateOf(id) {
+    const script = document.getElementById(id);
+    if (script.type !== 'application/gzip+base64') return JSON.parse(script.textContent);
+    const bytes = Uint8Array.from(atob(script.textContent.trim()), (c) => c.charCodeAt(0));
+    const inflated = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    return JSON.parse(await new Response(inflated).text());
+  }
+  async function mount(el) {
+    el.dataset.mounted = '1';
+    UOPVIZ.mountStatic(el, await stateOf(el.dataset.state));
+  }
+  async function activate(tabs, name) {
     for (const t of tabs.querySelectorAll('.rp-tab')) t.classList.toggle('rp-active', t.dataset.tab === name);
     for (const p of document.querySelectorAll('.rp-panel')) p.classList.toggle('rp-active', p.dataset.tab === name);
     // views mounted while hidden have no size: mount on first show
-    for (const el of document.querySelectorAll('.rp-panel.rp-active .uv-mount:not([data-mounted])')) mount(el);
-  }
-  function mount(el) {
-    const state = JSON.parse(document.getElementById(el.dataset.state).textContent);
-    el.dataset.mounted = '1';
-    UOPVIZ.mountStatic(el, state);
+    const waiting = document.querySelectorAll('.rp-panel.rp-active .uv-mount:not([data-mounted])');
+    await Promise.all(Array.from(waiting, mount));
   }
   const tabs = document.querySelector('.rp-tabs');
   for (const t of tabs.querySelectorAll('.rp-tab')) t.addEventListener('click', () => activate(tabs, t.dataset.tab));
-  activate(tabs, tabs.querySelector('.rp-tab').dataset.tab);
   window.UOPVIZ = UOPVIZ;
-  document.body.dataset.ready = '1';
+  activate(tabs, tabs.querySelector('.rp-tab').dataset.tab).then(() => { document.body.dataset.ready = '1'; });
 })();
