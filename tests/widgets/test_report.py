@@ -3,7 +3,6 @@ reports of compiled tensors are in test_report_program.py. No browser (see tests
 
 from __future__ import annotations
 
-import json
 import re
 import textwrap
 from html.parser import HTMLParser
