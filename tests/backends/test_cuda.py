@@ -10,6 +10,7 @@ import pytest
 from uopviz.backends import get
 from uopviz.backends.base import KernelMeta, RenderError
 from uopviz.backends.cuda import MMA_M16N8K16_F16_F32, compile_to_ptx, find_nvcc, run_nvcc
+from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
@@ -20,6 +21,12 @@ needs_nvcc = pytest.mark.skipif(
     find_nvcc() is None,
     reason="nvcc not found (CUDA toolkit not installed); the "
     "CUDA source is still rendered and checked for errors",
+)
+
+needs_nvrtc = pytest.mark.skipif(
+    find_nvrtc() is None,
+    reason="no NVRTC library (the CUDA toolkit's libnvrtc or the nvidia-cuda-nvrtc wheel, a dev "
+    "dependency); the CUDA source is still rendered and checked with nvcc where it exists",
 )
 
 RENDERABLE = (
@@ -156,6 +163,30 @@ def test_compile_to_ptx_reports_errors() -> None:
     b.emit(UOp(Ops.CUSTOM, (out,), ("{0}[0] = undefined_cuda_name;", dtypes.void)))
     with pytest.raises(CompileError, match="undefined_cuda_name"):
         compile_to_ptx(get("cuda").render(b.linear("broken_cuda")))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", RENDERABLE, ids=repr)
+def test_every_program_compiles_to_a_cubin_with_nvrtc(case: lp.LinearCase) -> None:
+    """Every rendered program is valid CUDA C++: NVRTC compiles it, in this process and without a GPU,
+    to H100/H200 machine code (sm_90) with its kernel function in it."""
+    source = get("cuda").render(case.linear)
+    cubin = nvrtc_compile(source, "sm_90", "cubin", case.linear.arg)
+    assert cubin[:4] == b"\x7fELF" and case.linear.arg.encode() in cubin
+
+
+@needs_nvrtc
+def test_nvrtc_gives_the_ptx_and_quotes_its_errors() -> None:
+    from uopviz.backends.base import CompileError
+
+    source = get("cuda").render(lp.warp_wmma_gemm(1, MMA_M16N8K16_F16_F32).linear)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in compile_to_ptx(source, "sm_80")
+    b = lp.Builder()
+    out = b.param(0, 4)
+    b.emit(UOp(Ops.CUSTOM, (out,), ("{0}[0] = undefined_cuda_name;", dtypes.void)))
+    with pytest.raises(CompileError, match="undefined_cuda_name") as error:
+        nvrtc_compile(get("cuda").render(b.linear("broken_cuda")), "sm_90", "cubin", "broken_cuda")
+    assert error.value.kernel_name == "broken_cuda" and "NVRTC, for sm_90" in str(error.value)
 
 
 def test_unavailable_without_a_gpu_says_why() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import uopviz as uv
+from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile
 from uopviz.nnef.lowering import compile_graph, kernel_count
 from uopviz.nnef.runtime import program_inputs
 
@@ -131,3 +132,14 @@ def test_every_zoo_model_renders_for_cuda_with_heuristic_opts(networks, tmp_path
     assert sources and all("__global__" in source for source in sources)
     assert any(kernel.opts for kernel in program.kernels)
     assert any("LOCAL" in repr(kernel.opts) for kernel in program.kernels)
+
+
+@pytest.mark.skipif(find_nvrtc() is None, reason="no NVRTC library (the nvidia-cuda-nvrtc wheel is a "
+                                                 "dev dependency; the toolkit's libnvrtc serves too)")
+def test_the_gpu_heuristics_resnet_kernels_compile_for_an_h100(networks, tmp_path):
+    """Each distinct CUDA kernel of the small ResNet-18 with heuristic opts compiles (NVRTC, sm_90)."""
+    graph = uv.nnef.load(zoo.write_skriptnd(_network(networks, "resnet18"), tmp_path / "resnet18"))
+    program = graph.compile(backend="cuda", opts="heuristic", build=False, progress=False)
+    sources = {item.source: item.kernel.name for item in program.items}
+    for source, name in sources.items():
+        assert name.encode() in nvrtc_compile(source, "sm_90", "cubin", name)

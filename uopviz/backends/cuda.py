@@ -10,11 +10,13 @@ WMMA is real tensor-core code: the ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f
 instruction, one warp (32 lanes) per 16×8×16 tile, each lane holding the fragment elements the
 PTX ISA assigns it (``TensorCore.layout_*`` records that assignment).  It needs sm_80 or newer.
 
-Compiling and running: the source is compiled by ``nvcc`` (``-cubin`` for the GPU's exact
-architecture) or, where ``libnvrtc`` is present, by NVRTC; the cubin/PTX is loaded and launched
-through the CUDA driver API (``libcuda``, via ctypes, so no Python package is needed).  Without a
-GPU the backend is unavailable, with the reason, but ``render`` still works, and
-``compile_to_ptx`` checks the source with ``nvcc -ptx`` wherever nvcc exists.
+Compiling and running: the source is compiled for the GPU's exact architecture in this process by
+NVRTC (:mod:`uopviz.backends.nvrtc`: the toolkit's ``libnvrtc`` or the ``nvidia-cuda-nvrtc``
+wheel's), else by an ``nvcc -cubin`` process; cubins are cached on disk by source, architecture
+and compiler version.  The cubin is loaded and launched through the CUDA driver API (``libcuda``, via
+ctypes, so no Python package is needed).  Without a GPU the backend is unavailable, with the
+reason, but ``render`` still works, and ``compile_to_ptx`` checks a source with NVRTC or nvcc
+wherever either exists.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from uopviz.backends.cache import cached_file, content_key
 from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import MATH_LIBRARY, CDialect
 from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
+from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
 from uopviz.core.dtype import dtypes
 from uopviz.core.uop import UOp
 
@@ -226,8 +229,30 @@ def run_nvcc(source: str, output: str, arch: str, extra: Sequence[str] = ()) -> 
 
 
 def compile_to_ptx(source: str, arch: str = "sm_80") -> str:
-    """The PTX of a rendered CUDA source (nvcc -ptx): checks that the source compiles, no GPU needed."""
+    """The PTX of a rendered CUDA source (NVRTC, else ``nvcc -ptx``): checks that the source compiles,
+    no GPU needed."""
+    if find_nvrtc() is not None:
+        return nvrtc_compile(source, arch, "ptx").decode()
     return run_nvcc(source, "ptx", arch).decode()
+
+
+def compile_to_cubin(source: str, arch: str, name: str = "kernel") -> bytes:
+    """The cubin of a rendered CUDA source for ``arch`` (``sm_90``): NVRTC in this process where it is
+    found (a JIT's way: no process per kernel), else nvcc."""
+    if find_nvrtc() is not None:
+        return nvrtc_compile(source, arch, "cubin", name)
+    return run_nvcc(source, "cubin", arch)
+
+
+@functools.cache
+def compiler_version() -> str:
+    """The version of the compiler :func:`compile_to_cubin` uses (part of the cubin cache's key)."""
+    if find_nvrtc() is not None:
+        return nvrtc_version()
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return ""
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,8 +417,9 @@ class CUDABackend(Backend):
         driver = _driver()
         if isinstance(driver, str):
             return driver
-        if find_nvcc() is None:
-            return "a GPU is present but nvcc is not (install the CUDA toolkit or set UOPVIZ_NVCC)"
+        if find_nvrtc() is None and find_nvcc() is None:
+            return ("a GPU is present but neither NVRTC nor nvcc is (install the CUDA toolkit or the "
+                    "nvidia-cuda-nvrtc wheel, or set UOPVIZ_NVRTC / UOPVIZ_NVCC)")
         return None
 
     @property
@@ -408,11 +434,7 @@ class CUDABackend(Backend):
         self.require()
         driver = _driver()
         assert not isinstance(driver, str)
-        nvcc = find_nvcc()
-        assert nvcc is not None
-        key = content_key(
-            source, driver.arch, subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-        )
+        key = content_key(source, driver.arch, compiler_version())
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
@@ -420,7 +442,7 @@ class CUDABackend(Backend):
         start = time.perf_counter()
 
         def build(target: Path) -> None:
-            target.write_bytes(run_nvcc(source, "cubin", driver.arch))
+            target.write_bytes(compile_to_cubin(source, driver.arch, meta.name))
 
         path, was_cached = cached_file("cuda", key, ".cubin", build)
         driver.activate()
@@ -445,4 +467,5 @@ class CUDABackend(Backend):
         return kernel
 
 
-__all__ = ["CUDABackend", "CUDARenderer", "MMA_M16N8K16_F16_F32", "RenderError", "compile_to_ptx"]
+__all__ = ["CUDABackend", "CUDARenderer", "MMA_M16N8K16_F16_F32", "RenderError", "compile_to_cubin",
+           "compile_to_ptx", "compiler_version"]
