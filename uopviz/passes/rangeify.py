@@ -57,6 +57,49 @@ class RangeifyError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
+# 0. large reductions to few values in two stages (backends with workgroups: GPUs)
+
+#: a reduction of at least this many terms to at most SPLIT_REDUCE_MAX_OUTPUTS values is split
+SPLIT_REDUCE_MIN_TERMS = 1 << 16
+SPLIT_REDUCE_MAX_OUTPUTS = 1024
+#: how many partial results the first stage makes per output, the first that divides the axis; the
+#: partials are the inner part of the axis, so neighbouring threads read neighbouring elements
+SPLIT_REDUCE_PARTIALS = (4096, 2048, 1024, 512, 256)
+#: the first stage has at least this many values, so the second never qualifies to split again
+SPLIT_REDUCE_FIRST_STAGE = 2 * SPLIT_REDUCE_MAX_OUTPUTS
+
+
+def split_reduce(x: UOp) -> UOp | None:
+    """``REDUCE(x, axes)`` of many terms to few values, in two reductions: the longest reduced axis
+    ``n`` is viewed as ``(n/k, k)``; the first reduction keeps ``k`` partial results per value (one
+    kernel over k threads: a GPU is busy), the second reduces them (a reduction of a reduction is a
+    kernel boundary).  A single-thread 64M sum becomes 4096 threads of 16K terms each, then one of
+    4096."""
+    op, axes = x.arg
+    source = x.src[0]
+    outputs = math.prod(x.shape)
+    if not axes or outputs > SPLIT_REDUCE_MAX_OUTPUTS or math.prod(source.shape[a] for a in axes) < \
+            SPLIT_REDUCE_MIN_TERMS:
+        return None
+    axis = max(axes, key=lambda a: source.shape[a])
+    extent = source.shape[axis]
+    partials = next((k for k in SPLIT_REDUCE_PARTIALS
+                     if extent % k == 0 and k * outputs >= SPLIT_REDUCE_FIRST_STAGE and extent // k >= 16), None)
+    if partials is None:
+        return None
+    shape = source.shape
+    viewed = source.reshape((*shape[:axis], extent // partials, partials, *shape[axis + 1:]))
+    first_axes = sorted(a + (a > axis) for a in axes)  # the outer part of `axis` stays at `axis`
+    first = viewed.reduce(op, first_axes)
+    return first.reduce(op, (axis + 1,)).reshape(x.shape)
+
+
+split_reduce_rules = PatternMatcher([
+    (UPat(Ops.REDUCE, name="x", predicate=lambda u: u.shape is not None), split_reduce, "split_reduce"),
+], name="split large reductions")
+
+
+# ---------------------------------------------------------------------------------------------
 # 1. kernel boundaries
 
 
@@ -767,9 +810,13 @@ class RangeifyResult:
     buffers: list[UOp]
 
 
-def rangeify(function: UOp) -> RangeifyResult:
-    """Split the FUNCTION from Callify into kernels (see the module docstring)."""
+def rangeify(function: UOp, split_reductions: bool = False) -> RangeifyResult:
+    """Split the FUNCTION from Callify into kernels (see the module docstring); with
+    ``split_reductions`` (backends with workgroups), large reductions to few values first become two
+    (:func:`split_reduce`)."""
     body = function.src[0]
+    if split_reductions:
+        body = graph_rewrite(body, split_reduce_rules, name="split large reductions")
     reasons = find_boundaries(body.src)
     try:
         tagged = graph_rewrite(body, boundary_rules, ctx=BoundaryContext(reasons), bottom_up=False,
@@ -783,7 +830,9 @@ def rangeify(function: UOp) -> RangeifyResult:
 
 def rangeify_stage(lowering: Lowering) -> None:
     """Rangeify: kernel boundaries, and every kernel down to shape-() values over RANGEs."""
-    lowering.graph = rangeify(lowering.graph).function
+    from uopviz.backends import get  # the backend's abilities only; it may be unavailable here
+
+    lowering.graph = rangeify(lowering.graph, split_reductions=get(lowering.backend).has_local).function
     calls = [u for u in lowering.graph.toposort() if u.op is Ops.CALL]
     lowering.items = [
         ScheduleItem(index, call.src[0], list(call.src[1:]),
