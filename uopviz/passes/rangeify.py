@@ -83,8 +83,8 @@ def split_reduce(x: UOp) -> UOp | None:
         return None
     axis = max(axes, key=lambda a: source.shape[a])
     extent = source.shape[axis]
-    partials = next((k for k in SPLIT_REDUCE_PARTIALS
-                     if extent % k == 0 and k * outputs >= SPLIT_REDUCE_FIRST_STAGE and extent // k >= 16), None)
+    fits = [k for k in SPLIT_REDUCE_PARTIALS if extent % k == 0 and extent // k >= 16]
+    partials = next((k for k in fits if k * outputs >= SPLIT_REDUCE_FIRST_STAGE), None)
     if partials is None:
         return None
     shape = source.shape
