@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from uopviz import nnef
+from uopviz.backends import available
 from uopviz.core.limits import memory_limit_set
 from uopviz.nnef import NNEFError, data, loader
+
+CPU_BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in available()]
 
 
 def graph_text(compose: str, inputs: str = "x: real[3];", outputs: str = "y: real[3];",
@@ -83,6 +86,41 @@ def test_cumsum_composes_in_work_bounded_by_the_graph_not_the_extent(shape, axis
     assert (len(graph.operations) > shape[axis]) if unrolled else (len(graph.operations) <= 3)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     np.testing.assert_allclose(graph.run({"x": x})["y"], np.cumsum(x, axis=axis), rtol=1e-4, atol=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# zero-size inputs (issue 21 item 5): they loaded, then Graph.run raised ValueError; an empty range's
+# folded indices made kernels write and read outside the zero-size tensors
+
+ZERO_SIZE_GRAPHS = [
+    ("exp", "x: real[2, 0];", "y: real[2, 0];", "y = math.exp(x);", {"x": (2, 0)}, np.exp),
+    ("sum over the empty axis", "x: real[2, 0];", "y: real[2, 1];", "y = math.sum_reduce{axes=[1]}(x);",
+     {"x": (2, 0)}, lambda x: x.sum(1, keepdims=True)),
+    ("sum keeping the empty axis", "x: real[0, 3];", "y: real[1, 3];", "y = math.sum_reduce{axes=[0]}(x);",
+     {"x": (0, 3)}, lambda x: x.sum(0, keepdims=True)),
+    ("max over the kept axes", "x: real[0, 3];", "y: real[0, 1];", "y = math.max_reduce{axes=[1]}(x);",
+     {"x": (0, 3)}, lambda x: x.max(1, keepdims=True)),
+    ("matmul, inner 0", "a: real[2, 0]; b: real[0, 3];", "y: real[2, 3];", "y = linalg.matmul(a, b);",
+     {"a": (2, 0), "b": (0, 3)}, np.matmul),
+    ("matmul, outer 0", "a: real[0, 4]; b: real[4, 3];", "y: real[0, 3];", "y = linalg.matmul(a, b);",
+     {"a": (0, 4), "b": (4, 3)}, np.matmul),
+    ("concat of an empty piece", "a: real[0, 3]; b: real[2, 3];", "y: real[2, 3];",
+     "y = layout.concat{axis=0}([a, b]);", {"a": (0, 3), "b": (2, 3)}, lambda a, b: np.concatenate([a, b])),
+]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize(("inputs", "outputs", "compose", "shapes", "reference"),
+                         [case[1:] for case in ZERO_SIZE_GRAPHS], ids=[case[0] for case in ZERO_SIZE_GRAPHS])
+def test_zero_size_inputs_run_like_numpy(inputs, outputs, compose, shapes, reference, backend):
+    text = ("import math; import linalg; import layout; "
+            f"graph G {{ @input {{ {inputs} }} @output {{ {outputs} }} @compose {{ {compose} }} }}")
+    rng = np.random.default_rng(len(compose))
+    arrays = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    got = nnef.loads(text).run(arrays, backend=backend)["y"]
+    expected = reference(*arrays.values())
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------

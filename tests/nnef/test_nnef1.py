@@ -10,6 +10,7 @@ import nnef
 import numpy as np
 import pytest
 
+from uopviz.backends import available
 from uopviz.nnef import NNEFError, load, write_tensor
 from uopviz.nnef.nnef1 import SUPPORTED, loads_nnef1
 
@@ -227,6 +228,19 @@ def test_keyword_tensor_names_survive():
     assert graph.inputs == ["real"] and graph.outputs == ["int"]
     x = real(3)
     np.testing.assert_allclose(graph.run({"real": x})["int"], -x)
+
+
+@pytest.mark.parametrize("backend", [b for b in ("python", "c", "llvm", "opencl") if b in available()])
+def test_zero_size_inputs_run_to_empty_outputs_of_their_shape(backend):
+    # issue 21 item 5: `shape = [0]` loaded, then Graph.run raised ValueError (a buffer of 1 element)
+    text = ("version 1.0; graph G( x, w ) -> ( y, s, z ) { x = external(shape = [0, 3]); "
+            "w = external(shape = [3, 2]); y = relu(x); s = sum_reduce(x, axes = [0]); z = matmul(x, w); }")
+    graph = loads_nnef1(text)
+    x, w = real(0, 3), real(3, 2)
+    outputs = graph.run({"x": x, "w": w}, backend=backend)
+    assert outputs["y"].shape == (0, 3) and outputs["z"].shape == (0, 2)
+    np.testing.assert_array_equal(outputs["s"], x.sum(0, keepdims=True))
+    assert outputs["s"].shape == tuple(shapes_by_nnef(text)["s"]) == (1, 3)
 
 
 def test_nnef1_errors_are_nnef_errors(tmp_path):
