@@ -168,6 +168,46 @@ def test_nnef1_shape_inference_failures_are_nnef_errors(statement):
         assert graph.outputs == ["y"]
 
 
+@pytest.mark.parametrize("extent", [2**31, 4294967296, 4294967299, 2**40, 2**62, 2**63, 2**64 + 5])
+def test_nnef1_integers_the_parser_would_cut_to_32_bits_are_located_errors(tmp_path, extent):
+    # issue 21 item 6: the nnef package's parser keeps 32 bits of an integer: `shape = [4294967299]`
+    # loaded as shape (3,), 4294967296 and 2**62 as (0,), with no error
+    from uopviz.nnef.nnef1 import loads_nnef1
+
+    text = f"version 1.0;\ngraph G( x ) -> ( y )\n{{ x = external(shape = [2, {extent}]); y = relu(x); }}"
+    folder = nnef1_folder(tmp_path, text)
+    with pytest.raises(NNEFError, match=f"the integer {extent} is above 2147483647") as caught:
+        nnef.load(folder)
+    error = caught.value
+    column = text.split("\n")[2].index(str(extent)) + 1
+    assert (error.file, error.line, error.column) == (str(folder / "graph.nnef"), 3, column)
+    with pytest.raises(NNEFError, match=str(extent)) as caught:
+        loads_nnef1(text)
+    assert (caught.value.file, caught.value.line) == ("<string>", 3)
+    for elsewhere in (f"y = pad(x, padding = [(0, 0), (0, {extent})]);",
+                      f"y = reshape(x, shape = [{extent}]);"):
+        with pytest.raises(NNEFError, match=str(extent)):
+            loads_nnef1(text.replace("y = relu(x);", elsewhere))
+
+
+def test_nnef1_integers_that_fit_32_bits_keep_their_value_and_digits_elsewhere_are_no_integers():
+    from uopviz.nnef.nnef1 import loads_nnef1
+
+    text = ("version 1.0; # 4294967299 in a comment\n"
+            "graph G( x ) -> ( y ) { x = external(shape = [2147483647]); y = mul(x, 4294967299.0); }")
+    graph = loads_nnef1(text)
+    assert graph.tensors["x"].shape == (2147483647,)
+
+
+def test_nnef1_quantization_integers_are_checked_in_the_quantization_file(tmp_path):
+    text = "version 1.0;\ngraph G( x ) -> ( y ) { x = external(shape = [2]); y = neg(x); }"
+    folder = nnef1_folder(tmp_path, text)
+    (folder / "graph.quant").write_text('"x": linear_quantize(min = 0.0, max = 1.0, bits = 4294967304);\n')
+    with pytest.raises(NNEFError, match="4294967304") as caught:
+        nnef.load(folder)
+    assert caught.value.file == str(folder / "graph.quant") and caught.value.line == 1
+
+
 def test_a_graph_file_that_links_outside_the_model_folder_is_refused(tmp_path):
     # issue 11: graph.nnef symlinked to a file outside the folder was followed
     outside = tmp_path / "elsewhere.nnef"
