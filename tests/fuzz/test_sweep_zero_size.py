@@ -6,7 +6,7 @@ program runs on every available CPU backend (opts None or "heuristic") against n
 shape and values, or the same refusal (numpy's ValueError, ours ValueError or UOpError) and never
 another exception (once a TypeError or KeyError from a kernel whose reads folded away).
 
-Budgets: the default profile runs a few dozen programs (about half a minute); the slow profile
+Budgets: the default profile runs 80 programs (about 15 s); the slow profile
 (``HYPOTHESIS_PROFILE=slow``) runs hundreds.  Outcomes are counted per target (``fuzzing.OUTCOMES``).
 """
 
@@ -192,7 +192,7 @@ def check_everywhere(target: str, text: str, build, expected, opts) -> None:
             record(target, outcome)
 
 
-@budget(default=25, slow=400)
+@budget(default=60, slow=1000)
 @given(programs(), st.sampled_from([None, "heuristic"]))
 def test_zero_size_movements_and_reductions_match_numpy_on_every_cpu_backend(program, opts):
     text, data, build, reference = program
@@ -226,7 +226,7 @@ def contractions(draw: st.DrawFn) -> tuple[str, object, np.ndarray]:
             np.zeros((0, channels, out, out), np.float32))
 
 
-@budget(default=8, slow=150)
+@budget(default=20, slow=300)
 @given(contractions(), st.sampled_from([None, "heuristic"]))
 def test_contractions_with_zero_extents_match_numpy_on_every_cpu_backend(case, opts):
     text, build, expected = case
