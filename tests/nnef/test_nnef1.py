@@ -259,6 +259,8 @@ def test_nnef1_errors_are_nnef_errors(tmp_path):
         graph.run({"input": real(2, 3, 9, 9)})
     write_tensor(folder / "conv1" / "bias.dat", real(8))
     with pytest.raises(
-        NNEFError, match=r"variable 'bias': its data has shape \[8\] but the graph declares \[1, 8\]"
-    ):
+        NNEFError, match=r"variable 'bias' \(label '[^']*'\) is declared with shape \[1, 8\], but its data "
+        r"file holds shape \[8\]"
+    ) as caught:
         load(folder)
+    assert caught.value.file == str((folder / "conv1" / "bias.dat").resolve())
