@@ -580,3 +580,42 @@ def test_any_and_all_over_zero_size_axes_are_false_and_true() -> None:
     assert empty.any(1, keepdim=True).shape == (2, 1, 3)
     assert not empty.any().item() and empty.all().item()
     assert empty.any(2).shape == (2, 0)
+
+
+#: programs whose reads of an input fold away entirely (issue 21 item 5): the kernel then takes no
+#: array for that input, and an empty buffer that no kernel wrote is never asked for
+FOLDED_READS = [
+    ("pad of (0, 4)", [(0, 4)], lambda t: t.pad([(1, 0), (0, 0)]), lambda a: np.pad(a, [(1, 0), (0, 0)])),
+    ("pad then only padding", [(2, 4)], lambda t: t.pad([(3, 0), (0, 0)])[:2], lambda a: np.zeros((2, 4))),
+    ("only padding plus a read", [(2, 4), (2, 4)], lambda t, u: t.pad([(3, 0), (0, 0)])[:2] + u,
+     lambda a, b: b),
+    ("max_pool2d of batch 0, pad, prod", [(0, 1, 4, 4)],
+     lambda t: t.max_pool2d(2).pad([(1, 0), (0, 0), (0, 0), (0, 0)]).prod(axis=0),
+     lambda a: np.pad(np.zeros((0, 1, 2, 2)), [(1, 0), (0, 0), (0, 0), (0, 0)]).prod(axis=0)),
+    ("pad of (0, 4) with a fill", [(0, 3)], lambda t: t.pad([(2, 1), (1, 0)], value=2.5),
+     lambda a: np.pad(a, [(2, 1), (1, 0)], constant_values=2.5)),
+]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("opts", [None, "heuristic"])
+@pytest.mark.parametrize(("name", "shapes", "ours", "theirs"), FOLDED_READS, ids=[c[0] for c in FOLDED_READS])
+def test_reads_that_fold_away_give_numpys_values(name, shapes, ours, theirs, backend, opts) -> None:
+    arrays = [finite(shape, seed) for seed, shape in enumerate(shapes)]
+    got = uv.compile([ours(*(uv.Tensor(a) for a in arrays))], backend=backend, opts=opts).run()[0]
+    expected = theirs(*arrays)
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3), (2, 1, 3), (4, 1, 1, 2)])
+def test_argmax_of_everything_with_keepdim_has_numpys_ones_shape(shape, backend) -> None:
+    values = finite(shape)
+    result = uv.Tensor(values).argmax(keepdim=True)
+    expected = np.argmax(values, keepdims=True)
+    assert result.shape == expected.shape
+    got = uv.compile([result], backend=backend).run()[0]
+    np.testing.assert_array_equal(got, expected)
+    smallest = uv.Tensor(values).argmin(keepdim=True)
+    np.testing.assert_array_equal(smallest.numpy(), np.argmin(values, keepdims=True))

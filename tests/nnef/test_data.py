@@ -245,3 +245,73 @@ def test_bool_files_by_path_are_unpacked_not_mapped(tmp_path: Path) -> None:
     read = read_tensor(path)
     np.testing.assert_array_equal(read, array)
     assert read.flags.writeable
+
+
+# ------------------------------------------------------------------------------------------------
+# a data file against the variable it is declared as (issue 21 item 6: an integer file of a real
+# variable was read as those integers, with no error)
+
+SKRIPTND_MODEL = ("import math; graph G {{ @input {{ x: real[2, 3]; }} @output {{ y: real[2, 3]; }} "
+                  "@variable {{ w: {declared}; }} @compose {{ y = math.add(x, {use}); }} }}")
+NNEF1_MODEL = ("version 1.0; graph G( x ) -> ( y ) {{ x = external(shape = [2, 3]); "
+               "w = variable<{scalar}>(shape = {shape}, label = 'w'); y = add(x, {use}); }}")
+
+
+def _model(tmp_path: Path, version: str, declared: str, array: np.ndarray, quantized: bool = False) -> Path:
+    """A model folder of ``version`` declaring ``w`` as ``declared`` (``real[2, 3]``, ...) with
+    ``array`` as its data file."""
+    element, shape = declared.split("[")
+    use = "w" if element == "real" else "x"
+    folder = tmp_path / version
+    folder.mkdir(parents=True)
+    if version == "skriptnd":
+        (folder / "main.sknd").write_text(SKRIPTND_MODEL.format(declared=declared, use=use))
+    else:
+        scalar = {"real": "scalar", "int": "integer", "bool": "logical"}[element]
+        (folder / "graph.nnef").write_text(NNEF1_MODEL.format(scalar=scalar, shape=f"[{shape}", use=use))
+    write_tensor(folder / "w.dat", array, quantized=quantized)
+    return folder
+
+
+@pytest.mark.parametrize("version", ["skriptnd", "nnef1"])
+@pytest.mark.parametrize(
+    ("declared", "array", "fragments"),
+    [
+        ("real[2, 3]", sample("int32", (2, 3)), ["declared real", "signed items of 32 bits"]),
+        ("real[2, 3]", sample("uint8", (2, 3)), ["declared real", "unsigned items of 8 bits"]),
+        ("real[2, 3]", np.ones((2, 3), bool), ["declared real", "bool items of 1 bits"]),
+        ("int[2, 3]", np.ones((2, 3), np.float32), ["declared int", "float items of 32 bits"]),
+        ("bool[2, 3]", np.ones((2, 3), np.int8), ["declared bool", "signed items of 8 bits"]),
+        ("real[2, 3]", np.ones((3, 2), np.float32), ["declared with shape [2, 3]", "holds shape [3, 2]"]),
+        ("real[2, 3]", np.ones(6, np.float32), ["declared with shape [2, 3]", "holds shape [6]"]),
+    ],
+    ids=["int32-for-real", "uint8-for-real", "bool-for-real", "float-for-int", "int8-for-bool", "transposed",
+         "flat"],
+)
+def test_a_data_file_that_contradicts_its_declaration_is_an_error_naming_it(
+    version: str, declared: str, array: np.ndarray, fragments: list[str], tmp_path: Path
+) -> None:
+    from uopviz import nnef
+
+    folder = _model(tmp_path, version, declared, array)
+    with pytest.raises(NNEFError) as caught:
+        nnef.load(folder)
+    assert caught.value.file == str((folder / "w.dat").resolve())
+    for fragment in fragments:
+        assert fragment in caught.value.message
+
+
+@pytest.mark.parametrize("version", ["skriptnd", "nnef1"])
+def test_data_files_that_match_their_declaration_still_load(version: str, tmp_path: Path) -> None:
+    from uopviz import nnef
+
+    x = sample("float32", (2, 3))
+    cases = [("real[2, 3]", sample("float32", (2, 3), 1), False),
+             ("real[2, 3]", sample("uint8", (2, 3)), True),
+             ("int[2, 3]", sample("int16", (2, 3)), False)]
+    for index, (declared, array, quantized) in enumerate(cases):
+        folder = _model(tmp_path / str(index), version, declared, array, quantized)
+        graph = nnef.load(folder)
+        np.testing.assert_array_equal(graph.tensors["w"].data, array.astype(graph.tensors["w"].numpy_dtype))
+        expected = x + array if declared.startswith("real") else x + x  # an int w is only loaded
+        np.testing.assert_allclose(graph.run({"x": x})["y"], expected.astype(np.float32), rtol=1e-6)

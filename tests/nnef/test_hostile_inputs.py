@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from uopviz import nnef
+from uopviz.backends import available
 from uopviz.core.limits import memory_limit_set
 from uopviz.nnef import NNEFError, data, loader
+
+CPU_BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in available()]
 
 
 def graph_text(compose: str, inputs: str = "x: real[3];", outputs: str = "y: real[3];",
@@ -86,6 +89,41 @@ def test_cumsum_composes_in_work_bounded_by_the_graph_not_the_extent(shape, axis
 
 
 # ------------------------------------------------------------------------------------------------
+# zero-size inputs (issue 21 item 5): they loaded, then Graph.run raised ValueError; an empty range's
+# folded indices made kernels write and read outside the zero-size tensors
+
+ZERO_SIZE_GRAPHS = [
+    ("exp", "x: real[2, 0];", "y: real[2, 0];", "y = math.exp(x);", {"x": (2, 0)}, np.exp),
+    ("sum over the empty axis", "x: real[2, 0];", "y: real[2, 1];", "y = math.sum_reduce{axes=[1]}(x);",
+     {"x": (2, 0)}, lambda x: x.sum(1, keepdims=True)),
+    ("sum keeping the empty axis", "x: real[0, 3];", "y: real[1, 3];", "y = math.sum_reduce{axes=[0]}(x);",
+     {"x": (0, 3)}, lambda x: x.sum(0, keepdims=True)),
+    ("max over the kept axes", "x: real[0, 3];", "y: real[0, 1];", "y = math.max_reduce{axes=[1]}(x);",
+     {"x": (0, 3)}, lambda x: x.max(1, keepdims=True)),
+    ("matmul, inner 0", "a: real[2, 0]; b: real[0, 3];", "y: real[2, 3];", "y = linalg.matmul(a, b);",
+     {"a": (2, 0), "b": (0, 3)}, np.matmul),
+    ("matmul, outer 0", "a: real[0, 4]; b: real[4, 3];", "y: real[0, 3];", "y = linalg.matmul(a, b);",
+     {"a": (0, 4), "b": (4, 3)}, np.matmul),
+    ("concat of an empty piece", "a: real[0, 3]; b: real[2, 3];", "y: real[2, 3];",
+     "y = layout.concat{axis=0}([a, b]);", {"a": (0, 3), "b": (2, 3)}, lambda a, b: np.concatenate([a, b])),
+]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize(("inputs", "outputs", "compose", "shapes", "reference"),
+                         [case[1:] for case in ZERO_SIZE_GRAPHS], ids=[case[0] for case in ZERO_SIZE_GRAPHS])
+def test_zero_size_inputs_run_like_numpy(inputs, outputs, compose, shapes, reference, backend):
+    text = ("import math; import linalg; import layout; "
+            f"graph G {{ @input {{ {inputs} }} @output {{ {outputs} }} @compose {{ {compose} }} }}")
+    rng = np.random.default_rng(len(compose))
+    arrays = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    got = nnef.loads(text).run(arrays, backend=backend)["y"]
+    expected = reference(*arrays.values())
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
 # NNEF 1.0 folders: the nnef package's C parser runs in a child process
 
 
@@ -128,6 +166,46 @@ def test_nnef1_shape_inference_failures_are_nnef_errors(statement):
         assert error.file == "<string>" and error.message.startswith("NNEF 1.0:")
     else:  # accepted: it must then run like numpy would
         assert graph.outputs == ["y"]
+
+
+@pytest.mark.parametrize("extent", [2**31, 4294967296, 4294967299, 2**40, 2**62, 2**63, 2**64 + 5])
+def test_nnef1_integers_the_parser_would_cut_to_32_bits_are_located_errors(tmp_path, extent):
+    # issue 21 item 6: the nnef package's parser keeps 32 bits of an integer: `shape = [4294967299]`
+    # loaded as shape (3,), 4294967296 and 2**62 as (0,), with no error
+    from uopviz.nnef.nnef1 import loads_nnef1
+
+    text = f"version 1.0;\ngraph G( x ) -> ( y )\n{{ x = external(shape = [2, {extent}]); y = relu(x); }}"
+    folder = nnef1_folder(tmp_path, text)
+    with pytest.raises(NNEFError, match=f"the integer {extent} is above 2147483647") as caught:
+        nnef.load(folder)
+    error = caught.value
+    column = text.split("\n")[2].index(str(extent)) + 1
+    assert (error.file, error.line, error.column) == (str(folder / "graph.nnef"), 3, column)
+    with pytest.raises(NNEFError, match=str(extent)) as caught:
+        loads_nnef1(text)
+    assert (caught.value.file, caught.value.line) == ("<string>", 3)
+    for elsewhere in (f"y = pad(x, padding = [(0, 0), (0, {extent})]);",
+                      f"y = reshape(x, shape = [{extent}]);"):
+        with pytest.raises(NNEFError, match=str(extent)):
+            loads_nnef1(text.replace("y = relu(x);", elsewhere))
+
+
+def test_nnef1_integers_that_fit_32_bits_keep_their_value_and_digits_elsewhere_are_no_integers():
+    from uopviz.nnef.nnef1 import loads_nnef1
+
+    text = ("version 1.0; # 4294967299 in a comment\n"
+            "graph G( x ) -> ( y ) { x = external(shape = [2147483647]); y = mul(x, 4294967299.0); }")
+    graph = loads_nnef1(text)
+    assert graph.tensors["x"].shape == (2147483647,)
+
+
+def test_nnef1_quantization_integers_are_checked_in_the_quantization_file(tmp_path):
+    text = "version 1.0;\ngraph G( x ) -> ( y ) { x = external(shape = [2]); y = neg(x); }"
+    folder = nnef1_folder(tmp_path, text)
+    (folder / "graph.quant").write_text('"x": linear_quantize(min = 0.0, max = 1.0, bits = 4294967304);\n')
+    with pytest.raises(NNEFError, match="4294967304") as caught:
+        nnef.load(folder)
+    assert caught.value.file == str(folder / "graph.quant") and caught.value.line == 1
 
 
 def test_a_graph_file_that_links_outside_the_model_folder_is_refused(tmp_path):

@@ -112,10 +112,11 @@ def test_graph_attributes_change_declared_shapes(tmp_path):
     _write_model(tmp_path / "model")
     with pytest.raises(
         NNEFError,
-        match=r"variable 'w': its data has shape \[4, 3, 3, 3\] but the graph declares "
-        r"\[6, 3, 3, 3\]",
-    ):
+        match=r"variable 'w' is declared with shape \[6, 3, 3, 3\], but its data file holds shape "
+        r"\[4, 3, 3, 3\]",
+    ) as caught:
         load(tmp_path / "model", attribs={"channels": 6})
+    assert caught.value.file == str((tmp_path / "model" / "w.dat").resolve())
 
 
 def test_tgz_of_a_model_folder(tmp_path):
@@ -178,8 +179,10 @@ def test_dat_with_the_wrong_type_is_refused(tmp_path):
     root = tmp_path / "model"
     _write_model(root)
     write_tensor(root / "w.dat", np.ones((4, 3, 3, 3), bool))
-    with pytest.raises(NNEFError, match="variable 'w': its data is bool but the graph declares real"):
+    refusal = "variable 'w' is declared real, but its data file holds bool items"
+    with pytest.raises(NNEFError, match=refusal) as caught:
         load(root)
+    assert caught.value.file == str((root / "w.dat").resolve())
 
 
 def test_imports_stay_in_the_model_folder_and_the_library(tmp_path):

@@ -10,6 +10,7 @@ import nnef
 import numpy as np
 import pytest
 
+from uopviz.backends import available
 from uopviz.nnef import NNEFError, load, write_tensor
 from uopviz.nnef.nnef1 import SUPPORTED, loads_nnef1
 
@@ -229,6 +230,19 @@ def test_keyword_tensor_names_survive():
     np.testing.assert_allclose(graph.run({"real": x})["int"], -x)
 
 
+@pytest.mark.parametrize("backend", [b for b in ("python", "c", "llvm", "opencl") if b in available()])
+def test_zero_size_inputs_run_to_empty_outputs_of_their_shape(backend):
+    # issue 21 item 5: `shape = [0]` loaded, then Graph.run raised ValueError (a buffer of 1 element)
+    text = ("version 1.0; graph G( x, w ) -> ( y, s, z ) { x = external(shape = [0, 3]); "
+            "w = external(shape = [3, 2]); y = relu(x); s = sum_reduce(x, axes = [0]); z = matmul(x, w); }")
+    graph = loads_nnef1(text)
+    x, w = real(0, 3), real(3, 2)
+    outputs = graph.run({"x": x, "w": w}, backend=backend)
+    assert outputs["y"].shape == (0, 3) and outputs["z"].shape == (0, 2)
+    np.testing.assert_array_equal(outputs["s"], x.sum(0, keepdims=True))
+    assert outputs["s"].shape == tuple(shapes_by_nnef(text)["s"]) == (1, 3)
+
+
 def test_nnef1_errors_are_nnef_errors(tmp_path):
     with pytest.raises(NNEFError, match="NNEF 1.0"):
         loads_nnef1("version 1.0;\ngraph G( x ) -> ( y ) { x = external(shape = [2]); y = nosuch(x); }")
@@ -245,6 +259,8 @@ def test_nnef1_errors_are_nnef_errors(tmp_path):
         graph.run({"input": real(2, 3, 9, 9)})
     write_tensor(folder / "conv1" / "bias.dat", real(8))
     with pytest.raises(
-        NNEFError, match=r"variable 'bias': its data has shape \[8\] but the graph declares \[1, 8\]"
-    ):
+        NNEFError, match=r"variable 'bias' \(label '[^']*'\) is declared with shape \[1, 8\], but its data "
+        r"file holds shape \[8\]"
+    ) as caught:
         load(folder)
+    assert caught.value.file == str((folder / "conv1" / "bias.dat").resolve())

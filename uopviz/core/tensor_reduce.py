@@ -101,8 +101,9 @@ class ReduceMixin:
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first maximum along ``axis`` (None: of the flattened tensor), as int32:
         ``n - max(is_max * (n - arange(n)))``."""
-        if axis is None:
-            return self.flatten().argmax(0)
+        if axis is None:  # keepdim keeps every axis as a 1 (numpy's keepdims=True with axis=None)
+            flat = self.flatten().argmax(0)
+            return flat.reshape((1,) * self.ndim) if keepdim else flat
         axis = _normalize_axis(axis, self.ndim)
         length = self.shape[axis]
         is_max = (self == self.max(axis, keepdim=True)).cast(dtypes.int32)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from math import prod
@@ -35,8 +36,8 @@ import numpy as np
 from uopviz.nnef.errors import NNEFError
 
 __all__ = [
-    "HEADER_SIZE", "MAX_RANK", "ItemType", "TensorHeader", "inside_folder", "read_header", "read_tensor",
-    "tensor_bytes", "write_tensor",
+    "DECLARED_ITEM_TYPES", "HEADER_SIZE", "MAX_RANK", "ItemType", "TensorHeader", "check_declared",
+    "inside_folder", "read_header", "read_tensor", "read_variable", "tensor_bytes", "write_tensor",
 ]  # fmt: skip
 
 HEADER_SIZE = 128
@@ -146,6 +147,31 @@ def _decode_header(header: bytes, available: int, file: str) -> TensorHeader:
     return TensorHeader((major, minor), shape, bits, item_type, data_length)
 
 
+#: The item types a tensor of each SkriptND element type is stored as: a real tensor's items are
+#: floats or quantized integer codes (dequantized by the graph's quantisation), an int tensor's
+#: plain integers, a bool tensor's bits.
+DECLARED_ITEM_TYPES: dict[str, tuple[ItemType, ...]] = {
+    "real": (ItemType.FLOAT, ItemType.QUANTIZED_UNSIGNED, ItemType.QUANTIZED_SIGNED),
+    "int": (ItemType.SIGNED, ItemType.UNSIGNED),
+    "bool": (ItemType.BOOL,),
+}
+
+
+def check_declared(header: TensorHeader, element: str, shape: Sequence[object], file: str, what: str) -> None:
+    """An NNEFError naming ``file`` when the header of ``what`` (e.g. "variable 'w'") contradicts its
+    declaration ``element[shape]``: items of another type (an integer file for a real variable would
+    otherwise be read as those integers) or another shape.  Extents not known yet are not compared."""
+    allowed = DECLARED_ITEM_TYPES.get(element)
+    found = f"{header.item_type.name.lower().replace('_', ' ')} items of {header.bits} bits"
+    if allowed is not None and header.item_type not in allowed:
+        kinds = " or ".join(kind.name.lower().replace("_", " ") for kind in allowed)
+        raise NNEFError(f"{what} is declared {element}, but its data file holds {found} (a {element} tensor "
+                        f"is stored as {kinds} items)", file)  # fmt: skip
+    if all(isinstance(extent, int) for extent in shape) and tuple(shape) != header.shape:
+        raise NNEFError(f"{what} is declared with shape {list(shape)}, but its data file holds shape "
+                        f"{list(header.shape)} ({found})", file)  # fmt: skip
+
+
 def _decode_items(header: TensorHeader, data: bytearray) -> np.ndarray:
     """The items of ``data`` as an array of ``header.shape`` (writable, native byte order)."""
     if header.item_type is ItemType.BOOL:
@@ -242,6 +268,13 @@ def read_tensor(source: Source) -> np.ndarray:
             return mapped
     header, data = _load(source)
     return _decode_items(header, data)
+
+
+def read_variable(path: str | os.PathLike, element: str, shape: Sequence[object], what: str) -> np.ndarray:
+    """:func:`read_tensor` of the data file of a declared tensor, its header checked against the
+    declaration first (:func:`check_declared`), before any data is read."""
+    check_declared(read_header(path), element, shape, _name_of(path), what)
+    return read_tensor(path)
 
 
 def _mapped(path: str | os.PathLike) -> np.ndarray | None:

@@ -516,6 +516,10 @@ def reduce_over(op: str, value: UOp, ranges: Sequence[UOp]) -> UOp:
     ranges = list(ranges)
     if not ranges:
         return value
+    if any(r.src[0].op is Ops.CONST and r.src[0].arg[0] == 0 for r in ranges):
+        # over nothing: the identity, not a REDUCE whose value an empty range's folded index made
+        # independent of the loop (an accumulator would read it once, past the end of the tensor)
+        return accumulation_identity(op, value.dtype)
     if op == "+=":
         return UOp(Ops.REDUCE, (value, *ranges), (Ops.ADD, ()))
     if op == "*=":

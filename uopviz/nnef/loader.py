@@ -35,7 +35,7 @@ import numpy as np
 from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.core.progress import progress_reporter
 from uopviz.nnef.composer import Composer
-from uopviz.nnef.data import inside_folder, read_tensor
+from uopviz.nnef.data import inside_folder, read_tensor, read_variable
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.graph import Graph, TensorInfo
 from uopviz.nnef.parser import parse_module
@@ -134,21 +134,25 @@ def _load_folder(
         modules,
         graph,
         attribs,
-        lambda name, info: _variable_data(data_root, name, fetch),
+        lambda name, info: _variable_data(data_root, name, fetch, info),
         source=main,
         progress=progress,
     )
 
 
-def _variable_data(root: Path, name: str, fetch: Fetch | None = None) -> np.ndarray | None:
-    """The data of variable ``name``: ``<name>.dat`` or ``<a>/<b>.dat`` for ``a.b``, inside ``root``."""
+def _variable_data(root: Path, name: str, fetch: Fetch | None = None, info: TensorInfo | None = None
+                   ) -> np.ndarray | None:
+    """The data of variable ``name``: ``<name>.dat`` or ``<a>/<b>.dat`` for ``a.b``, inside ``root``;
+    with its declaration ``info``, a header that contradicts it is an NNEFError naming the file."""
     candidates = [root / f"{name}.dat", (root / Path(*name.split("."))).with_suffix(".dat")]
     for candidate in candidates:
         if fetch is not None:
             fetch(candidate)
         resolved = inside_folder(root, candidate, f"the data file of variable '{name}'")
         if resolved.is_file():
-            return read_tensor(resolved)
+            if info is None:
+                return read_tensor(resolved)
+            return read_variable(resolved, info.dtype, info.shape, f"variable '{name}'")
     return None
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ import numpy as np
 from uopviz.core.progress import progress_reporter
 from uopviz.nnef import ast
 from uopviz.nnef.composer import Composer
-from uopviz.nnef.data import inside_folder, read_tensor
+from uopviz.nnef.data import inside_folder, read_variable
 from uopviz.nnef.errors import NNEFError, register_source
 from uopviz.nnef.graph import Graph
 from uopviz.nnef.nnef1_compound import COMPOUND_TRANSLATORS
@@ -168,7 +169,38 @@ def _parse(
     fragments expanded and its shapes inferred, run in a child process: the package's C parser can
     crash on malformed input (see :mod:`uopviz.nnef.nnef1_process`)."""
     import_nnef()
+    refuse_wide_integers(text, file)
+    if quantization is not None:
+        refuse_wide_integers(quantization, quantization_file)
     return parse_nnef1(text, None, file, quantization=quantization, quantization_file=quantization_file)
+
+
+#: The largest integer the ``nnef`` package's parser reads as written: it keeps 32 bits of an
+#: integer literal, so ``shape = [4294967299]`` would silently become ``[3]`` and ``2**62`` ``0``.
+MAX_NNEF1_INTEGER = (1 << 31) - 1
+
+# NNEF 1.0 tokens that may hold digits: comments, strings, identifiers and numbers (an integer has
+# neither a point nor an exponent)
+_DIGIT_TOKENS = re.compile(r"#[^\n]*|'[^'\n]*'|\"[^\"\n]*\"|[A-Za-z_][A-Za-z0-9_]*"
+                           r"|\d*\.\d+(?:[eE][+-]?\d+)?|(\d+)(\.\d*)?(?:[eE][+-]?\d+)?")
+
+
+def refuse_wide_integers(text: str, file: str) -> None:
+    """An NNEFError naming ``file``, the line and column of the first integer literal of NNEF 1.0
+    ``text`` that the ``nnef`` package's parser cannot read exactly (above 2**31 - 1)."""
+    for token in _DIGIT_TOKENS.finditer(text):
+        digits = token.group(1)
+        if digits is None or token.group(0) != digits or int(digits) <= MAX_NNEF1_INTEGER:
+            continue
+        start = token.start()
+        line = text.count("\n", 0, start) + 1
+        column = start - (text.rfind("\n", 0, start) + 1) + 1
+        raise NNEFError(
+            f"NNEF 1.0: the integer {digits} is above {MAX_NNEF1_INTEGER}, the largest the nnef package's "
+            "parser reads exactly: it keeps 32 bits, so an extent this large would silently become another "
+            "(a wrong shape)",
+            file, line, column, source=text,
+        )
 
 
 HELPER_MODULE_PATH = Path(__file__).with_name("nnef1.sknd")
@@ -191,7 +223,7 @@ def _imports_helpers(text: str) -> bool:
 def _compose_translation(
     graph: Any,
     source_name: str,
-    data: Callable[[str], np.ndarray | None],
+    data: Callable[[str, Any], np.ndarray | None],
     attribs: Mapping[str, Any] | None,
     progress: Any = None,
 ) -> Graph:
@@ -205,7 +237,7 @@ def _compose_translation(
 
     def variable_data(name: str, info: Any) -> np.ndarray | None:
         label = labels.get(name)
-        return None if label is None else data(label)
+        return None if label is None else data(label, info)
 
     with progress_reporter(progress, len(graph.operations), "composing") as report:
         composed = Composer(modules, variable_data, report).compose("main", None, attribs)
@@ -258,12 +290,14 @@ def load_nnef1(
     quantization = read_source_text(quant_file) if quant_path.is_file() else None
     parsed = _parse(text, str(graph_file), quantization, str(quant_file))
 
-    def data(label: str) -> np.ndarray | None:
+    def data(label: str, info: Any) -> np.ndarray | None:
         candidate = root / f"{label.lstrip('/')}.dat"
         if fetch is not None:
             fetch(candidate)
         file = inside_folder(root, candidate, f"the data file of label '{label}'")
-        return read_tensor(file) if file.is_file() else None
+        if not file.is_file():
+            return None
+        return read_variable(file, info.dtype, info.shape, f"variable '{info.name}' (label '{label}')")
 
     return _compose_translation(parsed, str(graph_file), data, attribs, progress)
 
@@ -280,4 +314,4 @@ def loads_nnef1(
     tensor's quantisation is kept as ``graph.tensors[name].quantization``)."""
     parsed = _parse(text, "<string>", quantization)
     given = dict(variables or {})
-    return _compose_translation(parsed, "<nnef 1.0>", given.get, attribs, progress)
+    return _compose_translation(parsed, "<nnef 1.0>", lambda label, info: given.get(label), attribs, progress)

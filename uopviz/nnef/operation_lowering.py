@@ -105,7 +105,7 @@ from uopviz.nnef.kernel_math import (
     uop_dtype,
 )
 from uopviz.nnef.lowering_evaluator import LoweringEvaluator, OutputRef, uniform_constant
-from uopviz.nnef.output_space import Evaluated, OutputSpace, Term, pack_positions, range_bound
+from uopviz.nnef.output_space import Evaluated, OutputSpace, Term, pack_positions, range_bound, ranges_in
 from uopviz.nnef.printer import print_expression
 from uopviz.passes.indexing import unflatten
 
@@ -395,6 +395,10 @@ class _OperationLowering:
             self._lower_counted(main, binding, output, counter)
             return
         evaluated = self._evaluate(main, builder, binding, terms, output, self_reads=main.op == ":=")
+        if _writes_nothing(evaluated):
+            if update is not None and init is not None:
+                self._lower_instance(init, None, binding, [], output)  # the initial values still hold
+            return
         space = OutputSpace(self.error, evaluated)
         indices = [*binding.values(), *([self.pack_item] if self.pack_item is not None else [])]
         label = f"{self.op.label}" + (f"[{','.join(str(v) for v in indices)}]" if indices else "")
@@ -889,6 +893,22 @@ class _OperationLowering:
         )
         dynamic = self.symbols[counter]
         self.graph.counts[dynamic.key] = count
+
+
+def _writes_nothing(evaluated: Evaluated) -> bool:
+    """Whether a statement has no iteration point that writes: a range of extent 0 on its left side
+    (a zero-size output, a zero-size piece of a concat), or any range of extent 0 in an assignment
+    or a conditional update.  An accumulation over an empty REDUCE range still writes its identity
+    (:func:`reduce_over`).  An empty range's indices fold to constants, so its kernel would
+    otherwise run over the other ranges and write (and read) outside the zero-size tensors."""
+    empty = {r for r in evaluated.ranges if range_bound(r) == 0}
+    if not empty:
+        return False
+    if evaluated.statement.op in ("=", ":="):
+        return True
+    left = set().union(*(ranges_in(item.index if isinstance(item, BoundedIndex) else item)
+                         for item in evaluated.lhs))
+    return bool(empty & left)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -57,15 +57,29 @@ def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarra
                 f"'{name}' must have shape {list(expected)}, the array given has shape {list(array.shape)}"
             )
         try:
-            return np.ascontiguousarray(array.astype(tensor.numpy_dtype, copy=False))
+            return _stored(np.ascontiguousarray(array.astype(tensor.numpy_dtype, copy=False)))
         except (TypeError, ValueError, OverflowError) as error:
             raise NNEFError(f"'{name}' is {tensor.numpy_dtype} data; the array given ({array.dtype}) cannot "
                             f"become that: {error}") from None  # fmt: skip
     if tensor.data is not None:
-        return tensor.data
+        return _stored(tensor.data)
+    if 0 in tuple(tensor.upper_shape):  # no kernel writes a zero-size tensor: it holds no values to miss
+        return _stored(np.zeros(0, tensor.numpy_dtype))
     kind = "input" if tensor.kind == "input" else tensor.kind
     hint = " (no .dat file was found for it; give it by name in the inputs)" if kind == "variable" else ""
     raise NNEFError.at(tensor.position, f"{kind} '{name}' has no data{hint}")
+
+
+def _stored(array: np.ndarray) -> np.ndarray:
+    """``array`` as the kernels' buffer of its tensor holds it: a zero-size tensor's buffer has one
+    element that no kernel reads (kernel buffers are never empty), the others are the array itself."""
+    return array if array.size else np.zeros(1, array.dtype)
+
+
+def _shaped(array: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """A tensor's buffer read back as ``shape``: a zero-size tensor drops its buffer's one element."""
+    array = np.asarray(array)
+    return array.reshape(-1)[:0].reshape(shape) if 0 in tuple(shape) else array.reshape(shape)
 
 
 def program_inputs(graph: Graph, program: Any, given: Mapping[str, Any]) -> dict[int, np.ndarray]:
@@ -207,10 +221,10 @@ class _BoundSubgraph:
         for name, array in given.items():
             target = self.inputs.get(name)
             if target is not None:
-                np.copyto(target, np.asarray(array).reshape(-1), casting="unsafe")
+                np.copyto(target, _stored(np.asarray(array).reshape(-1)), casting="unsafe")
         _launch_all(self.launches, self.native)
         read = self.program._output
-        return [read(self.arrays, value, original).reshape(shape) for value, original, shape in self.outputs]
+        return [_shaped(read(self.arrays, value, original), shape) for value, original, shape in self.outputs]
 
 
 class _BoundGraph:
@@ -495,8 +509,8 @@ def run_graph(
     outputs = {}
     for name in graph.outputs:
         tensor = graph.tensors[name]
-        array = np.asarray(values[name] if name in values else _input_array(graph, name, inputs))
-        array = array.reshape(tensor.upper_shape)
+        array = values[name] if name in values else _input_array(graph, name, inputs)
+        array = _shaped(array, tensor.upper_shape)
         for axis, extent in enumerate(tensor.shape):
             if isinstance(extent, DynamicExtent):
                 array = np.take(array, np.arange(_host_extent(extent, graph, values)), axis=axis)

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from uopviz.core.dtype import AddrSpace, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp, UOpError
 from uopviz.passes.indexing import (
     at_least,
@@ -760,8 +760,20 @@ def build_kernel(target: UOp, value: UOp, shard: Shard | None = None) -> tuple[U
     root = graph_rewrite(root, index_pushdown, ctx=ctx, name="index pushdown")
     root = graph_rewrite(root, gate_rules, name="gate loads")
     root = simplify_indices(root)
-    arguments = [value_bound for value_bound, _ in sorted(ctx.params.items(), key=lambda kv: kv[1].arg.slot)]
-    return root, arguments
+    return drop_unread_params(root, ctx.params)
+
+
+def drop_unread_params(root: UOp, params: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+    """The kernel with only the PARAMs its body still reaches, renumbered 0..n-1 in slot order, and the
+    program-level values bound to them.  A read can fold away entirely (a PAD of a zero-size value,
+    a SHRINK of only padding): its buffer is then neither an argument nor needed, so an empty
+    buffer that no kernel wrote is never asked for."""
+    reached = {u for u in root.toposort() if u.op is Ops.PARAM}
+    ordered = sorted(params.items(), key=lambda kv: kv[1].arg.slot)
+    kept = [(value, param) for value, param in ordered if param in reached]
+    renumbered = {param: UOp(Ops.PARAM, param.src, replace(param.arg, slot=slot), param.tag)
+                  for slot, (_, param) in enumerate(kept) if param.arg.slot != slot}
+    return substitute(root, renumbered), [value for value, _ in kept]
 
 
 def _view_base(target: UOp) -> UOp:
