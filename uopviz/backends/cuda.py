@@ -49,6 +49,7 @@ from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import MATH_LIBRARY, CDialect
 from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
 from uopviz.core.dtype import dtypes
+from uopviz.core.errors import UopvizError
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ def compile_to_ptx(source: str, arch: str = "sm_80") -> str:
 # the driver API through ctypes
 
 
-class CUDAError(RuntimeError):
+class CUDAError(UopvizError, RuntimeError):
     """A CUDA driver call failed."""
 
 

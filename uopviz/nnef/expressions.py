@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from uopviz.core.errors import UopvizError
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 
@@ -38,7 +39,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class Unknown(Exception):  # noqa: N818 - a control-flow signal, not an error report
+class Unknown(UopvizError):  # noqa: N818 - a control-flow signal, not an error report
     """An identifier that is declared but not bound yet: the expression cannot be evaluated now."""
 
     def __init__(self, name: str, position: ast.Position | None = None) -> None:
