@@ -20,11 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from uopviz.core.errors import UopvizError
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
 
 
-class ReportError(RuntimeError):
+class ReportError(UopvizError, RuntimeError):
     """A report cannot be made: the source is missing, fails to run, or builds nothing to show."""
 
 

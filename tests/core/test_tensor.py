@@ -1299,3 +1299,65 @@ def test_collectives_through_the_pipeline(n):
                           (allgather(sharded), values), (reduce_scatter(sharded), per_device_sum),
                           (allreduce(sharded), per_device_sum)):
         np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# errors and inputs of issue 21 (item 8): one documented hierarchy under UopvizError
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int8, np.int32])
+def test_integer_clip_with_bounds_beyond_the_dtype_gives_numpys_values(dtype):
+    rng = np.random.default_rng(21)
+    info = np.iinfo(dtype)
+    for shape in [(5,), (3, 4), (2, 1, 3)]:
+        a = rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+        for low, high in [(-3, 3), (int(info.min) - 5, 7), (2, int(info.max) + 9),
+                          (int(info.min) - 1, int(info.max) + 1), (None, 3), (-3, None)]:
+            expected = np.clip(a, low, high)  # numpy 2: a bound beyond its own side bounds nothing
+            got = Tensor(a).clip(low, high).numpy()
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), (low, high)
+    # beyond the other side numpy raises OverflowError; uopviz a documented UOpError
+    with pytest.raises(UOpError, match=r"300 does not fit in uint8"):
+        Tensor(np.zeros(3, np.uint8)).clip(300, 400)
+
+
+def test_a_bfloat16_numpy_array_makes_a_bfloat16_tensor():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(7)
+    for shape in [(4,), (2, 3), (1, 5, 2)]:
+        values = rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+        t = Tensor(values)
+        assert t.dtype is dtypes.bfloat16 and t.shape == shape
+        np.testing.assert_array_equal(t.numpy(), values.astype(np.float32))
+        np.testing.assert_array_equal((t * 2).numpy(), (values * 2).astype(np.float32))
+
+
+def test_errors_derive_from_the_documented_root():
+    from uopviz.core import UOpTypeError, UopvizError
+
+    with pytest.raises(UOpTypeError) as info:
+        Tensor(np.array(["text"]))
+    assert isinstance(info.value, TypeError) and isinstance(info.value, UopvizError)
+    with pytest.raises(UopvizError):
+        Tensor(np.zeros(3, np.uint8)) + 300
+
+
+def test_a_compile_error_inside_a_stage_is_caught_as_compile_error():
+    # it was wrapped into PipelineError (a RuntimeError): `except CompileError` missed it
+    pytest.importorskip("uopviz.passes.pipeline")
+    from uopviz.backends.base import CompileError
+    from uopviz.passes.pipeline import PipelineError, run_stage
+    from uopviz.passes.schedule import Lowering
+
+    def failing(lowering):
+        raise CompileError("c", "broken", "error: undefined_name_here")
+
+    def crashing(lowering):
+        raise KeyError("a bug in a stage")
+
+    lowering = Lowering([], "python", items=[], build=False, optimized=True)
+    with pytest.raises(CompileError, match="undefined_name_here") as info:
+        run_stage(lowering, "Render", failing)
+    assert "raised in the pipeline stage Render" in info.value.__notes__
+    with pytest.raises(PipelineError, match="Render: KeyError"):  # an unexpected failure names the stage
+        run_stage(lowering, "Render", crashing)

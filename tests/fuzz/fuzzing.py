@@ -3,7 +3,8 @@ grammar-aware mutations of SkriptND and NNEF 1.0 text.
 
 Budgets: the default profile runs a few hundred inputs in all (CI); ``HYPOTHESIS_PROFILE=slow`` (or
 ``UOPVIZ_FUZZ=slow``) runs the long budgets, over 10,000 inputs in all. Every test is seeded, so a
-run is reproducible. Outcomes (accepted, or the exception type) are counted per target; with
+run is reproducible. Outcomes (accepted, or the exception type; ``undocumented <type>`` for one that
+does not derive from ``uv.UopvizError``) are counted per target; with
 ``UOPVIZ_FUZZ_REPORT=path.json`` the counts are written there at the end of the session.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from uopviz.core.errors import UopvizError
 from uopviz.nnef.lexer import KEYWORDS, OPERATORS
 from uopviz.nnef.stdlib_loader import STDLIB_DIR
 
@@ -37,9 +39,26 @@ def budget(default: int, slow: int) -> settings:
     )
 
 
+#: the OUTCOMES entry that sums, over every target, the exceptions outside the documented hierarchy
+UNDOCUMENTED = "undocumented exception types"
+
+
+def outcome_name(outcome: BaseException | None) -> str:
+    """``accepted``, the exception type's name when it derives from the documented root
+    ``uv.UopvizError`` (docs/robustness.md), else ``undocumented <name>``."""
+    if outcome is None:
+        return "accepted"
+    name = type(outcome).__name__
+    return name if isinstance(outcome, UopvizError) else f"undocumented {name}"
+
+
 def record(target: str, outcome: BaseException | None) -> None:
-    """Count one input's outcome for ``target``."""
-    OUTCOMES[target]["accepted" if outcome is None else type(outcome).__name__] += 1
+    """Count one input's outcome for ``target``; an exception outside the documented hierarchy is
+    also counted under :data:`UNDOCUMENTED` (the fuzz campaign's criterion: none)."""
+    name = outcome_name(outcome)
+    OUTCOMES[target][name] += 1
+    if name.startswith("undocumented "):
+        OUTCOMES[UNDOCUMENTED][f"{target}: {type(outcome).__name__}"] += 1
 
 
 # ------------------------------------------------------------------------------------------------

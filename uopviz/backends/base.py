@@ -22,6 +22,7 @@ import numpy as np
 
 from uopviz.backends.target import CPUTarget, cpu_target
 from uopviz.core.dtype import DType, dtypes
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 
@@ -59,11 +60,11 @@ COMPILED_ALU_OPS = frozenset(
 )
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(UopvizError, RuntimeError):
     """The backend cannot run here (no compiler, no device, a missing Python package)."""
 
 
-class CompileError(RuntimeError):
+class CompileError(UopvizError, RuntimeError):
     """The backend's compiler rejected a source; the message quotes the compiler's diagnostics."""
 
     def __init__(self, backend: str, name: str, message: str, source: str = ""):
@@ -74,7 +75,7 @@ class CompileError(RuntimeError):
         return (CompileError, (self.backend, self.kernel_name, self.diagnostics, self.source))
 
 
-class RenderError(ValueError):
+class RenderError(UopvizError, ValueError):
     """A linear program the renderer cannot express: names the uop, its position and why."""
 
 

@@ -52,6 +52,7 @@ from uopviz.backends.cfamily_dialect import MATH_LIBRARY, CDialect
 from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
 from uopviz.core.dtype import dtypes
+from uopviz.core.errors import UopvizError
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +260,7 @@ def compiler_version() -> str:
 # the driver API through ctypes
 
 
-class CUDAError(RuntimeError):
+class CUDAError(UopvizError, RuntimeError):
     """A CUDA driver call failed."""
 
 

@@ -44,6 +44,7 @@ from uopviz.backends.base import (
 from uopviz.core.alu import exec_alu_array
 from uopviz.core.alu import numpy_dtype as value_numpy_dtype
 from uopviz.core.dtype import AddrSpace, DType, dtypes
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
 
@@ -51,7 +52,7 @@ from uopviz.core.uop import UOp
 # the runtime the generated code calls
 
 
-class KernelFault(RuntimeError):
+class KernelFault(UopvizError, RuntimeError):
     """A kernel did something a real device would not survive: an out-of-bounds access."""
 
 

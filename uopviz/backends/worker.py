@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from uopviz.backends.timing import Timing, random_arguments, time_compiled
+from uopviz.core.errors import UopvizError
 
 
-class KernelCrashed(RuntimeError):
+class KernelCrashed(UopvizError, RuntimeError):
     """The process running a kernel died: ``signal_name`` (e.g. ``SIGSEGV``) or ``exit_code`` says how."""
 
     def __init__(self, kernel: str, backend: str, exit_code: int | None):
@@ -53,7 +54,7 @@ class KernelCrashed(RuntimeError):
         return (KernelCrashed, (self.kernel, self.backend, self.exit_code))
 
 
-class KernelTimeout(RuntimeError):
+class KernelTimeout(UopvizError, RuntimeError):
     """A kernel (with its compilation) ran past its time limit; its worker process was killed."""
 
     def __init__(self, kernel: str, backend: str, timeout_s: float):

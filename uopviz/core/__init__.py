@@ -2,6 +2,7 @@
 the Tensor front end, ``@function`` and gradients.  Imports nothing else of uopviz."""
 
 from uopviz.core.dtype import AddrSpace, DType, DTypeKind, PtrDType, dtypes
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, GroupOp, OpFamily, Ops
 from uopviz.core.rewrite import (
     PassTrace,
@@ -15,7 +16,7 @@ from uopviz.core.rewrite import (
     traced_pass,
     tracing,
 )
-from uopviz.core.uop import BufferArg, ParamArg, UOp, UOpError, format_graph, toposort
+from uopviz.core.uop import BufferArg, ParamArg, UOp, UOpError, UOpTypeError, format_graph, toposort
 
 __all__ = [
     "AddrSpace",
@@ -36,6 +37,8 @@ __all__ = [
     "Trace",
     "UOp",
     "UOpError",
+    "UOpTypeError",
+    "UopvizError",
     "UPat",
     "dtypes",
     "format_graph",

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.core.dtype import DType, DTypeKind, dtypes, round_to_bfloat16
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 
-class ALUError(ValueError):
+class ALUError(UopvizError, ValueError):
     """An op applied to operands it is not defined for (names the op, the dtype and the problem)."""
 
 

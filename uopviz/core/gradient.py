@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from uopviz.core.dtype import dtypes
+from uopviz.core.errors import UopvizError
 from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, Rule, UPat
@@ -40,7 +41,7 @@ from uopviz.core.uop import UOp, toposort
 LN_2 = math.log(2.0)
 
 
-class GradientError(ValueError):
+class GradientError(UopvizError, ValueError):
     """A graph that cannot be differentiated: the message names the op and why."""
 
 

@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from uopviz.core.errors import UopvizError
+
 __all__ = [
     "DEFAULT_FRACTION",
     "MemoryLimitError",
@@ -36,7 +38,7 @@ _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _limit: int | None = None
 
 
-class MemoryLimitError(MemoryError):
+class MemoryLimitError(UopvizError, MemoryError):
     """A request would allocate more than the memory limit; nothing was allocated.
 
     ``what`` names the buffer, ``requested`` and ``limit`` are in bytes.

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from uopviz.core.dtype import DType
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp, toposort
 
 
-class RewriteError(RuntimeError):
+class RewriteError(UopvizError, RuntimeError):
     """A rewrite that cannot finish: a rule loop, or a rule that returned something not a UOp."""
 
 

@@ -88,7 +88,7 @@ from uopviz.core.tensor_helpers import (
 from uopviz.core.tensor_movement import MovementMixin
 from uopviz.core.tensor_nn import NeuralNetworkMixin
 from uopviz.core.tensor_reduce import ReduceMixin
-from uopviz.core.uop import Device, UOp, UOpError
+from uopviz.core.uop import Device, UOp, UOpError, UOpTypeError
 
 _seed_state = {"seed": 0, "calls": itertools.count()}
 
@@ -137,14 +137,16 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
             array = np.asarray(data)
             if dtype is None:
                 dtype = _default_dtype_of(array, from_list=not isinstance(data, np.ndarray))
+            if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: float32 holds its values exactly
+                array = array.astype(np.float32)
             if isinstance(device, tuple):
                 uop = _sharded_buffer(array, dtype, device, 0)
             else:
                 uop = _data_buffer(array, dtype, device or DEFAULT_DEVICE)
             self._device = device if device is not None else DEFAULT_DEVICE
         else:
-            raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a numpy array, "
-                            f"a Python scalar or a UOp")
+            raise UOpTypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a numpy "
+                               f"array, a Python scalar or a UOp")
         self.uop = uop
         if requires_grad is not None:
             self.requires_grad = requires_grad
@@ -193,7 +195,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise UOpTypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     @property
@@ -214,7 +216,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
     __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
-        raise TypeError("a Tensor has no truth value (it is lazy; `a == b` builds a comparison); "
+        raise UOpTypeError("a Tensor has no truth value (it is lazy; `a == b` builds a comparison); "
                         "use .numpy() or .item()")
 
     def __repr__(self) -> str:
@@ -228,7 +230,8 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
             yield self[i]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        raise TypeError("Tensors are immutable: build a new one (pad/where/scatter_add) instead of assigning")
+        raise UOpTypeError("Tensors are immutable: build a new one (pad/where/scatter_add) instead of "
+                           "assigning")
 
     # -- running -----------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
@@ -238,7 +241,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
     def item(self) -> Scalar:
         """The value of a one-element tensor as a Python scalar."""
         if self.numel() != 1:
-            raise ValueError(f"item() needs exactly one element, the tensor has shape {self.shape}")
+            raise UOpError(f"item() needs exactly one element, the tensor has shape {self.shape}")
         return self.numpy().reshape(-1)[0].item()
 
     def tolist(self) -> Any:
@@ -295,7 +298,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         dtype = _to_dtype(dtype) if dtype is not None else dtypes.default_float
         device = device or DEFAULT_DEVICE
         if isinstance(device, tuple):
-            raise ValueError("empty() on a multi-device tuple: make it on one device and shard it")
+            raise UOpError("empty() on a multi-device tuple: make it on one device and shard it")
         buffer = UOp.buffer(math.prod(shape), dtype, device)
         return Tensor(buffer.reshape(shape) if buffer.shape != shape else buffer, device=device)
 
@@ -345,7 +348,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         shape = _shape_args(shape)
         dtype = _to_dtype(dtype) if dtype is not None else dtypes.default_float
         if not dtype.is_float:
-            raise TypeError(f"rand makes floats, not {dtype.name}")
+            raise UOpTypeError(f"rand makes floats, not {dtype.name}")
         if seed is None:
             key = ((_seed_state["seed"] & 0xFFFFFFFF) << 32) | (next(_seed_state["calls"]) & 0xFFFFFFFF)
         else:
@@ -380,7 +383,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         PADded to the full length at its offset, then the padded tensors are added (OR for bool)."""
         tensors = [*self, *others] if isinstance(self, list | tuple) else [self, *others]
         if not tensors:
-            raise ValueError("cat needs at least one tensor")
+            raise UOpError("cat needs at least one tensor")
         tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
         first = tensors[0]
         axis = _normalize_axis(axis, first.ndim)
@@ -409,7 +412,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         """Join along a new axis: each tensor gets a size-1 axis, then :meth:`cat`."""
         tensors = [*self, *others] if isinstance(self, list | tuple) else [self, *others]
         if not tensors:
-            raise ValueError("stack needs at least one tensor")
+            raise UOpError("stack needs at least one tensor")
         tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
         shapes = {t.shape for t in tensors}
         if len(shapes) > 1:
@@ -424,7 +427,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
         normalized = tuple(sorted(_normalize_axis(a, self.ndim) for a in axes))
         if len(set(normalized)) != len(normalized):
-            raise ValueError(f"repeated axis in {axis}")
+            raise UOpError(f"repeated axis in {axis}")
         return normalized
 
     # -- elementwise: building blocks ------------------------------------------------------------
@@ -444,7 +447,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         elif isinstance(other, UOp | list | tuple | np.ndarray | np.generic):
             return self._operands(Tensor(other, device=self.device), reverse, op)
         else:
-            raise TypeError(f"cannot combine a Tensor with {type(other).__name__}")
+            raise UOpTypeError(f"cannot combine a Tensor with {type(other).__name__}")
         _check_devices(x, y)
         x, y = _broadcast(x, y, op=op)
         return (y, x) if reverse else (x, y)
@@ -464,7 +467,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
     def _binary_integer(self, op: Ops, other: Any, reverse: bool = False, allow_bool: bool = False) -> Tensor:
         x, y = self._operands(other, reverse, op)
         if not (x.dtype.is_int or (allow_bool and x.dtype.is_bool)):
-            raise TypeError(f"{op.name} needs integer{' or bool' if allow_bool else ''} operands, got "
+            raise UOpTypeError(f"{op.name} needs integer{' or bool' if allow_bool else ''} operands, got "
                             f"{x.dtype.name}")
         return x._elementwise(op, y)
 
@@ -516,7 +519,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         if self.dtype.is_bool:
             return self._elementwise(Ops.NOT)
         if not self.dtype.is_int:
-            raise TypeError(f"~ needs an integer or bool tensor, got {self.dtype.name}")
+            raise UOpTypeError(f"~ needs an integer or bool tensor, got {self.dtype.name}")
         all_ones = self.dtype.max if self.dtype.is_unsigned else -1
         return self._elementwise(Ops.XOR, self._scalar_tensor(all_ones, self.dtype).expand(self.shape))
 
@@ -593,7 +596,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         """
         devices = tuple(devices)
         if len(devices) < 2 or not all(isinstance(d, str) for d in devices):
-            raise ValueError(f"shard needs a tuple of at least two device names, got {devices!r}")
+            raise UOpError(f"shard needs a tuple of at least two device names, got {devices!r}")
         axis = _normalize_axis(axis, self.ndim)
         if self.shape[axis] % len(devices):
             raise UOpError(f"shard axis {axis} of {self.shape} does not split evenly over "
@@ -624,7 +627,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
 
         compute_gradients = entry_point("gradient")  # gradient rules are written on Tensors: above us
         if gradient is None and self.numel() != 1:
-            raise ValueError(f"backward of a non-scalar tensor {self.shape} needs an explicit gradient")
+            raise UOpError(f"backward of a non-scalar tensor {self.shape} needs an explicit gradient")
         graph = set(toposort([self.uop]))
         leaves = [t for ref in list(_gradient_leaves.values()) if (t := ref()) is not None]
         targets = [t for t in leaves if t.requires_grad and t.uop in graph]
@@ -632,7 +635,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
             graph = set(toposort([resolve_functions(self.uop)]))
             targets = [t for t in leaves if t.requires_grad and t.uop in graph]
         if not targets:
-            raise ValueError("backward: no tensor with requires_grad=True feeds this one")
+            raise UOpError("backward: no tensor with requires_grad=True feeds this one")
         grads = compute_gradients(self, targets, gradient)
         for target, grad in zip(targets, grads):
             target.grad = grad if target.grad is None else target.grad + grad

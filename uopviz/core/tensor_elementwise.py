@@ -15,6 +15,7 @@ from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.tensor_helpers import _float_dtype
 from uopviz.core.tensor_math import LN_2, _exp, _sigmoid, _tanh
+from uopviz.core.uop import UOpError, UOpTypeError
 
 if TYPE_CHECKING:
     from uopviz.core.tensor import Tensor
@@ -33,7 +34,7 @@ class ElementwiseMixin:
         """``self - other`` (SUB)."""
         x, y = self._operands(other, reverse, Ops.SUB)
         if x.dtype.is_bool:
-            raise TypeError("subtraction of bool tensors is not defined; use ^ or logical_not")
+            raise UOpTypeError("subtraction of bool tensors is not defined; use ^ or logical_not")
         return x._elementwise(Ops.SUB, y)
 
     def mul(self, other: Any, reverse: bool = False) -> Tensor:
@@ -65,7 +66,7 @@ class ElementwiseMixin:
     def neg(self) -> Tensor:
         """``-self`` (NEG)."""
         if self.dtype.is_bool:
-            raise TypeError("negation of a bool tensor is not defined; use logical_not")
+            raise UOpTypeError("negation of a bool tensor is not defined; use logical_not")
         return self._elementwise(Ops.NEG)
 
     def reciprocal(self) -> Tensor:
@@ -90,7 +91,7 @@ class ElementwiseMixin:
     def _integer_power(self, exponent: int) -> Tensor:
         if exponent < 0:
             if not self.dtype.is_float:
-                raise ValueError(f"integer tensors to the negative power {exponent} are not allowed")
+                raise UOpError(f"integer tensors to the negative power {exponent} are not allowed")
             return self._integer_power(-exponent).reciprocal()
         result: Tensor | None = None
         base = self
@@ -117,9 +118,18 @@ class ElementwiseMixin:
         return ~((~x).maximum(~y))
 
     def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
-        """``minimum(maximum(self, min_), max_)`` (either bound may be None)."""
+        """``minimum(maximum(self, min_), max_)`` (either bound may be None). As numpy 2 does, on an
+        integer tensor a Python int bound beyond the dtype's range on its own side bounds nothing
+        (``uint8.clip(-3, 3)`` is ``clip(None, 3)``); one beyond the other side raises UOpError."""
         if min_ is None and max_ is None:
-            raise ValueError("clip needs min_ or max_")
+            raise UOpError("clip needs min_ or max_")
+        if self.dtype.is_int:
+            if _is_python_int(min_) and min_ < self.dtype.min:
+                min_ = None
+            if _is_python_int(max_) and max_ > self.dtype.max:
+                max_ = None
+            if min_ is None and max_ is None:
+                return self
         out = self if min_ is None else self.maximum(min_)
         return out if max_ is None else out.minimum(max_)
 
@@ -229,3 +239,7 @@ class ElementwiseMixin:
         """GELU, tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
         x = self.cast(_float_dtype(self.dtype))
         return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+
+
+def _is_python_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

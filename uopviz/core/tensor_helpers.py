@@ -15,7 +15,7 @@ import numpy as np
 from uopviz.core.buffers import buffer_data, initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
-from uopviz.core.uop import UOp, UOpError
+from uopviz.core.uop import UOp, UOpError, UOpTypeError
 
 DEFAULT_DEVICE = "CPU"
 Shape = tuple[int, ...]
@@ -54,9 +54,9 @@ def broadcast_shape(*shapes: Shape) -> Shape:
 
 def _normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
     if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
-        raise TypeError(f"{what} must be an int, got {axis!r}")
+        raise UOpTypeError(f"{what} must be an int, got {axis!r}")
     if not -ndim <= axis < ndim:
-        raise ValueError(f"{what} {axis} is out of range for a tensor of rank {ndim}")
+        raise UOpError(f"{what} {axis} is out of range for a tensor of rank {ndim}")
     return int(axis) % ndim if ndim else 0
 
 
@@ -97,7 +97,7 @@ def _weak_scalar_dtype(tensor_dtype: DType, value: Scalar) -> DType:
 def _check_scalar_fits(value: Scalar, dtype: DType) -> None:
     if dtype.is_int and not isinstance(value, bool) and isinstance(value, int) \
             and not dtype.min <= value <= dtype.max:
-        raise ValueError(f"the Python integer {value} does not fit in {dtype.name} "
+        raise UOpError(f"the Python integer {value} does not fit in {dtype.name} "
                          f"[{dtype.min}, {dtype.max}]")
 
 
@@ -110,7 +110,7 @@ def _pair(value: int | Sequence[int], count: int, what: str) -> tuple[int, ...]:
         return (value,) * count
     value = tuple(value)
     if len(value) != count:
-        raise ValueError(f"{what} needs {count} values, got {value}")
+        raise UOpError(f"{what} needs {count} values, got {value}")
     return value
 
 
@@ -126,8 +126,10 @@ def _default_dtype_of(array: np.ndarray, from_list: bool) -> DType:
         return dtypes.default_float
     if from_list and array.dtype.kind in "iu":
         return dtypes.default_int
+    if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (numpy kind 'V'): its values as float32
+        return dtypes.bfloat16
     if array.dtype.kind not in "fiu":
-        raise TypeError(f"cannot make a Tensor from numpy data of dtype {array.dtype}")
+        raise UOpTypeError(f"cannot make a Tensor from numpy data of dtype {array.dtype}")
     return dtypes.from_numpy(array.dtype)
 
 
@@ -203,6 +205,6 @@ def _broadcast(*tensors: TensorLike, op: Ops | None = None) -> list[TensorLike]:
 def _check_devices(*tensors: TensorLike) -> None:
     devices = {t.uop.device for t in tensors} - {None}
     if len(devices) > 1:
-        raise ValueError(f"operands live on different devices {sorted(map(str, devices))}; copy() one first")
+        raise UOpError(f"operands live on different devices {sorted(map(str, devices))}; copy() one first")
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uopviz.core.tensor_helpers import Scalar, _normalize_axis, _shape_args, _wrapped_indices
-from uopviz.core.uop import UOpError
+from uopviz.core.uop import UOpError, UOpTypeError
 
 if TYPE_CHECKING:
     from uopviz.core.tensor import Tensor
@@ -287,10 +287,10 @@ class MovementMixin:
         for entry in entries:
             # every Tensor is a MovementMixin (the mixin is composed only into Tensor)
             if isinstance(entry, MovementMixin | list | np.ndarray) or isinstance(entry, bool):
-                raise TypeError(f"indexing with {type(entry).__name__}: only ints, slices, None and ... are "
-                                f"supported; use t.gather(idx, axis) for integer-array indexing")
+                raise UOpTypeError(f"indexing with {type(entry).__name__}: only ints, slices, None and ... "
+                                   f"are supported; use t.gather(idx, axis) for integer-array indexing")
             if not (entry is None or entry is Ellipsis or isinstance(entry, slice | int | np.integer)):
-                raise TypeError(f"invalid index {entry!r} of type {type(entry).__name__}")
+                raise UOpTypeError(f"invalid index {entry!r} of type {type(entry).__name__}")
         if sum(entry is Ellipsis for entry in entries) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
         used = sum(entry is not None and entry is not Ellipsis for entry in entries)
@@ -310,7 +310,7 @@ class MovementMixin:
         length = self.shape[axis]
         if isinstance(sizes, int):
             if sizes <= 0:
-                raise ValueError(f"split size must be positive, got {sizes}")
+                raise UOpError(f"split size must be positive, got {sizes}")
             sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
         sizes = list(sizes)
         if sum(sizes) != length:
@@ -327,7 +327,7 @@ class MovementMixin:
     def chunk(self, chunks: int, axis: int = 0) -> tuple[Tensor, ...]:
         """Split into ``chunks`` pieces of ``ceil(size/chunks)`` elements (the last may be smaller)."""
         if chunks <= 0:
-            raise ValueError(f"chunk count must be positive, got {chunks}")
+            raise UOpError(f"chunk count must be positive, got {chunks}")
         axis = _normalize_axis(axis, self.ndim)
         return self.split(max(1, math.ceil(self.shape[axis] / chunks)), axis)
 
@@ -344,7 +344,7 @@ class MovementMixin:
         gives 0, where numpy would raise."""
         idx = self._tensor_of(idx)
         if not idx.dtype.is_int:
-            raise TypeError(f"gather indices must be integers, got {idx.dtype.name}")
+            raise UOpTypeError(f"gather indices must be integers, got {idx.dtype.name}")
         axis = _normalize_axis(axis, self.ndim)
         x = self.permute([axis] + [i for i in range(self.ndim) if i != axis])  # gather axis first
         k, rest = x.shape[0], x.shape[1:]
@@ -372,7 +372,7 @@ class MovementMixin:
         idx = self._tensor_of(idx)
         val = self._tensor_of(val, dtype=self.dtype)
         if not idx.dtype.is_int:
-            raise TypeError(f"scatter_add indices must be integers, got {idx.dtype.name}")
+            raise UOpTypeError(f"scatter_add indices must be integers, got {idx.dtype.name}")
         k, rest = self.shape[0], self.shape[1:]
         count = idx.numel()
         if val.shape != idx.shape + rest:

@@ -38,7 +38,7 @@ from uopviz.core.uop_properties import (
     broadcast_shapes,
     read_ints,
 )
-from uopviz.core.uop_types import BufferArg, Device, ParamArg, Shape, UOpError, format_device
+from uopviz.core.uop_types import BufferArg, Device, ParamArg, Shape, UOpError, UOpTypeError, format_device
 
 _NORMALISED_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.CONST})
 
@@ -536,7 +536,7 @@ _MISSING = object()
 
 
 __all__ = [
-    "BufferArg", "Device", "ParamArg", "Shape", "UOp", "UOpError", "broadcast_shapes", "derived_attribute",
-    "format_device", "format_graph", "graph_lines", "inline_text", "live_uop_count", "read_ints", "shape_uop",
-    "toposort",
+    "BufferArg", "Device", "ParamArg", "Shape", "UOp", "UOpError", "UOpTypeError", "broadcast_shapes",
+    "derived_attribute", "format_device", "format_graph", "graph_lines", "inline_text", "live_uop_count",
+    "read_ints", "shape_uop", "toposort",
 ]

@@ -11,13 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uopviz.core.dtype import AddrSpace, DType
+from uopviz.core.errors import UopvizError
 
 Shape = tuple[int, ...]
 Device = str | tuple[str, ...] | None
 
 
-class UOpError(ValueError):
+class UOpError(UopvizError, ValueError):
     """A malformed UOp: the message names the op, its sources' shapes/dtypes and the problem."""
+
+
+class UOpTypeError(UOpError, TypeError):
+    """A value of a type a UOp or a Tensor cannot take (``Tensor(object())``, a numpy dtype with no
+    uopviz dtype): a :class:`UOpError` that is also a ``TypeError``."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -94,6 +94,7 @@ from uopviz.nnef.expressions import (
     RuntimeScalar,
     Unknown,
     format_value,
+    length_at_bound,
     type_name_of,
 )
 from uopviz.nnef.graph import (
@@ -132,6 +133,8 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         self.composites: list[Composite] = []
         self.updates: dict[str, str] = {}
         self.packs: dict[str, list[str]] = {}  # graph input / output packs: name -> item tensor names
+        # run-time extents counted by a tensor of the graph (a loop's trip count): key -> tensor name
+        self.trip_counters: dict[str, str] = {}
         self._serial = itertools.count()
         self._subgraph_tensors: set[str] = set()  # tensors owned by the sub-graphs of loop nodes
         # The composite operators being expanded, outermost first: invoking one of them again is
@@ -227,6 +230,9 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             definition=definition,
             modules=dict(self.modules.modules),
             packs=self.packs,
+            counts={
+                key: name for key, name in self.trip_counters.items() if name not in self._subgraph_tensors
+            },
         )
 
     # -- errors -------------------------------------------------------------------------------------
@@ -799,6 +805,8 @@ def _bind_frame_count(frame: _Frame, count: ast.Expr, length: int, result: ast.R
             frame.symbols[count.name] = length
             return
         raise
+    if length_at_bound(expected) == length:
+        return  # declared by the input extents the pack follows (``rows..(s)``): taken at their bound
     if expected != length:
         raise NNEFError.at(
             result.pos,

@@ -19,6 +19,7 @@ from uopviz.nnef.composer_support import (
     _describe_type,
     _Instance,
     _is_scalar_argument,
+    _pack_shapes,
     _shape_of,
 )
 from uopviz.nnef.errors import NNEFError
@@ -27,6 +28,7 @@ from uopviz.nnef.expressions import (
     RuntimeScalar,
     Unknown,
     format_value,
+    pack_length,
     type_name_of,
 )
 from uopviz.nnef.graph import (
@@ -329,12 +331,14 @@ class _Binding:
             count = spec.pack.count
             if count is not None and not isinstance(count, ast.Placeholder):
                 if not self._bind_or_check(
-                    instance, count, len(value), position, f"the number of {what} tensors"
+                    instance, count, pack_length(value), position, f"the number of {what} tensors"
                 ):
                     return False
             distinct: dict[str, list] = {}
-            for item in value:
-                if not self._bind_dims(instance, spec, _shape_of(item), position, what, distinct, value):
+            # an item-wise extent (concat's '..z') keeps each item's own; others bind the widest
+            itemwise = any(extent.distinct for extent in spec.shape.extents)
+            for shape in [_shape_of(item) for item in value] if itemwise else _pack_shapes(value):
+                if not self._bind_dims(instance, spec, shape, position, what, distinct, value):
                     return False
             for name, values in distinct.items():
                 if name in instance.symbols and instance.symbols[name] is not None:

@@ -154,7 +154,11 @@ class _GraphLevel:
                         extent.pos,
                         f"graph input '{param.name}': an omitted extent needs an upper bound (~|n)",
                     )
-                shape.extend(DynamicExtent((param.name, position, item), bound) for item in range(count))
+                # named after the input and the axis (a string: a tuple key reads as an expression)
+                shape.extend(
+                    DynamicExtent(f"{param.name}.shape[{position + item}]", bound)
+                    for item in range(count)
+                )
                 continue
             if isinstance(node, ast.Identifier) and node.name not in instance.symbols:
                 if bound is None:
@@ -164,7 +168,7 @@ class _GraphLevel:
                         f"known; give it an upper bound ({node.name}|n)",
                     )
                 values = [
-                    DynamicExtent(node.name if count == 1 else (node.name, item), bound)
+                    DynamicExtent(node.name if count == 1 else f"{node.name}[{item}]", bound)
                     for item in range(count)
                 ]
                 if not probe:

@@ -28,6 +28,7 @@ from uopviz.nnef.composer_support import (
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.expressions import (
     DynamicExtent,
+    RunTimePack,
     format_value,
 )
 from uopviz.nnef.graph import (
@@ -138,7 +139,20 @@ class _Loops:
                 if len(scan_outputs) <= index:
                     scan_outputs.append([])
                 scan_outputs[index].append(value)
+        if dynamic is not None and scan_outputs:
+            length = self._trip_count(dynamic, len(scans[0][1]), frame, f"{frame.scope}{base}.", loop.pos)
+            scan_outputs = [RunTimePack(pack, length) for pack in scan_outputs]
         return [*carries, *scan_outputs]
+
+    def _trip_count(
+        self, count: TensorInfo, bound: int, frame: _Frame, scope: str, position: ast.Position
+    ) -> DynamicExtent:
+        """The run-time length of the scan outputs of a loop unrolled to ``bound`` steps whose count
+        is the tensor ``count``: the count clamped to [0, bound], computed by the graph into a tensor
+        that is the extent's counter (kernels read it and stop there; the runner cuts outputs)."""
+        trips = self._call("math.clamp", [count, 0, bound], frame, scope, "trips", position)
+        self.trip_counters[trips.name] = trips.name
+        return DynamicExtent(trips.name, bound)
 
     # -- loops run on the host: a node with sub-graphs ----------------------------------------------------
 

@@ -326,7 +326,8 @@ class _ShapeBinding:
             if isinstance(bound, DynamicExtent):  # bounded by a run-time extent: by that one's bound
                 bound = bound.bound
             if isinstance(node, ast.Placeholder):
-                dynamic = DynamicExtent((instance.label or instance.name, name, position), bound)
+                # the output and axis it is declared on, as a string (a tuple reads as an expression)
+                dynamic = DynamicExtent(f"{instance.label or instance.name}.{name}.shape[{position}]", bound)
                 shape.extend([dynamic] * _extent_count(instance, extent, evaluator))
                 continue
             if (

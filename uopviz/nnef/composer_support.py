@@ -20,6 +20,7 @@ from uopviz.nnef.expressions import (
     Evaluator,
     RuntimeScalar,
     format_value,
+    widest_extent,
 )
 from uopviz.nnef.graph import (
     Graph,
@@ -278,6 +279,22 @@ def _shape_of(value: Any) -> list:
     if isinstance(value, TensorInfo):
         return list(value.shape)
     return []  # a literal argument is a rank-0 tensor
+
+
+def _pack_shapes(pack: list) -> list[list]:
+    """The shapes a pack's items bind an operator's input with: where items of one rank have
+    different run-time extents on an axis (the results of loops with different run-time counts,
+    the per-item LSTMs of ``nn.lstm`` with ``steps``), every item binds their maximum (``>?``), so a
+    stack or a sum of them keeps each item's extent; each item's values past its own extent are
+    unspecified, as they are past a loop's count."""
+    shapes = [_shape_of(item) for item in pack]
+    if len({len(shape) for shape in shapes}) != 1:
+        return shapes
+    widened = list(shapes[0])
+    for axis, extents in enumerate(zip(*shapes, strict=True)):
+        if all(isinstance(extent, DynamicExtent) for extent in extents) and len(set(extents)) > 1:
+            widened[axis] = widest_extent(list(dict.fromkeys(extents)))
+    return [widened] * len(shapes) if widened != shapes[0] else shapes
 
 
 def _import_extents(graph: Graph, fresh: dict[Any, tuple]) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from uopviz.core.errors import UopvizError
+
 __all__ = ["NNEFError", "NNEFWarning", "register_source", "source_line"]
 
 # Sources seen most recently, by file name; bounded so that long sessions do not grow without limit.
@@ -49,7 +51,7 @@ def source_line(file: str | None, line: int | None) -> str | None:
     return None
 
 
-class NNEFError(Exception):
+class NNEFError(UopvizError):
     """A problem in an NNEF input, located by ``file``, ``line`` and ``column``.
 
     ``line`` and ``column`` are 1-based; either may be None when the problem has no position

@@ -29,16 +29,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from uopviz.core.errors import UopvizError
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
 
 __all__ = [
-    "UNDECIDED", "BoundedIndex", "DynamicExtent", "Evaluator", "PythonScalarOps", "RuntimeScalar", "Unknown",
-    "apply_binary", "apply_unary", "format_value", "is_pack", "type_name_of", "uniform_value",
+    "UNDECIDED", "BoundedIndex", "DynamicExtent", "Evaluator", "PythonScalarOps", "RunTimePack",
+    "RuntimeScalar", "Unknown", "apply_binary", "apply_unary", "format_value", "is_pack", "length_at_bound",
+    "pack_length", "type_name_of", "uniform_value", "widest_extent",
 ]  # fmt: skip
 
 
-class Unknown(Exception):  # noqa: N818 - a control-flow signal, not an error report
+class Unknown(UopvizError):  # noqa: N818 - a control-flow signal, not an error report
     """An identifier that is declared but not bound yet: the expression cannot be evaluated now."""
 
     def __init__(self, name: str, position: ast.Position | None = None) -> None:
@@ -125,6 +127,37 @@ def _key_text(key: Any) -> str:
     if isinstance(key, tuple) and len(key) == 2:
         return f"{key[0]}({_key_text(key[1])})"
     return str(key)
+
+
+class RunTimePack(list):
+    """A pack whose length is decided at run time (§2.11: the scan outputs of a loop with a run-time
+    count): the items are composed up to the static bound, ``length`` is the run-time number of
+    them (a :class:`DynamicExtent` whose counter is the loop's clamped trip count). An operator
+    input ``..(n)`` that receives it binds ``n`` to ``length``, so ``layout.stack`` of it has that
+    run-time extent and its kernels stop at it."""
+
+    def __init__(self, items: list, length: DynamicExtent) -> None:
+        super().__init__(items)
+        self.length = length
+
+
+def pack_length(pack: list) -> int | DynamicExtent:
+    """The length of a pack: its run-time length for a :class:`RunTimePack`, else ``len``."""
+    return pack.length if isinstance(pack, RunTimePack) else len(pack)
+
+
+def length_at_bound(count: Any) -> int | None:
+    """A pack length given by a run-time extent that follows the graph's input extents (``..(s)``
+    for an input ``x: real[s|6]``): its bound, recorded so that the graph says it was composed at
+    the bound and is recomposed for the given shapes; None for any other value."""
+    if not isinstance(count, DynamicExtent) or count.bound is None:
+        return None
+    if not _follows_inputs(count.key, INPUT_EXTENT_KEYS.get()):
+        return None
+    bounded = BOUNDED_PACK_LENGTHS.get()
+    if bounded is not None:
+        bounded.add(repr(count))
+    return count.bound
 
 
 class RuntimeScalar:
@@ -632,6 +665,14 @@ def _dynamic_binary(op: str, a: Any, b: Any) -> Any:
     return DynamicExtent((op, key_a, key_b), bound)
 
 
+def widest_extent(extents: list[DynamicExtent]) -> DynamicExtent:
+    """The largest of run-time extents: ``a >? b >? ...``, bounded by the largest bound."""
+    widest = extents[0]
+    for extent in extents[1:]:
+        widest = _dynamic_binary(">?", widest, extent)
+    return widest
+
+
 _PYTHON_OPS = PythonScalarOps()
 
 
@@ -906,12 +947,9 @@ class Evaluator:
             return None
         if isinstance(count, bool):
             return int(count)
-        if isinstance(count, DynamicExtent) and count.bound is not None:
-            if _follows_inputs(count.key, INPUT_EXTENT_KEYS.get()):
-                bounded = BOUNDED_PACK_LENGTHS.get()
-                if bounded is not None:
-                    bounded.add(repr(count))
-                return count.bound
+        length = length_at_bound(count)
+        if length is not None:
+            return length
         if isinstance(count, DynamicExtent | RuntimeScalar):
             raise NNEFError.at(
                 node.pos,

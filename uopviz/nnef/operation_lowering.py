@@ -208,6 +208,10 @@ class _OperationLowering:
             for binding in out:
                 evaluator = Evaluator(ChainMap(binding, local, self.symbols), frozenset(), self.op.dtypes)
                 count = evaluator(bound.bound)
+                if isinstance(count, DynamicExtent) and count.bound is not None:
+                    # a pack with a run-time length (a loop's scan outputs) holds its items up to
+                    # the bound: all are written, the result's run-time extent stops its readers
+                    count = int(count.bound)
                 if isinstance(count, list) or not isinstance(count, int) or isinstance(count, bool):
                     raise self.error(
                         bound, f"the unrolled index '{name}' needs an int bound, got {format_value(count)}"

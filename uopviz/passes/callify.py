@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from uopviz.core.dtype import AddrSpace
+from uopviz.core.errors import UopvizError
 from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, traced_pass
@@ -26,7 +27,7 @@ from uopviz.core.uop import UOp
 from uopviz.passes.schedule import Lowering
 
 
-class CallifyError(ValueError):
+class CallifyError(UopvizError, ValueError):
     """A graph that is not a program: a free PARAM, an output that is not a value, ..."""
 
 

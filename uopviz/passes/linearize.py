@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from uopviz.backends.base import Backend
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp, toposort
@@ -24,7 +25,7 @@ from uopviz.passes.render import backend_named
 from uopviz.passes.schedule import Lowering, once_per_body, record_step
 
 
-class LinearizeError(ValueError):
+class LinearizeError(UopvizError, ValueError):
     """A kernel graph whose dependencies do not nest into loops."""
 
 

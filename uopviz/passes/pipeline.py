@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from uopviz.core.errors import UopvizError
 from uopviz.core.rewrite import traced_pass
 from uopviz.passes.callify import callify_stage
 from uopviz.passes.expand import expand_stage
@@ -68,6 +69,11 @@ def run_stage(lowering: Lowering, name: str, stage: Stage) -> None:
             stage(lowering)
         except (PipelineError, ValueError):
             raise  # errors about the program itself (CallifyError, OptError, ...) say what is wrong
+        except UopvizError as error:
+            # a documented error (CompileError, MemoryLimitError, ...) keeps its class, so that
+            # `except CompileError` catches it; the note names the stage
+            error.add_note(f"raised in the pipeline stage {name}")
+            raise
         except Exception as error:
             raise PipelineError(f"{name}: {type(error).__name__}: {error}") from error
         record.output = lowering.graph if lowering.graph is not None else lowering.stage_input()

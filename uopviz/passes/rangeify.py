@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from uopviz.core.dtype import AddrSpace, dtypes
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp, UOpError
@@ -52,7 +53,7 @@ from uopviz.passes.schedule import Lowering, ScheduleItem
 REALIZE = "realize"  # tag of the values that get their own buffer
 
 
-class RangeifyError(ValueError):
+class RangeifyError(UopvizError, ValueError):
     """A graph Rangeify cannot turn into kernels: names the op and why."""
 
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from uopviz.backends.base import CompiledKernel
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import Trace, is_tracing, location_of, substitute, traced_pass
 from uopviz.core.uop import UOp
 from uopviz.passes.optops.kernel import Kernel
 
 
-class PipelineError(RuntimeError):
+class PipelineError(UopvizError, RuntimeError):
     """A stage could not lower the program; names the stage and the kernel."""
 
 

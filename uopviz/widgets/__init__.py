@@ -19,6 +19,7 @@ from typing import Any
 from uopviz.widgets.graph import GraphDiff, LayoutError, graph_diff, layout
 
 __all__ = [
+    "ExploreError",
     "GraphDiff",
     "GraphView",
     "KernelTuner",
@@ -34,6 +35,7 @@ _LAZY = {
     "GraphView": "uopviz.widgets.views",
     "RewritePlayer": "uopviz.widgets.views",
     "KernelTuner": "uopviz.widgets.tuner_view",
+    "ExploreError": "uopviz.widgets.explorer",
     "explore": "uopviz.widgets.explorer",
     "register_explorer": "uopviz.widgets.explorer",
 }

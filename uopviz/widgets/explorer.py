@@ -21,6 +21,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
@@ -44,6 +45,10 @@ def register_explorer(name: str, test: Test, build: Builder) -> None:
     _REGISTRY.append((name, test, build))
 
 
+class ExploreError(UopvizError, TypeError):
+    """``uv.explore(x)`` for an ``x`` no explorer is registered for (also a ``TypeError``)."""
+
+
 def explorer_for(x: Any) -> tuple[str, Builder]:
     """The (name, builder) that ``explore`` would use for ``x``."""
     for name, test, build in reversed(_REGISTRY):
@@ -54,7 +59,7 @@ def explorer_for(x: Any) -> tuple[str, Builder]:
         if matches:
             return name, build
     known = ", ".join(name for name, _, _ in _REGISTRY)
-    raise TypeError(
+    raise ExploreError(
         f"uv.explore() cannot show a {type(x).__name__}; it shows: {known} "
         "(add more with uopviz.widgets.register_explorer)"
     )

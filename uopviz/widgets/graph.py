@@ -30,6 +30,7 @@ from typing import Any
 import networkx as nx
 
 from uopviz.core.dtype import DType
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import BufferArg, ParamArg, UOp, toposort
 from uopviz.core.uop_printing import inline_text
@@ -53,7 +54,7 @@ LABEL_ARG_CHARS = 34
 DETAIL_CHARS = 600
 
 
-class LayoutError(RuntimeError):
+class LayoutError(UopvizError, RuntimeError):
     """A layout engine was asked for by name and cannot run (``dot`` missing or failing)."""
 
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType
 
 
-class OptError(ValueError):
+class OptError(UopvizError, ValueError):
     """An optimization that cannot apply to this kernel; the message says which rule it breaks."""
 
 
