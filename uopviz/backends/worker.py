@@ -68,7 +68,7 @@ class KernelTimeout(UopvizError, RuntimeError):
         return (KernelTimeout, (self.kernel, self.backend, self.timeout_s))
 
 
-class KernelCancelled(RuntimeError):
+class KernelCancelled(UopvizError, RuntimeError):
     """A request was cancelled (:meth:`Worker.cancel`: the tuner's Stop button); its worker process
     was killed, so nothing goes on running.  (Kernel › Interrupt kills it too, and raises
     KeyboardInterrupt as usual.)"""

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 
 from uopviz.backends.base import chunk_sizes
+from uopviz.core.affine import linear_coefficient
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
 from uopviz.passes.optops.axes import REDUCE_TYPES, depends_on, position_of, range_size
@@ -231,11 +232,75 @@ def _threaded(kernel: Kernel, threads: int) -> Kernel:
     return _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, even), (count, AxisType.THREAD, True)))
 
 
+#: threads of a workgroup (a CUDA block) the GPU heuristic aims at: 8 warps, enough to hide memory
+#: latency with several blocks per multiprocessor; a 2-D grid gets at most 16 threads on each axis
+WORKGROUP_THREADS = 256
+_LOCAL_SIZES = (256, 128, 64, 32, 16, 8, 4)
+
+
+#: a GPU kernel with fewer output values than this shares its reduction among a workgroup's threads
+GROUP_REDUCE_BELOW_OUTPUTS = 2048
+
+
+def _read_along(kernel: Kernel, r: UOp) -> bool:
+    """True when some load's address steps by one element along ``r``: threads that split ``r``
+    among them read neighbouring elements (a warp's loads coalesce)."""
+    for load in (u for u in kernel.ast.toposort() if u.op is Ops.LOAD):
+        index = load.src[0]
+        if index.op is Ops.INDEX and len(index.src) > 1 and linear_coefficient(index.src[1], r) == 1:
+            return True
+    return False
+
+
+def _group_reduce(kernel: Kernel) -> Kernel:
+    """A reduction to few values on a GPU: the innermost REDUCE axis split so that a workgroup's
+    threads (up to :data:`WORKGROUP_THREADS`) each take every n-th term (neighbouring threads read
+    neighbouring elements) and combine through local memory; one thread per value would leave the
+    GPU idle (a 4096-term second stage of a split sum)."""
+    outputs = math.prod(range_size(r) for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL)
+    reduces = [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE]
+    if not reduces or outputs >= GROUP_REDUCE_BELOW_OUTPUTS:
+        return kernel
+    r = reduces[-1]
+    if not _read_along(kernel, r):  # a column sum: threads on the outputs read neighbours instead
+        return kernel
+    extent = range_size(r)
+    splits = [Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.GROUP_REDUCE, False))
+              for size in _LOCAL_SIZES if size >= 16 and extent % size == 0 and extent >= 2 * size]
+    return _first_that_applies(kernel, splits)
+
+
+def _workgroup(kernel: Kernel) -> Kernel:
+    """The last two GLOBAL axes split into LOCAL ones, innermost first (its threads are a warp's
+    neighbouring lanes), up to :data:`WORKGROUP_THREADS` threads together.  Each axis is found again
+    after a split, which renumbers the ranges (the split axis keeps its GLOBAL part where it was)."""
+    # threads a GROUP_REDUCE already gave the workgroup count against the budget
+    threads = math.prod(range_size(r) for r in kernel.ranges
+                        if r.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL))
+    for from_last in (1, 2):
+        globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
+        if len(globals_) < from_last:
+            break
+        r = globals_[-from_last]
+        most = WORKGROUP_THREADS // threads
+        most = most if len(globals_) == 1 else min(16, most)  # 16 x 16 on a 2-D grid
+        for size in (s for s in _LOCAL_SIZES if s <= most):
+            if range_size(r) % size == 0 and range_size(r) > size:
+                split = Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.LOCAL, False))
+                before = kernel
+                kernel = _try(kernel, split)
+                threads *= size if kernel is not before else 1
+                break
+    return kernel
+
+
 def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     """The heuristic opts for ``kernel``'s backend (see the module docstring)."""
     backend = kernel.backend_object
     gpu = not backend.runs_on_cpu  # workgroup tiles; else register tiles (an OpenCL CPU device too)
     loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    if gpu and backend.has_local:
+        kernel = _group_reduce(kernel)
     has_reduce = any(t in REDUCE_TYPES for _, t in kernel.axes)
     widest = max(backend.vector_widths or (1,))
     # lanes a kernel may have: CPU compilers split wide vectors well; GPU renderers need native widths
@@ -287,18 +352,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
             factors += [f for f in (*wide, 4, 2) if lanes * f <= min(budget, 128)]
         kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
     if backend.has_local and gpu:
-        # the last two GLOBAL axes, innermost first; found again after each split, which renumbers
-        # the ranges (the split axis keeps its GLOBAL part where it was)
-        for from_last in (1, 2):
-            globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
-            if len(globals_) < from_last:
-                break
-            r = globals_[-from_last]
-            for size in (16, 8, 4):
-                if range_size(r) % size == 0 and range_size(r) > size:
-                    split = Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.LOCAL, False))
-                    kernel = _try(kernel, split)
-                    break
+        kernel = _workgroup(kernel)
     elif backend.has_threads:
         kernel = _threaded(kernel, max(1, min(backend.thread_count, 16)))  # the CPU target's cores
     return kernel
