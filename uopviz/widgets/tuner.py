@@ -98,6 +98,8 @@ class SourceEntry:
 #: seconds a timing in the tuner may take per backend (the kernel's build not counted): its runs stop
 #: repeating at half of it and its worker is stopped at it, so no click can hang the notebook
 TIMING_BUDGET_S = 5.0
+#: the GPU the tuner's GPU model describes under the CUDA source
+GPU_MODEL_GPU = "H100"
 #: the spread (interquartile range over median) beyond which a timing is flagged as unsteady
 UNSTEADY_SPREAD = 0.25
 
@@ -219,6 +221,7 @@ class TunerState:
         # keyed by id(kernel) and backend; the kernel is kept beside the entry so that an id reused
         # by a later kernel (after its history was dropped) is never taken for the old one
         self._sources: dict[tuple[int, str], tuple[Any, SourceEntry]] = {}
+        self._gpu_accounts: dict[tuple[int, str], tuple[Any, Any]] = {}
         self._timings: dict[tuple[int, str], tuple[Any, TimingEntry]] = {}
 
     # -- the kernel and its opts ----------------------------------------------------------
@@ -371,6 +374,22 @@ class TunerState:
         entry.seconds = time.perf_counter() - started
         self._sources[(id(kernel), backend)] = (kernel, entry)
         return entry
+
+    def gpu_account(self, gpu: str = GPU_MODEL_GPU) -> Any:
+        """The GPU model's account of the current kernel on ``gpu`` (``uopviz.engine.gpu_model``: worked
+        out from its CUDA program, no GPU needed), or the text of why there is none (cached)."""
+        from uopviz.engine.gpu_model import gpu_account
+
+        kernel = self.kernel
+        cached = self._gpu_accounts.get((id(kernel), gpu))
+        if cached is not None and cached[0] is kernel:
+            return cached[1]
+        try:
+            account: Any = gpu_account(kernel, gpu)
+        except Exception as error:  # noqa: BLE001 - shown under the CUDA source instead of the model
+            account = f"{type(error).__name__}: {error}"
+        self._gpu_accounts[(id(kernel), gpu)] = (kernel, account)
+        return account
 
     def timing(self, backend: str, refresh: bool = False, budget_s: float | None = None) -> TimingEntry:
         """A timing of the current kernel on ``backend`` (cached unless ``refresh``), within

@@ -58,15 +58,26 @@ def sources_html(state: TunerState, backends: list[str], precise: bool = False) 
             body = f'<pre style="color:#82071e;white-space:pre-wrap">{html.escape(entry.error)}</pre>'
         else:
             body = highlight(entry.source, name, precise=precise)
+        model = gpu_model_html(state) if name == "cuda" and not entry.error else ""
         lines = entry.source.count("\n") + 1 if entry.source else 0
         panes.append(
             f'<div class="uv-source" style="{PANE_STYLE}"><div class="uv-source-head" style="{HEAD_STYLE}">'
             f'{html.escape(name)} <span style="color:#57606a;font-weight:400">{lines} lines</span></div>'
-            f'<div style="{CODE_STYLE}">{body}</div></div>'
+            f'<div style="{CODE_STYLE}">{body}</div>{model}</div>'
         )
     per_row = len(panes) if len(panes) <= 3 else (2 if len(panes) == 4 else 3)
     style = SOURCES_STYLE.format(per_row=max(1, per_row))
     return f'<div class="uv-sources" style="{style}">{"".join(panes)}</div>'
+
+
+def gpu_model_html(state: TunerState) -> str:
+    """The GPU model's account of the current kernel (shown under its CUDA source): the table the
+    data layer made, or why there is none."""
+    account = state.gpu_account()
+    if isinstance(account, str):
+        style = "color:#82071e;padding:4px 8px"
+        return f'<div class="uv-gpu-model" style="{style}">GPU model: {html.escape(account)}</div>'
+    return account.html()
 
 
 def message_html(state: TunerState) -> str:
