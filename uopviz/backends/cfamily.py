@@ -449,10 +449,9 @@ class CStyleRenderer:
             lambda: (
                 f"{dialect.helper_prefix} {u16} float_to_bf16(float f) {{\n"
                 f"  {bits}\n"
-                f"  if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it quiet */\n"
-                f"    return ({u16})((u >> 16) | 0x40u);\n"
-                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
-                f"  return ({u16})(u >> 16);\n"
+                f"  {u32} rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+                f"  {u32} quiet = (u >> 16) | 0x40u;  /* NaN: keep it quiet */\n"
+                f"  return ({u16})(((u & 0x7fffffffu) > 0x7f800000u) ? quiet : rounded);\n"
                 f"}}"
             ),
         )

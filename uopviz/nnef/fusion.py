@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from uopviz.core.affine import range_sum
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
-from uopviz.core.uop import UOp
+from uopviz.core.uop import UOp, toposort
+from uopviz.nnef.graph_nodes import Operation
 from uopviz.nnef.kernel_builder import LoweredKernel
 from uopviz.nnef.kernel_math import gate_loads, tidy
 
@@ -54,8 +56,73 @@ def _params(ast: UOp) -> dict[int, UOp]:
     return {u.arg.slot: u for u in ast.toposort() if u.op is Ops.PARAM}
 
 
-def producer_form(kernel: LoweredKernel) -> Producer | None:
-    """The producer form of ``kernel``, or None when its tensor cannot be computed where it is read."""
+@dataclass(frozen=True)
+class _Facts:
+    """What :func:`producer_form` needs to know of a value's whole graph, in the order a toposort
+    meets it: its PARAMs and RANGEs, the PARAMs it indexes, whether it has a reduction and whether it
+    has a node a producer must not have.  Facts of a node follow from its sources' facts, so a
+    fused value's facts cost only its new nodes (a chain of n kernels: O(n), not O(n²))."""
+
+    params: tuple[UOp, ...]
+    ranges: tuple[UOp, ...]
+    indexed: frozenset[UOp]
+    reduces: bool
+    forbidden: bool
+
+
+_NO_FACTS = _Facts((), (), frozenset(), False, False)
+
+
+def _merged(first: tuple[UOp, ...], second: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """``first`` then what ``second`` adds: the order a depth-first toposort meets them in (a
+    source's subgraph already walked is skipped whole, so the rest keeps its order)."""
+    if not second or second is first:
+        return first
+    if not first:
+        return second
+    return tuple(dict.fromkeys(first + second))
+
+
+def _node_facts(u: UOp, known: dict[UOp, _Facts]) -> _Facts:
+    facts = _NO_FACTS
+    for s in u.src:
+        other = known[s]
+        if facts is _NO_FACTS:
+            facts = other
+        elif other is not facts and other is not _NO_FACTS:
+            facts = _Facts(
+                _merged(facts.params, other.params),
+                _merged(facts.ranges, other.ranges),
+                facts.indexed | other.indexed,
+                facts.reduces or other.reduces,
+                facts.forbidden or other.forbidden,
+            )
+    if u.op is Ops.PARAM:
+        facts = replace(facts, params=_merged(facts.params, (u,)))
+    elif u.op is Ops.RANGE:
+        facts = replace(facts, ranges=_merged(facts.ranges, (u,)))
+    elif u.op is Ops.INDEX and u.src and u.src[0].op is Ops.PARAM:
+        facts = replace(facts, indexed=facts.indexed | {u.src[0]})
+    elif u.op is Ops.REDUCE:
+        facts = replace(facts, reduces=True)
+    elif u.op in (Ops.STORE, Ops.CUSTOM, Ops.WMMA):
+        facts = replace(facts, forbidden=True)
+    return facts
+
+
+def _facts(root: UOp, known: dict[UOp, _Facts]) -> _Facts:
+    """The facts of ``root``'s graph, walking only the nodes ``known`` has no facts of yet (and
+    remembering theirs there)."""
+    if root not in known:
+        for u in toposort([root], lambda node: () if node in known else node.src):
+            if u not in known:
+                known[u] = _node_facts(u, known)
+    return known[root]
+
+
+def producer_form(kernel: LoweredKernel, known: dict[UOp, _Facts] | None = None) -> Producer | None:
+    """The producer form of ``kernel``, or None when its tensor cannot be computed where it is read.
+    ``known``: facts of nodes seen before (:class:`_Facts`), kept between calls by the fuser."""
     ast = kernel.ast
     if kernel.scratch or ast.op is not Ops.SINK or len(ast.src) != 1:
         return None
@@ -66,10 +133,10 @@ def producer_form(kernel: LoweredKernel) -> Producer | None:
     value = store.src[1]
     if target.op is not Ops.PARAM or target.arg.slot != 0 or value.dtype.count != 1:
         return None
-    nodes = value.toposort()
-    if any(u.op is Ops.INDEX and u.src[0] is target for u in nodes):
+    facts = _facts(value, {} if known is None else known)
+    if target in facts.indexed:
         return None  # it reads what it writes
-    if any(u.op in (Ops.STORE, Ops.CUSTOM, Ops.WMMA) for u in nodes):
+    if facts.forbidden:
         return None
     affine = range_sum(index)
     if affine is None or affine[1] != 0:
@@ -88,16 +155,11 @@ def producer_form(kernel: LoweredKernel) -> Producer | None:
         expected *= bounds[r]
     if expected != target.shape[0]:
         return None
-    for u in nodes:
-        if (
-            u.op is Ops.RANGE
-            and u not in strides
-            and (u.arg[1] is not AxisType.REDUCE or _const_bound(u) is None)
-        ):
+    for u in facts.ranges:
+        if u not in strides and (u.arg[1] is not AxisType.REDUCE or _const_bound(u) is None):
             return None
-    params = {u.arg.slot: u for u in nodes if u.op is Ops.PARAM}
-    ranges = tuple(u for u in nodes if u.op is Ops.RANGE)
-    return Producer(value, strides, any(u.op is Ops.REDUCE for u in nodes), params, ranges)
+    params = {u.arg.slot: u for u in facts.params}
+    return Producer(value, strides, facts.reduces, params, facts.ranges)
 
 
 def _loads_of(nodes: list[UOp], slot: int) -> list[UOp] | None:
@@ -173,11 +235,19 @@ class _Fuser:
             for name in kernel.buffers[1:]:
                 self.readers.setdefault(name, set()).add(position)
         self._producers: dict[UOp, Producer | None] = {}
+        self._known: dict[UOp, _Facts] = {}  # facts of every value seen: a fused value's cost its new nodes
+        # the operations folded into each fused kernel, as a tree (source's, its operation, reader's)
+        # flattened once at the end: concatenating them at each step cost O(n²) on a chain of n
+        self._folds: dict[int, _Folds] = {}
         self._inlined: dict[tuple, tuple[UOp, tuple[tuple[int, int], ...]] | None] = {}
 
     def run(self) -> list[LoweredKernel]:
         for position in range(len(self.kernels)):
             self._try(position)
+        for position, folds in self._folds.items():
+            kernel = self.kernels[position]
+            if kernel is not None:
+                self.kernels[position] = replace(kernel, fused=_flattened(folds))
         return [kernel for kernel in self.kernels if kernel is not None]
 
     def _try(self, position: int) -> None:
@@ -192,27 +262,37 @@ class _Fuser:
         if any(max(self.writers.get(name, [-1])) >= position for name in kernel.buffers[1:]):
             return  # an input written again by this or a later kernel (in place): keep the order
         if kernel.ast not in self._producers:
-            self._producers[kernel.ast] = producer_form(kernel)
+            self._producers[kernel.ast] = producer_form(kernel, self._known)
         producer = self._producers[kernel.ast]
         if producer is None or (len(readers) > 1 and producer.reduces):
             return
         fused = {}
         for reader in readers:
-            result = self._inline(producer, kernel, self.kernels[reader], tensor)
+            result = self._inline(producer, position, reader, tensor)
             if result is None:
                 return
             fused[reader] = result
+        source_folds = self._folds_of(position)
         self.kernels[position] = None
+        self._folds.pop(position, None)
         self.writers.pop(tensor)
         self.readers.pop(tensor, None)
         for reader, result in fused.items():
             self.kernels[reader] = result
+            self._folds[reader] = (source_folds, kernel.operation, self._folds_of(reader))
             for name in result.buffers[1:]:
                 self.readers.setdefault(name, set()).add(reader)
 
+    def _folds_of(self, position: int) -> _Folds:
+        kernel = self.kernels[position]
+        assert kernel is not None
+        return self._folds.get(position, kernel.fused)
+
     def _inline(
-        self, producer: Producer, source: LoweredKernel, reader: LoweredKernel, tensor: str
+        self, producer: Producer, source_position: int, reader_position: int, tensor: str
     ) -> LoweredKernel | None:
+        source, reader = self.kernels[source_position], self.kernels[reader_position]
+        assert source is not None and reader is not None
         if reader.buffers[0] == tensor or reader.buffers.count(tensor) != 1:
             return None
         key = (
@@ -231,8 +311,30 @@ class _Fuser:
         ast, references = found
         sides = (reader.buffers, source.buffers)
         buffers = [sides[side][index] for side, index in references]
-        folded = (*source.fused, source.operation, *reader.fused)
-        return replace(reader, ast=ast, buffers=buffers, fused=tuple(dict.fromkeys(folded)))
+        return replace(reader, ast=ast, buffers=buffers)  # its fused: self._folds (run)
+
+
+#: the operations folded into a kernel: its own ``fused``, or a (producer's, producer's operation,
+#: reader's) triple of them
+_Folds = tuple
+
+
+def _flattened(folds: _Folds) -> tuple[Operation, ...]:
+    """The operations of a folds tree in order, each once (where first met): what concatenating and
+    deduplicating at each fusion step gave.  A subtree met again adds nothing and is not walked."""
+    out: dict[Operation, None] = {}
+    walked: set[int] = set()
+    stack: list[Any] = [folds]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            if id(item) in walked:
+                continue
+            walked.add(id(item))
+            stack.extend(reversed(item))
+        else:
+            out.setdefault(item, None)
+    return tuple(out)
 
 
 def _inline(
@@ -265,7 +367,8 @@ def _inline(
             param_map[param] = target
     fresh = _fresh_ranges(producer, nodes)
     needs_tidy = False
-    replaced: dict[UOp, UOp] = {}
+    anywhere: set[UOp] = set()  # loads whose flat index may point outside the producer's tensor
+    mappings: dict[UOp, dict[UOp, UOp]] = {}  # each load -> the producer's ranges as the reader's
     for load in loads:
         index = load.src[0].src[1]
         if producer.reduces:
@@ -278,18 +381,78 @@ def _inline(
             ranges = _range_map(producer, index, None)
             if ranges is None:
                 ranges, needs_tidy = _unflattened(producer, index), True
+                anywhere.add(load)
         if ranges is None:
             return None
-        value = substitute(producer.value, {**param_map, **fresh, **ranges})
-        if len(load.src) == 3:
-            alternative, gate = load.src[1], load.src[2]
-            value = UOp(Ops.WHERE, (gate, gate_loads(value, gate), alternative))
-        replaced[load] = value
+        mappings[load] = ranges
+    compacted = None if needs_tidy else _compacted_at_once(producer, reader, mappings, {**param_map, **fresh})
+    if compacted is not None:
+        ast, kept = compacted
+        return ast, tuple(references[old] for old in kept)
+    replaced: dict[UOp, UOp] = {}
+    for load, ranges in mappings.items():
+        mapping = {**param_map, **fresh, **ranges}
+        replaced[load] = _inlined_value(producer.value, load, mapping, replaced, load in anywhere)
     ast = substitute(reader, replaced)
     ast, kept = _compact(ast)
     if needs_tidy:
         ast = tidy(ast)
     return ast, tuple(references[old] for old in kept)
+
+
+def _inlined_value(
+    value: UOp, load: UOp, mapping: dict[UOp, UOp], earlier: dict[UOp, UOp], anywhere: bool
+) -> UOp:
+    """The producer's ``value`` read where ``load`` was: ``mapping`` applied (its identities left
+    out: a value whose PARAMs and ranges stay is not walked), gated as ``load`` was.  The gate and
+    the alternative get the ``earlier`` loads' values too: abs(x) = x < 0 ? -x : x gates its loads
+    of x by a load of x, which would otherwise still read the tensor no kernel writes any more.
+    The value's own loads are gated too only where the read position may lie outside the producer's
+    tensor (``anywhere``: a flat index); read at the producer's own ranges they are in bounds, and
+    a copy of the value per gate grew a chain of n abs exponentially."""
+    value = substitute(value, {key: new for key, new in mapping.items() if key is not new})
+    if len(load.src) == 3:
+        alternative, gate = substitute(load.src[1], earlier), substitute(load.src[2], earlier)
+        value = UOp(Ops.WHERE, (gate, gate_loads(value, gate) if anywhere else value, alternative))
+    return value
+
+
+def _compacted_at_once(
+    producer: Producer, reader: UOp, mappings: dict[UOp, dict[UOp, UOp]], renamed: dict[UOp, UOp]
+) -> tuple[UOp, list[int]] | None:
+    """What :func:`_compact` makes of ``reader`` with the producer's value in place of each load
+    (``mappings``: the load -> the producer's ranges as the reader's; ``renamed``: the producer's
+    PARAMs as the reader's and its reductions renumbered), and the old slot of each new one —
+    without walking the inlined value twice.  The slots the result keeps are those the reader still
+    reaches (its graph with the replaced loads left out) and the producer's, so each PARAM goes to
+    its compacted slot in one substitution: a chain of n fused kernels costs O(n), not O(n²) (each
+    step renumbered the whole chain to a new slot and back).  None (do it in two steps) when an
+    index the value takes in has PARAMs (a gather): the second substitution would renumber those
+    inside the value too."""
+    for ranges in mappings.values():
+        if any(u.op is Ops.PARAM for new in ranges.values() for u in new.toposort()):
+            return None
+    reached = toposort([reader], lambda u: u.src[1:] if u in mappings else u.src)  # a gate stays
+    targets = [renamed.get(param, param) for param in producer.params.values()]
+    params: dict[int, UOp] = {}
+    for param in [*(u for u in reached if u.op is Ops.PARAM), *targets]:
+        if params.setdefault(param.arg.slot, param) is not param:
+            return None  # two PARAMs of one slot: which one _compact keeps depends on the walk
+    used = sorted(params)
+    if 0 not in used:
+        used.insert(0, 0)
+    renumbered: dict[UOp, UOp] = {}
+    for new_slot, old_slot in enumerate(used):
+        param = params.get(old_slot)
+        if param is not None and new_slot != old_slot:
+            arg = param.arg
+            renumbered[param] = UOp.param(new_slot, param.shape, arg.dtype, arg.device, arg.addrspace)
+    into_value = {**renamed, **{param: renumbered.get(target, target)
+                                for param, target in zip(producer.params.values(), targets, strict=True)}}
+    replaced: dict[UOp, UOp] = dict(renumbered)
+    for load, ranges in mappings.items():
+        replaced[load] = _inlined_value(producer.value, load, {**into_value, **ranges}, replaced, False)
+    return substitute(reader, replaced), used
 
 
 def _fresh_ranges(producer: Producer, reader_nodes: list[UOp]) -> dict[UOp, UOp]:

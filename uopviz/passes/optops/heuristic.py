@@ -29,7 +29,8 @@ from collections.abc import Sequence
 
 from uopviz.backends.base import chunk_sizes
 from uopviz.core.affine import linear_coefficient
-from uopviz.core.ops import AxisType, Ops
+from uopviz.core.dtype import dtypes
+from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
 from uopviz.passes.optops.axes import REDUCE_TYPES, depends_on, position_of, range_size
 from uopviz.passes.optops.kernel import Kernel
@@ -39,9 +40,10 @@ from uopviz.passes.optops.staging import stage_strided_loads
 
 def _try(kernel: Kernel, opt: Opt) -> Kernel:
     try:
-        return kernel.apply(opt)
+        applied = kernel.apply(opt)
     except OptError:
         return kernel
+    return applied if _within_source_budget(kernel, applied) else kernel
 
 
 def _axis_of(kernel: Kernel, r: UOp) -> int:
@@ -52,9 +54,11 @@ def _first_that_applies(kernel: Kernel, opts: Sequence[Opt]) -> Kernel:
     """The kernel with the first of ``opts`` that applies (the kernel itself when none does)."""
     for opt in opts:
         try:
-            return kernel.apply(opt)
+            applied = kernel.apply(opt)
         except OptError:
             continue
+        if _within_source_budget(kernel, applied):
+            return applied
     return kernel
 
 
@@ -81,6 +85,55 @@ def _register_lanes(kernel: Kernel) -> int:
 #: faster than M4×N32 on AVX-512 (gemm 512: 1.07× vs 0.96× OpenBLAS on one core) but doubles the
 #: code generation time; BEAM searches the bigger tiles
 HEURISTIC_TILE_LANES = 128
+
+
+#: what one lane of an op costs in the generated source, in simple operations: THREEFRY expands to
+#: its twenty rounds of add, rotate and xor (about 100 lines of C each lane, the rand() a fused
+#: matmul recomputes); a bfloat16 cast is emulated with integer ops where a backend lacks the type
+_OP_COST = {Ops.THREEFRY: 100}
+_COUNTED_OPS = GroupOp.ELEMENTWISE | {Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.REDUCE}
+
+
+def _op_cost(u: UOp) -> int:
+    if u.op not in _COUNTED_OPS:
+        return 0
+    if u.op is Ops.CAST and dtypes.bfloat16 in (u.dtype.scalar, u.src[0].dtype.scalar):
+        return 6  # emulated: bits, round to nearest even, NaN select (float_to_bf16)
+    return _OP_COST.get(u.op, 1)
+
+
+#: lane operations (:func:`source_estimate`) the heuristic's UPCASTs and UNROLLs may make a kernel
+#: hold: twice a float32 gemm's M4×N32 tile (~4,500), so ordinary tiles are not cut; a 31×8
+#: argmin fully unrolled over its upcast rows (~29,000: 248 lanes of ~120 ops) had pocl compile
+#: for ~80 s.  BEAM may go past it
+HEURISTIC_SOURCE_LANE_OPS = 4800
+
+
+def _within_source_budget(before: Kernel, after: Kernel) -> bool:
+    """Whether ``after`` adds no lanes to ``before`` or stays within
+    :data:`HEURISTIC_SOURCE_LANE_OPS`."""
+    return _lanes(after) <= _lanes(before) or source_estimate(after) <= HEURISTIC_SOURCE_LANE_OPS
+
+
+def source_estimate(kernel: Kernel) -> int:
+    """Lane operations the kernel's source will hold: each op's cost (:data:`_OP_COST`) times the
+    lanes of the UPCAST and UNROLL axes it depends on (a matmul's load of A is not replicated over
+    N's lanes).  What the C-family compilers' time grows with: pocl took ~80 s over the 110 KB of a
+    fully unrolled 31×8 argmin."""
+    lanes: dict[UOp, int] = {}
+    ranges: dict[UOp, frozenset[UOp]] = {}
+    total = 0
+    for u in kernel.ast.toposort():
+        found = frozenset().union(*(ranges[s] for s in u.src))
+        if u.op is Ops.RANGE and u.arg[1] in (AxisType.UPCAST, AxisType.UNROLL):
+            found |= {u}
+        ranges[u] = found
+        cost = _op_cost(u)
+        if cost:
+            if found not in lanes:
+                lanes[found] = math.prod(range_size(r) for r in found)
+            total += cost * lanes[found]
+    return total
 
 
 def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
@@ -358,4 +411,4 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     return kernel
 
 
-__all__ = ["HEURISTIC_TILE_LANES", "hand_coded_optimizations"]
+__all__ = ["HEURISTIC_SOURCE_LANE_OPS", "HEURISTIC_TILE_LANES", "hand_coded_optimizations", "source_estimate"]
