@@ -24,6 +24,13 @@ The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet5
 prints one JSON object (``... conv c``: the single convolutions' times and errors;
 ``... kernels resnet50 c``: where a model's inference time goes, each kernel's median time bound
 to its arrays, slowest first, with the sum and ``graph.run``'s median).
+
+The converter's spelling (``... converted resnet50 c``): the ONNX form of the network is written
+and converted to NNEF 1.0 by Khronos' ``nnef-tools`` (``python -m nnef_tools.convert``), run in
+the Python that ``UOPVIZ_NNEF_TOOLS_PYTHON`` names (default: this one) as a subprocess, never
+imported here; the converted folder, our own folder of the same network and ONNX Runtime on that
+very ONNX file are timed in one child (``UOPVIZ_ZOO_CONVERTED``: the models, default
+``resnet50,mobilenet_v2``).  Without nnef-tools those rows say so and are skipped.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "densenet121", "inception_v1", "mobilenet_v2", "lstm")
@@ -85,11 +93,11 @@ def _child(model: str, backend: str) -> dict:
     }
 
 
-def _measure_in_child(model: str, backend: str, timeout: float) -> dict:
+def _measure_in_child(model: str, backend: str, timeout: float, mode: tuple[str, ...] = ()) -> dict:
     with tempfile.TemporaryDirectory(prefix="uopviz-zoo-cache-") as cache:
         environment = {**os.environ, "UOPVIZ_CACHE": cache}
         result = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), model, backend],
+            [sys.executable, str(Path(__file__).resolve()), *mode, model, backend],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -241,6 +249,123 @@ def _conv_rows(backends: list[str], timeout: float) -> list[dict]:
     return rows
 
 
+CONVERTED_MODELS = ("resnet50", "mobilenet_v2")
+
+
+def _converter_python() -> str:
+    """The Python that runs ``nnef_tools.convert`` (``UOPVIZ_NNEF_TOOLS_PYTHON``, default this one)."""
+    return os.environ.get("UOPVIZ_NNEF_TOOLS_PYTHON", sys.executable)
+
+
+def converter_missing() -> str | None:
+    """Why the converter cannot run here, or None when it can."""
+    python = _converter_python()
+    try:
+        found = subprocess.run([python, "-c", "import nnef_tools.convert"], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"cannot run {python}: {error}"
+    if found.returncode != 0:
+        return (
+            f"nnef-tools is not installed for {python} (pip install nnef-tools onnx in a scratch venv "
+            "and set UOPVIZ_NNEF_TOOLS_PYTHON to its python)"
+        )
+    return None
+
+
+def convert_onnx(onnx_file: Path, folder: Path) -> Path:
+    """``onnx_file`` converted to an NNEF 1.0 folder by Khronos' converter (a subprocess)."""
+    command = [
+        _converter_python(), "-m", "nnef_tools.convert", "--input-format", "onnx", "--output-format", "nnef",
+        "--input-model", str(onnx_file), "--output-model", str(folder),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0 or not (folder / "graph.nnef").is_file():
+        raise RuntimeError(f"nnef_tools.convert failed on {onnx_file}:\n{result.stderr.strip()[-2000:]}")
+    return folder
+
+
+def _timed_folder(folder: Path, x: Any, backend: str) -> dict:
+    """Load, compile and inference of one NNEF folder on input ``x`` (the converter names the input
+    after the ONNX graph's, ``external1``: the graph's only input), with its output for the error."""
+    from run import measure
+
+    import uopviz as uv
+
+    started = time.perf_counter()
+    graph = uv.nnef.load(folder)
+    loaded = time.perf_counter()
+    program = graph.compile(backend, opts=OPTS)
+    compiled = time.perf_counter()
+    inputs = {graph.inputs[0]: x}
+    out = graph.run(inputs, backend=backend, opts=OPTS)[graph.outputs[0]]
+    seconds = measure(lambda: graph.run(inputs, backend=backend, opts=OPTS), repeat=5, warmup=1)
+    return {"load_s": loaded - started, "compile_s": compiled - loaded, "inference_s": seconds,
+            "kernels": len(program.kernels), "operations": len(graph.operations), "output": out}  # fmt: skip
+
+
+def _converted_child(model: str, backend: str) -> dict:
+    """Runs in a child: the converter's NNEF folder of ``model``, our own folder, and ONNX Runtime on
+    the ONNX file the converter read, timed one after the other (compile cold: the converted folder
+    first, so our folder's kernels are not in the cache yet)."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    import zoo
+    import zoo_onnx
+    from run import measure
+
+    net = zoo.BUILDERS[model]()
+    x = net.input_data()
+    inputs = {net.input_name: x}
+    expected = zoo.reference(net, x)
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-converted-") as root:
+        onnx_file = Path(root) / f"{model}.onnx"
+        onnx.save(zoo_onnx.onnx_model(net), str(onnx_file))
+        converted = _timed_folder(convert_onnx(onnx_file, Path(root) / f"{model}.nnef"), x, backend)
+        ours = _timed_folder(zoo.write_nnef1(net, Path(root) / "zoo"), x, backend)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = ORT_THREADS, 1
+        session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        peer = measure(lambda: session.run(None, inputs), repeat=5, warmup=1, min_time_s=0.0)
+    for found in (converted, ours):
+        found["error"] = float(np.abs(found.pop("output") - expected).max())
+    return {"converted": converted, "zoo": ours, "peer_s": peer, "onnxruntime": onnxruntime.__version__}
+
+
+def _converted_rows(backends: list[str], timeout: float) -> list[dict]:
+    """The converter's NNEF folders beside ours, against ONNX Runtime on the same ONNX file."""
+    from run import row
+
+    models = [m for m in os.environ.get("UOPVIZ_ZOO_CONVERTED", ",".join(CONVERTED_MODELS)).split(",") if m]
+    missing = converter_missing()
+    if missing is not None:
+        return [{"case": f"{model} converted by nnef-tools", "status": "skipped", "notes": missing}
+                for model in models]  # fmt: skip
+    rows = []
+    for backend in backends:
+        for model in models:
+            case = f"{model} NNEF 1.0 converted by nnef-tools from ONNX ({backend})"
+            try:
+                m = _measure_in_child(model, backend, timeout, ("converted",))
+            except Exception as error:  # noqa: BLE001 - one model's failure is its own row
+                rows.append({"case": case, "status": "error", "notes": f"{type(error).__name__}: {error}"})
+                continue
+            converted, ours = m["converted"], m["zoo"]
+            rows.append(
+                row(
+                    f"{case}: inference",
+                    converted["inference_s"],
+                    peer=f"onnxruntime {m['onnxruntime']} CPU ({ORT_THREADS} threads), same ONNX file",
+                    peer_s=m["peer_s"],
+                    notes=f"batch 1; our own folder of it {ours['inference_s'] * 1e3:.1f} ms; kernels "
+                    f"{converted['kernels']} converted, {ours['kernels']} ours; load + compile "
+                    f"{converted['load_s'] + converted['compile_s']:.1f} s cold; max error vs numpy "
+                    f"{converted['error']:.1e}",
+                )
+            )
+    return rows
+
+
 def run() -> list[dict]:
     """One row for load + compile and one for inference (ONNX Runtime as the peer) per model and
     backend (a model that fails becomes an error row of its own), the one-operation graph and the
@@ -253,7 +378,7 @@ def run() -> list[dict]:
     import uopviz as uv
 
     backends = [backend for backend in backends if backend in uv.backends.available()]
-    rows = _one_operation_rows(backends) + _conv_rows(backends, timeout)
+    rows = _one_operation_rows(backends) + _conv_rows(backends, timeout) + _converted_rows(backends, timeout)
     for backend in backends:
         for model in models:
             case = f"{model} NNEF 1.0 ({backend})"
@@ -319,6 +444,8 @@ if __name__ == "__main__":
     sys.path.insert(0, str(BENCH_DIR))
     if sys.argv[1] == "conv":
         print(json.dumps(_conv_child(sys.argv[2])))
+    elif sys.argv[1] == "converted":
+        print(json.dumps(_converted_child(sys.argv[2], sys.argv[3])))
     elif sys.argv[1] == "kernels":
         print(json.dumps(_kernels_child(sys.argv[2], sys.argv[3])))
     else:

@@ -146,6 +146,11 @@ def _compile_segment(
     def front_end(program: Any) -> None:
         # the NNEF composition stands for Callify, the @lower formulas for Rangeify: one step per kernel
         function = program.graph
+        if graph.canonical:  # the rewrites made at load (uopviz.nnef.canonical), one step each
+            with traced_pass("Canonicalize", None) as record:
+                for step in graph.canonical:
+                    record.step(f"{step.rule}: {step.description}", UOp(Ops.SINK, ()), function, function)
+                record.output = function
         with traced_pass("Callify", None) as record:
             record.step(
                 f"compose NNEF graph {graph.name} ({len(graph.operations)} operations)",

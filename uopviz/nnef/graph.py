@@ -81,6 +81,8 @@ class Graph:
     # copies of variables and constants in the layouts kernels read them in (buffer name ->
     # uopviz.nnef.weight_layout.WeightLayout), recorded when the kernels compile
     layouts: dict = field(default_factory=dict, repr=False)
+    # the rewrites to the canonical form made after composition (uopviz.nnef.canonical.CanonicalStep)
+    canonical: list = field(default_factory=list, repr=False)
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from uopviz.core.progress import progress_reporter
 from uopviz.nnef import ast
+from uopviz.nnef.canonical import canonicalize
 from uopviz.nnef.composer import Composer
 from uopviz.nnef.data import inside_folder, read_variable
 from uopviz.nnef.errors import NNEFError, register_source
@@ -242,6 +243,7 @@ def _compose_translation(
     with progress_reporter(progress, len(graph.operations), "composing") as report:
         composed = Composer(modules, variable_data, report).compose("main", None, attribs)
     composed.source = text
+    canonicalize(composed)  # converters' spellings of parameters, computed once (uopviz.nnef.canonical)
     renamed = {skriptnd: original for original, skriptnd in names.items() if skriptnd != original}
     if renamed:
         _restore_names(composed, renamed)

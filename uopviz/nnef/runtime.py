@@ -499,6 +499,17 @@ def run_graph(
     unknown = [name for name in inputs if name not in graph.tensors]
     if unknown:
         raise NNEFError(f"unknown input name(s) {unknown}; the graph's inputs are {graph.inputs}")
+    if graph.canonical:
+        from uopviz.nnef.canonical import folded_sources
+
+        folded = folded_sources(graph)
+        given = [name for name in inputs if name in folded]
+        if given:
+            raise NNEFError(
+                f"variable(s) {given} were computed into constants when the graph loaded "
+                f"({', '.join(f'{name} -> {folded[name]}' for name in given)}, uopviz.nnef.canonical); "
+                "they cannot be given at run time"
+            )
     missing = [name for name in graph.inputs if name not in inputs]
     if missing:
         raise NNEFError(f"missing graph input(s) {missing}")

@@ -1,0 +1,216 @@
+"""NNEF 1.0 as converters write it (Khronos' nnef-tools from ONNX): one ``variable`` per tensor with
+its own ``.dat``, ``conv`` without a bias argument and with explicit stride / dilation / groups,
+``batch_normalization`` as its own operation, ``add_n`` residual sums, ``max_pool`` with
+``border = 'ignore'``, ``linear``, ``reshape``, a ReLU6's bound as a scalar variable, a bias given
+as a scalar variable, parameters computed from variables (``abs(v)``, ``add(s, 1.0)``).
+
+Each converter-spelled network runs like numpy and compiles to as many kernels as the same network
+spelled as the zoo writes it (``benchmarks/zoo.py``: literals, ``[1, C]`` parameters, ``add``);
+where the two spellings mean the same values, to the same generated sources
+(:mod:`uopviz.nnef.canonical`).  The last test converts a zoo model with nnef-tools itself and is
+skipped where nnef-tools is not installed."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.nnef import NNEFError, write_tensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import zoo  # noqa: E402
+
+C = 8  # channels
+HEAD = """version 1.0;
+
+graph G( external1 ) -> ( softmax1 )
+{{
+    external1 = external<scalar>(shape = [{batch}, 4, {size}, {size}]);
+{variables}
+"""
+
+# the converter's spelling: conv without bias, parameters as expressions of variables, relu6's bound
+# a scalar variable, a scalar bias, add_n, max_pool border 'ignore', reshape and linear
+CONVERTER = """
+    conv1 = conv(external1, variable1, stride = [1, 1], dilation = [1, 1], padding = [(1, 1), (1, 1)], groups = 1);
+    abs1 = abs(variable3);
+    add1 = add(variable5, 1.0);
+    batch_normalization1 = batch_normalization(conv1, variable2, abs1, variable4, add1, epsilon = 1e-05);
+    clamp1 = clamp(batch_normalization1, 0.0, variable12);
+    max_pool1 = max_pool(clamp1, size = [1, 1, 3, 3], stride = [1, 1, 2, 2], dilation = [1, 1, 1, 1], padding = [(0, 0), (0, 0), (1, 1), (1, 1)], border = 'ignore');
+    conv2 = conv(max_pool1, variable6, {bias2}, stride = [1, 1], dilation = [1, 1], padding = [(1, 1), (1, 1)], groups = 1);
+    batch_normalization2 = batch_normalization(conv2, variable7, variable8, variable9, variable10, epsilon = 1e-05);
+    add_n1 = add_n([batch_normalization2, max_pool1]);
+    relu1 = relu(add_n1);
+    mean_reduce1 = mean_reduce(relu1, axes = [2, 3]);
+    reshape1 = reshape(mean_reduce1, shape = [0, -1]);
+    linear1 = linear(reshape1, variable11, variable14);
+    softmax1 = softmax(linear1, axes = [1]);
+}}
+"""  # noqa: E501 - one converter line per operation, as the converter writes them
+
+# the same network as the zoo writes it: the parameters' values in the files, literals, add
+ZOO = """
+    conv1 = conv(external1, variable1, 0.0, padding = [(1, 1), (1, 1)], stride = [1, 1], groups = 1);
+    batch_normalization1 = batch_normalization(conv1, variable2, variable3, variable4, variable5, epsilon = 1e-05);
+    clamp1 = clamp(batch_normalization1, 0.0, 6.0);
+    max_pool1 = max_pool(clamp1, size = [1, 1, 3, 3], stride = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (1, 1), (1, 1)], border = 'ignore');
+    conv2 = conv(max_pool1, variable6, {bias2}, padding = [(1, 1), (1, 1)], stride = [1, 1], groups = 1);
+    batch_normalization2 = batch_normalization(conv2, variable7, variable8, variable9, variable10, epsilon = 1e-05);
+    add_n1 = add(batch_normalization2, max_pool1);
+    relu1 = relu(add_n1);
+    mean_reduce1 = mean_reduce(relu1, axes = [2, 3]);
+    reshape1 = reshape(mean_reduce1, shape = [0, -1]);
+    linear1 = linear(reshape1, variable11, variable14);
+    softmax1 = softmax(linear1, axes = [1]);
+}}
+"""  # noqa: E501
+
+
+def _weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+    def around(*shape: int, low: float = -0.1, high: float = 0.1) -> np.ndarray:
+        return rng.uniform(low, high, shape).astype(np.float32)
+
+    return {
+        "variable1": normal(C, 4, 3, 3), "variable2": around(1, C),
+        "variable3": around(1, C, low=-1.5, high=-0.5),  # negative: the converter's file takes abs()
+        "variable4": around(1, C), "variable5": around(1, C, low=-0.5, high=0.5),
+        "variable6": normal(C, C, 3, 3),
+        "variable7": around(1, C), "variable8": around(1, C, low=0.5, high=1.5), "variable9": around(1, C),
+        "variable10": around(1, C, low=0.5, high=1.5), "variable11": normal(5, C),
+        "variable12": np.array(6.0, np.float32), "variable13": np.array(0.25, np.float32),
+        "variable14": around(1, 5),
+    }  # fmt: skip
+
+
+def _zoo_weights(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The values the converter's expressions compute, as the zoo's files hold them."""
+    zoo_weights = {name: value for name, value in weights.items() if name not in ("variable12", "variable13")}
+    zoo_weights["variable3"] = np.abs(weights["variable3"])
+    zoo_weights["variable5"] = weights["variable5"] + np.float32(1.0)
+    return zoo_weights
+
+
+def _folder(root: Path, body: str, weights: dict[str, np.ndarray], size: int, batch: int, bias2: str) -> Path:
+    declared = "\n".join(
+        f"    {name} = variable<scalar>(shape = {list(value.shape)}, label = '{name}');"
+        for name, value in weights.items()
+    )
+    root.mkdir(parents=True)
+    head = HEAD.format(batch=batch, size=size, variables=declared)
+    (root / "graph.nnef").write_text(head + body.format(bias2=bias2))
+    for name, value in weights.items():
+        write_tensor(root / f"{name}.dat", value)  # one .dat per tensor, as the converter writes them
+    return root
+
+
+def _rendered(folder: Path):
+    """The C program of a folder, rendered (not compiled)."""
+    return uv.nnef.load(folder).compile(backend="c", opts="heuristic", build=False)
+
+
+def _reference(x: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
+    """The network in float64 numpy, from the converter's variables."""
+    w = {name: value.astype(np.float64) for name, value in w.items()}
+    channel = lambda value: value.reshape(1, -1, 1, 1)  # noqa: E731
+
+    def batch_norm(y, mean, variance, offset, scale):
+        return (y - channel(mean)) / np.sqrt(channel(variance) + 1e-5) * channel(scale) + channel(offset)
+
+    y = zoo._np_conv(x.astype(np.float64), w["variable1"], 1, 1, 1)
+    y = batch_norm(y, w["variable2"], np.abs(w["variable3"]), w["variable4"], w["variable5"] + 1.0)
+    pooled = zoo._np_pool(np.clip(y, 0.0, w["variable12"]), "max_pool", 3, 2, 1)
+    y = zoo._np_conv(pooled, w["variable6"], 1, 1, 1) + w["variable13"]
+    y = batch_norm(y, w["variable7"], w["variable8"], w["variable9"], w["variable10"])
+    features = np.maximum(y + pooled, 0.0).mean(axis=(2, 3))
+    return zoo._np_softmax(features @ w["variable11"].T + w["variable14"])
+
+
+@pytest.mark.parametrize(("size", "batch", "seed"), [(12, 1, 0), (9, 2, 3)])
+def test_the_converters_spelling_runs_like_numpy(tmp_path, size, batch, seed):
+    weights = _weights(seed)
+    graph = uv.nnef.load(_folder(tmp_path / "converted", CONVERTER, weights, size, batch, "variable13"))
+    backend = "c" if "c" in uv.backends.available() else "python"
+    for input_seed in (1, 2):
+        x = np.random.default_rng(input_seed).standard_normal((batch, 4, size, size)).astype(np.float32)
+        out = graph.run({"external1": x}, backend=backend)["softmax1"]
+        np.testing.assert_allclose(out, _reference(x, weights), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(("size", "batch"), [(12, 1), (9, 2)])
+def test_the_converters_spelling_compiles_to_the_zoos_kernels(tmp_path, size, batch):
+    """The parameter expressions and the scalar bound fold at load: the same kernels, the same
+    sources as the zoo's spelling of the same values (both with the literal bias 0.25 of conv2)."""
+    weights = _weights(1)
+    converted = _folder(tmp_path / "converted", CONVERTER, weights, size, batch, "0.25")
+    ours = _folder(tmp_path / "zoo", ZOO, _zoo_weights(weights), size, batch, "0.25")
+    programs = [_rendered(folder) for folder in (converted, ours)]
+    assert [k.name for k in programs[0].kernels] == [k.name for k in programs[1].kernels]
+    assert programs[0].sources == programs[1].sources
+
+
+def test_a_scalar_bias_variable_costs_no_kernel_of_its_own(tmp_path):
+    """A bias given as a scalar variable (reshaped and tiled to the channels) folds at load: as many
+    kernels as a [1, C] bias variable."""
+    weights = _weights(2)
+    zoo_weights = {**_zoo_weights(weights), "variable13": np.full((1, C), 0.25, np.float32)}
+    converted = _folder(tmp_path / "converted", CONVERTER, weights, 12, 1, "variable13")
+    ours = _folder(tmp_path / "zoo", ZOO, zoo_weights, 12, 1, "variable13")
+    assert len(_rendered(converted).kernels) == len(_rendered(ours).kernels)
+
+
+def test_the_rewrites_are_named_in_the_trace_and_the_zoos_spelling_has_none(tmp_path):
+    weights = _weights(4)
+    graph = uv.nnef.load(_folder(tmp_path / "converted", CONVERTER, weights, 9, 1, "variable13"))
+    rules = {step.rule for step in graph.canonical}
+    assert rules == {"scalar parameter", "fold parameter arithmetic", "fold parameter layout"}
+    assert {"abs1", "add1", "variable12", "variable13"} <= {step.label for step in graph.canonical}
+    program = graph.compile(backend="c", opts="heuristic", build=False)
+    (canonical,) = [p for p in program.trace.passes if p.name == "Canonicalize"]
+    assert [step.rule.split(":")[0] for step in canonical.steps] == [step.rule for step in graph.canonical]
+    plain = uv.nnef.load(_folder(tmp_path / "zoo", ZOO, _zoo_weights(weights), 9, 1, "0.25"))
+    assert plain.canonical == []
+
+
+def test_a_folded_variable_given_at_run_time_is_refused(tmp_path):
+    weights = _weights(5)
+    graph = uv.nnef.load(_folder(tmp_path / "converted", CONVERTER, weights, 9, 1, "variable13"))
+    x = np.zeros((1, 4, 9, 9), np.float32)
+    with pytest.raises(NNEFError, match=r"variable3.*abs1.*cannot be given at run time"):
+        graph.run({"external1": x, "variable3": weights["variable3"]}, backend="python")
+
+
+def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources():
+    """Khronos' converter (a subprocess; UOPVIZ_NNEF_TOOLS_PYTHON names its Python) on the zoo's ONNX
+    MobileNet-v2: the same kernels and sources as the zoo's own NNEF 1.0 folder."""
+    pytest.importorskip("onnx", reason="the ONNX form of the zoo needs the onnx package")
+    pytest.importorskip("onnxruntime", reason="benchmarks/zoo_onnx.py imports onnxruntime")
+    import bench_zoo
+    import onnx
+    import zoo_onnx
+
+    missing = bench_zoo.converter_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    net = zoo.mobilenet_v2(size=32, width=0.25)
+    with tempfile.TemporaryDirectory(prefix="uopviz-converted-") as root:
+        onnx.save(zoo_onnx.onnx_model(net), f"{root}/model.onnx")
+        converted = uv.nnef.load(bench_zoo.convert_onnx(Path(root) / "model.onnx", Path(root) / "model.nnef"))
+        ours = uv.nnef.load(zoo.write_nnef1(net, Path(root) / "zoo"))
+        programs = [g.compile(backend="c", opts="heuristic", build=False) for g in (converted, ours)]
+        assert [k.name for k in programs[0].kernels] == [k.name for k in programs[1].kernels]
+        assert programs[0].sources == programs[1].sources
+        x = net.input_data()
+        if "c" in uv.backends.available():
+            out = converted.run({converted.inputs[0]: x}, backend="c")[converted.outputs[0]]
+            np.testing.assert_allclose(out, zoo.reference(net, x), rtol=1e-4, atol=1e-6)
