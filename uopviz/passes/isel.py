@@ -37,6 +37,7 @@
                rotations (13, 15, 26, 6), (17, 29, 16, 24) and a key injection after each group
 ``MAX``        ``WHERE(CMP_LT(a, b), b, a)`` (a nan in ``b`` is not propagated)
 ``SHL``/``SHR``  by a constant: ``MUL`` / floor ``IDIV`` by ``2**c``
+``BITCAST``    to or from bool: ``CAST`` (on every target, :data:`always_rules`)
 =============  ================================================================================
 
 float16 and bfloat16 transcendentals are computed in float32 and rounded back; float64 ones use
@@ -90,6 +91,7 @@ __all__ = ["accumulator_rules", "instruction_selection_stage", "lower_reductions
     "devectorize",
     "devectorize_rules",
     "instruction_selection_matcher",
+    "always_rules",
     "mulacc_fusion",
 ]
 
@@ -235,6 +237,22 @@ _WITHOUT_FLOAT64: dict[Ops, list] = {
         for op in (Ops.SIN, Ops.COS, Ops.TAN)
     },
 }
+
+def _bool_bitcast_as_cast(x: UOp) -> UOp | None:
+    source = x.src[0]
+    if not (x.dtype.scalar.is_bool or source.dtype.scalar.is_bool):
+        return None
+    return UOp(Ops.CAST, (source,), x.dtype)
+
+
+#: rules every target gets: a bool is one byte holding 0 or 1, but no backend reinterprets a byte as
+#: a bool (LLVM's i1 has no bitcast, OpenCL has no ``as_bool``, and a C ``_Bool`` holding 2 is
+#: undefined), so a BITCAST to or from bool is the CAST with the same bits: 0/1 from a bool, and
+#: ``!= 0`` to a bool (a non-zero byte reads as True, as in numpy's ``view(bool)``).
+always_rules = PatternMatcher(
+    [(UPat(Ops.BITCAST, name="x"), _bool_bitcast_as_cast, "BITCAST to or from bool → CAST")],
+    name="instruction selection (every target)",
+)
 
 #: ``ADD(MUL(a, b), c) → MULACC(a, b, c)`` for targets with a multiply-add.
 mulacc_fusion = PatternMatcher(
@@ -439,7 +457,7 @@ def instruction_selection_matcher(
     ``scalar_dtypes`` are split into scalar lanes (the backend renders no vectors of them), and vectors
     wider than ``vector_bytes`` (when given) into chunks of at most one register."""
     supported = frozenset(supported_ops)
-    rules: list = []
+    rules: list = list(always_rules.rules)
     chosen = DECOMPOSITIONS if has_float64 else {**DECOMPOSITIONS, **_WITHOUT_FLOAT64}
     for op, decompositions in chosen.items():
         if op not in supported:
