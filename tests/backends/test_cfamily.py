@@ -23,7 +23,8 @@ STRUCTURAL_HOOKS = {
     },
     OpenCLRenderer: {
         "__init__", "round_to", "load_element", "store_element", "vector_expression", "selects_lanes",
-        "select_lanes", "_mask_element", "local_declaration", "vector_load", "vector_store",
+        "select_lanes", "_mask_element", "local_declaration", "vector_load", "vector_store", "held_bits",
+        "held_value",
     },
     CUDARenderer: {"render_wmma"},
 }

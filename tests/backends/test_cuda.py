@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+import uopviz as uv
 from uopviz.backends import get
 from uopviz.backends.base import KernelMeta, RenderError
 from uopviz.backends.cuda import MMA_M16N8K16_F16_F32, compile_to_ptx, find_nvcc, run_nvcc
@@ -223,3 +224,25 @@ def test_integer_semantics_on_the_gpu(case: lp.LinearCase) -> None:
     if not backend.available():
         pytest.skip(f"cuda backend unavailable: {backend.unavailable_reason()}")
     lp.assert_case_matches("cuda", case)
+
+
+def _rendered_bitcast(source: str, target: str) -> str:
+    x = uv.Tensor(np.zeros(7, np.float32), dtype=source)
+    return uv.compile(x.bitcast(target), backend="cuda", build=False).kernels[0].source("cuda")
+
+
+def test_bitcasts_of_bfloat16_reinterpret_its_16_bits() -> None:
+    """bfloat16 is held in a float variable: its bits are the rounded upper half, not the float's
+    low bytes (a 2-byte copy of the float gave 0), and 16 bits become a value through the widening."""
+    to_int = _rendered_bitcast("bfloat16", "int16")
+    assert re.search(r"unsigned short (bits\d+) = float_to_bf16\(val0\);\s+short (bits\d+);\s+"
+                     r"memcpy\(&\2, &\1, sizeof\(\2\)\);\s+short cast0 = \2;", to_int), to_int
+    for source in ("int16", "float16"):
+        from_bits = _rendered_bitcast(source, "bfloat16")
+        assert re.search(r"unsigned short (bits\d+);\s+memcpy\(&\1, &val0, sizeof\(\1\)\);\s+"
+                         r"float cast0 = bf16_to_float\(\1\);", from_bits), from_bits
+
+def test_bitcasts_of_bool_are_casts() -> None:
+    """A bool byte is 0 or 1; a byte read as a bool is True where it is not 0 (no memcpy into a bool)."""
+    assert re.search(r"bool cast\d+ = \(val0 != 0\);", _rendered_bitcast("uint8", "bool"))
+    assert re.search(r"signed char cast\d+ = \(\(signed char\)val0\);", _rendered_bitcast("bool", "int8"))

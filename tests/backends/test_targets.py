@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from bit_patterns import BIT_TYPES, BITCAST_PAIRS, assert_same_bits, bit_pattern_source, bit_pattern_tensor
 from cpu_targets import not_runnable_levels, runnable_levels
 
 import uopviz as uv
@@ -237,3 +238,19 @@ def test_viewing_source_never_compiles(monkeypatch) -> None:
     assert [p.slot for p in lowered.params] == [0, 1]
     with pytest.raises(AssertionError, match="cuda compiled"):
         lowered.compiled  # noqa: B018 - compiling happens on first use, here
+
+
+# ---------------------------------------------------------------------------------------------
+# bitcast: the bits reinterpreted, between every pair of types of one size, on every backend
+
+@pytest.mark.parametrize("opts", [None, "heuristic"])
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (33, 64)])
+@pytest.mark.parametrize("backend", ["python", *CPU_BACKENDS])
+def test_bitcast_reinterprets_the_bits_between_every_pair_of_one_size(backend: str, shape, opts) -> None:
+    _require(backend)
+    rng = np.random.default_rng(len(shape) * 31 + shape[-1])
+    sources = {name: bit_pattern_source(name, shape, rng) for name in BIT_TYPES}
+    outputs = [bit_pattern_tensor(sources[s], s).bitcast(t) for s, t in BITCAST_PAIRS]
+    results = uv.compile(outputs, backend=backend, opts=opts).run()
+    for (s, t), got in zip(BITCAST_PAIRS, results):
+        assert_same_bits(got, sources[s], s, t, f"{s} -> {t} on {backend} opts={opts}")

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from uopviz.core import Ops, UOp, UOpError, dtypes
+from uopviz.core.dtype import round_to_bfloat16
 from uopviz.core.function import resolve_functions
 from uopviz.core.tensor import Tensor, broadcast_shape, buffer_data, cat, initial_data, stack
 from uopviz.core.uop import toposort
@@ -756,6 +757,60 @@ def test_sum_accumulation_dtypes():
     assert Tensor(np.ones(3, np.float16)).mean().dtype is dtypes.float16
     assert Tensor(np.ones(3, np.int8)).sum(dtype=dtypes.int8).dtype is dtypes.int8
     assert Tensor(np.ones(3, np.int8)).max().dtype is dtypes.int8
+
+
+#: a half type -> (how its values are made in numpy, its relative rounding unit)
+HALF_REFERENCES = {"float16": (lambda a: a.astype(np.float16), 2.0**-11),
+                   "bfloat16": (lambda a: round_to_bfloat16(a), 2.0**-8)}
+
+
+def half_reference(values: np.ndarray, half: str) -> np.ndarray:
+    """``values`` (float32 or float64) rounded once to ``half``, as float64."""
+    return HALF_REFERENCES[half][0](np.asarray(values, np.float32)).astype(np.float64)
+
+
+def assert_rounded_once(got: np.ndarray, exact: np.ndarray, half: str, what: str) -> None:
+    """``got`` is ``exact`` (a float32-accumulated result) rounded once to ``half``: within one
+    rounding unit of the half type (plus float32's own summation error, far below it)."""
+    unit = HALF_REFERENCES[half][1]
+    want = half_reference(exact, half)
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2 * unit,
+                               atol=2 * unit * float(np.abs(exact).max(initial=0.0)) * 2**-6, err_msg=what)
+
+
+@needs_pipeline
+@pytest.mark.parametrize("opts", [None, "heuristic"])
+@pytest.mark.parametrize("half", list(HALF_REFERENCES))
+@pytest.mark.parametrize("backend", ["python", "c", "llvm", "opencl"])
+def test_half_reductions_accumulate_in_float32_and_round_once(backend, half, opts):
+    """A float16 running sum drops every term under half its ulp (4096 ones summed to 2048 with
+    opts None, 4096 with the heuristic's split accumulators): half sums, products, cumsums, matmuls
+    and convolutions accumulate in float32 on every backend and opts, and round once to the half type."""
+    from uopviz.backends import get
+    from uopviz.engine.program import compile as compile_program
+
+    if not get(backend).available():
+        pytest.skip(f"{backend} unavailable: {get(backend).unavailable_reason()}")
+    rng = np.random.default_rng(len(backend) + len(half))
+    terms = half_reference(rng.random(4096), half)  # positive: float16 running sums lose the most
+    rows = half_reference(rng.random((3, 1500)), half)
+    a, b = half_reference(rng.standard_normal((5, 4096)), half), half_reference(rng.random((4096, 2)), half)
+    near_one = half_reference(1 + rng.random(300) / 64, half)
+    x = {name: Tensor(v.astype(np.float32), dtype=half) for name, v in
+         (("terms", terms), ("rows", rows), ("a", a), ("b", b), ("near_one", near_one))}
+    image, weight = (half_reference(rng.random(shape), half) for shape in ((1, 128, 5, 5), (2, 128, 3, 3)))
+    x["image"], x["weight"] = (Tensor(v.astype(np.float32), dtype=half) for v in (image, weight))
+    windows = np.lib.stride_tricks.sliding_window_view(image, (3, 3), axis=(2, 3))  # (1, C, 3, 3, kh, kw)
+    outputs = [Tensor.ones(4096, dtype=half).sum(), x["terms"].sum(), x["rows"].sum(1), x["a"] @ x["b"],
+               x["near_one"].prod(), x["rows"][:, :300].cumsum(1), x["a"].dot(x["b"][:, :1]).flatten(),
+               x["image"].conv2d(x["weight"])]
+    exact = [np.float64(4096), terms.sum(), rows.sum(1), a @ b, np.prod(near_one),
+             np.cumsum(rows[:, :300], 1), (a @ b[:, :1]).flatten(),
+             np.einsum("nchwij,ocij->nohw", windows, weight)]
+    program = compile_program(outputs, backend=backend, opts=opts)
+    for index, (output, got, want) in enumerate(zip(outputs, program.run(), exact)):
+        assert output.dtype is dtypes.from_name(half), f"output {index}: {output.dtype}"
+        assert_rounded_once(got, want, half, f"output {index} on {backend} opts={opts}")
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -425,6 +425,26 @@ def test_cuda_tensor_core_program_runs_on_the_interpreter() -> None:
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-3, atol=1e-3)
 
 
+def test_a_half_matmul_takes_the_half_to_float32_tensor_core() -> None:
+    """A float16 matmul multiplies and sums in float32 and rounds once (as numpy): its sum of products
+    is the f16 -> f32 tensor core's as written (no casts by hand), and the result is float16."""
+    _warp_tensor_core()
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((32, 256), (256, 16)))
+    program = uv.compile(Tensor(a) @ Tensor(b), backend="cuda", opts=[Opt(OptOp.TC, 0, (-1, 1, 1))],
+                         build=False)
+    assert "mma" in program.sources[0] and "float acc" in program.sources[0]
+    python = uv.backends.get("python")
+    for item in program.items:
+        linear = item.body.src[0]
+        item.compiled = python.compile(python.render(linear), str(linear.arg))
+    program.build = True
+    got = program.run()[0]
+    assert got.dtype == np.float16
+    wanted = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)  # numpy's own float16 @
+    np.testing.assert_allclose(got.astype(np.float32), wanted.astype(np.float32), rtol=2**-10, atol=2**-12)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tensor_core_with_more_upcasts(backend: str) -> None:
     out, expected = matmul(16, 8, 16)

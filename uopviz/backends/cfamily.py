@@ -287,6 +287,57 @@ class CStyleRenderer:
 
     def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
         """Statements and the expression reinterpreting ``value``'s bits as ``target``."""
+        if self.held_as_float(source) or self.held_as_float(target):
+            return self.bitcast_held(value, source, target)
+        return self.bitcast_plain(value, source, target)
+
+    def bitcast_held(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
+        """A bitcast from or to a type held in float variables, lane by lane: the held value's own
+        bits (its 16-bit element, not the float's) are reinterpreted, and 16 bits become a held value
+        through the element's conversion (a float variable copied as 2 bytes gave its low half)."""
+        bits = dtypes.uint16  # the held types are the 16-bit floats; their elements are 16 bits
+        lines: list[str] = []
+        lanes = []
+        for i in range(target.count):
+            lane, lane_source = self.lane(value, i, source), source.scalar
+            if self.held_as_float(lane_source):
+                lane, lane_source = self.bits_variable(lines, self.held_bits(lines, lane, lane_source)), bits
+            if self.held_as_float(target):
+                more, lane = self.bitcast_plain(lane, lane_source, bits)
+                lines += more
+                lane = self.held_value(lines, self.bits_variable(lines, lane), target.scalar)
+            else:
+                more, lane = self.bitcast_plain(lane, lane_source, target.scalar)
+                lines += more
+            lanes.append(lane)
+        return lines, lanes[0] if target.count == 1 else self.vector_literal(target, lanes)
+
+    def bits_variable(self, lines: list[str], expression: str) -> str:
+        """A uint16 variable holding ``expression`` (a byte copy and ``&`` need a variable)."""
+        if expression.isidentifier():
+            return expression
+        name = self._state.fresh("bits")
+        lines.append(f"{self.scalar_type(dtypes.uint16)} {name} = {expression};")
+        return name
+
+    def held_bits(self, lines: list[str], value: str, dtype: DType) -> str:
+        """The 16 bits of a scalar ``value`` of ``dtype`` held as float (statements go to ``lines``)."""
+        if dtype is not dtypes.bfloat16:
+            raise RenderError(f"{self.dialect.name}: no bits of {dtype.name} held as float")
+        _, from_float = self.helper_bfloat16()
+        return f"{from_float}({value})"
+
+    def held_value(self, lines: list[str], bits: str, dtype: DType) -> str:
+        """The float held value of ``dtype`` whose 16 bits are variable ``bits``."""
+        if dtype is not dtypes.bfloat16:
+            raise RenderError(f"{self.dialect.name}: no {dtype.name} value held as float from bits")
+        to_float, _ = self.helper_bfloat16()
+        return f"{to_float}({bits})"
+
+    def bitcast_plain(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
+        """A bitcast between types whose variables hold their own bits."""
+        if source == target:
+            return [], value
         dialect = self.dialect
         if dialect.reinterpret is not None:
             if self.struct_vector(source) or self.struct_vector(target):

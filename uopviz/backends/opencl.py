@@ -144,6 +144,18 @@ class OpenCLRenderer(CStyleRenderer):
         )
         return f"{helper}({expression})"
 
+    def held_bits(self, lines: list[str], value: str, dtype: DType) -> str:
+        if dtype is not dtypes.float16:
+            return super().held_bits(lines, value, dtype)
+        name = self._state.fresh("bits")  # vstore_half writes the 16 bits where a pointer points
+        lines += [f"ushort {name};", f"vstore_half({value}, 0, (half*)&{name});"]
+        return name
+
+    def held_value(self, lines: list[str], bits: str, dtype: DType) -> str:
+        if dtype is not dtypes.float16:
+            return super().held_value(lines, bits, dtype)
+        return f"vload_half(0, (half*)&{bits})"
+
     def load_element(self, buffer: str, offset: str, dtype: DType) -> str:
         if self.held_as_float(dtype) and dtype.scalar is dtypes.float16:
             return f"vload_half({offset}, {buffer})"

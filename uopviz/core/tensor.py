@@ -20,7 +20,10 @@ are written so that a person reading them in the explorer sees the spec's ops:
 * **Reductions** build ``REDUCE`` (which collapses the axes to 1, as the spec says) and then a
   ``RESHAPE`` that drops them unless ``keepdim``.  Sums and products of bool and of integers
   narrower than 32 bits accumulate in ``int32`` (unsigned: ``uint32``); wider integers and
-  floats keep their dtype.  ``mean``/``var``/``std`` of integers give ``float32``.
+  floats keep their dtype.  ``float16``/``bfloat16`` sums, products, cumsums, means and
+  matmuls keep the half type but accumulate in ``float32`` and round once at the end (as
+  numpy, torch and tinygrad), whatever the opts.  ``mean``/``var``/``std`` of integers give
+  ``float32``.
 * **Compositions from the spec** are written exactly as the spec writes them: ``matmul``
   (gemm: reshape + mul + sum), ``cumsum`` (prefix_sum), ``arange``, ``gather`` and
   ``scatter_add`` (one-hot masks from ``arange``), and the seven multi-device collectives.

@@ -8,7 +8,7 @@ uses share them without an import cycle.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from uopviz.core.buffers import buffer_data, initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp, UOpError, UOpTypeError
+
+if TYPE_CHECKING:
+    from uopviz.core.tensor import Tensor
 
 DEFAULT_DEVICE = "CPU"
 Shape = tuple[int, ...]
@@ -68,13 +71,32 @@ def _to_dtype(dtype: DType | str | Any) -> DType:
     return dtypes.from_numpy(dtype)
 
 
-def _accumulate_dtype(dtype: DType) -> DType:
-    """The dtype a sum or product of ``dtype`` accumulates in (numpy-like, but int32 not int64)."""
+def _sum_dtype(dtype: DType) -> DType:
+    """The dtype of a sum or product of ``dtype`` (numpy's, but int32 not int64): small integers and
+    bool widen, floats keep their type (a half type's sum is that half type, accumulated in float32:
+    :func:`_accumulator_dtype`)."""
     if dtype.is_bool or (dtype.kind.value == "signed" and dtype.itemsize < 4):
         return dtypes.int32
     if dtype.is_unsigned and dtype.itemsize < 4:
         return dtypes.uint32
     return dtype
+
+
+#: the floats narrower than float32 (uopviz has no fp8 types)
+HALF_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16})
+
+
+def _accumulator_dtype(result: DType) -> DType:
+    """The dtype a sum or product whose result is ``result`` accumulates in: float32 for the half
+    floats, rounded once to ``result`` at the end (as numpy, torch and tinygrad do: a float16 running
+    sum drops every term under half its ulp, so 4096 ones summed to 2048), else ``result`` itself."""
+    return dtypes.float32 if result.scalar in HALF_FLOATS else result
+
+
+def _in_accumulator(x: Tensor) -> Tensor:
+    """``x`` in the type its products are summed in: float32 for the half floats (a product of two
+    half values is exact in float32, so a sum of products rounds once), else ``x`` itself."""
+    return x.cast(_accumulator_dtype(x.dtype))
 
 
 def _float_dtype(dtype: DType) -> DType:

@@ -12,7 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from uopviz.core.tensor_helpers import _float_dtype, _pair
+from uopviz.core.dtype import dtypes
+from uopviz.core.tensor_helpers import _float_dtype, _in_accumulator, _pair
 from uopviz.core.uop import UOpError
 
 if TYPE_CHECKING:
@@ -125,9 +126,10 @@ class NeuralNetworkMixin:
         windows = windows.reshape(batch, groups, 1, group_channels, *outs, *kernel)
         per_group = out_channels // groups
         w = weight.reshape(1, groups, per_group, group_channels, *(1,) * count, *kernel)
-        products = windows * w
+        dtype = dtypes.promote(windows.dtype, w.dtype)
+        products = _in_accumulator(windows) * _in_accumulator(w)  # half types: exact float32 products
         summed_axes = (3, *range(4 + count, 4 + 2 * count))
-        out = products.sum(summed_axes, dtype=products.dtype).reshape(batch, out_channels, *outs)
+        out = products.sum(summed_axes, dtype=dtype).reshape(batch, out_channels, *outs)
         if bias is not None:
             bias = self._tensor_of(bias)
             out = out + bias.reshape(1, out_channels, *(1,) * count)

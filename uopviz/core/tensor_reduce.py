@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
-from uopviz.core.tensor_helpers import _accumulate_dtype, _float_dtype, _normalize_axis, _to_dtype
+from uopviz.core.tensor_helpers import (
+    _accumulator_dtype,
+    _float_dtype,
+    _in_accumulator,
+    _normalize_axis,
+    _sum_dtype,
+    _to_dtype,
+)
 from uopviz.core.uop import UOpError
 
 if TYPE_CHECKING:
@@ -37,17 +44,24 @@ class ReduceMixin:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
+    def _accumulate(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool,
+                    dtype: DType | str | None) -> Tensor:
+        """REDUCE ``op`` giving ``dtype`` (None: the sum rule's type of ``self.dtype``), accumulated in
+        float32 where that is a half float and rounded to it once at the end."""
+        result = _to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
+        return self.cast(_accumulator_dtype(result))._reduce(op, axis, keepdim).cast(result)
+
     def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
             dtype: DType | str | None = None) -> Tensor:
-        """Sum over ``axis`` (None: all).  Accumulates in ``dtype`` or the accumulation rule's type."""
-        accumulate = _to_dtype(dtype) if dtype is not None else _accumulate_dtype(self.dtype)
-        return self.cast(accumulate)._reduce(Ops.ADD, axis, keepdim)
+        """Sum over ``axis`` (None: all), of type ``dtype`` or the sum rule's (small integers widen to
+        int32/uint32).  float16 and bfloat16 sums accumulate in float32 and round once to the half
+        type, as numpy's."""
+        return self._accumulate(Ops.ADD, axis, keepdim, dtype)
 
     def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
              dtype: DType | str | None = None) -> Tensor:
-        """Product over ``axis`` (REDUCE MUL)."""
-        accumulate = _to_dtype(dtype) if dtype is not None else _accumulate_dtype(self.dtype)
-        return self.cast(accumulate)._reduce(Ops.MUL, axis, keepdim)
+        """Product over ``axis`` (REDUCE MUL), typed and accumulated as :meth:`sum`."""
+        return self._accumulate(Ops.MUL, axis, keepdim, dtype)
 
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Maximum over ``axis`` (REDUCE MAX)."""
@@ -84,8 +98,7 @@ class ReduceMixin:
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Mean over ``axis``: ``sum / count`` (integers give float32; half types accumulate in float32)."""
         dtype = _float_dtype(self.dtype)
-        accumulate = dtypes.float32 if dtype.itemsize < 4 else dtype
-        total = self.cast(accumulate).sum(axis, keepdim)
+        total = self.cast(_accumulator_dtype(dtype)).sum(axis, keepdim)
         return (total / self._count(axis)).cast(dtype)
 
     def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, ddof: int = 0) -> Tensor:
@@ -124,8 +137,10 @@ class ReduceMixin:
         """Matrix product by the spec's gemm: ``(A.reshape(M,K,1) * B.reshape(1,K,N)).sum(1)``.
 
         Batch axes broadcast (numpy's matmul); a 1-D left operand is a row ``(1, K)`` and a 1-D
-        right operand a column ``(K, 1)``, the added axis removed from the result.  The sum
-        accumulates in the operands' dtype (as numpy); bool matrices combine with OR (max).
+        right operand a column ``(K, 1)``, the added axis removed from the result.  The result has
+        the operands' promoted dtype; float16 and bfloat16 operands are multiplied and summed in
+        float32 and the sum rounded once to the half type (as numpy; tensor cores with half inputs
+        and float32 accumulators match this sum of products); bool matrices combine with OR (max).
         """
         other = self._tensor_of(other)
         if self.ndim == 0 or other.ndim == 0:
@@ -138,6 +153,7 @@ class ReduceMixin:
         (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
         if k != k2:
             raise UOpError(f"matmul {self.shape} @ {other.shape}: inner sizes {k} and {k2} differ")
+        a, b = _in_accumulator(a), _in_accumulator(b)  # half types: exact float32 products
         products = a.reshape(*a.shape[:-2], m, k, 1) * b.reshape(*b.shape[:-2], 1, k, n)
         reduce_axis = products.ndim - 2
         out = products.max(reduce_axis) if dtype.is_bool else products.sum(reduce_axis, dtype=dtype)
@@ -163,8 +179,8 @@ class ReduceMixin:
         if other.ndim == 1:
             return self.matmul(other)
         before, rest = other.shape[:-2], other.shape[-1]
-        a = self.cast(dtype).reshape(*self.shape[:-1], *(1,) * len(before), k, 1)
-        b = other.cast(dtype).reshape(*(1,) * (self.ndim - 1), *before, k, rest)
+        a = _in_accumulator(self.cast(dtype)).reshape(*self.shape[:-1], *(1,) * len(before), k, 1)
+        b = _in_accumulator(other.cast(dtype)).reshape(*(1,) * (self.ndim - 1), *before, k, rest)
         products = a * b
         return products.sum(products.ndim - 2, dtype=dtype)
 
@@ -181,13 +197,15 @@ class ReduceMixin:
 
     def cumsum(self, axis: int | None = None) -> Tensor:
         """Cumulative sum along ``axis`` (None: of the flattened tensor) by the spec's prefix_sum:
-        pad, tile, trim, windows, reduce (the axis moves last and back)."""
+        pad, tile, trim, windows, reduce (the axis moves last and back).  Typed as :meth:`sum`; half
+        types sum in float32 and each running sum is rounded once."""
         if axis is None:
             return self.flatten().cumsum(0)
         axis = _normalize_axis(axis, self.ndim)
-        x = self.cast(_accumulate_dtype(self.dtype))
+        result = _sum_dtype(self.dtype)
+        x = self.cast(_accumulator_dtype(result))  # half types: running sums in float32, rounded once
         if self.shape[axis] == 0:
-            return x
+            return x.cast(result)
         order = [i for i in range(self.ndim) if i != axis] + [axis]
         summed = x.permute(order)._prefix_sum()
-        return summed.permute([order.index(i) for i in range(self.ndim)])
+        return summed.permute([order.index(i) for i in range(self.ndim)]).cast(result)

@@ -37,6 +37,7 @@
                rotations (13, 15, 26, 6), (17, 29, 16, 24) and a key injection after each group
 ``MAX``        ``WHERE(CMP_LT(a, b), b, a)`` (a nan in ``b`` is not propagated)
 ``SHL``/``SHR``  by a constant: ``MUL`` / floor ``IDIV`` by ``2**c``
+``BITCAST``    to or from bool: ``CAST`` (on every target, :data:`always_rules`)
 =============  ================================================================================
 
 float16 and bfloat16 transcendentals are computed in float32 and rounded back; float64 ones use
