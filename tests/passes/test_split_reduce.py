@@ -26,11 +26,11 @@ def test_a_large_reduction_to_one_value_becomes_two():
     assert after.op is Ops.RESHAPE and after.shape == (1,)
     second, first = after.src[0], after.src[0].src[0]
     assert second.op is Ops.REDUCE and second.arg == (Ops.ADD, (1,))
-    assert first.op is Ops.REDUCE and first.arg == (Ops.ADD, (0,)) and first.shape == (1, 65536)
-    assert first.src[0].op is Ops.RESHAPE and first.src[0].shape == (64, 65536)  # partials inner
+    assert first.op is Ops.REDUCE and first.arg == (Ops.ADD, (0,)) and first.shape == (1, 131072)
+    assert first.src[0].op is Ops.RESHAPE and first.src[0].shape == (32, 131072)  # partials inner
 
 
-@pytest.mark.parametrize("shape, axes", [((3, 1 << 17), (1,)), ((64, 1 << 16), (0, 1)), ((1 << 17, 2), (0,))])
+@pytest.mark.parametrize("shape, axes", [((3, 1 << 18), (1,)), ((64, 1 << 16), (0, 1)), ((1 << 18, 2), (0,))])
 def test_other_reduced_axes_go_to_the_first_stage(shape, axes):
     after = graph_rewrite(reduce_of(shape, axes, Ops.MAX), split_reduce_rules, name="split")
     first = after.src[0].src[0]
@@ -49,11 +49,11 @@ def test_what_is_left_alone(shape, axes):
     assert graph_rewrite(before, split_reduce_rules, name="split") is before
 
 
-def test_cuda_sum_of_64m_runs_on_65536_threads_then_one_block_and_c_is_unchanged():
+def test_cuda_sum_of_64m_runs_on_131072_threads_then_one_block_and_c_is_unchanged():
     x = uv.Tensor.empty(1 << 26)
     first, second = uv.compile(x.sum(), backend="cuda", opts="heuristic", build=False).kernels
     threads = math.prod(size for size, kind in first.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.LOCAL))
-    assert threads == 65536 and math.prod(size for size, _ in second.axes) == 65536
+    assert threads == 131072 and math.prod(size for size, _ in second.axes) == 131072
     assert uv.AxisType.GROUP_REDUCE in {kind for _, kind in second.axes}  # one block of threads
     (single,) = uv.compile(x.sum(), backend="c", opts="heuristic", build=False).kernels
     assert single.name.startswith("r_R")
@@ -61,8 +61,8 @@ def test_cuda_sum_of_64m_runs_on_65536_threads_then_one_block_and_c_is_unchanged
 
 @pytest.mark.skipif("opencl" not in available(), reason="needs a backend with workgroups (pyopencl + pocl)")
 @pytest.mark.parametrize("shape, axis, op", [
-    ((1 << 20,), None, "sum"), ((3, 1 << 17), 1, "max"), ((1 << 17, 4), 0, "sum"),
-    ((1 << 17, 3), 0, "min"), ((1 << 18,), None, "prod"), ((2, 1 << 16), (0, 1), "mean"),
+    ((1 << 20,), None, "sum"), ((3, 1 << 18), 1, "max"), ((1 << 18, 4), 0, "sum"),
+    ((1 << 18, 3), 0, "min"), ((1 << 18,), None, "prod"), ((2, 1 << 17), (0, 1), "mean"),
 ])
 def test_split_reductions_give_numpys_values_on_opencl(shape, axis, op):
     rng = np.random.default_rng(len(shape) + shape[-1])

@@ -61,12 +61,12 @@ class RangeifyError(UopvizError, ValueError):
 # 0. large reductions to few values in two stages (backends with workgroups: GPUs)
 
 #: a reduction of at least this many terms to at most SPLIT_REDUCE_MAX_OUTPUTS values is split
-SPLIT_REDUCE_MIN_TERMS = 1 << 17
+SPLIT_REDUCE_MIN_TERMS = 1 << 18
 SPLIT_REDUCE_MAX_OUTPUTS = 1024
 #: how many partial results the first stage makes per output, the first that divides the axis with
-#: 16 terms or more each: 65536 fill an H100's 132 multiprocessors with two blocks of 256 threads.
+#: 16 terms or more each: 131072 give each of an H100's 132 multiprocessors 4 blocks of 256 threads.
 #: The partials are the inner part of the axis, so neighbouring threads read neighbouring elements
-SPLIT_REDUCE_PARTIALS = (65536, 32768, 16384, 8192, 4096, 2048)
+SPLIT_REDUCE_PARTIALS = (131072, 65536, 32768, 16384, 8192, 4096, 2048)
 #: the first stage has at least this many values, so the second never qualifies to split again
 SPLIT_REDUCE_FIRST_STAGE = 2 * SPLIT_REDUCE_MAX_OUTPUTS
 
@@ -76,7 +76,7 @@ def split_reduce(x: UOp) -> UOp | None:
     ``n`` is viewed as ``(n/k, k)``; the first reduction keeps ``k`` partial results per value (one
     kernel over k threads: a GPU is busy), the second reduces them (a reduction of a reduction is a
     kernel boundary; the GPU heuristic gives it one workgroup's threads, GROUP_REDUCE).  A
-    single-thread 64M sum becomes 65536 threads of 1024 terms each, then one block of 65536 terms."""
+    single-thread 64M sum becomes 131072 threads of 512 terms each, then one block of 131072 terms."""
     op, axes = x.arg
     source = x.src[0]
     outputs = math.prod(x.shape)
