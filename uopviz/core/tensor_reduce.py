@@ -195,7 +195,8 @@ class ReduceMixin:
         blocks = -(-n // SCAN_BLOCK)
         x = self.pad([*none, (0, blocks * SCAN_BLOCK - n)]).reshape(*batch, blocks, SCAN_BLOCK)
         inside = x._prefix_sum()  # (..., blocks, B): the prefix sum within each block
-        totals = inside.shrink([*none, (0, blocks), (SCAN_BLOCK - 1, SCAN_BLOCK)]).reshape(*batch, blocks)
+        whole = [(0, size) for size in batch]
+        totals = inside.shrink([*whole, (0, blocks), (SCAN_BLOCK - 1, SCAN_BLOCK)]).reshape(*batch, blocks)
         through = totals._blocked_prefix_sum()  # the sum up to the end of each block
         carry = through.pad([*none, (1, 0)]).shrink_to(*batch, blocks)  # ... up to its start
         out = inside + carry.reshape(*batch, blocks, 1)

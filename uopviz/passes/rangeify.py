@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from uopviz.core.dtype import AddrSpace, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp, UOpError
 from uopviz.passes.indexing import (
     at_least,
@@ -717,8 +717,21 @@ def build_kernel(target: UOp, value: UOp, shard: Shard | None = None) -> tuple[U
     root = graph_rewrite(root, index_pushdown, ctx=ctx, name="index pushdown")
     root = graph_rewrite(root, gate_rules, name="gate loads")
     root = simplify_indices(root)
-    arguments = [value_bound for value_bound, _ in sorted(ctx.params.items(), key=lambda kv: kv[1].arg.slot)]
-    return root, arguments
+    return _without_unread_params(root, ctx.params)
+
+
+def _without_unread_params(root: UOp, params: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+    """The kernel with the PARAMs its simplified body still reads, renumbered from slot 0, and the
+    program values bound to them.  Simplification can drop a whole load (a guard decided false by
+    the bounds), and a slot without a PARAM would leave the launch one argument too many."""
+    present = {id(u) for u in root.toposort() if u.op is Ops.PARAM}
+    bound = sorted(params.items(), key=lambda item: item[1].arg.slot)
+    kept = [(value, param) for value, param in bound if id(param) in present]
+    renumbered = {param: param.replace(arg=replace(param.arg, slot=slot))
+                  for slot, (_, param) in enumerate(kept) if param.arg.slot != slot}
+    if renumbered:
+        root = substitute(root, renumbered)
+    return root, [value for value, _ in kept]
 
 
 def _view_base(target: UOp) -> UOp:
