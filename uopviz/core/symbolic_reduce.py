@@ -7,7 +7,8 @@ gated by ``c < i + r`` (the window's pad).  That sum is the number of ``r`` in `
 ``c - i``, ``n - clamp(c - i + 1, 0, n)``, so the loop of ``n`` iterations (``n²`` work for the
 whole tensor) folds to a few index operations, and the trace shows where it went.
 
-The rule reads ``REDUCE(WHERE(gate, x, 0), r, ...)`` (or ``REDUCE(CAST(gate))``) where ``x`` does
+A value that does not depend on ``r`` at all sums to ``x * n``.  Otherwise the rule reads
+``REDUCE(WHERE(gate, x, 0), r, ...)`` (or ``REDUCE(CAST(gate))``) where ``x`` does
 not depend on ``r`` and ``gate`` is a conjunction of terms that either do not depend on ``r`` or
 bound it, ``a < b`` with ``b - a`` an index sum in which ``r`` appears once with coefficient
 ``±1``.  The bounds give ``lo <= r < hi``; the sum is ``x * max(0, min(hi, n) - max(lo, 0))``
@@ -17,7 +18,7 @@ a load, a multiplication or maximum reduce) is left as it is.
 
 from __future__ import annotations
 
-from uopviz.core.dtype import dtypes
+from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat
 from uopviz.core.symbolic_terms import _terms, build_sum
@@ -91,27 +92,34 @@ def _extent(loop: UOp) -> int | None:
     return None
 
 
+def _gated(value: UOp, dtype: DType) -> tuple[UOp | None, UOp]:
+    """``value`` as ``(gate, taken)``: ``WHERE(gate, taken, 0)`` or ``CAST(gate)``; otherwise
+    ``(None, value)`` (summed at every point)."""
+    if value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].arg[0] == 0:
+        return value.src[0], value.src[1]
+    if value.op is Ops.CAST and value.src[0].dtype is dtypes.bool:
+        return value.src[0], UOp.const(dtype, 1)
+    return None, value
+
+
 def _collapse_counting_reduce(reduce: UOp) -> UOp | None:
-    """``REDUCE(ADD)`` of a value gated by bounds on one of its ranges: the value times the count."""
+    """``REDUCE(ADD)`` of a value gated by bounds on one of its ranges (or not depending on it at
+    all): the value times the count."""
     (op, *_), value, loops = reduce.arg, reduce.src[0], reduce.src[1:]
     if op is not Ops.ADD or reduce.dtype.is_bool or reduce.dtype.count != 1:
         return None
-    if value.op is Ops.WHERE:
-        gate, taken, other = value.src
-        if not (other.op is Ops.CONST and other.arg[0] == 0):
-            return None
-    elif value.op is Ops.CAST and value.src[0].dtype is dtypes.bool:
-        gate, taken = value.src[0], UOp.const(value.dtype, 1)
-    else:
-        return None
+    gate, taken = _gated(value, reduce.dtype)
     for loop in loops:
         extent = _extent(loop) if loop.op is Ops.RANGE else None
         if extent is None or _depends_on(taken, loop):
             continue
-        counted = _count(gate, loop, extent)
-        if counted is None:
-            continue
-        count, rest = counted
+        if gate is None:
+            count, rest = UOp.const(dtypes.index, extent), []
+        else:
+            counted = _count(gate, loop, extent)
+            if counted is None:
+                continue
+            count, rest = counted
         total = UOp(Ops.CAST, (count,), reduce.dtype)
         if not (taken.op is Ops.CONST and taken.arg[0] == 1):
             total = UOp(Ops.MUL, (taken, total))
