@@ -1,5 +1,7 @@
 """Scans and arg-reductions at 2**20 elements (issue 21, "right answers at any size"): ``cumsum``,
-``arange``, ``argmax`` and ``argmin`` on the compiled CPU backends, against numpy.
+``arange``, ``argmax`` and ``argmin`` on the compiled CPU backends, against numpy; and the NNEF
+``math.cumsum`` (a sequential scan kernel: its ``@lower`` formula summed every prefix anew, 42 s for
+100,000 items on C), which must equal numpy's float32 cumsum bit for bit (both add in order).
 
 Before the blocked prefix sum and the reduce collapse rule these were quadratic (``arange(160000)``
 one ``r_g160000_R160000`` kernel; a 2**20 cumsum did not finish in 290 s).  Each case has a generous
@@ -14,6 +16,7 @@ import pytest
 
 import uopviz as uv
 from uopviz.backends import available
+from uopviz.nnef import loads
 
 from .fuzzing import OUTCOMES, SLOW, record
 
@@ -64,3 +67,21 @@ def test_arange_at_size(backend):
     for args in [(N,), (160000,), (-N // 2, N // 2, 3)]:
         np.testing.assert_array_equal(_run(uv.Tensor.arange(*args), backend), np.arange(*args))
     OUTCOMES[f"arange {backend}"]["accepted"] += 1
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_nnef_cumsum_at_size(backend, shape):
+    dims = ", ".join(map(str, shape))
+    axis = len(shape) - 1
+    graph = loads(
+        f"import math; graph G {{ @input {{ x: real[{dims}]; }} "
+        f"@output {{ y: real[{dims}]; r: real[{dims}]; }} "
+        f"@compose {{ y = math.cumsum{{axis={axis}}}(x); r = math.cumsum{{axis=0, reverse=true}}(x); }} }}"
+    )
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    out = graph.run({"x": x}, backend=backend)
+    np.testing.assert_array_equal(out["y"], np.cumsum(x, axis))  # numpy's float32 cumsum adds in order
+    np.testing.assert_array_equal(out["r"], np.flip(np.cumsum(np.flip(x, 0), 0), 0))
+    record(f"nnef scan {backend}", None)
