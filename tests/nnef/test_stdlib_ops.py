@@ -1158,6 +1158,49 @@ def test_nonmax_suppress(iou, limit, minimum):
     check(out["i"], _nms_reference(boxes, scores, iou, limit, minimum))
 
 
+@pytest.mark.parametrize("backend", SCAN_BACKENDS)
+@pytest.mark.parametrize("n", [1, 9, 40])
+def test_nonmax_suppress_with_ties_and_degenerate_boxes(backend, n):
+    # issue 21: n rounds of n² work each; now one kernel decides the boxes in rank order
+    rng = np.random.default_rng(n)
+    corners = rng.integers(0, 6, (2, n, 2)).astype(np.float32)  # integer corners: many equal boxes
+    sizes = rng.integers(0, 4, (2, n, 2)).astype(np.float32)  # 0: a box of no area
+    boxes = np.concatenate([corners, corners + sizes], -1)
+    boxes[:, ::3] = boxes[:, ::3][..., [2, 3, 0, 1]]  # corners given the other way round
+    scores = rng.integers(0, 4, (2, 3, n)).astype(np.float32) / 4  # ties, some at the threshold
+    for iou, limit, minimum in [(0.5, n, None), (0.0, 3, 0.25), (0.3, 2, None)]:
+        threshold = "" if minimum is None else f", score_threshold={minimum}"
+        attributes = f"iou_threshold={iou}, max_outputs_per_class={limit}{threshold}"
+        out = run(
+            f"i = algo.nonmax_suppress{{{attributes}}}(bx, sc);",
+            {"bx": boxes, "sc": scores},
+            {"i": "int"},
+            backend=backend,
+        )
+        check(out["i"], _nms_reference(boxes, scores, iou, limit, minimum))
+
+
+def test_nonmax_suppress_kernels_do_not_grow_with_the_box_count():
+    from uopviz.core.ops import Ops
+    from uopviz.passes.optops.axes import sequential_axes
+
+    def kernels(n):
+        return compose(
+            f"import algo; graph G {{ @input {{ bx: real[1, {n}, 4]; sc: real[1, 2, {n}]; }} "
+            f"@output {{ i: int; }} @compose {{ i = algo.nonmax_suppress{{iou_threshold=0.5}}(bx, sc); }} }}",
+            file="nms.sknd",
+        ).lower()
+
+    assert len(kernels(8)) == len(kernels(512))  # it had a round kernel per box
+    work = sum(  # the product of each kernel's loops (it overcounts loops that do not nest): O(n²)
+        math.prod(int(u.src[0].arg[0]) for u in kernel.ast.toposort() if u.op is Ops.RANGE)
+        for kernel in kernels(512)
+    )
+    assert work <= 16 * 512 * 512  # the rounds were 512 kernels of 2 * 512 * 512
+    (decide,) = [k for k in kernels(512) if sequential_axes(k.ast)]
+    assert [int(r.src[0].arg[0]) for r in sequential_axes(decide.ast)] == [512]
+
+
 def test_remaining_layout_and_math_values():
     x = real(1, 3, 1, 4)
     a, b = real(2, 3), real(2, 3)

@@ -119,9 +119,10 @@ def _axis(kernel: Kernel, opt: Opt, what: str = "axis") -> UOp:
 
 def sequential_axes(ast: UOp) -> frozenset[UOp]:
     """The REDUCE ranges of ``ast`` that no REDUCE op reduces: loops whose iterations carry state
-    through the buffers they store (a scan), which must run in order."""
+    through the buffers they store (a scan), which must run in order.  (A staged strip's range,
+    closed by an END of its own, is not one.)"""
     nodes = ast.toposort()
-    reduced = {r for u in nodes if u.op is Ops.REDUCE for r in u.src[1:]}
+    reduced = {r for u in nodes if u.op in (Ops.REDUCE, Ops.END) for r in u.src[1:]}
     return frozenset(
         u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE and u not in reduced
     )
