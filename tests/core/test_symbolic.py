@@ -17,6 +17,7 @@ from uopviz.core.symbolic import (
     comparison_folding,
     constant_folding,
     index_arithmetic,
+    reduce_collapse,
     simplify,
     symbolic,
 )
@@ -207,7 +208,8 @@ def test_division_rules_respect_wraparound():
 
 
 def test_rule_groups_are_named_and_in_symbolic():
-    groups = [constant_folding, algebraic_identities, canonical_form, index_arithmetic, comparison_folding]
+    groups = [constant_folding, algebraic_identities, canonical_form, index_arithmetic, comparison_folding,
+              reduce_collapse]
     assert sum(len(g) for g in groups) == len(symbolic)
     names = [r.name for g in groups for r in g.rules]
     assert len(names) == len(set(names)), "rule names are unique"
@@ -382,3 +384,52 @@ def test_a_multiple_plus_a_lane_modulo_keeps_the_lane_outside(scale, modulus):
             assert evaluate_scalar(simplified, {A: a}) == (scale * a + k) % modulus
         if k < scale:  # the lane is added outside the modulo, not inside it
             assert simplified.op is Ops.ADD or k == 0, format_graph(simplified)
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce collapse (issue 21): a REDUCE(ADD) counting the points of a range between bounds
+
+
+def _reduced_by_loop(value: UOp, loop: UOp, outer: UOp, point: int) -> int:
+    """The sum over ``loop`` of ``value`` at ``outer = point``, by evaluating every iteration."""
+    extent = loop.src[0].arg[0]
+    return sum(int(evaluate_scalar(value, {outer: point, loop: r})) for r in range(extent))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reduce_collapse_folds_a_windowed_count_to_its_closed_form(seed):
+    rng = np.random.default_rng(seed)
+    loop = UOp.range(int(rng.integers(1, 40)), number=9100 + seed)
+    for _ in range(6):
+        low, high, scale = (int(v) for v in rng.integers(-20, 40, size=3))
+        gates = [
+            UOp(Ops.CMP_LT, (i(low), A + loop)),  # the spec's arange: c < i + r
+            UOp(Ops.CMP_LT, (loop + A * 2, i(high))),
+            UOp(Ops.AND, (UOp(Ops.CMP_LT, (i(low), loop - A)), UOp(Ops.CMP_LT, (loop, i(high))))),
+            UOp(Ops.AND, (UOp(Ops.CMP_LT, (i(low), A + loop)), UOp(Ops.CMP_LT, (A, i(high))))),  # A alone
+        ]
+        for gate in gates:
+            value = UOp(Ops.WHERE, (gate, i32(scale), i32(0)))
+            reduced = UOp(Ops.REDUCE, (value, loop), (Ops.ADD, ()))
+            with tracing() as trace:
+                folded = simplify(reduced)
+            left = [u for u in folded.toposort() if u.op is Ops.REDUCE or u is loop]
+            assert not left, format_graph(folded)
+            assert any(step.rule.startswith("reduce collapse") for step in trace.steps)
+            for point in range(16):
+                assert evaluate_scalar(folded, {A: point}) == _reduced_by_loop(value, loop, A, point)
+
+
+def test_reduce_collapse_leaves_what_is_not_a_count():
+    loop = UOp.range(8, number=9200)
+    gate = UOp(Ops.CMP_LT, (i(3), A + loop))
+    kept = [
+        # the value reads r
+        UOp(Ops.REDUCE, (UOp(Ops.WHERE, (gate, loop.cast(dtypes.int32), i32(0))), loop), (Ops.ADD, ())),
+        UOp(Ops.REDUCE, (UOp(Ops.WHERE, (gate, i32(1), i32(0))), loop), (Ops.MAX, ())),  # not a sum
+        UOp(Ops.REDUCE, (UOp(Ops.WHERE, (UOp(Ops.CMP_LT, (loop % 3, i(1))), i32(1), i32(0))), loop),
+            (Ops.ADD, ())),  # r inside a modulo: not an interval of r
+        UOp(Ops.REDUCE, (UOp(Ops.WHERE, (UOp(Ops.CMP_NE, (loop, A)), i32(1), i32(0))), loop), (Ops.ADD, ())),
+    ]
+    for reduced in kept:
+        assert any(u.op is Ops.REDUCE for u in simplify(reduced).toposort())

@@ -1416,3 +1416,80 @@ def test_a_compile_error_inside_a_stage_is_caught_as_compile_error():
     assert "raised in the pipeline stage Render" in info.value.__notes__
     with pytest.raises(PipelineError, match="Render: KeyError"):  # an unexpected failure names the stage
         run_stage(lowering, "Render", crashing)
+
+
+# ---------------------------------------------------------------------------------------------
+# scans and arg-reductions in linear work (issue 21): values on every CPU backend, and kernels
+# whose structure is no longer quadratic in the scanned extent
+
+
+def _cpu_backends() -> list[str]:
+    from uopviz.backends import available
+
+    return [name for name in ("python", "c", "llvm", "opencl") if name in available()]
+
+
+def _compiled(t: Tensor, backend: str = "python"):
+    import uopviz as uv
+
+    return uv.compile(t, backend=backend)
+
+
+def _reduce_extents(program) -> list[int]:
+    from uopviz.core.ops import AxisType
+
+    return [size for kernel in program.kernels for size, kind in kernel.axes if kind is AxisType.REDUCE]
+
+
+SCAN_SHAPES = [(0,), (1,), (33,), (1025,), (3, 70), (2, 0)]
+
+
+@pytest.mark.parametrize("backend", _cpu_backends())
+def test_cumsum_argmax_argmin_arange_on_every_backend(backend):
+    rng = np.random.default_rng(21)
+    for shape in SCAN_SHAPES:
+        floats = rng.standard_normal(shape).astype(np.float32)
+        small = rng.integers(-3, 3, size=shape).astype(np.int8)  # ties: the first index wins
+        for axis in [None, *range(-len(shape), len(shape))]:
+            got = _compiled(Tensor(floats).cumsum(axis), backend).run()[0]
+            np.testing.assert_allclose(got, np.cumsum(floats, axis), rtol=1e-4, atol=1e-4)
+            np.testing.assert_array_equal(_compiled(Tensor(small).cumsum(axis), backend).run()[0],
+                                          np.cumsum(small, axis).astype(np.int32))
+            if floats.size == 0 or (axis is not None and shape[axis] == 0):
+                continue
+            keepdim = axis == -1
+            got = _compiled(Tensor(floats).argmax(axis, keepdim), backend).run()[0]
+            want = np.argmax(floats, axis, keepdims=keepdim) if axis is not None else np.argmax(floats)
+            np.testing.assert_array_equal(got, want)
+            got = _compiled(Tensor(small).argmin(axis), backend).run()[0]
+            want = np.argmin(small, axis) if axis is not None else np.argmin(small)
+            np.testing.assert_array_equal(got, want)
+    for args in [(0,), (1,), (40,), (1000,), (3, 100, 7), (10, 0, -3), (0.5, 7.25, 0.75)]:
+        np.testing.assert_allclose(_compiled(Tensor.arange(*args), backend).run()[0], np.arange(*args))
+
+
+def test_arange_folds_by_the_reduce_collapse_rule():
+    # the graph keeps the spec's prefix_sum; the kernel's REDUCE over n counts a window and folds
+    n = 5000
+    program = _compiled(Tensor.arange(n))
+    assert Ops.REDUCE in ops_of(Tensor.arange(n))
+    assert _reduce_extents(program) == []  # was one r_g5000_R5000 kernel: n² additions
+    rules = [step.rule for stage in program.trace.passes for step in stage.steps]
+    assert any(rule.startswith("reduce collapse") for rule in rules)
+    assert (program.run()[0] == np.arange(n)).all()
+
+
+def test_cumsum_and_argmax_kernels_are_not_quadratic():
+    from uopviz.core.tensor_reduce import SCAN_BLOCK
+
+    n = 5000
+    a = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    scan = _compiled(Tensor(a).cumsum())
+    assert _reduce_extents(scan) and max(_reduce_extents(scan)) <= SCAN_BLOCK  # was R5000
+    work = sum(math.prod(size for size, _ in kernel.axes) for kernel in scan.kernels)
+    assert work <= 2 * SCAN_BLOCK * n
+    np.testing.assert_allclose(scan.run()[0], np.cumsum(a), rtol=1e-4, atol=1e-3)
+    pick = _compiled(Tensor(a).argmax())
+    work = sum(math.prod(size for size, _ in kernel.axes) for kernel in pick.kernels)
+    assert work <= 4 * n  # the countdown arange was a r_g5000_R5000 kernel
+    assert pick.run()[0] == np.argmax(a)

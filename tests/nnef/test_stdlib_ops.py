@@ -588,6 +588,81 @@ def test_cumsum():
     check(out["c"], np.cumsum(x[:, ::-1], 1)[:, ::-1])
 
 
+SCAN_BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
+
+
+def _sequential_cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """The spec's loop: ``sum = add(sum, item)`` in float32, item after item (numpy's cumsum adds in
+    this order too); exclusive yields the sum before the item."""
+    x = np.moveaxis(np.flip(x, axis) if reverse else x, axis, 0)
+    out, total = np.empty_like(x), np.zeros(x.shape[1:], np.float32)
+    for position, item in enumerate(x):
+        following = total + item
+        out[position] = total if exclusive else following
+        total = following
+    out = np.moveaxis(out, 0, axis)
+    return np.flip(out, axis) if reverse else out
+
+
+@pytest.mark.parametrize("backend", SCAN_BACKENDS)
+@pytest.mark.parametrize("shape, axis", [((65,), 0), ((3, 1000), 1), ((300, 2, 3), 0), ((2, 97, 5), -2)])
+def test_cumsum_over_long_axes_adds_in_the_order_of_the_spec_loop(backend, shape, axis):
+    # issue 21: above 64 items the @lower formula summed every prefix anew (n² additions); the
+    # scan kernel adds each item once, in the spec's order, so the sums equal its loop's bit for bit
+    x = (RNG.uniform(0.01, 1.0, shape) * 10.0 ** RNG.integers(-4, 5, shape)).astype(np.float32)
+    x *= RNG.choice(np.float32([-1, 1]), shape)
+    out = run(
+        f"a = math.cumsum{{axis={axis}}}(x); b = math.cumsum{{axis={axis}, exclusive=true}}(x); "
+        f"c = math.cumsum{{axis={axis}, reverse=true}}(x); "
+        f"d = math.cumsum{{axis={axis}, exclusive=true, reverse=true}}(x);",
+        {"x": x},
+        dict.fromkeys("abcd", "real"),
+        backend=backend,
+    )
+    flags = [(False, False), (True, False), (False, True), (True, True)]  # (exclusive, reverse)
+    for name, (exclusive, reverse) in zip("abcd", flags, strict=True):
+        np.testing.assert_array_equal(out[name], _sequential_cumsum(x, axis, exclusive, reverse))
+    bound = x.shape[axis] * 2.0**-24 * np.cumsum(np.abs(x).astype(np.float64), axis)  # float32 rounding
+    assert np.all(np.abs(out["a"] - np.cumsum(x.astype(np.float64), axis)) <= bound)
+
+
+def test_cumsum_of_a_hundred_thousand_items_is_one_scan_kernel_of_linear_work():
+    # issue 21: each of the 100,000 items was a REDUCE over 100,000 (42 s on C)
+    from uopviz.core.ops import Ops
+    from uopviz.passes.optops.axes import sequential_axes
+
+    n = 100_000
+    graph = compose(
+        f"import math; graph G {{ @input {{ x: real[2, {n}]; }} @output {{ y: real; }} "
+        f"@compose {{ y = math.cumsum{{axis=1}}(x); }} }}",
+        file="scan.sknd",
+    )
+    (kernel,) = graph.lower()
+    nodes = kernel.ast.toposort()
+    assert not any(u.op is Ops.REDUCE for u in nodes)
+    assert math.prod(int(u.src[0].arg[0]) for u in nodes if u.op is Ops.RANGE) == 2 * n  # each item once
+    assert [int(r.src[0].arg[0]) for r in sequential_axes(kernel.ast)] == [n]
+
+
+def test_the_scan_axis_keeps_its_order_through_the_opts():
+    from uopviz.core.ops import AxisType
+    from uopviz.passes.optops.heuristic import hand_coded_optimizations
+    from uopviz.passes.optops.kernel import Kernel
+    from uopviz.passes.optops.opts import Opt, OptError, OptOp
+
+    graph = compose(
+        "import math; graph G { @input { x: real[4, 1024]; } @output { y: real; } "
+        "@compose { y = math.cumsum{axis=1}(x); } }",
+        file="scan.sknd",
+    )
+    kernel = Kernel(graph.lower()[0].ast, "c")
+    scan = [axis for axis, (_, kind) in enumerate(kernel.axes) if kind is AxisType.REDUCE]
+    assert [kernel.axes[axis][0] for axis in scan] == [1024]
+    with pytest.raises(OptError, match="sequential loop"):
+        kernel.apply(Opt(OptOp.SPLIT, scan[0], (8, AxisType.UNROLL, False)))
+    assert (1024, AxisType.REDUCE) in hand_coded_optimizations(kernel).axes  # the heuristic leaves it whole
+
+
 # ------------------------------------------------------------------------------------------------
 # normalisation
 
@@ -1081,6 +1156,49 @@ def test_nonmax_suppress(iou, limit, minimum):
         {"i": "int"},
     )
     check(out["i"], _nms_reference(boxes, scores, iou, limit, minimum))
+
+
+@pytest.mark.parametrize("backend", SCAN_BACKENDS)
+@pytest.mark.parametrize("n", [1, 9, 40])
+def test_nonmax_suppress_with_ties_and_degenerate_boxes(backend, n):
+    # issue 21: n rounds of n² work each; now one kernel decides the boxes in rank order
+    rng = np.random.default_rng(n)
+    corners = rng.integers(0, 6, (2, n, 2)).astype(np.float32)  # integer corners: many equal boxes
+    sizes = rng.integers(0, 4, (2, n, 2)).astype(np.float32)  # 0: a box of no area
+    boxes = np.concatenate([corners, corners + sizes], -1)
+    boxes[:, ::3] = boxes[:, ::3][..., [2, 3, 0, 1]]  # corners given the other way round
+    scores = rng.integers(0, 4, (2, 3, n)).astype(np.float32) / 4  # ties, some at the threshold
+    for iou, limit, minimum in [(0.5, n, None), (0.0, 3, 0.25), (0.3, 2, None)]:
+        threshold = "" if minimum is None else f", score_threshold={minimum}"
+        attributes = f"iou_threshold={iou}, max_outputs_per_class={limit}{threshold}"
+        out = run(
+            f"i = algo.nonmax_suppress{{{attributes}}}(bx, sc);",
+            {"bx": boxes, "sc": scores},
+            {"i": "int"},
+            backend=backend,
+        )
+        check(out["i"], _nms_reference(boxes, scores, iou, limit, minimum))
+
+
+def test_nonmax_suppress_kernels_do_not_grow_with_the_box_count():
+    from uopviz.core.ops import Ops
+    from uopviz.passes.optops.axes import sequential_axes
+
+    def kernels(n):
+        return compose(
+            f"import algo; graph G {{ @input {{ bx: real[1, {n}, 4]; sc: real[1, 2, {n}]; }} "
+            f"@output {{ i: int; }} @compose {{ i = algo.nonmax_suppress{{iou_threshold=0.5}}(bx, sc); }} }}",
+            file="nms.sknd",
+        ).lower()
+
+    assert len(kernels(8)) == len(kernels(512))  # it had a round kernel per box
+    work = sum(  # the product of each kernel's loops (it overcounts loops that do not nest): O(n²)
+        math.prod(int(u.src[0].arg[0]) for u in kernel.ast.toposort() if u.op is Ops.RANGE)
+        for kernel in kernels(512)
+    )
+    assert work <= 16 * 512 * 512  # the rounds were 512 kernels of 2 * 512 * 512
+    (decide,) = [k for k in kernels(512) if sequential_axes(k.ast)]
+    assert [int(r.src[0].arg[0]) for r in sequential_axes(decide.ast)] == [512]
 
 
 def test_remaining_layout_and_math_values():

@@ -338,8 +338,9 @@ def _is_shared(u: UOp) -> bool:
 
 def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
     """The RANGEs whose iterations carry state: inside the loop, some register is read before it is
-    written, or written at an index that depends on the loop.  Those run as Python loops; every
-    other range is lifted into a numpy axis."""
+    written, or written at an index that depends on the loop, or a REDUCE loop stores to a global
+    buffer (a sequential scan: an iteration reads what the earlier ones stored).  Those run as
+    Python loops; every other range is lifted into a numpy axis."""
     carried: set[UOp] = set()
     open_loops: list[tuple[UOp, set[UOp], set[UOp]]] = []  # (range, registers written, registers read)
     for u in program:
@@ -352,6 +353,9 @@ def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
                 open_loops.pop()
             if open_loops:
                 open_loops.pop()
+            continue
+        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and not _is_register(u.src[0].src[0]):
+            carried.update(loop for loop, _, _ in open_loops if loop.arg[1] is AxisType.REDUCE)
             continue
         if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and _is_register(u.src[0].src[0]):
             register = _buffer_of(u.src[0].src[0])

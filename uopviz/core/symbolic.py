@@ -18,6 +18,9 @@
   ``(x*c + y) % c → y % c``, nested div/mod, gcd factoring, ``(x%c) + (x//c)*c → x``.
 - :data:`comparison_folding` — comparisons decided by ranges, constants moved across ``<``,
   ``x*c < d → x < ceil(d/c)``, ``x//d < c → x < c*d``, ``where`` with a decided condition.
+- :data:`reduce_collapse` — a kernel's ``REDUCE(ADD)`` that counts the points of a range where
+  bounds on it hold (the spec's ``arange``, a windowed prefix sum of a constant) becomes the count
+  in closed form (:mod:`uopviz.core.symbolic_reduce`).
 
 Integer rewrites are exact under the dtype's wraparound: sums, products and differences are
 exact modulo 2**bits, so they are rearranged freely; division, modulo, comparisons and max are
@@ -45,6 +48,7 @@ from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.symbolic_bounds import _ALU, _const, _is_bool, _is_int, _value, bounds
 from uopviz.core.symbolic_index import comparison_folding, index_arithmetic
+from uopviz.core.symbolic_reduce import reduce_collapse
 from uopviz.core.symbolic_terms import _fits, _is_single_term, _recombine_divmod, _terms, build_sum, order_key
 from uopviz.core.uop import UOp
 
@@ -56,6 +60,7 @@ __all__ = [
     "constant_folding",
     "index_arithmetic",
     "order_key",
+    "reduce_collapse",
     "simplify",
     "symbolic",
 ]
@@ -502,7 +507,8 @@ symbolic = PatternMatcher(
     + algebraic_identities.rules
     + canonical_form.rules
     + index_arithmetic.rules
-    + comparison_folding.rules,
+    + comparison_folding.rules
+    + reduce_collapse.rules,
     name="symbolic",
 )
 

@@ -27,6 +27,10 @@ from uopviz.core.uop import UOpError
 if TYPE_CHECKING:
     from uopviz.core.tensor import Tensor
 
+#: The block size of :meth:`ReduceMixin.cumsum`'s blocked prefix sum: each point sums at most this
+#: many elements per level, and the levels number ``log(n) / log(SCAN_BLOCK)``.
+SCAN_BLOCK = 32
+
 
 class ReduceMixin:
     """The reduction, contraction and scan methods of :class:`~uopviz.core.tensor.Tensor` (a mixin)."""
@@ -195,9 +199,30 @@ class ReduceMixin:
         x = x.reshape(*batch, n, 2 * n).shrink_to(*batch, n, n)  # windows
         return x.sum(-1, dtype=x.dtype)  # reduce
 
+    def _blocked_prefix_sum(self) -> Tensor:
+        """prefix_sum along the last axis in ``O(n * SCAN_BLOCK)`` work: the spec's prefix_sum inside
+        blocks of :data:`SCAN_BLOCK`, the blocked prefix sum of the block totals (recursively), and
+        each block's carry (the totals before it) added back.  The spec's composition alone sums a
+        window of up to ``n`` elements at each of the ``n`` points (``n²`` work)."""
+        n = self.shape[-1]
+        if n <= SCAN_BLOCK:
+            return self._prefix_sum()
+        batch = self.shape[:-1]
+        none = [(0, 0)] * len(batch)
+        blocks = -(-n // SCAN_BLOCK)
+        x = self.pad([*none, (0, blocks * SCAN_BLOCK - n)]).reshape(*batch, blocks, SCAN_BLOCK)
+        inside = x._prefix_sum()  # (..., blocks, B): the prefix sum within each block
+        whole = [(0, size) for size in batch]
+        totals = inside.shrink([*whole, (0, blocks), (SCAN_BLOCK - 1, SCAN_BLOCK)]).reshape(*batch, blocks)
+        through = totals._blocked_prefix_sum()  # the sum up to the end of each block
+        carry = through.pad([*none, (1, 0)]).shrink_to(*batch, blocks)  # ... up to its start
+        out = inside + carry.reshape(*batch, blocks, 1)
+        return out.reshape(*batch, blocks * SCAN_BLOCK).shrink_to(*batch, n)
+
     def cumsum(self, axis: int | None = None) -> Tensor:
-        """Cumulative sum along ``axis`` (None: of the flattened tensor) by the spec's prefix_sum:
-        pad, tile, trim, windows, reduce (the axis moves last and back).  Typed as :meth:`sum`; half
+        """Cumulative sum along ``axis`` (None: of the flattened tensor) by the spec's prefix_sum
+        (pad, tile, trim, windows, reduce) inside blocks, block totals carried over
+        (:meth:`_blocked_prefix_sum`); the axis moves last and back.  Typed as :meth:`sum`; half
         types sum in float32 and each running sum is rounded once."""
         if axis is None:
             return self.flatten().cumsum(0)
@@ -207,5 +232,5 @@ class ReduceMixin:
         if self.shape[axis] == 0:
             return x.cast(result)
         order = [i for i in range(self.ndim) if i != axis] + [axis]
-        summed = x.permute(order)._prefix_sum()
+        summed = x.permute(order)._blocked_prefix_sum()
         return summed.permute([order.index(i) for i in range(self.ndim)]).cast(result)

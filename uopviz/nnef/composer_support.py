@@ -358,7 +358,8 @@ MAX_UNROLLED_ITERATIONS = 4096
 
 #: An operator with both a @compose and a @lower block is lowered when an input extent exceeds this:
 #: a composition may unroll an axis (cumsum unstacks it into one operation per item), so composing
-#: it would take work and operations in proportion to the extent, not to the graph's size.
+#: it would take work and operations in proportion to the extent, not to the graph's size. (Lowered,
+#: cumsum is one scan kernel of ``n`` additions per row: :mod:`uopviz.nnef.scan_lowering`.)
 DECOMPOSE_EXTENT_LIMIT = 64
 
 

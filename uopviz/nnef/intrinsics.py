@@ -1,10 +1,10 @@
 """Hand-written kernels of the NNEF intrinsics (operations with no ``@lower`` body).
 
-They are top_k (rank by comparison counting), nonmax_suppress (greedy suppression decided in rounds
-of one kernel, then counted rows), the random generators (Threefry-2x32), cubic_resize and cubic
-grid sampling (Keys' cubic convolution, 4 taps per axis), and the ROI pools (each output bin reduces
-over the input window the ROI maps to, a window whose extent is data-dependent: the kernel reduces
-over the whole input extent gated by the bin's bounds).
+They are top_k (rank by comparison counting), nonmax_suppress (greedy suppression decided in rank
+order by one kernel with a sequential loop, then counted rows), the random generators
+(Threefry-2x32), cubic_resize and cubic grid sampling (Keys' cubic convolution, 4 taps per axis),
+and the ROI pools (each output bin reduces over the input window the ROI maps to, a window whose
+extent is data-dependent: the kernel reduces over the whole input extent gated by the bin's bounds).
 """
 
 from __future__ import annotations
@@ -387,11 +387,14 @@ def _iou(first: list[UOp], second: list[UOp]) -> UOp:
 def _intrinsic_nms(graph: Graph, op: Operation) -> list[LoweredKernel]:
     """Non-maximum suppression, greedy in descending score order per batch item and class.
 
-    A box's status is decided in rounds (undecided 0, kept 1, removed 2): a box is removed once a
-    higher-ranked box that overlaps it (IoU > threshold) is kept, and kept once every such box is
-    removed. Each round decides at least the best undecided box, so ``n`` rounds (the same kernel,
-    ping-ponging two status buffers) settle all. Kept boxes, at most ``max_outputs_per_class`` per
-    class, are then counted and scattered as (batch, class, box) rows in batch, class, score order.
+    Boxes are ranked by score (ties: the lower index first) and listed in rank order; a box's
+    status is undecided (0), kept (1) or removed (2; also a box at or under the score threshold).
+    One kernel then decides the boxes of each group in rank order, a sequential range (see
+    :func:`uopviz.passes.optops.axes.sequential_axes`): the box of rank ``k`` is removed when a box
+    of a lower rank that was kept overlaps it (IoU > threshold), else kept: ``n`` steps of ``n``
+    comparisons, ``O(n²)`` work. (It took ``n`` rounds of ``O(n²)`` before, deciding at least the
+    best undecided box each.) Kept boxes, at most ``max_outputs_per_class`` per class, are then
+    counted and scattered as (batch, class, box) rows in batch, class, score order.
     """
     symbols = op.symbols
     boxes: TensorInfo = symbols["boxes"]
@@ -405,11 +408,11 @@ def _intrinsic_nms(graph: Graph, op: Operation) -> list[LoweredKernel]:
     groups = batches * classes
     label = op.label
     rank, total, counts = f"{label}#rank", f"{label}#count", f"{label}#per_class"
-    status = [f"{label}#status0", f"{label}#status1"]
+    order, status = f"{label}#order", f"{label}#status"
     scratch = {
         rank: (dtypes.int32, groups * n),
-        status[0]: (dtypes.int32, groups * n),
-        status[1]: (dtypes.int32, groups * n),
+        order: (dtypes.int32, groups * n),
+        status: (dtypes.int32, groups * n),
         counts: (dtypes.int32, groups),
         total: (dtypes.int32, 1),
     }
@@ -446,63 +449,45 @@ def _intrinsic_nms(graph: Graph, op: Operation) -> list[LoweredKernel]:
         group, box, batch, cls = ranges()
         valid = score(builder, batch, cls, box) > float(minimum) if minimum is not None else True
         value = select(valid, zero, uop_constant(dtypes.int32, 2))
-        address = UOp(Ops.INDEX, (builder.param(status[0], dtypes.int32, groups * n), group * n + box))
+        address = UOp(Ops.INDEX, (builder.param(status, dtypes.int32, groups * n), group * n + box))
         return [UOp(Ops.STORE, (address, as_uop(value, dtypes.int32)))]
 
-    def round_stores(source: str, target: str) -> Callable[[KernelBuilder], list[UOp]]:
-        def stores(builder: KernelBuilder) -> list[UOp]:
-            out = builder.param(target, dtypes.int32, groups * n)
-            group, box, batch, cls = ranges()
-            other = UOp.range(n, AxisType.REDUCE, 2)
-            current = builder.load(source, group * n + box, True, dtypes.int32, groups * n)
-            their_state = builder.load(source, group * n + other, True, dtypes.int32, groups * n)
-            my_rank = builder.load(rank, group * n + box, True, dtypes.int32, groups * n)
-            their_rank = builder.load(rank, group * n + other, True, dtypes.int32, groups * n)
-            overlap = (
-                _iou(
-                    _box_corners(builder, boxes, batch, box, center),
-                    _box_corners(builder, boxes, batch, other, center),
-                )
-                > threshold
-            )
-            suppressor = UOp(Ops.AND, (their_rank < my_rank, overlap))
-            # 2: a kept box suppresses me, 1: an undecided one might, 0: nothing stands in the way
-            verdict = select(
-                suppressor,
-                select(
-                    their_state.eq(one),
-                    uop_constant(dtypes.int32, 2),
-                    select(their_state.eq(zero), one, zero),
-                ),
-                zero,
-            )
-            worst = reduce_over(">?=", verdict, [other])
-            decided = select(
-                worst.eq(uop_constant(dtypes.int32, 2)),
-                uop_constant(dtypes.int32, 2),
-                select(worst.eq(one), zero, one),
-            )
-            value = select(current.eq(zero), decided, current)
-            return [UOp(Ops.STORE, (UOp(Ops.INDEX, (out, group * n + box)), value))]
+    def order_stores(builder: KernelBuilder) -> list[UOp]:
+        group, box, _, _ = ranges()
+        my_rank = builder.load(rank, group * n + box, True, dtypes.int32, groups * n).cast(INDEX)
+        address = UOp(Ops.INDEX, (builder.param(order, dtypes.int32, groups * n), group * n + my_rank))
+        return [UOp(Ops.STORE, (address, box.cast(dtypes.int32)))]
 
-        return stores
+    def decide_stores(builder: KernelBuilder) -> list[UOp]:
+        # step k decides the box of rank k: every box of a lower rank is decided by then (a
+        # sequential range: the steps run in order, each reading the statuses the earlier stored)
+        group = UOp.range(groups, AxisType.LOOP, 0)
+        step = UOp.range(n, AxisType.REDUCE, 1) if n > 1 else uop_constant(INDEX, 0)
+        other = UOp.range(n, AxisType.REDUCE, 2)
+        batch = UOp(Ops.IDIV, (group, uop_constant(INDEX, classes)))
+        box = builder.load(order, group * n + step, True, dtypes.int32, groups * n).cast(INDEX)
+        current = builder.load(status, group * n + box, True, dtypes.int32, groups * n)
+        their_state = builder.load(status, group * n + other, True, dtypes.int32, groups * n)
+        their_rank = builder.load(rank, group * n + other, True, dtypes.int32, groups * n)
+        overlap = (
+            _iou(
+                _box_corners(builder, boxes, batch, box, center),
+                _box_corners(builder, boxes, batch, other, center),
+            )
+            > threshold
+        )
+        kept_before = UOp(Ops.AND, (their_rank < step.cast(dtypes.int32), their_state.eq(one)))
+        suppressed = reduce_over(">?=", select(UOp(Ops.AND, (kept_before, overlap)), one, zero), [other])
+        decided = select(suppressed.eq(one), uop_constant(dtypes.int32, 2), one)
+        value = select(current.eq(zero), decided, current)
+        address = UOp(Ops.INDEX, (builder.param(status, dtypes.int32, groups * n), group * n + box))
+        return [UOp(Ops.STORE, (address, value))]
 
     kernels.append(_kernel(op, f"{label}.rank", rank, rank_stores, graph, scratch, "rank by score"))
-    kernels.append(_kernel(op, f"{label}.status", status[0], init_stores, graph, scratch, "score threshold"))
-    for number in range(n):
-        source, target = status[number % 2], status[(number + 1) % 2]
-        kernels.append(
-            _kernel(
-                op,
-                f"{label}.round{number}",
-                target,
-                round_stores(source, target),
-                graph,
-                scratch,
-                "decide boxes",
-            )
-        )
-    final = status[n % 2]
+    kernels.append(_kernel(op, f"{label}.order", order, order_stores, graph, scratch, "boxes by rank"))
+    kernels.append(_kernel(op, f"{label}.status", status, init_stores, graph, scratch, "score threshold"))
+    kernels.append(_kernel(op, f"{label}.decide", status, decide_stores, graph, scratch, "greedy, by rank"))
+    final = status
 
     def kept(builder: KernelBuilder, group: UOp, box: UOp) -> UOp:
         return builder.load(final, group * n + box, True, dtypes.int32, groups * n).eq(one)

@@ -48,7 +48,8 @@ an output; one they would read across is refused, except by the kernels that rea
 themselves (cubic resize and grid sampling). Input extents (``real[~|10]``) are different: ``run``
 recomposes the graph for the given shapes, so they are static by the time kernels run.
 
-Intrinsics (operations with no body) get the kernels of :mod:`uopviz.nnef.intrinsics`.
+Intrinsics (operations with no body) get the kernels of :mod:`uopviz.nnef.intrinsics`; operations
+whose formula does quadratic work in the spec's order (cumsum) those of :mod:`uopviz.nnef.scan_lowering`.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ from uopviz.nnef.kernel_math import (
 from uopviz.nnef.lowering_evaluator import LoweringEvaluator, OutputRef, uniform_constant
 from uopviz.nnef.output_space import Evaluated, OutputSpace, Term, pack_positions, range_bound, ranges_in
 from uopviz.nnef.printer import print_expression
+from uopviz.nnef.scan_lowering import BUILT_IN_LOWERINGS
 from uopviz.passes.indexing import unflatten
 
 if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
@@ -1019,6 +1021,9 @@ def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:
             )
         _check_intrinsic_extents(graph, op)
         return handler(graph, op)
+    built_in = BUILT_IN_LOWERINGS.get(op.type)
+    if built_in is not None:  # a formula of quadratic work (cumsum): a kernel in the spec's order
+        return built_in(graph, op)
     return _OperationLowering(graph, op).lower()
 
 

@@ -55,7 +55,8 @@ The stage (:func:`select_instructions`) first lowers reductions to **accumulator
 target's rules see the multiply-add of a reduction: ``REDUCE(value, r...)`` becomes a REG buffer
 ``acc`` with
 
-* ``STORE(acc[AFTER(acc, outer ranges...)], identity)`` — initialised once per output element,
+* ``STORE(acc[AFTER(acc, outer ranges...)], identity)`` — initialised once per output element
+  (and per step of a sequential range the value depends on: ``optops.axes.sequential_axes``),
 * ``STORE(acc[AFTER(acc, init, r...)], LOAD(acc) op value)`` — updated in the reduce loops,
 * ``END(update, r)`` closing each reduce range (innermost first),
 * ``LOAD(acc[AFTER(acc, END)])`` — the result, read after the loops.
@@ -82,7 +83,7 @@ from uopviz.passes.isel_math import (
     decompose_threefry,
 )
 from uopviz.passes.isel_primitives import add, const_like, less, mul, not_equal, recip, where
-from uopviz.passes.optops.axes import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity
+from uopviz.passes.optops.axes import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity, sequential_axes
 from uopviz.passes.render import backend_named
 from uopviz.passes.schedule import Lowering, PipelineError, once_per_body
 
@@ -477,6 +478,7 @@ class AccumulatorContext:
     """The loops around every reduction (the kernel's non-reduce ranges) and a counter for REG buffers."""
 
     outer: tuple[UOp, ...]
+    sequential: frozenset[UOp] = frozenset()  # REDUCE ranges no REDUCE reduces: the steps of a scan
     count: int = 0
 
 
@@ -490,7 +492,9 @@ def lower_reduce(ctx: AccumulatorContext, reduce: UOp) -> UOp:
     lanes = iconst(0)
     if dtype.count > 1:
         lanes = UOp(Ops.VECTORIZE, tuple(iconst(i) for i in range(dtype.count)))
-    first = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, *ctx.outer)), lanes))
+    # a reduction inside a sequential loop starts again at every step that its value depends on
+    steps = tuple(r for r in kernel_order(list(ctx.sequential)) if any(u is r for u in value.toposort()))
+    first = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, *ctx.outer, *steps)), lanes))
     init = UOp(Ops.STORE, (first, reduce_identity(op, dtype)))
     inside = UOp(Ops.INDEX, (UOp(Ops.AFTER, (accumulator, init, *loops)), lanes))
     update = UOp(Ops.STORE, (inside, UOp(op, (UOp(Ops.LOAD, (inside,)), value))))
@@ -520,7 +524,8 @@ def lower_reductions(ast: UOp) -> UOp:
     if not any(u.op is Ops.REDUCE for u in ast.toposort()):
         return ast
     outer = tuple(r for r in ranges_of(ast) if r.arg[1] not in REDUCE_TYPES)
-    return graph_rewrite(ast, accumulator_rules, ctx=AccumulatorContext(outer), name="accumulators")
+    context = AccumulatorContext(outer, sequential_axes(ast))
+    return graph_rewrite(ast, accumulator_rules, ctx=context, name="accumulators")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,10 @@ table it breaks.  :class:`~uopviz.passes.optops.kernel.Kernel` dispatches to the
   output axis (not lanes), read at the axis' last real iteration (the values are never stored).
 * ``SWAP(i, j)``: exchange two axes of the same group (their loop nesting).
 * ``NOLOCALS``: no LOCAL axes from now on.
+
+A REDUCE axis that no REDUCE op reduces is a *sequential* axis (:func:`sequential_axes`): its
+iterations carry state through memory (a scan stores ``out[k]`` from ``out[k - 1]``), so it runs in
+order, one iteration at a time: it is not split into lanes or groups, nor swapped with another loop.
 """
 
 from __future__ import annotations
@@ -113,6 +117,23 @@ def _axis(kernel: Kernel, opt: Opt, what: str = "axis") -> UOp:
     return kernel.ranges[opt.axis]
 
 
+def sequential_axes(ast: UOp) -> frozenset[UOp]:
+    """The REDUCE ranges of ``ast`` that no REDUCE op reduces: loops whose iterations carry state
+    through the buffers they store (a scan), which must run in order.  (A staged strip's range,
+    closed by an END of its own, is not one.)"""
+    nodes = ast.toposort()
+    reduced = {r for u in nodes if u.op in (Ops.REDUCE, Ops.END) for r in u.src[1:]}
+    return frozenset(
+        u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE and u not in reduced
+    )
+
+
+def _check_in_order(kernel: Kernel, opt: Opt, r: UOp, change: str) -> None:
+    if r in sequential_axes(kernel.ast):
+        raise OptError(f"{opt}: axis {opt.axis} is a sequential loop (its iterations read what earlier ones "
+                       f"stored, as a scan does); {change} would change the order they run in")
+
+
 def _lanes(kernel: Kernel) -> int:
     """UPCAST x UNROLL lanes of a kernel (a tensor core's fragment axes count once: a fragment is one
     register of the WMMA, not lanes multiplied into every value)."""
@@ -147,6 +168,7 @@ def split_axis(kernel: Kernel, opt: Opt) -> UOp:
         raise OptError(f"{opt}: factor {factor} does not divide axis {opt.axis} of size {size}; "
                        f"PADTO it first")
     _check_backend(kernel, opt, target)
+    _check_in_order(kernel, opt, r, f"splitting it into {target.name} parts")
     if target in LANE_TYPES and _lanes(kernel) * factor > MAX_LANES:
         raise OptError(f"{opt}: the kernel would have {_lanes(kernel) * factor} UPCAST/UNROLL lanes; "
                        f"at most {MAX_LANES}")
@@ -325,6 +347,8 @@ def swap_axes(kernel: Kernel, opt: Opt) -> UOp:
     if _GROUP[first.arg[1]] != _GROUP[second.arg[1]]:
         raise OptError(f"{opt}: axes {opt.axis} ({first.arg[1].name}) and {other} ({second.arg[1].name}) "
                        f"are in different groups of the kernel order; SWAP exchanges loops of one group")
+    for axis, r in ((opt.axis, first), (other, second)):
+        _check_in_order(kernel, Opt(opt.op, axis, opt.arg), r, "moving it past another loop")
     ordered = list(kernel.ranges)
     i, j = position_of(ordered, first), position_of(ordered, second)
     ordered[i], ordered[j] = ordered[j], ordered[i]
