@@ -113,6 +113,12 @@ def _collapse_counting_reduce(reduce: UOp) -> UOp | None:
         extent = _extent(loop) if loop.op is Ops.RANGE else None
         if extent is None or _depends_on(taken, loop):
             continue
+        if not _depends_on(value, loop):
+            # the summed value, gate and all, is the same at every point: it times the extent, the
+            # gate kept as it is (read by later rules, e.g. NNEF's padded copies, as written)
+            total = value if extent == 1 else UOp(Ops.MUL, (value, UOp.const(reduce.dtype, extent)))
+            others = tuple(u for u in loops if u is not loop)
+            return UOp(Ops.REDUCE, (total, *others), reduce.arg) if others else total
         if gate is None:
             count, rest = UOp.const(dtypes.index, extent), []
         else:
