@@ -46,6 +46,16 @@ def kernel_for(program: int, backend: str) -> uv.Kernel:
     return _KERNELS[key]
 
 
+def with_random_opts(kernel: uv.Kernel, random, count: int) -> uv.Kernel:
+    """``kernel`` with up to ``count`` accepted opts, each drawn from the candidates of the last."""
+    for _ in range(count):
+        candidates = candidate_opts(kernel)
+        if not candidates:
+            break
+        kernel = kernel.apply(random.choice(candidates))
+    return kernel
+
+
 _SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 40), st.sampled_from([2**31, 2**62, -(2**63), 10**30]),
     st.floats(allow_nan=True), st.text(max_size=4), st.sampled_from(list(AxisType)),
@@ -88,12 +98,7 @@ def test_any_opt_is_accepted_or_an_opt_error(op, axis, arg, program, backend, da
        st.integers(1, 4))
 def test_accepted_opt_sequences_render_compile_and_compute_the_same(program, backend, random, count):
     name, build, reference = PROGRAMS[program]
-    kernel = kernel_for(program, backend)
-    for _ in range(count):
-        candidates = candidate_opts(kernel)
-        if not candidates:
-            break
-        kernel = kernel.apply(random.choice(candidates))
+    kernel = with_random_opts(kernel_for(program, backend), random, count)
     last = len(uv.compile(build(), backend=backend, build=False).kernels) - 1
     (out,) = uv.compile(build(), backend=backend, opts={last: list(kernel.opts)}).run()
     record("opt sequences", None)
@@ -109,12 +114,7 @@ def test_a_kernel_shaped_for_one_backend_times_on_another_or_is_refused(shaped_f
                                                                         random, count):
     """Hand-applied opts never crash a worker: a kernel shaped for ``shaped_for`` and timed on
     ``timed_on`` (the tuner's "time on all backends") gives a timing or an OptError before any run."""
-    kernel = kernel_for(program, shaped_for)
-    for _ in range(count):
-        candidates = candidate_opts(kernel)
-        if not candidates:
-            break
-        kernel = kernel.apply(random.choice(candidates))
+    kernel = with_random_opts(kernel_for(program, shaped_for), random, count)
     try:
         timing = kernel.time(timed_on, repeats=1)
     except OptError as error:
