@@ -1287,15 +1287,16 @@ def test_lstm_with_run_time_step_counts_per_batch_item():
         check(out["c"][item], c, atol=1e-4)
 
 
-def lstm_reference(x, w, r, bias, lengths):
+def lstm_reference(x, w, r, bias, lengths, h0=None, c0=None):
     """numpy's LSTM over ``x`` [steps, batch, channels] where item b runs ``lengths[b]`` steps
-    (clamped to [0, steps]): the rows of Y up to the longest run, and the final h and c."""
+    (clamped to [0, steps]) from ``h0``/``c0`` (zeros when None): the rows of Y up to the longest
+    run, and the final h and c."""
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     steps, batch, hidden = x.shape[0], x.shape[1], r.shape[1]
     runs = np.clip(lengths, 0, steps)
     ys = np.zeros((int(runs.max(initial=0)), batch, hidden), np.float32)
-    h = np.zeros((batch, hidden), np.float32)
-    c = np.zeros((batch, hidden), np.float32)
+    h = np.zeros((batch, hidden), np.float32) if h0 is None else np.array(h0, np.float32)
+    c = np.zeros((batch, hidden), np.float32) if c0 is None else np.array(c0, np.float32)
     for item in range(batch):
         for t in range(runs[item]):
             i, f, g, o = np.split(x[t, item] @ w.T + bias + h[item] @ r.T, 4)
@@ -1305,13 +1306,13 @@ def lstm_reference(x, w, r, bias, lengths):
     return ys, runs, h, c
 
 
-@pytest.mark.parametrize("backend", ["python", *(["c"] if "c" in uv.backends.available() else [])])
+#: the backends that run NNEF graphs here: the python interpreter and the compiled ones available
+LSTM_BACKENDS = ["python", *(name for name in ("c", "llvm", "opencl") if name in uv.backends.available())]
+
+
+@pytest.mark.parametrize("backend", LSTM_BACKENDS)
 @pytest.mark.parametrize("steps, batch, channels, hidden", [(3, 1, 5, 4), (4, 3, 2, 3), (5, 2, 3, 2)])
 def test_lstm_over_a_run_time_length_returns_that_many_rows(backend, steps, batch, channels, hidden):
-    if backend == "c" and batch > 1:
-        # before this change too: cN of the per-item loops differs from numpy on C (python is right)
-        # for lengths such as [5, 2] — a separate C-backend bug, kept visible here
-        pytest.xfail("C backend: the final cell state of per-item LSTM lengths (pre-existing)")
     # Y: real[~|steps, batch, hidden] has the run-time extent of the longest run (issue 21): with
     # len=[2] of 3 steps it had 3 rows, the third an extra unmasked step
     from uopviz.nnef import loads
@@ -1331,6 +1332,35 @@ def test_lstm_over_a_run_time_length_returns_that_many_rows(backend, steps, batc
         ys, runs, h, c = lstm_reference(x, w, r, bias, lengths)
         assert out["Y"].shape == ys.shape, (lengths, out["Y"].shape)
         for item in range(batch):  # past an item's own run the rows are unspecified
+            check(out["Y"][: runs[item], item], ys[: runs[item], item], atol=1e-4)
+        check(out["h"], h, atol=1e-4)
+        check(out["c"], c, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", LSTM_BACKENDS)
+@pytest.mark.parametrize("steps, batch, channels, hidden", [(5, 2, 3, 2), (3, 3, 2, 3), (4, 2, 4, 8)])
+def test_lstm_final_state_of_every_per_item_length_combination(backend, steps, batch, channels, hidden):
+    # issue 21: cN of the per-item loops (nn._jagged_lstm_loops) was reported wrong on C for lengths
+    # such as [5, 2] and [2, 0]; every combination of none, some, all and more than all steps per
+    # item, from given h0/c0, against numpy, on every backend that runs graphs here
+    from uopviz.nnef import loads
+
+    graph = loads(
+        "import nn;\ngraph G { @input { x: real[" + f"{steps}, {batch}, {channels}]; w: real[{4 * hidden}, "
+        f"{channels}]; r: real[{4 * hidden}, {hidden}]; b: real[{4 * hidden}]; h0: real[{batch}, {hidden}]; "
+        f"c0: real[{batch}, {hidden}]; len: int[{batch}]; }}"
+        f" @output {{ Y: real[~|{steps}, {batch}, {hidden}]; h: real; c: real; }}"
+        " @compose { Y, h, c = nn.lstm(x, w, r, b, h0, c0, len); } }"
+    )
+    x, w, r = real(steps, batch, channels), real(4 * hidden, channels), real(4 * hidden, hidden)
+    bias, h0, c0 = real(4 * hidden), real(batch, hidden), real(batch, hidden)
+    for lengths in itertools.product(sorted({0, 1, steps - 1, steps, steps + 2}), repeat=batch):
+        lengths = np.array(lengths, np.int32)
+        inputs = {"x": x, "w": w, "r": r, "b": bias, "h0": h0, "c0": c0, "len": lengths}
+        out = graph.run(inputs, backend=backend)
+        ys, runs, h, c = lstm_reference(x, w, r, bias, lengths, h0, c0)
+        assert out["Y"].shape == ys.shape, (lengths, out["Y"].shape)
+        for item in range(batch):
             check(out["Y"][: runs[item], item], ys[: runs[item], item], atol=1e-4)
         check(out["h"], h, atol=1e-4)
         check(out["c"], c, atol=1e-4)
