@@ -1,5 +1,5 @@
-"""The timing chart's data: one colour per backend in every chart, and a roofline whose roof is never
-under a dot (numpy's matmul and copy are a reference, not the machine's peak)."""
+"""The timing chart's data: one colour per backend in every chart, and a roofline whose roofs are this
+machine's (numpy's matmul and copy measured here, named in the legend), never the fastest dot."""
 
 from __future__ import annotations
 
@@ -30,23 +30,27 @@ def test_each_backend_keeps_its_colour_across_charts():
     assert backend_color("someday") == backend_color("someday")
 
 
-def test_the_roof_is_raised_to_a_kernel_that_beats_numpy():
-    # C beats numpy's matmul (150 > 100 GFLOP/s); LLVM's 8 GFLOP/s at 0.05 FLOP/byte is 160 GB/s
+def test_the_roof_stays_this_machines_and_a_kernel_above_it_is_named():
+    # issue 24: the roof moved to "fastest here" whenever a kernel beat numpy, so it said nothing
+    # about the machine; it stays at the measured roofs and the legend says a dot beats numpy
     entries = [entry("c", 150, intensity=20), entry("llvm", 8, intensity=0.05)]
     roofline = timing_figure(entries, roofs=(100.0, 50.0)).children[1]
     line, dots = renderers(roofline)
-    assert max(line.data_source.data["y"]) == 150
-    for x, y in zip(dots.data_source.data["x"], dots.data_source.data["y"], strict=True):
-        assert y <= min(150, x * 160) * (1 + 1e-9)  # no dot above the roof
+    assert max(line.data_source.data["y"]) == 100
+    assert roofline.y_range.end >= 150  # the dot above the roof is inside the frame
     (legend,) = [item for item in roofline.below if isinstance(item, Legend)]
     label = legend.items[0].label["value"]
-    assert label == "roof: 150 GFLOP/s (fastest here), 160 GB/s (fastest here)"
+    assert label == ("roof: 100 GFLOP/s (numpy matmul here), 50 GB/s (numpy copy here); "
+                     "dots above it beat numpy")
+    assert "fastest" not in label
 
 
 def test_a_roof_from_numpy_says_so():
     chart = timing_figure([entry("c", 50, intensity=20)], roofs=(100.0, 50.0))
     (legend,) = [item for item in chart.children[1].below if isinstance(item, Legend)]
-    assert legend.items[0].label["value"] == "roof: 100 GFLOP/s (numpy matmul), 50 GB/s (numpy copy)"
+    label = legend.items[0].label["value"]
+    assert label == "roof: 100 GFLOP/s (numpy matmul here), 50 GB/s (numpy copy here)"
+    assert all(child.height >= 300 for child in chart.children)  # charts sized to be read
 
 
 def test_a_kernel_without_arithmetic_stays_off_the_roofline():
