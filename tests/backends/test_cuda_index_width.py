@@ -12,7 +12,7 @@ import pytest
 import uopviz as uv
 from uopviz import Tensor
 from uopviz.backends.base import KernelMeta
-from uopviz.backends.cuda import indices_fit_int32
+from uopviz.backends.cfamily import indices_fit_int32
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile
 
 needs_nvrtc = pytest.mark.skipif(find_nvrtc() is None,

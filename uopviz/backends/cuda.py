@@ -51,10 +51,8 @@ from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import MATH_LIBRARY, CDialect
 from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
-from uopviz.core.dtype import DType, dtypes
+from uopviz.core.dtype import dtypes
 from uopviz.core.errors import UopvizError
-from uopviz.core.ops import Ops
-from uopviz.core.symbolic_bounds import bounds as symbolic_bounds
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +105,8 @@ CUDA_DIALECT = CDialect(
         "float64": "double",
         "index": "long long",
     },
+    # 64-bit index arithmetic costs a GPU two 32-bit instructions for each add, several for a multiply
+    narrow_index_type="int",
     memory_types={"bfloat16": "unsigned short"},
     kernel_prefix='extern "C" __global__ void',
     helper_prefix="__device__ static inline",
@@ -149,63 +149,11 @@ CUDA_DIALECT = CDialect(
 )
 
 
-#: the values a 32-bit ``int`` holds
-INT32_BOUNDS = (-(2**31), 2**31 - 1)
-
-
-def _index_bounds(u: UOp) -> tuple[int, int] | None:
-    """Inclusive bounds of the index values ``u`` holds (None: not known to be integers); a
-    VECTORIZE or GEP holds values of its sources, which the program has checked already."""
-    if u.dtype.count > 1 and u.op in (Ops.VECTORIZE, Ops.GEP):
-        return None
-    low, high = symbolic_bounds(u)
-    if u.op is Ops.MULACC:  # the product is a C value of its own before the addend comes
-        (a, big_a), (c, big_c) = symbolic_bounds(u.src[0]), symbolic_bounds(u.src[1])
-        products = (a * c, a * big_c, big_a * c, big_a * big_c)
-        low, high = min(low, *products), max(high, *products)
-    if isinstance(low, bool) or not isinstance(low, int) or not isinstance(high, int):
-        return INT32_BOUNDS[0] - 1, INT32_BOUNDS[1] + 1  # not integers: never narrowed
-    return low, high
-
-
-def indices_fit_int32(linear: UOp) -> bool:
-    """Whether a LINEAR program may compute its indices in 32-bit ``int``: every buffer it is
-    given holds fewer than 2^31 elements and every index value it computes (loop counters,
-    addresses and the partial sums that build them) lies in int32's range by its symbolic bounds.
-    64-bit index arithmetic costs a 32-bit GPU two instructions for each add and several for each
-    multiply."""
-    low_limit, high_limit = INT32_BOUNDS
-    for u in linear.src:
-        if u.op is Ops.PARAM and (u.shape[0] if u.shape else 1) > high_limit:
-            return False
-        if u.dtype.scalar is dtypes.index:
-            found = _index_bounds(u)
-            if found is not None and not low_limit <= found[0] <= found[1] <= high_limit:
-                return False
-    return True
-
-
 class CUDARenderer(CStyleRenderer):
     """CUDA C++ for NVRTC or nvcc (:data:`CUDA_DIALECT`), with code for what has another structure
-    in CUDA: WMMA as the PTX ``mma`` instruction, and indices in ``int`` where every value fits
-    (:func:`indices_fit_int32`), else ``long long``."""
+    in CUDA: WMMA as the PTX ``mma`` instruction."""
 
     dialect = CUDA_DIALECT
-    #: the C type of the index values of the program being rendered
-    index_type = CUDA_DIALECT.scalar_types["index"]
-
-    def render(self, linear: UOp) -> str:
-        """The source of a LINEAR program, its indices in ``int`` where they all fit."""
-        previous = self.index_type
-        self.index_type = "int" if indices_fit_int32(linear) else CUDA_DIALECT.scalar_types["index"]
-        try:
-            return super().render(linear)
-        finally:
-            self.index_type = previous
-
-    def scalar_type(self, dtype: DType) -> str:
-        """The dialect's type, but the index type chosen for the program being rendered."""
-        return self.index_type if dtype.scalar is dtypes.index else super().scalar_type(dtype)
 
     def render_wmma(
         self, state: CFamilyRenderState, u: UOp, config: TensorCore, a: str, b: str, c: str
@@ -523,4 +471,4 @@ class CUDABackend(Backend):
 
 
 __all__ = ["CUDABackend", "CUDARenderer", "MMA_M16N8K16_F16_F32", "RenderError", "compile_to_cubin",
-           "compile_to_ptx", "compiler_version", "indices_fit_int32"]
+           "compile_to_ptx", "compiler_version"]
