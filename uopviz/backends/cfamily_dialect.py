@@ -30,6 +30,9 @@ class CDialect:
     restrict: str = "restrict"
     comment: str = "//"
     long_suffix: str = "LL"  #: of 64-bit integer constants
+    #: the type of index values in a kernel whose every buffer and index value fits in int32
+    #: (:func:`~uopviz.backends.cfamily.indices_fit_int32`); None: always ``scalar_types["index"]``
+    narrow_index_type: str | None = None
     includes: tuple[str, ...] = ()  #: lines at the very top of the source
     #: the line before an outermost THREAD loop; None: THREAD loops run sequentially
     parallel_pragma: str | None = None

@@ -105,6 +105,8 @@ CUDA_DIALECT = CDialect(
         "float64": "double",
         "index": "long long",
     },
+    # 64-bit index arithmetic costs a GPU two 32-bit instructions for each add, several for a multiply
+    narrow_index_type="int",
     memory_types={"bfloat16": "unsigned short"},
     kernel_prefix='extern "C" __global__ void',
     helper_prefix="__device__ static inline",

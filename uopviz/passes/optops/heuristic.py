@@ -3,7 +3,11 @@
 :func:`hand_coded_optimizations` is what ``opts="heuristic"`` applies (and where BEAM search starts
 from besides the kernel itself):
 
-* **tensor cores** are not used by default on CPU backends (their tiles are emulated there);
+* **tensor cores** are not used by default on CPU backends (their tiles are emulated there); on GPUs
+  a sum of products whose operands a tensor core takes (float16 into float32 on CUDA) gets TC
+  first, its axes padded to the tile where they are not multiples of it (unless that more than
+  doubles the work), then more tiles per warp while the grid keeps :data:`TENSOR_CORE_MIN_WARPS`
+  warps, then workgroups;
 * **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4;
 * **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core of the
   CPU target, ``Backend.thread_count``);
@@ -327,9 +331,9 @@ def _workgroup(kernel: Kernel) -> Kernel:
     """The last two GLOBAL axes split into LOCAL ones, innermost first (its threads are a warp's
     neighbouring lanes), up to :data:`WORKGROUP_THREADS` threads together.  Each axis is found again
     after a split, which renumbers the ranges (the split axis keeps its GLOBAL part where it was)."""
-    # threads a GROUP_REDUCE already gave the workgroup count against the budget
+    # threads a GROUP_REDUCE or a tensor core's warp already gave the workgroup count against it
     threads = math.prod(range_size(r) for r in kernel.ranges
-                        if r.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL))
+                        if r.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL, AxisType.WARP))
     for from_last in (1, 2):
         globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
         if len(globals_) < from_last:
@@ -347,10 +351,63 @@ def _workgroup(kernel: Kernel) -> Kernel:
     return kernel
 
 
+#: padded work over real work a tensor-core kernel may do (TC's tc_opt 2 pads M, N and K to the
+#: tile): 200x300x100 in float16 does 1.15x the work on m16n8k16 tiles, still ~15x the float32
+#: units' rate on an H100; a K of 3 padded to 16 (5.3x) is left to the float32 path
+TENSOR_CORE_MAX_PADDING = 2.0
+
+#: warps (one per tile of a TC kernel's grid) the heuristic keeps when it gives each warp more
+#: tiles: about half of an H100's 132 SMs x 64 resident warps.  The GPU model (H100) for f16 gemm
+#: 4096: 1 tile per warp 2.57 ms, 4 along N 1.03 ms, 4x4 0.65 ms; a 256 gemm (512 warps) is
+#: fastest with one (5 us vs 9 us for 4 along N)
+TENSOR_CORE_MIN_WARPS = 4096
+
+
+def _work(kernel: Kernel) -> int:
+    """Iterations of the output and reduce loops (a TC kernel's tile axes count as the tile)."""
+    loops = math.prod(range_size(r) for r in kernel.ranges
+                      if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.REDUCE))
+    configs = {u.arg[0] for u in kernel.ast.toposort() if u.op is Ops.WMMA}
+    return loops * math.prod(math.prod(config.dims) for config in configs)
+
+
+def _tensor_cores(kernel: Kernel) -> Kernel:
+    """TC on the first reduce axis it applies to, the operands' casts allowed (tc_opt 1: a float16
+    matmul sums float32 products of its float16 inputs); where no axis is a multiple of the tile,
+    padded to it (tc_opt 2) unless that does more than :data:`TENSOR_CORE_MAX_PADDING` times the
+    work.  The kernel itself when no tensor core takes it (float32 on CUDA: none is declared)."""
+    if not kernel.backend_object.tensor_cores:
+        return kernel
+    reduces = sum(1 for _, t in kernel.axes if t in REDUCE_TYPES)
+    exact = _first_that_applies(kernel, [Opt(OptOp.TC, i, (-1, 1, 1)) for i in range(reduces)])
+    if exact is not kernel:
+        return exact
+    padded = _first_that_applies(kernel, [Opt(OptOp.TC, i, (-1, 2, 1)) for i in range(reduces)])
+    return padded if _work(padded) <= TENSOR_CORE_MAX_PADDING * _work(kernel) else kernel
+
+
+def _tensor_core_tiles(kernel: Kernel) -> Kernel:
+    """More tensor-core tiles per warp: the N tiles (which reuse A's fragments) upcast by 4 or 2,
+    then the M tiles (which reuse B's), while the grid keeps :data:`TENSOR_CORE_MIN_WARPS` warps."""
+    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    globals_ = [r for r in reversed(_globals(kernel))
+                if any(not depends_on(load.src[0], r) for load in loads)]
+    for position in [_axis_of(kernel, r) for r in globals_[:2]]:
+        warps = math.prod(range_size(r) for r in _globals(kernel))
+        factors = [f for f in (4, 2) if warps // f >= TENSOR_CORE_MIN_WARPS]
+        splits = _splits(kernel, kernel.ranges[position], factors, AxisType.UPCAST)
+        kernel = _first_that_applies(kernel, splits)
+    return kernel
+
+
 def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     """The heuristic opts for ``kernel``'s backend (see the module docstring)."""
     backend = kernel.backend_object
     gpu = not backend.runs_on_cpu  # workgroup tiles; else register tiles (an OpenCL CPU device too)
+    if gpu and backend.has_local:
+        tensor_cored = _tensor_cores(kernel)
+        if tensor_cored is not kernel:  # TC is the first opt; its K fragments are unrolled already
+            return _workgroup(_tensor_core_tiles(tensor_cored))
     loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
     if gpu and backend.has_local:
         kernel = _group_reduce(kernel)
@@ -411,4 +468,11 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     return kernel
 
 
-__all__ = ["HEURISTIC_SOURCE_LANE_OPS", "HEURISTIC_TILE_LANES", "hand_coded_optimizations", "source_estimate"]
+__all__ = [
+    "HEURISTIC_SOURCE_LANE_OPS",
+    "HEURISTIC_TILE_LANES",
+    "TENSOR_CORE_MAX_PADDING",
+    "TENSOR_CORE_MIN_WARPS",
+    "hand_coded_optimizations",
+    "source_estimate",
+]

@@ -1,0 +1,101 @@
+"""The GPU (CUDA) heuristic: a sum of products of float16 inputs takes the f16 -> f32 tensor core
+(its axes padded to the tile where they are not multiples of it), float32 does not (no float32
+tensor core is declared).  The kernels compile with NVRTC, and their CUDA linear programs (warp,
+workgroup and mma fragments included) give numpy's float32-accumulated values on the python
+interpreter, so no GPU is needed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz import Tensor
+from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile
+from uopviz.core.ops import Ops
+from uopviz.engine.gpu_model import gpu_account
+
+needs_nvrtc = pytest.mark.skipif(find_nvrtc() is None,
+                                 reason="no NVRTC library (the nvidia-cuda-nvrtc wheel)")
+
+
+def _on_the_interpreter(program: uv.Program) -> list[np.ndarray]:
+    """``program``'s CUDA linear programs run by the python backend (the CUDA lowering's WARP lanes,
+    LOCAL threads and mma fragments as the interpreter's lifted dimensions)."""
+    python = uv.backends.get("python")
+    for item in program.items:
+        linear = item.body.src[0]
+        item.compiled = python.compile(python.render(linear), str(linear.arg))
+    program.build = True
+    return program.run()
+
+
+def _half_gemm(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("m, k, n", [(256, 256, 256), (64, 1024, 32), (200, 100, 300), (40, 24, 8)])
+def test_a_half_gemm_takes_the_tensor_core(m: int, k: int, n: int) -> None:
+    a, b = _half_gemm(m, k, n, seed=m + k + n)
+    program = uv.compile(Tensor(a) @ Tensor(b), backend="cuda", opts="heuristic", build=False)
+    (kernel,) = program.kernels
+    assert any(u.op is Ops.WMMA for u in kernel.ast.toposort()), kernel.name
+    assert gpu_account(kernel).uses_tensor_cores
+    assert nvrtc_compile(program.sources[0], "sm_90")
+    got = _on_the_interpreter(program)[0]
+    assert got.dtype == np.float16
+    wanted = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)  # summed in float32
+    np.testing.assert_allclose(got.astype(np.float32), wanted.astype(np.float32), rtol=2**-9, atol=2**-10)
+
+
+@needs_nvrtc
+def test_a_half_gemm_1024_takes_the_tensor_core_and_compiles() -> None:
+    # (too big for the interpreter: its values are checked on the smaller shapes above, K=1024 included)
+    out = Tensor.empty(1024, 1024, dtype=np.float16) @ Tensor.empty(1024, 1024, dtype=np.float16)
+    program = uv.compile(out, backend="cuda", opts="heuristic", build=False)
+    (kernel,) = program.kernels
+    assert kernel.opts[0].op is uv.OptOp.TC and gpu_account(kernel).uses_tensor_cores
+    assert "mma.sync.aligned.m16n8k16" in program.sources[0]
+    assert nvrtc_compile(program.sources[0], "sm_90")
+
+
+def test_a_half_gemm_cast_to_float32_by_hand_takes_the_tensor_core() -> None:
+    a, b = _half_gemm(32, 48, 64, seed=1)
+    out = Tensor(a).cast(uv.dtypes.float32) @ Tensor(b).cast(uv.dtypes.float32)
+    program = uv.compile(out, backend="cuda", opts="heuristic", build=False)
+    assert program.kernels[0].opts[0].op is uv.OptOp.TC
+    got = _on_the_interpreter(program)[0]
+    np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_a_large_half_gemm_gives_each_warp_several_tiles() -> None:
+    out = Tensor.empty(4096, 4096, dtype=np.float16) @ Tensor.empty(4096, 4096, dtype=np.float16)
+    program = uv.compile(out, backend="cuda", opts="heuristic", build=False)
+    (kernel,) = program.kernels
+    assert kernel.opts[0].op is uv.OptOp.TC
+    upcasts = [size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST]
+    assert len(upcasts) > 1  # the C fragment and tiles along N (and M)
+    assert gpu_account(kernel).block[0] * gpu_account(kernel).block[1] <= 1024
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 64, 64), (200, 100, 300)])
+def test_a_float32_gemm_keeps_the_float32_path(m: int, k: int, n: int) -> None:
+    rng = np.random.default_rng(m)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (k, n)))
+    program = uv.compile(Tensor(a) @ Tensor(b), backend="cuda", opts="heuristic", build=False)
+    (kernel,) = program.kernels
+    assert all(opt.op is not uv.OptOp.TC for opt in kernel.opts)
+    assert not gpu_account(kernel).uses_tensor_cores
+    np.testing.assert_allclose(_on_the_interpreter(program)[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_half_gemm_with_a_tiny_reduction_is_not_padded_to_the_tile() -> None:
+    # K of 3 padded to 16 would do 5.3x the work: the float32 path instead
+    a, b = _half_gemm(64, 3, 64, seed=4)
+    program = uv.compile(Tensor(a) @ Tensor(b), backend="cuda", opts="heuristic", build=False)
+    assert all(opt.op is not uv.OptOp.TC for opt in program.kernels[0].opts)
+    got = _on_the_interpreter(program)[0]
+    wanted = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    np.testing.assert_allclose(got.astype(np.float32), wanted.astype(np.float32), rtol=2**-9, atol=2**-10)
