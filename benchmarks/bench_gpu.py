@@ -124,7 +124,8 @@ def cases(shrink: int = 1) -> dict[str, Case]:
         Case("gemm32", f"gemm {gemm32} float32", (((gemm32, gemm32), f32),) * 2,
              lambda a, b: a @ b, lambda a, b: a @ b, lambda a, b: a.astype(np.float64) @ b,
              flops=2 * gemm32**3),
-        Case("conv2d", f"conv2d {batch}x64x56x56, 64 3x3 filters", (((batch, 64, 56, 56), f32), ((64, 64, 3, 3), f32)),
+        Case("conv2d", f"conv2d {batch}x64x56x56, 64 3x3 filters",
+             (((batch, 64, 56, 56), f32), ((64, 64, 3, 3), f32)),
              lambda x, w: x.conv2d(w, padding=1),
              lambda x, w: __import__("torch").nn.functional.conv2d(x, w, padding=1),
              _conv_reference, flops=conv_flops),
@@ -250,10 +251,12 @@ def time_torch(side: Side, fn: Callable[[], Any]) -> float:
     """torch: CUDA events around the call (wall clock on the CPU)."""
     torch = side.torch
     if not side.on_gpu:
+
         def once() -> float:
             started = time.perf_counter()
             fn()
             return time.perf_counter() - started
+
         return _median_of(once)
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -301,27 +304,32 @@ def predictions(kernels: list[Any]) -> dict[str, tuple[float | None, str]]:
     return found
 
 
-def _prediction_rows(title: str, predicted: dict[str, tuple[float | None, str]], case: Case | None) -> list[dict]:
+def _prediction_rows(
+    title: str, predicted: dict[str, tuple[float | None, str]], case: Case | None
+) -> list[dict]:
     from run import row
 
     rows = []
     for gpu, (seconds, note) in predicted.items():
         name = f"{title} [GPU model {gpu}]"
         if seconds is None:
-            rows.append({"case": name, "status": "skipped", "notes": f"model: a kernel cannot launch on {gpu}"})
+            rows.append(
+                {"case": name, "status": "skipped", "notes": f"model: a kernel cannot launch on {gpu}"}
+            )
             continue
-        rows.append(row(name, seconds, notes=f"predicted by gpu_account, not measured: {note}"
-                                              f"{_rate(case, seconds)}"))
+        rows.append(
+            row(name, seconds, notes=f"predicted by gpu_account, not measured: {note}{_rate(case, seconds)}")
+        )
     return rows
 
 
 def _rate(case: Case | None, seconds: float) -> str:
-    """``; 123 GFLOP/s`` or ``; 456 GB/s`` at ``seconds`` (nothing when the case counts neither)."""
+    """``, 1.23 TFLOP/s`` or ``, 456 GB/s`` at ``seconds`` (nothing when the case counts neither)."""
     if case is None or seconds <= 0:
         return ""
     if case.flops:
-        return f"; {case.flops / seconds / 1e12:.2f} TFLOP/s"
-    return f"; {case.bytes / seconds / 1e9:.0f} GB/s" if case.bytes else ""
+        return f", {case.flops / seconds / 1e12:.2f} TFLOP/s"
+    return f", {case.bytes / seconds / 1e9:.0f} GB/s" if case.bytes else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,8 +340,11 @@ def _compile_ours(case: Case, data: list[np.ndarray], backend: str, opts: Any, b
     """uopviz's program of ``case`` on ``data`` (none: empty tensors of the case's shapes, to render)."""
     import uopviz as uv
 
-    tensors = ([uv.Tensor(x) for x in data] if data else
-               [uv.Tensor.empty(*shape, dtype=dtype) for shape, dtype in case.inputs])
+    tensors = (
+        [uv.Tensor(x) for x in data]
+        if data
+        else [uv.Tensor.empty(*shape, dtype=dtype) for shape, dtype in case.inputs]
+    )
     return uv.compile(case.ours(*tensors), backend=backend, opts=opts, build=build)
 
 
@@ -344,11 +355,18 @@ def _beam_opts(case: Case, data: list[np.ndarray], backend: str) -> tuple[Any, s
     budget = float(os.environ.get("UOPVIZ_GPU_BEAM_BUDGET_S", "30"))
     plain = _compile_ours(case, data, backend, None, build=False)
     result = beam_search(plain.kernels[0], backend, budget_s=budget, progress=False)
-    return list(result.opts), f"BEAM {result.elapsed_s:.0f} s{', ' + result.stopped if result.stopped else ''}"
+    return list(
+        result.opts
+    ), f"BEAM {result.elapsed_s:.0f} s{', ' + result.stopped if result.stopped else ''}"
 
 
-def measure_case(case: Case, side: Side, predicted: dict[str, tuple[float | None, str]], spec: str | None,
-                 opts: Any = "heuristic") -> list[dict]:
+def measure_case(
+    case: Case,
+    side: Side,
+    predicted: dict[str, tuple[float | None, str]],
+    spec: str | None,
+    opts: Any = "heuristic",
+) -> list[dict]:
     """The rows of one case measured on ``side``: ours against each peer (or alone)."""
     from run import row
 
@@ -362,16 +380,25 @@ def measure_case(case: Case, side: Side, predicted: dict[str, tuple[float | None
     ours_error = case.error(program.run()[0], expected, data)
     bound = program.bind()
     ours_s = _median_of(bound.run)
-    del bound
     title = case.title if label == "heuristic" else f"{case.title} ({label})"
-    notes = [f"{side.backend} {label}, {len(program.kernels)} kernel(s)", f"ours{_rate(case, ours_s)}",
-             f"error {ours_error:.1e}"]
+    notes = [
+        f"{side.backend} {label}, {len(program.kernels)} kernel(s)",
+        f"ours{_rate(case, ours_s)}",
+        f"error {ours_error:.1e}",
+    ]
     if spec is not None and predicted.get(spec, (None,))[0]:
-        notes.append(f"model {spec} {predicted[spec][0] * 1e3:.3g} ms (measured/model "
-                     f"{ours_s / predicted[spec][0]:.2f})")
+        notes.append(
+            f"model {spec} {predicted[spec][0] * 1e3:.3g} ms (measured/model "
+            f"{ours_s / predicted[spec][0]:.2f})"
+        )
     if ours_error > case.tolerance:
-        return [{"case": title, "status": "error",
-                 "notes": f"WRONG VALUES: error {ours_error:.2e} > {case.tolerance:g}; " + "; ".join(notes)}]
+        return [
+            {
+                "case": title,
+                "status": "error",
+                "notes": f"WRONG VALUES: error {ours_error:.2e} > {case.tolerance:g}; " + "; ".join(notes),
+            }
+        ]
     peers: list[tuple[str, float | None, str]] = []
     if side.torch is not None:
         peers.append(_torch_peer(case, side, data, expected))
@@ -381,12 +408,21 @@ def measure_case(case: Case, side: Side, predicted: dict[str, tuple[float | None
         return [row(title, ours_s, notes="; ".join(notes))]
     rows = []
     for peer, peer_s, peer_note in peers:
-        rows.append(row(title, ours_s, peer=peer if peer_s is not None else "", peer_s=peer_s,
-                        notes="; ".join([*notes, peer_note])))
+        rows.append(
+            row(
+                title,
+                ours_s,
+                peer=peer if peer_s is not None else "",
+                peer_s=peer_s,
+                notes="; ".join([*notes, peer_note]),
+            )
+        )
     return rows
 
 
-def _torch_peer(case: Case, side: Side, data: list[np.ndarray], expected: np.ndarray) -> tuple[str, float | None, str]:
+def _torch_peer(
+    case: Case, side: Side, data: list[np.ndarray], expected: np.ndarray
+) -> tuple[str, float | None, str]:
     torch = side.torch
     name = side.torch_version()
     try:
@@ -395,7 +431,6 @@ def _torch_peer(case: Case, side: Side, data: list[np.ndarray], expected: np.nda
         out = case.torch(*tensors).cpu().numpy()
         error = case.error(out, expected, data)
         seconds = time_torch(side, lambda: case.torch(*tensors))
-        del tensors
         if side.on_gpu:
             torch.cuda.empty_cache()
     except Exception as failure:  # noqa: BLE001 - a peer's failure is a note, not the case's
@@ -404,7 +439,9 @@ def _torch_peer(case: Case, side: Side, data: list[np.ndarray], expected: np.nda
     return name, seconds, f"torch{_rate(case, seconds)}, error {error:.1e}{wrong}"
 
 
-def _tinygrad_peer(case: Case, side: Side, data: list[np.ndarray], expected: np.ndarray) -> tuple[str, float | None, str]:
+def _tinygrad_peer(
+    case: Case, side: Side, data: list[np.ndarray], expected: np.ndarray
+) -> tuple[str, float | None, str]:
     Tensor, TinyJit = side.tinygrad.Tensor, side.tinygrad.TinyJit
     name = side.tinygrad_version()
     try:
@@ -415,11 +452,14 @@ def _tinygrad_peer(case: Case, side: Side, data: list[np.ndarray], expected: np.
         out = jitted(*tensors).numpy()
         error = case.error(out, expected, data)
         seconds = time_tinygrad(side, lambda: jitted(*tensors))
-        del tensors, jitted
     except Exception as failure:  # noqa: BLE001
         return name, None, f"tinygrad failed: {type(failure).__name__}: {str(failure)[:300]}"
     wrong = " (WRONG)" if error > case.tolerance else ""
-    return name, seconds, f"tinygrad{_rate(case, seconds)} (TinyJit replay, wall clock), error {error:.1e}{wrong}"
+    return (
+        name,
+        seconds,
+        f"tinygrad{_rate(case, seconds)} (TinyJit replay, wall clock), error {error:.1e}{wrong}",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -427,13 +467,15 @@ def _tinygrad_peer(case: Case, side: Side, data: list[np.ndarray], expected: np.
 
 
 _TORCH_LAYERS: dict[str, Callable[..., Any]] = {
-    "conv": lambda F, x, w, b=None, stride=1, padding=0, groups=1: F.conv2d(x, w, b, stride, padding, 1, groups),
+    "conv": lambda F, x, w, b=None, stride=1, padding=0, groups=1: F.conv2d(
+        x, w, b, stride, padding, 1, groups),
     "batch_norm": lambda F, x, mean, var, offset, scale, epsilon: F.batch_norm(
         x, mean, var, scale, offset, training=False, eps=epsilon),
     "relu": lambda F, x: F.relu(x),
     "add": lambda F, a, b: a + b,
     "max_pool": lambda F, x, size, stride, padding: F.max_pool2d(x, size, stride, padding),
-    "avg_pool": lambda F, x, size, stride, padding: F.avg_pool2d(x, size, stride, padding, count_include_pad=False),
+    "avg_pool": lambda F, x, size, stride, padding: F.avg_pool2d(
+        x, size, stride, padding, count_include_pad=False),
     "global_pool": lambda F, x: x.mean(dim=(2, 3)),
     "flatten": lambda F, x: x.flatten(1),
     "linear": lambda F, x, w, b=None: F.linear(x, w, b),
@@ -452,7 +494,9 @@ def torch_forward(net: Any, torch: Any, device: str) -> Callable[[Any], Any]:
     def forward(x: Any) -> Any:
         values = {**weights, net.input_name: x}
         for node in net.nodes:
-            values[node.outputs[0]] = _TORCH_LAYERS[node.op](F, *(values[n] for n in node.inputs), **node.attrs)
+            values[node.outputs[0]] = _TORCH_LAYERS[node.op](
+                F, *(values[n] for n in node.inputs), **node.attrs
+            )
         return values[net.output]
 
     return forward
@@ -472,7 +516,6 @@ def resnet_rows(side: Side | None, skipped: str = "", shrink: int = 1) -> list[d
     """ResNet-50's predictions, and on ``side`` its load + compile and inference against torch (no
     side: a skipped row saying ``skipped``).  ``shrink`` > 1: a 64x64, quarter-width ResNet-50."""
     import zoo
-
     from run import row
 
     from uopviz.nnef.runtime import program_inputs
@@ -484,7 +527,10 @@ def resnet_rows(side: Side | None, skipped: str = "", shrink: int = 1) -> list[d
         _, rendered, _, _ = _load_resnet(Path(folder), "cuda", build=False)
         rows = _prediction_rows(title, predictions(list(rendered.kernels)), None)
         if side is None:
-            return [*rows, {"case": f"{title}: inference", "status": "skipped", "notes": f"skipped: {skipped}"}]
+            return [
+                *rows,
+                {"case": f"{title}: inference", "status": "skipped", "notes": f"skipped: {skipped}"},
+            ]
         side.primary_context()
         graph, program, load_s, compile_s = _load_resnet(Path(folder), side.backend, build=True)
     x = net.input_data()
@@ -500,14 +546,21 @@ def resnet_rows(side: Side | None, skipped: str = "", shrink: int = 1) -> list[d
     steps = [step for kind, step in program.nnef_steps if kind == "kernels"]
     bound = [step.bind(program_inputs(graph, step, inputs)) for step in steps]
     ours_s = _median_of(lambda: sum(b.run() for b in bound))
-    del bound
-    notes = [f"kernel times summed (each launch between CUDA events); graph.run with copies {run_s:.3f} s",
-             f"max error vs numpy {error:.1e}"]
+    how = "each launch between CUDA events" if side.on_gpu else "each launch timed"
+    notes = [
+        f"kernel times summed ({how}); graph.run with copies {run_s:.3f} s",
+        f"max error vs numpy {error:.1e}",
+    ]
     if error > 1e-3:
-        return [*rows, {"case": f"{title}: inference", "status": "error",
-                        "notes": "WRONG VALUES: " + "; ".join(notes)}]
+        return [
+            *rows,
+            {"case": f"{title}: inference", "status": "error", "notes": "WRONG VALUES: " + "; ".join(notes)},
+        ]
     if side.torch is None:
-        return [*rows, row(f"{title}: inference", ours_s, notes="; ".join([*notes, "torch: " + side.missing["torch"]]))]
+        return [
+            *rows,
+            row(f"{title}: inference", ours_s, notes="; ".join([*notes, "torch: " + side.missing["torch"]])),
+        ]
     torch = side.torch
     side.primary_context()
     forward = torch_forward(net, torch, side.torch_device)
@@ -516,8 +569,10 @@ def resnet_rows(side: Side | None, skipped: str = "", shrink: int = 1) -> list[d
         peer_error = float(np.abs(forward(tensor).cpu().numpy() - expected).max())
         peer_s = time_torch(side, lambda: forward(tensor))
     notes.append(f"torch eager float32 (no TF32) error {peer_error:.1e}")
-    return [*rows, row(f"{title}: inference", ours_s, peer=side.torch_version(), peer_s=peer_s,
-                       notes="; ".join(notes))]
+    return [
+        *rows,
+        row(f"{title}: inference", ours_s, peer=side.torch_version(), peer_s=peer_s, notes="; ".join(notes)),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -528,7 +583,9 @@ def _selected() -> list[str]:
     chosen = [k for k in os.environ.get("UOPVIZ_GPU_BENCH_CASES", ",".join(CASE_KEYS)).split(",") if k]
     unknown = [k for k in chosen if k not in CASE_KEYS]
     if unknown:
-        raise ValueError(f"UOPVIZ_GPU_BENCH_CASES names unknown cases {unknown}; known: {', '.join(CASE_KEYS)}")
+        raise ValueError(
+            f"UOPVIZ_GPU_BENCH_CASES names unknown cases {unknown}; known: {', '.join(CASE_KEYS)}"
+        )
     return chosen
 
 
@@ -561,7 +618,9 @@ def run_all(side: Side | None, shrink: int = 1) -> list[dict]:
             if beam and key == "gemm32":
                 rows += measure_case(case, side, predicted, spec, opts="beam")
         except Exception as error:  # noqa: BLE001 - one case's failure is its own row
-            rows.append({"case": key, "status": "error", "notes": f"{type(error).__name__}: {str(error)[:500]}"})
+            rows.append(
+                {"case": key, "status": "error", "notes": f"{type(error).__name__}: {str(error)[:500]}"}
+            )
         gc.collect()
     return rows
 
@@ -571,8 +630,8 @@ _INFO: dict[str, Any] = {}
 
 def _nvidia_smi() -> dict[str, str]:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as error:
         return {"nvidia_smi": f"unavailable: {error}"}
     if out.returncode != 0:
@@ -592,7 +651,9 @@ def _cuda_versions() -> dict[str, str]:
         pass
     from uopviz.backends.cuda import compiler_version
 
-    found["uopviz_compiler"] = compiler_version().strip().splitlines()[-1] if compiler_version().strip() else "none"
+    found["uopviz_compiler"] = (
+        compiler_version().strip().splitlines()[-1] if compiler_version().strip() else "none"
+    )
     return found
 
 
