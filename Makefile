@@ -11,6 +11,9 @@
 #   make fuzz-slow  tests/fuzz under the slow hypothesis profile (> 10,000 fuzz inputs, 500 generated
 #                   programs on every CPU backend); outcome counts in tests/artifacts/fuzz-outcomes.json
 #   make bench      benchmarks/run.py: a table on stdout, benchmarks/results.json
+#   make bench-gpu  benchmarks/run.py gpu: uopviz's CUDA backend against torch and tinygrad on the GPU,
+#                   with the GPU model's predicted times (without a GPU: the predictions, cases skipped);
+#                   on a lent GPU machine run scripts/gpu-check.sh instead (no venv there)
 #   make accuracy   scripts/accuracy.py: max ulp error per op, dtype and backend into docs/accuracy.md
 #   make lint       ruff, and lint-imports (the layer contract in pyproject.toml; make test runs it too)
 #   make venv       system packages (when root) + .venv with `pip install -e .[dev,bench]`
@@ -40,7 +43,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: help venv system-deps test test-fast test-targets test-emulated fuzz-slow lab bench accuracy lint clean distclean
+.PHONY: help venv system-deps test test-fast test-targets test-emulated fuzz-slow lab bench bench-gpu accuracy lint clean distclean
 
 # The tests whose generated code depends on the CPU target, run again under each lesser target.
 TARGET_TESTS ?= tests/backends tests/passes tests/engine tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
@@ -52,7 +55,7 @@ EMULATED_TESTS_haswell ?= $(TARGET_TESTS)
 EMULATED_TESTS_nehalem ?= tests/backends
 
 help:
-	@echo "uopviz: make lab | test | test-fast | test-targets | test-emulated | fuzz-slow | bench | accuracy | lint | venv | system-deps | clean | distclean"
+	@echo "uopviz: make lab | test | test-fast | test-targets | test-emulated | fuzz-slow | bench | bench-gpu | accuracy | lint | venv | system-deps | clean | distclean"
 
 system-deps:
 	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
@@ -113,6 +116,9 @@ lab: venv
 
 bench: venv
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+bench-gpu: venv
+	$(PY) benchmarks/run.py gpu $(BENCH_ARGS)
 
 # A few minutes: every 16-bit input, 400k float32 and 40k float64 inputs per op on every CPU backend.
 accuracy: venv

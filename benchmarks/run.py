@@ -17,6 +17,11 @@ A benchmark module ``bench_<name>.py`` defines ``run() -> list[dict]``; each dic
         peer = measure(lambda: their_thing())
         return [row("matmul 256", ours, peer="tinygrad", peer_s=peer, notes="C backend")]
 
+A row with ``status: "skipped"`` (and no times) says in its notes why a case could not run here
+(no GPU, a peer missing). A module may also define ``machine_info() -> dict``, called after
+``run()``: what it learnt of the machine (a GPU's name and driver, say), written to results.json
+under ``machine["modules"][name]`` and printed above the table.
+
 A module that fails to import, raises in ``run()`` or returns malformed rows becomes one
 ``status: "error"`` row carrying the error; the other modules still run. The exit status is 1 when
 any row is an error, else 0.
@@ -57,7 +62,7 @@ ROW_FIELDS: dict[str, str] = {
     "peer_s": "peer time in seconds (float) or None",
     "ratio": "ours_s / peer_s (float) or None; < 1 means uopviz is faster",
     "notes": "free text: backend, sizes, caveats",
-    "status": "'ok' or 'error'",
+    "status": "'ok', 'skipped' (nothing measured; notes say why) or 'error'",
 }
 
 
@@ -180,9 +185,11 @@ def normalize(name: str, raw: Any) -> dict[str, Any]:
         raise ValueError(f"unknown row fields {sorted(unknown)}; allowed: {sorted(ROW_FIELDS)}")
     if not isinstance(raw.get("case"), str) or not raw["case"]:
         raise ValueError("row needs a non-empty str 'case'")
-    if raw.get("status") == "error":  # one case of a module failed (its notes say why); the others stand
+    if raw.get("status") in ("error", "skipped"):  # one case failed or could not run (notes say why)
+        if raw["status"] == "skipped" and not raw.get("notes"):
+            raise ValueError(f"skipped row {raw['case']!r} needs notes saying why")
         return {"benchmark": raw.get("benchmark") or name, "case": raw["case"], "ours_s": None, "peer": "",
-                "peer_s": None, "ratio": None, "notes": raw.get("notes") or "", "status": "error"}
+                "peer_s": None, "ratio": None, "notes": raw.get("notes") or "", "status": raw["status"]}
     ours = _seconds(raw, "ours_s", optional=False)
     peer_s = _seconds(raw, "peer_s", optional=True)
     ratio = raw.get("ratio")
@@ -194,8 +201,10 @@ def normalize(name: str, raw: Any) -> dict[str, Any]:
             "status": "ok"}
 
 
-def run_module(name: str, path: Path) -> list[dict[str, Any]]:
-    """Import ``path`` and call its ``run()``; any failure becomes a single error row."""
+def run_module(name: str, path: Path, info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Import ``path`` and call its ``run()``; any failure becomes a single error row.  When the
+    module defines ``machine_info()``, its dict goes into ``info[name]`` (a failure of it is recorded
+    there as text, and costs no rows)."""
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
         assert spec is not None and spec.loader is not None, f"cannot load {path}"
@@ -212,11 +221,17 @@ def run_module(name: str, path: Path) -> list[dict[str, Any]]:
         raw_rows = module.run()
         if not isinstance(raw_rows, list | tuple):
             raise TypeError(f"run() returned {type(raw_rows).__name__}, not a list of dicts")
-        return [normalize(name, r) for r in raw_rows]
+        rows = [normalize(name, r) for r in raw_rows]
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         return [_error_row(name, "(run)", exc)]
+    if info is not None and callable(getattr(module, "machine_info", None)):
+        try:
+            info[name] = module.machine_info()
+        except Exception as exc:  # noqa: BLE001 - the rows stand without the module's machine notes
+            info[name] = f"machine_info() failed: {type(exc).__name__}: {exc}"
+    return rows
 
 
 def _version(module: str) -> str | None:
@@ -356,8 +371,17 @@ def machine_header(machine: dict[str, Any]) -> str:
         f"compilers: C {compilers.get('c')}; {compilers.get('llvm')}; OpenCL {compilers.get('opencl')}",
         "peers: " + (" ".join(f"{k}={v!r}" for k, v in machine.get("peer_isa_env", {}).items())
                      or "at the host's own ISA"),
+        *(f"{name}: {_info_line(info)}" for name, info in machine.get("modules", {}).items()),
         "",
     ])
+
+
+def _info_line(info: Any) -> str:
+    """A module's ``machine_info()`` on one line: ``key: value; ...`` (nested values as JSON)."""
+    if not isinstance(info, dict):
+        return str(info)
+    return "; ".join(f"{key}: {value if isinstance(value, str) else json.dumps(value)}"
+                     for key, value in info.items())
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -375,8 +399,9 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     header = ("benchmark", "case", "ours", "peer", "peer time", "ours/peer", "notes")
     body = []
     for r in rows:
-        if r["status"] == "error":
-            body.append((r["benchmark"], r["case"], "ERROR", "", "", "", r["notes"]))
+        if r["status"] in ("error", "skipped"):
+            body.append((r["benchmark"], r["case"], "ERROR" if r["status"] == "error" else "skipped",
+                         "", "", "", r["notes"]))
             continue
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         body.append((r["benchmark"], r["case"], _fmt_time(r["ours_s"]), r["peer"] or "-",
@@ -427,14 +452,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.modules.setdefault("run", sys.modules[__name__])
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    module_info: dict[str, Any] = {}
     for name, path in chosen.items():
         print(f"running {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        module_rows = run_module(name, path)
+        module_rows = run_module(name, path, module_info)
         print(f"  {name}: {len(module_rows)} row(s) in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
         rows.extend(module_rows)
 
     machine = machine_info()
+    if module_info:
+        machine["modules"] = module_info
     if rows:
         print(machine_header(machine))
         print(format_table(rows))

@@ -56,3 +56,80 @@ def test_lesser_targets_hold_openblas_and_numpy_to_their_level(monkeypatch, targ
     assert all(not features[name] for name in above if name in disabled or name == "X86_V4")
     if target == "x86-64-v2":
         assert not features.get("X86_V3", False)
+
+
+# --------------------------------------------------------------------------------------------
+# the GPU bench (issue #23): runs anywhere; without a GPU its cases are skipped rows with the
+# reason, beside the GPU model's predicted times
+
+
+def _gpu_bench(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gpu_under_test", BENCHMARKS / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    monkeypatch.setitem(sys.modules, "run", run)  # as run.py does while modules load
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_bench_without_a_gpu_skips_each_case_with_the_reason_and_predicts(monkeypatch):
+    import time
+
+    bench = _gpu_bench(monkeypatch)
+    monkeypatch.setattr(bench, "cuda_missing", lambda: "no NVIDIA driver (a test's stand-in)")
+    monkeypatch.setenv("UOPVIZ_GPU_BENCH_CASES", "sum,gemm32,argmax")
+    started = time.perf_counter()
+    rows = [run.normalize("gpu", r) for r in bench.run()]
+    assert time.perf_counter() - started < 60
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    predicted = [r for r in rows if r["status"] == "ok"]
+    titles = {key: bench.cases()[key].title for key in ("sum", "gemm32", "argmax")}
+    assert [r["case"] for r in skipped] == list(titles.values())
+    reason = "no CUDA device (no NVIDIA driver (a test's stand-in))"
+    assert all(r["notes"] == f"skipped: {reason}" for r in skipped)
+    models = [f"{t} [GPU model {g}]" for t in titles.values() for g in ("H100", "H200")]
+    assert [r["case"] for r in predicted] == models
+    assert not [r for r in rows if r["status"] == "error"]
+    for r in predicted:
+        assert 0 < r["ours_s"] < 1 and r["peer_s"] is None and "not measured" in r["notes"], r
+    # H200 has more memory bandwidth than H100: a memory-bound sum is predicted faster on it
+    sum_h100, sum_h200 = (r["ours_s"] for r in predicted if r["case"].startswith("x.sum()"))
+    assert sum_h200 < sum_h100
+    gemm = next(r for r in predicted if r["case"] == f"{titles['gemm32']} [GPU model H100]")
+    assert "TFLOP/s" in gemm["notes"]
+    assert bench.machine_info() == {"gpu": None,
+                                    "skip_reason": "no CUDA device (no NVIDIA driver (a test's stand-in))"}
+    assert "no CUDA device" in run.format_table(rows)
+
+
+def test_gpu_bench_names_the_model_of_each_detected_gpu(monkeypatch):
+    bench = _gpu_bench(monkeypatch)
+    assert bench.gpu_spec_name("NVIDIA H200") == "H200"
+    assert bench.gpu_spec_name("NVIDIA H100 80GB HBM3") == "H100"
+    assert bench.gpu_spec_name("NVIDIA A100-SXM4-80GB") == "A100"
+    assert bench.gpu_spec_name("NVIDIA GeForce RTX 4090") == "RTX4090"
+    assert bench.gpu_spec_name("Tesla T4") is None
+
+
+def test_gpu_bench_rejects_an_unknown_case(monkeypatch):
+    bench = _gpu_bench(monkeypatch)
+    monkeypatch.setenv("UOPVIZ_GPU_BENCH_CASES", "sum,gemm9")
+    with pytest.raises(ValueError, match=r"unknown cases \['gemm9'\]"):
+        bench.run_all(None)
+
+
+def test_skipped_rows_need_a_reason_and_module_machine_info_is_kept(tmp_path):
+    row = run.normalize("x", {"case": "c", "status": "skipped", "notes": "skipped: no GPU"})
+    assert row == {"benchmark": "x", "case": "c", "ours_s": None, "peer": "", "peer_s": None,
+                   "ratio": None, "notes": "skipped: no GPU", "status": "skipped"}
+    with pytest.raises(ValueError, match="needs notes"):
+        run.normalize("x", {"case": "c", "status": "skipped"})
+    module = tmp_path / "bench_probe.py"
+    module.write_text("def run():\n    return [{'case': 'a', 'status': 'skipped', 'notes': 'why'}]\n"
+                      "def machine_info():\n    return {'gpu': 'none here'}\n")
+    info = {}
+    rows = run.run_module("probe", module, info)
+    assert [r["status"] for r in rows] == ["skipped"] and info == {"probe": {"gpu": "none here"}}
+    assert "skipped" in run.format_table(rows)
