@@ -151,6 +151,16 @@ class Candidate:
     cached: bool = False
     source_hash: str | None = None
     verified_s: float | None = None  # the finalists' re-measured time (fastest of interleaved runs)
+    #: the finalists' re-timing, every run of it (``Timing``): its median is "the kernel's time" that
+    #: the tuner's summary, candidate table and chart all show
+    retimed: Any = None
+    #: what the finalists' check of outputs against the untuned kernel found ("" when not a finalist)
+    verification: str = ""
+
+    @property
+    def retimed_median_s(self) -> float | None:
+        """The median of the finalists' re-timed runs (None when not re-timed)."""
+        return None if self.retimed is None else self.retimed.median_s
 
     @property
     def ok(self) -> bool:
@@ -178,6 +188,8 @@ class Candidate:
             "error": self.error,
             "cached": self.cached,
             "verified_s": self.verified_s,
+            "retimed_median_s": self.retimed_median_s,
+            "verification": self.verification,
         }
 
 
@@ -207,6 +219,17 @@ class BeamResult:
     device: str
     elapsed_s: float
     stopped: str = ""
+    #: the kernel the search started from (its initial state): every candidate's opts apply to it
+    start: Kernel | None = None
+
+    def kernel_of(self, candidate: Candidate) -> Kernel:
+        """The kernel of one candidate: the winner's own, else its opts applied to :attr:`start`."""
+        if candidate is self.best:
+            return self.kernel
+        if self.start is None:
+            raise ValueError(f"this BeamResult does not keep the kernel it started from, so candidate "
+                             f"{candidate.name} cannot be rebuilt")
+        return self.start.apply_all(candidate.opts[len(self.start.opts):])
 
     @property
     def opts(self) -> tuple[Opt, ...]:
@@ -219,6 +242,65 @@ class BeamResult:
         if self.baseline.run_s and self.best.run_s:
             return self.baseline.run_s / self.best.run_s
         return None
+
+    @property
+    def winner_s(self) -> float | None:
+        """The winner's time, the one figure shown for it everywhere: the median of its re-timed runs
+        (its search time when the finalists were not re-timed)."""
+        return self.best.retimed_median_s if self.best.retimed is not None else self.best.run_s
+
+    @property
+    def winner_figure(self) -> str:
+        """Which figure :attr:`winner_s` is: ``"re-timed median"`` or ``"search time"``."""
+        return "re-timed median" if self.best.retimed is not None else "search time"
+
+    def ranked(self) -> list[Candidate]:
+        """The candidates in the order the winner was chosen: the re-timed finalists by their fastest
+        re-timed run (the winner first), then the others by search time, then the failed ones."""
+        retimed = sorted((c for c in self.candidates if c.ok and c.verified_s is not None),
+                         key=lambda c: c.verified_s)
+        others = sorted((c for c in self.candidates if c.ok and c.verified_s is None), key=lambda c: c.run_s)
+        failed = [c for c in self.candidates if not c.ok]
+        rows = [*retimed, *others, *failed]
+        if self.best in rows:  # the winner heads the table even when the re-timing could not run
+            rows.remove(self.best)
+            rows.insert(0, self.best)
+        return rows
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        """The second of :meth:`ranked` that ran (None when the winner is the only one)."""
+        rest = [c for c in self.ranked()[1:] if c.ok]
+        return rest[0] if rest else None
+
+    def reason(self) -> str:
+        """Why the winner won, in words, with its lead over the runner-up and over the starting kernel
+        in the same figure (re-timed medians when the finalists were re-timed)."""
+        from uopviz.backends.timing import format_seconds
+
+        def figure(candidate: Candidate) -> float | None:
+            return candidate.retimed_median_s if self.best.retimed is not None else candidate.run_s
+
+        best_s = self.winner_s
+        if self.best.verified_s is not None:
+            why = (f"{self.best.name} won: the fastest re-timed run of the finalists whose outputs match the "
+                   f"untuned kernel's ({format_seconds(self.best.verified_s)})")
+        else:
+            why = f"{self.best.name} won: the fastest in the search (the finalists were not re-timed)"
+        leads = []
+        for label, other in (("the runner-up", self.runner_up), ("the starting kernel", self.baseline)):
+            if other is None or other is self.best:
+                continue
+            other_s = figure(other)
+            if other_s and best_s:
+                # the winner is picked on its fastest run: its median may still trail (a noisy machine)
+                lead = (f"{other_s / best_s:.2f}x faster than" if other_s >= best_s
+                        else f"{best_s / other_s:.2f}x slower in median than")
+                leads.append(f"{lead} {label} {other.name} "
+                             f"({format_seconds(best_s)} vs {format_seconds(other_s)}, {self.winner_figure})")
+        if self.baseline is self.best:
+            leads.append("it is the starting kernel: no opt beat it")
+        return why + ("; " + "; ".join(leads) if leads else "")
 
     def table(self) -> list[dict[str, Any]]:
         """Every candidate as a dict (opts, name, UOp count, compile time, run time, error, re-timed
@@ -571,7 +653,8 @@ def beam_search(
         raise RuntimeError(f"BEAM on {kernel.name} ({backend}): no candidate ran; errors: {errors or 'none'}")
     if finalists > 0:
         best = _verify_finalists(
-            table, heuristic, kernels, backend, repeats, timeout_s, finalists, kernels[id(baseline)]
+            table, heuristic, kernels, backend, repeats, timeout_s, finalists, kernels[id(baseline)],
+            baseline=baseline,
         ) or best
     return BeamResult(
         kernels[id(best)],
@@ -584,6 +667,7 @@ def beam_search(
         device,
         time.perf_counter() - started,
         stopped,
+        start_kernel,
     )
 
 
@@ -596,16 +680,17 @@ def _verify_finalists(
     timeout_s: float,
     count: int,
     untuned: Kernel,
+    baseline: Candidate | None = None,
 ) -> Candidate | None:
     """Re-time the fastest ``count`` candidates and the heuristic's, interleaved, twice each with two
     copies of the inputs; the fastest of those runs picks the winner.  One noisy measurement during the
     search (the machine is shared; a candidate timed while the cache was warm) cannot then decide.
     Before that, each finalist's outputs are checked against the untuned kernel's on the same inputs:
-    one that computes something else is marked with the difference and cannot win."""
+    one that computes something else is marked with the difference and cannot win.  The starting
+    kernel (``baseline``) is re-timed beside them, so the winner's gain over it is measured alike."""
     ranked = sorted((c for c in table if c.ok), key=lambda c: c.run_s)
-    chosen = {
-        id(c): c for c in [*ranked[:count], *([heuristic] if heuristic is not None and heuristic.ok else [])]
-    }
+    extra = [c for c in (heuristic, baseline) if c is not None and c.ok]
+    chosen = {id(c): c for c in [*ranked[:count], *extra]}
     if len(chosen) < 2:
         return None
     from uopviz.backends.worker import time_kernel
@@ -616,8 +701,13 @@ def _verify_finalists(
         wrong = _differs_from(reference, _outputs_of(result, backend, timeout_s))
         if wrong is not None:
             chosen[key].error, result.error = wrong, wrong
+        chosen[key].verification = wrong or (
+            "outputs match the untuned kernel's" if not isinstance(reference, str)
+            else f"not checked: the untuned kernel did not run ({reference})"
+        )
     chosen = {key: c for key, c in chosen.items() if c.error is None}
     times: dict[int, list[float]] = {key: [] for key in chosen}
+    runs: dict[int, list[Any]] = {key: [] for key in chosen}
     for _ in range(2):
         for key in chosen:
             result = built[key]
@@ -638,11 +728,20 @@ def _verify_finalists(
             except Exception:  # noqa: BLE001 - a finalist that fails now keeps its search time only
                 continue
             times[key].append(timing.min_s)
+            runs[key].append(timing)
     for key, measured in times.items():
         if measured:
             chosen[key].verified_s = min(measured)
+            chosen[key].retimed = _joined(runs[key])
     verified = [c for c in chosen.values() if c.verified_s is not None]
     return min(verified, key=lambda c: c.verified_s) if verified else None
+
+
+def _joined(timings: list[Any]) -> Any:
+    """One ``Timing`` holding every run of several timings of the same kernel (the re-timing rounds)."""
+    from dataclasses import replace
+
+    return replace(timings[0], times_s=tuple(t for timing in timings for t in timing.times_s))
 
 
 def _outputs_of(built: _Built, backend: str, timeout_s: float) -> dict[int, np.ndarray] | str:

@@ -14,13 +14,23 @@ backend that fails says why in its entry instead of breaking the others.  No wid
 from __future__ import annotations
 
 import json
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType
 
 OPT_NAMES = ("SPLIT", "PADTO", "SWAP", "NOLOCALS", "TC")
+#: what a saved tuning session says it is, and the version of its layout
+SESSION_FORMAT = "uopviz-tuner-session"
+SESSION_VERSION = 1
+
+
+class TunerSessionError(UopvizError, ValueError):
+    """A tuning session that cannot be loaded: not a session file, another version, or one saved for
+    another kernel (the message names what differs: kernel name, key, backend, or the replayed opts)."""
 
 
 def _opts_module() -> Any:
@@ -130,6 +140,20 @@ class TimingEntry:
         machine): their middle half spans more than :data:`UNSTEADY_SPREAD` of the median."""
         return self.spread is not None and self.spread > UNSTEADY_SPREAD
 
+    def to_json(self) -> dict[str, Any]:
+        """The entry as plain data (a tuning session's timing history)."""
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> TimingEntry:
+        """The entry :meth:`to_json` wrote (fields it does not know are refused by name)."""
+        known = set(TimingEntry.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown or "backend" not in data:
+            raise TunerSessionError(f"a timing in the session has unknown fields {unknown} or no "
+                                    f"backend: {data}")
+        return TimingEntry(**data)
+
     @property
     def intensity(self) -> float | None:
         """Arithmetic intensity, FLOP per byte moved."""
@@ -223,6 +247,10 @@ class TunerState:
         self._sources: dict[tuple[int, str], tuple[Any, SourceEntry]] = {}
         self._gpu_accounts: dict[tuple[int, str], tuple[Any, Any]] = {}
         self._timings: dict[tuple[int, str], tuple[Any, TimingEntry]] = {}
+        #: every timing taken in this session, oldest first: {"kernel", "opts", "source", "timing"}
+        self.timing_history: list[dict[str, Any]] = []
+        #: the last BEAM search's result (``uopviz.engine.search.BeamResult``), if any
+        self.beam_result: Any = None
 
     # -- the kernel and its opts ----------------------------------------------------------
     @property
@@ -410,10 +438,164 @@ class TunerState:
             return TimingEntry(backend, error="stopped")  # not cached: the next click times it again
         except Exception as error:  # noqa: BLE001 - shown in the chart's table, others still run
             entry = TimingEntry(backend, error=f"{type(error).__name__}: {error}")
-        self._timings[(id(kernel), backend)] = (kernel, entry)
+        self._keep_timing(kernel, entry, "measured")
         return entry
+
+    def _keep_timing(self, kernel: Any, entry: TimingEntry, source: str) -> None:
+        """Cache ``entry`` as ``kernel``'s timing on its backend and add it to the history."""
+        from uopviz.passes.optops.opts import opts_to_json
+
+        self._timings[(id(kernel), entry.backend)] = (kernel, entry)
+        self.timing_history.append({"kernel": getattr(kernel, "name", ""), "opts": opts_to_json(kernel.opts),
+                                    "source": source, "timing": entry.to_json()})
 
     def cached_timing(self, backend: str) -> TimingEntry | None:
         """The timing already taken for the current kernel on ``backend``, if any."""
         cached = self._timings.get((id(self.kernel), backend))
         return cached[1] if cached is not None and cached[0] is self.kernel else None
+
+    # -- BEAM -----------------------------------------------------------------------------------
+    def take_beam(self, result: Any, summary: str = "") -> None:
+        """Make BEAM's winner the current kernel (undoably) and keep ``result``.  The winner's re-timed
+        runs become its timing on the search's backend, so the chart shows the figure BEAM's summary
+        and table show (the re-timed median), not another measurement."""
+        self.beam_result = result
+        self.replace(result.kernel, f"BEAM ({result.backend}): {summary or result.best.name}")
+        if result.best.retimed is not None:
+            entry = timing_entry(result.kernel, result.backend, result.best.retimed)
+            self._keep_timing(result.kernel, entry, "BEAM re-timing")
+
+    def open_candidate(self, index: int) -> Any:
+        """Make candidate ``index`` of the last BEAM result (in ``BeamResult.ranked()`` order, the
+        winner 0) the current kernel, undoably; returns it."""
+        if self.beam_result is None:
+            raise ValueError("no BEAM result to open a candidate of: run BEAM search first")
+        ranked = self.beam_result.ranked()
+        if not 0 <= index < len(ranked):
+            raise IndexError(f"candidate {index} out of range: the BEAM result has {len(ranked)} candidates")
+        candidate = ranked[index]
+        kernel = self.beam_result.kernel_of(candidate)
+        self.replace(kernel, f"opened BEAM candidate {index}: {candidate.name}")
+        if candidate.retimed is not None:
+            self._keep_timing(kernel, timing_entry(kernel, self.beam_result.backend, candidate.retimed),
+                              "BEAM re-timing")
+        return kernel
+
+    # -- sessions --------------------------------------------------------------------------------
+    def _replay(self, opts: tuple[Any, ...], start: str) -> Any:
+        """The base kernel (``start``: "as given" or "parallel outputs", its initial state) with ``opts``."""
+        kernel = self.base.with_parallel_outputs() if start == "parallel outputs" else self.base
+        return kernel.apply_all(opts)
+
+    def _start_of_current(self) -> str:
+        """Which start the current kernel's opts rebuild it from ("as given", or "parallel outputs":
+        BEAM starts from the initial state)."""
+        from uopviz.engine.search import kernel_key
+
+        wanted = kernel_key(self.kernel)
+        for start in ("as given", "parallel outputs"):
+            try:
+                if kernel_key(self._replay(self.new_opts(), start)) == wanted:
+                    return start
+            except Exception:  # noqa: BLE001, S112 - an opt that does not fit this start: try the other
+                continue
+        raise TunerSessionError(f"the current kernel {self.kernel.name} is not the base kernel "
+                                f"{self.base.name} with its opts {list(self.new_opts())}: "
+                                "it cannot be saved as a session")
+
+    def session(self) -> dict[str, Any]:
+        """This tuning session as JSON-able data: the kernel (name, key, backend), the target profile
+        and device, the opts in order and the start they apply to, every timing taken, BEAM's result
+        in short, and the passes the opts ran (names and step counts)."""
+        from uopviz.backends import BackendUnavailable, get
+        from uopviz.backends.target import cpu_target
+        from uopviz.core.rewrite import tracing
+        from uopviz.engine.search import kernel_key
+        from uopviz.passes.optops.opts import opts_to_json
+
+        start = self._start_of_current()
+        with tracing() as trace:
+            self._replay(self.new_opts(), start)
+        backend = getattr(self.base, "backend", "")
+        try:
+            device = get(backend).device
+        except (KeyError, BackendUnavailable):
+            device = ""
+        return {
+            "format": SESSION_FORMAT,
+            "version": SESSION_VERSION,
+            "kernel": {"name": self.base.name, "key": kernel_key(self.base), "backend": backend},
+            "tuned": {"name": self.kernel.name, "key": kernel_key(self.kernel)},
+            "target": cpu_target().name,
+            "device": device,
+            "start": start,
+            "opts": opts_to_json(self.new_opts()),
+            "timings": list(self.timing_history),
+            "beam": self._beam_summary(),
+            "trace": [{"pass": p.name, "steps": len(p.steps)} for p in trace.passes],
+        }
+
+    def _beam_summary(self) -> dict[str, Any] | None:
+        result = self.beam_result
+        if result is None:
+            return None
+        from uopviz.passes.optops.opts import opts_to_json
+
+        return {"backend": result.backend, "device": result.device, "winner": result.best.name,
+                "opts": opts_to_json(result.opts), "winner_s": result.winner_s,
+                "figure": result.winner_figure, "reason": result.reason(),
+                "candidates": len(result.candidates), "stopped": result.stopped}
+
+    def save_session(self, path: str | os.PathLike) -> dict[str, Any]:
+        """Write :meth:`session` to ``path`` as JSON; returns it."""
+        data = self.session()
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=1)
+        self.message, self.error = f"saved the session to {os.fspath(path)}", False
+        return data
+
+    def load_session(self, source: str | os.PathLike | dict[str, Any]) -> Any:
+        """Replay a saved session (a path or :meth:`session`'s dict) on this tuner's kernel: check it
+        was saved for the same kernel (name, key and backend; a :class:`TunerSessionError` names what
+        differs), apply its opts (undoably), check they rebuild the saved kernel, and restore its
+        timings as history.  Returns the replayed kernel."""
+        from uopviz.engine.search import kernel_key
+        from uopviz.passes.optops.opts import opts_from_json
+
+        where = "the session" if isinstance(source, dict) else f"session {os.fspath(source)}"
+        data = source if isinstance(source, dict) else _read_json(source, where)
+        if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT:
+            raise TunerSessionError(f"{where} is not a tuner session (format {SESSION_FORMAT!r} expected)")
+        if data.get("version") != SESSION_VERSION:
+            raise TunerSessionError(f"{where} has version {data.get('version')!r}; this uopviz reads "
+                                    f"version {SESSION_VERSION}")
+        saved = data.get("kernel", {})
+        here = {"name": self.base.name, "key": kernel_key(self.base),
+                "backend": getattr(self.base, "backend", "")}
+        differs = [f"{field} {saved.get(field)!r} there, {here[field]!r} here"
+                   for field in ("name", "key", "backend") if saved.get(field) != here[field]]
+        if differs:
+            raise TunerSessionError(f"{where} was saved for another kernel: " + "; ".join(differs))
+        opts = tuple(opts_from_json(data.get("opts", [])))
+        try:
+            kernel = self._replay(opts, data.get("start", "as given"))
+        except Exception as error:
+            raise TunerSessionError(f"{where}: its opts {list(opts)} do not apply to {self.base.name}: "
+                                    f"{type(error).__name__}: {error}") from error
+        tuned = data.get("tuned", {}).get("key")
+        if tuned is not None and kernel_key(kernel) != tuned:
+            raise TunerSessionError(f"{where}: its opts rebuild {kernel_key(kernel)}, not the saved {tuned} "
+                                    f"(the opts code changed since it was saved)")
+        self.replace(kernel, f"loaded {where}: {len(opts)} opts, {len(data.get('timings', []))} timings")
+        for record in data.get("timings", []):
+            TimingEntry.from_json(record["timing"])  # refuse a malformed timing before keeping any
+        self.timing_history = [dict(record, loaded_from=where) for record in data.get("timings", [])]
+        return kernel
+
+
+def _read_json(path: str | os.PathLike, where: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except (OSError, json.JSONDecodeError) as error:
+        raise TunerSessionError(f"{where} cannot be read: {type(error).__name__}: {error}") from error
