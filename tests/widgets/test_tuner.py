@@ -289,3 +289,46 @@ def test_the_time_button_becomes_stop_and_stops_the_timing():
     assert tuner.time_button.description == "Time on all backends"
     assert [tuner.state.cached_timing(b) for b in ("python", "c")] == [None, None]  # stopped: not cached
     assert "stopped" in tuner.timings.children[1].value
+
+
+# -- sessions, BEAM's candidates, schedule diffs (issue #24) ----------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(8, 16, 4), (16, 32, 8)])
+def test_a_session_saved_and_loaded_rebuilds_the_kernel_and_its_timings(tmp_path, shape):
+    from uopviz.engine.search import kernel_key
+
+    kernel = matmul_kernel(*shape, seed=shape[0])
+    state = TunerState(kernel)
+    opts = [make_opt("SPLIT", 0, factor=4), make_opt("SPLIT", 2, factor=2, target="UNROLL")]
+    assert state.apply_all(opts)
+    entry = state.timing("c")
+    path = tmp_path / "session.json"
+    state.save_session(path)
+    data = json.loads(path.read_text())
+    assert data["kernel"] == {"name": kernel.name, "key": kernel_key(kernel), "backend": "c"}
+    assert data["target"] == uv.cpu_target().name and data["device"] == entry.device
+    assert [t["timing"]["median_s"] for t in data["timings"]] == [entry.median_s]
+    assert [p["pass"] for p in data["trace"]] == [f"apply {opt}" for opt in opts]
+    fresh = TunerState(matmul_kernel(*shape, seed=shape[0]))
+    replayed = fresh.load_session(path)
+    assert replayed.ast is state.kernel.ast and fresh.opts == state.opts == tuple(opts)
+    assert fresh.can_undo and fresh.timing_history[0]["timing"] == data["timings"][0]["timing"]
+    assert fresh.load_session(data).ast is state.kernel.ast  # the dict works as the file does
+
+
+def test_a_session_of_another_kernel_is_a_clear_error(tmp_path):
+    from uopviz.widgets.tuner import TunerSessionError
+
+    state = TunerState(matmul_kernel(8, 16, 4))
+    state.apply(make_opt("SPLIT", 0, factor=4))
+    data = state.session()
+    other = TunerState(matmul_kernel(16, 16, 4))
+    with pytest.raises(TunerSessionError, match="saved for another kernel: name 'r_g8_g4_R16' there") as raised:
+        other.load_session(data)
+    assert isinstance(raised.value, uv.UopvizError) and other.kernel is other.base
+    with pytest.raises(TunerSessionError, match="not a tuner session"):
+        other.load_session({"format": "something else"})
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(TunerSessionError, match="cannot be read"):
+        other.load_session(tmp_path / "broken.json")

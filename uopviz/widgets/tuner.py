@@ -390,7 +390,10 @@ class TunerState:
     # -- per-backend results -------------------------------------------------------------------
     def source(self, backend: str) -> SourceEntry:
         """The current kernel's source on ``backend`` (cached)."""
-        kernel = self.kernel
+        return self.source_of(self.kernel, backend)
+
+    def source_of(self, kernel: Any, backend: str) -> SourceEntry:
+        """``kernel``'s source on ``backend`` (cached; any kernel, e.g. one compared with the current)."""
         cached = self._sources.get((id(kernel), backend))
         if cached is not None and cached[0] is kernel:
             return cached[1]
@@ -449,10 +452,36 @@ class TunerState:
         self.timing_history.append({"kernel": getattr(kernel, "name", ""), "opts": opts_to_json(kernel.opts),
                                     "source": source, "timing": entry.to_json()})
 
-    def cached_timing(self, backend: str) -> TimingEntry | None:
-        """The timing already taken for the current kernel on ``backend``, if any."""
-        cached = self._timings.get((id(self.kernel), backend))
-        return cached[1] if cached is not None and cached[0] is self.kernel else None
+    def cached_timing(self, backend: str, kernel: Any = None) -> TimingEntry | None:
+        """The timing already taken for ``kernel`` (default: the current one) on ``backend``, if any."""
+        kernel = self.kernel if kernel is None else kernel
+        cached = self._timings.get((id(kernel), backend))
+        return cached[1] if cached is not None and cached[0] is kernel else None
+
+    # -- comparing schedules --------------------------------------------------------------------
+    def comparison_points(self) -> list[tuple[str, Any]]:
+        """Kernels the current one can be compared with, labelled: the heuristic's choice for the
+        base kernel, BEAM's result (after a search), and every other point of the undo history."""
+        from uopviz.passes.optops.heuristic import hand_coded_optimizations
+
+        points: list[tuple[str, Any]] = []
+        heuristic = self.__dict__.get("_heuristic")
+        if heuristic is None:  # the base kernel does not change: its heuristic kernel is made once
+            start = self.base.with_parallel_outputs() if not tuple(self.base.opts) else self.base
+            try:
+                heuristic = hand_coded_optimizations(start)
+            except Exception as error:  # noqa: BLE001 - the other points stay comparable
+                heuristic = f"{type(error).__name__}: {error}"
+            self.__dict__["_heuristic"] = heuristic
+        if not isinstance(heuristic, str):
+            points.append((f"the heuristic's: {heuristic.name}", heuristic))
+        if self.beam_result is not None:
+            points.append((f"BEAM's result: {self.beam_result.kernel.name}", self.beam_result.kernel))
+        for position, kernel in enumerate(self._history):
+            if position != self._cursor:
+                label = "as given" if position == 0 else f"{len(tuple(kernel.opts))} opts"
+                points.append((f"history {position} ({label}): {kernel.name}", kernel))
+        return points
 
     # -- BEAM -----------------------------------------------------------------------------------
     def take_beam(self, result: Any, summary: str = "") -> None:

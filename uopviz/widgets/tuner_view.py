@@ -15,10 +15,12 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from uopviz.backends.timing import format_seconds
 from uopviz.core.ops import AxisType
 from uopviz.core.uop import UOp
 from uopviz.widgets.backends_view import backend_names, bokeh_widget, timing_figure, timing_rows
 from uopviz.widgets.highlight import highlight
+from uopviz.widgets.schedule_diff import tuner_schedule_diff
 from uopviz.widgets.tuner import OPT_NAMES, TIMING_BUDGET_S, TimingEntry, TunerState, make_opt
 
 # a grid, not a flexbox: long source lines must scroll inside their pane, never widen it; panes that do
@@ -36,8 +38,13 @@ CODE_STYLE = "max-height:440px;overflow:auto;font-size:11.5px;line-height:1.35;p
 def axes_html(state: TunerState) -> str:
     """The kernel's axes as coloured chips (``g64 L128 R512 u4``), each titled with its index and
     AxisType."""
+    return chips_html(state.axes)
+
+
+def chips_html(axes: list[Any]) -> str:
+    """Axes (``AxisView``) as coloured chips, each titled with its index and AxisType."""
     chips = []
-    for axis in state.axes:
+    for axis in axes:
         text_color = "#111" if axis.axis_type in (AxisType.UPCAST, AxisType.THREAD, AxisType.WARP) else "#fff"
         chips.append(
             f'<span class="uv-axis" title="axis {axis.index}: {axis.axis_type.name}" '
@@ -78,6 +85,39 @@ def gpu_model_html(state: TunerState) -> str:
         style = "color:#82071e;padding:4px 8px"
         return f'<div class="uv-gpu-model" style="{style}">GPU model: {html.escape(account)}</div>'
     return account.html()
+
+
+def schedule_diff_html(diff: Any) -> str:
+    """A :class:`uopviz.widgets.schedule_diff.ScheduleDiff` side by side: each kernel's opts and axis
+    chips, then per backend the timings (when taken) and the unified diff of the sources."""
+
+    def column(name: str, opts: tuple[Any, ...], axes: list[Any]) -> str:
+        listed = ", ".join(_short(o) for o in opts) or "none"
+        return (f'<div style="{PANE_STYLE};padding:4px 8px">'
+                f'<div style="font-weight:600">{html.escape(name)}</div>'
+                f'<div class="uv-axes">{chips_html(axes)}</div>'
+                f'<div style="font-size:12px">opts: <code>{html.escape(listed)}</code></div></div>')
+
+    def seconds(entry: TimingEntry | None) -> str:
+        if entry is None:
+            return "not timed"
+        return html.escape(entry.error) if entry.error else format_seconds(entry.median_s)
+
+    parts = [f'<div class="uv-schedule-diff"><div style="display:grid;grid-template-columns:1fr 1fr;gap:8px">'
+             f"{column('a: ' + diff.name_a, diff.opts_a, diff.axes_a)}"
+             f"{column('b: ' + diff.name_b, diff.opts_b, diff.axes_b)}</div>"]
+    shared = f"{diff.common_opts} leading opts shared" if not diff.same_opts else "the same opts"
+    parts.append(f'<div style="font-size:12px;color:#57606a">{shared}</div>')
+    for backend, sources in diff.sources.items():
+        a_time, b_time = diff.timings.get(backend, (None, None))
+        errors = " ".join(html.escape(e.error) for e in (sources.a, sources.b) if e.error)
+        body = errors or html.escape(sources.diff) or "(the same source)"
+        parts.append(
+            f'<div class="uv-source" style="{PANE_STYLE};margin-top:6px"><div style="{HEAD_STYLE}">'
+            f"{html.escape(backend)}: a {seconds(a_time)}, b {seconds(b_time)} (median)</div>"
+            f'<pre style="{CODE_STYLE}">{body}</pre></div>'
+        )
+    return "".join(parts) + "</div>"
 
 
 def message_html(state: TunerState) -> str:
@@ -159,6 +199,19 @@ class KernelTuner(widgets.VBox):
         self.beam_status = widgets.HTML()
         self.beam_table = widgets.HTML()
         self.beam_result: Any = None
+        self.candidate_select = widgets.Dropdown(description="candidate",
+                                                 layout=widgets.Layout(width="360px"))
+        self.open_candidate_button = widgets.Button(description="Open candidate", icon="folder-open",
+                                                    layout=layout_auto, disabled=True)
+        self.compare_select = widgets.Dropdown(description="compare", layout=widgets.Layout(width="380px"))
+        self.compare_button = widgets.Button(description="Compare with…", icon="columns", layout=layout_auto)
+        self.compare_view = widgets.HTML()
+        self.session_path = widgets.Text(value="tuner-session.json", description="session",
+                                         layout=widgets.Layout(width="320px"))
+        self.save_session_button = widgets.Button(description="Save session", icon="save",
+                                                  layout=layout_auto)
+        self.load_session_button = widgets.Button(description="Load session", icon="upload",
+                                                  layout=layout_auto)
         self.time_button = widgets.Button(
             description="Time on all backends", icon="clock", layout=layout_auto
         )
@@ -210,7 +263,10 @@ class KernelTuner(widgets.VBox):
                 self.beam_status,
             ]
         )
-        exports = widgets.HBox([self.time_button, self.export_python_button, self.export_json_button])
+        exports = widgets.HBox([self.time_button, self.export_python_button, self.export_json_button,
+                                self.session_path, self.save_session_button, self.load_session_button])
+        candidates = widgets.HBox([self.candidate_select, self.open_candidate_button])
+        compare = widgets.HBox([self.compare_select, self.compare_button])
         children = [
             widgets.HBox([self.kernel_select, self.axes]),
             self.opts_text,
@@ -219,6 +275,9 @@ class KernelTuner(widgets.VBox):
             actions,
             self.message,
             self.beam_table,
+            candidates,
+            compare,
+            self.compare_view,
             self.sources,
         ]
         if self.graph is not None:
@@ -249,6 +308,10 @@ class KernelTuner(widgets.VBox):
         self.export_python_button.on_click(lambda _: self._export(self.state.export_python()))
         self.export_json_button.on_click(lambda _: self._export(self.state.export_json()))
         self.beam_button.on_click(lambda _: self.beam())
+        self.open_candidate_button.on_click(lambda _: self.open_candidate())
+        self.compare_button.on_click(lambda _: self.compare())
+        self.save_session_button.on_click(lambda _: self.save_session())
+        self.load_session_button.on_click(lambda _: self.load_session())
 
     def _show_controls(self) -> None:
         visible = {
@@ -327,11 +390,14 @@ class KernelTuner(widgets.VBox):
         self.sources.value = sources_html(state, self.backends)
         if self.graph is not None and isinstance(getattr(state.kernel, "ast", None), UOp):
             self.graph.show(state.kernel.ast)
-        cached = [state.cached_timing(b) for b in self.backends]
-        if all(entry is not None for entry in cached) and cached:
+        # the timings taken of this kernel (BEAM's re-timing of its winner included), as they were taken
+        cached = [entry for entry in (state.cached_timing(b) for b in self.backends) if entry is not None]
+        if cached:
             self._show_timings(cached)
         else:
             self.timings.children = []
+        self.compare_select.options = [(label, position) for position, (label, _) in
+                                       enumerate(self._comparison_points())]
 
     def _name_kernels(self) -> None:
         """The kernel list names each kernel as it is now (its name changes with its opts)."""
@@ -349,6 +415,56 @@ class KernelTuner(widgets.VBox):
                 self.kernel_select.value = chosen
             finally:
                 self._relabelling = False
+
+    def _comparison_points(self) -> list[tuple[str, Any]]:
+        points = self.__dict__.get("_points")
+        if points is None or points[0] is not self.state or points[1] != self.state.kernel:
+            points = (self.state, self.state.kernel, self.state.comparison_points())
+            self.__dict__["_points"] = points
+        return points[2]
+
+    def compare(self, position: int | None = None) -> None:
+        """Show the current kernel against comparison point ``position`` (default: the one chosen):
+        the heuristic's kernel, BEAM's result, or a point of the undo history."""
+        points = self._comparison_points()
+        position = self.compare_select.value if position is None else position
+        if position is None or not points:
+            return
+        label, other = points[position]
+        diff = tuner_schedule_diff(self.state, other, self.backends)
+        self.compare_view.value = (f'<div style="font-size:12px">a: the current kernel; '
+                                   f"b: {html.escape(label)}</div>{schedule_diff_html(diff)}")
+
+    def open_candidate(self, index: int | None = None) -> None:
+        """Open BEAM candidate ``index`` (default: the one chosen) as the current kernel, undoably."""
+        index = self.candidate_select.value if index is None else index
+        if index is None:
+            return
+        try:
+            self.state.open_candidate(index)
+        except Exception as error:  # noqa: BLE001 - a candidate that cannot be rebuilt is reported
+            self.state.message, self.state.error = f"{type(error).__name__}: {error}", True
+            self._after(False)
+            return
+        self.refresh()
+
+    def save_session(self, path: str | None = None) -> None:
+        """Save the tuning session to ``path`` (default: the path field)."""
+        try:
+            self.state.save_session(path or self.session_path.value)
+        except Exception as error:  # noqa: BLE001 - an unwritable path is reported in the panel
+            self.state.message, self.state.error = f"{type(error).__name__}: {error}", True
+        self._after(False)
+
+    def load_session(self, path: str | None = None) -> None:
+        """Load a tuning session from ``path`` (default: the path field) onto the chosen kernel."""
+        try:
+            self.state.load_session(path or self.session_path.value)
+        except Exception as error:  # noqa: BLE001 - a session for another kernel is reported by name
+            self.state.message, self.state.error = f"{type(error).__name__}: {error}", True
+            self._after(False)
+            return
+        self.refresh()
 
     def _export(self, text: str) -> None:
         self.export_text.value = text
@@ -421,7 +537,7 @@ class KernelTuner(widgets.VBox):
     def beam(self, wait: bool = False) -> None:
         """Run BEAM search on the current kernel in a thread, with the progress bar; the best kernel
         found becomes the current one (undoably)."""
-        from uopviz.widgets.beam_runner import candidates_html, run_beam
+        from uopviz.widgets.beam_runner import candidate_rows, candidates_html, run_beam
 
         state, backend = self.state, self.beam_backend.value or "python"
         # one kernel change at a time: the search thread and a click must not build UOps together
@@ -448,10 +564,15 @@ class KernelTuner(widgets.VBox):
                     state.kernel, backend, width=self.beam_width.value,
                     budget_s=float(self.beam_budget.value), progress=progress,
                 )
-                state.replace(best, f"BEAM ({backend}): {summary}")
+                state.take_beam(result, summary)
                 self.beam_status.value = ""
                 self.beam_result = result
                 self.beam_table.value = candidates_html(result)
+                self.candidate_select.options = [
+                    (f"{row['index']}: {row['name']}" + (" ★" if row["winner"] else ""), row["index"])
+                    for row in candidate_rows(result)
+                ]
+                self.open_candidate_button.disabled = False
                 self.refresh()
             except Exception as error:  # noqa: BLE001 - the search failing is reported in the panel
                 state.message, state.error = f"BEAM failed: {type(error).__name__}: {error}", True
