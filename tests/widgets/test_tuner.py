@@ -3,6 +3,7 @@ the ipywidgets view driven from Python (no browser)."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -324,7 +325,8 @@ def test_a_session_of_another_kernel_is_a_clear_error(tmp_path):
     state.apply(make_opt("SPLIT", 0, factor=4))
     data = state.session()
     other = TunerState(matmul_kernel(16, 16, 4))
-    with pytest.raises(TunerSessionError, match="saved for another kernel: name 'r_g8_g4_R16' there") as raised:
+    expected = "saved for another kernel: name 'r_g8_g4_R16' there"
+    with pytest.raises(TunerSessionError, match=expected) as raised:
         other.load_session(data)
     assert isinstance(raised.value, uv.UopvizError) and other.kernel is other.base
     with pytest.raises(TunerSessionError, match="not a tuner session"):
@@ -332,3 +334,92 @@ def test_a_session_of_another_kernel_is_a_clear_error(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(TunerSessionError, match="cannot be read"):
         other.load_session(tmp_path / "broken.json")
+
+
+@pytest.mark.slow
+def test_beam_candidates_open_in_the_tuner_and_the_winner_has_one_time_everywhere(tmp_path):
+    from uopviz.engine.records import TuningRecords
+    from uopviz.engine.search import BeamCache
+    from uopviz.widgets.beam_runner import candidate_rows, candidates_html, run_beam
+
+    kernel = matmul_kernel(16, 32, 8, seed=3)
+    state = TunerState(kernel)
+    best, summary, result = run_beam(kernel, "c", width=2, budget_s=8, cache=BeamCache(tmp_path / "b.sqlite"))
+    state.take_beam(result, summary)
+    rows = candidate_rows(result)
+    top = rows[0]
+    assert top["winner"] and top["name"] == result.best.name and state.kernel is best
+    # the one figure: summary, the table's top row and the chart's timing all show the re-timed median
+    assert top["figure"] == result.winner_figure == "re-timed median"
+    assert top["time_s"] == result.winner_s == result.best.retimed.median_s
+    assert state.cached_timing("c").median_s == result.winner_s
+    assert f"{uv.backends.timing.format_seconds(result.winner_s)} (re-timed median)" in summary
+    # the winner is the fastest re-timed run of the verified finalists; the starting kernel was re-timed too
+    finalists = [row for row in rows if row["best_run_s"] is not None]
+    assert top["best_run_s"] == min(row["best_run_s"] for row in finalists)
+    assert all(row["check"] == "outputs match the untuned kernel's" for row in finalists)
+    assert result.baseline.retimed is not None and "won: the fastest re-timed run" in result.reason()
+    assert "the runner-up" in result.reason() and html.escape(result.reason()) in candidates_html(result)
+    # any candidate opens in the tuner, computes the same as the untuned kernel, and can be undone
+    a, b = (np.random.default_rng(1).random(s, dtype=np.float32) for s in ((16, 32), (32, 8)))
+    last_ok = max(row["index"] for row in rows if row["ok"])
+    for index in (1, last_ok):
+        opened = state.open_candidate(index)
+        assert opened.name == rows[index]["name"] and state.kernel is opened
+        assert ", ".join(map(repr, opened.opts)) == rows[index]["opts"].replace("—", "")
+        records = TuningRecords()
+        records.add(kernel, opened.opts, backend="c")
+        program = uv.compile(uv.Tensor(a) @ uv.Tensor(b), backend="c", opts=records)
+        assert program.kernels[0].opts == opened.opts  # the candidate's schedule is what ran
+        np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-4)
+        assert state.undo() and state.kernel is best
+    with pytest.raises(IndexError, match="out of range"):
+        state.open_candidate(len(rows))
+    assert state.session()["beam"]["winner_s"] == result.winner_s
+
+
+@pytest.mark.parametrize("shape", [(8, 16, 4), (32, 64, 16)])
+def test_schedule_diff_of_two_opt_lists_on_a_matmul(shape):
+    from uopviz.widgets.schedule_diff import schedule_diff
+
+    kernel = matmul_kernel(*shape)
+    first = kernel.apply(make_opt("SPLIT", 0, factor=4))
+    second = kernel.apply(make_opt("SPLIT", 1, factor=2))
+    second = second.apply(make_opt("SPLIT", 2, factor=4, target="UNROLL"))
+    diff = schedule_diff(first, second, ["c", "python"])
+    assert diff.opts_a == first.opts and diff.opts_b == second.opts and not diff.same_opts
+    assert diff.common_opts == 0
+    assert [(a.size, a.axis_type) for a in diff.axes_a] == list(first.axes)
+    assert [(a.size, a.axis_type) for a in diff.axes_b] == list(second.axes)
+    for backend in ("c", "python"):
+        sources = diff.sources[backend]
+        assert sources.a.source == first.source(backend) and sources.b.source == second.source(backend)
+        assert not sources.same and sources.diff.startswith(f"--- a ({backend})")
+        lines = sources.diff.splitlines()
+        removed = [line[1:] for line in lines if line.startswith("-") and line[1:2] != "-"]
+        assert removed and all(line in sources.a.source for line in removed)
+    assert schedule_diff(first, first, ["c"]).sources["c"].same
+    assert schedule_diff(first, first, ["c"]).sources["c"].diff == ""
+
+
+def test_the_tuner_compares_with_the_heuristic_and_history_and_saves_sessions(tmp_path):
+    kernel = matmul_kernel(16, 16, 16)
+    tuner = KernelTuner([kernel], backends=["c"], show_graph=False)
+    tuner.apply(make_opt("SPLIT", 0, factor=4))
+    labels = [label for label, _ in tuner.compare_select.options]
+    assert labels[0].startswith("the heuristic's") and any(label.startswith("history 0") for label in labels)
+    tuner.compare(labels.index(next(label for label in labels if label.startswith("history 0"))))
+    view = tuner.compare_view.value
+    assert "uv-schedule-diff" in view and "--- a (c)" in view and kernel.name in view
+    tuner.session_path.value = str(tmp_path / "s.json")
+    tuner.save_session_button.click()
+    assert "saved the session" in tuner.state.message and not tuner.state.error
+    other = KernelTuner([matmul_kernel(8, 16, 16)], backends=["c"], show_graph=False)
+    other.session_path.value = str(tmp_path / "s.json")
+    other.load_session_button.click()
+    assert other.state.error and "TunerSessionError" in other.state.message
+    assert "another kernel" in other.state.message
+    again = KernelTuner([matmul_kernel(16, 16, 16)], backends=["c"], show_graph=False)
+    again.session_path.value = str(tmp_path / "s.json")
+    again.load_session_button.click()
+    assert again.state.kernel.ast is tuner.state.kernel.ast and not again.state.error
