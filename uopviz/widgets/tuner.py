@@ -7,7 +7,11 @@ tuner keeps the kernel as it was and records the message for the panel.  History
 kernels with a cursor: undo and redo move the cursor, a new opt after an undo drops the redo tail.
 
 Sources and timings are asked of the kernel per backend and cached per (kernel, backend); a
-backend that fails says why in its entry instead of breaking the others.  No widget code here:
+backend that fails says why in its entry instead of breaking the others.  A tuning session is a
+file (:meth:`TunerState.session`, ``save_session``, ``load_session``: the kernel's key, the target
+profile and device, the opts, every timing taken, BEAM's result in short, the passes the opts ran);
+BEAM's winner and any of its candidates open here undoably (``take_beam``, ``open_candidate``), the
+winner with its re-timed runs as its timing.  No widget code here:
 :class:`uopviz.widgets.tuner_view.KernelTuner` draws this state.
 """
 

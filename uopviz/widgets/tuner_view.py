@@ -1,7 +1,9 @@
 """The kernel tuner view: pick a kernel, apply OptOps with controls, undo/redo, see the axis
 string coloured by AxisType, the kernel's graph, its source on every backend side by side
 (highlighted), timings as a bokeh chart, BEAM search with a progress bar, and export the opts as
-Python or JSON.  An invalid opt shows its message and changes nothing.
+Python or JSON, save and load the tuning session, open any BEAM candidate, and compare the kernel
+with the heuristic's, BEAM's or an undo point side by side ("Compare with…").  An invalid opt shows
+its message and changes nothing.
 
 Everything shown is asked of :class:`uopviz.widgets.tuner.TunerState` (and through it, of the
 kernel); this module only arranges ipywidgets.
@@ -95,7 +97,7 @@ def schedule_diff_html(diff: Any) -> str:
         listed = ", ".join(_short(o) for o in opts) or "none"
         return (f'<div style="{PANE_STYLE};padding:4px 8px">'
                 f'<div style="font-weight:600">{html.escape(name)}</div>'
-                f'<div class="uv-axes">{chips_html(axes)}</div>'
+                f'<div class="uv-diff-axes">{chips_html(axes)}</div>'
                 f'<div style="font-size:12px">opts: <code>{html.escape(listed)}</code></div></div>')
 
     def seconds(entry: TimingEntry | None) -> str:
@@ -113,7 +115,7 @@ def schedule_diff_html(diff: Any) -> str:
         errors = " ".join(html.escape(e.error) for e in (sources.a, sources.b) if e.error)
         body = errors or html.escape(sources.diff) or "(the same source)"
         parts.append(
-            f'<div class="uv-source" style="{PANE_STYLE};margin-top:6px"><div style="{HEAD_STYLE}">'
+            f'<div class="uv-diff-source" style="{PANE_STYLE};margin-top:6px"><div style="{HEAD_STYLE}">'
             f"{html.escape(backend)}: a {seconds(a_time)}, b {seconds(b_time)} (median)</div>"
             f'<pre style="{CODE_STYLE}">{body}</pre></div>'
         )
