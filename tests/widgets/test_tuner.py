@@ -199,6 +199,14 @@ def test_beam_button_replaces_the_kernel_undoably_and_fills_the_progress_bar():
     assert result.best.name in tuner.beam_table.value and "BEAM (c)" in tuner.state.message
     assert "★ " + result.best.name in tuner.beam_table.value and "re-timed" in tuner.beam_table.value
     assert not tuner.apply_button.disabled and not tuner.beam_button.disabled
+    # the chart shows the winner's re-timed median, the figure the summary and the table's top row show
+    assert tuner.state.cached_timing("c").median_s == result.winner_s and tuner.timings.children
+    assert tuner.candidate_select.options[0][0].endswith("★") and not tuner.open_candidate_button.disabled
+    tuner.candidate_select.value = 1
+    tuner.open_candidate_button.click()
+    assert tuner.state.kernel.name == result.ranked()[1].name
+    assert "opened BEAM candidate 1" in tuner.state.message
+    assert tuner.state.undo() and tuner.state.kernel is result.kernel
     assert tuner.state.undo() and tuner.state.kernel is kernel
 
 

@@ -400,6 +400,21 @@ class KernelTuner(widgets.VBox):
             self.timings.children = []
         self.compare_select.options = [(label, position) for position, (label, _) in
                                        enumerate(self._comparison_points())]
+        self._show_beam(state.beam_result)
+
+    def _show_beam(self, result: Any) -> None:
+        """The chosen kernel's last BEAM result: its candidate table and the candidates to open."""
+        from uopviz.widgets.beam_runner import candidate_rows, candidates_html
+
+        if result is self.__dict__.get("_shown_beam"):
+            return
+        self.__dict__["_shown_beam"] = result
+        self.beam_table.value = candidates_html(result) if result is not None else ""
+        rows = candidate_rows(result) if result is not None else []
+        self.candidate_select.options = [
+            (f"{row['index']}: {row['name']}" + (" ★" if row["winner"] else ""), row["index"]) for row in rows
+        ]
+        self.open_candidate_button.disabled = not rows
 
     def _name_kernels(self) -> None:
         """The kernel list names each kernel as it is now (its name changes with its opts)."""
@@ -539,7 +554,7 @@ class KernelTuner(widgets.VBox):
     def beam(self, wait: bool = False) -> None:
         """Run BEAM search on the current kernel in a thread, with the progress bar; the best kernel
         found becomes the current one (undoably)."""
-        from uopviz.widgets.beam_runner import candidate_rows, candidates_html, run_beam
+        from uopviz.widgets.beam_runner import run_beam
 
         state, backend = self.state, self.beam_backend.value or "python"
         # one kernel change at a time: the search thread and a click must not build UOps together
@@ -569,12 +584,6 @@ class KernelTuner(widgets.VBox):
                 state.take_beam(result, summary)
                 self.beam_status.value = ""
                 self.beam_result = result
-                self.beam_table.value = candidates_html(result)
-                self.candidate_select.options = [
-                    (f"{row['index']}: {row['name']}" + (" ★" if row["winner"] else ""), row["index"])
-                    for row in candidate_rows(result)
-                ]
-                self.open_candidate_button.disabled = False
                 self.refresh()
             except Exception as error:  # noqa: BLE001 - the search failing is reported in the panel
                 state.message, state.error = f"BEAM failed: {type(error).__name__}: {error}", True
