@@ -242,3 +242,30 @@ def test_verification_tolerates_summation_order_but_not_other_values() -> None:
     assert "differs from the untuned kernel's by up to" in _differs_from(expected, {0: expected[0] + 1})
     assert _differs_from({0: np.arange(4)}, {0: np.arange(4) + 1}).startswith("wrong result")
     assert _differs_from(expected, "KernelCrashed: died").startswith("not verified")
+
+
+def test_the_winner_heads_the_ranking_and_its_time_is_the_retimed_median() -> None:
+    from uopviz.backends.timing import Timing
+    from uopviz.engine.search import BeamResult, Candidate
+
+    def row(name: str, search_s: float, retimed: tuple[float, ...] | None = None, error: str | None = None):
+        candidate = Candidate((), name, 1, run_s=search_s, error=error)
+        if retimed is not None:
+            candidate.retimed, candidate.verified_s = Timing(retimed), min(retimed)
+        return candidate
+
+    start = row("start", 9e-6, (8e-6, 9e-6, 10e-6))
+    winner = row("winner", 3e-6, (2e-6, 4e-6, 4e-6))  # fastest run 2 µs, median 4 µs
+    steady = row("steady", 1e-6, (3e-6, 3e-6, 3e-6))  # fastest in the search, median 3 µs
+    searched = row("searched", 5e-6)
+    broken = row("broken", 0.5e-6, (1e-6,), error="wrong result: output 0 differs")
+    table = [searched, broken, start, steady, winner]
+    result = BeamResult(None, winner, start, None, table, "k", "c", "", 1.0)
+    assert [c.name for c in result.ranked()] == ["winner", "steady", "start", "searched", "broken"]
+    assert result.winner_s == 4e-6 and result.winner_figure == "re-timed median"
+    assert result.runner_up is steady
+    reason = result.reason()
+    assert reason.startswith("winner won: the fastest re-timed run")
+    assert "1.33x slower in median than the runner-up steady" in reason  # said, not hidden
+    assert "2.25x faster than the starting kernel start (4 µs vs 9 µs, re-timed median)" in reason
+    assert "winner on c: 4 µs (re-timed median), 3 µs in the search" in repr(result)

@@ -311,11 +311,12 @@ class BeamResult:
     def __repr__(self) -> str:
         from uopviz.backends.timing import format_seconds
 
-        # the winner is chosen by the finalists' side-by-side re-timing, so it may not head table()
-        retimed = "" if self.best.verified_s is None else f", {format_seconds(self.best.verified_s)} re-timed"
+        # the winner is chosen by the finalists' side-by-side re-timing, so it may not head table(); its
+        # time is the one figure the tuner shows for it (winner_s), named
+        searched = "" if self.best.retimed is None else f", {format_seconds(self.best.run_s)} in the search"
         return (
-            f"<BeamResult {self.best.name} on {self.backend}: {format_seconds(self.best.run_s)} in the search"
-            f"{retimed}, {len(self.candidates)} candidates, opts={list(self.opts)}>"
+            f"<BeamResult {self.best.name} on {self.backend}: {format_seconds(self.winner_s)} "
+            f"({self.winner_figure}){searched}, {len(self.candidates)} candidates, opts={list(self.opts)}>"
         )
 
 
