@@ -594,6 +594,11 @@ FOLDED_READS = [
      lambda a: np.pad(np.zeros((0, 1, 2, 2)), [(1, 0), (0, 0), (0, 0), (0, 0)]).prod(axis=0)),
     ("pad of (0, 4) with a fill", [(0, 3)], lambda t: t.pad([(2, 1), (1, 0)], value=2.5),
      lambda a: np.pad(a, [(2, 1), (1, 0)], constant_values=2.5)),
+    # found by the slow zero-size sweep: the stacked `t * 2` was loaded at element 0 of an empty
+    # buffer outside its guard (the interpreter's bounds check; compiled code read past the buffer)
+    ("stack of empty values, padded", [(0,)],
+     lambda t: uv.Tensor.stack(t, t * 2, axis=0).pad([(0, 0), (1, 1)]),
+     lambda a: np.pad(np.stack([a, a * 2], 0), [(0, 0), (1, 1)])),
 ]
 
 

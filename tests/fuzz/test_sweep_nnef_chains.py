@@ -5,8 +5,6 @@ fusion walked the whole chain fused so far at each step; a 3,000-operation chain
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -25,9 +23,8 @@ pytestmark = pytest.mark.skipif("c" not in uv.backends.available(), reason="need
 LENGTHS = st.sampled_from([3000, 6000] if SLOW else [3000])
 SHAPES = st.sampled_from([(64,), (3, 17), (2, 4, 8)])
 FORMS = st.sampled_from(["skriptnd", "nnef1"])
-#: seconds a chain may take to load and run, generous for a loaded CI machine (about 4 s here on one
-#: core for 3,000 operations; the quadratic fusion took over 75 s)
-SECONDS_PER_THOUSAND_OPERATIONS = 10
+# the time is measured, not asserted (benchmarks measure; a loaded CI machine varies 30-fold): the
+# linear work is checked structurally in tests/nnef/test_fusion_chains.py, a hang by the timeout
 
 
 @pytest.mark.timeout(600)
@@ -37,13 +34,10 @@ def test_long_random_elementwise_chains_run_on_c_with_numpys_values(length, shap
     rng = np.random.default_rng(seed)
     ops = random_chain(length, rng)
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
-    start = time.perf_counter()
     if form == "skriptnd":
         graph = loads(chain_skriptnd(ops, shape), progress=False)
     else:
         graph = loads_nnef1(chain_nnef1(ops, shape), progress=False)
     y = graph.run({"x0": x}, backend="c")["y"]
-    seconds = time.perf_counter() - start
     np.testing.assert_allclose(y.reshape(shape), chain_reference(ops, x), rtol=1e-4, atol=1e-4)
-    assert seconds < SECONDS_PER_THOUSAND_OPERATIONS * length / 1000, f"{length} operations: {seconds:.1f} s"
     record(f"nnef chain {form}", None)

@@ -624,6 +624,10 @@ def load_buffer(ctx: KernelContext, idx: UOp, x: UOp) -> UOp | None:
         return None
     if x.op is Ops.PARAM and x.arg.addrspace is not None:
         return None  # already a kernel PARAM
+    if x.shape is not None and math.prod(x.shape) == 0:
+        # nothing to read: the value is only ever used where a guard (PAD, a stacked part) is false,
+        # and a load would address element 0 of an empty buffer; the buffer is not an argument
+        return UOp.const(x.dtype.scalar, 0)
     param = ctx.param_for(x)
     position = flat_index(idx.src[1:], x.shape)
     if ctx.local(x):
