@@ -148,6 +148,14 @@ def _safe_text(compute: Any) -> str:
     return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
 
 
+def _arg_text(u: UOp) -> str:
+    """A node's arg as the side panel shows it: a SOURCE's text whole, as written (not a cut, escaped
+    ``repr``); other args as their ``repr``, cut at :data:`DETAIL_CHARS`."""
+    if u.op is Ops.SOURCE and isinstance(u.arg, str):
+        return u.arg
+    return _safe_text(lambda: "—" if u.arg is None else repr(u.arg))
+
+
 def node_details(u: UOp, source_names: list[str]) -> dict[str, str]:
     """What the side panel shows for ``u``: op, family, dtype, shape, arg, sources, min_max,
     device and axis, each as text."""
@@ -156,7 +164,7 @@ def node_details(u: UOp, source_names: list[str]) -> dict[str, str]:
         "family": u.op.family.title,
         "dtype": u.dtype.name,
         "shape": repr(u.shape),
-        "arg": _safe_text(lambda: "—" if u.arg is None else repr(u.arg)),
+        "arg": _arg_text(u),
         "sources": ", ".join(source_names) if source_names else "—",
         "min_max": _safe_text(lambda: u.min_max),
         "device": _safe_text(lambda: format_device(u.device)),

@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import difflib
 import linecache
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
+from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
 from uopviz.core.uop import UOp, UOpError
-from uopviz.core.uop_printing import graph_lines
+from uopviz.core.uop_printing import graph_lines, linear_lines
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
+from uopviz.widgets.highlight import highlight
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 #: How many laid-out graphs a player keeps (a step's graph and its predecessor's per frame).
@@ -57,6 +60,67 @@ class PassEntry:
     def changed(self) -> bool:
         """True when the pass rewrote anything."""
         return self.record.changed
+
+
+#: What marks a backend's source text (the language to highlight it in), checked in this order;
+#: C is what is left (its ``#define`` lines do not start with ``define``).
+SOURCE_MARKERS = (("llvm", re.compile(r"^define ", re.MULTILINE)), ("cuda", re.compile(r"__global__")),
+                  ("opencl", re.compile(r"__kernel")), ("python", re.compile(r"^def ", re.MULTILINE)))
+
+
+def source_language(text: str) -> str:
+    """The backend whose language ``text`` is written in, from what marks it (:data:`SOURCE_MARKERS`),
+    for a trace whose backend is not known (highlighting only)."""
+    return next((backend for backend, marker in SOURCE_MARKERS if marker.search(text)), "c")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A rendered kernel as a frame shows it: the kernel's name, the backend, the whole source text
+    and that text highlighted (HTML)."""
+
+    kernel: str
+    backend: str
+    text: str
+    html: str
+
+    def to_json(self) -> dict[str, str]:
+        """The source as the front end shows it."""
+        return {"kernel": self.kernel, "backend": self.backend, "html": self.html}  # the html holds the text
+
+
+@dataclass(frozen=True)
+class KernelListing:
+    """A LINEAR program as a frame shows it: the kernel's name and one line per instruction
+    (:func:`uopviz.core.uop_printing.linear_lines`)."""
+
+    kernel: str
+    lines: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The listing as the front end shows it."""
+        return {"kernel": self.kernel, "lines": self.lines}
+
+
+def kernel_sources(root: UOp, backend: str | None = None) -> list[KernelSource]:
+    """The rendered kernels in ``root`` (each ``PROGRAM(LINEAR, SOURCE)`` once, in program order),
+    highlighted for ``backend`` (None: guessed from each text, :func:`source_language`)."""
+    found = []
+    for u in root.toposort():
+        if u.op is Ops.PROGRAM and len(u.src) == 2 and u.src[1].op is Ops.SOURCE:
+            text = str(u.src[1].arg)
+            language = backend or source_language(text)
+            html = highlight(text, language, precise=True)
+            found.append(KernelSource(str(u.src[0].arg), language, text, html))
+    return found
+
+
+def kernel_listings(root: UOp) -> list[KernelListing]:
+    """The LINEAR programs in ``root`` not yet rendered (a rendered one shows as its source), each
+    as a listing, in program order."""
+    rendered = {u.src[0] for u in root.toposort() if u.op is Ops.PROGRAM and u.src}
+    return [KernelListing(str(u.arg), linear_lines(u)) for u in root.toposort()
+            if u.op is Ops.LINEAR and u not in rendered]
 
 
 def source_line(location: str) -> str:
@@ -118,7 +182,8 @@ class PlayerState:
     """
 
     def __init__(
-        self, trace: Trace, *, hide_unchanged: bool = True, engine: str = "auto", fold_constants: bool = True
+        self, trace: Trace, *, hide_unchanged: bool = True, engine: str = "auto", fold_constants: bool = True,
+        backend: str | None = None,
     ):
         if not isinstance(trace, Trace):
             raise TypeError(f"PlayerState needs a uopviz Trace, got {type(trace).__name__}")
@@ -126,6 +191,8 @@ class PlayerState:
         self.hide_unchanged = hide_unchanged
         self.engine = engine
         self.fold_constants = fold_constants
+        #: the backend the trace's kernels were rendered for (None: guessed from each source)
+        self.backend = backend
         self.entries: list[PassEntry] = []
         for top in trace.passes:
             self._add(top, 0)
@@ -293,8 +360,9 @@ class PlayerState:
         record = self.step_record()
         after = self.uop_at()
         graph = self.laid_out(after)
+        texts = {"sources": kernel_sources(after, self.backend), "listings": kernel_listings(after)}
         if record is None:
-            return Frame(entry, 0, graph, None, None, "", "", "", [], after)
+            return Frame(entry, 0, graph, None, None, "", "", "", [], after, **texts)
         before = self.graph_before(record)
         note = ""
         if before is None or id(record) in self._replay_errors:
@@ -313,7 +381,7 @@ class PlayerState:
         return Frame(entry, self._step, graph, diff, focus, record.rule, record.location,
                      source_line(record.location), lines, after, note,
                      explanation=_explain(before, after, pairs, lines), scope=self.scope(record),
-                     empty=before is after)
+                     empty=before is after, **texts)
 
     def scope(self, step_record: RewriteStep) -> str:
         """'' when the step is shown in the chosen pass's own graph; else a line saying whose graph
@@ -366,7 +434,9 @@ class Frame:
     shown locally (the whole graph could not be rebuilt there), an ``explanation`` when the printed
     diff is empty (what changed, or that nothing did), a ``scope`` line when the graph shown is a
     nested pass's own graph rather than the chosen pass's whole graph, and ``empty`` when the step
-    left the graph as it was (players pass over it while hiding what changed nothing)."""
+    left the graph as it was (players pass over it while hiding what changed nothing).  ``sources``:
+    the rendered kernels in the graph (Render), ``listings``: its LINEAR programs not yet rendered
+    (Linearize), each shown as text beside the graph."""
 
     entry: PassEntry
     step: int
@@ -382,6 +452,8 @@ class Frame:
     explanation: str = ""
     scope: str = ""
     empty: bool = False
+    sources: list[KernelSource] = field(default_factory=list)
+    listings: list[KernelListing] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The frame as the front end's player draws it."""
@@ -403,4 +475,6 @@ class Frame:
             "explanation": self.explanation,
             "scope": self.scope,
             "empty": self.empty,
+            "sources": [source.to_json() for source in self.sources],
+            "listings": [listing.to_json() for listing in self.listings],
         }

@@ -519,8 +519,10 @@ const UOPVIZ = (() => {
     const body = h("div", { class: "uv-player-body" }, side, main);
     wrap.append(legendEl(model.get("legend")), body);
     const canvas = new DagCanvas(main, { canToggle: false });
+    // the text a stage makes, beside the graph it is made from: Render's sources, Linearize's listings
+    const textBox = h("div", { class: "uv-textbox" });
     const diffBox = h("div", { class: "uv-diffbox" });
-    main.append(diffBox);
+    main.append(textBox, diffBox);
     const table = model.get("node_table");
 
     function visiblePasses() {
@@ -580,10 +582,24 @@ const UOPVIZ = (() => {
           h("span", { class: "uv-dim", text: " — the graph before the first step; move the slider or press → " }));
       }
       if (f.graph) canvas.setGraph(hydrate(f.graph, table), f.marks, keepView);
+      drawTexts(f);
       diffBox.innerHTML = "";
       diffBox.append(h("div", { class: "uv-side-title", text: "Printed graph diff" }), diffEl(f.diff, f.step ? f.explanation : ""));
       wrap.dataset.step = String(f.step || 0);
       drawPasses();
+    }
+    function drawTexts(f) {
+      textBox.innerHTML = "";
+      for (const source of f.sources || []) {
+        const code = h("div", { class: "uv-source" });
+        code.innerHTML = source.html; // highlighted by Python (pygments: every character escaped)
+        textBox.append(h("div", { class: "uv-side-title", text: `Source of ${source.kernel} (${source.backend})` }), code);
+      }
+      for (const listing of f.listings || []) {
+        textBox.append(h("div", { class: "uv-side-title", text: `LINEAR program of ${listing.kernel}: ${listing.lines.length} instructions` }),
+          h("pre", { class: "uv-listing", text: listing.lines.join("\n") }));
+      }
+      textBox.hidden = !textBox.childElementCount;
     }
     slider.addEventListener("input", () => moveTo((model.get("frame") || {}).pass_index, parseInt(slider.value, 10)));
     wrap.addEventListener("keydown", (ev) => {

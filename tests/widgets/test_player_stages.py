@@ -1,0 +1,88 @@
+"""Every stage of the rewrite player readable (issue 24.2), no browser: Render frames carry each
+kernel's source text, Linearize frames a listing of the LINEAR program, sub-passes name their
+kernel and count their rules, and the side panel lists only drawn sources."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz import Ops
+from uopviz.widgets.player import PlayerState
+
+
+def _conv_relu(channels: int, size: int, backend: str, seed: int) -> uv.Program:
+    rng = np.random.default_rng(seed)
+    x = uv.Tensor(rng.random((1, channels, size, size), dtype=np.float32))
+    w = uv.Tensor(rng.random((3, channels, 3, 3), dtype=np.float32))
+    return uv.compile(x.conv2d(w).relu(), backend=backend)
+
+
+@pytest.fixture(scope="module")
+def programs() -> list[uv.Program]:
+    """A small conv+relu on C in two sizes, and one on the python backend."""
+    return [_conv_relu(2, 6, "c", 0), _conv_relu(3, 5, "c", 1), _conv_relu(2, 5, "python", 2)]
+
+
+def _last_frame(state: PlayerState, name: str):
+    state.select(name)
+    state.step = state.current.step_count
+    return state.frame()
+
+
+def test_render_frames_carry_each_kernels_source(programs):
+    for program in programs:
+        state = PlayerState(program.trace, backend=program.backend)
+        frame = _last_frame(state, "Render")
+        rendered = {str(item.body.src[0].arg): item.source for item in program.items}
+        assert [source.kernel for source in frame.sources] == list(rendered)
+        for source in frame.sources:
+            assert source.backend == program.backend
+            assert source.text == rendered[source.kernel]  # whole, not truncated or escaped
+            assert _shown_text(source.html).strip() == source.text.strip()  # every character kept
+            if program.backend == "c":
+                assert f"void {source.kernel}(" in source.text  # the kernel's function, named after it
+        # the per-kernel render pass shows its kernel's source too
+        for entry in state.entries:
+            if entry.name.startswith("render "):
+                state.select(entry.index)
+                state.step = 1
+                assert [s.kernel for s in state.frame().sources] == [entry.name.removeprefix("render ")]
+        assert frame.to_json()["sources"][0]["html"] == frame.sources[0].html
+        # the side panel of the SOURCE node shows the whole text, not a cut repr
+        details = [data["details"] for _, data in frame.graph.nodes(data=True) if data["op"] == "SOURCE"]
+        assert details and {d["arg"] for d in details} == {s.text for s in frame.sources}
+
+
+def _shown_text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def test_render_source_language_is_told_from_the_text_without_a_backend(programs):
+    for program in programs:
+        frame = _last_frame(PlayerState(program.trace), "Render")
+        assert {source.backend for source in frame.sources} == {program.backend}
+
+
+def test_linearize_frames_carry_one_listing_line_per_instruction(programs):
+    for program in programs:
+        state = PlayerState(program.trace)
+        frame = _last_frame(state, "Linearize")
+        linears = [u for u in frame.uop.toposort() if u.op is Ops.LINEAR]
+        assert linears and [listing.kernel for listing in frame.listings] == [str(u.arg) for u in linears]
+        for listing, linear in zip(frame.listings, linears, strict=True):
+            assert len(listing.lines) == len(linear.src)
+            position = {id(u): i for i, u in enumerate(linear.src)}
+            for index, (line, instruction) in enumerate(zip(listing.lines, linear.src, strict=True)):
+                number, _, text = line.partition(": ")
+                assert int(number) == index and text.split()[0] == instruction.op.name
+                for source in instruction.src:
+                    if id(source) in position:
+                        assert f"%{position[id(source)]}" in text
+        # before Linearize there is no listing; once rendered the kernel shows as its source
+        assert PlayerState(program.trace).frame().listings == []
+        assert _last_frame(state, "Render").listings == []
