@@ -92,8 +92,9 @@ def test_a_frame_says_when_it_shows_a_nested_pass_graph(tours):
 def test_embedded_frames_keep_the_scope_line_of_their_pass(tours):
     state, _ = player_state(tours[1].trace, engine="layered")
     passes = {p["name"]: p["index"] for p in state["passes"]}
+    pushdown_index = next(p["index"] for p in state["passes"] if p["name"].startswith("index pushdown "))
     rangeify = [state["frame_table"][key] for key in state["frames"][str(passes["Rangeify"])]]
-    pushdown = [state["frame_table"][key] for key in state["frames"][str(passes["index pushdown"])]]
+    pushdown = [state["frame_table"][key] for key in state["frames"][str(pushdown_index)]]
     assert any("nested pass 'index pushdown'" in frame["scope"] for frame in rangeify)
     assert all(frame["scope"] == "" for frame in pushdown)
 

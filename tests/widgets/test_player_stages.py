@@ -86,3 +86,60 @@ def test_linearize_frames_carry_one_listing_line_per_instruction(programs):
         # before Linearize there is no listing; once rendered the kernel shows as its source
         assert PlayerState(program.trace).frame().listings == []
         assert _last_frame(state, "Render").listings == []
+
+
+@pytest.fixture(scope="module")
+def softmax() -> uv.Program:
+    """Three kernels (a max, a sum, the elementwise rest): their passes repeat per kernel."""
+    rng = np.random.default_rng(3)
+    return uv.compile((uv.Tensor(rng.random((4, 16), dtype=np.float32)).softmax(-1) + 1).relu(), backend="c")
+
+
+KERNEL_BUILDERS = ("output address", "index pushdown", "gate loads", "simplify indices", "accumulators",
+                   "instruction selection", "stage strided loads")
+
+
+def test_sub_passes_name_the_kernel_they_work_on(programs, softmax):
+    for program in [*programs, softmax]:
+        state = PlayerState(program.trace)
+        names = [kernel.name for kernel in program.kernels]
+        builders = [e for e in state.entries if e.record.name in KERNEL_BUILDERS]
+        assert builders
+        for entry in builders:
+            assert entry.kernel in names and entry.name == f"{entry.record.name} {entry.kernel}"
+        # each kernel's passes, in the order the stages build the kernels
+        for recorded in ("index pushdown", "instruction selection"):
+            assert [e.kernel for e in builders if e.record.name == recorded] == [
+                e.name.removeprefix("linearize ") for e in state.entries if e.name.startswith("linearize ")]
+        # stages and whole-program passes name no kernel; a name that says its kernel stays as it is
+        assert all(e.name == e.record.name for e in state.entries if not e.depth)
+        assert state.entries[[e.record.name for e in state.entries].index("bufferize")].kernel == ""
+        assert all(e.name == e.record.name for e in state.entries if e.record.name.startswith("render "))
+        state.select(builders[0].name)  # selectable by the name shown
+        assert state.current is builders[0]
+
+
+def test_rule_counts_sum_to_the_step_count(programs, softmax):
+    for program in [*programs, softmax]:
+        for entry in PlayerState(program.trace).entries:
+            counts = dict(entry.rule_counts)
+            assert sum(counts.values()) == entry.step_count == len(entry.step_rules)
+            assert counts == {rule: entry.step_rules.count(rule) for rule in set(entry.step_rules)}
+            assert [c for _, c in entry.rule_counts] == sorted(counts.values(), reverse=True)
+        isel = PlayerState(program.trace).entries
+        stage = next(e for e in isel if e.name == "Instruction Selection")
+        assert len(stage.rule_counts) > 1
+
+
+def test_the_player_widget_lists_kernel_names_and_rule_counts(softmax):
+    from uopviz.widgets.views import RewritePlayer
+
+    player = RewritePlayer(softmax.trace)
+    entries = player.state.entries
+    assert [p["name"] for p in player.passes] == [e.name for e in entries]
+    assert any(p["name"].startswith("index pushdown E_") for p in player.passes)
+    for listed, entry in zip(player.passes, entries, strict=True):
+        assert [tuple(pair) for pair in listed["rules"]] == entry.rule_counts
+        assert listed["step_rules"] == entry.step_rules
+    player.goto("Instruction Selection", 1)
+    assert player.frame["pass_name"] == "Instruction Selection"

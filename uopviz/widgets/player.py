@@ -16,9 +16,9 @@ from __future__ import annotations
 import difflib
 import linecache
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +38,37 @@ LAYOUT_CACHE_SIZE = 64
 DIFF_LINE_LIMIT = 400
 
 
+#: Passes whose recorded name ends with the name of the kernel they work on.
+KERNEL_PASS_PREFIXES = ("linearize ", "render ", "parallel outputs ")
+
+
 @dataclass(frozen=True)
 class PassEntry:
-    """One row of the pass list: the pass, its depth in the tree, its position and step count."""
+    """One row of the pass list: the pass, its depth in the tree, its position and step count, and
+    the kernel it works on ('' for a stage or a pass over the whole program)."""
 
     index: int
     depth: int
     record: PassTrace
+    kernel: str = ""
 
     @property
     def name(self) -> str:
-        """The pass's name as recorded."""
-        return self.record.name
+        """The pass's name as shown: as recorded, followed by its kernel's name when the recorded
+        name does not say it (``index pushdown r_g4_R16``; a kernel's passes repeat per kernel)."""
+        if not self.kernel or named_kernel(self.record.name):
+            return self.record.name
+        return f"{self.record.name} {self.kernel}"
+
+    @property
+    def rule_counts(self) -> list[tuple[str, int]]:
+        """How many of this pass's steps each rule made, most first (they sum to the step count)."""
+        return Counter(step.rule for step in self.record.steps).most_common()
+
+    @property
+    def step_rules(self) -> list[str]:
+        """The rule of each step, in step order (step k is ``step_rules[k - 1]``)."""
+        return [step.rule for step in self.record.steps]
 
     @property
     def step_count(self) -> int:
@@ -121,6 +140,38 @@ def kernel_listings(root: UOp) -> list[KernelListing]:
     rendered = {u.src[0] for u in root.toposort() if u.op is Ops.PROGRAM and u.src}
     return [KernelListing(str(u.arg), linear_lines(u)) for u in root.toposort()
             if u.op is Ops.LINEAR and u not in rendered]
+
+
+def named_kernel(pass_name: str) -> str:
+    """The kernel a pass's recorded name ends with (:data:`KERNEL_PASS_PREFIXES`), else ''."""
+    prefix = next((p for p in KERNEL_PASS_PREFIXES if pass_name.startswith(p)), "")
+    return pass_name[len(prefix):] if prefix else ""
+
+
+def pass_kernels(entries: list[PassEntry]) -> list[str]:
+    """The kernel each nested pass works on ('' for stages and whole-program passes), by following
+    the graphs: a pass whose output is the input of a later pass works on that pass's kernel, so
+    the names the last stages give (``linearize r_g4_R16``) reach back to the passes that built the
+    kernel (Rangeify's ``index pushdown``, Instruction Selection's ``accumulators``).  A pass whose
+    output no pass takes (``output address``, whose result the next pass builds on) takes the
+    kernel of the pass after it under the same parent."""
+    users: dict[int, list[int]] = {}
+    for entry in entries:
+        if entry.depth and entry.record.input is not None:
+            users.setdefault(id(entry.record.input), []).append(entry.index)
+    kernels = [""] * len(entries)
+    for entry in reversed(entries):
+        if not entry.depth:
+            continue
+        output = entry.record.output
+        taken_by = [i for i in users.get(id(output), []) if i != entry.index] if output is not None else []
+        found = next((kernels[i] for i in taken_by if kernels[i]), "") or named_kernel(entry.record.name)
+        if not found and not taken_by:
+            sibling = next((e for e in entries[entry.index + 1:] if e.depth <= entry.depth), None)
+            if sibling is not None and sibling.depth == entry.depth:
+                found = kernels[sibling.index]
+        kernels[entry.index] = found
+    return kernels
 
 
 def source_line(location: str) -> str:
@@ -196,6 +247,8 @@ class PlayerState:
         self.entries: list[PassEntry] = []
         for top in trace.passes:
             self._add(top, 0)
+        self.entries = [replace(entry, kernel=kernel)
+                        for entry, kernel in zip(self.entries, pass_kernels(self.entries), strict=True)]
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
         self._replay_errors: dict[int, str] = {}
         self._pass_index = self._first_pass()
@@ -249,9 +302,10 @@ class PlayerState:
         self._step = max(0, min(int(value), self.current.step_count))
 
     def select(self, pass_index: int | str, step: int | None = None) -> None:
-        """Choose a pass (by index or by name) and a step (default: its first step)."""
+        """Choose a pass (by index, or by name as shown or as recorded: the first of that name) and a
+        step (default: its first step)."""
         if isinstance(pass_index, str):
-            matches = [e.index for e in self.entries if e.name == pass_index]
+            matches = [e.index for e in self.entries if pass_index in (e.name, e.record.name)]
             if not matches:
                 raise KeyError(f"no pass named {pass_index!r}; passes: {[e.name for e in self.entries]}")
             pass_index = matches[0]

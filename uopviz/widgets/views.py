@@ -255,6 +255,9 @@ def _pass_json(entry: Any) -> dict[str, Any]:
         "depth": entry.depth,
         "steps": entry.step_count,
         "changed": entry.changed,
+        "kernel": entry.kernel,
+        "rules": [list(pair) for pair in entry.rule_counts],
+        "step_rules": entry.step_rules,
     }
 
 

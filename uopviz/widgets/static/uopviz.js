@@ -515,7 +515,14 @@ const UOPVIZ = (() => {
       button("|◀", "first step: the input (Home)", "first"), button("◀", "previous step (←)", -1), slider,
       button("▶", "next step (→)", 1), button("▶|", "last step (End)", "last"), stepLabel);
     const ruleBox = h("div", { class: "uv-rule" });
-    const main = h("div", { class: "uv-main" }, controls, ruleBox);
+    // the chosen pass's rules with their step counts (from the data); the box filters them by name
+    // and lists the steps a matching rule made, each a link to that step
+    const ruleFilter = h("input", { type: "search", class: "uv-rule-filter", placeholder: "filter steps by rule name" });
+    const ruleCounts = h("div", { class: "uv-rule-counts" });
+    const ruleSteps = h("div", { class: "uv-rule-steps" });
+    const rulesBox = h("details", { class: "uv-rules" },
+      h("summary", { class: "uv-side-title" }), ruleFilter, ruleCounts, ruleSteps);
+    const main = h("div", { class: "uv-main" }, controls, ruleBox, rulesBox);
     const body = h("div", { class: "uv-player-body" }, side, main);
     wrap.append(legendEl(model.get("legend")), body);
     const canvas = new DagCanvas(main, { canToggle: false });
@@ -583,11 +590,42 @@ const UOPVIZ = (() => {
       }
       if (f.graph) canvas.setGraph(hydrate(f.graph, table), f.marks, keepView);
       drawTexts(f);
+      drawRules();
       diffBox.innerHTML = "";
       diffBox.append(h("div", { class: "uv-side-title", text: "Printed graph diff" }), diffEl(f.diff, f.step ? f.explanation : ""));
       wrap.dataset.step = String(f.step || 0);
       drawPasses();
     }
+    function currentPass() {
+      const index = (model.get("frame") || {}).pass_index;
+      return (model.get("passes") || []).find((p) => p.index === index) || null;
+    }
+    function drawRules() {
+      const pass = currentPass();
+      const rules = pass ? pass.rules || [] : [];
+      rulesBox.hidden = !rules.length;
+      if (!rules.length) return;
+      rulesBox.querySelector("summary").textContent = `Rules of ${pass.name}: ${rules.length} rules, ${pass.steps} steps`;
+      const wanted = ruleFilter.value.trim().toLowerCase();
+      const matches = (rule) => !wanted || rule.toLowerCase().includes(wanted);
+      ruleCounts.innerHTML = "";
+      for (const [rule, count] of rules.filter(([rule]) => matches(rule))) {
+        ruleCounts.append(h("span", { class: "uv-rule-count", title: `${count} steps made by ${rule}`, onclick: () => { ruleFilter.value = rule; drawRules(); } },
+          h("span", { text: rule }), h("b", { text: ` ${count}` })));
+      }
+      ruleSteps.innerHTML = "";
+      if (!wanted) return;
+      const current = (model.get("frame") || {}).step || 0;
+      const steps = (pass.step_rules || []).map((rule, i) => [rule, i + 1]).filter(([rule]) => matches(rule));
+      ruleSteps.append(h("span", { class: "uv-dim", text: `${steps.length} steps: ` }));
+      for (const [rule, step] of steps.slice(0, 300)) {
+        ruleSteps.append(h("a", { href: "#", class: "uv-link" + (step === current ? " uv-active" : ""), title: rule, text: String(step),
+          onclick: (ev) => { ev.preventDefault(); moveTo(pass.index, step); } }), " ");
+      }
+      if (steps.length > 300) ruleSteps.append(h("span", { class: "uv-dim", text: `… ${steps.length - 300} more` }));
+    }
+    ruleFilter.addEventListener("input", drawRules);
+    ruleFilter.addEventListener("keydown", (ev) => ev.stopPropagation());
     function drawTexts(f) {
       textBox.innerHTML = "";
       for (const source of f.sources || []) {
