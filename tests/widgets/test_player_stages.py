@@ -12,6 +12,7 @@ import pytest
 
 import uopviz as uv
 from uopviz import Ops
+from uopviz.widgets.graph import is_foldable, node_key, short_inline_text
 from uopviz.widgets.player import PlayerState
 
 
@@ -143,3 +144,43 @@ def test_the_player_widget_lists_kernel_names_and_rule_counts(softmax):
         assert listed["step_rules"] == entry.step_rules
     player.goto("Instruction Selection", 1)
     assert player.frame["pass_name"] == "Instruction Selection"
+
+
+def test_the_side_panel_lists_only_drawn_sources(programs, softmax):
+    for program in [programs[0], softmax]:
+        state = PlayerState(program.trace)
+        folded = 0
+        for entry in state.entries:
+            if not entry.changed:
+                continue
+            state.select(entry.index)
+            for step in sorted({0, 1, entry.step_count // 2, entry.step_count}):
+                state.step = step
+                graph = state.frame().graph
+                for _, data in graph.nodes(data=True):
+                    details, u = data["details"], data["uop"]
+                    listed = details["sources"]
+                    drawn = [name.split(" ") for name in listed.split(", ")] if listed != "—" else []
+                    assert all(len(part) == 2 and part[1] in graph for part in drawn), details["sources"]
+                    shown = [s for s in u.src if node_key(s) in graph]
+                    assert [part[1] for part in drawn] == [node_key(s) for s in shown]
+                    values = details.get("values", "")
+                    for source in u.src:
+                        if node_key(source) not in graph:  # folded into this node: shown as its value
+                            assert is_foldable(source)
+                            assert f"{short_inline_text(source)} ({source.op.name})" in values
+                            folded += 1
+        assert folded  # constants and shape STACKs are folded into their users, shown as values
+
+
+def test_a_kernels_steps_inside_a_stage_say_so_in_plain_words(softmax):
+    state = PlayerState(softmax.trace)
+    state.select("Rangeify")
+    scopes = set()
+    for step in range(1, state.current.step_count + 1):
+        state.step = step
+        scopes.add(state.frame().scope)
+    for kernel in {k.name for k in softmax.kernels}:
+        opening = f"this step rewrote kernel {kernel} while Rangeify was building it"
+        assert any(s.startswith(opening) for s in scopes)
+    assert not any("a piece" in s or "nested pass" in s for s in scopes)

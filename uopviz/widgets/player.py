@@ -438,28 +438,27 @@ class PlayerState:
                      empty=before is after, **texts)
 
     def scope(self, step_record: RewriteStep) -> str:
-        """'' when the step is shown in the chosen pass's own graph; else a line saying whose graph
-        it is: a pass run inside one of the chosen pass's rules to build that rule's result (Rangeify's
-        ``kernelize`` builds each kernel body with ``index pushdown``) works on a graph of its own,
-        and the frame shows that graph, not the chosen pass's whole graph."""
+        """'' when the step is shown in the chosen pass's own graph; else a line saying, in plain
+        words, which graph the frame shows: a step made while a rule of the chosen pass was building
+        a kernel (Rangeify builds each kernel body with ``index pushdown``) is shown in that kernel as
+        built so far, not in the whole program, which shows again at a later step."""
         record = self.current.record
         shown = record.shown_pass(step_record)
         if shown is record:
             return ""
-        owner = self._parent_of(shown)
+        entry = next((e for e in self.entries if e.record is shown), None)
+        kernel = entry.kernel if entry is not None else ""
+        label = entry.name if entry is not None else shown.name
         back = next((k for k in range(self._step + 1, len(record.steps) + 1)
                      if record.shown_pass(record.steps[k - 1]) is record), None)
-        builder = f"pass {owner.name!r}" if owner is not None else "a pass"
-        again = (f"; the whole graph shows again at step {back} ({record.steps[back - 1].rule})"
+        again = (f"; the whole program shows again at step {back} ({record.steps[back - 1].rule})"
                  if back is not None else "")
-        return (f"showing: the graph of nested pass {shown.name!r}, a piece {builder} builds inside one of "
-                f"its rules, not the whole graph of {record.name!r}{again}")
-
-    def _parent_of(self, record: PassTrace) -> PassTrace | None:
-        for entry in self.entries:
-            if any(child is record for child in entry.record.passes):
-                return entry.record
-        return None
+        if kernel:
+            return (f"this step rewrote kernel {kernel} while {record.name} was building it "
+                    f"(pass {label!r}); the graph shows that kernel as built so far, not the whole "
+                    f"program{again}")
+        return (f"this step rewrote a part of the program while {record.name} was building it (pass "
+                f"{label!r}); the graph shows that part, not the whole program{again}")
 
 
 def _explain(before: UOp, after: UOp, pairs: Mapping[UOp, UOp], lines: list[str]) -> str:

@@ -393,18 +393,19 @@ const UOPVIZ = (() => {
       this.panel.append(h("div", { class: "uv-panel-head", style: `border-left: 6px solid ${n.c}` },
         h("b", { text: n.op }), h("span", { class: "uv-dim", text: " " + (n.f || "") })));
       const table = h("table", { class: "uv-details" });
-      const order = ["op", "family", "dtype", "shape", "arg", "axis_type", "sources", "min_max", "device", "axis", "tag"];
+      const order = ["op", "family", "dtype", "shape", "arg", "axis_type", "sources", "values", "min_max", "device", "axis", "tag"];
       // other details (an operator graph's attributes, tensors, definition) follow in their order
       for (const key of order.concat(Object.keys(d).filter((k) => !order.includes(k)))) {
         if (d[key] === undefined) continue;
         const value = h("td", {});
-        if (key === "sources" && n.s) {
+        if (key === "sources" && n.s && d.sources !== "—") {
+          // each drawn source is "OP key": a link to its node (a node cropped out of this view: its op)
           const names = d.sources.split(", ");
           names.forEach((name, i) => {
-            const srcKey = n.s[i];
+            const [op, srcKey] = name.split(" ");
             if (srcKey && this.byKey.has(srcKey)) {
-              value.append(h("a", { href: "#", class: "uv-link", text: name.split(" ")[0], onclick: (ev) => { ev.preventDefault(); this.select(srcKey, true); this.centerOn(srcKey); } }));
-            } else value.append(h("span", { text: name }));
+              value.append(h("a", { href: "#", class: "uv-link", text: op, onclick: (ev) => { ev.preventDefault(); this.select(srcKey, true); this.centerOn(srcKey); } }));
+            } else value.append(h("span", { text: op }));
             if (i < names.length - 1) value.append(", ");
           });
         } else if (String(d[key]).includes("\n")) value.append(h("pre", { class: "uv-pre", text: d[key] }));
