@@ -522,7 +522,7 @@ const UOPVIZ = (() => {
     const ruleCounts = h("div", { class: "uv-rule-counts" });
     const ruleSteps = h("div", { class: "uv-rule-steps" });
     const rulesBox = h("details", { class: "uv-rules" },
-      h("summary", { class: "uv-side-title" }), ruleFilter, ruleCounts, ruleSteps);
+      h("summary", { class: "uv-text-title" }), ruleFilter, ruleCounts, ruleSteps);
     const main = h("div", { class: "uv-main" }, controls, ruleBox, rulesBox);
     const body = h("div", { class: "uv-player-body" }, side, main);
     wrap.append(legendEl(model.get("legend")), body);
@@ -632,10 +632,10 @@ const UOPVIZ = (() => {
       for (const source of f.sources || []) {
         const code = h("div", { class: "uv-source" });
         code.innerHTML = source.html; // highlighted by Python (pygments: every character escaped)
-        textBox.append(h("div", { class: "uv-side-title", text: `Source of ${source.kernel} (${source.backend})` }), code);
+        textBox.append(h("div", { class: "uv-text-title", text: `Source of ${source.kernel} (${source.backend})` }), code);
       }
       for (const listing of f.listings || []) {
-        textBox.append(h("div", { class: "uv-side-title", text: `LINEAR program of ${listing.kernel}: ${listing.lines.length} instructions` }),
+        textBox.append(h("div", { class: "uv-text-title", text: `LINEAR program of ${listing.kernel}: ${listing.lines.length} instructions` }),
           h("pre", { class: "uv-listing", text: listing.lines.join("\n") }));
       }
       textBox.hidden = !textBox.childElementCount;
