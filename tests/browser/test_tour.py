@@ -157,6 +157,7 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     listing = player.locator(".uv-textbox .uv-listing")
     listing.first.wait_for(timeout=30_000)
     assert listing.first.inner_text().splitlines()[0].strip().startswith("0: ")
+    player.screenshot(path=str(artifacts_dir / "03d_player_linearize_listing.png"))
     player.locator(".uv-pass", has_text="Instruction Selection").first.click()
     rules = player.locator("details.uv-rules")
     rules.locator("summary", has_text="Rules of Instruction Selection:").wait_for(timeout=30_000)
@@ -167,6 +168,12 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     shown_rules = rules.locator(".uv-rule-count > span:first-child").all_inner_texts()
     assert first_rule in shown_rules and all(first_rule in rule for rule in shown_rules)  # only matching rows
     player.screenshot(path=str(artifacts_dir / "03c_player_rules_filtered.png"))
+    # the side panel links the drawn sources and lists folded constants as values
+    player.locator(".uv-node[data-op='STORE']").first.dispatch_event("click")  # (may lie outside the view)
+    panel = player.locator("table.uv-details")
+    panel.wait_for(timeout=10_000)
+    assert "values" in panel.locator("th").all_inner_texts()
+    player.screenshot(path=str(artifacts_dir / "03e_player_side_panel.png"))
 
     # -- the tuner: an opt changes the source; an invalid one only says why --------------------------
     tuner = output_of(page, "tuner = uv.widgets.KernelTuner").locator(".uv-tuner")
