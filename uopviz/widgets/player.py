@@ -129,7 +129,7 @@ def kernel_sources(root: UOp, backend: str | None = None) -> list[KernelSource]:
         if u.op is Ops.PROGRAM and len(u.src) == 2 and u.src[1].op is Ops.SOURCE:
             text = str(u.src[1].arg)
             language = backend or source_language(text)
-            html = highlight(text, language, precise=True)
+            html = highlight(text, language)  # the fast highlighter: a Render frame stays quick and small
             found.append(KernelSource(str(u.src[0].arg), language, text, html))
     return found
 
