@@ -146,6 +146,35 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     page.keyboard.press("ArrowRight")
     wait_for_step(page, player, 1)
 
+    # -- every stage readable: Render shows the kernel's source, Linearize its listing, a pass its rules
+    player.locator(".uv-pass", has_text="Render").first.click()
+    source = player.locator(".uv-textbox .uv-source")
+    source.first.wait_for(timeout=30_000)
+    assert "void " in source.first.inner_text() and "{" in source.first.inner_text()
+    assert "Source of r_" in player.locator(".uv-textbox").inner_text()
+    player.screenshot(path=str(artifacts_dir / "03b_player_render_source.png"))
+    player.locator(".uv-pass", has_text="Linearize").first.click()
+    listing = player.locator(".uv-textbox .uv-listing")
+    listing.first.wait_for(timeout=30_000)
+    assert listing.first.inner_text().splitlines()[0].strip().startswith("0: ")
+    player.screenshot(path=str(artifacts_dir / "03d_player_linearize_listing.png"))
+    player.locator(".uv-pass", has_text="Instruction Selection").first.click()
+    rules = player.locator("details.uv-rules")
+    rules.locator("summary", has_text="Rules of Instruction Selection:").wait_for(timeout=30_000)
+    rules.locator("summary").click()
+    first_rule = rules.locator(".uv-rule-count").first.locator("span").first.inner_text()
+    rules.locator("input.uv-rule-filter").fill(first_rule)
+    rules.locator(".uv-rule-steps a").first.wait_for(timeout=10_000)
+    shown_rules = rules.locator(".uv-rule-count > span:first-child").all_inner_texts()
+    assert first_rule in shown_rules and all(first_rule in rule for rule in shown_rules)  # only matching rows
+    player.screenshot(path=str(artifacts_dir / "03c_player_rules_filtered.png"))
+    # the side panel links the drawn sources and lists folded constants as values
+    player.locator(".uv-node[data-op='STORE']").first.dispatch_event("click")  # (may lie outside the view)
+    panel = player.locator("table.uv-details")
+    panel.wait_for(timeout=10_000)
+    assert "values" in panel.locator("th").all_inner_texts()
+    player.screenshot(path=str(artifacts_dir / "03e_player_side_panel.png"))
+
     # -- the tuner: an opt changes the source; an invalid one only says why --------------------------
     tuner = output_of(page, "tuner = uv.widgets.KernelTuner").locator(".uv-tuner")
     tuner.scroll_into_view_if_needed()

@@ -294,7 +294,8 @@ def test_details_name_every_property_the_panel_shows():
     assert set(details) >= {"op", "dtype", "shape", "arg", "sources", "min_max", "device", "axis"}
     assert details["op"] == "ADD" and details["dtype"] == "int32" and details["device"] == "CPU"
     assert details["min_max"] == repr(value.min_max)
-    assert "INDEX" in details["sources"] and "CONST 2" in details["sources"]
+    # the drawn source is listed (and linked); the folded constant is a value, not a source
+    assert details["sources"] == f"INDEX {node_key(value.src[0])}" and details["values"] == "2 (CONST)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,11 +75,14 @@ def test_a_frame_says_when_it_shows_a_nested_pass_graph(tours):
             else:
                 # a kernel body or address under construction: no FUNCTION, and the line says so
                 assert Ops.FUNCTION not in {u.op for u in frame.uop.toposort()}
-                assert f"nested pass {shown.name!r}" in frame.scope and "'kernelize'" in frame.scope
-                assert "whole graph of 'Rangeify'" in frame.scope
+                kernel = next(e.kernel for e in state.entries if e.record is shown)
+                assert kernel in [k.name for k in program.kernels]
+                assert frame.scope.startswith(f"this step rewrote kernel {kernel} while Rangeify was")
+                assert f"(pass '{shown.name} {kernel}')" in frame.scope and "a piece" not in frame.scope
+                assert "the graph shows that kernel as built so far, not the whole program" in frame.scope
                 back = min(s for s in range(step + 1, state.current.step_count + 1)
                            if stage.shown_pass(stage.steps[s - 1]) is stage)
-                assert f"shows again at step {back}" in frame.scope
+                assert f"the whole program shows again at step {back}" in frame.scope
                 assert frame.to_json()["scope"] == frame.scope
         assert whole_steps and len(whole_steps) < state.current.step_count
         shown_names = {stage.shown_pass(s).name for s in stage.steps}
@@ -92,9 +95,10 @@ def test_a_frame_says_when_it_shows_a_nested_pass_graph(tours):
 def test_embedded_frames_keep_the_scope_line_of_their_pass(tours):
     state, _ = player_state(tours[1].trace, engine="layered")
     passes = {p["name"]: p["index"] for p in state["passes"]}
+    pushdown_index = next(p["index"] for p in state["passes"] if p["name"].startswith("index pushdown "))
     rangeify = [state["frame_table"][key] for key in state["frames"][str(passes["Rangeify"])]]
-    pushdown = [state["frame_table"][key] for key in state["frames"][str(passes["index pushdown"])]]
-    assert any("nested pass 'index pushdown'" in frame["scope"] for frame in rangeify)
+    pushdown = [state["frame_table"][key] for key in state["frames"][str(pushdown_index)]]
+    assert any("(pass 'index pushdown r_" in frame["scope"] for frame in rangeify)
     assert all(frame["scope"] == "" for frame in pushdown)
 
 

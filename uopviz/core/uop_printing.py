@@ -77,3 +77,23 @@ def graph_lines(
         tag_text = f"  tag={u.tag!r}" if tags and u.tag is not None else ""
         lines.append(" ".join(parts) + f"  : {type_text}{tag_text}")
     return lines, named
+
+
+def linear_lines(linear: UOp) -> list[str]:
+    """A LINEAR program as a listing, one line per instruction: ``index: OP dtype (sources) [arg]``.
+    Sources are written by their instruction index (``%3``), or inline when they are constants
+    outside the program (what the LINEAR's instructions refer to without listing)."""
+    index_of = {u: i for i, u in enumerate(linear.src)}
+    width = len(str(max(len(linear.src) - 1, 0)))
+    lines = []
+    for i, u in enumerate(linear.src):
+        operands = [f"%{index_of[s]}" if s in index_of else (inline_text(s) or f"{s.op.name}")
+                    for s in u.src]
+        parts = [f"{i:>{width}}: {u.op.name}", u.dtype.name]
+        if operands:
+            parts.append("(" + ", ".join(operands) + ")")
+        if u.arg is not None and not isinstance(u.arg, DType):
+            parts.append(f"[{_short_arg(u)}]")
+        lines.append(" ".join(parts))
+    return lines
+

@@ -162,7 +162,7 @@ def _build_program(
     if graphs:
         tabs["Graph"] = GraphChoice(graphs)
     if program.trace.passes:
-        tabs["Pipeline"] = RewritePlayer(program.trace)
+        tabs["Pipeline"] = RewritePlayer(program.trace, backend=program.backend)
     if program.kernels:
         from uopviz.widgets.tuner_view import KernelTuner
 

@@ -148,16 +148,26 @@ def _safe_text(compute: Any) -> str:
     return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
 
 
-def node_details(u: UOp, source_names: list[str]) -> dict[str, str]:
-    """What the side panel shows for ``u``: op, family, dtype, shape, arg, sources, min_max,
-    device and axis, each as text."""
+def _arg_text(u: UOp) -> str:
+    """A node's arg as the side panel shows it: a SOURCE's text whole, as written (not a cut, escaped
+    ``repr``); other args as their ``repr``, cut at :data:`DETAIL_CHARS`."""
+    if u.op is Ops.SOURCE and isinstance(u.arg, str):
+        return u.arg
+    return _safe_text(lambda: "—" if u.arg is None else repr(u.arg))
+
+
+def node_details(u: UOp, source_names: list[str], values: list[str] | None = None) -> dict[str, str]:
+    """What the side panel shows for ``u``: op, family, dtype, shape, arg, sources (those drawn as
+    nodes, ``OP key``), values (sources written inline instead of drawn: folded constants, a
+    collapsed body), min_max, device and axis, each as text."""
     details = {
         "op": u.op.name,
         "family": u.op.family.title,
         "dtype": u.dtype.name,
         "shape": repr(u.shape),
-        "arg": _safe_text(lambda: "—" if u.arg is None else repr(u.arg)),
+        "arg": _arg_text(u),
         "sources": ", ".join(source_names) if source_names else "—",
+        **({"values": ", ".join(values)} if values else {}),
         "min_max": _safe_text(lambda: u.min_max),
         "device": _safe_text(lambda: format_device(u.device)),
         "axis": _safe_text(lambda: u.axis),
@@ -501,15 +511,16 @@ def node_attributes(u: UOp, fold_constants: bool = True, collapsed: bool = False
 
 def _compute_attributes(u: UOp, fold_constants: bool, collapsed: bool) -> dict[str, Any]:
     folded: list[str | None] = []  # per source: its inline text, or None when it is drawn as a node
-    source_names = []
+    source_names = []  # the sources drawn as nodes (the side panel links them)
+    values = []  # the others, shown by value: nothing to link to
     for slot, s in enumerate(u.src):
         if collapsed and slot == 0:
             folded.append(None)
-            source_names.append(f"{s.op.name} (collapsed body)")
+            values.append(f"{s.op.name} body (collapsed)")
         elif fold_constants and is_foldable(s):
             text = short_inline_text(s)
             folded.append(text)
-            source_names.append(f"{s.op.name} {text}")
+            values.append(f"{text} ({s.op.name})")
         else:
             folded.append(None)
             source_names.append(f"{s.op.name} {node_key(s)}")
@@ -531,7 +542,7 @@ def _compute_attributes(u: UOp, fold_constants: bool, collapsed: bool) -> dict[s
         "color": node_color(u),
         "label": "\n".join(lines),
         "uop": u,
-        "details": node_details(u, source_names),
+        "details": node_details(u, source_names, values),
         "width": max(len(line) for line in lines) * CHAR_WIDTH + 16.0,
         "height": len(lines) * LINE_HEIGHT + 8.0,
     }

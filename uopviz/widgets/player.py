@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import difflib
 import linecache
-from collections import OrderedDict
+import re
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
+from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
 from uopviz.core.uop import UOp, UOpError
-from uopviz.core.uop_printing import graph_lines
+from uopviz.core.uop_printing import graph_lines, linear_lines
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
+from uopviz.widgets.highlight import highlight
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 #: How many laid-out graphs a player keeps (a step's graph and its predecessor's per frame).
@@ -35,18 +38,37 @@ LAYOUT_CACHE_SIZE = 64
 DIFF_LINE_LIMIT = 400
 
 
+#: Passes whose recorded name ends with the name of the kernel they work on.
+KERNEL_PASS_PREFIXES = ("linearize ", "render ", "parallel outputs ")
+
+
 @dataclass(frozen=True)
 class PassEntry:
-    """One row of the pass list: the pass, its depth in the tree, its position and step count."""
+    """One row of the pass list: the pass, its depth in the tree, its position and step count, and
+    the kernel it works on ('' for a stage or a pass over the whole program)."""
 
     index: int
     depth: int
     record: PassTrace
+    kernel: str = ""
 
     @property
     def name(self) -> str:
-        """The pass's name as recorded."""
-        return self.record.name
+        """The pass's name as shown: as recorded, followed by its kernel's name when the recorded
+        name does not say it (``index pushdown r_g4_R16``; a kernel's passes repeat per kernel)."""
+        if not self.kernel or named_kernel(self.record.name):
+            return self.record.name
+        return f"{self.record.name} {self.kernel}"
+
+    @property
+    def rule_counts(self) -> list[tuple[str, int]]:
+        """How many of this pass's steps each rule made, most first (they sum to the step count)."""
+        return Counter(step.rule for step in self.record.steps).most_common()
+
+    @property
+    def step_rules(self) -> list[str]:
+        """The rule of each step, in step order (step k is ``step_rules[k - 1]``)."""
+        return [step.rule for step in self.record.steps]
 
     @property
     def step_count(self) -> int:
@@ -57,6 +79,99 @@ class PassEntry:
     def changed(self) -> bool:
         """True when the pass rewrote anything."""
         return self.record.changed
+
+
+#: What marks a backend's source text (the language to highlight it in), checked in this order;
+#: C is what is left (its ``#define`` lines do not start with ``define``).
+SOURCE_MARKERS = (("llvm", re.compile(r"^define ", re.MULTILINE)), ("cuda", re.compile(r"__global__")),
+                  ("opencl", re.compile(r"__kernel")), ("python", re.compile(r"^def ", re.MULTILINE)))
+
+
+def source_language(text: str) -> str:
+    """The backend whose language ``text`` is written in, from what marks it (:data:`SOURCE_MARKERS`),
+    for a trace whose backend is not known (highlighting only)."""
+    return next((backend for backend, marker in SOURCE_MARKERS if marker.search(text)), "c")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A rendered kernel as a frame shows it: the kernel's name, the backend, the whole source text
+    and that text highlighted (HTML)."""
+
+    kernel: str
+    backend: str
+    text: str
+    html: str
+
+    def to_json(self) -> dict[str, str]:
+        """The source as the front end shows it."""
+        return {"kernel": self.kernel, "backend": self.backend, "html": self.html}  # the html holds the text
+
+
+@dataclass(frozen=True)
+class KernelListing:
+    """A LINEAR program as a frame shows it: the kernel's name and one line per instruction
+    (:func:`uopviz.core.uop_printing.linear_lines`)."""
+
+    kernel: str
+    lines: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The listing as the front end shows it."""
+        return {"kernel": self.kernel, "lines": self.lines}
+
+
+def kernel_sources(root: UOp, backend: str | None = None) -> list[KernelSource]:
+    """The rendered kernels in ``root`` (each ``PROGRAM(LINEAR, SOURCE)`` once, in program order),
+    highlighted for ``backend`` (None: guessed from each text, :func:`source_language`)."""
+    found = []
+    for u in root.toposort():
+        if u.op is Ops.PROGRAM and len(u.src) == 2 and u.src[1].op is Ops.SOURCE:
+            text = str(u.src[1].arg)
+            language = backend or source_language(text)
+            html = highlight(text, language)  # the fast highlighter: a Render frame stays quick and small
+            found.append(KernelSource(str(u.src[0].arg), language, text, html))
+    return found
+
+
+def kernel_listings(root: UOp) -> list[KernelListing]:
+    """The LINEAR programs in ``root`` not yet rendered (a rendered one shows as its source), each
+    as a listing, in program order."""
+    rendered = {u.src[0] for u in root.toposort() if u.op is Ops.PROGRAM and u.src}
+    return [KernelListing(str(u.arg), linear_lines(u)) for u in root.toposort()
+            if u.op is Ops.LINEAR and u not in rendered]
+
+
+def named_kernel(pass_name: str) -> str:
+    """The kernel a pass's recorded name ends with (:data:`KERNEL_PASS_PREFIXES`), else ''."""
+    prefix = next((p for p in KERNEL_PASS_PREFIXES if pass_name.startswith(p)), "")
+    return pass_name[len(prefix):] if prefix else ""
+
+
+def pass_kernels(entries: list[PassEntry]) -> list[str]:
+    """The kernel each nested pass works on ('' for stages and whole-program passes), by following
+    the graphs: a pass whose output is the input of a later pass works on that pass's kernel, so
+    the names the last stages give (``linearize r_g4_R16``) reach back to the passes that built the
+    kernel (Rangeify's ``index pushdown``, Instruction Selection's ``accumulators``).  A pass whose
+    output no pass takes (``output address``, whose result the next pass builds on) takes the
+    kernel of the pass after it under the same parent."""
+    users: dict[int, list[int]] = {}
+    for entry in entries:
+        if entry.depth and entry.record.input is not None:
+            users.setdefault(id(entry.record.input), []).append(entry.index)
+    kernels = [""] * len(entries)
+    for entry in reversed(entries):
+        if not entry.depth:
+            continue
+        output = entry.record.output
+        taken_by = [i for i in users.get(id(output), []) if i != entry.index] if output is not None else []
+        found = next((kernels[i] for i in taken_by if kernels[i]), "") or named_kernel(entry.record.name)
+        if not found and not taken_by:
+            sibling = next((e for e in entries[entry.index + 1:] if e.depth <= entry.depth), None)
+            if sibling is not None and sibling.depth == entry.depth:
+                found = kernels[sibling.index]
+        kernels[entry.index] = found
+    return kernels
 
 
 def source_line(location: str) -> str:
@@ -118,7 +233,8 @@ class PlayerState:
     """
 
     def __init__(
-        self, trace: Trace, *, hide_unchanged: bool = True, engine: str = "auto", fold_constants: bool = True
+        self, trace: Trace, *, hide_unchanged: bool = True, engine: str = "auto", fold_constants: bool = True,
+        backend: str | None = None,
     ):
         if not isinstance(trace, Trace):
             raise TypeError(f"PlayerState needs a uopviz Trace, got {type(trace).__name__}")
@@ -126,9 +242,13 @@ class PlayerState:
         self.hide_unchanged = hide_unchanged
         self.engine = engine
         self.fold_constants = fold_constants
+        #: the backend the trace's kernels were rendered for (None: guessed from each source)
+        self.backend = backend
         self.entries: list[PassEntry] = []
         for top in trace.passes:
             self._add(top, 0)
+        self.entries = [replace(entry, kernel=kernel)
+                        for entry, kernel in zip(self.entries, pass_kernels(self.entries), strict=True)]
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
         self._replay_errors: dict[int, str] = {}
         self._pass_index = self._first_pass()
@@ -182,9 +302,10 @@ class PlayerState:
         self._step = max(0, min(int(value), self.current.step_count))
 
     def select(self, pass_index: int | str, step: int | None = None) -> None:
-        """Choose a pass (by index or by name) and a step (default: its first step)."""
+        """Choose a pass (by index, or by name as shown or as recorded: the first of that name) and a
+        step (default: its first step)."""
         if isinstance(pass_index, str):
-            matches = [e.index for e in self.entries if e.name == pass_index]
+            matches = [e.index for e in self.entries if pass_index in (e.name, e.record.name)]
             if not matches:
                 raise KeyError(f"no pass named {pass_index!r}; passes: {[e.name for e in self.entries]}")
             pass_index = matches[0]
@@ -293,8 +414,9 @@ class PlayerState:
         record = self.step_record()
         after = self.uop_at()
         graph = self.laid_out(after)
+        texts = {"sources": kernel_sources(after, self.backend), "listings": kernel_listings(after)}
         if record is None:
-            return Frame(entry, 0, graph, None, None, "", "", "", [], after)
+            return Frame(entry, 0, graph, None, None, "", "", "", [], after, **texts)
         before = self.graph_before(record)
         note = ""
         if before is None or id(record) in self._replay_errors:
@@ -313,31 +435,30 @@ class PlayerState:
         return Frame(entry, self._step, graph, diff, focus, record.rule, record.location,
                      source_line(record.location), lines, after, note,
                      explanation=_explain(before, after, pairs, lines), scope=self.scope(record),
-                     empty=before is after)
+                     empty=before is after, **texts)
 
     def scope(self, step_record: RewriteStep) -> str:
-        """'' when the step is shown in the chosen pass's own graph; else a line saying whose graph
-        it is: a pass run inside one of the chosen pass's rules to build that rule's result (Rangeify's
-        ``kernelize`` builds each kernel body with ``index pushdown``) works on a graph of its own,
-        and the frame shows that graph, not the chosen pass's whole graph."""
+        """'' when the step is shown in the chosen pass's own graph; else a line saying, in plain
+        words, which graph the frame shows: a step made while a rule of the chosen pass was building
+        a kernel (Rangeify builds each kernel body with ``index pushdown``) is shown in that kernel as
+        built so far, not in the whole program, which shows again at a later step."""
         record = self.current.record
         shown = record.shown_pass(step_record)
         if shown is record:
             return ""
-        owner = self._parent_of(shown)
+        entry = next((e for e in self.entries if e.record is shown), None)
+        kernel = entry.kernel if entry is not None else ""
+        label = entry.name if entry is not None else shown.name
         back = next((k for k in range(self._step + 1, len(record.steps) + 1)
                      if record.shown_pass(record.steps[k - 1]) is record), None)
-        builder = f"pass {owner.name!r}" if owner is not None else "a pass"
-        again = (f"; the whole graph shows again at step {back} ({record.steps[back - 1].rule})"
+        again = (f"; the whole program shows again at step {back} ({record.steps[back - 1].rule})"
                  if back is not None else "")
-        return (f"showing: the graph of nested pass {shown.name!r}, a piece {builder} builds inside one of "
-                f"its rules, not the whole graph of {record.name!r}{again}")
-
-    def _parent_of(self, record: PassTrace) -> PassTrace | None:
-        for entry in self.entries:
-            if any(child is record for child in entry.record.passes):
-                return entry.record
-        return None
+        if kernel:
+            return (f"this step rewrote kernel {kernel} while {record.name} was building it "
+                    f"(pass {label!r}); the graph shows that kernel as built so far, not the whole "
+                    f"program{again}")
+        return (f"this step rewrote a part of the program while {record.name} was building it (pass "
+                f"{label!r}); the graph shows that part, not the whole program{again}")
 
 
 def _explain(before: UOp, after: UOp, pairs: Mapping[UOp, UOp], lines: list[str]) -> str:
@@ -366,7 +487,9 @@ class Frame:
     shown locally (the whole graph could not be rebuilt there), an ``explanation`` when the printed
     diff is empty (what changed, or that nothing did), a ``scope`` line when the graph shown is a
     nested pass's own graph rather than the chosen pass's whole graph, and ``empty`` when the step
-    left the graph as it was (players pass over it while hiding what changed nothing)."""
+    left the graph as it was (players pass over it while hiding what changed nothing).  ``sources``:
+    the rendered kernels in the graph (Render), ``listings``: its LINEAR programs not yet rendered
+    (Linearize), each shown as text beside the graph."""
 
     entry: PassEntry
     step: int
@@ -382,6 +505,8 @@ class Frame:
     explanation: str = ""
     scope: str = ""
     empty: bool = False
+    sources: list[KernelSource] = field(default_factory=list)
+    listings: list[KernelListing] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The frame as the front end's player draws it."""
@@ -403,4 +528,6 @@ class Frame:
             "explanation": self.explanation,
             "scope": self.scope,
             "empty": self.empty,
+            "sources": [source.to_json() for source in self.sources],
+            "listings": [listing.to_json() for listing in self.listings],
         }

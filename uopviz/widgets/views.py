@@ -168,8 +168,9 @@ class RewritePlayer(anywidget.AnyWidget):
     step the graph after it with changed nodes highlighted, the rule's name and ``file:line``,
     and a diff of the printed graph.
 
-    ``RewritePlayer(trace)``; ``player.state`` is the :class:`PlayerState`; ``player.goto(pass,
-    step)`` moves from Python.
+    ``RewritePlayer(trace, backend="c")`` (``backend`` names the language its Render frames' sources
+    are highlighted in; left out, it is told from each source); ``player.state`` is the
+    :class:`PlayerState`; ``player.goto(pass, step)`` moves from Python.
     """
 
     _esm = traitlets.Unicode(widget_module()).tag(sync=True)
@@ -190,9 +191,10 @@ class RewritePlayer(anywidget.AnyWidget):
         height: int = 480,
         engine: str = "auto",
         pass_name: str | None = None,
+        backend: str | None = None,
         **kwargs: Any,
     ):
-        self.state = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
+        self.state = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine, backend=backend)
         self._frames: OrderedDict[tuple[int, int], dict[str, Any]] = OrderedDict()
         if not self.state.entries:
             raise ValueError("this trace recorded no passes: run graph_rewrite inside `with uv.tracing()`")
@@ -253,6 +255,9 @@ def _pass_json(entry: Any) -> dict[str, Any]:
         "depth": entry.depth,
         "steps": entry.step_count,
         "changed": entry.changed,
+        "kernel": entry.kernel,
+        "rules": [list(pair) for pair in entry.rule_counts],
+        "step_rules": entry.step_rules,
     }
 
 

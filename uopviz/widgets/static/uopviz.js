@@ -393,18 +393,19 @@ const UOPVIZ = (() => {
       this.panel.append(h("div", { class: "uv-panel-head", style: `border-left: 6px solid ${n.c}` },
         h("b", { text: n.op }), h("span", { class: "uv-dim", text: " " + (n.f || "") })));
       const table = h("table", { class: "uv-details" });
-      const order = ["op", "family", "dtype", "shape", "arg", "axis_type", "sources", "min_max", "device", "axis", "tag"];
+      const order = ["op", "family", "dtype", "shape", "arg", "axis_type", "sources", "values", "min_max", "device", "axis", "tag"];
       // other details (an operator graph's attributes, tensors, definition) follow in their order
       for (const key of order.concat(Object.keys(d).filter((k) => !order.includes(k)))) {
         if (d[key] === undefined) continue;
         const value = h("td", {});
-        if (key === "sources" && n.s) {
+        if (key === "sources" && n.s && d.sources !== "—") {
+          // each drawn source is "OP key": a link to its node (a node cropped out of this view: its op)
           const names = d.sources.split(", ");
           names.forEach((name, i) => {
-            const srcKey = n.s[i];
+            const [op, srcKey] = name.split(" ");
             if (srcKey && this.byKey.has(srcKey)) {
-              value.append(h("a", { href: "#", class: "uv-link", text: name.split(" ")[0], onclick: (ev) => { ev.preventDefault(); this.select(srcKey, true); this.centerOn(srcKey); } }));
-            } else value.append(h("span", { text: name }));
+              value.append(h("a", { href: "#", class: "uv-link", text: op, onclick: (ev) => { ev.preventDefault(); this.select(srcKey, true); this.centerOn(srcKey); } }));
+            } else value.append(h("span", { text: op }));
             if (i < names.length - 1) value.append(", ");
           });
         } else if (String(d[key]).includes("\n")) value.append(h("pre", { class: "uv-pre", text: d[key] }));
@@ -515,12 +516,21 @@ const UOPVIZ = (() => {
       button("|◀", "first step: the input (Home)", "first"), button("◀", "previous step (←)", -1), slider,
       button("▶", "next step (→)", 1), button("▶|", "last step (End)", "last"), stepLabel);
     const ruleBox = h("div", { class: "uv-rule" });
-    const main = h("div", { class: "uv-main" }, controls, ruleBox);
+    // the chosen pass's rules with their step counts (from the data); the box filters them by name
+    // and lists the steps a matching rule made, each a link to that step
+    const ruleFilter = h("input", { type: "search", class: "uv-rule-filter", placeholder: "filter steps by rule name" });
+    const ruleCounts = h("div", { class: "uv-rule-counts" });
+    const ruleSteps = h("div", { class: "uv-rule-steps" });
+    const rulesBox = h("details", { class: "uv-rules" },
+      h("summary", { class: "uv-text-title" }), ruleFilter, ruleCounts, ruleSteps);
+    const main = h("div", { class: "uv-main" }, controls, ruleBox, rulesBox);
     const body = h("div", { class: "uv-player-body" }, side, main);
     wrap.append(legendEl(model.get("legend")), body);
     const canvas = new DagCanvas(main, { canToggle: false });
+    // the text a stage makes, beside the graph it is made from: Render's sources, Linearize's listings
+    const textBox = h("div", { class: "uv-textbox" });
     const diffBox = h("div", { class: "uv-diffbox" });
-    main.append(diffBox);
+    main.append(textBox, diffBox);
     const table = model.get("node_table");
 
     function visiblePasses() {
@@ -580,10 +590,55 @@ const UOPVIZ = (() => {
           h("span", { class: "uv-dim", text: " — the graph before the first step; move the slider or press → " }));
       }
       if (f.graph) canvas.setGraph(hydrate(f.graph, table), f.marks, keepView);
+      drawTexts(f);
+      drawRules();
       diffBox.innerHTML = "";
       diffBox.append(h("div", { class: "uv-side-title", text: "Printed graph diff" }), diffEl(f.diff, f.step ? f.explanation : ""));
       wrap.dataset.step = String(f.step || 0);
       drawPasses();
+    }
+    function currentPass() {
+      const index = (model.get("frame") || {}).pass_index;
+      return (model.get("passes") || []).find((p) => p.index === index) || null;
+    }
+    function drawRules() {
+      const pass = currentPass();
+      const rules = pass ? pass.rules || [] : [];
+      rulesBox.hidden = !rules.length;
+      if (!rules.length) return;
+      rulesBox.querySelector("summary").textContent = `Rules of ${pass.name}: ${rules.length} rules, ${pass.steps} steps`;
+      const wanted = ruleFilter.value.trim().toLowerCase();
+      const matches = (rule) => !wanted || rule.toLowerCase().includes(wanted);
+      ruleCounts.innerHTML = "";
+      for (const [rule, count] of rules.filter(([rule]) => matches(rule))) {
+        ruleCounts.append(h("span", { class: "uv-rule-count", title: `${count} steps made by ${rule}`, onclick: () => { ruleFilter.value = rule; drawRules(); } },
+          h("span", { text: rule }), h("b", { text: ` ${count}` })));
+      }
+      ruleSteps.innerHTML = "";
+      if (!wanted) return;
+      const current = (model.get("frame") || {}).step || 0;
+      const steps = (pass.step_rules || []).map((rule, i) => [rule, i + 1]).filter(([rule]) => matches(rule));
+      ruleSteps.append(h("span", { class: "uv-dim", text: `${steps.length} steps: ` }));
+      for (const [rule, step] of steps.slice(0, 300)) {
+        ruleSteps.append(h("a", { href: "#", class: "uv-link" + (step === current ? " uv-active" : ""), title: rule, text: String(step),
+          onclick: (ev) => { ev.preventDefault(); moveTo(pass.index, step); } }), " ");
+      }
+      if (steps.length > 300) ruleSteps.append(h("span", { class: "uv-dim", text: `… ${steps.length - 300} more` }));
+    }
+    ruleFilter.addEventListener("input", drawRules);
+    ruleFilter.addEventListener("keydown", (ev) => ev.stopPropagation());
+    function drawTexts(f) {
+      textBox.innerHTML = "";
+      for (const source of f.sources || []) {
+        const code = h("div", { class: "uv-source" });
+        code.innerHTML = source.html; // highlighted by Python (pygments: every character escaped)
+        textBox.append(h("div", { class: "uv-text-title", text: `Source of ${source.kernel} (${source.backend})` }), code);
+      }
+      for (const listing of f.listings || []) {
+        textBox.append(h("div", { class: "uv-text-title", text: `LINEAR program of ${listing.kernel}: ${listing.lines.length} instructions` }),
+          h("pre", { class: "uv-listing", text: listing.lines.join("\n") }));
+      }
+      textBox.hidden = !textBox.childElementCount;
     }
     slider.addEventListener("input", () => moveTo((model.get("frame") || {}).pass_index, parseInt(slider.value, 10)));
     wrap.addEventListener("keydown", (ev) => {
