@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from uopviz.core.progress import Report
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
 from uopviz.widgets.graph import (
@@ -109,37 +110,60 @@ def player_state(
     engine: str = "auto",
     max_frames: int = MAX_FRAMES_PER_PASS,
     hide_unchanged: bool = True,
+    progress: Report | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The embedded state of a rewrite player: the frames of every pass that changed something (at
     most ``max_frames`` per pass).  A stage and its nested passes show the same steps, each in its
     own graph (a stage the whole program, a pass its kernel): each (step, graph) frame is stored once
     (``frame_table``) and each pass lists the keys of its frames; nodes are shared through one
-    ``node_table``.  Returns the state and notes about what was left out."""
+    ``node_table``.  A step that a nested pass also shows is drawn once, in that pass's graph: the
+    stage's frame for it is a reference (``{"ref": key, "scope": ...}``, see :func:`embedded_frame`)
+    except at the stage's first and last steps, which show its whole graph.  ``progress(done, total,
+    stage)`` hears of each frame laid out.  Returns the state and notes about what was left out."""
     model = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
     node_table: dict[str, dict[str, Any]] = {}
     frame_table: dict[str, dict[str, Any]] = {}
     frames: dict[str, list[str]] = {}
     notes: list[str] = []
     passes = []
+    embedded = []
     for entry in model.entries:
         passes.append({"index": entry.index, "name": entry.name, "depth": entry.depth,
                        "steps": entry.step_count, "changed": entry.changed})
         if hide_unchanged and not entry.changed:
             continue
-        model.pass_index = entry.index
         shown = min(entry.step_count, max_frames)
         if shown < entry.step_count:
             notes.append(f"{entry.name}: the first {shown} of {entry.step_count} steps are embedded")
             passes[-1]["steps"] = shown
+        embedded.append((entry, shown))
+    made_in = _deepest_passes(embedded)
+    total, done = sum(shown + 1 for _, shown in embedded), 0
+    # the deepest passes first: a stage's steps point at the frames its nested passes made
+    for entry, shown in sorted(embedded, key=lambda item: -item[0].depth):
+        model.pass_index = entry.index
         keys = []
         for step in range(shown + 1):
             record = model.step_record(step)
             model.step = step
+            if progress is not None:
+                progress(done, total, "player frames")
+            done += 1
             # a stage shows the whole program and its nested pass the kernel: the same step makes one
             # frame per graph it is shown in (and one only when they show the same graph)
             key = f"s{id(record):x}-{id(model.uop_at()):x}" if record is not None else f"in{entry.index}"
             if record is not None and entry.record.shown_pass(record) is not entry.record:
                 key += f"-p{entry.index}"  # its line saying whose graph it shows names this pass
+            if key not in frame_table and 0 < step < shown and id(record) in made_in:
+                inner, inner_step = made_in[id(record)]
+                target = frames.get(str(inner.index), [])[inner_step:inner_step + 1]
+                if inner is not entry and target and target[0] != key:
+                    key = f"r{id(record):x}-p{entry.index}"
+                    frame_table[key] = {
+                        "ref": target[0], "empty": frame_table[target[0]]["empty"],
+                        "scope": f"showing: the graph of nested pass {inner.name!r}, where this step was "
+                                 f"made, not the whole graph of {entry.name!r} (shown at steps 0 and "
+                                 f"{shown})"}
             if key not in frame_table:
                 frame = model.frame().to_json()
                 frame["graph"] = split_static(frame["graph"], node_table)
@@ -148,12 +172,36 @@ def player_state(
                 frame_table[key] = frame
             keys.append(key)
         frames[str(entry.index)] = keys
+    if progress is not None:
+        progress(total, total, "player frames")
+    frames = {str(entry.index): frames[str(entry.index)] for entry, _ in embedded}  # in pass order
     first = next((e for e in model.entries if str(e.index) in frames and e.step_count), None)
     position = [first.index, 1] if first else [next(iter(map(int, frames)), 0), 0]
     state = {"kind": "player", "legend": legend(), "height": height, "passes": passes, "frames": frames,
              "frame_table": frame_table, "node_table": node_table, "position": position,
              "hide_unchanged": hide_unchanged}
     return state, notes
+
+
+def _deepest_passes(embedded: list[tuple[Any, int]]) -> dict[int, tuple[Any, int]]:
+    """For each embedded step (by the id of its RewriteStep): the deepest embedded pass that lists
+    it, and the step's number there."""
+    made_in: dict[int, tuple[Any, int]] = {}
+    for entry, shown in embedded:
+        for step, record in enumerate(entry.record.steps[:shown], start=1):
+            known = made_in.get(id(record))
+            if known is None or known[0].depth < entry.depth:
+                made_in[id(record)] = (entry, step)
+    return made_in
+
+
+def embedded_frame(state: dict[str, Any], key: str) -> dict[str, Any]:
+    """The frame ``key`` of a player's embedded state with a reference resolved (what the page
+    shows): the referenced frame with the reference's own fields (its scope line) on top."""
+    frame = state["frame_table"][key]
+    if "ref" not in frame:
+        return frame
+    return {**state["frame_table"][frame["ref"]], **{k: v for k, v in frame.items() if k != "ref"}}
 
 
 @dataclass
@@ -205,7 +253,7 @@ class StaticPage:
     def add_player(
         self, tab: str, heading: str, trace: Trace, notes: list[str] | None = None, **options: Any
     ) -> None:
-        """A rewrite player over ``trace`` with its frames embedded."""
+        """A rewrite player over ``trace`` with its frames embedded (options: see :func:`player_state`)."""
         state, left_out = player_state(trace, **options)
         self._view(tab, heading, state, (notes or []) + left_out)
 
