@@ -33,6 +33,9 @@ from uopviz.widgets.serialize import graph_json, legend, marks_json, split_stati
 #: Frames embedded per pass at most (each holds a laid-out graph); later steps are left out and
 #: the page says so.
 MAX_FRAMES_PER_PASS = 60
+#: Frames whose graphs are laid out together (batched ``dot`` processes; the layouts are held in
+#: memory until the batch's frames are made).
+FRAMES_PER_LAYOUT_BATCH = 160
 #: Bodies of a DAG that get an embedded layout of their own (open, the others collapsed).
 MAX_BODY_VIEWS = 40
 #: A DAG whose every-body-open layout has more nodes than this opens with its bodies collapsed.
@@ -149,17 +152,15 @@ def player_state(
             passes[-1]["steps"] = shown
         embedded.append((entry, shown))
     made_in = _deepest_passes(embedded)
-    total, done = sum(shown + 1 for _, shown in embedded), 0
-    # the deepest passes first: a stage's steps point at the frames its nested passes made
+    # keys first (the deepest passes first: a stage's steps refer to the frames its nested passes
+    # make), then the frames to make, their graphs laid out a batch at a time
+    to_make: list[tuple[Any, int, str]] = []
     for entry, shown in sorted(embedded, key=lambda item: -item[0].depth):
         model.pass_index = entry.index
         keys = []
         for step in range(shown + 1):
             record = model.step_record(step)
             model.step = step
-            if progress is not None:
-                progress(done, total, "player frames")
-            done += 1
             # a stage shows the whole program and its nested pass the kernel: the same step makes one
             # frame per graph it is shown in (and one only when they show the same graph)
             key = f"s{id(record):x}-{id(model.uop_at()):x}" if record is not None else f"in{entry.index}"
@@ -171,18 +172,32 @@ def player_state(
                 if inner is not entry and target and target[0] != key:
                     key = f"r{id(record):x}-p{entry.index}"
                     frame_table[key] = {
-                        "ref": target[0], "empty": frame_table[target[0]]["empty"],
+                        "ref": target[0],
                         "scope": f"showing: the graph of nested pass {inner.name!r}, where this step was "
                                  f"made, not the whole graph of {entry.name!r} (shown at steps 0 and "
                                  f"{shown})"}
             if key not in frame_table:
-                frame = model.frame().to_json()
-                frame["graph"] = split_static(frame["graph"], node_table)
-                for per_pass in ("pass_index", "pass_name", "step", "step_count"):
-                    frame.pop(per_pass)
-                frame_table[key] = frame
+                frame_table[key] = {}
+                to_make.append((entry, step, key))
             keys.append(key)
         frames[str(entry.index)] = keys
+    for start in range(0, len(to_make), FRAMES_PER_LAYOUT_BATCH):
+        batch = to_make[start:start + FRAMES_PER_LAYOUT_BATCH]
+        if progress is not None:
+            progress(start, len(to_make), "player frames")
+        model.preload(_frame_graphs(model, batch))
+        for entry, step, key in batch:
+            model.pass_index, model.step = entry.index, step
+            frame = model.frame().to_json()
+            frame["graph"] = split_static(frame["graph"], node_table)
+            for per_pass in ("pass_index", "pass_name", "step", "step_count"):
+                frame.pop(per_pass)
+            frame_table[key] = frame
+        model.forget_preloaded()
+    for frame in frame_table.values():
+        if "ref" in frame:
+            frame["empty"] = frame_table[frame["ref"]]["empty"]
+    total = len(to_make)
     if progress is not None:
         progress(total, total, "player frames")
     frames = {str(entry.index): frames[str(entry.index)] for entry, _ in embedded}  # in pass order
@@ -192,6 +207,20 @@ def player_state(
              "frame_table": frame_table, "node_table": node_table, "position": position,
              "hide_unchanged": hide_unchanged}
     return state, notes
+
+
+def _frame_graphs(model: PlayerState, batch: list[tuple[Any, int, str]]) -> list[UOp]:
+    """The graphs the frames of ``batch`` ((pass entry, step, key) triples) draw: each step's graph
+    and the one before it."""
+    graphs = []
+    for entry, step, _ in batch:
+        model.pass_index, model.step = entry.index, step
+        graphs.append(model.uop_at())
+        record = model.step_record()
+        before = model.graph_before(record) if record is not None else None
+        if before is not None:
+            graphs.append(before)
+    return graphs
 
 
 def _deepest_passes(embedded: list[tuple[Any, int]]) -> dict[int, tuple[Any, int]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import linecache
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import networkx as nx
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
 from uopviz.core.uop import UOp, UOpError
 from uopviz.core.uop_printing import graph_lines
-from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
+from uopviz.widgets.graph import GraphDiff, graph_diff, layout, layout_many, node_key
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 #: How many laid-out graphs a player keeps (a step's graph and its predecessor's per frame).
@@ -130,6 +130,7 @@ class PlayerState:
         for top in trace.passes:
             self._add(top, 0)
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
+        self._preloaded: dict[int, tuple[UOp, nx.DiGraph]] = {}
         self._replay_errors: dict[int, str] = {}
         self._pass_index = self._first_pass()
         self._step = 0
@@ -275,8 +276,24 @@ class PlayerState:
         whole = self.whole_graph(record)
         return whole if whole is not None else record.after
 
+    def preload(self, uops: Iterable[UOp]) -> None:
+        """Lay out many graphs at once (:func:`uopviz.widgets.graph.layout_many`: batched ``dot``)
+        and keep them for :meth:`laid_out` until :meth:`forget_preloaded`: what embeds many frames
+        lays out the graphs of the next few hundred first."""
+        fresh = {id(uop): uop for uop in uops if id(uop) not in self._preloaded}
+        graphs = layout_many(fresh.values(), engine=self.engine, fold_constants=self.fold_constants)
+        for uop, graph in zip(fresh.values(), graphs, strict=True):
+            self._preloaded[id(uop)] = (uop, graph)
+
+    def forget_preloaded(self) -> None:
+        """Drop the layouts :meth:`preload` made (they are large; the LRU cache keeps recent ones)."""
+        self._preloaded.clear()
+
     def laid_out(self, uop: UOp) -> nx.DiGraph:
         """The layout of ``uop`` (cached)."""
+        preloaded = self._preloaded.get(id(uop))
+        if preloaded is not None and preloaded[0] is uop:
+            return preloaded[1]
         cached = self._layouts.get(id(uop))
         if cached is not None and cached[0] is uop:
             self._layouts.move_to_end(id(uop))
