@@ -351,7 +351,9 @@ def layout_many(
     if engine not in ("auto", "dot", "layered"):
         raise ValueError(f"layout engine must be 'auto', 'dot' or 'layered', got {engine!r}")
     graphs = [build_graph(uop, fold_constants=fold_constants) for uop in uops]
-    for_dot = [graph for graph in graphs if _uses_dot(graph, engine)]
+    # a graph with open bodies (dot clusters) gets a dot process of its own: dot keeps some state
+    # from one graph to the next, and placed such a graph a few points differently after others
+    for_dot = [graph for graph in graphs if _uses_dot(graph, engine) and not _dot_clusters_of(graph)]
     for graph, positions in zip(for_dot, dot_positions_batched(for_dot), strict=True):
         if positions is not None:  # else place() runs dot on it alone (and falls back as usual)
             graph.graph["dot_positions"] = positions
@@ -667,6 +669,11 @@ def _dot_text(graph: nx.DiGraph) -> tuple[str, list[str]]:
             lines.append(f"n{number[source]} -> n{number[key]};")
     lines.append("}")
     return "\n".join(lines), keys
+
+
+def _dot_clusters_of(graph: nx.DiGraph) -> bool:
+    """True when ``graph`` has an open FUNCTION/CALL body (drawn by ``dot`` as a cluster)."""
+    return any(members for members in graph.graph.get("bodies", {}).values())
 
 
 def _dot_clusters(graph: nx.DiGraph, number: dict[str, int]) -> list[str]:
