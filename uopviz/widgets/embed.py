@@ -83,7 +83,7 @@ def embedded_states(page: str) -> list[Any]:
     """Every state a page's ``<script>`` elements hold (views, large HTML blocks, the scripts), in
     page order: what :func:`embedded_state` reads from each."""
     pattern = rf'<script type="({re.escape(JSON_TYPE)}|{re.escape(GZIP_TYPE)})" id="[^"]*">(.*?)</script>'
-    # a JSON state's "<\\/" (written so that no "</script>" ends the element early) is JSON's "/"
+    # a JSON state's "<\/" (written so that no "</script>" ends the element early) is JSON's "/"
     return [embedded_state(kind, text) for kind, text in re.findall(pattern, page, re.S)]
 
 
