@@ -13,6 +13,7 @@ import gzip
 import html
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,19 +190,27 @@ def player_state(
                 to_make.append((entry, step, key))
             keys.append(key)
         frames[str(entry.index)] = keys
-    for start in range(0, len(to_make), FRAMES_PER_LAYOUT_BATCH):
-        batch = to_make[start:start + FRAMES_PER_LAYOUT_BATCH]
-        if progress is not None:
-            progress(start, len(to_make), "player frames")
-        model.preload(_frame_graphs(model, batch))
-        for entry, step, key in batch:
-            model.pass_index, model.step = entry.index, step
-            frame = model.frame().to_json()
-            frame["graph"] = split_static(frame["graph"], node_table)
-            for per_pass in ("pass_index", "pass_name", "step", "step_count"):
-                frame.pop(per_pass)
-            frame_table[key] = frame
-        model.forget_preloaded()
+    size = FRAMES_PER_LAYOUT_BATCH
+    batches = [to_make[i:i + size] for i in range(0, len(to_make), size)]
+    # the next batch's graphs are laid out in another thread (mostly waiting on dot processes) while
+    # this one makes the frames of the batch before
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(model.layouts_of, _frame_graphs(model, batches[0])) if batches else None
+        for number, batch in enumerate(batches):
+            if progress is not None:
+                progress(number * size, len(to_make), "player frames")
+            laid_out = pending.result()
+            if number + 1 < len(batches):
+                pending = pool.submit(model.layouts_of, _frame_graphs(model, batches[number + 1]))
+            model.preload([], laid_out)
+            for entry, step, key in batch:
+                model.pass_index, model.step = entry.index, step
+                frame = model.frame().to_json()
+                frame["graph"] = split_static(frame["graph"], node_table)
+                for per_pass in ("pass_index", "pass_name", "step", "step_count"):
+                    frame.pop(per_pass)
+                frame_table[key] = frame
+            model.forget_preloaded()
     for frame in frame_table.values():
         if "ref" in frame:
             frame["empty"] = frame_table[frame["ref"]]["empty"]

@@ -351,9 +351,7 @@ def layout_many(
     if engine not in ("auto", "dot", "layered"):
         raise ValueError(f"layout engine must be 'auto', 'dot' or 'layered', got {engine!r}")
     graphs = [build_graph(uop, fold_constants=fold_constants) for uop in uops]
-    # a graph with open bodies (dot clusters) gets a dot process of its own: dot keeps some state
-    # from one graph to the next, and placed such a graph a few points differently after others
-    for_dot = [graph for graph in graphs if _uses_dot(graph, engine) and not _dot_clusters_of(graph)]
+    for_dot = [graph for graph in graphs if _uses_dot(graph, engine)]
     for graph, positions in zip(for_dot, dot_positions_batched(for_dot), strict=True):
         if positions is not None:  # else place() runs dot on it alone (and falls back as usual)
             graph.graph["dot_positions"] = positions
@@ -741,14 +739,22 @@ DOT_BATCH_GRAPHS = 48
 def dot_positions_batched(graphs: list[nx.DiGraph]) -> list[dict[str, tuple[float, float]] | None]:
     """:func:`dot_positions` of each graph (None where ``dot`` failed on its batch: the caller lays
     that graph out on its own), from one ``dot`` process per batch of graphs, a few run side by side
-    (``dot`` reads many graphs from one input and writes one JSON document each)."""
+    (``dot`` reads many graphs from one input and writes one JSON document each).  A graph with open
+    bodies (dot clusters) is a batch of its own: ``dot`` keeps some state from one graph to the next
+    and placed such a graph a few points differently after others."""
     if not graphs or not dot_available():
         return [None] * len(graphs)
-    batches = [graphs[i:i + DOT_BATCH_GRAPHS] for i in range(0, len(graphs), DOT_BATCH_GRAPHS)]
+    plain = [i for i, graph in enumerate(graphs) if not _dot_clusters_of(graph)]
+    batches = [plain[i:i + DOT_BATCH_GRAPHS] for i in range(0, len(plain), DOT_BATCH_GRAPHS)]
+    batches += [[i] for i, graph in enumerate(graphs) if _dot_clusters_of(graph)]
     workers = max(1, min(len(batches), os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:  # each thread waits on its own dot process
-        results = list(pool.map(_dot_batch, batches))
-    return [positions for batch in results for positions in batch]
+        results = pool.map(_dot_batch, [[graphs[i] for i in batch] for batch in batches])
+        positions: list[dict[str, tuple[float, float]] | None] = [None] * len(graphs)
+        for batch, found in zip(batches, results, strict=True):
+            for i, graph_positions in zip(batch, found, strict=True):
+                positions[i] = graph_positions
+    return positions
 
 
 def _dot_batch(graphs: list[nx.DiGraph]) -> list[dict[str, tuple[float, float]] | None]:

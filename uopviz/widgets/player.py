@@ -276,13 +276,19 @@ class PlayerState:
         whole = self.whole_graph(record)
         return whole if whole is not None else record.after
 
-    def preload(self, uops: Iterable[UOp]) -> None:
-        """Lay out many graphs at once (:func:`uopviz.widgets.graph.layout_many`: batched ``dot``)
-        and keep them for :meth:`laid_out` until :meth:`forget_preloaded`: what embeds many frames
-        lays out the graphs of the next few hundred first."""
-        fresh = {id(uop): uop for uop in uops if id(uop) not in self._preloaded}
-        graphs = layout_many(fresh.values(), engine=self.engine, fold_constants=self.fold_constants)
-        for uop, graph in zip(fresh.values(), graphs, strict=True):
+    def layouts_of(self, uops: Iterable[UOp]) -> list[tuple[UOp, nx.DiGraph]]:
+        """Each distinct graph of ``uops`` laid out as :meth:`laid_out` would, many at once
+        (:func:`uopviz.widgets.graph.layout_many`: batched ``dot``); changes nothing here, so it
+        can run in another thread while this player makes frames."""
+        distinct = list({id(uop): uop for uop in uops}.values())
+        graphs = layout_many(distinct, engine=self.engine, fold_constants=self.fold_constants)
+        return list(zip(distinct, graphs, strict=True))
+
+    def preload(self, uops: Iterable[UOp], laid_out: list[tuple[UOp, nx.DiGraph]] | None = None) -> None:
+        """Keep layouts for :meth:`laid_out` until :meth:`forget_preloaded`: ``laid_out`` (from
+        :meth:`layouts_of`), or those of ``uops`` made now.  What embeds many frames lays out the
+        graphs of the next few hundred first."""
+        for uop, graph in laid_out if laid_out is not None else self.layouts_of(uops):
             self._preloaded[id(uop)] = (uop, graph)
 
     def forget_preloaded(self) -> None:
