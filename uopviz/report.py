@@ -16,11 +16,13 @@ import datetime
 import html
 import runpy
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from uopviz.core.errors import UopvizError
+from uopviz.core.progress import Report
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
 
@@ -57,6 +59,24 @@ def _reportable(x: Any) -> bool:
     if isinstance(x, list | tuple):
         return bool(x) and all(_is_tensor(v) for v in x)
     return _is_tensor(x) or isinstance(x, UOp | Trace) or _is_program(x) or _is_kernel(x) or is_model_graph(x)
+
+
+#: Seconds each kernel may be timed for on each backend in a report (its runs stop at half of it):
+#: a report times every kernel on every backend, and a few runs give the chart its bars.
+REPORT_TIMING_BUDGET_S = 1.0
+
+
+def _inputs_of_others(items: list[tuple[str, Any]]) -> set[int]:
+    """Ids of the tensors among ``items`` that another tensor item is computed from: module-level
+    inputs (``x = uv.Tensor(array)``) are shown inside the result that uses them, not on their own."""
+    from uopviz.core.uop import toposort
+
+    tensors = [v for _, v in items if _is_tensor(v)]
+    inputs: set[int] = set()
+    for value in tensors:
+        below = {id(u) for u in toposort([value.uop])} - {id(value.uop)}
+        inputs.update(id(other) for other in tensors if other is not value and id(other.uop) in below)
+    return inputs
 
 
 #: Suffixes of files ``uopviz report`` reads as NNEF models (folders too: main.sknd or graph.nnef).
@@ -103,6 +123,8 @@ def load_python_source(path: Path) -> list[tuple[str, Any]]:
                 for name, value in namespace.items()
                 if not name.startswith("_") and _reportable(value)
             ]
+            inputs = _inputs_of_others(items)
+            items = [(name, value) for name, value in items if id(value) not in inputs]
     except ReportError:
         raise
     except Exception as error:
@@ -140,6 +162,36 @@ def load_source(source: str | Path) -> list[tuple[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# progress
+
+#: Seconds between two progress lines of the same stage (its first and last lines always print).
+PROGRESS_INTERVAL_S = 1.0
+
+
+def stderr_progress(prefix: str = "uopviz report: ", stream: Any = None) -> Report:
+    """A progress callback ``(done, total, stage)`` that prints lines such as
+    ``uopviz report: out: player frames 120/801`` to stderr: a stage's first and last steps, and
+    one line a second in between (a log stays short, a terminal shows the work moving)."""
+    last: dict[str, float] = {}
+
+    def report(done: int, total: int, stage: Any = None) -> None:
+        now, name = time.monotonic(), str(stage or "")
+        if done not in (0, total) and now - last.get(name, 0.0) < PROGRESS_INTERVAL_S:
+            return
+        last[name] = now
+        count = f" {done}/{total}" if total > 1 else ""
+        print(f"{prefix}{name}{count}", file=stream or sys.stderr, flush=True)
+
+    return report
+
+
+def _stage(progress: Report | None, text: str) -> None:
+    """Report the start of a one-step stage (compiling, timing, writing)."""
+    if progress is not None:
+        progress(0, 1, text)
+
+
+# ---------------------------------------------------------------------------------------------
 # building the page
 
 
@@ -151,14 +203,18 @@ def build_report(
     opts: Any = "heuristic",
     time_kernels: bool = True,
     meta: str = "",
+    progress: Report | None = None,
 ) -> str:
-    """The HTML of a report over ``items`` (``(name, object)`` pairs)."""
+    """The HTML of a report over ``items`` (``(name, object)`` pairs); ``progress(done, total,
+    stage)`` hears of each stage (compiling, player frames, timing; :func:`stderr_progress`)."""
     from uopviz.widgets.embed import StaticPage
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     page = StaticPage(title, meta=(meta + " · " if meta else "") + f"made {stamp} by uopviz")
     for name, value in items:
-        _add_item(page, name, value, backends=backends, opts=opts, time_kernels=time_kernels)
+        _add_item(page, name, value, backends=backends, opts=opts, time_kernels=time_kernels,
+                  progress=progress)
+    _stage(progress, "rendering the page")
     return page.render()
 
 
@@ -171,13 +227,15 @@ def _add_item(page: Any, name: str, value: Any, **options: Any) -> None:
         page.add_operator_graph("Model", f"{name}: operator graph", value)
         page.add_html("Model", f"{name}: operations and tensors", model_html(value))
         backends = options["backends"]
+        _stage(options["progress"], f"{name}: compiling")
         program = value.compile(backend=backends[0] if backends else "c", opts=options["opts"])
         _add_program(page, name, program, None, **options)
     elif isinstance(value, Trace):
-        page.add_player("Pipeline", name, value)
+        page.add_player("Pipeline", name, value, progress=_named(options["progress"], name))
     elif _is_kernel(value):
         _add_kernels(page, name, [value], **options)
     else:
+        _stage(options["progress"], f"{name}: compiling")
         program, graph = _program_of(value, options["opts"], options["backends"])
         _add_program(page, name, program, graph, **options)
 
@@ -195,8 +253,16 @@ def _add_program(page: Any, name: str, program: Any, graph: UOp | None, **option
                    "body of a CALL: open them one by one)")
         page.add_dag("Graph", heading, rangeify.output)
     if program.trace.passes:
-        page.add_player("Pipeline", f"{name}: lowering pipeline", program.trace)
+        page.add_player("Pipeline", f"{name}: lowering pipeline", program.trace,
+                        progress=_named(options["progress"], name))
     _add_kernels(page, name, list(program.kernels), **options)
+
+
+def _named(progress: Report | None, name: str) -> Report | None:
+    """``progress`` with the item's name before each stage's text."""
+    if progress is None:
+        return None
+    return lambda done, total, stage=None: progress(done, total, f"{name}: {stage}")
 
 
 def _program_of(value: Any, opts: Any, backends: list[str] | None) -> tuple[Any, UOp | None]:
@@ -215,14 +281,15 @@ def _program_of(value: Any, opts: Any, backends: list[str] | None) -> tuple[Any,
 
 
 def _add_kernels(
-    page: Any, name: str, kernels: list[Any], *, backends: list[str] | None, time_kernels: bool, **_: Any
+    page: Any, name: str, kernels: list[Any], *, backends: list[str] | None, time_kernels: bool,
+    progress: Report | None = None, **_: Any
 ) -> None:
     from uopviz.widgets.backends_view import backend_names, backends_table_html, timing_figure
     from uopviz.widgets.tuner import TunerState
     from uopviz.widgets.tuner_view import axes_html, sources_html
 
     names = backend_names(backends)
-    for kernel in kernels:
+    for number, kernel in enumerate(kernels):
         state = TunerState(kernel)
         heading = f"{name}: kernel {getattr(kernel, 'name', '')}"
         opts_text = html.escape(state.export_python()) if state.opts else "(no opts: the kernel as lowered)"
@@ -235,16 +302,22 @@ def _add_kernels(
         if isinstance(getattr(kernel, "ast", None), UOp):
             page.add_dag("Kernels", "", kernel.ast, height=680)  # kernels are tall: room for labels
         if time_kernels:
-            entries = [state.timing(b) for b in names]
+            if progress is not None:
+                progress(number, len(kernels), f"{name}: timing kernels on {', '.join(names)}")
+            entries = [state.timing(b, budget_s=REPORT_TIMING_BUDGET_S) for b in names]
             page.add_bokeh("Kernels", "", timing_figure(entries, getattr(kernel, "name", "")))
+    if time_kernels and progress is not None:
+        progress(len(kernels), len(kernels), f"{name}: timing kernels on {', '.join(names)}")
     page.add_html("Backends", f"{name}: backends", backends_table_html(kernels, names, time_kernels=False))
 
 
 def write_report(source: str | Path, output: str | Path, **options: Any) -> Path:
     """Read SOURCE, build the report, write it to ``output``; return the output path."""
+    _stage(options.get("progress"), f"running {source}")
     items = load_source(source)
     title = options.pop("title", None) or f"uopviz report: {Path(source).name}"
     text = build_report(items, title, meta=str(source), **options)
+    _stage(options.get("progress"), f"writing {output}")
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
@@ -261,6 +334,7 @@ def cmd_report(args: Any) -> int:
             opts=args.opts,
             time_kernels=not args.no_timing,
             title=args.title,
+            progress=stderr_progress(),
         )
     except ReportError as error:
         print(f"uopviz report: {error}", file=sys.stderr)

@@ -293,6 +293,17 @@ def test_report_opens_from_a_file_without_a_server(browser_page, artifacts_dir, 
         page.wait_for_timeout(300)
         assert player.locator(".uv-note").count() == 0
         assert player.locator(".uv-node[data-op='FUNCTION']").count() == 1, stage
+    # its middle steps made in a nested pass are drawn once, in that pass's graph, and say so (the
+    # report embeds them as references: the whole program at every step made it 4x larger)
+    player.locator(".uv-pass", has_text="Rangeify").first.click()
+    player.click(position={"x": 5, "y": 5})
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    wait_until(lambda: player.locator(".uv-scope").count() == 1, page, "a step in a nested pass's graph")
+    assert "nested pass" in player.locator(".uv-scope").inner_text()
+    assert player.locator(".uv-node").count() >= 2
+    page.screenshot(path=str(artifacts_dir / "report_player_nested_step.png"), full_page=True)
     page.locator(".rp-tab", has_text="Kernels").click()
     kernels = page.locator(".rp-panel.rp-active")
     assert kernels.locator(".uv-source").count() >= 2 and kernels.locator(".bk-Figure, .bk-Row, .bk-root, "

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -496,3 +497,34 @@ def test_a_linear_program_is_laid_out_as_an_indented_listing():
     root_index = list(g.nodes).index(node_key(linear))
     assert edges and all(t != root_index for _, t, _ in edges)  # the LINEAR fan is implied by order
     assert layout(linear, engine="layered").graph["engine"] == "layered"
+
+
+@pytest.mark.parametrize("rows,cols", [(4, 8), (6, 5)])
+def test_layout_many_gives_the_layouts_of_layout_from_batched_dot(rows, cols, monkeypatch):
+    """The report's player lays its frames out with layout_many: a few dot processes, each reading
+    many graphs, give the positions and body boxes one dot process per graph gives."""
+    rng = np.random.default_rng(rows)
+    x = uv.Tensor(rng.standard_normal((rows, cols)).astype(np.float32))
+    program = uv.compile((x * 2.0 + 1.0).softmax(axis=1), backend="python")
+    uops = [step.after for p in program.trace.passes for step in p.steps[:6]]
+    uops += [program.trace.passes[1].output, program.kernels[0].ast]  # the CALLs' bodies; a kernel
+    single = [graph_module.layout(u) for u in uops]
+    runs: list[int] = []
+    real_run = graph_module.subprocess.run
+
+    def counted(*args, **kwargs):
+        runs.append(kwargs.get("input", "").count("digraph"))
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(graph_module.subprocess, "run", counted)
+    monkeypatch.setattr(graph_module, "DOT_BATCH_GRAPHS", 5)
+    many = graph_module.layout_many(uops)
+    assert [g.graph["engine"] for g in many] == [g.graph["engine"] for g in single]
+    for a, b in zip(single, many, strict=True):
+        assert dict(a.nodes(data="pos")) == dict(b.nodes(data="pos"))
+        assert a.graph["clusters"] == b.graph["clusters"] and list(a.edges) == list(b.edges)
+    # graphs with open bodies (clusters) get a dot process each, the others go in batches of 5
+    clustered = sum(g.graph["engine"] == "dot" and bool(g.graph["clusters"]) for g in single)
+    batched = sum(g.graph["engine"] == "dot" for g in single) - clustered
+    assert clustered >= 1 and batched >= 8
+    assert sum(runs) == batched + clustered and len(runs) == -(-batched // 5) + clustered

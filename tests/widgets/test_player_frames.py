@@ -11,7 +11,7 @@ import pytest
 import uopviz as uv
 from uopviz import Ops, UOp, dtypes
 from uopviz.passes.optops.opts import Opt, OptOp
-from uopviz.widgets.embed import player_state
+from uopviz.widgets.embed import embedded_frame, player_state
 from uopviz.widgets.player import PlayerState, aligned_text_diff, printed_graph, text_diff
 from uopviz.widgets.views import RewritePlayer
 
@@ -198,3 +198,36 @@ def test_embedded_frames_mark_steps_that_change_nothing(lanes):
     frames = [state["frame_table"][key] for key in state["frames"][str(expand)]]
     assert frames[-1]["empty"] and "changed nothing" in frames[-1]["explanation"]
     assert not frames[1]["empty"]
+
+
+def test_a_stage_step_made_in_a_nested_pass_refers_to_that_pass_frame(tours):
+    """A stage's middle steps are drawn once, in the graph of the nested pass that made them (a
+    reference with its own scope line); the stage's first and last steps show its whole graph."""
+    for program in tours:
+        state, _ = player_state(program.trace, engine="layered")
+        passes = {p["index"]: p for p in state["passes"]}
+        stages = [p for p in state["passes"] if p["depth"] == 0 and str(p["index"]) in state["frames"]]
+        referred = 0
+        for stage in stages:
+            keys = state["frames"][str(stage["index"])]
+            for step, key in enumerate(keys):
+                own = state["frame_table"][key]
+                frame = embedded_frame(state, key)
+                assert frame["graph"]["nodes"] and "ref" not in frame
+                if step in (0, len(keys) - 1):
+                    assert "ref" not in own, (stage["name"], step)
+                    continue
+                if "ref" not in own:
+                    continue
+                referred += 1
+                inner = next(p for i, p in passes.items() if own["ref"] in state["frames"].get(str(i), []))
+                assert inner["depth"] > 0 and f"nested pass {inner['name']!r}" in frame["scope"]
+                assert frame["graph"] == state["frame_table"][own["ref"]]["graph"]
+                assert frame["empty"] == state["frame_table"][own["ref"]]["empty"]
+        assert referred >= 10
+        whole = {"FUNCTION", "CALL"}
+        for stage in stages:  # the whole program, with its kernels as CALLs, at a stage's last step
+            last = embedded_frame(state, state["frames"][str(stage["index"])][-1])
+            ops = {state["node_table"].get(n["k"], n).get("op") for n in last["graph"]["nodes"]}
+            if stage["name"] not in ("Callify",):
+                assert ops & whole, stage["name"]

@@ -147,3 +147,46 @@ def test_explore_a_tensor_a_program_and_a_kernel():
     both = uv.explore([y, x + 1.0])
     assert both.explorer_name == "list of Tensors" and both.children[0].view.graph["nodes"]
     assert json.dumps(both.children[0].view.graph)  # plain JSON for the front end
+
+
+CONV_SOFTMAX = textwrap.dedent("""
+    import numpy as np
+    import uopviz as uv
+    x = uv.Tensor(np.random.default_rng({seed}).standard_normal((1, 3, {size}, {size})).astype(np.float32))
+    w = uv.Tensor(np.random.default_rng({seed} + 1).standard_normal((8, 3, 3, 3)).astype(np.float32))
+    out = x.conv2d(w).relu().reshape(1, -1).softmax(axis=1)
+""")
+
+
+def test_cli_report_of_a_conv_softmax_is_small_complete_and_says_its_progress(tmp_path, capsys):
+    """Issue #24: this report was 18.4 MB (then 4.2 MB) with nothing printed while it was made."""
+    from uopviz.cli import main as cli_main
+    from uopviz.widgets.embed import embedded_frame
+
+    source, out = tmp_path / "prog.py", tmp_path / "r.html"
+    source.write_text(CONV_SOFTMAX.format(seed=3, size=16))
+    # compiled for python (uv.compile's default, as with no --backend), shown and timed on C too
+    assert cli_main(["report", str(source), "-o", str(out), "--backend", "python", "--backend", "c"]) == 0
+    assert out.stat().st_size <= 2_000_000  # bytes of the written file
+    err = capsys.readouterr().err.splitlines()
+    for stage in ("running", "out: compiling", "out: player frames", "out: timing kernels", "writing"):
+        assert any(line.startswith(f"uopviz report: {stage}") for line in err), (stage, err)
+    assert any(re.fullmatch(r"uopviz report: out: player frames (\d+)/\1", line) for line in err), err
+    page = parse(out)
+    text = out.read_text() + json.dumps(page.states)
+    # the inputs x and w are shown inside out's report, not as items of their own
+    assert re.findall(r"<h2>(\w+): lowering pipeline</h2>", text) == ["out"]
+    player = next(s for s in page.states if s["kind"] == "player")
+    assert [p["name"] for p in player["passes"] if p["depth"] == 0] == STAGES
+    for keys in player["frames"].values():
+        assert all(embedded_frame(player, key)["graph"]["nodes"] for key in keys)
+    namespace: dict = {}
+    exec(source.read_text(), namespace)
+    program = uv.compile(namespace["out"], backend="python", opts="heuristic")
+    assert len(program.kernels) == 4
+    for kernel in program.kernels:
+        assert re.search(re.escape(kernel.name) + r"(</span>)?\(", text)  # its C source (highlighted)
+        assert f"kernel {kernel.name}</h2>" in text
+    scripts = next(s for s in page.states if s["kind"] == "scripts")
+    assert "Bokeh" in scripts["scripts"][0] and len(scripts["scripts"]) == 1 + 4  # one figure a kernel
+    assert "<table" in text and "vector widths" in text and "python" in text

@@ -12,9 +12,12 @@ import base64
 import gzip
 import html
 import json
+import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from uopviz.core.progress import Report
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
 from uopviz.widgets.graph import (
@@ -31,6 +34,9 @@ from uopviz.widgets.serialize import graph_json, legend, marks_json, split_stati
 #: Frames embedded per pass at most (each holds a laid-out graph); later steps are left out and
 #: the page says so.
 MAX_FRAMES_PER_PASS = 60
+#: Frames whose graphs are laid out together (batched ``dot`` processes; the layouts are held in
+#: memory until the batch's frames are made).
+FRAMES_PER_LAYOUT_BATCH = 160
 #: Bodies of a DAG that get an embedded layout of their own (open, the others collapsed).
 MAX_BODY_VIEWS = 40
 #: A DAG whose every-body-open layout has more nodes than this opens with its bodies collapsed.
@@ -43,15 +49,25 @@ AUTO_COLLAPSE_NODES = 160
 COMPRESS_ABOVE = 32 * 1024
 JSON_TYPE = "application/json"
 GZIP_TYPE = "application/gzip+base64"
+#: The id of the element holding bokeh's JS and the figures' scripts, compressed: bokeh's core alone
+#: is 1.3 MB of JS (0.45 MB packed); the page runs the scripts in order once it has inflated them.
+SCRIPTS_ID = "uv-scripts"
 
 
-def _json_script(element_id: str, data: Any) -> str:
+def _json_script(element_id: str, data: Any, compress: bool | None = None) -> str:
+    """``data`` as a JSON ``<script>`` element, gzip-compressed (base64) when ``compress`` or, by
+    default, when larger than :data:`COMPRESS_ABOVE`."""
     text = json.dumps(data, separators=(",", ":"), default=str)
-    if len(text) > COMPRESS_ABOVE:
+    if compress or (compress is None and len(text) > COMPRESS_ABOVE):
         packed = base64.b64encode(gzip.compress(text.encode(), compresslevel=6, mtime=0)).decode()
         return f'<script type="{GZIP_TYPE}" id="{element_id}">{packed}</script>'
     escaped = text.replace("</", "<\\/")  # no "</script>" inside the element
     return f'<script type="{JSON_TYPE}" id="{element_id}">{escaped}</script>'
+
+
+def _script_text(tags: str) -> str:
+    """The JS inside ``<script>`` elements (bokeh's resources and figure scripts), joined."""
+    return "\n".join(re.findall(r"<script[^>]*>(.*?)</script>", tags, re.S))
 
 
 def embedded_state(script_type: str, text: str) -> Any:
@@ -62,6 +78,14 @@ def embedded_state(script_type: str, text: str) -> Any:
     if script_type == JSON_TYPE:
         return json.loads(text)
     raise ValueError(f"not an embedded view state: a script of type {script_type!r}")
+
+
+def embedded_states(page: str) -> list[Any]:
+    """Every state a page's ``<script>`` elements hold (views, large HTML blocks, the scripts), in
+    page order: what :func:`embedded_state` reads from each."""
+    pattern = rf'<script type="({re.escape(JSON_TYPE)}|{re.escape(GZIP_TYPE)})" id="[^"]*">(.*?)</script>'
+    # a JSON state's "<\/" (written so that no "</script>" ends the element early) is JSON's "/"
+    return [embedded_state(kind, text) for kind, text in re.findall(pattern, page, re.S)]
 
 
 def dag_state(
@@ -109,28 +133,39 @@ def player_state(
     engine: str = "auto",
     max_frames: int = MAX_FRAMES_PER_PASS,
     hide_unchanged: bool = True,
+    progress: Report | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The embedded state of a rewrite player: the frames of every pass that changed something (at
     most ``max_frames`` per pass).  A stage and its nested passes show the same steps, each in its
     own graph (a stage the whole program, a pass its kernel): each (step, graph) frame is stored once
     (``frame_table``) and each pass lists the keys of its frames; nodes are shared through one
-    ``node_table``.  Returns the state and notes about what was left out."""
+    ``node_table``.  A step that a nested pass also shows is drawn once, in that pass's graph: the
+    stage's frame for it is a reference (``{"ref": key, "scope": ...}``, see :func:`embedded_frame`)
+    except at the stage's first and last steps, which show its whole graph.  ``progress(done, total,
+    stage)`` hears of each frame laid out.  Returns the state and notes about what was left out."""
     model = PlayerState(trace, hide_unchanged=hide_unchanged, engine=engine)
     node_table: dict[str, dict[str, Any]] = {}
     frame_table: dict[str, dict[str, Any]] = {}
     frames: dict[str, list[str]] = {}
     notes: list[str] = []
     passes = []
+    embedded = []
     for entry in model.entries:
         passes.append({"index": entry.index, "name": entry.name, "depth": entry.depth,
                        "steps": entry.step_count, "changed": entry.changed})
         if hide_unchanged and not entry.changed:
             continue
-        model.pass_index = entry.index
         shown = min(entry.step_count, max_frames)
         if shown < entry.step_count:
             notes.append(f"{entry.name}: the first {shown} of {entry.step_count} steps are embedded")
             passes[-1]["steps"] = shown
+        embedded.append((entry, shown))
+    made_in = _deepest_passes(embedded)
+    # keys first (the deepest passes first: a stage's steps refer to the frames its nested passes
+    # make), then the frames to make, their graphs laid out a batch at a time
+    to_make: list[tuple[Any, int, str]] = []
+    for entry, shown in sorted(embedded, key=lambda item: -item[0].depth):
+        model.pass_index = entry.index
         keys = []
         for step in range(shown + 1):
             record = model.step_record(step)
@@ -140,20 +175,90 @@ def player_state(
             key = f"s{id(record):x}-{id(model.uop_at()):x}" if record is not None else f"in{entry.index}"
             if record is not None and entry.record.shown_pass(record) is not entry.record:
                 key += f"-p{entry.index}"  # its line saying whose graph it shows names this pass
+            if key not in frame_table and 0 < step < shown and id(record) in made_in:
+                inner, inner_step = made_in[id(record)]
+                target = frames.get(str(inner.index), [])[inner_step:inner_step + 1]
+                if inner is not entry and target and target[0] != key:
+                    key = f"r{id(record):x}-p{entry.index}"
+                    frame_table[key] = {
+                        "ref": target[0],
+                        "scope": f"showing: the graph of nested pass {inner.name!r}, where this step was "
+                                 f"made, not the whole graph of {entry.name!r} (shown at steps 0 and "
+                                 f"{shown})"}
             if key not in frame_table:
+                frame_table[key] = {}
+                to_make.append((entry, step, key))
+            keys.append(key)
+        frames[str(entry.index)] = keys
+    size = FRAMES_PER_LAYOUT_BATCH
+    batches = [to_make[i:i + size] for i in range(0, len(to_make), size)]
+    # the next batch's graphs are laid out in another thread (mostly waiting on dot processes) while
+    # this one makes the frames of the batch before
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(model.layouts_of, _frame_graphs(model, batches[0])) if batches else None
+        for number, batch in enumerate(batches):
+            if progress is not None:
+                progress(number * size, len(to_make), "player frames")
+            laid_out = pending.result()
+            if number + 1 < len(batches):
+                pending = pool.submit(model.layouts_of, _frame_graphs(model, batches[number + 1]))
+            model.preload([], laid_out)
+            for entry, step, key in batch:
+                model.pass_index, model.step = entry.index, step
                 frame = model.frame().to_json()
                 frame["graph"] = split_static(frame["graph"], node_table)
                 for per_pass in ("pass_index", "pass_name", "step", "step_count"):
                     frame.pop(per_pass)
                 frame_table[key] = frame
-            keys.append(key)
-        frames[str(entry.index)] = keys
+            model.forget_preloaded()
+    for frame in frame_table.values():
+        if "ref" in frame:
+            frame["empty"] = frame_table[frame["ref"]]["empty"]
+    total = len(to_make)
+    if progress is not None:
+        progress(total, total, "player frames")
+    frames = {str(entry.index): frames[str(entry.index)] for entry, _ in embedded}  # in pass order
     first = next((e for e in model.entries if str(e.index) in frames and e.step_count), None)
     position = [first.index, 1] if first else [next(iter(map(int, frames)), 0), 0]
     state = {"kind": "player", "legend": legend(), "height": height, "passes": passes, "frames": frames,
              "frame_table": frame_table, "node_table": node_table, "position": position,
              "hide_unchanged": hide_unchanged}
     return state, notes
+
+
+def _frame_graphs(model: PlayerState, batch: list[tuple[Any, int, str]]) -> list[UOp]:
+    """The graphs the frames of ``batch`` ((pass entry, step, key) triples) draw: each step's graph
+    and the one before it."""
+    graphs = []
+    for entry, step, _ in batch:
+        model.pass_index, model.step = entry.index, step
+        graphs.append(model.uop_at())
+        record = model.step_record()
+        before = model.graph_before(record) if record is not None else None
+        if before is not None:
+            graphs.append(before)
+    return graphs
+
+
+def _deepest_passes(embedded: list[tuple[Any, int]]) -> dict[int, tuple[Any, int]]:
+    """For each embedded step (by the id of its RewriteStep): the deepest embedded pass that lists
+    it, and the step's number there."""
+    made_in: dict[int, tuple[Any, int]] = {}
+    for entry, shown in embedded:
+        for step, record in enumerate(entry.record.steps[:shown], start=1):
+            known = made_in.get(id(record))
+            if known is None or known[0].depth < entry.depth:
+                made_in[id(record)] = (entry, step)
+    return made_in
+
+
+def embedded_frame(state: dict[str, Any], key: str) -> dict[str, Any]:
+    """The frame ``key`` of a player's embedded state with a reference resolved (what the page
+    shows): the referenced frame with the reference's own fields (its scope line) on top."""
+    frame = state["frame_table"][key]
+    if "ref" not in frame:
+        return frame
+    return {**state["frame_table"][frame["ref"]], **{k: v for k, v in frame.items() if k != "ref"}}
 
 
 @dataclass
@@ -205,20 +310,27 @@ class StaticPage:
     def add_player(
         self, tab: str, heading: str, trace: Trace, notes: list[str] | None = None, **options: Any
     ) -> None:
-        """A rewrite player over ``trace`` with its frames embedded."""
+        """A rewrite player over ``trace`` with its frames embedded (options: see :func:`player_state`)."""
         state, left_out = player_state(trace, **options)
         self._view(tab, heading, state, (notes or []) + left_out)
 
     def add_html(self, tab: str, heading: str, fragment: str, notes: list[str] | None = None) -> None:
-        """A block of ready HTML (escaped by the caller)."""
-        self._block(tab, heading, fragment, notes)
+        """A block of ready HTML (escaped by the caller).  A large one (kernel sources, highlighted
+        with inline styles) is embedded compressed (``{"kind": "html"}``) and inflated on load."""
+        if len(fragment) <= COMPRESS_ABOVE:
+            self._block(tab, heading, fragment, notes)
+            return
+        self._count += 1
+        element_id = f"uv-state-{self._count}"
+        self._scripts.append(_json_script(element_id, {"kind": "html", "html": fragment}))
+        self._block(tab, heading, f'<div class="uv-html" data-html="{element_id}"></div>', notes)
 
     def add_bokeh(self, tab: str, heading: str, figure: Any, notes: list[str] | None = None) -> None:
         """A bokeh figure (rendered by bokeh's inline JS)."""
         from bokeh.embed import components
 
         script, div = components(figure)
-        self._bokeh.append(script)
+        self._bokeh.append(_script_text(script))
         self._block(tab, heading, div, notes)
 
     def render(self) -> str:
@@ -227,13 +339,16 @@ class StaticPage:
 
         page_css = (STATIC / "report.css").read_text()
         boot = (STATIC / "report.js").read_text()
-        head_extra = ""
+        head_extra = scripts = ""
         if self._bokeh:
             from bokeh.resources import Resources
 
             # only bokeh's core (plots): the widgets, tables, GL and MathJax bundles would triple the size
             inline = Resources(mode="inline", components=["bokeh"])
-            head_extra = inline.render_js() + inline.render_css()
+            head_extra = inline.render_css()
+            # bokeh first, then each figure's script (run by the page once inflated, in this order)
+            payload = {"kind": "scripts", "scripts": [_script_text(inline.render_js()), *self._bokeh]}
+            scripts = _json_script(SCRIPTS_ID, payload, compress=True)
         tab_buttons = "".join(
             f'<button class="rp-tab" data-tab="t{i}">{html.escape(name)}</button>'
             for i, name in enumerate(self.tabs)
@@ -250,6 +365,6 @@ class StaticPage:
             f'<div class="rp-meta">{html.escape(self.meta)}</div></div>'
             f'<nav class="rp-tabs">{tab_buttons}</nav>{panels}'
             + "".join(self._scripts)
-            + "".join(self._bokeh)
+            + scripts
             + f"<script>{script()}\n{boot}</script></body></html>\n"
         )

@@ -19,11 +19,13 @@ player highlights a step's changes with it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -350,6 +352,24 @@ def layout(
     return graph
 
 
+def layout_many(
+    uops: Iterable[UOp], *, fold_constants: bool = True, engine: str = "auto"
+) -> list[nx.DiGraph]:
+    """:func:`layout` of each of ``uops`` (the same graphs), faster for many: the graphs ``dot``
+    lays out go to a few ``dot`` processes, each reading a batch of graphs, run side by side (a
+    report's player lays out hundreds of frames; one process each spent most of its time starting)."""
+    if engine not in ("auto", "dot", "layered"):
+        raise ValueError(f"layout engine must be 'auto', 'dot' or 'layered', got {engine!r}")
+    graphs = [build_graph(uop, fold_constants=fold_constants) for uop in uops]
+    for_dot = [graph for graph in graphs if _uses_dot(graph, engine)]
+    for graph, positions in zip(for_dot, dot_positions_batched(for_dot), strict=True):
+        if positions is not None:  # else place() runs dot on it alone (and falls back as usual)
+            graph.graph["dot_positions"] = positions
+    for graph in graphs:
+        place(graph, engine)
+    return graphs
+
+
 def build_graph(
     uop: UOp, *, fold_constants: bool = True, collapse: bool | Iterable[Any] | None = None
 ) -> nx.DiGraph:
@@ -593,23 +613,33 @@ def linear_positions(graph: nx.DiGraph, root: str) -> dict[str, tuple[float, flo
     return positions
 
 
+def _uses_dot(graph: nx.DiGraph, engine: str) -> bool:
+    """True when :func:`place` lays ``graph`` out with ``dot`` (not a LINEAR under "auto")."""
+    if engine == "dot":
+        return True
+    if engine != "auto" or not dot_available() or linear_root(graph) is not None:
+        return False
+    # dot's crossing minimisation grows fast with size and with wide fans (a LINEAR over hundreds of
+    # instructions): those go to the layered layout, which stays well under a second
+    small = graph.number_of_nodes() <= DOT_NODE_LIMIT
+    narrow = max((degree for _, degree in graph.in_degree()), default=0) <= DOT_FAN_IN_LIMIT
+    return small and narrow
+
+
 def place(graph: nx.DiGraph, engine: str = "auto") -> str:
     """Give every node of ``graph`` a ``pos``; return the engine used ("dot", "layered", or "linear"
-    for a LINEAR program under ``engine="auto"``)."""
+    for a LINEAR program under ``engine="auto"``).  Positions ``dot`` already gave
+    (``graph.graph["dot_positions"]``, from :func:`layout_many`) are used as they are."""
     root = linear_root(graph)
     if root is not None and engine == "auto":
         for key, pos in linear_positions(graph, root).items():
             graph.nodes[key]["pos"] = pos
         graph.graph.update(engine="linear", clusters=[], size=_extent(graph))
         return "linear"
-    # dot's crossing minimisation grows fast with size and with wide fans (a LINEAR over hundreds of
-    # instructions): those go to the layered layout, which stays well under a second
-    small = graph.number_of_nodes() <= DOT_NODE_LIMIT
-    narrow = max((degree for _, degree in graph.in_degree()), default=0) <= DOT_FAN_IN_LIMIT
-    use_dot = engine == "dot" or (engine == "auto" and dot_available() and small and narrow)
-    positions: dict[str, tuple[float, float]] | None = None
-    used = "layered"
-    if use_dot:
+    use_dot = _uses_dot(graph, engine)
+    positions: dict[str, tuple[float, float]] | None = graph.graph.pop("dot_positions", None)
+    used = "dot" if positions is not None else "layered"
+    if use_dot and positions is None:
         try:
             positions = dot_positions(graph, DOT_TIMEOUT_S if engine == "dot" else DOT_AUTO_TIMEOUT_S)
             used = "dot"
@@ -648,6 +678,11 @@ def _dot_text(graph: nx.DiGraph) -> tuple[str, list[str]]:
             lines.append(f"n{number[source]} -> n{number[key]};")
     lines.append("}")
     return "\n".join(lines), keys
+
+
+def _dot_clusters_of(graph: nx.DiGraph) -> bool:
+    """True when ``graph`` has an open FUNCTION/CALL body (drawn by ``dot`` as a cluster)."""
+    return any(members for members in graph.graph.get("bodies", {}).values())
 
 
 def _dot_clusters(graph: nx.DiGraph, number: dict[str, int]) -> list[str]:
@@ -702,7 +737,78 @@ def dot_positions(graph: nx.DiGraph, timeout_s: float = DOT_TIMEOUT_S) -> dict[s
     if done.returncode != 0:
         raise LayoutError(f"dot exited with {done.returncode}: {done.stderr.strip()[:300]}")
     try:
-        objects = json.loads(done.stdout)["objects"]
+        output = json.loads(done.stdout)
+    except ValueError as error:
+        raise LayoutError(f"cannot read dot's JSON output: {error}") from error
+    return _read_dot_output(graph, keys, output)
+
+
+#: Graphs per ``dot`` process in :func:`dot_positions_batched` at most (a batch is one process).
+DOT_BATCH_GRAPHS = 48
+
+
+def dot_positions_batched(graphs: list[nx.DiGraph]) -> list[dict[str, tuple[float, float]] | None]:
+    """:func:`dot_positions` of each graph (None where ``dot`` failed on its batch: the caller lays
+    that graph out on its own), from one ``dot`` process per batch of graphs, a few run side by side
+    (``dot`` reads many graphs from one input and writes one JSON document each).  A graph with open
+    bodies (dot clusters) is a batch of its own: ``dot`` keeps some state from one graph to the next
+    and placed such a graph a few points differently after others."""
+    if not graphs or not dot_available():
+        return [None] * len(graphs)
+    plain = [i for i, graph in enumerate(graphs) if not _dot_clusters_of(graph)]
+    batches = [plain[i:i + DOT_BATCH_GRAPHS] for i in range(0, len(plain), DOT_BATCH_GRAPHS)]
+    batches += [[i] for i, graph in enumerate(graphs) if _dot_clusters_of(graph)]
+    workers = max(1, min(len(batches), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:  # each thread waits on its own dot process
+        results = pool.map(_dot_batch, [[graphs[i] for i in batch] for batch in batches])
+        positions: list[dict[str, tuple[float, float]] | None] = [None] * len(graphs)
+        for batch, found in zip(batches, results, strict=True):
+            for i, graph_positions in zip(batch, found, strict=True):
+                positions[i] = graph_positions
+    return positions
+
+
+def _dot_batch(graphs: list[nx.DiGraph]) -> list[dict[str, tuple[float, float]] | None]:
+    """Positions of each graph of a batch from one ``dot`` process (all None when it fails)."""
+    texts = [_dot_text(graph) for graph in graphs if graph.number_of_nodes()]
+    timeout_s = DOT_AUTO_TIMEOUT_S * max(1, len(texts))
+    try:
+        done = subprocess.run(["dot", "-Tjson0"], input="\n".join(text for text, _ in texts),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return [None] * len(graphs)
+    decoder, documents, at = json.JSONDecoder(), [], 0
+    try:
+        while len(documents) < len(texts):
+            while at < len(done.stdout) and done.stdout[at].isspace():
+                at += 1
+            document, at = decoder.raw_decode(done.stdout, at)
+            documents.append(document)
+    except ValueError:
+        return [None] * len(graphs)
+    if done.returncode != 0:
+        return [None] * len(graphs)
+    found = iter(zip(texts, documents, strict=True))
+    positions: list[dict[str, tuple[float, float]] | None] = []
+    for graph in graphs:
+        if not graph.number_of_nodes():
+            positions.append({})
+            continue
+        (_, keys), document = next(found)
+        try:
+            positions.append(_read_dot_output(graph, keys, document))
+        except LayoutError:
+            positions.append(None)
+    return positions
+
+
+def _read_dot_output(
+    graph: nx.DiGraph, keys: list[str], output: dict[str, Any]
+) -> dict[str, tuple[float, float]]:
+    """Node centres from ``dot -Tjson0``'s document of ``graph`` (whose nodes ``_dot_text`` numbered
+    as ``keys``); the bodies' boxes go to ``graph.graph["dot_boxes"]``."""
+    try:
+        objects = output["objects"]
         positions: dict[str, tuple[float, float]] = {}
         boxes: dict[str, tuple[float, ...]] = {}
         for obj in objects:

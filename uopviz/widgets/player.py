@@ -17,7 +17,7 @@ import difflib
 import linecache
 import re
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
 from uopviz.core.uop import UOp, UOpError
 from uopviz.core.uop_printing import graph_lines, linear_lines
-from uopviz.widgets.graph import GraphDiff, graph_diff, layout, node_key
+from uopviz.widgets.graph import GraphDiff, graph_diff, layout, layout_many, node_key
 from uopviz.widgets.highlight import highlight
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -250,6 +250,7 @@ class PlayerState:
         self.entries = [replace(entry, kernel=kernel)
                         for entry, kernel in zip(self.entries, pass_kernels(self.entries), strict=True)]
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
+        self._preloaded: dict[int, tuple[UOp, nx.DiGraph]] = {}
         self._replay_errors: dict[int, str] = {}
         self._pass_index = self._first_pass()
         self._step = 0
@@ -396,8 +397,30 @@ class PlayerState:
         whole = self.whole_graph(record)
         return whole if whole is not None else record.after
 
+    def layouts_of(self, uops: Iterable[UOp]) -> list[tuple[UOp, nx.DiGraph]]:
+        """Each distinct graph of ``uops`` laid out as :meth:`laid_out` would, many at once
+        (:func:`uopviz.widgets.graph.layout_many`: batched ``dot``); changes nothing here, so it
+        can run in another thread while this player makes frames."""
+        distinct = list({id(uop): uop for uop in uops}.values())
+        graphs = layout_many(distinct, engine=self.engine, fold_constants=self.fold_constants)
+        return list(zip(distinct, graphs, strict=True))
+
+    def preload(self, uops: Iterable[UOp], laid_out: list[tuple[UOp, nx.DiGraph]] | None = None) -> None:
+        """Keep layouts for :meth:`laid_out` until :meth:`forget_preloaded`: ``laid_out`` (from
+        :meth:`layouts_of`), or those of ``uops`` made now.  What embeds many frames lays out the
+        graphs of the next few hundred first."""
+        for uop, graph in laid_out if laid_out is not None else self.layouts_of(uops):
+            self._preloaded[id(uop)] = (uop, graph)
+
+    def forget_preloaded(self) -> None:
+        """Drop the layouts :meth:`preload` made (they are large; the LRU cache keeps recent ones)."""
+        self._preloaded.clear()
+
     def laid_out(self, uop: UOp) -> nx.DiGraph:
         """The layout of ``uop`` (cached)."""
+        preloaded = self._preloaded.get(id(uop))
+        if preloaded is not None and preloaded[0] is uop:
+            return preloaded[1]
         cached = self._layouts.get(id(uop))
         if cached is not None and cached[0] is uop:
             self._layouts.move_to_end(id(uop))

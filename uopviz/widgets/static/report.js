@@ -1,6 +1,7 @@
 // Standalone report boot: tabs, and mounting each embedded view on first show (views mounted
 // while hidden would measure no size). Runs after uopviz.js defined UOPVIZ. A large state is
-// embedded gzip-compressed (base64): the browser's DecompressionStream inflates it.
+// embedded gzip-compressed (base64): the browser's DecompressionStream inflates it; so are large HTML
+// blocks and bokeh's JS with the figures' scripts, which run once inflated.
 (function () {
   async function stateOf(id) {
     const script = document.getElementById(id);
@@ -8,6 +9,19 @@
     const bytes = Uint8Array.from(atob(script.textContent.trim()), (c) => c.charCodeAt(0));
     const inflated = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
     return JSON.parse(await new Response(inflated).text());
+  }
+  // large HTML blocks (kernel sources) and the scripts (bokeh, its figures) are embedded compressed
+  async function inflateHtml(el) {
+    el.innerHTML = (await stateOf(el.dataset.html)).html;
+    el.removeAttribute('data-html');
+  }
+  async function runScripts() {
+    if (!document.getElementById('uv-scripts')) return;
+    for (const text of (await stateOf('uv-scripts')).scripts) {
+      const script = document.createElement('script');
+      script.textContent = text;  // an inline script runs as it is added, in order
+      document.head.appendChild(script);
+    }
   }
   async function mount(el) {
     el.dataset.mounted = '1';
@@ -23,5 +37,7 @@
   const tabs = document.querySelector('.rp-tabs');
   for (const t of tabs.querySelectorAll('.rp-tab')) t.addEventListener('click', () => activate(tabs, t.dataset.tab));
   window.UOPVIZ = UOPVIZ;
-  activate(tabs, tabs.querySelector('.rp-tab').dataset.tab).then(() => { document.body.dataset.ready = '1'; });
+  const ready = Promise.all([...Array.from(document.querySelectorAll('[data-html]'), inflateHtml), runScripts()]);
+  ready.then(() => activate(tabs, tabs.querySelector('.rp-tab').dataset.tab))
+    .then(() => { document.body.dataset.ready = '1'; });
 })();

@@ -700,7 +700,10 @@ const UOPVIZ = (() => {
     if (!keys.length) return null;
     step = Math.max(0, Math.min(step, keys.length - 1));
     const pass = (state.passes || []).find((p) => p.index === passIndex) || {};
-    return Object.assign({}, state.frame_table[keys[step]],
+    // a stage's step drawn in its nested pass's graph refers to that pass's frame (own scope line)
+    const own = state.frame_table[keys[step]];
+    const frame = own.ref ? Object.assign({}, state.frame_table[own.ref], own) : own;
+    return Object.assign({}, frame,
       { pass_index: passIndex, pass_name: pass.name, step, step_count: keys.length - 1 });
   }
   function playerResolver(model, keys) {
