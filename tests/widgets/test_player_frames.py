@@ -221,7 +221,7 @@ def test_a_stage_step_made_in_a_nested_pass_refers_to_that_pass_frame(tours):
                     continue
                 referred += 1
                 inner = next(p for i, p in passes.items() if own["ref"] in state["frames"].get(str(i), []))
-                assert inner["depth"] > 0 and f"nested pass {inner['name']!r}" in frame["scope"]
+                assert inner["depth"] > 0 and f"(pass {inner['name']!r})" in frame["scope"]
                 assert frame["graph"] == state["frame_table"][own["ref"]]["graph"]
                 assert frame["empty"] == state["frame_table"][own["ref"]]["empty"]
         assert referred >= 10

@@ -182,9 +182,9 @@ def player_state(
                     key = f"r{id(record):x}-p{entry.index}"
                     frame_table[key] = {
                         "ref": target[0],
-                        "scope": f"showing: the graph of nested pass {inner.name!r}, where this step was "
-                                 f"made, not the whole graph of {entry.name!r} (shown at steps 0 and "
-                                 f"{shown})"}
+                        "scope": f"this step was made in a nested pass of {entry.name} (pass "
+                                 f"{inner.name!r}); the graph shows that pass's graph, not the whole "
+                                 f"program, which shows at steps 0 and {shown}"}
             if key not in frame_table:
                 frame_table[key] = {}
                 to_make.append((entry, step, key))
