@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import uopviz as uv
+from uopviz.backends.target import cpu_target
 from uopviz.core.dtype import dtypes
 from uopviz.passes.optops.heuristic import HEURISTIC_SOURCE_LANE_OPS, source_estimate
 
@@ -76,5 +77,7 @@ def test_the_budget_leaves_ordinary_tiles_alone(backend):
     program = uv.compile([T.rand(64, 64, seed=1).matmul(T.rand(64, 64, seed=2))], backend, opts="heuristic",
                          build=False)
     gemm = [kernel for kernel in program.kernels if kernel.has_reduce][-1]
-    assert _lanes(gemm) >= (4 if backend == "cuda" else 64)  # GPU: workgroups, and 4 lanes
+    # CPU: a tile of at least four SIMD registers of float32 lanes for the target (64 lanes with
+    # AVX-512, 32 with AVX2, 16 with SSE); GPU: workgroups, and 4 lanes
+    assert _lanes(gemm) >= (4 if backend == "cuda" else 4 * cpu_target().vector_bytes // 4)
     assert source_estimate(gemm) <= HEURISTIC_SOURCE_LANE_OPS
