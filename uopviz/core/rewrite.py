@@ -533,6 +533,9 @@ class PassTrace:
     steps: list[RewriteStep] = field(default_factory=list)
     passes: list[PassTrace] = field(default_factory=list)
     duration_s: float = 0.0
+    #: The rules a :func:`graph_rewrite` pass applied (None for a stage or a pass recorded by hand):
+    #: kept so that the player can ask why a rule did not fire; never serialized (no report embeds it)
+    matcher: PatternMatcher | None = field(default=None, repr=False)
     _replay: _PassReplay = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -550,6 +553,17 @@ class PassTrace:
         yield self
         for child in self.passes:
             yield from child.walk()
+
+    def matchers(self) -> list[PatternMatcher]:
+        """The rule sets this pass and its nested passes rewrote with (a stage's: those of every
+        :func:`graph_rewrite` inside it), in the order first used, each once: a matcher built again
+        for every kernel counts once when its rules (names and locations) are the same."""
+        found: dict[tuple[tuple[str, str], ...], PatternMatcher] = {}
+        for record in self.walk():
+            if record.matcher is not None:
+                key = tuple((rule.name, rule.location) for rule in record.matcher.rules)
+                found.setdefault(key, record.matcher)
+        return list(found.values())
 
     def graph_after(self, step: RewriteStep) -> UOp:
         """The whole graph right after ``step``, a step of this pass or of a nested pass at any depth
@@ -612,8 +626,8 @@ class Trace:
         return [s for p in self.passes for s in p.steps]
 
     # -- recording (used by graph_rewrite and by passes that transform by hand) -----------------
-    def _begin(self, name: str, root: UOp | None) -> PassTrace:
-        record = PassTrace(name, input=root)
+    def _begin(self, name: str, root: UOp | None, matcher: PatternMatcher | None = None) -> PassTrace:
+        record = PassTrace(name, input=root, matcher=matcher)
         if self._open:
             self._open[-1].passes.append(record)
             self._open[-1]._replay.add_pass(record)
@@ -676,15 +690,18 @@ def untraced() -> Iterator[None]:
 
 
 @contextmanager
-def traced_pass(name: str, root: UOp | None = None) -> Iterator[PassRecorder]:
+def traced_pass(
+    name: str, root: UOp | None = None, matcher: PatternMatcher | None = None
+) -> Iterator[PassRecorder]:
     """Group the rewrites made inside the block as one named pass (a pipeline stage, say).
 
     The yielded recorder's ``output`` must be set to the pass's result; passes that transform
-    without rules call ``recorder.step(...)`` to record what they did.
+    without rules call ``recorder.step(...)`` to record what they did.  ``matcher``: the rules the
+    pass rewrites with (:func:`graph_rewrite` gives its own), kept as :attr:`PassTrace.matcher`.
     """
     recorder = PassRecorder(name, root)
     started = time.perf_counter()
-    records = [trace._begin(name, root) for trace in _active_traces]
+    records = [trace._begin(name, root, matcher) for trace in _active_traces]
     try:
         yield recorder
     finally:
@@ -743,7 +760,7 @@ def graph_rewrite(
     rewritten) raises :class:`RewriteError` naming the rules involved.
     """
     pass_name = name or matcher.name or "graph_rewrite"
-    with traced_pass(pass_name, root) as recorder:
+    with traced_pass(pass_name, root, matcher) as recorder:
         result = _Rewriter(matcher, ctx, bool(_active_traces), max_steps, pass_name).run(root, bottom_up)
         recorder.output = result
     return result
