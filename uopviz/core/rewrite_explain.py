@@ -45,7 +45,7 @@ from uopviz.core.uop import UOp
 RuleStatus = Literal["stopped", "declined", "rewrote", "raised", "needs context"]
 #: Longest text of an arg or a message an outcome keeps (a rule's arg can be a whole shape tracker).
 TEXT_LIMIT = 120
-#: How many of the other ops an explanation names (the ops with the most rules first).
+#: How many of the other ops a summary names (the ops with the most rules first).
 OTHER_OPS_SHOWN = 6
 
 
@@ -130,8 +130,8 @@ class RuleOutcome:
 @dataclass(frozen=True)
 class Explanation:
     """Every rule of a matcher that could apply to one UOp (``op``), tried in order (``outcomes``);
-    ``other_rules`` rules of the matcher are written for other ops, most of them for
-    ``other_ops`` (op names, the ops with the most rules first)."""
+    ``other_rules`` rules of the matcher are written for other ops: ``other_ops`` (op names, the ops
+    with the most rules first; a summary names the first few)."""
 
     matcher: str
     op: str
@@ -151,15 +151,21 @@ class Explanation:
         tried = ", ".join(f"{count} {status}" for status, count in counts.items())
         fired = self.fired
         raised = next((o for o in self.outcomes if o.status == "raised" and not o.earlier), None)
-        head = f"{len(self.outcomes)} rules of {self.matcher} apply to {self.op}"
+        count = len(self.outcomes)
+        head = (
+            f"{_count(count, 'rule')} of {self.matcher} {'applies' if count == 1 else 'apply'} to {self.op}"
+        )
         text = f"{head} ({tried})" if tried else head
         if fired:
             text += f"; {fired.rule} fires"
         else:
             text += f"; {raised.rule} raises (the rewrite stops there)" if raised else "; none fires"
         if self.other_rules:
-            ops = ", ".join(self.other_ops)
-            text += f"; {self.other_rules} more rules are for other ops ({ops}{', ...' if ops else ''})"
+            ops = ", ".join(self.other_ops[:OTHER_OPS_SHOWN]) + (
+                ", ..." if len(self.other_ops) > OTHER_OPS_SHOWN else ""
+            )
+            are = "is" if self.other_rules == 1 else "are"
+            text += f"; {_count(self.other_rules, 'more rule')} {are} for other ops ({ops})"
         return text
 
     def describe(self) -> str:
@@ -209,8 +215,8 @@ def explain(matcher: PatternMatcher, uop: UOp, ctx: Any = None) -> Explanation:
             first_unknown = rule.name
         outcomes.append(outcome)
     ranked = sorted(others.items(), key=lambda item: (-item[1], item[0]))  # most rules first, then by name
-    shown = tuple(name for name, _ in ranked[:OTHER_OPS_SHOWN])
-    return Explanation(matcher.name or "the matcher", uop.op.name, tuple(outcomes), other_rules, shown)
+    other_ops = tuple(name for name, _ in ranked)
+    return Explanation(matcher.name or "the matcher", uop.op.name, tuple(outcomes), other_rules, other_ops)
 
 
 def pattern_ops(pattern: UPat) -> frozenset[Ops] | None:
@@ -317,7 +323,7 @@ def _walk_in_order(
     """Sources matched in order (a prefix of them with ``allow_any_len``)."""
     count = len(uop.src)
     if count < len(src) or (count != len(src) and not pattern.allow_any_len):
-        wanted = f"{'at least ' if pattern.allow_any_len else ''}{len(src)} sources"
+        wanted = f"{'at least ' if pattern.allow_any_len else ''}{_count(len(src), 'source')}"
         return _Stopped((Stop(_join(path, "src"), wanted, f"{count}"),), 1)
     walked: dict[str, UOp] | _Stopped = bindings
     for i, (sub, s) in enumerate(zip(src, uop.src, strict=False)):
@@ -333,7 +339,9 @@ def _walk_any_order(
     """Sources in any order (a commutative op): the first ordering that matches, else the stops of
     the ordering that matched furthest (paths name the UOp's real sources)."""
     if len(uop.src) != len(src):
-        return _Stopped((Stop(_join(path, "src"), f"{len(src)} sources (any order)", f"{len(uop.src)}"),), 1)
+        return _Stopped(
+            (Stop(_join(path, "src"), f"{_count(len(src), 'source')} (any order)", f"{len(uop.src)}"),), 1
+        )
     best: _Stopped | None = None
     for order in itertools.permutations(range(len(uop.src))):
         walked: dict[str, UOp] | _Stopped = dict(bindings)
@@ -371,6 +379,11 @@ def _own_stop(pattern: UPat, uop: UOp, bindings: dict[str, UOp], path: str) -> S
     if pattern.predicate is not None and not pattern.predicate(uop):
         return Stop(_join(path, "predicate"), f"{_callable_text(pattern.predicate)} to hold", "False")
     return None
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 rule``, ``3 rules``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _join(path: str, part: str) -> str:

@@ -26,6 +26,7 @@ import networkx as nx
 
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
+from uopviz.core.rewrite_explain import Explanation, explain
 from uopviz.core.uop import UOp, UOpError
 from uopviz.core.uop_printing import graph_lines, linear_lines
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, layout_many, node_key
@@ -460,6 +461,31 @@ class PlayerState:
                      explanation=_explain(before, after, pairs, lines), scope=self.scope(record),
                      empty=before is after, **texts)
 
+    def shown_uop(self) -> UOp:
+        """The graph the current frame draws (:meth:`frame`'s ``uop``) without building the frame:
+        the whole graph after the step, or the step's own ``after`` where that cannot be rebuilt."""
+        shown = self.uop_at()
+        record = self.step_record()
+        if record is not None and (self.graph_before(record) is None or id(record) in self._replay_errors):
+            return record.after
+        return shown
+
+    def why_not(self, key: str) -> WhyNot:
+        """Why no rule (or which rule) of the chosen pass rewrites the node ``key`` of the current
+        frame's graph: each rule set the pass (a stage: its nested passes) rewrote with, tried on
+        that node (:func:`uopviz.core.rewrite_explain.explain`; the passes' contexts are not kept, so
+        rules that need one say so)."""
+        node = self.laid_out(self.shown_uop()).nodes.get(key)
+        if node is None or "uop" not in node:
+            raise KeyError(f"no node {key!r} in the graph of {self.current.name!r} at step {self.step}")
+        entry = self.current
+        matchers = entry.record.matchers()
+        explanations = [explain(matcher, node["uop"]) for matcher in matchers]
+        note = "" if matchers else (
+            f"{entry.name} rewrites without pattern rules (its steps are recorded by hand), so there are "
+            "no rules to try on this node")
+        return WhyNot(key, entry.name, node["uop"].op.name, explanations, note)
+
     def scope(self, step_record: RewriteStep) -> str:
         """'' when the step is shown in the chosen pass's own graph; else a line saying, in plain
         words, which graph the frame shows: a step made while a rule of the chosen pass was building
@@ -554,3 +580,21 @@ class Frame:
             "sources": [source.to_json() for source in self.sources],
             "listings": [listing.to_json() for listing in self.listings],
         }
+
+
+@dataclass
+class WhyNot:
+    """What the player's "Why didn't a rule fire?" section shows for a selected node: its key, the
+    pass, the node's op, one :class:`~uopviz.core.rewrite_explain.Explanation` per rule set of the
+    pass, and a ``note`` when the pass has no rule sets."""
+
+    key: str
+    pass_name: str
+    op: str
+    explanations: list[Explanation]
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The section as the front end shows it."""
+        return {"key": self.key, "pass_name": self.pass_name, "op": self.op, "note": self.note,
+                "explanations": [explanation.to_json() for explanation in self.explanations]}

@@ -207,6 +207,7 @@ class RewritePlayer(anywidget.AnyWidget):
             passes=[_pass_json(e) for e in self.state.entries],
             **kwargs,
         )
+        self.on_msg(self._on_message)
         self._sync_frame()
 
     def goto(self, pass_index: int | str, step: int | None = None) -> None:
@@ -242,6 +243,24 @@ class RewritePlayer(anywidget.AnyWidget):
             self.state.step = 0
         self.state.move_to(step)  # passes over steps that changed nothing while they are hidden
         self._sync_frame()
+
+    def _on_message(self, widget: Any, content: dict[str, Any], buffers: list[Any]) -> None:
+        """Answer the front end's "why" question (a node selected in a frame) with
+        :meth:`PlayerState.why_not`; a question about a frame no longer shown is answered so."""
+        if not isinstance(content, dict) or content.get("kind") != "why":
+            return
+        self.send(self.why_answer(str(content.get("key", "")), content.get("position")))
+
+    def why_answer(self, key: str, position: Any) -> dict[str, Any]:
+        """The "Why didn't a rule fire?" answer for node ``key`` of the frame at ``position``
+        (``[pass, step]``, the frame the question was asked about), as the front end reads it."""
+        answer: dict[str, Any] = {"kind": "why", "key": key, "position": position}
+        if list(position or ()) != [self.state.pass_index, self.state.step]:
+            return {**answer, "error": "the player has moved to another step since; select the node again"}
+        try:
+            return {**answer, **self.state.why_not(key).to_json()}
+        except KeyError as error:
+            return {**answer, "error": str(error.args[0])}
 
     @traitlets.observe("hide_unchanged")
     def _on_hide(self, change: dict[str, Any]) -> None:

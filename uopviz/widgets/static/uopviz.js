@@ -413,6 +413,9 @@ const UOPVIZ = (() => {
         table.append(h("tr", {}, h("th", { text: key.replace("_", " ") }), value));
       }
       this.panel.append(table);
+      // a view's own section under the details (the player's "Why didn't a rule fire?")
+      const extra = this.options.panelSection ? this.options.panelSection(n) : null;
+      if (extra) this.panel.append(extra);
     }
   }
 
@@ -526,12 +529,58 @@ const UOPVIZ = (() => {
     const main = h("div", { class: "uv-main" }, controls, ruleBox, rulesBox);
     const body = h("div", { class: "uv-player-body" }, side, main);
     wrap.append(legendEl(model.get("legend")), body);
-    const canvas = new DagCanvas(main, { canToggle: false });
+    const canvas = new DagCanvas(main, { canToggle: false, panelSection: whySection });
     // the text a stage makes, beside the graph it is made from: Render's sources, Linearize's listings
     const textBox = h("div", { class: "uv-textbox" });
     const diffBox = h("div", { class: "uv-diffbox" });
     main.append(textBox, diffBox);
     const table = model.get("node_table");
+
+    // "Why didn't a rule fire?": Python tries the chosen pass's rules on the selected node (asked
+    // through the comm, answers kept per step and node); a report has no kernel to ask
+    const whyAnswers = new Map();
+    let whyWaiting = null;
+    function whySection(n) {
+      const box = h("div", { class: "uv-why" }, h("div", { class: "uv-side-title", text: "Why didn't a rule fire?" }));
+      if (model.isStatic) {
+        box.append(h("div", { class: "uv-dim", text: "Needs a live notebook: trying the pass's rules on this node runs Python, and this report has no kernel (open the program with uv.explore in JupyterLab)." }));
+        return box;
+      }
+      const f = model.get("frame") || {};
+      const id = `${f.pass_index}:${f.step}:${n.k}`;
+      if (whyAnswers.has(id)) { drawWhy(box, whyAnswers.get(id)); return box; }
+      box.append(h("div", { class: "uv-dim", text: "trying the pass's rules on this node…" }));
+      whyWaiting = { id, box };
+      model.send({ kind: "why", key: n.k, position: [f.pass_index, f.step] });
+      return box;
+    }
+    function drawWhy(box, answer) {
+      box.replaceChildren(box.firstChild);
+      const lines = answer.error ? [answer.error] : answer.note ? [answer.note] : [];
+      for (const line of lines) box.append(h("div", { class: "uv-dim", text: line }));
+      for (const e of answer.explanations || []) {
+        const list = h("details", { class: "uv-why-set", open: e.outcomes.length > 0 },
+          h("summary", { text: e.summary }));
+        for (const o of e.outcomes) {
+          const said = o.status === "stopped" ? o.stops.map((s) => `${s.path}: wanted ${s.wanted}, had ${s.had}`).join("; or ")
+            : o.status === "rewrote" ? `rewrote it to ${o.message}` : o.status === "raised" ? `raised ${o.message}`
+            : o.status === "declined" ? "matched; its function returned None" : "matched; its function needs the pass's context";
+          const earlier = o.earlier ? `an earlier rule ${o.earlier_raised ? "raises" : "fires"} first (${o.earlier})` : o.maybe_earlier && o.status !== "stopped" ? `an earlier rule may fire first (${o.maybe_earlier})` : "";
+          list.append(h("div", { class: "uv-why-rule uv-why-" + o.status.replace(" ", "-") + (o.fires ? " uv-why-fires" : "") },
+            h("span", { class: "uv-why-status", text: o.fires ? "fires" : o.status }), h("b", { text: " " + o.rule }),
+            h("div", { class: "uv-location", text: o.location }), h("div", { text: said }),
+            earlier ? h("div", { class: "uv-dim", text: earlier }) : null));
+        }
+        box.append(list);
+      }
+    }
+    model.on("msg:custom", (answer) => {
+      if (!answer || answer.kind !== "why") return;
+      const id = `${answer.position[0]}:${answer.position[1]}:${answer.key}`;
+      whyAnswers.set(id, answer);
+      if (whyAnswers.size > 200) whyAnswers.delete(whyAnswers.keys().next().value);
+      if (whyWaiting && whyWaiting.id === id) { drawWhy(whyWaiting.box, answer); whyWaiting = null; }
+    });
 
     function visiblePasses() {
       const passes = model.get("passes") || [];
