@@ -173,6 +173,11 @@ def test_tour_runs_and_its_views_respond(isolated_lab, browser_page, artifacts_d
     panel = player.locator("table.uv-details")
     panel.wait_for(timeout=10_000)
     assert "values" in panel.locator("th").all_inner_texts()
+    # below the details, "Why didn't a rule fire?": Python tries the stage's rules on the node (comm)
+    why = player.locator(".uv-why")
+    why.locator(".uv-why-set summary").nth(1).wait_for(timeout=30_000)
+    assert "instruction selection applies to STORE" in why.inner_text()
+    assert why.locator(".uv-why-rule .uv-location").first.inner_text().startswith("uopviz/passes/isel.py:")
     player.screenshot(path=str(artifacts_dir / "03e_player_side_panel.png"))
 
     # -- the tuner: an opt changes the source; an invalid one only says why --------------------------
@@ -304,6 +309,9 @@ def test_report_opens_from_a_file_without_a_server(browser_page, artifacts_dir, 
     assert "nested pass" in player.locator(".uv-scope").inner_text()
     assert player.locator(".uv-node").count() >= 2
     page.screenshot(path=str(artifacts_dir / "report_player_nested_step.png"), full_page=True)
+    # "Why didn't a rule fire?" needs Python: the report says so instead of asking
+    player.locator(".uv-node").first.dispatch_event("click")
+    assert "Needs a live notebook" in player.locator(".uv-why").inner_text()
     page.locator(".rp-tab", has_text="Kernels").click()
     kernels = page.locator(".rp-panel.rp-active")
     assert kernels.locator(".uv-source").count() >= 2 and kernels.locator(".bk-Figure, .bk-Row, .bk-root, "
