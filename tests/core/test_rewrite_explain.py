@@ -335,3 +335,13 @@ def test_every_pattern_of_a_compile_stops_exactly_where_matching_fails(program):
                 assert (outcome.status == "stopped") == bool(outcome.stops)
                 tried += 1
     assert tried > 200  # rules applicable to the node's op (276 when written)
+
+
+def test_no_rule_fires_anywhere_on_a_rewrite_passs_output(program):
+    """graph_rewrite stops at a fixed point, so on every node of its output each rule stops, declines
+    or needs a context: the explanation of a node of a pass's last step names no rule that fires."""
+    passes = [record for record in program.trace.walk() if record.matcher is not None]
+    assert len(passes) >= 8
+    for record in passes:
+        for uop in record.output.toposort():
+            assert explain(record.matcher, uop).fired is None, (record.name, uop.op)
