@@ -4,8 +4,8 @@ the chosen pass's rules tried on it, with the rule that fires being the one the 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from mulacc_program import mulacc_program
 
 import uopviz as uv
 from uopviz import Ops
@@ -19,11 +19,7 @@ FUSION = "ADD(MUL(a, b), c) → MULACC(a, b, c)"
 @pytest.fixture(scope="module")
 def program() -> uv.Program:
     """The tour's program on C, whose instruction selection fuses ADD(MUL) into MULACC."""
-    rng = np.random.default_rng(1)
-    x = uv.Tensor(rng.random((8, 12), dtype=np.float32))
-    w = uv.Tensor(rng.random((12, 4), dtype=np.float32))
-    b = uv.Tensor(rng.random(4, dtype=np.float32))
-    return uv.compile((x @ w + b).relu(), backend="c")
+    return mulacc_program()
 
 
 def _shown_keys(state: PlayerState, op: Ops) -> list[str]:
