@@ -119,6 +119,10 @@ def test_declined_rewrote_raised_needs_context_and_the_rule_that_fires_first():
     ]
     assert outcomes["divides by zero"].message == "ZeroDivisionError: integer division or modulo by zero"
     assert outcomes["returns text"].message == "RewriteError: returned str, not a UOp"
+    assert outcomes["declines"].detail() == "matched, but its function returned None (declined)"
+    assert (
+        outcomes["returns itself"].detail() == "matched, but its function returned the UOp itself (declined)"
+    )
     assert outcomes["first source"].message == f"RANGE dtypes.index {r.arg!r}"
     assert outcomes["first source"].fires and explanation.fired is outcomes["first source"]
     # what graph_rewrite applies is what the explanation says fires

@@ -90,6 +90,8 @@ def test_the_widget_answers_the_front_ends_question_through_its_comm(program, mo
     assert answer == {"kind": "why", "position": list(player.position), **player.state.why_not(key).to_json()}
     (outcomes,) = [e["outcomes"] for e in answer["explanations"]]
     assert [o["rule"] for o in outcomes if o["fires"]] == [FUSION]
+    (fused,) = [o for o in outcomes if o["fires"]]
+    assert fused["detail"] == "matched and rewrote it to MULACC dtypes.index"  # what the panel shows
     # a question about a frame no longer shown, or about no node, gets an error to show
     stale = player.why_answer(key, [0, 0])
     assert stale["error"].startswith("the player has moved to another step")

@@ -10,7 +10,7 @@
     had.  A pattern of alternatives (``UPat.any``) gives one stop per alternative (``any[1].op``);
     sources in any order (a list ``src``) give the stop of the ordering that matched furthest.
 ``declined``
-    the pattern matched and the rule's function returned None (or the UOp itself);
+    the pattern matched and the rule's function returned None (or the UOp itself: no change);
 ``rewrote``
     the function returned a replacement (its op and dtype in :attr:`RuleOutcome.message`);
 ``raised``
@@ -93,12 +93,16 @@ class RuleOutcome:
         return self.status == "rewrote" and not self.earlier
 
     def describe(self) -> str:
-        """One line saying what happened, as a reader asks it ("why not?")."""
-        head = f"{self.rule} ({self.location}): "
+        """One line saying what happened, as a reader asks it ("why not?"): the rule, its location and
+        :meth:`detail`."""
+        return f"{self.rule} ({self.location}): {self.detail()}"
+
+    def detail(self) -> str:
+        """What happened to the rule, in words (what the player shows under its name)."""
         if self.status == "stopped":
             text = "pattern stopped at " + "; or ".join(stop.describe() for stop in self.stops)
         elif self.status == "declined":
-            text = "matched, but its function returned None (declined)"
+            text = f"matched, but its function {self.message} (declined)"
         elif self.status == "rewrote":
             text = f"matched and rewrote it to {self.message}"
         elif self.status == "raised":
@@ -109,7 +113,7 @@ class RuleOutcome:
             text += f"; an earlier rule {'raises' if self.earlier_raised else 'fires'} first ({self.earlier})"
         elif self.maybe_earlier and self.status != "stopped":
             text += f"; an earlier rule may fire first ({self.maybe_earlier}, which needs the context)"
-        return head + text
+        return text
 
     def to_json(self) -> dict[str, Any]:
         """The outcome as the player shows it."""
@@ -124,6 +128,7 @@ class RuleOutcome:
             "earlier_raised": self.earlier_raised,
             "maybe_earlier": self.maybe_earlier,
             "fires": self.fires,
+            "detail": self.detail(),
         }
 
 
@@ -251,7 +256,8 @@ def _try(index: int, rule: Rule, uop: UOp, ctx: Any) -> RuleOutcome:
     except Exception as error:
         return replace(outcome, status="raised", message=_error_text(error))
     if result is None or result is uop:
-        return replace(outcome, status="declined")
+        said = "returned None" if result is None else "returned the UOp itself"
+        return replace(outcome, status="declined", message=said)
     if not isinstance(result, UOp):
         message = f"RewriteError: returned {type(result).__name__}, not a UOp"
         return replace(outcome, status="raised", message=message)

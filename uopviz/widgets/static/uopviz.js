@@ -562,14 +562,9 @@ const UOPVIZ = (() => {
         const list = h("details", { class: "uv-why-set", open: e.outcomes.length > 0 },
           h("summary", { text: e.summary }));
         for (const o of e.outcomes) {
-          const said = o.status === "stopped" ? o.stops.map((s) => `${s.path}: wanted ${s.wanted}, had ${s.had}`).join("; or ")
-            : o.status === "rewrote" ? `rewrote it to ${o.message}` : o.status === "raised" ? `raised ${o.message}`
-            : o.status === "declined" ? "matched; its function returned None" : "matched; its function needs the pass's context";
-          const earlier = o.earlier ? `an earlier rule ${o.earlier_raised ? "raises" : "fires"} first (${o.earlier})` : o.maybe_earlier && o.status !== "stopped" ? `an earlier rule may fire first (${o.maybe_earlier})` : "";
           list.append(h("div", { class: "uv-why-rule uv-why-" + o.status.replace(" ", "-") + (o.fires ? " uv-why-fires" : "") },
             h("span", { class: "uv-why-status", text: o.fires ? "fires" : o.status }), h("b", { text: " " + o.rule }),
-            h("div", { class: "uv-location", text: o.location }), h("div", { text: said }),
-            earlier ? h("div", { class: "uv-dim", text: earlier }) : null));
+            h("div", { class: "uv-location", text: o.location }), h("div", { text: o.detail })));
         }
         box.append(list);
       }
