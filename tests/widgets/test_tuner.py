@@ -431,3 +431,65 @@ def test_the_tuner_compares_with_the_heuristic_and_history_and_saves_sessions(tm
     again.session_path.value = str(tmp_path / "s.json")
     again.load_session_button.click()
     assert again.state.kernel.ast is tuner.state.kernel.ast and not again.state.error
+
+
+def _refuses(kernel, opt) -> bool:
+    try:
+        kernel.apply(opt)
+    except OptError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("backend", [b for b in ("c", "opencl") if b in uv.backends.available()])
+@pytest.mark.parametrize("opts", [None, "heuristic"])
+def test_the_choices_offered_are_exactly_the_opts_that_apply(backend, opts):
+    """Every (target, factor, part) offered for SPLIT applies and every one not offered is refused by
+    the kernel; PADTO's multiples and SWAP's partners likewise."""
+    from uopviz.widgets.tuner import PAD_MULTIPLES
+
+    rng = np.random.default_rng(2)
+    a = uv.Tensor(rng.random((64, 48), dtype=np.float32))
+    b = uv.Tensor(rng.random((48, 32), dtype=np.float32))
+    kernel = uv.compile(a @ b, backend=backend, opts=opts, build=False).kernels[0]
+    state = TunerState(kernel)
+    for axis, (size, _) in enumerate(kernel.axes):
+        choices = state.choices("SPLIT", axis)
+        for target in AxisType:
+            for factor in range(2, size + 1):
+                for top in (False, True):
+                    choice = choices.split(target)
+                    offered = choice is not None and factor in choice.factors and top in choice.tops
+                    opt = Opt(OptOp.SPLIT, axis, (factor, target, top))
+                    assert offered == _refuses(kernel, opt), (opt, choices)
+        padto = state.choices("PADTO", axis)
+        assert padto.multiples == tuple(m for m in PAD_MULTIPLES
+                                        if _refuses(kernel, Opt(OptOp.PADTO, axis, m)))
+        swap = state.choices("SWAP", axis)
+        assert swap.partners == tuple(o for o in range(len(kernel.axes))
+                                      if o != axis and _refuses(kernel, Opt(OptOp.SWAP, axis, o)))
+        assert state.choices("SPLIT", axis) is choices  # cached for this kernel
+    assert state.choices("NOLOCALS", None).applies == _refuses(kernel, Opt(OptOp.NOLOCALS, None, None))
+
+
+def test_the_target_dropdown_offers_only_what_applies_to_the_chosen_axis():
+    """On the C matmul a GLOBAL axis offers THREAD (outer part, fixed) and UPCAST, the REDUCE axis
+    UNROLL alone; a THREAD axis offers nothing, says why and turns Apply off."""
+    tuner = KernelTuner([matmul_kernel(64, 48, 32)], backends=["c"], show_graph=False)
+    tuner.op.value, tuner.axis.value = "SPLIT", 0
+    assert list(tuner.target.options) == ["THREAD", "UPCAST"] and tuner.target.value == "UPCAST"
+    assert "factors that apply: 2, 4, 8, 16, 32" in tuner.choice_hint.value and tuner.top.disabled
+    tuner.target.value = "THREAD"
+    assert tuner.top.value is True and "2, 4, 8, 16, 32, 64" in tuner.choice_hint.value
+    assert tuner.apply()  # THREAD 2 from axis 0
+    assert [a.axis_type for a in tuner.state.axes][0] is AxisType.THREAD
+    tuner.axis.value = 0
+    assert list(tuner.target.options) == ["(none)"] and tuner.apply_button.disabled
+    assert "no SPLIT applies to axis 0" in tuner.choice_hint.value
+    reduce_axis = next(a.index for a in tuner.state.axes if a.axis_type is AxisType.REDUCE)
+    tuner.axis.value = reduce_axis
+    assert list(tuner.target.options) == ["UNROLL"] and not tuner.apply_button.disabled
+    tuner.op.value = "PADTO"
+    assert tuner.choice_hint.value.count("multiples that apply") == 1
+    tuner.op.value, tuner.axis.value = "SWAP", 1
+    assert [value for _, value in tuner.other_axis.options] == list(tuner.state.choices("SWAP", 1).partners)

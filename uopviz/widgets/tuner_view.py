@@ -148,7 +148,8 @@ class KernelTuner(widgets.VBox):
         self.kernels = list(kernels)
         self.backends = backend_names(backends)
         self.states: dict[int, TunerState] = {}
-        layout_auto = widgets.Layout(width="auto")
+        # buttons as wide as their labels, never shrunk to "Un…" by a narrow row (the rows wrap instead)
+        layout_auto = widgets.Layout(width="auto", flex="0 0 auto")
         self.kernel_select = widgets.Dropdown(
             options=[(f"{i}: {getattr(k, 'name', 'kernel')}", i) for i, k in enumerate(self.kernels)],
             description="kernel",
@@ -164,12 +165,15 @@ class KernelTuner(widgets.VBox):
         self.factor = widgets.BoundedIntText(
             value=4, min=1, max=1 << 20, description="factor", layout=widgets.Layout(width="150px")
         )
+        # offered: only the AxisTypes a SPLIT of the chosen axis can make (TunerState.choices)
         self.target = widgets.Dropdown(
             options=[a.name for a in AxisType],
             value="UPCAST",
             description="target",
-            layout=widgets.Layout(width="200px"),
+            layout=widgets.Layout(width="210px"),
         )
+        #: what applies to the chosen op and axis (factors, multiples), or why nothing does
+        self.choice_hint = widgets.HTML(layout=widgets.Layout(width="auto"))
         self.top = widgets.Checkbox(
             value=False, description="top", indent=False, layout=widgets.Layout(width="60px")
         )
@@ -249,8 +253,10 @@ class KernelTuner(widgets.VBox):
             self.tc_opt,
             self.tc_mode,
         )
+        self._offering = False
         self._wire()
-        controls = widgets.HBox(list(self.parameter_controls), layout=widgets.Layout(flex_flow="row wrap"))
+        wrap = widgets.Layout(flex_flow="row wrap", align_items="center")
+        controls = widgets.HBox([*self.parameter_controls, self.choice_hint], layout=wrap)
         actions = widgets.HBox(
             [
                 self.apply_button,
@@ -263,14 +269,16 @@ class KernelTuner(widgets.VBox):
                 self.beam_budget,
                 self.beam_progress,
                 self.beam_status,
-            ]
+            ],
+            layout=wrap,
         )
         exports = widgets.HBox([self.time_button, self.export_python_button, self.export_json_button,
-                                self.session_path, self.save_session_button, self.load_session_button])
-        candidates = widgets.HBox([self.candidate_select, self.open_candidate_button])
-        compare = widgets.HBox([self.compare_select, self.compare_button])
+                                self.session_path, self.save_session_button, self.load_session_button],
+                               layout=wrap)
+        candidates = widgets.HBox([self.candidate_select, self.open_candidate_button], layout=wrap)
+        compare = widgets.HBox([self.compare_select, self.compare_button], layout=wrap)
         children = [
-            widgets.HBox([self.kernel_select, self.axes]),
+            widgets.HBox([self.kernel_select, self.axes], layout=wrap),
             self.opts_text,
             self.op,
             controls,
@@ -302,6 +310,8 @@ class KernelTuner(widgets.VBox):
     def _wire(self) -> None:
         self.kernel_select.observe(lambda _: None if self._relabelling else self.refresh(), names="value")
         self.op.observe(lambda _: self._show_controls(), names="value")
+        self.axis.observe(lambda _: self._offer_choices(), names="value")
+        self.target.observe(lambda _: self._offer_target(), names="value")
         self.apply_button.on_click(lambda _: self.apply())
         self.undo_button.on_click(lambda _: self._after(self.state.undo()))
         self.redo_button.on_click(lambda _: self._after(self.state.redo()))
@@ -333,6 +343,59 @@ class KernelTuner(widgets.VBox):
             self.axis.value = previous if isinstance(previous, int) and previous < max(1, reduce_count) else 0
         else:
             self._axis_options()
+        self._offer_choices()
+
+    def _offer_choices(self) -> None:
+        """Offer only what applies to the chosen op and axis (the data layer tries each value): SPLIT's
+        targets, SWAP's partner axes; the hint lists the factors or multiples that apply, or says why
+        nothing does, and Apply is off then."""
+        if self._offering or self.axis.value is None:
+            return
+        op = self.op.value
+        choices = self.state.choices(op, None if op == "NOLOCALS" else self.axis.value)
+        self._offering = True  # the target's new options must not redraw the hint half-way
+        try:
+            if op == "SPLIT":
+                targets = [t.name for t in choices.targets] or ["(none)"]
+                previous = self.target.value
+                self.target.options = targets
+                self.target.value = previous if previous in targets else (
+                    "UPCAST" if "UPCAST" in targets else targets[0])
+            if op == "SWAP" and choices.partners:
+                previous = self.other_axis.value
+                self.other_axis.options = [(label, value) for label, value in self.axis.options
+                                           if value in choices.partners]
+                self.other_axis.value = previous if previous in choices.partners else choices.partners[0]
+        finally:
+            self._offering = False
+        offered = choices.splits or choices.multiples or choices.partners or choices.applies
+        nothing = op != "TC" and not offered
+        self.apply_button.disabled = nothing
+        if nothing:
+            where = "" if op == "NOLOCALS" else f" to axis {self.axis.value}"
+            self.choice_hint.value = _hint(f"no {op} applies{where}: {choices.none_reason}", error=True)
+        elif op == "SPLIT":
+            self._offer_target()
+        elif op == "PADTO":
+            self.choice_hint.value = _hint("multiples that apply: " + ", ".join(map(str, choices.multiples)))
+        else:
+            self.choice_hint.value = ""
+
+    def _offer_target(self) -> None:
+        """The factors that apply for the chosen SPLIT target, and its part of the axis (fixed by the
+        spec for every target but GROUP_REDUCE)."""
+        if self._offering or self.op.value != "SPLIT" or self.axis.value is None:
+            return
+        choice = self.state.choices("SPLIT", self.axis.value).split(self.target.value)
+        if choice is None:
+            return
+        if len(choice.tops) == 1:
+            self.top.value = choice.tops[0]
+        self.top.disabled = len(choice.tops) == 1
+        part = "outer or inner" if len(choice.tops) > 1 else ("outer" if choice.tops[0] else "inner")
+        factors = ", ".join(map(str, choice.factors))
+        taken = f"{choice.target.name} takes the {part} part"
+        self.choice_hint.value = _hint(f"factors that apply: {factors} ({taken})")
 
     def _axis_options(self) -> None:
         options = [(f"{a.index}: {a.text}", a.index) for a in self.state.axes] or [("(none)", 0)]
@@ -593,6 +656,7 @@ class KernelTuner(widgets.VBox):
                 for control in busy:
                     control.disabled = False
                 self._buttons()
+                self._offer_choices()  # Apply stays off where nothing applies
 
         if wait:
             work()
@@ -608,6 +672,12 @@ def beam_backend_for(kernel: Any, backends: list[str]) -> str | None:
         return own
     compiled = [b for b in backends if b != "python"]
     return (compiled or backends or [None])[0]
+
+
+def _hint(text: str, error: bool = False) -> str:
+    """A short line beside the opt's controls (red when nothing applies)."""
+    color = "#82071e" if error else "#57606a"
+    return f'<span class="uv-choice-hint" style="font-size:12px;color:{color}">{html.escape(text)}</span>'
 
 
 def _short(opt: Any) -> str:
