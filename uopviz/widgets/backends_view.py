@@ -205,9 +205,11 @@ def timing_figure(
     )
     devices = sorted({e.device.split("] ")[0] + "]" if "] " in e.device else e.device
                       for e in ok if e.device})
-    if devices:  # a figure names the CPU and target it was measured on (the hover has the whole key)
-        bars.add_layout(Title(text="measured on " + "; ".join(devices), text_font_size="9px",
-                              text_font_style="normal", align="left"), "below")
+    # a figure names the CPU and target it was measured on (the hover has the whole key), a line per
+    # device: on one line two devices ran past the chart's edge ("pthread-skylake-av")
+    for position, device in enumerate(devices):
+        bars.add_layout(Title(text=("measured on " if position == 0 else "and ") + device,
+                              text_font_size="9px", text_font_style="normal", align="left"), "below")
     bars.y_range.start = 0
     if values:
         bars.y_range.end = max(values) * 1.15  # room for the labels over the bars
@@ -282,7 +284,8 @@ def timing_figure(
     roof.legend.padding = 4
     roof.legend.orientation = "horizontal"  # one line: a row aligns both plots' frames, so a tall
     roof.add_layout(roof.legend[0], "below")  # legend under one squeezed both to a strip
-    return row(bars, roof)
+    # where the two do not fit side by side (the tuner inside uv.explore) the roofline goes under the bars
+    return row(bars, roof, styles={"flex-wrap": "wrap", "gap": "6px"})
 
 
 def _short_number(value: float) -> str:

@@ -295,6 +295,11 @@ def opt_choices(kernel: Any, op: str, axis: int | None) -> OptChoices:
                 reasons += [reason for reason in found if reason]
             if factors:
                 splits.append(SplitChoice(target, tuple(factors), tops))
+        axis_type = axes[axis][1]
+        if not any(axis_type in sources for sources, _ in SPLIT_RULES.values()):
+            sources = sorted({t.name for rule_sources, _ in SPLIT_RULES.values() for t in rule_sources})
+            reasons = [f"axis {axis} is {axis_type.name}, and SPLIT makes new axes from {'/'.join(sources)} "
+                       "axes only (spec AxisType table, 'Split from')"]
         return OptChoices(name, axis, splits=tuple(splits), none_reason=_none(splits, reasons))
     if name == "PADTO":
         found = {multiple: _applies(kernel, module.Opt(module.OptOp.PADTO, axis, multiple))

@@ -113,13 +113,27 @@ def schedule_diff_html(diff: Any) -> str:
     for backend, sources in diff.sources.items():
         a_time, b_time = diff.timings.get(backend, (None, None))
         errors = " ".join(html.escape(e.error) for e in (sources.a, sources.b) if e.error)
-        body = errors or html.escape(sources.diff) or "(the same source)"
+        body = errors or diff_lines_html(sources.diff) or "(the same source)"
         parts.append(
             f'<div class="uv-diff-source" style="{PANE_STYLE};margin-top:6px"><div style="{HEAD_STYLE}">'
             f"{html.escape(backend)}: a {seconds(a_time)}, b {seconds(b_time)} (median)</div>"
             f'<pre style="{CODE_STYLE}">{body}</pre></div>'
         )
     return "".join(parts) + "</div>"
+
+
+#: the colours of a unified diff's lines, by their first character (added, removed, hunk header)
+DIFF_LINE_STYLES = {"+": "background:#dafbe1;color:#116329", "-": "background:#ffebe9;color:#82071e",
+                    "@": "color:#8250df"}
+
+
+def diff_lines_html(diff: str) -> str:
+    """A unified diff as HTML lines coloured as added, removed or hunk header (file headers plain)."""
+    lines = []
+    for line in diff.splitlines():
+        style = "" if line.startswith(("+++", "---")) else DIFF_LINE_STYLES.get(line[:1], "")
+        lines.append(f'<span style="display:block;{style}">{html.escape(line) or " "}</span>')
+    return "".join(lines)
 
 
 def message_html(state: TunerState) -> str:
@@ -153,7 +167,7 @@ class KernelTuner(widgets.VBox):
         self.kernel_select = widgets.Dropdown(
             options=[(f"{i}: {getattr(k, 'name', 'kernel')}", i) for i, k in enumerate(self.kernels)],
             description="kernel",
-            layout=widgets.Layout(width="420px"),
+            layout=widgets.Layout(width="auto", min_width="420px"),  # a tuned name with "(was ...)" in full
         )
         self.axes = widgets.HTML()
         self.opts_text = widgets.HTML()
@@ -189,18 +203,21 @@ class KernelTuner(widgets.VBox):
         self.redo_button = widgets.Button(description="Redo", icon="repeat", layout=layout_auto)
         self.reset_button = widgets.Button(description="Reset", icon="times", layout=layout_auto)
         self.beam_button = widgets.Button(description="BEAM search", icon="search", layout=layout_auto)
+        compact = {"description_width": "initial"}  # a short label beside its field, not in an 80 px column
         self.beam_width = widgets.BoundedIntText(
-            value=4, min=1, max=64, description="width", layout=widgets.Layout(width="130px")
+            value=4, min=1, max=64, description="width", layout=widgets.Layout(width="110px"), style=compact
         )
         self.beam_progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
         self.beam_budget = widgets.BoundedIntText(
-            value=30, min=1, max=3600, description="budget s", layout=widgets.Layout(width="150px")
+            value=30, min=1, max=3600, description="budget s", layout=widgets.Layout(width="130px"),
+            style=compact,
         )
         self.beam_backend = widgets.Dropdown(
             options=self.backends,
             value=beam_backend_for(self.kernels[0], self.backends),
             description="on",
-            layout=widgets.Layout(width="150px"),
+            layout=widgets.Layout(width="120px"),
+            style=compact,
         )
         self.beam_status = widgets.HTML()
         self.beam_table = widgets.HTML()
@@ -609,10 +626,12 @@ class KernelTuner(widgets.VBox):
             + "</li>"
             for r in rows
         )
-        self.timings.children = [
-            bokeh_widget(timing_figure(entries, getattr(self.state.kernel, "name", ""))),
-            widgets.HTML(f'<ul style="font-size:12px">{table}</ul>'),
-        ]
+        listed = widgets.HTML(f'<ul style="font-size:12px">{table}</ul>')
+        if not any(entry.median_s for entry in entries):  # all stopped or failed: no empty chart
+            self.timings.children = [listed]
+            return
+        self.timings.children = [bokeh_widget(timing_figure(entries, getattr(self.state.kernel, "name", ""))),
+                                 listed]
 
     def beam(self, wait: bool = False) -> None:
         """Run BEAM search on the current kernel in a thread, with the progress bar; the best kernel
