@@ -370,7 +370,8 @@ def test_beam_candidates_open_in_the_tuner_and_the_winner_has_one_time_everywher
     assert all(row["check"] == "outputs match the untuned kernel's" for row in finalists)
     assert result.baseline.retimed is not None and "won: the fastest re-timed run" in result.reason()
     assert "the runner-up" in result.reason() and html.escape(result.reason()) in candidates_html(result)
-    assert candidates_html(result).startswith('<div class="uv-beam-box" style="max-height:360px;overflow:auto">')
+    scroll_box = '<div class="uv-beam-box" style="max-height:360px;overflow:auto">'
+    assert candidates_html(result).startswith(scroll_box)
     # any candidate opens in the tuner, computes the same as the untuned kernel, and can be undone
     a, b = (np.random.default_rng(1).random(s, dtype=np.float32) for s in ((16, 32), (32, 8)))
     last_ok = max(row["index"] for row in rows if row["ok"])
@@ -513,8 +514,10 @@ def test_the_timing_chart_names_each_device_on_a_line_of_its_own():
 
     from uopviz.widgets.backends_view import timing_figure
 
-    devices = (("c", "CPU:Xeon [native] x86-64-v4[avx]"), ("opencl", "OpenCL:pthread-skylake [native] v4[avx]"))
-    entries = [TimingEntry(backend, 1e-3, 1e-3, 10, 2.0, 1.0, 2e6, 1e6, device=device) for backend, device in devices]
+    devices = (("c", "CPU:Xeon [native] x86-64-v4[avx]"),
+               ("opencl", "OpenCL:pthread-skylake [native] v4[avx]"))
+    entries = [TimingEntry(backend, 1e-3, 1e-3, 10, 2.0, 1.0, 2e6, 1e6, device=device)
+               for backend, device in devices]
     chart = timing_figure(entries, roofs=(100.0, 50.0))
     notes = [item.text for item in chart.children[0].below if isinstance(item, Title)]
     assert notes == ["measured on CPU:Xeon [native]", "and OpenCL:pthread-skylake [native]"]
