@@ -510,9 +510,9 @@ def test_a_schedule_diff_colours_added_and_removed_lines():
 
 
 def test_the_timing_chart_names_each_device_on_a_line_of_its_own():
-    from bokeh.models import Title
+    from bokeh.models import Legend, Title
 
-    from uopviz.widgets.backends_view import timing_figure
+    from uopviz.widgets.backends_view import roofline_width, timing_figure
 
     devices = (("c", "CPU:Xeon [native] x86-64-v4[avx]"),
                ("opencl", "OpenCL:pthread-skylake [native] v4[avx]"))
@@ -522,3 +522,9 @@ def test_the_timing_chart_names_each_device_on_a_line_of_its_own():
     notes = [item.text for item in chart.children[0].below if isinstance(item, Title)]
     assert notes == ["measured on CPU:Xeon [native]", "and OpenCL:pthread-skylake [native]"]
     assert chart.styles["flex-wrap"] == "wrap"  # the roofline goes under the bars where both do not fit
+    # the roofline is as wide as its one-line legend (the roof named, a dot per backend), else cut
+    (legend,) = [item for item in chart.children[1].below if isinstance(item, Legend)]
+    label = legend.items[0].label["value"]
+    assert chart.children[1].width == roofline_width(label, ["c", "opencl"]) > 5.5 * len(label) + 2 * 34
+    failed = timing_figure([*entries, TimingEntry("python", error="stopped")], roofs=(100.0, 50.0))
+    assert [item.text for item in failed.children[0].below if isinstance(item, Title)][-1] == "failed: python"
