@@ -194,6 +194,7 @@ def test_a_512_matmul_tuned_by_hand_timed_compared_with_beam_and_saved(isolated_
     candidate_axes = tuner.locator(".uv-axes").inner_text()
     candidate_name = message(tuner).rsplit(": ", 1)[1].strip()
     assert candidate_axes not in (hand_tuned, beam_axes)
+    assert tuner.locator(".uv-schedule-diff").count() == 0  # it compared another kernel: cleared
     tuner.locator(".uv-axes").scroll_into_view_if_needed()
     shot("08_beam_candidate_opened")
 

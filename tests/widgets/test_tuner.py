@@ -426,6 +426,10 @@ def test_the_tuner_compares_with_the_heuristic_and_history_and_saves_sessions(tm
     tuner.session_path.value = str(tmp_path / "s.json")
     tuner.save_session_button.click()
     assert "saved the session" in tuner.state.message and not tuner.state.error
+    assert tuner.compare_view.value == view  # saving changes no kernel: the comparison stays
+    tuner.apply(make_opt("SPLIT", 1, factor=2))
+    assert tuner.compare_view.value == ""  # it compared the kernel before: no stale "a: the current kernel"
+    tuner.undo_button.click()
     other = KernelTuner([matmul_kernel(8, 16, 16)], backends=["c"], show_graph=False)
     other.session_path.value = str(tmp_path / "s.json")
     other.load_session_button.click()

@@ -226,7 +226,8 @@ class KernelTuner(widgets.VBox):
                                                  layout=widgets.Layout(width="360px"))
         self.open_candidate_button = widgets.Button(description="Open candidate", icon="folder-open",
                                                     layout=layout_auto, disabled=True)
-        self.compare_select = widgets.Dropdown(description="compare", layout=widgets.Layout(width="380px"))
+        self.compare_select = widgets.Dropdown(description="compare",
+                                               layout=widgets.Layout(width="auto", min_width="380px"))
         self.compare_button = widgets.Button(description="Compare with…", icon="columns", layout=layout_auto)
         self.compare_view = widgets.HTML()
         self.session_path = widgets.Text(value="tuner-session.json", description="session",
@@ -460,6 +461,8 @@ class KernelTuner(widgets.VBox):
     def refresh(self) -> None:
         """Redraw everything from the current kernel."""
         state = self.state
+        if self.__dict__.get("_compared") is not state.kernel:  # a comparison of another kernel: stale
+            self.compare_view.value = ""
         self.axes.value = f'<div class="uv-axes" style="padding-top:4px">{axes_html(state)}</div>'
         opts = ", ".join(_short(o) for o in state.opts) or "none yet"
         self.opts_text.value = (
@@ -531,6 +534,7 @@ class KernelTuner(widgets.VBox):
         diff = tuner_schedule_diff(self.state, other, self.backends)
         self.compare_view.value = (f'<div style="font-size:12px">a: the current kernel; '
                                    f"b: {html.escape(label)}</div>{schedule_diff_html(diff)}")
+        self.__dict__["_compared"] = self.state.kernel
 
     def open_candidate(self, index: int | None = None) -> None:
         """Open BEAM candidate ``index`` (default: the one chosen) as the current kernel, undoably."""
