@@ -175,6 +175,18 @@ def test_failing_candidates_are_rows_with_their_error(tmp_path) -> None:
         beam_search(kernel, width=1, rounds=1, budget_s=5, timeout_s=1e-4, cache=False, progress=False)
 
 
+@needs_c
+def test_a_spent_budget_still_times_the_starting_kernel_and_the_heuristics() -> None:
+    """The budget stops the search's rounds, never its seeds: a budget spent before the first
+    candidate was timed (starting the compile pool on a busy machine) still reports the starting
+    kernel and the heuristic's, timed, and says it stopped at the budget."""
+    kernel, _, _ = _gemm(16)
+    result = beam_search(kernel, width=2, rounds=2, budget_s=1e-6, repeats=2, cache=False, progress=False)
+    assert result.baseline.ok and result.baseline.run_s > 0
+    assert result.heuristic is not None and result.heuristic.ok and result.heuristic.run_s > 0
+    assert result.stopped == "budget of 1e-06 s spent" and result.best in (result.baseline, result.heuristic)
+
+
 @pytest.mark.slow
 @needs_c
 def test_dask_local_cluster_runs_the_evaluation() -> None:

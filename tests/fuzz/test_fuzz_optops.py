@@ -106,19 +106,90 @@ def test_accepted_opt_sequences_render_compile_and_compute_the_same(program, bac
                                err_msg=f"{name} on {backend} with {list(kernel.opts)}")
 
 
+def shaped_kernel(program: int, backend: str, start: str) -> uv.Kernel:
+    """The kernel of ``program`` shaped for ``backend`` with no opts ("none") or by the heuristic (the
+    C heuristic's THREAD axis, the tuner's starting point in the issue)."""
+    key = (program, backend, start)
+    if key not in _SHAPED:
+        opts = "heuristic" if start == "heuristic" else None
+        _SHAPED[key] = uv.compile(PROGRAMS[program][1](), backend=backend, opts=opts, build=False).kernels[-1]
+    return _SHAPED[key]
+
+
+_SHAPED: dict[tuple[int, str, str], uv.Kernel] = {}
+#: the tuner's per-backend budget, small: the interpreter's timings may stop at it (a KernelTimeout)
+TUNER_BUDGET_S = 3.0
+
+
+def time_elsewhere(kernel: uv.Kernel, backend: str, budget_s: float | None) -> str:
+    """Time ``kernel`` on ``backend`` as the tuner (``budget_s``: every backend in the worker) or a
+    cell (None) does: "timed", or the documented refusal's name; a worker crash fails the test."""
+    from uopviz.backends.worker import KernelTimeout
+
+    try:
+        timing = kernel.time(backend, repeats=1, budget_s=budget_s)
+    except OptError as error:
+        record("opts timed on another backend", error)
+        with pytest.raises(OptError):  # refused the same way wherever it is lowered, before any code runs
+            kernel.source(backend)
+        return "OptError"
+    except KernelTimeout as error:  # stopped at the budget: the worker was killed on purpose, not crashed
+        record("opts timed on another backend", error)
+        return "KernelTimeout"
+    record("opts timed on another backend", None)
+    assert timing.median_s > 0
+    return "timed"
+
+
 @pytest.mark.parametrize("shaped_for", CPU_BACKENDS)
 @pytest.mark.parametrize("timed_on", CPU_BACKENDS)
 @budget(default=6, slow=100)
-@given(st.integers(0, len(PROGRAMS) - 1), st.randoms(use_true_random=False), st.integers(1, 4))
-def test_a_kernel_shaped_for_one_backend_times_on_another_or_is_refused(shaped_for, timed_on, program,
-                                                                        random, count):
-    """Hand-applied opts never crash a worker: a kernel shaped for ``shaped_for`` and timed on
-    ``timed_on`` (the tuner's "time on all backends") gives a timing or an OptError before any run."""
-    kernel = with_random_opts(kernel_for(program, shaped_for), random, count)
+@given(st.integers(0, len(PROGRAMS) - 1), st.sampled_from(["none", "heuristic"]),
+       st.randoms(use_true_random=False), st.integers(1, 4), st.sampled_from([None, TUNER_BUDGET_S]))
+def test_a_kernel_shaped_for_one_backend_times_on_another_or_is_refused(shaped_for, timed_on, program, start,
+                                                                        random, count, budget_s):
+    """Hand-applied opts never crash a worker: a kernel shaped for ``shaped_for`` (from no opts or the
+    heuristic's) with random accepted opts, timed on ``timed_on`` as a cell or the tuner's "time on all
+    backends" does, gives a timing, an OptError before any run, or the tuner's budget stop."""
+    kernel = with_random_opts(shaped_kernel(program, shaped_for, start), random, count)
+    outcome = time_elsewhere(kernel, timed_on, budget_s)
+    assert outcome != "KernelTimeout" or budget_s is not None
+
+
+@pytest.mark.parametrize("shaped_for", CPU_BACKENDS)
+@pytest.mark.parametrize("run_on", CPU_BACKENDS)
+@budget(default=3, slow=60)
+@given(st.integers(0, len(PROGRAMS) - 1), st.sampled_from(["none", "heuristic"]),
+       st.randoms(use_true_random=False), st.integers(0, 3))
+def test_opts_chosen_for_one_backend_run_on_another_or_are_refused(shaped_for, run_on, program, start,
+                                                                   random, count):
+    """The opts of a kernel tuned for ``shaped_for``, compiled for ``run_on`` and run in the worker:
+    an OptError at compile time, or the reference result; never a crashed worker."""
+    name, build, reference = PROGRAMS[program]
+    kernel = with_random_opts(shaped_kernel(program, shaped_for, start), random, count)
+    last = len(uv.compile(build(), backend=run_on, build=False).kernels) - 1
     try:
-        timing = kernel.time(timed_on, repeats=1)
+        program_there = uv.compile(build(), backend=run_on, opts={last: list(kernel.opts)})
     except OptError as error:
-        record("opts timed on another backend", error)
+        record("opts run on another backend", error)
         return
-    record("opts timed on another backend", None)
-    assert timing.median_s > 0
+    record("opts run on another backend", None)
+    (out,) = program_there.run(isolated=True)
+    np.testing.assert_allclose(out.astype(np.float64), reference, rtol=2e-2, atol=5e-2,
+                               err_msg=f"{name} shaped for {shaped_for} run on {run_on}: {list(kernel.opts)}")
+
+
+@pytest.mark.parametrize("shaped_for", [b for b in ("c", "llvm") if b in CPU_BACKENDS])
+@pytest.mark.parametrize("timed_on", CPU_BACKENDS)
+def test_the_issues_heuristic_512_matmul_times_everywhere_or_is_refused(shaped_for, timed_on):
+    """The issue's SIGSEGV: ``uv.compile(a @ b, backend="c", opts="heuristic")``'s 512 matmul kernel
+    (a THREAD axis) timed on OpenCL is refused by name before the worker; on its own kind of backend
+    it is timed, and the interpreter is stopped at the tuner's budget."""
+    a, b = (uv.Tensor(_RNG.standard_normal((512, 512)).astype(np.float32)) for _ in range(2))
+    kernel = uv.compile(a @ b, backend=shaped_for, opts="heuristic", build=False).kernels[0]
+    assert kernel.axes[0][1] is AxisType.THREAD, kernel.name
+    expected = {"opencl": "OptError", "python": "KernelTimeout"}.get(timed_on, "timed")
+    if timed_on == "opencl":
+        with pytest.raises(OptError, match="axis 0 is THREAD, and the opencl backend has no threads"):
+            kernel.time(timed_on)
+    assert time_elsewhere(kernel, timed_on, TUNER_BUDGET_S) == expected

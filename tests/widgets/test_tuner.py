@@ -13,6 +13,7 @@ import uopviz as uv
 from uopviz import AxisType
 from uopviz.passes.optops.opts import Opt, OptError, OptOp
 from uopviz.widgets.tuner import (
+    TimingEntry,
     TunerState,
     make_opt,
     opt_to_python,
@@ -297,7 +298,8 @@ def test_the_time_button_becomes_stop_and_stops_the_timing():
     assert tuner._timing_thread is None and time.monotonic() - started < 5
     assert tuner.time_button.description == "Time on all backends"
     assert [tuner.state.cached_timing(b) for b in ("python", "c")] == [None, None]  # stopped: not cached
-    assert "stopped" in tuner.timings.children[1].value
+    (listed,) = tuner.timings.children  # nothing was timed: the list says so, no empty chart over it
+    assert listed.value.count("stopped") == 2
 
 
 # -- sessions, BEAM's candidates, schedule diffs (issue #24) ----------------------------------------
@@ -368,6 +370,8 @@ def test_beam_candidates_open_in_the_tuner_and_the_winner_has_one_time_everywher
     assert all(row["check"] == "outputs match the untuned kernel's" for row in finalists)
     assert result.baseline.retimed is not None and "won: the fastest re-timed run" in result.reason()
     assert "the runner-up" in result.reason() and html.escape(result.reason()) in candidates_html(result)
+    scroll_box = '<div class="uv-beam-box" style="max-height:360px;overflow:auto">'
+    assert candidates_html(result).startswith(scroll_box)
     # any candidate opens in the tuner, computes the same as the untuned kernel, and can be undone
     a, b = (np.random.default_rng(1).random(s, dtype=np.float32) for s in ((16, 32), (32, 8)))
     last_ok = max(row["index"] for row in rows if row["ok"])
@@ -422,6 +426,10 @@ def test_the_tuner_compares_with_the_heuristic_and_history_and_saves_sessions(tm
     tuner.session_path.value = str(tmp_path / "s.json")
     tuner.save_session_button.click()
     assert "saved the session" in tuner.state.message and not tuner.state.error
+    assert tuner.compare_view.value == view  # saving changes no kernel: the comparison stays
+    tuner.apply(make_opt("SPLIT", 1, factor=2))
+    assert tuner.compare_view.value == ""  # it compared the kernel before: no stale "a: the current kernel"
+    tuner.undo_button.click()
     other = KernelTuner([matmul_kernel(8, 16, 16)], backends=["c"], show_graph=False)
     other.session_path.value = str(tmp_path / "s.json")
     other.load_session_button.click()
@@ -431,3 +439,96 @@ def test_the_tuner_compares_with_the_heuristic_and_history_and_saves_sessions(tm
     again.session_path.value = str(tmp_path / "s.json")
     again.load_session_button.click()
     assert again.state.kernel.ast is tuner.state.kernel.ast and not again.state.error
+
+
+def _refuses(kernel, opt) -> bool:
+    try:
+        kernel.apply(opt)
+    except OptError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("backend", [b for b in ("c", "opencl") if b in uv.backends.available()])
+@pytest.mark.parametrize("opts", [None, "heuristic"])
+def test_the_choices_offered_are_exactly_the_opts_that_apply(backend, opts):
+    """Every (target, factor, part) offered for SPLIT applies and every one not offered is refused by
+    the kernel; PADTO's multiples and SWAP's partners likewise."""
+    from uopviz.widgets.tuner import PAD_MULTIPLES
+
+    rng = np.random.default_rng(2)
+    a = uv.Tensor(rng.random((64, 48), dtype=np.float32))
+    b = uv.Tensor(rng.random((48, 32), dtype=np.float32))
+    kernel = uv.compile(a @ b, backend=backend, opts=opts, build=False).kernels[0]
+    state = TunerState(kernel)
+    for axis, (size, _) in enumerate(kernel.axes):
+        choices = state.choices("SPLIT", axis)
+        for target in AxisType:
+            for factor in range(2, size + 1):
+                for top in (False, True):
+                    choice = choices.split(target)
+                    offered = choice is not None and factor in choice.factors and top in choice.tops
+                    opt = Opt(OptOp.SPLIT, axis, (factor, target, top))
+                    assert offered == _refuses(kernel, opt), (opt, choices)
+        padto = state.choices("PADTO", axis)
+        assert padto.multiples == tuple(m for m in PAD_MULTIPLES
+                                        if _refuses(kernel, Opt(OptOp.PADTO, axis, m)))
+        swap = state.choices("SWAP", axis)
+        assert swap.partners == tuple(o for o in range(len(kernel.axes))
+                                      if o != axis and _refuses(kernel, Opt(OptOp.SWAP, axis, o)))
+        assert state.choices("SPLIT", axis) is choices  # cached for this kernel
+    assert state.choices("NOLOCALS", None).applies == _refuses(kernel, Opt(OptOp.NOLOCALS, None, None))
+
+
+def test_the_target_dropdown_offers_only_what_applies_to_the_chosen_axis():
+    """On the C matmul a GLOBAL axis offers THREAD (outer part, fixed) and UPCAST, the REDUCE axis
+    UNROLL alone; a THREAD axis offers nothing, says why and turns Apply off."""
+    tuner = KernelTuner([matmul_kernel(64, 48, 32)], backends=["c"], show_graph=False)
+    tuner.op.value, tuner.axis.value = "SPLIT", 0
+    assert list(tuner.target.options) == ["THREAD", "UPCAST"] and tuner.target.value == "UPCAST"
+    assert "factors that apply: 2, 4, 8, 16, 32" in tuner.choice_hint.value and tuner.top.disabled
+    tuner.target.value = "THREAD"
+    assert tuner.top.value is True and "2, 4, 8, 16, 32, 64" in tuner.choice_hint.value
+    assert tuner.apply()  # THREAD 2 from axis 0
+    assert [a.axis_type for a in tuner.state.axes][0] is AxisType.THREAD
+    tuner.axis.value = 0
+    assert list(tuner.target.options) == ["(none)"] and tuner.apply_button.disabled
+    assert "no SPLIT applies to axis 0: axis 0 is THREAD, and SPLIT makes new axes from " \
+        "GLOBAL/GROUP_REDUCE/LOCAL/LOOP/REDUCE axes only" in html.unescape(tuner.choice_hint.value)
+    reduce_axis = next(a.index for a in tuner.state.axes if a.axis_type is AxisType.REDUCE)
+    tuner.axis.value = reduce_axis
+    assert list(tuner.target.options) == ["UNROLL"] and not tuner.apply_button.disabled
+    tuner.op.value = "PADTO"
+    assert tuner.choice_hint.value.count("multiples that apply") == 1
+    tuner.op.value, tuner.axis.value = "SWAP", 1
+    assert [value for _, value in tuner.other_axis.options] == list(tuner.state.choices("SWAP", 1).partners)
+
+
+def test_a_schedule_diff_colours_added_and_removed_lines():
+    from uopviz.widgets.tuner_view import diff_lines_html
+
+    lines = diff_lines_html("--- a (c)\n+++ b (c)\n@@ -1 +1 @@\n-old <x>\n+new\n same").split("</span>")
+    assert "#ffebe9" in lines[3] and "old &lt;x&gt;" in lines[3] and "#dafbe1" in lines[4]
+    assert "#8250df" in lines[2] and "#ffebe9" not in lines[0] and "#dafbe1" not in lines[1]
+    assert lines[5].endswith("> same")
+
+
+def test_the_timing_chart_names_each_device_on_a_line_of_its_own():
+    from bokeh.models import Legend, Title
+
+    from uopviz.widgets.backends_view import roofline_width, timing_figure
+
+    devices = (("c", "CPU:Xeon [native] x86-64-v4[avx]"),
+               ("opencl", "OpenCL:pthread-skylake [native] v4[avx]"))
+    entries = [TimingEntry(backend, 1e-3, 1e-3, 10, 2.0, 1.0, 2e6, 1e6, device=device)
+               for backend, device in devices]
+    chart = timing_figure(entries, roofs=(100.0, 50.0))
+    notes = [item.text for item in chart.children[0].below if isinstance(item, Title)]
+    assert notes == ["measured on CPU:Xeon [native]", "and OpenCL:pthread-skylake [native]"]
+    assert chart.styles["flex-wrap"] == "wrap"  # the roofline goes under the bars where both do not fit
+    # the roofline is as wide as its one-line legend (the roof named, a dot per backend), else cut
+    (legend,) = [item for item in chart.children[1].below if isinstance(item, Legend)]
+    label = legend.items[0].label["value"]
+    assert chart.children[1].width == roofline_width(label, ["c", "opencl"]) > 5.5 * len(label) + 2 * 34
+    failed = timing_figure([*entries, TimingEntry("python", error="stopped")], roofs=(100.0, 50.0))
+    assert [item.text for item in failed.children[0].below if isinstance(item, Title)][-1] == "failed: python"

@@ -12,10 +12,10 @@ first opt), for ``rounds`` rounds or until ``budget_s`` seconds are spent.  Each
    candidate's error, not the caller's), on the same random inputs, ``repeats`` runs each.
 
 The search starts from the kernel (its initial state when it has no opts yet) *and* from the
-hand-coded heuristic's choice.  At the end the ``finalists`` fastest candidates and the heuristic's
-are timed again, interleaved (``verified_s``), and the fastest of those wins: a single lucky
-measurement during the search cannot pick the result, and the result is never slower than the
-heuristic in that final comparison.
+hand-coded heuristic's choice; these two are timed even past the budget.  At the end the
+``finalists`` fastest candidates and the heuristic's are timed again, interleaved (``verified_s``),
+and the fastest of those wins: a single lucky measurement during the search cannot pick the result,
+and the result is never slower than the heuristic in that final comparison.
 Every measurement is cached in sqlite (``<cache>/beam.sqlite``), keyed by kernel key, backend,
 device and opts: searching the same kernel again costs only the lookups.
 
@@ -563,7 +563,7 @@ def beam_search(
                 )
             )
 
-    def evaluate(variants: list[Kernel], round_number: int) -> list[Candidate]:
+    def evaluate(variants: list[Kernel], round_number: int, budgeted: bool = True) -> list[Candidate]:
         fresh: list[tuple[Kernel, Candidate]] = []
         out: list[Candidate] = []
         for variant in variants:
@@ -599,7 +599,7 @@ def beam_search(
                 repeats,
                 timeout_s,
                 by_source,
-                out_of_time,
+                out_of_time if budgeted else lambda: False,
                 lambda c: finish(c, round_number),
             )
         return out
@@ -617,7 +617,9 @@ def beam_search(
             heuristic_kernel = hand_coded_optimizations(start_kernel)
             if heuristic_kernel.ast is not start_kernel.ast:
                 seeds.append(heuristic_kernel)
-        evaluated = evaluate(seeds, 0)
+        # the starting kernel and the heuristic's are timed whatever the budget: without them the search
+        # has nothing to report (a short budget on a busy machine went to starting the compile pool)
+        evaluated = evaluate(seeds, 0, budgeted=False)
         baseline = evaluated[0]
         heuristic = evaluated[-1] if heuristic_kernel is not None else None
         beam = sorted((c for c in evaluated if c.ok), key=lambda c: c.run_s)[:width]

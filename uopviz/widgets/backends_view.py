@@ -157,7 +157,7 @@ def timing_figure(
     with median/min/GB/s on hover, beside a roofline (log-log, this machine's roofs, one dot per
     backend)."""
     from bokeh.layouts import row
-    from bokeh.models import ColumnDataSource, HoverTool, Label, LabelSet, Span, Title
+    from bokeh.models import ColumnDataSource, HoverTool, LabelSet, Span, Title
     from bokeh.plotting import figure
 
     ok = [e for e in entries if not e.error and e.median_s]
@@ -205,25 +205,19 @@ def timing_figure(
     )
     devices = sorted({e.device.split("] ")[0] + "]" if "] " in e.device else e.device
                       for e in ok if e.device})
-    if devices:  # a figure names the CPU and target it was measured on (the hover has the whole key)
-        bars.add_layout(Title(text="measured on " + "; ".join(devices), text_font_size="9px",
-                              text_font_style="normal", align="left"), "below")
+    # a figure names the CPU and target it was measured on (the hover has the whole key), a line per
+    # device: on one line two devices ran past the chart's edge ("pthread-skylake-av")
+    for position, device in enumerate(devices):
+        bars.add_layout(Title(text=("measured on " if position == 0 else "and ") + device,
+                              text_font_size="9px", text_font_style="normal", align="left"), "below")
     bars.y_range.start = 0
     if values:
         bars.y_range.end = max(values) * 1.15  # room for the labels over the bars
     bars.yaxis.axis_label = unit
     failed = [e for e in entries if e.error]
-    if failed:
-        bars.add_layout(
-            Label(
-                x=5,
-                y=5,
-                x_units="screen",
-                y_units="screen",
-                text_font_size="10px",
-                text="failed: " + ", ".join(e.backend for e in failed),
-            )
-        )
+    if failed:  # under the axis, with the footnotes: inside the frame it lay over the first bar
+        bars.add_layout(Title(text="failed: " + ", ".join(e.backend for e in failed), text_font_size="9px",
+                              text_font_style="normal", text_color="#82071e", align="left"), "below")
     # a log-log roofline has no place for a kernel without arithmetic (a copy: zero FLOP/byte,
     # zero GFLOP/s); such kernels keep their bar and stay off the roofline
     with_intensity = [e for e in ok if (e.intensity or 0) > 0 and (e.gflops or 0) > 0]
@@ -243,7 +237,7 @@ def timing_figure(
     bottom = max(min(rates + [low * peak_bw]) / 3, 1e-9)
     roof = figure(
         height=CHART_HEIGHT,
-        width=420,
+        width=roofline_width(roof_label, [e.backend for e in with_intensity]),
         x_axis_type="log",
         y_axis_type="log",
         title="roofline (this machine)",
@@ -282,7 +276,20 @@ def timing_figure(
     roof.legend.padding = 4
     roof.legend.orientation = "horizontal"  # one line: a row aligns both plots' frames, so a tall
     roof.add_layout(roof.legend[0], "below")  # legend under one squeezed both to a strip
-    return row(bars, roof)
+    # where the two do not fit side by side (the tuner inside uv.explore) the roofline goes under the bars
+    return row(bars, roof, styles={"flex-wrap": "wrap", "gap": "6px"})
+
+
+#: about how wide (px) a character of the roofline's 9 px legend is, and what each entry adds (its glyph)
+LEGEND_CHAR_PX, LEGEND_ENTRY_PX = 5.5, 34
+
+
+def roofline_width(roof_label: str, backends: list[str]) -> int:
+    """The roofline's width: 420 px, or wider where its one-line legend (the roof, then a dot per
+    backend) needs it; a legend wider than its figure was cut at both ends."""
+    entries = [roof_label, *backends]
+    legend = sum(LEGEND_CHAR_PX * len(text) + LEGEND_ENTRY_PX for text in entries)
+    return max(420, int(legend) + 20)
 
 
 def _short_number(value: float) -> str:

@@ -56,6 +56,10 @@ def candidate_rows(result: Any, limit: int | None = None) -> list[dict[str, Any]
     return rows
 
 
+#: the height (px) of the candidate table's scroll box
+BEAM_TABLE_HEIGHT = 360
+
+
 def candidates_html(result: Any, limit: int = 12) -> str:
     """The candidates of a BEAM result as an HTML table, the winner first (★): each one's time (the
     re-timed median for finalists, named), fastest re-timed run, search time and verification or
@@ -70,8 +74,8 @@ def candidates_html(result: Any, limit: int = 12) -> str:
         style = "" if row["ok"] else ' style="color:#82071e"'
         rows.append(
             f"<tr{style}><td>{row['index']}</td>"
-            f"<td>{'★ ' if row['winner'] else ''}{html.escape(row['name'])}</td>"
-            f"<td>{html.escape(row['opts'])}</td>"
+            f"<td style=\"white-space:nowrap\">{'★ ' if row['winner'] else ''}{html.escape(row['name'])}</td>"
+            f"<td style=\"font-size:11px\">{html.escape(row['opts'])}</td>"
             f"<td>{seconds(row['time_s'])} <small>{row['figure']}</small></td>"
             f"<td>{seconds(row['best_run_s'])}</td><td>{seconds(row['search_s'])}</td>"
             f"<td>{html.escape(row['check'])}</td></tr>"
@@ -81,5 +85,7 @@ def candidates_html(result: Any, limit: int = 12) -> str:
     more = len(result.candidates) - len(rows)
     note = (f"<div>★ {html.escape(result.reason())}"
             f"{f'; {more} more candidates not shown' if more > 0 else ''}</div>")
-    return (f'<table class="uv-table uv-beam-candidates" style="font-size:12px;border-collapse:collapse">'
-            f"<thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>{note}")
+    # a scroll box: twelve candidates of seven opts each made the table 3,000 px tall in the tuner
+    return (f'<div class="uv-beam-box" style="max-height:{BEAM_TABLE_HEIGHT}px;overflow:auto">'
+            f'<table class="uv-table uv-beam-candidates" style="font-size:12px;border-collapse:collapse">'
+            f"<thead>{head}</thead><tbody>{''.join(rows)}</tbody></table></div>{note}")

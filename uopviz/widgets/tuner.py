@@ -213,6 +213,115 @@ def timing_entry(kernel: Any, backend: str, timing: Any) -> TimingEntry:
 
 
 # ---------------------------------------------------------------------------------------------
+# what the OptOps panel may offer: every value checked by applying it to the kernel
+
+#: the multiples PADTO is offered with (those that apply to the axis: not already a divisor of its size,
+#: within the growth PADTO allows)
+PAD_MULTIPLES = (2, 3, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    """An AxisType SPLIT can make from one axis: the factors that apply and the part it takes
+    (``tops``: ``(False,)`` the inner part, ``(True,)`` the outer, both when the spec leaves it open)."""
+
+    target: AxisType
+    factors: tuple[int, ...]
+    tops: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class OptChoices:
+    """What one OptOp may be applied with on one axis of a kernel, each value found by applying it:
+    SPLIT's targets (with their factors), PADTO's multiples, SWAP's partner axes, and whether NOLOCALS
+    applies.  ``none_reason`` says why nothing applies (empty when something does)."""
+
+    op: str
+    axis: int | None
+    splits: tuple[SplitChoice, ...] = ()
+    multiples: tuple[int, ...] = ()
+    partners: tuple[int, ...] = ()
+    applies: bool = False
+    none_reason: str = ""
+
+    @property
+    def targets(self) -> tuple[AxisType, ...]:
+        """The AxisTypes a SPLIT of this axis can make, in the spec's order."""
+        return tuple(choice.target for choice in self.splits)
+
+    def split(self, target: AxisType | str) -> SplitChoice | None:
+        """The choice for ``target`` (an AxisType or its name), or None when SPLIT cannot make it here."""
+        name = target.name if isinstance(target, AxisType) else str(target).upper()
+        return next((choice for choice in self.splits if choice.target.name == name), None)
+
+
+def _applies(kernel: Any, opt: Any) -> str:
+    """The OptError's message when ``opt`` does not apply to ``kernel``; empty when it applies."""
+    try:
+        kernel.apply(opt)
+    except _opts_module().OptError as error:
+        return str(error)
+    return ""
+
+
+def _divisors(size: int) -> tuple[int, ...]:
+    return tuple(factor for factor in range(2, size + 1) if size % factor == 0)
+
+
+def opt_choices(kernel: Any, op: str, axis: int | None) -> OptChoices:
+    """What ``op`` may be applied with on ``axis`` of ``kernel`` (see :class:`OptChoices`).  TC is not
+    enumerated (its arguments select among the backend's tensor cores): it is offered as it is."""
+    from uopviz.passes.optops.axes import SPLIT_RULES
+
+    name, module = op.upper(), _opts_module()
+    axes = list(kernel.axes)
+    if name == "NOLOCALS":
+        reason = _applies(kernel, module.Opt(module.OptOp.NOLOCALS, None, None))
+        return OptChoices(name, None, applies=not reason, none_reason=reason)
+    if name == "TC" or axis is None or not 0 <= axis < len(axes):
+        reason = "" if name == "TC" else f"the kernel has no axis {axis!r} (it has {len(axes)})"
+        return OptChoices(name, axis, applies=name == "TC", none_reason=reason)
+    size = int(axes[axis][0])
+    reasons: list[str] = []
+    if name == "SPLIT":
+        splits = []
+        for target, (_, direction) in SPLIT_RULES.items():
+            tops = (False, True) if direction is None else (direction,)
+            factors = []
+            for factor in _divisors(size):
+                found = [_applies(kernel, module.Opt(module.OptOp.SPLIT, axis, (factor, target, top)))
+                         for top in tops]
+                factors += [factor] if "" in found else []
+                reasons += [reason for reason in found if reason]
+            if factors:
+                splits.append(SplitChoice(target, tuple(factors), tops))
+        axis_type = axes[axis][1]
+        if not any(axis_type in sources for sources, _ in SPLIT_RULES.values()):
+            sources = sorted({t.name for rule_sources, _ in SPLIT_RULES.values() for t in rule_sources})
+            reasons = [f"axis {axis} is {axis_type.name}, and SPLIT makes new axes from {'/'.join(sources)} "
+                       "axes only (spec AxisType table, 'Split from')"]
+        return OptChoices(name, axis, splits=tuple(splits), none_reason=_none(splits, reasons))
+    if name == "PADTO":
+        found = {multiple: _applies(kernel, module.Opt(module.OptOp.PADTO, axis, multiple))
+                 for multiple in PAD_MULTIPLES}
+        multiples = tuple(multiple for multiple, reason in found.items() if not reason)
+        return OptChoices(name, axis, multiples=multiples, none_reason=_none(multiples, found.values()))
+    if name == "SWAP":
+        found = {other: _applies(kernel, module.Opt(module.OptOp.SWAP, axis, other))
+                 for other in range(len(axes)) if other != axis}
+        partners = tuple(other for other, reason in found.items() if not reason)
+        return OptChoices(name, axis, partners=partners, none_reason=_none(partners, found.values()))
+    raise ValueError(f"unknown opt {op!r}; the spec's OptOps are {', '.join(OPT_NAMES)}")
+
+
+def _none(found: Any, reasons: Any) -> str:
+    """Why nothing was found: the first refusal's message ("" when something was)."""
+    if found:
+        return ""
+    return next((reason for reason in reasons if reason), "no value applies")
+
+
+# ---------------------------------------------------------------------------------------------
 # the tuner state
 
 
@@ -251,6 +360,7 @@ class TunerState:
         self._sources: dict[tuple[int, str], tuple[Any, SourceEntry]] = {}
         self._gpu_accounts: dict[tuple[int, str], tuple[Any, Any]] = {}
         self._timings: dict[tuple[int, str], tuple[Any, TimingEntry]] = {}
+        self._choices: dict[tuple[int, str, int | None], tuple[Any, OptChoices]] = {}
         #: every timing taken in this session, oldest first: {"kernel", "opts", "source", "timing"}
         self.timing_history: list[dict[str, Any]] = []
         #: the last BEAM search's result (``uopviz.engine.search.BeamResult``), if any
@@ -344,6 +454,17 @@ class TunerState:
         self._history.append(kernel)
         self._cursor += 1
         self.message, self.error = message, False
+
+    def choices(self, op: str, axis: int | None) -> OptChoices:
+        """What ``op`` may be applied with on ``axis`` of the current kernel (:func:`opt_choices`,
+        cached per kernel): the OptOps panel offers only these."""
+        kernel = self.kernel
+        cached = self._choices.get((id(kernel), op, axis))
+        if cached is not None and cached[0] is kernel:
+            return cached[1]
+        choices = opt_choices(kernel, op, axis)
+        self._choices[(id(kernel), op, axis)] = (kernel, choices)
+        return choices
 
     # -- exports -----------------------------------------------------------------------------
     def new_opts(self) -> tuple[Any, ...]:

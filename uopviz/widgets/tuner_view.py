@@ -113,13 +113,27 @@ def schedule_diff_html(diff: Any) -> str:
     for backend, sources in diff.sources.items():
         a_time, b_time = diff.timings.get(backend, (None, None))
         errors = " ".join(html.escape(e.error) for e in (sources.a, sources.b) if e.error)
-        body = errors or html.escape(sources.diff) or "(the same source)"
+        body = errors or diff_lines_html(sources.diff) or "(the same source)"
         parts.append(
             f'<div class="uv-diff-source" style="{PANE_STYLE};margin-top:6px"><div style="{HEAD_STYLE}">'
             f"{html.escape(backend)}: a {seconds(a_time)}, b {seconds(b_time)} (median)</div>"
             f'<pre style="{CODE_STYLE}">{body}</pre></div>'
         )
     return "".join(parts) + "</div>"
+
+
+#: the colours of a unified diff's lines, by their first character (added, removed, hunk header)
+DIFF_LINE_STYLES = {"+": "background:#dafbe1;color:#116329", "-": "background:#ffebe9;color:#82071e",
+                    "@": "color:#8250df"}
+
+
+def diff_lines_html(diff: str) -> str:
+    """A unified diff as HTML lines coloured as added, removed or hunk header (file headers plain)."""
+    lines = []
+    for line in diff.splitlines():
+        style = "" if line.startswith(("+++", "---")) else DIFF_LINE_STYLES.get(line[:1], "")
+        lines.append(f'<span style="display:block;{style}">{html.escape(line) or " "}</span>')
+    return "".join(lines)
 
 
 def message_html(state: TunerState) -> str:
@@ -148,11 +162,12 @@ class KernelTuner(widgets.VBox):
         self.kernels = list(kernels)
         self.backends = backend_names(backends)
         self.states: dict[int, TunerState] = {}
-        layout_auto = widgets.Layout(width="auto")
+        # buttons as wide as their labels, never shrunk to "Un…" by a narrow row (the rows wrap instead)
+        layout_auto = widgets.Layout(width="auto", flex="0 0 auto")
         self.kernel_select = widgets.Dropdown(
             options=[(f"{i}: {getattr(k, 'name', 'kernel')}", i) for i, k in enumerate(self.kernels)],
             description="kernel",
-            layout=widgets.Layout(width="420px"),
+            layout=widgets.Layout(width="auto", min_width="420px"),  # a tuned name with "(was ...)" in full
         )
         self.axes = widgets.HTML()
         self.opts_text = widgets.HTML()
@@ -164,12 +179,15 @@ class KernelTuner(widgets.VBox):
         self.factor = widgets.BoundedIntText(
             value=4, min=1, max=1 << 20, description="factor", layout=widgets.Layout(width="150px")
         )
+        # offered: only the AxisTypes a SPLIT of the chosen axis can make (TunerState.choices)
         self.target = widgets.Dropdown(
             options=[a.name for a in AxisType],
             value="UPCAST",
             description="target",
-            layout=widgets.Layout(width="200px"),
+            layout=widgets.Layout(width="210px"),
         )
+        #: what applies to the chosen op and axis (factors, multiples), or why nothing does
+        self.choice_hint = widgets.HTML(layout=widgets.Layout(width="auto"))
         self.top = widgets.Checkbox(
             value=False, description="top", indent=False, layout=widgets.Layout(width="60px")
         )
@@ -185,18 +203,21 @@ class KernelTuner(widgets.VBox):
         self.redo_button = widgets.Button(description="Redo", icon="repeat", layout=layout_auto)
         self.reset_button = widgets.Button(description="Reset", icon="times", layout=layout_auto)
         self.beam_button = widgets.Button(description="BEAM search", icon="search", layout=layout_auto)
+        compact = {"description_width": "initial"}  # a short label beside its field, not in an 80 px column
         self.beam_width = widgets.BoundedIntText(
-            value=4, min=1, max=64, description="width", layout=widgets.Layout(width="130px")
+            value=4, min=1, max=64, description="width", layout=widgets.Layout(width="110px"), style=compact
         )
         self.beam_progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="200px"))
         self.beam_budget = widgets.BoundedIntText(
-            value=30, min=1, max=3600, description="budget s", layout=widgets.Layout(width="150px")
+            value=30, min=1, max=3600, description="budget s", layout=widgets.Layout(width="130px"),
+            style=compact,
         )
         self.beam_backend = widgets.Dropdown(
             options=self.backends,
             value=beam_backend_for(self.kernels[0], self.backends),
             description="on",
-            layout=widgets.Layout(width="150px"),
+            layout=widgets.Layout(width="120px"),
+            style=compact,
         )
         self.beam_status = widgets.HTML()
         self.beam_table = widgets.HTML()
@@ -205,7 +226,8 @@ class KernelTuner(widgets.VBox):
                                                  layout=widgets.Layout(width="360px"))
         self.open_candidate_button = widgets.Button(description="Open candidate", icon="folder-open",
                                                     layout=layout_auto, disabled=True)
-        self.compare_select = widgets.Dropdown(description="compare", layout=widgets.Layout(width="380px"))
+        self.compare_select = widgets.Dropdown(description="compare",
+                                               layout=widgets.Layout(width="auto", min_width="380px"))
         self.compare_button = widgets.Button(description="Compare with…", icon="columns", layout=layout_auto)
         self.compare_view = widgets.HTML()
         self.session_path = widgets.Text(value="tuner-session.json", description="session",
@@ -249,8 +271,10 @@ class KernelTuner(widgets.VBox):
             self.tc_opt,
             self.tc_mode,
         )
+        self._offering = False
         self._wire()
-        controls = widgets.HBox(list(self.parameter_controls), layout=widgets.Layout(flex_flow="row wrap"))
+        wrap = widgets.Layout(flex_flow="row wrap", align_items="center")
+        controls = widgets.HBox([*self.parameter_controls, self.choice_hint], layout=wrap)
         actions = widgets.HBox(
             [
                 self.apply_button,
@@ -263,14 +287,16 @@ class KernelTuner(widgets.VBox):
                 self.beam_budget,
                 self.beam_progress,
                 self.beam_status,
-            ]
+            ],
+            layout=wrap,
         )
         exports = widgets.HBox([self.time_button, self.export_python_button, self.export_json_button,
-                                self.session_path, self.save_session_button, self.load_session_button])
-        candidates = widgets.HBox([self.candidate_select, self.open_candidate_button])
-        compare = widgets.HBox([self.compare_select, self.compare_button])
+                                self.session_path, self.save_session_button, self.load_session_button],
+                               layout=wrap)
+        candidates = widgets.HBox([self.candidate_select, self.open_candidate_button], layout=wrap)
+        compare = widgets.HBox([self.compare_select, self.compare_button], layout=wrap)
         children = [
-            widgets.HBox([self.kernel_select, self.axes]),
+            widgets.HBox([self.kernel_select, self.axes], layout=wrap),
             self.opts_text,
             self.op,
             controls,
@@ -302,6 +328,8 @@ class KernelTuner(widgets.VBox):
     def _wire(self) -> None:
         self.kernel_select.observe(lambda _: None if self._relabelling else self.refresh(), names="value")
         self.op.observe(lambda _: self._show_controls(), names="value")
+        self.axis.observe(lambda _: self._offer_choices(), names="value")
+        self.target.observe(lambda _: self._offer_target(), names="value")
         self.apply_button.on_click(lambda _: self.apply())
         self.undo_button.on_click(lambda _: self._after(self.state.undo()))
         self.redo_button.on_click(lambda _: self._after(self.state.redo()))
@@ -333,6 +361,59 @@ class KernelTuner(widgets.VBox):
             self.axis.value = previous if isinstance(previous, int) and previous < max(1, reduce_count) else 0
         else:
             self._axis_options()
+        self._offer_choices()
+
+    def _offer_choices(self) -> None:
+        """Offer only what applies to the chosen op and axis (the data layer tries each value): SPLIT's
+        targets, SWAP's partner axes; the hint lists the factors or multiples that apply, or says why
+        nothing does, and Apply is off then."""
+        if self._offering or self.axis.value is None:
+            return
+        op = self.op.value
+        choices = self.state.choices(op, None if op == "NOLOCALS" else self.axis.value)
+        self._offering = True  # the target's new options must not redraw the hint half-way
+        try:
+            if op == "SPLIT":
+                targets = [t.name for t in choices.targets] or ["(none)"]
+                previous = self.target.value
+                self.target.options = targets
+                self.target.value = previous if previous in targets else (
+                    "UPCAST" if "UPCAST" in targets else targets[0])
+            if op == "SWAP" and choices.partners:
+                previous = self.other_axis.value
+                self.other_axis.options = [(label, value) for label, value in self.axis.options
+                                           if value in choices.partners]
+                self.other_axis.value = previous if previous in choices.partners else choices.partners[0]
+        finally:
+            self._offering = False
+        offered = choices.splits or choices.multiples or choices.partners or choices.applies
+        nothing = op != "TC" and not offered
+        self.apply_button.disabled = nothing
+        if nothing:
+            where = "" if op == "NOLOCALS" else f" to axis {self.axis.value}"
+            self.choice_hint.value = _hint(f"no {op} applies{where}: {choices.none_reason}", error=True)
+        elif op == "SPLIT":
+            self._offer_target()
+        elif op == "PADTO":
+            self.choice_hint.value = _hint("multiples that apply: " + ", ".join(map(str, choices.multiples)))
+        else:
+            self.choice_hint.value = ""
+
+    def _offer_target(self) -> None:
+        """The factors that apply for the chosen SPLIT target, and its part of the axis (fixed by the
+        spec for every target but GROUP_REDUCE)."""
+        if self._offering or self.op.value != "SPLIT" or self.axis.value is None:
+            return
+        choice = self.state.choices("SPLIT", self.axis.value).split(self.target.value)
+        if choice is None:
+            return
+        if len(choice.tops) == 1:
+            self.top.value = choice.tops[0]
+        self.top.disabled = len(choice.tops) == 1
+        part = "outer or inner" if len(choice.tops) > 1 else ("outer" if choice.tops[0] else "inner")
+        factors = ", ".join(map(str, choice.factors))
+        taken = f"{choice.target.name} takes the {part} part"
+        self.choice_hint.value = _hint(f"factors that apply: {factors} ({taken})")
 
     def _axis_options(self) -> None:
         options = [(f"{a.index}: {a.text}", a.index) for a in self.state.axes] or [("(none)", 0)]
@@ -380,6 +461,8 @@ class KernelTuner(widgets.VBox):
     def refresh(self) -> None:
         """Redraw everything from the current kernel."""
         state = self.state
+        if self.__dict__.get("_compared") is not state.kernel:  # a comparison of another kernel: stale
+            self.compare_view.value = ""
         self.axes.value = f'<div class="uv-axes" style="padding-top:4px">{axes_html(state)}</div>'
         opts = ", ".join(_short(o) for o in state.opts) or "none yet"
         self.opts_text.value = (
@@ -451,6 +534,7 @@ class KernelTuner(widgets.VBox):
         diff = tuner_schedule_diff(self.state, other, self.backends)
         self.compare_view.value = (f'<div style="font-size:12px">a: the current kernel; '
                                    f"b: {html.escape(label)}</div>{schedule_diff_html(diff)}")
+        self.__dict__["_compared"] = self.state.kernel
 
     def open_candidate(self, index: int | None = None) -> None:
         """Open BEAM candidate ``index`` (default: the one chosen) as the current kernel, undoably."""
@@ -546,10 +630,12 @@ class KernelTuner(widgets.VBox):
             + "</li>"
             for r in rows
         )
-        self.timings.children = [
-            bokeh_widget(timing_figure(entries, getattr(self.state.kernel, "name", ""))),
-            widgets.HTML(f'<ul style="font-size:12px">{table}</ul>'),
-        ]
+        listed = widgets.HTML(f'<ul style="font-size:12px">{table}</ul>')
+        if not any(entry.median_s for entry in entries):  # all stopped or failed: no empty chart
+            self.timings.children = [listed]
+            return
+        self.timings.children = [bokeh_widget(timing_figure(entries, getattr(self.state.kernel, "name", ""))),
+                                 listed]
 
     def beam(self, wait: bool = False) -> None:
         """Run BEAM search on the current kernel in a thread, with the progress bar; the best kernel
@@ -593,6 +679,7 @@ class KernelTuner(widgets.VBox):
                 for control in busy:
                     control.disabled = False
                 self._buttons()
+                self._offer_choices()  # Apply stays off where nothing applies
 
         if wait:
             work()
@@ -608,6 +695,12 @@ def beam_backend_for(kernel: Any, backends: list[str]) -> str | None:
         return own
     compiled = [b for b in backends if b != "python"]
     return (compiled or backends or [None])[0]
+
+
+def _hint(text: str, error: bool = False) -> str:
+    """A short line beside the opt's controls (red when nothing applies)."""
+    color = "#82071e" if error else "#57606a"
+    return f'<span class="uv-choice-hint" style="font-size:12px;color:{color}">{html.escape(text)}</span>'
 
 
 def _short(opt: Any) -> str:
