@@ -195,7 +195,7 @@ const UOPVIZ = (() => {
     zoomBy(factor, cx, cy) {
       const rect = this.viewport.getBoundingClientRect();
       if (cx === undefined) { cx = rect.width / 2; cy = rect.height / 2; }
-      const k = Math.min(8, Math.max(0.02, this.view.k * factor));
+      const k = Math.min(8, Math.max(0.005, this.view.k * factor));
       const f = k / this.view.k;
       this.view.x = cx - (cx - this.view.x) * f;
       this.view.y = cy - (cy - this.view.y) * f;
@@ -226,7 +226,7 @@ const UOPVIZ = (() => {
         return;
       }
       const across = (width - 2 * side) / Math.max(gw, 1), down = (height - top - bottom) / Math.max(gh, 1);
-      const k = Math.min(1.0, Math.max(0.02, Math.min(across, down)));
+      const k = Math.min(1.0, Math.max(0.005, Math.min(across, down)));
       if (whole || k >= FIT_MIN_ZOOM || k >= 1.0) {
         this.view = { k, x: (width - gw * k) / 2 - this.minX * k, y: top + (height - top - bottom - gh * k) / 2 - this.minY * k };
         this.partial = false;
