@@ -20,6 +20,13 @@ def test_every_notebook_is_there():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == EXPECTED
 
 
+def test_the_tours_next_list_names_every_other_notebook():
+    tour = nbformat.read(NOTEBOOKS / "00_tour.ipynb", as_version=4)
+    (next_cell,) = [c for c in tour.cells if c.cell_type == "markdown" and c.source.startswith("## Next")]
+    listed = [line.split("`")[1] for line in next_cell.source.splitlines() if line.startswith("* `")]
+    assert listed == EXPECTED[1:]
+
+
 @pytest.mark.parametrize("name", EXPECTED)
 def test_notebooks_are_stored_without_outputs(name):
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)

@@ -204,3 +204,30 @@ def test_explore_opens_on_the_operator_graph(tmp_path):
     assert explorer.tuner_box.children == (tuner,)
     conv_tuner = explorer.open_kernels(0)
     assert [k.name for k in conv_tuner.kernels] == [k.name for k in model.kernels(0, backend="c")]
+
+
+def test_an_operator_graphs_side_panel_prompt_is_about_operations_not_uops(tmp_path):
+    from uopviz.widgets.embed import StaticPage
+    from uopviz.widgets.nnef_graph import OPERATOR_PANEL_PROMPT
+    from uopviz.widgets.views import UOP_PANEL_PROMPT, GraphView
+
+    model = small_model(tmp_path, 1, 4, 2)
+    view = OperatorGraphView(model)
+    assert view.empty_text == OPERATOR_PANEL_PROMPT and "operation" in view.empty_text
+    assert "dtype" not in view.empty_text and "min_max" not in view.empty_text
+    assert GraphView().empty_text == UOP_PANEL_PROMPT and "min_max" in UOP_PANEL_PROMPT
+    page = StaticPage("model")
+    page.add_operator_graph("Model", "", model)
+    assert OPERATOR_PANEL_PROMPT in page.render()
+
+
+def test_enter_in_the_search_box_selects_and_reveals_the_first_match(tmp_path):
+    explorer = ModelExplorer(small_model(tmp_path, 1, 4, 2))
+    assert explorer.submit_search() is None and explorer.view.selected == ""  # nothing typed
+    explorer.search_box.value = "twice"
+    first = explorer.matches.options[0][1]
+    assert explorer.view.selected == ""  # listing alone selects nothing
+    # what the browser sends on Enter: the text widget's custom "submit" message
+    explorer.search_box._handle_custom_msg({"event": "submit"}, [])
+    assert explorer.view.selected == first == explorer.matches.value
+    assert explorer.view.graph_model.nodes[first]["kind"] == "operation"

@@ -149,6 +149,8 @@ _FLOAT_UNARY: dict[Ops, Callable[[Any], Any]] = {
     Ops.TRUNC: np.trunc,
     Ops.EXP2: np.exp2,
     Ops.LOG2: np.log2,
+    Ops.EXP: np.exp,
+    Ops.LOG: np.log,
     Ops.SIN: np.sin,
     Ops.COS: np.cos,
     Ops.TAN: np.tan,
@@ -158,7 +160,7 @@ _FLOAT_UNARY: dict[Ops, Callable[[Any], Any]] = {
 #: and sin loops are vectorized approximations whose error depends on the CPU numpy dispatches to
 #: (2.5 ulp for exp2 and 3.3 for the exp built on it with AVX-512, 0.5 without), and the evaluator
 #: is the dialect's reference semantics, which should not change with the machine
-_WIDENED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.TAN, Ops.POW})
+_WIDENED = frozenset({Ops.EXP2, Ops.LOG2, Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.TAN, Ops.POW})
 
 
 def _widened(op: Ops, values: list[Any]) -> list[Any]:

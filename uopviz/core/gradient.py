@@ -217,6 +217,8 @@ gradient_rules = PatternMatcher([
     # transcendental
     _rule(Ops.EXP2, lambda ctx, node: (ctx * _t(node) * LN_2,), "d 2^a = g * 2^a * ln2"),
     _rule(Ops.LOG2, lambda ctx, node: (ctx / (_t(node.src[0]) * LN_2),), "d log2(a) = g / (a ln2)"),
+    _rule(Ops.EXP, lambda ctx, node: (ctx * _t(node),), "d e^a = g * e^a"),
+    _rule(Ops.LOG, lambda ctx, node: (ctx / _t(node.src[0]),), "d ln(a) = g / a"),
     _rule(Ops.SIN, lambda ctx, node: (ctx * _t(node.src[0]).cos(),), "d sin(a) = g * cos(a)"),
     _rule(Ops.COS, lambda ctx, node: (-ctx * _t(node.src[0]).sin(),), "d cos(a) = -g * sin(a)"),
     _rule(Ops.TAN, lambda ctx, node: (ctx * (1 + _t(node) * _t(node)),), "d tan(a) = g * (1 + tan(a)^2)"),

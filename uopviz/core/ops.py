@@ -7,7 +7,10 @@ of a vector); the Expand stage needs them to turn UPCAST ranges into vector lane
 decomposed elementwise ops are ours too: ``COS`` and ``TAN``.  The card composes cos as
 ``sin(π/2 - x)``, whose rounded subtraction loses every correct digit for large ``|x|``; as
 ops of their own they are decomposed by Instruction Selection with SIN's exact argument
-reduction (``uopviz.passes.isel``), so they are as accurate as SIN on every backend.
+reduction (``uopviz.passes.isel``), so they are as accurate as SIN on every backend.  ``EXP`` and
+``LOG`` (the natural exponential and logarithm) are ours as well: the card has only EXP2 and LOG2,
+so ``Tensor.exp()`` would be a dozen bit operations in the graph a student reads; as ops of their
+own they stay one node until Instruction Selection writes them out (``uopviz.core.exp_log``).
 """
 
 from __future__ import annotations
@@ -181,6 +184,10 @@ class Ops(enum.IntEnum):
     SOURCE = enum.auto()
     VECTORIZE = enum.auto()  # ours: lanes -> vector
     GEP = enum.auto()  # ours: vector -> lanes (arg: tuple of lane numbers)
+    # Elementwise, decomposed, ours (last, so that every other op keeps its number: the simplifier's
+    # canonical operand order sorts by it, and generated code follows that order)
+    EXP = enum.auto()  # ours: e**x, kept whole until Instruction Selection (the card composes it)
+    LOG = enum.auto()  # ours: ln x, likewise
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -238,6 +245,8 @@ class GroupOp:
             Ops.NOT,
             Ops.EXP2,
             Ops.LOG2,
+            Ops.EXP,
+            Ops.LOG,
             Ops.SIN,
             Ops.COS,
             Ops.TAN,
@@ -284,6 +293,8 @@ class GroupOp:
             Ops.NOT,
             Ops.EXP2,
             Ops.LOG2,
+            Ops.EXP,
+            Ops.LOG,
             Ops.SIN,
             Ops.COS,
             Ops.TAN,

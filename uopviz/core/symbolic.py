@@ -5,7 +5,8 @@
 
 - :data:`constant_folding` — an op whose operands are all constants becomes a constant, computed
   by :func:`uopviz.core.alu.exec_alu` with the dtype's exact semantics; an integer or bool op
-  whose value range collapses to one value becomes that constant.
+  whose value range collapses to one value becomes that constant; EXP and LOG of a constant are
+  written out as Instruction Selection writes them (:mod:`uopviz.core.exp_log`), then folded.
 - :data:`algebraic_identities` — ``x+0``, ``x*1``, ``x*0`` (integers: floats have nan and inf),
   ``x//1``, ``x%1``, ``x-x``, double negation, ``where`` with a constant condition or equal
   branches, ``max(x,x)``, ``x<x``, ``x!=x`` (integers), bool and bit identities, casts.
@@ -44,6 +45,7 @@ from typing import Any
 
 from uopviz.core.alu import ALUError, bitcast_value, exec_alu
 from uopviz.core.dtype import DType, DTypeKind, dtypes
+from uopviz.core.exp_log import DECOMPOSE_NATURAL
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.symbolic_bounds import _ALU, _const, _is_bool, _is_int, _value, bounds
@@ -77,6 +79,16 @@ def _fold_constants(x: UOp) -> UOp | None:
     return UOp.const(x.dtype, value)
 
 
+def _fold_natural(x: UOp) -> UOp:
+    """EXP / LOG of a constant: written out as the UOps Instruction Selection gives it (which fold in
+    turn; float16 and bfloat16 in float32), so that the constant is the value the kernel would have
+    computed, to the bit."""
+    value = x.src[0]
+    if value.dtype in (dtypes.float32, dtypes.float64):
+        return DECOMPOSE_NATURAL[x.op](value)
+    return DECOMPOSE_NATURAL[x.op](value.cast(dtypes.float32)).cast(value.dtype)
+
+
 def _fold_bitcast(x: UOp, c: UOp) -> UOp | None:
     if x.dtype.count != 1 or c.dtype.count != 1:
         return None
@@ -100,6 +112,8 @@ _RANGE_FOLD_KINDS = (DTypeKind.SIGNED, DTypeKind.UNSIGNED, DTypeKind.INDEX, DTyp
 
 constant_folding = PatternMatcher(
     [
+        (UPat((Ops.EXP, Ops.LOG), src=(UPat(Ops.CONST),), name="x"),
+         _fold_natural, "fold EXP/LOG of a constant through its decomposition"),
         (UPat(_ALU, src=UPat(Ops.CONST), name="x"), _fold_constants, "fold constant operands (exec_alu)"),
         (UPat(Ops.BITCAST, src=(UPat.cvar("c"),), name="x"), _fold_bitcast, "fold BITCAST of a constant"),
         (UPat(_ALU, name="x"), _fold_by_range, "fold an op whose range is one value"),

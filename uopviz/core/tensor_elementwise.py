@@ -1,8 +1,9 @@
 """Tensor's named elementwise functions: arithmetic, rounding, transcendentals and activations.
 
-Each is a spec op (``ADD``, ``IDIV``, ``EXP2``, ``SIN`` ...) or a composition of them, built on the
+Each is a spec op (``ADD``, ``IDIV``, ``EXP2``, ``SIN`` ...), one of ours kept whole until Instruction
+Selection (``EXP``, ``LOG``: :mod:`uopviz.core.exp_log`), or a composition of them, built on the
 class's operand handling (promotion and broadcasting: ``_operands``, ``_binary``, ``_unary_float``
-in :mod:`uopviz.core.tensor`); the accurate ``exp``, ``sigmoid`` and ``tanh`` are written in
+in :mod:`uopviz.core.tensor`); the accurate ``sigmoid`` and ``tanh`` are written in
 :mod:`uopviz.core.tensor_math`.
 """
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.tensor_helpers import _float_dtype
-from uopviz.core.tensor_math import LN_2, _exp, _sigmoid, _tanh
+from uopviz.core.tensor_math import _sigmoid, _tanh
 from uopviz.core.uop import UOpError, UOpTypeError
 
 if TYPE_CHECKING:
@@ -187,15 +188,15 @@ class ElementwiseMixin:
         return compute(self.cast(dtype))
 
     def exp(self) -> Tensor:
-        """``e ** x`` as ``exp2(t)·(1 + d·ln 2)`` with ``t = x·log2 e`` rounded and ``d`` its rounding
-        error, recovered exactly by splitting ``x`` and ``log2 e`` into halves (a bare
-        ``exp2(x·log2 e)`` carries the product's rounding into the exponent: 62 ulp near the float32
-        overflow).  float16/bfloat16 are computed in float32."""
-        return self._in_float32_for_halves(_exp)
+        """``e ** x`` (EXP, one node until Instruction Selection writes it as ``exp2(t)·(1 + d·ln 2)``
+        with ``t = x·log2 e`` rounded and ``d`` its rounding error: :mod:`uopviz.core.exp_log`).
+        float16/bfloat16 are computed in float32."""
+        return self._in_float32_for_halves(lambda x: x._elementwise(Ops.EXP))
 
     def log(self) -> Tensor:
-        """Natural log as ``log2(x) * ln(2)`` (float16/bfloat16 computed in float32)."""
-        return self._in_float32_for_halves(lambda x: x.log2() * LN_2)
+        """Natural log (LOG, one node until Instruction Selection writes it as ``log2(x) * ln(2)``);
+        float16/bfloat16 computed in float32."""
+        return self._in_float32_for_halves(lambda x: x._elementwise(Ops.LOG))
 
     def sin(self) -> Tensor:
         """``sin(x)`` (SIN)."""

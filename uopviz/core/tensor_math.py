@@ -1,9 +1,9 @@
-"""Accurate exponential, sigmoid and tanh of the Tensor front end, written with tensor operations.
+"""Accurate sigmoid and tanh of the Tensor front end, written with tensor operations.
 
-``exp`` corrects ``exp2(x·log2 e)`` for the rounding of its argument; the float32 sigmoid and
-tanh keep the exponential and their sums as pairs of floats (high + low) and divide them
-about once-rounded.  :meth:`Tensor.exp <uopviz.core.tensor.Tensor.exp>`,
-``sigmoid`` and ``tanh`` call these.
+The float32 sigmoid and tanh keep the exponential and their sums as pairs of floats (high + low)
+and divide them about once-rounded.  :meth:`Tensor.sigmoid <uopviz.core.tensor.Tensor.sigmoid>`
+and ``tanh`` call these; ``exp`` and ``log`` are single ops (EXP, LOG) of the graph, written out
+by Instruction Selection (:mod:`uopviz.core.exp_log`).
 """
 
 from __future__ import annotations
@@ -13,52 +13,12 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from uopviz.core.dtype import dtypes
+from uopviz.core.exp_log import LOG2_E, LOG2_E_EXACT
+from uopviz.core.exp_log import upper_half as _upper_half
 from uopviz.core.tensor_helpers import TensorLike
 
-LOG2_E = math.log2(math.e)
-LN_2 = math.log(2.0)
-
-# log2(e) = 1/ln 2 to 52 digits (a double's math.log2(math.e) is off by 2**-53: 85 ulp in exp(-685))
-_LOG2_E_EXACT = Fraction("1.442695040888963407359924681001892137426645954152985934")
-
-
-def _upper_half(x: TensorLike) -> TensorLike:
-    """``x`` with the lower half of its mantissa bits cleared (by masking, so that no fused
-    multiply-add can spoil the exact products of halves)."""
-    if x.dtype is dtypes.float64:
-        return (x.bitcast(dtypes.int64) & -(1 << 27)).bitcast(dtypes.float64)
-    return (x.bitcast(dtypes.int32) & -(1 << 12)).bitcast(dtypes.float32)
-
-
-def _magnitude(x: TensorLike) -> TensorLike:
-    """``|x|`` by clearing the sign bit: one AND on every backend, where ``abs``'s ``max(x, -x)``
-    with NaN kept is a compare, an or and a blend of bits in C (GCC: 5 instructions of exp's 48
-    per vector, LLVM's 39)."""
-    if x.dtype is dtypes.float64:
-        return (x.bitcast(dtypes.int64) & ((1 << 63) - 1)).bitcast(dtypes.float64)
-    return (x.bitcast(dtypes.int32) & ((1 << 31) - 1)).bitcast(dtypes.float32)
-
-
-def _exp(x: TensorLike) -> TensorLike:
-    """See :meth:`Tensor.exp`."""
-    wide = x.dtype is dtypes.float64
-    bits = 27 if wide else 12  # the low bits cleared: halves of 26 / 12 significant bits
-    scale = Fraction(2) ** (math.floor(math.log2(LOG2_E)) - (52 if wide else 23) + bits)
-    high = math.floor(_LOG2_E_EXACT / scale) * scale  # log2 e to half the mantissa's bits
-    log2_e_high, log2_e_low = float(high), float(_LOG2_E_EXACT - high)  # (the sum: log2 e to ~2**-80)
-    t = x * LOG2_E
-    x_high = _upper_half(x)
-    x_low = x - x_high
-    # t's rounding error: the products of halves are exact, x_high·log2_e_high - t by Sterbenz
-    error = (((x_high * log2_e_high - t) + x_high * log2_e_low) + x_low * log2_e_high) + x_low * log2_e_low
-    # beyond, exp is 0 or inf (t may be inf)
-    error = (_magnitude(x) < (1500 if wide else 200)).where(error, 0)
-    # (a t rounded up to the overflow threshold has an exact value past the largest float too)
-    return t.exp2() * (1 + error * LN_2)
-
-
 # ln 2 in three parts: the first two of 16 bits, so their products with |n| <= 160 are exact in float32
-_LN2_EXACT = 1 / _LOG2_E_EXACT
+_LN2_EXACT = 1 / LOG2_E_EXACT
 _LN2_16, _LN2_32 = (Fraction(math.floor(_LN2_EXACT * 2**bits), 2**bits) for bits in (16, 32))
 _LN2_PARTS = (float(_LN2_16), float(_LN2_32 - _LN2_16), float(_LN2_EXACT - _LN2_32))
 # (e**r - 1 - r) / r² = Σ r**k / (k+2)!, |r| <= 0.35: 8 terms leave 2e-10 of it

@@ -316,7 +316,8 @@ _ELEMENTWISE_SPECIAL: dict[Ops, Callable[[UOp], DType]] = {
     **{op: _elementwise_integer for op in GroupOp.INTEGER_ONLY},
     **{
         op: _elementwise_float
-        for op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.TAN, Ops.SQRT, Ops.POW, Ops.RECIP, Ops.DIV)
+        for op in (Ops.EXP2, Ops.LOG2, Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.TAN, Ops.SQRT, Ops.POW,
+                   Ops.RECIP, Ops.DIV)
     },
 }
 

@@ -11,6 +11,9 @@
                ``CMP_LT`` / ``CMP_NE``, as the spec's table writes them (so with a nan operand they
                answer True where IEEE says False)
 ``NOT``        ``CMP_NE(x, True)`` on bool, ``XOR(x, all-ones)`` on integers
+``EXP``        "decompose exp": ``EXP2(t)·(1 + d·ln 2)``, ``t = x·log2 e`` rounded and ``d`` its rounding
+               error from exact products of halves (:mod:`uopviz.core.exp_log`); no target has EXP
+``LOG``        "decompose log": ``LOG2(x)·ln 2``
 ``EXP2``       round to ``n + f`` (``|f| <= 1/2``) by adding ``1.5·2**mantissa_bits`` (``n`` is the
                sum's low bits), a minimax polynomial for ``2**f``, and ``2**n``
                built from exponent bits (``BITCAST(SHL(n + bias))``) in two halves, so results
@@ -68,6 +71,7 @@ from dataclasses import dataclass
 
 from uopviz.backends.base import Backend, chunk_sizes
 from uopviz.core.dtype import AddrSpace, DType, dtypes
+from uopviz.core.exp_log import decompose_exp, decompose_log
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.uop import UOp
@@ -171,6 +175,8 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
             "LOG2 → exponent + polynomial(mantissa)",
         )
     ],
+    Ops.EXP: [(UPat(Ops.EXP, src=(_FLOAT_X,)), lambda x: _in_float32(x, decompose_exp), "decompose exp")],
+    Ops.LOG: [(UPat(Ops.LOG, src=(_FLOAT_X,)), lambda x: _in_float32(x, decompose_log), "decompose log")],
     **{
         op: [
             (

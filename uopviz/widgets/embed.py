@@ -299,12 +299,17 @@ class StaticPage:
     ) -> None:
         """The operator graph of an NNEF model (:func:`uopviz.widgets.nnef_graph.operator_graph`),
         drawn, zoomed and clicked like a DAG view."""
-        from uopviz.widgets.nnef_graph import module_legend, operator_graph, operator_graph_json
+        from uopviz.widgets.nnef_graph import (
+            OPERATOR_PANEL_PROMPT,
+            module_legend,
+            operator_graph,
+            operator_graph_json,
+        )
 
         graph = operator_graph(model)
         state = {"kind": "dag", "legend": module_legend(graph), "height": height, "collapsed": [],
                  "marks": marks_json(), "selected": "", "bodies": [], "graph": operator_graph_json(graph),
-                 "can_toggle": False}
+                 "can_toggle": False, "empty_text": OPERATOR_PANEL_PROMPT}
         self._view(tab, heading, state, notes)
 
     def add_player(

@@ -16,6 +16,7 @@ import ipywidgets as widgets
 import networkx as nx
 
 from uopviz.widgets.nnef_graph import (
+    OPERATOR_PANEL_PROMPT,
     module_legend,
     operator_graph,
     operator_graph_json,
@@ -34,6 +35,7 @@ class OperatorGraphView(GraphView):
 
     def __init__(self, model: Any = None, *, graph: nx.DiGraph | None = None, height: int = 620,
                  engine: str = "auto", **kwargs: Any):
+        kwargs.setdefault("empty_text", OPERATOR_PANEL_PROMPT)
         super().__init__(None, height=height, engine=engine, can_toggle=False, **kwargs)
         self.model = model
         if graph is None and model is not None:
@@ -102,6 +104,8 @@ class ModelExplorer(widgets.VBox):
         self.matches = widgets.Select(
             options=[], rows=6, layout=widgets.Layout(width="620px", display="none"))
         self.search_box.observe(lambda change: self._show_matches(change["new"]), "value")
+        # Enter in the box (the text widget's "submit" message) reveals the first match
+        self.search_box.on_msg(self._on_search_message)
         self.matches.observe(self._on_match, "value")
         bar = widgets.HBox([self.selection, self.open_button, self.message],
                            layout=widgets.Layout(align_items="center", justify_content="flex-start"))
@@ -123,6 +127,17 @@ class ModelExplorer(widgets.VBox):
                 names = haystack.split()
                 (exact if any(word in names for word in words) else partial).append((description, key))
         return (exact + partial)[:limit]
+
+    def submit_search(self) -> str | None:
+        """What Enter in the search box does: select the first match listed and bring it into view;
+        returns its node key (None when nothing matches)."""
+        options = self.matches.options
+        if not options:
+            return None
+        key = options[0][1]
+        self.matches.value = key
+        self.reveal(key)
+        return key
 
     def reveal(self, key: str) -> None:
         """Select the node ``key`` (``op:<index>``, ``input:<name>``, ...) and centre the view on it."""
@@ -152,6 +167,10 @@ class ModelExplorer(widgets.VBox):
                     entries.append((name.lower(), key, f"tensor {name} {tensor_text(info)}"))
             self._search_index = entries
         return self._search_index
+
+    def _on_search_message(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        if content.get("event") == "submit":
+            self.submit_search()
 
     def _show_matches(self, text: str) -> None:
         found = self.search(text)

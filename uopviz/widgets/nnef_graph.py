@@ -31,8 +31,9 @@ from uopviz.widgets.graph import CHAR_WIDTH, LINE_HEIGHT, place
 from uopviz.widgets.serialize import placed_node_json
 
 __all__ = [
-    "MODULE_COLORS", "TENSOR_COLORS", "definition_source", "module_color", "module_legend",
-    "operation_details", "operator_graph", "operator_graph_json", "shape_text", "written_tensors",
+    "MODULE_COLORS", "OPERATOR_PANEL_PROMPT", "TENSOR_COLORS", "definition_source", "module_color",
+    "module_legend", "operation_details", "operator_graph", "operator_graph_json", "shape_text",
+    "written_tensors",
 ]  # fmt: skip
 
 #: Colours of the standard modules' operators (the model's own modules take :data:`USER_COLORS`).
@@ -63,6 +64,12 @@ DEFINITION_LINES = 400
 
 # ---------------------------------------------------------------------------------------------
 # text of tensors, operators and their definitions
+
+
+#: What an operator graph's side panel says before a node is clicked (not the UOp prompt: a model's
+#: nodes are operations and tensors, with attributes and definitions, not ops with dtypes and args).
+OPERATOR_PANEL_PROMPT = ("Click an operation to see its operator, attributes, input and output tensors and "
+                         "SkriptND definition, or a tensor to see its type and shape.")
 
 
 def shape_text(shape: Any) -> str:

@@ -55,6 +55,10 @@ def widget_module() -> str:
     return script() + "\nexport default { render: UOPVIZ.render };\n"
 
 
+#: What a UOp graph's side panel says before a node is clicked.
+UOP_PANEL_PROMPT = "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis."
+
+
 def graph_to_json(value: dict[str, Any], widget: Any = None) -> memoryview:
     """A graph trait as one JSON buffer: ipywidgets walks a nested state item by item looking for
     binary parts (a fifth of the time a 2,000-operation graph took to show); the canvas parses the
@@ -85,6 +89,8 @@ class GraphView(anywidget.AnyWidget):
     can_toggle = traitlets.Bool(True).tag(sync=True)
     bodies = traitlets.List().tag(sync=True)
     body_view = traitlets.Unicode(ALL_BODIES).tag(sync=True)
+    #: what the side panel says before a node is clicked
+    empty_text = traitlets.Unicode(UOP_PANEL_PROMPT).tag(sync=True)
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from uopviz.backends.base import chunk_sizes
 from uopviz.core.affine import linear_coefficient
 from uopviz.core.dtype import dtypes
+from uopviz.core.exp_log import expanded_ops
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
 from uopviz.passes.optops.axes import REDUCE_TYPES, depends_on, position_of, range_size
@@ -93,7 +94,8 @@ HEURISTIC_TILE_LANES = 128
 
 #: what one lane of an op costs in the generated source, in simple operations: THREEFRY expands to
 #: its twenty rounds of add, rotate and xor (about 100 lines of C each lane, the rand() a fused
-#: matmul recomputes); a bfloat16 cast is emulated with integer ops where a backend lacks the type
+#: matmul recomputes); a bfloat16 cast is emulated with integer ops where a backend lacks the type;
+#: EXP and LOG cost the ops Instruction Selection writes them as
 _OP_COST = {Ops.THREEFRY: 100}
 _COUNTED_OPS = GroupOp.ELEMENTWISE | {Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 
@@ -101,6 +103,8 @@ _COUNTED_OPS = GroupOp.ELEMENTWISE | {Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST
 def _op_cost(u: UOp) -> int:
     if u.op not in _COUNTED_OPS:
         return 0
+    if u.op in (Ops.EXP, Ops.LOG):  # one node until Instruction Selection writes out its UOps
+        return sum(_op_cost(v) for v in expanded_ops(u.op, u.dtype))
     if u.op is Ops.CAST and dtypes.bfloat16 in (u.dtype.scalar, u.src[0].dtype.scalar):
         return 6  # emulated: bits, round to nearest even, NaN select (float_to_bf16)
     return _OP_COST.get(u.op, 1)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from uopviz.core.entry_points import entry_point
+from uopviz.core.exp_log import expanded_ops
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import location_of, traced_pass
 from uopviz.core.uop import UOp
@@ -33,6 +34,16 @@ from uopviz.passes.optops.axes import (
 from uopviz.passes.optops.opts import Opt, OptError, OptOp
 from uopviz.passes.optops.tensor_cores import tensor_core
 
+_NOT_FLOPS = frozenset({Ops.CAST, Ops.WHERE, Ops.CMP_LT, Ops.CMP_NE})
+
+
+def _float_operations(u: UOp) -> int:
+    """Float operations one lane of the float elementwise ``u`` costs: 1, none for casts, selects and
+    comparisons, and for EXP and LOG those of the UOps Instruction Selection writes them as."""
+    if u.op in (Ops.EXP, Ops.LOG):
+        return sum(v.op.is_elementwise and v.dtype.scalar.is_float and v.op not in _NOT_FLOPS
+                   for v in expanded_ops(u.op, u.dtype))
+    return 0 if u.op in _NOT_FLOPS else 1
 
 class Kernel:
     """One kernel: its AST, the opts applied to it, and the backend it is shaped for."""
@@ -101,9 +112,8 @@ class Kernel:
             own = frozenset({u}) if u.op is Ops.RANGE else frozenset()
             ranges = frozenset().union(own, *(iterations[s] for s in u.src))
             iterations[u] = ranges
-            if u.op.is_elementwise and u.op not in (Ops.CAST, Ops.WHERE) and u.dtype.scalar.is_float \
-                    and u.op not in (Ops.CMP_LT, Ops.CMP_NE):
-                total += math.prod(range_size(r) for r in ranges) * u.dtype.count
+            if u.op.is_elementwise and u.dtype.scalar.is_float:
+                total += math.prod(range_size(r) for r in ranges) * u.dtype.count * _float_operations(u)
             elif u.op is Ops.REDUCE and u.dtype.scalar.is_float and u.src[0].op is not Ops.WMMA:
                 total += math.prod(range_size(r) for r in ranges) * u.dtype.count
             if u.op is Ops.REDUCE:  # its result is one value per iteration of the loops around it

@@ -5,6 +5,8 @@
 const UOPVIZ = (() => {
   "use strict";
   const SVG_NS = "http://www.w3.org/2000/svg";
+  // what an empty side panel says (a view's data may say otherwise: an operator graph's)
+  const UOP_PANEL_PROMPT = "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis.";
 
   function h(tag, attrs, ...children) {
     const el = document.createElement(tag);
@@ -67,8 +69,13 @@ const UOPVIZ = (() => {
 
   // ------------------------------------------------------------------------------------------
   // the DAG canvas: SVG, zoom (wheel), pan (drag), hover tooltip, click → side panel
-  // Room kept free around a fitted graph: the tool row above it.
-  const VIEW_MARGINS = { top: 40, bottom: 10, side: 16 };
+  // Room kept free around a fitted graph (the tool row is a bar of its own above the drawing).
+  const VIEW_MARGINS = { top: 12, bottom: 10, side: 16 };
+  // "fit" shows the whole graph when that is readable; below this zoom (where uv-lod hides the
+  // labels) a 2,000-node graph would be a thin strip: fit then fills the view along the graph's
+  // shorter side, at this zoom at least, from its top-left corner, and the rest is dragged or
+  // scrolled to ("whole" still shows everything at once).
+  const FIT_MIN_ZOOM = 0.38;
   // Below this zoom labels are too small to read (uv-lod hides them below 0.38): a player step whose
   // whole graph fits only below it is shown zoomed to its changed region instead.
   const READABLE_ZOOM = 0.6;
@@ -76,7 +83,7 @@ const UOPVIZ = (() => {
   const FOCUS_ZOOM = 0.8;
   class DagCanvas {
     constructor(container, options) {
-      this.options = Object.assign({ onSelect: null, onToggle: null, canToggle: true }, options || {});
+      this.options = Object.assign({ onSelect: null, onToggle: null, canToggle: true, emptyText: UOP_PANEL_PROMPT }, options || {});
       this.root = h("div", { class: "uv-dag" });
       this.viewport = h("div", { class: "uv-viewport" });
       this.svg = document.createElementNS(SVG_NS, "svg");
@@ -88,14 +95,17 @@ const UOPVIZ = (() => {
       this.info = h("span", { class: "uv-info" });
       this.changesButton = h("button", { class: "uv-btn uv-changes", title: "zoom to what this step changed", onclick: () => { this.userMoved = false; this.mode = "focus"; this.home(); }, text: "changes" });
       this.tools = h("div", { class: "uv-tools" },
-        h("button", { class: "uv-btn", title: "fit the graph", onclick: () => { this.userMoved = false; this.mode = "fit"; this.fit(); }, text: "fit" }),
+        h("button", { class: "uv-btn uv-fit", title: "fit the graph (a large one: as much as is readable; drag or shift+wheel for the rest)", onclick: () => { this.userMoved = false; this.mode = "fit"; this.fit(); }, text: "fit" }),
+        h("button", { class: "uv-btn uv-whole", title: "the whole graph at once, however small", onclick: () => { this.userMoved = true; this.fit(true); }, text: "whole" }),
         this.changesButton,
         h("button", { class: "uv-btn", title: "zoom in", onclick: () => { this.userMoved = true; this.zoomBy(1.25); }, text: "+" }),
         h("button", { class: "uv-btn", title: "zoom out", onclick: () => { this.userMoved = true; this.zoomBy(0.8); }, text: "−" }),
         this.info);
-      this.viewport.append(this.svg, this.tools, this.tooltip);
-      this.panel = h("div", { class: "uv-panel" }, h("div", { class: "uv-panel-empty", text: "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis." }));
-      this.root.append(this.viewport, this.panel);
+      this.viewport.append(this.svg, this.tooltip);
+      // the tool row is a bar above the drawing: it never covers a node
+      this.drawing = h("div", { class: "uv-drawing" }, this.tools, this.viewport);
+      this.panel = h("div", { class: "uv-panel" }, h("div", { class: "uv-panel-empty", text: this.options.emptyText }));
+      this.root.append(this.drawing, this.panel);
       container.append(this.root);
       this.view = { k: 1, x: 0, y: 0 };
       this.graph = null;
@@ -125,6 +135,14 @@ const UOPVIZ = (() => {
       this.viewport.addEventListener("wheel", (ev) => {
         ev.preventDefault();
         this.userMoved = true;
+        if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {
+          // shift+wheel (or a sideways swipe) scrolls: a graph larger than the view is read by parts
+          const across = ev.shiftKey && !ev.deltaX ? ev.deltaY : ev.deltaX;
+          this.view.x -= across;
+          if (!ev.shiftKey) this.view.y -= ev.deltaY;
+          this._applyView();
+          return;
+        }
         const rect = this.viewport.getBoundingClientRect();
         this.zoomBy(Math.exp(-ev.deltaY * 0.0015), ev.clientX - rect.left, ev.clientY - rect.top);
       }, { passive: false });
@@ -177,7 +195,7 @@ const UOPVIZ = (() => {
     zoomBy(factor, cx, cy) {
       const rect = this.viewport.getBoundingClientRect();
       if (cx === undefined) { cx = rect.width / 2; cy = rect.height / 2; }
-      const k = Math.min(8, Math.max(0.02, this.view.k * factor));
+      const k = Math.min(8, Math.max(0.005, this.view.k * factor));
       const f = k / this.view.k;
       this.view.x = cx - (cx - this.view.x) * f;
       this.view.y = cy - (cy - this.view.y) * f;
@@ -190,7 +208,9 @@ const UOPVIZ = (() => {
       this.svg.classList.toggle("uv-lod", this.view.k < 0.38);
     }
 
-    fit() {
+    // fit: the whole graph when it is readable so, else as much as fills the view readably (see
+    // FIT_MIN_ZOOM); whole: the whole graph however small
+    fit(whole) {
       if (!this.graph) return;
       const rect = this.viewport.getBoundingClientRect();
       const width = rect.width || 800, height = rect.height || 500;
@@ -200,13 +220,45 @@ const UOPVIZ = (() => {
         // a listing is read from the top: fit its width (at most 1:1), start at the first row
         const k = Math.min(1.0, Math.max(0.05, (width - 2 * side - 120) / Math.max(gw, 1)));
         this.view = { k, x: side + 40 - this.minX * k, y: top - this.minY * k };
+        this.partial = false;
+        this._showCounts();
         this._applyView();
         return;
       }
-      const k = Math.min(1.0, Math.max(0.02, Math.min((width - 2 * side) / Math.max(gw, 1),
-        (height - top - bottom) / Math.max(gh, 1))));
-      this.view = { k, x: (width - gw * k) / 2 - this.minX * k, y: top + (height - top - bottom - gh * k) / 2 - this.minY * k };
+      const across = (width - 2 * side) / Math.max(gw, 1), down = (height - top - bottom) / Math.max(gh, 1);
+      const k = Math.min(1.0, Math.max(0.005, Math.min(across, down)));
+      if (whole || k >= FIT_MIN_ZOOM || k >= 1.0) {
+        this.view = { k, x: (width - gw * k) / 2 - this.minX * k, y: top + (height - top - bottom - gh * k) / 2 - this.minY * k };
+        this.partial = false;
+      } else {
+        // too small to read whole: fill the view along the graph's shorter side, centred along it
+        // where it fits, from the top-left corner along the side that overflows
+        const fill = Math.min(1.0, Math.max(across, down, FIT_MIN_ZOOM));
+        const x = gw * fill <= width - 2 * side ? (width - gw * fill) / 2 - this.minX * fill : side - this.minX * fill;
+        const y = gh * fill <= height - top - bottom ? top + (height - top - bottom - gh * fill) / 2 - this.minY * fill
+          : top - this.minY * fill;
+        this.view = { k: fill, x, y };
+        this.partial = true;
+      }
+      this.root.dataset.fit = this.partial ? "partial" : "whole";
+      this._showCounts();
       this._applyView();
+    }
+
+    _showCounts() {
+      if (!this.graph) return;
+      const graph = this.graph;
+      this.info.textContent = graph.nodes.length + " nodes · " + graph.edges.length + " edges" + (graph.engine ? " · " + graph.engine : "") +
+        (this.partial ? " · part shown: drag or shift+wheel to scroll, “whole” for all" : "");
+    }
+
+    // select a node chosen from outside the canvas (a search) and bring it into view, readable
+    reveal(key) {
+      if (!this.byKey.has(key)) return;
+      this.select(key, false);
+      this.userMoved = true;
+      if (this.view.k < FOCUS_ZOOM) this.view.k = FOCUS_ZOOM;
+      this.centerOn(key);
     }
 
     // the zoom at which fit() shows the whole graph
@@ -346,8 +398,8 @@ const UOPVIZ = (() => {
       }
       parts.push("</g>");
       this.scene.innerHTML = parts.join("");
-      const counts = graph.nodes.length + " nodes · " + graph.edges.length + " edges" + (graph.engine ? " · " + graph.engine : "");
-      this.info.textContent = counts;
+      this.partial = false;
+      this._showCounts();
       // a new graph is placed afresh; a changed one (the next step, a body opened) keeps the view
       // once the user zoomed or panned, unless it is a step whose changed region is out of that view
       // (or unreadable there). Placing: a step's region when the whole graph would be unreadable at
@@ -386,7 +438,7 @@ const UOPVIZ = (() => {
     _showPanel(n) {
       this.panel.innerHTML = "";
       if (!n) {
-        this.panel.append(h("div", { class: "uv-panel-empty", text: "Click a node to see its op, dtype, shape, arg, sources, min_max, device and axis." }));
+        this.panel.append(h("div", { class: "uv-panel-empty", text: this.options.emptyText }));
         return;
       }
       const d = n.d || {};
@@ -469,6 +521,7 @@ const UOPVIZ = (() => {
     wrap.append(bodyBar(model));
     const canvas = new DagCanvas(wrap, {
       maxHeight: model.get("height") || 520,
+      emptyText: model.get("empty_text") || UOP_PANEL_PROMPT,
       canToggle: model.get("can_toggle") !== false,
       onSelect: (key) => { model.set("selected", key || ""); model.save_changes(); },
       onToggle: (key) => {
@@ -485,7 +538,7 @@ const UOPVIZ = (() => {
     // a node chosen from Python (the model explorer's search): select it and bring it into view
     model.on("change:selected", () => {
       const key = model.get("selected");
-      if (key && key !== canvas.selected && canvas.byKey.has(key)) { canvas.select(key, false); canvas.centerOn(key); }
+      if (key && key !== canvas.selected && canvas.byKey.has(key)) canvas.reveal(key);
     });
     model.on("change:marks", () => draw(true));
     return () => {};
