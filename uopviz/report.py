@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import datetime
 import html
+import json
 import runpy
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -306,9 +308,29 @@ def _add_kernels(
                 progress(number, len(kernels), f"{name}: timing kernels on {', '.join(names)}")
             entries = [state.timing(b, budget_s=REPORT_TIMING_BUDGET_S) for b in names]
             page.add_bokeh("Kernels", "", timing_figure(entries, getattr(kernel, "name", "")))
+        page.add_html("Kernels", "", session_html(state))
     if time_kernels and progress is not None:
         progress(len(kernels), len(kernels), f"{name}: timing kernels on {', '.join(names)}")
     page.add_html("Backends", f"{name}: backends", backends_table_html(kernels, names, time_kernels=False))
+
+
+def session_html(state: Any) -> str:
+    """A kernel's tuning session (:meth:`TunerState.session`: opts, timings, target, device, trace
+    summary) as a folded JSON block with a download link; the file loads back into a tuner with
+    ``TunerState(kernel).load_session(path)``.  A kernel whose session cannot be made says why."""
+    from uopviz.widgets.tuner import TunerSessionError
+
+    name = getattr(state.kernel, "name", "kernel")
+    try:
+        text = json.dumps(state.session(), indent=1)
+    except TunerSessionError as error:
+        why = html.escape(str(error))
+        return f'<p class="uv-session">No tuning session for {html.escape(name)}: {why}</p>'
+    link = f"data:application/json;charset=utf-8,{urllib.parse.quote(text)}"
+    return (f'<details class="uv-session"><summary>Tuning session of {html.escape(name)} (JSON: '
+            f'<a download="{html.escape(name)}.session.json" href="{link}">save</a>, then '
+            f"<code>TunerState(kernel).load_session(path)</code> replays it in a tuner)</summary>"
+            f"<pre>{html.escape(text)}</pre></details>")
 
 
 def write_report(source: str | Path, output: str | Path, **options: Any) -> Path:

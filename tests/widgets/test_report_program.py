@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -59,6 +60,32 @@ def test_report_of_tensors_has_graph_pipeline_kernels_and_backends(tmp_path, m, 
     (call,) = [u for u in program.trace.find("Rangeify").output.toposort() if u.op is uv.Ops.CALL]
     titles = [b["title"] for b in dags[1]["bodies"]]
     assert titles == ["FUNCTION 0 of 2 inputs", f"CALL 0 {Kernel(call.src[0]).name}"]
+
+
+@pytest.mark.parametrize("m,k,n,opts", [(4, 8, 2, None), (16, 32, 12, "heuristic")])
+def test_report_embeds_each_kernels_tuning_session_which_loads_back(tmp_path, m, k, n, opts):
+    from uopviz.report import write_report
+    from uopviz.widgets.tuner import TunerState
+
+    source = tmp_path / "model.py"
+    source.write_text(SOURCE.format(seed=m, m=m, k=k, n=n))
+    out = write_report(source, tmp_path / "r.html", opts=opts, backends=["c"], time_kernels=True)
+    page = parse(out)
+    text = out.read_text() + json.dumps(page.states)
+    pattern = r'download="([^"]+)\.session\.json" href="data:application/json;charset=utf-8,([^"]+)"'
+    links = re.findall(pattern, text)
+    rng = np.random.default_rng(m)
+    x, w = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
+    program = uv.compile((uv.Tensor(x) @ uv.Tensor(w)).relu(), backend="c", opts=opts)
+    assert [name for name, _ in links] == [kernel.name for kernel in program.kernels]
+    for (name, quoted), kernel in zip(links, program.kernels, strict=True):
+        session = json.loads(urllib.parse.unquote(quoted))
+        assert session["kernel"]["name"] == name and session["target"] and session["device"]
+        (timing,) = session["timings"]  # the report timed the kernel once on C
+        assert timing["timing"]["backend"] == "c"
+        tuner = TunerState(kernel)
+        tuner.load_session(session)
+        assert tuner.kernel.opts == kernel.opts and len(tuner.timing_history) == 1
 
 
 SOFTMAX_OF_FUNCTIONS = textwrap.dedent("""
