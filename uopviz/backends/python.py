@@ -427,8 +427,8 @@ def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
 #: ops a vectorised loop body may hold: values computed per iteration, and loads and stores (the
 #: loads and stores are checked one by one); loops, IF blocks, barriers, buffers, tensor cores keep
 #: the loop
-_FOLDABLE_BODY_OPS = frozenset(GroupOp.ELEMENTWISE) | {Ops.CONST, Ops.VECTORIZE, Ops.GEP, Ops.CAST, Ops.BITCAST,
-                                                      Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.AFTER}
+_FOLDABLE_BODY_OPS = frozenset(GroupOp.ELEMENTWISE) | {
+    Ops.CONST, Ops.VECTORIZE, Ops.GEP, Ops.CAST, Ops.BITCAST, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.AFTER}
 
 
 def _loop_bodies(program: Sequence[UOp]) -> dict[UOp, list[UOp]]:
@@ -473,8 +473,9 @@ def _fold_update(store: UOp, loads: dict[UOp, UOp], uses: dict[UOp, int]) -> UOp
     return None
 
 
-def foldable_loops(program: Sequence[UOp], carried: set[UOp]) -> dict[UOp, set[UOp]]:
-    """The carried RANGEs that can run vectorised, each with its fold ALUs.
+def foldable_loops(program: Sequence[UOp], carried: set[UOp]) -> dict[UOp, dict[UOp, UOp]]:
+    """The carried RANGEs that can run vectorised, each with its fold ALUs (and the accumulator LOAD
+    each folds into).
 
     A loop qualifies when its only carried state is accumulators, each updated once per iteration as
     ``acc = op(acc, value)`` with ``op`` an associative reduce op and ``value`` independent of every
@@ -486,7 +487,7 @@ def foldable_loops(program: Sequence[UOp], carried: set[UOp]) -> dict[UOp, set[U
     for u in program:
         for source in u.src:
             uses[source] = uses.get(source, 0) + 1
-    foldable: dict[UOp, set[UOp]] = {}
+    foldable: dict[UOp, dict[UOp, UOp]] = {}
     for loop, body in _loop_bodies(program).items():
         if loop in carried:
             folds = _body_folds(loop, body, uses)
@@ -495,8 +496,9 @@ def foldable_loops(program: Sequence[UOp], carried: set[UOp]) -> dict[UOp, set[U
     return foldable
 
 
-def _body_folds(loop: UOp, body: list[UOp], uses: dict[UOp, int]) -> set[UOp] | None:
-    """The fold ALUs of ``loop`` (see :func:`foldable_loops`), or None when it must stay a loop."""
+def _body_folds(loop: UOp, body: list[UOp], uses: dict[UOp, int]) -> dict[UOp, UOp] | None:
+    """The fold ALUs of ``loop`` with their accumulator LOADs (see :func:`foldable_loops`), or None when
+    it must stay a loop."""
     if any(u.op not in _FOLDABLE_BODY_OPS for u in body):
         return None
     register_uses = [u for u in body if u.op in (Ops.LOAD, Ops.STORE) and _is_register(u.src[0].src[0])]
@@ -519,13 +521,13 @@ def _body_folds(loop: UOp, body: list[UOp], uses: dict[UOp, int]) -> set[UOp] | 
                 return None  # accumulators must be distinct, known elements, each read once
             claimed.setdefault(register, set()).update(elements)
             accumulator_loads[index] = u
-    folds: set[UOp] = set()
+    folds: dict[UOp, UOp] = {}
     for u in register_uses:
         if u.op is Ops.STORE:
             update = _fold_update(u, accumulator_loads, uses)
             if update is None or update in folds:
                 return None
-            folds.add(update)
+            folds[update] = accumulator_loads[u.src[0]]
     if len(folds) != len(accumulator_loads):
         return None  # an accumulator read but not written back
     accumulators = set(accumulator_loads.values())
@@ -565,7 +567,7 @@ class _Emitter:
     counter: int = 0
     local_dims: tuple[int, ...] = ()
     warp_dim: int | None = None  # the lifted dimension whose iterations are the lanes of warps
-    folds: dict[UOp, UOp] = field(default_factory=dict)  # fold ALU -> the vectorised loop it folds over
+    folds: dict[UOp, tuple[UOp, UOp]] = field(default_factory=dict)  # fold ALU -> (its loop, accumulator)
     folded_loops: set[UOp] = field(default_factory=set)  # the carried loops that run vectorised
     fold_chunk: int = FOLD_CHUNK_ELEMENTS  # iterations per chunk of a vectorised loop
 
@@ -624,7 +626,8 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
              or (u.op is Ops.SPECIAL and u.arg == "lidx0")]
     state.warp_dim = position_of[warps[0]] if warps else None
     foldable = foldable_loops(program, carried) if VECTORISE_REDUCTIONS else {}
-    state.folds = {update: loop for loop, updates in foldable.items() for update in updates}
+    state.folds = {update: (loop, accumulator) for loop, updates in foldable.items()
+                   for update, accumulator in updates.items()}
     state.folded_loops = set(foldable)
     state.fold_chunk = max(1, FOLD_CHUNK_ELEMENTS // math.prod(lifted_shape))
     params: dict[int, UOp] = {}
@@ -680,8 +683,8 @@ def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], posit
         state.names[u] = name
         bound = state.ref(u.src[0])
         if u in state.folded_loops:
-            state.emit(f"# loop {name} runs vectorised: each iteration only folds a value into an accumulator,")
-            state.emit(f"# so fold() folds {state.fold_chunk} iterations at a time, in loop order")
+            state.emit(f"# loop {name} runs vectorised: each iteration only folds a value into an")
+            state.emit(f"# accumulator, so fold() folds {state.fold_chunk} iterations at a time, in order")
             state.emit(f"for {name} in folded_chunks(int({bound}), {state.fold_chunk}, {len(lifted_shape)}):")
             state.indent += 1
         elif u in carried:
@@ -746,10 +749,10 @@ def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], posit
         expression = (f"wmma({a}, {b}, {c}, {config.dims!r}, {config.layout_a!r}, {config.layout_b!r}, "
                       f"{config.layout_c!r}, {config.dtype_in.name!r}, {config.dtype_out.name!r}{warp})")
     elif u in state.folds:
-        accumulator = next(s for s in u.src if s.op is Ops.LOAD)
+        loop, accumulator = state.folds[u]
         value = next(s for s in u.src if s is not accumulator)
-        expression = (f"fold(Ops.{op.name}, {u.dtype.scalar.name!r}, {state.ref(accumulator)}, {state.ref(value)}, "
-                      f"{state.ref(state.folds[u])})")
+        operands = f"{state.ref(accumulator)}, {state.ref(value)}, {state.ref(loop)}"
+        expression = f"fold(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"
     elif op in GroupOp.ELEMENTWISE:
         operands = ", ".join(state.ref(s) for s in u.src)
         expression = f"alu(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"
