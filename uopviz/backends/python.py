@@ -431,20 +431,21 @@ _FOLDABLE_BODY_OPS = frozenset(GroupOp.ELEMENTWISE) | {
     Ops.CONST, Ops.VECTORIZE, Ops.GEP, Ops.CAST, Ops.BITCAST, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.AFTER}
 
 
-def _loop_bodies(program: Sequence[UOp]) -> dict[UOp, list[UOp]]:
-    """Every RANGE's body: the uops between it and its END."""
-    bodies: dict[UOp, list[UOp]] = {}
+def _loop_bodies(program: Sequence[UOp]) -> dict[UOp, tuple[list[UOp], int]]:
+    """Every RANGE's body (the uops between it and its END) and the position of its END."""
+    bodies: dict[UOp, tuple[list[UOp], int]] = {}
     open_loops: list[UOp] = []
-    for u in program:
+    for position, u in enumerate(program):
         for loop in open_loops:
             if not (u.op is Ops.END and u.src[-1] is loop):
-                bodies[loop].append(u)
+                bodies[loop][0].append(u)
         if u.op is Ops.RANGE:
-            bodies[u] = []
+            bodies[u] = ([], len(program))
             open_loops.append(u)
         elif u.op is Ops.END and any(loop is u.src[-1] for loop in open_loops):
-            while open_loops.pop() is not u.src[-1]:
-                pass
+            while (closed := open_loops.pop()) is not u.src[-1]:
+                bodies[closed] = (bodies[closed][0], position)
+            bodies[closed] = (bodies[closed][0], position)
     return bodies
 
 
@@ -456,13 +457,17 @@ def _register_elements(index: UOp) -> tuple[int, ...] | None:
     return tuple(int(lane.arg[0]) for lane in lanes)
 
 
-def _fold_update(store: UOp, loads: dict[UOp, UOp], uses: dict[UOp, int]) -> UOp | None:
+def _fold_update(store: UOp, loads: dict[UOp, UOp], uses: _Uses) -> UOp | None:
     """The ALU of ``acc = op(acc, value)`` that ``store`` writes, when it is such an update of the
     accumulator ``loads`` maps its INDEX to (the accumulator read once, only by the ALU), else None."""
     value, load = store.src[1], loads.get(store.src[0])
     if load is None or value.op not in GroupOp.ELEMENTWISE or len(value.src) != 2:
         return None
-    if fold_ufunc(value.op, value.dtype) is None or uses.get(load, 0) != 1 or uses.get(value, 0) != 1:
+    if fold_ufunc(value.op, value.dtype) is None or uses.program.get(value, 0) != 1:
+        return None
+    # the accumulator's value is used by the ALU alone; after the loop it may be read again (the LOAD
+    # issued anew after the END: the vectorised loop leaves the register as the loop would)
+    if uses.body.get(load, 0) != 1 or (uses.program.get(load, 0) != 1 and load not in uses.later):
         return None
     # floats fold with the accumulator first (the loop's operand order: max of -0.0 and 0.0, and which
     # NaN survives, depend on it); integer and bool ops commute exactly
@@ -483,20 +488,36 @@ def foldable_loops(program: Sequence[UOp], carried: set[UOp]) -> dict[UOp, dict[
     numpy axis) and folded in loop order.  Anything else in the body (a nested loop, an IF, a store to
     a global or shared buffer, a register indexed by the loop, an accumulator read twice) keeps the
     Python loop."""
-    uses: dict[UOp, int] = {}
-    for u in program:
-        for source in u.src:
-            uses[source] = uses.get(source, 0) + 1
+    program_uses = _use_counts(program)
     foldable: dict[UOp, dict[UOp, UOp]] = {}
-    for loop, body in _loop_bodies(program).items():
+    for loop, (body, end) in _loop_bodies(program).items():
         if loop in carried:
-            folds = _body_folds(loop, body, uses)
+            folds = _body_folds(loop, body, _Uses(program_uses, _use_counts(body), set(program[end + 1 :])))
             if folds:
                 foldable[loop] = folds
     return foldable
 
 
-def _body_folds(loop: UOp, body: list[UOp], uses: dict[UOp, int]) -> dict[UOp, UOp] | None:
+@dataclass
+class _Uses:
+    """How often uops are used as sources: in the whole program and in one loop's body; and the uops
+    issued after that loop's END."""
+
+    program: dict[UOp, int]
+    body: dict[UOp, int]
+    later: set[UOp]
+
+
+def _use_counts(uops: Sequence[UOp]) -> dict[UOp, int]:
+    """How many times each uop is a source of one of ``uops``."""
+    uses: dict[UOp, int] = {}
+    for u in uops:
+        for source in u.src:
+            uses[source] = uses.get(source, 0) + 1
+    return uses
+
+
+def _body_folds(loop: UOp, body: list[UOp], uses: _Uses) -> dict[UOp, UOp] | None:
     """The fold ALUs of ``loop`` with their accumulator LOADs (see :func:`foldable_loops`), or None when
     it must stay a loop."""
     if any(u.op not in _FOLDABLE_BODY_OPS for u in body):
