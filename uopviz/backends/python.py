@@ -9,7 +9,12 @@ Speed comes from *lifting* loops: a RANGE whose iterations are independent becom
 (``arange`` along its own dimension) instead of a Python ``for``; every value is an array that
 broadcasts over the lifted loops it depends on, with vector lanes on a trailing axis.  A loop
 whose iterations carry state (an accumulator read before it is written in the loop body: a
-reduction) runs as a Python ``for`` inside the lifted ones.  THREAD, GLOBAL and LOOP ranges are
+reduction) runs as a Python ``for`` inside the lifted ones, unless its only state is accumulators
+each updated as ``acc = op(acc, value)`` with an associative ``op`` (ADD, MUL, MAX, the bitwise
+ones) and values independent of the accumulators (:func:`foldable_loops`): such a loop runs
+*vectorised*, its values computed for a chunk of iterations along a leading numpy axis and folded
+into the accumulator with ``ufunc.accumulate``, which applies the op in loop order, so the result
+is bit for bit the loop's (``ufunc.reduce`` would add floats pairwise).  THREAD, GLOBAL and LOOP ranges are
 lifted, which runs them "sequentially" in the sense that no two threads ever run at once.
 
 Registers (REG buffers) get one copy per iteration of the lifted loops (a trailing axis of the
@@ -522,6 +527,8 @@ def _body_folds(loop: UOp, body: list[UOp], uses: _Uses) -> dict[UOp, UOp] | Non
     it must stay a loop."""
     if any(u.op not in _FOLDABLE_BODY_OPS for u in body):
         return None
+    if any(u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is not Ops.INDEX for u in body):
+        return None  # not a well-formed access: the loop renders it (and names the problem)
     register_uses = [u for u in body if u.op in (Ops.LOAD, Ops.STORE) and _is_register(u.src[0].src[0])]
     if any(_is_shared(u.src[0].src[0]) or len(u.src) > (1 if u.op is Ops.LOAD else 2) for u in register_uses):
         return None  # shared buffers and gated register accesses keep the loop
@@ -589,8 +596,7 @@ class _Emitter:
     local_dims: tuple[int, ...] = ()
     warp_dim: int | None = None  # the lifted dimension whose iterations are the lanes of warps
     folds: dict[UOp, tuple[UOp, UOp]] = field(default_factory=dict)  # fold ALU -> (its loop, accumulator)
-    folded_loops: set[UOp] = field(default_factory=set)  # the carried loops that run vectorised
-    fold_chunk: int = FOLD_CHUNK_ELEMENTS  # iterations per chunk of a vectorised loop
+    fold_chunks: dict[UOp, int] = field(default_factory=dict)  # vectorised loop -> iterations per chunk
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -649,8 +655,9 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
     foldable = foldable_loops(program, carried) if VECTORISE_REDUCTIONS else {}
     state.folds = {update: (loop, accumulator) for loop, updates in foldable.items()
                    for update, accumulator in updates.items()}
-    state.folded_loops = set(foldable)
-    state.fold_chunk = max(1, FOLD_CHUNK_ELEMENTS // math.prod(lifted_shape))
+    for loop, updates in foldable.items():  # chunks of at most FOLD_CHUNK_ELEMENTS accumulator steps
+        lanes = max(update.dtype.count for update in updates)
+        state.fold_chunks[loop] = max(1, FOLD_CHUNK_ELEMENTS // (math.prod(lifted_shape) * lanes))
     params: dict[int, UOp] = {}
     written: set[int] = set()
     for u in program:
@@ -703,10 +710,11 @@ def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], posit
         name = state.fresh("r" if op is Ops.RANGE else "s")
         state.names[u] = name
         bound = state.ref(u.src[0])
-        if u in state.folded_loops:
+        if u in state.fold_chunks:
             state.emit(f"# loop {name} runs vectorised: each iteration only folds a value into an")
-            state.emit(f"# accumulator, so fold() folds {state.fold_chunk} iterations at a time, in order")
-            state.emit(f"for {name} in folded_chunks(int({bound}), {state.fold_chunk}, {len(lifted_shape)}):")
+            chunk = state.fold_chunks[u]
+            state.emit(f"# accumulator, so fold() folds {chunk} iterations at a time, in order")
+            state.emit(f"for {name} in folded_chunks(int({bound}), {chunk}, {len(lifted_shape)}):")
             state.indent += 1
         elif u in carried:
             state.emit(f"for {name} in range(int({bound})):")
