@@ -130,20 +130,29 @@ def test_fold_adds_in_loop_order_not_pairwise() -> None:
 # which loops may run vectorised
 
 
-def _accumulate(update: Callable[[UOp, UOp], UOp], dtype=dtypes.float32, store_inside: bool = False) -> UOp:
-    """``out[0] = fold of update(acc, a[j])`` over a REDUCE loop (optionally also storing each step)."""
+def _accumulate(
+    update: Callable[[UOp, UOp], UOp],
+    dtype=dtypes.float32,
+    store_inside: bool = False,
+    last_after: bool = False,
+) -> UOp:
+    """``out[0] = fold of update(acc, a[j])`` over a REDUCE loop (optionally also storing each step, or
+    storing the last ``a[j]`` read in the loop to ``out[1]`` after it)."""
     b = lp.Builder()
     out, a = b.param(0, 8, dtype), b.param(1, 8, dtype)
     acc = b.register(1, dtype)
     b.store(acc, 0, lp.const(dtype, 0))
     j = b.loop(8, AxisType.REDUCE)
     read = b.load(acc, 0)
-    value = update(read, b.load(a, j))
+    element = b.load(a, j)
+    value = update(read, element)
     stores = [b.store(acc, 0, value)]
     if store_inside:
         stores.append(b.store(out, j, value))
     b.end(j, *stores)
     b.store(out, 0, b.again(read))
+    if last_after:
+        b.store(out, 1, element)
     return b.linear("r_test")
 
 
@@ -177,6 +186,16 @@ def test_only_folds_of_an_associative_op_into_an_accumulator_are_vectorised(
 
 def test_a_loop_that_also_stores_to_memory_keeps_the_python_loop() -> None:
     assert not _is_folded(_accumulate(lambda acc, x: acc + x, store_inside=True))
+
+
+def test_a_loop_whose_last_value_is_used_after_it_keeps_the_python_loop() -> None:
+    """After the loop, a value computed in it is the last iteration's: a vectorised loop has them all."""
+    linear = _accumulate(lambda acc, x: acc + x, last_after=True)
+    assert not _is_folded(linear)
+    backend = get("python")
+    out, values = np.zeros(8, np.float32), np.arange(1, 9, dtype=np.float32)
+    backend.compile(backend.render(linear), "r_test")(out, values)
+    assert out[:2].tolist() == [36.0, 8.0]
 
 
 @pytest.mark.parametrize(

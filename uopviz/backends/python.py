@@ -14,8 +14,8 @@ each updated as ``acc = op(acc, value)`` with an associative ``op`` (ADD, MUL, M
 ones) and values independent of the accumulators (:func:`foldable_loops`): such a loop runs
 *vectorised*, its values computed for a chunk of iterations along a leading numpy axis and folded
 into the accumulator with ``ufunc.accumulate``, which applies the op in loop order, so the result
-is bit for bit the loop's (``ufunc.reduce`` would add floats pairwise).  THREAD, GLOBAL and LOOP ranges are
-lifted, which runs them "sequentially" in the sense that no two threads ever run at once.
+is bit for bit the loop's (``ufunc.reduce`` would add floats pairwise).  THREAD, GLOBAL and LOOP
+ranges are lifted, which runs them "sequentially" in the sense that no two threads ever run at once.
 
 Registers (REG buffers) get one copy per iteration of the lifted loops (a trailing axis of the
 buffer's size); a LOCAL buffer one copy per workgroup, shared by its threads (the lifted ``lidx``
@@ -563,6 +563,9 @@ def _body_folds(loop: UOp, body: list[UOp], uses: _Uses) -> dict[UOp, UOp] | Non
     if any(reads_accumulator.get(source, False) for update in folds for source in update.src
            if source not in accumulators):
         return None  # a value folded in depends on an accumulator: the iterations are not independent
+    if any(uses.program.get(u, 0) > uses.body.get(u, 0) + (1 if u is loop else 0)
+           for u in varying if u not in accumulators and u.op is not Ops.STORE):  # END lists the STOREs
+        return None  # the last iteration's value used after the loop: the vectorised one has them all
     return folds
 
 
