@@ -230,3 +230,37 @@ def test_vectorised_integer_folds_give_the_loop_value(
         backend.compile(backend.render(linear), "r_test")(out, inputs.copy())
         results.append(out[0])
     assert results == [want, want], case
+
+
+def _masked_row_sums(rows: int, cols: int) -> UOp:
+    """``out[i] = sum_j a[i, j]`` for the first half of the rows, inside an IF: the masked rows fold
+    too, and the mask keeps their accumulators and outputs as they were."""
+    b = lp.Builder()
+    out, a = b.param(0, rows), b.param(1, rows * cols)
+    acc = b.register(1)
+    i = b.loop(rows)
+    block = b.emit(UOp(Ops.IF, (b.emit(i < lp.idx(rows // 2)),)))
+    b.store(acc, 0, lp.const(dtypes.float32, 0.0))
+    j = b.loop(cols, AxisType.REDUCE)
+    read = b.load(acc, 0)
+    b.end(j, b.store(acc, 0, read + b.load(a, i * lp.idx(cols) + j)))
+    store = b.store(out, i, b.again(read))
+    b.emit(UOp(Ops.ENDIF, (block, store)))
+    b.end(i)
+    return b.linear("r_masked")
+
+
+def test_a_reduction_inside_an_if_block_folds_where_the_mask_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    linear = _masked_row_sums(6, 37)
+    assert _is_folded(linear)
+    values = np.random.default_rng(2).standard_normal(6 * 37).astype(np.float32)
+    results = []
+    for vectorise in (True, False):
+        monkeypatch.setattr(python_backend, "VECTORISE_REDUCTIONS", vectorise)
+        backend = get("python")
+        out = np.full(6, -1.0, np.float32)
+        backend.compile(backend.render(linear), "r_masked")(out, values)
+        results.append(out)
+    _assert_bit_identical(results[0], results[1], "masked row sums")
+    want = np.cumsum(values.reshape(6, 37), axis=1, dtype=np.float32)[:3, -1]
+    _assert_bit_identical(results[0], np.concatenate([want, np.full(3, -1.0, np.float32)]), "masked row sums")
