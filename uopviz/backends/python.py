@@ -9,8 +9,13 @@ Speed comes from *lifting* loops: a RANGE whose iterations are independent becom
 (``arange`` along its own dimension) instead of a Python ``for``; every value is an array that
 broadcasts over the lifted loops it depends on, with vector lanes on a trailing axis.  A loop
 whose iterations carry state (an accumulator read before it is written in the loop body: a
-reduction) runs as a Python ``for`` inside the lifted ones.  THREAD, GLOBAL and LOOP ranges are
-lifted, which runs them "sequentially" in the sense that no two threads ever run at once.
+reduction) runs as a Python ``for`` inside the lifted ones, unless its only state is accumulators
+each updated as ``acc = op(acc, value)`` with an associative ``op`` (ADD, MUL, MAX, the bitwise
+ones) and values independent of the accumulators (:func:`foldable_loops`): such a loop runs
+*vectorised*, its values computed for a chunk of iterations along a leading numpy axis and folded
+into the accumulator with ``ufunc.accumulate``, which applies the op in loop order, so the result
+is bit for bit the loop's (``ufunc.reduce`` would add floats pairwise).  THREAD, GLOBAL and LOOP
+ranges are lifted, which runs them "sequentially" in the sense that no two threads ever run at once.
 
 Registers (REG buffers) get one copy per iteration of the lifted loops (a trailing axis of the
 buffer's size); a LOCAL buffer one copy per workgroup, shared by its threads (the lifted ``lidx``
@@ -306,12 +311,62 @@ def _warp_wmma(a: Any, b: Any, c: Any, dims: tuple[int, int, int], layouts: tupl
     return np.moveaxis(out, -2, warp_dim)
 
 
+#: the ufunc each foldable reduce op is on each kind of dtype: the ones ``exec_alu_array`` applies, so a
+#: fold gives what the loop would (bfloat16 is left out: the loop rounds after every step)
+FOLD_UFUNCS: dict[str, dict[Ops, np.ufunc]] = {
+    "float": {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum},
+    "int": {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum, Ops.XOR: np.bitwise_xor,
+            Ops.OR: np.bitwise_or, Ops.AND: np.bitwise_and},
+    "bool": {Ops.ADD: np.logical_or, Ops.MAX: np.logical_or, Ops.OR: np.logical_or,
+             Ops.MUL: np.logical_and, Ops.AND: np.logical_and, Ops.XOR: np.logical_xor},
+}
+
+#: how many elements (iterations times accumulator elements) one chunk of a vectorised loop folds
+FOLD_CHUNK_ELEMENTS = 1 << 18
+
+#: whether the renderer runs foldable reduction loops vectorised (off: every carried loop is a Python
+#: ``for``, the plain reading of the program, which the tests compare the vectorised one against)
+VECTORISE_REDUCTIONS = True
+
+
+def fold_ufunc(op: Ops, dtype: DType) -> np.ufunc | None:
+    """The ufunc that folds ``op`` on ``dtype`` exactly as the loop's ALU does, or None."""
+    scalar = dtype.scalar
+    if scalar is dtypes.bfloat16 or scalar.numpy_name is None:
+        return None
+    kind = "bool" if scalar.is_bool else "int" if scalar.is_int else "float" if scalar.is_float else None
+    return FOLD_UFUNCS[kind].get(op) if kind is not None else None
+
+
+def folded_chunks(bound: int, chunk: int, total: int) -> Any:
+    """The iterations ``0..bound-1`` of a vectorised reduction loop, ``chunk`` at a time, each chunk
+    along a new leading dimension in front of the ``total`` lifted ones."""
+    for start in range(0, bound, chunk):
+        yield np.arange(start, min(start + chunk, bound), dtype=np.int64).reshape((-1,) + (1,) * total)
+
+
+def fold(op: Ops, dtype_name: str, accumulator: Any, values: Any, iterations: np.ndarray) -> np.ndarray:
+    """``accumulator = op(accumulator, value)`` for the value of every iteration of a chunk, in loop
+    order: ``ufunc.accumulate`` folds sequentially (``reduce`` would add floats pairwise), so the
+    result is bit for bit the loop's."""
+    dtype = dtypes.from_name(dtype_name)
+    ufunc = fold_ufunc(op, dtype)
+    if ufunc is None:
+        raise RenderError(f"python: {op.name} on {dtype_name} cannot be folded")
+    storage = value_numpy_dtype(dtype)
+    start = np.asarray(accumulator).astype(storage)
+    steps = np.empty((iterations.shape[0] + 1, *start.shape), dtype=storage)
+    steps[0] = start
+    steps[1:] = np.asarray(values).astype(storage, copy=False)
+    return ufunc.accumulate(steps, axis=0, dtype=storage)[-1]
+
+
 RUNTIME: dict[str, Any] = {
     "np": np, "Ops": Ops, "lifted_range": lifted_range, "make_const": make_const, "load_global": load_global,
     "store_global": store_global, "new_register": new_register, "load_register": load_register,
     "new_shared": new_shared, "load_shared": load_shared, "store_shared": store_shared,
     "store_register": store_register, "alu": alu, "cast": cast, "bitcast": bitcast, "vectorize": vectorize,
-    "gep": gep, "wmma": wmma, "math": math,
+    "gep": gep, "wmma": wmma, "math": math, "folded_chunks": folded_chunks, "fold": fold,
 }
 
 
@@ -374,6 +429,161 @@ def carried_ranges(program: Sequence[UOp]) -> set[UOp]:
     return carried
 
 
+#: ops a vectorised loop body may hold: values computed per iteration, and loads and stores (the
+#: loads and stores are checked one by one); loops, IF blocks, barriers, buffers, tensor cores keep
+#: the loop
+_FOLDABLE_BODY_OPS = frozenset(GroupOp.ELEMENTWISE) | {
+    Ops.CONST, Ops.VECTORIZE, Ops.GEP, Ops.CAST, Ops.BITCAST, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.AFTER}
+
+
+def _loop_bodies(program: Sequence[UOp]) -> dict[UOp, tuple[list[UOp], int]]:
+    """Every RANGE's body (the uops between it and its END) and the position of its END."""
+    bodies: dict[UOp, tuple[list[UOp], int]] = {}
+    open_loops: list[UOp] = []
+    for position, u in enumerate(program):
+        for loop in open_loops:
+            if not (u.op is Ops.END and u.src[-1] is loop):
+                bodies[loop][0].append(u)
+        if u.op is Ops.RANGE:
+            bodies[u] = ([], len(program))
+            open_loops.append(u)
+        elif u.op is Ops.END and any(loop is u.src[-1] for loop in open_loops):
+            while (closed := open_loops.pop()) is not u.src[-1]:
+                bodies[closed] = (bodies[closed][0], position)
+            bodies[closed] = (bodies[closed][0], position)
+    return bodies
+
+
+def _register_elements(index: UOp) -> tuple[int, ...] | None:
+    """The register elements a constant index names (a CONST or a VECTORIZE of CONSTs), else None."""
+    lanes = index.src if index.op is Ops.VECTORIZE else (index,)
+    if not all(lane.op is Ops.CONST and isinstance(lane.arg[0], int) for lane in lanes):
+        return None
+    return tuple(int(lane.arg[0]) for lane in lanes)
+
+
+def _fold_update(store: UOp, loads: dict[UOp, UOp], uses: _Uses) -> UOp | None:
+    """The ALU of ``acc = op(acc, value)`` that ``store`` writes, when it is such an update of the
+    accumulator ``loads`` maps its INDEX to (the accumulator read once, only by the ALU), else None."""
+    value, load = store.src[1], loads.get(store.src[0])
+    if load is None or value.op not in GroupOp.ELEMENTWISE or len(value.src) != 2:
+        return None
+    if fold_ufunc(value.op, value.dtype) is None or uses.program.get(value, 0) != 1:
+        return None
+    # the accumulator's value is used by the ALU alone; after the loop it may be read again (the LOAD
+    # issued anew after the END: the vectorised loop leaves the register as the loop would)
+    if uses.body.get(load, 0) != 1 or (uses.program.get(load, 0) != 1 and load not in uses.later):
+        return None
+    # floats fold with the accumulator first (the loop's operand order: max of -0.0 and 0.0, and which
+    # NaN survives, depend on it); integer and bool ops commute exactly
+    if value.src[0] is load and value.src[1] is not load:
+        return value
+    if value.src[1] is load and value.src[0] is not load and not value.dtype.scalar.is_float:
+        return value
+    return None
+
+
+def foldable_loops(program: Sequence[UOp], carried: set[UOp]) -> dict[UOp, dict[UOp, UOp]]:
+    """The carried RANGEs that can run vectorised, each with its fold ALUs (and the accumulator LOAD
+    each folds into).
+
+    A loop qualifies when its only carried state is accumulators, each updated once per iteration as
+    ``acc = op(acc, value)`` with ``op`` an associative reduce op and ``value`` independent of every
+    accumulator: then the values of all iterations can be computed at once (the range lifted as a
+    numpy axis) and folded in loop order.  Anything else in the body (a nested loop, an IF, a store to
+    a global or shared buffer, a register indexed by the loop, an accumulator read twice) keeps the
+    Python loop."""
+    program_uses = _use_counts(program)
+    foldable: dict[UOp, dict[UOp, UOp]] = {}
+    for loop, (body, end) in _loop_bodies(program).items():
+        if loop in carried:
+            folds = _body_folds(loop, body, _Uses(program_uses, _use_counts(body), set(program[end + 1 :])))
+            if folds:
+                foldable[loop] = folds
+    return foldable
+
+
+@dataclass
+class _Uses:
+    """How often uops are used as sources: in the whole program and in one loop's body; and the uops
+    issued after that loop's END."""
+
+    program: dict[UOp, int]
+    body: dict[UOp, int]
+    later: set[UOp]
+
+
+def _use_counts(uops: Sequence[UOp]) -> dict[UOp, int]:
+    """How many times each uop is a source of one of ``uops``."""
+    uses: dict[UOp, int] = {}
+    for u in uops:
+        for source in u.src:
+            uses[source] = uses.get(source, 0) + 1
+    return uses
+
+
+def _body_folds(loop: UOp, body: list[UOp], uses: _Uses) -> dict[UOp, UOp] | None:
+    """The fold ALUs of ``loop`` with their accumulator LOADs (see :func:`foldable_loops`), or None when
+    it must stay a loop."""
+    if any(u.op not in _FOLDABLE_BODY_OPS for u in body):
+        return None
+    if any(u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is not Ops.INDEX for u in body):
+        return None  # not a well-formed access: the loop renders it (and names the problem)
+    register_uses = [u for u in body if u.op in (Ops.LOAD, Ops.STORE) and _is_register(u.src[0].src[0])]
+    if any(_is_shared(u.src[0].src[0]) or len(u.src) > (1 if u.op is Ops.LOAD else 2) for u in register_uses):
+        return None  # shared buffers and gated register accesses keep the loop
+    if any(u.op is Ops.STORE and not _is_register(u.src[0].src[0]) for u in body):
+        return None  # a store to a global buffer inside the loop: a scan
+    written = {_buffer_of(u.src[0].src[0]) for u in register_uses if u.op is Ops.STORE}
+    varying = _varying(loop, body)
+    accumulator_loads: dict[UOp, UOp] = {}
+    claimed: dict[UOp, set[int]] = {}
+    for u in register_uses:
+        index = u.src[0]
+        if index.src[1] in varying:
+            return None  # a register indexed by the loop: a staged strip
+        register = _buffer_of(index.src[0])
+        if u.op is Ops.LOAD and register in written:
+            elements = _register_elements(index.src[1])
+            if elements is None or index in accumulator_loads or claimed.get(register, set()) & set(elements):
+                return None  # accumulators must be distinct, known elements, each read once
+            claimed.setdefault(register, set()).update(elements)
+            accumulator_loads[index] = u
+    folds: dict[UOp, UOp] = {}
+    for u in register_uses:
+        if u.op is Ops.STORE:
+            update = _fold_update(u, accumulator_loads, uses)
+            if update is None or update in folds:
+                return None
+            folds[update] = accumulator_loads[u.src[0]]
+    if len(folds) != len(accumulator_loads):
+        return None  # an accumulator read but not written back
+    accumulators = set(accumulator_loads.values())
+    reads_accumulator = _depends_on(body, accumulators)
+    if any(reads_accumulator.get(source, False) for update in folds for source in update.src
+           if source not in accumulators):
+        return None  # a value folded in depends on an accumulator: the iterations are not independent
+    if any(uses.program.get(u, 0) > uses.body.get(u, 0) + (1 if u is loop else 0)
+           for u in varying if u not in accumulators and u.op is not Ops.STORE):  # END lists the STOREs
+        return None  # the last iteration's value used after the loop: the vectorised one has them all
+    return folds
+
+
+def _depends_on(body: list[UOp], roots: set[UOp]) -> dict[UOp, bool]:
+    """For every uop of ``body``: whether it depends on one of ``roots`` (uops outside do not)."""
+    depends: dict[UOp, bool] = dict.fromkeys(roots, True)
+    for u in body:
+        depends[u] = depends.get(u, False) or any(depends.get(source, False) for source in u.src)
+    return depends
+
+
+def _varying(loop: UOp, body: list[UOp]) -> set[UOp]:
+    """The uops of ``body`` whose value changes from one iteration to the next: those that depend on the
+    loop's index or on something loaded inside the loop."""
+    depends = _depends_on(body, {loop} | {u for u in body if u.op is Ops.LOAD})
+    return {loop} | {u for u, flag in depends.items() if flag}
+
+
 @dataclass
 class _Emitter:
     """The state of rendering one program: names, indentation, lifted dimensions, masks."""
@@ -388,6 +598,8 @@ class _Emitter:
     counter: int = 0
     local_dims: tuple[int, ...] = ()
     warp_dim: int | None = None  # the lifted dimension whose iterations are the lanes of warps
+    folds: dict[UOp, tuple[UOp, UOp]] = field(default_factory=dict)  # fold ALU -> (its loop, accumulator)
+    fold_chunks: dict[UOp, int] = field(default_factory=dict)  # vectorised loop -> iterations per chunk
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -443,6 +655,12 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
     warps = [u for u in lifted if (u.op is Ops.RANGE and u.arg[1] is AxisType.WARP)
              or (u.op is Ops.SPECIAL and u.arg == "lidx0")]
     state.warp_dim = position_of[warps[0]] if warps else None
+    foldable = foldable_loops(program, carried) if VECTORISE_REDUCTIONS else {}
+    state.folds = {update: (loop, accumulator) for loop, updates in foldable.items()
+                   for update, accumulator in updates.items()}
+    for loop, updates in foldable.items():  # chunks of at most FOLD_CHUNK_ELEMENTS accumulator steps
+        lanes = max(update.dtype.count for update in updates)
+        state.fold_chunks[loop] = max(1, FOLD_CHUNK_ELEMENTS // (math.prod(lifted_shape) * lanes))
     params: dict[int, UOp] = {}
     written: set[int] = set()
     for u in program:
@@ -495,7 +713,13 @@ def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], posit
         name = state.fresh("r" if op is Ops.RANGE else "s")
         state.names[u] = name
         bound = state.ref(u.src[0])
-        if u in carried:
+        if u in state.fold_chunks:
+            state.emit(f"# loop {name} runs vectorised: each iteration only folds a value into an")
+            chunk = state.fold_chunks[u]
+            state.emit(f"# accumulator, so fold() folds {chunk} iterations at a time, in order")
+            state.emit(f"for {name} in folded_chunks(int({bound}), {chunk}, {len(lifted_shape)}):")
+            state.indent += 1
+        elif u in carried:
             state.emit(f"for {name} in range(int({bound})):")
             state.indent += 1
             state.emit(f"{name} = np.int64({name})")
@@ -556,6 +780,11 @@ def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], posit
         a, b, c = (state.ref(s) for s in u.src)
         expression = (f"wmma({a}, {b}, {c}, {config.dims!r}, {config.layout_a!r}, {config.layout_b!r}, "
                       f"{config.layout_c!r}, {config.dtype_in.name!r}, {config.dtype_out.name!r}{warp})")
+    elif u in state.folds:
+        loop, accumulator = state.folds[u]
+        value = next(s for s in u.src if s is not accumulator)
+        operands = f"{state.ref(accumulator)}, {state.ref(value)}, {state.ref(loop)}"
+        expression = f"fold(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"
     elif op in GroupOp.ELEMENTWISE:
         operands = ", ".join(state.ref(s) for s in u.src)
         expression = f"alu(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"
