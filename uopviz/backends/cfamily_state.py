@@ -99,6 +99,9 @@ def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
 class CFamilyRenderState(LinearRenderState):
     """One rendering of one LINEAR program in a C-family dialect (names, scopes, emitted lines)."""
 
+    # REG buffers declared at the top of the function come before the body
+    mapped_lists = (("top_lines", ""), ("lines", ""))
+
     def __init__(self, renderer: CStyleRenderer, linear: UOp):
         super().__init__(linear)
         self.r = renderer
