@@ -1,0 +1,169 @@
+"""Where the nodes of a user's graph came from: a side table from UOp to :class:`Origin`.
+
+The front ends record, as they build a graph, which user-level operation made each node: the
+Tensor method a user called (``softmax``, with the user's ``file:line``) or the NNEF operation a
+model declares (its label, operator and line in the ``.nnef`` / ``.sknd`` text).  The table holds
+its UOps weakly (a graph that is dropped leaves it) and the first origin recorded for a node wins:
+UOps are hash-consed, so a node two expressions build alike is the first one's.
+
+Provenance (``uopviz.engine.provenance``) follows a generated instruction back through the
+lowering's rewrite steps to one of these nodes.  This module imports nothing of the layers above
+the IR: the Tensor class and the NNEF loader call :func:`record_origin`.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from uopviz.core.uop import UOp
+
+#: The folder of the uopviz package: frames inside it are not the user's code.
+PACKAGE_FOLDER = str(Path(__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A user-level operation that built part of a graph.
+
+    ``kind`` is ``"tensor"`` (a Tensor method: ``name`` is the method, ``location`` the user's
+    ``file:line`` that called it, '' when no frame outside uopviz called it) or ``"nnef"`` (an NNEF
+    operation, recorded by :func:`record_nnef_operation`: ``name`` its label, ``operator`` its
+    qualified operator, ``location`` its ``file:line`` in the model's text)."""
+
+    kind: str
+    name: str
+    location: str = ""
+    operator: str = ""
+
+    def describe(self) -> str:
+        """The origin in a few words: ``Tensor.softmax at cell.py:4``, ``NNEF conv1 = nn.conv at
+        graph.sknd:7``."""
+        where = f" at {self.location}" if self.location else ""
+        if self.kind == "nnef":
+            return f"NNEF {self.name} = {self.operator}{where}"
+        return f"{'Tensor(...)' if self.name == 'Tensor' else 'Tensor.' + self.name}{where}"
+
+    def to_json(self) -> dict[str, str]:
+        """The origin as the front end shows it."""
+        return {"kind": self.kind, "name": self.name, "location": self.location,
+                "operator": self.operator, "text": self.describe()}
+
+
+# id(uop) -> (a weak reference to it, its origin); by id, not by UOp: a UOp's == builds a comparison
+_origins: dict[int, tuple[weakref.ref, Origin]] = {}
+
+
+def _forget(key: int, reference: weakref.ref) -> None:
+    """Drop a node that is gone (unless its id already holds another node's entry)."""
+    entry = _origins.get(key)
+    if entry is not None and entry[0] is reference:
+        del _origins[key]
+
+
+def origin_of(uop: UOp) -> Origin | None:
+    """The origin recorded for ``uop``, or None."""
+    entry = _origins.get(id(uop))
+    return entry[1] if entry is not None and entry[0]() is uop else None
+
+
+def record_origin(roots: UOp | Iterable[UOp], origin: Origin) -> None:
+    """Give ``origin`` to every node under ``roots`` that has none yet.  A node that has one was
+    built earlier, and so were its sources: the walk stops there."""
+    stack = [roots] if isinstance(roots, UOp) else list(roots)
+    while stack:
+        node = stack.pop()
+        if origin_of(node) is not None:
+            continue
+        key = id(node)
+        _origins[key] = (weakref.ref(node, functools.partial(_forget, key)), origin)
+        stack.extend(node.src)
+
+
+def record_nnef_operation(roots: Iterable[UOp], label: str, operator: str, file: str, line: int) -> None:
+    """The NNEF loader's hook: the kernel ASTs ``roots`` were lowered from the operation ``label``
+    (an invocation of ``operator``) written at ``file:line`` of the model's text (line 0: unknown)."""
+    location = f"{file}:{line}" if line > 0 else ""
+    record_origin(list(roots), Origin("nnef", label, location, operator))
+
+
+# ---------------------------------------------------------------------------------------------
+# the Tensor front end: each method call a user makes records its origin
+
+_calls = threading.local()
+
+
+def caller_location() -> str:
+    """``file:line`` of the innermost frame outside the uopviz package ('' when there is none)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(PACKAGE_FOLDER):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+def _uops_of(value: Any) -> list[UOp]:
+    """The UOps a method returned: a tensor's, or each of a tuple's or list's tensors."""
+    items = value if isinstance(value, tuple | list) else (value,)
+    return [item.uop for item in items if isinstance(getattr(item, "uop", None), UOp)]
+
+
+def recording(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` that records the origin ``Tensor.<name>`` for the nodes it builds, when a user
+    calls it (the calls it makes inside, ``softmax`` calling ``exp``, are part of it)."""
+
+    @functools.wraps(method)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_calls, "depth", 0)
+        _calls.depth = depth + 1
+        try:
+            result = method(*args, **kwargs)
+        finally:
+            _calls.depth = depth
+        if depth == 0:
+            built = _uops_of(args[0] if name == "Tensor" and args else result)
+            if built:
+                record_origin(built, Origin("tensor", name, caller_location()))
+        return result
+
+    return recorded
+
+
+#: The operators a user writes on tensors (``a + b``, ``x[1:]``, ``a @ b``): recorded by their names.
+OPERATOR_METHODS = frozenset(
+    f"__{name}__"
+    for name in (
+        "init abs neg invert getitem matmul rmatmul pow rpow lt le gt ge eq ne "
+        "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod "
+        "and rand or ror xor rxor lshift rlshift rshift rrshift"
+    ).split()
+)
+
+
+def record_method_origins(cls: type) -> type:
+    """Wrap ``cls``'s public methods (class and static methods too) and its operators with
+    :func:`recording`, so that what a user builds by calling them remembers which call did."""
+    for name in dir(cls):
+        if name.startswith("_") and name not in OPERATOR_METHODS:
+            continue
+        found = next((vars(base)[name] for base in cls.__mro__ if name in vars(base)), None)
+        shown = "Tensor" if name == "__init__" else name.strip("_")
+        if isinstance(found, classmethod | staticmethod):
+            wrapper = type(found)(recording(shown, found.__func__))
+        elif callable(found) and getattr(found, "__module__", "").startswith("uopviz."):
+            wrapper = recording(shown, found)
+        else:
+            continue
+        setattr(cls, name, wrapper)
+    return cls
+
+
+__all__ = ["OPERATOR_METHODS", "Origin", "caller_location", "origin_of", "record_method_origins",
+           "record_nnef_operation", "record_origin", "recording"]
