@@ -63,7 +63,6 @@ import numpy as np
 
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.origins import record_nnef_operation
 from uopviz.core.uop import ParamArg, UOp, shape_uop
 from uopviz.nnef import ast
 from uopviz.nnef.ast import identifiers
@@ -83,6 +82,7 @@ from uopviz.nnef.kernel_builder import (
     LoweredKernel,
     compact_slots,
     rebind_params,
+    record_kernel_origins,
     runtime_extent,
 )
 from uopviz.nnef.kernel_math import (
@@ -933,7 +933,7 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
     if signature is not None and signature in templates:
         reused = _renamed_kernels(*templates[signature], op)
         if reused is not None:
-            return _with_origin(reused, op)
+            return record_kernel_origins(reused)
     busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
     busy.add(id(op))
     try:
@@ -942,15 +942,7 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
         busy.discard(id(op))
     if signature is not None:
         templates[signature] = (op, kernels)
-    return _with_origin(kernels, op)
-
-
-def _with_origin(kernels: list[LoweredKernel], op: Operation) -> list[LoweredKernel]:
-    """``kernels``, their nodes recorded as built by ``op`` (provenance names the NNEF operation a
-    generated line descends from; a renamed template's nodes keep the first operation's)."""
-    record_nnef_operation((kernel.ast for kernel in kernels), op.label, op.type, op.position.file,
-                          op.position.line)
-    return kernels
+    return record_kernel_origins(kernels)
 
 
 def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
