@@ -18,7 +18,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,14 @@ class Origin:
     name: str
     location: str = ""
     operator: str = ""
+    #: weak references to what the call returned (the kernel ASTs of an NNEF operation): a node two
+    #: programs share (hash-consed: a loop's RANGE, a constant) keeps the first program's origin,
+    #: which another program's provenance can tell is not its own (none of these roots is in it)
+    roots: tuple[weakref.ref, ...] = field(default=(), compare=False, repr=False)
+
+    def returned(self) -> list[UOp]:
+        """The UOps the recorded call returned, those still alive."""
+        return [uop for uop in (reference() for reference in self.roots) if uop is not None]
 
     def describe(self) -> str:
         """The origin in a few words: ``Tensor.softmax at cell.py:4``, ``NNEF conv1 = nn.conv at
@@ -77,6 +85,7 @@ def record_origin(roots: UOp | Iterable[UOp], origin: Origin) -> None:
     """Give ``origin`` to every node under ``roots`` that has none yet.  A node that has one was
     built earlier, and so were its sources: the walk stops there."""
     stack = [roots] if isinstance(roots, UOp) else list(roots)
+    origin = replace(origin, roots=tuple(weakref.ref(root) for root in stack))
     while stack:
         node = stack.pop()
         if origin_of(node) is not None:
@@ -84,6 +93,23 @@ def record_origin(roots: UOp | Iterable[UOp], origin: Origin) -> None:
         key = id(node)
         _origins[key] = (weakref.ref(node, functools.partial(_forget, key)), origin)
         stack.extend(node.src)
+
+
+def carry_origins(before: UOp, after: UOp) -> None:
+    """Give the nodes of ``after``, a rebuilt copy of ``before`` (a substitution that renamed its
+    loops, say), the origins of the nodes they stand where: both graphs are walked side by side
+    while their nodes have the same op and number of sources."""
+    stack, seen = [(before, after)], set()
+    while stack:
+        old, new = stack.pop()
+        if (id(old), id(new)) in seen or old.op is not new.op or len(old.src) != len(new.src):
+            continue
+        seen.add((id(old), id(new)))
+        found = origin_of(old)
+        if found is not None and origin_of(new) is None:
+            key = id(new)
+            _origins[key] = (weakref.ref(new, functools.partial(_forget, key)), found)
+        stack.extend(zip(old.src, new.src, strict=True))
 
 
 def record_nnef_operation(roots: Iterable[UOp], label: str, operator: str, file: str, line: int) -> None:
@@ -165,5 +191,5 @@ def record_method_origins(cls: type) -> type:
     return cls
 
 
-__all__ = ["OPERATOR_METHODS", "Origin", "caller_location", "origin_of", "record_method_origins",
-           "record_nnef_operation", "record_origin", "recording"]
+__all__ = ["OPERATOR_METHODS", "Origin", "carry_origins", "caller_location", "origin_of",
+           "record_method_origins", "record_nnef_operation", "record_origin", "recording"]

@@ -26,7 +26,7 @@ from uopviz.backends import get
 from uopviz.backends.base import SourceMap
 from uopviz.core.ops import Ops
 from uopviz.core.origins import Origin, origin_of
-from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
+from uopviz.core.rewrite import PassTrace, Trace
 from uopviz.core.uop import UOp
 
 #: How many nodes the search for an origin through a node's sources looks at, at most (a node a
@@ -100,18 +100,19 @@ class Lineage:
                 self._walk(child, record)
         self._steps(record, index, done, len(record.steps))
         if record.output is not None:
-            self._visit(record.output, Creator("pass", record.name, index), None)
+            # what the pass built outside its rules descends from its input (the output's root at least)
+            self._visit(record.output, Creator("pass", record.name, index), record.input)
 
     def _steps(self, record: PassTrace, index: int, start: int, stop: int) -> None:
         for number in range(start, stop):
             step = record.steps[number]
             self._visit(step.before, Creator("pass", record.name, index), None)
             creator = Creator("step", record.name, index, number + 1, step.rule, step.location)
-            self._visit(step.after, creator, step)
+            self._visit(step.after, creator, step.before)
 
-    def _visit(self, root: UOp, creator: Creator, step: RewriteStep | None) -> None:
+    def _visit(self, root: UOp, creator: Creator, before: UOp | None) -> None:
         """Note ``creator`` for every node under ``root`` not seen before (its sources were seen
-        when it was, so the walk stops at a seen node)."""
+        when it was, so the walk stops at a seen node), each as descending from ``before``."""
         created, replaced = self._created, self._replaced
         stack = [root]
         while stack:
@@ -119,8 +120,8 @@ class Lineage:
             if id(node) in created:
                 continue
             created[id(node)] = (node, creator)
-            if step is not None and node is not step.before:
-                replaced[id(node)] = step.before
+            if before is not None and node is not before:
+                replaced[id(node)] = before
             stack.extend(source for source in node.src if id(source) not in created)
 
     # -- questions -----------------------------------------------------------------------------
@@ -140,6 +141,19 @@ class Lineage:
             chain.append(before)
             seen.add(id(before))
 
+    def owns(self, origin: Origin | None) -> bool:
+        """True when ``origin`` may be one of this lowering's.  A node shared with another program
+        (hash-consed: a loop's RANGE, a constant) may carry that program's origin: a Tensor method's
+        is this program's when what the call returned is in the trace (or is gone).  An NNEF
+        operation's kernels are rebuilt (fused, padded) before the pipeline sees them, so its
+        origin is taken as it is."""
+        if origin is None:
+            return False
+        returned = origin.returned()
+        if origin.kind != "tensor" or not returned:
+            return True
+        return any(self.creator(root) is not None for root in returned)
+
     def origin(self, uop: UOp) -> Origin | None:
         """The user-level operation ``uop`` descends from: the first origin along its
         :meth:`ancestors`; else (a node a pass built outside any rule, a constant a rule made) the
@@ -151,7 +165,7 @@ class Lineage:
                 continue
             seen.add(id(node))
             chain = self.ancestors(node)
-            found = next((origin for origin in map(origin_of, chain) if origin is not None), None)
+            found = next((origin for origin in map(origin_of, chain) if self.owns(origin)), None)
             if found is not None:
                 return found
             queue.extend(source for ancestor in chain for source in ancestor.src)
@@ -228,11 +242,14 @@ def source_provenance(lineage: Lineage | None, linear: UOp, source: str, backend
     origins: dict[int, Origin | None] = {}
     for u in linear.src:
         origins[id(u)] = lineage.origin(u) if lineage is not None else origin_of(u)
+    # last resort, for an instruction a pass built outside any rule from nothing the user wrote (a
+    # kernel's accumulator): the operation the kernel itself descends from
+    whole = lineage.origin(linear) if lineage is not None else None
     entries = []
     for number, position in sorted(source_map.lines.items()):
         uop = linear.src[position]
         creator = lineage.creator(uop) if lineage is not None else None
-        origin = origins[id(uop)] or _origin_of_users(linear, uop, origins)
+        origin = origins[id(uop)] or _origin_of_users(linear, uop, origins) or whole
         entries.append(LineProvenance(number, source_lines[number - 1], position, uop, creator, origin))
     return KernelProvenance(name, backend, source, source_map, tuple(entries), source_map.note)
 
