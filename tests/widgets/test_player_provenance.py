@@ -47,7 +47,8 @@ def test_render_frames_map_every_instruction_line_to_a_drawn_node(program, rende
             assert frame.graph.nodes[key]["uop"] is reference.uop
             assert provenance["creators"][made]["text"] == reference.creator.describe()
             assert provenance["origins"][came] == reference.origin.describe()
-        assert len(provenance["creators"]) == len({json.dumps(c, sort_keys=True) for c in provenance["creators"]})
+        distinct = {json.dumps(creator, sort_keys=True) for creator in provenance["creators"]}
+        assert len(provenance["creators"]) == len(distinct)
 
 
 def test_a_lines_creating_step_is_a_frame_that_draws_its_node(program, render_frame):

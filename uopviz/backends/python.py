@@ -466,8 +466,8 @@ def render_python_mapped(linear: UOp) -> tuple[str, SourceMap]:
     owners: dict[str, list[int | None]] = {"header": [], "lines": []}
     for position, u in enumerate(program):
         _render_uop(state, u, position, carried, position_of, lifted_shape)
-        for name, written in owners.items():
-            written.extend([position] * (len(getattr(state, name)) - len(written)))
+        for name, attributed in owners.items():
+            attributed.extend([position] * (len(getattr(state, name)) - len(attributed)))
     if state.open_loops:
         raise RenderError(f"python: kernel {linear.arg!r} ends inside an open loop; an END is missing")
     meta = KernelMeta(str(linear.arg), tuple(
