@@ -57,7 +57,7 @@ def show_stage(page, player, stage: str) -> None:
 def test_a_teaching_walk_links_source_lines_to_their_uops_and_steps(isolated_lab, browser_page,
                                                                    artifacts_dir):
     page = browser_page
-    page.set_viewport_size({"width": 1500, "height": 1500})
+    page.set_viewport_size({"width": 1500, "height": 2600})  # the player and its four sources in sight
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     (isolated_lab.root / "notebooks" / "teaching_walk.ipynb").write_text(notebook(PROGRAM, PLAYER))

@@ -89,3 +89,19 @@ def test_the_front_end_links_lines_and_nodes():
     for piece in ("function linkLines", "jump to the step that created it", "function markLines",
                   "uv-line-mapped", "pendingSelect"):
         assert piece in text
+
+
+def test_reports_embed_the_render_frames_provenance():
+    from uopviz.report import build_report
+    from uopviz.widgets.embed import embedded_states
+
+    x = uv.Tensor(RNG.random((16, 32), dtype=np.float32))
+    w = uv.Tensor(RNG.random((32, 8), dtype=np.float32))
+    page = build_report([("y", (x @ w).relu())], "provenance", opts=None, time_kernels=False)
+    states = [state for state in embedded_states(page) if isinstance(state, dict)]
+    players = [state for state in states if state.get("kind") == "player"]
+    frames = [frame for player in players for frame in player["frame_table"].values()]
+    sources = [source for frame in frames for source in frame.get("sources", [])]
+    assert sources and all(source["provenance"]["lines"] for source in sources)
+    origins = {origin for source in sources for origin in source["provenance"]["origins"]}
+    assert any(origin.startswith(("Tensor.matmul", "Tensor.relu")) for origin in origins), origins
