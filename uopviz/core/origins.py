@@ -181,12 +181,14 @@ def record_method_origins(cls: type) -> type:
             continue
         found = next((vars(base)[name] for base in cls.__mro__ if name in vars(base)), None)
         shown = "Tensor" if name == "__init__" else name.strip("_")
-        if isinstance(found, classmethod | staticmethod):
-            wrapper = type(found)(recording(shown, found.__func__))
-        elif callable(found) and getattr(found, "__module__", "").startswith("uopviz."):
-            wrapper = recording(shown, found)
-        else:
+        function = found.__func__ if isinstance(found, classmethod | staticmethod) else found
+        if not callable(function) or not getattr(function, "__module__", "").startswith("uopviz."):
             continue
+        if any(not key.startswith("__") for key in getattr(function, "__dict__", {})):
+            continue  # a namespace of functions (Tensor.collectives), not a method
+        wrapper = recording(shown, function)
+        if isinstance(found, classmethod | staticmethod):
+            wrapper = type(found)(wrapper)
         setattr(cls, name, wrapper)
     return cls
 
