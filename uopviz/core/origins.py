@@ -3,8 +3,9 @@
 The front ends record, as they build a graph, which user-level operation made each node: the
 Tensor method a user called (``softmax``, with the user's ``file:line``) or the NNEF operation a
 model declares (its label, operator and line in the ``.nnef`` / ``.sknd`` text).  The table holds
-its UOps weakly (a graph that is dropped leaves it) and the first origin recorded for a node wins:
-UOps are hash-consed, so a node two expressions build alike is the first one's.
+its UOps weakly (a graph that is dropped leaves it); a node keeps every origin recorded for it, the
+first first: UOps are hash-consed, so a node two programs build alike (a constant, a loop bound) is
+both programs', and provenance takes the one whose call's result is in the program it explains.
 
 Provenance (``uopviz.engine.provenance``) follows a generated instruction back through the
 lowering's rewrite steps to one of these nodes.  This module imports nothing of the layers above
@@ -64,8 +65,13 @@ class Origin:
                 "operator": self.operator, "text": self.describe()}
 
 
-# id(uop) -> (a weak reference to it, its origin); by id, not by UOp: a UOp's == builds a comparison
-_origins: dict[int, tuple[weakref.ref, Origin]] = {}
+#: How many origins one node keeps at most (the first and the latest): a node every program shares
+#: (a constant 0) would otherwise collect one per call.
+MAX_ORIGINS = 16
+
+# id(uop) -> (a weak reference to it, its origins, first recorded first); by id, not by UOp: a UOp's
+# == builds a comparison
+_origins: dict[int, tuple[weakref.ref, list[Origin]]] = {}
 
 
 def _forget(key: int, reference: weakref.ref) -> None:
@@ -75,23 +81,46 @@ def _forget(key: int, reference: weakref.ref) -> None:
         del _origins[key]
 
 
-def origin_of(uop: UOp) -> Origin | None:
-    """The origin recorded for ``uop``, or None."""
+def origins_of(uop: UOp) -> list[Origin]:
+    """Every origin recorded for ``uop``, the first first: a node two programs share (UOps are
+    hash-consed) has one per call that built it."""
     entry = _origins.get(id(uop))
-    return entry[1] if entry is not None and entry[0]() is uop else None
+    return list(entry[1]) if entry is not None and entry[0]() is uop else []
 
 
-def record_origin(roots: UOp | Iterable[UOp], origin: Origin) -> None:
-    """Give ``origin`` to every node under ``roots`` that has none yet.  A node that has one was
-    built earlier, and so were its sources: the walk stops there."""
+def origin_of(uop: UOp) -> Origin | None:
+    """The first origin recorded for ``uop``, or None."""
+    found = origins_of(uop)
+    return found[0] if found else None
+
+
+def _add(node: UOp, origin: Origin) -> None:
+    """Note ``origin`` for ``node`` (once), keeping at most :data:`MAX_ORIGINS`."""
+    key = id(node)
+    entry = _origins.get(key)
+    if entry is None or entry[0]() is not node:
+        _origins[key] = (weakref.ref(node, functools.partial(_forget, key)), [origin])
+        return
+    found = entry[1]
+    if any(known is origin for known in found):
+        return
+    if len(found) >= MAX_ORIGINS:  # the oldest but the first goes: the program explained is a recent one
+        del found[1]
+    found.append(origin)
+
+
+def record_origin(roots: UOp | Iterable[UOp], origin: Origin, inputs: Iterable[UOp] = ()) -> None:
+    """Give ``origin`` to every node under ``roots`` down to ``inputs`` (what the call was given,
+    built before it): the nodes the call built, and the shared ones it reused (a constant)."""
     stack = [roots] if isinstance(roots, UOp) else list(roots)
     origin = replace(origin, roots=tuple(weakref.ref(root) for root in stack))
+    seen = {id(node) for node in inputs}
     while stack:
         node = stack.pop()
-        if origin_of(node) is not None:
+        if id(node) in seen:
             continue
-        key = id(node)
-        _origins[key] = (weakref.ref(node, functools.partial(_forget, key)), origin)
+        seen.add(id(node))
+        _add(node, origin)
         stack.extend(node.src)
 
 
@@ -105,10 +134,8 @@ def carry_origins(before: UOp, after: UOp) -> None:
         if (id(old), id(new)) in seen or old.op is not new.op or len(old.src) != len(new.src):
             continue
         seen.add((id(old), id(new)))
-        found = origin_of(old)
-        if found is not None and origin_of(new) is None:
-            key = id(new)
-            _origins[key] = (weakref.ref(new, functools.partial(_forget, key)), found)
+        for origin in origins_of(old):
+            _add(new, origin)
         stack.extend(zip(old.src, new.src, strict=True))
 
 
@@ -136,7 +163,7 @@ def caller_location() -> str:
 
 
 def _uops_of(value: Any) -> list[UOp]:
-    """The UOps a method returned: a tensor's, or each of a tuple's or list's tensors."""
+    """The UOps of tensors: a tensor's, or each of a tuple's or list's tensors."""
     items = value if isinstance(value, tuple | list) else (value,)
     return [item.uop for item in items if isinstance(getattr(item, "uop", None), UOp)]
 
@@ -155,8 +182,10 @@ def recording(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
             _calls.depth = depth
         if depth == 0:
             built = _uops_of(args[0] if name == "Tensor" and args else result)
+            values = () if name == "Tensor" else (*args, *kwargs.values())
+            given = [uop for value in values for uop in _uops_of(value)]
             if built:
-                record_origin(built, Origin("tensor", name, caller_location()))
+                record_origin(built, Origin("tensor", name, caller_location()), given)
         return result
 
     return recorded
@@ -194,4 +223,4 @@ def record_method_origins(cls: type) -> type:
 
 
 __all__ = ["OPERATOR_METHODS", "Origin", "carry_origins", "caller_location", "origin_of",
-           "record_method_origins", "record_nnef_operation", "record_origin", "recording"]
+           "origins_of", "record_method_origins", "record_nnef_operation", "record_origin", "recording"]

@@ -25,7 +25,7 @@ from typing import Any
 from uopviz.backends import get
 from uopviz.backends.base import SourceMap
 from uopviz.core.ops import Ops
-from uopviz.core.origins import Origin, origin_of
+from uopviz.core.origins import Origin, origin_of, origins_of
 from uopviz.core.rewrite import PassTrace, Trace
 from uopviz.core.uop import UOp
 
@@ -144,15 +144,14 @@ class Lineage:
     def owns(self, origin: Origin | None) -> bool:
         """True when ``origin`` may be one of this lowering's.  A node shared with another program
         (hash-consed: a loop's RANGE, a constant) may carry that program's origin: a Tensor method's
-        is this program's when what the call returned is in the trace (or is gone).  An NNEF
-        operation's kernels are rebuilt (fused, padded) before the pipeline sees them, so its
-        origin is taken as it is."""
+        is this program's when what the call returned is in the trace (this program's graph holds
+        it, so it is alive while the trace is).  An NNEF operation's kernels are rebuilt (fused,
+        padded) before the pipeline sees them, so its origin is taken as it is."""
         if origin is None:
             return False
-        returned = origin.returned()
-        if origin.kind != "tensor" or not returned:
+        if origin.kind != "tensor":
             return True
-        return any(self.creator(root) is not None for root in returned)
+        return any(self.creator(root) is not None for root in origin.returned())
 
     def origin(self, uop: UOp) -> Origin | None:
         """The user-level operation ``uop`` descends from: the first origin along its
@@ -165,7 +164,8 @@ class Lineage:
                 continue
             seen.add(id(node))
             chain = self.ancestors(node)
-            found = next((origin for origin in map(origin_of, chain) if self.owns(origin)), None)
+            candidates = (origin for ancestor in chain for origin in origins_of(ancestor))
+            found = next((origin for origin in candidates if self.owns(origin)), None)
             if found is not None:
                 return found
             queue.extend(source for ancestor in chain for source in ancestor.src)
