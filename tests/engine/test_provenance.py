@@ -151,3 +151,20 @@ def test_an_nnef_graphs_kernels_name_its_operations():
             assert entry.creator is not None and entry.origin is not None and entry.origin.kind == "nnef"
             operations.add((entry.origin.operator, entry.origin.location))
     assert operations == {("nn.linear", "tiny.sknd:7"), ("nn.relu", "tiny.sknd:8")}
+
+
+def test_programs_sharing_nodes_keep_their_own_origins():
+    """Hash-consed nodes (constants, loop bounds) are shared by an NNEF program and a Tensor program
+    built after it, in either order: each program's lines name only its own front end's origins."""
+    graph = loads(NNEF_TEXT, variables={"w": RNG.random((4, 3), dtype=np.float32)}, file="shared.sknd")
+    nnef_program = graph.compile("c", build=False, progress=False)
+    y, _ = conv_relu_softmax()
+    tensor_program = uv.compile(y, backend="c", opts="heuristic", build=False)
+    graph_again = loads(NNEF_TEXT, variables={"w": RNG.random((4, 3), dtype=np.float32)}, file="again.sknd")
+    nnef_again = graph_again.compile("c", build=False, progress=False)
+    for program, kind in ((nnef_program, "nnef"), (tensor_program, "tensor"), (nnef_again, "nnef")):
+        kinds = {entry.origin.kind for index in range(len(program.items))
+                 for entry in kernel_provenance(program, index).lines}
+        assert kinds == {kind}
+    files = {entry.origin.location.split(":")[0] for entry in kernel_provenance(nnef_again, 0).lines}
+    assert files == {"again.sknd"}

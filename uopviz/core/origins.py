@@ -109,9 +109,11 @@ def _add(node: UOp, origin: Origin) -> None:
     found.append(origin)
 
 
-def record_origin(roots: UOp | Iterable[UOp], origin: Origin, inputs: Iterable[UOp] = ()) -> None:
+def record_origin(roots: UOp | Iterable[UOp], origin: Origin, inputs: Iterable[UOp] = (),
+                  unless: Callable[[Origin], bool] | None = None) -> None:
     """Give ``origin`` to every node under ``roots`` down to ``inputs`` (what the call was given,
-    built before it): the nodes the call built, and the shared ones it reused (a constant)."""
+    built before it): the nodes the call built, and the shared ones it reused (a constant); with
+    ``unless``, not to a node that has an origin ``unless`` accepts already."""
     stack = [roots] if isinstance(roots, UOp) else list(roots)
     origin = replace(origin, roots=tuple(weakref.ref(root) for root in stack))
     seen = {id(node) for node in inputs}
@@ -120,7 +122,8 @@ def record_origin(roots: UOp | Iterable[UOp], origin: Origin, inputs: Iterable[U
         if id(node) in seen:
             continue
         seen.add(id(node))
-        _add(node, origin)
+        if unless is None or not any(unless(known) for known in origins_of(node)):
+            _add(node, origin)
         stack.extend(node.src)
 
 
@@ -139,11 +142,19 @@ def carry_origins(before: UOp, after: UOp) -> None:
         stack.extend(zip(old.src, new.src, strict=True))
 
 
-def record_nnef_operation(roots: Iterable[UOp], label: str, operator: str, file: str, line: int) -> None:
+def record_nnef_operation(roots: Iterable[UOp], label: str, operator: str, file: str, line: int,
+                          gaps_only: bool = False) -> None:
     """The NNEF loader's hook: the kernel ASTs ``roots`` were lowered from the operation ``label``
-    (an invocation of ``operator``) written at ``file:line`` of the model's text (line 0: unknown)."""
+    (an invocation of ``operator``) written at ``file:line`` of the model's text (line 0: unknown).
+    ``gaps_only``: only the nodes that no operation of that file claims yet (a fused kernel: the
+    nodes fusing built are its reader's, the producer's it inlined stay the producer's)."""
     location = f"{file}:{line}" if line > 0 else ""
-    record_origin(list(roots), Origin("nnef", label, location, operator))
+
+    def same_model(known: Origin) -> bool:
+        return known.kind == "nnef" and known.location.rpartition(":")[0] == file
+
+    origin = Origin("nnef", label, location, operator)
+    record_origin(list(roots), origin, unless=same_model if gaps_only else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ class Lineage:
         # id(uop) -> (uop, creator); the uop is kept so that its id stays its own
         self._created: dict[int, tuple[UOp, Creator]] = {}
         self._replaced: dict[int, UOp] = {}
+        self._files: set[str] | None = None
         for record in trace.passes:
             self._walk(record, None)
 
@@ -142,15 +143,28 @@ class Lineage:
             seen.add(id(before))
 
     def owns(self, origin: Origin | None) -> bool:
-        """True when ``origin`` may be one of this lowering's.  A node shared with another program
+        """True when ``origin`` is one of this lowering's.  A node shared with another program
         (hash-consed: a loop's RANGE, a constant) may carry that program's origin: a Tensor method's
         is this program's when what the call returned is in the trace (this program's graph holds
         it, so it is alive while the trace is).  An NNEF operation's kernels are rebuilt (fused,
-        padded) before the pipeline sees them, so its origin is taken as it is."""
+        padded) before the pipeline sees them, so its origin is this program's when it comes from
+        a model file whose kernels are in the trace."""
         if origin is None:
             return False
-        if origin.kind != "tensor":
+        if self._returned_here(origin):
             return True
+        return origin.kind == "nnef" and _model_file(origin) in self._model_files()
+
+    def _model_files(self) -> set[str]:
+        """The NNEF model files whose operations' kernels this lowering compiled (worked out once)."""
+        if self._files is None:
+            found = (origin for node, _ in self._created.values() for origin in origins_of(node))
+            self._files = {_model_file(origin) for origin in found
+                           if origin.kind == "nnef" and self._returned_here(origin)}
+        return self._files
+
+    def _returned_here(self, origin: Origin) -> bool:
+        """True when something the recorded call returned is in this lowering's trace."""
         return any(self.creator(root) is not None for root in origin.returned())
 
     def origin(self, uop: UOp) -> Origin | None:
@@ -164,12 +178,18 @@ class Lineage:
                 continue
             seen.add(id(node))
             chain = self.ancestors(node)
-            candidates = (origin for ancestor in chain for origin in origins_of(ancestor))
+            # the latest first: of two programs alike (a graph loaded twice), the one compiled last
+            candidates = (origin for ancestor in chain for origin in reversed(origins_of(ancestor)))
             found = next((origin for origin in candidates if self.owns(origin)), None)
             if found is not None:
                 return found
             queue.extend(source for ancestor in chain for source in ancestor.src)
         return None
+
+
+def _model_file(origin: Origin) -> str:
+    """The model file an NNEF origin's ``file:line`` names."""
+    return origin.location.rpartition(":")[0]
 
 
 _lineages: weakref.WeakKeyDictionary[Trace, Lineage] = weakref.WeakKeyDictionary()

@@ -174,7 +174,7 @@ def _compile_segment(
             record.output = function
 
     # what fusion, padding and loop merging built is the operation's whose kernel it became
-    record_kernel_origins(kernels)
+    record_kernel_origins(kernels, gaps_only=True)
     program = compile_kernels(
         [(kernel.name, kernel.ast, [buffer(name) for name in kernel.buffers]) for kernel in kernels],
         [buffer(name) for name in input_names],

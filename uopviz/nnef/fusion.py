@@ -31,7 +31,7 @@ from uopviz.core.origins import carry_origins
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp, toposort
 from uopviz.nnef.graph_nodes import Operation
-from uopviz.nnef.kernel_builder import LoweredKernel, record_kernel_origins
+from uopviz.nnef.kernel_builder import LoweredKernel
 from uopviz.nnef.kernel_math import gate_loads, tidy
 
 __all__ = ["Producer", "fuse_kernels", "producer_form"]
@@ -249,8 +249,7 @@ class _Fuser:
             kernel = self.kernels[position]
             if kernel is not None:
                 self.kernels[position] = replace(kernel, fused=_flattened(folds))
-        # the nodes fusing built (the reader's, over its inlined producers) are the reader's operation's
-        return record_kernel_origins([kernel for kernel in self.kernels if kernel is not None])
+        return [kernel for kernel in self.kernels if kernel is not None]
 
     def _try(self, position: int) -> None:
         kernel = self.kernels[position]

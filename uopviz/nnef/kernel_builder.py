@@ -76,13 +76,13 @@ class LoweredKernel:
     fused: tuple[Operation, ...] = ()
 
 
-def record_kernel_origins(kernels: list[LoweredKernel]) -> list[LoweredKernel]:
+def record_kernel_origins(kernels: list[LoweredKernel], gaps_only: bool = False) -> list[LoweredKernel]:
     """``kernels``, the nodes of each recorded as built by its operation (provenance names the NNEF
-    operation a generated line descends from; nodes recorded before keep their operation: a renamed
-    template's keep the first operation's, a fused kernel's inlined producer keeps the producer's)."""
+    operation a generated line descends from).  ``gaps_only``: only nodes no operation of the model
+    claims yet (fused, padded, merged kernels: an inlined producer's nodes stay the producer's)."""
     for kernel in kernels:
         op = kernel.operation
-        record_nnef_operation([kernel.ast], op.label, op.type, op.position.file, op.position.line)
+        record_nnef_operation([kernel.ast], op.label, op.type, op.position.file, op.position.line, gaps_only)
     return kernels
 
 
