@@ -307,6 +307,68 @@ class CompiledKernel(abc.ABC):
 
 
 # ---------------------------------------------------------------------------------------------
+# source maps
+
+
+@dataclass(frozen=True)
+class SourceMap:
+    """Which instruction of a LINEAR program each line of its rendered source was written for.
+
+    ``lines`` maps a 1-based line number of the source to the position of a uop in ``linear.src``
+    (lines written for no uop, the signature, the prelude, closing braces of the function, are
+    absent).  ``note`` says why a map is empty when the backend keeps none.
+    """
+
+    linear: UOp
+    lines: dict[int, int]
+    note: str = ""
+
+    def uop(self, line: int) -> UOp | None:
+        """The uop line ``line`` (1-based) was written for, or None."""
+        position = self.lines.get(line)
+        return None if position is None else self.linear.src[position]
+
+    def lines_of(self, position: int) -> list[int]:
+        """The source lines (1-based, in order) written for the uop at ``position``."""
+        return sorted(line for line, owner in self.lines.items() if owner == position)
+
+
+def locate_block(source_lines: Sequence[str], block: Sequence[str], start: int = 0) -> int:
+    """The index of the first line at or after ``start`` where ``block`` appears whole in
+    ``source_lines``; a RenderError when it is not there (a renderer whose map and text disagree)."""
+    if not block:
+        return start
+    first = block[0]
+    for index in range(start, len(source_lines) - len(block) + 1):
+        if source_lines[index] == first and list(source_lines[index:index + len(block)]) == list(block):
+            return index
+    raise RenderError(f"source map: a block of {len(block)} lines starting {first!r} is not in the source")
+
+
+def map_lines(
+    source: str, linear: UOp, blocks: Sequence[tuple[Sequence[str], Sequence[int | None]]]
+) -> SourceMap:
+    """The :class:`SourceMap` of ``source`` from ``blocks``: each a list of emitted texts (one may hold
+    several lines) with the position of the uop each was written for (None: no uop), in the order
+    they appear in the source."""
+    source_lines = source.split("\n")
+    mapped: dict[int, int] = {}
+    start = 0
+    for texts, owners in blocks:
+        flat, flat_owners = [], []
+        for text, owner in zip(texts, owners, strict=True):
+            for line in text.split("\n"):
+                flat.append(line)
+                flat_owners.append(owner)
+        start = locate_block(source_lines, flat, start)
+        for offset, owner in enumerate(flat_owners):
+            if owner is not None:
+                mapped[start + offset + 1] = owner
+        start += len(flat)
+    return SourceMap(linear, mapped)
+
+
+# ---------------------------------------------------------------------------------------------
 # the backend
 
 
@@ -378,6 +440,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def render(self, linear: UOp) -> str:
         """The source code of a LINEAR program."""
+
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        """The source of a LINEAR program (the same text as :meth:`render`) and its
+        :class:`SourceMap`.  Backends whose renderers keep track of the lines they write override
+        this; for others the map is empty and says so."""
+        return self.render(linear), SourceMap(linear, {}, f"backend {self.name!r} keeps no source map")
 
     @abc.abstractmethod
     def compile(self, source: str, name: str) -> CompiledKernel:

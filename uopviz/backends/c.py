@@ -21,6 +21,7 @@ from uopviz.backends.base import (
     Backend,
     CompileError,
     KernelMeta,
+    SourceMap,
     TargetsCPU,
     cpu_tensor_cores,
 )
@@ -367,6 +368,9 @@ class CBackend(TargetsCPU, Backend):
 
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
+
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        return self.renderer.render_mapped(linear)
 
     def flags(self) -> list[str]:
         """The compiler flags: the target's ISA flags, and OpenMP when it works."""

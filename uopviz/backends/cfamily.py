@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from uopviz.backends.base import KernelMeta, KernelParam, RenderError, TensorCore
+from uopviz.backends.base import KernelMeta, KernelParam, RenderError, SourceMap, TensorCore
 from uopviz.backends.cfamily_dialect import C_COMPARISONS, CDialect
 from uopviz.backends.cfamily_state import Address, CFamilyRenderState, render_wmma_scalar
 from uopviz.core.dtype import DType, DTypeKind, dtypes
@@ -742,6 +742,15 @@ class CStyleRenderer:
 
     def render(self, linear: UOp) -> str:
         """The source of a LINEAR program (its arg is the kernel name)."""
+        return self._rendered(linear)[0]
+
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        """The source of a LINEAR program and which uop each of its lines was written for."""
+        source, state = self._rendered(linear)
+        return source, state.source_map(source)
+
+    def _rendered(self, linear: UOp) -> tuple[str, CFamilyRenderState]:
+        """The source of a LINEAR program and the walk that wrote it."""
         if linear.op is not Ops.LINEAR:
             raise RenderError(f"{self.dialect.name}: render takes a LINEAR program, got {linear.op.name}")
         state = CFamilyRenderState(self, linear)
@@ -750,7 +759,7 @@ class CStyleRenderer:
         previous, self._state = self._state, state
         previous_index, self._index_type = self._index_type, index_type
         try:
-            return state.run()
+            return state.run(), state
         finally:
             self._state, self._index_type = previous, previous_index
 

@@ -99,6 +99,9 @@ def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
 class CFamilyRenderState(LinearRenderState):
     """One rendering of one LINEAR program in a C-family dialect (names, scopes, emitted lines)."""
 
+    # REG buffers declared at the top of the function come before the body
+    mapped_lists = (("top_lines", ""), ("lines", ""))
+
     def __init__(self, renderer: CStyleRenderer, linear: UOp):
         super().__init__(linear)
         self.r = renderer
@@ -233,15 +236,18 @@ class CFamilyRenderState(LinearRenderState):
 
     def declare_registers(self, opener: UOp | None) -> None:
         for buffer in self.pending_registers.pop(opener, []):
+            self.note_owners(self.position)  # what came before is the uop being rendered's
             name = self.define(buffer, self.fresh("acc"))
             width = self.register_widths.get(buffer)
             if width is None:
                 self.emit(self.r.register_declaration(buffer.arg.dtype, name, buffer.arg.size))
-                continue
-            dtype = buffer.arg.dtype.scalar
-            ctype = self.r.vector_type(dtype.vec(width)) if width > 1 else self.r.scalar_type(dtype)
-            variables = ", ".join(f"{name}_{slot}" for slot in range(buffer.arg.size // width))
-            self.emit(f"{ctype} {variables};")
+            else:
+                dtype = buffer.arg.dtype.scalar
+                ctype = self.r.vector_type(dtype.vec(width)) if width > 1 else self.r.scalar_type(dtype)
+                variables = ", ".join(f"{name}_{slot}" for slot in range(buffer.arg.size // width))
+                self.emit(f"{ctype} {variables};")
+            # a declaration is its buffer's line (by identity: a UOp's == builds a comparison)
+            self.note_owners(next(i for i, u in enumerate(self.program) if u is buffer))
 
     # -- per op -------------------------------------------------------------------------------
     def render_uop(self, u: UOp) -> None:

@@ -44,6 +44,7 @@ from uopviz.backends.base import (
     KernelMeta,
     Launch,
     RenderError,
+    SourceMap,
     TensorCore,
 )
 from uopviz.backends.cache import cached_file, content_key
@@ -432,6 +433,9 @@ class CUDABackend(Backend):
 
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
+
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        return self.renderer.render_mapped(linear)
 
     def compile(self, source: str, name: str) -> CUDACompiledKernel:
         self.require()

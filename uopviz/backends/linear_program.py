@@ -11,6 +11,8 @@ from typing import Any
 from uopviz.backends.base import (
     KernelParam,
     RenderError,
+    SourceMap,
+    map_lines,
 )
 from uopviz.core.affine import contiguous_start
 from uopviz.core.ops import Ops
@@ -74,6 +76,9 @@ class LinearRenderState:
     scopes: list  # open scopes, the function's first: each has a ``number``
     ref: Callable[[UOp], str]  # the name of an earlier uop's value (each subclass says how)
     render_uop: Callable[[UOp], None]  # write one uop's code (each subclass says how)
+    #: the lists of emitted text whose entries a source map attributes to uops, in the order they
+    #: appear in the source, each with the prefix the source puts before its entries
+    mapped_lists: tuple[tuple[str, str], ...] = (("lines", ""),)
 
     def __init__(self, linear: UOp):
         self.linear = linear
@@ -84,6 +89,8 @@ class LinearRenderState:
         self.counters: dict[str, int] = {}
         self.scope_numbers = 0
         self.position = 0
+        #: for each list of :attr:`mapped_lists`: the position of the uop each entry was written for
+        self.owners: dict[str, list[int | None]] = {name: [] for name, _ in self.mapped_lists}
 
     def fresh(self, prefix: str) -> str:
         number = self.counters.get(prefix, 0)
@@ -133,7 +140,23 @@ class LinearRenderState:
         for position, u in enumerate(self.program):
             self.position = position
             if u in live:
+                self.note_owners(None)
                 self.render_uop(u)
+                self.note_owners(position)
+        self.note_owners(None)
+
+    def note_owners(self, position: int | None) -> None:
+        """Attribute the entries emitted since the last call to the uop at ``position`` (None: to no
+        uop), in every list a source map reads."""
+        for name, owners in self.owners.items():
+            emitted = len(getattr(self, name))
+            owners.extend([position] * (emitted - len(owners)))
+
+    def source_map(self, source: str) -> SourceMap:
+        """The :class:`SourceMap` of ``source``, the text this walk rendered."""
+        blocks = [([prefix + text for text in getattr(self, name)], self.owners[name])
+                  for name, prefix in self.mapped_lists]
+        return map_lines(source, self.linear, blocks)
 
     def collect_params(self) -> list[tuple[KernelParam, str]]:
         """The kernel's parameters in slot order, each with its argument name; a PARAM is written

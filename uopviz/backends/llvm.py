@@ -30,6 +30,7 @@ from uopviz.backends.base import (
     CompileError,
     KernelMeta,
     Launch,
+    SourceMap,
     TargetsCPU,
     cpu_tensor_cores,
 )
@@ -251,6 +252,9 @@ class LLVMBackend(TargetsCPU, Backend):
 
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
+
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        return self.renderer.render_mapped(linear)
 
     def compile(self, source: str, name: str) -> LLVMCompiledKernel:
         self.require()

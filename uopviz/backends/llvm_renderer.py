@@ -22,6 +22,7 @@ from uopviz.backends.base import (
     KernelMeta,
     KernelParam,
     RenderError,
+    SourceMap,
     TensorCore,
 )
 from uopviz.backends.linear_program import (
@@ -75,6 +76,14 @@ class LLVMRenderer:
             raise RenderError(f"llvm: render takes a LINEAR program, got {linear.op.name}")
         return LLVMRenderState(self, linear).run()
 
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        """The LLVM IR module of a LINEAR program and which uop each of its lines was written for."""
+        if linear.op is not Ops.LINEAR:
+            raise RenderError(f"llvm: render takes a LINEAR program, got {linear.op.name}")
+        state = LLVMRenderState(self, linear)
+        source = state.run()
+        return source, state.source_map(source)
+
 
 def parallel_range(program: Sequence[UOp]) -> UOp | None:
     """The THREAD range to run in parallel: the only THREAD range at the top, with every side effect
@@ -99,6 +108,8 @@ class LLVMRenderState(LinearRenderState):
 
     name_prefix = "%"
     dialect = "llvm"
+    # the allocas open the entry block (each indented there), then the body
+    mapped_lists = (("allocas", "  "), ("lines", ""))
 
     def __init__(self, renderer: LLVMRenderer, linear: UOp):
         super().__init__(linear)

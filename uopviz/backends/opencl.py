@@ -32,6 +32,7 @@ from uopviz.backends.base import (
     CompileError,
     KernelMeta,
     Launch,
+    SourceMap,
     cpu_tensor_cores,
 )
 from uopviz.backends.cache import content_key, read_cached_bytes
@@ -404,6 +405,9 @@ class OpenCLBackend(Backend):
 
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
+
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        return self.renderer.render_mapped(linear)
 
     def compile(self, source: str, name: str) -> OpenCLCompiledKernel:
         self.require()

@@ -43,8 +43,10 @@ from uopviz.backends.base import (
     KernelParam,
     Launch,
     RenderError,
+    SourceMap,
     TensorCore,
     cpu_tensor_cores,
+    map_lines,
 )
 from uopviz.core.alu import exec_alu_array
 from uopviz.core.alu import numpy_dtype as value_numpy_dtype
@@ -641,6 +643,12 @@ def _fail(u: UOp, position: int, problem: str) -> RenderError:
 
 def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> str:
     """The Python source of a LINEAR program (see the module docstring for how it runs)."""
+    return render_python_mapped(linear)[0]
+
+
+def render_python_mapped(linear: UOp) -> tuple[str, SourceMap]:
+    """The Python source of a LINEAR program and which uop each of its lines was written for (a
+    constant's line in the header goes to the uop whose rendering first used it)."""
     program = list(linear.src)
     carried = carried_ranges(program)
     lifted = [u for u in dict.fromkeys(program) if u.op in (Ops.RANGE, Ops.SPECIAL) and u not in carried]
@@ -673,8 +681,11 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
         raise RenderError(f"python: kernel {linear.arg!r} has PARAM slots {slots}; they must be 0..n-1")
     for slot in slots:
         state.names[params[slot]] = f"data{slot}"
+    owners: dict[str, list[int | None]] = {"header": [], "lines": []}
     for position, u in enumerate(program):
         _render_uop(state, u, position, carried, position_of, lifted_shape)
+        for name, attributed in owners.items():
+            attributed.extend([position] * (len(getattr(state, name)) - len(attributed)))
     if state.open_loops:
         raise RenderError(f"python: kernel {linear.arg!r} ends inside an open loop; an END is missing")
     meta = KernelMeta(str(linear.arg), tuple(
@@ -684,7 +695,9 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
     body = state.lines or ["    pass"]
     title = f"# kernel {linear.arg}: {len(program)} uops, lifted loops {list(lifted_shape)}"
     header = [f"# {meta.to_comment_text()}", title, *state.header]
-    return "\n".join([*header, f"def kernel({signature}):", *body, ""])
+    source = "\n".join([*header, f"def kernel({signature}):", *body, ""])
+    blocks = [(state.header, owners["header"]), (state.lines, owners["lines"])]
+    return source, map_lines(source, linear, blocks)
 
 
 def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], position_of: dict[UOp, int],
@@ -904,6 +917,11 @@ class PythonBackend(Backend):
         if linear.op is not Ops.LINEAR:
             raise RenderError(f"python: render takes a LINEAR program, got {linear.op.name}")
         return render_python(linear)
+
+    def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
+        if linear.op is not Ops.LINEAR:
+            raise RenderError(f"python: render takes a LINEAR program, got {linear.op.name}")
+        return render_python_mapped(linear)
 
     def compile(self, source: str, name: str) -> PythonCompiledKernel:
         cached = self._compiled.get(source)

@@ -69,6 +69,7 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.entry_points import entry_point
 from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
+from uopviz.core.origins import record_method_origins
 from uopviz.core.tensor_elementwise import ElementwiseMixin
 from uopviz.core.tensor_helpers import (
     DEFAULT_DEVICE,
@@ -662,6 +663,7 @@ def stack(*tensors: Tensor, axis: int = 0) -> Tensor:
 
 
 Tensor.collectives = collectives  # type: ignore[attr-defined]
+record_method_origins(Tensor)  # provenance: which call of the user's built each node
 
 __all__ = ["DEFAULT_DEVICE", "BufferData", "Tensor", "UOpError", "allgather", "allreduce", "broadcast",
            "broadcast_shape", "buffer_data", "cat", "collectives", "gather", "initial_data", "reduce",

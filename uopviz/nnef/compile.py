@@ -23,7 +23,7 @@ from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.graph_nodes import LoopOperation, Operation
-from uopviz.nnef.kernel_builder import LoweredKernel
+from uopviz.nnef.kernel_builder import LoweredKernel, record_kernel_origins
 from uopviz.nnef.kernel_math import uop_dtype
 from uopviz.nnef.operation_lowering import kernel_count
 
@@ -173,6 +173,8 @@ def _compile_segment(
                 )
             record.output = function
 
+    # what fusion, padding and loop merging built is the operation's whose kernel it became
+    record_kernel_origins(kernels, gaps_only=True)
     program = compile_kernels(
         [(kernel.name, kernel.ast, [buffer(name) for name in kernel.buffers]) for kernel in kernels],
         [buffer(name) for name in input_names],
@@ -285,6 +287,7 @@ def compile_graph(
     By default on, except with choices per kernel (a list or a dict by index), which number the
     kernels before fusion.
     """
+    from uopviz.core.origins import carry_origins
     from uopviz.core.rewrite import traced_pass, tracing
     from uopviz.nnef.fusion import fuse_kernels
     from uopviz.nnef.loop_merge import merge_contiguous_loops
@@ -326,9 +329,13 @@ def compile_graph(
             count = len(segment)
             if fuse:
                 segment = fuse_kernels(segment, final | read_after[position])
+                fused = {kernel.name: kernel.ast for kernel in segment}
                 segment = pad_guarded_reads(segment, graph, final | read_after[position])
                 segment = block_weight_reads(segment, graph, backend)
                 segment = [merge_contiguous_loops(kernel) for kernel in segment]
+                for kernel in segment:  # rebuilt kernels keep the origins of the nodes they rebuilt
+                    if kernel.name in fused:
+                        carry_origins(fused[kernel.name], kernel.ast)
             program = _compile_segment(
                 graph,
                 segment,

@@ -27,6 +27,7 @@ from typing import Any
 
 from uopviz.core.affine import range_sum
 from uopviz.core.ops import AxisType, Ops
+from uopviz.core.origins import carry_origins
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp, toposort
 from uopviz.nnef.graph_nodes import Operation
@@ -410,7 +411,9 @@ def _inlined_value(
     The value's own loads are gated too only where the read position may lie outside the producer's
     tensor (``anywhere``: a flat index); read at the producer's own ranges they are in bounds, and
     a copy of the value per gate grew a chain of n abs exponentially."""
-    value = substitute(value, {key: new for key, new in mapping.items() if key is not new})
+    inlined = substitute(value, {key: new for key, new in mapping.items() if key is not new})
+    carry_origins(value, inlined)  # the producer's nodes, read here, are still its operation's
+    value = inlined
     if len(load.src) == 3:
         alternative, gate = substitute(load.src[1], earlier), substitute(load.src[2], earlier)
         value = UOp(Ops.WHERE, (gate, gate_loads(value, gate) if anywhere else value, alternative))

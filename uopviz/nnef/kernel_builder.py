@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import Ops
+from uopviz.core.origins import record_nnef_operation
 from uopviz.core.uop import ParamArg, UOp, shape_uop
 from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
@@ -73,6 +74,16 @@ class LoweredKernel:
     scratch: dict[str, tuple[DType, int]] = field(default_factory=dict)
     note: str = ""
     fused: tuple[Operation, ...] = ()
+
+
+def record_kernel_origins(kernels: list[LoweredKernel], gaps_only: bool = False) -> list[LoweredKernel]:
+    """``kernels``, the nodes of each recorded as built by its operation (provenance names the NNEF
+    operation a generated line descends from).  ``gaps_only``: only nodes no operation of the model
+    claims yet (fused, padded, merged kernels: an inlined producer's nodes stay the producer's)."""
+    for kernel in kernels:
+        op = kernel.operation
+        record_nnef_operation([kernel.ast], op.label, op.type, op.position.file, op.position.line, gaps_only)
+    return kernels
 
 
 # ------------------------------------------------------------------------------------------------

@@ -82,6 +82,7 @@ from uopviz.nnef.kernel_builder import (
     LoweredKernel,
     compact_slots,
     rebind_params,
+    record_kernel_origins,
     runtime_extent,
 )
 from uopviz.nnef.kernel_math import (
@@ -932,7 +933,7 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
     if signature is not None and signature in templates:
         reused = _renamed_kernels(*templates[signature], op)
         if reused is not None:
-            return reused
+            return record_kernel_origins(reused)
     busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
     busy.add(id(op))
     try:
@@ -941,7 +942,7 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
         busy.discard(id(op))
     if signature is not None:
         templates[signature] = (op, kernels)
-    return kernels
+    return record_kernel_origins(kernels)
 
 
 def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:

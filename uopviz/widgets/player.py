@@ -24,11 +24,13 @@ from typing import Any
 
 import networkx as nx
 
+from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PassTrace, RewriteStep, Trace
 from uopviz.core.rewrite_explain import Explanation, explain
 from uopviz.core.uop import UOp, UOpError
 from uopviz.core.uop_printing import graph_lines, linear_lines
+from uopviz.engine.provenance import KernelProvenance, lineage_of, source_provenance
 from uopviz.widgets.graph import GraphDiff, graph_diff, layout, layout_many, node_key
 from uopviz.widgets.highlight import highlight
 
@@ -97,16 +99,45 @@ def source_language(text: str) -> str:
 @dataclass(frozen=True)
 class KernelSource:
     """A rendered kernel as a frame shows it: the kernel's name, the backend, the whole source text
-    and that text highlighted (HTML)."""
+    and that text highlighted (HTML); ``linear`` is the LINEAR program it was rendered from, and
+    ``provenance`` (:func:`provenance_json`) what each line came from, once a player has asked."""
 
     kernel: str
     backend: str
     text: str
     html: str
+    linear: UOp | None = field(default=None, compare=False, repr=False)
+    provenance: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, Any]:
         """The source as the front end shows it."""
-        return {"kernel": self.kernel, "backend": self.backend, "html": self.html}  # the html holds the text
+        shown: dict[str, Any] = {"kernel": self.kernel, "backend": self.backend, "html": self.html}
+        if self.provenance is not None:
+            shown["provenance"] = self.provenance
+        return shown  # the html holds the text
+
+
+def provenance_json(provenance: KernelProvenance) -> dict[str, Any]:
+    """A kernel's line provenance as the player's front end reads it, small: ``lines`` holds
+    ``[line, node key, creator, origin]`` per line that holds an instruction, the last two indices
+    into ``creators`` (``{text, pass_index, step}``: the player frame of the step that created the
+    node) and ``origins`` (texts), each listed once; ``note`` says why a source has no lines."""
+    creators: dict[Any, int] = {}
+    origins: dict[str, int] = {}
+    lines = []
+    for entry in provenance.lines:
+        creator = entry.creator
+        made = -1
+        if creator is not None:
+            made = creators.setdefault(creator, len(creators))
+        came = origins.setdefault(entry.origin.describe(), len(origins)) if entry.origin is not None else -1
+        lines.append([entry.line, node_key(entry.uop), made, came])
+    return {
+        "lines": lines,
+        "creators": [{"text": c.describe(), "pass_index": c.pass_index, "step": c.step} for c in creators],
+        "origins": list(origins),
+        "note": provenance.note,
+    }
 
 
 @dataclass(frozen=True)
@@ -131,7 +162,7 @@ def kernel_sources(root: UOp, backend: str | None = None) -> list[KernelSource]:
             text = str(u.src[1].arg)
             language = backend or source_language(text)
             html = highlight(text, language)  # the fast highlighter: a Render frame stays quick and small
-            found.append(KernelSource(str(u.src[0].arg), language, text, html))
+            found.append(KernelSource(str(u.src[0].arg), language, text, html, u.src[0]))
     return found
 
 
@@ -253,6 +284,7 @@ class PlayerState:
         self._layouts: OrderedDict[int, tuple[UOp, nx.DiGraph]] = OrderedDict()
         self._preloaded: dict[int, tuple[UOp, nx.DiGraph]] = {}
         self._replay_errors: dict[int, str] = {}
+        self._provenance: dict[tuple[int, str], tuple[UOp, dict[str, Any]]] = {}
         self._pass_index = self._first_pass()
         self._step = 0
         if self.entries and self.current.step_count:
@@ -438,7 +470,8 @@ class PlayerState:
         record = self.step_record()
         after = self.uop_at()
         graph = self.laid_out(after)
-        texts = {"sources": kernel_sources(after, self.backend), "listings": kernel_listings(after)}
+        sources = [self.with_provenance(source) for source in kernel_sources(after, self.backend)]
+        texts = {"sources": sources, "listings": kernel_listings(after)}
         if record is None:
             return Frame(entry, 0, graph, None, None, "", "", "", [], after, **texts)
         before = self.graph_before(record)
@@ -485,6 +518,23 @@ class PlayerState:
             f"{entry.name} rewrites without pattern rules (its steps are recorded by hand), so there are "
             "no rules to try on this node")
         return WhyNot(key, entry.name, node["uop"].op.name, explanations, note)
+
+    def with_provenance(self, source: KernelSource) -> KernelSource:
+        """``source`` with what each of its lines came from (:mod:`uopviz.engine.provenance`: the
+        instruction, the step that created it and the user's operation), worked out once per
+        kernel and backend."""
+        if source.linear is None:
+            return source
+        key = (id(source.linear), source.backend)
+        cached = self._provenance.get(key)
+        if cached is None or cached[0] is not source.linear:
+            try:
+                found = provenance_json(source_provenance(lineage_of(self.trace), source.linear, source.text,
+                                                          source.backend))
+            except (UopvizError, KeyError) as error:  # a backend that is not registered, a source it rejects
+                found = {"lines": [], "creators": [], "origins": [], "note": f"no provenance: {error}"}
+            cached = self._provenance[key] = (source.linear, found)
+        return replace(source, provenance=cached[1])
 
     def scope(self, step_record: RewriteStep) -> str:
         """'' when the step is shown in the chosen pass's own graph; else a line saying, in plain

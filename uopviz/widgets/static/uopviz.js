@@ -582,7 +582,9 @@ const UOPVIZ = (() => {
     const main = h("div", { class: "uv-main" }, controls, ruleBox, rulesBox);
     const body = h("div", { class: "uv-player-body" }, side, main);
     wrap.append(legendEl(model.get("legend")), body);
-    const canvas = new DagCanvas(main, { canToggle: false, panelSection: whySection });
+    // provenance: a source line clicked selects its UOp; a node selected lights up its lines
+    const canvas = new DagCanvas(main, { canToggle: false, panelSection: whySection, onSelect: (key) => markLines(key) });
+    let pendingSelect = null; // a node to select once the step that created it is shown
     // the text a stage makes, beside the graph it is made from: Render's sources, Linearize's listings
     const textBox = h("div", { class: "uv-textbox" });
     const diffBox = h("div", { class: "uv-diffbox" });
@@ -688,6 +690,11 @@ const UOPVIZ = (() => {
       }
       if (f.graph) canvas.setGraph(hydrate(f.graph, table), f.marks, keepView);
       drawTexts(f);
+      if (pendingSelect && canvas.byKey.has(pendingSelect)) {
+        canvas.select(pendingSelect, false); canvas.centerOn(pendingSelect);
+      }
+      pendingSelect = null;
+      markLines(canvas.selected);
       drawRules();
       diffBox.innerHTML = "";
       diffBox.append(h("div", { class: "uv-side-title", text: "Printed graph diff" }), diffEl(f.diff, f.step ? f.explanation : ""));
@@ -729,13 +736,72 @@ const UOPVIZ = (() => {
       for (const source of f.sources || []) {
         const code = h("div", { class: "uv-source" });
         code.innerHTML = source.html; // highlighted by Python (pygments: every character escaped)
-        textBox.append(h("div", { class: "uv-text-title", text: `Source of ${source.kernel} (${source.backend})` }), code);
+        const origin = h("div", { class: "uv-origin", hidden: true });
+        textBox.append(h("div", { class: "uv-text-title", text: `Source of ${source.kernel} (${source.backend})` }), code, origin);
+        if (source.provenance) linkLines(code, origin, source.provenance);
       }
       for (const listing of f.listings || []) {
         textBox.append(h("div", { class: "uv-text-title", text: `LINEAR program of ${listing.kernel}: ${listing.lines.length} instructions` }),
           h("pre", { class: "uv-listing", text: listing.lines.join("\n") }));
       }
       textBox.hidden = !textBox.childElementCount;
+    }
+    // Each line of a source becomes a span (the highlighter's spans never cross a line); a line
+    // that holds an instruction is clickable: it selects the instruction's node, says which step
+    // created it (with a link to that step) and which Tensor expression or NNEF operation it
+    // descends from
+    function linkLines(code, originBox, provenance) {
+      const pre = code.querySelector("pre");
+      if (!pre || !provenance.lines.length) {
+        if (provenance.note) { originBox.hidden = false; originBox.textContent = provenance.note; }
+        return;
+      }
+      const texts = pre.innerHTML.split("\n");
+      if (texts.some((t) => (t.match(/<span/g) || []).length !== (t.match(/<\/span>/g) || []).length)) return;
+      const byLine = new Map(provenance.lines.map((entry) => [entry[0], entry]));
+      pre.innerHTML = texts.map((t, i) => {
+        const mapped = byLine.get(i + 1);
+        const key = mapped ? ` data-key="${mapped[1]}"` : "";
+        return `<span class="uv-line${mapped ? " uv-line-mapped" : ""}" data-line="${i + 1}"${key}>${t}</span>`;
+      }).join("\n");
+      pre.addEventListener("click", (ev) => {
+        const line = ev.target.closest(".uv-line-mapped");
+        if (!line) return;
+        const entry = byLine.get(parseInt(line.dataset.line, 10));
+        const key = entry[1];
+        if (canvas.byKey.has(key)) { canvas.select(key, false); canvas.centerOn(key); }
+        markLines(key);
+        showOrigin(originBox, provenance, entry, canvas.byKey.get(key));
+      });
+    }
+    function showOrigin(box, provenance, entry, node) {
+      const [line, key, made, came] = entry;
+      const creator = made >= 0 ? provenance.creators[made] : null;
+      box.hidden = false;
+      box.innerHTML = "";
+      box.dataset.line = String(line);
+      box.append(h("b", { text: `line ${line}: ${node ? node.op : "an instruction"}` }),
+        h("span", { class: "uv-dim", text: node ? "" : " (not drawn in this graph)" }));
+      box.append(h("div", { class: "uv-origin-made" }, h("span", { class: "uv-dim", text: "created by " }),
+        h("span", { text: creator ? creator.text : "no step of this trace" })));
+      if (creator && creator.step > 0) {
+        box.lastChild.append(" ", h("button", { class: "uv-btn uv-jump", text: "jump to the step that created it",
+          title: `pass ${creator.pass_index}, step ${creator.step}`,
+          onclick: () => { pendingSelect = key; moveTo(creator.pass_index, creator.step); } }));
+      }
+      box.append(h("div", { class: "uv-origin-from" }, h("span", { class: "uv-dim", text: "descends from " }),
+        h("span", { class: "uv-origin-name", text: came >= 0 ? provenance.origins[came] : "no recorded Tensor expression or NNEF operation" })));
+    }
+    // the lines written for the selected node, in every source shown
+    function markLines(key) {
+      for (const el of textBox.querySelectorAll(".uv-line-selected")) el.classList.remove("uv-line-selected");
+      if (!key) return;
+      const lines = textBox.querySelectorAll(`.uv-line[data-key="${key}"]`);
+      for (const el of lines) el.classList.add("uv-line-selected");
+      if (lines.length) {
+        const box = lines[0].closest(".uv-source");
+        if (box) box.scrollTop = Math.max(0, lines[0].offsetTop - box.offsetTop - box.clientHeight / 3);
+      }
     }
     slider.addEventListener("input", () => moveTo((model.get("frame") || {}).pass_index, parseInt(slider.value, 10)));
     wrap.addEventListener("keydown", (ev) => {
