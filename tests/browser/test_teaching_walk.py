@@ -7,6 +7,7 @@ up its source lines.  Screenshots go to tests/artifacts/; the walk's wall time t
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -79,7 +80,7 @@ def test_a_teaching_walk_links_source_lines_to_their_uops_and_steps(isolated_lab
     assert sources.count() == 4 and "void " in sources.first.inner_text()
     mapped = player.locator(".uv-textbox .uv-line-mapped")
     assert mapped.count() > 100
-    # exp's log2(e), which softmax's kernels multiply by before EXP2
+    # exp's log2(e), which Instruction Selection's 'decompose exp' writes into softmax's kernels
     line = player.locator(".uv-textbox .uv-line-mapped", has_text="1.4426950408889634f").first
     key = line.get_attribute("data-key")
     line.scroll_into_view_if_needed()
@@ -88,7 +89,10 @@ def test_a_teaching_walk_links_source_lines_to_their_uops_and_steps(isolated_lab
                "the line's UOp to be selected", artifacts=artifacts_dir)
     origin = player.locator(".uv-origin:not([hidden])").first
     text = origin.inner_text()
-    assert "created by" in text and "descends from Tensor.softmax at " in text, text
+    # the creating step is exact; the origin of a node the heuristic rebuilt outside the trace is the
+    # nearest recorded one (docs/design/architecture.md, Provenance), so only its form is checked here
+    assert "created by rule 'decompose exp'" in text, text
+    assert re.search(r"descends from Tensor\.\w+ at ", text), text
     assert "line " in text and "uv-line-selected" in line.get_attribute("class")
     rule = text.split("created by", 1)[1].split("'")[1]  # rule 'name' (file:line), step k of pass 'p'
     assert player.locator("table.uv-details").count() == 1  # the node's side panel
