@@ -77,6 +77,8 @@ class Lineage:
         # id(uop) -> (uop, creator); the uop is kept so that its id stays its own
         self._created: dict[int, tuple[UOp, Creator]] = {}
         self._replaced: dict[int, UOp] = {}
+        # id(uop) -> the nodes seen so far that use it (where a rebuilt node's counterpart is looked for)
+        self._users: dict[int, list[UOp]] = {}
         self._files: set[str] | None = None
         for record in trace.passes:
             self._walk(record, None)
@@ -102,28 +104,67 @@ class Lineage:
         self._steps(record, index, done, len(record.steps))
         if record.output is not None:
             # what the pass built outside its rules descends from its input (the output's root at least)
-            self._visit(record.output, Creator("pass", record.name, index), record.input)
+            self._visit(record.output, Creator("pass", record.name, index), None, record.input)
 
     def _steps(self, record: PassTrace, index: int, start: int, stop: int) -> None:
         for number in range(start, stop):
             step = record.steps[number]
             self._visit(step.before, Creator("pass", record.name, index), None)
             creator = Creator("step", record.name, index, number + 1, step.rule, step.location)
-            self._visit(step.after, creator, step.before)
+            self._visit(step.after, creator, _pushed_through(step.before, step.after))
 
-    def _visit(self, root: UOp, creator: Creator, before: UOp | None) -> None:
+    def _visit(self, root: UOp, creator: Creator, before: UOp | None, fallback: UOp | None = None) -> None:
         """Note ``creator`` for every node under ``root`` not seen before (its sources were seen
-        when it was, so the walk stops at a seen node), each as descending from ``before``."""
-        created, replaced = self._created, self._replaced
-        stack = [root]
+        when it was, so the walk stops at a seen node), each as descending from ``before``; a node
+        with no ``before`` (a pass built it outside a rule, or graph_rewrite rebuilt it over new
+        sources before a rule fired on it) descends from its counterpart (:meth:`_counterpart`).
+        Sources are noted before the nodes that use them, so that a counterpart can be found; a
+        ``root`` without one descends from ``fallback`` (a pass's output from its input)."""
+        created, replaced, users = self._created, self._replaced, self._users
+        stack: list[tuple[UOp, bool]] = [(root, False)]
         while stack:
-            node = stack.pop()
+            node, sources_done = stack.pop()
             if id(node) in created:
+                continue
+            if not sources_done:
+                stack.append((node, True))
+                stack.extend((source, False) for source in node.src if id(source) not in created)
                 continue
             created[id(node)] = (node, creator)
             if before is not None and node is not before:
                 replaced[id(node)] = before
-            stack.extend(source for source in node.src if id(source) not in created)
+            elif creator.kind != "given":  # the program as given is the user's own graph
+                counterpart = self._counterpart(node)
+                if counterpart is None and node is root:
+                    counterpart = fallback
+                if counterpart is not None and counterpart is not node:
+                    replaced[id(node)] = counterpart
+            for source in node.src:
+                users.setdefault(id(source), []).append(node)
+
+    def _counterpart(self, node: UOp) -> UOp | None:
+        """The node seen earlier that ``node`` stands for, when it is a rebuilt copy: one with the
+        same op, arg and element type (Expand widens it into lanes) that uses what ``node``'s sources
+        descend from, the one that shares the most of them (the earliest of equals)."""
+        best, best_shared = None, 0
+        element = node.dtype.scalar
+        for source in node.src:
+            if not source.src and source.op is Ops.CONST:
+                continue  # a constant is shared by everything: it pairs nothing
+            for original in self.ancestors(source):
+                for candidate in self._users.get(id(original), ()):
+                    if (candidate is node or candidate.op is not node.op or candidate.arg != node.arg
+                            or candidate.dtype.scalar != element):
+                        continue
+                    shared = self._shared_sources(node, candidate)
+                    if shared > best_shared:
+                        best, best_shared = candidate, shared
+        return best
+
+    def _shared_sources(self, node: UOp, candidate: UOp) -> int:
+        """How many of ``node``'s sources descend from (or are) a source of ``candidate``."""
+        theirs = {id(source) for source in candidate.src}
+        return sum(any(id(original) in theirs for original in self.ancestors(source)) for source in node.src)
 
     # -- questions -----------------------------------------------------------------------------
     def creator(self, uop: UOp) -> Creator | None:
@@ -167,24 +208,36 @@ class Lineage:
         """True when something the recorded call returned is in this lowering's trace."""
         return any(self.creator(root) is not None for root in origin.returned())
 
+    def own_origin(self, uop: UOp) -> Origin | None:
+        """The first origin of this lowering's along ``uop``'s :meth:`ancestors` (None: the chain
+        reaches no node the user built, as for a loop's RANGE made from a shape)."""
+        # the latest first: of two programs alike (a graph loaded twice), the one compiled last
+        candidates = (origin for ancestor in self.ancestors(uop) for origin in reversed(origins_of(ancestor)))
+        return next((origin for origin in candidates if self.owns(origin)), None)
+
     def origin(self, uop: UOp) -> Origin | None:
-        """The user-level operation ``uop`` descends from: the first origin along its
-        :meth:`ancestors`; else (a node a pass built outside any rule, a constant a rule made) the
-        nearest origin among the sources of those nodes, breadth first."""
+        """The user-level operation ``uop`` descends from: its :meth:`own_origin`; else the nearest
+        origin among the sources of the nodes along its ancestors, breadth first."""
         queue, seen = deque([uop]), set()
         while queue and len(seen) < ORIGIN_SEARCH_LIMIT:
             node = queue.popleft()
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            chain = self.ancestors(node)
-            # the latest first: of two programs alike (a graph loaded twice), the one compiled last
-            candidates = (origin for ancestor in chain for origin in reversed(origins_of(ancestor)))
-            found = next((origin for origin in candidates if self.owns(origin)), None)
+            found = self.own_origin(node)
             if found is not None:
                 return found
-            queue.extend(source for ancestor in chain for source in ancestor.src)
+            queue.extend(source for ancestor in self.ancestors(node) for source in ancestor.src)
         return None
+
+
+def _pushed_through(before: UOp, after: UOp) -> UOp:
+    """What a step's ``after`` descends from: ``before``, or, where Rangeify's index pushdown moved
+    an INDEX below the operation it indexed (``INDEX(MAX(a, b), i)`` → ``MAX(INDEX(a, i), INDEX(b, i))``),
+    that operation: the kernel's MAX is the tensor graph's MAX, computed at one index."""
+    if before.op is Ops.INDEX and before.src and before.src[0].op is after.op and after.op is not Ops.INDEX:
+        return before.src[0]
+    return before
 
 
 def _model_file(origin: Origin) -> str:
@@ -259,18 +312,22 @@ def source_provenance(lineage: Lineage | None, linear: UOp, source: str, backend
                 f"backend's settings changed since), so its lines are not mapped")
         return KernelProvenance(name, backend, source, SourceMap(linear, {}, note), (), note)
     source_lines = source.split("\n")
+    # an instruction's own origin (its chain of steps reaches a node the user built); else that of
+    # the nearest instruction using it (a loop's RANGE, an index computed for a load); else the
+    # nearest source's (breadth first); else, for one a pass built from nothing the user wrote (a
+    # kernel's accumulator), the operation the kernel itself descends from
     origins: dict[int, Origin | None] = {}
     for u in linear.src:
-        origins[id(u)] = lineage.origin(u) if lineage is not None else origin_of(u)
-    # last resort, for an instruction a pass built outside any rule from nothing the user wrote (a
-    # kernel's accumulator): the operation the kernel itself descends from
+        origins[id(u)] = lineage.own_origin(u) if lineage is not None else origin_of(u)
     whole = lineage.origin(linear) if lineage is not None else None
     entries = []
     for number, position in sorted(source_map.lines.items()):
         uop = linear.src[position]
         creator = lineage.creator(uop) if lineage is not None else None
-        origin = origins[id(uop)] or _origin_of_users(linear, uop, origins) or whole
-        entries.append(LineProvenance(number, source_lines[number - 1], position, uop, creator, origin))
+        origin = origins[id(uop)] or _origin_of_users(linear, uop, origins)
+        if origin is None and lineage is not None:
+            origin = lineage.origin(uop)
+        entries.append(LineProvenance(number, source_lines[number - 1], position, uop, creator, origin or whole))
     return KernelProvenance(name, backend, source, source_map, tuple(entries), source_map.note)
 
 
