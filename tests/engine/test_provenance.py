@@ -168,3 +168,54 @@ def test_programs_sharing_nodes_keep_their_own_origins():
         assert kinds == {kind}
     files = {entry.origin.location.split(":")[0] for entry in kernel_provenance(nnef_again, 0).lines}
     assert files == {"again.sknd"}
+
+
+# -- attribution: the arithmetic of each kernel names the operation the user wrote --------------
+
+
+def float_alu_origins(program) -> dict[str, list[tuple[str, str]]]:
+    """Per kernel, ``(op, origin name)`` of every line of floating-point arithmetic."""
+    from uopviz.core.ops import GroupOp
+
+    found = {}
+    for index in range(len(program.items)):
+        provenance = kernel_provenance(program, index)
+        found[f"{index}:{provenance.kernel}"] = [
+            (entry.uop.op.name, entry.origin.name) for entry in provenance.lines
+            if entry.uop.op in GroupOp.ELEMENTWISE and entry.uop.dtype.scalar.name.startswith("float")]
+    return found
+
+
+def test_softmaxs_kernels_name_softmax_and_the_convs_names_conv2d(c_program):
+    program, _ = c_program
+    kernels = float_alu_origins(program)
+    conv, *softmax = kernels.values()
+    assert conv and all(name == "conv2d" for _, name in conv), conv
+    for lines in softmax:
+        assert lines
+        for op, name in lines:
+            # relu is fused into softmax's kernels: its max(x, 0) is the one MAX that is relu's
+            assert name == "softmax" or (name, op) == ("relu", "MAX"), lines
+        assert sum(name == "relu" for _, name in lines) <= 1
+    assert all(any(name == "softmax" for _, name in lines) for lines in softmax)
+
+
+def test_a_matmul_plus_bias_relu_names_each_operation():
+    a = uv.Tensor(RNG.random((4, 8), dtype=np.float32))
+    w = uv.Tensor(RNG.random((8, 5), dtype=np.float32))
+    b = uv.Tensor(RNG.random((5,), dtype=np.float32))
+    program = uv.compile((a @ w + b).relu(), backend="c", opts="heuristic", build=False)
+    (lines,) = float_alu_origins(program).values()
+    named = {(op, name) for op, name in lines}
+    assert named <= {("MUL", "matmul"), ("MULACC", "matmul"), ("ADD", "matmul"), ("ADD", "add"), ("MAX", "relu")}
+    assert ("MAX", "relu") in named and ("ADD", "add") in named
+    bias_adds = sum(item == ("ADD", "add") for item in lines)
+    assert bias_adds == 5  # one per output lane of the kernel's row of 5; the rest is the dot product's
+
+
+def test_a_layernorms_kernels_name_layernorm():
+    x = uv.Tensor(RNG.random((4, 16), dtype=np.float32))
+    program = uv.compile(x.layernorm(), backend="c", opts="heuristic", build=False)
+    kernels = float_alu_origins(program)
+    assert len(kernels) == 3 and all(lines for lines in kernels.values())
+    assert {name for lines in kernels.values() for _, name in lines} == {"layernorm"}

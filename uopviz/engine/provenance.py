@@ -131,7 +131,12 @@ class Lineage:
                 stack.extend((source, False) for source in node.src if id(source) not in created)
                 continue
             created[id(node)] = (node, creator)
-            if before is not None and node is not before:
+            if node is not root and before is not None:
+                # a node a rule built under its result: a copy of one it rebuilt over new sources
+                # (a rule on a whole kernel), else part of what replaced ``before``
+                counterpart = self._counterpart(node, complete=True)
+                replaced[id(node)] = before if counterpart is None else counterpart
+            elif before is not None and node is not before:
                 replaced[id(node)] = before
             elif creator.kind != "given":  # the program as given is the user's own graph
                 counterpart = self._counterpart(node)
@@ -142,11 +147,12 @@ class Lineage:
             for source in node.src:
                 users.setdefault(id(source), []).append(node)
 
-    def _counterpart(self, node: UOp) -> UOp | None:
+    def _counterpart(self, node: UOp, complete: bool = False) -> UOp | None:
         """The node seen earlier that ``node`` stands for, when it is a rebuilt copy: one with the
         same op, arg and element type (Expand widens it into lanes) that uses what ``node``'s sources
-        descend from, the one that shares the most of them (the earliest of equals)."""
-        best, best_shared = None, 0
+        descend from, the one that shares the most of them (the earliest of equals); ``complete``:
+        only one that shares them all."""
+        best, best_shared = None, len(node.src) - 1 if complete else 0
         element = node.dtype.scalar
         for source in node.src:
             if not source.src and source.op is Ops.CONST:
@@ -156,15 +162,21 @@ class Lineage:
                     if (candidate is node or candidate.op is not node.op or candidate.arg != node.arg
                             or candidate.dtype.scalar != element):
                         continue
-                    shared = self._shared_sources(node, candidate)
+                    shared = self._shared_sources(node, candidate, ordered=complete)
                     if shared > best_shared:
                         best, best_shared = candidate, shared
         return best
 
-    def _shared_sources(self, node: UOp, candidate: UOp) -> int:
-        """How many of ``node``'s sources descend from (or are) a source of ``candidate``."""
-        theirs = {id(source) for source in candidate.src}
-        return sum(any(id(original) in theirs for original in self.ancestors(source)) for source in node.src)
+    def _shared_sources(self, node: UOp, candidate: UOp, ordered: bool) -> int:
+        """How many of ``node``'s sources descend from (or are) a source of ``candidate``;
+        ``ordered``: the source in the same place (a copy a rule rebuilt keeps its sources' order)."""
+        if not ordered:
+            theirs = {id(source) for source in candidate.src}
+            return sum(any(id(original) in theirs for original in self.ancestors(source)) for source in node.src)
+        if len(node.src) != len(candidate.src):
+            return 0
+        return sum(any(original is theirs for original in self.ancestors(source))
+                   for source, theirs in zip(node.src, candidate.src, strict=True))
 
     # -- questions -----------------------------------------------------------------------------
     def creator(self, uop: UOp) -> Creator | None:
@@ -327,7 +339,8 @@ def source_provenance(lineage: Lineage | None, linear: UOp, source: str, backend
         origin = origins[id(uop)] or _origin_of_users(linear, uop, origins)
         if origin is None and lineage is not None:
             origin = lineage.origin(uop)
-        entries.append(LineProvenance(number, source_lines[number - 1], position, uop, creator, origin or whole))
+        text = source_lines[number - 1]
+        entries.append(LineProvenance(number, text, position, uop, creator, origin or whole))
     return KernelProvenance(name, backend, source, source_map, tuple(entries), source_map.note)
 
 
