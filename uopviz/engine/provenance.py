@@ -172,7 +172,8 @@ class Lineage:
         ``ordered``: the source in the same place (a copy a rule rebuilt keeps its sources' order)."""
         if not ordered:
             theirs = {id(source) for source in candidate.src}
-            return sum(any(id(original) in theirs for original in self.ancestors(source)) for source in node.src)
+            return sum(any(id(original) in theirs for original in self.ancestors(source))
+                       for source in node.src)
         if len(node.src) != len(candidate.src):
             return 0
         return sum(any(original is theirs for original in self.ancestors(source))
