@@ -220,3 +220,11 @@ def test_a_layernorms_kernels_name_layernorm():
     kernels = float_alu_origins(program)
     assert len(kernels) == 3 and all(lines for lines in kernels.values())
     assert {name for lines in kernels.values() for _, name in lines} == {"layernorm"}
+
+
+def test_a_fused_nnef_kernels_arithmetic_names_each_operation():
+    """linear and relu are one kernel: the dot product is ``h = nn.linear``'s, the max ``y = nn.relu``'s."""
+    graph = loads(NNEF_TEXT, variables={"w": RNG.random((4, 3), dtype=np.float32)}, file="fused.sknd")
+    program = graph.compile("c", build=False, progress=False)
+    (lines,) = float_alu_origins(program).values()
+    assert sorted(set(lines)) == [("ADD", "h"), ("MAX", "y"), ("MULACC", "h")]

@@ -154,12 +154,12 @@ class Lineage:
         only one that shares them all."""
         best, best_shared = None, len(node.src) - 1 if complete else 0
         element = node.dtype.scalar
-        for source in node.src:
-            if not source.src and source.op is Ops.CONST:
-                continue  # a constant is shared by everything: it pairs nothing
+        # a constant is shared by everything: it pairs only a node with no other source (a loop's RANGE)
+        searched = [source for source in node.src if source.op is not Ops.CONST] or node.src
+        for source in searched:
             for original in self.ancestors(source):
                 for candidate in self._users.get(id(original), ()):
-                    if (candidate is node or candidate.op is not node.op or candidate.arg != node.arg
+                    if (candidate is node or candidate.op is not node.op or not _same_arg(candidate, node)
                             or candidate.dtype.scalar != element):
                         continue
                     shared = self._shared_sources(node, candidate, ordered=complete)
@@ -242,6 +242,14 @@ class Lineage:
                 return found
             queue.extend(source for ancestor in self.ancestors(node) for source in ancestor.src)
         return None
+
+
+def _same_arg(candidate: UOp, node: UOp) -> bool:
+    """True when ``node``'s arg is ``candidate``'s, a loop's kind aside: the optimizer turns a LOOP
+    range into a GLOBAL one, the same loop (its axis number)."""
+    if node.op is Ops.RANGE and isinstance(node.arg, tuple) and isinstance(candidate.arg, tuple):
+        return node.arg[:1] == candidate.arg[:1]
+    return candidate.arg == node.arg
 
 
 def _pushed_through(before: UOp, after: UOp) -> UOp:
