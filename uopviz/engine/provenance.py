@@ -151,33 +151,26 @@ class Lineage:
         """The node seen earlier that ``node`` stands for, when it is a rebuilt copy: one with the
         same op, arg and element type (Expand widens it into lanes) that uses what ``node``'s sources
         descend from, the one that shares the most of them (the earliest of equals); ``complete``:
-        only one that shares them all."""
+        only one that shares them all, each in its place (a copy a rule rebuilt keeps their order)."""
         best, best_shared = None, len(node.src) - 1 if complete else 0
         element = node.dtype.scalar
+        # what each source descends from (itself included), by id: worked out once per node
+        descends = [self.ancestors(source) for source in node.src]
+        lines = [{id(original) for original in chain} for chain in descends]
         # a constant is shared by everything: it pairs only a node with no other source (a loop's RANGE)
-        searched = [source for source in node.src if source.op is not Ops.CONST] or node.src
-        for source in searched:
-            for original in self.ancestors(source):
+        searched = [chain for chain in descends if chain[0].op is not Ops.CONST] or descends
+        tried: set[int] = set()
+        for chain in searched:
+            for original in chain:
                 for candidate in self._users.get(id(original), ()):
-                    if (candidate is node or candidate.op is not node.op or not _same_arg(candidate, node)
-                            or candidate.dtype.scalar != element):
+                    if (id(candidate) in tried or candidate is node or candidate.op is not node.op
+                            or not _same_arg(candidate, node) or candidate.dtype.scalar != element):
                         continue
-                    shared = self._shared_sources(node, candidate, ordered=complete)
+                    tried.add(id(candidate))
+                    shared = _shared_sources(lines, candidate, ordered=complete)
                     if shared > best_shared:
                         best, best_shared = candidate, shared
         return best
-
-    def _shared_sources(self, node: UOp, candidate: UOp, ordered: bool) -> int:
-        """How many of ``node``'s sources descend from (or are) a source of ``candidate``;
-        ``ordered``: the source in the same place (a copy a rule rebuilt keeps its sources' order)."""
-        if not ordered:
-            theirs = {id(source) for source in candidate.src}
-            return sum(any(id(original) in theirs for original in self.ancestors(source))
-                       for source in node.src)
-        if len(node.src) != len(candidate.src):
-            return 0
-        return sum(any(original is theirs for original in self.ancestors(source))
-                   for source, theirs in zip(node.src, candidate.src, strict=True))
 
     # -- questions -----------------------------------------------------------------------------
     def creator(self, uop: UOp) -> Creator | None:
@@ -242,6 +235,17 @@ class Lineage:
                 return found
             queue.extend(source for ancestor in self.ancestors(node) for source in ancestor.src)
         return None
+
+
+def _shared_sources(lines: list[set[int]], candidate: UOp, ordered: bool) -> int:
+    """How many of a node's sources (``lines``: the ids of what each descends from) descend from a
+    source of ``candidate``; ``ordered``: from the source in the same place."""
+    if not ordered:
+        theirs = {id(source) for source in candidate.src}
+        return sum(not line.isdisjoint(theirs) for line in lines)
+    if len(lines) != len(candidate.src):
+        return 0
+    return sum(id(theirs) in line for line, theirs in zip(lines, candidate.src, strict=True))
 
 
 def _same_arg(candidate: UOp, node: UOp) -> bool:
