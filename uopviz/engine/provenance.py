@@ -6,10 +6,14 @@ for → the rewrite step that created that UOp → the user-level operation it d
 * :class:`Lineage` reads a lowering's trace once, in the order things happened, and notes for every
   UOp the first thing that built it: a rewrite step (its pass, rule, ``file:line`` and where the
   player shows it: pass index and step number), a pass that built it outside any rule (named, never
-  blank), or the program as given to the first pass.  A node a step created descends from the node
-  that step replaced (``step.before``).
+  blank), or the program as given to the first pass.  That is exact.  A node a step created
+  descends from the node that step replaced (``step.before``; the operation an INDEX was pushed
+  below); a node rebuilt outside a rule (a pass's, graph_rewrite's, a rule's copy of a kernel)
+  from its counterpart: the earlier node alike whose sources its sources descend from (structural,
+  so approximate where two such nodes are alike).
 * Following that descent back reaches a node of the user's graph, whose origin the front end
-  recorded (:mod:`uopviz.core.origins`): the Tensor method, or the NNEF operation.
+  recorded (:mod:`uopviz.core.origins`): the Tensor method, or the NNEF operation.  An instruction
+  whose descent reaches none (a loop, an index) takes the origin of the instructions using it.
 
 :func:`kernel_provenance` puts the three together for one kernel of a compiled program, and
 :func:`source_provenance` for a ``PROGRAM(LINEAR, SOURCE)`` node a player shows.
