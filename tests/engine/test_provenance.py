@@ -198,6 +198,11 @@ def test_softmaxs_kernels_name_softmax_and_the_convs_names_conv2d(c_program):
             assert name == "softmax" or (name, op) == ("relu", "MAX"), lines
         assert sum(name == "relu" for _, name in lines) <= 1
     assert all(any(name == "softmax" for _, name in lines) for lines in softmax)
+    # and every line, addressing included: the conv kernel's are conv2d's; softmax's kernels name
+    # softmax, or relu for relu's max and its reads of the conv's buffer (their indices too)
+    names = [{entry.origin.name for entry in kernel_provenance(program, index).lines}
+             for index in range(len(program.items))]
+    assert names[0] == {"conv2d"} and all(found == {"softmax", "relu"} for found in names[1:]), names
 
 
 def test_a_matmul_plus_bias_relu_names_each_operation():

@@ -342,22 +342,26 @@ def source_provenance(lineage: Lineage | None, linear: UOp, source: str, backend
         return KernelProvenance(name, backend, source, SourceMap(linear, {}, note), (), note)
     source_lines = source.split("\n")
     # an instruction's own origin (its chain of steps reaches a node the user built); else that of
-    # the nearest instruction using it (a loop's RANGE, an index computed for a load); else the
-    # nearest source's (breadth first); else, for one a pass built from nothing the user wrote (a
-    # kernel's accumulator), the operation the kernel itself descends from
+    # the nearest instruction using it (a loop's RANGE, an index computed for a load); else, for a
+    # STORE, the value's; else the operation the kernel computes (the value of its first STORE that
+    # has an origin: a kernel's accumulator, an index nothing with an origin uses); else the nearest
+    # source's (breadth first)
     origins: dict[int, Origin | None] = {}
     for u in linear.src:
         origins[id(u)] = lineage.own_origin(u) if lineage is not None else origin_of(u)
-    whole = lineage.origin(linear) if lineage is not None else None
+    stored = [origins.get(id(u.src[1])) for u in linear.src if u.op is Ops.STORE and len(u.src) > 1]
+    whole = next((origin for origin in stored if origin is not None), None)
     entries = []
     for number, position in sorted(source_map.lines.items()):
         uop = linear.src[position]
         creator = lineage.creator(uop) if lineage is not None else None
         origin = origins[id(uop)] or _origin_of_users(linear, uop, origins)
+        if origin is None and uop.op is Ops.STORE and len(uop.src) > 1:
+            origin = origins.get(id(uop.src[1]))
+        origin = origin or whole
         if origin is None and lineage is not None:
-            origin = lineage.origin(uop)
-        text = source_lines[number - 1]
-        entries.append(LineProvenance(number, text, position, uop, creator, origin or whole))
+            origin = lineage.origin(uop) or lineage.origin(linear)
+        entries.append(LineProvenance(number, source_lines[number - 1], position, uop, creator, origin))
     return KernelProvenance(name, backend, source, source_map, tuple(entries), source_map.note)
 
 
