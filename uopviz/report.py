@@ -20,6 +20,8 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -254,10 +256,12 @@ def _add_program(page: Any, name: str, program: Any, graph: UOp | None, **option
         heading = (f"{name}: the program after Rangeify ({count} kernel{'s' if count != 1 else ''}, each the "
                    "body of a CALL: open them one by one)")
         page.add_dag("Graph", heading, rangeify.output)
+    kernels = list(program.kernels)
+    builds = _start_builds(kernels, options) if program.trace.passes else None
     if program.trace.passes:
         page.add_player("Pipeline", f"{name}: lowering pipeline", program.trace,
                         progress=_named(options["progress"], name))
-    _add_kernels(page, name, list(program.kernels), **options)
+    _add_kernels(page, name, kernels, builds=builds, **options)
 
 
 def _named(progress: Report | None, name: str) -> Report | None:
@@ -282,17 +286,61 @@ def _program_of(value: Any, opts: Any, backends: list[str] | None) -> tuple[Any,
     return program, graph
 
 
+def _start_builds(kernels: list[Any], options: dict[str, Any]) -> Builds | None:
+    """Start compiling ``kernels`` on every backend they are timed on (None when nothing is timed):
+    their sources are rendered here, then compiled in the worker process (``Worker.compile_many``:
+    C's compiler runs side by side) from a thread of their own, while this process goes on with what
+    times nothing (the player's frames).  The timings wait for the builds, and no build is timed."""
+    from uopviz.widgets.backends_view import backend_names
+    from uopviz.widgets.tuner import TunerState
+
+    if not options["time_kernels"] or not kernels:
+        return None
+    states = [TunerState(kernel) for kernel in kernels]
+    names = backend_names(options["backends"])
+    jobs = {backend: [(entry.source, state.kernel.name) for state in states
+                      if (entry := state.source(backend)).source and not entry.error]
+            for backend in names}
+    pool = ThreadPoolExecutor(1, thread_name_prefix="uopviz-report-builds")
+    future = pool.submit(_build_all, {backend: sources for backend, sources in jobs.items() if sources})
+    pool.shutdown(wait=False)  # the thread ends with the builds; the timings wait on ``future``
+    return Builds(states, future)
+
+
+@dataclass
+class Builds:
+    """Kernels being compiled for their timings (:func:`_start_builds`): their tuner states (which
+    keep the rendered sources) and the builds' future."""
+
+    states: list[Any]
+    future: Future[None]
+
+
+def _build_all(jobs: dict[str, list[tuple[str, str]]]) -> None:
+    """Compile each backend's ``(source, name)`` kernels in the worker process, one backend after
+    another.  A kernel that fails to build is left to its timing, which builds it again and shows why."""
+    from uopviz.backends import worker
+
+    for backend, sources in jobs.items():
+        try:
+            worker.default_worker().compile_many(backend, sources)
+        except Exception:  # noqa: BLE001, S112 - the timing of the kernel reports the same failure
+            continue
+
+
 def _add_kernels(
     page: Any, name: str, kernels: list[Any], *, backends: list[str] | None, time_kernels: bool,
-    progress: Report | None = None, **_: Any
+    progress: Report | None = None, builds: Builds | None = None, **_: Any
 ) -> None:
     from uopviz.widgets.backends_view import backend_names, backends_table_html, timing_figure
     from uopviz.widgets.tuner import TunerState
     from uopviz.widgets.tuner_view import axes_html, sources_html
 
     names = backend_names(backends)
-    for number, kernel in enumerate(kernels):
-        state = TunerState(kernel)
+    if builds is None:
+        builds = _start_builds(kernels, {"time_kernels": time_kernels, "backends": backends})
+    states = builds.states if builds is not None else [TunerState(kernel) for kernel in kernels]
+    for number, (kernel, state) in enumerate(zip(kernels, states, strict=True)):
         heading = f"{name}: kernel {getattr(kernel, 'name', '')}"
         opts_text = html.escape(state.export_python()) if state.opts else "(no opts: the kernel as lowered)"
         page.add_html(
@@ -306,6 +354,8 @@ def _add_kernels(
         if time_kernels:
             if progress is not None:
                 progress(number, len(kernels), f"{name}: timing kernels on {', '.join(names)}")
+            if builds is not None:
+                builds.future.result()  # nothing is timed while a compiler runs beside it
             entries = [state.timing(b, budget_s=REPORT_TIMING_BUDGET_S) for b in names]
             page.add_bokeh("Kernels", "", timing_figure(entries, getattr(kernel, "name", "")))
         page.add_html("Kernels", "", session_html(state))

@@ -128,6 +128,21 @@ def test_errors_raised_in_the_worker_come_back_as_themselves(worker) -> None:
     assert worker.restarts == 0, "a compile error must not cost the worker its life"
 
 
+def test_compile_many_builds_each_kernel_and_reports_a_broken_one(worker) -> None:
+    cases = [lp.elementwise(64), lp.reduction(8, 32)]
+    times = worker.compile_many("c", [(_source(case), case.linear.arg) for case in cases])
+    assert len(times) == 2 and all(isinstance(t, float) and t >= 0 for t in times)
+    case = cases[1]
+    arrays = case.make_arrays(np.random.default_rng(1))
+    expected = case.expected([a.copy() for a in arrays])
+    outputs = worker.run("c", _source(case), case.linear.arg, arrays)  # built already: runs as usual
+    np.testing.assert_allclose(outputs[0], expected[0], rtol=1e-4, atol=1e-4)
+    broken = _statement_kernel("broken_many", "{0}[0] = not_a_name")
+    with pytest.raises(CompileError, match="not_a_name"):
+        worker.compile_many("c", [(_source(cases[0]), cases[0].linear.arg), (_source(broken), "broken_many")])
+    assert worker.restarts == 0
+
+
 def test_isolated_timing_survives_a_crash_in_between(worker) -> None:
     case = lp.elementwise(1000)
     arrays = case.make_arrays(np.random.default_rng(0))

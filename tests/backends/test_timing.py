@@ -59,6 +59,49 @@ def test_budget_stops_early_after_three_runs() -> None:
     assert len(times) == 3
 
 
+def test_budget_cuts_the_warm_up_of_a_slow_kernel_to_one_run() -> None:
+    # 0.2 s a run, 0.5 s of budget: a second warm-up would leave the 3 timed runs past the budget
+    log: list[str] = []
+    launches = [CountingLaunch(n, log, 0.2) for n in "ab"]
+    times = time_launches(launches, warmup=2, repeats=50, budget_s=0.5)
+    assert log == ["a", "b", "a", "b"] and times == [0.2] * 3
+
+
+def test_budget_keeps_the_warm_up_of_a_fast_kernel() -> None:
+    log: list[str] = []
+    times = time_launches([CountingLaunch("a", log, 0.01)], warmup=2, repeats=4, budget_s=0.5)
+    assert len(log) == 6 and len(times) == 4
+
+
+class FakeKernel:
+    """A compiled kernel whose launches take ``seconds`` each (for time_compiled's bookkeeping)."""
+
+    backend, name, compile_s = "fake", "k", 0.0
+
+    def __init__(self, seconds: float):
+        self.log: list[str] = []
+        self.seconds = seconds
+
+    def prepare(self, *arrays: np.ndarray) -> Launch:
+        return CountingLaunch("k", self.log, self.seconds)
+
+
+@pytest.mark.parametrize(("seconds", "warmed", "runs"), [(0.2, 1, 3), (0.001, 2, 10)])
+def test_time_compiled_records_the_warm_up_runs_made(seconds: float, warmed: int, runs: int) -> None:
+    kernel = FakeKernel(seconds)
+    timing = time_compiled(kernel, [np.zeros(4, np.float32)], warmup=2, repeats=10, budget_s=0.5)
+    assert (timing.warmup, timing.runs, len(kernel.log)) == (warmed, runs, warmed + runs)
+
+
+def test_time_launches_refuses_no_launches_and_no_repeats() -> None:
+    with pytest.raises(ValueError, match="at least one launch"):
+        time_launches([], warmup=2, repeats=4)
+    log: list[str] = []
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        time_launches([CountingLaunch("a", log, 0.1)], warmup=2, repeats=0)
+    assert log == []  # refused before any run
+
+
 @needs_c
 def test_real_kernel_timing_is_sane() -> None:
     case = lp.gemm(64, 64, 64, upcast=8)

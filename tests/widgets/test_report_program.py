@@ -88,6 +88,53 @@ def test_report_embeds_each_kernels_tuning_session_which_loads_back(tmp_path, m,
         assert tuner.kernel.opts == kernel.opts and len(tuner.timing_history) == 1
 
 
+def test_report_builds_the_timed_kernels_during_the_player_and_times_none_beside_a_build(
+    tmp_path, monkeypatch
+):
+    """Issue #24: the kernels are compiled in the worker (every backend's, C's side by side) while the
+    player's frames are made; the timings wait for the builds and time what was built."""
+    import time
+
+    from uopviz.backends.worker import Worker
+    from uopviz.report import write_report
+    from uopviz.widgets import embed
+    from uopviz.widgets.tuner import TunerState
+
+    events: list[tuple[str, float, float]] = []
+    built: set[tuple[str, str, str]] = set()
+    compiled: list[tuple[str, str, str]] = []
+
+    def recorded(kind, function, note=lambda *a, **k: None):
+        def run(*args, **kwargs):
+            started = time.monotonic()
+            note(*args, **kwargs)
+            result = function(*args, **kwargs)
+            events.append((kind, started, time.monotonic()))
+            return result
+        return run
+
+    def note_many(worker, backend, sources, **_):
+        built.update((backend, source, name) for source, name in sources)
+
+    def note_one(worker, backend, source, name, **_):
+        compiled.append((backend, source, name))
+
+    monkeypatch.setattr(Worker, "compile_many", recorded("build", Worker.compile_many, note_many))
+    monkeypatch.setattr(Worker, "compile", recorded("compile", Worker.compile, note_one))
+    monkeypatch.setattr(TunerState, "timing", recorded("timing", TunerState.timing))
+    monkeypatch.setattr(embed, "player_state", recorded("player", embed.player_state))
+    source = tmp_path / "model.py"
+    source.write_text(SOURCE.format(seed=2, m=4, k=8, n=2))
+    write_report(source, tmp_path / "r.html", opts=None, backends=["c", "python"], time_kernels=True)
+    builds = [e for e in events if e[0] == "build"]
+    (player,) = [e for e in events if e[0] == "player"]
+    timings = [e for e in events if e[0] == "timing"]
+    assert {backend for backend, _, _ in built} == {"c", "python"} and len(timings) == 2
+    assert min(start for _, start, _ in builds) < player[2]  # started before the player's frames ended
+    assert max(end for _, _, end in builds) <= min(start for _, start, _ in timings)
+    assert compiled and set(compiled) <= built  # each timing's build was one already made
+
+
 SOFTMAX_OF_FUNCTIONS = textwrap.dedent("""
     import numpy as np
     import uopviz as uv

@@ -129,21 +129,50 @@ def format_seconds(value: float | None) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
+#: With a budget, warm-up runs stop once they have spent this share of it: one run of a slow kernel
+#: (the Python interpreter's, a tenth of a second and more) warms what a second would, and the timed
+#: runs after it (3 at least) must fit the budget too.
+WARMUP_SHARE_OF_BUDGET = 0.2
+
+
 def time_launches(
     launches: Sequence[Launch], warmup: int = 2, repeats: int = 10, budget_s: float | None = None
 ) -> list[float]:
     """Run ``warmup`` untimed then ``repeats`` timed runs, cycling through ``launches`` (one per copy of
-    the inputs).  With ``budget_s`` timing stops early once that much run time is spent (3 runs at least)."""
+    the inputs).  With ``budget_s`` timing stops early once that much run time is spent (3 runs at least),
+    and the warm-up once it has spent :data:`WARMUP_SHARE_OF_BUDGET` of it (1 run at least)."""
+    _check_runs(launches, repeats)
+    return timed_runs(launches, warm_up(launches, warmup, budget_s), repeats, budget_s)
+
+
+def _check_runs(launches: Sequence[Launch], repeats: int) -> None:
+    """Refuse, before any run, a timing of nothing or of no runs."""
     if not launches:
         raise ValueError("time_launches needs at least one launch")
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+
+
+def warm_up(launches: Sequence[Launch], warmup: int, budget_s: float | None = None) -> int:
+    """The untimed runs before timing: ``warmup`` of them, cycling through ``launches``, or fewer once
+    they have spent :data:`WARMUP_SHARE_OF_BUDGET` of ``budget_s``; returns how many ran."""
+    spent = 0.0
     for i in range(warmup):
-        launches[i % len(launches)].run()
+        spent += launches[i % len(launches)].run()
+        if budget_s is not None and spent > budget_s * WARMUP_SHARE_OF_BUDGET:
+            return i + 1
+    return warmup
+
+
+def timed_runs(
+    launches: Sequence[Launch], warmed: int, repeats: int = 10, budget_s: float | None = None
+) -> list[float]:
+    """``repeats`` timed runs after ``warmed`` warm-up runs (the cycle through ``launches`` goes on
+    from there); with ``budget_s`` they stop once that much run time is spent (3 runs at least)."""
     times: list[float] = []
     spent = 0.0
     for i in range(repeats):
-        elapsed = launches[(warmup + i) % len(launches)].run()
+        elapsed = launches[(warmed + i) % len(launches)].run()
         times.append(elapsed)
         spent += elapsed
         if budget_s is not None and spent > budget_s and len(times) >= 3:
@@ -190,8 +219,10 @@ def time_compiled(
         raise ValueError(f"rotate must be at least 1, got {rotate}")
     copies = [list(arrays)] + [[np.array(a, copy=True) for a in arrays] for _ in range(rotate - 1)]
     launches = [kernel.prepare(*copy) for copy in copies]
-    times = time_launches(launches, warmup, repeats, budget_s)
+    _check_runs(launches, repeats)
+    warmed = warm_up(launches, warmup, budget_s)
+    times = timed_runs(launches, warmed, repeats, budget_s)
     launches[0].read_back()
     return Timing(
-        tuple(times), flops, bytes_moved, warmup, rotate, kernel.backend, kernel.name, kernel.compile_s
+        tuple(times), flops, bytes_moved, warmed, rotate, kernel.backend, kernel.name, kernel.compile_s
     )

@@ -166,13 +166,29 @@ def _handle_compile(backend: str, source: str, name: str) -> float:
     return _compile(backend, source, name).compile_s
 
 
+def _handle_compile_many(backend: str, sources: list[tuple[str, str]]) -> list[float]:
+    """Compile many ``(source, name)`` kernels of one backend, filling its caches: side by side in a
+    thread per core where its builds are processes of their own (``Backend.parallel_compile``: C's
+    compiler), else one after the other.  Their compile times, in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from uopviz.backends import get
+
+    workers = min(len(sources), os.cpu_count() or 1) if get(backend).parallel_compile else 1
+    if workers <= 1:
+        return [_compile(backend, source, name).compile_s for source, name in sources]
+    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
+        return list(pool.map(lambda pair: _compile(backend, *pair).compile_s, sources))
+
+
 def _handle_ping() -> int:
     import os
 
     return os.getpid()
 
 
-_REQUESTS = {"run": _handle_run, "time": _handle_time, "compile": _handle_compile, "ping": _handle_ping,
+_REQUESTS = {"run": _handle_run, "time": _handle_time, "compile": _handle_compile,
+             "compile_many": _handle_compile_many, "ping": _handle_ping,
              "allocate": _handle_allocate, "run_bound": _handle_run_bound, "fetch": _handle_fetch,
              "release": _handle_release, "time_random": _handle_time_random}
 
@@ -393,6 +409,15 @@ class Worker:
         return self.request(
             "compile", {"backend": backend, "source": source, "name": name}, timeout_s, name, backend
         )
+
+    def compile_many(
+        self, backend: str, sources: Sequence[tuple[str, str]], timeout_s: float = 300.0
+    ) -> list[float]:
+        """Compile each ``(source, name)`` on ``backend`` (side by side where the backend's builds are
+        processes of their own), filling the caches later requests compile from; their compile times."""
+        names = ", ".join(dict.fromkeys(name for _, name in sources))
+        payload = {"backend": backend, "sources": list(sources)}
+        return self.request("compile_many", payload, timeout_s, names, backend)
 
     def close(self) -> None:
         """Stop the worker process."""

@@ -377,18 +377,22 @@ def build_graph(
     collapsed = _collapsed_set(uop, uop.toposort(), collapse) if collapse else set()
     shown = _visible(uop, collapsed, fold_constants)
     shown_set = set(shown)
+    keys = {u: node_key(u) for u in shown}
     graph = nx.DiGraph(root=node_key(uop), engine=None, clusters=[], size=(0.0, 0.0))
+    # nodes, then edges, each in the order of ``shown`` (sources first): one call each, not one per
+    # node and edge (a report builds hundreds of these graphs)
+    graph.add_nodes_from((keys[u], node_attributes(u, fold_constants, u in collapsed)) for u in shown)
+    edges: dict[tuple[str, str], dict[str, Any]] = {}
     for u in shown:
-        key = node_key(u)
         is_collapsed = u in collapsed
-        graph.add_node(key, **node_attributes(u, fold_constants, is_collapsed))
         for slot, s in enumerate(u.src):
             if s in shown_set and not (is_collapsed and slot == 0):
-                # x + x: one edge carrying both slots (a DiGraph holds one edge per pair)
-                if graph.has_edge(node_key(s), key):
-                    graph.edges[node_key(s), key]["slots"] += (slot,)
-                else:
-                    graph.add_edge(node_key(s), key, slot=slot, slots=(slot,))
+                edge = edges.get((keys[s], keys[u]))
+                if edge is None:
+                    edges[keys[s], keys[u]] = {"slot": slot, "slots": (slot,)}
+                else:  # x + x: one edge carrying both slots (a DiGraph holds one edge per pair)
+                    edge["slots"] += (slot,)
+    graph.add_edges_from((source, user, data) for (source, user), data in edges.items())
     expanded = [f for f in shown if f.op in (Ops.FUNCTION, Ops.CALL) and f not in collapsed and f.src]
     graph.graph["bodies"] = {
         node_key(f): [node_key(b) for b in f.src[0].toposort() if b in shown_set] for f in expanded

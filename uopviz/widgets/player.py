@@ -17,7 +17,7 @@ import difflib
 import linecache
 import re
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -153,11 +153,14 @@ class KernelListing:
         return {"kernel": self.kernel, "lines": self.lines}
 
 
-def kernel_sources(root: UOp, backend: str | None = None) -> list[KernelSource]:
+def kernel_sources(
+    root: UOp, backend: str | None = None, order: list[UOp] | None = None
+) -> list[KernelSource]:
     """The rendered kernels in ``root`` (each ``PROGRAM(LINEAR, SOURCE)`` once, in program order),
-    highlighted for ``backend`` (None: guessed from each text, :func:`source_language`)."""
+    highlighted for ``backend`` (None: guessed from each text, :func:`source_language`).  ``order``:
+    ``root.toposort()`` when the caller has it (a frame walks its graph once for all its texts)."""
     found = []
-    for u in root.toposort():
+    for u in root.toposort() if order is None else order:
         if u.op is Ops.PROGRAM and len(u.src) == 2 and u.src[1].op is Ops.SOURCE:
             text = str(u.src[1].arg)
             language = backend or source_language(text)
@@ -166,11 +169,12 @@ def kernel_sources(root: UOp, backend: str | None = None) -> list[KernelSource]:
     return found
 
 
-def kernel_listings(root: UOp) -> list[KernelListing]:
+def kernel_listings(root: UOp, order: list[UOp] | None = None) -> list[KernelListing]:
     """The LINEAR programs in ``root`` not yet rendered (a rendered one shows as its source), each
-    as a listing, in program order."""
-    rendered = {u.src[0] for u in root.toposort() if u.op is Ops.PROGRAM and u.src}
-    return [KernelListing(str(u.arg), linear_lines(u)) for u in root.toposort()
+    as a listing, in program order.  ``order``: ``root.toposort()`` when the caller has it."""
+    order = root.toposort() if order is None else order
+    rendered = {u.src[0] for u in order if u.op is Ops.PROGRAM and u.src}
+    return [KernelListing(str(u.arg), linear_lines(u)) for u in order
             if u.op is Ops.LINEAR and u not in rendered]
 
 
@@ -212,12 +216,22 @@ def source_line(location: str) -> str:
     path, _, line = location.rpartition(":")
     if not path or not line.isdigit():
         return ""
-    candidates = [Path(path)] if Path(path).is_absolute() else [PACKAGE_PARENT / path, Path.cwd() / path]
-    for candidate in candidates:
+    for candidate in _source_candidates(Path(path)):
         text = linecache.getline(str(candidate), int(line))
         if text:
             return text.strip()
     return ""
+
+
+def _source_candidates(path: Path) -> Iterator[Path]:
+    """Where a location's file may be: itself when absolute, else in the checkout, then in the working
+    directory (asked only when the checkout has no such line: ``Path.cwd()`` is a system call, slow on
+    some file systems, and a report looks up the line of each of hundreds of steps)."""
+    if path.is_absolute():
+        yield path
+        return
+    yield PACKAGE_PARENT / path
+    yield Path.cwd() / path
 
 
 def text_diff(before: str, after: str, context: int = 2) -> list[str]:
@@ -470,8 +484,9 @@ class PlayerState:
         record = self.step_record()
         after = self.uop_at()
         graph = self.laid_out(after)
-        sources = [self.with_provenance(source) for source in kernel_sources(after, self.backend)]
-        texts = {"sources": sources, "listings": kernel_listings(after)}
+        order = after.toposort()
+        sources = [self.with_provenance(source) for source in kernel_sources(after, self.backend, order)]
+        texts = {"sources": sources, "listings": kernel_listings(after, order)}
         if record is None:
             return Frame(entry, 0, graph, None, None, "", "", "", [], after, **texts)
         before = self.graph_before(record)
