@@ -532,3 +532,38 @@ def test_the_timing_chart_names_each_device_on_a_line_of_its_own():
     assert chart.children[1].width == roofline_width(label, ["c", "opencl"]) > 5.5 * len(label) + 2 * 34
     failed = timing_figure([*entries, TimingEntry("python", error="stopped")], roofs=(100.0, 50.0))
     assert [item.text for item in failed.children[0].below if isinstance(item, Title)][-1] == "failed: python"
+
+
+def test_source_lines_map_to_the_drawn_graph_and_follow_an_opt():
+    a = uv.Tensor(np.random.default_rng(3).random((8, 16), dtype=np.float32))
+    b = uv.Tensor(np.random.default_rng(4).random((16, 4), dtype=np.float32))
+    program = uv.compile((a @ b).relu(), backend="c")
+    state = TunerState(program.kernels[0], program_trace=program.trace)
+    from uopviz.widgets.graph import node_key
+
+    def check(backend):
+        found = state.provenance(backend)
+        json.dumps(found)  # the front end's data
+        drawn = {node_key(node): node for node in state.kernel.ast.toposort()}
+        source = state.source(backend).source.split("\n")
+        assert found["lines"] and not found["note"]
+        for line, key, made, came in found["lines"]:
+            assert 1 <= line <= len(source) and source[line - 1].strip()
+            creator = found["creators"][made]
+            assert key in drawn or creator["pass"], f"line {line} maps to no drawn node and no pass"
+            if key is not None:
+                assert found["ops"][key] == drawn[key].op.name
+            assert came >= 0 and found["origins"][came].startswith(("Tensor.matmul", "Tensor.relu"))
+        assert sum(key in drawn for _, key, _, _ in found["lines"]) == len(found["lines"])
+        return found
+
+    before = check("c")
+    check("python")
+    assert any("Tensor.relu" in origin for origin in before["origins"])
+    assert any("lower_reduce" in c["text"] and "isel.py:" in c["text"] for c in before["creators"])
+    assert state.apply(make_opt("SPLIT", 0, factor=4, target="UPCAST"))
+    after = check("c")
+    assert len(after["lines"]) > len(before["lines"])  # the upcast lanes: more lines, mapped again
+    split = [c for c in after["creators"] if c["pass"].startswith("apply Opt(SPLIT")]
+    assert split, "the opt that built the split ranges is named"
+    assert state.undo() and state.provenance("c") == before

@@ -347,7 +347,7 @@ class AxisView:
 class TunerState:
     """A kernel being tuned: apply opts, undo/redo, export, and per-backend sources and timings."""
 
-    def __init__(self, kernel: Any):
+    def __init__(self, kernel: Any, program_trace: Any = None):
         for needed in ("axes", "opts", "apply", "source"):
             if not hasattr(kernel, needed):
                 raise TypeError(f"TunerState needs a Kernel (with .{needed}), got {type(kernel).__name__}")
@@ -361,6 +361,9 @@ class TunerState:
         self._gpu_accounts: dict[tuple[int, str], tuple[Any, Any]] = {}
         self._timings: dict[tuple[int, str], tuple[Any, TimingEntry]] = {}
         self._choices: dict[tuple[int, str, int | None], tuple[Any, OptChoices]] = {}
+        self._provenance: dict[tuple[int, str], tuple[Any, dict[str, Any]]] = {}
+        #: the trace of the program the kernel came from (``program.trace``), where its origins are read
+        self.program_trace = program_trace
         #: every timing taken in this session, oldest first: {"kernel", "opts", "source", "timing"}
         self.timing_history: list[dict[str, Any]] = []
         #: the last BEAM search's result (``uopviz.engine.search.BeamResult``), if any
@@ -530,6 +533,91 @@ class TunerState:
         entry.seconds = time.perf_counter() - started
         self._sources[(id(kernel), backend)] = (kernel, entry)
         return entry
+
+    def provenance(self, backend: str) -> dict[str, Any]:
+        """What each line of the current kernel's source on ``backend`` came from, as the front end
+        reads it (the player's layout, :func:`uopviz.widgets.player.provenance_json`): ``lines`` holds
+        ``[line, node key, creator, origin]`` per line that holds an instruction, the node being the
+        one of the tuner's graph (``kernel.ast``) the instruction descends from (None when it descends
+        from none: the creator then names the pass that built it); ``creators`` (``{text, pass_index,
+        step}``: the opt, pass or rule and ``file:line``) and ``origins`` (the Tensor method or NNEF
+        operation) are listed once; ``ops`` names each node's op; ``note`` says why there are no lines.
+        Worked out once per kernel and backend, from a traced replay of the opts and lowering."""
+        kernel = self.kernel
+        cached = self._provenance.get((id(kernel), backend))
+        if cached is not None and cached[0] is kernel:
+            return cached[1]
+        entry = self.source(backend)
+        if entry.error:
+            found: dict[str, Any] = {"lines": [], "creators": [], "origins": [], "ops": {},
+                                     "note": f"no provenance: {entry.error}"}
+        else:
+            try:
+                found = self._traced_provenance(kernel, backend, entry.source)
+            except (UopvizError, KeyError) as error:  # a backend that is not registered, a source it rejects
+                found = {"lines": [], "creators": [], "origins": [], "ops": {}, "note": f"no provenance: {error}"}
+        self._provenance[(id(kernel), backend)] = (kernel, found)
+        return found
+
+    def _traced_provenance(self, kernel: Any, backend: str, source: str) -> dict[str, Any]:
+        """:meth:`provenance` worked out: the opts replayed on the base kernel and the lowering, both
+        traced, so that an instruction's chain of descent reaches the graph's node and the base
+        kernel's (whose origin the program's trace knows)."""
+        from uopviz.core.rewrite import tracing
+        from uopviz.engine.provenance import lineage_of, source_provenance
+        from uopviz.widgets.graph import node_key
+
+        try:
+            start: str | None = self._start_of_current()
+        except TunerSessionError:  # BEAM's kernel, a loaded one that changed: lowered as it is
+            start = None
+        with tracing() as trace:
+            if start is not None:  # the opts' steps recorded: the graph's nodes descend from the base's
+                self._replay(self.new_opts(), start)
+            linear = kernel.linear(backend)
+        lineage = lineage_of(trace)
+        found = source_provenance(lineage, linear, source, backend)
+        drawn = {id(node) for node in kernel.ast.toposort()}
+        whole = self._origin(lineage, kernel.ast)
+        creators: dict[Any, int] = {}
+        origins: dict[str, int] = {}
+        lines, ops = [], {}
+        for line in found.lines:
+            chain = lineage.ancestors(line.uop)
+            node = next((ancestor for ancestor in chain if id(ancestor) in drawn), None)
+            made = creators.setdefault(line.creator, len(creators)) if line.creator is not None else -1
+            origin = self._origin(lineage, chain[-1]) or whole
+            came = origins.setdefault(origin.describe(), len(origins)) if origin is not None else -1
+            key = node_key(node) if node is not None else None
+            if node is not None:
+                ops[key] = node.op.name
+            lines.append([line.line, key, made, came])
+        return {"lines": lines, "ops": ops, "note": found.note, "origins": list(origins),
+                "creators": [{"text": c.describe(), "pass_index": c.pass_index, "step": c.step,
+                              "pass": c.pass_name} for c in creators]}
+
+    def _origin(self, lineage: Any, node: Any) -> Any:
+        """The Tensor method or NNEF operation ``node`` (of the tuned kernel's lowering, or of the
+        base kernel) descends from: read from the program's trace when the tuner was given it, else
+        the latest origin recorded for ``node`` or the nearest of its sources, breadth first."""
+        from uopviz.core.origins import origins_of
+        from uopviz.engine.provenance import lineage_of
+
+        if self.program_trace is not None:
+            found = lineage_of(self.program_trace).origin(node)
+            if found is not None:
+                return found
+        queue, seen = [node], set()
+        while queue:
+            current = queue.pop(0)
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            recorded = origins_of(current)
+            if recorded:
+                return recorded[-1]
+            queue.extend(current.src)
+        return lineage.origin(node)
 
     def gpu_account(self, gpu: str = GPU_MODEL_GPU) -> Any:
         """The GPU model's account of the current kernel on ``gpu`` (``uopviz.engine.gpu_model``: worked
