@@ -549,13 +549,12 @@ class TunerState:
             return cached[1]
         entry = self.source(backend)
         if entry.error:
-            found: dict[str, Any] = {"lines": [], "creators": [], "origins": [], "ops": {},
-                                     "note": f"no provenance: {entry.error}"}
+            found = _no_provenance(entry.error)
         else:
             try:
                 found = self._traced_provenance(kernel, backend, entry.source)
             except (UopvizError, KeyError) as error:  # a backend that is not registered, a source it rejects
-                found = {"lines": [], "creators": [], "origins": [], "ops": {}, "note": f"no provenance: {error}"}
+                found = _no_provenance(str(error))
         self._provenance[(id(kernel), backend)] = (kernel, found)
         return found
 
@@ -833,6 +832,11 @@ class TunerState:
             TimingEntry.from_json(record["timing"])  # refuse a malformed timing before keeping any
         self.timing_history = [dict(record, loaded_from=where) for record in data.get("timings", [])]
         return kernel
+
+
+def _no_provenance(reason: str) -> dict[str, Any]:
+    """:meth:`TunerState.provenance` of a source whose lines cannot be mapped, saying why."""
+    return {"lines": [], "creators": [], "origins": [], "ops": {}, "note": f"no provenance: {reason}"}
 
 
 def _read_json(path: str | os.PathLike, where: str) -> Any:
