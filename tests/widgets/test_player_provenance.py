@@ -86,9 +86,11 @@ def test_the_front_end_links_lines_and_nodes():
     from uopviz.widgets.views import script
 
     text = script()
-    for piece in ("function linkLines", "jump to the step that created it", "function markLines",
-                  "uv-line-mapped", "pendingSelect"):
+    # one copy of the line links, shared by the player and the tuner's sources
+    for piece in ("function linkSourceLines", "jump to the step that created it", "function markSourceLines",
+                  "uv-line-mapped", "pendingSelect", "sources: renderSources"):
         assert piece in text
+    assert text.count("function linkSourceLines") == 1 and text.count("function showLineOrigin") == 1
 
 
 def test_reports_embed_the_render_frames_provenance():

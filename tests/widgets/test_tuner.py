@@ -567,3 +567,25 @@ def test_source_lines_map_to_the_drawn_graph_and_follow_an_opt():
     split = [c for c in after["creators"] if c["pass"].startswith("apply Opt(SPLIT")]
     assert split, "the opt that built the split ranges is named"
     assert state.undo() and state.provenance("c") == before
+
+
+def test_the_tuner_view_links_source_lines_and_graph_nodes():
+    a = uv.Tensor(np.random.default_rng(5).random((8, 16), dtype=np.float32))
+    b = uv.Tensor(np.random.default_rng(6).random((16, 4), dtype=np.float32))
+    program = uv.compile((a @ b).relu(), backend="c")
+    tuner = KernelTuner(program.kernels, backends=["c", "python"], trace=program.trace)
+    assert set(tuner.sources.provenance) == {"c", "python"}
+    assert tuner.sources.provenance["c"] == tuner.state.provenance("c")
+    assert 'data-backend="c"' in tuner.sources.value and 'data-backend="python"' in tuner.sources.value
+    drawn = set(tuner.graph.graph_model.nodes)
+    keys = {key for _, key, _, _ in tuner.sources.provenance["c"]["lines"]}
+    assert keys and keys <= drawn  # every clickable line selects a node the graph draws
+    key = sorted(keys)[0]
+    tuner.sources.selected = key  # a line clicked
+    assert tuner.graph.selected == key
+    tuner.graph.selected = ""  # a node clicked away in the graph
+    assert tuner.sources.selected == ""
+    tuner.apply(make_opt("SPLIT", 0, factor=4, target="UPCAST"))
+    assert tuner.sources.provenance["c"] == tuner.state.provenance("c") and tuner.state.opts
+    tuned_keys = {key for _, key, _, _ in tuner.sources.provenance["c"]["lines"]}
+    assert tuned_keys <= set(tuner.graph.graph_model.nodes) and tuned_keys != keys

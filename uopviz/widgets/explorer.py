@@ -166,7 +166,7 @@ def _build_program(
     if program.kernels:
         from uopviz.widgets.tuner_view import KernelTuner
 
-        tabs["Kernels"] = KernelTuner(program.kernels, backends=backends)
+        tabs["Kernels"] = KernelTuner(program.kernels, backends=backends, trace=program.trace)
         from uopviz.widgets.backends_view import backends_panel
 
         tabs["Backends"] = backends_panel(program.kernels, backends=backends)

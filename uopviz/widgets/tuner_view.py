@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 import ipywidgets as widgets
+import traitlets
 
 from uopviz.backends.timing import format_seconds
 from uopviz.core.ops import AxisType
@@ -70,7 +71,8 @@ def sources_html(state: TunerState, backends: list[str], precise: bool = False) 
         model = gpu_model_html(state) if name == "cuda" and not entry.error else ""
         lines = entry.source.count("\n") + 1 if entry.source else 0
         panes.append(
-            f'<div class="uv-source" style="{PANE_STYLE}"><div class="uv-source-head" style="{HEAD_STYLE}">'
+            f'<div class="uv-source" data-backend="{html.escape(name)}" style="{PANE_STYLE}">'
+            f'<div class="uv-source-head" style="{HEAD_STYLE}">'
             f'{html.escape(name)} <span style="color:#57606a;font-weight:400">{lines} lines</span></div>'
             f'<div style="{CODE_STYLE}">{body}</div>{model}</div>'
         )
@@ -151,15 +153,20 @@ def message_html(state: TunerState) -> str:
 class KernelTuner(widgets.VBox):
     """Tune the kernels of a program by hand (or with BEAM) and watch sources, graph and timings.
 
-    ``KernelTuner(kernels, backends=None)``: ``backends`` defaults to every available backend.
+    ``KernelTuner(kernels, backends=None, trace=None)``: ``backends`` defaults to every available
+    backend; ``trace`` is the trace of the program the kernels came from (``program.trace``), where
+    a source line's Tensor method or NNEF operation is read.  A source line clicked selects its node
+    in the graph and says what created it; a node selected in the graph lights its lines.
     ``tuner.state`` is the current kernel's :class:`TunerState`; ``tuner.apply(opt)`` does what the
     Apply button does.
     """
 
-    def __init__(self, kernels: list[Any], backends: list[str] | None = None, show_graph: bool = True):
+    def __init__(self, kernels: list[Any], backends: list[str] | None = None, show_graph: bool = True,
+                 trace: Any = None):
         if not kernels:
             raise ValueError("KernelTuner needs at least one kernel")
         self.kernels = list(kernels)
+        self.trace = trace
         self.backends = backend_names(backends)
         self.states: dict[int, TunerState] = {}
         # buttons as wide as their labels, never shrunk to "Un…" by a narrow row (the rows wrap instead)
@@ -248,7 +255,9 @@ class KernelTuner(widgets.VBox):
         self.export_text = widgets.Textarea(
             layout=widgets.Layout(width="100%", height="120px", display="none")
         )
-        self.sources = widgets.HTML()
+        from uopviz.widgets.views import SourcePanes
+
+        self.sources = SourcePanes()
         self.timings = widgets.VBox()
         self._timing_thread: threading.Thread | None = None
         self._stop_requested = False
@@ -259,6 +268,8 @@ class KernelTuner(widgets.VBox):
             from uopviz.widgets.views import GraphView
 
             self.graph = GraphView(height=560)  # a kernel is tall: room to read its labels
+            # a source line clicked selects its node; a node clicked lights its source lines
+            traitlets.link((self.sources, "selected"), (self.graph, "selected"))
         self._relabelling = False
         self.parameter_controls = (
             self.axis,
@@ -322,7 +333,7 @@ class KernelTuner(widgets.VBox):
         """The tuner state of the chosen kernel (one per kernel, kept while the widget lives)."""
         index = self.kernel_select.value
         if index not in self.states:
-            self.states[index] = TunerState(self.kernels[index])
+            self.states[index] = TunerState(self.kernels[index], program_trace=self.trace)
         return self.states[index]
 
     def _wire(self) -> None:
@@ -472,7 +483,9 @@ class KernelTuner(widgets.VBox):
         self._name_kernels()
         self._show_controls()
         self._buttons()
-        self.sources.value = sources_html(state, self.backends)
+        with self.sources.hold_sync():
+            self.sources.value = sources_html(state, self.backends)
+            self.sources.provenance = {name: state.provenance(name) for name in self.backends}
         if self.graph is not None and isinstance(getattr(state.kernel, "ast", None), UOp):
             self.graph.show(state.kernel.ast)
         # the timings taken of this kernel (BEAM's re-timing of its winner included), as they were taken

@@ -168,6 +168,22 @@ class GraphView(anywidget.AnyWidget):
         return len(self.graph.get("nodes", []))
 
 
+class SourcePanes(anywidget.AnyWidget):
+    """Generated sources side by side (the kernel tuner's), their lines linked to a graph.
+
+    ``value`` is the panes' HTML (each pane a ``.uv-source`` with ``data-backend``); ``provenance``
+    maps a backend to what each of its lines came from (``TunerState.provenance``); a line clicked
+    sets ``selected`` to its node's key and shows what created it, and ``selected`` set from
+    Python (a node chosen in the graph) lights that node's lines."""
+
+    _esm = traitlets.Unicode(widget_module()).tag(sync=True)
+    _css = traitlets.Unicode(stylesheet()).tag(sync=True)
+    kind = traitlets.Unicode("sources").tag(sync=True)
+    value = traitlets.Unicode("").tag(sync=True)
+    provenance = traitlets.Dict().tag(sync=True)
+    selected = traitlets.Unicode("").tag(sync=True)
+
+
 class RewritePlayer(anywidget.AnyWidget):
     """Step through a rewrite trace: the pass list with step counts (unchanged passes hidden on
     request), a slider, buttons and arrow keys (←/→ steps, ↑/↓ passes, Home/End), and for each

@@ -738,7 +738,7 @@ const UOPVIZ = (() => {
         code.innerHTML = source.html; // highlighted by Python (pygments: every character escaped)
         const origin = h("div", { class: "uv-origin", hidden: true });
         textBox.append(h("div", { class: "uv-text-title", text: `Source of ${source.kernel} (${source.backend})` }), code, origin);
-        if (source.provenance) linkLines(code, origin, source.provenance);
+        if (source.provenance) linkSourceLines(code, origin, source.provenance, lineLinks);
       }
       for (const listing of f.listings || []) {
         textBox.append(h("div", { class: "uv-text-title", text: `LINEAR program of ${listing.kernel}: ${listing.lines.length} instructions` }),
@@ -746,63 +746,14 @@ const UOPVIZ = (() => {
       }
       textBox.hidden = !textBox.childElementCount;
     }
-    // Each line of a source becomes a span (the highlighter's spans never cross a line); a line
-    // that holds an instruction is clickable: it selects the instruction's node, says which step
-    // created it (with a link to that step) and which Tensor expression or NNEF operation it
-    // descends from
-    function linkLines(code, originBox, provenance) {
-      const pre = code.querySelector("pre");
-      if (!pre || !provenance.lines.length) {
-        if (provenance.note) { originBox.hidden = false; originBox.textContent = provenance.note; }
-        return;
-      }
-      const texts = pre.innerHTML.split("\n");
-      if (texts.some((t) => (t.match(/<span/g) || []).length !== (t.match(/<\/span>/g) || []).length)) return;
-      const byLine = new Map(provenance.lines.map((entry) => [entry[0], entry]));
-      pre.innerHTML = texts.map((t, i) => {
-        const mapped = byLine.get(i + 1);
-        const key = mapped ? ` data-key="${mapped[1]}"` : "";
-        return `<span class="uv-line${mapped ? " uv-line-mapped" : ""}" data-line="${i + 1}"${key}>${t}</span>`;
-      }).join("\n");
-      pre.addEventListener("click", (ev) => {
-        const line = ev.target.closest(".uv-line-mapped");
-        if (!line) return;
-        const entry = byLine.get(parseInt(line.dataset.line, 10));
-        const key = entry[1];
-        if (canvas.byKey.has(key)) { canvas.select(key, false); canvas.centerOn(key); }
-        markLines(key);
-        showOrigin(originBox, provenance, entry, canvas.byKey.get(key));
-      });
-    }
-    function showOrigin(box, provenance, entry, node) {
-      const [line, key, made, came] = entry;
-      const creator = made >= 0 ? provenance.creators[made] : null;
-      box.hidden = false;
-      box.innerHTML = "";
-      box.dataset.line = String(line);
-      box.append(h("b", { text: `line ${line}: ${node ? node.op : "an instruction"}` }),
-        h("span", { class: "uv-dim", text: node ? "" : " (not drawn in this graph)" }));
-      box.append(h("div", { class: "uv-origin-made" }, h("span", { class: "uv-dim", text: "created by " }),
-        h("span", { text: creator ? creator.text : "no step of this trace" })));
-      if (creator && creator.step > 0) {
-        box.lastChild.append(" ", h("button", { class: "uv-btn uv-jump", text: "jump to the step that created it",
-          title: `pass ${creator.pass_index}, step ${creator.step}`,
-          onclick: () => { pendingSelect = key; moveTo(creator.pass_index, creator.step); } }));
-      }
-      box.append(h("div", { class: "uv-origin-from" }, h("span", { class: "uv-dim", text: "descends from " }),
-        h("span", { class: "uv-origin-name", text: came >= 0 ? provenance.origins[came] : "no recorded Tensor expression or NNEF operation" })));
-    }
+    // a source line clicked selects its node here, and its creator's step is a player frame
+    const lineLinks = {
+      select: (key) => { if (canvas.byKey.has(key)) { canvas.select(key, false); canvas.centerOn(key); } markLines(key); },
+      node: (key) => canvas.byKey.get(key),
+      jump: (creator, key) => { pendingSelect = key; moveTo(creator.pass_index, creator.step); },
+    };
     // the lines written for the selected node, in every source shown
-    function markLines(key) {
-      for (const el of textBox.querySelectorAll(".uv-line-selected")) el.classList.remove("uv-line-selected");
-      if (!key) return;
-      const lines = textBox.querySelectorAll(`.uv-line[data-key="${key}"]`);
-      for (const el of lines) el.classList.add("uv-line-selected");
-      if (lines.length) {
-        const box = lines[0].closest(".uv-source");
-        if (box) box.scrollTop = Math.max(0, lines[0].offsetTop - box.offsetTop - box.clientHeight / 3);
-      }
-    }
+    function markLines(key) { markSourceLines(textBox, key); }
     slider.addEventListener("input", () => moveTo((model.get("frame") || {}).pass_index, parseInt(slider.value, 10)));
     wrap.addEventListener("keydown", (ev) => {
       if (ev.target.tagName === "INPUT" && ev.target.type === "checkbox") return;
@@ -831,7 +782,93 @@ const UOPVIZ = (() => {
   }
 
   // Colour-coded axis string of a kernel (tuner) and plain HTML pieces rendered by Python need no JS.
-  const RENDERERS = { dag: renderDag, player: renderPlayer };
+  // ------------------------------------------------------------------------------------------
+  // Provenance of generated source, shared by the player's Render frames and the kernel tuner's
+  // sources.  Each line of a source becomes a span (the highlighter's spans never cross a line); a
+  // line that holds an instruction is clickable: it selects the instruction's node, says what
+  // created it and which Tensor expression or NNEF operation it descends from.  `links` says what
+  // a view does: select(key) (a line clicked), node(key) (the drawn node: {op}, or undefined) and
+  // jump(creator, key) (go to the step that created it; null where there are no steps to show).
+  function linkSourceLines(code, originBox, provenance, links) {
+    const pre = code.querySelector("pre");
+    if (!pre || !provenance.lines.length) {
+      if (provenance.note) { originBox.hidden = false; originBox.textContent = provenance.note; }
+      return;
+    }
+    const texts = pre.innerHTML.split("\n");
+    if (texts.some((t) => (t.match(/<span/g) || []).length !== (t.match(/<\/span>/g) || []).length)) return;
+    const byLine = new Map(provenance.lines.map((entry) => [entry[0], entry]));
+    pre.innerHTML = texts.map((t, i) => {
+      const mapped = byLine.get(i + 1);
+      const key = mapped && mapped[1] ? ` data-key="${mapped[1]}"` : "";
+      return `<span class="uv-line${mapped ? " uv-line-mapped" : ""}" data-line="${i + 1}"${key}>${t}</span>`;
+    }).join("\n");
+    pre.addEventListener("click", (ev) => {
+      const line = ev.target.closest(".uv-line-mapped");
+      if (!line) return;
+      const entry = byLine.get(parseInt(line.dataset.line, 10));
+      links.select(entry[1]);
+      showLineOrigin(originBox, provenance, entry, entry[1] ? links.node(entry[1]) : undefined, links.jump);
+    });
+  }
+  function showLineOrigin(box, provenance, entry, node, jump) {
+    const [line, key, made, came] = entry;
+    const creator = made >= 0 ? provenance.creators[made] : null;
+    box.hidden = false;
+    box.innerHTML = "";
+    box.dataset.line = String(line);
+    box.append(h("b", { text: `line ${line}: ${node ? node.op : "an instruction"}` }),
+      h("span", { class: "uv-dim", text: node ? "" : " (not drawn in this graph)" }));
+    box.append(h("div", { class: "uv-origin-made" }, h("span", { class: "uv-dim", text: "created by " }),
+      h("span", { text: creator ? creator.text : "no step of this trace" })));
+    if (jump && creator && creator.step > 0) {
+      box.lastChild.append(" ", h("button", { class: "uv-btn uv-jump", text: "jump to the step that created it",
+        title: `pass ${creator.pass_index}, step ${creator.step}`, onclick: () => jump(creator, key) }));
+    }
+    box.append(h("div", { class: "uv-origin-from" }, h("span", { class: "uv-dim", text: "descends from " }),
+      h("span", { class: "uv-origin-name", text: came >= 0 ? provenance.origins[came] : "no recorded Tensor expression or NNEF operation" })));
+  }
+  // the lines written for the node `key`, in every source under `root`, lit (the first scrolled to)
+  function markSourceLines(root, key) {
+    for (const el of root.querySelectorAll(".uv-line-selected")) el.classList.remove("uv-line-selected");
+    if (!key) return;
+    const lines = root.querySelectorAll(`.uv-line[data-key="${key}"]`);
+    for (const el of lines) el.classList.add("uv-line-selected");
+    if (lines.length) {
+      const box = lines[0].closest(".uv-source");
+      if (box) box.scrollTop = Math.max(0, lines[0].offsetTop - box.offsetTop - box.clientHeight / 3);
+    }
+  }
+
+  // The kernel tuner's sources (SourcePanes): the panes' HTML from Python, each pane's lines linked
+  // to the tuner's graph through `selected` (Python links it to the graph's `selected`)
+  function renderSources(model, el) {
+    const wrap = h("div", { class: "uv-tuner-sources" });
+    const panes = h("div");
+    const originBox = h("div", { class: "uv-origin", hidden: true });
+    wrap.append(panes, originBox);
+    el.append(wrap);
+    const select = (key) => { model.set("selected", key || ""); model.save_changes(); markSourceLines(panes, key); };
+    function draw() {
+      panes.innerHTML = model.get("value") || ""; // highlighted by Python (every character escaped)
+      originBox.hidden = true;
+      const provenance = model.get("provenance") || {};
+      for (const pane of panes.querySelectorAll(".uv-source[data-backend]")) {
+        const found = provenance[pane.dataset.backend];
+        if (!found || !found.lines.length) continue; // a failed backend says why in its pane
+        const node = (key) => (found.ops && found.ops[key] ? { op: found.ops[key] } : undefined);
+        linkSourceLines(pane, originBox, found, { select, node, jump: null });
+      }
+      markSourceLines(panes, model.get("selected"));
+    }
+    draw();
+    model.on("change:value", draw);
+    model.on("change:provenance", draw);
+    model.on("change:selected", () => markSourceLines(panes, model.get("selected")));
+    return () => {};
+  }
+
+  const RENDERERS = { dag: renderDag, player: renderPlayer, sources: renderSources };
 
   function render({ model, el }) {
     const kind = model.get("kind");
