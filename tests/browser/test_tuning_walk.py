@@ -227,3 +227,56 @@ def test_a_512_matmul_tuned_by_hand_timed_compared_with_beam_and_saved(isolated_
     (artifacts_dir / "walk_times.json").write_text(json.dumps(times, indent=1))
     assert not errors, errors
 
+
+
+LINKED_NOTEBOOK = "tuner_source_links.ipynb"
+LINKED_SETUP = """\
+import numpy as np
+import uopviz as uv
+
+rng = np.random.default_rng(0)
+a, b = uv.Tensor(rng.random((8, 16), dtype=np.float32)), uv.Tensor(rng.random((16, 4), dtype=np.float32))
+explorer = uv.explore((a @ b).relu(), backend="c")
+explorer"""
+
+
+def test_a_tuner_source_line_clicked_selects_its_node_and_names_what_created_it(isolated_lab, browser_page,
+                                                                               artifacts_dir):
+    page = browser_page
+    page.set_viewport_size({"width": 1280, "height": 2400})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    kernelspec = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LINKED_SETUP)],
+                                        metadata={"kernelspec": kernelspec})
+    nbformat.write(notebook, str(isolated_lab.root / LINKED_NOTEBOOK))
+    run_all_cells(page, isolated_lab, LINKED_NOTEBOOK, artifacts_dir)
+    assert not page.locator(".jp-RenderedText", has_text="Traceback").count()
+    explorer = page.locator(".uv-explorer").first
+    explorer.locator(".lm-TabBar-tab", has_text="Kernels").click()
+    tuner = explorer.locator(".uv-tuner")
+    tuner.wait_for(timeout=30_000)
+    c_pane = tuner.locator('.uv-tuner-sources .uv-source[data-backend="c"]')
+    # the C line that accumulates the product (``float alu3 = (val0 * val1 + val2);``): written for
+    # the MULACC instruction selection made of the kernel's multiply and reduce
+    line = c_pane.locator(".uv-line-mapped", has_text=re.compile(r"val0 \* val1 \+")).first
+    line.wait_for(timeout=30_000)
+    key = line.get_attribute("data-key")
+    assert key, "the line names no node of the tuner's graph"
+    line.click()
+    origin = tuner.locator(".uv-tuner-sources .uv-origin")
+    wait_until(lambda: origin.is_visible() and "descends from" in origin.inner_text(), page,
+               "the line's origin", artifacts=artifacts_dir)
+    text = origin.inner_text()
+    assert "line" in text and "REDUCE" in text, text  # the graph's node it descends from
+    assert "created by rule 'ADD(MUL(a, b), c) → MULACC(a, b, c)' (uopviz/passes/isel.py:" in text, text
+    assert "descends from Tensor.matmul" in text, text
+    assert "jump to the step" not in text  # the tuner has no player to jump in
+    # the graph selected the node (through Python) and the line is lit
+    graph_node = tuner.locator(f'.uv-dag-widget .uv-node.uv-selected[data-key="{key}"]')
+    wait_until(lambda: graph_node.count() == 1, page, "the node selected in the tuner's graph",
+               artifacts=artifacts_dir)
+    assert c_pane.locator(f'.uv-line-selected[data-key="{key}"]').count() >= 1
+    assert tuner.locator(".uv-panel-head").first.inner_text().strip()  # the graph's side panel shows it
+    tuner.screenshot(path=str(artifacts_dir / "10_tuner_source_line_clicked.png"))
+    assert not errors, errors
