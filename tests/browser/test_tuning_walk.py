@@ -78,24 +78,31 @@ def message(tuner) -> str:
     return tuner.locator(".uv-message").inner_text()
 
 
-def test_a_512_matmul_tuned_by_hand_timed_compared_with_beam_and_saved(isolated_lab, browser_page,
-                                                                         artifacts_dir):
-    page = browser_page
-    # a laptop's width (where "Un…" was seen), and tall: the whole tuner in one screenshot
-    page.set_viewport_size({"width": 1280, "height": 3000})
+def open_tuner(page, lab, name: str, setup: str, artifacts, height: int):
+    """Write notebook ``name`` of one cell, ``setup`` (ending with an explorer), run it in ``lab`` at
+    a laptop's width and ``height`` and open the explorer's Kernels tab: the tuner's locator and the
+    list the page's errors go to."""
+    page.set_viewport_size({"width": 1280, "height": height})
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     kernelspec = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SETUP)],
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup)],
                                         metadata={"kernelspec": kernelspec})
-    nbformat.write(notebook, str(isolated_lab.root / NOTEBOOK))
-    times: dict[str, float] = {}
-    walk_started = time.monotonic()
-    run_all_cells(page, isolated_lab, NOTEBOOK, artifacts_dir)
+    nbformat.write(notebook, str(lab.root / name))
+    run_all_cells(page, lab, name, artifacts)
     assert not page.locator(".jp-RenderedText", has_text="Traceback").count()
     explorer = page.locator(".uv-explorer").first
     explorer.locator(".lm-TabBar-tab", has_text="Kernels").click()
-    tuner = explorer.locator(".uv-tuner")
+    return explorer.locator(".uv-tuner"), errors
+
+
+def test_a_512_matmul_tuned_by_hand_timed_compared_with_beam_and_saved(isolated_lab, browser_page,
+                                                                         artifacts_dir):
+    page = browser_page
+    times: dict[str, float] = {}
+    walk_started = time.monotonic()
+    # a laptop's width (where "Un…" was seen), and tall: the whole tuner in one screenshot
+    tuner, errors = open_tuner(page, isolated_lab, NOTEBOOK, SETUP, artifacts_dir, height=3000)
     tuner.wait_for(timeout=30_000)
     times["open"] = time.monotonic() - walk_started
 
@@ -243,18 +250,7 @@ explorer"""
 def test_a_tuner_source_line_clicked_selects_its_node_and_names_what_created_it(isolated_lab, browser_page,
                                                                                artifacts_dir):
     page = browser_page
-    page.set_viewport_size({"width": 1280, "height": 2400})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    kernelspec = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LINKED_SETUP)],
-                                        metadata={"kernelspec": kernelspec})
-    nbformat.write(notebook, str(isolated_lab.root / LINKED_NOTEBOOK))
-    run_all_cells(page, isolated_lab, LINKED_NOTEBOOK, artifacts_dir)
-    assert not page.locator(".jp-RenderedText", has_text="Traceback").count()
-    explorer = page.locator(".uv-explorer").first
-    explorer.locator(".lm-TabBar-tab", has_text="Kernels").click()
-    tuner = explorer.locator(".uv-tuner")
+    tuner, errors = open_tuner(page, isolated_lab, LINKED_NOTEBOOK, LINKED_SETUP, artifacts_dir, height=2400)
     tuner.wait_for(timeout=30_000)
     c_pane = tuner.locator('.uv-tuner-sources .uv-source[data-backend="c"]')
     # the C line that accumulates the product (``float alu3 = (val0 * val1 + val2);``): written for
