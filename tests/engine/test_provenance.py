@@ -233,3 +233,16 @@ def test_a_fused_nnef_kernels_arithmetic_names_each_operation():
     program = graph.compile("c", build=False, progress=False)
     (lines,) = float_alu_origins(program).values()
     assert sorted(set(lines)) == [("ADD", "h"), ("MAX", "y"), ("MULACC", "h")]
+
+
+def test_lines_without_origins_keep_their_instructions_and_creators(c_program):
+    from uopviz.engine.provenance import source_provenance
+
+    program, _ = c_program
+    item = program.items[0]
+    full = kernel_provenance(program, 0)
+    linear = item.body.src[0]
+    bare = source_provenance(lineage_of(program.trace), linear, item.source, "c", with_origins=False)
+    assert [(e.line, e.position, e.uop, e.creator) for e in bare.lines] == \
+        [(e.line, e.position, e.uop, e.creator) for e in full.lines]
+    assert all(e.origin is None for e in bare.lines) and any(e.origin is not None for e in full.lines)

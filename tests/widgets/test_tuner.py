@@ -567,6 +567,11 @@ def test_source_lines_map_to_the_drawn_graph_and_follow_an_opt():
     split = [c for c in after["creators"] if c["pass"].startswith("apply Opt(SPLIT")]
     assert split, "the opt that built the split ranges is named"
     assert state.undo() and state.provenance("c") == before
+    # without the program's trace: the origins recorded on the base kernel's nodes, for every line
+    bare = TunerState(program.kernels[0]).provenance("c")
+    assert [line[:3] for line in bare["lines"]] == [line[:3] for line in before["lines"]]
+    assert all(came >= 0 for *_, came in bare["lines"])
+    assert set(bare["origins"]) <= set(before["origins"])
 
 
 def test_the_tuner_view_links_source_lines_and_graph_nodes():

@@ -328,10 +328,13 @@ class KernelProvenance:
         return [entry.line for entry in self.lines if entry.uop is uop]
 
 
-def source_provenance(lineage: Lineage | None, linear: UOp, source: str, backend: str) -> KernelProvenance:
+def source_provenance(lineage: Lineage | None, linear: UOp, source: str, backend: str,
+                      with_origins: bool = True) -> KernelProvenance:
     """The provenance of ``source``, the text ``backend`` rendered from the LINEAR program ``linear``:
     rendered again with its source map, which must give the same text (else the lines are not
-    mapped and ``note`` says why: the backend's target changed since, say)."""
+    mapped and ``note`` says why: the backend's target changed since, say).  ``with_origins=False``
+    leaves every line's origin None (a caller that reads origins elsewhere: the tuner, whose
+    lowering's trace holds no program, where each line's search would find none)."""
     if linear.op is not Ops.LINEAR:
         raise TypeError(f"source_provenance takes a LINEAR program, got {linear.op.name}")
     text, source_map = get(backend).render_mapped(linear)
@@ -341,6 +344,12 @@ def source_provenance(lineage: Lineage | None, linear: UOp, source: str, backend
                 f"backend's settings changed since), so its lines are not mapped")
         return KernelProvenance(name, backend, source, SourceMap(linear, {}, note), (), note)
     source_lines = source.split("\n")
+    if not with_origins:
+        creator = lineage.creator if lineage is not None else (lambda _: None)
+        lines = tuple(LineProvenance(number, source_lines[number - 1], position, linear.src[position],
+                                     creator(linear.src[position]), None)
+                      for number, position in sorted(source_map.lines.items()))
+        return KernelProvenance(name, backend, source, source_map, lines, source_map.note)
     # an instruction's own origin (its chain of steps reaches a node the user built); else that of
     # the nearest instruction using it (a loop's RANGE, an index computed for a load); else, for a
     # STORE, the value's; else the operation the kernel computes (the value of its first STORE that

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -575,9 +576,10 @@ class TunerState:
                 self._replay(self.new_opts(), start)
             linear = kernel.linear(backend)
         lineage = lineage_of(trace)
-        found = source_provenance(lineage, linear, source, backend)
+        found = source_provenance(lineage, linear, source, backend, with_origins=False)
         drawn = {id(node) for node in kernel.ast.toposort()}
-        whole = self._origin(lineage, kernel.ast)
+        whole = self._origin(kernel.ast)
+        origin_of_node: dict[int, Any] = {}  # per node the chain ends at (many lines share one)
         creators: dict[Any, int] = {}
         origins: dict[str, int] = {}
         lines, ops = [], {}
@@ -585,7 +587,9 @@ class TunerState:
             chain = lineage.ancestors(line.uop)
             node = next((ancestor for ancestor in chain if id(ancestor) in drawn), None)
             made = creators.setdefault(line.creator, len(creators)) if line.creator is not None else -1
-            origin = self._origin(lineage, chain[-1]) or whole
+            if id(chain[-1]) not in origin_of_node:
+                origin_of_node[id(chain[-1])] = self._origin(chain[-1])
+            origin = origin_of_node[id(chain[-1])] or whole
             came = origins.setdefault(origin.describe(), len(origins)) if origin is not None else -1
             key = node_key(node) if node is not None else None
             if node is not None:
@@ -595,7 +599,7 @@ class TunerState:
                 "creators": [{"text": c.describe(), "pass_index": c.pass_index, "step": c.step,
                               "pass": c.pass_name} for c in creators]}
 
-    def _origin(self, lineage: Any, node: Any) -> Any:
+    def _origin(self, node: Any) -> Any:
         """The Tensor method or NNEF operation ``node`` (of the tuned kernel's lowering, or of the
         base kernel) descends from: read from the program's trace when the tuner was given it, else
         the latest origin recorded for ``node`` or the nearest of its sources, breadth first."""
@@ -606,9 +610,9 @@ class TunerState:
             found = lineage_of(self.program_trace).origin(node)
             if found is not None:
                 return found
-        queue, seen = [node], set()
+        queue, seen = deque([node]), set()
         while queue:
-            current = queue.pop(0)
+            current = queue.popleft()
             if id(current) in seen:
                 continue
             seen.add(id(current))
@@ -616,7 +620,7 @@ class TunerState:
             if recorded:
                 return recorded[-1]
             queue.extend(current.src)
-        return lineage.origin(node)
+        return None
 
     def gpu_account(self, gpu: str = GPU_MODEL_GPU) -> Any:
         """The GPU model's account of the current kernel on ``gpu`` (``uopviz.engine.gpu_model``: worked
