@@ -571,7 +571,9 @@ def test_source_lines_map_to_the_drawn_graph_and_follow_an_opt():
     bare = TunerState(program.kernels[0]).provenance("c")
     assert [line[:3] for line in bare["lines"]] == [line[:3] for line in before["lines"]]
     assert all(came >= 0 for *_, came in bare["lines"])
-    assert set(bare["origins"]) <= set(before["origins"])
+    # (the method, not the place: UOps are hash-consed, and another program of this process may have
+    # recorded its own call on a node this kernel shares, which is why the program's trace is asked first)
+    assert {origin.split(" at ")[0] for origin in bare["origins"]} <= {"Tensor.matmul", "Tensor.relu"}
 
 
 def test_the_tuner_view_links_source_lines_and_graph_nodes():
