@@ -578,7 +578,7 @@ class TunerState:
         lineage = lineage_of(trace)
         found = source_provenance(lineage, linear, source, backend, with_origins=False)
         drawn = {id(node) for node in kernel.ast.toposort()}
-        whole = self._origin(kernel.ast)
+        whole = self._origin(kernel.ast) or self._origin(self.base.ast)
         origin_of_node: dict[int, Any] = {}  # per node the chain ends at (many lines share one)
         creators: dict[Any, int] = {}
         origins: dict[str, int] = {}
@@ -607,9 +607,9 @@ class TunerState:
         from uopviz.engine.provenance import lineage_of
 
         if self.program_trace is not None:
-            found = lineage_of(self.program_trace).origin(node)
-            if found is not None:
-                return found
+            # only the program's own origins: a hash-consed node (a constant, a loop bound) may also
+            # carry the call of another program of this process, which the trace does not own
+            return lineage_of(self.program_trace).origin(node)
         queue, seen = deque([node]), set()
         while queue:
             current = queue.popleft()
