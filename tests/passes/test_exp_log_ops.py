@@ -99,12 +99,14 @@ def test_the_compiled_backends_agree_to_the_bit_and_the_interpreter_to_an_ulp():
     x = T(np.linspace(-100, 100, 257, dtype=np.float32))
     outputs = [x.exp(), (x.abs() + 1).log()]
     reference = uv.compile(outputs, "c", opts="heuristic").run()
-    for backend in ("llvm", "opencl"):
-        if not _available(backend):
-            continue
-        got = uv.compile(outputs, backend, opts="heuristic").run()
-        for ours, theirs in zip(got, reference):
-            np.testing.assert_array_equal(ours, theirs, err_msg=backend)
+    if _available("llvm"):
+        for ours, theirs in zip(uv.compile(outputs, "llvm", opts="heuristic").run(), reference):
+            np.testing.assert_array_equal(ours, theirs, err_msg="llvm")
+    if _available("opencl"):
+        # pocl compiles for the host CPU whatever UOPVIZ_TARGET says, and contracts a*b+c into an FMA
+        # where the host has one (C for x86-64-v2 has none): equal to the bit only at the same target
+        for ours, theirs in zip(uv.compile(outputs, "opencl", opts="heuristic").run(), reference):
+            np.testing.assert_array_max_ulp(ours, theirs, maxulp=2)
     for ours, theirs in zip(uv.compile(outputs, "python", opts="heuristic").run(), reference):
         np.testing.assert_array_max_ulp(ours, theirs, maxulp=1)
 
