@@ -150,7 +150,10 @@ def test_a_512_matmul_tuned_by_hand_timed_compared_with_beam_and_saved(isolated_
     assert elapsed < (BUDGET_S + BUILD_ALLOWANCE_S) * backends, elapsed
     tuner.locator(".uv-bokeh[data-drawn='1']").wait_for(timeout=30_000)
     results = tuner.locator("ul li").all_inner_texts()
-    assert any(r.startswith("python") and "stopped at its 5 s budget" in r for r in results), results
+    # the interpreter runs this kernel's reduction vectorised (about 1.2 s a run here): it is timed
+    # within its budget, or stopped at it on a slower or busier machine; never left running
+    assert any(r.startswith("python") and ("stopped at its 5 s budget" in r or "median" in r)
+               for r in results), results
     assert any(r.startswith("c") and "median" in r for r in results), results
     chart = tuner.locator(".uv-bokeh")
     page.wait_for_timeout(500)  # bokeh lays the row out after embedding it
