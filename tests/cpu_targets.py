@@ -8,6 +8,8 @@ tests/backends/test_targets.py checks that).  `make test-emulated` runs the suit
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from uopviz.backends.target import LEVELS, resolve_target
@@ -31,3 +33,14 @@ def target_params(*names: str) -> list:
         reason = resolve_target(name).why_not_here()
         params.append(pytest.param(name, marks=[pytest.mark.skip(reason=reason)] if reason else []))
     return params
+
+
+#: The CPU `make test-emulated` runs this process on under qemu-user (scripts/emulated-host.sh sets
+#: it: "haswell" or "nehalem"), "" on a real CPU.
+EMULATED_CPU = os.environ.get("UOPVIZ_EMULATED_CPU", "")
+
+
+def skip_when_emulated(cpus: tuple[str, ...], reason: str) -> pytest.MarkDecorator:
+    """Skip a case on the emulated ``cpus`` only, saying why (what qemu gets wrong or takes too long
+    for, and where the case still runs)."""
+    return pytest.mark.skipif(EMULATED_CPU in cpus, reason=f"on qemu's emulated {EMULATED_CPU}: {reason}")

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from bit_patterns import BIT_TYPES, BITCAST_PAIRS, assert_same_bits, bit_pattern_source, bit_pattern_tensor
-from cpu_targets import not_runnable_levels, runnable_levels
+from cpu_targets import EMULATED_CPU, not_runnable_levels, runnable_levels
 
 import uopviz as uv
 from uopviz.backends import BackendUnavailable, get
@@ -248,6 +248,10 @@ def test_viewing_source_never_compiles(monkeypatch) -> None:
 @pytest.mark.parametrize("backend", ["python", *CPU_BACKENDS])
 def test_bitcast_reinterprets_the_bits_between_every_pair_of_one_size(backend: str, shape, opts) -> None:
     _require(backend)
+    if EMULATED_CPU and backend == "opencl" and shape == (33, 64):
+        pytest.skip(f"on qemu's emulated {EMULATED_CPU}: pocl's compiler, itself emulated, takes over "
+                    "300 s for this shape's kernels (the smaller shapes run here; all run natively "
+                    "under x86-64-v3 and -v2)")
     rng = np.random.default_rng(len(shape) * 31 + shape[-1])
     sources = {name: bit_pattern_source(name, shape, rng) for name in BIT_TYPES}
     outputs = [bit_pattern_tensor(sources[s], s).bitcast(t) for s, t in BITCAST_PAIRS]

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from cpu_targets import skip_when_emulated
 
 import uopviz as uv
 from uopviz.nnef.composer import compose
@@ -1158,6 +1159,10 @@ def test_nonmax_suppress(iou, limit, minimum):
     check(out["i"], _nms_reference(boxes, scores, iou, limit, minimum))
 
 
+@skip_when_emulated(("haswell",), "every backend, the numpy interpreter included, keeps every box "
+                    "(54 rows for 48); the same test passes on this host natively, with numpy held to its "
+                    "AVX2 code (NPY_DISABLE_CPU_FEATURES=X86_V4) and on emulated Nehalem, so qemu's "
+                    "AVX2/FMA emulation computes it wrong")
 @pytest.mark.parametrize("backend", SCAN_BACKENDS)
 @pytest.mark.parametrize("n", [1, 9, 40])
 def test_nonmax_suppress_with_ties_and_degenerate_boxes(backend, n):
