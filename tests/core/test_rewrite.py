@@ -199,3 +199,34 @@ def test_large_graph_rewrite():
     out = graph_rewrite(x, fold_constants)
     assert out is UOp.const(idx, 20_000)
     assert uv.toposort([out]) == [out]
+
+
+def test_a_trace_records_only_the_rewrites_of_the_thread_that_opened_it():
+    """The tuner saves a session (tracing) while a worker thread lowers a kernel: neither trace may
+    take the other's passes (they had closed out of order: 'passes must close in the order they opened')."""
+    import threading
+
+    twice = UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x")))
+    rules = PatternMatcher([(twice, lambda x: x * 2, "x+x -> x*2")])
+    opened, other_done = threading.Event(), threading.Event()
+    found: dict[str, list[str]] = {}
+
+    def worker():
+        with tracing() as trace:
+            opened.set()
+            with traced_pass("worker pass"):
+                other_done.wait(10)
+                three = UOp.const(dtypes.int32, 3)
+                graph_rewrite(three + three, rules, name="in worker")
+        found["worker"] = [p.name for p in trace.walk()]
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    opened.wait(10)
+    with tracing() as trace:
+        x = UOp.buffer(4, dtypes.float32)
+        graph_rewrite(x + x, rules, name="in main")
+    other_done.set()
+    thread.join(10)
+    assert [p.name for p in trace.walk()] == ["in main"]
+    assert found["worker"] == ["worker pass", "in worker"]

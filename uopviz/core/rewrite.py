@@ -15,6 +15,7 @@ import inspect
 import itertools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -658,35 +659,44 @@ class Trace:
         return step
 
 
-_active_traces: list[Trace] = []
+class _ThreadTraces(threading.local):
+    """The traces open in this thread: a rewrite records into the traces its own thread opened, so a
+    notebook's tracing (the tuner saving a session) and a worker thread's lowering (a timing, a
+    BEAM search) never record into each other's passes."""
+
+    def __init__(self) -> None:
+        self.traces: list[Trace] = []
+
+
+_thread_traces = _ThreadTraces()
 
 
 @contextmanager
 def tracing() -> Iterator[Trace]:
-    """Record every rewrite step made inside the block into the yielded :class:`Trace`."""
+    """Record every rewrite step made inside the block (in this thread) into the yielded :class:`Trace`."""
     trace = Trace()
-    _active_traces.append(trace)
+    _thread_traces.traces.append(trace)
     try:
         yield trace
     finally:
-        _active_traces.remove(trace)
+        _thread_traces.traces.remove(trace)
 
 
 def is_tracing() -> bool:
     """True inside a ``tracing()`` block."""
-    return bool(_active_traces)
+    return bool(_thread_traces.traces)
 
 
 @contextmanager
 def untraced() -> Iterator[None]:
     """Record nothing inside the block, even inside ``tracing()``: for helper rewrites made while
     building one recorded step (what they built shows in that step)."""
-    saved = list(_active_traces)
-    _active_traces.clear()
+    saved = list(_thread_traces.traces)
+    _thread_traces.traces.clear()
     try:
         yield
     finally:
-        _active_traces[:] = saved
+        _thread_traces.traces[:] = saved
 
 
 @contextmanager
@@ -701,11 +711,11 @@ def traced_pass(
     """
     recorder = PassRecorder(name, root)
     started = time.perf_counter()
-    records = [trace._begin(name, root, matcher) for trace in _active_traces]
+    records = [trace._begin(name, root, matcher) for trace in _thread_traces.traces]
     try:
         yield recorder
     finally:
-        for trace, record in zip(_active_traces, records, strict=False):
+        for trace, record in zip(_thread_traces.traces, records, strict=False):
             record.duration_s = time.perf_counter() - started
             trace._end(record, recorder.output)
 
@@ -733,10 +743,10 @@ class PassRecorder:
         rebuilt nodes change dtype before their users are rebuilt), ``graph`` gives it: the graph,
         or a function that builds it when the step is shown.
         """
-        if not _active_traces:
+        if not _thread_traces.traces:
             return
         where = location or _caller_location()
-        for trace in _active_traces:
+        for trace in _thread_traces.traces:
             trace._record(rule, where, before, after, graph, by_hand=True)
 
 
@@ -761,7 +771,7 @@ def graph_rewrite(
     """
     pass_name = name or matcher.name or "graph_rewrite"
     with traced_pass(pass_name, root, matcher) as recorder:
-        result = _Rewriter(matcher, ctx, bool(_active_traces), max_steps, pass_name).run(root, bottom_up)
+        result = _Rewriter(matcher, ctx, is_tracing(), max_steps, pass_name).run(root, bottom_up)
         recorder.output = result
     return result
 
@@ -797,7 +807,7 @@ class _Rewriter:
                 f"(by rule {self.chain[result]!r})"
             )
         if self.trace:
-            for trace in _active_traces:
+            for trace in _thread_traces.traces:
                 trace._record(rule.name, rule.location, uop, result)
         return result
 
