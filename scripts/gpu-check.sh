@@ -39,11 +39,11 @@ fi
 cat "$OUT/gpu-info.txt"
 
 echo "== bench: python benchmarks/run.py gpu -o \$OUT/gpu-results.json"
-timeout 300 "$PYTHON" benchmarks/run.py gpu -o "$OUT/gpu-results.json" 2>&1 | tee "$OUT/gpu-bench.log"
+timeout "${GPU_BENCH_S:-300}" "$PYTHON" benchmarks/run.py gpu -o "$OUT/gpu-results.json" 2>&1 | tee "$OUT/gpu-bench.log"
 bench_rc=${PIPESTATUS[0]}
 
 echo "== tests: pytest tests/backends/test_cuda.py (its gpu-marked tests run here; the rest render and compile)"
-timeout 240 "$PYTHON" -m pytest -p no:cacheprovider -n 0 -q tests/backends/test_cuda.py 2>&1 \
+timeout "${GPU_TESTS_S:-240}" "$PYTHON" -m pytest -p no:cacheprovider -n "${GPU_TEST_WORKERS:-8}" -q tests/backends/test_cuda.py 2>&1 \
   | tee "$OUT/gpu-tests.log" | tail -30
 tests_rc=${PIPESTATUS[0]}
 
