@@ -8,6 +8,13 @@ from besides the kernel itself):
   first, its axes padded to the tile where they are not multiples of it (unless that more than
   doubles the work), then more tiles per warp while the grid keeps :data:`TENSOR_CORE_MIN_WARPS`
   warps, then workgroups;
+* **GPU reductions** (GROUP_REDUCE): a reduction that streams its rows (softmax, layernorm, a
+  row's max, sum or argmax: the largest load varies over every output and steps along the
+  reduction) has each row shared by G threads that read neighbouring elements and combine through
+  shared memory, whatever the number of rows: G the largest power of two with G² at most
+  4 × the row (:data:`GROUP_REDUCE_SLOT_READS_PER_TERM`), the row padded to a multiple of G where
+  none divides it; such kernels get no register tile over the rows.  Other reductions to few
+  values read along their axis take up to 256 threads;
 * **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4;
 * **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core of the
   CPU target, ``Backend.thread_count``);
@@ -382,9 +389,10 @@ def _group_reduce(kernel: Kernel) -> Kernel:
     reduces = [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE]
     if not reduces:
         return kernel
-    r = reduces[-1]
-    if _streams_rows(kernel, r):
-        sizes, position = _row_group_sizes(range_size(r)), _axis_of(kernel, r)
+    r, unchanged = reduces[-1], kernel
+    sizes = _row_group_sizes(range_size(r)) if _streams_rows(kernel, r) else []
+    if sizes:
+        position = _axis_of(kernel, r)
         kernel = _padded_rows(kernel, r, sizes)
         r = kernel.ranges[position]  # (PADTO keeps the axis where it was)
     elif outputs < GROUP_REDUCE_BELOW_OUTPUTS and _read_along(kernel, r):
@@ -394,7 +402,8 @@ def _group_reduce(kernel: Kernel) -> Kernel:
     extent = range_size(r)
     splits = [Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.GROUP_REDUCE, False))
               for size in sizes if extent % size == 0]
-    return _first_that_applies(kernel, splits)
+    grouped = _first_that_applies(kernel, splits)
+    return unchanged if grouped is kernel else grouped  # a padded row no group took: not padded
 
 
 def _shares_streamed_rows(kernel: Kernel) -> bool:
