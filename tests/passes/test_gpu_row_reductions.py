@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 import uopviz as uv
+
+# the CUDA linear programs (workgroup threads, GROUP_REDUCE's shared slots, padded rows) on the python backend
+from tests.passes.test_heuristic_gpu import _on_the_interpreter
 from uopviz import Tensor
 from uopviz.core.ops import AxisType
 from uopviz.engine.gpu_model import LAUNCH_S, gpu_account
@@ -100,17 +103,6 @@ def test_each_launch_adds_its_measured_overhead_to_the_prediction() -> None:
     predicted = sum(a.predicted_s for a in accounts)
     assert 37.3e-6 / 2 <= predicted <= 2 * 37.3e-6
     assert predicted == pytest.approx(_work_s(accounts) + 3 * LAUNCH_S)
-
-
-def _on_the_interpreter(program: uv.Program) -> list[np.ndarray]:
-    """``program``'s CUDA linear programs (workgroup threads, GROUP_REDUCE's shared slots, padded
-    rows) run by the python backend."""
-    python = uv.backends.get("python")
-    for item in program.items:
-        linear = item.body.src[0]
-        item.compiled = python.compile(python.render(linear), str(linear.arg))
-    program.build = True
-    return program.run()
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
