@@ -35,8 +35,8 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 from uopviz.passes.isel_primitives import (
-    _operand,
     add,
+    as_operand,
     bit_and,
     bit_or,
     bitcast,
@@ -201,7 +201,7 @@ _HALF_PI_PARTS = {dtypes.float32: _split(_PI / 2, 10, 7), dtypes.float64: _split
 _REDUCTION_LIMIT = {dtypes.float32: 2.0**14, dtypes.float64: 2.0**26}
 
 
-def _in_float32(x: UOp, compute: Callable[[UOp], UOp]) -> UOp | None:
+def in_float32(x: UOp, compute: Callable[[UOp], UOp]) -> UOp | None:
     """float16 / bfloat16: compute in float32 and round back; float32/float64: compute directly."""
     scalar = x.dtype.scalar
     if scalar in _FORMATS:
@@ -507,7 +507,7 @@ def decompose_sin(x: UOp, reduce_in: DType | None = None) -> UOp:
     return decompose_trigonometric(x, Ops.SIN, reduce_in)
 
 
-def _reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
+def reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
     """The decomposition of ``function`` reducing float32 in float64 (targets that have float64)."""
 
     def decompose(x: UOp) -> UOp:
@@ -518,7 +518,7 @@ def _reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
     return decompose
 
 
-def _reduced_in_own_type(function: Ops) -> Callable[[UOp], UOp]:
+def reduced_in_own_type(function: Ops) -> Callable[[UOp], UOp]:
     """The decomposition of ``function`` reducing in the argument's own type."""
     return lambda x: decompose_trigonometric(x, function)
 
@@ -578,7 +578,7 @@ def _rounded_product(a: UOp, b: UOp | float) -> UOp:
     """``a·b`` rounded, as ``MULACC(a, b, 0)``: a bare MUL that is later added to something would be
     fused into a MULACC on targets with a multiply-add, and the sum would then see the exact
     product where an error-free transformation counts on the rounded one."""
-    return UOp(Ops.MULACC, (a, _operand(a, b), const_like(a, 0.0)))
+    return UOp(Ops.MULACC, (a, as_operand(a, b), const_like(a, 0.0)))
 
 
 def _product_error(p: UOp, a_high: UOp, a_low: UOp, b_high: UOp | float, b_low: UOp | float) -> UOp:
@@ -692,7 +692,7 @@ def decompose_pow_extended(a: UOp, b: UOp) -> UOp:
     return _signed_power(a, b, negative, result)
 
 
-def _pow_in(a: UOp, b: UOp, wide: DType) -> UOp | None:
+def pow_in(a: UOp, b: UOp, wide: DType) -> UOp | None:
     """POW of float16, bfloat16 and float32 computed in ``wide`` and rounded once (in float64,
     ``b·log2 a`` keeps its digits: the exponent's rounding made float32 pow 114 ulp off);
     float64 in float64."""
