@@ -2,14 +2,20 @@
 
 ``lint-imports`` (import-linter) reads the contract from pyproject.toml and measures the import
 graph of ``uopviz/`` (module-level and in-function imports alike); the test fails with its report
-when a contract is broken, so the shape cannot rot unnoticed.
+when a contract is broken, so the shape cannot rot unnoticed.  pyproject.toml leaves out the imports
+under ``if TYPE_CHECKING:``; a second run counts them too, so a class is not split into parts that
+import it back only for annotations.  And no module imports another module's private ``_name``.
 """
 
 from __future__ import annotations
 
+import ast
+import fnmatch
+import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,16 +23,161 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_layer_contract_holds():
+def _lint_imports(config: Path | None = None) -> subprocess.CompletedProcess:
+    """``lint-imports --no-cache`` (with ``config``, else pyproject.toml) as a function call, in a
+    process whose path starts with this checkout (so the uopviz measured is this one, whatever is
+    installed)."""
     pytest.importorskip("importlinter", reason="import-linter is in the dev extra (pip install -e .[dev])")
-    # `lint-imports --no-cache` as a function call, in a process whose path starts with this checkout
-    # (so the uopviz measured is this one, whatever is installed)
-    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
+    argument = "" if config is None else f"config_filename={str(config)!r}, "
+    code = ("import sys; from importlinter.cli import lint_imports; "
+            f"sys.exit(lint_imports({argument}no_cache=True))")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
-                            timeout=240)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=240)
+
+
+def test_layer_contract_holds():
+    result = _lint_imports()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# the contract with the imports under `if TYPE_CHECKING:` counted
+
+#: Imports the no-cycles contract leaves out when TYPE_CHECKING imports count, because another piece
+#: of work owns the modules (issue 22): the NNEF subpackages (their restructuring breaks the 13-module
+#: knot) and the C family and LLVM renderers (the shared walk over LINEAR).  This list only shrinks:
+#: an entry that no longer matches an import fails the contract (import-linter's unmatched ignore),
+#: so remove it then; never add one for core, passes, engine or widgets.
+CYCLES_OWNED_ELSEWHERE = (
+    "uopviz.nnef.** -> uopviz.nnef.**",
+    "uopviz.backends.cfamily_state -> uopviz.backends.cfamily",
+    "uopviz.backends.llvm_renderer -> uopviz.backends.llvm_instructions",
+)
+
+
+def _toml_value(value: object) -> str:
+    # JSON's strings, numbers, booleans and arrays of them are TOML's too
+    return json.dumps(value)
+
+
+def _contract_counting_type_checking_imports(folder: Path) -> Path:
+    """pyproject.toml's import-linter contract with TYPE_CHECKING imports counted and the cycles of
+    :data:`CYCLES_OWNED_ELSEWHERE` ignored, written to ``folder``."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    contracts = settings.pop("contracts")
+    assert settings["exclude_type_checking_imports"] is True  # what the ordinary run hides
+    settings["exclude_type_checking_imports"] = False
+    acyclic = [contract for contract in contracts if contract["type"] == "acyclic_siblings"]
+    assert len(acyclic) == 1 and acyclic[0]["ancestors"] == ["uopviz"]
+    acyclic[0]["ignore_imports"] = list(CYCLES_OWNED_ELSEWHERE)
+    lines = ["[tool.importlinter]", *(f"{key} = {_toml_value(value)}" for key, value in settings.items())]
+    for contract in contracts:
+        lines += ["", "[[tool.importlinter.contracts]]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in contract.items()]
+    path = folder / "pyproject.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_no_import_cycle_counting_type_checking_imports(tmp_path):
+    # issue 22: Tensor and its four method groups, the UOp and its printer and property rules, and the
+    # OptOps' Kernel and the functions applying each opt imported each other back under TYPE_CHECKING;
+    # they are parts now (a Self type, the UOpNode and ShapedKernel protocols), and stay so
+    result = _lint_imports(_contract_counting_type_checking_imports(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+    assert "No import cycle among the modules of a package KEPT" in " ".join(result.stdout.split())
+
+
+def test_the_cycle_check_counts_type_checking_imports(tmp_path):
+    # the contract run above fails on a cycle made only of TYPE_CHECKING imports: the check can fail
+    package = tmp_path / "uopviz_cycle_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from uopviz_cycle_probe import b\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from uopviz_cycle_probe import a\n")
+    config = tmp_path / "probe.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "uopviz_cycle_probe"\n'
+                      "exclude_type_checking_imports = false\n\n[[tool.importlinter.contracts]]\n"
+                      'name = "probe"\ntype = "acyclic_siblings"\nancestors = ["uopviz_cycle_probe"]\n')
+    pytest.importorskip("importlinter", reason="import-linter is in the dev extra (pip install -e .[dev])")
+    code = (f"import sys; from importlinter.cli import lint_imports; "
+            f"sys.exit(lint_imports(config_filename={str(config)!r}, no_cache=True))")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NO_COLOR": "1"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode != 0 and "1 broken" in result.stdout, result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# private names stay in their module
+
+#: Modules that may still import another module's private name, because another piece of work owns
+#: them (issue 22): NNEF (its restructuring into subpackages) and the C family, LLVM, Python, CUDA
+#: and OpenCL renderers (the shared walk over LINEAR).  This list only shrinks; never add to it.
+PRIVATE_IMPORTS_OWNED_ELSEWHERE = (
+    "uopviz/nnef/*",
+    "uopviz/backends/cfamily*.py",
+    "uopviz/backends/llvm_*.py",
+    "uopviz/backends/python.py",
+    "uopviz/backends/cuda.py",
+    "uopviz/backends/opencl.py",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def private_imports(source: str, module: str, is_package: bool = False) -> list[str]:
+    """``"line: from X import _name"`` for every private name (one underscore) ``source``, the text
+    of ``module``, imports from a uopviz module, at any depth (in functions, under TYPE_CHECKING)."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:  # a relative import, from the module's package upwards
+            base = package[: len(package) - node.level + 1]
+            imported = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            imported = node.module or ""
+        if imported.split(".")[0] != "uopviz":
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                found.append(f"{node.lineno}: from {imported} import {alias.name}")
+    return found
+
+
+def test_private_imports_finds_absolute_relative_and_nested_imports():
+    source = ("from uopviz.core.uop import UOp, _hidden\n"
+              "from .tensor_helpers import _helper, __version__\n"
+              "def f():\n    from uopviz.passes import _late\n"
+              "from numpy import _private_of_numpy\n")
+    assert private_imports(source, "uopviz.core.tensor") == [
+        "1: from uopviz.core.uop import _hidden",
+        "2: from uopviz.core.tensor_helpers import _helper",
+        "4: from uopviz.passes import _late",
+    ]
+
+
+def test_no_module_imports_a_private_name_of_another():
+    # issue 22: 115 imports of private names crossed module boundaries; outside the areas other work
+    # owns there are none, and there must stay none: a name two modules share is public and documented
+    offenders = []
+    for path in sorted((ROOT / "uopviz").rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if any(fnmatch.fnmatch(relative, pattern) for pattern in PRIVATE_IMPORTS_OWNED_ELSEWHERE):
+            continue
+        source = path.read_text(encoding="utf-8")
+        found = private_imports(source, _module_name(path), is_package=path.name == "__init__.py")
+        offenders += [f"{relative}:{hit}" for hit in found]
+    assert offenders == [], "private names imported across modules:\n" + "\n".join(offenders)
 
 
 def _public_exception_classes() -> dict[str, type]:
