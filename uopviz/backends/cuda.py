@@ -54,6 +54,7 @@ from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
 from uopviz.core.dtype import dtypes
 from uopviz.core.errors import UopvizError
+from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -407,7 +408,11 @@ class CUDABackend(Backend):
     """CUDA C++ on an NVIDIA GPU (rendering works everywhere)."""
 
     name = "cuda"
-    supported_ops = COMPILED_ALU_OPS
+    # EXP2 is the GPU's own instruction (exp2f: MUFU.EX2 and a scale, at most 2 ulp by CUDA's
+    # programming guide), so EXP keeps ISel's extended-precision split around it and EXP2 is not
+    # replaced by the 20-odd instructions of the polynomial: on the H200 softmax 4096² spent about
+    # as long in its two exp kernels' arithmetic as in reading memory
+    supported_ops = COMPILED_ALU_OPS | {Ops.EXP2}
     vector_widths = ()
     has_local = True
     has_threads = False
