@@ -487,9 +487,3 @@ class TargetsCPU:
     def device(self) -> str:
         """The host CPU and the target profile's key (BEAM and tuning records are kept per device)."""
         return f"CPU:{self.target.host_model} {self.target.device_tag}"
-
-    def require_runnable(self) -> None:
-        """Raise BackendUnavailable when the host cannot run code for the current target."""
-        reason = self.target.why_not_here()
-        if reason is not None:
-            raise BackendUnavailable(reason)

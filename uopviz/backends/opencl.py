@@ -397,12 +397,6 @@ class OpenCLBackend(Backend):
         """The device target's SIMD register count on a CPU device, else the base default."""
         return self.device_target.vector_registers if self.runs_on_cpu else Backend.vector_registers
 
-    @property
-    def max_local_size(self) -> int:
-        """The device's largest workgroup (0 when there is no device)."""
-        found = _opencl()
-        return 0 if isinstance(found, str) else int(found[1].max_work_group_size)
-
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
 

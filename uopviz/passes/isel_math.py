@@ -502,11 +502,6 @@ def _divide(a: UOp, b: UOp) -> UOp:
     return UOp(Ops.DIV, (a, b))
 
 
-def decompose_sin(x: UOp, reduce_in: DType | None = None) -> UOp:
-    """``sin x`` (see :func:`decompose_trigonometric`)."""
-    return decompose_trigonometric(x, Ops.SIN, reduce_in)
-
-
 def _reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
     """The decomposition of ``function`` reducing float32 in float64 (targets that have float64)."""
 
