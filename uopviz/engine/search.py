@@ -450,25 +450,22 @@ def evaluate_candidate(
     return built, run_s, error
 
 
+def time_isolated(built: _Built, backend: str, timeout_s: float, **options: Any) -> Any:
+    """A ``Timing`` of a built candidate in the kernel worker, stopped at ``timeout_s``: one warm-up
+    run (a search times many candidates), then ``options`` (:class:`TimingOptions`' fields)."""
+    from uopviz.backends.worker import time_kernel
+
+    options = {"warmup": 1, **options}
+    return time_kernel(backend, built.source, built.name, built.arguments, isolated=True, timeout_s=timeout_s,
+                       **options)  # fmt: skip
+
+
 def _time_built(
     built: _Built, backend: str, repeats: int, timeout_s: float
 ) -> tuple[float | None, str | None]:
-    from uopviz.backends.worker import KernelCrashed, KernelTimeout, time_kernel
-
     try:
-        timing = time_kernel(
-            backend,
-            built.source,
-            built.name,
-            built.arguments,
-            warmup=1,
-            repeats=repeats,
-            isolated=True,
-            timeout_s=timeout_s,
-        )
-    except (KernelCrashed, KernelTimeout) as error:
-        return None, f"{type(error).__name__}: {error}"
-    except Exception as error:  # noqa: BLE001 - any failure to run disqualifies the candidate only
+        timing = time_isolated(built, backend, timeout_s, repeats=repeats)
+    except Exception as error:  # noqa: BLE001 - any failure to run (a crash, a hang) disqualifies the candidate only
         return None, f"{type(error).__name__}: {error}"
     return timing.median_s, None
 
@@ -696,8 +693,6 @@ def _verify_finalists(
     chosen = {id(c): c for c in [*ranked[:count], *extra]}
     if len(chosen) < 2:
         return None
-    from uopviz.backends.worker import time_kernel
-
     built = {key: build_candidate(kernels[key], backend) for key in chosen}
     reference = _outputs_of(build_candidate(untuned, backend), backend, timeout_s)
     for key, result in built.items():
@@ -717,17 +712,7 @@ def _verify_finalists(
             if result.error is not None:
                 continue
             try:
-                timing = time_kernel(
-                    backend,
-                    result.source,
-                    result.name,
-                    result.arguments,
-                    warmup=1,
-                    repeats=max(repeats, 5),
-                    rotate=2,
-                    isolated=True,
-                    timeout_s=timeout_s,
-                )
+                timing = time_isolated(result, backend, timeout_s, repeats=max(repeats, 5), rotate=2)
             except Exception:  # noqa: BLE001 - a finalist that fails now keeps its search time only
                 continue
             times[key].append(timing.min_s)
