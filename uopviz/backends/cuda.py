@@ -30,8 +30,8 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -383,22 +383,13 @@ class CUDALaunch(Launch):
             self.driver.lib.cuMemFree_v2(pointer)
 
 
+@dataclass(kw_only=True)
 class CUDACompiledKernel(CompiledKernel):
     """A loaded CUDA module and its kernel function."""
 
-    def __init__(
-        self,
-        backend: str,
-        meta: KernelMeta,
-        source: str,
-        compile_s: float,
-        extra: dict[str, Any],
-        driver: _Driver,
-        module: ctypes.c_void_p,
-        function: ctypes.c_void_p,
-    ):
-        super().__init__(backend, meta, source, compile_s, extra)
-        self.driver, self.module, self.function = driver, module, function
+    driver: _Driver = field(repr=False)
+    module: ctypes.c_void_p = field(repr=False)
+    function: ctypes.c_void_p = field(repr=False)
 
     def prepare(self, *arrays: np.ndarray) -> Launch:
         return CUDALaunch(self, self.check_arguments(arrays))
@@ -465,15 +456,9 @@ class CUDABackend(Backend):
             driver.lib.cuModuleGetFunction(ctypes.byref(function), module, meta.name.encode()),
             "cuModuleGetFunction",
         )
-        kernel = CUDACompiledKernel(
-            self.name,
-            meta,
-            source,
-            time.perf_counter() - start,
-            {"cached": was_cached},
-            driver,
-            module,
-            function,
+        kernel = CUDACompiledKernel.built(
+            self.name, meta, source, start, {"cached": was_cached}, driver=driver, module=module,
+            function=function,
         )
         self._compiled[key] = kernel
         return kernel
