@@ -11,17 +11,13 @@ contiguous, gathered and gated vector memory access, and WMMA as scalar multiply
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from uopviz.backends.base import KernelMeta, RenderError, TensorCore
-from uopviz.backends.linear_program import (
-    PREFETCH_ITERATIONS,
-    PREFETCH_MIN_STRIDE_BYTES,
-    LinearRenderState,
-    underlying_buffer,
-)
+from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
+from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.core.affine import (
     constant_chunk_width,
     contiguous_start,
@@ -56,15 +52,6 @@ class Address:
         return self.offset is not None and self.dtype.count > 1
 
 
-@dataclass
-class Scope:
-    """An open block of the rendered code: a RANGE loop, an IF, or the function body."""
-
-    opener: UOp | None
-    kind: str  # "function", "range", "if"
-    number: int
-
-
 def _is_buffer_like(u: UOp) -> bool:
     return u.op in (Ops.PARAM, Ops.BUFFER)
 
@@ -96,7 +83,7 @@ def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
     return {buffer: width for buffer, width in widths.items() if width is not None}
 
 
-class CFamilyRenderState(LinearRenderState):
+class CFamilyRenderState(LinearWalk):
     """One rendering of one LINEAR program in a C-family dialect (names, scopes, emitted lines)."""
 
     # REG buffers declared at the top of the function come before the body
@@ -105,8 +92,7 @@ class CFamilyRenderState(LinearRenderState):
     def __init__(self, renderer: CStyleRenderer, linear: UOp):
         super().__init__(linear)
         self.r = renderer
-        self.addresses: dict[UOp, Address]  # (made by LinearRenderState: what each INDEX addresses)
-        self.scopes: list[Scope] = [Scope(None, "function", 0)]
+        self.addresses: dict[UOp, Address]  # (made by LinearWalk: what each INDEX addresses)
         self.lines: list[str] = []
         self.top_lines: list[str] = []
         self.typedefs: dict[str, str] = {}
@@ -166,14 +152,8 @@ class CFamilyRenderState(LinearRenderState):
         params = self.collect_params()
         self.plan_registers()
         meta_sizes = self.launch_sizes()
-        self.render_live_uops(params)
-        if len(self.scopes) != 1:
-            opener = self.scopes[-1].opener
-            raise RenderError(
-                f"{self.r.dialect.name}: kernel {self.linear.arg!r} ends with an open "
-                f"{self.scopes[-1].kind} ({opener.op.name if opener is not None else '?'}); "
-                f"an END or ENDIF is missing"
-            )
+        self.declare_registers(None)  # the function's own registers come first
+        self.walk(params)
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params), *meta_sizes)
         signature = self.r.kernel_signature(meta.name, params)
         return self.r.assemble(self, signature, self.lines, meta)
@@ -249,23 +229,7 @@ class CFamilyRenderState(LinearRenderState):
             # a declaration is its buffer's line (by identity: a UOp's == builds a comparison)
             self.note_owners(next(i for i, u in enumerate(self.program) if u is buffer))
 
-    # -- per op -------------------------------------------------------------------------------
-    def render_uop(self, u: UOp) -> None:
-        op = u.op
-        if self.position == 0 or not self.lines:
-            self.declare_registers(None)
-        handler = _HANDLERS.get(op)
-        if handler is not None:
-            handler(self, u)
-            return
-        if op in GroupOp.ELEMENTWISE:
-            self.render_alu(u)
-            return
-        raise self.fail(u, f"{op.name} cannot appear in a linear program for this backend")
-
-    def render_param(self, u: UOp) -> None:
-        return None  # named in run(); the argument list declares it
-
+    # -- per op (the methods linear_walk.RENDER_METHODS names) ----------------------------------
     def render_buffer(self, u: UOp) -> None:
         space = u.arg.addrspace
         if space is AddrSpace.REG:
@@ -281,9 +245,6 @@ class CFamilyRenderState(LinearRenderState):
             return None
         raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
 
-    def render_nothing(self, u: UOp) -> None:
-        return None
-
     def render_special(self, u: UOp) -> None:
         ctype = self.r.scalar_type(dtypes.index)
         uses_local = any(s.op is Ops.SPECIAL and s.arg.startswith("lidx") for s in self.program)
@@ -293,7 +254,7 @@ class CFamilyRenderState(LinearRenderState):
         )
         self.define(u, u.arg)
 
-    def render_range(self, u: UOp) -> None:
+    def render_range(self, u: UOp, scope: Scope) -> None:
         number, axis_type = u.arg
         name = self.fresh("ridx")
         bound = self.ref(u.src[0])
@@ -308,40 +269,22 @@ class CFamilyRenderState(LinearRenderState):
             self.emit(line)
         self.emit(header[-1] + comment)
         self.define(u, name)
-        self.scope_numbers += 1
-        self.scopes.append(Scope(u, "range", self.scope_numbers))
         if parallel:
-            self.parallel_depth = len(self.scopes)
-        self.declare_registers(u)
+            self.parallel_depth = len(self.scopes) + 1  # the depth of the loop's scope, about to open
 
-    def render_end(self, u: UOp) -> None:
-        ranges = [s for s in u.src if s.op is Ops.RANGE]
-        if not ranges:
-            raise self.fail(u, "END needs its RANGE as a source")
-        target = ranges[-1]
-        if self.scopes[-1].opener is not target:
-            open_one = self.scopes[-1].opener
-            raise self.fail(
-                u,
-                f"END closes range {target.arg[0]} but the innermost open block is "
-                f"{'the function' if open_one is None else open_one.op.name}",
-            )
-        if self.parallel_depth == len(self.scopes):
+    def render_scope_start(self, scope: Scope) -> None:
+        self.declare_registers(scope.opener)
+
+    def render_end(self, u: UOp, scope: Scope) -> None:
+        if self.parallel_depth == len(self.scopes) + 1:  # (the closed loop's depth)
             self.parallel_depth = 0
-        self.scopes.pop()
         self.emit("}")
 
-    def render_if(self, u: UOp) -> None:
+    def render_if(self, u: UOp, scope: Scope) -> None:
         gate = self.ref(u.src[0])
         self.emit(f"if ({gate}) {{")
-        self.scope_numbers += 1
-        self.scopes.append(Scope(u, "if", self.scope_numbers))
-        self.declare_registers(u)
 
-    def render_endif(self, u: UOp) -> None:
-        if self.scopes[-1].opener is not u.src[0]:
-            raise self.fail(u, "ENDIF does not close the innermost open IF")
-        self.scopes.pop()
+    def render_endif(self, u: UOp, scope: Scope) -> None:
         self.emit("}")
 
     def render_barrier(self, u: UOp) -> None:
@@ -717,31 +660,6 @@ class CFamilyRenderState(LinearRenderState):
             self.emit(text if text.rstrip().endswith((";", "}")) else text + ";")
             return
         self.assign(u, "custom", text)
-
-
-_HANDLERS: dict[Ops, Callable[[CFamilyRenderState, UOp], None]] = {
-    Ops.PARAM: CFamilyRenderState.render_param,
-    Ops.BUFFER: CFamilyRenderState.render_buffer,
-    Ops.CONST: CFamilyRenderState.render_nothing,
-    Ops.SINK: CFamilyRenderState.render_nothing,
-    Ops.GROUP: CFamilyRenderState.render_nothing,
-    Ops.AFTER: CFamilyRenderState.render_after,
-    Ops.SPECIAL: CFamilyRenderState.render_special,
-    Ops.RANGE: CFamilyRenderState.render_range,
-    Ops.END: CFamilyRenderState.render_end,
-    Ops.IF: CFamilyRenderState.render_if,
-    Ops.ENDIF: CFamilyRenderState.render_endif,
-    Ops.BARRIER: CFamilyRenderState.render_barrier,
-    Ops.VECTORIZE: CFamilyRenderState.render_vectorize,
-    Ops.GEP: CFamilyRenderState.render_gep,
-    Ops.INDEX: CFamilyRenderState.render_index,
-    Ops.LOAD: CFamilyRenderState.render_load,
-    Ops.STORE: CFamilyRenderState.render_store,
-    Ops.CAST: CFamilyRenderState.render_cast,
-    Ops.BITCAST: CFamilyRenderState.render_bitcast,
-    Ops.WMMA: CFamilyRenderState.render_wmma,
-    Ops.CUSTOM: CFamilyRenderState.render_custom,
-}
 
 
 def render_wmma_scalar(

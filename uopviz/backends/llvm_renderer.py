@@ -15,7 +15,7 @@ and ``@name`` hands chunks of the range to the threads of libgomp's ``GOMP_paral
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from uopviz.backends.base import (
@@ -25,12 +25,8 @@ from uopviz.backends.base import (
     SourceMap,
     TensorCore,
 )
-from uopviz.backends.linear_program import (
-    PREFETCH_ITERATIONS,
-    PREFETCH_MIN_STRIDE_BYTES,
-    LinearRenderState,
-    underlying_buffer,
-)
+from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
+from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.backends.llvm_instructions import alu_instruction, cast_value
 from uopviz.backends.llvm_types import (
     mangle,
@@ -55,13 +51,6 @@ class _Address:
     pointer: str | None = None  # scalar or contiguous start
     pointers: str | None = None  # <N x ptr> for gathers and scatters (made when a gate needs it)
     lane_pointers: list[str] | None = None  # one pointer per lane of a gather or scatter
-
-
-@dataclass
-class _Scope:
-    opener: UOp | None
-    number: int
-    label: str = ""
 
 
 class LLVMRenderer:
@@ -103,7 +92,7 @@ def parallel_range(program: Sequence[UOp]) -> UOp | None:
     return candidates[0]
 
 
-class LLVMRenderState(LinearRenderState):
+class LLVMRenderState(LinearWalk):
     """One rendering: SSA names, blocks, allocas, helper functions and declarations."""
 
     name_prefix = "%"
@@ -114,12 +103,11 @@ class LLVMRenderState(LinearRenderState):
     def __init__(self, renderer: LLVMRenderer, linear: UOp):
         super().__init__(linear)
         self.r = renderer
-        self.addresses: dict[UOp, _Address]  # (made by LinearRenderState: what each INDEX addresses)
+        self.addresses: dict[UOp, _Address]  # (made by LinearWalk: what each INDEX addresses)
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.declarations: dict[str, str] = {}
         self.helpers: dict[str, str] = {}
-        self.scopes: list[_Scope] = [_Scope(None, 0)]
         self.block = "entry"
         self.thread_range: UOp | None = None
 
@@ -172,11 +160,7 @@ class LLVMRenderState(LinearRenderState):
     def run(self) -> str:
         params = self.collect_params()
         self.thread_range = parallel_range(self.program) if self.r.parallel else None
-        self.render_live_uops(params)
-        if len(self.scopes) != 1:
-            raise RenderError(
-                f"llvm: kernel {self.linear.arg!r} ends with an open block; an END or ENDIF is missing"
-            )
+        self.walk(params)
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params))
         return self.assemble(meta, params)
 
@@ -241,19 +225,7 @@ class LLVMRenderState(LinearRenderState):
         ]
         return "\n".join(out)
 
-    # -- per op -------------------------------------------------------------------------------
-    def render_uop(self, u: UOp) -> None:
-        handler = _HANDLERS.get(u.op)
-        if handler is not None:
-            handler(self, u)
-        elif u.op in GroupOp.ELEMENTWISE:
-            self.render_alu(u)
-        else:
-            raise self.fail(u, f"{u.op.name} cannot appear in a linear program for this backend")
-
-    def render_nothing(self, u: UOp) -> None:
-        return None
-
+    # -- per op (the methods linear_walk.RENDER_METHODS names) ----------------------------------
     def render_buffer(self, u: UOp) -> None:
         if u.arg.addrspace is AddrSpace.GLOBAL:
             raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
@@ -265,9 +237,8 @@ class LLVMRenderState(LinearRenderState):
     def render_special(self, u: UOp) -> None:
         raise self.fail(u, f"SPECIAL {u.arg!r} needs a GPU backend; CPU backends use RANGEs")
 
-    def render_range(self, u: UOp) -> None:
-        number = self.scope_numbers + 1
-        loop = f"loop{number}"
+    def render_range(self, u: UOp, scope: Scope) -> None:
+        loop = f"loop{scope.number}"
         name = self.fresh("ridx")
         if u is self.thread_range:
             start, bound = "%thread_start", "%thread_end"
@@ -281,35 +252,24 @@ class LLVMRenderState(LinearRenderState):
         self.emit(f"br i1 {name}.go, label %{loop}.body, label %{loop}.exit")
         self.label(f"{loop}.body")
         self.define(u, name)
-        self.scope_numbers = number
-        self.scopes.append(_Scope(u, number, loop))
 
-    def render_end(self, u: UOp) -> None:
-        ranges = [s for s in u.src if s.op is Ops.RANGE]
-        if not ranges or self.scopes[-1].opener is not ranges[-1]:
-            raise self.fail(u, "END does not close the innermost open RANGE")
-        scope = self.scopes.pop()
-        name = self.names[ranges[-1]]
-        self.emit(f"br label %{scope.label}.latch")
-        self.label(f"{scope.label}.latch")
+    def render_end(self, u: UOp, scope: Scope) -> None:
+        loop, name = f"loop{scope.number}", self.names[scope.opener]
+        self.emit(f"br label %{loop}.latch")
+        self.label(f"{loop}.latch")
         self.emit(f"{name}.next = add i64 {name}, 1")
-        self.emit(f"br label %{scope.label}")
-        self.label(f"{scope.label}.exit")
+        self.emit(f"br label %{loop}")
+        self.label(f"{loop}.exit")
 
-    def render_if(self, u: UOp) -> None:
-        number = self.scope_numbers + 1
+    def render_if(self, u: UOp, scope: Scope) -> None:
+        number = scope.number
         gate = self.ref(u.src[0])
         self.emit(f"br i1 {gate}, label %if{number}.then, label %if{number}.end")
         self.label(f"if{number}.then")
-        self.scope_numbers = number
-        self.scopes.append(_Scope(u, number, f"if{number}"))
 
-    def render_endif(self, u: UOp) -> None:
-        if self.scopes[-1].opener is not u.src[0]:
-            raise self.fail(u, "ENDIF does not close the innermost open IF")
-        scope = self.scopes.pop()
-        self.emit(f"br label %{scope.label}.end")
-        self.label(f"{scope.label}.end")
+    def render_endif(self, u: UOp, scope: Scope) -> None:
+        self.emit(f"br label %if{scope.number}.end")
+        self.label(f"if{scope.number}.end")
 
     def render_barrier(self, u: UOp) -> None:
         self.emit("; BARRIER: workgroups are one thread here, nothing to wait for")
@@ -718,28 +678,3 @@ class LLVMRenderState(LinearRenderState):
             self.emit(text)
         else:
             self.assign(u, "custom", text)
-
-
-_HANDLERS: dict[Ops, Callable[[LLVMRenderState, UOp], None]] = {
-    Ops.PARAM: LLVMRenderState.render_nothing,
-    Ops.CONST: LLVMRenderState.render_nothing,
-    Ops.SINK: LLVMRenderState.render_nothing,
-    Ops.GROUP: LLVMRenderState.render_nothing,
-    Ops.BUFFER: LLVMRenderState.render_buffer,
-    Ops.AFTER: LLVMRenderState.render_after,
-    Ops.SPECIAL: LLVMRenderState.render_special,
-    Ops.RANGE: LLVMRenderState.render_range,
-    Ops.END: LLVMRenderState.render_end,
-    Ops.IF: LLVMRenderState.render_if,
-    Ops.ENDIF: LLVMRenderState.render_endif,
-    Ops.BARRIER: LLVMRenderState.render_barrier,
-    Ops.VECTORIZE: LLVMRenderState.render_vectorize,
-    Ops.GEP: LLVMRenderState.render_gep,
-    Ops.INDEX: LLVMRenderState.render_index,
-    Ops.LOAD: LLVMRenderState.render_load,
-    Ops.STORE: LLVMRenderState.render_store,
-    Ops.CAST: LLVMRenderState.render_cast,
-    Ops.BITCAST: LLVMRenderState.render_bitcast,
-    Ops.WMMA: LLVMRenderState.render_wmma,
-    Ops.CUSTOM: LLVMRenderState.render_custom,
-}

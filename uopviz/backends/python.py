@@ -40,14 +40,13 @@ from uopviz.backends.base import (
     CompiledKernel,
     CompileError,
     KernelMeta,
-    KernelParam,
     Launch,
     RenderError,
     SourceMap,
     TensorCore,
     cpu_tensor_cores,
-    map_lines,
 )
+from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.core.alu import exec_alu_array
 from uopviz.core.alu import numpy_dtype as value_numpy_dtype
 from uopviz.core.dtype import AddrSpace, DType, dtypes
@@ -586,23 +585,61 @@ def _varying(loop: UOp, body: list[UOp]) -> set[UOp]:
     return {loop} | {u for u, flag in depends.items() if flag}
 
 
-@dataclass
-class _Emitter:
-    """The state of rendering one program: names, indentation, lifted dimensions, masks."""
+class PythonWalk(LinearWalk):
+    """One rendering of a LINEAR program to Python: names, indentation, the lifted loops' dimensions
+    and the masks of the open IFs (see the module docstring)."""
 
-    linear: UOp
-    lines: list[str] = field(default_factory=list)
-    header: list[str] = field(default_factory=list)
-    names: dict[UOp, str] = field(default_factory=dict)
-    indent: int = 1
-    masks: list[str] = field(default_factory=list)
-    open_loops: list[tuple[UOp, bool]] = field(default_factory=list)
-    counter: int = 0
-    local_dims: tuple[int, ...] = ()
-    warp_dim: int | None = None  # the lifted dimension whose iterations are the lanes of warps
-    folds: dict[UOp, tuple[UOp, UOp]] = field(default_factory=dict)  # fold ALU -> (its loop, accumulator)
-    fold_chunks: dict[UOp, int] = field(default_factory=dict)  # vectorised loop -> iterations per chunk
+    dialect = "python"
+    #: the reference interpreter runs every uop the program holds, live or not
+    only_live_uops = False
+    #: a constant's line in the header goes to the uop whose rendering first used it
+    mapped_lists = (("header", ""), ("lines", ""))
 
+    def __init__(self, linear: UOp):
+        super().__init__(linear)
+        self.lines: list[str] = []
+        self.header: list[str] = []
+        self.indent = 1
+        self.masks: list[str] = []
+        self.counter = 0
+        program = list(linear.src)
+        self.carried = carried_ranges(program)
+        lifted = [u for u in dict.fromkeys(program)
+                  if u.op in (Ops.RANGE, Ops.SPECIAL) and u not in self.carried]
+        for u in lifted:
+            if u.src[0].op is not Ops.CONST:
+                raise RenderError(f"python: the bound of lifted {u.op.name} {u.arg} must be a constant")
+        self.position_of = {u: i for i, u in enumerate(lifted)}
+        self.lifted_shape = tuple(int(u.src[0].arg[0]) for u in lifted)
+        self.local_dims = tuple(self.position_of[u] for u in lifted
+                                if u.op is Ops.SPECIAL and u.arg.startswith("lidx"))
+        warps = [u for u in lifted if (u.op is Ops.RANGE and u.arg[1] is AxisType.WARP)
+                 or (u.op is Ops.SPECIAL and u.arg == "lidx0")]
+        #: the lifted dimension whose iterations are the lanes of warps
+        self.warp_dim = self.position_of[warps[0]] if warps else None
+        foldable = foldable_loops(program, self.carried) if VECTORISE_REDUCTIONS else {}
+        #: fold ALU -> (its loop, accumulator)
+        self.folds = {update: (loop, accumulator) for loop, updates in foldable.items()
+                      for update, accumulator in updates.items()}
+        #: vectorised loop -> iterations per chunk: at most FOLD_CHUNK_ELEMENTS accumulator steps
+        self.fold_chunks: dict[UOp, int] = {}
+        for loop, updates in foldable.items():
+            lanes = max(update.dtype.count for update in updates)
+            self.fold_chunks[loop] = max(1, FOLD_CHUNK_ELEMENTS // (math.prod(self.lifted_shape) * lanes))
+
+    def run(self) -> str:
+        """The whole source: the constants, then ``kernel(data0, ...)``."""
+        params = self.collect_params()
+        self.walk(params)
+        meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params))
+        signature = ", ".join(name for _, name in params)
+        body = self.lines or ["    pass"]
+        lifted = list(self.lifted_shape)
+        title = f"# kernel {self.linear.arg}: {len(self.program)} uops, lifted loops {lifted}"
+        header = [f"# {meta.to_comment_text()}", title, *self.header]
+        return "\n".join([*header, f"def kernel({signature}):", *body, ""])
+
+    # -- names ----------------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
         self.counter += 1
         return f"{prefix}{self.counter}"
@@ -622,6 +659,7 @@ class _Emitter:
         return name
 
     def constant(self, u: UOp) -> str:
+        """The name of a constant, defined in the header the first time it is used."""
         name = self.names.get(u)
         if name is None:
             name = f"c{len(self.header)}"
@@ -634,11 +672,171 @@ class _Emitter:
         return name
 
     def mask(self) -> str | None:
+        """The mask of the innermost open IF (None outside every IF)."""
         return self.masks[-1] if self.masks else None
 
+    def where(self) -> str:
+        """The uop being rendered, as a runtime error names it."""
+        return f"{self.linear.arg}@{self.position}"
 
-def _fail(u: UOp, position: int, problem: str) -> RenderError:
-    return RenderError(f"python: {u.op.name} at position {position}: {problem}")
+    def assign(self, u: UOp, expression: str) -> None:
+        """``v<n> = expression``: the value of ``u``."""
+        name = self.fresh("v")
+        self.names[u] = name
+        self.emit(f"{name} = {expression}")
+
+    # -- per op (the methods linear_walk.RENDER_METHODS names) ----------------------------------
+    def render_const(self, u: UOp) -> None:
+        self.constant(u)
+
+    def render_barrier(self, u: UOp) -> None:
+        return None  # the lifted threads run each instruction together: a barrier holds already
+
+    render_stack = LinearWalk.render_nothing
+
+    def render_buffer(self, u: UOp) -> None:
+        if u.arg.addrspace is AddrSpace.GLOBAL:
+            raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
+        dtype_name = u.arg.dtype.scalar.name
+        if u.arg.addrspace is AddrSpace.LOCAL:
+            name = self.fresh("shared")
+            shape = f"{self.lifted_shape!r}, {self.local_dims!r}"
+            self.emit(f"{name} = new_shared({u.arg.size}, {dtype_name!r}, {shape})")
+        else:
+            name = self.fresh("reg")
+            self.emit(f"{name} = new_register({u.arg.size}, {dtype_name!r}, {self.lifted_shape!r})")
+        self.names[u] = name
+
+    def render_special(self, u: UOp) -> None:
+        self.render_loop(u)
+
+    def render_range(self, u: UOp, scope: Scope) -> None:
+        self.render_loop(u)
+
+    def render_loop(self, u: UOp) -> None:
+        """A RANGE or SPECIAL: a lifted numpy axis, a vectorised fold in chunks, or a Python ``for``."""
+        name = self.fresh("r" if u.op is Ops.RANGE else "s")
+        self.names[u] = name
+        bound = self.ref(u.src[0])
+        if u in self.fold_chunks:
+            self.emit(f"# loop {name} runs vectorised: each iteration only folds a value into an")
+            chunk = self.fold_chunks[u]
+            self.emit(f"# accumulator, so fold() folds {chunk} iterations at a time, in order")
+            self.emit(f"for {name} in folded_chunks(int({bound}), {chunk}, {len(self.lifted_shape)}):")
+            self.indent += 1
+        elif u in self.carried:
+            self.emit(f"for {name} in range(int({bound})):")
+            self.indent += 1
+            self.emit(f"{name} = np.int64({name})")
+        else:
+            self.emit(f"{name} = lifted_range(int({bound}), {self.position_of[u]}, {len(self.lifted_shape)})")
+
+    def render_end(self, u: UOp, scope: Scope) -> None:
+        if scope.opener in self.carried:
+            self.indent -= 1
+
+    def render_if(self, u: UOp, scope: Scope) -> None:
+        name = self.fresh("mask")
+        gate = self.ref(u.src[0])
+        outer = self.mask()
+        self.emit(f"{name} = {gate}" if outer is None else f"{name} = np.logical_and({outer}, {gate})")
+        self.masks.append(name)
+        self.names[u] = name
+
+    def render_endif(self, u: UOp, scope: Scope) -> None:
+        self.masks.pop()
+
+    def render_index(self, u: UOp) -> None:
+        return None  # rendered into the LOAD/STORE that uses it
+
+    def render_vectorize(self, u: UOp) -> None:
+        self.assign(u, f"vectorize({', '.join(self.ref(s) for s in u.src)})")
+
+    def render_gep(self, u: UOp) -> None:
+        self.assign(u, f"gep({self.ref(u.src[0])}, {tuple(u.arg)!r}, {u.src[0].dtype.count})")
+
+    def render_cast(self, u: UOp) -> None:
+        self.assign(u, f"cast({self.ref(u.src[0])}, {u.src[0].dtype.scalar.name!r}, {u.dtype.scalar.name!r})")
+
+    def render_bitcast(self, u: UOp) -> None:
+        source, target = u.src[0].dtype.scalar.name, u.dtype.scalar.name
+        self.assign(u, f"bitcast({self.ref(u.src[0])}, {source!r}, {target!r})")
+
+    def render_wmma(self, u: UOp) -> None:
+        config = u.arg
+        if not isinstance(config, TensorCore):
+            raise self.fail(u, "WMMA's arg must be a TensorCore config")
+        warp = ""
+        if config.threads > 1:
+            if self.warp_dim is None or self.lifted_shape[self.warp_dim] % config.threads:
+                raise self.fail(u, f"WMMA of {config.name} needs a warp of {config.threads} lanes: a "
+                                   f"WARP range or lidx0 whose size is a multiple of it")
+            warp = f", {config.threads}, {self.warp_dim}, {self.lifted_shape!r}"
+        a, b, c = (self.ref(s) for s in u.src)
+        self.assign(u, f"wmma({a}, {b}, {c}, {config.dims!r}, {config.layout_a!r}, {config.layout_b!r}, "
+                       f"{config.layout_c!r}, {config.dtype_in.name!r}, {config.dtype_out.name!r}{warp})")
+
+    def render_alu(self, u: UOp) -> None:
+        if u in self.folds:
+            loop, accumulator = self.folds[u]
+            value = next(s for s in u.src if s is not accumulator)
+            operands = f"{self.ref(accumulator)}, {self.ref(value)}, {self.ref(loop)}"
+            self.assign(u, f"fold(Ops.{u.op.name}, {u.dtype.scalar.name!r}, {operands})")
+            return
+        operands = ", ".join(self.ref(s) for s in u.src)
+        self.assign(u, f"alu(Ops.{u.op.name}, {u.dtype.scalar.name!r}, {operands})")
+
+    def gate_with_mask(self, gate: str | None) -> str | None:
+        """A LOAD's or STORE's gate combined with the innermost IF's mask (None: neither)."""
+        mask = self.mask()
+        if mask is None or gate is None:
+            return gate if mask is None else mask
+        combined = self.fresh("g")
+        self.emit(f"{combined} = np.logical_and({mask}, {gate})")
+        return combined
+
+    def render_load(self, u: UOp) -> None:
+        index = u.src[0]
+        if index.op is not Ops.INDEX:
+            raise self.fail(u, f"LOAD reads an INDEX, got {index.op.name}")
+        buffer, address = index.src[0], self.ref(index.src[1])
+        gate = self.ref(u.src[2]) if len(u.src) > 2 else None
+        alt = self.ref(u.src[1]) if len(u.src) > 1 else None
+        if self.mask() is not None and gate is None:  # a load inside an IF must not fault where it is false
+            alt = self.constant(UOp.const(u.dtype.scalar, 0))
+        gate = self.gate_with_mask(gate)
+        gated = "" if gate is None else f", {alt}, {gate}"
+        where = self.where()
+        if _is_register(buffer):
+            register = self.ref(_buffer_of(buffer))
+            helper = "load_shared" if _is_shared(buffer) else "load_register"
+            expression = f"{helper}({where!r}, {register}, {address}, {u.dtype.count}{gated})"
+        else:
+            base = _buffer_of(buffer)
+            if base.op is not Ops.PARAM:
+                raise self.fail(u, f"LOAD from a {base.op.name}; kernels read PARAMs and REG buffers")
+            dtype_name = base.arg.dtype.scalar.name
+            expression = f"load_global({where!r}, {self.ref(base)}, {dtype_name!r}, {address}{gated})"
+        self.assign(u, expression)
+
+    def render_store(self, u: UOp) -> None:
+        index = u.src[0]
+        if index.op is not Ops.INDEX:
+            raise self.fail(u, f"STORE writes an INDEX, got {index.op.name}")
+        buffer, address, value = index.src[0], self.ref(index.src[1]), self.ref(u.src[1])
+        gate = self.gate_with_mask(self.ref(u.src[2]) if len(u.src) > 2 else None)
+        gated = "" if gate is None else f", {gate}"
+        where = self.where()
+        if _is_register(buffer):
+            helper = "store_shared" if _is_shared(buffer) else "store_register"
+            self.emit(f"{helper}({where!r}, {self.ref(_buffer_of(buffer))}, {address}, {value}, "
+                      f"{u.src[1].dtype.count}{gated})")
+            return
+        base = _buffer_of(buffer)
+        if base.op is not Ops.PARAM:
+            raise self.fail(u, f"STORE into a {base.op.name}; kernels write PARAMs and REG buffers")
+        dtype_name = base.arg.dtype.scalar.name
+        self.emit(f"store_global({where!r}, {self.ref(base)}, {dtype_name!r}, {address}, {value}{gated})")
 
 
 def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> str:
@@ -649,221 +847,9 @@ def render_python(linear: UOp, lifted_sizes: dict[UOp, int] | None = None) -> st
 def render_python_mapped(linear: UOp) -> tuple[str, SourceMap]:
     """The Python source of a LINEAR program and which uop each of its lines was written for (a
     constant's line in the header goes to the uop whose rendering first used it)."""
-    program = list(linear.src)
-    carried = carried_ranges(program)
-    lifted = [u for u in dict.fromkeys(program) if u.op in (Ops.RANGE, Ops.SPECIAL) and u not in carried]
-    for u in lifted:
-        if u.src[0].op is not Ops.CONST:
-            raise RenderError(f"python: the bound of lifted {u.op.name} {u.arg} must be a constant")
-    position_of = {u: i for i, u in enumerate(lifted)}
-    lifted_shape = tuple(int(u.src[0].arg[0]) for u in lifted)
-    state = _Emitter(linear)
-    state.local_dims = tuple(position_of[u] for u in lifted
-                             if u.op is Ops.SPECIAL and u.arg.startswith("lidx"))
-    warps = [u for u in lifted if (u.op is Ops.RANGE and u.arg[1] is AxisType.WARP)
-             or (u.op is Ops.SPECIAL and u.arg == "lidx0")]
-    state.warp_dim = position_of[warps[0]] if warps else None
-    foldable = foldable_loops(program, carried) if VECTORISE_REDUCTIONS else {}
-    state.folds = {update: (loop, accumulator) for loop, updates in foldable.items()
-                   for update, accumulator in updates.items()}
-    for loop, updates in foldable.items():  # chunks of at most FOLD_CHUNK_ELEMENTS accumulator steps
-        lanes = max(update.dtype.count for update in updates)
-        state.fold_chunks[loop] = max(1, FOLD_CHUNK_ELEMENTS // (math.prod(lifted_shape) * lanes))
-    params: dict[int, UOp] = {}
-    written: set[int] = set()
-    for u in program:
-        if u.op is Ops.PARAM:
-            params.setdefault(u.arg.slot, u)
-        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _buffer_of(u.src[0].src[0]).op is Ops.PARAM:
-            written.add(_buffer_of(u.src[0].src[0]).arg.slot)
-    slots = sorted(params)
-    if slots != list(range(len(slots))):
-        raise RenderError(f"python: kernel {linear.arg!r} has PARAM slots {slots}; they must be 0..n-1")
-    for slot in slots:
-        state.names[params[slot]] = f"data{slot}"
-    owners: dict[str, list[int | None]] = {"header": [], "lines": []}
-    for position, u in enumerate(program):
-        _render_uop(state, u, position, carried, position_of, lifted_shape)
-        for name, attributed in owners.items():
-            attributed.extend([position] * (len(getattr(state, name)) - len(attributed)))
-    if state.open_loops:
-        raise RenderError(f"python: kernel {linear.arg!r} ends inside an open loop; an END is missing")
-    meta = KernelMeta(str(linear.arg), tuple(
-        KernelParam(slot, params[slot].arg.dtype, params[slot].shape[0] if params[slot].shape else 1,
-                    slot in written) for slot in slots))
-    signature = ", ".join(f"data{slot}" for slot in slots)
-    body = state.lines or ["    pass"]
-    title = f"# kernel {linear.arg}: {len(program)} uops, lifted loops {list(lifted_shape)}"
-    header = [f"# {meta.to_comment_text()}", title, *state.header]
-    source = "\n".join([*header, f"def kernel({signature}):", *body, ""])
-    blocks = [(state.header, owners["header"]), (state.lines, owners["lines"])]
-    return source, map_lines(source, linear, blocks)
-
-
-def _render_uop(state: _Emitter, u: UOp, position: int, carried: set[UOp], position_of: dict[UOp, int],
-                lifted_shape: tuple[int, ...]) -> None:
-    op = u.op
-    where = f"{state.linear.arg}@{position}"
-    if op in (Ops.PARAM, Ops.SINK, Ops.GROUP, Ops.AFTER, Ops.BARRIER, Ops.STACK):
-        return  # parameters are named; AFTER is its buffer; BARRIER: lifted threads run in lockstep
-    if op is Ops.CONST:
-        state.constant(u)
-        return
-    if op is Ops.BUFFER:
-        if u.arg.addrspace is AddrSpace.GLOBAL:
-            raise _fail(u, position, "a GLOBAL BUFFER inside a kernel must be a PARAM")
-        dtype_name = u.arg.dtype.scalar.name
-        if u.arg.addrspace is AddrSpace.LOCAL:
-            name = state.fresh("shared")
-            shape = f"{lifted_shape!r}, {state.local_dims!r}"
-            state.emit(f"{name} = new_shared({u.arg.size}, {dtype_name!r}, {shape})")
-        else:
-            name = state.fresh("reg")
-            state.emit(f"{name} = new_register({u.arg.size}, {dtype_name!r}, {lifted_shape!r})")
-        state.names[u] = name
-        return
-    if op in (Ops.RANGE, Ops.SPECIAL):
-        name = state.fresh("r" if op is Ops.RANGE else "s")
-        state.names[u] = name
-        bound = state.ref(u.src[0])
-        if u in state.fold_chunks:
-            state.emit(f"# loop {name} runs vectorised: each iteration only folds a value into an")
-            chunk = state.fold_chunks[u]
-            state.emit(f"# accumulator, so fold() folds {chunk} iterations at a time, in order")
-            state.emit(f"for {name} in folded_chunks(int({bound}), {chunk}, {len(lifted_shape)}):")
-            state.indent += 1
-        elif u in carried:
-            state.emit(f"for {name} in range(int({bound})):")
-            state.indent += 1
-            state.emit(f"{name} = np.int64({name})")
-        else:
-            state.emit(f"{name} = lifted_range(int({bound}), {position_of[u]}, {len(lifted_shape)})")
-        if op is Ops.RANGE:
-            state.open_loops.append((u, u in carried))
-        return
-    if op is Ops.END:
-        target = u.src[-1]
-        if not state.open_loops or state.open_loops[-1][0] is not target:
-            raise _fail(u, position, "END does not close the innermost open RANGE")
-        _, was_carried = state.open_loops.pop()
-        if was_carried:
-            state.indent -= 1
-        return
-    if op is Ops.IF:
-        name = state.fresh("mask")
-        gate = state.ref(u.src[0])
-        outer = state.mask()
-        state.emit(f"{name} = {gate}" if outer is None else f"{name} = np.logical_and({outer}, {gate})")
-        state.masks.append(name)
-        state.names[u] = name
-        return
-    if op is Ops.ENDIF:
-        if not state.masks:
-            raise _fail(u, position, "ENDIF without an open IF")
-        state.masks.pop()
-        return
-    if op is Ops.INDEX:
-        return  # rendered into the LOAD/STORE that uses it
-    if op is Ops.LOAD:
-        _render_load(state, u, position, where)
-        return
-    if op is Ops.STORE:
-        _render_store(state, u, position, where)
-        return
-    name = state.fresh("v")
-    if op is Ops.VECTORIZE:
-        expression = f"vectorize({', '.join(state.ref(s) for s in u.src)})"
-    elif op is Ops.GEP:
-        expression = f"gep({state.ref(u.src[0])}, {tuple(u.arg)!r}, {u.src[0].dtype.count})"
-    elif op is Ops.CAST:
-        expression = f"cast({state.ref(u.src[0])}, {u.src[0].dtype.scalar.name!r}, {u.dtype.scalar.name!r})"
-    elif op is Ops.BITCAST:
-        source, target = u.src[0].dtype.scalar.name, u.dtype.scalar.name
-        expression = f"bitcast({state.ref(u.src[0])}, {source!r}, {target!r})"
-    elif op is Ops.WMMA:
-        config = u.arg
-        if not isinstance(config, TensorCore):
-            raise _fail(u, position, "WMMA's arg must be a TensorCore config")
-        warp = ""
-        if config.threads > 1:
-            if state.warp_dim is None or lifted_shape[state.warp_dim] % config.threads:
-                raise _fail(u, position, f"WMMA of {config.name} needs a warp of {config.threads} lanes: a "
-                                         f"WARP range or lidx0 whose size is a multiple of it")
-            warp = f", {config.threads}, {state.warp_dim}, {lifted_shape!r}"
-        a, b, c = (state.ref(s) for s in u.src)
-        expression = (f"wmma({a}, {b}, {c}, {config.dims!r}, {config.layout_a!r}, {config.layout_b!r}, "
-                      f"{config.layout_c!r}, {config.dtype_in.name!r}, {config.dtype_out.name!r}{warp})")
-    elif u in state.folds:
-        loop, accumulator = state.folds[u]
-        value = next(s for s in u.src if s is not accumulator)
-        operands = f"{state.ref(accumulator)}, {state.ref(value)}, {state.ref(loop)}"
-        expression = f"fold(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"
-    elif op in GroupOp.ELEMENTWISE:
-        operands = ", ".join(state.ref(s) for s in u.src)
-        expression = f"alu(Ops.{op.name}, {u.dtype.scalar.name!r}, {operands})"
-    else:
-        raise _fail(u, position, f"{op.name} cannot run on the Python backend")
-    state.names[u] = name
-    state.emit(f"{name} = {expression}")
-
-
-def _render_load(state: _Emitter, u: UOp, position: int, where: str) -> None:
-    index = u.src[0]
-    if index.op is not Ops.INDEX:
-        raise _fail(u, position, f"LOAD reads an INDEX, got {index.op.name}")
-    buffer, address = index.src[0], state.ref(index.src[1])
-    gate = state.ref(u.src[2]) if len(u.src) > 2 else None
-    alt = state.ref(u.src[1]) if len(u.src) > 1 else None
-    mask = state.mask()
-    if mask is not None:  # a load inside an IF must not fault where the IF is false
-        if gate is None:
-            alt = state.constant(UOp.const(u.dtype.scalar, 0))
-            gate = mask
-        else:
-            combined = state.fresh("g")
-            state.emit(f"{combined} = np.logical_and({mask}, {gate})")
-            gate = combined
-    gated = "" if gate is None else f", {alt}, {gate}"
-    name = state.fresh("v")
-    if _is_register(buffer):
-        register = state.ref(_buffer_of(buffer))
-        helper = "load_shared" if _is_shared(buffer) else "load_register"
-        expression = f"{helper}({where!r}, {register}, {address}, {u.dtype.count}{gated})"
-    else:
-        base = _buffer_of(buffer)
-        if base.op is not Ops.PARAM:
-            raise _fail(u, position, f"LOAD from a {base.op.name}; kernels read PARAMs and REG buffers")
-        dtype_name = base.arg.dtype.scalar.name
-        expression = f"load_global({where!r}, {state.ref(base)}, {dtype_name!r}, {address}{gated})"
-    state.names[u] = name
-    state.emit(f"{name} = {expression}")
-
-
-def _render_store(state: _Emitter, u: UOp, position: int, where: str) -> None:
-    index = u.src[0]
-    if index.op is not Ops.INDEX:
-        raise _fail(u, position, f"STORE writes an INDEX, got {index.op.name}")
-    buffer, address, value = index.src[0], state.ref(index.src[1]), state.ref(u.src[1])
-    gate = state.ref(u.src[2]) if len(u.src) > 2 else None
-    mask = state.mask()
-    if mask is not None:
-        if gate is None:
-            gate = mask
-        else:
-            combined = state.fresh("g")
-            state.emit(f"{combined} = np.logical_and({mask}, {gate})")
-            gate = combined
-    gated = "" if gate is None else f", {gate}"
-    if _is_register(buffer):
-        helper = "store_shared" if _is_shared(buffer) else "store_register"
-        state.emit(f"{helper}({where!r}, {state.ref(_buffer_of(buffer))}, {address}, {value}, "
-                   f"{u.src[1].dtype.count}{gated})")
-        return
-    base = _buffer_of(buffer)
-    if base.op is not Ops.PARAM:
-        raise _fail(u, position, f"STORE into a {base.op.name}; kernels write PARAMs and REG buffers")
-    dtype_name = base.arg.dtype.scalar.name
-    state.emit(f"store_global({where!r}, {state.ref(base)}, {dtype_name!r}, {address}, {value}{gated})")
+    walk = PythonWalk(linear)
+    source = walk.run()
+    return source, walk.source_map(source)
 
 
 # ---------------------------------------------------------------------------------------------
