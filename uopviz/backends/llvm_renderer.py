@@ -27,7 +27,13 @@ from uopviz.backends.base import (
 )
 from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
 from uopviz.backends.linear_walk import LinearWalk, Scope
-from uopviz.backends.llvm_instructions import alu_instruction, cast_value
+from uopviz.backends.llvm_instructions import (
+    alu_instruction,
+    bfloat16_bits,
+    bfloat16_value,
+    cast_value,
+    round_bfloat16,
+)
 from uopviz.backends.llvm_types import (
     mangle,
     memory_scalar_type,
@@ -36,7 +42,6 @@ from uopviz.backends.llvm_types import (
     scalar_type,
     splat,
     value_type,
-    with_element,
 )
 from uopviz.core.affine import contiguous_start, even_lane_picks, every_other_lane, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, dtypes
@@ -393,7 +398,7 @@ class LLVMRenderState(LinearWalk):
         if dtype.scalar.is_bool:
             return self.temp("bool", f"icmp ne {mtype} {value}, {splat('0', mtype)}")
         if dtype.scalar is dtypes.bfloat16:
-            return self.bfloat16_value(value, value_type(dtype))
+            return bfloat16_value(self, value, value_type(dtype))
         return value
 
     def to_memory(self, value: str, dtype: DType) -> str:
@@ -401,7 +406,7 @@ class LLVMRenderState(LinearWalk):
         if dtype.scalar.is_bool:
             return self.temp("byte", f"zext {value_type(dtype)} {value} to {memory_type(dtype)}")
         if dtype.scalar is dtypes.bfloat16:
-            return self.bfloat16_bits(value, value_type(dtype))
+            return bfloat16_bits(self, value, value_type(dtype))
         return value
 
     def render_load(self, u: UOp) -> None:
@@ -563,44 +568,8 @@ class LLVMRenderState(LinearWalk):
         args = [self.ref(s) for s in u.src]
         result = alu_instruction(self, op, scalar, vtype, args, u)
         if scalar is dtypes.bfloat16 and op not in GroupOp.COMPARISON:
-            result = self.round_bfloat16(result, value_type(u.dtype))
+            result = round_bfloat16(self, result, value_type(u.dtype))
         self.define(u, result)
-
-    def _bfloat16_rounded(self, value: str, vtype: str) -> tuple[str, str, str]:
-        """(float bits rounded to nearest-even at bit 16, the bits, the i32 type) of a float value."""
-        itype = with_element(vtype, "i32")
-        bits = self.temp("bf", f"bitcast {vtype} {value} to {itype}")
-        low = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
-        odd = self.temp("bf", f"and {itype} {low}, {splat('1', itype)}")
-        bias = self.temp("bf", f"add {itype} {odd}, {splat('32767', itype)}")
-        return self.temp("bf", f"add {itype} {bits}, {bias}"), bits, itype
-
-    def _keep_nan(self, value: str, vtype: str, number: str, nan: str, itype: str) -> str:
-        """``number`` where ``value`` is a number, ``nan`` (both of ``itype``) where it is NaN."""
-        is_nan = self.temp("bf", f"fcmp uno {vtype} {value}, {value}")
-        condition = with_element(vtype, "i1")
-        return self.temp("bf", f"select {condition} {is_nan}, {itype} {nan}, {itype} {number}")
-
-    def round_bfloat16(self, value: str, vtype: str) -> str:
-        """Round a float held value to bfloat16 precision, to nearest-even (bfloat16 arithmetic is
-        done in float); NaN stays a (quiet) NaN.  Through the 16 bits: LLVM folds the narrowing."""
-        return self.bfloat16_value(self.bfloat16_bits(value, vtype), vtype)
-
-    def bfloat16_bits(self, value: str, vtype: str) -> str:
-        """The 16 bits (``i16``) of a float held value rounded to bfloat16 (nearest-even; NaN quiet)."""
-        rounded, bits, itype = self._bfloat16_rounded(value, vtype)
-        high = self.temp("bf", f"lshr {itype} {rounded}, {splat('16', itype)}")
-        quiet = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
-        quiet = self.temp("bf", f"or {itype} {quiet}, {splat('64', itype)}")
-        chosen = self._keep_nan(value, vtype, high, quiet, itype)
-        return self.temp("bf", f"trunc {itype} {chosen} to {with_element(vtype, 'i16')}")
-
-    def bfloat16_value(self, bits: str, vtype: str) -> str:
-        """The float held value of bfloat16 bits (``i16``): the bits are a float's upper half."""
-        itype = with_element(vtype, "i32")
-        wide = self.temp("bf", f"zext {with_element(vtype, 'i16')} {bits} to {itype}")
-        shifted = self.temp("bf", f"shl {itype} {wide}, {splat('16', itype)}")
-        return self.temp("bf", f"bitcast {itype} {shifted} to {vtype}")
 
     def render_cast(self, u: UOp) -> None:
         self.define(u, cast_value(self, self.ref(u.src[0]), u.src[0].dtype, u.dtype))
@@ -611,13 +580,13 @@ class LLVMRenderState(LinearWalk):
             raise self.fail(u, f"BITCAST from {source.dtype.name} to {u.dtype.name} changes the size")
         value = self.ref(source)
         if source.dtype.scalar is dtypes.bfloat16:
-            value = self.bfloat16_bits(value, value_type(source.dtype))
+            value = bfloat16_bits(self, value, value_type(source.dtype))
             from_type = memory_type(source.dtype)
         else:
             from_type = value_type(source.dtype)
         if u.dtype.scalar is dtypes.bfloat16:
             narrow = self.temp("cast", f"bitcast {from_type} {value} to {memory_type(u.dtype)}")
-            self.define(u, self.bfloat16_value(narrow, value_type(u.dtype)))
+            self.define(u, bfloat16_value(self, narrow, value_type(u.dtype)))
             return
         self.assign(u, "cast", f"bitcast {from_type} {value} to {value_type(u.dtype)}")
 
