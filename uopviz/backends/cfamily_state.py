@@ -3,7 +3,7 @@
 :class:`CFamilyRenderState` walks the program once, in order, one source line per uop (so a line of
 the source maps back to a uop of the program), keeping the names, open scopes, emitted lines and
 what each INDEX addresses (:class:`Address`); how each line is spelled it asks the renderer
-(:class:`~uopviz.backends.cfamily.CStyleRenderer`, which reads its dialect).  Here too: where REG
+(a :class:`~uopviz.backends.cfamily_spelling.CSpelling`, which reads its dialect).  Here too: where REG
 buffers are declared and which are kept in plain variables, the launch sizes of GPU indices,
 contiguous, gathered and gated vector memory access, and WMMA as scalar multiply-adds.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from uopviz.backends.base import KernelMeta, RenderError, TensorCore
+from uopviz.backends.cfamily_spelling import Address, CSpelling
 from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
 from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.core.affine import (
@@ -28,28 +28,6 @@ from uopviz.core.affine import (
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
-
-if TYPE_CHECKING:
-    from uopviz.backends.cfamily import CStyleRenderer
-
-
-@dataclass
-class Address:
-    """Where an INDEX points: ``buffer`` (a rendered name) at a scalar ``offset``, at ``count``
-    contiguous elements from ``offset``, or at one element per lane (``lanes``)."""
-
-    buffer: str
-    buffer_uop: UOp
-    dtype: DType  # the dtype a LOAD from here produces
-    offset: str | None = None  # scalar or contiguous-vector start
-    lanes: list[str] | None = None  # gather/scatter: one element offset per lane
-    variable: str | None = None  # a REG buffer kept in variables: the variable holding these lanes
-    base: UOp | None = None  # a contiguous vector access: the index of its first lane (None: constant)
-
-    @property
-    def contiguous(self) -> bool:
-        """True for a vector access of consecutive elements."""
-        return self.offset is not None and self.dtype.count > 1
 
 
 def _is_buffer_like(u: UOp) -> bool:
@@ -89,7 +67,7 @@ class CFamilyRenderState(LinearWalk):
     # REG buffers declared at the top of the function come before the body
     mapped_lists = (("top_lines", ""), ("lines", ""))
 
-    def __init__(self, renderer: CStyleRenderer, linear: UOp):
+    def __init__(self, renderer: CSpelling, linear: UOp):
         super().__init__(linear)
         self.r = renderer
         self.addresses: dict[UOp, Address]  # (made by LinearWalk: what each INDEX addresses)
@@ -652,7 +630,10 @@ class CFamilyRenderState(LinearWalk):
         if not isinstance(config, TensorCore):
             raise self.fail(u, f"WMMA's arg must be a TensorCore, got {type(config).__name__}")
         a, b, c = (self.ref(s) for s in u.src)
-        self.r.render_wmma(self, u, config, a, b, c)
+        if config.threads == 1:
+            self.render_wmma_scalar(u, config, a, b, c)
+        else:
+            self.r.render_wmma(self, u, config, a, b, c)
 
     def render_custom(self, u: UOp) -> None:
         text = self.custom_text(u)
@@ -661,46 +642,37 @@ class CFamilyRenderState(LinearWalk):
             return
         self.assign(u, "custom", text)
 
-
-def render_wmma_scalar(
-    renderer: CStyleRenderer, state: CFamilyRenderState, u: UOp, config: TensorCore, a: str, b: str, c: str
-) -> None:
-    """Emit ``D = A @ B + C`` of a one-thread tile, one output lane per line."""
-    if config.threads != 1:
-        raise state.fail(
-            u,
-            f"tensor core {config.name} spreads a tile over {config.threads} lanes; the "
-            f"{renderer.dialect.name} backend emulates only one-thread tiles",
-        )
-    a_dtype, b_dtype, c_dtype = (s.dtype for s in u.src)
-    if (
-        a_dtype.count != config.elements("a")
-        or b_dtype.count != config.elements("b")
-        or c_dtype.count != config.elements("c")
-    ):
-        raise state.fail(
-            u,
-            f"WMMA {config.name} takes vectors of {config.elements('a')}, "
-            f"{config.elements('b')} and {config.elements('c')} lanes, got "
-            f"{a_dtype.count}, {b_dtype.count} and {c_dtype.count}",
-        )
-    where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
-    where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
-    out_type = config.dtype_out
-    name = state.fresh("wmma")
-    state.emit(
-        f"{renderer.vector_type(u.dtype)} {name};  {renderer.dialect.comment} {config.name}: "
-        f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds"
-    )
-    for lane, (m, n) in enumerate(config.layout_c):
-        terms = [renderer.lane(c, lane, c_dtype)]
-        for k in range(config.dims[2]):
-            left = renderer.cast_expression(
-                renderer.lane(a, where_a[(m, k)], a_dtype), config.dtype_in, out_type
+    def render_wmma_scalar(self, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
+        """Emit ``D = A @ B + C`` of a one-thread tile, one output lane per line."""
+        a_dtype, b_dtype, c_dtype = (s.dtype for s in u.src)
+        if (
+            a_dtype.count != config.elements("a")
+            or b_dtype.count != config.elements("b")
+            or c_dtype.count != config.elements("c")
+        ):
+            raise self.fail(
+                u,
+                f"WMMA {config.name} takes vectors of {config.elements('a')}, "
+                f"{config.elements('b')} and {config.elements('c')} lanes, got "
+                f"{a_dtype.count}, {b_dtype.count} and {c_dtype.count}",
             )
-            right = renderer.cast_expression(
-                renderer.lane(b, where_b[(k, n)], b_dtype), config.dtype_in, out_type
-            )
-            terms.append(f"{left}*{right}")
-        state.emit(f"{renderer.lane_target(name, lane, u.dtype)} = {' + '.join(terms)};")
-    state.define(u, name)
+        where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
+        where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
+        out_type = config.dtype_out
+        name = self.fresh("wmma")
+        self.emit(
+            f"{self.r.vector_type(u.dtype)} {name};  {self.r.dialect.comment} {config.name}: "
+            f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds"
+        )
+        for lane, (m, n) in enumerate(config.layout_c):
+            terms = [self.r.lane(c, lane, c_dtype)]
+            for k in range(config.dims[2]):
+                left = self.r.cast_expression(
+                    self.r.lane(a, where_a[(m, k)], a_dtype), config.dtype_in, out_type
+                )
+                right = self.r.cast_expression(
+                    self.r.lane(b, where_b[(k, n)], b_dtype), config.dtype_in, out_type
+                )
+                terms.append(f"{left}*{right}")
+            self.emit(f"{self.r.lane_target(name, lane, u.dtype)} = {' + '.join(terms)};")
+        self.define(u, name)

@@ -50,7 +50,7 @@ from uopviz.backends.base import (
 from uopviz.backends.cache import cached_file, content_key
 from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import MATH_LIBRARY, CDialect
-from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
+from uopviz.backends.cfamily_spelling import CRendering
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
 from uopviz.core.dtype import dtypes
 from uopviz.core.errors import UopvizError
@@ -156,12 +156,7 @@ class CUDARenderer(CStyleRenderer):
 
     dialect = CUDA_DIALECT
 
-    def render_wmma(
-        self, state: CFamilyRenderState, u: UOp, config: TensorCore, a: str, b: str, c: str
-    ) -> None:
-        if config.threads == 1:
-            render_wmma_scalar(self, state, u, config, a, b, c)
-            return
+    def render_wmma(self, state: CRendering, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
         if config != MMA_M16N8K16_F16_F32:
             raise state.fail(u, f"the cuda backend has no instruction for tensor core {config.name}")
         if (u.src[0].dtype, u.src[1].dtype, u.src[2].dtype) != (

@@ -38,7 +38,7 @@ from uopviz.backends.base import (
 from uopviz.backends.cache import content_key, read_cached_bytes
 from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import C_COMPARISONS, MATH_LIBRARY, CDialect
-from uopviz.backends.cfamily_state import Address
+from uopviz.backends.cfamily_spelling import Address
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
