@@ -1,11 +1,12 @@
-"""One rendering walk of a LINEAR program in a C-family language (C, OpenCL C, CUDA C).
+"""The walk of a LINEAR program in a C-family language (C, OpenCL C, CUDA C).
 
-:class:`CFamilyRenderState` walks the program once, in order, one source line per uop (so a line of
-the source maps back to a uop of the program), keeping the names, open scopes, emitted lines and
-what each INDEX addresses (:class:`Address`); how each line is spelled it asks the renderer
-(a :class:`~uopviz.backends.cfamily_spelling.CSpelling`, which reads its dialect).  Here too: where REG
-buffers are declared and which are kept in plain variables, the launch sizes of GPU indices,
-contiguous, gathered and gated vector memory access, and WMMA as scalar multiply-adds.
+:class:`CFamilyRenderState`, a :class:`~uopviz.backends.linear_walk.LinearWalk`, writes one source
+line per uop (so a line of the source maps back to a uop of the program), keeping the emitted lines
+and what each INDEX addresses (an :class:`~uopviz.backends.cfamily_spelling.Address`); how each
+line is spelled it asks the renderer (a :class:`~uopviz.backends.cfamily_spelling.CSpelling`, which
+reads its dialect).  Here too: where REG buffers are declared and which are kept in plain
+variables, the launch sizes of GPU indices, contiguous, gathered and gated vector memory access,
+and a one-thread WMMA tile as scalar multiply-adds.
 """
 
 from __future__ import annotations

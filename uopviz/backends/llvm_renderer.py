@@ -1,4 +1,5 @@
-"""LLVM IR text from a LINEAR program: :class:`LLVMRenderer` and the walk that writes it.
+"""LLVM IR text from a LINEAR program: :class:`LLVMRenderer` and the walk that writes it
+(:class:`LLVMRenderState`, a :class:`~uopviz.backends.linear_walk.LinearWalk`).
 
 One IR instruction (or a few) per uop; loops are the canonical header/body/latch/exit blocks with a
 ``phi`` induction variable; REG and LOCAL buffers are ``alloca``s in the entry block (``mem2reg``
