@@ -68,7 +68,9 @@ def test_heuristic_gemm_global_loads_are_coalesced() -> None:
     loads = [a for a in account.accesses if a.kind == "load"]
     assert loads and not any(a.strided for a in loads)
     assert account.dram_efficiency == {"data0": 1.0, "data1": 1.0, "data2": 1.0}
-    assert account.flops == account.flops_executed == 2 * 256**3 and account.tensor_core_flops == 0
+    # the reduction unrolled by 4 adds its partial sums: 0.6 % more adds than the sum of products counts
+    assert account.flops == 2 * 256**3 and account.tensor_core_flops == 0
+    assert account.flops <= account.flops_executed <= 1.01 * account.flops
 
 
 def test_the_64m_sum_fills_every_sm_then_one_block_finishes_it() -> None:
