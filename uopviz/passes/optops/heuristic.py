@@ -382,13 +382,17 @@ def _gpu_tile_threads(kernel: Kernel) -> Kernel:
     :data:`GPU_TILE_THREADS_X` LOCAL threads (a warp reads a row: coalesced; the whole axis when it
     is smaller, a conv's 28 columns), the next one into as many as keep :data:`GPU_TILE_THREADS`.
     LOCAL before UPCAST: each thread's lanes are a workgroup-width apart (strided), so a warp's
-    loads of each lane are neighbours."""
-    threads = 1
-    for from_last, most in ((1, GPU_TILE_THREADS_X), (2, 16)):
-        globals_ = _globals(kernel)
-        if len(globals_) < from_last:
+    loads of each lane are neighbours.  Threads a GROUP_REDUCE already gave the workgroup count
+    against it."""
+    threads = math.prod(range_size(r) for r in kernel.ranges
+                        if r.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL, AxisType.WARP))
+    outside = len(kernel.ranges)  # the next axis is outside the one split before (a whole axis goes)
+    for most in (GPU_TILE_THREADS_X, 16):
+        globals_ = [r for r in _globals(kernel) if _axis_of(kernel, r) < outside]
+        if not globals_:
             break
-        r = globals_[-from_last]
+        r = globals_[-1]
+        outside = _axis_of(kernel, r)
         size = _largest_divisor(range_size(r), min(most, GPU_TILE_THREADS // threads))
         if size > 1:
             split = Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.LOCAL, False))
@@ -408,7 +412,8 @@ def _gpu_register_tile(kernel: Kernel, candidates: list[UOp], reusing: dict[UOp,
     positions = {r: _axis_of(kernel, r) for r in candidates}
     tiled = _gpu_tile_threads(kernel)
     # the axes again by position: a SPLIT to LOCAL keeps the GLOBAL part where the axis was
-    remaining = {r: tiled.ranges[p] for r, p in positions.items() if tiled.ranges[p].arg[1] is AxisType.GLOBAL}
+    remaining = {r: tiled.ranges[p] for r, p in positions.items()
+                 if tiled.ranges[p].arg[1] is AxisType.GLOBAL}
 
     def factor(r: UOp, preferred: Sequence[int], most: int) -> int:
         size = range_size(remaining[r])
@@ -418,12 +423,13 @@ def _gpu_register_tile(kernel: Kernel, candidates: list[UOp], reusing: dict[UOp,
     same = [r for r in candidates if reusing[r] == first_loads and r in remaining]
     chosen = max(same, key=lambda r: factor(r, (4, 2), 8), default=None)
     for r, preferred, most in ((chosen, (4, 2), 8), (second, (4, 2), 8)):
-        blocks = math.prod(range_size(g) for g in _globals(tiled))
-        if r is None or r not in remaining or factor(r, preferred, most) < 2 or \
-                blocks // factor(r, preferred, most) < GPU_TILE_MIN_BLOCKS:
+        if r is None or r not in remaining:
             continue
-        split = Opt(OptOp.SPLIT, _axis_of(tiled, remaining[r]), (factor(r, preferred, most), AxisType.UPCAST, False))
-        tiled = _try(tiled, split)
+        lanes = factor(r, preferred, most)
+        blocks = math.prod(range_size(g) for g in _globals(tiled))
+        if lanes < 2 or blocks // lanes < GPU_TILE_MIN_BLOCKS:
+            continue
+        tiled = _try(tiled, Opt(OptOp.SPLIT, _axis_of(tiled, remaining[r]), (lanes, AxisType.UPCAST, False)))
     return tiled
 
 
@@ -531,7 +537,8 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
             # a GPU register tile: unrolled by 4 (H200, gemm 2048 float32 with a 4x4 tile: 1.09 ->
             # 0.86 ms); a small power-of-two reduction fully
             small = [size] if size <= 4 and size & (size - 1) == 0 else []
-            kernel = _first_that_applies(kernel, _splits(kernel, r, [*small, GPU_TILE_UNROLL], AxisType.UNROLL))
+            unrolls = _splits(kernel, r, [*small, GPU_TILE_UNROLL], AxisType.UNROLL)
+            kernel = _first_that_applies(kernel, unrolls)
             break
         fits = size & (size - 1) == 0 or not gpu
         factors = [size] if size <= 16 and lanes * size <= budget and fits else []
