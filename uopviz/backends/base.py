@@ -25,6 +25,7 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
+from uopviz.core.uop_text import register_arg_type
 
 #: The ALU ops the compiled backends (C, LLVM, OpenCL, CUDA) render natively; Instruction
 #: Selection decomposes the others (EXP2, LOG2, SIN, POW, THREEFRY) into these.
@@ -86,6 +87,7 @@ class RenderError(UopvizError, ValueError):
 Operand = str  # "a", "b" or "c"
 
 
+@register_arg_type  # a WMMA's arg: its graph prints as text that reads back
 @dataclass(frozen=True)
 class TensorCore:
     """One multiply-accumulate tile a backend offers: ``D[M,N] = A[M,K] @ B[K,N] + C[M,N]``.

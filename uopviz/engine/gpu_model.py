@@ -46,6 +46,14 @@ NEIGHBOURHOOD_ITERATIONS = 8
 #: float32 with a 1x4 tile 2.18 ms -> 2.57 ms, measured 2.82 ms; with 1 and 2x2 tensor-core tiles
 #: per warp the measured times (11.6 and 5.9 ms) follow the lines too
 L1_LINES_PER_CLOCK = 1
+#: what one launch adds to a kernel's time as uopviz measures it (``CUDALaunch.run``: a CUDA event
+#: recorded, the kernel launched through ctypes, an event recorded; the idle GPU records the first
+#: event before the launch reaches it).  Fitted to an H200's measurements of 2026-11-28 (torch 2.11,
+#: benchmarks/measured/gpu-h200-2026-11-28-af82634.json): cumsum 1024² measured 37.3 µs for three
+#: kernels whose work the model put at 7.6 µs (4.9x optimistic), argmax 1024² 50.1 µs for 25.6 µs:
+#: 8-10 µs per launch, whatever the kernel does.  Without it every small multi-kernel case was
+#: predicted several times too fast
+LAUNCH_S = 8e-6
 _NO_FLOPS = frozenset({Ops.CAST, Ops.WHERE, Ops.CMP_LT, Ops.CMP_NE, Ops.CMP_EQ})
 _FLOPS_PER_OP = {Ops.MULACC: 2}  # a fused multiply-add is two FLOPs, as Kernel.flops counts MUL and ADD
 
@@ -129,6 +137,7 @@ class GPUAccount:
     memory_s: float  # DRAM bytes over DRAM bandwidth
     l1_s: float  # bytes through the SMs' L1/shared-memory pipes over their bandwidth
     compute_s: float
+    launch_s: float  # what the launch itself adds (LAUNCH_S), in predicted_s
     parallel_fraction: float
     predicted_s: float | None
     findings: list[str] = field(default_factory=list)
@@ -219,7 +228,8 @@ class GPUAccount:
             ("roofline", f"{self.bound}-bound: {_round(self.arithmetic_intensity)} FLOP/B; DRAM "
                          f"{_seconds(self.memory_s)}, L1 {_seconds(self.l1_s)}, "
                          f"compute {_seconds(self.compute_s)}"),
-            ("predicted", f"{predicted} (at {self.parallel_fraction:.1%} of the GPU's parallelism)"),
+            ("predicted", f"{predicted} (at {self.parallel_fraction:.1%} of the GPU's parallelism; "
+                          f"the launch {_seconds(self.launch_s)} of it)"),
         ]
 
     def access_rows(self) -> list[tuple[str, ...]]:
@@ -543,14 +553,14 @@ def gpu_account(subject: Kernel | UOp | Any, gpu: str | GPU = "H100") -> GPUAcco
         waves = -(-blocks // (blocks_per_sm * spec.sms))
         resident = blocks * threads_per_block / waves
         parallel = min(1.0, resident / (spec.sms * spec.max_threads_per_sm * SATURATING_OCCUPANCY))
-        predicted_s = max(memory_s, l1_s, compute_s) / parallel
+        predicted_s = max(memory_s, l1_s, compute_s) / parallel + LAUNCH_S
     account = GPUAccount(
         kernel=str(linear.arg), gpu=spec, grid=grid, block=block, shared_bytes_per_block=shared_bytes,
         blocks_per_sm=blocks_per_sm, occupancy_limits=limits, limited_by=limited_by, accesses=measured,
         dram_efficiency={f"data{p.arg.slot}": e for p, e in neighbourhood.items()},
         flops=kernel.flops if kernel is not None else flops_executed, flops_executed=flops_executed,
         tensor_core_flops=tensor_flops, tensor_cores=tensor_names, bytes=footprint, dram_bytes=dram_bytes,
-        memory_s=memory_s, l1_s=l1_s, compute_s=compute_s, parallel_fraction=parallel,
+        memory_s=memory_s, l1_s=l1_s, compute_s=compute_s, launch_s=LAUNCH_S, parallel_fraction=parallel,
         predicted_s=predicted_s,
     )
     account.findings = [text for _, rule in FINDING_RULES for text in rule(account)]

@@ -8,6 +8,13 @@ from besides the kernel itself):
   first, its axes padded to the tile where they are not multiples of it (unless that more than
   doubles the work), then more tiles per warp while the grid keeps :data:`TENSOR_CORE_MIN_WARPS`
   warps, then workgroups;
+* **GPU reductions** (GROUP_REDUCE): a reduction that streams its rows (softmax, layernorm, a
+  row's max, sum or argmax: the largest load varies over every output and steps along the
+  reduction) has each row shared by G threads that read neighbouring elements and combine through
+  shared memory, whatever the number of rows: G the largest power of two with G² at most
+  4 × the row (:data:`GROUP_REDUCE_SLOT_READS_PER_TERM`), the row padded to a multiple of G where
+  none divides it; such kernels get no register tile over the rows.  Other reductions to few
+  values read along their axis take up to 256 threads;
 * **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4;
 * **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core of the
   CPU target, ``Backend.thread_count``);
@@ -300,35 +307,112 @@ _LOCAL_SIZES = (256, 128, 64, 32, 16, 8, 4)
 
 
 #: a GPU kernel with fewer output values than this shares its reduction among a workgroup's threads
+#: even when it does not stream its input (a small matmul with a long K: one thread per value would
+#: leave the GPU idle)
 GROUP_REDUCE_BELOW_OUTPUTS = 2048
 
+#: a streamed row of n terms is shared by the largest power of two G of threads with G² <= this × n
+#: (at least 16, at most a workgroup).  Every thread of the group reads all G slots of its row back
+#: from shared memory (G² reads) while the row itself is n reads, so the slots' cost grows
+#: quadratically; the GPU model on an H200 finds this balance best: softmax 4096² per reduction
+#: 14.0 µs at G=32..128, 34 µs at 256 (530 µs with one thread per row, uncoalesced); 1024² 1.8 µs at
+#: 64, 2.2 at 128, 3.6 at 32, 8.2 at 256; 64x4096 3.6 µs at 128, 4.4 at 256; 16384x128 1.8 µs at
+#: 16, 2.3 at 32 (16.6 with a thread per row); 2048² 3.6 µs at 64, 4.6 at 128
+GROUP_REDUCE_SLOT_READS_PER_TERM = 4
 
-def _read_along(kernel: Kernel, r: UOp) -> bool:
-    """True when some load's address steps by one element along ``r``: threads that split ``r``
-    among them read neighbouring elements (a warp's loads coalesce)."""
-    for load in (u for u in kernel.ast.toposort() if u.op is Ops.LOAD):
+#: a streamed row whose length no group size divides is padded (masked terms) up to a multiple of
+#: the group when that adds at most this fraction of terms (1000 -> 1024 for 32 threads: 2.4 %)
+GROUP_REDUCE_MAX_PADDING = 0.125
+
+
+def _read_along(kernel: Kernel, r: UOp, loads: Sequence[UOp] | None = None) -> bool:
+    """True when some load (of ``loads``, default all) has an address that steps by one element
+    along ``r``: threads that split ``r`` among them read neighbouring elements (a warp's loads
+    coalesce)."""
+    for load in loads if loads is not None else [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]:
         index = load.src[0]
         if index.op is Ops.INDEX and len(index.src) > 1 and linear_coefficient(index.src[1], r) == 1:
             return True
     return False
 
 
-def _group_reduce(kernel: Kernel) -> Kernel:
-    """A reduction to few values on a GPU: the innermost REDUCE axis split so that a workgroup's
-    threads (up to :data:`WORKGROUP_THREADS`) each take every n-th term (neighbouring threads read
-    neighbouring elements) and combine through local memory; one thread per value would leave the
-    GPU idle (a 4096-term second stage of a split sum)."""
-    outputs = math.prod(range_size(r) for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL)
-    reduces = [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE]
-    if not reduces or outputs >= GROUP_REDUCE_BELOW_OUTPUTS:
+def _footprint(kernel: Kernel, load: UOp) -> int:
+    """Elements a load reads over the whole kernel: the product of the ranges its address uses."""
+    return math.prod(range_size(r) for r in kernel.ranges if depends_on(load.src[0], r))
+
+
+def _streams_rows(kernel: Kernel, r: UOp) -> bool:
+    """True when the reduction over ``r`` streams its input: the largest load along ``r`` varies over
+    every output axis (each element read once: a row's max, sum, softmax, argmax) and steps by one
+    element along ``r``.  No register tile can reuse that load, so the threads of a workgroup share
+    each row instead.  A matmul's operands are each reused along N or M (register tiles)."""
+    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD and depends_on(u.src[0], r)]
+    if not loads:
+        return False
+    largest = max(loads, key=lambda load: _footprint(kernel, load))
+    return all(depends_on(largest.src[0], o) for o in _globals(kernel)) and _read_along(kernel, r, [largest])
+
+
+def _row_group_sizes(extent: int) -> list[int]:
+    """Threads to share a streamed row of ``extent`` terms, best first
+    (:data:`GROUP_REDUCE_SLOT_READS_PER_TERM`)."""
+    return [size for size in _LOCAL_SIZES
+            if 16 <= size and size * size <= GROUP_REDUCE_SLOT_READS_PER_TERM * extent and extent >= 2 * size]
+
+
+def _padded_rows(kernel: Kernel, r: UOp, sizes: Sequence[int]) -> Kernel:
+    """The kernel with ``r`` padded to a multiple of the first of ``sizes`` when none divides it and
+    the padding adds at most :data:`GROUP_REDUCE_MAX_PADDING` of the terms."""
+    extent = range_size(r)
+    if not sizes or any(extent % size == 0 for size in sizes):
         return kernel
-    r = reduces[-1]
-    if not _read_along(kernel, r):  # a column sum: threads on the outputs read neighbours instead
+    padded = -(-extent // sizes[0]) * sizes[0]
+    if padded > extent * (1 + GROUP_REDUCE_MAX_PADDING):
+        return kernel
+    return _try(kernel, Opt(OptOp.PADTO, _axis_of(kernel, r), sizes[0]))
+
+
+def _group_reduce(kernel: Kernel) -> Kernel:
+    """A reduction on a GPU whose terms a workgroup's threads share: the innermost REDUCE axis split
+    so that each thread takes every G-th term (neighbouring threads read neighbouring elements) and
+    the G partial values combine through local memory.
+
+    * a reduction that streams its rows (:func:`_streams_rows`: softmax, layernorm, a row's max or
+      argmax), whatever the number of rows: G threads per row (:func:`_row_group_sizes`), the row
+      padded to a multiple of G where needed; the rows then fill the workgroup (LOCAL).  One thread
+      per row read each row with a stride of its length (softmax 4096²: 1.21 ms on an H200, 111
+      GB/s; torch 66 µs);
+    * any other reduction to few values (:data:`GROUP_REDUCE_BELOW_OUTPUTS`) read along its axis:
+      the largest group up to :data:`WORKGROUP_THREADS` (a 4096-term second stage of a split sum);
+      one thread per value would leave the GPU idle."""
+    outputs = math.prod(range_size(r) for r in _globals(kernel))
+    reduces = [r for r in kernel.ranges if r.arg[1] is AxisType.REDUCE]
+    if not reduces:
+        return kernel
+    r, unchanged = reduces[-1], kernel
+    sizes = _row_group_sizes(range_size(r)) if _streams_rows(kernel, r) else []
+    if sizes:
+        position = _axis_of(kernel, r)
+        kernel = _padded_rows(kernel, r, sizes)
+        r = kernel.ranges[position]  # (PADTO keeps the axis where it was)
+    elif outputs < GROUP_REDUCE_BELOW_OUTPUTS and _read_along(kernel, r):
+        sizes = [size for size in _LOCAL_SIZES if size >= 16 and range_size(r) >= 2 * size]
+    else:  # a column sum: threads on the outputs read neighbours instead
         return kernel
     extent = range_size(r)
     splits = [Opt(OptOp.SPLIT, _axis_of(kernel, r), (size, AxisType.GROUP_REDUCE, False))
-              for size in _LOCAL_SIZES if size >= 16 and extent % size == 0 and extent >= 2 * size]
-    return _first_that_applies(kernel, splits)
+              for size in sizes if extent % size == 0]
+    grouped = _first_that_applies(kernel, splits)
+    return unchanged if grouped is kernel else grouped  # a padded row no group took: not padded
+
+
+def _shares_streamed_rows(kernel: Kernel) -> bool:
+    """True when a workgroup's threads share streamed rows (GROUP_REDUCE of a streaming reduction):
+    no output axis reuses the streamed load, so the outputs get no register tile (argmax 1024²'s
+    rows upcast by 4 for a 4 KiB counter left a quarter of the threads: 7.2 µs against 1.8 in the
+    GPU model)."""
+    groups = [r for r in kernel.ranges if r.arg[1] is AxisType.GROUP_REDUCE]
+    return bool(groups) and _streams_rows(kernel, groups[-1])
 
 
 def _workgroup(kernel: Kernel) -> Kernel:
@@ -505,7 +589,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
         reusing = {r: frozenset(i for i, load in enumerate(loads) if not depends_on(load.src[0], r))
                    for r in reversed(outputs)}
         candidates = [r for r, which in reusing.items() if which]
-        if candidates:
+        if candidates and not (gpu and _shares_streamed_rows(kernel)):
             first = candidates[0]
             second = next((r for r in candidates[1:] if reusing[r] - reusing[first]), None)
             # an opt renumbers the ranges: find the second axis again by its position, which a
