@@ -15,7 +15,9 @@ from besides the kernel itself):
   4 × the row (:data:`GROUP_REDUCE_SLOT_READS_PER_TERM`), the row padded to a multiple of G where
   none divides it; such kernels get no register tile over the rows.  Other reductions to few
   values read along their axis take up to 256 threads;
-* **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4;
+* **GPU** (workgroups): the innermost GLOBAL axes get LOCAL parts of 16, 8 or 4; a kernel whose
+  output axes reuse loads (gemm, conv) gets its threads first (up to 32 along the innermost axis,
+  256 in all) and then a register tile of lanes a workgroup apart (:func:`_gpu_register_tile`);
 * **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core of the
   CPU target, ``Backend.thread_count``);
 * **upcasts**: an output axis that some input does not vary over (so a loaded value is reused across
@@ -24,8 +26,8 @@ from besides the kernel itself):
   from ``uopviz.backends.target``, never the host's by accident): the
   innermost such axis two registers wide, the next by as many rows as keep the accumulators in
   half the registers and the tile at 128 lanes (float32: M4×N32 on x86-64-v4, M4×N16 on v3, M4×N8
-  on v2); on GPUs the innermost
-  by the widest vector (16, 8 or 4), the next by 4.  An elementwise kernel has its innermost
+  on v2); on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
+  reduction unrolled by 4, as long as 132 workgroups remain.  An elementwise kernel has its innermost
   axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
   on GPUs;
 * **unrolls**: the innermost reduction is unrolled fully when it is small, else (on CPUs, with no
@@ -584,28 +586,25 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
     outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
     if has_reduce:
         # register blocking: an output axis a load does not vary over reuses that load across its
-        # lanes.  The innermost such axis gets a vector's width; the next one 4, if it reuses another
-        # load (matmul: N reuses A, M reuses B; conv: width reuses the weights, channels the input)
+        # lanes.  The innermost such axis gets lanes, and a second one that reuses another load
+        # (matmul: N reuses A, M reuses B; conv: width reuses the weights, channels the input)
         reusing = {r: frozenset(i for i, load in enumerate(loads) if not depends_on(load.src[0], r))
                    for r in reversed(outputs)}
         candidates = [r for r, which in reusing.items() if which]
         if candidates and not (gpu and _shares_streamed_rows(kernel)):
             first = candidates[0]
             second = next((r for r in candidates[1:] if reusing[r] - reusing[first]), None)
-            # an opt renumbers the ranges: find the second axis again by its position, which a
-            # SPLIT to UPCAST keeps (the new lanes go last)
-            second_axis = None if second is None else _axis_of(kernel, second)
             if gpu:
                 kernel = _gpu_register_tile(kernel, candidates, reusing, second)
-                second_axis = None  # tiled by _gpu_register_tile
             else:
+                # an opt renumbers the ranges: find the second axis again by its position, which a
+                # SPLIT to UPCAST keeps (the new lanes go last)
+                second_axis = None if second is None else _axis_of(kernel, second)
                 kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel), second is None)
-            if second_axis is not None:
-                second = kernel.ranges[second_axis]
-                kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))
-                if not gpu:
+                if second_axis is not None:
+                    second = kernel.ranges[second_axis]
+                    kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))
                     kernel = _power_of_two_lanes_inside(kernel)
-            if not gpu:
                 kernel = _order_for_staging(kernel)
     elif outputs:
         width = 8 if gpu else _register_lanes(kernel)
