@@ -459,6 +459,23 @@ GPU_TILE_UNROLL = 4
 GPU_TILE_MIN_BLOCKS = 132
 
 
+#: elements a load's address may step along an axis for threads split along it to share lines: a
+#: strided conv's 2 (a warp's 32 lanes read 2 lines of float32, not 32)
+GPU_TILE_MAX_STEP = 4
+
+
+def _steps_along(kernel: Kernel, r: UOp) -> bool:
+    """True when some load's address steps by 1 to :data:`GPU_TILE_MAX_STEP` elements along ``r``
+    (threads split along ``r`` read few lines per warp)."""
+    for load in (u for u in kernel.ast.toposort() if u.op is Ops.LOAD):
+        index = load.src[0]
+        if index.op is Ops.INDEX and len(index.src) > 1:
+            step = linear_coefficient(index.src[1], r)
+            if step is not None and 1 <= abs(step) <= GPU_TILE_MAX_STEP:
+                return True
+    return False
+
+
 def _largest_divisor(size: int, most: int) -> int:
     return max((d for d in range(1, min(size, most) + 1) if size % d == 0), default=1)
 
@@ -594,8 +611,12 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
         if candidates and not (gpu and _shares_streamed_rows(kernel)):
             first = candidates[0]
             second = next((r for r in candidates[1:] if reusing[r] - reusing[first]), None)
-            if gpu:
+            if gpu and _steps_along(kernel, _globals(kernel)[-1]):
                 kernel = _gpu_register_tile(kernel, candidates, reusing, second)
+            elif gpu:
+                # no load steps along the innermost output (A @ B.T reads both along the
+                # reduction): neighbouring threads cannot coalesce; 4 lanes of it reuse the loads
+                kernel = _first_that_applies(kernel, _splits(kernel, first, (4,), AxisType.UPCAST))
             else:
                 # an opt renumbers the ranges: find the second axis again by its position, which a
                 # SPLIT to UPCAST keeps (the new lanes go last)
