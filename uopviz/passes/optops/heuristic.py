@@ -417,13 +417,18 @@ def _shares_streamed_rows(kernel: Kernel) -> bool:
     return bool(groups) and _streams_rows(kernel, groups[-1])
 
 
+def _workgroup_threads(kernel: Kernel) -> int:
+    """Threads a workgroup already has: its LOCAL axes, and those a GROUP_REDUCE or a tensor core's
+    warp gave it."""
+    return math.prod(range_size(r) for r in kernel.ranges
+                     if r.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL, AxisType.WARP))
+
+
 def _workgroup(kernel: Kernel) -> Kernel:
     """The last two GLOBAL axes split into LOCAL ones, innermost first (its threads are a warp's
     neighbouring lanes), up to :data:`WORKGROUP_THREADS` threads together.  Each axis is found again
     after a split, which renumbers the ranges (the split axis keeps its GLOBAL part where it was)."""
-    # threads a GROUP_REDUCE or a tensor core's warp already gave the workgroup count against it
-    threads = math.prod(range_size(r) for r in kernel.ranges
-                        if r.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL, AxisType.WARP))
+    threads = _workgroup_threads(kernel)
     for from_last in (1, 2):
         globals_ = [r for r in kernel.ranges if r.arg[1] is AxisType.GLOBAL]
         if len(globals_) < from_last:
@@ -487,8 +492,7 @@ def _gpu_tile_threads(kernel: Kernel) -> Kernel:
     LOCAL before UPCAST: each thread's lanes are a workgroup-width apart (strided), so a warp's
     loads of each lane are neighbours.  Threads a GROUP_REDUCE already gave the workgroup count
     against it."""
-    threads = math.prod(range_size(r) for r in kernel.ranges
-                        if r.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL, AxisType.WARP))
+    threads = _workgroup_threads(kernel)
     outside = len(kernel.ranges)  # the next axis is outside the one split before (a whole axis goes)
     for most in (GPU_TILE_THREADS_X, 16):
         globals_ = [r for r in _globals(kernel) if _axis_of(kernel, r) < outside]
