@@ -43,7 +43,8 @@ timeout "${GPU_BENCH_S:-300}" "$PYTHON" benchmarks/run.py gpu -o "$OUT/gpu-resul
 bench_rc=${PIPESTATUS[0]}
 
 echo "== tests: pytest tests/backends/test_cuda.py (its gpu-marked tests run here; the rest render and compile)"
-timeout "${GPU_TESTS_S:-240}" "$PYTHON" -m pytest -p no:cacheprovider -n "${GPU_TEST_WORKERS:-8}" -q tests/backends/test_cuda.py 2>&1 \
+timeout "${GPU_TESTS_S:-240}" "$PYTHON" -m pytest -p no:cacheprovider -n "${GPU_TEST_WORKERS:-8}" -q tests/backends/test_cuda.py \
+  tests/backends/test_accuracy.py -k "cuda" 2>&1 \
   | tee "$OUT/gpu-tests.log" | tail -30
 tests_rc=${PIPESTATUS[0]}
 

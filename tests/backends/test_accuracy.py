@@ -95,6 +95,19 @@ def test_float64_pow_of_tiny_and_huge_bases(backend: str) -> None:
     assert row["max_ulp"] <= 4.0, row
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["exp2", "exp", "sigmoid", "tanh", "pow", "sqrt", "log2", "sin"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_cuda_within_bounds(op_name: str, dtype: str) -> None:
+    # CUDA computes EXP2 with the GPU's exp2 (CUDA's exp2f: at most 2 ulp by its programming guide)
+    # and every composition around it as on the CPUs: the same bounds, measured on the GPU
+    from uopviz.backends import get
+
+    if not get("cuda").available():
+        pytest.skip(f"cuda backend unavailable: {get('cuda').unavailable_reason()}")
+    check(op_name, dtype, "cuda")
+
+
 def test_ulp_errors_measure_against_the_exact_value() -> None:
     # one ulp of float32 at 1.0 is 2**-23; a result one spacing away is 1 ulp off, infinities and
     # nans count 0 where the reference has the same and inf where it does not

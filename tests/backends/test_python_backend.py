@@ -154,3 +154,32 @@ def test_runs_programs_lowered_for_a_gpu() -> None:
         assert any(u.op is Ops.SPECIAL for u in linear.src) and any(u.op is Ops.BARRIER for u in linear.src)
         item.compiled = python.compile(python.render(linear), str(linear.arg))
     np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_every_backend_makes_its_compiled_kernel_one_way():
+    # CompiledKernel.built: compile_s measured from the reading taken before the build; what runs the
+    # kernel (module, program, engine, library, function) is each subclass's required keyword fields
+    import time
+
+    from uopviz.backends.base import CompiledKernel
+    from uopviz.backends.cpu_runtime import CPUCompiledKernel
+    from uopviz.backends.cuda import CUDACompiledKernel
+    from uopviz.backends.llvm import LLVMCompiledKernel
+    from uopviz.backends.opencl import OpenCLCompiledKernel
+    from uopviz.backends.python import PythonCompiledKernel
+
+    meta = KernelMeta("k", ())
+    kernel = PythonCompiledKernel.built("python", meta, "src", time.perf_counter() - 2.0, {"cached": True},
+                                        function=len)  # fmt: skip
+    made = (kernel.backend, kernel.meta, kernel.source, kernel.extra)
+    assert made == ("python", meta, "src", {"cached": True})
+    assert 2.0 <= kernel.compile_s < 60.0 and kernel.function is len
+    handles = {CUDACompiledKernel: {"driver", "module", "function"}, OpenCLCompiledKernel: {"program"},
+               LLVMCompiledKernel: {"engine", "function"}, CPUCompiledKernel: {"library_path", "function"},
+               PythonCompiledKernel: {"function"}}  # fmt: skip
+    for kind, names in handles.items():
+        assert issubclass(kind, CompiledKernel)
+        with pytest.raises(TypeError, match="required keyword-only argument"):
+            kind.built("b", meta, "src", time.perf_counter(), {})  # a kernel without what runs it
+        with pytest.raises(TypeError, match="positional"):
+            kind("b", meta, "src", 0.0, {}, *names)  # handles are named, never by position

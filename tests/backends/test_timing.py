@@ -10,8 +10,8 @@ import pytest
 from uopviz.backends import get
 from uopviz.backends.base import Launch
 from uopviz.backends.c import find_c_compiler
-from uopviz.backends.timing import Timing, time_compiled, time_launches
-from uopviz.backends.worker import time_kernel
+from uopviz.backends.timing import Timing, TimingOptions, time_compiled, time_launches
+from uopviz.backends.worker import Worker, time_kernel
 from uopviz.core.dtype import dtypes
 
 from . import linear_programs as lp
@@ -100,6 +100,30 @@ def test_time_launches_refuses_no_launches_and_no_repeats() -> None:
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         time_launches([CountingLaunch("a", log, 0.1)], warmup=2, repeats=0)
     assert log == []  # refused before any run
+
+
+def test_every_way_to_time_takes_the_same_checked_options() -> None:
+    # TimingOptions is the one list of timing keywords: time_compiled, time_kernel (either way) and the
+    # worker's requests check them before anything runs or is sent
+    kernel = FakeKernel(0.001)
+    arrays = [np.zeros(4, np.float32)]
+    assert TimingOptions.checked({"repeats": 3}) == {"warmup": 2, "repeats": 3, "rotate": 1, "flops": 0,
+                                                     "bytes_moved": 0, "budget_s": None}  # fmt: skip
+    timing = time_compiled(kernel, arrays, warmup=0, repeats=3, flops=8, bytes_moved=16)
+    assert (timing.runs, timing.warmup, timing.flops, timing.bytes, len(kernel.log)) == (3, 0, 8, 16, 3)
+    worker = Worker()
+    for way in (lambda **o: time_compiled(kernel, arrays, **o),
+                lambda **o: time_kernel("c", "no source", "k", arrays, isolated=True, **o),
+                lambda **o: time_kernel("c", "no source", "k", arrays, isolated=False, **o),
+                lambda **o: worker.time("c", "no source", "k", arrays, **o),
+                lambda **o: worker.time_random("c", "no source", "k", **o)):  # fmt: skip
+        with pytest.raises(TypeError, match="unexpected keyword argument 'repeat'"):
+            way(repeat=3)
+        with pytest.raises(ValueError, match="rotate must be at least 1, got 0"):
+            way(rotate=0)
+        with pytest.raises(ValueError, match="warmup must be at least 0, got -1"):
+            way(warmup=-1)
+    assert len(kernel.log) == 3 and worker.pid is None  # nothing ran, nothing was sent to a worker
 
 
 @needs_c

@@ -182,3 +182,13 @@ def test_an_arg_of_a_type_nobody_registered_is_refused_when_printed() -> None:
 
     with pytest.raises(UOpTextError, match="cannot write an arg of type Opaque"):
         print_graph(UOp(Ops.SINK, (), Opaque()))
+
+
+def test_buffers_read_from_text_keep_their_numbers_from_fresh_buffers() -> None:
+    # a graph printed by another process names buffers by its numbers; one made after the parse
+    # must not take them (same size and dtype and number would be one hash-consed BUFFER)
+    taken = 10**7 + int(RNG.integers(1000))
+    text = f"%0 = BUFFER [BufferArg(number={taken}, size=4, dtype=dtypes.float32, device='CPU')]"
+    parsed = parse_graph(text)
+    fresh = UOp.buffer(4, dtypes.float32)
+    assert fresh is not parsed and fresh.arg.number > taken

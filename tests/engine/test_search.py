@@ -136,14 +136,14 @@ def test_results_come_from_the_sqlite_cache_the_second_time(tmp_path) -> None:
 
 
 def test_measurements_made_by_other_compiler_code_are_not_reused(tmp_path, monkeypatch) -> None:
-    from uopviz.engine import search
+    from uopviz.engine import beam_cache, search
 
     cache = BeamCache(tmp_path / "beam.sqlite")
     opts = (Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False)),)
     measured = search.Candidate(opts, "r_g8_u4", 0, 42, 0.01, 0.002, None, False, "hash")
     cache.put("kernel", "c", "CPU:test", measured)
     assert cache.get("kernel", "c", "CPU:test", opts).run_s == 0.002
-    monkeypatch.setattr(search, "compiler_fingerprint", lambda: "another code generator")
+    monkeypatch.setattr(beam_cache, "compiler_fingerprint", lambda: "another code generator")
     assert cache.get("kernel", "c", "CPU:test", opts) is None
 
 
@@ -230,6 +230,7 @@ def test_a_script_without_a_main_guard_is_told_why_beam_failed(tmp_path) -> None
 @needs_c
 def test_a_finalist_that_computes_something_else_cannot_win() -> None:
     from uopviz.engine import search
+    from uopviz.engine.beam_finalists import verify_finalists
     from uopviz.passes.optops.heuristic import hand_coded_optimizations
 
     untuned, a, b = _gemm(32)
@@ -239,14 +240,14 @@ def test_a_finalist_that_computes_something_else_cannot_win() -> None:
     right_row = search.Candidate(tuned.opts, tuned.name, 1, run_s=0.002)
     wrong_row = search.Candidate((), wrong.name, 1, run_s=0.001)  # "faster" in the search
     kernels = {id(right_row): tuned, id(wrong_row): wrong}
-    winner = search._verify_finalists([right_row, wrong_row], None, kernels, "c", 2, 60.0, 2, untuned)
+    winner = verify_finalists([right_row, wrong_row], None, kernels, "c", 2, 60.0, 2, untuned)
     assert winner is right_row and right_row.verified_s is not None
     assert wrong_row.error is not None and wrong_row.error.startswith("wrong result: output 0 differs")
     assert not wrong_row.ok
 
 
 def test_verification_tolerates_summation_order_but_not_other_values() -> None:
-    from uopviz.engine.search import _differs_from
+    from uopviz.engine.beam_finalists import _differs_from
 
     expected = {0: np.linspace(-100, 100, 50).astype(np.float32)}
     reordered = {0: expected[0] * np.float32(1 + 2e-6)}
@@ -281,3 +282,19 @@ def test_the_winner_heads_the_ranking_and_its_time_is_the_retimed_median() -> No
     assert "1.33x slower in median than the runner-up steady" in reason  # said, not hidden
     assert "2.25x faster than the starting kernel start (4 µs vs 9 µs, re-timed median)" in reason
     assert "winner on c: 4 µs (re-timed median), 3 µs in the search" in repr(result)
+
+
+def test_the_search_module_gives_the_public_names_of_its_parts() -> None:
+    # search.py was split one module per thing; `from uopviz.engine.search import ...` keeps working
+    from uopviz.engine import beam_cache, beam_candidates, beam_evaluation, beam_results, search
+
+    parts = {beam_cache: ("BeamCache", "compiler_fingerprint"),
+             beam_candidates: ("kernel_key", "candidate_opts", "SPLIT_FACTORS", "SPLIT_TARGETS"),
+             beam_evaluation: ("evaluate_candidate", "build_candidate", "BROKEN_POOL_HINT"),
+             beam_results: ("BeamResult", "BeamProgress", "Candidate")}  # fmt: skip
+    for module, names in parts.items():
+        for name in names:
+            assert getattr(search, name) is getattr(module, name) and name in search.__all__
+    from uopviz.core.entry_points import entry_point
+
+    assert entry_point("search") is search.beam_search  # opts="beam" reaches the search through it

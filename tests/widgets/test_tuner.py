@@ -13,6 +13,8 @@ import uopviz as uv
 from uopviz import AxisType
 from uopviz.passes.optops.opts import Opt, OptError, OptOp
 from uopviz.widgets.tuner import (
+    OPT_CONTROLS,
+    OPT_NAMES,
     TimingEntry,
     TunerState,
     make_opt,
@@ -107,6 +109,20 @@ def test_make_opt_covers_every_optop_and_rejects_unknown_ones():
         TunerState.opts_from_json('{"opts": [["FUSE", 0, null]]}')
     with pytest.raises(TypeError, match="needs a Kernel"):
         TunerState(object())
+
+
+def test_the_tuner_offers_every_optop_from_the_enum_with_its_controls():
+    # the names come from OptOp itself (a hand copy would miss a new OptOp), in the enum's order
+    assert OPT_NAMES == tuple(op.name for op in OptOp)
+    assert OPT_NAMES[:5] == ("SPLIT", "PADTO", "SWAP", "NOLOCALS", "TC")  # the spec's five, in its order
+    # every OptOp has its controls, and they are make_opt's parameters: an Opt of that OptOp comes out
+    assert set(OPT_CONTROLS) == set(OPT_NAMES)
+    values = {"axis": 1, "factor": 2, "target": "UPCAST", "top": False, "multiple": 4, "other_axis": 0,
+              "tc_select": -1, "tc_opt": 0, "tc_mode": 1}  # fmt: skip
+    for name, controls in OPT_CONTROLS.items():
+        opt = make_opt(name, **{control: values[control] for control in controls})
+        assert opt.op is OptOp[name]
+        assert opt.axis == (None if name == "NOLOCALS" else 1)
 
 
 def test_sources_come_from_the_kernel_per_backend_and_failures_stay_in_their_pane():

@@ -14,9 +14,10 @@ from __future__ import annotations
 import abc
 import json
 import re
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -266,13 +267,28 @@ class Launch(abc.ABC):
 
 @dataclass
 class CompiledKernel(abc.ABC):
-    """A kernel ready to run: ``kernel(*arrays)`` runs it on host numpy arrays in PARAM slot order."""
+    """A kernel ready to run: ``kernel(*arrays)`` runs it on host numpy arrays in PARAM slot order.
+
+    A backend makes its own with :meth:`built`; a subclass adds what runs the kernel (the loaded
+    library, module, program or JIT engine) as keyword-only dataclass fields.
+    """
 
     backend: str
     meta: KernelMeta
     source: str
     compile_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def built(
+        cls, backend: str, meta: KernelMeta, source: str, started: float, extra: dict[str, Any],
+        **handles: Any,
+    ) -> Self:  # fmt: skip
+        """The kernel ``backend`` has just built and loaded from ``source``: ``compile_s`` is the time
+        since ``started`` (a ``time.perf_counter()`` reading taken before the build), ``extra`` what
+        the build says of itself (``cached``, ``target``, ``cannot_run``, compiler output...), and
+        ``handles`` the subclass's fields."""
+        return cls(backend, meta, source, time.perf_counter() - started, extra, **handles)
 
     @property
     def name(self) -> str:
@@ -492,9 +508,3 @@ class TargetsCPU:
     def device(self) -> str:
         """The host CPU and the target profile's key (BEAM and tuning records are kept per device)."""
         return f"CPU:{self.target.host_model} {self.target.device_tag}"
-
-    def require_runnable(self) -> None:
-        """Raise BackendUnavailable when the host cannot run code for the current target."""
-        reason = self.target.why_not_here()
-        if reason is not None:
-            raise BackendUnavailable(reason)

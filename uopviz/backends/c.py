@@ -407,17 +407,10 @@ class CBackend(TargetsCPU, Backend):
                 raise CompileError(self.name, name, result.stderr.strip(), source)
 
         path, was_cached = cached_file("c", key, ".so", build)
-        compile_s = time.perf_counter() - start
         function = load_function(str(path), meta.name, len(meta.params))
-        kernel = CPUCompiledKernel(
-            self.name,
-            meta,
-            source,
-            compile_s,
-            {"cached": was_cached, "target": target.name, "cannot_run": target.why_not_here()},
-            library_path=str(path),
-            function=function,
-        )
+        info = {"cached": was_cached, "target": target.name, "cannot_run": target.why_not_here()}
+        kernel = CPUCompiledKernel.built(self.name, meta, source, start, info, library_path=str(path),
+                                         function=function)
         self._compiled[key] = kernel
         return kernel
 

@@ -31,12 +31,12 @@ class CPULaunch(Launch):
         return time.perf_counter() - start
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CPUCompiledKernel(CompiledKernel):
     """A kernel in a shared library, called through ctypes with one pointer per param."""
 
-    library_path: str = ""
-    function: Any = field(default=None, repr=False)
+    library_path: str
+    function: Any = field(repr=False)
 
     def prepare(self, *arrays: np.ndarray) -> Launch:
         return CPULaunch(self.function, self.check_arguments(arrays))

@@ -30,8 +30,8 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
 from uopviz.core.dtype import dtypes
 from uopviz.core.errors import UopvizError
+from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 
 # ---------------------------------------------------------------------------------------------
@@ -382,22 +383,13 @@ class CUDALaunch(Launch):
             self.driver.lib.cuMemFree_v2(pointer)
 
 
+@dataclass(kw_only=True)
 class CUDACompiledKernel(CompiledKernel):
     """A loaded CUDA module and its kernel function."""
 
-    def __init__(
-        self,
-        backend: str,
-        meta: KernelMeta,
-        source: str,
-        compile_s: float,
-        extra: dict[str, Any],
-        driver: _Driver,
-        module: ctypes.c_void_p,
-        function: ctypes.c_void_p,
-    ):
-        super().__init__(backend, meta, source, compile_s, extra)
-        self.driver, self.module, self.function = driver, module, function
+    driver: _Driver = field(repr=False)
+    module: ctypes.c_void_p = field(repr=False)
+    function: ctypes.c_void_p = field(repr=False)
 
     def prepare(self, *arrays: np.ndarray) -> Launch:
         return CUDALaunch(self, self.check_arguments(arrays))
@@ -407,7 +399,11 @@ class CUDABackend(Backend):
     """CUDA C++ on an NVIDIA GPU (rendering works everywhere)."""
 
     name = "cuda"
-    supported_ops = COMPILED_ALU_OPS
+    # EXP2 is the GPU's own instruction (exp2f: MUFU.EX2 and a scale, at most 2 ulp by CUDA's
+    # programming guide), so EXP keeps ISel's extended-precision split around it and EXP2 is not
+    # replaced by the 20-odd instructions of the polynomial: on the H200 softmax 4096² spent about
+    # as long in its two exp kernels' arithmetic as in reading memory
+    supported_ops = COMPILED_ALU_OPS | {Ops.EXP2}
     vector_widths = ()
     has_local = True
     has_threads = False
@@ -461,15 +457,9 @@ class CUDABackend(Backend):
             driver.lib.cuModuleGetFunction(ctypes.byref(function), module, meta.name.encode()),
             "cuModuleGetFunction",
         )
-        kernel = CUDACompiledKernel(
-            self.name,
-            meta,
-            source,
-            time.perf_counter() - start,
-            {"cached": was_cached},
-            driver,
-            module,
-            function,
+        kernel = CUDACompiledKernel.built(
+            self.name, meta, source, start, {"cached": was_cached}, driver=driver, module=module,
+            function=function,
         )
         self._compiled[key] = kernel
         return kernel

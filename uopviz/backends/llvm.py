@@ -172,22 +172,12 @@ def libgomp_reason() -> str | None:
     return None
 
 
+@dataclass(kw_only=True)
 class LLVMCompiledKernel(CompiledKernel):
     """A JIT-compiled kernel; holds its execution engine so the code stays mapped."""
 
-    def __init__(
-        self,
-        backend: str,
-        meta: KernelMeta,
-        source: str,
-        compile_s: float,
-        extra: dict[str, Any],
-        engine: Any,
-        function: Any,
-    ):
-        super().__init__(backend, meta, source, compile_s, extra)
-        self.engine = engine
-        self.function = function
+    engine: Any = field(repr=False)
+    function: Any = field(repr=False)
 
     def prepare(self, *arrays: np.ndarray) -> Launch:
         return CPULaunch(self.function, self.check_arguments(arrays))
@@ -303,15 +293,9 @@ class LLVMBackend(TargetsCPU, Backend):
         if not address:
             raise CompileError(self.name, name, f"function @{meta.name} not found after JIT", source)
         function = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(meta.params)))(address)
-        kernel = LLVMCompiledKernel(
-            self.name,
-            meta,
-            source,
-            time.perf_counter() - start,
-            {"cached": was_cached, "optimized_ir": None if was_cached else str(module),
-             "target": target.name, "cannot_run": target.why_not_here()},
-            engine,
-            function,
-        )
+        info = {"cached": was_cached, "optimized_ir": None if was_cached else str(module),
+                "target": target.name, "cannot_run": target.why_not_here()}  # fmt: skip
+        kernel = LLVMCompiledKernel.built(self.name, meta, source, start, info,
+                                          engine=engine, function=function)
         self._compiled[key] = kernel
         return kernel

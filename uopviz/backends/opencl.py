@@ -21,6 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -312,21 +313,16 @@ class OpenCLLaunch(Launch):
         self.queue.finish()
 
 
+@dataclass(kw_only=True)
 class OpenCLCompiledKernel(CompiledKernel):
     """A built OpenCL program and its kernel."""
 
-    def __init__(
-        self,
-        backend: str,
-        meta: KernelMeta,
-        source: str,
-        compile_s: float,
-        extra: dict[str, Any],
-        program: Any,
-    ):
-        super().__init__(backend, meta, source, compile_s, extra)
-        self.program = program
-        self.program_kernel = getattr(program, meta.name)
+    program: Any = field(repr=False)
+    #: the program's kernel, taken once: pyopencl makes a new kernel object (arguments unset) per lookup
+    program_kernel: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.program_kernel = getattr(self.program, self.meta.name)
 
     def prepare(self, *arrays: np.ndarray) -> Launch:
         return OpenCLLaunch(self, self.check_arguments(arrays))
@@ -397,12 +393,6 @@ class OpenCLBackend(Backend):
         """The device target's SIMD register count on a CPU device, else the base default."""
         return self.device_target.vector_registers if self.runs_on_cpu else Backend.vector_registers
 
-    @property
-    def max_local_size(self) -> int:
-        """The device's largest workgroup (0 when there is no device)."""
-        found = _opencl()
-        return 0 if isinstance(found, str) else int(found[1].max_work_group_size)
-
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
 
@@ -441,7 +431,7 @@ class OpenCLBackend(Backend):
             raise CompileError(self.name, name, f"the cached binary does not load: {error}", source) from None
         said.append(log)
         info = {"cached": was_cached, "compiler_output": "\n".join(dict.fromkeys(filter(None, said)))}
-        kernel = OpenCLCompiledKernel(self.name, meta, source, time.perf_counter() - start, info, program)
+        kernel = OpenCLCompiledKernel.built(self.name, meta, source, start, info, program=program)
         self._compiled[key] = kernel
         return kernel
 

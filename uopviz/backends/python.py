@@ -883,11 +883,11 @@ class PythonLaunch(Launch):
         return time.perf_counter() - start
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PythonCompiledKernel(CompiledKernel):
     """A kernel as a Python function over numpy arrays."""
 
-    function: Any = field(default=None, repr=False)
+    function: Any = field(repr=False)
 
     def prepare(self, *arrays: np.ndarray) -> Launch:
         return PythonLaunch(self.function, self.check_arguments(arrays))
@@ -934,7 +934,6 @@ class PythonBackend(Backend):
             exec(compile(source, f"<uopviz kernel {name}>", "exec"), namespace)  # noqa: S102 - our own source
         except SyntaxError as error:
             raise CompileError(self.name, name, f"{error.msg} at line {error.lineno}", source) from error
-        kernel = PythonCompiledKernel(self.name, meta, source, time.perf_counter() - start,
-                                      function=namespace["kernel"])
+        kernel = PythonCompiledKernel.built(self.name, meta, source, start, {}, function=namespace["kernel"])
         self._compiled[source] = kernel
         return kernel

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -203,26 +203,44 @@ def random_arguments(params: Sequence[Any], seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def time_compiled(
-    kernel: CompiledKernel,
-    arrays: Sequence[np.ndarray],
-    *,
-    warmup: int = 2,
-    repeats: int = 10,
-    rotate: int = 1,
-    flops: int = 0,
-    bytes_moved: int = 0,
-    budget_s: float | None = None,
-) -> Timing:
-    """Time an already compiled kernel in this process (see ``time_kernel`` for the isolated way)."""
-    if rotate < 1:
-        raise ValueError(f"rotate must be at least 1, got {rotate}")
-    copies = [list(arrays)] + [[np.array(a, copy=True) for a in arrays] for _ in range(rotate - 1)]
+@dataclass(frozen=True)
+class TimingOptions:
+    """How a kernel is timed: the one definition of the timing keywords that :func:`time_compiled`,
+    ``worker.time_kernel`` and the worker's ``time`` and ``time_random`` requests take (each passes
+    ``**options`` on, and this class checks them: an unknown keyword is a TypeError naming it).
+
+    ``warmup`` untimed runs, then ``repeats`` timed ones over ``rotate`` copies of the inputs;
+    ``flops`` and ``bytes_moved`` give the Timing its GFLOP/s and GB/s; with ``budget_s`` the runs stop
+    once that much run time is spent (see :func:`time_launches`).
+    """
+
+    warmup: int = 2
+    repeats: int = 10
+    rotate: int = 1
+    flops: int = 0
+    bytes_moved: int = 0
+    budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, least in (("warmup", 0), ("repeats", 1), ("rotate", 1)):
+            if getattr(self, name) < least:
+                raise ValueError(f"{name} must be at least {least}, got {getattr(self, name)}")
+
+    @classmethod
+    def checked(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` checked and completed with the defaults, as keywords to pass on."""
+        return asdict(cls(**options))
+
+
+def time_compiled(kernel: CompiledKernel, arrays: Sequence[np.ndarray], **options: Any) -> Timing:
+    """Time an already compiled kernel in this process (see ``time_kernel`` for the isolated way);
+    ``options`` are :class:`TimingOptions`' fields."""
+    settings = TimingOptions(**options)
+    copies = [list(arrays)] + [[np.array(a, copy=True) for a in arrays] for _ in range(settings.rotate - 1)]
     launches = [kernel.prepare(*copy) for copy in copies]
-    _check_runs(launches, repeats)
-    warmed = warm_up(launches, warmup, budget_s)
-    times = timed_runs(launches, warmed, repeats, budget_s)
+    _check_runs(launches, settings.repeats)
+    warmed = warm_up(launches, settings.warmup, settings.budget_s)
+    times = timed_runs(launches, warmed, settings.repeats, settings.budget_s)
     launches[0].read_back()
-    return Timing(
-        tuple(times), flops, bytes_moved, warmed, rotate, kernel.backend, kernel.name, kernel.compile_s
-    )
+    return Timing(tuple(times), settings.flops, settings.bytes_moved, warmed, settings.rotate, kernel.backend,
+                  kernel.name, kernel.compile_s)  # fmt: skip

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.backends.timing import Timing, random_arguments, time_compiled
+from uopviz.backends.timing import Timing, TimingOptions, random_arguments, time_compiled
 from uopviz.core.errors import UopvizError
 
 
@@ -361,7 +361,8 @@ class Worker:
         timeout_s: float = 120.0,
         **options: Any,
     ) -> Timing:
-        """Compile and time a kernel (options of ``timing.time_compiled``)."""
+        """Compile and time a kernel (``options``: :class:`TimingOptions`' fields, checked here)."""
+        options = TimingOptions.checked(options)
         payload = {"backend": backend, "source": source, "name": name, "arrays": list(arrays), **options}
         return self.request("time", payload, timeout_s, name, backend)
 
@@ -369,7 +370,8 @@ class Worker:
         self, backend: str, source: str, name: str, *, seed: int = 0, timeout_s: float = 120.0, **options: Any
     ) -> Timing:
         """Compile and time a kernel on random arguments made in the worker (written ones zero), so
-        the caller allocates nothing."""
+        the caller allocates nothing (``options``: :class:`TimingOptions`' fields, checked here)."""
+        options = TimingOptions.checked(options)
         payload = {"backend": backend, "source": source, "name": name, "seed": seed, **options}
         return self.request("time_random", payload, timeout_s, name, backend)
 
@@ -452,23 +454,18 @@ def time_kernel(
     name: str,
     arrays: Sequence[np.ndarray],
     *,
-    warmup: int = 2,
-    repeats: int = 10,
-    rotate: int = 1,
-    flops: int = 0,
-    bytes_moved: int = 0,
-    budget_s: float | None = None,
     isolated: bool = True,
     timeout_s: float = 120.0,
+    **options: Any,
 ) -> Timing:
-    """Compile ``source`` on ``backend`` and time it on ``arrays`` (numpy arrays in PARAM slot order).
+    """Compile ``source`` on ``backend`` and time it on ``arrays`` (numpy arrays in PARAM slot order);
+    ``options`` are :class:`TimingOptions`' fields (warmup, repeats, rotate, flops, bytes_moved,
+    budget_s), checked before anything runs and passed the same either way.
 
     With ``isolated`` (the default) it runs in the worker process: a crash raises
     ``KernelCrashed`` and a run past ``timeout_s`` raises ``KernelTimeout``, and this process goes on.
     """
-    # the options of time_compiled, passed the same either way
-    options = {"warmup": warmup, "repeats": repeats, "rotate": rotate, "flops": flops,
-               "bytes_moved": bytes_moved, "budget_s": budget_s}  # fmt: skip
+    options = TimingOptions.checked(options)
     if isolated:
         return default_worker().time(backend, source, name, arrays, timeout_s=timeout_s, **options)
     from uopviz.backends import get

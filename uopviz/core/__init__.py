@@ -17,6 +17,7 @@ from uopviz.core.rewrite import (
     tracing,
 )
 from uopviz.core.uop import BufferArg, ParamArg, UOp, UOpError, UOpTypeError, format_graph, toposort
+from uopviz.core.uop_text import UOpTextError, parse_graph, print_graph
 
 __all__ = [
     "AddrSpace",
@@ -37,12 +38,15 @@ __all__ = [
     "Trace",
     "UOp",
     "UOpError",
+    "UOpTextError",
     "UOpTypeError",
     "UopvizError",
     "UPat",
     "dtypes",
     "format_graph",
     "graph_rewrite",
+    "parse_graph",
+    "print_graph",
     "toposort",
     "traced_pass",
     "tracing",

@@ -141,13 +141,6 @@ class DType:
             return 2 ** (self.bits - 1) - 1
         raise ValueError(f"{self.name} has no range")
 
-    @property
-    def finite_max(self) -> float:
-        """The largest finite value (floats), used when clamping casts."""
-        if self.is_float:
-            return float(_FLOAT_FINITE_MAX[self.scalar.name])
-        return float(self.max)
-
 
 @dataclass(frozen=True, eq=True)
 class PtrDType(DType):
@@ -162,10 +155,6 @@ class PtrDType(DType):
 
     def __hash__(self) -> int:
         return hash((self.name, self.addrspace, self.size))
-
-
-_FLOAT_FINITE_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
-                     "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 
 
 def _scalar(name: str, itemsize: int, kind: DTypeKind, numpy_name: str | None) -> DType:

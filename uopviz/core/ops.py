@@ -205,11 +205,6 @@ class Ops(enum.IntEnum):
         """True for every elementwise op, primitive or decomposed."""
         return _FAMILY[self] is OpFamily.ELEMENTWISE
 
-    @property
-    def is_primitive(self) -> bool:
-        """True for the ops the spec does not define by decomposition."""
-        return self not in GroupOp.DECOMPOSED
-
 
 class GroupOp:
     """Named sets of ops that passes and rules refer to."""

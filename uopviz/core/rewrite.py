@@ -280,10 +280,8 @@ class PatternMatcher:
         self.rules: list[Rule] = [_make_rule(r) for r in rules]
         self.name = name
         self._by_op: dict[Ops, list[Rule]] = {}
-        generic = [r for r in self.rules if r.pattern.ops is None]
         for op in Ops:
             self._by_op[op] = [r for r in self.rules if r.pattern.ops is None or op in r.pattern.ops]
-        self._generic = generic
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules, name=self.name or other.name)

@@ -45,6 +45,15 @@ _NORMALISED_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.C
 _buffer_numbers = itertools.count()
 _range_numbers = itertools.count(1000)
 
+
+def reserve_buffer_number(number: int) -> None:
+    """Take ``number`` out of the fresh buffer numbers: a graph read from text (uop_text) holds
+    buffers numbered by another process, and a buffer made later must not get one of their numbers
+    (two buffers of one size, dtype and number would be one hash-consed UOp)."""
+    global _buffer_numbers
+    following = next(_buffer_numbers)
+    _buffer_numbers = itertools.count(max(following, number + 1))
+
 # ---------------------------------------------------------------------------------------------
 # hash-consing
 

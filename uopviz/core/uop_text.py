@@ -41,7 +41,7 @@ from typing import Any
 from uopviz.core.dtype import AddrSpace, DType, DTypeKind, PtrDType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, OpFamily, Ops
-from uopviz.core.uop import UOp
+from uopviz.core.uop import UOp, reserve_buffer_number
 from uopviz.core.uop_types import BufferArg, ParamArg
 
 
@@ -355,6 +355,8 @@ def _parse_line(line: str, names: dict[str, UOp], where: str) -> tuple[str, UOp]
     written_type, _, tag_text = tail.strip().removeprefix(":").partition("  tag=")
     tag = read_arg(tag_text, where, names) if tag_text else None
     sources = tuple(_operand(s, names, where) for s in _split_sources(sources_text))
+    if isinstance(arg, BufferArg):
+        reserve_buffer_number(arg.number)
     try:
         u = UOp(Ops[op_name], sources, arg, tag)
     except UopvizError as error:

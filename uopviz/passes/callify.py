@@ -57,14 +57,6 @@ input_rules = PatternMatcher([
 ], name="parametrize inputs")
 
 
-def tensor_graph(outputs: Sequence[object]) -> UOp | None:
-    """The graph Callify starts from, ``TUPLE(outputs...)`` (what the Callify stage's trace shows as its
-    input); None when an output is not a UOp (:func:`callify` then says which)."""
-    if not all(isinstance(out, UOp) for out in outputs):
-        return None
-    return UOp(Ops.TUPLE, tuple(outputs))
-
-
 def callify(outputs: Sequence[UOp]) -> UOp:
     """``FUNCTION(TUPLE(outputs...), inputs...)``: the whole program as one stateless function."""
     for position, out in enumerate(outputs):

@@ -35,7 +35,6 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 from uopviz.passes.isel_primitives import (
-    _operand,
     add,
     bit_and,
     bit_or,
@@ -45,6 +44,7 @@ from uopviz.passes.isel_primitives import (
     less,
     mul,
     not_equal,
+    operand,
     polynomial,
     recip,
     shift_left,
@@ -502,11 +502,6 @@ def _divide(a: UOp, b: UOp) -> UOp:
     return UOp(Ops.DIV, (a, b))
 
 
-def decompose_sin(x: UOp, reduce_in: DType | None = None) -> UOp:
-    """``sin x`` (see :func:`decompose_trigonometric`)."""
-    return decompose_trigonometric(x, Ops.SIN, reduce_in)
-
-
 def _reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
     """The decomposition of ``function`` reducing float32 in float64 (targets that have float64)."""
 
@@ -578,7 +573,7 @@ def _rounded_product(a: UOp, b: UOp | float) -> UOp:
     """``a·b`` rounded, as ``MULACC(a, b, 0)``: a bare MUL that is later added to something would be
     fused into a MULACC on targets with a multiply-add, and the sum would then see the exact
     product where an error-free transformation counts on the rounded one."""
-    return UOp(Ops.MULACC, (a, _operand(a, b), const_like(a, 0.0)))
+    return UOp(Ops.MULACC, (a, operand(a, b), const_like(a, 0.0)))
 
 
 def _product_error(p: UOp, a_high: UOp, a_low: UOp, b_high: UOp | float, b_low: UOp | float) -> UOp:

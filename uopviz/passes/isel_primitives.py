@@ -32,14 +32,15 @@ def _lanes(dtype: DType, x: UOp) -> DType:
     return dtype.scalar.vec(x.dtype.count) if x.dtype.count > 1 else dtype.scalar
 
 
-def _operand(x: UOp, value: UOp | int | float) -> UOp:
+def operand(x: UOp, value: UOp | int | float) -> UOp:
+    """``value`` as an operand beside ``x``: a UOp as it is, a Python number a constant of ``x``'s type."""
     return value if isinstance(value, UOp) else const_like(x, value)
 
 
 def _binary(op: Ops, a: UOp | int | float, b: UOp | int | float) -> UOp:
     """``op(a, b)``; a Python number becomes a constant of the other operand's type."""
     reference = a if isinstance(a, UOp) else b
-    return UOp(op, (_operand(reference, a), _operand(reference, b)))
+    return UOp(op, (operand(reference, a), operand(reference, b)))
 
 
 def add(a: UOp | int | float, b: UOp | int | float) -> UOp:
@@ -54,7 +55,7 @@ def mul(a: UOp | int | float, b: UOp | int | float) -> UOp:
 
 def sub(a: UOp, b: UOp | int | float) -> UOp:
     """``a - b`` as ``ADD(a, MUL(b, -1))`` (primitives only)."""
-    return add(a, mul(_operand(a, b), -1))
+    return add(a, mul(operand(a, b), -1))
 
 
 def less(a: UOp | int | float, b: UOp | int | float) -> UOp:
@@ -70,27 +71,27 @@ def not_equal(a: UOp | int | float, b: UOp | int | float) -> UOp:
 def where(condition: UOp, a: UOp | int | float, b: UOp | int | float) -> UOp:
     """WHERE (numbers become constants of the other branch's type)."""
     reference = a if isinstance(a, UOp) else b
-    return UOp(Ops.WHERE, (condition, _operand(reference, a), _operand(reference, b)))
+    return UOp(Ops.WHERE, (condition, operand(reference, a), operand(reference, b)))
 
 
 def bit_and(a: UOp, b: UOp | int) -> UOp:
     """AND."""
-    return UOp(Ops.AND, (a, _operand(a, b)))
+    return UOp(Ops.AND, (a, operand(a, b)))
 
 
 def bit_or(a: UOp, b: UOp | int) -> UOp:
     """OR."""
-    return UOp(Ops.OR, (a, _operand(a, b)))
+    return UOp(Ops.OR, (a, operand(a, b)))
 
 
 def shift_left(a: UOp, b: UOp | int) -> UOp:
     """SHL."""
-    return UOp(Ops.SHL, (a, _operand(a, b)))
+    return UOp(Ops.SHL, (a, operand(a, b)))
 
 
 def shift_right(a: UOp, b: UOp | int) -> UOp:
     """SHR."""
-    return UOp(Ops.SHR, (a, _operand(a, b)))
+    return UOp(Ops.SHR, (a, operand(a, b)))
 
 
 def cast(x: UOp, dtype: DType) -> UOp:

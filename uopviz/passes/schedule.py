@@ -121,10 +121,6 @@ class Lowering:
         return None  # an output that is not a UOp: Callify says which
 
     # -- what stages do to it -------------------------------------------------------------------
-    def replace_body(self, item: ScheduleItem, new_body: UOp) -> None:
-        """Put ``new_body`` in place of ``item``'s kernel body in the program graph."""
-        self.replace_bodies({item: new_body})
-
     def replace_bodies(self, bodies: Mapping[ScheduleItem, UOp]) -> None:
         """Put each new body in place of its item's kernel body, in one walk of the program graph (a
         stage replaces every kernel's body: one walk per kernel made a 250-kernel graph's stages

@@ -26,8 +26,18 @@ from typing import Any
 
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType
+from uopviz.passes.optops.opts import Opt, OptError, OptOp
 
-OPT_NAMES = ("SPLIT", "PADTO", "SWAP", "NOLOCALS", "TC")
+#: the OptOps' names as the spec writes them, in OptOp's order (a new OptOp is offered by itself)
+OPT_NAMES = tuple(OptOp.__members__)
+#: the controls (``make_opt``'s parameters) each OptOp takes in the tuner; the view shows these
+OPT_CONTROLS: dict[str, tuple[str, ...]] = {
+    "SPLIT": ("axis", "factor", "target", "top"),
+    "PADTO": ("axis", "multiple"),
+    "SWAP": ("axis", "other_axis"),
+    "NOLOCALS": (),
+    "TC": ("axis", "tc_select", "tc_opt", "tc_mode"),
+}
 #: what a saved tuning session says it is, and the version of its layout
 SESSION_FORMAT = "uopviz-tuner-session"
 SESSION_VERSION = 1
@@ -36,12 +46,6 @@ SESSION_VERSION = 1
 class TunerSessionError(UopvizError, ValueError):
     """A tuning session that cannot be loaded: not a session file, another version, or one saved for
     another kernel (the message names what differs: kernel name, key, backend, or the replayed opts)."""
-
-
-def _opts_module() -> Any:
-    from uopviz.passes.optops import opts
-
-    return opts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,22 +68,23 @@ def make_opt(
     """An ``Opt`` from the tuner's control values: SPLIT takes axis, factor, target and top; PADTO
     axis and multiple; SWAP axis and other_axis; NOLOCALS nothing; TC the reduce index (axis) and
     (tc_select, tc_opt, tc_mode)."""
-    module = _opts_module()
     name = op.upper()
     if name not in OPT_NAMES:
         raise ValueError(f"unknown opt {op!r}; the spec's OptOps are {', '.join(OPT_NAMES)}")
-    kind = module.OptOp[name]
+    kind = OptOp[name]
     if isinstance(target, str):
         target = AxisType[target.upper()]
     if name == "SPLIT":
-        return module.Opt(kind, axis, (int(factor), target, bool(top)))
+        return Opt(kind, axis, (int(factor), target, bool(top)))
     if name == "PADTO":
-        return module.Opt(kind, axis, int(multiple))
+        return Opt(kind, axis, int(multiple))
     if name == "SWAP":
-        return module.Opt(kind, axis, int(other_axis))
+        return Opt(kind, axis, int(other_axis))
     if name == "NOLOCALS":
-        return module.Opt(kind, None, None)
-    return module.Opt(kind, axis, (int(tc_select), int(tc_opt), int(tc_mode)))
+        return Opt(kind, None, None)
+    if name == "TC":
+        return Opt(kind, axis, (int(tc_select), int(tc_opt), int(tc_mode)))
+    raise ValueError(f"the tuner has no controls for OptOp.{name} yet (see OPT_CONTROLS)")
 
 
 def opt_to_python(opt: Any) -> str:
@@ -260,7 +265,7 @@ def _applies(kernel: Any, opt: Any) -> str:
     """The OptError's message when ``opt`` does not apply to ``kernel``; empty when it applies."""
     try:
         kernel.apply(opt)
-    except _opts_module().OptError as error:
+    except OptError as error:
         return str(error)
     return ""
 
@@ -274,10 +279,10 @@ def opt_choices(kernel: Any, op: str, axis: int | None) -> OptChoices:
     enumerated (its arguments select among the backend's tensor cores): it is offered as it is."""
     from uopviz.passes.optops.axes import SPLIT_RULES
 
-    name, module = op.upper(), _opts_module()
+    name = op.upper()
     axes = list(kernel.axes)
     if name == "NOLOCALS":
-        reason = _applies(kernel, module.Opt(module.OptOp.NOLOCALS, None, None))
+        reason = _applies(kernel, Opt(OptOp.NOLOCALS, None, None))
         return OptChoices(name, None, applies=not reason, none_reason=reason)
     if name == "TC" or axis is None or not 0 <= axis < len(axes):
         reason = "" if name == "TC" else f"the kernel has no axis {axis!r} (it has {len(axes)})"
@@ -290,7 +295,7 @@ def opt_choices(kernel: Any, op: str, axis: int | None) -> OptChoices:
             tops = (False, True) if direction is None else (direction,)
             factors = []
             for factor in _divisors(size):
-                found = [_applies(kernel, module.Opt(module.OptOp.SPLIT, axis, (factor, target, top)))
+                found = [_applies(kernel, Opt(OptOp.SPLIT, axis, (factor, target, top)))
                          for top in tops]
                 factors += [factor] if "" in found else []
                 reasons += [reason for reason in found if reason]
@@ -303,12 +308,12 @@ def opt_choices(kernel: Any, op: str, axis: int | None) -> OptChoices:
                        "axes only (spec AxisType table, 'Split from')"]
         return OptChoices(name, axis, splits=tuple(splits), none_reason=_none(splits, reasons))
     if name == "PADTO":
-        found = {multiple: _applies(kernel, module.Opt(module.OptOp.PADTO, axis, multiple))
+        found = {multiple: _applies(kernel, Opt(OptOp.PADTO, axis, multiple))
                  for multiple in PAD_MULTIPLES}
         multiples = tuple(multiple for multiple, reason in found.items() if not reason)
         return OptChoices(name, axis, multiples=multiples, none_reason=_none(multiples, found.values()))
     if name == "SWAP":
-        found = {other: _applies(kernel, module.Opt(module.OptOp.SWAP, axis, other))
+        found = {other: _applies(kernel, Opt(OptOp.SWAP, axis, other))
                  for other in range(len(axes)) if other != axis}
         partners = tuple(other for other, reason in found.items() if not reason)
         return OptChoices(name, axis, partners=partners, none_reason=_none(partners, found.values()))
@@ -399,10 +404,9 @@ class TunerState:
     def apply(self, opt: Any) -> bool:
         """Apply ``opt``; on ``OptError`` keep the kernel as it was and keep the message. Returns
         whether the opt was applied."""
-        error_type = _opts_module().OptError
         try:
             new_kernel = self.kernel.apply(opt)
-        except error_type as error:
+        except OptError as error:
             self.message, self.error = f"not valid here: {error}", True  # the error names the opt
             return False
         except Exception as error:  # noqa: BLE001 - a failing opt must not take the tuner down with it

@@ -24,7 +24,7 @@ from uopviz.core.uop import UOp
 from uopviz.widgets.backends_view import backend_names, bokeh_widget, timing_figure, timing_rows
 from uopviz.widgets.highlight import highlight
 from uopviz.widgets.schedule_diff import tuner_schedule_diff
-from uopviz.widgets.tuner import OPT_NAMES, TIMING_BUDGET_S, TimingEntry, TunerState, make_opt
+from uopviz.widgets.tuner import OPT_CONTROLS, OPT_NAMES, TIMING_BUDGET_S, TimingEntry, TunerState, make_opt
 
 # a grid, not a flexbox: long source lines must scroll inside their pane, never widen it; panes that do
 # not fit side by side wrap to the next row (a pane cut off at the right edge hides its backend), in
@@ -355,13 +355,7 @@ class KernelTuner(widgets.VBox):
         self.load_session_button.on_click(lambda _: self.load_session())
 
     def _show_controls(self) -> None:
-        visible = {
-            "SPLIT": (self.axis, self.factor, self.target, self.top),
-            "PADTO": (self.axis, self.multiple),
-            "SWAP": (self.axis, self.other_axis),
-            "NOLOCALS": (),
-            "TC": (self.axis, self.tc_select, self.tc_opt, self.tc_mode),
-        }[self.op.value]
+        visible = tuple(getattr(self, name) for name in OPT_CONTROLS[self.op.value])
         for control in self.parameter_controls:
             control.layout.display = "" if any(control is v for v in visible) else "none"
         self.axis.description = "reduce #" if self.op.value == "TC" else "axis"
@@ -438,18 +432,8 @@ class KernelTuner(widgets.VBox):
 
     def current_opt(self) -> Any:
         """The opt the controls describe."""
-        return make_opt(
-            self.op.value,
-            self.axis.value,
-            factor=self.factor.value,
-            target=self.target.value,
-            top=self.top.value,
-            multiple=self.multiple.value,
-            other_axis=self.other_axis.value,
-            tc_select=self.tc_select.value,
-            tc_opt=self.tc_opt.value,
-            tc_mode=self.tc_mode.value,
-        )
+        values = {name: getattr(self, name).value for name in OPT_CONTROLS[self.op.value]}
+        return make_opt(self.op.value, **values)
 
     def apply(self, opt: Any = None) -> bool:
         """Apply ``opt`` (default: the one the controls describe); refresh on success, show the
