@@ -419,9 +419,6 @@ class Backend(abc.ABC):
     vector_bytes: int = 0
     #: dtypes whose values the backend never holds in vectors (Instruction Selection splits them)
     scalar_dtypes: frozenset[DType] = frozenset()
-    #: True: an unrolled reduction's terms are added into its accumulator one after another (fused
-    #: multiply-adds, no tree of partial sums); CPU backends keep the tree (byte-identical sources)
-    accumulate_in_chains: bool = False
     #: how many threads a THREAD axis is split for (GPU backends use workgroups instead)
     thread_count: int = 1
     #: True when ``compile`` may run in several threads at once (each build its own process), so

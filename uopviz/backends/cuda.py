@@ -258,7 +258,6 @@ class CUDABackend(Backend):
     has_local = True
     has_threads = False
     tensor_cores = (MMA_M16N8K16_F16_F32,)
-    accumulate_in_chains = True
 
     def __init__(self) -> None:
         self.renderer = CUDARenderer(self.tensor_cores)

@@ -274,48 +274,6 @@ mulacc_fusion = PatternMatcher(
 )
 
 
-def _accumulates(x: UOp) -> bool:
-    """``x`` reads a REG accumulator, or is a chain of ADDs (or multiply-adds) that starts with such
-    a read."""
-    while x.op in (Ops.ADD, Ops.MULACC):
-        x = x.src[0] if x.op is Ops.ADD else x.src[2]
-    if x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX:
-        return False
-    buffer = x.src[0].src[0]
-    buffer = buffer.src[0] if buffer.op is Ops.AFTER else buffer
-    return buffer.op is Ops.BUFFER and buffer.arg.addrspace is AddrSpace.REG
-
-
-def _add_into_accumulator(acc: UOp, x: UOp, y: UOp) -> UOp | None:
-    return UOp(Ops.ADD, (UOp(Ops.ADD, (acc, x)), y)) if _accumulates(acc) else None
-
-
-def _multiply_add_into_accumulator(acc: UOp, a: UOp, b: UOp, c: UOp) -> UOp | None:
-    return UOp(Ops.MULACC, (a, b, UOp(Ops.ADD, (acc, c)))) if _accumulates(acc) else None
-
-
-#: ``acc + (x + y) → (acc + x) + y`` and ``acc + MULACC(a, b, c) → MULACC(a, b, acc + c)`` for a
-#: REG accumulator (after which ``acc + a*b`` fuses into a multiply-add): an unrolled reduction's
-#: terms are added into the accumulator one after another instead of summed as a tree first, for
-#: targets that say so (``Backend.accumulate_in_chains``).  CUDA: a 4x4 register tile unrolled by
-#: 4 took 7 float ops per 4 terms (2 MUL, 2 FMA, 3 ADD); 4 FMAs now
-accumulator_chains = PatternMatcher(
-    [
-        (
-            UPat(Ops.ADD, src=(UPat.var("acc"), UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))))),
-            _add_into_accumulator,
-            "acc + (x + y) → (acc + x) + y",
-        ),
-        (
-            UPat(Ops.ADD, src=(UPat.var("acc"), UPat(Ops.MULACC, src=(_A, _B, UPat.var("c"))))),
-            _multiply_add_into_accumulator,
-            "acc + MULACC(a, b, c) → MULACC(a, b, acc + c)",
-        ),
-    ],
-    name="accumulator chains",
-)
-
-
 # ---------------------------------------------------------------------------------------------
 # devectorization
 
@@ -497,7 +455,6 @@ def instruction_selection_matcher(
     has_float64: bool = True,
     scalar_dtypes: frozenset[DType] = frozenset(),
     vector_bytes: int = 0,
-    accumulate_in_chains: bool = False,
 ) -> PatternMatcher:
     """The Instruction Selection rules of a target that renders ``supported_ops`` natively and
     vectors of ``vector_widths`` lanes: every decomposed op it lacks is rewritten into ones it has
@@ -505,17 +462,13 @@ def instruction_selection_matcher(
     of other widths are split into chunks of widths it has.  Without ``has_float64`` float32 SIN
     reduces its argument in float32 (accurate for |x| up to 2.5e4 only).  Vectors of
     ``scalar_dtypes`` are split into scalar lanes (the backend renders no vectors of them), and vectors
-    wider than ``vector_bytes`` (when given) into chunks of at most one register.  With
-    ``accumulate_in_chains`` the terms of a sum are added into its accumulator one by one
-    (:data:`accumulator_chains`)."""
+    wider than ``vector_bytes`` (when given) into chunks of at most one register."""
     supported = frozenset(supported_ops)
     rules: list = list(always_rules.rules)
     chosen = DECOMPOSITIONS if has_float64 else {**DECOMPOSITIONS, **_WITHOUT_FLOAT64}
     for op, decompositions in chosen.items():
         if op not in supported:
             rules.extend(decompositions)
-    if accumulate_in_chains:
-        rules.extend(accumulator_chains.rules)
     if Ops.MULACC in supported:
         rules.extend(mulacc_fusion.rules)
     rules.extend(_split_widths(tuple(vector_widths), frozenset(scalar_dtypes), vector_bytes).rules)
@@ -591,7 +544,7 @@ def select_instructions(ast: UOp, backend: Backend, name: str = "kernel") -> UOp
     ast = lower_reductions(ast)
     matcher = instruction_selection_matcher(
         backend.supported_ops, backend.vector_widths, backend.supports_dtype(dtypes.float64),
-        backend.scalar_dtypes, backend.vector_bytes, backend.accumulate_in_chains,
+        backend.scalar_dtypes, backend.vector_bytes,
     )
     ast = graph_rewrite(ast, matcher, name="instruction selection")
     if not backend.vector_widths:
