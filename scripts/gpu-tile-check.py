@@ -1,12 +1,10 @@
-"""Issue #23's open measurements on a CUDA GPU, about a minute (run where scripts/gpu-check.sh runs):
+"""Issue #23's open measurement on a CUDA GPU, under a minute (run where scripts/gpu-check.sh runs):
 
-    PYTHONPATH=. python3 scripts/gpu-tile-check.py            # multiply-adds chained (the default)
-    PYTHONPATH=. CHAINS=0 python3 scripts/gpu-tile-check.py   # the tree of partial sums, as before
+    PYTHONPATH=. python3 scripts/gpu-tile-check.py
 
 It times (CUDA events, median of 20, values checked against numpy) the gemm 2048 float32 of the
-heuristic, with each unrolled term multiply-added into its accumulator (``CHAINS=1``:
-``CUDABackend.accumulate_in_chains``) or summed as a tree first (``CHAINS=0``; measured 0.86 ms on
-an H200 on 2026-11-28), and, with ``CHAINS=1``, the gemm 4096 float16 of the heuristic (4x4 tensor
+heuristic (0.871 ms on an H200 on 2026-11-28; multiply-adds chained into the accumulator measured
+0.888 ms in the same run and were reverted) and the gemm 4096 float16 of the heuristic (4x4 tensor
 core tiles per warp, 3.06 ms) against 8 N x 4 M and 8 N x 2 M tiles per warp, which the GPU model
 puts at 1.6 and 2.1 ms against 2.6 ms (their registers are not modelled).  ``BUILD=0`` prints the
 opts without a GPU.
@@ -21,9 +19,7 @@ import numpy as np
 
 import uopviz as uv
 from uopviz import AxisType, Opt, OptOp
-from uopviz.backends.cuda import CUDABackend
 
-CHAINS = os.environ.get("CHAINS", "1") == "1"
 BUILD = os.environ.get("BUILD", "1") == "1"
 TC = Opt(OptOp.TC, 0, (-1, 1, 1))
 
@@ -55,17 +51,14 @@ def time_case(label: str, expression: uv.Tensor, reference: np.ndarray, opts: ob
     for _ in range(3):
         bound.run()
     median = statistics.median(bound.run() for _ in range(20))
-    print(f"chains={CHAINS} {label}: {median * 1e3:.3f} ms, relative error {error:.1e}", flush=True)
+    print(f"{label}: {median * 1e3:.3f} ms, relative error {error:.1e}", flush=True)
 
 
 def main() -> None:
     """Time the cases (see the module docstring)."""
-    CUDABackend.accumulate_in_chains = CHAINS
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((2048, 2048), np.float32) for _ in range(2))
     time_case("gemm 2048 float32, heuristic", uv.Tensor(a) @ uv.Tensor(b), a.astype(np.float64) @ b)
-    if not CHAINS:
-        return
     a16, b16 = (rng.standard_normal((4096, 4096)).astype(np.float16) for _ in range(2))
     reference = a16.astype(np.float32) @ b16.astype(np.float32)
     for label, opts in HALF_GEMM_OPTS.items():
