@@ -99,8 +99,8 @@ def test_float64_pow_of_tiny_and_huge_bases(backend: str) -> None:
 @pytest.mark.parametrize("op_name", ["exp2", "exp", "sigmoid", "tanh", "pow", "sqrt", "log2", "sin"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 def test_cuda_within_bounds(op_name: str, dtype: str) -> None:
-    # CUDA computes EXP2 with the GPU's exp2 (CUDA's exp2f: at most 2 ulp by its programming guide)
-    # and every composition around it as on the CPUs: the same bounds, measured on the GPU
+    # the CPUs' bounds, measured on the GPU (its FMA contraction and libdevice's sqrt differ); the
+    # GPU's own exp2f under exp's split measured 2.56 ulp here, so CUDA keeps the polynomial
     from uopviz.backends import get
 
     if not get("cuda").available():

@@ -10,7 +10,8 @@ import uopviz as uv
 from uopviz import AxisType, Ops, Tensor, UOp, dtypes
 from uopviz.backends import available, get
 from uopviz.backends.base import KernelMeta, RenderError
-from uopviz.backends.python import KernelFault, carried_ranges
+from uopviz.backends.python import KernelFault
+from uopviz.backends.python_loops import carried_ranges
 
 from . import linear_programs as lp
 

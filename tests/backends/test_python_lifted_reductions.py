@@ -14,7 +14,8 @@ import uopviz as uv
 from uopviz import AxisType, Ops, Tensor, UOp, dtypes
 from uopviz.backends import available, get
 from uopviz.backends import python as python_backend
-from uopviz.backends.python import carried_ranges, fold, foldable_loops
+from uopviz.backends.python_loops import carried_ranges, foldable_loops
+from uopviz.backends.python_runtime import fold
 
 from . import linear_programs as lp
 

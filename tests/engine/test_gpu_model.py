@@ -68,7 +68,9 @@ def test_heuristic_gemm_global_loads_are_coalesced() -> None:
     loads = [a for a in account.accesses if a.kind == "load"]
     assert loads and not any(a.strided for a in loads)
     assert account.dram_efficiency == {"data0": 1.0, "data1": 1.0, "data2": 1.0}
-    assert account.flops == account.flops_executed == 2 * 256**3 and account.tensor_core_flops == 0
+    # the reduction unrolled by 4 adds its partial sums: 0.6 % more adds than the sum of products counts
+    assert account.flops == 2 * 256**3 and account.tensor_core_flops == 0
+    assert account.flops <= account.flops_executed <= 1.01 * account.flops
 
 
 def test_the_64m_sum_fills_every_sm_then_one_block_finishes_it() -> None:
@@ -144,7 +146,9 @@ def test_predicted_time_grows_with_size(gpu: str) -> None:
     assert all(t > 0 for t in times) and times == sorted(times) and times[-1] > times[0]
     gemms = [gpu_account(kernels(Tensor.empty(n, n) @ Tensor.empty(n, n))[0], gpu).predicted_s
              for n in (64, 256, 1024)]
-    assert gemms == sorted(gemms) and gemms[-1] > 10 * gemms[0]
+    # the work beyond the launch's cost (LAUNCH_S, 8 us: most of a 64 gemm's time) grows with it
+    work = [t - LAUNCH_S for t in gemms]
+    assert gemms == sorted(gemms) and work[-1] > 10 * work[0]
 
 
 def test_bandwidth_sets_the_time_of_a_memory_bound_kernel() -> None:
@@ -209,3 +213,51 @@ def test_the_model_reads_a_lowered_kernel_and_a_linear_program_alike() -> None:
     by_kernel, by_lowered, by_linear = gpu_account(kernel), gpu_account(lowered), gpu_account(lowered.linear)
     assert by_kernel.to_dict() == by_lowered.to_dict() == by_linear.to_dict()
     assert np.isclose(by_kernel.memory_s, kernel.bytes / 3.35e12)
+
+
+def _split(axis: int, size: int, kind: AxisType) -> Opt:
+    return Opt(OptOp.SPLIT, axis, (size, kind, False))
+
+
+_TC = Opt(OptOp.TC, 0, (-1, 1, 1))
+
+
+def _gemm(n: int, dtype=dtypes.float32) -> Tensor:
+    return Tensor.empty(n, n, dtype=dtype) @ Tensor.empty(n, n, dtype=dtype)
+
+
+def _conv() -> Tensor:
+    return Tensor.empty(8, 64, 56, 56).conv2d(Tensor.empty(64, 64, 3, 3), padding=1)
+
+
+#: kernels timed on an H200 on 2026-11-28 (CUDA events, median of 15): (name, expression, opts,
+#: measured seconds); the gemm 2048 opts are the old heuristic's, the 4x4 tile's and the new one's
+H200_MEASURED = [
+    ("gemm 2048 f32 1x4", lambda: _gemm(2048),
+     [_split(1, 4, AxisType.UPCAST), _split(1, 16, AxisType.LOCAL), _split(0, 16, AxisType.LOCAL)], 2.815e-3),
+    ("gemm 2048 f32 4x4 strided", lambda: _gemm(2048),
+     [_split(1, 16, AxisType.LOCAL), _split(0, 16, AxisType.LOCAL), _split(1, 4, AxisType.UPCAST),
+      _split(0, 4, AxisType.UPCAST)], 1.200e-3),
+    ("gemm 2048 f32 heuristic", lambda: _gemm(2048), "heuristic", 0.862e-3),
+    ("gemm 4096 f16 heuristic", lambda: _gemm(4096, dtypes.float16), "heuristic", 3.060e-3),
+    ("gemm 4096 f16 one tile per warp", lambda: _gemm(4096, dtypes.float16),
+     [_TC, _split(1, 4, AxisType.LOCAL), _split(0, 2, AxisType.LOCAL)], 11.58e-3),
+    ("conv2d 8x64x56x56 heuristic", _conv, "heuristic", 0.115e-3),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, make, opts, measured", H200_MEASURED, ids=[m[0] for m in H200_MEASURED])
+def test_the_h200_model_is_within_2x_of_its_measurements(name, make, opts, measured: float) -> None:
+    """Issue #23's calibration: with sectors alone the f16 gemm was predicted 4.75x too fast (its
+    scalar fragment loads touch 8 lines each: the L1 serves a line per clock)."""
+    (kernel,) = kernels(make(), opts)
+    predicted = gpu_account(kernel, "H200").predicted_s
+    assert measured / 2 <= predicted <= measured * 2, f"{name}: predicted {predicted * 1e3:.3f} ms"
+
+
+def test_a_warp_access_costs_a_clock_per_line_it_touches() -> None:
+    # a transposed read: each lane's 4 bytes in a line of its own (32 lines, 32 sectors, 1 KiB moved)
+    (kernel,) = kernels(Tensor.empty(1024, 1024).T.contiguous(), LOCAL32)
+    account = gpu_account(kernel, "H200")
+    (load,) = global_accesses(account, "load", "data1")
+    assert load.lines == 32 and load.l1_clocks(128) == 32  # not 1024 B / 128 B per clock = 8

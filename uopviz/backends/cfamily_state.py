@@ -1,27 +1,24 @@
-"""One rendering walk of a LINEAR program in a C-family language (C, OpenCL C, CUDA C).
+"""The walk of a LINEAR program in a C-family language (C, OpenCL C, CUDA C).
 
-:class:`CFamilyRenderState` walks the program once, in order, one source line per uop (so a line of
-the source maps back to a uop of the program), keeping the names, open scopes, emitted lines and
-what each INDEX addresses (:class:`Address`); how each line is spelled it asks the renderer
-(:class:`~uopviz.backends.cfamily.CStyleRenderer`, which reads its dialect).  Here too: where REG
-buffers are declared and which are kept in plain variables, the launch sizes of GPU indices,
-contiguous, gathered and gated vector memory access, and WMMA as scalar multiply-adds.
+:class:`CFamilyRenderState`, a :class:`~uopviz.backends.linear_walk.LinearWalk`, writes one source
+line per uop (so a line of the source maps back to a uop of the program), keeping the emitted lines
+and what each INDEX addresses (an :class:`~uopviz.backends.cfamily_spelling.Address`); how each
+line is spelled it asks the renderer (a :class:`~uopviz.backends.cfamily_spelling.CSpelling`, which
+reads its dialect).  Here too: where REG buffers are declared and which are kept in plain
+variables, the launch sizes of GPU indices, contiguous, gathered and gated vector memory access,
+and a one-thread WMMA tile as scalar multiply-adds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import replace
 
 from uopviz.backends.base import KernelMeta, RenderError, TensorCore
-from uopviz.backends.linear_program import (
-    PREFETCH_ITERATIONS,
-    PREFETCH_MIN_STRIDE_BYTES,
-    LinearRenderState,
-    underlying_buffer,
-)
+from uopviz.backends.cfamily_spelling import Address, CSpelling
+from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
+from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.core.affine import (
     constant_chunk_width,
     contiguous_start,
@@ -32,37 +29,6 @@ from uopviz.core.affine import (
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
-
-if TYPE_CHECKING:
-    from uopviz.backends.cfamily import CStyleRenderer
-
-
-@dataclass
-class Address:
-    """Where an INDEX points: ``buffer`` (a rendered name) at a scalar ``offset``, at ``count``
-    contiguous elements from ``offset``, or at one element per lane (``lanes``)."""
-
-    buffer: str
-    buffer_uop: UOp
-    dtype: DType  # the dtype a LOAD from here produces
-    offset: str | None = None  # scalar or contiguous-vector start
-    lanes: list[str] | None = None  # gather/scatter: one element offset per lane
-    variable: str | None = None  # a REG buffer kept in variables: the variable holding these lanes
-    base: UOp | None = None  # a contiguous vector access: the index of its first lane (None: constant)
-
-    @property
-    def contiguous(self) -> bool:
-        """True for a vector access of consecutive elements."""
-        return self.offset is not None and self.dtype.count > 1
-
-
-@dataclass
-class Scope:
-    """An open block of the rendered code: a RANGE loop, an IF, or the function body."""
-
-    opener: UOp | None
-    kind: str  # "function", "range", "if"
-    number: int
 
 
 def _is_buffer_like(u: UOp) -> bool:
@@ -96,17 +62,16 @@ def register_variable_widths(program: Sequence[UOp]) -> dict[UOp, int]:
     return {buffer: width for buffer, width in widths.items() if width is not None}
 
 
-class CFamilyRenderState(LinearRenderState):
+class CFamilyRenderState(LinearWalk):
     """One rendering of one LINEAR program in a C-family dialect (names, scopes, emitted lines)."""
 
     # REG buffers declared at the top of the function come before the body
     mapped_lists = (("top_lines", ""), ("lines", ""))
 
-    def __init__(self, renderer: CStyleRenderer, linear: UOp):
+    def __init__(self, renderer: CSpelling, linear: UOp):
         super().__init__(linear)
         self.r = renderer
-        self.addresses: dict[UOp, Address]  # (made by LinearRenderState: what each INDEX addresses)
-        self.scopes: list[Scope] = [Scope(None, "function", 0)]
+        self.addresses: dict[UOp, Address]  # (made by LinearWalk: what each INDEX addresses)
         self.lines: list[str] = []
         self.top_lines: list[str] = []
         self.typedefs: dict[str, str] = {}
@@ -166,14 +131,8 @@ class CFamilyRenderState(LinearRenderState):
         params = self.collect_params()
         self.plan_registers()
         meta_sizes = self.launch_sizes()
-        self.render_live_uops(params)
-        if len(self.scopes) != 1:
-            opener = self.scopes[-1].opener
-            raise RenderError(
-                f"{self.r.dialect.name}: kernel {self.linear.arg!r} ends with an open "
-                f"{self.scopes[-1].kind} ({opener.op.name if opener is not None else '?'}); "
-                f"an END or ENDIF is missing"
-            )
+        self.declare_registers(None)  # the function's own registers come first
+        self.walk(params)
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params), *meta_sizes)
         signature = self.r.kernel_signature(meta.name, params)
         return self.r.assemble(self, signature, self.lines, meta)
@@ -249,23 +208,7 @@ class CFamilyRenderState(LinearRenderState):
             # a declaration is its buffer's line (by identity: a UOp's == builds a comparison)
             self.note_owners(next(i for i, u in enumerate(self.program) if u is buffer))
 
-    # -- per op -------------------------------------------------------------------------------
-    def render_uop(self, u: UOp) -> None:
-        op = u.op
-        if self.position == 0 or not self.lines:
-            self.declare_registers(None)
-        handler = _HANDLERS.get(op)
-        if handler is not None:
-            handler(self, u)
-            return
-        if op in GroupOp.ELEMENTWISE:
-            self.render_alu(u)
-            return
-        raise self.fail(u, f"{op.name} cannot appear in a linear program for this backend")
-
-    def render_param(self, u: UOp) -> None:
-        return None  # named in run(); the argument list declares it
-
+    # -- per op (the methods linear_walk.RENDER_METHODS names) ----------------------------------
     def render_buffer(self, u: UOp) -> None:
         space = u.arg.addrspace
         if space is AddrSpace.REG:
@@ -281,9 +224,6 @@ class CFamilyRenderState(LinearRenderState):
             return None
         raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
 
-    def render_nothing(self, u: UOp) -> None:
-        return None
-
     def render_special(self, u: UOp) -> None:
         ctype = self.r.scalar_type(dtypes.index)
         uses_local = any(s.op is Ops.SPECIAL and s.arg.startswith("lidx") for s in self.program)
@@ -293,7 +233,7 @@ class CFamilyRenderState(LinearRenderState):
         )
         self.define(u, u.arg)
 
-    def render_range(self, u: UOp) -> None:
+    def render_range(self, u: UOp, scope: Scope) -> None:
         number, axis_type = u.arg
         name = self.fresh("ridx")
         bound = self.ref(u.src[0])
@@ -308,40 +248,22 @@ class CFamilyRenderState(LinearRenderState):
             self.emit(line)
         self.emit(header[-1] + comment)
         self.define(u, name)
-        self.scope_numbers += 1
-        self.scopes.append(Scope(u, "range", self.scope_numbers))
         if parallel:
-            self.parallel_depth = len(self.scopes)
-        self.declare_registers(u)
+            self.parallel_depth = len(self.scopes) + 1  # the depth of the loop's scope, about to open
 
-    def render_end(self, u: UOp) -> None:
-        ranges = [s for s in u.src if s.op is Ops.RANGE]
-        if not ranges:
-            raise self.fail(u, "END needs its RANGE as a source")
-        target = ranges[-1]
-        if self.scopes[-1].opener is not target:
-            open_one = self.scopes[-1].opener
-            raise self.fail(
-                u,
-                f"END closes range {target.arg[0]} but the innermost open block is "
-                f"{'the function' if open_one is None else open_one.op.name}",
-            )
-        if self.parallel_depth == len(self.scopes):
+    def render_scope_start(self, scope: Scope) -> None:
+        self.declare_registers(scope.opener)
+
+    def render_end(self, u: UOp, scope: Scope) -> None:
+        if self.parallel_depth == len(self.scopes) + 1:  # (the closed loop's depth)
             self.parallel_depth = 0
-        self.scopes.pop()
         self.emit("}")
 
-    def render_if(self, u: UOp) -> None:
+    def render_if(self, u: UOp, scope: Scope) -> None:
         gate = self.ref(u.src[0])
         self.emit(f"if ({gate}) {{")
-        self.scope_numbers += 1
-        self.scopes.append(Scope(u, "if", self.scope_numbers))
-        self.declare_registers(u)
 
-    def render_endif(self, u: UOp) -> None:
-        if self.scopes[-1].opener is not u.src[0]:
-            raise self.fail(u, "ENDIF does not close the innermost open IF")
-        self.scopes.pop()
+    def render_endif(self, u: UOp, scope: Scope) -> None:
         self.emit("}")
 
     def render_barrier(self, u: UOp) -> None:
@@ -709,7 +631,10 @@ class CFamilyRenderState(LinearRenderState):
         if not isinstance(config, TensorCore):
             raise self.fail(u, f"WMMA's arg must be a TensorCore, got {type(config).__name__}")
         a, b, c = (self.ref(s) for s in u.src)
-        self.r.render_wmma(self, u, config, a, b, c)
+        if config.threads == 1:
+            self.render_wmma_scalar(u, config, a, b, c)
+        else:
+            self.r.render_wmma(self, u, config, a, b, c)
 
     def render_custom(self, u: UOp) -> None:
         text = self.custom_text(u)
@@ -718,71 +643,37 @@ class CFamilyRenderState(LinearRenderState):
             return
         self.assign(u, "custom", text)
 
-
-_HANDLERS: dict[Ops, Callable[[CFamilyRenderState, UOp], None]] = {
-    Ops.PARAM: CFamilyRenderState.render_param,
-    Ops.BUFFER: CFamilyRenderState.render_buffer,
-    Ops.CONST: CFamilyRenderState.render_nothing,
-    Ops.SINK: CFamilyRenderState.render_nothing,
-    Ops.GROUP: CFamilyRenderState.render_nothing,
-    Ops.AFTER: CFamilyRenderState.render_after,
-    Ops.SPECIAL: CFamilyRenderState.render_special,
-    Ops.RANGE: CFamilyRenderState.render_range,
-    Ops.END: CFamilyRenderState.render_end,
-    Ops.IF: CFamilyRenderState.render_if,
-    Ops.ENDIF: CFamilyRenderState.render_endif,
-    Ops.BARRIER: CFamilyRenderState.render_barrier,
-    Ops.VECTORIZE: CFamilyRenderState.render_vectorize,
-    Ops.GEP: CFamilyRenderState.render_gep,
-    Ops.INDEX: CFamilyRenderState.render_index,
-    Ops.LOAD: CFamilyRenderState.render_load,
-    Ops.STORE: CFamilyRenderState.render_store,
-    Ops.CAST: CFamilyRenderState.render_cast,
-    Ops.BITCAST: CFamilyRenderState.render_bitcast,
-    Ops.WMMA: CFamilyRenderState.render_wmma,
-    Ops.CUSTOM: CFamilyRenderState.render_custom,
-}
-
-
-def render_wmma_scalar(
-    renderer: CStyleRenderer, state: CFamilyRenderState, u: UOp, config: TensorCore, a: str, b: str, c: str
-) -> None:
-    """Emit ``D = A @ B + C`` of a one-thread tile, one output lane per line."""
-    if config.threads != 1:
-        raise state.fail(
-            u,
-            f"tensor core {config.name} spreads a tile over {config.threads} lanes; the "
-            f"{renderer.dialect.name} backend emulates only one-thread tiles",
-        )
-    a_dtype, b_dtype, c_dtype = (s.dtype for s in u.src)
-    if (
-        a_dtype.count != config.elements("a")
-        or b_dtype.count != config.elements("b")
-        or c_dtype.count != config.elements("c")
-    ):
-        raise state.fail(
-            u,
-            f"WMMA {config.name} takes vectors of {config.elements('a')}, "
-            f"{config.elements('b')} and {config.elements('c')} lanes, got "
-            f"{a_dtype.count}, {b_dtype.count} and {c_dtype.count}",
-        )
-    where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
-    where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
-    out_type = config.dtype_out
-    name = state.fresh("wmma")
-    state.emit(
-        f"{renderer.vector_type(u.dtype)} {name};  {renderer.dialect.comment} {config.name}: "
-        f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds"
-    )
-    for lane, (m, n) in enumerate(config.layout_c):
-        terms = [renderer.lane(c, lane, c_dtype)]
-        for k in range(config.dims[2]):
-            left = renderer.cast_expression(
-                renderer.lane(a, where_a[(m, k)], a_dtype), config.dtype_in, out_type
+    def render_wmma_scalar(self, u: UOp, config: TensorCore, a: str, b: str, c: str) -> None:
+        """Emit ``D = A @ B + C`` of a one-thread tile, one output lane per line."""
+        a_dtype, b_dtype, c_dtype = (s.dtype for s in u.src)
+        if (
+            a_dtype.count != config.elements("a")
+            or b_dtype.count != config.elements("b")
+            or c_dtype.count != config.elements("c")
+        ):
+            raise self.fail(
+                u,
+                f"WMMA {config.name} takes vectors of {config.elements('a')}, "
+                f"{config.elements('b')} and {config.elements('c')} lanes, got "
+                f"{a_dtype.count}, {b_dtype.count} and {c_dtype.count}",
             )
-            right = renderer.cast_expression(
-                renderer.lane(b, where_b[(k, n)], b_dtype), config.dtype_in, out_type
-            )
-            terms.append(f"{left}*{right}")
-        state.emit(f"{renderer.lane_target(name, lane, u.dtype)} = {' + '.join(terms)};")
-    state.define(u, name)
+        where_a = {coordinate: i for i, coordinate in enumerate(config.layout_a)}
+        where_b = {coordinate: i for i, coordinate in enumerate(config.layout_b)}
+        out_type = config.dtype_out
+        name = self.fresh("wmma")
+        self.emit(
+            f"{self.r.vector_type(u.dtype)} {name};  {self.r.dialect.comment} {config.name}: "
+            f"{config.dims[0]}x{config.dims[1]}x{config.dims[2]} tile as scalar multiply-adds"
+        )
+        for lane, (m, n) in enumerate(config.layout_c):
+            terms = [self.r.lane(c, lane, c_dtype)]
+            for k in range(config.dims[2]):
+                left = self.r.cast_expression(
+                    self.r.lane(a, where_a[(m, k)], a_dtype), config.dtype_in, out_type
+                )
+                right = self.r.cast_expression(
+                    self.r.lane(b, where_b[(k, n)], b_dtype), config.dtype_in, out_type
+                )
+                terms.append(f"{left}*{right}")
+            self.emit(f"{self.r.lane_target(name, lane, u.dtype)} = {' + '.join(terms)};")
+        self.define(u, name)

@@ -2,19 +2,35 @@
 integer arithmetic wraps, ``IDIV``/``MOD`` are floor division and modulo through small
 ``alwaysinline`` helpers that never divide by zero, shifts past the width give numpy's 0 / -1, and
 float → int conversions go through a range check instead of LLVM's poison.  Each function emits
-into a :class:`~uopviz.backends.llvm_renderer.LLVMRenderState` and returns the result's name."""
+into the rendering in progress (an :class:`InstructionEmitter`) and returns the result's name.
+bfloat16 values are held in floats, rounded to bfloat16 after every op (:func:`round_bfloat16`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from uopviz.backends.base import RenderError
 from uopviz.backends.llvm_types import float_literal, mangle, scalar_type, splat, value_type, with_element
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 
-if TYPE_CHECKING:
-    from uopviz.backends.llvm_renderer import LLVMRenderState
+
+class InstructionEmitter(Protocol):
+    """What the instructions here need of the rendering in progress
+    (:class:`~uopviz.backends.llvm_renderer.LLVMRenderState`)."""
+
+    #: the module's helper functions by name, each emitted once
+    helpers: dict[str, str]
+
+    def temp(self, prefix: str, instruction: str) -> str:
+        """Emit ``%name = instruction`` with a fresh name and return the name."""
+
+    def intrinsic(self, base: str, result: str, arguments: list[str], overloads: list[str]) -> str:
+        """Declare ``llvm.<base>`` for these overloads and return its name."""
+
+    def fail(self, u: UOp, problem: str) -> RenderError:
+        """The error that ``u`` cannot be rendered, and why."""
 
 
 _INT_COMPARE = {
@@ -41,7 +57,7 @@ def _signed(dtype: DType) -> bool:
 
 
 def alu_instruction(
-    state: LLVMRenderState, op: Ops, scalar: DType, vtype: str, args: list[str], u: UOp
+    state: InstructionEmitter, op: Ops, scalar: DType, vtype: str, args: list[str], u: UOp
 ) -> str:
     """Emit the instructions of one ALU op on values of ``vtype`` and return the result's name."""
     a = args[0]
@@ -110,7 +126,7 @@ def _helper_name(kind: str, vtype: str) -> str:
     return f"@{kind}.{mangle(vtype)}"
 
 
-def division_helper(state: LLVMRenderState, op: Ops, scalar: DType, vtype: str) -> str:
+def division_helper(state: InstructionEmitter, op: Ops, scalar: DType, vtype: str) -> str:
     """``@idiv.<type>`` / ``@mod.<type>``: floor division and modulo, 0 for a zero divisor, no UB."""
     kind = "idiv" if op is Ops.IDIV else "mod"
     name = _helper_name(kind if _signed(scalar) else kind + "u", vtype)  # signed and unsigned differ
@@ -165,7 +181,7 @@ def division_helper(state: LLVMRenderState, op: Ops, scalar: DType, vtype: str) 
     return name
 
 
-def shift_helper(state: LLVMRenderState, op: Ops, scalar: DType, vtype: str) -> str:
+def shift_helper(state: InstructionEmitter, op: Ops, scalar: DType, vtype: str) -> str:
     """``@shl.<type>`` / ``@shr.<type>``: counts outside [0, bits) give 0 (or -1 for SHR of negatives)."""
     # signed and unsigned SHR differ (ashr / lshr) on the same LLVM type: one helper each
     kind = "shl" if op is Ops.SHL else "shr" if _signed(scalar) else "shru"
@@ -207,7 +223,7 @@ def shift_helper(state: LLVMRenderState, op: Ops, scalar: DType, vtype: str) -> 
     return name
 
 
-def float_to_int_helper(state: LLVMRenderState, source: DType, target: DType, count: int) -> str:
+def float_to_int_helper(state: InstructionEmitter, source: DType, target: DType, count: int) -> str:
     """``@float_to_<int>``: truncation with the C backend's rule for values that do not fit."""
     source_type = value_type(source.vec(count) if count > 1 else source)
     target_type = value_type(target.vec(count) if count > 1 else target)
@@ -276,7 +292,7 @@ def float_to_int_helper(state: LLVMRenderState, source: DType, target: DType, co
     return name
 
 
-def cast_value(state: LLVMRenderState, value: str, source: DType, target: DType) -> str:
+def cast_value(state: InstructionEmitter, value: str, source: DType, target: DType) -> str:
     """Emit a conversion with numpy's semantics; returns the converted value's name."""
     count = max(source.count, target.count)
     s, t = source.scalar, target.scalar
@@ -299,7 +315,7 @@ def cast_value(state: LLVMRenderState, value: str, source: DType, target: DType)
             else cast_value(state, value, source, dtypes.float32.vec(count) if count > 1 else dtypes.float32)
         )
         float_type = with_element(stype, "float")
-        return state.round_bfloat16(as_float, float_type)
+        return round_bfloat16(state, as_float, float_type)
     if s.is_float and t.is_float:
         widths = {"half": 16, "float": 32, "double": 64}
         instruction = "fpext" if widths[scalar_type(t)] > widths[scalar_type(s)] else "fptrunc"
@@ -312,3 +328,44 @@ def cast_value(state: LLVMRenderState, value: str, source: DType, target: DType)
     if t.bits > s.bits:
         return state.temp("cast", f"{'sext' if _signed(s) else 'zext'} {stype} {value} to {ttype}")
     return state.temp("cast", f"trunc {stype} {value} to {ttype}")
+
+
+def _bfloat16_rounded(state: InstructionEmitter, value: str, vtype: str) -> tuple[str, str, str]:
+    """(float bits rounded to nearest-even at bit 16, the bits, the i32 type) of a float value."""
+    itype = with_element(vtype, "i32")
+    bits = state.temp("bf", f"bitcast {vtype} {value} to {itype}")
+    low = state.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
+    odd = state.temp("bf", f"and {itype} {low}, {splat('1', itype)}")
+    bias = state.temp("bf", f"add {itype} {odd}, {splat('32767', itype)}")
+    return state.temp("bf", f"add {itype} {bits}, {bias}"), bits, itype
+
+
+def _keep_nan(state: InstructionEmitter, value: str, vtype: str, number: str, nan: str, itype: str) -> str:
+    """``number`` where ``value`` is a number, ``nan`` (both of ``itype``) where it is NaN."""
+    is_nan = state.temp("bf", f"fcmp uno {vtype} {value}, {value}")
+    condition = with_element(vtype, "i1")
+    return state.temp("bf", f"select {condition} {is_nan}, {itype} {nan}, {itype} {number}")
+
+
+def round_bfloat16(state: InstructionEmitter, value: str, vtype: str) -> str:
+    """Round a float held value to bfloat16 precision, to nearest-even (bfloat16 arithmetic is
+    done in float); NaN stays a (quiet) NaN.  Through the 16 bits: LLVM folds the narrowing."""
+    return bfloat16_value(state, bfloat16_bits(state, value, vtype), vtype)
+
+
+def bfloat16_bits(state: InstructionEmitter, value: str, vtype: str) -> str:
+    """The 16 bits (``i16``) of a float held value rounded to bfloat16 (nearest-even; NaN quiet)."""
+    rounded, bits, itype = _bfloat16_rounded(state, value, vtype)
+    high = state.temp("bf", f"lshr {itype} {rounded}, {splat('16', itype)}")
+    quiet = state.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
+    quiet = state.temp("bf", f"or {itype} {quiet}, {splat('64', itype)}")
+    chosen = _keep_nan(state, value, vtype, high, quiet, itype)
+    return state.temp("bf", f"trunc {itype} {chosen} to {with_element(vtype, 'i16')}")
+
+
+def bfloat16_value(state: InstructionEmitter, bits: str, vtype: str) -> str:
+    """The float held value of bfloat16 bits (``i16``): the bits are a float's upper half."""
+    itype = with_element(vtype, "i32")
+    wide = state.temp("bf", f"zext {with_element(vtype, 'i16')} {bits} to {itype}")
+    shifted = state.temp("bf", f"shl {itype} {wide}, {splat('16', itype)}")
+    return state.temp("bf", f"bitcast {itype} {shifted} to {vtype}")

@@ -1,4 +1,5 @@
-"""LLVM IR text from a LINEAR program: :class:`LLVMRenderer` and the walk that writes it.
+"""LLVM IR text from a LINEAR program: :class:`LLVMRenderer` and the walk that writes it
+(:class:`LLVMRenderState`, a :class:`~uopviz.backends.linear_walk.LinearWalk`).
 
 One IR instruction (or a few) per uop; loops are the canonical header/body/latch/exit blocks with a
 ``phi`` induction variable; REG and LOCAL buffers are ``alloca``s in the entry block (``mem2reg``
@@ -15,7 +16,7 @@ and ``@name`` hands chunks of the range to the threads of libgomp's ``GOMP_paral
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from uopviz.backends.base import (
@@ -25,13 +26,15 @@ from uopviz.backends.base import (
     SourceMap,
     TensorCore,
 )
-from uopviz.backends.linear_program import (
-    PREFETCH_ITERATIONS,
-    PREFETCH_MIN_STRIDE_BYTES,
-    LinearRenderState,
-    underlying_buffer,
+from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
+from uopviz.backends.linear_walk import LinearWalk, Scope
+from uopviz.backends.llvm_instructions import (
+    alu_instruction,
+    bfloat16_bits,
+    bfloat16_value,
+    cast_value,
+    round_bfloat16,
 )
-from uopviz.backends.llvm_instructions import alu_instruction, cast_value
 from uopviz.backends.llvm_types import (
     mangle,
     memory_scalar_type,
@@ -40,7 +43,6 @@ from uopviz.backends.llvm_types import (
     scalar_type,
     splat,
     value_type,
-    with_element,
 )
 from uopviz.core.affine import contiguous_start, even_lane_picks, every_other_lane, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, dtypes
@@ -55,13 +57,6 @@ class _Address:
     pointer: str | None = None  # scalar or contiguous start
     pointers: str | None = None  # <N x ptr> for gathers and scatters (made when a gate needs it)
     lane_pointers: list[str] | None = None  # one pointer per lane of a gather or scatter
-
-
-@dataclass
-class _Scope:
-    opener: UOp | None
-    number: int
-    label: str = ""
 
 
 class LLVMRenderer:
@@ -103,7 +98,7 @@ def parallel_range(program: Sequence[UOp]) -> UOp | None:
     return candidates[0]
 
 
-class LLVMRenderState(LinearRenderState):
+class LLVMRenderState(LinearWalk):
     """One rendering: SSA names, blocks, allocas, helper functions and declarations."""
 
     name_prefix = "%"
@@ -114,12 +109,11 @@ class LLVMRenderState(LinearRenderState):
     def __init__(self, renderer: LLVMRenderer, linear: UOp):
         super().__init__(linear)
         self.r = renderer
-        self.addresses: dict[UOp, _Address]  # (made by LinearRenderState: what each INDEX addresses)
+        self.addresses: dict[UOp, _Address]  # (made by LinearWalk: what each INDEX addresses)
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.declarations: dict[str, str] = {}
         self.helpers: dict[str, str] = {}
-        self.scopes: list[_Scope] = [_Scope(None, 0)]
         self.block = "entry"
         self.thread_range: UOp | None = None
 
@@ -172,11 +166,7 @@ class LLVMRenderState(LinearRenderState):
     def run(self) -> str:
         params = self.collect_params()
         self.thread_range = parallel_range(self.program) if self.r.parallel else None
-        self.render_live_uops(params)
-        if len(self.scopes) != 1:
-            raise RenderError(
-                f"llvm: kernel {self.linear.arg!r} ends with an open block; an END or ENDIF is missing"
-            )
+        self.walk(params)
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params))
         return self.assemble(meta, params)
 
@@ -241,19 +231,7 @@ class LLVMRenderState(LinearRenderState):
         ]
         return "\n".join(out)
 
-    # -- per op -------------------------------------------------------------------------------
-    def render_uop(self, u: UOp) -> None:
-        handler = _HANDLERS.get(u.op)
-        if handler is not None:
-            handler(self, u)
-        elif u.op in GroupOp.ELEMENTWISE:
-            self.render_alu(u)
-        else:
-            raise self.fail(u, f"{u.op.name} cannot appear in a linear program for this backend")
-
-    def render_nothing(self, u: UOp) -> None:
-        return None
-
+    # -- per op (the methods linear_walk.RENDER_METHODS names) ----------------------------------
     def render_buffer(self, u: UOp) -> None:
         if u.arg.addrspace is AddrSpace.GLOBAL:
             raise self.fail(u, "a GLOBAL BUFFER inside a kernel must be a PARAM")
@@ -265,9 +243,8 @@ class LLVMRenderState(LinearRenderState):
     def render_special(self, u: UOp) -> None:
         raise self.fail(u, f"SPECIAL {u.arg!r} needs a GPU backend; CPU backends use RANGEs")
 
-    def render_range(self, u: UOp) -> None:
-        number = self.scope_numbers + 1
-        loop = f"loop{number}"
+    def render_range(self, u: UOp, scope: Scope) -> None:
+        loop = f"loop{scope.number}"
         name = self.fresh("ridx")
         if u is self.thread_range:
             start, bound = "%thread_start", "%thread_end"
@@ -281,35 +258,24 @@ class LLVMRenderState(LinearRenderState):
         self.emit(f"br i1 {name}.go, label %{loop}.body, label %{loop}.exit")
         self.label(f"{loop}.body")
         self.define(u, name)
-        self.scope_numbers = number
-        self.scopes.append(_Scope(u, number, loop))
 
-    def render_end(self, u: UOp) -> None:
-        ranges = [s for s in u.src if s.op is Ops.RANGE]
-        if not ranges or self.scopes[-1].opener is not ranges[-1]:
-            raise self.fail(u, "END does not close the innermost open RANGE")
-        scope = self.scopes.pop()
-        name = self.names[ranges[-1]]
-        self.emit(f"br label %{scope.label}.latch")
-        self.label(f"{scope.label}.latch")
+    def render_end(self, u: UOp, scope: Scope) -> None:
+        loop, name = f"loop{scope.number}", self.names[scope.opener]
+        self.emit(f"br label %{loop}.latch")
+        self.label(f"{loop}.latch")
         self.emit(f"{name}.next = add i64 {name}, 1")
-        self.emit(f"br label %{scope.label}")
-        self.label(f"{scope.label}.exit")
+        self.emit(f"br label %{loop}")
+        self.label(f"{loop}.exit")
 
-    def render_if(self, u: UOp) -> None:
-        number = self.scope_numbers + 1
+    def render_if(self, u: UOp, scope: Scope) -> None:
+        number = scope.number
         gate = self.ref(u.src[0])
         self.emit(f"br i1 {gate}, label %if{number}.then, label %if{number}.end")
         self.label(f"if{number}.then")
-        self.scope_numbers = number
-        self.scopes.append(_Scope(u, number, f"if{number}"))
 
-    def render_endif(self, u: UOp) -> None:
-        if self.scopes[-1].opener is not u.src[0]:
-            raise self.fail(u, "ENDIF does not close the innermost open IF")
-        scope = self.scopes.pop()
-        self.emit(f"br label %{scope.label}.end")
-        self.label(f"{scope.label}.end")
+    def render_endif(self, u: UOp, scope: Scope) -> None:
+        self.emit(f"br label %if{scope.number}.end")
+        self.label(f"if{scope.number}.end")
 
     def render_barrier(self, u: UOp) -> None:
         self.emit("; BARRIER: workgroups are one thread here, nothing to wait for")
@@ -433,7 +399,7 @@ class LLVMRenderState(LinearRenderState):
         if dtype.scalar.is_bool:
             return self.temp("bool", f"icmp ne {mtype} {value}, {splat('0', mtype)}")
         if dtype.scalar is dtypes.bfloat16:
-            return self.bfloat16_value(value, value_type(dtype))
+            return bfloat16_value(self, value, value_type(dtype))
         return value
 
     def to_memory(self, value: str, dtype: DType) -> str:
@@ -441,7 +407,7 @@ class LLVMRenderState(LinearRenderState):
         if dtype.scalar.is_bool:
             return self.temp("byte", f"zext {value_type(dtype)} {value} to {memory_type(dtype)}")
         if dtype.scalar is dtypes.bfloat16:
-            return self.bfloat16_bits(value, value_type(dtype))
+            return bfloat16_bits(self, value, value_type(dtype))
         return value
 
     def render_load(self, u: UOp) -> None:
@@ -603,44 +569,8 @@ class LLVMRenderState(LinearRenderState):
         args = [self.ref(s) for s in u.src]
         result = alu_instruction(self, op, scalar, vtype, args, u)
         if scalar is dtypes.bfloat16 and op not in GroupOp.COMPARISON:
-            result = self.round_bfloat16(result, value_type(u.dtype))
+            result = round_bfloat16(self, result, value_type(u.dtype))
         self.define(u, result)
-
-    def _bfloat16_rounded(self, value: str, vtype: str) -> tuple[str, str, str]:
-        """(float bits rounded to nearest-even at bit 16, the bits, the i32 type) of a float value."""
-        itype = with_element(vtype, "i32")
-        bits = self.temp("bf", f"bitcast {vtype} {value} to {itype}")
-        low = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
-        odd = self.temp("bf", f"and {itype} {low}, {splat('1', itype)}")
-        bias = self.temp("bf", f"add {itype} {odd}, {splat('32767', itype)}")
-        return self.temp("bf", f"add {itype} {bits}, {bias}"), bits, itype
-
-    def _keep_nan(self, value: str, vtype: str, number: str, nan: str, itype: str) -> str:
-        """``number`` where ``value`` is a number, ``nan`` (both of ``itype``) where it is NaN."""
-        is_nan = self.temp("bf", f"fcmp uno {vtype} {value}, {value}")
-        condition = with_element(vtype, "i1")
-        return self.temp("bf", f"select {condition} {is_nan}, {itype} {nan}, {itype} {number}")
-
-    def round_bfloat16(self, value: str, vtype: str) -> str:
-        """Round a float held value to bfloat16 precision, to nearest-even (bfloat16 arithmetic is
-        done in float); NaN stays a (quiet) NaN.  Through the 16 bits: LLVM folds the narrowing."""
-        return self.bfloat16_value(self.bfloat16_bits(value, vtype), vtype)
-
-    def bfloat16_bits(self, value: str, vtype: str) -> str:
-        """The 16 bits (``i16``) of a float held value rounded to bfloat16 (nearest-even; NaN quiet)."""
-        rounded, bits, itype = self._bfloat16_rounded(value, vtype)
-        high = self.temp("bf", f"lshr {itype} {rounded}, {splat('16', itype)}")
-        quiet = self.temp("bf", f"lshr {itype} {bits}, {splat('16', itype)}")
-        quiet = self.temp("bf", f"or {itype} {quiet}, {splat('64', itype)}")
-        chosen = self._keep_nan(value, vtype, high, quiet, itype)
-        return self.temp("bf", f"trunc {itype} {chosen} to {with_element(vtype, 'i16')}")
-
-    def bfloat16_value(self, bits: str, vtype: str) -> str:
-        """The float held value of bfloat16 bits (``i16``): the bits are a float's upper half."""
-        itype = with_element(vtype, "i32")
-        wide = self.temp("bf", f"zext {with_element(vtype, 'i16')} {bits} to {itype}")
-        shifted = self.temp("bf", f"shl {itype} {wide}, {splat('16', itype)}")
-        return self.temp("bf", f"bitcast {itype} {shifted} to {vtype}")
 
     def render_cast(self, u: UOp) -> None:
         self.define(u, cast_value(self, self.ref(u.src[0]), u.src[0].dtype, u.dtype))
@@ -651,13 +581,13 @@ class LLVMRenderState(LinearRenderState):
             raise self.fail(u, f"BITCAST from {source.dtype.name} to {u.dtype.name} changes the size")
         value = self.ref(source)
         if source.dtype.scalar is dtypes.bfloat16:
-            value = self.bfloat16_bits(value, value_type(source.dtype))
+            value = bfloat16_bits(self, value, value_type(source.dtype))
             from_type = memory_type(source.dtype)
         else:
             from_type = value_type(source.dtype)
         if u.dtype.scalar is dtypes.bfloat16:
             narrow = self.temp("cast", f"bitcast {from_type} {value} to {memory_type(u.dtype)}")
-            self.define(u, self.bfloat16_value(narrow, value_type(u.dtype)))
+            self.define(u, bfloat16_value(self, narrow, value_type(u.dtype)))
             return
         self.assign(u, "cast", f"bitcast {from_type} {value} to {value_type(u.dtype)}")
 
@@ -718,28 +648,3 @@ class LLVMRenderState(LinearRenderState):
             self.emit(text)
         else:
             self.assign(u, "custom", text)
-
-
-_HANDLERS: dict[Ops, Callable[[LLVMRenderState, UOp], None]] = {
-    Ops.PARAM: LLVMRenderState.render_nothing,
-    Ops.CONST: LLVMRenderState.render_nothing,
-    Ops.SINK: LLVMRenderState.render_nothing,
-    Ops.GROUP: LLVMRenderState.render_nothing,
-    Ops.BUFFER: LLVMRenderState.render_buffer,
-    Ops.AFTER: LLVMRenderState.render_after,
-    Ops.SPECIAL: LLVMRenderState.render_special,
-    Ops.RANGE: LLVMRenderState.render_range,
-    Ops.END: LLVMRenderState.render_end,
-    Ops.IF: LLVMRenderState.render_if,
-    Ops.ENDIF: LLVMRenderState.render_endif,
-    Ops.BARRIER: LLVMRenderState.render_barrier,
-    Ops.VECTORIZE: LLVMRenderState.render_vectorize,
-    Ops.GEP: LLVMRenderState.render_gep,
-    Ops.INDEX: LLVMRenderState.render_index,
-    Ops.LOAD: LLVMRenderState.render_load,
-    Ops.STORE: LLVMRenderState.render_store,
-    Ops.CAST: LLVMRenderState.render_cast,
-    Ops.BITCAST: LLVMRenderState.render_bitcast,
-    Ops.WMMA: LLVMRenderState.render_wmma,
-    Ops.CUSTOM: LLVMRenderState.render_custom,
-}

@@ -39,6 +39,13 @@ SATURATING_OCCUPANCY = 0.5
 #: iterations of an access's innermost loop taken together when judging DRAM efficiency: sectors a
 #: warp's next iterations use are still in L1/L2 when they do
 NEIGHBOURHOOD_ITERATIONS = 8
+#: 128-byte lines (tag lookups) one SM's L1 serves per clock for global accesses: a warp-level
+#: access touching n lines takes n clocks however few of their sectors it uses.  Calibrated on an
+#: H200 (2026-11-28): with sectors alone the f16 tensor-core gemm 4096 (scalar fragment loads, 8
+#: lines per A load) was predicted at 0.646 ms and ran in 3.06 ms (2.57 ms with lines); gemm 2048
+#: float32 with a 1x4 tile 2.18 ms -> 2.57 ms, measured 2.82 ms; with 1 and 2x2 tensor-core tiles
+#: per warp the measured times (11.6 and 5.9 ms) follow the lines too
+L1_LINES_PER_CLOCK = 1
 #: what one launch adds to a kernel's time as uopviz measures it (``CUDALaunch.run``: a CUDA event
 #: recorded, the kernel launched through ctypes, an event recorded; the idle GPU records the first
 #: event before the launch reaches it).  Fitted to an H200's measurements of 2026-11-28 (torch 2.11,
@@ -94,6 +101,12 @@ class MemoryAccess:
         if self.bank_ways is not None:
             return self.bank_ways * SHARED_BANKS * BANK_BYTES
         return self.bytes_per_warp
+
+    def l1_clocks(self, bytes_per_clock: int) -> float:
+        """Clocks the SM's L1/shared-memory pipe spends on one warp-level execution: its bytes at
+        ``bytes_per_clock``, or (global) its lines at :data:`L1_LINES_PER_CLOCK`, whichever is more."""
+        clocks = self.l1_bytes / bytes_per_clock
+        return max(clocks, self.lines / L1_LINES_PER_CLOCK) if self.lines is not None else clocks
 
     @property
     def bank_conflicts(self) -> bool:
@@ -531,7 +544,8 @@ def gpu_account(subject: Kernel | UOp | Any, gpu: str | GPU = "H100") -> GPUAcco
     flops_executed, tensor_flops, tensor_names = _flops_executed(program, blocks * threads_per_block)
     blocks_per_sm, limits, limited_by = _occupancy(spec, threads_per_block, shared_bytes)
     memory_s = dram_bytes / spec.dram_bytes_per_s
-    l1_s = sum(a.l1_bytes * a.executions for a in measured) / spec.l1_bytes_per_s
+    l1_s = sum(a.l1_clocks(spec.l1_bytes_per_clock_per_sm) * a.executions for a in measured) / \
+        (spec.sms * spec.clock_hz)
     compute_s = tensor_flops / spec.fp16_tensor_flops_per_s + \
         (flops_executed - tensor_flops) / spec.fp32_flops_per_s
     predicted_s, parallel = None, 0.0
