@@ -121,9 +121,10 @@ constant_folding = PatternMatcher(
     [
         (UPat((Ops.EXP, Ops.LOG), src=(UPat(Ops.CONST),), name="x"),
          _fold_natural, "fold EXP/LOG of a constant through its decomposition"),
-        (UPat(src=UPat(Ops.CONST), name="x"), _fold_constants, "fold constant operands (exec_alu)"),
+        (UPat(GroupOp.ELEMENTWISE, src=UPat(Ops.CONST), name="x"),
+         _fold_constants, "fold constant operands (exec_alu)"),
         (UPat(Ops.BITCAST, src=(UPat.cvar("c"),), name="x"), _fold_bitcast, "fold BITCAST of a constant"),
-        (UPat(name="x"), _fold_by_range, "fold an op whose range is one value"),
+        (UPat(GroupOp.ELEMENTWISE, name="x"), _fold_by_range, "fold an op whose range is one value"),
     ],
     name="constant folding",
 )
