@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.graph_nodes import (
+from uopviz.nnef.model.nodes import (
     CATEGORIES,
     Composite,
     LoopOperation,
@@ -42,6 +41,7 @@ from uopviz.nnef.graph_nodes import (
     TensorInfo,
     numpy_dtype_of,
 )
+from uopviz.nnef.syntax import ast
 
 __all__ = [
     "CATEGORIES", "Composite", "Graph", "LoopOperation", "Operation", "RuntimeScalarOperation", "TensorInfo",
@@ -79,9 +79,9 @@ class Graph:
     # (``run`` composes again for the shapes given; this graph itself does not compile)
     pack_lengths_at_bounds: list[str] = field(default_factory=list)
     # copies of variables and constants in the layouts kernels read them in (buffer name ->
-    # uopviz.nnef.weight_layout.WeightLayout), recorded when the kernels compile
+    # uopviz.nnef.kernel_passes.weight_layout.WeightLayout), recorded when the kernels compile
     layouts: dict = field(default_factory=dict, repr=False)
-    # the rewrites to the canonical form made after composition (uopviz.nnef.canonical.CanonicalStep)
+    # the rewrites to the canonical form made after composition (uopviz.nnef.model.canonical.CanonicalStep)
     canonical: list = field(default_factory=list, repr=False)
     _programs: dict = field(default_factory=dict, repr=False)
     _lowered: dict = field(default_factory=dict, repr=False)
@@ -178,7 +178,7 @@ class Graph:
 
     def lower(self, operation: Operation | int | None = None):
         """The kernels of one operation (or of the whole graph): :class:`LoweredKernel` objects."""
-        from uopviz.nnef.operation_lowering import lower_operation
+        from uopviz.nnef.lowering.operation_lowering import lower_operation
 
         ops = self.operations if operation is None else [self._operation(operation)]
         kernels = []
@@ -191,20 +191,20 @@ class Graph:
 
     def kernels(self, operation: Operation | int, backend: str = "python"):
         """The compiled pipeline kernels (``uopviz.Kernel``) of one operation."""
-        from uopviz.nnef.operation_lowering import operation_kernels
+        from uopviz.nnef.lowering.operation_lowering import operation_kernels
 
         return operation_kernels(self, self._operation(operation), backend)
 
     def compile(self, backend: str = "python", opts: Any = None, progress: Any = None, build: bool = True):
         """Lower every operation and compile the kernels with the pipeline: a Program (a
-        :class:`~uopviz.nnef.compile.GraphProgram` of several when the graph has loop nodes).
+        :class:`~uopviz.nnef.program.compile.GraphProgram` of several when the graph has loop nodes).
         ``build=False`` renders the sources without compiling them (CUDA without a GPU).
 
         ``progress``: None for a bar over the operations lowered, then the kernels compiling, when
         that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
         ``progress(done, total, operation)`` (``operation`` None once all are lowered)."""
         from uopviz.core.progress import progress_reporter
-        from uopviz.nnef.compile import compile_graph
+        from uopviz.nnef.program.compile import compile_graph
 
         if self.pack_lengths_at_bounds:
             raise NNEFError(
@@ -243,7 +243,7 @@ class Graph:
         values (a training step of batch_norm layers). A pack input is given as a list of arrays
         (its length within the declared bound), and a pack output comes back as one.
         """
-        from uopviz.nnef.runtime import run_graph
+        from uopviz.nnef.program.runtime import run_graph
 
         given = dict(inputs or {})
         if not self.packs:
