@@ -22,6 +22,7 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
+from uopviz.nnef.kernel_passes.pipeline import KernelPassContext, run_kernel_passes
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel, record_kernel_origins
 from uopviz.nnef.lowering.kernel_math import uop_dtype
 from uopviz.nnef.lowering.operation_lowering import kernel_count
@@ -114,80 +115,124 @@ def _loop_opts(opts: Any, offset: int, loop: LoopOperation) -> tuple[dict[str, A
 
 def _compile_segment(
     graph: Graph,
-    kernels: list[LoweredKernel],
+    lowered: list[LoweredKernel],
     every_kernel: list[LoweredKernel],
-    needed: set[str],
-    backend: str,
+    context: KernelPassContext,
     opts: Any,
     first_inputs: Sequence[str] = (),
     build: bool = True,
+    kernel_passes: bool = True,
 ):
-    """One run of kernels as a pipeline Program (``compile_kernels``): its inputs are what it reads
-    and does not write, its outputs what it writes and ``needed`` names; ``build=False`` renders the
-    sources without compiling them (a CUDA program on a machine without a GPU)."""
-    from uopviz.core.rewrite import traced_pass
+    """One run of lowered kernels, rewritten by the kernel passes (``kernel_passes``), as a
+    pipeline Program (``compile_kernels``): its inputs are what it reads and does not write, its
+    outputs what it writes and ``context.kept`` names; ``build=False`` renders the sources without
+    compiling them (a CUDA program on a machine without a GPU).
+
+    The Program's trace is the run's whole lowering: the front end (Canonicalize, Callify,
+    Rangeify, on the kernels as the operations lowered), the kernel passes, then the pipeline's
+    stages from Optimize."""
+    from uopviz.core.rewrite import tracing
     from uopviz.engine.program import compile_kernels
 
     storage: dict[str, UOp] = {}
+    made: list[LoweredKernel] = []  # kernels the passes made (their scratch buffers)
 
     def buffer(name: str) -> UOp:
         found = storage.get(name)
         if found is None:
-            dtype, size = _buffer_spec(graph, every_kernel, name)
+            dtype, size = _buffer_spec(graph, [*every_kernel, *made], name)
             found = storage[name] = UOp.buffer(size, dtype, "CPU")
         return found
 
-    written = {kernel.buffers[0] for kernel in kernels}
-    input_names = list(
-        dict.fromkeys([*first_inputs, *(n for k in kernels for n in k.buffers if n not in written)])
-    )
-    output_names = [name for name in dict.fromkeys(k.buffers[0] for k in kernels) if name in needed]
-
-    def front_end(program: Any) -> None:
-        # the NNEF composition stands for Callify, the @lower formulas for Rangeify: one step per kernel
-        function = program.graph
-        if graph.canonical:  # the rewrites made at load (uopviz.nnef.model.canonical), one step each
-            with traced_pass("Canonicalize", None) as record:
-                for step in graph.canonical:
-                    record.step(f"{step.rule}: {step.description}", UOp(Ops.SINK, ()), function, function)
-                record.output = function
-        with traced_pass("Callify", None) as record:
-            record.step(
-                f"compose NNEF graph {graph.name} ({len(graph.operations)} operations)",
-                UOp(Ops.SINK, ()),
-                function,
-                function,
-                location=str(graph.definition.pos if graph.definition else ""),
-            )
-            record.output = function
-        with traced_pass("Rangeify", function) as record:
-            for kernel in kernels:
-                op = kernel.operation
-                folded = "".join(f"{inner.type} '{inner.label}' + " for inner in kernel.fused)
-                record.step(
-                    f"@lower {folded}{op.type} '{op.label}' -> kernel {kernel.name}",
-                    UOp(Ops.SINK, ()),
-                    kernel.ast,
-                    function,
-                    location=f"{op.definition.pos.file}:{op.definition.pos.line}",
-                )
-            record.output = function
-
-    # what fusion, padding and loop merging built is the operation's whose kernel it became
-    record_kernel_origins(kernels, gaps_only=True)
-    program = compile_kernels(
-        [(kernel.name, kernel.ast, [buffer(name) for name in kernel.buffers]) for kernel in kernels],
-        [buffer(name) for name in input_names],
-        [buffer(name) for name in output_names],
-        backend=backend,
-        opts=opts,
-        build=build,
-        front_end=front_end,
-    )
+    with tracing() as trace:
+        _record_front_end(graph, lowered, _program_function(lowered, buffer, context.kept, first_inputs))
+        kernels = run_kernel_passes(lowered, context) if kernel_passes else lowered
+        made.extend(kernels)
+        input_names, output_names = _program_buffers(kernels, context.kept, first_inputs)
+        # what fusion, padding and loop merging built is the operation's whose kernel it became
+        record_kernel_origins(kernels, gaps_only=True)
+        program = compile_kernels(
+            [(kernel.name, kernel.ast, [buffer(name) for name in kernel.buffers]) for kernel in kernels],
+            [buffer(name) for name in input_names],
+            [buffer(name) for name in output_names],
+            backend=context.backend,
+            opts=opts,
+            build=build,
+        )
+    program.trace = trace
     program.nnef_inputs = input_names
     program.nnef_outputs = output_names
     program.nnef_kernels = kernels
     return program
+
+
+def _program_buffers(
+    kernels: list[LoweredKernel], kept: frozenset[str], first_inputs: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """The input and output buffer names of a run of kernels: what it reads and does not write
+    (``first_inputs`` first), and what it writes that ``kept`` names."""
+    written = {kernel.buffers[0] for kernel in kernels}
+    input_names = list(
+        dict.fromkeys([*first_inputs, *(n for k in kernels for n in k.buffers if n not in written)])
+    )
+    output_names = [name for name in dict.fromkeys(k.buffers[0] for k in kernels) if name in kept]
+    return input_names, output_names
+
+
+def _program_function(
+    kernels: list[LoweredKernel],
+    buffer: Callable[[str], UOp],
+    kept: frozenset[str],
+    first_inputs: Sequence[str],
+) -> UOp:
+    """The run of kernels as the FUNCTION the pipeline's Callify would make of it: each kernel a
+    CALL on the values of its buffers so far, the kept buffers it writes as the result (the graph
+    the front end's steps show, before the kernel passes rewrite the kernels)."""
+    input_names, output_names = _program_buffers(kernels, kept, first_inputs)
+    inputs = [buffer(name) for name in input_names]
+    current: dict[UOp, UOp] = {
+        value: UOp.param(slot, value.shape, value.arg.dtype, value.arg.device)
+        for slot, value in enumerate(inputs)
+    }
+    for kernel in kernels:
+        arguments = [buffer(name) for name in kernel.buffers]
+        values = [current.get(value, value) for value in arguments]
+        current[arguments[0]] = UOp(Ops.AFTER, (arguments[0], UOp(Ops.CALL, (kernel.ast, *values))))
+    outputs = tuple(current[buffer(name)] for name in output_names)
+    return UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, outputs), *inputs))
+
+
+def _record_front_end(graph: Graph, kernels: list[LoweredKernel], function: UOp) -> None:
+    """Record the NNEF front end in the open trace: the rewrites made at load (Canonicalize), the
+    composition (it stands for Callify) and the ``@lower`` formulas (they stand for Rangeify), one
+    step per kernel as its operation lowered."""
+    from uopviz.core.rewrite import traced_pass
+
+    if graph.canonical:  # the rewrites made at load (uopviz.nnef.model.canonical), one step each
+        with traced_pass("Canonicalize", None) as record:
+            for step in graph.canonical:
+                record.step(f"{step.rule}: {step.description}", UOp(Ops.SINK, ()), function, function)
+            record.output = function
+    with traced_pass("Callify", None) as record:
+        record.step(
+            f"compose NNEF graph {graph.name} ({len(graph.operations)} operations)",
+            UOp(Ops.SINK, ()),
+            function,
+            function,
+            location=str(graph.definition.pos if graph.definition else ""),
+        )
+        record.output = function
+    with traced_pass("Rangeify", function) as record:
+        for kernel in kernels:
+            op = kernel.operation
+            record.step(
+                f"@lower {op.type} '{op.label}' -> kernel {kernel.name}",
+                UOp(Ops.SINK, ()),
+                kernel.ast,
+                function,
+                location=f"{op.definition.pos.file}:{op.definition.pos.line}",
+            )
+        record.output = function
 
 
 class GraphProgram:
@@ -288,12 +333,7 @@ def compile_graph(
     By default on, except with choices per kernel (a list or a dict by index), which number the
     kernels before fusion.
     """
-    from uopviz.core.origins import carry_origins
     from uopviz.core.rewrite import traced_pass, tracing
-    from uopviz.nnef.kernel_passes.fusion import fuse_kernels
-    from uopviz.nnef.kernel_passes.loop_merge import merge_contiguous_loops
-    from uopviz.nnef.kernel_passes.padding import pad_guarded_reads
-    from uopviz.nnef.kernel_passes.weight_layout import block_weight_reads
 
     if fuse is None:
         fuse = not (_per_kernel_list(opts) or isinstance(opts, dict))
@@ -328,24 +368,16 @@ def compile_graph(
             if not segment:
                 continue
             count = len(segment)
-            if fuse:
-                segment = fuse_kernels(segment, final | read_after[position])
-                fused = {kernel.name: kernel.ast for kernel in segment}
-                segment = pad_guarded_reads(segment, graph, final | read_after[position])
-                segment = block_weight_reads(segment, graph, backend)
-                segment = [merge_contiguous_loops(kernel) for kernel in segment]
-                for kernel in segment:  # rebuilt kernels keep the origins of the nodes they rebuilt
-                    if kernel.name in fused:
-                        carry_origins(fused[kernel.name], kernel.ast)
+            context = KernelPassContext(graph, frozenset(final | read_after[position]), backend)
             program = _compile_segment(
                 graph,
                 segment,
-                [*kernels, *segment],
-                final | read_after[position],
-                backend,
+                kernels,
+                context,
                 _segment_opts(opts, offset, count),
                 graph.inputs if position == 0 else (),
                 build,
+                fuse,
             )
             offset += count
             compiled.append(("kernels", program))
