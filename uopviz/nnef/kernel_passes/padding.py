@@ -50,8 +50,8 @@ from uopviz.nnef.kernel_passes.fusion import producer_form
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
 from uopviz.nnef.lowering.kernel_math import tidy, uop_constant, uop_dtype
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 __all__ = ["pad_guarded_reads"]
 
@@ -171,7 +171,7 @@ def _unguarded(residual, axes: list[int], shape, strides) -> dict[int, tuple[dic
     return positions
 
 
-def _plan(load: UOp, kernel: LoweredKernel, graph: Graph) -> _Plan | None:
+def _plan(load: UOp, kernel: LoweredKernel, graph: ComposedGraph) -> _Plan | None:
     """The padded form of a guarded load, when exact (see the module's docstring)."""
     address, alternative, gate = load.src
     param, flat = address.src
@@ -278,7 +278,7 @@ def _gates_only_skip_terms(value: UOp, plans: list[_Plan], op: Ops) -> bool:
 _IDENTITY = {Ops.ADD: 0.0, Ops.MAX: -math.inf}
 
 
-def _padded_kernel(kernel: LoweredKernel, graph: Graph) -> tuple[LoweredKernel, list[_Plan]] | None:
+def _padded_kernel(kernel: LoweredKernel, graph: ComposedGraph) -> tuple[LoweredKernel, list[_Plan]] | None:
     ast = kernel.ast
     plans: list[_Plan] = []
     for reduce in (u for u in ast.toposort() if u.op is Ops.REDUCE and u.arg[0] in _IDENTITY):
@@ -477,7 +477,7 @@ def _write_in_place(
 
 
 def pad_guarded_reads(
-    kernels: list[LoweredKernel], graph: Graph, needed: set[str] | frozenset[str] = frozenset()
+    kernels: list[LoweredKernel], graph: ComposedGraph, needed: set[str] | frozenset[str] = frozenset()
 ) -> list[LoweredKernel]:
     """The kernels of one program with guarded reads in sums turned into reads of zero-padded
     copies (see the module's docstring), each copy made by a pad kernel placed before its first

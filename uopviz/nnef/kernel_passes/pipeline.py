@@ -39,8 +39,8 @@ from uopviz.nnef.kernel_passes.padding import pad_guarded_reads
 from uopviz.nnef.kernel_passes.weight_layout import block_weight_reads
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class KernelPassContext:
     tensors that must stay stored after the run (graph outputs, inputs of later programs) and the
     backend the kernels compile for."""
 
-    graph: Graph
+    graph: ComposedGraph
     kept: frozenset[str]
     backend: Any
 

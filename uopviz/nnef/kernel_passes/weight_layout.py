@@ -52,8 +52,8 @@ from uopviz.nnef.kernel_passes.padding import index_linear_form, index_span, wit
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
 from uopviz.nnef.lowering.kernel_math import tidy, uop_dtype
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 __all__ = ["WeightLayout", "block_weight_reads", "layout_array", "vector_lanes"]
 
@@ -140,7 +140,7 @@ def _blocked_index(flat: UOp, lanes: int, shape: tuple[int, ...]) -> tuple[UOp, 
 
 
 def _blocked_kernel(
-    kernel: LoweredKernel, graph: Graph, lanes_of: Any
+    kernel: LoweredKernel, graph: ComposedGraph, lanes_of: Any
 ) -> tuple[LoweredKernel, list[WeightLayout]]:
     """``kernel`` reading the blocked copies of its filters, and their layouts."""
     written = kernel.buffers[0]
@@ -183,7 +183,9 @@ def _blocked_kernel(
                    note=f"{kernel.note}; {note}" if kernel.note else note), layouts
 
 
-def block_weight_reads(kernels: list[LoweredKernel], graph: Graph, backend: Any) -> list[LoweredKernel]:
+def block_weight_reads(
+    kernels: list[LoweredKernel], graph: ComposedGraph, backend: Any
+) -> list[LoweredKernel]:
     """The kernels of one program with their filter reads turned into reads of blocked copies (see
     the module's docstring); the copies' layouts are recorded in ``graph.layouts``.  Kernels of
     backends without vector registers come back unchanged."""
@@ -201,7 +203,7 @@ def block_weight_reads(kernels: list[LoweredKernel], graph: Graph, backend: Any)
     return out
 
 
-def layout_array(graph: Graph, layout: WeightLayout, source: np.ndarray) -> np.ndarray:
+def layout_array(graph: ComposedGraph, layout: WeightLayout, source: np.ndarray) -> np.ndarray:
     """The blocked copy of ``source``, the values of ``layout.source``: made once per source array
     (the graph's own data, kept while the tensor keeps that array), and again for another one (an
     array a run gives for the variable by name)."""

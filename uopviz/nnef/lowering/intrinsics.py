@@ -40,14 +40,14 @@ from uopviz.nnef.lowering.kernel_math import (
 )
 from uopviz.nnef.model.nodes import Operation, TensorInfo
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 # ------------------------------------------------------------------------------------------------
 # intrinsics
 
 
-def _intrinsic_top_k(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _intrinsic_top_k(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """top_k: each candidate's rank is the number of candidates that beat it (ties: lower index
     first); candidates ranked below k are scattered to their rank. Always sorted."""
     symbols = op.symbols
@@ -109,7 +109,7 @@ def _uniform01(position: UOp, op: Operation, stream: int = 0) -> UOp:
     return bits.cast(dtypes.float32) * (1.0 / (1 << 24))
 
 
-def _intrinsic_random(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _intrinsic_random(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     output: TensorInfo = op.symbols["output"]
     builder = KernelBuilder(output, graph)
     size = max(math.prod(output.upper_shape), 1)
@@ -144,7 +144,7 @@ def _keys_weight(distance: UOp, a: float) -> UOp:
     return select(distance <= 1.0, near, select(distance < 2.0, far, uop_constant(dtypes.float32, 0.0)))
 
 
-def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _intrinsic_cubic_resize(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """Cubic (Keys) resampling along ``axes``: 4 taps per axis, replicated border (input extents
     decided at run time are read from their counters)."""
     symbols = op.symbols
@@ -197,7 +197,7 @@ def _intrinsic_cubic_resize(graph: Graph, op: Operation) -> list[LoweredKernel]:
 GRID_SAMPLE_CUBIC_A = -0.75  # Keys' coefficient of bicubic grid sampling (the common choice)
 
 
-def _intrinsic_cubic_grid_sample(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _intrinsic_cubic_grid_sample(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """Cubic grid sampling, written as the spec writes ``_linear_grid_sample`` with 4 taps per axis
     instead of 2: the grid's last dimension holds the coordinates in reversed axis order (x first),
     mapped from [-1, 1] to pixels (``aligned``: the corner pixels' centres); taps ``floor(x) - 1 ..
@@ -249,7 +249,7 @@ def _intrinsic_cubic_grid_sample(graph: Graph, op: Operation) -> list[LoweredKer
     ]
 
 
-def _intrinsic_runtime_scalar(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _intrinsic_runtime_scalar(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """A rank-0 tensor computed from the counters of run-time extents (a ``RuntimeScalarOperation``)."""
     output = graph.tensors[op.outputs[0]]
     builder = KernelBuilder(output, graph)
@@ -266,7 +266,7 @@ def _intrinsic_runtime_scalar(graph: Graph, op: Operation) -> list[LoweredKernel
     ]
 
 
-def _intrinsic_roi_pool(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _intrinsic_roi_pool(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """Max / average pooling of regions of interest (the spec declares the operators only).
 
     Row ``r`` of ``rois`` is ``[start_0, .., start_{d-1}, end_0, .., end_{d-1}]`` in input element
@@ -338,7 +338,7 @@ def _kernel(
     name: str,
     output: TensorInfo | str,
     stores: Callable[[KernelBuilder], list[UOp]],
-    graph: Graph,
+    graph: ComposedGraph,
     scratch: dict[str, tuple[DType, int]],
     note: str = "",
 ) -> LoweredKernel:
@@ -384,7 +384,7 @@ def _iou(first: list[UOp], second: list[UOp]) -> UOp:
     )
 
 
-def _intrinsic_nms(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _intrinsic_nms(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """Non-maximum suppression, greedy in descending score order per batch item and class.
 
     Boxes are ranked by score (ties: the lower index first) and listed in rank order; a box's
@@ -547,7 +547,7 @@ def _intrinsic_nms(graph: Graph, op: Operation) -> list[LoweredKernel]:
     return kernels
 
 
-INTRINSICS: dict[str, Callable[[Graph, Operation], list[LoweredKernel]]] = {
+INTRINSICS: dict[str, Callable[[ComposedGraph, Operation], list[LoweredKernel]]] = {
     "algo.top_k": _intrinsic_top_k,
     "rand.uniform": _intrinsic_random,
     "rand.normal": _intrinsic_random,

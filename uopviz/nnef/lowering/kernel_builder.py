@@ -54,8 +54,8 @@ from uopviz.nnef.lowering.kernel_math import (
 from uopviz.nnef.model.nodes import Operation, TensorInfo
 from uopviz.nnef.syntax import ast
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 
 @dataclass(eq=False)
@@ -111,7 +111,7 @@ ALL_ITEMS = AllItems()
 class KernelBuilder:
     """The PARAM slots of one kernel and the gates active while its values are built."""
 
-    def __init__(self, output: TensorInfo, graph: Graph) -> None:
+    def __init__(self, output: TensorInfo, graph: ComposedGraph) -> None:
         self.graph = graph
         self.output = output
         self.names: list[str] = []
@@ -176,7 +176,7 @@ class KernelBuilder:
         return found
 
 
-def _counter_of(graph: Graph, key: Any) -> str | None:
+def _counter_of(graph: ComposedGraph, key: Any) -> str | None:
     """The counter buffer of the data-dependent extent ``key``: operations are lowered in order
     until the one that counts it has registered it (None when no operation counts it)."""
     found = graph.counts.get(key)
@@ -223,7 +223,7 @@ def evaluate_tree(node: Any, leaf: Callable[[Any], Any], ops: PythonScalarOps) -
     return None
 
 
-def runtime_extent(graph: Graph, extent: DynamicExtent, counter: Callable[[str], UOp]) -> UOp | None:
+def runtime_extent(graph: ComposedGraph, extent: DynamicExtent, counter: Callable[[str], UOp]) -> UOp | None:
     """A data-dependent extent as an index UOp: its key's counters (``counter(name)`` reads one)
     combined by the key's arithmetic; None when part of it is counted by no kernel (an input
     extent, computed at its upper bound until the graph is recomposed for the given shapes)."""
@@ -238,7 +238,7 @@ def runtime_extent(graph: Graph, extent: DynamicExtent, counter: Callable[[str],
     return as_index(found) if found is not None else None
 
 
-def runtime_value(graph: Graph, value: Any, counter: Callable[[str], UOp]) -> Any:
+def runtime_value(graph: ComposedGraph, value: Any, counter: Callable[[str], UOp]) -> Any:
     """A run-time extent or a :class:`RuntimeScalar` as a kernel value: its expression over the
     counters (an extent no kernel counts, an input extent before the graph is recomposed for the
     given shapes, takes its upper bound, as the ranges do)."""

@@ -113,14 +113,15 @@ from uopviz.nnef.lowering.output_space import (
     ranges_in,
 )
 from uopviz.nnef.lowering.scan import BUILT_IN_LOWERINGS
-from uopviz.nnef.model.nodes import LoopOperation, Operation, TensorInfo
+from uopviz.nnef.model.graph import LoopOperation
+from uopviz.nnef.model.nodes import Operation, TensorInfo
 from uopviz.nnef.syntax import ast
 from uopviz.nnef.syntax.ast import identifiers
 from uopviz.nnef.syntax.printer import print_expression
 from uopviz.passes.indexing import unflatten
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 
 _LOAD_BACK = object()  # the initial value is read back from the output (written by an init kernel)
@@ -129,7 +130,7 @@ _LOAD_BACK = object()  # the initial value is read back from the output (written
 class _OperationLowering:
     """Lowers the @lower statements of one operation."""
 
-    def __init__(self, graph: Graph, op: Operation) -> None:
+    def __init__(self, graph: ComposedGraph, op: Operation) -> None:
         self.graph = graph
         self.op = op
         self.symbols = op.symbols
@@ -929,7 +930,7 @@ def _writes_nothing(evaluated: Evaluated) -> bool:
 # entry points
 
 
-def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def lower_operation(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """The kernels of one operation of ``graph`` (none for a loop node: its body and condition are
     graphs of their own)."""
     if isinstance(op, LoopOperation):
@@ -952,7 +953,7 @@ def lower_operation(graph: Graph, op: Operation) -> list[LoweredKernel]:
     return record_kernel_origins(kernels)
 
 
-def _lowering_signature(graph: Graph, op: Operation) -> tuple | None:
+def _lowering_signature(graph: ComposedGraph, op: Operation) -> tuple | None:
     """What the kernels of ``op`` depend on besides its tensors' names: its operator, attributes and
     types, and each tensor's type, shape, kind and (for a constant of one repeated value, which the
     kernels read as a literal) value.  Operations with equal signatures lower to the same kernel
@@ -1018,7 +1019,7 @@ def _renamed_kernels(
     return out
 
 
-def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def _lower_one(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     if op.is_intrinsic:
         handler = INTRINSICS.get(op.type)
         if handler is None:
@@ -1039,7 +1040,7 @@ def _lower_one(graph: Graph, op: Operation) -> list[LoweredKernel]:
 _INTRINSICS_READING_EXTENTS = frozenset({"image._cubic_grid_sample", "image.cubic_resize", "runtime.scalar"})
 
 
-def _check_intrinsic_extents(graph: Graph, op: Operation) -> None:
+def _check_intrinsic_extents(graph: ComposedGraph, op: Operation) -> None:
     """The built-in kernels run over the upper bounds of their inputs: a data-dependent extent may
     only pass through to an output (rows past the count are never read), not be read across,
     except by the kernels that read the extents themselves."""
@@ -1064,7 +1065,7 @@ def _check_intrinsic_extents(graph: Graph, op: Operation) -> None:
                 )
 
 
-def operation_kernels(graph: Graph, op: Operation, backend: str = "python") -> list:
+def operation_kernels(graph: ComposedGraph, op: Operation, backend: str = "python") -> list:
     """The kernels of ``op`` as pipeline :class:`~uopviz.passes.optops.kernel.Kernel` objects (tunable); for
     a loop node, those of its body and condition (nested loops included), in program order."""
     from uopviz.passes.optops.kernel import Kernel
@@ -1079,7 +1080,7 @@ def operation_kernels(graph: Graph, op: Operation, backend: str = "python") -> l
     return [Kernel(kernel.ast, backend, name_hint=kernel.name) for kernel in graph.lower(op)]
 
 
-def kernel_count(graph: Graph) -> int:
+def kernel_count(graph: ComposedGraph) -> int:
     """How many kernels ``g.compile()`` gives, loop bodies and conditions (nested ones too) included:
     the length of ``program.kernels``, whose order is the numbering of per-kernel opts."""
     total = 0

@@ -26,13 +26,13 @@ from uopviz.nnef.lowering.kernel_builder import KernelBuilder, LoweredKernel, co
 from uopviz.nnef.lowering.kernel_math import INDEX, all_of, as_index, flat_offset, tidy, uop_constant
 from uopviz.nnef.model.nodes import Operation, TensorInfo
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 __all__ = ["BUILT_IN_LOWERINGS", "lower_cumsum"]
 
 
-def lower_cumsum(graph: Graph, op: Operation) -> list[LoweredKernel]:
+def lower_cumsum(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     """``math.cumsum`` as one sequential scan kernel: ``n`` additions per row, in the order of the
     spec's loop (see the module docstring)."""
     source: TensorInfo = op.symbols["input"]
@@ -71,6 +71,6 @@ def lower_cumsum(graph: Graph, op: Operation) -> list[LoweredKernel]:
 
 
 #: Operations with a body that get a built-in kernel instead of their ``@lower`` formula's.
-BUILT_IN_LOWERINGS: dict[str, Callable[[Graph, Operation], list[LoweredKernel]]] = {
+BUILT_IN_LOWERINGS: dict[str, Callable[[ComposedGraph, Operation], list[LoweredKernel]]] = {
     "math.cumsum": lower_cumsum,
 }

@@ -42,7 +42,7 @@ import numpy as np
 from uopviz.nnef.model.nodes import Operation, TensorInfo
 
 if TYPE_CHECKING:
-    from uopviz.nnef.graph import Graph
+    from uopviz.nnef.model.graph import ComposedGraph
 
 __all__ = ["RULES", "CanonicalRule", "CanonicalStep", "canonicalize", "folded_sources"]
 
@@ -130,7 +130,7 @@ RULES: tuple[CanonicalRule, ...] = (
 # -- the pass ---------------------------------------------------------------------------------------
 
 
-def _parameter(graph: Graph, name: object) -> TensorInfo | None:
+def _parameter(graph: ComposedGraph, name: object) -> TensorInfo | None:
     """The tensor ``name`` when the file holds its value and no ``@update`` assigns it."""
     tensor = graph.tensors.get(name) if isinstance(name, str) else None
     if tensor is None or tensor.kind not in ("variable", "constant") or tensor.data is None:
@@ -140,7 +140,7 @@ def _parameter(graph: Graph, name: object) -> TensorInfo | None:
     return tensor
 
 
-def _scalar_parameters(graph: Graph, steps: list[CanonicalStep]) -> None:
+def _scalar_parameters(graph: ComposedGraph, steps: list[CanonicalStep]) -> None:
     """Rule ``scalar parameter``: a variable of one element becomes a constant (read as a literal)."""
     for name, tensor in graph.tensors.items():
         if tensor.kind == "variable" and _parameter(graph, name) is not None and tensor.data.size == 1:
@@ -149,7 +149,7 @@ def _scalar_parameters(graph: Graph, steps: list[CanonicalStep]) -> None:
             steps.append(CanonicalStep("scalar parameter", name, described, (name,)))
 
 
-def _sources(graph: Graph, names: list[str], steps: list[CanonicalStep]) -> tuple[str, ...]:
+def _sources(graph: ComposedGraph, names: list[str], steps: list[CanonicalStep]) -> tuple[str, ...]:
     """The variables ``names`` stand for: themselves, or those of the folds that made them."""
     made = {step.label: step.sources for step in steps}
     out: list[str] = []
@@ -158,7 +158,7 @@ def _sources(graph: Graph, names: list[str], steps: list[CanonicalStep]) -> tupl
     return tuple(dict.fromkeys(out))
 
 
-def canonicalize(graph: Graph) -> list[CanonicalStep]:
+def canonicalize(graph: ComposedGraph) -> list[CanonicalStep]:
     """Rewrite ``graph`` in place to its canonical form (see the module's docstring); the steps,
     also kept in ``graph.canonical``."""
     steps: list[CanonicalStep] = []
@@ -189,6 +189,6 @@ def canonicalize(graph: Graph) -> list[CanonicalStep]:
     return steps
 
 
-def folded_sources(graph: Graph) -> dict[str, str]:
+def folded_sources(graph: ComposedGraph) -> dict[str, str]:
     """The variables the canonical rewrites folded, each with the tensor it was folded into."""
     return {source: step.label for step in graph.canonical for source in step.sources}

@@ -1,28 +1,21 @@
 """The nodes of a composed NNEF graph: its tensors (:class:`TensorInfo`) and its operations
-(:class:`Operation`, :class:`LoopOperation` for a loop decided at run time,
-:class:`RuntimeScalarOperation` for a value computed from run-time extents), and the composites
-they came from.
-
-They sit apart from :class:`~uopviz.nnef.graph.Graph` so that the modules that lower, compile and
-run a graph read them without importing the graph module, whose convenience methods call those
-modules (the graph is only named in their annotations).
+(:class:`Operation`, :class:`RuntimeScalarOperation` for a value computed from run-time extents),
+and the composites they came from. A loop decided at run time, whose body and condition are graphs
+of their own, is :class:`~uopviz.nnef.model.graph.LoopOperation`, beside the graph.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.syntax import ast
 
-if TYPE_CHECKING:
-    from uopviz.nnef.graph import Graph
-
 __all__ = [
-    "CATEGORIES", "Composite", "LoopOperation", "Operation", "RuntimeScalarOperation", "TensorInfo",
+    "CATEGORIES", "Composite", "Operation", "RuntimeScalarOperation", "TensorInfo", "flatten_names",
     "numpy_dtype_of",
 ]  # fmt: skip
 
@@ -154,67 +147,6 @@ class Operation:
         from uopviz.nnef.syntax.printer import print_definition
 
         return print_definition(self.definition)
-
-
-@dataclass(eq=False)
-class LoopOperation(Operation):
-    """A loop whose trip count is decided at run time, kept as one node of the graph.
-
-    ``type`` is ``control.while`` (tested before each iteration), ``control.do_while`` (tested after
-    each iteration: the body runs at least once) or ``control.repeat`` (no condition: a count held
-    in a tensor). ``body`` and ``condition`` are graphs of their own; both take the same inputs, in
-    this order: the carried values, the items of the scanned packs, the iteration index (when the
-    loop names one). Tensors of the enclosing graph that they read are listed in ``captures`` (they
-    keep their names). The body returns the updated carried values, then the scan outputs; the
-    condition returns one bool.
-
-    ``inputs`` are (initial carried values, scanned packs, the count tensor or None, captures);
-    ``outputs`` the final carried values, then one pack of ``scan_length`` tensors per scan output
-    (items past the last iteration are zero). ``count`` is a static iteration bound, the name of an
-    ``int`` tensor holding it, or None; scanned packs bound the iterations by their length too.
-    ``scan_limit`` is set when nothing else bounds the scan outputs: the length the left side
-    declares for them (``ys..(8)``), an upper bound that the run checks (one iteration more is an
-    error).
-
-    Carried values, scan items and captures may have extents decided at run time. The body and
-    condition read them from counters of their own (:attr:`Graph.extent_inputs`), which the
-    runner fills on every iteration. A carried extent the body changes (it may compress what it
-    carries) and the extents of scan outputs that only the body knows are extents of the results
-    that the run counts: ``counted`` maps their keys to counter buffers, ``extent_outputs`` each
-    counter to ``("carry", index, axis)`` or ``("scan", output, item, axis)``.
-    """
-
-    body: Graph | None = field(default=None, repr=False)
-    condition: Graph | None = field(default=None, repr=False)
-    pretest: bool = True
-    count: int | str | None = None
-    carried: tuple[str, ...] = ()
-    scans: tuple[tuple[str, ...], ...] = ()
-    captures: tuple[str, ...] = ()
-    scan_length: int | None = None
-    scan_limit: int | None = None
-    counted: dict = field(default_factory=dict)
-    extent_outputs: dict = field(default_factory=dict)
-    statement: ast.Component | None = field(default=None, repr=False)
-
-    @property
-    def is_intrinsic(self) -> bool:
-        """A loop is no intrinsic: its kernels are those of its body and condition."""
-        return False
-
-    @property
-    def subgraphs(self) -> dict[str, Graph]:
-        """The body and (when there is one) the condition, by role."""
-        out = {"body": self.body}
-        if self.condition is not None:
-            out["condition"] = self.condition
-        return out
-
-    def definition_text(self) -> str:
-        """The loop statement as written (canonical form)."""
-        from uopviz.nnef.syntax.printer import print_component
-
-        return print_component(self.statement) if self.statement is not None else self.type
 
 
 @dataclass(eq=False)

@@ -26,16 +26,19 @@ from uopviz.nnef.kernel_passes.pipeline import KernelPassContext, run_kernel_pas
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel, record_kernel_origins
 from uopviz.nnef.lowering.kernel_math import uop_dtype
 from uopviz.nnef.lowering.operation_lowering import kernel_count
-from uopviz.nnef.model.nodes import LoopOperation, Operation
+from uopviz.nnef.model.graph import LoopOperation
+from uopviz.nnef.model.nodes import Operation
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 # ------------------------------------------------------------------------------------------------
 # the whole graph: programs for the pipeline, run step by step
 
 
-def _lower_all(graph: Graph, progress: Callable[[int, int, Operation], None] | None) -> list[LoweredKernel]:
+def _lower_all(
+    graph: ComposedGraph, progress: Callable[[int, int, Operation], None] | None
+) -> list[LoweredKernel]:
     kernels: list[LoweredKernel] = []
     total = len(graph.operations)
     for index, op in enumerate(graph.operations):
@@ -47,7 +50,7 @@ def _lower_all(graph: Graph, progress: Callable[[int, int, Operation], None] | N
     return kernels
 
 
-def _buffer_spec(graph: Graph, kernels: list[LoweredKernel], name: str) -> tuple[DType, int]:
+def _buffer_spec(graph: ComposedGraph, kernels: list[LoweredKernel], name: str) -> tuple[DType, int]:
     if name in graph.extent_inputs or name in graph.counts.values():
         return dtypes.int32, 1  # the counter of a run-time extent
     tensor = graph.tensors.get(name)
@@ -61,7 +64,7 @@ def _buffer_spec(graph: Graph, kernels: list[LoweredKernel], name: str) -> tuple
     raise NNEFError(f"kernel buffer '{name}' is neither a tensor of the graph nor a scratch buffer")
 
 
-def _steps(graph: Graph) -> list[list[Operation] | LoopOperation]:
+def _steps(graph: ComposedGraph) -> list[list[Operation] | LoopOperation]:
     """The operations in run order: runs of kernel operations, with the loop nodes between them."""
     steps: list[list[Operation] | LoopOperation] = []
     for op in graph.operations:
@@ -74,7 +77,7 @@ def _steps(graph: Graph) -> list[list[Operation] | LoopOperation]:
     return steps
 
 
-def _step_reads(graph: Graph, step: list[Operation] | LoopOperation) -> set[str]:
+def _step_reads(graph: ComposedGraph, step: list[Operation] | LoopOperation) -> set[str]:
     if isinstance(step, LoopOperation):
         return set(step.input_names())
     return {name for op in step for kernel in graph.lower(op) for name in kernel.buffers}
@@ -114,7 +117,7 @@ def _loop_opts(opts: Any, offset: int, loop: LoopOperation) -> tuple[dict[str, A
 
 
 def _compile_segment(
-    graph: Graph,
+    graph: ComposedGraph,
     lowered: list[LoweredKernel],
     every_kernel: list[LoweredKernel],
     context: KernelPassContext,
@@ -202,7 +205,7 @@ def _program_function(
     return UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, outputs), *inputs))
 
 
-def _record_front_end(graph: Graph, kernels: list[LoweredKernel], function: UOp) -> None:
+def _record_front_end(graph: ComposedGraph, kernels: list[LoweredKernel], function: UOp) -> None:
     """Record the NNEF front end in the open trace: the rewrites made at load (Canonicalize), the
     composition (it stands for Callify) and the ``@lower`` formulas (they stand for Rangeify), one
     step per kernel as its operation lowered."""
@@ -248,7 +251,7 @@ class GraphProgram:
 
     def __init__(
         self,
-        graph: Graph,
+        graph: ComposedGraph,
         backend: str,
         opts: Any,
         steps: list[tuple[str, Any]],
@@ -302,7 +305,7 @@ class GraphProgram:
 
 
 def compile_graph(
-    graph: Graph,
+    graph: ComposedGraph,
     backend: str = "python",
     opts: Any = None,
     progress: Callable[[int, int, Operation | None], None] | None = None,

@@ -26,14 +26,14 @@ from uopviz.nnef.evaluation.expressions import (
     PythonScalarOps,
 )
 from uopviz.nnef.lowering.kernel_builder import NOT_A_LEAF, evaluate_tree
-from uopviz.nnef.model.nodes import LoopOperation
+from uopviz.nnef.model.graph import LoopOperation
 from uopviz.nnef.program.compile import GraphProgram
 
-if TYPE_CHECKING:  # annotations only: Graph's methods (lower, compile, run) lead to this module
-    from uopviz.nnef.graph import Graph
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
 
 
-def _input_array(graph: Graph, name: str, given: Mapping[str, Any]) -> np.ndarray:
+def _input_array(graph: ComposedGraph, name: str, given: Mapping[str, Any]) -> np.ndarray:
     tensor = graph.tensors[name] if name in graph.tensors else None
     # a filter's blocked copy (uopviz.nnef.kernel_passes.weight_layout)
     if tensor is None and name in graph.layouts:
@@ -83,14 +83,16 @@ def _shaped(array: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return array.reshape(-1)[:0].reshape(shape) if 0 in tuple(shape) else array.reshape(shape)
 
 
-def program_inputs(graph: Graph, program: Any, given: Mapping[str, Any]) -> dict[int, np.ndarray]:
+def program_inputs(graph: ComposedGraph, program: Any, given: Mapping[str, Any]) -> dict[int, np.ndarray]:
     """The arrays a Program compiled from ``graph``'s kernels reads (``program.nnef_inputs``), by
     input position: the arrays ``given`` by tensor name, else the tensors' data; a filter's blocked
     copy (:mod:`uopviz.nnef.kernel_passes.weight_layout`) made from its tensor's."""
     return {position: _input_array(graph, name, given) for position, name in enumerate(program.nnef_inputs)}
 
 
-def _execute(graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> dict[str, np.ndarray]:
+def _execute(
+    graph: ComposedGraph, given: Mapping[str, Any], backend: str, opts: Any
+) -> dict[str, np.ndarray]:
     """Run the compiled steps of ``graph``: every buffer they produce, by name (flat arrays); on a
     C or LLVM backend, a graph of fixed extents runs on arrays bound once (:class:`_BoundGraph`)."""
     compiled = graph.compile(backend=backend, opts=opts)
@@ -141,7 +143,7 @@ class _BoundSubgraph:
     sub-graphs of fixed extents that compile to one program.  A finished loop gives its bound forms
     back to the sub-graph (:meth:`take`, :meth:`give_back`) for its next run."""
 
-    def __init__(self, graph: Graph, program: Any, given: Mapping[str, Any], key: tuple) -> None:
+    def __init__(self, graph: ComposedGraph, program: Any, given: Mapping[str, Any], key: tuple) -> None:
         self.graph = graph
         self.program = program
         self.key = key
@@ -165,7 +167,9 @@ class _BoundSubgraph:
         self.native_loops: dict[int, tuple[Any, _NativeLoop | None]] = {}
 
     @classmethod
-    def take(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any) -> _BoundSubgraph | None:
+    def take(
+        cls, graph: ComposedGraph, given: Mapping[str, Any], backend: str, opts: Any
+    ) -> _BoundSubgraph | None:
         """A bound form of ``graph`` a finished loop gave back, else a new one (a loop nested in its
         own body, or running in another thread, gets arrays of its own); None where binding does
         not apply (the per-iteration path runs)."""
@@ -182,7 +186,9 @@ class _BoundSubgraph:
             return bound
 
     @classmethod
-    def _bind(cls, graph: Graph, given: Mapping[str, Any], backend: str, opts: Any, key: tuple) -> Any:
+    def _bind(
+        cls, graph: ComposedGraph, given: Mapping[str, Any], backend: str, opts: Any, key: tuple
+    ) -> Any:
         from uopviz.passes.render import backend_named
 
         if not backend_named(backend).runs_on_cpu or graph.extent_inputs or graph.counts:
@@ -237,7 +243,7 @@ class _BoundGraph:
     after a tensor's data was replaced, takes the ordinary path or binds again.  Runs in several
     threads at once each take a bound form of their own (:meth:`take`, :meth:`give_back`)."""
 
-    def __init__(self, graph: Graph, program: Any, given: Mapping[str, Any], key: tuple) -> None:
+    def __init__(self, graph: ComposedGraph, program: Any, given: Mapping[str, Any], key: tuple) -> None:
         self.graph = graph
         self.program = program
         self.key = key
@@ -261,7 +267,7 @@ class _BoundGraph:
 
     @classmethod
     def take(
-        cls, graph: Graph, program: Any, given: Mapping[str, Any], backend: str, opts: Any
+        cls, graph: ComposedGraph, program: Any, given: Mapping[str, Any], backend: str, opts: Any
     ) -> _BoundGraph | None:
         """A bound form of ``graph`` for a run on ``given``, or None where the ordinary path runs: a
         backend off the CPU, a graph with loops, run-time extents or ``@update`` variables, or a
@@ -338,7 +344,7 @@ def _launch_all(launches: list, native: Any) -> None:
 
 def _run_loop(
     op: LoopOperation,
-    graph: Graph,
+    graph: ComposedGraph,
     fetch: Callable[[str], np.ndarray],
     extent_of: Callable[[Any], int],
     backend: str,
@@ -368,7 +374,7 @@ def _run_loop(
     bound = min(bounds, default=None)
     indexed = len(op.body.inputs) > len(op.carried) + len(op.scans)
 
-    def counters(sub: Graph) -> dict[str, np.ndarray]:
+    def counters(sub: ComposedGraph) -> dict[str, np.ndarray]:
         out = {}
         for counter, source in sub.extent_inputs.items():
             if isinstance(source, tuple):  # ("carry", index, axis): the carried value's current extent
@@ -382,7 +388,7 @@ def _run_loop(
 
     bound_programs: dict[int, _BoundSubgraph | None] = {}
 
-    def run(sub: Graph, step: int) -> tuple[list[np.ndarray], list[list[int]]]:
+    def run(sub: ComposedGraph, step: int) -> tuple[list[np.ndarray], list[list[int]]]:
         arguments = [*carried, *(pack[step] for pack in scans)]
         if indexed:
             arguments.append(np.array(step, np.int32))
@@ -466,7 +472,7 @@ def _run_loop(
     return results
 
 
-def _needs_recompose(graph: Graph, given: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
+def _needs_recompose(graph: ComposedGraph, given: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
     shapes = {}
     for name in graph.inputs:
         tensor = graph.tensors[name]
@@ -475,7 +481,7 @@ def _needs_recompose(graph: Graph, given: dict[str, Any]) -> dict[str, tuple[int
     return shapes or None
 
 
-def _host_extent(extent: Any, graph: Graph, values: Mapping[str, np.ndarray]) -> int:
+def _host_extent(extent: Any, graph: ComposedGraph, values: Mapping[str, np.ndarray]) -> int:
     """The value of a run-time extent after a run (from the counters its key is built of)."""
 
     def leaf(key: Any) -> Any:
@@ -490,7 +496,11 @@ def _host_extent(extent: Any, graph: Graph, values: Mapping[str, np.ndarray]) ->
 
 
 def run_graph(
-    graph: Graph, inputs: dict[str, Any], backend: str = "python", opts: Any = None, update: bool = False
+    graph: ComposedGraph,
+    inputs: dict[str, Any],
+    backend: str = "python",
+    opts: Any = None,
+    update: bool = False,
 ) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``inputs`` (names -> arrays; variables may be given too); outputs by name.
 
