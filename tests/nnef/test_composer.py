@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from uopviz.nnef.composition.composer import compose
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import DynamicExtent, Evaluator
+from uopviz.nnef.evaluation.expressions import Evaluator
+from uopviz.nnef.evaluation.values import DynamicExtent
 from uopviz.nnef.syntax.parser import parse_expression
 
 # ------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from uopviz.nnef.composition.support import (
     _shape_of,
 )
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
+from uopviz.nnef.evaluation.values import (
     DynamicExtent,
     RuntimeScalar,
     Unknown,

@@ -21,7 +21,7 @@ For every invocation in a ``@compose`` block, in order:
 An operator with both a ``@compose`` and a ``@lower`` block is decomposed, unless an input has an
 extent decided at run time (chapter 3 lets a compiler lower an operator instead of decomposing it):
 the stdlib's cumsum unstacks its axis in the spec's composition, which needs the extent at compile
-time. A value computed from run-time extents (a :class:`~uopviz.nnef.evaluation.expressions.RuntimeScalar`,
+time. A value computed from run-time extents (a :class:`~uopviz.nnef.evaluation.values.RuntimeScalar`,
 mean_reduce's ``real(s[axes] * ..)``) passed where a tensor is expected becomes a rank-0 tensor that
 a ``runtime.scalar`` operation computes at run time (§3.1); constants shaped by run-time extents
 are allocated at the upper bounds.
@@ -86,7 +86,7 @@ from uopviz.nnef.composition.support import (
     _shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
+from uopviz.nnef.evaluation.values import (
     BOUNDED_PACK_LENGTHS,
     INPUT_EXTENT_KEYS,
     DynamicExtent,

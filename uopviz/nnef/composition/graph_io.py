@@ -18,10 +18,7 @@ from uopviz.nnef.composition.support import (
     _shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    DynamicExtent,
-    format_value,
-)
+from uopviz.nnef.evaluation.values import DynamicExtent, format_value
 from uopviz.nnef.graph import (
     TensorInfo,
 )

@@ -25,12 +25,7 @@ from uopviz.nnef.composition.support import (
     _names_of,
 )
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    DynamicExtent,
-    RuntimeScalar,
-    format_value,
-    type_name_of,
-)
+from uopviz.nnef.evaluation.values import DynamicExtent, RuntimeScalar, format_value, type_name_of
 from uopviz.nnef.graph import (
     Operation,
     RuntimeScalarOperation,

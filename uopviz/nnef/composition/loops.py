@@ -25,11 +25,7 @@ from uopviz.nnef.composition.support import (
     _names_of,
 )
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    DynamicExtent,
-    RunTimePack,
-    format_value,
-)
+from uopviz.nnef.evaluation.values import DynamicExtent, RunTimePack, format_value
 from uopviz.nnef.graph import (
     Graph,
     LoopOperation,

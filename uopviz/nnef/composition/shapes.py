@@ -18,14 +18,8 @@ from uopviz.nnef.composition.support import (
     _target_names,
 )
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    UNDECIDED,
-    DynamicExtent,
-    Evaluator,
-    RuntimeScalar,
-    Unknown,
-    format_value,
-)
+from uopviz.nnef.evaluation.expressions import Evaluator
+from uopviz.nnef.evaluation.values import UNDECIDED, DynamicExtent, RuntimeScalar, Unknown, format_value
 from uopviz.nnef.graph import (
     TensorInfo,
 )

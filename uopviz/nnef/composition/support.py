@@ -14,13 +14,9 @@ import numpy as np
 from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.nnef.composition.stdlib import STDLIB_DIR
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    DynamicExtent,
-    Evaluator,
-    RuntimeScalar,
-    format_value,
-    widest_extent,
-)
+from uopviz.nnef.evaluation.expressions import Evaluator
+from uopviz.nnef.evaluation.scalar_ops import widest_extent
+from uopviz.nnef.evaluation.values import DynamicExtent, RuntimeScalar, format_value
 from uopviz.nnef.graph import (
     Graph,
     LoopOperation,

@@ -18,13 +18,8 @@ from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    BoundedIndex,
-    DynamicExtent,
-    Evaluator,
-    format_value,
-    type_name_of,
-)
+from uopviz.nnef.evaluation.expressions import Evaluator
+from uopviz.nnef.evaluation.values import BoundedIndex, DynamicExtent, format_value, type_name_of
 from uopviz.nnef.lowering.kernel_builder import ALL_ITEMS, KernelBuilder, PackChoice
 from uopviz.nnef.lowering.kernel_math import (
     KernelScalarOps,

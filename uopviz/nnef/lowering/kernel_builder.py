@@ -8,7 +8,7 @@ Run-time (data-dependent) extents. Tensors are stored at their upper bounds, row
 upper-bound shape, and every kernel is compiled once. What changes at run time is how far each
 kernel goes: the spec asks for shape inference interleaved with execution (§3 "Dynamic tensor
 shapes"), and the extent expressions are the scalar expressions the composer keeps symbolically
-(:class:`~uopviz.nnef.evaluation.expressions.DynamicExtent` keys). In a kernel such an extent is a UOp: the
+(:class:`~uopviz.nnef.evaluation.values.DynamicExtent` keys). In a kernel such an extent is a UOp: the
 counters of the extents its key is built of (``graph.counts``: int32 buffers written by the
 counting kernels) loaded and combined by the key's arithmetic (:func:`runtime_extent`). A range
 whose bound is a data-dependent extent runs to the upper bound, gated by ``range < extent``: the
@@ -17,7 +17,7 @@ plain ``=`` does not store, an arg-extreme ignores the point, and the term's loa
 (an index computed from the actual extent, such as a reflected one, may point outside there).
 See :mod:`uopviz.nnef.lowering.operation_lowering` for how ranges are gated by them.
 
-Values computed from such extents (:class:`~uopviz.nnef.evaluation.expressions.RuntimeScalar`: mean_reduce's
+Values computed from such extents (:class:`~uopviz.nnef.evaluation.values.RuntimeScalar`: mean_reduce's
 ``real(s[axes] * ..)``, a resize's scale) become UOps over the same counters wherever a kernel
 uses them (:func:`runtime_value`); passed as a tensor they are ``runtime.scalar`` operations, one
 kernel storing the value. An int one used as an extent (rescale's ``int(round(real(s) * f))``) is
@@ -36,11 +36,8 @@ from uopviz.core.ops import Ops
 from uopviz.core.origins import record_nnef_operation
 from uopviz.core.uop import ParamArg, UOp, shape_uop
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    DynamicExtent,
-    PythonScalarOps,
-    RuntimeScalar,
-)
+from uopviz.nnef.evaluation.scalar_ops import PythonScalarOps
+from uopviz.nnef.evaluation.values import DynamicExtent, RuntimeScalar
 from uopviz.nnef.lowering.kernel_math import (
     INDEX,
     KERNEL_OPS,

@@ -19,13 +19,8 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    BoundedIndex,
-    DynamicExtent,
-    PythonScalarOps,
-    RuntimeScalar,
-    type_name_of,
-)
+from uopviz.nnef.evaluation.scalar_ops import PythonScalarOps
+from uopviz.nnef.evaluation.values import BoundedIndex, DynamicExtent, RuntimeScalar, type_name_of
 from uopviz.nnef.syntax import ast
 
 INDEX = dtypes.index

@@ -30,7 +30,7 @@ Run-time (data-dependent) extents. Tensors are stored at their upper bounds, row
 upper-bound shape, and every kernel is compiled once. What changes at run time is how far each
 kernel goes: the spec asks for shape inference interleaved with execution (§3 "Dynamic tensor
 shapes"), and the extent expressions are the scalar expressions the composer keeps symbolically
-(:class:`~uopviz.nnef.evaluation.expressions.DynamicExtent` keys). In a kernel such an extent is a UOp: the
+(:class:`~uopviz.nnef.evaluation.values.DynamicExtent` keys). In a kernel such an extent is a UOp: the
 counters of the extents its key is built of (``graph.counts``: int32 buffers written by the
 counting kernels) loaded and combined by the key's arithmetic (:func:`runtime_extent`). A range
 whose bound is a data-dependent extent runs to the upper bound, gated by ``range < extent``: the
@@ -65,13 +65,8 @@ from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import ParamArg, UOp, shape_uop
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    BoundedIndex,
-    DynamicExtent,
-    Evaluator,
-    RuntimeScalar,
-    format_value,
-)
+from uopviz.nnef.evaluation.expressions import Evaluator
+from uopviz.nnef.evaluation.values import BoundedIndex, DynamicExtent, RuntimeScalar, format_value
 from uopviz.nnef.lowering.evaluator import LoweringEvaluator, OutputRef, uniform_constant
 from uopviz.nnef.lowering.intrinsics import INTRINSICS
 from uopviz.nnef.lowering.kernel_builder import (

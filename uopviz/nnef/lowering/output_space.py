@@ -19,7 +19,7 @@ from uopviz.core.affine import build_range_sum, range_sum
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import BoundedIndex, format_value
+from uopviz.nnef.evaluation.values import BoundedIndex, format_value
 from uopviz.nnef.lowering.kernel_builder import ALL_ITEMS
 from uopviz.nnef.lowering.kernel_math import INDEX, as_index, flat_offset, substitute_in, uop_constant
 from uopviz.nnef.model.nodes import TensorInfo

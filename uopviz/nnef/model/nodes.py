@@ -43,7 +43,7 @@ class TensorInfo:
     """A tensor of the graph.
 
     ``dtype`` is the SkriptND element type (``real``, ``int``, ``bool``); ``shape`` a tuple of
-    ints, with :class:`~uopviz.nnef.evaluation.expressions.DynamicExtent` for extents only known at run
+    ints, with :class:`~uopviz.nnef.evaluation.values.DynamicExtent` for extents only known at run
     time. ``kind`` is ``input``, ``output``, ``variable``, ``constant`` or ``intermediate``;
     ``data`` holds the values of constants and of variables read from ``.dat`` files.
     """
@@ -156,8 +156,8 @@ class RuntimeScalarOperation(Operation):
     §3.1: after an operation whose output extent the data decides, the shape expressions of later
     operations must be computed during execution. Where such an expression is passed as a tensor
     (mean_reduce divides by ``real(s[axes] * ..)``), the composer makes it this operation:
-    ``attribs["value"]`` is the :class:`~uopviz.nnef.evaluation.expressions.RuntimeScalar` (or
-    :class:`~uopviz.nnef.evaluation.expressions.DynamicExtent`), and its kernel computes it from the counters.
+    ``attribs["value"]`` is the :class:`~uopviz.nnef.evaluation.values.RuntimeScalar` (or
+    :class:`~uopviz.nnef.evaluation.values.DynamicExtent`), and its kernel computes it from the counters.
     """
 
     @property

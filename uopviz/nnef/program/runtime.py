@@ -21,10 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.evaluation.expressions import (
-    DynamicExtent,
-    PythonScalarOps,
-)
+from uopviz.nnef.evaluation.scalar_ops import PythonScalarOps
+from uopviz.nnef.evaluation.values import DynamicExtent
 from uopviz.nnef.lowering.kernel_builder import NOT_A_LEAF, evaluate_tree
 from uopviz.nnef.model.graph import LoopOperation
 from uopviz.nnef.program.compile import GraphProgram
