@@ -59,15 +59,13 @@ import math
 from collections import ChainMap
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import ParamArg, UOp, shape_uop
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.expressions import Evaluator
 from uopviz.nnef.evaluation.values import BoundedIndex, DynamicExtent, RuntimeScalar, format_value
-from uopviz.nnef.lowering.evaluator import LoweringEvaluator, OutputRef, uniform_constant
+from uopviz.nnef.lowering.evaluator import LoweringEvaluator, OutputRef
 from uopviz.nnef.lowering.intrinsics import INTRINSICS
 from uopviz.nnef.lowering.kernel_builder import (
     ALL_ITEMS,
@@ -79,21 +77,14 @@ from uopviz.nnef.lowering.kernel_builder import (
     runtime_extent,
 )
 from uopviz.nnef.lowering.kernel_math import (
-    COMPARISONS,
     INDEX,
-    accumulate,
-    accumulation_identity,
     all_of,
-    as_float,
     as_index,
     as_uop,
     flat_offset,
-    gate_loads,
     gate_value,
-    python_value,
     reduce_over,
     select,
-    strip_casts,
     substitute_in,
     tidy,
     uop_constant,
@@ -107,19 +98,17 @@ from uopviz.nnef.lowering.output_space import (
     range_bound,
     ranges_in,
 )
+from uopviz.nnef.lowering.reuse import lowering_signature, renamed_kernels
 from uopviz.nnef.lowering.scan import BUILT_IN_LOWERINGS
+from uopviz.nnef.lowering.stores import LOAD_BACK, Stores, operation_error
 from uopviz.nnef.model.graph import LoopOperation
 from uopviz.nnef.model.nodes import Operation, TensorInfo
 from uopviz.nnef.syntax import ast
 from uopviz.nnef.syntax.ast import identifiers
 from uopviz.nnef.syntax.printer import print_expression
-from uopviz.passes.indexing import unflatten
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
-
-
-_LOAD_BACK = object()  # the initial value is read back from the output (written by an init kernel)
 
 
 class _OperationLowering:
@@ -132,11 +121,11 @@ class _OperationLowering:
         self.kernels: list[LoweredKernel] = []
         self._range_numbers = itertools.count(1000)
         self.pack_item: int | None = None
+        self.stores = Stores(op, self._range_numbers)
 
     def error(self, node: ast.Node, message: str) -> NNEFError:
         """An error at the statement, naming the operation."""
-        where = f" (in {self.op.type} '{self.op.label}', invoked at {self.op.position})"
-        return NNEFError.at(node.pos, message + where)
+        return operation_error(self.op, node, message)
 
     # -- grouping --------------------------------------------------------------------------------
 
@@ -413,7 +402,7 @@ class _OperationLowering:
         indices = [*binding.values(), *([self.pack_item] if self.pack_item is not None else [])]
         label = f"{self.op.label}" + (f"[{','.join(str(v) for v in indices)}]" if indices else "")
         if update is None:
-            stores = self._assign(builder, evaluated, space, init_value=None)
+            stores = self.stores.assign(builder, evaluated, space, init_value=None)
             self._emit(builder, stores, label, main)
             return
         init_value = None
@@ -425,12 +414,12 @@ class _OperationLowering:
                 init_space = OutputSpace(self.error, init_evaluated)
                 self._emit(
                     init_builder,
-                    self._assign(init_builder, init_evaluated, init_space, None),
+                    self.stores.assign(init_builder, init_evaluated, init_space, None),
                     f"{label}.init",
                     init,
                 )
-                init_value = _LOAD_BACK
-        stores = self._accumulate(builder, evaluated, space, init_value)
+                init_value = LOAD_BACK
+        stores = self.stores.accumulate(builder, evaluated, space, init_value)
         self._emit(builder, stores, label, main)
 
     def _emit(
@@ -458,278 +447,6 @@ class _OperationLowering:
                 print_expression(statement.value),
             )
         )
-
-    # -- assembling values ------------------------------------------------------------------------------
-
-    def _store(
-        self, builder: KernelBuilder, space: OutputSpace, value: Any, gate: Any, item: int | None
-    ) -> UOp:
-        output = builder.output
-        dtype = uop_dtype(output.dtype)
-        if isinstance(value, list):
-            raise NNEFError(
-                f"a pack of {len(value)} values is assigned to a single element of '{output.name}'"
-            )
-        if value is None:
-            raise NNEFError(
-                f"a null value is assigned to '{output.name}' (resolve optional values with '??')"
-            )
-        if isinstance(value, BoundedIndex):
-            raise NNEFError(f"a guarded index is assigned to '{output.name}'")
-        stored = (
-            as_uop(value, dtype)
-            if isinstance(value, UOp)
-            else uop_constant(dtype, python_value(value, dtype))
-        )
-        address = UOp(Ops.INDEX, (builder.param(output), space.flat(item)))
-        gate = all_of([gate, *space.store_gates])
-        if gate is True:
-            return UOp(Ops.STORE, (address, stored))
-        if gate is False:
-            raise NNEFError(f"an assignment to '{output.name}' can never happen")
-        return UOp(Ops.STORE, (address, stored, gate))
-
-    def _items(self, value: Any, space: OutputSpace) -> list[tuple[int | None, Any]]:
-        if space.pack_axis is None:
-            return [(None, value)]
-        extent = space.pack_extent()
-        values = value if isinstance(value, list) else [value] * extent
-        if len(values) != extent:
-            raise NNEFError(
-                f"a pack of {len(values)} values is assigned to the ':' dimension of extent {extent} "
-                f"of '{space.output.name}'"
-            )
-        return list(enumerate(values))
-
-    def _assign(
-        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
-    ) -> list[UOp]:
-        """Stores of a plain '=' statement (last write wins if several iterations hit a point)."""
-        (term,) = evaluated.terms if len(evaluated.terms) == 1 else (None,)
-        if term is None:
-            raise self.error(evaluated.statement, "an '=' assignment cannot have unrolled reduction indices")
-        gate = all_of([*term.gates, term.condition, *space.term_gates])
-        if space.reduce_ranges:
-            return self._last_write(builder, evaluated, space, [term], init_value)
-        stores = []
-        for item, value in self._items(term.value, space):
-            stores.append(self._store(builder, space, space.apply(value), space.apply_gate(gate), item))
-        return stores
-
-    def _accumulate(
-        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
-    ) -> list[UOp]:
-        op = evaluated.statement.op
-        if op == ":=":
-            return self._update(builder, evaluated, space, init_value)
-        dtype = uop_dtype(evaluated.output.dtype)
-        stores = []
-        packs = [self._items(term.value, space) for term in evaluated.terms]
-        for position, (item, _) in enumerate(packs[0]):
-            total: Any = None
-            for term, items in zip(evaluated.terms, packs, strict=True):
-                gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
-                value = gate_loads(as_uop(space.apply(items[position][1]), dtype), all_of(space.term_gates))
-                contribution = (
-                    value if gate is True else select(gate, value, accumulation_identity(op, dtype))
-                )
-                total = contribution if total is None else accumulate(op, total, contribution)
-            if space.reduce_ranges:
-                total = reduce_over(op, total, space.reduce_ranges)
-            initial = self._initial(init_value, builder, space, item, op, dtype)
-            if initial is not None:
-                total = accumulate(op, as_uop(initial, dtype), total)
-            stores.append(self._store(builder, space, total, True, item))
-        return stores
-
-    def _initial(
-        self,
-        init_value: Any,
-        builder: KernelBuilder,
-        space: OutputSpace,
-        item: int | None,
-        op: str,
-        dtype: DType,
-    ) -> Any:
-        if init_value is None:
-            return None
-        if init_value is _LOAD_BACK:
-            # read where the store may write: a guarded output index out of range (y[|2*i+j|] += ...)
-            # skips the read as it skips the write
-            return builder.load(builder.output, space.flat(item), all_of(space.store_gates))
-        values = init_value if isinstance(init_value, list) else None
-        if values is not None:
-            return values[item or 0]
-        return init_value
-
-    def _update(
-        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
-    ) -> list[UOp]:
-        """':=' conditional updates."""
-        dtype = uop_dtype(evaluated.output.dtype)
-        if evaluated.reads_output:
-            if len(evaluated.terms) > 1 and not space.reduce_ranges:
-                return self._sequential(builder, evaluated, space, init_value)
-            return self._arg_extreme(builder, evaluated, space, init_value)
-        if space.reduce_ranges or len(evaluated.terms) > 1:
-            return self._last_write(builder, evaluated, space, evaluated.terms, init_value)
-        (term,) = evaluated.terms
-        gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
-        stores = []
-        for item, value in self._items(term.value, space):
-            value = as_uop(space.apply(value), dtype)
-            initial = self._initial(init_value, builder, space, item, ":=", dtype)
-            if gate is True:
-                stores.append(self._store(builder, space, value, True, item))
-            elif initial is None:
-                stores.append(self._store(builder, space, value, gate, item))
-            else:
-                stores.append(self._store(builder, space, select(gate, value, initial), True, item))
-        return stores
-
-    def _sequential(
-        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
-    ) -> list[UOp]:
-        """Unrolled ':=' updates that read the output: a chain of selects in iteration order."""
-        dtype = uop_dtype(evaluated.output.dtype)
-        count = space.pack_extent()
-        state = [
-            as_uop(
-                self._initial(init_value, builder, space, item, ":=", dtype) if init_value is not None else 0,
-                dtype,
-            )
-            for item in range(count)
-        ]
-        placeholders = builder.current
-        for term in evaluated.terms:
-            mapping = {placeholders[item]: state[item] for item in placeholders}
-            gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
-            gate = substitute_in(gate, mapping)
-            values = term.value if isinstance(term.value, list) else [term.value] * count
-            state = [
-                select(gate, as_uop(substitute_in(space.apply(v), mapping), dtype), s)
-                if gate is not True
-                else as_uop(substitute_in(space.apply(v), mapping), dtype)
-                for v, s in zip(values, state, strict=True)
-            ]
-        items = range(count) if space.pack_axis is not None else [None]
-        return [self._store(builder, space, state[item or 0], True, item) for item in items]
-
-    def _arg_extreme(
-        self, builder: KernelBuilder, evaluated: Evaluated, space: OutputSpace, init_value: Any
-    ) -> list[UOp]:
-        """``out := r | f(r) > f(out)``: the first (strict) / last (non-strict) index of the extreme."""
-        statement = evaluated.statement
-        (term,) = evaluated.terms
-        condition = term.condition
-        values = term.value if isinstance(term.value, list) else [term.value]
-        reduce = space.reduce_ranges
-        candidates = [strip_casts(space.apply(value)) for value in values]
-        placeholders = [builder.current[item] for item in sorted(builder.current)]
-        reduce_set = set(reduce)
-        if (
-            not isinstance(condition, UOp)
-            or condition.op not in COMPARISONS
-            or len(placeholders) != len(candidates)
-            or any(c not in reduce_set for c in candidates)
-        ):
-            raise self.error(
-                statement,
-                "this conditional update reads the output in a way uopviz cannot lower "
-                "(supported: out := index | f(index) compared with f(out))",
-            )
-        condition = space.apply(condition)
-        left, right = condition.src
-        mapping = {
-            r: UOp(Ops.CAST, (p,), INDEX) if p.dtype is not INDEX else p
-            for r, p in zip(candidates, placeholders, strict=True)
-        }
-        if substitute_in(left, mapping) is not right:
-            left, right = right, left
-            flipped = True
-        else:
-            flipped = False
-        if substitute_in(left, mapping) is not right:
-            raise self.error(
-                statement,
-                "this conditional update reads the output in a way uopviz cannot lower "
-                "(the two sides of the comparison differ by more than the index)",
-            )
-        op = condition.op
-        greater = (op in (Ops.CMP_GT, Ops.CMP_GE)) != flipped
-        strict = op in (Ops.CMP_GT, Ops.CMP_LT)
-        key = as_float(left) if not left.dtype.is_float else left
-        gate = space.apply_gate(all_of(term.gates))  # skipped terms (guards, run-time extents) take no part
-        if gate is not True:
-            key = select(gate, key, uop_constant(dtypes.float32, -math.inf if greater else math.inf))
-        extreme = reduce_over(">?=" if greater else "<?=", key, reduce)
-        chosen_set = set(candidates)
-        order = [space.mapping[r] for r in evaluated.ranges if space.mapping[r] in chosen_set]
-        shape = [range_bound(r) for r in order]
-        flat = flat_offset(order, shape)
-        fresh = {r: UOp.range(range_bound(r), AxisType.REDUCE, next(self._range_numbers)) for r in reduce}
-        hit = substitute_in(key, fresh).eq(extreme)  # the second pass runs over ranges of its own
-        if gate is not True:
-            hit = UOp(Ops.AND, (substitute_in(gate, fresh), hit))
-        position = substitute_in(flat, fresh)
-        if strict:  # the first position that reaches the extreme
-            chosen = -reduce_over(">?=", select(hit, -position, -(1 << 62)), list(fresh.values()))
-        else:  # the last one
-            chosen = reduce_over(">?=", select(hit, position, -1), list(fresh.values()))
-        indices = unflatten(chosen, shape)
-        by_range = dict(zip(order, indices, strict=True))
-        dtype = uop_dtype(evaluated.output.dtype)
-        items = [item if space.pack_axis is not None else None for item in range(len(candidates))]
-        initial = [
-            as_uop(self._initial(init_value, builder, space, item, ":=", dtype), dtype) for item in items
-        ]
-        # the scan only moves away from its initial value when the extreme beats the value there
-        at_initial = substitute_in(right, {p: v for p, v in zip(placeholders, initial, strict=True)})
-        at_initial = as_float(at_initial) if not at_initial.dtype.is_float else at_initial
-        if greater:
-            better = extreme > at_initial if strict else extreme >= at_initial
-        else:
-            better = extreme < at_initial if strict else extreme <= at_initial
-        stores = []
-        for item, candidate, start in zip(items, candidates, initial, strict=True):
-            value = select(better, by_range[candidate].cast(dtype), start)
-            stores.append(self._store(builder, space, value, True, item))
-        return stores
-
-    def _last_write(
-        self,
-        builder: KernelBuilder,
-        evaluated: Evaluated,
-        space: OutputSpace,
-        terms: list[Term],
-        init_value: Any,
-    ) -> list[UOp]:
-        """Several iterations may write a point: the last one in iteration order wins."""
-        if len(terms) != 1:
-            raise self.error(evaluated.statement, "unrolled indices cannot be combined with scattered writes")
-        (term,) = terms
-        reduce_set = set(space.reduce_ranges)
-        order = [space.mapping[r] for r in evaluated.ranges if space.mapping[r] in reduce_set]
-        shape = [range_bound(r) for r in order]
-        gate = space.apply_gate(all_of([*term.gates, term.condition, *space.term_gates]))
-        flat = flat_offset(order, shape)
-        last = reduce_over(">?=", select(gate, flat, -1), order)
-        safe = UOp(Ops.MAX, (last, uop_constant(INDEX, 0)))
-        back = dict(zip(order, unflatten(safe, shape), strict=True))
-        dtype = uop_dtype(evaluated.output.dtype)
-        stores = []
-        for item, value in self._items(term.value, space):
-            written = as_uop(substitute_in(space.apply(value), back), dtype)
-            initial = self._initial(init_value, builder, space, item, ":=", dtype)
-            if initial is None:
-                stores.append(self._store(builder, space, written, last >= 0, item))
-            else:
-                stores.append(
-                    self._store(
-                        builder, space, select(last >= 0, written, as_uop(initial, dtype)), True, item
-                    )
-                )
-        return stores
 
     # -- fusing the initialiser ---------------------------------------------------------------------
 
@@ -931,10 +648,10 @@ def lower_operation(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     if isinstance(op, LoopOperation):
         graph.counts.update(op.counted)  # extents of its results that the runner counts
         return []
-    signature = _lowering_signature(graph, op)
+    signature = lowering_signature(graph, op)
     templates = graph.__dict__.setdefault("_lowering_templates", {})
     if signature is not None and signature in templates:
-        reused = _renamed_kernels(*templates[signature], op)
+        reused = renamed_kernels(*templates[signature], op)
         if reused is not None:
             return record_kernel_origins(reused)
     busy = graph.__dict__.setdefault("_lowering_now", set())  # see _counter_of
@@ -947,71 +664,6 @@ def lower_operation(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
         templates[signature] = (op, kernels)
     return record_kernel_origins(kernels)
 
-
-def _lowering_signature(graph: ComposedGraph, op: Operation) -> tuple | None:
-    """What the kernels of ``op`` depend on besides its tensors' names: its operator, attributes and
-    types, and each tensor's type, shape, kind and (for a constant of one repeated value, which the
-    kernels read as a literal) value.  Operations with equal signatures lower to the same kernel
-    ASTs (a ResNet's repeated blocks), so one is lowered and the others renamed.  None where the
-    names or the data matter: intrinsics, run-time extents."""
-    if op.is_intrinsic or graph.counts or graph.extent_inputs:
-        return None
-    names = [*op.input_names(), *op.output_names()]
-    tensors: list[Any] = [tuple(names.index(name) for name in names)]  # which tensors are one
-    for name in names:
-        tensor = graph.tensors.get(name)
-        if tensor is None or not tensor.is_static:
-            return None
-        tensors.append((tensor.dtype, tuple(tensor.shape), tensor.kind, repr(uniform_constant(tensor))))
-    structure = repr((_shape_of_names(op.inputs), _shape_of_names(op.outputs), sorted(op.constants)))
-    types = repr(sorted(op.dtypes.items()))
-    return (op.type, id(op.definition), _exact(op.attribs), types, structure, *tensors)
-
-
-def _exact(value: Any) -> Any:
-    """A hashable form of an attribute value that tells every two values apart (numpy's repr
-    elides the middle of a long array)."""
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, dict):
-        return tuple((key, _exact(item)) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return (type(value).__name__, *(_exact(item) for item in value))
-    return repr(value)
-
-
-def _shape_of_names(values: Any) -> Any:
-    """A pack structure with its names left out (None stays None)."""
-    if isinstance(values, list | tuple):
-        return [_shape_of_names(value) for value in values]
-    return None if values is None else ""
-
-
-def _renamed_kernels(
-    template: Operation, kernels: list[LoweredKernel], op: Operation
-) -> list[LoweredKernel] | None:
-    """The kernels lowered for ``template`` as those of ``op`` (same signature): buffers and names
-    renamed; None when a kernel uses a buffer that is not one of the operation's tensors."""
-    names = dict(
-        zip(
-            [*template.input_names(), *template.output_names()],
-            [*op.input_names(), *op.output_names()],
-            strict=True,
-        )
-    )
-    out = []
-    for kernel in kernels:
-        if kernel.scratch or any(name not in names for name in kernel.buffers):
-            return None
-        if kernel.name == template.label:
-            name = op.label
-        elif kernel.name.startswith(template.label + "."):
-            name = op.label + kernel.name[len(template.label) :]
-        else:
-            return None
-        buffers = [names[buffer] for buffer in kernel.buffers]
-        out.append(LoweredKernel(name, kernel.ast, buffers, op, note=kernel.note))
-    return out
 
 
 def _lower_one(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
