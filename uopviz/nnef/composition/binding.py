@@ -13,9 +13,9 @@ from uopviz.nnef.composition.support import (
     _ABSTRACT_TYPES,
     _CONCRETE_TYPES,
     _MISSING,
+    Instance,
     _Describe,
     _describe_type,
-    _Instance,
     _is_scalar_argument,
     _pack_shapes,
     _shape_of,
@@ -44,7 +44,7 @@ class _Binding:
 
     # -- generics ------------------------------------------------------------------------------------
 
-    def _generic_arguments(self, instance: _Instance, type_args: tuple[str, ...]) -> None:
+    def _generic_arguments(self, instance: Instance, type_args: tuple[str, ...]) -> None:
         params = instance.info.definition.dtypes
         if len(type_args) > len(params):
             raise self._error(
@@ -56,7 +56,7 @@ class _Binding:
 
     # -- attributes ------------------------------------------------------------------------------------
 
-    def _attributes(self, instance: _Instance, given: dict[str, tuple[Any, ast.Node]]) -> tuple[list, dict]:
+    def _attributes(self, instance: Instance, given: dict[str, tuple[Any, ast.Node]]) -> tuple[list, dict]:
         info = instance.info
         definition = info.definition
         for name, (_, node) in given.items():
@@ -92,7 +92,7 @@ class _Binding:
 
     def _set_attribute(
         self,
-        instance: _Instance,
+        instance: Instance,
         param: ast.Param,
         value: Any,
         position: ast.Position,
@@ -106,7 +106,7 @@ class _Binding:
             instance.symbols[param.name] = value
 
     def _check_attribute(
-        self, instance: _Instance, param: ast.Param, value: Any, position: ast.Position
+        self, instance: Instance, param: ast.Param, value: Any, position: ast.Position
     ) -> Any:
         spec = param.type
         what = _Describe(instance, param)
@@ -123,7 +123,7 @@ class _Binding:
         return self._check_item(instance, spec, value, position, what)
 
     def _check_item(
-        self, instance: _Instance, spec: ast.TypeSpec, item: Any, position: ast.Position, what: _Describe
+        self, instance: Instance, spec: ast.TypeSpec, item: Any, position: ast.Position, what: _Describe
     ) -> Any:
         expected = spec.name
         if (
@@ -157,7 +157,7 @@ class _Binding:
         raise self._error(position, f"{what} expects {expected}, got {actual} {format_value(item, True)}")
 
     def _finish_attributes(
-        self, instance: _Instance, deferred: list[ast.Param], uniform: dict[str, Any]
+        self, instance: Instance, deferred: list[ast.Param], uniform: dict[str, Any]
     ) -> None:
         """Pack lengths of packed attributes, deferred defaults, uniform values (§2.6.2, 3–4)."""
         definition = instance.info.definition
@@ -239,7 +239,7 @@ class _Binding:
 
     # -- inputs ----------------------------------------------------------------------------------------
 
-    def _inputs(self, instance: _Instance, args: list[tuple[Any, ast.Node | None]]) -> None:
+    def _inputs(self, instance: Instance, args: list[tuple[Any, ast.Node | None]]) -> None:
         definition = instance.info.definition
         params = definition.inputs
         if len(args) > len(params):
@@ -298,7 +298,7 @@ class _Binding:
             self._default_input(instance, param)
 
     def _check_input_type(
-        self, instance: _Instance, param: ast.Param, value: Any, position: ast.Position
+        self, instance: Instance, param: ast.Param, value: Any, position: ast.Position
     ) -> None:
         spec = param.type
         what = _Describe(instance, param, "input")
@@ -324,7 +324,7 @@ class _Binding:
                     position, f"{what} expects a {spec.name} tensor, got {actual} tensor '{item.name}'"
                 )
 
-    def _bind_input(self, instance: _Instance, param: ast.Param, value: Any, position: ast.Position) -> bool:
+    def _bind_input(self, instance: Instance, param: ast.Param, value: Any, position: ast.Position) -> bool:
         spec = param.type
         what = f"input '{param.name}'"
         if spec.pack is not None:
@@ -356,7 +356,7 @@ class _Binding:
         instance.inputs[param.name] = value
         return True
 
-    def _default_input(self, instance: _Instance, param: ast.Param) -> None:
+    def _default_input(self, instance: Instance, param: ast.Param) -> None:
         element = _element_type(instance, param.type) or "real"
         value = instance.evaluator()(param.default)
         shape = (
@@ -372,7 +372,7 @@ class _Binding:
 # checks and computations that need no composer state (module functions, not methods)
 
 
-def _bind_type(instance: _Instance, name: str, concrete: str, position: ast.Position, source: str
+def _bind_type(instance: Instance, name: str, concrete: str, position: ast.Position, source: str
 ) -> None:
     param = instance.info.dtype_params.get(name)
     if param is None:
@@ -394,7 +394,7 @@ def _bind_type(instance: _Instance, name: str, concrete: str, position: ast.Posi
     instance.types[name] = concrete
 
 
-def _check_generics(instance: _Instance) -> None:
+def _check_generics(instance: Instance) -> None:
     for param in instance.info.definition.dtypes:
         if param.name not in instance.types:
             if param.default is None:
@@ -406,7 +406,7 @@ def _check_generics(instance: _Instance) -> None:
             instance.types[param.name] = param.default
 
 
-def _element_type(instance: _Instance, spec: ast.TypeSpec) -> str | None:
+def _element_type(instance: Instance, spec: ast.TypeSpec) -> str | None:
     if spec.name in _CONCRETE_TYPES:
         return spec.name
     if spec.name in instance.info.dtype_params:
@@ -416,7 +416,7 @@ def _element_type(instance: _Instance, spec: ast.TypeSpec) -> str | None:
     raise NNEFError.at(spec.pos, f"unknown type '{spec.name}'")
 
 
-def _unknown_in(instance: _Instance, node: ast.Node) -> str:
+def _unknown_in(instance: Instance, node: ast.Node) -> str:
     for name in sorted(identifiers(node)):
         if name not in instance.symbols:
             return name

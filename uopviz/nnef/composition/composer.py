@@ -65,6 +65,7 @@ from uopviz.nnef.composition.binding import _Binding, _check_generics
 from uopviz.nnef.composition.graph_io import _GraphLevel
 from uopviz.nnef.composition.leaves import _Leaves
 from uopviz.nnef.composition.loops import _Loops
+from uopviz.nnef.composition.results import bind_frame_count, check_output, declared_length
 from uopviz.nnef.composition.shapes import _ShapeBinding
 from uopviz.nnef.composition.stdlib import ModuleSet
 from uopviz.nnef.composition.support import (
@@ -72,18 +73,18 @@ from uopviz.nnef.composition.support import (
     _RESULT_DEFINITION,
     MAX_EXTENT,
     DefinitionInfo,
+    Frame,
+    Instance,
     VariableLoader,
     _filled,
     _first_name,
-    _Frame,
     _in_stdlib,
-    _Instance,
     _names_of,
     _operator_name,
     _prefers_lowering,
     _rename_captured,
     _replace_name,
-    _shapes_match,
+    shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.values import (
@@ -93,7 +94,6 @@ from uopviz.nnef.evaluation.values import (
     RuntimeScalar,
     Unknown,
     format_value,
-    length_at_bound,
     type_name_of,
 )
 from uopviz.nnef.graph import (
@@ -181,7 +181,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 )
             definition = matches[0]
         info = DefinitionInfo.of(definition, module_name)
-        instance = _Instance(info, definition.pos, "")
+        instance = Instance(info, definition.pos, "")
         self._graph_attributes(instance, dict(attribs or {}))
         inputs = self._graph_inputs(instance, dict(input_shapes or {}))
         keys = frozenset(
@@ -205,11 +205,11 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         definition: ast.Definition,
         module_name: str,
         info: DefinitionInfo,
-        instance: _Instance,
+        instance: Instance,
         inputs: list[str],
     ) -> Graph:
         self._usings_and_asserts(instance)
-        frame = _Frame(module_name, instance.symbols, instance.types, "", info.declared)
+        frame = Frame(module_name, instance.symbols, instance.types, "", info.declared)
         self._declare_locals(definition, frame, instance)
         for done, component in enumerate(definition.components, 1):
             self._component(component, frame)
@@ -351,8 +351,8 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         args: list[tuple[Any, ast.Node | None]],
         position: ast.Position,
         label: str,
-    ) -> _Instance:
-        instance = _Instance(info, position, label)
+    ) -> Instance:
+        instance = Instance(info, position, label)
         self._generic_arguments(instance, type_args)
         deferred, uniform = self._attributes(instance, attribs)
         self._inputs(instance, args)
@@ -364,17 +364,17 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
     # ==============================================================================================
     # composition
 
-    def _component(self, component: ast.Component, frame: _Frame) -> None:
+    def _component(self, component: ast.Component, frame: Frame) -> None:
         serial = next(self._serial)
         names = [_first_name(group) for group in component.results]
-        lengths = [_declared_length(group, frame) for group in component.results]
+        lengths = [declared_length(group, frame) for group in component.results]
         values = self._callable(component.value, frame, names, component.pos, lengths)
         self._assign(component.results, values, frame, serial, component.pos)
 
     def _callable(
         self,
         value: ast.Callable,
-        frame: _Frame,
+        frame: Frame,
         names: list[str | None],
         position: ast.Position,
         lengths: list[int | None] | None = None,
@@ -390,7 +390,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         result = frame.evaluator()(value)
         return [self._as_tensor_value(result, frame, names[0] if names else None, value.pos)]
 
-    def _as_tensor_value(self, value: Any, frame: _Frame, name: str | None, position: ast.Position) -> Any:
+    def _as_tensor_value(self, value: Any, frame: Frame, name: str | None, position: ast.Position) -> Any:
         """A compose-level value as tensors: literals become constant tensors of rank 0."""
         if isinstance(value, list):
             return [
@@ -406,7 +406,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         return value
 
     def _assign(
-        self, results: tuple, values: list, frame: _Frame, serial: int, position: ast.Position
+        self, results: tuple, values: list, frame: Frame, serial: int, position: ast.Position
     ) -> None:
         if len(values) < len(results):
             raise self._error(
@@ -420,7 +420,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             else:
                 self._assign_tuple(group, value, frame, serial)
 
-    def _assign_result(self, result: ast.Result, value: Any, frame: _Frame, serial: int) -> None:
+    def _assign_result(self, result: ast.Result, value: Any, frame: Frame, serial: int) -> None:
         if result.name is None:
             return
         own = frame.symbols.maps[0] if isinstance(frame.symbols, ChainMap) else frame.symbols
@@ -433,7 +433,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 raise self._error(result.pos, f"'{result.name}..' expects a pack of tensors, got one value")
             count = result.pack.count
             if count is not None and not isinstance(count, ast.Placeholder):
-                _bind_frame_count(frame, count, len(value), result)
+                bind_frame_count(frame, count, len(value), result)
             for index, item in enumerate(value):
                 self._name_tensor(item, f"{frame.scope}{result.name}[{index}]", serial, result.pos)
         elif isinstance(value, list):  # a pack result without '..': lenient, as the spec's own cumsum
@@ -445,7 +445,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             self._check_result_type(result, value, frame)
         frame.symbols[result.name] = value
 
-    def _assign_list(self, group: ast.ResultList, value: Any, frame: _Frame, serial: int) -> None:
+    def _assign_list(self, group: ast.ResultList, value: Any, frame: Frame, serial: int) -> None:
         if not isinstance(value, list):
             raise self._error(group.pos, "a bracketed result list needs a pack of tensors")
         packed = [
@@ -468,7 +468,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 self._assign_tuple(item, value[offset], frame, serial)
                 offset += 1
 
-    def _assign_tuple(self, group: ast.ResultTuple, value: Any, frame: _Frame, serial: int) -> None:
+    def _assign_tuple(self, group: ast.ResultTuple, value: Any, frame: Frame, serial: int) -> None:
         if not isinstance(value, list) or len(value) % len(group.items):
             raise self._error(
                 group.pos, "a (a, b).. result needs a pack whose length is a multiple of its items"
@@ -481,9 +481,9 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 serial,
             )
 
-    def _check_result_type(self, result: ast.Result, value: Any, frame: _Frame) -> None:
+    def _check_result_type(self, result: ast.Result, value: Any, frame: Frame) -> None:
         spec = result.type
-        instance = _Instance(
+        instance = Instance(
             DefinitionInfo.of(_RESULT_DEFINITION, frame.module_name),
             result.pos,
             frame.scope,
@@ -500,7 +500,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 )
             if spec.shape is not None:
                 expected = self._evaluate_shape(instance, spec, result.name or "", 0, bind_dynamic=False)
-                if not _shapes_match(expected, item.shape):
+                if not shapes_match(expected, item.shape):
                     raise self._error(
                         result.pos,
                         f"'{result.name}' is declared with shape {format_value(expected)} "
@@ -519,7 +519,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
 
     # -- invocations --------------------------------------------------------------------------------------
 
-    def _invoke(self, invocation: ast.Invocation, frame: _Frame, names: list[str | None]) -> list:
+    def _invoke(self, invocation: ast.Invocation, frame: Frame, names: list[str | None]) -> list:
         info = self._resolve(invocation.name, frame.module_name, invocation.pos)
         evaluator = frame.evaluator()
         attribs = {name: (evaluator(node), node) for name, node in invocation.attribs}
@@ -565,7 +565,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
 
     # -- composite expansion --------------------------------------------------------------------------------
 
-    def _expand(self, instance: _Instance, frame: _Frame, invocation: ast.Invocation) -> list:
+    def _expand(self, instance: Instance, frame: Frame, invocation: ast.Invocation) -> list:
         self._input_tensors(instance, frame)
         definition = instance.info.definition
         declared = self._declared_outputs(instance)
@@ -577,7 +577,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         )
         label = instance.label
         scope = f"{label}." if label else ""
-        inner = _Frame(
+        inner = Frame(
             instance.info.module_name,
             instance.symbols,
             instance.types,
@@ -606,14 +606,14 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                     value.name, value.args, value.attribs, value.types, None, pos=value.pos
                 )
             names = [_first_name(group) for group in component.results]
-            inner_frame = _Frame(
+            inner_frame = Frame(
                 inner.module_name, inner.symbols, inner.types, frame.scope, inner.declared, inner.scopes
             )
             values = self._propagated(value, inner_frame, names, label, component.pos)
             self._assign(
                 component.results,
                 values,
-                _Frame(inner.module_name, inner.symbols, inner.types, scope, inner.declared, inner.scopes),
+                Frame(inner.module_name, inner.symbols, inner.types, scope, inner.declared, inner.scopes),
                 serial,
                 component.pos,
             )
@@ -627,7 +627,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                     param.pos, f"{instance.name}: output '{param.name}' is not assigned by its @compose"
                 )
             value = instance.symbols[param.name]
-            _check_output(instance, param, value, declared[param.name], invocation.pos)
+            check_output(instance, param, value, declared[param.name], invocation.pos)
             results.append(value)
         composite.outputs = tuple(_names_of(value) for value in results)
         self._updates(definition, inner)
@@ -635,7 +635,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         return results
 
     def _propagated(
-        self, value: ast.Callable, frame: _Frame, names: list[str | None], label: str, position: ast.Position
+        self, value: ast.Callable, frame: Frame, names: list[str | None], label: str, position: ast.Position
     ) -> list:
         """The single component of a composite, invoked under the composite's own label (§2.10)."""
         if isinstance(value, ast.Invocation):
@@ -648,7 +648,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 pos=value.pos,
             )
             parent = label.rpartition(".")[0]
-            outer = _Frame(
+            outer = Frame(
                 frame.module_name,
                 frame.symbols,
                 frame.types,
@@ -659,7 +659,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             return self._invoke(labelled, outer, [None] * len(names))
         return self._callable(
             value,
-            _Frame(
+            Frame(
                 frame.module_name,
                 frame.symbols,
                 frame.types,
@@ -673,9 +673,9 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
 
     # -- blocks, branches, loops ----------------------------------------------------------------------------
 
-    def _block(self, block: ast.Block, frame: _Frame, names: list[str | None]) -> list:
+    def _block(self, block: ast.Block, frame: Frame, names: list[str | None]) -> list:
         scope = frame.scope + f"{block.label}." if block.label else frame.scope
-        inner = _Frame(
+        inner = Frame(
             frame.module_name,
             ChainMap({}, frame.symbols),
             frame.types,
@@ -696,7 +696,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             )
         return values
 
-    def _condition(self, value: ast.Callable, frame: _Frame) -> bool | TensorInfo:
+    def _condition(self, value: ast.Callable, frame: Frame) -> bool | TensorInfo:
         """A branch condition: a compile-time bool, or a bool tensor decided at run time."""
         if isinstance(value, ast.Invocation | ast.Block | ast.Loop | ast.If):
             (condition,) = self._callable(value, frame, [None], value.pos)[:1]
@@ -717,7 +717,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             raise self._error(value.pos, f"a branch condition must be a bool, got {format_value(condition)}")
         return condition
 
-    def _branch(self, branch: ast.If, frame: _Frame, names: list[str | None]) -> list:
+    def _branch(self, branch: ast.If, frame: Frame, names: list[str | None]) -> list:
         """Compile-time conditions pick a branch; a tensor condition computes both and selects."""
         for index, (condition, then) in enumerate(branch.branches):
             decided = self._condition(condition, frame)
@@ -740,7 +740,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         return self._callable(branch.otherwise, frame, names, branch.otherwise.pos)
 
     def _select(
-        self, condition: TensorInfo, a: Any, b: Any, frame: _Frame, name: str, position: ast.Position
+        self, condition: TensorInfo, a: Any, b: Any, frame: Frame, name: str, position: ast.Position
     ) -> Any:
         """``condition ? a : b`` of tensors (packs item by item), as a math.select operation."""
         if isinstance(a, list) or isinstance(b, list):
@@ -770,81 +770,3 @@ def compose(
     modules = ModuleSet(None)
     modules.add("main", module)
     return Composer(modules).compose("main", graph_name, attribs)
-
-
-# ------------------------------------------------------------------------------------------------
-# checks and computations that need no composer state (module functions, not methods)
-
-
-def _declared_length(group: ast.Result | ast.ResultList | ast.ResultTuple, frame: _Frame
-) -> int | None:
-    """The length a packed result declares on the left side (``ys..(8)``, §2.10: packed results
-    denote their length), when it is known before the value is composed."""
-    if not isinstance(group, ast.Result) or group.pack is None:
-        return None
-    count = group.pack.count
-    if count is None or isinstance(count, ast.Placeholder):
-        return None
-    if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
-        return None  # a new symbol: it takes the length the value has
-    try:
-        value = frame.evaluator()(count)
-    except Unknown:
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _bind_frame_count(frame: _Frame, count: ast.Expr, length: int, result: ast.Result) -> None:
-    if isinstance(count, ast.Identifier) and count.name not in frame.symbols:
-        frame.symbols[count.name] = length
-        return
-    try:
-        expected = frame.evaluator()(count)
-    except Unknown:
-        if isinstance(count, ast.Identifier):
-            frame.symbols[count.name] = length
-            return
-        raise
-    if length_at_bound(expected) == length:
-        return  # declared by the input extents the pack follows (``rows..(s)``): taken at their bound
-    if expected != length:
-        raise NNEFError.at(
-            result.pos,
-            f"'{result.name}' receives {length} tensors, but its length is declared "
-            f"{format_value(expected)}",
-        )
-
-
-def _check_output(instance: _Instance,
-    param: ast.Param,
-    value: Any,
-    declared: tuple[str, Any],
-    position: ast.Position,
-) -> None:
-    element, shapes = declared
-    items = value if isinstance(value, list) else [value]
-    expected_shapes = (
-        shapes if isinstance(shapes, list) and param.type.pack is not None else [shapes] * len(items)
-    )
-    if param.type.pack is not None and isinstance(shapes, list) and len(shapes) != len(items):
-        raise NNEFError.at(
-            position,
-            f"{instance.name}: output '{param.name}' should be {len(shapes)} tensors, "
-            f"its @compose produced {len(items)}",
-        )
-    for item, shape in zip(items, expected_shapes, strict=False):
-        if not isinstance(item, TensorInfo):
-            raise NNEFError.at(position, f"{instance.name}: output '{param.name}' is not a tensor")
-        if item.dtype != element:
-            raise NNEFError.at(
-                position,
-                f"{instance.name}: output '{param.name}' is declared {element} but its "
-                f"@compose produced a {item.dtype} tensor",
-            )
-        if shape is not None and not _shapes_match(shape, item.shape):
-            raise NNEFError.at(
-                position,
-                f"{instance.name}: output '{param.name}' is declared with shape "
-                f"{format_value(shape)} but its @compose produced "
-                f"{format_value(list(item.shape))}",
-            )

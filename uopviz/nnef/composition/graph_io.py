@@ -12,10 +12,10 @@ from typing import Any
 from uopviz.nnef.composition.binding import _element_type
 from uopviz.nnef.composition.shapes import _extent_count
 from uopviz.nnef.composition.support import (
+    Frame,
+    Instance,
     _first_name,
-    _Frame,
-    _Instance,
-    _shapes_match,
+    shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.values import DynamicExtent, format_value
@@ -32,7 +32,7 @@ class _GraphLevel:
 
     # -- graph level ----------------------------------------------------------------------------------------
 
-    def _graph_attributes(self, instance: _Instance, given: dict[str, Any]) -> None:
+    def _graph_attributes(self, instance: Instance, given: dict[str, Any]) -> None:
         definition = instance.info.definition
         unknown = set(given) - instance.info.attrib_names
         if unknown:
@@ -44,7 +44,7 @@ class _GraphLevel:
         deferred, uniform = self._attributes(instance, wrapped)
         self._finish_attributes(instance, deferred, uniform)
 
-    def _graph_inputs(self, instance: _Instance, shapes: dict[str, tuple[int, ...]]) -> list[str]:
+    def _graph_inputs(self, instance: Instance, shapes: dict[str, tuple[int, ...]]) -> list[str]:
         definition = instance.info.definition
         unknown = set(shapes) - {param.name for param in definition.inputs}
         if unknown:
@@ -68,7 +68,7 @@ class _GraphLevel:
             names.append(param.name)
         return names
 
-    def _graph_input_pack(self, instance: _Instance, param: ast.Param, element: str, given: Any) -> list[str]:
+    def _graph_input_pack(self, instance: Instance, param: ast.Param, element: str, given: Any) -> list[str]:
         """The item tensors ``name[k]`` of a pack graph input (``xs: real[2]..(n|5)``).
 
         Its length is the declared one, or for a length given by a symbol with a bound, the number
@@ -118,7 +118,7 @@ class _GraphLevel:
         self.packs[param.name] = names
         return names
 
-    def _given_input_shape(self, instance: _Instance, param: ast.Param, dims: list[int]) -> list[int]:
+    def _given_input_shape(self, instance: Instance, param: ast.Param, dims: list[int]) -> list[int]:
         upper = self._input_shape(instance, param, probe=True)
         if len(upper) != len(dims):
             raise NNEFError(
@@ -138,7 +138,7 @@ class _GraphLevel:
             raise self._error(param.pos, f"cannot bind the shape of graph input '{param.name}'")
         return dims
 
-    def _input_shape(self, instance: _Instance, param: ast.Param, probe: bool = False) -> list:
+    def _input_shape(self, instance: Instance, param: ast.Param, probe: bool = False) -> list:
         evaluator = instance.evaluator()
         shape: list = []
         for position, extent in enumerate(param.type.shape.extents):
@@ -179,7 +179,7 @@ class _GraphLevel:
                 shape.extend([value] * count)
         return shape
 
-    def _graph_outputs(self, instance: _Instance, frame: _Frame) -> list[str]:
+    def _graph_outputs(self, instance: Instance, frame: Frame) -> list[str]:
         names = []
         for param in instance.info.definition.outputs:
             value = frame.symbols.get(param.name)
@@ -194,7 +194,7 @@ class _GraphLevel:
                 not isinstance(e.value, ast.Placeholder) for e in param.type.shape.extents
             ):
                 expected = self._evaluate_shape(instance, param.type, param.name, 0, bind_dynamic=False)
-                if not _shapes_match(expected, value.shape):
+                if not shapes_match(expected, value.shape):
                     raise self._error(
                         param.pos,
                         f"graph output '{param.name}' is declared with shape "
@@ -214,7 +214,7 @@ class _GraphLevel:
         return names
 
     def _graph_output_pack(
-        self, instance: _Instance, param: ast.Param, items: list, frame: _Frame
+        self, instance: Instance, param: ast.Param, items: list, frame: Frame
     ) -> list[str]:
         """The item tensors ``name[k]`` of a pack graph output (``ys: real[]..(3)``)."""
         spec = param.type.pack
@@ -250,7 +250,7 @@ class _GraphLevel:
         self.packs[param.name] = names
         return names
 
-    def _identity(self, tensor: TensorInfo, name: str, frame: _Frame, position: ast.Position) -> TensorInfo:
+    def _identity(self, tensor: TensorInfo, name: str, frame: Frame, position: ast.Position) -> TensorInfo:
         """An explicit copy (``math.iden``) so that a graph output has a tensor of its own name."""
         if name in self.tensors:
             self._rename(self.tensors[name], self._unique_name(f"{name}.source"), position)
@@ -260,7 +260,7 @@ class _GraphLevel:
         self,
         operator: str,
         args: list[Any],
-        frame: _Frame,
+        frame: Frame,
         scope: str,
         name: str,
         position: ast.Position,
@@ -271,7 +271,7 @@ class _GraphLevel:
         invocation = ast.Invocation(
             operator, tuple(ast.Identifier(n, pos=position) for n in names), attribs, pos=position
         )
-        local = _Frame(
+        local = Frame(
             "__uopviz__",
             ChainMap(dict(zip(names, args, strict=True)), frame.symbols),
             frame.types,
@@ -284,17 +284,17 @@ class _GraphLevel:
         (value,) = self._invoke(invocation, local, [name])
         return value
 
-    def _declare_locals(self, definition: ast.Definition, frame: _Frame, instance: _Instance) -> None:
+    def _declare_locals(self, definition: ast.Definition, frame: Frame, instance: Instance) -> None:
         for param in (*definition.constants, *definition.variables):
             kind = "constant" if param in definition.constants else "variable"
             tensor = self._local_tensor(instance, param, kind, param.name)
             frame.symbols[param.name] = tensor
 
-    def _updates(self, definition: ast.Definition, frame: _Frame) -> None:
+    def _updates(self, definition: ast.Definition, frame: Frame) -> None:
         if not definition.updates:
             return
         variables = {param.name for param in definition.variables}
-        update_frame = _Frame(
+        update_frame = Frame(
             frame.module_name,
             ChainMap({}, frame.symbols),
             frame.types,
@@ -319,7 +319,7 @@ class _GraphLevel:
                 else:
                     update_frame.symbols[name] = value
 
-    def _quantizations(self, definition: ast.Definition, frame: _Frame) -> None:
+    def _quantizations(self, definition: ast.Definition, frame: Frame) -> None:
         for entry in definition.quantizations:
             name = frame.scope + entry.tensor
             tensor = self.tensors.get(name) or self.tensors.get(entry.tensor)

@@ -16,11 +16,11 @@ from uopviz.nnef.composition.binding import _element_type
 from uopviz.nnef.composition.support import (
     _RUNTIME_SCALAR_DEFINITION,
     MAX_FORMULA_ELEMENTS,
+    Frame,
+    Instance,
     _check_constant_size,
     _expression,
     _filled,
-    _Frame,
-    _Instance,
     _is_scalar_argument,
     _names_of,
 )
@@ -40,7 +40,7 @@ class _Leaves:
     and constants."""
 
 
-    def _input_tensors(self, instance: _Instance, frame: _Frame) -> None:
+    def _input_tensors(self, instance: Instance, frame: Frame) -> None:
         """Turn literal arguments into constant tensors of the declared (or deduced) type."""
         for param in instance.info.definition.inputs:
             value = instance.inputs.get(param.name)
@@ -57,7 +57,7 @@ class _Leaves:
             instance.symbols[param.name] = converted
 
     def _literal_tensor(
-        self, instance: _Instance, param: ast.Param, value: Any, index: int | None, frame: _Frame
+        self, instance: Instance, param: ast.Param, value: Any, index: int | None, frame: Frame
     ) -> Any:
         if not _is_scalar_argument(value):
             return value
@@ -86,7 +86,7 @@ class _Leaves:
         element: str,
         name: str,
         position: ast.Position,
-        frame: _Frame,
+        frame: Frame,
     ) -> TensorInfo:
         """A rank-0 tensor holding a value computed at run time from run-time extents (§3.1: the
         shape expressions after a data-dependent operation are computed during execution): an
@@ -108,7 +108,7 @@ class _Leaves:
         return tensor
 
     def _leaf(
-        self, instance: _Instance, frame: _Frame, names: list[str | None], position: ast.Position
+        self, instance: Instance, frame: Frame, names: list[str | None], position: ast.Position
     ) -> list:
         self._input_tensors(instance, frame)
         declared = self._declared_outputs(instance)
@@ -165,7 +165,7 @@ class _Leaves:
         self.operations.append(op)
         return results
 
-    def _operator_locals(self, instance: _Instance) -> dict[str, TensorInfo]:
+    def _operator_locals(self, instance: Instance) -> dict[str, TensorInfo]:
         """Constants and variables declared by an operator, as tensors under its label."""
         created: dict[str, TensorInfo] = {}
         definition = instance.info.definition
@@ -176,7 +176,7 @@ class _Leaves:
             created[param.name] = tensor
         return created
 
-    def _local_tensor(self, instance: _Instance, param: ast.Param, kind: str, name: str) -> TensorInfo:
+    def _local_tensor(self, instance: Instance, param: ast.Param, kind: str, name: str) -> TensorInfo:
         element = _element_type(instance, param.type)
         if element is None:
             raise self._error(param.pos, f"{kind} '{param.name}' needs a concrete type")
@@ -195,7 +195,7 @@ class _Leaves:
                 tensor.data = _check_variable_data(tensor, data)
         return tensor
 
-    def _constant_data(self, instance: _Instance, param: ast.Param, element: str, shape: tuple) -> np.ndarray:
+    def _constant_data(self, instance: Instance, param: ast.Param, element: str, shape: tuple) -> np.ndarray:
         if param.default is None:
             raise self._error(param.pos, f"constant '{param.name}' needs a value")
         dtype = numpy_dtype_of(element)
@@ -221,7 +221,7 @@ class _Leaves:
         return self._constant_per_element(instance, param, dtype, shape)
 
     def _constant_at_upper_bounds(
-        self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple
+        self, instance: Instance, param: ast.Param, dtype: np.dtype, shape: tuple
     ) -> np.ndarray:
         """A constant whose shape has extents decided at run time: its data is allocated at the upper
         bounds (kernels never read past the actual extents); each value must be known at compile
@@ -245,7 +245,7 @@ class _Leaves:
         return data
 
     def _constant_per_element(
-        self, instance: _Instance, param: ast.Param, dtype: np.dtype, shape: tuple, upper: tuple | None = None
+        self, instance: Instance, param: ast.Param, dtype: np.dtype, shape: tuple, upper: tuple | None = None
     ) -> np.ndarray:
         evaluator = instance.evaluator()
         bounds = [(bound.name, evaluator(bound.bound)) for bound in param.bounds]

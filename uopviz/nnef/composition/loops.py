@@ -17,11 +17,11 @@ from uopviz.nnef.composition.support import (
     _RESULT_DEFINITION,
     MAX_UNROLLED_ITERATIONS,
     DefinitionInfo,
+    Frame,
+    Instance,
     _evaluable,
-    _Frame,
     _import_extents,
     _imported_keys,
-    _Instance,
     _names_of,
 )
 from uopviz.nnef.errors import NNEFError
@@ -41,7 +41,7 @@ class _Loops:
 
 
     def _loop(
-        self, loop: ast.Loop, frame: _Frame, names: list[str | None], declared: list[int | None]
+        self, loop: ast.Loop, frame: Frame, names: list[str | None], declared: list[int | None]
     ) -> list:
         if loop.condition is not None:
             if loop.unroll:
@@ -105,7 +105,7 @@ class _Loops:
                 local[loop.index] = self._constant_tensor(
                     step, "int", (), f"{frame.scope}{base}.{step}.{loop.index}", loop.pos
                 )
-            body_frame = _Frame(
+            body_frame = Frame(
                 frame.module_name,
                 ChainMap(local, frame.symbols),
                 frame.types,
@@ -141,7 +141,7 @@ class _Loops:
         return [*carries, *scan_outputs]
 
     def _trip_count(
-        self, count: TensorInfo, bound: int, frame: _Frame, scope: str, position: ast.Position
+        self, count: TensorInfo, bound: int, frame: Frame, scope: str, position: ast.Position
     ) -> DynamicExtent:
         """The run-time length of the scan outputs of a loop unrolled to ``bound`` steps whose count
         is the tensor ``count``: the count clamped to [0, bound], computed by the graph into a tensor
@@ -153,7 +153,7 @@ class _Loops:
     # -- loops run on the host: a node with sub-graphs ----------------------------------------------------
 
     def _host_loop(
-        self, loop: ast.Loop, frame: _Frame, names: list[str | None], declared_lengths: list[int | None]
+        self, loop: ast.Loop, frame: Frame, names: list[str | None], declared_lengths: list[int | None]
     ) -> list:
         """A loop whose trip count is decided at run time: one :class:`LoopOperation` whose body and
         condition are composed as graphs of their own (their inputs: carried values, scan items,
@@ -308,7 +308,7 @@ class _Loops:
         return results
 
     def _loop_graphs(
-        self, loop: ast.Loop, label: str, frame: _Frame, carried: list[TensorInfo], scans: list
+        self, loop: ast.Loop, label: str, frame: Frame, carried: list[TensorInfo], scans: list
     ) -> tuple:
         """The body and condition of a loop node, composed with the carried values, scan items and
         iteration index as inputs (``formals``).
@@ -387,7 +387,7 @@ class _Loops:
         self,
         name: str,
         value: ast.Callable,
-        frame: _Frame,
+        frame: Frame,
         formals: list[tuple[str, str, tuple]],
         owned: set[str],
         minimum: int = 0,
@@ -403,7 +403,7 @@ class _Loops:
             tensor = self._new_tensor(self._unique_name(f"{name}.{formal}"), dtype, shape, "input", value.pos)
             local[formal] = tensor
             inputs.append(tensor.name)
-        inner = _Frame(
+        inner = Frame(
             frame.module_name,
             ChainMap(local, frame.symbols),
             frame.types,
@@ -447,10 +447,10 @@ class _Loops:
         )
         return graph, outputs
 
-    def _carry_constant(self, carry: ast.Carry, value: Any, frame: _Frame) -> TensorInfo:
+    def _carry_constant(self, carry: ast.Carry, value: Any, frame: Frame) -> TensorInfo:
         if carry.type is None or carry.type.shape is None:
             return self._as_tensor_value(value, frame, carry.name, carry.pos)
-        instance = _Instance(
+        instance = Instance(
             DefinitionInfo.of(_RESULT_DEFINITION, frame.module_name),
             carry.pos,
             frame.scope,

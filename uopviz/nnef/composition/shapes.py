@@ -11,10 +11,10 @@ from typing import Any
 
 from uopviz.nnef.composition.binding import _element_type
 from uopviz.nnef.composition.support import (
+    Instance,
     _describe_type,
     _extent_matches,
     _in_stdlib,
-    _Instance,
     _target_names,
 )
 from uopviz.nnef.errors import NNEFError
@@ -37,7 +37,7 @@ class _ShapeBinding:
 
     def _bind_dims(
         self,
-        instance: _Instance,
+        instance: Instance,
         spec: ast.TypeSpec,
         dims: list,
         position: ast.Position,
@@ -90,7 +90,7 @@ class _ShapeBinding:
         return True
 
     def _extent_length(
-        self, instance: _Instance, extent: ast.Extent, evaluator: Evaluator
+        self, instance: Instance, extent: ast.Extent, evaluator: Evaluator
     ) -> tuple[Any, bool]:
         """(length, count is bool): length None = unknown but solvable, False = not yet bindable."""
         if extent.pack is None or extent.distinct:
@@ -136,7 +136,7 @@ class _ShapeBinding:
 
     def _bind_extent(
         self,
-        instance: _Instance,
+        instance: Instance,
         spec: ast.TypeSpec,
         extent: ast.Extent,
         part: list,
@@ -197,7 +197,7 @@ class _ShapeBinding:
             )
 
     def _bind_or_check(
-        self, instance: _Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
+        self, instance: Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
     ) -> bool:
         """Bind ``node`` (a new symbol or an affine expression of one) to ``value``, or check it."""
         if _declares(instance, node):
@@ -219,7 +219,7 @@ class _ShapeBinding:
 
     # -- using and asserts ------------------------------------------------------------------------------
 
-    def _advance_usings(self, instance: _Instance) -> bool:
+    def _advance_usings(self, instance: Instance) -> bool:
         """Evaluate every @using entry that can be evaluated now (asserts first, §2.9)."""
         progress = False
         for index, using in enumerate(instance.info.definition.usings):
@@ -235,7 +235,7 @@ class _ShapeBinding:
             progress = True
         return progress
 
-    def _usings_and_asserts(self, instance: _Instance) -> None:
+    def _usings_and_asserts(self, instance: Instance) -> None:
         usings = instance.info.definition.usings
         schedule = instance.info.assert_schedule
         position = 0
@@ -257,7 +257,7 @@ class _ShapeBinding:
             instance.done_usings.add(index)
         self._check_asserts(instance, final=True)
 
-    def _assign_using(self, instance: _Instance, using: ast.Using, value: Any) -> None:
+    def _assign_using(self, instance: Instance, using: ast.Using, value: Any) -> None:
         target = using.target
         if isinstance(target, ast.Identifier):
             if using.count is not None:
@@ -274,11 +274,11 @@ class _ShapeBinding:
             )
         _destructure(instance, target, value, using.pos)
 
-    def _check_asserts(self, instance: _Instance, final: bool) -> None:
+    def _check_asserts(self, instance: Instance, final: bool) -> None:
         for index in range(len(instance.info.definition.asserts)):
             self._check_assert(instance, index, final)
 
-    def _check_assert(self, instance: _Instance, index: int, final: bool) -> None:
+    def _check_assert(self, instance: Instance, index: int, final: bool) -> None:
         if index in instance.done_asserts:
             return
         assertion = instance.info.definition.asserts[index]
@@ -309,7 +309,7 @@ class _ShapeBinding:
     # -- output declarations -----------------------------------------------------------------------------
 
     def _evaluate_shape(
-        self, instance: _Instance, spec: ast.TypeSpec, name: str, item: int, bind_dynamic: bool = True
+        self, instance: Instance, spec: ast.TypeSpec, name: str, item: int, bind_dynamic: bool = True
     ) -> list:
         """The shape of a declared output / constant / variable (item ``item`` of a pack)."""
         evaluator = instance.evaluator()
@@ -391,7 +391,7 @@ class _ShapeBinding:
                 )
         return shape
 
-    def _declared_outputs(self, instance: _Instance) -> dict[str, tuple[str, Any]]:
+    def _declared_outputs(self, instance: Instance) -> dict[str, tuple[str, Any]]:
         """Each declared output: (element type, shape or list of shapes for a pack)."""
         out: dict[str, tuple[str, Any]] = {}
         for param in instance.info.definition.outputs:
@@ -404,7 +404,7 @@ class _ShapeBinding:
             out[param.name] = (element, self._declared_shapes(instance, param))
         return out
 
-    def _declared_shapes(self, instance: _Instance, param: ast.Param) -> Any:
+    def _declared_shapes(self, instance: Instance, param: ast.Param) -> Any:
         spec = param.type
         if spec.pack is None:
             return None if spec.shape is None else self._evaluate_shape(instance, spec, param.name, 0)
@@ -421,7 +421,7 @@ class _ShapeBinding:
 # checks and computations that need no composer state (module functions, not methods)
 
 
-def _declares(instance: _Instance, node: ast.Node) -> bool:
+def _declares(instance: Instance, node: ast.Node) -> bool:
     """Whether ``node`` is an affine expression of exactly one new shape symbol."""
     new = [name for name in identifiers(node) if instance.declaration(name)]
     if len(new) != 1:
@@ -430,7 +430,7 @@ def _declares(instance: _Instance, node: ast.Node) -> bool:
     return all(name in instance.symbols for name in others)
 
 
-def _shape_error(instance: _Instance,
+def _shape_error(instance: Instance,
     spec: ast.TypeSpec,
     dims: list,
     position: ast.Position,
@@ -449,7 +449,7 @@ def _shape_error(instance: _Instance,
     )
 
 
-def _solve(instance: _Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
+def _solve(instance: Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
 ) -> None:
     """Solve the affine ``node`` (one unknown symbol) for ``node == value`` and bind the symbol."""
     if isinstance(node, ast.Identifier):
@@ -489,7 +489,7 @@ def _solve(instance: _Instance, node: ast.Expr, value: Any, position: ast.Positi
     instance.symbols[name] = solution
 
 
-def _check_using_count(instance: _Instance, using: ast.Using, value: Any) -> None:
+def _check_using_count(instance: Instance, using: ast.Using, value: Any) -> None:
     length = instance.evaluator()(using.count)
     actual = len(value) if isinstance(value, list) else None
     if value is not None and actual != length:
@@ -500,7 +500,7 @@ def _check_using_count(instance: _Instance, using: ast.Using, value: Any) -> Non
         )
 
 
-def _destructure(instance: _Instance, target: ast.List, value: list, position: ast.Position
+def _destructure(instance: Instance, target: ast.List, value: list, position: ast.Position
 ) -> None:
     items = target.items
     expanded = [i for i, item in enumerate(items) if isinstance(item, ast.Expand)]
@@ -531,7 +531,7 @@ def _destructure(instance: _Instance, target: ast.List, value: list, position: a
             offset += 1
 
 
-def _assertion_error(instance: _Instance, assertion: ast.Assert) -> NNEFError:
+def _assertion_error(instance: Instance, assertion: ast.Assert) -> NNEFError:
     evaluator = instance.evaluator()
     if assertion.message is None:
         message = f"assertion '{print_expression(assertion.condition)}' failed"
@@ -552,7 +552,7 @@ def _assertion_error(instance: _Instance, assertion: ast.Assert) -> NNEFError:
     return NNEFError.at(instance.position, f"{instance.name}: {message}{detail}{where}")
 
 
-def _extent_count(instance: _Instance, extent: ast.Extent, evaluator: Evaluator) -> int:
+def _extent_count(instance: Instance, extent: ast.Extent, evaluator: Evaluator) -> int:
     if extent.pack is None:
         return 1
     if extent.pack.count is None or isinstance(extent.pack.count, ast.Placeholder):

@@ -29,7 +29,11 @@ from uopviz.nnef.syntax.parser import parse_module
 __all__ = ["STDLIB_DIR", "ModuleSet", "read_source_text", "stdlib_module", "stdlib_modules", "stdlib_names"]
 
 STDLIB_DIR = Path(__file__).resolve().parents[1] / "stdlib"
-_PARSER_SOURCES = ("syntax/ast.py", "syntax/lexer.py", "syntax/parser.py")
+# the modules that make the pickled trees: a change to any of them makes the cache stale
+_PARSER_SOURCES = (
+    "syntax/ast.py", "syntax/lexer.py", "syntax/parser.py", "syntax/parser_cursor.py",
+    "syntax/parser_expressions.py", "syntax/parser_types.py", "syntax/parser_components.py",
+)  # fmt: skip
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _lock = threading.Lock()
 _stdlib: dict[str, ast.Module] | None = None

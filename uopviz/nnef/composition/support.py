@@ -153,7 +153,7 @@ class _Describe:
 
     __slots__ = ("instance", "kind", "param")
 
-    def __init__(self, instance: _Instance, param: ast.Param, kind: str = "attribute") -> None:
+    def __init__(self, instance: Instance, param: ast.Param, kind: str = "attribute") -> None:
         self.instance = instance
         self.param = param
         self.kind = kind
@@ -169,7 +169,7 @@ class _Describe:
 
 
 @dataclass
-class _Instance:
+class Instance:
     """The symbols of one operator invocation while it is being instantiated."""
 
     info: DefinitionInfo
@@ -206,7 +206,7 @@ class _Instance:
 
 
 @dataclass
-class _Frame:
+class Frame:
     """A composition context: the symbols visible in a @compose block and where tensors go."""
 
     module_name: str
@@ -359,7 +359,7 @@ MAX_UNROLLED_ITERATIONS = 4096
 DECOMPOSE_EXTENT_LIMIT = 64
 
 
-def _prefers_lowering(instance: _Instance) -> bool:
+def _prefers_lowering(instance: Instance) -> bool:
     """Whether an input of the invocation has an extent decided at run time or one over
     :data:`DECOMPOSE_EXTENT_LIMIT`."""
     for value in instance.inputs.values():
@@ -390,7 +390,7 @@ def _extent_matches(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-def _shapes_match(expected: list, actual: tuple) -> bool:
+def shapes_match(expected: list, actual: tuple) -> bool:
     if len(expected) != len(actual):
         return False
     return all(_extent_matches(e, a) for e, a in zip(expected, actual, strict=True))
