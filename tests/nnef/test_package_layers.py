@@ -85,3 +85,25 @@ def test_nnef_subpackages_import_down_with_type_checking_imports():
         if path.suffix == ".py" or (path / "__init__.py").is_file()
     }
     assert children - {"__init__"} <= placed
+
+
+def _private_imports(path: Path) -> list[str]:
+    import ast
+
+    own = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("uopviz"):
+            if node.module != own:
+                found += [
+                    f"{own} imports {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    return found
+
+
+def test_no_nnef_module_imports_a_private_name_of_another():
+    modules = sorted((ROOT / "uopviz" / "nnef").rglob("*.py"))
+    assert len(modules) > 50
+    assert [found for path in modules for found in _private_imports(path)] == []

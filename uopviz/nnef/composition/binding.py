@@ -10,15 +10,15 @@ import difflib
 from typing import Any
 
 from uopviz.nnef.composition.support import (
-    _ABSTRACT_TYPES,
-    _CONCRETE_TYPES,
-    _MISSING,
+    ABSTRACT_TYPES,
+    CONCRETE_TYPES,
+    MISSING,
+    Describe,
     Instance,
-    _Describe,
-    _describe_type,
-    _is_scalar_argument,
-    _pack_shapes,
-    _shape_of,
+    describe_type,
+    is_scalar_argument,
+    pack_shapes,
+    shape_of,
 )
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.values import (
@@ -37,7 +37,7 @@ from uopviz.nnef.syntax.ast import identifiers
 from uopviz.nnef.syntax.printer import print_expression
 
 
-class _Binding:
+class ArgumentBinding:
     """Binding an invocation's arguments: generic types, attributes (defaults, packs, types) and
     inputs."""
 
@@ -79,7 +79,7 @@ class _Binding:
                     raise self._error(
                         instance.position,
                         f"{instance.name}: attribute '{param.name}' "
-                        f"({_describe_type(param.type)}) must be given",
+                        f"({describe_type(param.type)}) must be given",
                     )
                 value, position = None, param.pos
             elif info.constant_default[param.name]:
@@ -109,7 +109,7 @@ class _Binding:
         self, instance: Instance, param: ast.Param, value: Any, position: ast.Position
     ) -> Any:
         spec = param.type
-        what = _Describe(instance, param)
+        what = Describe(instance, param)
         if value is None:
             if not spec.optional:
                 raise self._error(position, f"{what} must not be null")
@@ -123,7 +123,7 @@ class _Binding:
         return self._check_item(instance, spec, value, position, what)
 
     def _check_item(
-        self, instance: Instance, spec: ast.TypeSpec, item: Any, position: ast.Position, what: _Describe
+        self, instance: Instance, spec: ast.TypeSpec, item: Any, position: ast.Position, what: Describe
     ) -> Any:
         expected = spec.name
         if (
@@ -141,13 +141,13 @@ class _Binding:
         if expected in instance.info.dtype_params:
             bound = instance.types.get(expected)
             if bound is None:
-                if actual not in _CONCRETE_TYPES:
+                if actual not in CONCRETE_TYPES:
                     raise self._error(position, f"{what} got {actual} {format_value(item, True)}")
                 _bind_type(instance, expected, actual, position, "from the value of an attribute")
                 return item
             expected = bound
-        if expected in _ABSTRACT_TYPES:
-            if actual not in _ABSTRACT_TYPES[expected]:
+        if expected in ABSTRACT_TYPES:
+            if actual not in ABSTRACT_TYPES[expected]:
                 raise self._error(position, f"{what} got {actual} {format_value(item, True)}")
             return item
         if actual == expected:
@@ -169,7 +169,7 @@ class _Binding:
                 name = param.name
                 if name in lengths_done or param.type.pack is None:
                     continue
-                value = instance.symbols.get(name, _MISSING)
+                value = instance.symbols.get(name, MISSING)
                 if not isinstance(value, list):
                     if value is None:
                         lengths_done.add(name)
@@ -258,7 +258,7 @@ class _Binding:
                 if not param.type.optional:
                     raise self._error(
                         position,
-                        f"{instance.name}: input '{param.name}' ({_describe_type(param.type)}) must be given",
+                        f"{instance.name}: input '{param.name}' ({describe_type(param.type)}) must be given",
                     )
                 instance.symbols[param.name] = None
                 instance.inputs[param.name] = None
@@ -277,7 +277,7 @@ class _Binding:
                 raise self._error(
                     position,
                     f"{instance.name}: cannot bind the shape of input '{param.name}' "
-                    f"({_describe_type(param.type)}) unambiguously",
+                    f"({describe_type(param.type)}) unambiguously",
                 )
         for name in instance.info.input_symbols:
             instance.symbols.setdefault(name, None)  # symbols of omitted optional inputs are null
@@ -285,7 +285,7 @@ class _Binding:
             value = instance.inputs.get(param.name)
             items = value if isinstance(value, list) else [value]
             if param.type.name in instance.info.dtype_params and param.type.name not in instance.types:
-                literal = next((item for item in items if _is_scalar_argument(item)), None)
+                literal = next((item for item in items if is_scalar_argument(item)), None)
                 if literal is not None:
                     _bind_type(
                         instance,
@@ -301,7 +301,7 @@ class _Binding:
         self, instance: Instance, param: ast.Param, value: Any, position: ast.Position
     ) -> None:
         spec = param.type
-        what = _Describe(instance, param, "input")
+        what = Describe(instance, param, "input")
         items = value if isinstance(value, list) else [value]
         if spec.pack is not None and not isinstance(value, list):
             raise self._error(position, f"{what} takes a pack of tensors, got a single value")
@@ -316,8 +316,8 @@ class _Binding:
                 raise self._error(position, f"{what} got {type_name_of(item)}")
             if spec.name in instance.info.dtype_params:
                 _bind_type(instance, spec.name, actual, position, source)
-            elif spec.name in _ABSTRACT_TYPES:
-                if actual not in _ABSTRACT_TYPES[spec.name]:
+            elif spec.name in ABSTRACT_TYPES:
+                if actual not in ABSTRACT_TYPES[spec.name]:
                     raise self._error(position, f"{what} got a {actual} tensor")
             elif actual != spec.name:
                 raise self._error(
@@ -337,7 +337,7 @@ class _Binding:
             distinct: dict[str, list] = {}
             # an item-wise extent (concat's '..z') keeps each item's own; others bind the widest
             itemwise = any(extent.distinct for extent in spec.shape.extents)
-            for shape in [_shape_of(item) for item in value] if itemwise else _pack_shapes(value):
+            for shape in [shape_of(item) for item in value] if itemwise else pack_shapes(value):
                 if not self._bind_dims(instance, spec, shape, position, what, distinct, value):
                     return False
             for name, values in distinct.items():
@@ -350,14 +350,14 @@ class _Binding:
                         )
                 else:
                     instance.symbols[name] = values
-        elif not self._bind_dims(instance, spec, _shape_of(value), position, what, None, value):
+        elif not self._bind_dims(instance, spec, shape_of(value), position, what, None, value):
             return False
         instance.symbols[param.name] = value
         instance.inputs[param.name] = value
         return True
 
     def _default_input(self, instance: Instance, param: ast.Param) -> None:
-        element = _element_type(instance, param.type) or "real"
+        element = element_type(instance, param.type) or "real"
         value = instance.evaluator()(param.default)
         shape = (
             self._evaluate_shape(instance, param.type, param.name, 0) if param.type.shape is not None else []
@@ -377,7 +377,7 @@ def _bind_type(instance: Instance, name: str, concrete: str, position: ast.Posit
     param = instance.info.dtype_params.get(name)
     if param is None:
         return
-    allowed = _ABSTRACT_TYPES.get(param.base, (param.base,))
+    allowed = ABSTRACT_TYPES.get(param.base, (param.base,))
     if concrete not in allowed:
         raise NNEFError.at(
             position,
@@ -394,7 +394,9 @@ def _bind_type(instance: Instance, name: str, concrete: str, position: ast.Posit
     instance.types[name] = concrete
 
 
-def _check_generics(instance: Instance) -> None:
+def check_generics(instance: Instance) -> None:
+    """Every generic type of ``instance``'s operator deduced, or its default taken (an error names
+    one that is neither)."""
     for param in instance.info.definition.dtypes:
         if param.name not in instance.types:
             if param.default is None:
@@ -406,12 +408,14 @@ def _check_generics(instance: Instance) -> None:
             instance.types[param.name] = param.default
 
 
-def _element_type(instance: Instance, spec: ast.TypeSpec) -> str | None:
-    if spec.name in _CONCRETE_TYPES:
+def element_type(instance: Instance, spec: ast.TypeSpec) -> str | None:
+    """The element type ``spec`` names for ``instance``: a concrete type, a generic bound by the
+    invocation, or None for an abstract one."""
+    if spec.name in CONCRETE_TYPES:
         return spec.name
     if spec.name in instance.info.dtype_params:
         return instance.types.get(spec.name)
-    if spec.name in _ABSTRACT_TYPES:
+    if spec.name in ABSTRACT_TYPES:
         return None
     raise NNEFError.at(spec.pos, f"unknown type '{spec.name}'")
 

@@ -61,29 +61,29 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.nnef.composition.binding import _Binding, _check_generics
-from uopviz.nnef.composition.graph_io import _GraphLevel
-from uopviz.nnef.composition.leaves import _Leaves
-from uopviz.nnef.composition.loops import _Loops
+from uopviz.nnef.composition.binding import ArgumentBinding, check_generics
+from uopviz.nnef.composition.graph_io import GraphLevel
+from uopviz.nnef.composition.leaves import LeafComposition
+from uopviz.nnef.composition.loops import LoopComposition
 from uopviz.nnef.composition.results import bind_frame_count, check_output, declared_length
-from uopviz.nnef.composition.shapes import _ShapeBinding
+from uopviz.nnef.composition.shapes import ShapeBinding
 from uopviz.nnef.composition.stdlib import ModuleSet
 from uopviz.nnef.composition.support import (
-    _CONCRETE_TYPES,
-    _RESULT_DEFINITION,
+    CONCRETE_TYPES,
     MAX_EXTENT,
+    RESULT_DEFINITION,
     DefinitionInfo,
     Frame,
     Instance,
     VariableLoader,
-    _filled,
-    _first_name,
-    _in_stdlib,
-    _names_of,
-    _operator_name,
-    _prefers_lowering,
-    _rename_captured,
-    _replace_name,
+    filled_array,
+    first_name,
+    in_stdlib,
+    names_of,
+    operator_name,
+    prefers_lowering,
+    rename_captured,
+    replace_name,
     shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
@@ -114,7 +114,7 @@ __all__ = ["Composer", "DefinitionInfo", "compose", "identifiers"]
 # the composer
 
 
-class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
+class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, GraphLevel):
     """Composes graphs of one model (a :class:`ModuleSet`).
 
     ``variable_loader(name, info)`` returns the data of a variable (or None when there is none);
@@ -292,24 +292,24 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         self.tensors[name] = tensor
         producer = tensor.producer
         if producer is not None:
-            producer.outputs = _replace_name(producer.outputs, old, name)
+            producer.outputs = replace_name(producer.outputs, old, name)
         for op in reversed(self.operations):
             if op is producer:
                 break
             if old in op.input_names():
-                op.inputs = _replace_name(op.inputs, old, name)
+                op.inputs = replace_name(op.inputs, old, name)
         for composite in self.composites:
-            composite.inputs = _replace_name(composite.inputs, old, name)
-            composite.outputs = _replace_name(composite.outputs, old, name)
+            composite.inputs = replace_name(composite.inputs, old, name)
+            composite.outputs = replace_name(composite.outputs, old, name)
         for op in self.operations:
             if isinstance(op, LoopOperation):
-                _rename_captured(op, old, name)
+                rename_captured(op, old, name)
 
     def _constant_tensor(
         self, value: Any, dtype: str, shape: tuple, name: str, position: ast.Position
     ) -> TensorInfo:
         array = (
-            _filled(shape, value, numpy_dtype_of(dtype), name, position)
+            filled_array(shape, value, numpy_dtype_of(dtype), name, position)
             if not isinstance(value, np.ndarray)
             else value.astype(numpy_dtype_of(dtype))
         )
@@ -356,7 +356,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         self._generic_arguments(instance, type_args)
         deferred, uniform = self._attributes(instance, attribs)
         self._inputs(instance, args)
-        _check_generics(instance)
+        check_generics(instance)
         self._finish_attributes(instance, deferred, uniform)
         self._usings_and_asserts(instance)
         return instance
@@ -366,7 +366,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
 
     def _component(self, component: ast.Component, frame: Frame) -> None:
         serial = next(self._serial)
-        names = [_first_name(group) for group in component.results]
+        names = [first_name(group) for group in component.results]
         lengths = [declared_length(group, frame) for group in component.results]
         values = self._callable(component.value, frame, names, component.pos, lengths)
         self._assign(component.results, values, frame, serial, component.pos)
@@ -484,7 +484,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
     def _check_result_type(self, result: ast.Result, value: Any, frame: Frame) -> None:
         spec = result.type
         instance = Instance(
-            DefinitionInfo.of(_RESULT_DEFINITION, frame.module_name),
+            DefinitionInfo.of(RESULT_DEFINITION, frame.module_name),
             result.pos,
             frame.scope,
             symbols=dict(frame.symbols),
@@ -494,7 +494,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         for item in items:
             if not isinstance(item, TensorInfo):
                 continue
-            if spec.name in _CONCRETE_TYPES and item.dtype != spec.name:
+            if spec.name in CONCRETE_TYPES and item.dtype != spec.name:
                 raise self._error(
                     result.pos, f"'{result.name}' is declared {spec.name} but is a {item.dtype} tensor"
                 )
@@ -534,7 +534,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             instance = self._instantiate(
                 info, attribs, invocation.types, args, invocation.pos, frame.scope + label
             )
-            if info.is_leaf or (info.lowers_runtime_extents and _prefers_lowering(instance)):
+            if info.is_leaf or (info.lowers_runtime_extents and prefers_lowering(instance)):
                 return self._leaf(instance, frame, names, invocation.pos)
             self._expanding.append(info)
             try:
@@ -542,7 +542,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             finally:
                 self._expanding.pop()
         except NNEFError as error:
-            if _in_stdlib(error.file) and not _in_stdlib(invocation.pos.file):
+            if in_stdlib(error.file) and not in_stdlib(invocation.pos.file):
                 raise NNEFError.at(
                     invocation.pos,
                     f"in {info.qualified}: {error.message} [{error.file}:{error.line}:{error.column}]",
@@ -555,7 +555,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
         if not starts:
             return
         cycle = [*self._expanding[starts[0] :], info]
-        names = [_operator_name(item) for item in cycle]
+        names = [operator_name(item) for item in cycle]
         through = f" through {', '.join(repr(name) for name in names[1:-1])}" if len(cycle) > 2 else ""
         raise self._error(
             position,
@@ -589,7 +589,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             instance.name,
             label,
             dict(instance.attribs),
-            tuple(_names_of(instance.inputs.get(p.name)) for p in definition.inputs),
+            tuple(names_of(instance.inputs.get(p.name)) for p in definition.inputs),
             (),
             definition,
             invocation.pos,
@@ -605,7 +605,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
                 value = ast.Invocation(
                     value.name, value.args, value.attribs, value.types, None, pos=value.pos
                 )
-            names = [_first_name(group) for group in component.results]
+            names = [first_name(group) for group in component.results]
             inner_frame = Frame(
                 inner.module_name, inner.symbols, inner.types, frame.scope, inner.declared, inner.scopes
             )
@@ -629,7 +629,7 @@ class Composer(_Binding, _ShapeBinding, _Leaves, _Loops, _GraphLevel):
             value = instance.symbols[param.name]
             check_output(instance, param, value, declared[param.name], invocation.pos)
             results.append(value)
-        composite.outputs = tuple(_names_of(value) for value in results)
+        composite.outputs = tuple(names_of(value) for value in results)
         self._updates(definition, inner)
         self._quantizations(definition, inner)
         return results

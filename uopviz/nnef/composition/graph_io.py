@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Any
 
-from uopviz.nnef.composition.binding import _element_type
-from uopviz.nnef.composition.shapes import _extent_count
+from uopviz.nnef.composition.binding import element_type
+from uopviz.nnef.composition.shapes import extent_count
 from uopviz.nnef.composition.support import (
     Frame,
     Instance,
-    _first_name,
+    first_name,
     shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
@@ -25,7 +25,7 @@ from uopviz.nnef.graph import (
 from uopviz.nnef.syntax import ast
 
 
-class _GraphLevel:
+class GraphLevel:
     """The graph's own declarations: attributes, input and output tensors (packs included),
     locals, updates, quantizations."""
 
@@ -51,7 +51,7 @@ class _GraphLevel:
             raise NNEFError(f"graph {definition.name} has no input(s) {sorted(unknown)}")
         names = []
         for param in definition.inputs:
-            element = _element_type(instance, param.type)
+            element = element_type(instance, param.type)
             if element is None:
                 raise self._error(param.pos, f"graph input '{param.name}' needs a concrete type")
             if param.type.shape is None:
@@ -144,7 +144,7 @@ class _GraphLevel:
         for position, extent in enumerate(param.type.shape.extents):
             bound = None if extent.bound is None else evaluator(extent.bound)
             node = extent.value
-            count = 1 if extent.pack is None else _extent_count(instance, extent, evaluator)
+            count = 1 if extent.pack is None else extent_count(instance, extent, evaluator)
             if isinstance(node, ast.Placeholder):
                 if bound is None:
                     raise self._error(
@@ -201,7 +201,7 @@ class _GraphLevel:
                         f"{format_value(expected)} but the graph computes "
                         f"{format_value(list(value.shape))}",
                     )
-            element = _element_type(instance, param.type)
+            element = element_type(instance, param.type)
             if element is not None and element != value.dtype:
                 raise self._error(
                     param.pos,
@@ -229,7 +229,7 @@ class _GraphLevel:
                     f"graph output pack '{param.name}' is declared with {declared} items, the graph "
                     f"computes {len(items)}",
                 )
-        element = _element_type(instance, param.type)
+        element = element_type(instance, param.type)
         names = []
         for index, value in enumerate(items):
             if not isinstance(value, TensorInfo):
@@ -304,7 +304,7 @@ class _GraphLevel:
         )
         for component in definition.updates:
             serial = next(self._serial)
-            names = [_first_name(group) for group in component.results]
+            names = [first_name(group) for group in component.results]
             renamed = [f"{name}.updated" if name in variables else name for name in names]
             values = self._callable(component.value, update_frame, renamed, component.pos)
             for name, value in zip(names, values, strict=False):

@@ -12,17 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.nnef.composition.binding import _element_type
+from uopviz.nnef.composition.binding import element_type
 from uopviz.nnef.composition.support import (
-    _RUNTIME_SCALAR_DEFINITION,
     MAX_FORMULA_ELEMENTS,
+    RUNTIME_SCALAR_DEFINITION,
     Frame,
     Instance,
-    _check_constant_size,
-    _expression,
-    _filled,
-    _is_scalar_argument,
-    _names_of,
+    check_constant_size,
+    filled_array,
+    is_scalar_argument,
+    names_of,
+    runtime_expression,
 )
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.values import DynamicExtent, RuntimeScalar, format_value, type_name_of
@@ -35,7 +35,7 @@ from uopviz.nnef.graph import (
 from uopviz.nnef.syntax import ast
 
 
-class _Leaves:
+class LeafComposition:
     """Making leaf operations: the tensors of graph inputs, literals, run-time scalars, variables
     and constants."""
 
@@ -59,14 +59,14 @@ class _Leaves:
     def _literal_tensor(
         self, instance: Instance, param: ast.Param, value: Any, index: int | None, frame: Frame
     ) -> Any:
-        if not _is_scalar_argument(value):
+        if not is_scalar_argument(value):
             return value
-        element = _element_type(instance, param.type) or type_name_of(value)
+        element = element_type(instance, param.type) or type_name_of(value)
         if element == "real" and type_name_of(value) == "int":
             value = (
                 float(value)
                 if isinstance(value, int)
-                else RuntimeScalar(("real", _expression(value)), "real")
+                else RuntimeScalar(("real", runtime_expression(value)), "real")
             )
         if type_name_of(value) != element:
             raise self._error(
@@ -98,7 +98,7 @@ class _Leaves:
             inputs=(),
             outputs=(tensor.name,),
             label=tensor.name,
-            definition=_RUNTIME_SCALAR_DEFINITION,
+            definition=RUNTIME_SCALAR_DEFINITION,
             dtypes={"T": element},
             position=position,
             scopes=frame.scopes,
@@ -148,9 +148,9 @@ class _Leaves:
             type=instance.name,
             attribs=dict(instance.attribs),
             inputs=tuple(
-                _names_of(instance.inputs.get(param.name)) for param in instance.info.definition.inputs
+                names_of(instance.inputs.get(param.name)) for param in instance.info.definition.inputs
             ),
-            outputs=tuple(_names_of(value) for value in results),
+            outputs=tuple(names_of(value) for value in results),
             label=instance.label,
             definition=instance.info.definition,
             dtypes=dict(instance.types),
@@ -177,7 +177,7 @@ class _Leaves:
         return created
 
     def _local_tensor(self, instance: Instance, param: ast.Param, kind: str, name: str) -> TensorInfo:
-        element = _element_type(instance, param.type)
+        element = element_type(instance, param.type)
         if element is None:
             raise self._error(param.pos, f"{kind} '{param.name}' needs a concrete type")
         shape = (
@@ -217,7 +217,7 @@ class _Leaves:
                                                  f"values ({error})") from None  # fmt: skip
             if value is None:
                 raise self._error(param.pos, f"the value of constant '{param.name}' is null")
-            return _filled(shape, value, dtype, param.name, param.pos)
+            return filled_array(shape, value, dtype, param.name, param.pos)
         return self._constant_per_element(instance, param, dtype, shape)
 
     def _constant_at_upper_bounds(
@@ -263,7 +263,7 @@ class _Leaves:
                 f"its shape {list(shape)}",
             )
         upper = tuple(shape) if upper is None else upper
-        _check_constant_size(upper, dtype, param.name, param.pos)
+        check_constant_size(upper, dtype, param.name, param.pos)
         if math.prod(upper) > MAX_FORMULA_ELEMENTS:
             raise self._error(
                 param.pos,
@@ -319,4 +319,4 @@ def _constant_value(param: ast.Param, value: Any, dtype: np.dtype, shape: tuple)
             f"the value of constant '{param.name}' depends on the run-time value {value!r}; a constant "
             f"is known at compile time (compute it with an operation instead)",
         )
-    return _filled(shape, value, dtype, param.name, param.pos)
+    return filled_array(shape, value, dtype, param.name, param.pos)

@@ -13,16 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 from uopviz.nnef.composition.support import (
-    _CONCRETE_TYPES,
-    _RESULT_DEFINITION,
+    CONCRETE_TYPES,
     MAX_UNROLLED_ITERATIONS,
+    RESULT_DEFINITION,
     DefinitionInfo,
     Frame,
     Instance,
-    _evaluable,
-    _import_extents,
-    _imported_keys,
-    _names_of,
+    evaluable,
+    import_extents,
+    imported_keys,
+    names_of,
 )
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.values import DynamicExtent, RunTimePack, format_value
@@ -35,7 +35,7 @@ from uopviz.nnef.graph import (
 from uopviz.nnef.syntax import ast
 
 
-class _Loops:
+class LoopComposition:
     """Composing loops: unrolled when the count is known at compose time, else one
     :class:`~uopviz.nnef.graph.LoopOperation` with sub-graphs."""
 
@@ -240,7 +240,7 @@ class _Loops:
                 out.append(extent)
             return tuple(out)
 
-        imported = _imported_keys(
+        imported = imported_keys(
             [*body.extent_inputs.values(), *(condition.extent_inputs.values() if condition else [])]
         )
         results: list = []
@@ -255,7 +255,7 @@ class _Loops:
             for item in range(bound):
                 name = f"{label}.scan{index}[{item}]"
                 shape = result_shape(
-                    value.shape, name, lambda _, e: not _evaluable(e.key, imported), ("scan", index, item)
+                    value.shape, name, lambda _, e: not evaluable(e.key, imported), ("scan", index, item)
                 )
                 items.append(
                     self._new_tensor(self._unique_name(name), value.dtype, shape, "intermediate", loop.pos)
@@ -277,7 +277,7 @@ class _Loops:
                 count.name if isinstance(count, TensorInfo) else None,
                 captures,
             ),
-            outputs=tuple(_names_of(value) for value in results),
+            outputs=tuple(names_of(value) for value in results),
             label=label,
             definition=ast.Definition(f"{kind} loop", pos=loop.pos),
             position=loop.pos,
@@ -370,7 +370,7 @@ class _Loops:
         }
         for graph in (body, condition):
             if graph is not None:
-                _import_extents(graph, fresh)
+                import_extents(graph, fresh)
         return body, outputs, condition, formals, owned, varying
 
     def _unique_label(self, base: str) -> str:
@@ -423,7 +423,7 @@ class _Loops:
             if not isinstance(item, TensorInfo):
                 raise self._error(
                     value.pos,
-                    f"a loop body or condition must yield tensors, got {format_value(_names_of(item))}",
+                    f"a loop body or condition must yield tensors, got {format_value(names_of(item))}",
                 )
             outputs.append(item)
         created = [n for n in self.tensors if n not in before and n not in self._subgraph_tensors]
@@ -451,7 +451,7 @@ class _Loops:
         if carry.type is None or carry.type.shape is None:
             return self._as_tensor_value(value, frame, carry.name, carry.pos)
         instance = Instance(
-            DefinitionInfo.of(_RESULT_DEFINITION, frame.module_name),
+            DefinitionInfo.of(RESULT_DEFINITION, frame.module_name),
             carry.pos,
             frame.scope,
             symbols=dict(frame.symbols),
@@ -460,7 +460,7 @@ class _Loops:
         shape = self._evaluate_shape(instance, carry.type, carry.name, 0, bind_dynamic=False)
         element = (
             carry.type.name
-            if carry.type.name in _CONCRETE_TYPES
+            if carry.type.name in CONCRETE_TYPES
             else frame.types.get(carry.type.name, "real")
         )
         return self._constant_tensor(value, element, tuple(shape), f"{frame.scope}{carry.name}", carry.pos)

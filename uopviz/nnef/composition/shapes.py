@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Any
 
-from uopviz.nnef.composition.binding import _element_type
+from uopviz.nnef.composition.binding import element_type
 from uopviz.nnef.composition.support import (
     Instance,
-    _describe_type,
-    _extent_matches,
-    _in_stdlib,
-    _target_names,
+    describe_type,
+    extent_matches,
+    in_stdlib,
+    target_names,
 )
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.expressions import Evaluator
@@ -28,7 +28,7 @@ from uopviz.nnef.syntax.ast import identifiers
 from uopviz.nnef.syntax.printer import print_expression
 
 
-class _ShapeBinding:
+class ShapeBinding:
     """Binding and checking shapes: extents solved for their symbols, @using symbols and
     assertions, the declared output shapes."""
 
@@ -165,7 +165,7 @@ class _ShapeBinding:
             if expected is None:
                 expected_items = []
             if len(expected_items) != len(part) or any(
-                not _extent_matches(e, d) for e, d in zip(expected_items, part, strict=False)
+                not extent_matches(e, d) for e, d in zip(expected_items, part, strict=False)
             ):
                 raise _shape_error(
                     instance,
@@ -185,7 +185,7 @@ class _ShapeBinding:
             _solve(instance, node, actual, position, what)
             return
         expected = evaluator(node)
-        if not _extent_matches(expected, actual):
+        if not extent_matches(expected, actual):
             raise _shape_error(
                 instance,
                 spec,
@@ -209,7 +209,7 @@ class _ShapeBinding:
             return False
         if isinstance(expected, bool):
             expected = int(expected)
-        if expected is not None and not _extent_matches(expected, value):
+        if expected is not None and not extent_matches(expected, value):
             raise self._error(
                 position,
                 f"{instance.name}: {what} is {format_value(value)} but "
@@ -265,7 +265,7 @@ class _ShapeBinding:
             instance.symbols[target.name] = value
             return
         if value is None:
-            for name in _target_names(target):
+            for name in target_names(target):
                 instance.symbols[name] = None
             return
         if not isinstance(value, list):
@@ -322,7 +322,7 @@ class _ShapeBinding:
             if isinstance(node, ast.Placeholder):
                 # the output and axis it is declared on, as a string (a tuple reads as an expression)
                 dynamic = DynamicExtent(f"{instance.label or instance.name}.{name}.shape[{position}]", bound)
-                shape.extend([dynamic] * _extent_count(instance, extent, evaluator))
+                shape.extend([dynamic] * extent_count(instance, extent, evaluator))
                 continue
             if (
                 extent.bound is not None
@@ -364,7 +364,7 @@ class _ShapeBinding:
                             )
                     shape.extend(value)
                 else:
-                    shape.extend([value] * _extent_count(instance, extent, evaluator))
+                    shape.extend([value] * extent_count(instance, extent, evaluator))
             else:
                 if value is None:
                     continue
@@ -395,7 +395,7 @@ class _ShapeBinding:
         """Each declared output: (element type, shape or list of shapes for a pack)."""
         out: dict[str, tuple[str, Any]] = {}
         for param in instance.info.definition.outputs:
-            element = _element_type(instance, param.type)
+            element = element_type(instance, param.type)
             if element is None:
                 raise self._error(
                     param.pos,
@@ -444,7 +444,7 @@ def _shape_error(instance: Instance,
     return NNEFError.at(
         position,
         f"shape mismatch: {instance.name} {what} is declared "
-        f"{_describe_type(spec)} but {argument} has shape "
+        f"{describe_type(spec)} but {argument} has shape "
         f"{format_value(list(dims))}: {detail}",
     )
 
@@ -548,11 +548,12 @@ def _assertion_error(instance: Instance, assertion: ast.Assert) -> NNEFError:
         except (Unknown, NNEFError):
             printed.append(f"{label} = ?")
     detail = f" ({', '.join(printed)})" if printed else ""
-    where = f" [assertion at {assertion.pos}]" if _in_stdlib(assertion.pos.file) else ""
+    where = f" [assertion at {assertion.pos}]" if in_stdlib(assertion.pos.file) else ""
     return NNEFError.at(instance.position, f"{instance.name}: {message}{detail}{where}")
 
 
-def _extent_count(instance: Instance, extent: ast.Extent, evaluator: Evaluator) -> int:
+def extent_count(instance: Instance, extent: ast.Extent, evaluator: Evaluator) -> int:
+    """How many extents ``extent`` stands for: 1, or the length of a repeated extent ``x..(n)``."""
     if extent.pack is None:
         return 1
     if extent.pack.count is None or isinstance(extent.pack.count, ast.Placeholder):

@@ -25,15 +25,15 @@ from uopviz.nnef.graph import (
 from uopviz.nnef.syntax import ast
 from uopviz.nnef.syntax.ast import identifiers
 
-_CONCRETE_TYPES = ("int", "real", "bool", "str")
-_ABSTRACT_TYPES = {
+CONCRETE_TYPES = ("int", "real", "bool", "str")
+ABSTRACT_TYPES = {
     "type": ("int", "real", "bool", "str"),
     "arith": ("int", "real", "bool"),
     "num": ("int", "real"),
 }
-_MISSING = object()
-_RESULT_DEFINITION = ast.Definition("<result>")  # scope for checking declared result types
-_RUNTIME_SCALAR_DEFINITION = ast.Definition("scalar")  # the operation of a value computed at run time
+MISSING = object()
+RESULT_DEFINITION = ast.Definition("<result>")  # scope for checking declared result types
+RUNTIME_SCALAR_DEFINITION = ast.Definition("scalar")  # the operation of a value computed at run time
 _STDLIB_PREFIX = str(STDLIB_DIR)
 
 VariableLoader = Callable[[str, TensorInfo], "np.ndarray | None"]
@@ -65,7 +65,7 @@ class DefinitionInfo:
         self.qualified = f"{module_name}.{definition.name}" if module_name else definition.name
         self.attrib_names = frozenset(param.name for param in definition.attribs)
         self.using_names = frozenset(
-            name for using in definition.usings for name in _target_names(using.target)
+            name for using in definition.usings for name in target_names(using.target)
         )
         self.input_symbols: set[str] = set()
         for param in definition.inputs:
@@ -102,7 +102,7 @@ class DefinitionInfo:
         last_using = {
             name: index
             for index, using in enumerate(definition.usings)
-            for name in _target_names(using.target)
+            for name in target_names(using.target)
         }
         self.assert_schedule = sorted(
             (
@@ -126,29 +126,32 @@ class DefinitionInfo:
         return info
 
 
-def _target_names(target: ast.Expr) -> list[str]:
+def target_names(target: ast.Expr) -> list[str]:
+    """The names a ``using`` or result target binds (identifiers, in lists, expansions and zips)."""
     if isinstance(target, ast.Identifier):
         return [target.name]
     if isinstance(target, ast.List):
-        return [name for item in target.items for name in _target_names(item)]
+        return [name for item in target.items for name in target_names(item)]
     if isinstance(target, ast.Expand):
-        return _target_names(target.value)
+        return target_names(target.value)
     if isinstance(target, ast.Zip):
-        return [name for item in target.items for name in _target_names(item)]
+        return [name for item in target.items for name in target_names(item)]
     return []
 
 
-def _in_stdlib(file: str | None) -> bool:
+def in_stdlib(file: str | None) -> bool:
+    """Whether ``file`` is one of the standard modules."""
     return bool(file) and file.startswith(_STDLIB_PREFIX)
 
 
-def _describe_type(spec: ast.TypeSpec) -> str:
+def describe_type(spec: ast.TypeSpec) -> str:
+    """``spec`` as SkriptND writes it, for messages."""
     from uopviz.nnef.syntax.printer import type_spec_text
 
     return type_spec_text(spec)
 
 
-class _Describe:
+class Describe:
     """'op: attribute 'x' (type)' for messages, built only when a message is built."""
 
     __slots__ = ("instance", "kind", "param")
@@ -159,7 +162,7 @@ class _Describe:
         self.kind = kind
 
     def __str__(self) -> str:
-        return f"{self.instance.name}: {self.kind} '{self.param.name}' ({_describe_type(self.param.type)})"
+        return f"{self.instance.name}: {self.kind} '{self.param.name}' ({describe_type(self.param.type)})"
 
     __format__ = lambda self, spec: str(self)  # noqa: E731 - f-strings use __format__
 
@@ -225,65 +228,70 @@ class Frame:
 # helpers
 
 
-def _operator_name(info: DefinitionInfo) -> str:
+def operator_name(info: DefinitionInfo) -> str:
     """An operator's name as the main module writes it: unqualified there, qualified elsewhere."""
     return info.definition.name if info.module_name == "main" else info.qualified
 
 
-def _rename_captured(op: LoopOperation, old: str, new: str) -> None:
+def rename_captured(op: LoopOperation, old: str, new: str) -> None:
     """A tensor of the enclosing graph renamed: the loop's sub-graphs read it by its new name."""
     if old not in op.captures:
         return
-    op.captures = tuple(_replace_name(list(op.captures), old, new))
+    op.captures = tuple(replace_name(list(op.captures), old, new))
     for graph in op.subgraphs.values():
         if old not in graph.captures:
             continue
-        graph.captures = _replace_name(graph.captures, old, new)
+        graph.captures = replace_name(graph.captures, old, new)
         graph.tensors = {new if n == old else n: t for n, t in graph.tensors.items()}
-        graph.outputs = _replace_name(graph.outputs, old, new)
+        graph.outputs = replace_name(graph.outputs, old, new)
         for inner in graph.operations:
-            inner.inputs = _replace_name(inner.inputs, old, new)
+            inner.inputs = replace_name(inner.inputs, old, new)
             if isinstance(inner, LoopOperation):
-                _rename_captured(inner, old, new)
+                rename_captured(inner, old, new)
 
 
-def _first_name(group: ast.Result | ast.ResultList | ast.ResultTuple) -> str | None:
+def first_name(group: ast.Result | ast.ResultList | ast.ResultTuple) -> str | None:
+    """The first name a result group binds (None where it binds none)."""
     if isinstance(group, ast.Result):
         return group.name
-    return next((name for item in group.items if (name := _first_name(item))), None)
+    return next((name for item in group.items if (name := first_name(item))), None)
 
 
-def _names_of(value: Any) -> Any:
+def names_of(value: Any) -> Any:
+    """``value`` with its tensors as their names and other values as text (packs item by item),
+    for messages."""
     if value is None:
         return None
     if isinstance(value, list):
-        return [_names_of(item) for item in value]
+        return [names_of(item) for item in value]
     if isinstance(value, TensorInfo):
         return value.name
     return format_value(value)
 
 
-def _replace_name(values: Any, old: str, new: str) -> Any:
+def replace_name(values: Any, old: str, new: str) -> Any:
+    """``values`` (a name, or tuples and lists of them, nested) with ``old`` replaced by ``new``."""
     if isinstance(values, tuple):
-        return tuple(_replace_name(value, old, new) for value in values)
+        return tuple(replace_name(value, old, new) for value in values)
     if isinstance(values, list):
-        return [_replace_name(value, old, new) for value in values]
+        return [replace_name(value, old, new) for value in values]
     return new if values == old else values
 
 
-def _shape_of(value: Any) -> list:
+def shape_of(value: Any) -> list:
+    """The shape an argument binds a tensor input with (a literal is a rank-0 tensor)."""
     if isinstance(value, TensorInfo):
         return list(value.shape)
     return []  # a literal argument is a rank-0 tensor
 
 
-def _pack_shapes(pack: list) -> list[list]:
+def pack_shapes(pack: list) -> list[list]:
     """The shapes a pack's items bind an operator's input with: where items of one rank have
     different run-time extents on an axis (the results of loops with different run-time counts,
     the per-item LSTMs of ``nn.lstm`` with ``steps``), every item binds their maximum (``>?``), so a
     stack or a sum of them keeps each item's extent; each item's values past its own extent are
     unspecified, as they are past a loop's count."""
-    shapes = [_shape_of(item) for item in pack]
+    shapes = [shape_of(item) for item in pack]
     if len({len(shape) for shape in shapes}) != 1:
         return shapes
     widened = list(shapes[0])
@@ -293,7 +301,7 @@ def _pack_shapes(pack: list) -> list[list]:
     return [widened] * len(shapes) if widened != shapes[0] else shapes
 
 
-def _import_extents(graph: Graph, fresh: dict[Any, tuple]) -> None:
+def import_extents(graph: Graph, fresh: dict[Any, tuple]) -> None:
     """Make a loop's body or condition read the run-time extents of its inputs and captures: each
     one gets a counter buffer of the sub-graph (``graph.counts``), which the runner fills on every
     iteration (``graph.extent_inputs``: the enclosing graph's extent, or where a varying extent of
@@ -307,21 +315,22 @@ def _import_extents(graph: Graph, fresh: dict[Any, tuple]) -> None:
                 graph.extent_inputs[counter] = fresh.get(extent.key, extent)
 
 
-def _imported_keys(sources: list) -> set:
+def imported_keys(sources: list) -> set:
+    """The keys of the run-time extents among ``sources``."""
     return {source.key for source in sources if isinstance(source, DynamicExtent)}
 
 
-def _evaluable(key: Any, imported: set) -> bool:
+def evaluable(key: Any, imported: set) -> bool:
     """Whether an extent of a loop's sub-graph can be computed outside the loop: built of the
     enclosing graph's extents only."""
     if key in imported or (isinstance(key, int | float) and not isinstance(key, bool)):
         return True
     if isinstance(key, tuple) and len(key) in (2, 3, 4) and isinstance(key[0], str):
-        return all(_evaluable(item, imported) for item in key[1:])
+        return all(evaluable(item, imported) for item in key[1:])
     return False
 
 
-def _check_constant_size(shape: tuple, dtype: np.dtype, name: str, position: ast.Position) -> None:
+def check_constant_size(shape: tuple, dtype: np.dtype, name: str, position: ast.Position) -> None:
     """A constant's data must fit the memory limit; checked before it is allocated."""
     count = math.prod(shape)
     try:
@@ -330,10 +339,10 @@ def _check_constant_size(shape: tuple, dtype: np.dtype, name: str, position: ast
         raise NNEFError.at(position, str(error)) from None
 
 
-def _filled(shape: tuple, value: Any, dtype: np.dtype, name: str, position: ast.Position) -> np.ndarray:
+def filled_array(shape: tuple, value: Any, dtype: np.dtype, name: str, position: ast.Position) -> np.ndarray:
     """A constant of ``shape`` filled with ``value``: its size checked against the memory limit first,
     and a value its type cannot hold (``2147483648`` as int32) a located error."""
-    _check_constant_size(shape, dtype, name, position)
+    check_constant_size(shape, dtype, name, position)
     try:
         return np.full(shape, value, dtype=dtype)
     except (OverflowError, ValueError, TypeError) as error:
@@ -359,7 +368,7 @@ MAX_UNROLLED_ITERATIONS = 4096
 DECOMPOSE_EXTENT_LIMIT = 64
 
 
-def _prefers_lowering(instance: Instance) -> bool:
+def prefers_lowering(instance: Instance) -> bool:
     """Whether an input of the invocation has an extent decided at run time or one over
     :data:`DECOMPOSE_EXTENT_LIMIT`."""
     for value in instance.inputs.values():
@@ -371,18 +380,19 @@ def _prefers_lowering(instance: Instance) -> bool:
     return False
 
 
-def _is_scalar_argument(value: Any) -> bool:
+def is_scalar_argument(value: Any) -> bool:
     """A value given where a tensor is expected that becomes a rank-0 tensor: a literal, or a value
     computed at run time from run-time extents."""
     return isinstance(value, bool | int | float | DynamicExtent | RuntimeScalar)
 
 
-def _expression(value: Any) -> Any:
+def runtime_expression(value: Any) -> Any:
     """The expression tree of a run-time value (see :class:`RuntimeScalar`)."""
     return value.expression if isinstance(value, RuntimeScalar) else value
 
 
-def _extent_matches(expected: Any, actual: Any) -> bool:
+def extent_matches(expected: Any, actual: Any) -> bool:
+    """Whether an actual extent is the expected one (run-time extents are checked when they run)."""
     if isinstance(expected, bool):
         expected = int(expected)
     if isinstance(expected, DynamicExtent) or isinstance(actual, DynamicExtent):
@@ -391,8 +401,9 @@ def _extent_matches(expected: Any, actual: Any) -> bool:
 
 
 def shapes_match(expected: list, actual: tuple) -> bool:
+    """Whether ``actual`` has ``expected``'s rank and each of its extents (:func:`extent_matches`)."""
     if len(expected) != len(actual):
         return False
-    return all(_extent_matches(e, a) for e, a in zip(expected, actual, strict=True))
+    return all(extent_matches(e, a) for e, a in zip(expected, actual, strict=True))
 
 

@@ -66,12 +66,14 @@ def _runtime_binary(op: str, a: Any, b: Any, position: ast.Position) -> Any:
 
 
 def ceil_div(a: Any, b: Any) -> Any:
+    """``a \\ b``: the quotient rounded up (ints stay ints)."""
     if isinstance(a, int) and isinstance(b, int):
         return -((-a) // b)
     return math.ceil(a / b)
 
 
 def floor_div(a: Any, b: Any) -> Any:
+    """``a / b``: the floor quotient of ints, the true quotient otherwise."""
     if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
         return a // b
     return a / b
@@ -342,6 +344,7 @@ def elementwise_binary(function: Callable[[Any, Any], Any], a: Any, b: Any, posi
 
 
 def elementwise_unary(function: Callable[[Any], Any], a: Any) -> Any:
+    """``function`` of ``a``, item by item when ``a`` is a pack."""
     return [function(x) for x in a] if isinstance(a, list) else function(a)
 
 
@@ -384,6 +387,8 @@ def apply_unary(op: str, a: Any, position: ast.Position, ops: PythonScalarOps = 
 
 
 def fold_pack(op: str, items: list, position: ast.Position, ops: PythonScalarOps) -> Any:
+    """The fold ``items op ..`` of a pack (``:=``: its one uniform value; a comparison: whether
+    every pair compares so)."""
     if op == ":=":
         return uniform_value(items)
     if op in COMPARISONS:
@@ -408,6 +413,7 @@ def fold_pack(op: str, items: list, position: ast.Position, ops: PythonScalarOps
 
 
 def cumulative_fold(op: str, items: list, position: ast.Position, ops: PythonScalarOps) -> list:
+    """The cumulative fold ``items op ...``: the running results, one per item."""
     out: list = []
     for item in items:
         out.append(item if not out else ops.binary(op, out[-1], item, position))
@@ -421,6 +427,7 @@ MAX_PACK_LENGTH = 1 << 16
 
 
 def check_pack_length(length: int, position: ast.Position) -> None:
+    """Refuse a pack or list longer than :data:`MAX_PACK_LENGTH`."""
     if length > MAX_PACK_LENGTH:
         raise NNEFError.at(position, f"a pack or list of {length} items exceeds the {MAX_PACK_LENGTH} a "
                                      "composition may unroll")  # fmt: skip

@@ -326,6 +326,8 @@ def uniform_value(pack: list) -> Any:
 
 
 def same_value(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same value (numbers of either type by value, other objects
+    by identity)."""
     if type(a) is not type(b) and not (_is_number(a) and _is_number(b)):
         return False
     return a is b if not isinstance(a, int | float | str | bool | DynamicExtent | RuntimeScalar) else a == b

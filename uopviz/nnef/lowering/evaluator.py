@@ -242,8 +242,8 @@ def uniform_constant(tensor: TensorInfo) -> Any:
     """The single value of a constant tensor whose items are all equal (read as a literal)."""
     if tensor.kind != "constant" or tensor.data is None or tensor.data.size == 0:
         return None
-    cached = tensor.__dict__.get("_uniform", _MISSING)
-    if cached is _MISSING:
+    cached = tensor.__dict__.get("_uniform", MISSING)
+    if cached is MISSING:
         flat = tensor.data.reshape(-1)
         cached = flat[0].item() if bool(np.all(flat == flat[0])) else None
         if isinstance(cached, bool) and tensor.dtype != "bool":
@@ -252,4 +252,4 @@ def uniform_constant(tensor: TensorInfo) -> Any:
     return cached
 
 
-_MISSING = object()
+MISSING = object()
