@@ -53,3 +53,22 @@ def test_a_backend_without_vector_lanes_keeps_its_filters():
     assert [record.name for record in trace.passes][2:6] == list(KERNEL_PASSES)
     assert not [step for step in layout.steps if step.rule.startswith("Weight Layout:")]
     assert layout.output is layout.input
+
+
+def test_the_player_shows_each_kernel_pass_step_by_step():
+    from uopviz.widgets.player import PlayerState
+
+    state = PlayerState(_alexnet_program("c").trace)
+    state.select("Fusion")
+    kernels_shown = []
+    for step in range(1, state.current.step_count + 1):
+        state.move_to(step)
+        assert state.step == step  # no step of a kernel pass is an empty one the player skips
+        frame = state.frame()
+        assert frame.note == "" and not frame.empty
+        kernels_shown.append(len(frame.uop.src))
+    # 24 kernels as lowered; each of the 7 fusions folds one producer into its reader
+    assert kernels_shown == list(range(23, 16, -1))
+    state.select("Padding")
+    state.move_to(state.current.step_count)
+    assert state.frame().rule.startswith("Padding: kernel ")

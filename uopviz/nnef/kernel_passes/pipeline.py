@@ -106,23 +106,53 @@ def run_kernel_pass(
     name: str, kernel_pass: KernelPass, kernels: list[LoweredKernel], context: KernelPassContext
 ) -> list[LoweredKernel]:
     """Run one kernel pass as a traced pass over the run's kernels (a SINK of their ASTs): one step
-    per kernel it made or changed, named after the kernel and what the pass did to it."""
+    per kernel it made or changed, named after the kernel and what the pass did to it, each showing
+    the run's kernels as they are once that kernel changed (:class:`_KernelSteps`)."""
     with traced_pass(name, kernel_sink(kernels)) as record:
         rewritten = kernel_pass(kernels, context)
-        after = kernel_sink(rewritten)
-        before_by_name = {kernel.name: kernel for kernel in kernels}
-        for kernel in rewritten:
-            old = before_by_name.get(kernel.name)
-            if old is not None and old.ast is kernel.ast:
-                continue
+        steps = _KernelSteps(kernels, rewritten)
+        for count, (kernel, old) in enumerate(steps.changed, start=1):
             record.step(
                 f"{name}: kernel {kernel.name} ({_what_changed(old, kernel)})",
                 old.ast if old is not None else UOp(Ops.SINK, ()),
                 kernel.ast,
-                after,
+                lambda count=count: steps.graph_after(count),
             )
-        record.output = after
+        record.output = kernel_sink(rewritten)
     return rewritten
+
+
+class _KernelSteps:
+    """The kernels a pass changed, in run order, with the run as it is once the first ``count`` of
+    them changed: those kernels new, the others as they were, and a kernel the pass removed there
+    until a changed kernel folds its operation in (at the last step otherwise)."""
+
+    def __init__(self, kernels: list[LoweredKernel], rewritten: list[LoweredKernel]) -> None:
+        self.kernels = kernels
+        self.rewritten = rewritten
+        self.before = {kernel.name: kernel for kernel in kernels}
+        self.changed = [
+            (kernel, self.before.get(kernel.name))
+            for kernel in rewritten
+            if kernel.name not in self.before or self.before[kernel.name].ast is not kernel.ast
+        ]
+
+    def graph_after(self, count: int) -> UOp:
+        """The run's kernels (a SINK of their ASTs) once the first ``count`` changed kernels are in."""
+        if count >= len(self.changed):
+            return kernel_sink(self.rewritten)
+        done = {id(kernel) for kernel, _ in self.changed[:count]}
+        folded = {id(op) for kernel, _ in self.changed[:count] for op in kernel.fused}
+        kept = {kernel.name for kernel in self.rewritten}
+        removed = [kernel for kernel in self.kernels if kernel.name not in kept]
+        asts = [kernel.ast for kernel in removed if id(kernel.operation) not in folded]
+        for kernel in self.rewritten:
+            old = self.before.get(kernel.name)
+            if id(kernel) in done or (old is not None and old.ast is kernel.ast):
+                asts.append(kernel.ast)
+            elif old is not None:
+                asts.append(old.ast)
+        return UOp(Ops.SINK, tuple(asts))
 
 
 def _what_changed(old: LoweredKernel | None, new: LoweredKernel) -> str:
