@@ -518,7 +518,7 @@ def resnet_rows(side: Side | None, skipped: str = "", shrink: int = 1) -> list[d
     import zoo
     from run import row
 
-    from uopviz.nnef.runtime import program_inputs
+    from uopviz.nnef.program.runtime import program_inputs
 
     net = zoo.resnet50() if shrink == 1 else zoo.resnet50(size=64, width=0.25)
     title = f"ResNet-50 (zoo, SkriptND, {net.input_shape[-1]}x{net.input_shape[-1]} batch 1)"

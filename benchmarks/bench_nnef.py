@@ -23,10 +23,11 @@ from pathlib import Path
 from run import measure, row
 
 import uopviz as uv
-from uopviz.nnef.composer import Composer
-from uopviz.nnef.lowering import compile_graph, lower_operation
-from uopviz.nnef.parser import parse_module
-from uopviz.nnef.stdlib_loader import ModuleSet
+from uopviz.nnef.composition.composer import Composer
+from uopviz.nnef.composition.stdlib import ModuleSet
+from uopviz.nnef.lowering.operation_lowering import lower_operation
+from uopviz.nnef.program.compile import compile_graph
+from uopviz.nnef.syntax.parser import parse_module
 
 # the AlexNet of §2.1 the package ships (tests and notebook 04 read it too), with conv7 reading flat1
 ALEXNET = uv.nnef.examples.text("alexnet", fixed=True)

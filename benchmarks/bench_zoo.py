@@ -418,7 +418,7 @@ def _kernels_child(model: str, backend: str, repeat: int = 5) -> dict:
     from run import measure
 
     import uopviz as uv
-    from uopviz.nnef.runtime import program_inputs
+    from uopviz.nnef.program.runtime import program_inputs
 
     net = zoo.BUILDERS[model]()
     inputs = {net.input_name: net.input_data()}

@@ -2,18 +2,15 @@
 
 ``lint-imports`` (import-linter) reads the contract from pyproject.toml and measures the import
 graph of ``uopviz/`` (module-level and in-function imports alike); the test fails with its report
-when a contract is broken, so the shape cannot rot unnoticed.  pyproject.toml leaves out the imports
-under ``if TYPE_CHECKING:``; a second run counts them too, so a class is not split into parts that
-import it back only for annotations.  Beside it: no module imports another module's private
-``_name``; every exception class derives from UopvizError and is documented; every backend makes its
-CompiledKernel through ``CompiledKernel.built``.
+when a contract is broken, so the shape cannot rot unnoticed.  The imports under ``if TYPE_CHECKING:``
+count too, so a class is not split into parts that import it back only for annotations.  Beside it:
+no module imports another module's private ``_name``; every exception class derives from UopvizError
+and is documented; every backend makes its CompiledKernel through ``CompiledKernel.built``.
 """
 
 from __future__ import annotations
 
 import ast
-import fnmatch
-import json
 import os
 import re
 import subprocess
@@ -46,62 +43,21 @@ def test_layer_contract_holds():
 
 
 # ---------------------------------------------------------------------------------------------
-# the contract with the imports under `if TYPE_CHECKING:` counted
-
-#: Imports the no-cycles contract leaves out when TYPE_CHECKING imports count, because another piece
-#: of work owns the modules (issue 22): the NNEF subpackages (their restructuring breaks the 13-module
-#: knot).  This list only shrinks: an entry that no longer matches an import fails the contract
-#: (import-linter's unmatched ignore), so remove it then (the renderers' entries went so); never add
-#: one for core, passes, backends, engine or widgets.
-CYCLES_OWNED_ELSEWHERE = ("uopviz.nnef.** -> uopviz.nnef.**",)
+# the contract counts the imports under `if TYPE_CHECKING:`
 
 
-def _toml_value(value: object) -> str:
-    # JSON's strings, numbers, booleans and arrays of them are TOML's too
-    return json.dumps(value)
-
-
-def _contract_counting_type_checking_imports(folder: Path, ignored: tuple[str, ...]) -> Path:
-    """pyproject.toml's import-linter contract with TYPE_CHECKING imports counted and the imports
-    ``ignored`` left out of the no-cycles contract, written to ``folder``."""
+def test_the_contract_counts_type_checking_imports():
+    # issue 22: Tensor and its four method groups, the UOp and its printer and property rules, the
+    # OptOps' Kernel and the functions applying each opt, NNEF's graph and the modules lowering it
+    # imported each other back under TYPE_CHECKING, which the contract left out; they are parts now
+    # (Self; the UOpNode and ShapedKernel protocols; the ComposedGraph base class) and the contract
+    # counts them
     settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
-    contracts = settings.pop("contracts")
-    assert settings["exclude_type_checking_imports"] is True  # what the ordinary run hides
-    settings["exclude_type_checking_imports"] = False
-    acyclic = [contract for contract in contracts if contract["type"] == "acyclic_siblings"]
-    assert len(acyclic) == 1 and acyclic[0]["ancestors"] == ["uopviz"]
-    if ignored:
-        acyclic[0]["ignore_imports"] = list(ignored)
-    lines = ["[tool.importlinter]", *(f"{key} = {_toml_value(value)}" for key, value in settings.items())]
-    for contract in contracts:
-        lines += ["", "[[tool.importlinter.contracts]]"]
-        lines += [f"{key} = {_toml_value(value)}" for key, value in contract.items()]
-    path = folder / "pyproject.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def test_no_import_cycle_counting_type_checking_imports(tmp_path):
-    # issue 22: Tensor and its four method groups, the UOp and its printer and property rules, and the
-    # OptOps' Kernel and the functions applying each opt imported each other back under TYPE_CHECKING;
-    # they are parts now (a Self type, the UOpNode and ShapedKernel protocols), and stay so
-    result = _lint_imports(_contract_counting_type_checking_imports(tmp_path, CYCLES_OWNED_ELSEWHERE))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "0 broken" in result.stdout
-    assert "No import cycle among the modules of a package KEPT" in " ".join(result.stdout.split())
-
-
-def test_the_cycles_owned_elsewhere_are_still_there(tmp_path):
-    # the allow-list only shrinks: without it, the packages with a cycle are NNEF's and no others; once
-    # NNEF has none, this fails, and its entry goes
-    result = _lint_imports(_contract_counting_type_checking_imports(tmp_path, ()))
-    packages = re.findall(r"No cycles are allowed in ([\w.]+)\.", result.stdout)
-    assert packages, "no cycle left with TYPE_CHECKING imports counted: empty CYCLES_OWNED_ELSEWHERE"
-    assert all(package.startswith("uopviz.nnef") for package in packages), packages
+    assert settings["exclude_type_checking_imports"] is False
 
 
 def test_the_cycle_check_counts_type_checking_imports(tmp_path):
-    # the contract run above fails on a cycle made only of TYPE_CHECKING imports: the check can fail
+    # with that setting the no-cycles contract fails on a cycle made only of TYPE_CHECKING imports
     package = tmp_path / "uopviz_cycle_probe"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -123,11 +79,6 @@ def test_the_cycle_check_counts_type_checking_imports(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # private names stay in their module
-
-#: Modules that may still import another module's private name, because another piece of work owns
-#: them (issue 22): NNEF (its restructuring into subpackages).  This list only shrinks; never add to it.
-PRIVATE_IMPORTS_OWNED_ELSEWHERE = ("uopviz/nnef/*",)
-
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
@@ -192,20 +143,15 @@ def test_private_imports_finds_absolute_relative_nested_and_module_attribute_imp
 
 
 def test_no_module_imports_a_private_name_of_another():
-    # issue 22: 115 imports of private names crossed module boundaries; outside the areas other work
-    # owns there are none, and there must stay none: a name two modules share is public and documented
-    offenders, allowed = [], []
+    # issue 22: 115 imports of private names crossed module boundaries (19 in nnef/composer.py); there
+    # are none now, and there must stay none: a name two modules share is public and documented
+    offenders = []
     modules = _uopviz_modules()
     for path in sorted((ROOT / "uopviz").rglob("*.py")):
-        relative = path.relative_to(ROOT).as_posix()
         source = path.read_text(encoding="utf-8")
         found = private_imports(source, _module_name(path), path.name == "__init__.py", modules)
-        owned_elsewhere = [p for p in PRIVATE_IMPORTS_OWNED_ELSEWHERE if fnmatch.fnmatch(relative, p)]
-        (allowed if owned_elsewhere else offenders).extend(f"{relative}:{hit}" for hit in found)
+        offenders += [f"{path.relative_to(ROOT).as_posix()}:{hit}" for hit in found]
     assert offenders == [], "private names imported across modules:\n" + "\n".join(offenders)
-    # the allow-list only shrinks: an area with no private import left loses its entry
-    for pattern in PRIVATE_IMPORTS_OWNED_ELSEWHERE:
-        assert any(fnmatch.fnmatch(hit.split(":")[0], pattern) for hit in allowed), f"drop {pattern!r}"
 
 
 def _public_exception_classes() -> dict[str, type]:

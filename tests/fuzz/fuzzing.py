@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from uopviz.core.errors import UopvizError
-from uopviz.nnef.lexer import KEYWORDS, OPERATORS
-from uopviz.nnef.stdlib_loader import STDLIB_DIR
+from uopviz.nnef.composition.stdlib import STDLIB_DIR
+from uopviz.nnef.syntax.lexer import KEYWORDS, OPERATORS
 
 SLOW = "slow" in (os.environ.get("HYPOTHESIS_PROFILE", ""), os.environ.get("UOPVIZ_FUZZ", ""))
 

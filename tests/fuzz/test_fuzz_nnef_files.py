@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from uopviz import nnef
 from uopviz.nnef import NNEFError
 from uopviz.nnef.data import HEADER_SIZE, read_header, read_tensor, tensor_bytes
-from uopviz.nnef.nnef1 import loads_nnef1
+from uopviz.nnef.nnef1.loader import loads_nnef1
 
 from .fuzzing import budget, mutated, record
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from uopviz import nnef
 from uopviz.nnef import NNEFError
-from uopviz.nnef.lexer import tokenize
-from uopviz.nnef.parser import parse_module
+from uopviz.nnef.syntax.lexer import tokenize
+from uopviz.nnef.syntax.parser import parse_module
 
 from .fuzzing import CORPUS_FILES, budget, corpus_text, mutated, record
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import uopviz as uv
 from tests.nnef.elementwise_chains import chain_nnef1, chain_reference, chain_skriptnd, random_chain
 from uopviz.nnef import loads
-from uopviz.nnef.nnef1 import loads_nnef1
+from uopviz.nnef.nnef1.loader import loads_nnef1
 
 from .fuzzing import SLOW, budget, record
 

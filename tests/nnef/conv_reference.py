@@ -32,7 +32,7 @@ def conv_reference(x, w, b, stride, dilation, padding, groups):
 
 def conv_graph(cin, cout, size, kernel, stride, dilation, padding, groups):
     """A one-conv NNEF graph ``y = nn.conv(x, w, b)`` with these attributes, composed."""
-    from uopviz.nnef.composer import compose
+    from uopviz.nnef.composition.composer import compose
 
     top, left, bottom, right = padding
     return compose(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from uopviz.nnef.composer import compose
+from uopviz.nnef.composition.composer import compose
 
 COMPRESS = """operator compress {
     @input { x: real[n]; }

@@ -9,7 +9,7 @@ import pytest
 
 import uopviz as uv
 from uopviz.nnef import NNEFError, load, write_tensor
-from uopviz.nnef.composer import compose
+from uopviz.nnef.composition.composer import compose
 
 # ------------------------------------------------------------------------------------------------
 # AlexNet (§2.1), as printed, from the example file the package ships (the benchmark and notebook 04

@@ -1,4 +1,4 @@
-"""Graph runs on CPU backends reuse arrays bound once (uopviz.nnef.runtime._BoundGraph): each run's
+"""Graph runs on CPU backends reuse arrays bound once (uopviz.nnef.program.runtime._BoundGraph): each run's
 inputs reach the kernels, outputs are the caller's own copies, and a variable given by name or new
 data for a tensor are honoured."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import uopviz as uv
-from uopviz.nnef.composer import compose
+from uopviz.nnef.composition.composer import compose
 
 BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]
 RNG = np.random.default_rng(5)

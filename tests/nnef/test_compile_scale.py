@@ -1,5 +1,5 @@
 """What makes big NNEF graphs compile fast, checked for correctness: operations of equal signature
-lowered once (their kernels renamed), kernel fusion (uopviz.nnef.fusion), and the pipeline's
+lowered once (their kernels renamed), kernel fusion (uopviz.nnef.kernel_passes.fusion), and the pipeline's
 identical kernels compiled once."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import uopviz as uv
-from uopviz.nnef.composer import compose
-from uopviz.nnef.lowering import compile_graph
-from uopviz.nnef.runtime import program_inputs
+from uopviz.nnef.composition.composer import compose
+from uopviz.nnef.program.compile import compile_graph
+from uopviz.nnef.program.runtime import program_inputs
 
 RNG = np.random.default_rng(12)
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
@@ -76,7 +76,7 @@ def test_fused_and_unfused_graphs_compute_what_numpy_does(backend, fuse):
     np.testing.assert_allclose(outputs["z"].reshape(z.shape), z, rtol=1e-4, atol=1e-4)
     kernels = len(program.kernels)
     # fused: conv1+relu (read by three kernels, so stored), conv2+relu+add, add, and the zero-padded
-    # copies of x and r1 the convolutions read without bounds tests (uopviz.nnef.padding);
+    # copies of x and r1 the convolutions read without bounds tests (uopviz.nnef.kernel_passes.padding);
     # unfused: six kernels
     assert kernels == (5 if fuse else 6)
     if fuse:

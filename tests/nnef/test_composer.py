@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uopviz.nnef.composer import compose
+from uopviz.nnef.composition.composer import compose
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.expressions import DynamicExtent, Evaluator
-from uopviz.nnef.parser import parse_expression
+from uopviz.nnef.evaluation.expressions import Evaluator
+from uopviz.nnef.evaluation.values import DynamicExtent
+from uopviz.nnef.syntax.parser import parse_expression
 
 # ------------------------------------------------------------------------------------------------
 # expressions: hypothesis builds (text, python value) pairs

@@ -7,7 +7,7 @@ as a scalar variable, parameters computed from variables (``abs(v)``, ``add(s, 1
 Each converter-spelled network runs like numpy and compiles to as many kernels as the same network
 spelled as the zoo writes it (``benchmarks/zoo.py``: literals, ``[1, C]`` parameters, ``add``);
 where the two spellings mean the same values, to the same generated sources
-(:mod:`uopviz.nnef.canonical`).  The last test converts a zoo model with nnef-tools itself and is
+(:mod:`uopviz.nnef.model.canonical`).  The last test converts a zoo model with nnef-tools itself and is
 skipped where nnef-tools is not installed."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Fusing long elementwise chains (uopviz.nnef.fusion): the work grows linearly with the chain's length
-(a chain of n kernels fused one into the next walked and renumbered the whole chain at each step:
+"""Fusing long elementwise chains (uopviz.nnef.kernel_passes.fusion): the work grows linearly with the chain's
+length (a chain of n kernels fused one into the next walked and renumbered the whole chain at each step:
 O(n²); a 3,000-operation chain did not finish in 75 s), and the fused kernels compute what numpy does.
 The 3,000-operation chains run in tests/fuzz/test_sweep_nnef_chains.py."""
 
@@ -12,9 +12,9 @@ from elementwise_chains import chain_nnef1, chain_reference, chain_skriptnd, ran
 import uopviz as uv
 import uopviz.core.substitution as substitution
 import uopviz.core.uop as uop
-import uopviz.nnef.fusion as fusion
+import uopviz.nnef.kernel_passes.fusion as fusion
 from uopviz.nnef import loads
-from uopviz.nnef.nnef1 import loads_nnef1
+from uopviz.nnef.nnef1.loader import loads_nnef1
 
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
 

@@ -157,7 +157,7 @@ def test_a_text_that_crashes_the_nnef_parser_is_an_error_not_a_dead_process(tmp_
     ],
 )
 def test_nnef1_shape_inference_failures_are_nnef_errors(statement):
-    from uopviz.nnef.nnef1 import loads_nnef1
+    from uopviz.nnef.nnef1.loader import loads_nnef1
 
     text = f"version 1.0; graph G( x ) -> ( y ) {{ x = external(shape = [2, 3]); {statement} }}"
     try:
@@ -172,7 +172,7 @@ def test_nnef1_shape_inference_failures_are_nnef_errors(statement):
 def test_nnef1_integers_the_parser_would_cut_to_32_bits_are_located_errors(tmp_path, extent):
     # issue 21 item 6: the nnef package's parser keeps 32 bits of an integer: `shape = [4294967299]`
     # loaded as shape (3,), 4294967296 and 2**62 as (0,), with no error
-    from uopviz.nnef.nnef1 import loads_nnef1
+    from uopviz.nnef.nnef1.loader import loads_nnef1
 
     text = f"version 1.0;\ngraph G( x ) -> ( y )\n{{ x = external(shape = [2, {extent}]); y = relu(x); }}"
     folder = nnef1_folder(tmp_path, text)
@@ -191,7 +191,7 @@ def test_nnef1_integers_the_parser_would_cut_to_32_bits_are_located_errors(tmp_p
 
 
 def test_nnef1_integers_that_fit_32_bits_keep_their_value_and_digits_elsewhere_are_no_integers():
-    from uopviz.nnef.nnef1 import loads_nnef1
+    from uopviz.nnef.nnef1.loader import loads_nnef1
 
     text = ("version 1.0; # 4294967299 in a comment\n"
             "graph G( x ) -> ( y ) { x = external(shape = [2147483647]); y = mul(x, 4294967299.0); }")
@@ -249,7 +249,7 @@ def test_a_quantization_file_is_confined_checked_and_its_errors_located(tmp_path
 def test_the_child_expands_own_fragments_and_corrects_the_sample_shape():
     # the whole nnef package's work runs in the child: the answer holds only standard operations
     # (the graph's own fragment expanded) and sample's output takes argmax_pool's pooled shape
-    from uopviz.nnef import nnef1_process
+    from uopviz.nnef.nnef1 import process as nnef1_process
 
     text = (
         "version 1.0;\nextension KHR_enable_fragment_definitions;\n"
@@ -401,7 +401,7 @@ def test_python_errors_of_the_nnef_shape_inference_become_nnef_errors(monkeypatc
     # answers every exception as an error message, which the caller raises as an NNEFError
     import nnef as khronos
 
-    from uopviz.nnef import nnef1_process
+    from uopviz.nnef.nnef1 import process as nnef1_process
 
     def failing(graph):
         raise raised
@@ -416,7 +416,7 @@ def test_python_errors_of_the_nnef_shape_inference_become_nnef_errors(monkeypatc
 
 
 def test_a_hung_nnef_parser_is_an_nnef_error(monkeypatch):
-    from uopviz.nnef import nnef1_process
+    from uopviz.nnef.nnef1 import process as nnef1_process
 
     monkeypatch.setattr(nnef1_process._PARSER, "request", lambda payload, timeout_s: None)
     with pytest.raises(NNEFError, match="did not finish within 60 s"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.lexer import KEYWORDS, OPERATORS, Kind, Placeholder, tokenize
+from uopviz.nnef.syntax.lexer import KEYWORDS, OPERATORS, Kind, Placeholder, tokenize
 
 
 def texts(source: str) -> list[str]:

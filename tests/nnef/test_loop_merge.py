@@ -1,4 +1,4 @@
-"""Nested output loops that every address walks as one run are merged (uopviz.nnef.loop_merge):
+"""Nested output loops that every address walks as one run are merged (uopviz.nnef.kernel_passes.loop_merge):
 the same values as numpy, fewer and longer loops, and no merge where a position is used otherwise."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from conv_reference import conv_reference
 
 import uopviz as uv
 from uopviz.core.ops import AxisType, Ops
-from uopviz.nnef.composer import compose
-from uopviz.nnef.lowering import compile_graph
-from uopviz.nnef.runtime import program_inputs
+from uopviz.nnef.composition.composer import compose
+from uopviz.nnef.program.compile import compile_graph
+from uopviz.nnef.program.runtime import program_inputs
 
 RNG = np.random.default_rng(41)
 BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]

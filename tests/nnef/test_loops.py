@@ -12,7 +12,7 @@ import pytest
 
 import uopviz as uv
 from uopviz.nnef import NNEFError
-from uopviz.nnef.composer import compose
+from uopviz.nnef.composition.composer import compose
 from uopviz.nnef.graph import Graph, LoopOperation
 
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]

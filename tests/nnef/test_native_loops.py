@@ -11,8 +11,8 @@ import pytest
 
 import uopviz as uv
 import uopviz.backends.loop_driver as loop_driver
-import uopviz.nnef.runtime as runtime
-from uopviz.nnef.composer import compose
+import uopviz.nnef.program.runtime as runtime
+from uopviz.nnef.composition.composer import compose
 
 BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]
 pytestmark = pytest.mark.skipif(

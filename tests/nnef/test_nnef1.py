@@ -12,7 +12,7 @@ import pytest
 
 from uopviz.backends import available
 from uopviz.nnef import NNEFError, load, write_tensor
-from uopviz.nnef.nnef1 import SUPPORTED, loads_nnef1
+from uopviz.nnef.nnef1.loader import SUPPORTED, loads_nnef1
 
 RNG = np.random.default_rng(11)
 

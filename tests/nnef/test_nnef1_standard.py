@@ -3,7 +3,7 @@ multilinear_upsample method, graph files with fragments of their own and the qua
 (graph.quant), each run on every CPU backend against numpy references written here from the 1.0
 definitions (the stdlib text of the ``nnef`` package: ``nnef/cpp/include/nnef/comp/stdlib_source.h``).
 
-Conventions uopviz fixes where the 1.0 text is silent (uopviz/nnef/nnef1.py, nnef1.sknd say why):
+Conventions uopviz fixes where the 1.0 text is silent (uopviz/nnef/nnef1/loader.py, nnef1.sknd say why):
 argmax_pool's index is the flat (row-major) position inside the window; ROI rows are
 ``[start.., end..]`` along the spatial axes, as SkriptND's ROI pools read them.
 """
@@ -20,7 +20,7 @@ from test_image_intrinsics import roi_pool_reference
 
 import uopviz as uv
 from uopviz.nnef import NNEFError
-from uopviz.nnef.nnef1 import SUPPORTED, loads_nnef1
+from uopviz.nnef.nnef1.loader import SUPPORTED, loads_nnef1
 
 CPU_BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
 RNG = np.random.default_rng(1012)

@@ -1,5 +1,6 @@
-"""Convolutions reading a zero-padded copy of their input (uopviz.nnef.padding): the same results as
-numpy for paddings, strides, dilations and groups, and the conv kernel left without bounds tests."""
+"""Convolutions reading a zero-padded copy of their input (uopviz.nnef.kernel_passes.padding): the same
+results as numpy for paddings, strides, dilations and groups, and the conv kernel left without bounds
+tests."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from conv_reference import conv_reference as _reference
 
 import uopviz as uv
 from uopviz.core.ops import Ops
-from uopviz.nnef.composer import compose
-from uopviz.nnef.lowering import compile_graph
-from uopviz.nnef.runtime import program_inputs
+from uopviz.nnef.composition.composer import compose
+from uopviz.nnef.program.compile import compile_graph
+from uopviz.nnef.program.runtime import program_inputs
 
 RNG = np.random.default_rng(31)
 BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]

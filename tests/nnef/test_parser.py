@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from uopviz.nnef import ast, examples
 from uopviz.nnef.errors import NNEFError, NNEFWarning
-from uopviz.nnef.parser import (
+from uopviz.nnef.syntax.parser import (
     BINARY_PRECEDENCE,
     BUILTIN_FUNCTIONS,
     CUMULATIVE_FOLD_OPERATORS,
@@ -28,7 +28,7 @@ from uopviz.nnef.parser import (
     parse_expression,
     parse_module,
 )
-from uopviz.nnef.printer import print_expression, print_module
+from uopviz.nnef.syntax.printer import print_expression, print_module
 
 STDLIB = Path(__file__).resolve().parents[2] / "uopviz" / "nnef" / "stdlib"
 

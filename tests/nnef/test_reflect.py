@@ -20,7 +20,7 @@ import pytest
 from image_references import keys
 
 import uopviz as uv
-from uopviz.nnef.composer import compose
+from uopviz.nnef.composition.composer import compose
 
 BACKENDS = [name for name in ("python", "c") if name in uv.backends.available()]
 RNG = np.random.default_rng(5)

@@ -17,7 +17,7 @@ import pytest
 from cpu_targets import skip_when_emulated
 
 import uopviz as uv
-from uopviz.nnef.composer import compose
+from uopviz.nnef.composition.composer import compose
 
 RNG = np.random.default_rng(1234)
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from uopviz.nnef import ast
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.parser import parse_module
-from uopviz.nnef.printer import print_module
+from uopviz.nnef.syntax import ast
+from uopviz.nnef.syntax.parser import parse_module
+from uopviz.nnef.syntax.printer import print_module
 
 STDLIB = Path(__file__).resolve().parents[2] / "uopviz" / "nnef" / "stdlib"
 
@@ -286,7 +286,7 @@ def test_the_parse_cache_of_another_copy_of_the_library_is_not_reused(tmp_path, 
     # developer's) quoted and located errors in the first one's files, which may differ or be gone
     import shutil
 
-    from uopviz.nnef import stdlib_loader
+    from uopviz.nnef.composition import stdlib as stdlib_loader
 
     monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path / "cache"))
     seen = []

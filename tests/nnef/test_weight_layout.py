@@ -1,7 +1,7 @@
-"""Filters read from copies blocked by the vector lanes (uopviz.nnef.weight_layout): the copy's values,
-the kernels that read it, and convolutions that still compute what numpy does (strides, paddings,
-dilations, groups, depthwise; the AVX-512, AVX2 and SSE targets' lanes), with the weights given by name
-or held by the graph."""
+"""Filters read from copies blocked by the vector lanes (uopviz.nnef.kernel_passes.weight_layout): the
+copy's values, the kernels that read it, and convolutions that still compute what numpy does
+(strides, paddings, dilations, groups, depthwise; the AVX-512, AVX2 and SSE targets' lanes), with
+the weights given by name or held by the graph."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from cpu_targets import target_params
 
 import uopviz as uv
 from uopviz.backends.target import using_target
-from uopviz.nnef.lowering import compile_graph
-from uopviz.nnef.weight_layout import WeightLayout
+from uopviz.nnef.kernel_passes.weight_layout import WeightLayout
+from uopviz.nnef.program.compile import compile_graph
 
 RNG = np.random.default_rng(47)
 VECTOR_BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]

@@ -13,8 +13,9 @@ import pytest
 
 import uopviz as uv
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile
-from uopviz.nnef.lowering import compile_graph, kernel_count
-from uopviz.nnef.runtime import program_inputs
+from uopviz.nnef.lowering.operation_lowering import kernel_count
+from uopviz.nnef.program.compile import compile_graph
+from uopviz.nnef.program.runtime import program_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import zoo  # noqa: E402
@@ -101,7 +102,7 @@ def test_fusion_folds_batch_norm_chains_and_keeps_results(networks, tmp_path):
     unfused = compile_graph(graph, "c", fuse=False)
     assert len(unfused.kernels) == kernel_count(graph)
     # conv + 6 batch-norm ops + relu: one kernel (the padded buffers' border kernels aside: they
-    # replace copies, uopviz.nnef.padding)
+    # replace copies, uopviz.nnef.kernel_passes.padding)
     computing = [kernel for kernel in fused.nnef_kernels if not kernel.name.startswith("border_")]
     assert len(computing) * 3 < len(unfused.kernels)
     assert len(fused.kernels) == len(fused.nnef_kernels)

@@ -16,7 +16,7 @@ import pytest
 
 import uopviz as uv
 from uopviz.core import progress as progress_module
-from uopviz.nnef.nnef1 import loads_nnef1
+from uopviz.nnef.nnef1.loader import loads_nnef1
 from uopviz.widgets.explorer import EAGER_COMPILE_OPERATIONS, WholeGraphCompiler
 from uopviz.widgets.model_view import ModelExplorer
 from uopviz.widgets.nnef_graph import operator_graph, operator_graph_json

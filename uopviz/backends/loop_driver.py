@@ -1,7 +1,7 @@
 """A loop of compiled CPU kernels driven from native code: test a condition, run a body, copy the
 carried values back into the body's inputs, repeat — without returning to Python each iteration.
 
-NNEF's ``while`` and counted loops (``uopviz.nnef.runtime``) run their condition and body as
+NNEF's ``while`` and counted loops (``uopviz.nnef.program.runtime``) run their condition and body as
 bound programs of CPU kernels (C or LLVM: each kernel is a ``void f(void*, ...)`` in host memory).
 Driven from Python, an iteration costs the interpreter's work around two program launches (tens
 of microseconds); this driver calls the same kernel functions, through their addresses, from one

@@ -21,27 +21,34 @@ time from extents the data decides, passed where a tensor is expected, is a
 
 ``g.compile(backend=...)`` lowers every operation to UOp kernels (:mod:`uopviz.nnef.lowering`)
 and compiles them with the ordinary pipeline; ``g.run(inputs)`` executes them.
+
+What composition made (tensors, operations, packs) and the questions about it live in
+:class:`~uopviz.nnef.model.graph.ComposedGraph`, below the modules that lower, compile and run a
+graph; :class:`Graph` is the ``ComposedGraph`` whose methods call them, so those modules never
+import this one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from uopviz.nnef import ast
+from uopviz.core.progress import progress_reporter
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.graph_nodes import (
+from uopviz.nnef.lowering.operation_lowering import lower_operation, operation_kernels
+from uopviz.nnef.model.graph import ComposedGraph, LoopOperation
+from uopviz.nnef.model.nodes import (
     CATEGORIES,
     Composite,
-    LoopOperation,
     Operation,
     RuntimeScalarOperation,
     TensorInfo,
     numpy_dtype_of,
 )
+from uopviz.nnef.program.compile import compile_graph
+from uopviz.nnef.program.runtime import run_graph
 
 __all__ = [
     "CATEGORIES", "Composite", "Graph", "LoopOperation", "Operation", "RuntimeScalarOperation", "TensorInfo",
@@ -49,137 +56,15 @@ __all__ = [
 ]  # fmt: skip
 
 
-@dataclass(eq=False)
-class Graph:
-    """A composed graph: named tensors and leaf operations in execution order."""
+class Graph(ComposedGraph):
+    """A composed graph that lowers, compiles and runs: what :func:`uopviz.nnef.load` returns.
 
-    name: str
-    inputs: list[str]
-    outputs: list[str]
-    tensors: dict[str, TensorInfo]
-    operations: list[Operation]
-    attribs: dict[str, Any] = field(default_factory=dict)
-    composites: list[Composite] = field(default_factory=list)
-    updates: dict[str, str] = field(default_factory=dict)
-    definition: ast.Definition | None = field(default=None, repr=False)
-    modules: dict[str, ast.Module] = field(default_factory=dict, repr=False)
-    source: Any = field(default=None, repr=False)
-    recompose: Any = field(default=None, repr=False)  # input shapes -> Graph (for run-time extents)
-    counts: dict = field(default_factory=dict, repr=False)  # run-time extent key -> its counter buffer
-    captures: list[str] = field(
-        default_factory=list
-    )  # a loop's body / condition: tensors it reads from outside
-    # a loop's body / condition: counter buffer -> what the runner fills it with on each iteration (the
-    # enclosing graph's run-time extent, or ("carry", index, axis): a carried value's current extent)
-    extent_inputs: dict = field(default_factory=dict, repr=False)
-    # graph input and output packs: name -> the item tensors (``xs[0]``, ``xs[1]``, ..) that
-    # ``inputs`` / ``outputs`` list; ``run`` takes and gives such a pack as a list of arrays
-    packs: dict[str, list[str]] = field(default_factory=dict)
-    # run-time input extents that pack lengths follow, taken at their bounds in this composition
-    # (``run`` composes again for the shapes given; this graph itself does not compile)
-    pack_lengths_at_bounds: list[str] = field(default_factory=list)
-    # copies of variables and constants in the layouts kernels read them in (buffer name ->
-    # uopviz.nnef.weight_layout.WeightLayout), recorded when the kernels compile
-    layouts: dict = field(default_factory=dict, repr=False)
-    # the rewrites to the canonical form made after composition (uopviz.nnef.canonical.CanonicalStep)
-    canonical: list = field(default_factory=list, repr=False)
-    _programs: dict = field(default_factory=dict, repr=False)
-    _lowered: dict = field(default_factory=dict, repr=False)
-
-    # -- inspection --------------------------------------------------------------------------------
-
-    @property
-    def variables(self) -> list[str]:
-        """The names of the variable tensors (model weights)."""
-        return [name for name, info in self.tensors.items() if info.kind == "variable"]
-
-    @property
-    def constants(self) -> list[str]:
-        """The names of the constant tensors."""
-        return [name for name, info in self.tensors.items() if info.kind == "constant"]
-
-    def producer(self, tensor: str) -> Operation | None:
-        """The operation that writes ``tensor`` (None for inputs, variables and constants)."""
-        return self.tensors[tensor].producer
-
-    def consumers(self, tensor: str) -> list[Operation]:
-        """The operations that read ``tensor``."""
-        return [op for op in self.operations if tensor in op.input_names()]
-
-    def to_networkx(self):
-        """The operator graph as a ``networkx.MultiDiGraph``.
-
-        Nodes: one per operation (key ``op:<index>``, attributes ``kind='operation'``, ``type``,
-        ``label``, ``module``, ``category``, ``attribs``, ``scopes``; a loop node also has
-        ``subgraphs``, its body and condition graphs) and one per graph input, variable and
-        constant (``kind`` = the tensor kind). Edges go from a producer to each consumer with
-        ``tensor``, ``shape`` and ``dtype``; graph outputs get a node (``kind='output'``) too.
-        """
-        import networkx as nx
-
-        graph = nx.MultiDiGraph(name=self.name)
-        source_of: dict[str, str] = {}
-        for name, info in self.tensors.items():
-            if info.kind in ("input", "variable", "constant") and info.producer is None:
-                node = f"tensor:{name}"
-                graph.add_node(
-                    node, kind=info.kind, label=name, tensor=name, shape=info.shape, dtype=info.dtype
-                )
-                source_of[name] = node
-        for index, op in enumerate(self.operations):
-            node = f"op:{index}"
-            graph.add_node(
-                node,
-                kind="operation",
-                type=op.type,
-                label=op.label,
-                module=op.module,
-                category=op.category,
-                attribs=op.attribs,
-                scopes=op.scopes,
-                index=index,
-                **({"subgraphs": op.subgraphs} if isinstance(op, LoopOperation) else {}),
-            )
-            for name in op.output_names():
-                source_of[name] = node
-        for index, op in enumerate(self.operations):
-            for name in op.input_names():
-                if name in source_of:
-                    info = self.tensors[name]
-                    graph.add_edge(
-                        source_of[name], f"op:{index}", tensor=name, shape=info.shape, dtype=info.dtype
-                    )
-        for name in self.outputs:
-            node = f"output:{name}"
-            graph.add_node(node, kind="output", label=name, tensor=name)
-            if name in source_of:
-                info = self.tensors[name]
-                graph.add_edge(source_of[name], node, tensor=name, shape=info.shape, dtype=info.dtype)
-        return graph
-
-    def summary(self) -> str:
-        """A text table of the operations with their output shapes."""
-        lines = [f"graph {self.name}: {len(self.operations)} operations, {len(self.tensors)} tensors"]
-        for op in self.operations:
-            outs = ", ".join(
-                f"{name}: {self.tensors[name].dtype}{list(self.tensors[name].shape)}"
-                for name in op.output_names()
-            )
-            lines.append(f"  {op.label:<28} {op.type:<24} -> {outs}")
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return (
-            f"Graph({self.name!r}, inputs={self.inputs}, outputs={self.outputs}, "
-            f"{len(self.operations)} operations, {len(self.tensors)} tensors)"
-        )
-
-    # -- lowering, compiling, running ---------------------------------------------------------------
+    Its tensors, operations and packs are :class:`~uopviz.nnef.model.graph.ComposedGraph`'s; the
+    kernels of an operation are lowered once and a program compiled once per backend and opts.
+    """
 
     def lower(self, operation: Operation | int | None = None):
         """The kernels of one operation (or of the whole graph): :class:`LoweredKernel` objects."""
-        from uopviz.nnef.operation_lowering import lower_operation
-
         ops = self.operations if operation is None else [self._operation(operation)]
         kernels = []
         for op in ops:
@@ -191,21 +76,16 @@ class Graph:
 
     def kernels(self, operation: Operation | int, backend: str = "python"):
         """The compiled pipeline kernels (``uopviz.Kernel``) of one operation."""
-        from uopviz.nnef.operation_lowering import operation_kernels
-
         return operation_kernels(self, self._operation(operation), backend)
 
     def compile(self, backend: str = "python", opts: Any = None, progress: Any = None, build: bool = True):
         """Lower every operation and compile the kernels with the pipeline: a Program (a
-        :class:`~uopviz.nnef.compile.GraphProgram` of several when the graph has loop nodes).
+        :class:`~uopviz.nnef.program.compile.GraphProgram` of several when the graph has loop nodes).
         ``build=False`` renders the sources without compiling them (CUDA without a GPU).
 
         ``progress``: None for a bar over the operations lowered, then the kernels compiling, when
         that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
         ``progress(done, total, operation)`` (``operation`` None once all are lowered)."""
-        from uopviz.core.progress import progress_reporter
-        from uopviz.nnef.compile import compile_graph
-
         if self.pack_lengths_at_bounds:
             raise NNEFError(
                 f"graph {self.name}: pack lengths follow the run-time input extents "
@@ -243,8 +123,6 @@ class Graph:
         values (a training step of batch_norm layers). A pack input is given as a list of arrays
         (its length within the declared bound), and a pack output comes back as one.
         """
-        from uopviz.nnef.runtime import run_graph
-
         given = dict(inputs or {})
         if not self.packs:
             return run_graph(self, given, backend=backend, opts=opts, update=update)
@@ -257,48 +135,3 @@ class Graph:
             outputs[name] = [outputs.pop(item) for item in graph.packs[name]]
         return outputs
 
-    def input_packs(self) -> list[str]:
-        """The names of the graph inputs that are packs."""
-        inputs = set(self.inputs)
-        return [name for name, items in self.packs.items() if items and items[0] in inputs]
-
-    def output_packs(self) -> list[str]:
-        """The names of the graph outputs that are packs."""
-        outputs = set(self.outputs)
-        return [name for name, items in self.packs.items() if not items or items[0] in outputs]
-
-    def _for_packs(self, given: Mapping[str, Any]) -> Graph:
-        """This graph, or the one recomposed for the number of items (and their shapes) of the
-        packs in ``given`` and the shapes of its inputs with run-time extents: like an input
-        extent, a pack length is fixed before kernels run (the graph's packs are its, not this
-        one's, when they follow an input extent)."""
-        shapes: dict[str, Any] = {}
-        for name in self.input_packs():
-            if name not in given:
-                continue
-            items = self.packs[name]
-            arrays = list(given[name])
-            if len(arrays) != len(items) or not all(self.tensors[item].is_static for item in items):
-                shapes[name] = tuple(tuple(np.shape(array)) for array in arrays)
-        packed = {item for name in self.input_packs() for item in self.packs[name]}
-        for name in self.inputs:
-            if name in given and name not in packed and not self.tensors[name].is_static:
-                shapes[name] = tuple(np.shape(given[name]))
-        return self.recomposed(shapes) if shapes else self
-
-    def recomposed(self, shapes: Mapping[str, Any]) -> Graph:
-        """This graph composed again for the given input shapes (a pack input: one shape per item),
-        once per distinct set: run-time input extents and pack lengths become plain numbers."""
-        if self.recompose is None:
-            raise NNEFError(
-                "this graph has run-time input extents or pack lengths; it must come from "
-                "uopviz.nnef.load/loads to be recomposed for the given inputs"
-            )
-        key = repr(sorted(shapes.items()))
-        cache = self.__dict__.setdefault("_shaped", {})
-        if key not in cache:
-            cache[key] = self.recompose(shapes)
-        return cache[key]
-
-    def _operation(self, operation: Operation | int) -> Operation:
-        return self.operations[operation] if isinstance(operation, int) else operation

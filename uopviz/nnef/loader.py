@@ -9,7 +9,7 @@
   ``conv1.filter``) is read from ``name.dat`` next to ``main.sknd`` (``conv1/filter.dat`` is
   accepted too);
 - an NNEF 1.0 folder (``graph.nnef`` and ``.dat`` files named by the variables' labels), read by
-  the ``nnef`` package's parser and mapped onto the same graph model (:mod:`uopviz.nnef.nnef1`);
+  the ``nnef`` package's parser and mapped onto the same graph model (:mod:`uopviz.nnef.nnef1.loader`);
 - a ``.tgz`` / ``.tar.gz`` of either (unpacked to a temporary folder; members that would land
   outside it, links and devices are refused; source members are capped in size and data members
   are unpacked only when a variable reads them, within the memory limit).
@@ -34,12 +34,12 @@ import numpy as np
 
 from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.core.progress import progress_reporter
-from uopviz.nnef.composer import Composer
+from uopviz.nnef.composition.composer import Composer
+from uopviz.nnef.composition.stdlib import ModuleSet, read_source_text
 from uopviz.nnef.data import inside_folder, read_tensor, read_variable
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.graph import Graph, TensorInfo
-from uopviz.nnef.parser import parse_module
-from uopviz.nnef.stdlib_loader import ModuleSet, read_source_text
+from uopviz.nnef.syntax.parser import parse_module
 
 __all__ = ["load", "loads"]
 
@@ -104,14 +104,14 @@ def _load_path(
         if (path / "main.sknd").is_file():
             return _load_folder(path, path / "main.sknd", graph, attribs, lenient, fetch, progress)
         if (path / "graph.nnef").is_file():
-            from uopviz.nnef.nnef1 import load_nnef1
+            from uopviz.nnef.nnef1.loader import load_nnef1
 
             return load_nnef1(path, attribs=attribs, fetch=fetch, progress=progress)
         raise NNEFError(
             f"{path} is neither a SkriptND model folder (no main.sknd) nor an NNEF 1.0 folder (no graph.nnef)"
         )
     if path.suffix == ".nnef":
-        from uopviz.nnef.nnef1 import load_nnef1
+        from uopviz.nnef.nnef1.loader import load_nnef1
 
         return load_nnef1(path, attribs=attribs, fetch=fetch, progress=progress)
     return _load_folder(path.parent, path, graph, attribs, lenient, fetch, progress)

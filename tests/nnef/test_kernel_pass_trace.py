@@ -1,0 +1,74 @@
+"""The kernel passes of an NNEF graph (uopviz.nnef.kernel_passes.pipeline) run as traced passes: the
+trace of ``g.compile()`` names them in the table's order between Rangeify and Optimize, each with a
+step per kernel it made or changed, and the last one's output is the kernels the pipeline compiles."""
+
+from __future__ import annotations
+
+import uopviz.nnef as nnef
+from uopviz.core.ops import Ops
+from uopviz.nnef.kernel_passes.pipeline import KERNEL_PASSES
+from uopviz.passes.pipeline import STAGES
+
+
+def _alexnet_program(backend: str):
+    graph = nnef.loads(nnef.examples.text("alexnet", fixed=True))
+    return graph.compile(backend=backend, build=False, progress=False)
+
+
+def test_the_trace_names_the_kernel_passes_in_order():
+    program = _alexnet_program("c")
+    names = [record.name for record in program.trace.passes]
+    assert list(KERNEL_PASSES) == ["Fusion", "Padding", "Weight Layout", "Loop Merge"]
+    assert names == ["Callify", "Rangeify", *KERNEL_PASSES, *STAGES[STAGES.index("Optimize"):]]
+
+
+def test_each_kernel_pass_records_what_it_did_to_each_kernel():
+    trace = _alexnet_program("c").trace
+    rangeify = trace.find("Rangeify")
+    assert len(rangeify.steps) == 24  # one kernel per operation, as the operations lowered
+    assert rangeify.steps[0].rule == "@lower nn.conv 'conv1' -> kernel conv1"
+    fusion = [step.rule for step in trace.find("Fusion").steps]
+    assert "Fusion: kernel relu1 (folds nn.conv 'conv1' in)" in fusion
+    layout = [step.rule for step in trace.find("Weight Layout").steps]
+    # the lanes are the C target's (16 on AVX-512, 8 on AVX2, 4 on SSE)
+    assert any(rule.startswith("Weight Layout: kernel relu1 (kernel1 read blocked by ") for rule in layout)
+    padding = [step.rule for step in trace.find("Padding").steps]
+    border = "Padding: kernel border_pool1_2low (the low border of axis 2 of pool1's padded buffer"
+    assert any(rule.startswith(border) for rule in padding)
+
+
+def test_the_last_kernel_pass_gives_the_kernels_that_compile():
+    program = _alexnet_program("c")
+    merged = program.trace.find("Loop Merge")
+    assert merged.output.op is Ops.SINK
+    assert list(merged.output.src) == [kernel.ast for kernel in program.nnef_kernels]
+    fused = program.trace.find("Fusion")
+    assert len(fused.input.src) == 24 and len(fused.output.src) < 24  # ReLUs took their convs in
+
+
+def test_a_backend_without_vector_lanes_keeps_its_filters():
+    # the Python interpreter has no vector registers: Weight Layout runs, and changes no kernel
+    trace = _alexnet_program("python").trace
+    layout = trace.find("Weight Layout")
+    assert [record.name for record in trace.passes][2:6] == list(KERNEL_PASSES)
+    assert not [step for step in layout.steps if step.rule.startswith("Weight Layout:")]
+    assert layout.output is layout.input
+
+
+def test_the_player_shows_each_kernel_pass_step_by_step():
+    from uopviz.widgets.player import PlayerState
+
+    state = PlayerState(_alexnet_program("c").trace)
+    state.select("Fusion")
+    kernels_shown = []
+    for step in range(1, state.current.step_count + 1):
+        state.move_to(step)
+        assert state.step == step  # no step of a kernel pass is an empty one the player skips
+        frame = state.frame()
+        assert frame.note == "" and not frame.empty
+        kernels_shown.append(len(frame.uop.src))
+    # 24 kernels as lowered; each of the 7 fusions folds one producer into its reader
+    assert kernels_shown == list(range(23, 16, -1))
+    state.select("Padding")
+    state.move_to(state.current.step_count)
+    assert state.frame().rule.startswith("Padding: kernel ")
