@@ -10,7 +10,7 @@ import pytest
 from elementwise_chains import chain_nnef1, chain_reference, chain_skriptnd, random_chain
 
 import uopviz as uv
-import uopviz.core.rewrite as rewrite
+import uopviz.core.substitution as substitution
 import uopviz.core.uop as uop
 import uopviz.nnef.kernel_passes.fusion as fusion
 from uopviz.nnef import loads
@@ -34,7 +34,7 @@ def _nodes_walked_fusing(length: int, monkeypatch) -> int:
         return order
 
     with monkeypatch.context() as patch:
-        for module in (uop, rewrite, fusion):
+        for module in (uop, substitution, fusion):
             patch.setattr(module, "toposort", counted, raising=False)
         fused = fusion.fuse_kernels(kernels, {"y"})
     assert len(fused) == 1 and len(fused[0].fused) == length - 1  # one kernel: the whole chain

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import PatternMatcher, Rule, UPat, _arg_equal, location_of, untraced
+from uopviz.core.rewrite import PatternMatcher, Rule, UPat, arg_matches, location_of, untraced
 from uopviz.core.uop import UOp
 
 #: What trying a rule on a UOp came to (see the module's docstring).
@@ -376,7 +376,7 @@ def _own_stop(pattern: UPat, uop: UOp, bindings: dict[str, UOp], path: str) -> S
     ):
         wanted = " or ".join(sorted(str(dtype) for dtype in pattern.dtypes))
         return Stop(_join(path, "dtype"), wanted, str(uop.dtype))
-    if pattern.arg is not None and not _arg_equal(uop.arg, pattern.arg):
+    if pattern.arg is not None and not arg_matches(uop.arg, pattern.arg):
         return Stop(_join(path, "arg"), _short(repr(pattern.arg)), _short(repr(uop.arg)))
     bound = bindings.get(pattern.name) if pattern.name is not None else None
     if bound is not None and bound is not uop:

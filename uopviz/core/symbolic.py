@@ -48,10 +48,17 @@ from uopviz.core.dtype import DType, DTypeKind, dtypes
 from uopviz.core.exp_log import DECOMPOSE_NATURAL
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
-from uopviz.core.symbolic_bounds import _ALU, _const, _is_bool, _is_int, _value, bounds
+from uopviz.core.symbolic_bounds import bounds, constant_value, is_scalar_bool, is_scalar_int, wrapped_const
 from uopviz.core.symbolic_index import comparison_folding, index_arithmetic
 from uopviz.core.symbolic_reduce import reduce_collapse
-from uopviz.core.symbolic_terms import _fits, _is_single_term, _recombine_divmod, _terms, build_sum, order_key
+from uopviz.core.symbolic_terms import (
+    build_sum,
+    fits_in,
+    is_single_term,
+    linear_terms,
+    order_key,
+    recombine_divmod,
+)
 from uopviz.core.uop import UOp
 
 __all__ = [
@@ -114,9 +121,10 @@ constant_folding = PatternMatcher(
     [
         (UPat((Ops.EXP, Ops.LOG), src=(UPat(Ops.CONST),), name="x"),
          _fold_natural, "fold EXP/LOG of a constant through its decomposition"),
-        (UPat(_ALU, src=UPat(Ops.CONST), name="x"), _fold_constants, "fold constant operands (exec_alu)"),
+        (UPat(GroupOp.ELEMENTWISE, src=UPat(Ops.CONST), name="x"),
+         _fold_constants, "fold constant operands (exec_alu)"),
         (UPat(Ops.BITCAST, src=(UPat.cvar("c"),), name="x"), _fold_bitcast, "fold BITCAST of a constant"),
-        (UPat(_ALU, name="x"), _fold_by_range, "fold an op whose range is one value"),
+        (UPat(GroupOp.ELEMENTWISE, name="x"), _fold_by_range, "fold an op whose range is one value"),
     ],
     name="constant folding",
 )
@@ -135,7 +143,7 @@ def _zero_like(x: UOp) -> UOp | None:
 
 
 def _add_zero(x: UOp, c: UOp) -> UOp | None:
-    value = _value(c)
+    value = constant_value(c)
     if value != 0:
         return None
     # for floats only -0.0 is an identity of addition: (-0.0) + (+0.0) is +0.0
@@ -143,7 +151,7 @@ def _add_zero(x: UOp, c: UOp) -> UOp | None:
 
 
 def _sub_zero(x: UOp, c: UOp) -> UOp | None:
-    value = _value(c)
+    value = constant_value(c)
     if value != 0:
         return None
     return x if not x.dtype.is_float or not _is_negative_zero(value) else None
@@ -159,8 +167,8 @@ def _all_ones(dtype: DType) -> int:
 
 def _and_mask(x: UOp, c: UOp) -> UOp | None:
     """``x & (2**k - 1)`` is ``x`` when ``0 <= x < 2**k``; ``x & all-ones`` is ``x``."""
-    mask = _value(c)
-    if not _is_int(x):
+    mask = constant_value(c)
+    if not is_scalar_int(x):
         return None
     if mask == _all_ones(x.dtype):
         return x
@@ -171,7 +179,7 @@ def _and_mask(x: UOp, c: UOp) -> UOp | None:
 
 
 def _max_by_range(x: UOp, y: UOp) -> UOp | None:
-    if not _is_int(x):
+    if not is_scalar_int(x):
         return None
     (a, big_a), (b, big_b) = bounds(x), bounds(y)
     if a >= big_b:
@@ -183,7 +191,7 @@ def _max_by_range(x: UOp, y: UOp) -> UOp | None:
 
 def _idiv_self(x: UOp) -> UOp | None:
     low, high = bounds(x)
-    return UOp.const(x.dtype, 1) if _is_int(x) and (low > 0 or high < 0) else None
+    return UOp.const(x.dtype, 1) if is_scalar_int(x) and (low > 0 or high < 0) else None
 
 
 def _cast_of_cast(x: UOp, inner: UOp, outer: UOp) -> UOp | None:
@@ -195,7 +203,7 @@ def _cast_of_cast(x: UOp, inner: UOp, outer: UOp) -> UOp | None:
     if middle.is_bool:
         if not x.dtype.is_bool:
             return None
-    elif not _fits(middle, int(low), int(high)):
+    elif not fits_in(middle, int(low), int(high)):
         return None
     return x if outer.dtype == x.dtype else UOp(Ops.CAST, (x,), outer.dtype)
 
@@ -236,7 +244,7 @@ algebraic_identities = PatternMatcher(
         (UPat(Ops.DIV, src=(_X, UPat.const(None, 1.0))), lambda x: x, "x / 1 → x"),
         (
             UPat(Ops.SUB, src=(_X, _X), name="s"),
-            lambda x, s: _zero_like(s) if _is_int(x) else None,
+            lambda x, s: _zero_like(s) if is_scalar_int(x) else None,
             "x - x → 0 (integers)",
         ),
         (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(_X,)),)), lambda x: x, "-(-x) → x"),
@@ -246,7 +254,7 @@ algebraic_identities = PatternMatcher(
         (UPat(Ops.IDIV, src=(_X, UPat.const(None, -1))), lambda x: UOp(Ops.NEG, (x,)), "x // -1 → -x"),
         (
             UPat(Ops.MOD, src=(_X, UPat.cvar("c")), name="m"),
-            lambda x, c, m: _zero_like(m) if _value(c) in (1, -1) else None,
+            lambda x, c, m: _zero_like(m) if constant_value(c) in (1, -1) else None,
             "x % ±1 → 0",
         ),
         (UPat(Ops.IDIV, src=(_X, _X)), _idiv_self, "x // x → 1 (x never 0)"),
@@ -274,7 +282,9 @@ algebraic_identities = PatternMatcher(
         # -- where ---------------------------------------------------------------------------------------
         (
             UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b")), name="w"),
-            lambda c, a, b, w: (a if _value(c) else b) if _same_shape(w, a if _value(c) else b) else None,
+            lambda c, a, b, w: (
+                (a if constant_value(c) else b) if _same_shape(w, a if constant_value(c) else b) else None
+            ),
             "where(constant, a, b) → a or b",
         ),
         (
@@ -286,7 +296,7 @@ algebraic_identities = PatternMatcher(
         (UPat(Ops.WHERE, src=(UPat.var("c"), _FALSE, _TRUE)), _bool_not, "where(c, False, True) → c != True"),
         (
             UPat(Ops.WHERE, src=(UPat(Ops.CMP_NE, src=(UPat.var("c"), _TRUE)), UPat.var("a"), UPat.var("b"))),
-            lambda c, a, b: UOp(Ops.WHERE, (c, b, a)) if _is_bool(c) else None,
+            lambda c, a, b: UOp(Ops.WHERE, (c, b, a)) if is_scalar_bool(c) else None,
             "where(c != True, a, b) → where(c, b, a)",
         ),
         (
@@ -372,24 +382,28 @@ algebraic_identities = PatternMatcher(
         # -- integer bits ------------------------------------------------------------------------------
         (
             UPat(Ops.AND, src=(_X, UPat.const(None, 0)), name="c"),
-            lambda x, c: _zero_like(c) if _is_int(x) else None,
+            lambda x, c: _zero_like(c) if is_scalar_int(x) else None,
             "x & 0 → 0",
         ),
         (
             UPat((Ops.OR, Ops.XOR), src=(_X, UPat.const(None, 0))),
-            lambda x: x if _is_int(x) else None,
+            lambda x: x if is_scalar_int(x) else None,
             "x | 0 → x, x ^ 0 → x",
         ),
         (UPat(Ops.AND, src=(_X, _C)), _and_mask, "x & mask → x (x within the mask)"),
         (
             UPat(Ops.OR, src=(_X, _C)),
-            lambda x, c: c if _is_int(x) and _value(c) == _all_ones(x.dtype) and x.shape == () else None,
+            lambda x, c: (
+                c if is_scalar_int(x) and constant_value(c) == _all_ones(x.dtype) and x.shape == () else None
+            ),
             "x | all-ones → all-ones",
         ),
         (UPat((Ops.SHL, Ops.SHR), src=(_X, UPat.const(None, 0))), lambda x: x, "x << 0 → x, x >> 0 → x"),
         (
             UPat(Ops.NOT, src=(UPat(Ops.XOR, src=(_X, UPat.cvar("c"))),)),
-            lambda x, c: UOp(Ops.XOR, (x, _const(x.dtype, ~_value(c)))) if _is_int(x) else None,
+            lambda x, c: (
+                UOp(Ops.XOR, (x, wrapped_const(x.dtype, ~constant_value(c)))) if is_scalar_int(x) else None
+            ),
             "~(x ^ c) → x ^ ~c",
         ),
         # -- casts ---------------------------------------------------------------------------------------
@@ -426,7 +440,7 @@ def _constant_to_the_right(x: UOp) -> UOp | None:
 
 def _order_operands(x: UOp) -> UOp | None:
     a, b = x.src
-    if a.op is Ops.CONST or b.op is Ops.CONST or a is b or (x.op is Ops.ADD and _is_int(x)):
+    if a.op is Ops.CONST or b.op is Ops.CONST or a is b or (x.op is Ops.ADD and is_scalar_int(x)):
         return None  # integer sums have their own order (the canonical sum)
     return UOp(x.op, (b, a), x.arg) if order_key(b) < order_key(a) else None
 
@@ -435,10 +449,10 @@ def _canonical_sum(x: UOp) -> UOp | None:
     """Flatten an integer ADD/SUB/NEG chain into terms, combine like terms (``x*c1 + x*c2``,
     ``x + x``, ``x - x``), recombine ``(y%d)*m + (y//d)*d*m → y*m`` and rebuild it sorted with the
     constant last."""
-    if not _is_int(x):
+    if not is_scalar_int(x):
         return None
-    coefficients, constant = _terms(x)
-    constant += _recombine_divmod(coefficients) or 0
+    coefficients, constant = linear_terms(x)
+    constant += recombine_divmod(coefficients) or 0
     result = build_sum(x.dtype, coefficients, constant)
     return None if result is x else result
 
@@ -446,16 +460,16 @@ def _canonical_sum(x: UOp) -> UOp | None:
 def _scale_single_term(x: UOp, s: UOp, c: UOp) -> UOp | None:
     """``(y*c1 + k) * c2 → y*(c1*c2) + k*c2`` and ``(-y) * c → y * -c``: a constant multiple of one
     term folds into its coefficient."""
-    if not _is_int(x) or s.op not in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) or not _is_single_term(s):
+    if not is_scalar_int(x) or s.op not in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) or not is_single_term(s):
         return None
-    coefficients, constant = _terms(s)
-    factor = _value(c)
+    coefficients, constant = linear_terms(s)
+    factor = constant_value(c)
     return build_sum(x.dtype, {b: v * factor for b, v in coefficients.items()}, constant * factor)
 
 
 def _constant_out_of_product(x: UOp, c: UOp, y: UOp) -> UOp | None:
     """``(x*c)*y → (x*y)*c`` (integers): constants gather at the top of a product."""
-    if not _is_int(x) or y.op is Ops.CONST:
+    if not is_scalar_int(x) or y.op is Ops.CONST:
         return None
     return UOp(Ops.MUL, (UOp(Ops.MUL, (x, y)), c))
 
@@ -465,7 +479,7 @@ def _reassociate(x: UOp, c1: UOp, c2: UOp, outer: UOp) -> UOp | None:
     if x.dtype.count != 1 or x.dtype.is_float:
         return None
     try:
-        value = exec_alu(outer.op, outer.dtype, (_value(c1), _value(c2)))
+        value = exec_alu(outer.op, outer.dtype, (constant_value(c1), constant_value(c2)))
     except ALUError:
         return None
     return UOp(outer.op, (x, UOp.const(outer.dtype, value)))

@@ -18,28 +18,32 @@ _INTEGER_KINDS = (DTypeKind.SIGNED, DTypeKind.UNSIGNED, DTypeKind.INDEX)
 _ALU = GroupOp.ELEMENTWISE
 
 
-def _is_int(u: UOp) -> bool:
+def is_scalar_int(u: UOp) -> bool:
+    """True when ``u`` is one integer or index (not a vector, not a bool)."""
     dtype = u.dtype
     return dtype.count == 1 and dtype.kind in _INTEGER_KINDS
 
 
-def _is_bool(u: UOp) -> bool:
+def is_scalar_bool(u: UOp) -> bool:
+    """True when ``u`` is one bool (not a vector)."""
     return u.dtype.count == 1 and u.dtype.kind is DTypeKind.BOOL
 
 
-def _const(dtype: DType, value: Any) -> UOp:
+def wrapped_const(dtype: DType, value: Any) -> UOp:
     """A scalar CONST of ``dtype`` holding ``value`` wrapped into the dtype's range."""
     if dtype.kind in _INTEGER_KINDS:
         value = wrap_integer(int(value), dtype)
     return UOp.const(dtype, value)
 
 
-def _dtype_limits(dtype: DType) -> tuple[int, int]:
+def dtype_limits(dtype: DType) -> tuple[int, int]:
+    """The least and greatest value of ``dtype``'s scalar type."""
     scalar = dtype.scalar
     return scalar.min, scalar.max
 
 
-def _value(c: UOp) -> Any:
+def constant_value(c: UOp) -> Any:
+    """The value a CONST holds (the first field of its arg), read without checking its op."""
     return c.arg[0]
 
 
@@ -63,7 +67,7 @@ def bounds(u: UOp) -> tuple[Any, Any]:
 
 def _fit(dtype: DType, low: int, high: int) -> tuple[int, int]:
     """Bounds of a wrapped integer result: the whole dtype range when the math interval overflows."""
-    dmin, dmax = _dtype_limits(dtype)
+    dmin, dmax = dtype_limits(dtype)
     if low < dmin or high > dmax:
         return dmin, dmax
     return low, high
@@ -170,7 +174,7 @@ def _bounds_and(u: UOp, b: list) -> tuple[int, int]:
         return 0, big_a
     if c >= 0:
         return 0, big_c
-    return _dtype_limits(u.dtype)
+    return dtype_limits(u.dtype)
 
 
 def _bounds_or_xor(u: UOp, b: list) -> tuple[int, int]:
@@ -178,7 +182,7 @@ def _bounds_or_xor(u: UOp, b: list) -> tuple[int, int]:
     if a >= 0 and c >= 0:
         top = (1 << max(big_a, big_c).bit_length()) - 1
         return (max(a, c) if u.op is Ops.OR else 0), top
-    return _dtype_limits(u.dtype)
+    return dtype_limits(u.dtype)
 
 
 def _bounds_shr(u: UOp, b: list) -> tuple[int, int]:
@@ -186,7 +190,7 @@ def _bounds_shr(u: UOp, b: list) -> tuple[int, int]:
     bits = u.dtype.itemsize * 8
     if 0 <= c and big_c < bits:
         return min(a >> c, a >> big_c), max(big_a >> c, big_a >> big_c)
-    return _dtype_limits(u.dtype)
+    return dtype_limits(u.dtype)
 
 
 def _bounds_shl(u: UOp, b: list) -> tuple[int, int]:
@@ -195,7 +199,7 @@ def _bounds_shl(u: UOp, b: list) -> tuple[int, int]:
     if 0 <= c and big_c < bits:
         values = [x << y for x in (a, big_a) for y in (c, big_c)]
         return _fit(u.dtype, min(values), max(values))
-    return _dtype_limits(u.dtype)
+    return dtype_limits(u.dtype)
 
 
 def _bounds_not_int(u: UOp, b: list) -> tuple[int, int]:
@@ -221,7 +225,7 @@ def _bounds_cast(u: UOp, b: list) -> tuple[Any, Any]:
         return (not (low <= 0 <= high)), (not (low == high == 0))
     if source.is_float:
         if not (math.isfinite(low) and math.isfinite(high)):
-            return _dtype_limits(target)
+            return dtype_limits(target)
         low, high = math.trunc(low), math.trunc(high)
     return _fit(target, int(low), int(high))
 

@@ -13,8 +13,8 @@ from typing import NamedTuple
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat
-from uopviz.core.symbolic_bounds import _const, _is_int, _value, bounds
-from uopviz.core.symbolic_terms import _exact_terms, _fits, _sum_interval, _terms, build_sum
+from uopviz.core.symbolic_bounds import bounds, constant_value, is_scalar_int, wrapped_const
+from uopviz.core.symbolic_terms import build_sum, exact_terms, fits_in, linear_terms, sum_interval
 from uopviz.core.uop import UOp
 
 __all__ = ["comparison_folding", "index_arithmetic"]
@@ -49,7 +49,7 @@ def _split_by_divisor(coefficients: dict[UOp, int], constant: int, divisor: int)
     constant_remainder = constant % divisor
     for remainders in itertools.product(*choices):
         remainder_terms = {b: r for b, r in zip(bases, remainders) if r}
-        interval = _sum_interval(remainder_terms, constant_remainder)
+        interval = sum_interval(remainder_terms, constant_remainder)
         if interval is None:
             return None
         block = _block_of(interval, divisor)
@@ -75,8 +75,8 @@ class _Split(NamedTuple):
 
 def _sum_fits(dtype: DType, coefficients: dict[UOp, int], constant: int) -> bool:
     """True when the sum provably stays inside the dtype's range (so building it does not wrap)."""
-    interval = _sum_interval(coefficients, constant)
-    return interval is not None and _fits(dtype, *interval)
+    interval = sum_interval(coefficients, constant)
+    return interval is not None and fits_in(dtype, *interval)
 
 
 def _positive_divisor(d: UOp) -> int | None:
@@ -87,7 +87,7 @@ def _positive_divisor(d: UOp) -> int | None:
 def _fold_idiv(x: UOp, n: UOp, d: UOp) -> UOp | None:
     """Floor division of an integer sum by a constant ``d > 1``."""
     divisor = _positive_divisor(d)
-    if divisor is None or not _is_int(x):
+    if divisor is None or not is_scalar_int(x):
         return None
     dtype = x.dtype
     if (
@@ -98,8 +98,8 @@ def _fold_idiv(x: UOp, n: UOp, d: UOp) -> UOp | None:
     ):
         # (y // a) // b → y // (a*b): floor(floor(y/a)/b) == floor(y/(a*b)) for a, b > 0
         product = n.src[1].arg[0] * divisor
-        if _fits(dtype, product, product):
-            return UOp(Ops.IDIV, (n.src[0], _const(dtype, product)))
+        if fits_in(dtype, product, product):
+            return UOp(Ops.IDIV, (n.src[0], wrapped_const(dtype, product)))
     if (
         n.op is Ops.MOD
         and n.src[1].op is Ops.CONST
@@ -108,8 +108,8 @@ def _fold_idiv(x: UOp, n: UOp, d: UOp) -> UOp | None:
         and n.src[1].arg[0] % divisor == 0
     ):
         # (y % (a*b)) // a → (y // a) % b
-        return UOp(Ops.MOD, (UOp(Ops.IDIV, (n.src[0], d)), _const(dtype, n.src[1].arg[0] // divisor)))
-    exact = _exact_terms(n)
+        return UOp(Ops.MOD, (UOp(Ops.IDIV, (n.src[0], d)), wrapped_const(dtype, n.src[1].arg[0] // divisor)))
+    exact = exact_terms(n)
     if exact is None:
         return None
     coefficients, constant = exact
@@ -124,13 +124,13 @@ def _fold_idiv(x: UOp, n: UOp, d: UOp) -> UOp | None:
         ):
             # (y // a + k) // b → (y + k*a) // (a*b)
             a = base.src[1].arg[0]
-            inner = _exact_terms(base.src[0])
-            if inner is not None and _fits(dtype, a * divisor, a * divisor):
+            inner = exact_terms(base.src[0])
+            if inner is not None and fits_in(dtype, a * divisor, a * divisor):
                 inner_coefficients, inner_constant = inner
-                interval = _sum_interval(inner_coefficients, inner_constant + constant * a)
-                if interval is not None and _fits(dtype, *interval):
+                interval = sum_interval(inner_coefficients, inner_constant + constant * a)
+                if interval is not None and fits_in(dtype, *interval):
                     numerator = build_sum(dtype, inner_coefficients, inner_constant + constant * a)
-                    return UOp(Ops.IDIV, (numerator, _const(dtype, a * divisor)))
+                    return UOp(Ops.IDIV, (numerator, wrapped_const(dtype, a * divisor)))
     split = _split_by_divisor(coefficients, constant, divisor)
     if split is not None:
         # the remainder part lies in one block m: n // d == quotient + m
@@ -149,14 +149,14 @@ def _fold_idiv(x: UOp, n: UOp, d: UOp) -> UOp | None:
         if not _sum_fits(dtype, {b: c // common for b, c in coefficients.items()}, constant // common):
             return None
         reduced = build_sum(dtype, {b: c // common for b, c in coefficients.items()}, constant // common)
-        return UOp(Ops.IDIV, (reduced, _const(dtype, divisor // common)))
+        return UOp(Ops.IDIV, (reduced, wrapped_const(dtype, divisor // common)))
     return None
 
 
 def _fold_mod(x: UOp, n: UOp, d: UOp) -> UOp | None:
     """Modulo of an integer sum by a constant ``d > 1``."""
     divisor = _positive_divisor(d)
-    if divisor is None or not _is_int(x):
+    if divisor is None or not is_scalar_int(x):
         return None
     dtype = x.dtype
     block = _block_of(bounds(n), divisor)
@@ -164,7 +164,7 @@ def _fold_mod(x: UOp, n: UOp, d: UOp) -> UOp | None:
         # every value of n lies in [m*d, m*d + d - 1]: n % d == n - m*d (in [0, d), so no wrap)
         if block == 0:
             return n
-        coefficients, constant = _terms(n)
+        coefficients, constant = linear_terms(n)
         return build_sum(dtype, coefficients, constant - block * divisor)
     if (
         n.op is Ops.MOD
@@ -174,7 +174,7 @@ def _fold_mod(x: UOp, n: UOp, d: UOp) -> UOp | None:
         and n.src[1].arg[0] % divisor == 0
     ):
         return UOp(Ops.MOD, (n.src[0], d))  # (y % (k*d)) % d → y % d
-    exact = _exact_terms(n)
+    exact = exact_terms(n)
     if exact is None:
         return None
     coefficients, constant = exact
@@ -192,14 +192,14 @@ def _fold_mod(x: UOp, n: UOp, d: UOp) -> UOp | None:
     # coefficients only matter modulo d: keep one already in (-d, d), else the one nearest zero
     reduced = {b: _reduce_coefficient(c, divisor) for b, c in reduced.items() if c % divisor}
     constant %= divisor
-    if _sum_interval(reduced, constant) is None:
+    if sum_interval(reduced, constant) is None:
         return None
     split = _split_by_divisor(reduced, constant, divisor)
     if split is not None:
         # n ≡ R (mod d) and R lies in one block m: n % d == R - m*d
         return build_sum(dtype, split.remainder, split.remainder_constant - split.block * divisor)
-    interval = _sum_interval(reduced, constant)
-    if not _fits(dtype, *interval):
+    interval = sum_interval(reduced, constant)
+    if not fits_in(dtype, *interval):
         return None
     new_numerator = build_sum(dtype, reduced, constant)
     if new_numerator is not n:
@@ -221,7 +221,8 @@ def _fold_mod(x: UOp, n: UOp, d: UOp) -> UOp | None:
         # ``(8*c + lane) % 16`` for lanes 0..7, become one base ``8*(c % 2)`` plus the lane, a
         # contiguous load instead of a gather (a conv's weights blocked by 16 read 8 channels at a
         # time: AlexNet's 13-wide convs on C, 2x LLVM's time with the gather)
-        rest = UOp(Ops.MOD, (build_sum(dtype, inner, constant // common), _const(dtype, divisor // common)))
+        quotient_terms = build_sum(dtype, inner, constant // common)
+        rest = UOp(Ops.MOD, (quotient_terms, wrapped_const(dtype, divisor // common)))
         return build_sum(dtype, {rest: common}, constant % common)
     return None
 
@@ -235,7 +236,7 @@ def _reduce_coefficient(c: int, divisor: int) -> int:
 
 def _mod_below_divisor(x: UOp, y: UOp) -> UOp | None:
     """``x % y → x`` when ``0 <= x < y`` for every value (a non-constant divisor)."""
-    if not _is_int(x):
+    if not is_scalar_int(x):
         return None
     (a, big_a), (b, _) = bounds(x), bounds(y)
     return x if 0 <= a and big_a < b else None
@@ -270,7 +271,7 @@ def _ceil_div(a: int, b: int) -> int:
 def _fold_less_than_constant(x: UOp, n: UOp, c: UOp) -> UOp | None:
     """``sum < c`` with the sum's constant moved over, a common factor divided out, and
     ``y*g + u < g*m → y < m`` when ``0 <= u < g``."""
-    if not _is_int(n) or x.shape != ():
+    if not is_scalar_int(n) or x.shape != ():
         return None
     dtype = n.dtype
     if (
@@ -280,46 +281,46 @@ def _fold_less_than_constant(x: UOp, n: UOp, c: UOp) -> UOp | None:
         and n.src[1].arg[0] > 0
     ):
         # y // d < c ⟺ y < c*d (floor division, d > 0)
-        limit = _value(c) * n.src[1].arg[0]
-        if _fits(dtype, limit, limit):
-            return UOp(Ops.CMP_LT, (n.src[0], _const(dtype, limit)))
-    exact = _exact_terms(n)
+        limit = constant_value(c) * n.src[1].arg[0]
+        if fits_in(dtype, limit, limit):
+            return UOp(Ops.CMP_LT, (n.src[0], wrapped_const(dtype, limit)))
+    exact = exact_terms(n)
     if exact is None or not exact[0]:
         return None
     coefficients, constant = exact
-    limit = _value(c) - constant  # sum(terms) < limit
+    limit = constant_value(c) - constant  # sum(terms) < limit
     if len(coefficients) == 1:
         ((base, coefficient),) = coefficients.items()
         if coefficient > 0:
             bound = _ceil_div(limit, coefficient)
-            if (coefficient != 1 or constant != 0) and _fits(dtype, bound, bound):
-                return UOp(Ops.CMP_LT, (base, _const(dtype, bound)))
+            if (coefficient != 1 or constant != 0) and fits_in(dtype, bound, bound):
+                return UOp(Ops.CMP_LT, (base, wrapped_const(dtype, bound)))
         elif coefficient < 0:
             # -a*b < limit ⟺ b > -limit/a ⟺ floor(limit / coefficient) < b
             bound = limit // coefficient
-            if _fits(dtype, bound, bound):
-                return UOp(Ops.CMP_LT, (_const(dtype, bound), base))
+            if fits_in(dtype, bound, bound):
+                return UOp(Ops.CMP_LT, (wrapped_const(dtype, bound), base))
         return None
     common = math.gcd(*coefficients.values())
     if common > 1:
         bound = _ceil_div(limit, common)
-        if _fits(dtype, bound, bound) and _sum_fits(
+        if fits_in(dtype, bound, bound) and _sum_fits(
             dtype, {b: v // common for b, v in coefficients.items()}, 0
         ):
             return UOp(
                 Ops.CMP_LT,
                 (
                     build_sum(dtype, {b: v // common for b, v in coefficients.items()}, 0),
-                    _const(dtype, bound),
+                    wrapped_const(dtype, bound),
                 ),
             )
-    if constant != 0 and _fits(dtype, limit, limit) and _sum_fits(dtype, coefficients, 0):
-        return UOp(Ops.CMP_LT, (build_sum(dtype, coefficients, 0), _const(dtype, limit)))
+    if constant != 0 and fits_in(dtype, limit, limit) and _sum_fits(dtype, coefficients, 0):
+        return UOp(Ops.CMP_LT, (build_sum(dtype, coefficients, 0), wrapped_const(dtype, limit)))
     large = {b: v for b, v in coefficients.items() if abs(v) > 1}
     if large and len(large) < len(coefficients):
         factor = math.gcd(*large.values())
         small = {b: v for b, v in coefficients.items() if abs(v) <= 1}
-        interval = _sum_interval(small, 0)
+        interval = sum_interval(small, 0)
         if (
             factor > 1
             and interval is not None
@@ -332,7 +333,7 @@ def _fold_less_than_constant(x: UOp, n: UOp, c: UOp) -> UOp | None:
                 Ops.CMP_LT,
                 (
                     build_sum(dtype, {b: v // factor for b, v in large.items()}, 0),
-                    _const(dtype, limit // factor),
+                    wrapped_const(dtype, limit // factor),
                 ),
             )
     return None
@@ -340,33 +341,33 @@ def _fold_less_than_constant(x: UOp, n: UOp, c: UOp) -> UOp | None:
 
 def _fold_constant_less_than(x: UOp, c: UOp, n: UOp) -> UOp | None:
     """``c < y*a + k → (c-k) // a < y`` for ``a > 0``."""
-    if not _is_int(n) or x.shape != ():
+    if not is_scalar_int(n) or x.shape != ():
         return None
-    exact = _exact_terms(n)
+    exact = exact_terms(n)
     if exact is None or len(exact[0]) != 1:
         return None
     ((base, coefficient),) = exact[0].items()
     if coefficient <= 0 or (coefficient == 1 and exact[1] == 0):
         return None
-    bound = (_value(c) - exact[1]) // coefficient
-    return UOp(Ops.CMP_LT, (_const(n.dtype, bound), base)) if _fits(n.dtype, bound, bound) else None
+    bound = (constant_value(c) - exact[1]) // coefficient
+    return UOp(Ops.CMP_LT, (wrapped_const(n.dtype, bound), base)) if fits_in(n.dtype, bound, bound) else None
 
 
 def _fold_equality_with_constant(x: UOp, n: UOp, c: UOp) -> UOp | None:
     """``y*a + k != c → y != (c-k)/a`` (or True when ``a`` does not divide ``c-k``); same for ==."""
-    if not _is_int(n) or x.shape != ():
+    if not is_scalar_int(n) or x.shape != ():
         return None
-    exact = _exact_terms(n)
+    exact = exact_terms(n)
     if exact is None or len(exact[0]) != 1:
         return None
     ((base, coefficient),) = exact[0].items()
     if coefficient == 1 and exact[1] == 0:
         return None
-    difference = _value(c) - exact[1]
+    difference = constant_value(c) - exact[1]
     if difference % coefficient:
         return UOp.const(dtypes.bool, x.op is Ops.CMP_NE)
     target = difference // coefficient
-    return UOp(x.op, (base, _const(n.dtype, target))) if _fits(n.dtype, target, target) else None
+    return UOp(x.op, (base, wrapped_const(n.dtype, target))) if fits_in(n.dtype, target, target) else None
 
 
 comparison_folding = PatternMatcher(

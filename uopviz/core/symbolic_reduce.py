@@ -21,7 +21,7 @@ from __future__ import annotations
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat
-from uopviz.core.symbolic_terms import _terms, build_sum
+from uopviz.core.symbolic_terms import build_sum, linear_terms
 from uopviz.core.uop import UOp
 
 __all__ = ["reduce_collapse"]
@@ -49,7 +49,7 @@ def _bound_of(term: UOp, loop: UOp) -> tuple[str, UOp] | None:
     when the term is not a comparison of an index sum with ``loop`` in it once, coefficient ±1."""
     if term.op is not Ops.CMP_LT or term.src[0].dtype is not dtypes.index:
         return None
-    left, right = (_terms(side) for side in term.src)
+    left, right = (linear_terms(side) for side in term.src)
     coefficients = dict(right[0])
     for base, coefficient in left[0].items():  # right - left > 0
         coefficients[base] = coefficients.get(base, 0) - coefficient

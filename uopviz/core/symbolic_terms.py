@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from uopviz.core.dtype import DType
 from uopviz.core.ops import Ops
-from uopviz.core.symbolic_bounds import _const, _dtype_limits, bounds
+from uopviz.core.symbolic_bounds import bounds, dtype_limits, wrapped_const
 from uopviz.core.uop import UOp, derived_attribute
 
 # ---------------------------------------------------------------------------------------------
@@ -45,7 +45,7 @@ def _signed_coefficient(value: int, dtype: DType) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def _terms(u: UOp) -> tuple[dict[UOp, int], int]:
+def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
     """``u`` as ``sum(coefficient * base) + constant``: walks ADD, SUB, NEG and MUL by a constant.
 
     Bases are the non-sum UOps met (keys in left-to-right order).  A constant multiple of a sum of
@@ -70,7 +70,7 @@ def _terms(u: UOp) -> tuple[dict[UOp, int], int]:
         elif op is Ops.MUL and node.src[1].op is Ops.CONST:
             inner = node.src[0]
             factor = coefficient * node.src[1].arg[0]
-            if inner.op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) and _is_single_term(inner):
+            if inner.op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) and is_single_term(inner):
                 stack.append((inner, factor))
             else:
                 coefficients[inner] = coefficients.get(inner, 0) + factor
@@ -79,13 +79,13 @@ def _terms(u: UOp) -> tuple[dict[UOp, int], int]:
     return coefficients, constant
 
 
-def _is_single_term(u: UOp) -> bool:
+def is_single_term(u: UOp) -> bool:
     """True when the sum ``u`` holds at most one non-constant term (so scaling it distributes
     without growing the graph)."""
-    return len(_terms(u)[0]) <= 1
+    return len(linear_terms(u)[0]) <= 1
 
 
-def _recombine_divmod(coefficients: dict[UOp, int]) -> int | None:
+def recombine_divmod(coefficients: dict[UOp, int]) -> int | None:
     """Replace ``m*(y%d) + m*d*(y//d)`` by ``m*y`` in place (``y = d*(y//d) + y%d`` for floor
     division, any sign); returns the constant the expansion of ``y`` adds, None when nothing changed."""
     added: int | None = None
@@ -99,7 +99,7 @@ def _recombine_divmod(coefficients: dict[UOp, int]) -> int | None:
         m = coefficients[base]
         if coefficients.get(quotient) == m * divisor:
             del coefficients[base], coefficients[quotient]
-            inner, constant = _terms(y)
+            inner, constant = linear_terms(y)
             for b, c in inner.items():
                 coefficients[b] = coefficients.get(b, 0) + c * m
             added = (added or 0) + constant * m
@@ -107,7 +107,7 @@ def _recombine_divmod(coefficients: dict[UOp, int]) -> int | None:
 
 
 def _term_uop(dtype: DType, base: UOp, coefficient: int) -> UOp:
-    return base if coefficient == 1 else UOp(Ops.MUL, (base, _const(dtype, coefficient)))
+    return base if coefficient == 1 else UOp(Ops.MUL, (base, wrapped_const(dtype, coefficient)))
 
 
 def build_sum(dtype: DType, coefficients: dict[UOp, int], constant: int) -> UOp:
@@ -126,13 +126,13 @@ def build_sum(dtype: DType, coefficients: dict[UOp, int], constant: int) -> UOp:
     positive = [(b, c) for b, c in terms if c > 0]
     negative = [(b, -c) for b, c in terms if c < 0]
     if not terms:
-        return _const(dtype, constant)
+        return wrapped_const(dtype, constant)
     if positive:
         total = _term_uop(dtype, *positive[0])
         for base, c in positive[1:]:
             total = UOp(Ops.ADD, (total, _term_uop(dtype, base, c)))
     elif constant != 0:
-        total = UOp(Ops.SUB, (_const(dtype, constant), _term_uop(dtype, *negative[0])))
+        total = UOp(Ops.SUB, (wrapped_const(dtype, constant), _term_uop(dtype, *negative[0])))
         constant, negative = 0, negative[1:]
         for base, c in negative:
             total = UOp(Ops.SUB, (total, _term_uop(dtype, base, c)))
@@ -141,15 +141,15 @@ def build_sum(dtype: DType, coefficients: dict[UOp, int], constant: int) -> UOp:
         # lead with a term that already needs a MUL (times a negative constant), else negate one
         lead = next((i for i, (_, c) in enumerate(negative) if c != 1), 0)
         base, c = negative.pop(lead)
-        total = UOp(Ops.NEG, (base,)) if c == 1 else UOp(Ops.MUL, (base, _const(dtype, -c)))
+        total = UOp(Ops.NEG, (base,)) if c == 1 else UOp(Ops.MUL, (base, wrapped_const(dtype, -c)))
     for base, c in negative:
         total = UOp(Ops.SUB, (total, _term_uop(dtype, base, c)))
     if constant != 0:
-        total = UOp(Ops.ADD, (total, _const(dtype, constant)))
+        total = UOp(Ops.ADD, (total, wrapped_const(dtype, constant)))
     return total
 
 
-def _sum_interval(coefficients: dict[UOp, int], constant: int) -> tuple[int, int] | None:
+def sum_interval(coefficients: dict[UOp, int], constant: int) -> tuple[int, int] | None:
     """The exact integer interval of ``sum(coefficient * base) + constant``, or None (a float bound)."""
     low = high = constant
     for base, c in coefficients.items():
@@ -163,23 +163,24 @@ def _sum_interval(coefficients: dict[UOp, int], constant: int) -> tuple[int, int
     return low, high
 
 
-def _exact_terms(u: UOp) -> tuple[dict[UOp, int], int] | None:
+def exact_terms(u: UOp) -> tuple[dict[UOp, int], int] | None:
     """``u``'s terms with signed coefficients, when the sum provably does not wrap (else None):
     then ``u``'s value equals the integer sum, and division and comparisons may reason on it."""
-    coefficients, constant = _terms(u)
+    coefficients, constant = linear_terms(u)
     dtype = u.dtype
     coefficients = {b: _signed_coefficient(c, dtype) for b, c in coefficients.items()}
     coefficients = {b: c for b, c in coefficients.items() if c != 0}
     constant = _signed_coefficient(constant, dtype)
-    interval = _sum_interval(coefficients, constant)
+    interval = sum_interval(coefficients, constant)
     if interval is None:
         return None
-    dmin, dmax = _dtype_limits(dtype)
+    dmin, dmax = dtype_limits(dtype)
     if interval[0] < dmin or interval[1] > dmax:
         return None
     return coefficients, constant
 
 
-def _fits(dtype: DType, low: int, high: int) -> bool:
-    dmin, dmax = _dtype_limits(dtype)
+def fits_in(dtype: DType, low: int, high: int) -> bool:
+    """True when every integer of ``[low, high]`` is a value of ``dtype``."""
+    dmin, dmax = dtype_limits(dtype)
     return dmin <= low and high <= dmax

@@ -75,19 +75,19 @@ from uopviz.core.tensor_helpers import (
     DEFAULT_DEVICE,
     Scalar,
     Shape,
-    _broadcast,
-    _check_devices,
-    _check_scalar_fits,
-    _data_buffer,
-    _default_dtype_of,
-    _float_dtype,
-    _is_scalar,
-    _normalize_axis,
-    _shape_args,
-    _sharded_buffer,
-    _to_dtype,
-    _weak_scalar_dtype,
+    broadcast_operands,
     broadcast_shape,
+    check_devices,
+    check_scalar_fits,
+    data_buffer,
+    default_dtype_of,
+    float_dtype,
+    is_scalar,
+    normalize_axis,
+    shape_args,
+    sharded_buffer,
+    to_dtype,
+    weak_scalar_dtype,
 )
 from uopviz.core.tensor_movement import MovementMixin
 from uopviz.core.tensor_nn import NeuralNetworkMixin
@@ -120,7 +120,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
 
     def __init__(self, data: Any, dtype: DType | str | None = None, device: Device = None,
                  requires_grad: bool | None = None):
-        dtype = None if dtype is None else _to_dtype(dtype)
+        dtype = None if dtype is None else to_dtype(dtype)
         self.grad = None
         self._requires_grad: bool | None = None
         if isinstance(data, Tensor):
@@ -129,24 +129,24 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         elif isinstance(data, UOp):
             uop = data if dtype is None else data.cast(dtype)
             self._device = device if device is not None else (data.device or DEFAULT_DEVICE)
-        elif _is_scalar(data) or isinstance(data, np.generic):
+        elif is_scalar(data) or isinstance(data, np.generic):
             if isinstance(data, np.generic):
                 dtype = dtype or dtypes.from_numpy(data.dtype)
                 data = data.item()
             dtype = dtype or dtypes.from_python(data)
-            _check_scalar_fits(data, dtype)
+            check_scalar_fits(data, dtype)
             uop = UOp.const(dtype, data)
             self._device = device if device is not None else DEFAULT_DEVICE
         elif isinstance(data, list | tuple | np.ndarray):
             array = np.asarray(data)
             if dtype is None:
-                dtype = _default_dtype_of(array, from_list=not isinstance(data, np.ndarray))
+                dtype = default_dtype_of(array, from_list=not isinstance(data, np.ndarray))
             if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: float32 holds its values exactly
                 array = array.astype(np.float32)
             if isinstance(device, tuple):
-                uop = _sharded_buffer(array, dtype, device, 0)
+                uop = sharded_buffer(array, dtype, device, 0)
             else:
-                uop = _data_buffer(array, dtype, device or DEFAULT_DEVICE)
+                uop = data_buffer(array, dtype, device or DEFAULT_DEVICE)
             self._device = device if device is not None else DEFAULT_DEVICE
         else:
             raise UOpTypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a numpy "
@@ -273,14 +273,14 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
     def zeros(*shape: int, dtype: DType | str | None = None, device: Device = None,
               requires_grad: bool | None = None) -> Tensor:
         """A tensor of zeros (``float32`` unless ``dtype``)."""
-        return Tensor.full(_shape_args(shape), 0.0 if dtype is None else 0, dtype=dtype, device=device,
+        return Tensor.full(shape_args(shape), 0.0 if dtype is None else 0, dtype=dtype, device=device,
                            requires_grad=requires_grad)
 
     @staticmethod
     def ones(*shape: int, dtype: DType | str | None = None, device: Device = None,
              requires_grad: bool | None = None) -> Tensor:
         """A tensor of ones (``float32`` unless ``dtype``)."""
-        return Tensor.full(_shape_args(shape), 1.0 if dtype is None else 1, dtype=dtype, device=device,
+        return Tensor.full(shape_args(shape), 1.0 if dtype is None else 1, dtype=dtype, device=device,
                            requires_grad=requires_grad)
 
     def full_like(self, value: Scalar, dtype: DType | str | None = None) -> Tensor:
@@ -298,8 +298,8 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
     @staticmethod
     def empty(*shape: int, dtype: DType | str | None = None, device: Device = None) -> Tensor:
         """A BUFFER without initial contents, reshaped to ``shape``."""
-        shape = _shape_args(shape)
-        dtype = _to_dtype(dtype) if dtype is not None else dtypes.default_float
+        shape = shape_args(shape)
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
         device = device or DEFAULT_DEVICE
         if isinstance(device, tuple):
             raise UOpError("empty() on a multi-device tuple: make it on one device and shard it")
@@ -324,7 +324,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
             out = out + (start if all_ints else float(start))
         if not all_ints and not out.dtype.is_float:
             out = out.cast(dtypes.default_float)
-        return out.cast(_to_dtype(dtype)) if dtype is not None else out
+        return out.cast(to_dtype(dtype)) if dtype is not None else out
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: Device = None) -> Tensor:
@@ -332,7 +332,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         m = n if m is None else m
         rows = Tensor.arange(n, device=device).reshape(n, 1)
         cols = Tensor.arange(m, device=device).reshape(1, m)
-        return (rows == cols).cast(_to_dtype(dtype) if dtype is not None else dtypes.default_float)
+        return (rows == cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
 
     @staticmethod
     def manual_seed(seed: int) -> None:
@@ -349,8 +349,8 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         global seed and a call counter when ``seed`` is None); the high bits of each result become
         a float's mantissa with exponent 0 (a number in ``[1, 2)``, the mantissa trick), minus 1.
         """
-        shape = _shape_args(shape)
-        dtype = _to_dtype(dtype) if dtype is not None else dtypes.default_float
+        shape = shape_args(shape)
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if not dtype.is_float:
             raise UOpTypeError(f"rand makes floats, not {dtype.name}")
         if seed is None:
@@ -360,7 +360,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         count = math.prod(shape)
         counters = Tensor.arange(count, device=device).cast(dtypes.uint64)
         keys = Tensor(key, dtype=dtypes.uint64, device=device)
-        counters, keys = _broadcast(counters, keys)
+        counters, keys = broadcast_operands(counters, keys)
         bits = Tensor._wrap(UOp(Ops.THREEFRY, (counters.uop, keys.uop)), counters, keys)
         if dtype is dtypes.float64:
             mantissa = (bits >> 12) | 0x3FF0000000000000
@@ -375,8 +375,8 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
     def randn(*shape: int, seed: int | None = None, dtype: DType | str | None = None,
               device: Device = None) -> Tensor:
         """Standard normal numbers by Box-Muller from two uniform draws."""
-        shape = _shape_args(shape)
-        dtype = _to_dtype(dtype) if dtype is not None else dtypes.default_float
+        shape = shape_args(shape)
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
         uniform = Tensor.rand(2, *shape, seed=seed, dtype=dtypes.float32, device=device)
         radius = ((1.0 - uniform[0]).log() * -2.0).sqrt()  # 1 - u is in (0, 1]: log never sees 0
         return (radius * (uniform[1] * (2 * math.pi)).cos()).cast(dtype)
@@ -390,7 +390,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
             raise UOpError("cat needs at least one tensor")
         tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
         first = tensors[0]
-        axis = _normalize_axis(axis, first.ndim)
+        axis = normalize_axis(axis, first.ndim)
         for t in tensors[1:]:
             if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
                                            if i != axis):
@@ -421,7 +421,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         shapes = {t.shape for t in tensors}
         if len(shapes) > 1:
             raise UOpError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
-        axis = _normalize_axis(axis, tensors[0].ndim + 1)
+        axis = normalize_axis(axis, tensors[0].ndim + 1)
         return Tensor.cat([t.unsqueeze(axis) for t in tensors], axis=axis)
 
     # -- axis arguments (movement ops and reductions) ------------------------------------------------
@@ -429,14 +429,14 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         if axis is None:
             return tuple(range(self.ndim))
         axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
-        normalized = tuple(sorted(_normalize_axis(a, self.ndim) for a in axes))
+        normalized = tuple(sorted(normalize_axis(a, self.ndim) for a in axes))
         if len(set(normalized)) != len(normalized):
             raise UOpError(f"repeated axis in {axis}")
         return normalized
 
     # -- elementwise: building blocks ------------------------------------------------------------
     def _scalar_tensor(self, value: Scalar, dtype: DType) -> Tensor:
-        _check_scalar_fits(value, dtype)
+        check_scalar_fits(value, dtype)
         return Tensor._wrap(UOp.const(dtype, value), device=self._device)
 
     def _operands(self, other: Any, reverse: bool = False, op: Ops | None = None) -> tuple[Tensor, Tensor]:
@@ -445,15 +445,15 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         if isinstance(other, Tensor):
             dtype = dtypes.promote(self.dtype, other.dtype)
             x, y = self.cast(dtype), other.cast(dtype)
-        elif _is_scalar(other):
-            dtype = _weak_scalar_dtype(self.dtype, other)
+        elif is_scalar(other):
+            dtype = weak_scalar_dtype(self.dtype, other)
             x, y = self.cast(dtype), self._scalar_tensor(other, dtype)
         elif isinstance(other, UOp | list | tuple | np.ndarray | np.generic):
             return self._operands(Tensor(other, device=self.device), reverse, op)
         else:
             raise UOpTypeError(f"cannot combine a Tensor with {type(other).__name__}")
-        _check_devices(x, y)
-        x, y = _broadcast(x, y, op=op)
+        check_devices(x, y)
+        x, y = broadcast_operands(x, y, op=op)
         return (y, x) if reverse else (x, y)
 
     def _elementwise(self, op: Ops, *others: Tensor) -> Tensor:
@@ -465,7 +465,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
 
     def _binary_float(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
         x, y = self._operands(other, reverse, op)
-        dtype = _float_dtype(x.dtype)
+        dtype = float_dtype(x.dtype)
         return x.cast(dtype)._elementwise(op, y.cast(dtype))
 
     def _binary_integer(self, op: Ops, other: Any, reverse: bool = False, allow_bool: bool = False) -> Tensor:
@@ -476,18 +476,18 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         return x._elementwise(op, y)
 
     def _unary_float(self, op: Ops) -> Tensor:
-        return self.cast(_float_dtype(self.dtype))._elementwise(op)
+        return self.cast(float_dtype(self.dtype))._elementwise(op)
 
     def cast(self, dtype: DType | str) -> Tensor:
         """Convert to ``dtype`` (CAST; nothing when already of that type)."""
-        dtype = _to_dtype(dtype)
+        dtype = to_dtype(dtype)
         if dtype == self.dtype:
             return self
         return Tensor._wrap(self.uop.cast(dtype), self)
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         """Reinterpret the bits as ``dtype`` of the same size (BITCAST)."""
-        dtype = _to_dtype(dtype)
+        dtype = to_dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
             raise UOpError(f"bitcast {self.dtype.name} ({self.dtype.itemsize} bytes) to {dtype.name} "
                              f"({dtype.itemsize} bytes): sizes differ")
@@ -502,15 +502,15 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         elif isinstance(if_false, Tensor):
             y, x = if_false._operands(if_true, op=Ops.WHERE)
         else:
-            if not (_is_scalar(if_true) and _is_scalar(if_false)):
+            if not (is_scalar(if_true) and is_scalar(if_false)):
                 x = Tensor(if_true, device=self.device)
                 x, y = x._operands(if_false, op=Ops.WHERE)
             else:
                 dtype = dtypes.from_python(if_true)
-                dtype = _weak_scalar_dtype(dtype, if_false)
+                dtype = weak_scalar_dtype(dtype, if_false)
                 x, y = self._scalar_tensor(if_true, dtype), self._scalar_tensor(if_false, dtype)
-        _check_devices(condition, x)
-        condition, x, y = _broadcast(condition, x, y, op=Ops.WHERE)
+        check_devices(condition, x)
+        condition, x, y = broadcast_operands(condition, x, y, op=Ops.WHERE)
         return Tensor._wrap(UOp(Ops.WHERE, (condition.uop, x.uop, y.uop)), condition, x, y)
 
     def logical_not(self) -> Tensor:
@@ -588,7 +588,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
     def replicated(self, axes: int | Sequence[int]) -> Tensor:
         """Mark as replicated along ``axes`` (REPLICATED; those axes collapse to 1)."""
         axes = (axes,) if isinstance(axes, int) else tuple(axes)
-        return Tensor._wrap(self.uop.replicated(tuple(_normalize_axis(a, self.ndim) for a in axes)), self)
+        return Tensor._wrap(self.uop.replicated(tuple(normalize_axis(a, self.ndim) for a in axes)), self)
 
     def shard(self, devices: Sequence[str], axis: int = 0) -> Tensor:
         """Split along ``axis`` over the ``n`` devices; ``.uop.axis`` is ``axis``.
@@ -601,13 +601,13 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, NeuralNetworkMixin):
         devices = tuple(devices)
         if len(devices) < 2 or not all(isinstance(d, str) for d in devices):
             raise UOpError(f"shard needs a tuple of at least two device names, got {devices!r}")
-        axis = _normalize_axis(axis, self.ndim)
+        axis = normalize_axis(axis, self.ndim)
         if self.shape[axis] % len(devices):
             raise UOpError(f"shard axis {axis} of {self.shape} does not split evenly over "
                              f"{len(devices)} devices")
         data = self._initial_array()
         if data is not None:
-            return Tensor._wrap(_sharded_buffer(data, self.dtype, devices, axis, stored=True), self,
+            return Tensor._wrap(sharded_buffer(data, self.dtype, devices, axis, stored=True), self,
                                 device=devices)
         order = [axis] + [i for i in range(self.ndim) if i != axis]
         moved = self.permute(order).copy(devices)

@@ -8,7 +8,7 @@ uses share them without an import cycle.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -16,9 +16,6 @@ from uopviz.core.buffers import buffer_data, initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp, UOpError, UOpTypeError
-
-if TYPE_CHECKING:
-    from uopviz.core.tensor import Tensor
 
 DEFAULT_DEVICE = "CPU"
 Shape = tuple[int, ...]
@@ -34,7 +31,7 @@ TensorLike = Any
 # small helpers on shapes, axes and dtypes
 
 
-def _shape_args(args: Sequence[Any]) -> tuple[Any, ...]:
+def shape_args(args: Sequence[Any]) -> tuple[Any, ...]:
     """``f(2, 3)`` and ``f((2, 3))`` both give ``(2, 3)``."""
     if len(args) == 1 and isinstance(args[0], list | tuple):
         return tuple(args[0])
@@ -55,7 +52,9 @@ def broadcast_shape(*shapes: Shape) -> Shape:
     return tuple(out)
 
 
-def _normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    """``axis`` of a rank-``ndim`` tensor counted from 0 (negative axes count from the end); an axis
+    that is not an int, or out of range, raises naming ``what``."""
     if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
         raise UOpTypeError(f"{what} must be an int, got {axis!r}")
     if not -ndim <= axis < ndim:
@@ -63,7 +62,8 @@ def _normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
     return int(axis) % ndim if ndim else 0
 
 
-def _to_dtype(dtype: DType | str | Any) -> DType:
+def to_dtype(dtype: DType | str | Any) -> DType:
+    """A DType from a DType, its name (``"float32"``) or a numpy dtype."""
     if isinstance(dtype, DType):
         return dtype
     if isinstance(dtype, str):
@@ -71,10 +71,10 @@ def _to_dtype(dtype: DType | str | Any) -> DType:
     return dtypes.from_numpy(dtype)
 
 
-def _sum_dtype(dtype: DType) -> DType:
+def sum_dtype(dtype: DType) -> DType:
     """The dtype of a sum or product of ``dtype`` (numpy's, but int32 not int64): small integers and
     bool widen, floats keep their type (a half type's sum is that half type, accumulated in float32:
-    :func:`_accumulator_dtype`)."""
+    :func:`accumulator_dtype`)."""
     if dtype.is_bool or (dtype.kind.value == "signed" and dtype.itemsize < 4):
         return dtypes.int32
     if dtype.is_unsigned and dtype.itemsize < 4:
@@ -86,20 +86,20 @@ def _sum_dtype(dtype: DType) -> DType:
 HALF_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16})
 
 
-def _accumulator_dtype(result: DType) -> DType:
+def accumulator_dtype(result: DType) -> DType:
     """The dtype a sum or product whose result is ``result`` accumulates in: float32 for the half
     floats, rounded once to ``result`` at the end (as numpy, torch and tinygrad do: a float16 running
     sum drops every term under half its ulp, so 4096 ones summed to 2048), else ``result`` itself."""
     return dtypes.float32 if result.scalar in HALF_FLOATS else result
 
 
-def _in_accumulator(x: Tensor) -> Tensor:
+def in_accumulator(x: TensorLike) -> TensorLike:
     """``x`` in the type its products are summed in: float32 for the half floats (a product of two
     half values is exact in float32, so a sum of products rounds once), else ``x`` itself."""
-    return x.cast(_accumulator_dtype(x.dtype))
+    return x.cast(accumulator_dtype(x.dtype))
 
 
-def _float_dtype(dtype: DType) -> DType:
+def float_dtype(dtype: DType) -> DType:
     """The dtype a floating-point function of ``dtype`` computes in."""
     return dtype if dtype.is_float else dtypes.default_float
 
@@ -108,7 +108,7 @@ def _kind_rank(dtype: DType) -> int:
     return 0 if dtype.is_bool else 2 if dtype.is_float else 1
 
 
-def _weak_scalar_dtype(tensor_dtype: DType, value: Scalar) -> DType:
+def weak_scalar_dtype(tensor_dtype: DType, value: Scalar) -> DType:
     """A Python scalar takes the tensor's dtype when it is of the same or a lower kind."""
     value_dtype = dtypes.from_python(value)
     if _kind_rank(value_dtype) <= _kind_rank(tensor_dtype):
@@ -116,18 +116,22 @@ def _weak_scalar_dtype(tensor_dtype: DType, value: Scalar) -> DType:
     return value_dtype
 
 
-def _check_scalar_fits(value: Scalar, dtype: DType) -> None:
+def check_scalar_fits(value: Scalar, dtype: DType) -> None:
+    """Raise UOpError when the Python integer ``value`` does not fit in the integer ``dtype``."""
     if dtype.is_int and not isinstance(value, bool) and isinstance(value, int) \
             and not dtype.min <= value <= dtype.max:
         raise UOpError(f"the Python integer {value} does not fit in {dtype.name} "
                          f"[{dtype.min}, {dtype.max}]")
 
 
-def _is_scalar(value: Any) -> bool:
+def is_scalar(value: Any) -> bool:
+    """True for a Python bool, int or float (not a numpy scalar: those carry a dtype of their own)."""
     return isinstance(value, bool | int | float) and not isinstance(value, np.generic)
 
 
-def _pair(value: int | Sequence[int], count: int, what: str) -> tuple[int, ...]:
+def as_pair(value: int | Sequence[int], count: int, what: str) -> tuple[int, ...]:
+    """``count`` values from one int (repeated) or a sequence of ``count`` (a window's ``what``:
+    kernel, stride, dilation per spatial axis)."""
     if isinstance(value, int):
         return (value,) * count
     value = tuple(value)
@@ -140,7 +144,7 @@ def _pair(value: int | Sequence[int], count: int, what: str) -> tuple[int, ...]:
 # data buffers and broadcasting
 
 
-def _default_dtype_of(array: np.ndarray, from_list: bool) -> DType:
+def default_dtype_of(array: np.ndarray, from_list: bool) -> DType:
     """Lists take the default dtypes (bool, int32, float32); numpy arrays keep theirs."""
     if array.dtype.kind == "b":
         return dtypes.bool
@@ -169,7 +173,7 @@ def _known_values(t: TensorLike) -> np.ndarray | None:
     return None
 
 
-def _wrapped_indices(idx: TensorLike, size: int, where: str) -> TensorLike:
+def wrapped_indices(idx: TensorLike, size: int, where: str) -> TensorLike:
     """``idx`` with negative indices counted from the end (``idx + size`` where ``idx < 0``), as numpy;
     indices known now (data) outside ``[-size, size)`` raise IndexError naming the first one."""
     known = _known_values(idx)
@@ -186,7 +190,7 @@ def _wrapped_indices(idx: TensorLike, size: int, where: str) -> TensorLike:
     return (idx < 0).where(idx + size, idx)
 
 
-def _data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:
+def data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:
     """A BUFFER holding ``array`` (registered in :data:`buffer_data`), reshaped to its shape."""
     stored = storage_array(array, dtype)
     buffer = UOp.buffer(int(stored.size), dtype, device)
@@ -194,7 +198,7 @@ def _data_buffer(array: np.ndarray, dtype: DType, device: str) -> UOp:
     return buffer.reshape(array.shape) if buffer.shape != array.shape else buffer
 
 
-def _sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], axis: int,
+def sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], axis: int,
                     stored: bool = False) -> UOp:
     """One BUFFER on the n-tuple device holding the ``n`` slices of ``array`` along ``axis`` one after
     the other, viewed as ``array``'s shape with ``.axis == axis``."""
@@ -214,7 +218,7 @@ def _sharded_buffer(array: np.ndarray, dtype: DType, devices: tuple[str, ...], a
     return u.reshape(shape)
 
 
-def _broadcast(*tensors: TensorLike, op: Ops | None = None) -> list[TensorLike]:
+def broadcast_operands(*tensors: TensorLike, op: Ops | None = None) -> list[TensorLike]:
     """Bring every tensor to the common shape with explicit RESHAPE (leading 1s) and EXPAND; ``op``,
     the op the operands are for, is named when they do not broadcast."""
     try:
@@ -224,7 +228,8 @@ def _broadcast(*tensors: TensorLike, op: Ops | None = None) -> list[TensorLike]:
     return [t if t.shape == shape else t.expand(shape) for t in tensors]
 
 
-def _check_devices(*tensors: TensorLike) -> None:
+def check_devices(*tensors: TensorLike) -> None:
+    """Raise UOpError when the operands live on different devices (a constant lives on none)."""
     devices = {t.uop.device for t in tensors} - {None}
     if len(devices) > 1:
         raise UOpError(f"operands live on different devices {sorted(map(str, devices))}; copy() one first")

@@ -93,7 +93,7 @@ def _with_slope(value: TensorLike, x: TensorLike, slope: TensorLike) -> TensorLi
     return value.detach() - (linear.detach() - linear)
 
 
-def _sigmoid(x: TensorLike) -> TensorLike:
+def accurate_sigmoid(x: TensorLike) -> TensorLike:
     """``1 / (1 + exp(-x))`` for ``x >= 0``, ``exp(x) / (1 + exp(x))`` below: the exponential never
     overflows, so very negative ``x`` give the tiny (denormal) result rather than 0.  float32:
     the exponential and ``1 + exp`` as pairs of floats and one correctly rounded-ish division
@@ -125,7 +125,7 @@ _TANH_SMALL = {
 }
 
 
-def _tanh(x: TensorLike) -> TensorLike:
+def accurate_tanh(x: TensorLike) -> TensorLike:
     """See :meth:`Tensor.tanh`."""
     square = x * x
     coefficients = _TANH_SMALL["float64" if x.dtype is dtypes.float64 else "float32"]

@@ -12,24 +12,21 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
-from uopviz.core.tensor_helpers import Scalar, _normalize_axis, _shape_args, _wrapped_indices
+from uopviz.core.tensor_helpers import Scalar, normalize_axis, shape_args, wrapped_indices
 from uopviz.core.uop import UOpError, UOpTypeError
-
-if TYPE_CHECKING:
-    from uopviz.core.tensor import Tensor
 
 
 class MovementMixin:
     """The movement, indexing and splitting methods of :class:`~uopviz.core.tensor.Tensor` (a mixin)."""
 
     # -- movement ------------------------------------------------------------------------------------
-    def reshape(self, *shape: int) -> Tensor:
+    def reshape(self, *shape: int) -> Self:
         """Reinterpret in row-major order; one ``-1`` takes the remaining size."""
-        shape = tuple(int(s) for s in _shape_args(shape))
+        shape = tuple(int(s) for s in shape_args(shape))
         if shape.count(-1) > 1:
             raise UOpError(f"reshape {self.shape} to {shape}: only one -1 allowed")
         if -1 in shape:
@@ -46,23 +43,23 @@ class MovementMixin:
             return self
         return self._wrap(self.uop.reshape(shape), self)
 
-    def permute(self, *order: int) -> Tensor:
+    def permute(self, *order: int) -> Self:
         """Reorder the axes: axis ``i`` of the result is axis ``order[i]`` of this tensor."""
-        order = _shape_args(order)
+        order = shape_args(order)
         if len(order) != self.ndim:
             raise UOpError(f"permute of a rank-{self.ndim} tensor {self.shape} needs {self.ndim} axes, "
                              f"got {order}")
-        order = tuple(_normalize_axis(a, self.ndim) for a in order)
+        order = tuple(normalize_axis(a, self.ndim) for a in order)
         if sorted(order) != list(range(self.ndim)):
             raise UOpError(f"{order} is not a permutation of the axes of {self.shape}")
         if order == tuple(range(self.ndim)):
             return self
         return self._wrap(self.uop.permute(order), self)
 
-    def expand(self, *shape: int) -> Tensor:
+    def expand(self, *shape: int) -> Self:
         """Broadcast to ``shape`` as ``numpy.broadcast_to`` does (new leading axes allowed; ``-1``
         keeps a size)."""
-        shape = tuple(_shape_args(shape))
+        shape = tuple(shape_args(shape))
         if len(shape) < self.ndim:
             raise UOpError(f"cannot expand {self.shape} to the lower rank {shape}")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
@@ -75,11 +72,11 @@ class MovementMixin:
             return out
         return self._wrap(out.uop.expand(shape), out)
 
-    def broadcast_to(self, *shape: int) -> Tensor:
+    def broadcast_to(self, *shape: int) -> Self:
         """Same as :meth:`expand`."""
         return self.expand(*shape)
 
-    def pad(self, padding: Any, value: Scalar = 0) -> Tensor:
+    def pad(self, padding: Any, value: Scalar = 0) -> Self:
         """Pad each axis with ``(before, after)`` elements of ``value``.
 
         ``padding``: one ``(before, after)`` pair per axis (``None`` = no padding), or a single pair or
@@ -120,7 +117,7 @@ class MovementMixin:
                 raise UOpError(f"pad axis {axis}: expected (before, after), got {pair}")
         return pairs
 
-    def shrink(self, bounds: Any) -> Tensor:
+    def shrink(self, bounds: Any) -> Self:
         """Keep ``[start, end)`` of each axis (``None`` keeps the axis; missing trailing axes are kept)."""
         bounds = tuple(bounds)
         if len(bounds) > self.ndim:
@@ -147,12 +144,12 @@ class MovementMixin:
                            f"is sharded over {len(self.device)} devices: the shards would no longer be "
                            f"equal; copy() it to one device first")
 
-    def shrink_to(self, *shape: int) -> Tensor:
+    def shrink_to(self, *shape: int) -> Self:
         """Keep the first ``shape[k]`` elements of each axis (the spec's ``shrink_to``)."""
-        shape = _shape_args(shape)
+        shape = shape_args(shape)
         return self.shrink([(0, s) for s in shape])
 
-    def flip(self, axis: int | Sequence[int] | None = None) -> Tensor:
+    def flip(self, axis: int | Sequence[int] | None = None) -> Self:
         """Reverse the order along ``axis`` (int, tuple, or None for every axis)."""
         axes = self._axes(axis)
         flags = tuple(i in axes for i in range(self.ndim))
@@ -160,32 +157,32 @@ class MovementMixin:
             return self
         return self._wrap(self.uop.flip(flags), self)
 
-    def transpose(self, a: int = -2, b: int = -1) -> Tensor:
+    def transpose(self, a: int = -2, b: int = -1) -> Self:
         """Swap axes ``a`` and ``b`` (torch's ``transpose``, so it needs two axes; numpy's
         ``transpose()`` reversing every axis is :attr:`T` or :meth:`permute`)."""
-        a, b = _normalize_axis(a, self.ndim), _normalize_axis(b, self.ndim)
+        a, b = normalize_axis(a, self.ndim), normalize_axis(b, self.ndim)
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - numpy's name
+    def T(self) -> Self:  # noqa: N802 - numpy's name
         """All axes reversed (numpy's ``.T``)."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
-    def flatten(self, start: int = 0, end: int = -1) -> Tensor:
+    def flatten(self, start: int = 0, end: int = -1) -> Self:
         """Merge axes ``start..end`` (inclusive) into one."""
         if self.ndim == 0:
             return self.reshape(1)
-        start, end = _normalize_axis(start, self.ndim), _normalize_axis(end, self.ndim)
+        start, end = normalize_axis(start, self.ndim), normalize_axis(end, self.ndim)
         if start > end:
             raise UOpError(f"flatten {self.shape}: start {start} is after end {end}")
         merged = math.prod(self.shape[start:end + 1])
         return self.reshape(self.shape[:start] + (merged,) + self.shape[end + 1:])
 
-    def unflatten(self, axis: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, axis: int, sizes: Sequence[int]) -> Self:
         """Split ``axis`` into ``sizes`` (one may be -1)."""
-        axis = _normalize_axis(axis, self.ndim)
+        axis = normalize_axis(axis, self.ndim)
         sizes = tuple(sizes)
         if -1 in sizes:
             known = math.prod(s for s in sizes if s != -1)
@@ -195,7 +192,7 @@ class MovementMixin:
                              f"{self.shape[axis]}")
         return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1:])
 
-    def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor:
+    def squeeze(self, axis: int | Sequence[int] | None = None) -> Self:
         """Drop axes of size 1 (all of them, or the given ones, which must have size 1)."""
         if axis is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
@@ -205,15 +202,15 @@ class MovementMixin:
                 raise UOpError(f"squeeze {self.shape}: axis {a} has size {self.shape[a]}, not 1")
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def unsqueeze(self, axis: int) -> Tensor:
+    def unsqueeze(self, axis: int) -> Self:
         """Insert an axis of size 1 at ``axis`` (negative counts from the end of the result)."""
-        axis = _normalize_axis(axis, self.ndim + 1)
+        axis = normalize_axis(axis, self.ndim + 1)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
-    def repeat(self, *repeats: int) -> Tensor:
+    def repeat(self, *repeats: int) -> Self:
         """Tile the tensor ``repeats[k]`` times along each axis (``numpy.tile`` semantics; more repeats
         than axes add leading axes): reshape, expand, reshape."""
-        repeats = tuple(_shape_args(repeats))
+        repeats = tuple(shape_args(repeats))
         if len(repeats) < self.ndim:
             repeats = (1,) * (self.ndim - len(repeats)) + repeats
         base = (1,) * (len(repeats) - self.ndim) + self.shape
@@ -223,15 +220,15 @@ class MovementMixin:
 
     tile = repeat
 
-    def repeat_interleave(self, repeats: int, axis: int | None = None) -> Tensor:
+    def repeat_interleave(self, repeats: int, axis: int | None = None) -> Self:
         """Repeat each element ``repeats`` times along ``axis`` (``numpy.repeat``; None flattens)."""
         x = self.flatten() if axis is None else self
-        axis = 0 if axis is None else _normalize_axis(axis, x.ndim)
+        axis = 0 if axis is None else normalize_axis(axis, x.ndim)
         x = x.unsqueeze(axis + 1)
         x = x.expand(x.shape[:axis + 1] + (repeats,) + x.shape[axis + 2:])
         return x.flatten(axis, axis + 1)
 
-    def __getitem__(self, index: Any) -> Tensor:
+    def __getitem__(self, index: Any) -> Self:
         """Basic indexing: ints, slices (any step, negative too), ``None`` and ``...``.
 
         Built from SHRINK (the covered range), FLIP (negative steps), PAD + RESHAPE + SHRINK (steps
@@ -303,10 +300,10 @@ class MovementMixin:
         return entries + fill
 
 
-    def split(self, sizes: int | Sequence[int], axis: int = 0) -> tuple[Tensor, ...]:
+    def split(self, sizes: int | Sequence[int], axis: int = 0) -> tuple[Self, ...]:
         """Split along ``axis`` into pieces of ``sizes`` elements (an int: equal pieces, the last may be
         smaller; a list: those sizes, which must add up to the axis) — torch's semantics."""
-        axis = _normalize_axis(axis, self.ndim)
+        axis = normalize_axis(axis, self.ndim)
         length = self.shape[axis]
         if isinstance(sizes, int):
             if sizes <= 0:
@@ -324,15 +321,15 @@ class MovementMixin:
             start += size
         return tuple(pieces)
 
-    def chunk(self, chunks: int, axis: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: int, axis: int = 0) -> tuple[Self, ...]:
         """Split into ``chunks`` pieces of ``ceil(size/chunks)`` elements (the last may be smaller)."""
         if chunks <= 0:
             raise UOpError(f"chunk count must be positive, got {chunks}")
-        axis = _normalize_axis(axis, self.ndim)
+        axis = normalize_axis(axis, self.ndim)
         return self.split(max(1, math.ceil(self.shape[axis] / chunks)), axis)
 
     # -- indexing by tensors ----------------------------------------------------------------------
-    def gather(self, idx: Any, axis: int = 0) -> Tensor:
+    def gather(self, idx: Any, axis: int = 0) -> Self:
         """``out[i] = t[idx[i]]`` along ``axis`` as ``numpy.take`` (result shape
         ``shape[:axis] + idx.shape + shape[axis+1:]``; a negative index counts from the end) by
         the spec's one-hot composition: ``mask = arange(K).reshape(K, 1) == idx.reshape(1, -1)``,
@@ -345,10 +342,10 @@ class MovementMixin:
         idx = self._tensor_of(idx)
         if not idx.dtype.is_int:
             raise UOpTypeError(f"gather indices must be integers, got {idx.dtype.name}")
-        axis = _normalize_axis(axis, self.ndim)
+        axis = normalize_axis(axis, self.ndim)
         x = self.permute([axis] + [i for i in range(self.ndim) if i != axis])  # gather axis first
         k, rest = x.shape[0], x.shape[1:]
-        flat = _wrapped_indices(idx, k, f"gather along axis {axis} of {self.shape}").reshape(-1)
+        flat = wrapped_indices(idx, k, f"gather along axis {axis} of {self.shape}").reshape(-1)
         count = flat.shape[0]
         pos = self.arange(k, device=self.device).reshape(k, 1)  # (K, 1)
         mask = (pos == flat.reshape(1, -1)).reshape(k, count, *(1,) * len(rest))  # (K, D, 1...)
@@ -359,7 +356,7 @@ class MovementMixin:
         order = [*range(lead, lead + axis), *range(lead), *range(lead + axis, lead + len(rest))]
         return gathered.permute(order)
 
-    def scatter_add(self, idx: Any, val: Any) -> Tensor:
+    def scatter_add(self, idx: Any, val: Any) -> Self:
         """``t[idx[i]] += val[i]`` along axis 0 as ``numpy.add.at`` (repeated indices add up; a
         negative index counts from the end), by the spec's composition:
         ``mask = arange(K).reshape(K, 1) == idx.reshape(1, D)``,
@@ -378,7 +375,7 @@ class MovementMixin:
         if val.shape != idx.shape + rest:
             raise UOpError(f"scatter_add into {self.shape} with indices {idx.shape} needs values of shape "
                              f"{idx.shape + rest}, got {val.shape}")
-        idx = _wrapped_indices(idx, k, f"scatter_add into axis 0 of {self.shape}")
+        idx = wrapped_indices(idx, k, f"scatter_add into axis 0 of {self.shape}")
         pos = self.arange(k, device=self.device).reshape(k, 1)  # (K, 1)
         mask = (pos == idx.reshape(1, count)).reshape(k, count, *(1,) * len(rest))  # (K, D, 1...)
         values = val.cast(self.dtype).reshape(1, count, *rest)

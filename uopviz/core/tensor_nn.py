@@ -10,14 +10,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 from uopviz.core.dtype import dtypes
-from uopviz.core.tensor_helpers import _float_dtype, _in_accumulator, _pair
+from uopviz.core.tensor_helpers import as_pair, float_dtype, in_accumulator
 from uopviz.core.uop import UOpError
-
-if TYPE_CHECKING:
-    from uopviz.core.tensor import Tensor
 
 
 class NeuralNetworkMixin:
@@ -25,26 +22,26 @@ class NeuralNetworkMixin:
     (a mixin)."""
 
     # -- normalisations -------------------------------------------------------------------------
-    def softmax(self, axis: int = -1) -> Tensor:
+    def softmax(self, axis: int = -1) -> Self:
         """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
-        x = self.cast(_float_dtype(self.dtype))
+        x = self.cast(float_dtype(self.dtype))
         exps = (x - x.max(axis, keepdim=True)).exp()
         return exps / exps.sum(axis, keepdim=True)
 
-    def log_softmax(self, axis: int = -1) -> Tensor:
+    def log_softmax(self, axis: int = -1) -> Self:
         """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
-        x = self.cast(_float_dtype(self.dtype))
+        x = self.cast(float_dtype(self.dtype))
         shifted = x - x.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
-    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
         """``(x - mean) / sqrt(var + eps)`` over ``axis`` (no scale or shift)."""
-        x = self.cast(_float_dtype(self.dtype))
+        x = self.cast(float_dtype(self.dtype))
         centered = x - x.mean(axis, keepdim=True)
         return centered * (centered * centered).mean(axis, keepdim=True).add(eps).rsqrt()
 
     # -- windows: convolution and pooling -------------------------------------------------------
-    def _pool(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
+    def _pool(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Self:
         """Sliding windows over the last ``len(kernel)`` axes: ``(..., o_1..o_n, k_1..k_n)``.
 
         Movement ops only: tile each axis (reshape + expand + reshape), trim to ``k`` rows of length
@@ -93,8 +90,8 @@ class NeuralNetworkMixin:
             raise UOpError(f"padding needs {count} entries, got {padding}")
         return [(p, p) if isinstance(p, int) else (int(p[0]), int(p[1])) for p in padding]
 
-    def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
-               padding: Any = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+    def conv2d(self, weight: Self, bias: Self | None = None, stride: int | Sequence[int] = 1,
+               padding: Any = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Self:
         """Convolution (cross-correlation, as in deep learning) of ``(N, C_in, H, W)`` with a weight
         ``(C_out, C_in/groups, kH, kW)``; any number of spatial axes works the same way.
 
@@ -118,8 +115,8 @@ class NeuralNetworkMixin:
                              f"groups expects {groups * group_channels}")
         if out_channels % groups:
             raise UOpError(f"conv: {out_channels} output channels do not divide into {groups} groups")
-        stride = _pair(stride, count, "stride")
-        dilation = _pair(dilation, count, "dilation")
+        stride = as_pair(stride, count, "stride")
+        dilation = as_pair(dilation, count, "dilation")
         x = self.pad([(0, 0), (0, 0), *self._spatial_padding(padding, count)])
         windows = x._pool(kernel, stride, dilation)  # (N, C, *out, *kernel)
         outs = windows.shape[2:2 + count]
@@ -127,7 +124,7 @@ class NeuralNetworkMixin:
         per_group = out_channels // groups
         w = weight.reshape(1, groups, per_group, group_channels, *(1,) * count, *kernel)
         dtype = dtypes.promote(windows.dtype, w.dtype)
-        products = _in_accumulator(windows) * _in_accumulator(w)  # half types: exact float32 products
+        products = in_accumulator(windows) * in_accumulator(w)  # half types: exact float32 products
         summed_axes = (3, *range(4 + count, 4 + 2 * count))
         out = products.sum(summed_axes, dtype=dtype).reshape(batch, out_channels, *outs)
         if bias is not None:
@@ -136,21 +133,21 @@ class NeuralNetworkMixin:
         return out
 
     def avg_pool2d(self, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
-                   padding: Any = 0, dilation: int | Sequence[int] = 1) -> Tensor:
+                   padding: Any = 0, dilation: int | Sequence[int] = 1) -> Self:
         """Average over windows of the last two axes (zero padding counts in the average, as torch's
         default); a window larger than its padded axis raises, as in :meth:`conv2d`."""
         return self._pool_reduce("mean", kernel_size, stride, padding, dilation)
 
     def max_pool2d(self, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
-                   padding: Any = 0, dilation: int | Sequence[int] = 1) -> Tensor:
+                   padding: Any = 0, dilation: int | Sequence[int] = 1) -> Self:
         """Maximum over windows of the last two axes (padding never wins: it is the dtype's minimum); a
         window larger than its padded axis raises, as in :meth:`conv2d`."""
         return self._pool_reduce("max", kernel_size, stride, padding, dilation)
 
-    def _pool_reduce(self, how: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any) -> Tensor:
-        kernel = _pair(kernel_size, 2, "kernel_size")
-        stride = kernel if stride is None else _pair(stride, 2, "stride")
-        dilation = _pair(dilation, 2, "dilation")
+    def _pool_reduce(self, how: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any) -> Self:
+        kernel = as_pair(kernel_size, 2, "kernel_size")
+        stride = kernel if stride is None else as_pair(stride, 2, "stride")
+        dilation = as_pair(dilation, 2, "dilation")
         fill = self.dtype.min if how == "max" else 0
         pads = [(0, 0)] * (self.ndim - 2) + self._spatial_padding(padding, 2)
         windows = self.pad(pads, value=fill)._pool(kernel, stride, dilation)

@@ -29,13 +29,13 @@ from typing import Any
 
 from uopviz.core.dtype import AddrSpace, DType, as_python_value, dtypes
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.uop_printing import _short_arg, format_graph, graph_lines, inline_text
+from uopviz.core.uop_printing import format_graph, graph_lines, inline_text, short_arg
 from uopviz.core.uop_properties import (
-    _derive_axis,
-    _derive_device,
-    _derive_dtype_shape,
-    _derive_min_max,
     broadcast_shapes,
+    derive_axis,
+    derive_device,
+    derive_dtype_shape,
+    derive_min_max,
     read_ints,
 )
 from uopviz.core.uop_types import BufferArg, Device, ParamArg, Shape, UOpError, UOpTypeError, format_device
@@ -163,7 +163,7 @@ class UOp(metaclass=_UOpMeta):
         setter(self, "src", src)
         setter(self, "arg", arg)
         setter(self, "tag", tag)
-        dtype, shape = _derive_dtype_shape(self)
+        dtype, shape = derive_dtype_shape(self)
         setter(self, "dtype", dtype)
         setter(self, "shape", shape)
 
@@ -175,7 +175,7 @@ class UOp(metaclass=_UOpMeta):
         return (_rebuild, (_flatten(self),))
 
     def __repr__(self) -> str:
-        return (f"UOp({self.op!r}, {self.dtype!r}, shape={self.shape}, arg={_short_arg(self)}, "
+        return (f"UOp({self.op!r}, {self.dtype!r}, shape={self.shape}, arg={short_arg(self)}, "
                 f"nsrc={len(self.src)})")
 
     def __str__(self) -> str:
@@ -197,12 +197,12 @@ class UOp(metaclass=_UOpMeta):
     @property
     def device(self) -> Device:
         """Where the value lives (spec table, 'device' column)."""
-        return derived_attribute(self, "_device", _derive_device)
+        return derived_attribute(self, "_device", derive_device)
 
     @property
     def min_max(self) -> tuple[Any, Any]:
         """Bounds ``(min, max)`` of every value this UOp can take (spec table, 'min_max' column)."""
-        return derived_attribute(self, "_min_max", _derive_min_max)
+        return derived_attribute(self, "_min_max", derive_min_max)
 
     @property
     def vmin(self) -> Any:
@@ -217,7 +217,7 @@ class UOp(metaclass=_UOpMeta):
     @property
     def axis(self) -> int | None:
         """The multi-device shard dimension, or None (spec: 'axis tracks the sharding dimension')."""
-        return derived_attribute(self, "_axis", _derive_axis)
+        return derived_attribute(self, "_axis", derive_axis)
 
     @property
     def size(self) -> int:
@@ -264,7 +264,7 @@ class UOp(metaclass=_UOpMeta):
         order = self.toposort()
         number = {u: i for i, u in enumerate(order)}
         for u, i in number.items():
-            graph.add_node(i, uop=u, op=u.op.name, dtype=u.dtype.name, shape=u.shape, arg=_short_arg(u))
+            graph.add_node(i, uop=u, op=u.op.name, dtype=u.dtype.name, shape=u.shape, arg=short_arg(u))
             for slot, s in enumerate(u.src):
                 graph.add_edge(number[s], i, slot=slot)
         return graph

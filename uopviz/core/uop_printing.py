@@ -1,21 +1,21 @@
 """UOp graphs as text: ``%N = OP src... [arg] : dtype shape``, one line per UOp, constants inline.
 
-What ``str(uop)``, :class:`~uopviz.core.uop.UOpError`'s messages and the widgets print.
+What ``str(uop)``, :class:`~uopviz.core.uop.UOpError`'s messages and the widgets print.  It reads a
+UOp through :class:`~uopviz.core.uop_types.UOpNode` and does not import :mod:`uopviz.core.uop`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
-
-if TYPE_CHECKING:
-    from uopviz.core.uop import UOp
+from uopviz.core.uop_types import UOpNode
 
 
-def _short_arg(u: UOp) -> str:
+def short_arg(u: UOpNode) -> str:
+    """``u``'s arg as one line prints it: ``1.5:float32`` for a CONST, ``r3:LOOP`` for a RANGE, a
+    dtype's name, ``<n bytes>`` for data, else its repr cut to 60 characters."""
     arg = u.arg
     # (a malformed CONST or RANGE arg is printed as it is: this also writes UOpError's message)
     well_formed = isinstance(arg, tuple) and len(arg) == 2 and hasattr(arg[1], "name")
@@ -33,7 +33,7 @@ def _short_arg(u: UOp) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def inline_text(u: UOp) -> str | None:
+def inline_text(u: UOpNode) -> str | None:
     """How a constant-like UOp is written inline where it is used (None: it gets its own line)."""
     if u.op is Ops.CONST:
         return repr(u.arg[0])
@@ -42,7 +42,7 @@ def inline_text(u: UOp) -> str | None:
     return None
 
 
-def format_graph(root: UOp) -> str:
+def format_graph(root: UOpNode) -> str:
     """The graph as text: each UOp once, named ``%N``, referred to by name; constants written inline.
 
     Each line: ``%N = OP src... [arg] : dtype shape``.
@@ -51,14 +51,14 @@ def format_graph(root: UOp) -> str:
 
 
 def graph_lines(
-    root: UOp, names: Mapping[UOp, str] | None = None, first_new: int = 0, tags: bool = False
-) -> tuple[list[str], dict[UOp, str]]:
+    root: UOpNode, names: Mapping[UOpNode, str] | None = None, first_new: int = 0, tags: bool = False
+) -> tuple[list[str], dict[UOpNode, str]]:
     """:func:`format_graph`'s lines, and the name each UOp got.  ``names`` fixes the names of some
     UOps (a graph's names before a rewrite, say); the others are numbered ``%first_new``, ``%first_new
     + 1``, ...  ``tags``: a node's tag is written after its type."""
     given = names or {}
     lines: list[str] = []
-    named: dict[UOp, str] = {}
+    named: dict[UOpNode, str] = {}
     fresh = first_new
     for u in root.toposort():
         if inline_text(u) is not None and u is not root:
@@ -72,14 +72,14 @@ def graph_lines(
         if u.src:
             parts.append(", ".join(named[s] for s in u.src))
         if u.arg is not None and not (u.op is Ops.STACK and isinstance(u.arg, DType)):
-            parts.append(f"[{_short_arg(u)}]")
+            parts.append(f"[{short_arg(u)}]")
         type_text = u.dtype.name + (f" {u.shape}" if u.shape else "")
         tag_text = f"  tag={u.tag!r}" if tags and u.tag is not None else ""
         lines.append(" ".join(parts) + f"  : {type_text}{tag_text}")
     return lines, named
 
 
-def linear_lines(linear: UOp) -> list[str]:
+def linear_lines(linear: UOpNode) -> list[str]:
     """A LINEAR program as a listing, one line per instruction: ``index: OP dtype (sources) [arg]``.
     Sources are written by their instruction index (``%3``), or inline when they are constants
     outside the program (what the LINEAR's instructions refer to without listing)."""
@@ -93,7 +93,7 @@ def linear_lines(linear: UOp) -> list[str]:
         if operands:
             parts.append("(" + ", ".join(operands) + ")")
         if u.arg is not None and not isinstance(u.arg, DType):
-            parts.append(f"[{_short_arg(u)}]")
+            parts.append(f"[{short_arg(u)}]")
         lines.append(" ".join(parts))
     return lines
 

@@ -2,26 +2,24 @@
 computed at construction (this is the validation: a malformed UOp raises :class:`UOpError`), and
 ``device``, ``min_max`` and ``axis``, computed on first use.
 
-The rules read a UOp's fields and its sources' derived values; they build no UOp, so this module
-does not import :mod:`uopviz.core.uop`, which calls them.
+The rules read a UOp's fields and its sources' derived values through
+:class:`~uopviz.core.uop_types.UOpNode`; they build no UOp, so this module does not import
+:mod:`uopviz.core.uop`, which calls them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
-from uopviz.core.uop_printing import _short_arg
-from uopviz.core.uop_types import BufferArg, Device, ParamArg, Shape, UOpError
-
-if TYPE_CHECKING:
-    from uopviz.core.uop import UOp
+from uopviz.core.uop_printing import short_arg
+from uopviz.core.uop_types import BufferArg, Device, ParamArg, Shape, UOpError, UOpNode
 
 
-def read_ints(u: UOp) -> tuple[int, ...]:
+def read_ints(u: UOpNode) -> tuple[int, ...]:
     """Read a shape/offset STACK back to a tuple of ints."""
     if u.op is not Ops.STACK or any(s.op is not Ops.CONST for s in u.src):
         raise UOpError(f"expected a constant shape (a STACK of CONSTs), got {u.op.name}")
@@ -32,12 +30,12 @@ def read_ints(u: UOp) -> tuple[int, ...]:
 # derived dtype and shape: computed at construction, this is the validation
 
 
-def _fail(u: UOp, problem: str) -> UOpError:
+def _fail(u: UOpNode, problem: str) -> UOpError:
     sources = ", ".join(f"{s.op.name}{s.shape}:{s.dtype.name}" for s in u.src) or "none"
-    return UOpError(f"{u.op.name}: {problem} (sources: {sources}; arg: {_short_arg(u)})")
+    return UOpError(f"{u.op.name}: {problem} (sources: {sources}; arg: {short_arg(u)})")
 
 
-def broadcast_shapes(u: UOp, shapes: Sequence[Shape]) -> Shape:
+def broadcast_shapes(u: UOpNode, shapes: Sequence[Shape]) -> Shape:
     """Right-align the shapes and take the element-wise max; each axis must be equal or 1."""
     first = shapes[0]
     if all(s == first for s in shapes):
@@ -53,7 +51,7 @@ def broadcast_shapes(u: UOp, shapes: Sequence[Shape]) -> Shape:
     return tuple(out)
 
 
-def _value_dtypes_must_match(u: UOp, values: Sequence[UOp]) -> DType:
+def _value_dtypes_must_match(u: UOpNode, values: Sequence[UOpNode]) -> DType:
     first = values[0].dtype
     if all(v.dtype is first for v in values):
         return first
@@ -63,14 +61,16 @@ def _value_dtypes_must_match(u: UOp, values: Sequence[UOp]) -> DType:
     return values[0].dtype
 
 
-def _derive_dtype_shape(u: UOp) -> tuple[DType, Shape]:
+def derive_dtype_shape(u: UOpNode) -> tuple[DType, Shape]:
+    """``u``'s dtype and shape by its op's rule (:data:`_DTYPE_SHAPE`): the validation of a UOp being
+    built; a malformed one raises :class:`UOpError`.  An op with no rule is ``void`` of shape ``()``."""
     rule = _DTYPE_SHAPE.get(u.op)
     if rule is None:
         return dtypes.void, ()
     return rule(u)
 
 
-def _dtype_shape_const(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_const(u: UOpNode) -> tuple[DType, Shape]:
     if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[1], DType)):
         raise _fail(u, "arg must be (value, dtype); use UOp.const(dtype, value)")
     if u.src:
@@ -78,7 +78,7 @@ def _dtype_shape_const(u: UOp) -> tuple[DType, Shape]:
     return u.arg[1], ()
 
 
-def _dtype_shape_buffer(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_buffer(u: UOpNode) -> tuple[DType, Shape]:
     arg = u.arg
     if not isinstance(arg, BufferArg):
         raise _fail(u, "arg must be a BufferArg; use UOp.buffer(size, dtype, device)")
@@ -88,19 +88,19 @@ def _dtype_shape_buffer(u: UOp) -> tuple[DType, Shape]:
     return arg.dtype, (copies * arg.size,)
 
 
-def _dtype_shape_param(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_param(u: UOpNode) -> tuple[DType, Shape]:
     if not isinstance(u.arg, ParamArg) or len(u.src) != 1:
         raise _fail(u, "PARAM takes (shape,) and a ParamArg; use UOp.param(slot, shape, dtype)")
     return u.arg.dtype, read_ints(u.src[0])
 
 
-def _dtype_shape_binary(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_binary(u: UOpNode) -> tuple[DType, Shape]:
     if not isinstance(u.arg, bytes | bytearray):
         raise _fail(u, "BINARY's arg must be bytes")
     return dtypes.uint8, (len(u.arg),)
 
 
-def _dtype_shape_stack(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_stack(u: UOpNode) -> tuple[DType, Shape]:
     if not u.src:
         return (u.arg if isinstance(u.arg, DType) else dtypes.index), (0,)
     shapes = {s.shape for s in u.src}
@@ -109,13 +109,13 @@ def _dtype_shape_stack(u: UOp) -> tuple[DType, Shape]:
     return _value_dtypes_must_match(u, u.src), (len(u.src), *u.src[0].shape)
 
 
-def _check_movement_source(u: UOp, count: int) -> Shape:
+def _check_movement_source(u: UOpNode, count: int) -> Shape:
     if len(u.src) != count:
         raise _fail(u, f"expects {count} sources, got {len(u.src)}")
     return u.src[0].shape
 
 
-def _dtype_shape_reshape(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_reshape(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 2)
     new_shape = read_ints(u.src[1])
     if any(s < 0 for s in new_shape):
@@ -129,7 +129,7 @@ def _dtype_shape_reshape(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, new_shape
 
 
-def _dtype_shape_expand(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_expand(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 2)
     new_shape = read_ints(u.src[1])
     if len(new_shape) != len(shape):
@@ -143,7 +143,7 @@ def _dtype_shape_expand(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, new_shape
 
 
-def _dtype_shape_pad(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_pad(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 3)
     offsets, new_shape = read_ints(u.src[1]), read_ints(u.src[2])
     if not len(offsets) == len(new_shape) == len(shape):
@@ -158,7 +158,7 @@ def _dtype_shape_pad(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, new_shape
 
 
-def _dtype_shape_shrink(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_shrink(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 3)
     offsets, new_shape = read_ints(u.src[1]), read_ints(u.src[2])
     if not len(offsets) == len(new_shape) == len(shape):
@@ -173,7 +173,7 @@ def _dtype_shape_shrink(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, new_shape
 
 
-def _dtype_shape_permute(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_permute(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 1)
     order = u.arg
     if not isinstance(order, tuple) or sorted(order) != list(range(len(shape))):
@@ -181,14 +181,14 @@ def _dtype_shape_permute(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, tuple(shape[i] for i in order)
 
 
-def _dtype_shape_flip(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_flip(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 1)
     if not isinstance(u.arg, tuple) or len(u.arg) != len(shape):
         raise _fail(u, f"needs one flag per axis of {shape}, got {u.arg}")
     return u.src[0].dtype, shape
 
 
-def _dtype_shape_index(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_index(u: UOpNode) -> tuple[DType, Shape]:
     if not u.src:
         raise _fail(u, "INDEX needs the value to index")
     shape, indices = u.src[0].shape, u.src[1:]
@@ -207,7 +207,7 @@ def _dtype_shape_index(u: UOp) -> tuple[DType, Shape]:
     return (dtype.vec(lanes) if lanes > 1 else dtype), (*out, *shape[len(indices) :])
 
 
-def _dtype_shape_replicated(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_replicated(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 1)
     axes = u.arg
     if not isinstance(axes, tuple) or any(not 0 <= a < len(shape) for a in axes):
@@ -215,14 +215,14 @@ def _dtype_shape_replicated(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, tuple(1 if i in axes else s for i, s in enumerate(shape))
 
 
-def _dtype_shape_slice(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_slice(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 2 or not (isinstance(u.arg, tuple) and len(u.arg) == 2):
         raise _fail(u, "SLICE takes (T, offset) and arg (size, dtype)")
     size, dtype = u.arg
     return dtype, (size,)
 
 
-def _dtype_shape_bitcast(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_bitcast(u: UOpNode) -> tuple[DType, Shape]:
     shape = _check_movement_source(u, 1)
     if not isinstance(u.arg, DType):
         raise _fail(u, "BITCAST's arg is the target dtype")
@@ -235,7 +235,7 @@ def _dtype_shape_bitcast(u: UOp) -> tuple[DType, Shape]:
     return u.arg, shape
 
 
-def _dtype_shape_reduce(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_reduce(u: UOpNode) -> tuple[DType, Shape]:
     if not u.src:
         raise _fail(u, "REDUCE needs a value")
     if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[0] in GroupOp.REDUCE_OPS):
@@ -249,7 +249,7 @@ def _dtype_shape_reduce(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, tuple(1 if i in axes else s for i, s in enumerate(shape))
 
 
-def _dtype_shape_elementwise(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_elementwise(u: UOpNode) -> tuple[DType, Shape]:
     op, src = u.op, u.src
     if len(src) != _ARITY[op]:
         raise _fail(u, f"takes {_ARITY[op]} sources, got {len(src)}")
@@ -266,24 +266,24 @@ def _dtype_shape_elementwise(u: UOp) -> tuple[DType, Shape]:
     return special(u), shape
 
 
-def _elementwise_cast(u: UOp) -> DType:
+def _elementwise_cast(u: UOpNode) -> DType:
     if not isinstance(u.arg, DType):
         raise _fail(u, "CAST's arg is the target dtype")
     return u.arg
 
 
-def _elementwise_where(u: UOp) -> DType:
+def _elementwise_where(u: UOpNode) -> DType:
     if u.src[0].dtype.scalar is not dtypes.bool:
         raise _fail(u, f"the condition must be bool, got {u.src[0].dtype.name}")
     return _value_dtypes_must_match(u, u.src[1:])
 
 
-def _elementwise_comparison(u: UOp) -> DType:
+def _elementwise_comparison(u: UOpNode) -> DType:
     dtype = _value_dtypes_must_match(u, u.src)
     return dtypes.bool.vec(dtype.count) if dtype.count > 1 else dtypes.bool
 
 
-def _elementwise_integer(u: UOp) -> DType:
+def _elementwise_integer(u: UOpNode) -> DType:
     dtype = _value_dtypes_must_match(u, u.src)
     scalar = dtype.scalar
     if not (scalar.is_int or (scalar.is_bool and u.op in (Ops.AND, Ops.OR, Ops.XOR))):
@@ -291,14 +291,14 @@ def _elementwise_integer(u: UOp) -> DType:
     return dtype
 
 
-def _elementwise_float(u: UOp) -> DType:
+def _elementwise_float(u: UOpNode) -> DType:
     dtype = _value_dtypes_must_match(u, u.src)
     if not dtype.scalar.is_float:
         raise _fail(u, f"{u.op.name} needs floating-point operands, got {dtype.name}")
     return dtype
 
 
-def _elementwise_not(u: UOp) -> DType:
+def _elementwise_not(u: UOpNode) -> DType:
     dtype = u.src[0].dtype
     if not (dtype.scalar.is_bool or dtype.scalar.is_int):
         raise _fail(u, f"NOT needs a bool or integer operand, got {dtype.name}")
@@ -308,7 +308,7 @@ def _elementwise_not(u: UOp) -> DType:
 _ARITY = {
     op: 1 if op in GroupOp.UNARY_ALU else 3 if op in GroupOp.TERNARY_ALU else 2 for op in GroupOp.ELEMENTWISE
 }
-_ELEMENTWISE_SPECIAL: dict[Ops, Callable[[UOp], DType]] = {
+_ELEMENTWISE_SPECIAL: dict[Ops, Callable[[UOpNode], DType]] = {
     Ops.CAST: _elementwise_cast,
     Ops.WHERE: _elementwise_where,
     Ops.NOT: _elementwise_not,
@@ -322,7 +322,7 @@ _ELEMENTWISE_SPECIAL: dict[Ops, Callable[[UOp], DType]] = {
 }
 
 
-def _dtype_shape_threefry(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_threefry(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 2:
         raise _fail(u, "THREEFRY takes (x, key)")
     for s in u.src:
@@ -331,19 +331,19 @@ def _dtype_shape_threefry(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, broadcast_shapes(u, [s.shape for s in u.src])
 
 
-def _same_as_first(u: UOp) -> tuple[DType, Shape]:
+def _same_as_first(u: UOpNode) -> tuple[DType, Shape]:
     if not u.src:
         raise _fail(u, "needs a source")
     return u.src[0].dtype, u.src[0].shape
 
 
-def _dtype_shape_copy(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_copy(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 1:
         raise _fail(u, "COPY takes one source")
     return u.src[0].dtype, u.src[0].shape
 
 
-def _dtype_shape_store(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_store(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) not in (2, 3):
         raise _fail(u, "STORE takes (buf, val, gate?)")
     if u.src[0].shape != u.src[1].shape:
@@ -353,7 +353,7 @@ def _dtype_shape_store(u: UOp) -> tuple[DType, Shape]:
     return dtypes.void, ()
 
 
-def _dtype_shape_range(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_range(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 1 or u.src[0].shape != () or not u.src[0].dtype.is_int:
         raise _fail(u, "RANGE takes (bound,) with a scalar integer bound")
     if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[1], AxisType)):
@@ -361,13 +361,13 @@ def _dtype_shape_range(u: UOp) -> tuple[DType, Shape]:
     return dtypes.index, ()
 
 
-def _dtype_shape_special(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_special(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 1 or not isinstance(u.arg, str):
         raise _fail(u, "SPECIAL takes (bound,) and a name")
     return dtypes.index, ()
 
 
-def _dtype_shape_get_tuple(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_get_tuple(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 1 or not isinstance(u.arg, int):
         raise _fail(u, "GET_TUPLE takes one source and an integer index")
     tuple_uop = u.src[0]
@@ -381,7 +381,7 @@ def _dtype_shape_get_tuple(u: UOp) -> tuple[DType, Shape]:
     return element.dtype, element.shape
 
 
-def _dtype_shape_function(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_function(u: UOpNode) -> tuple[DType, Shape]:
     if not u.src:
         raise _fail(u, f"{u.op.name} needs a body")
     if u.op is Ops.FUNCTION and u.src[0].op is not Ops.TUPLE:
@@ -389,14 +389,14 @@ def _dtype_shape_function(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype, u.src[0].shape
 
 
-def _dtype_shape_vectorize(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_vectorize(u: UOpNode) -> tuple[DType, Shape]:
     if not u.src:
         raise _fail(u, "VECTORIZE needs lanes")
     dtype = _value_dtypes_must_match(u, u.src)
     return dtype.vec(len(u.src)), ()
 
 
-def _dtype_shape_gep(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_gep(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 1 or not isinstance(u.arg, tuple):
         raise _fail(u, "GEP takes one vector and a tuple of lanes")
     count = u.src[0].dtype.count
@@ -405,23 +405,23 @@ def _dtype_shape_gep(u: UOp) -> tuple[DType, Shape]:
     return u.src[0].dtype.scalar.vec(len(u.arg)), ()
 
 
-def _dtype_shape_wmma(u: UOp) -> tuple[DType, Shape]:
+def _dtype_shape_wmma(u: UOpNode) -> tuple[DType, Shape]:
     if len(u.src) != 3:
         raise _fail(u, "WMMA takes (A, B, acc)")
     return u.src[2].dtype, u.src[2].shape
 
 
-def _dtype_from_arg_or_void(u: UOp) -> tuple[DType, Shape]:
+def _dtype_from_arg_or_void(u: UOpNode) -> tuple[DType, Shape]:
     if isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[1], DType):
         return u.arg[1], ()
     return dtypes.void, ()
 
 
-def _void(u: UOp) -> tuple[DType, Shape]:
+def _void(u: UOpNode) -> tuple[DType, Shape]:
     return dtypes.void, ()
 
 
-_DTYPE_SHAPE: dict[Ops, Callable[[UOp], tuple[DType, Shape]]] = {
+_DTYPE_SHAPE: dict[Ops, Callable[[UOpNode], tuple[DType, Shape]]] = {
     Ops.CONST: _dtype_shape_const,
     Ops.BUFFER: _dtype_shape_buffer,
     Ops.PARAM: _dtype_shape_param,
@@ -466,7 +466,8 @@ for _op in GroupOp.ELEMENTWISE - {Ops.THREEFRY}:
 # derived device
 
 
-def _derive_device(u: UOp) -> Device:
+def derive_device(u: UOpNode) -> Device:
+    """The device ``u`` lives on (None: anywhere, as a constant), from its sources' devices."""
     op, arg = u.op, u.arg
     if op is Ops.BUFFER:
         return arg.device
@@ -516,11 +517,13 @@ def _clamp_to(dtype: DType, low: Any, high: Any) -> tuple[Any, Any]:
     return low, high
 
 
-def _mm(u: UOp, position: int) -> tuple[Any, Any]:
+def _mm(u: UOpNode, position: int) -> tuple[Any, Any]:
     return u.src[position].__dict__["_min_max"]
 
 
-def _derive_min_max(u: UOp) -> tuple[Any, Any]:
+def derive_min_max(u: UOpNode) -> tuple[Any, Any]:
+    """The least and greatest values ``u`` can take (the spec's min_max), from its sources' (an op
+    with no rule gets its dtype's whole range)."""
     op, dtype = u.op, u.dtype
     if op is Ops.CONST:
         return u.arg[0], u.arg[0]
@@ -601,11 +604,12 @@ def _safe(compute: Callable[[], Any]) -> Any:
 # derived axis (multi-device shard dimension)
 
 
-def _axis_of(u: UOp, position: int) -> int | None:
+def _axis_of(u: UOpNode, position: int) -> int | None:
     return u.src[position].__dict__["_axis"]
 
 
-def _derive_axis(u: UOp) -> int | None:
+def derive_axis(u: UOpNode) -> int | None:
+    """The axis a multi-device ``u`` is sharded along (None: replicated or on one device)."""
     op = u.op
     if op is Ops.BUFFER:
         return 0 if isinstance(u.arg.device, tuple) else None
@@ -636,7 +640,7 @@ def _derive_axis(u: UOp) -> int | None:
     return None
 
 
-def _reshape_axis(u: UOp, axis: int) -> int:
+def _reshape_axis(u: UOpNode, axis: int) -> int:
     """The new position of the shard boundary: the axis with the same number of elements before it,
     whose size the device count divides (so each device's shard is a run of whole slices of it)."""
     old_shape, new_shape = u.src[0].shape, u.shape

@@ -77,14 +77,14 @@ from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import iconst
 from uopviz.passes.isel_math import (
-    _in_float32,
-    _pow_in,
-    _reduced_in_float64,
-    _reduced_in_own_type,
     decompose_exp2,
     decompose_log2,
     decompose_sqrt,
     decompose_threefry,
+    in_float32,
+    pow_in,
+    reduced_in_float64,
+    reduced_in_own_type,
 )
 from uopviz.passes.isel_primitives import add, const_like, less, mul, not_equal, recip, where
 from uopviz.passes.optops.axes import REDUCE_TYPES, kernel_order, ranges_of, reduce_identity, sequential_axes
@@ -164,24 +164,24 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
     Ops.EXP2: [
         (
             UPat(Ops.EXP2, src=(_FLOAT_X,)),
-            lambda x: _in_float32(x, decompose_exp2),
+            lambda x: in_float32(x, decompose_exp2),
             "EXP2 → 2**n (exponent bits) · polynomial(f)",
         )
     ],
     Ops.LOG2: [
         (
             UPat(Ops.LOG2, src=(_FLOAT_X,)),
-            lambda x: _in_float32(x, decompose_log2),
+            lambda x: in_float32(x, decompose_log2),
             "LOG2 → exponent + polynomial(mantissa)",
         )
     ],
-    Ops.EXP: [(UPat(Ops.EXP, src=(_FLOAT_X,)), lambda x: _in_float32(x, decompose_exp), "decompose exp")],
-    Ops.LOG: [(UPat(Ops.LOG, src=(_FLOAT_X,)), lambda x: _in_float32(x, decompose_log), "decompose log")],
+    Ops.EXP: [(UPat(Ops.EXP, src=(_FLOAT_X,)), lambda x: in_float32(x, decompose_exp), "decompose exp")],
+    Ops.LOG: [(UPat(Ops.LOG, src=(_FLOAT_X,)), lambda x: in_float32(x, decompose_log), "decompose log")],
     **{
         op: [
             (
                 UPat(op, src=(_FLOAT_X,)),
-                lambda x, op=op: _in_float32(x, _reduced_in_float64(op)),
+                lambda x, op=op: in_float32(x, reduced_in_float64(op)),
                 f"{op.name} → Cody–Waite / Payne–Hanek reduction (float64) + polynomials",
             )
         ]
@@ -190,14 +190,14 @@ DECOMPOSITIONS: dict[Ops, list[tuple]] = {
     Ops.SQRT: [
         (
             UPat(Ops.SQRT, src=(_FLOAT_X,)),
-            lambda x: _in_float32(x, decompose_sqrt),
+            lambda x: in_float32(x, decompose_sqrt),
             "SQRT → EXP2(0.5·LOG2(x)) + Newton step",
         )
     ],
     Ops.POW: [
         (
             UPat(Ops.POW, src=(_A, _B)),
-            lambda a, b: _pow_in(a, b, dtypes.float64),
+            lambda a, b: pow_in(a, b, dtypes.float64),
             "POW → EXP2(LOG2(|a|)·b) with the sign of (-1)**b (float32 in float64)",
         )
     ],
@@ -229,7 +229,7 @@ _WITHOUT_FLOAT64: dict[Ops, list] = {
     Ops.POW: [
         (
             UPat(Ops.POW, src=(_A, _B)),
-            lambda a, b: _pow_in(a, b, dtypes.float32),
+            lambda a, b: pow_in(a, b, dtypes.float32),
             "POW → EXP2(LOG2(|a|)·b) with the sign of (-1)**b",
         )
     ],
@@ -237,7 +237,7 @@ _WITHOUT_FLOAT64: dict[Ops, list] = {
         op: [
             (
                 UPat(op, src=(_FLOAT_X,)),
-                lambda x, op=op: _in_float32(x, _reduced_in_own_type(op)),
+                lambda x, op=op: in_float32(x, reduced_in_own_type(op)),
                 f"{op.name} → Cody–Waite / Payne–Hanek reduction + polynomials",
             )
         ]

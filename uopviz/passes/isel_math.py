@@ -201,7 +201,7 @@ _HALF_PI_PARTS = {dtypes.float32: _split(_PI / 2, 10, 7), dtypes.float64: _split
 _REDUCTION_LIMIT = {dtypes.float32: 2.0**14, dtypes.float64: 2.0**26}
 
 
-def _in_float32(x: UOp, compute: Callable[[UOp], UOp]) -> UOp | None:
+def in_float32(x: UOp, compute: Callable[[UOp], UOp]) -> UOp | None:
     """float16 / bfloat16: compute in float32 and round back; float32/float64: compute directly."""
     scalar = x.dtype.scalar
     if scalar in _FORMATS:
@@ -502,7 +502,7 @@ def _divide(a: UOp, b: UOp) -> UOp:
     return UOp(Ops.DIV, (a, b))
 
 
-def _reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
+def reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
     """The decomposition of ``function`` reducing float32 in float64 (targets that have float64)."""
 
     def decompose(x: UOp) -> UOp:
@@ -513,7 +513,7 @@ def _reduced_in_float64(function: Ops) -> Callable[[UOp], UOp]:
     return decompose
 
 
-def _reduced_in_own_type(function: Ops) -> Callable[[UOp], UOp]:
+def reduced_in_own_type(function: Ops) -> Callable[[UOp], UOp]:
     """The decomposition of ``function`` reducing in the argument's own type."""
     return lambda x: decompose_trigonometric(x, function)
 
@@ -687,7 +687,7 @@ def decompose_pow_extended(a: UOp, b: UOp) -> UOp:
     return _signed_power(a, b, negative, result)
 
 
-def _pow_in(a: UOp, b: UOp, wide: DType) -> UOp | None:
+def pow_in(a: UOp, b: UOp, wide: DType) -> UOp | None:
     """POW of float16, bfloat16 and float32 computed in ``wide`` and rounded once (in float64,
     ``b·log2 a`` keeps its digits: the exponent's rounding made float32 pow 114 ulp off);
     float64 in float64."""

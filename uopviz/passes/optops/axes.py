@@ -27,16 +27,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import conjuncts, iadd, iconst, imul
-from uopviz.passes.optops.opts import Opt, OptError
-
-if TYPE_CHECKING:  # the opts take the Kernel they shape; kernel.py imports this module to dispatch
-    from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, OptError, ShapedKernel
 
 # the kernel order: groups of AxisTypes, then the range number
 _GROUP = {AxisType.THREAD: 0, AxisType.GLOBAL: 0, AxisType.LOOP: 0, AxisType.LOCAL: 1, AxisType.WARP: 1,
@@ -110,7 +107,7 @@ def renumber(ast: UOp, ordered: Sequence[UOp]) -> UOp:
 # ---------------------------------------------------------------------------------------------
 # the OptOps that shape axes
 
-def _axis(kernel: Kernel, opt: Opt, what: str = "axis") -> UOp:
+def _axis(kernel: ShapedKernel, opt: Opt, what: str = "axis") -> UOp:
     if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(kernel.ranges):
         raise OptError(f"{opt}: {what} {opt.axis} does not exist; the kernel {kernel.name} has "
                        f"{len(kernel.ranges)} axes {kernel.axes_text()}")
@@ -128,13 +125,13 @@ def sequential_axes(ast: UOp) -> frozenset[UOp]:
     )
 
 
-def _check_in_order(kernel: Kernel, opt: Opt, r: UOp, change: str) -> None:
+def _check_in_order(kernel: ShapedKernel, opt: Opt, r: UOp, change: str) -> None:
     if r in sequential_axes(kernel.ast):
         raise OptError(f"{opt}: axis {opt.axis} is a sequential loop (its iterations read what earlier ones "
                        f"stored, as a scan does); {change} would change the order they run in")
 
 
-def _lanes(kernel: Kernel) -> int:
+def _lanes(kernel: ShapedKernel) -> int:
     """UPCAST x UNROLL lanes of a kernel (a tensor core's fragment axes count once: a fragment is one
     register of the WMMA, not lanes multiplied into every value)."""
     fragments = {r for u in kernel.ast.toposort() if u.op is Ops.WMMA and isinstance(u.arg, tuple)
@@ -142,7 +139,7 @@ def _lanes(kernel: Kernel) -> int:
     return math.prod(range_size(r) for r in kernel.ranges if r.arg[1] in LANE_TYPES and r not in fragments)
 
 
-def split_axis(kernel: Kernel, opt: Opt) -> UOp:
+def split_axis(kernel: ShapedKernel, opt: Opt) -> UOp:
     """SPLIT: ``r = outer * k + inner``; the new part gets the target AxisType."""
     r = _axis(kernel, opt)
     if not (isinstance(opt.arg, tuple) and len(opt.arg) == 3):
@@ -211,7 +208,7 @@ def missing_ability(backend: Any, axis_type: AxisType) -> str | None:
     return need[1]
 
 
-def _check_backend(kernel: Kernel, opt: Opt, target: AxisType) -> None:
+def _check_backend(kernel: ShapedKernel, opt: Opt, target: AxisType) -> None:
     backend = kernel.backend_object
     if target is AxisType.LOCAL and kernel.nolocals:
         raise OptError(f"{opt}: NOLOCALS was applied, so no LOCAL axes")
@@ -300,7 +297,7 @@ pad_rules = PatternMatcher([
 ], name="padto masks")
 
 
-def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
+def pad_axis(kernel: ShapedKernel, opt: Opt) -> UOp:
     """PADTO: the axis runs to the next multiple of ``m``; the extra iterations are masked."""
     r = _axis(kernel, opt)
     multiple = opt.arg
@@ -334,7 +331,7 @@ def pad_axis(kernel: Kernel, opt: Opt) -> UOp:
     return graph_rewrite(ast, pad_rules, ctx=_PadContext(padded, valid, clamped), name="padto masks")
 
 
-def swap_axes(kernel: Kernel, opt: Opt) -> UOp:
+def swap_axes(kernel: ShapedKernel, opt: Opt) -> UOp:
     """SWAP: exchange the loop positions of two axes of the same group."""
     first = _axis(kernel, opt)
     other = opt.arg
@@ -356,7 +353,7 @@ def swap_axes(kernel: Kernel, opt: Opt) -> UOp:
     return substitute_ranges(kernel.ast, mapping)
 
 
-def no_locals(kernel: Kernel, opt: Opt) -> UOp:
+def no_locals(kernel: ShapedKernel, opt: Opt) -> UOp:
     """NOLOCALS: from now on no LOCAL axes (and none may exist already)."""
     if opt.axis is not None or opt.arg is not None:
         raise OptError(f"{opt}: NOLOCALS takes no axis and no arg")

@@ -3,7 +3,9 @@ and the opts as plain JSON data (tuning records, the BEAM cache, the tuner's cop
 
 Whether an opt fits a kernel is :meth:`uopviz.passes.optops.kernel.Kernel.apply`'s to check; the
 functions that apply each OptOp are in ``axes.py`` (SPLIT, PADTO, SWAP, NOLOCALS) and
-``tensor_cores.py`` (TC).
+``tensor_cores.py`` (TC).  They take the kernel they shape as a :class:`ShapedKernel`, the part of
+:class:`~uopviz.passes.optops.kernel.Kernel` they read, so that they never import ``kernel.py``, which
+imports them to dispatch (the OptOps' modules point one way: opts <- axes <- tensor cores <- Kernel).
 """
 
 from __future__ import annotations
@@ -11,16 +13,61 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType
 
+if TYPE_CHECKING:
+    from uopviz.core.uop import UOp
+
 
 class OptError(UopvizError, ValueError):
     """An optimization that cannot apply to this kernel; the message says which rule it breaks."""
+
+
+class ShapedKernel(Protocol):
+    """What the functions applying an OptOp read of the kernel they shape (a
+    :class:`~uopviz.passes.optops.kernel.Kernel` is one)."""
+
+    ast: UOp
+    backend: str
+    opts: tuple[Opt, ...]
+
+    @property
+    def name(self) -> str:
+        """The kernel's name (``r_g16_R8``): error messages name the kernel by it."""
+        ...
+
+    @property
+    def ranges(self) -> list[UOp]:
+        """The RANGE UOps in kernel order."""
+        ...
+
+    @property
+    def axes(self) -> tuple[tuple[int, AxisType], ...]:
+        """``(size, AxisType)`` of every axis, in kernel order."""
+        ...
+
+    @property
+    def nolocals(self) -> bool:
+        """True once NOLOCALS was applied."""
+        ...
+
+    @property
+    def backend_object(self) -> Any:
+        """The Backend the kernel is shaped for."""
+        ...
+
+    def axes_text(self) -> str:
+        """The axes as error messages list them: ``[0: GLOBAL 16, 1: REDUCE 8]``."""
+        ...
+
+    def with_ast(self, ast: UOp) -> ShapedKernel:
+        """This kernel's backend, opts and name hint on another AST."""
+        ...
 
 
 class OptOp(enum.Enum):
@@ -132,4 +179,4 @@ def opts_from_json(data: Iterable) -> tuple[Opt, ...]:
     return tuple(out)
 
 
-__all__ = ["Opt", "OptError", "OptOp", "opts_from_json", "opts_to_json"]
+__all__ = ["Opt", "OptError", "OptOp", "ShapedKernel", "opts_from_json", "opts_to_json"]

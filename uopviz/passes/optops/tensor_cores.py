@@ -11,7 +11,6 @@ themselves are the backends' declarations (:class:`uopviz.backends.base.TensorCo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from uopviz.backends.base import TensorCore
 from uopviz.core.ops import AxisType, Ops
@@ -27,10 +26,7 @@ from uopviz.passes.optops.axes import (
     renumber,
     substitute_ranges,
 )
-from uopviz.passes.optops.opts import Opt, OptError, OptOp
-
-if TYPE_CHECKING:  # TC takes the Kernel it shapes; kernel.py imports this module to dispatch
-    from uopviz.passes.optops.kernel import Kernel
+from uopviz.passes.optops.opts import Opt, OptError, OptOp, ShapedKernel
 
 
 def _strip_cast(u: UOp) -> UOp:
@@ -46,7 +42,7 @@ def _product_of(reduce: UOp) -> UOp:
     return value
 
 
-def _padded_to_tiles(kernel: Kernel, misfits: list[tuple[UOp, int]]) -> Kernel:
+def _padded_to_tiles(kernel: ShapedKernel, misfits: list[tuple[UOp, int]]) -> ShapedKernel:
     """``kernel`` with each range of ``misfits`` padded (PADTO) to a multiple of its tile size."""
     for r, tile in misfits:
         number = r.arg[0]
@@ -56,7 +52,7 @@ def _padded_to_tiles(kernel: Kernel, misfits: list[tuple[UOp, int]]) -> Kernel:
     return kernel
 
 
-def apply_tensor_core(kernel: Kernel, opt: Opt) -> UOp:
+def apply_tensor_core(kernel: ShapedKernel, opt: Opt) -> UOp:
     """TC on the ``reduce_index``-th reduce axis: find the multiply-reduce, its M (an output axis only
     the first operand varies over), N (only the second) and a matching tensor core; then mode 1
     emits ``REDUCE(WMMA(a, b, 0))`` over the tile's fragments and warp (``_tensor_core_wmma``), and
@@ -169,7 +165,7 @@ def layout_expression(config: TensorCore, operand: str, axis: int, lane: UOp | N
     return _select(element, per_element)
 
 
-def _tensor_core_wmma(kernel: Kernel, config: TensorCore, reduce: UOp, operands: tuple[UOp, UOp],
+def _tensor_core_wmma(kernel: ShapedKernel, config: TensorCore, reduce: UOp, operands: tuple[UOp, UOp],
                       m_range: UOp, n_range: UOp, k_range: UOp) -> UOp:
     """TC mode 1: each of M, N, K becomes ``outer * tile + coordinate``, where the coordinate comes
     from the tensor core's layout of the operand at hand: A's elements (an UNROLL range ``ea``), B's
@@ -200,7 +196,7 @@ def _tensor_core_wmma(kernel: Kernel, config: TensorCore, reduce: UOp, operands:
     return substitute(ast, {m_range: at(m_range, tile_m, "c", 0), n_range: at(n_range, tile_n, "c", 1)})
 
 
-def tensor_core(kernel: Kernel, opt: Opt) -> UOp:
+def tensor_core(kernel: ShapedKernel, opt: Opt) -> UOp:
     """TC: the first opt only; see :func:`apply_tensor_core`."""
     if kernel.opts:
         raise OptError(f"{opt}: TC must be the first opt (the kernel already has {list(kernel.opts)})")
