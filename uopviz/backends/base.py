@@ -14,8 +14,9 @@ from __future__ import annotations
 import abc
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from uopviz.backends.target import CPUTarget, cpu_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
+from uopviz.core.rewrite import PatternMatcher
 from uopviz.core.uop import UOp
 from uopviz.core.uop_text import register_arg_type
 
@@ -408,6 +410,10 @@ class Backend(abc.ABC):
     #: True when ``compile`` may run in several threads at once (each build its own process), so
     #: the Render stage compiles a program's distinct kernels in parallel
     parallel_compile: bool = False
+    #: rules of the backend's own, by the name of the pipeline stage that runs them (``"Linearize"``,
+    #: ``"Instruction Selection"``, any stage from Optimize on): the stage rewrites each kernel with
+    #: them before its own rules, as a traced pass named after the backend (``cuda rules r_4``)
+    extra_rules: Mapping[str, PatternMatcher] = MappingProxyType({})
 
     @property
     def runs_on_cpu(self) -> bool:

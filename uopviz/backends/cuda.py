@@ -51,6 +51,7 @@ from uopviz.backends.cache import cached_file, content_key
 from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import MATH_LIBRARY, CDialect
 from uopviz.backends.cfamily_state import CFamilyRenderState, render_wmma_scalar
+from uopviz.backends.gpu_rules import GPU_EXTRA_RULES
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
 from uopviz.core.dtype import dtypes
 from uopviz.core.errors import UopvizError
@@ -412,6 +413,7 @@ class CUDABackend(Backend):
     has_local = True
     has_threads = False
     tensor_cores = (MMA_M16N8K16_F16_F32,)
+    extra_rules = GPU_EXTRA_RULES  # GLOBAL and LOCAL ranges become thread indices
 
     def __init__(self) -> None:
         self.renderer = CUDARenderer(self.tensor_cores)

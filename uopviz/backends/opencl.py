@@ -39,6 +39,7 @@ from uopviz.backends.cache import content_key, read_cached_bytes
 from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import C_COMPARISONS, MATH_LIBRARY, CDialect
 from uopviz.backends.cfamily_state import Address
+from uopviz.backends.gpu_rules import GPU_EXTRA_RULES
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import GroupOp, Ops
@@ -343,6 +344,7 @@ class OpenCLBackend(Backend):
     scalar_dtypes = frozenset({dtypes.bfloat16})
     has_threads = False
     tensor_cores = cpu_tensor_cores()
+    extra_rules = GPU_EXTRA_RULES  # GLOBAL and LOCAL ranges become thread indices
 
     def __init__(self) -> None:
         found = _opencl()
