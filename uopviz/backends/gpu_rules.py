@@ -10,6 +10,8 @@ of a warp are consecutive threads.  The renderers name the SPECIALs
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, substitute
 from uopviz.core.uop import UOp
@@ -28,13 +30,20 @@ def _numbered(ranges: list[UOp], *axis_types: AxisType) -> list[UOp]:
     ]
 
 
-def ranges_to_special(kernel: UOp) -> UOp | None:
+class KernelInStage(Protocol):
+    """What a backend's rule gets as ``ctx``: the kernel's schedule item, ``body`` the kernel as the
+    stage received it."""
+
+    body: UOp
+
+
+def ranges_to_special(ctx: KernelInStage, kernel: UOp) -> UOp | None:
     """GLOBAL ranges become ``gidxN``, LOCAL and WARP ranges ``lidxN`` (the last three of each, the
-    innermost as dimension 0).  Declines on a kernel that has thread indices already: its remaining
-    GLOBAL ranges are the ones that stay loops."""
-    nodes = kernel.toposort()
-    if any(u.op is Ops.SPECIAL for u in nodes):
+    innermost as dimension 0), once: on the kernel as the stage received it, not on the kernel this
+    rule made (whose remaining GLOBAL ranges are the ones that stay loops)."""
+    if kernel is not ctx.body:
         return None
+    nodes = kernel.toposort()
     ranges = [u for u in nodes if u.op is Ops.RANGE]
     mapping: dict[UOp, UOp] = {}
     for prefix, chosen in (
@@ -57,4 +66,4 @@ gpu_linearize_rules = PatternMatcher(
 #: ``Backend.extra_rules`` of the GPU backends
 GPU_EXTRA_RULES = {"Linearize": gpu_linearize_rules}
 
-__all__ = ["GPU_EXTRA_RULES", "GRID_DIMENSIONS", "gpu_linearize_rules", "ranges_to_special"]
+__all__ = ["GPU_EXTRA_RULES", "GRID_DIMENSIONS", "KernelInStage", "gpu_linearize_rules", "ranges_to_special"]
