@@ -233,7 +233,7 @@ def test_gpu_backends_make_thread_indices_with_a_rule_of_their_own() -> None:
     for backend in ("cuda", "opencl"):
         program = uv.compile((x * 2).sum(1), backend=backend, opts=opts, build=False)
         linearize = program.trace.find("Linearize")
-        own = [p for p in linearize.passes if p.name.startswith(f"{backend} rules ")]
+        own = [p for p in linearize.passes if p.name == f"{backend} rules"]
         assert len(own) == len(program.items) == 1 and own[0].matcher is gpu_linearize_rules
         (step,) = own[0].steps
         assert step.rule == "ranges become SPECIAL thread indices"

@@ -412,7 +412,7 @@ class Backend(abc.ABC):
     parallel_compile: bool = False
     #: rules of the backend's own, by the name of the pipeline stage that runs them (``"Linearize"``,
     #: ``"Instruction Selection"``, any stage from Optimize on): the stage rewrites each kernel with
-    #: them before its own rules, as a traced pass named after the backend (``cuda rules r_4``); a
+    #: them before its own rules, as a traced pass named after the backend (``cuda rules``); a
     #: rule's ``ctx`` is the kernel's schedule item (``ctx.body``: the kernel as the stage got it)
     extra_rules: Mapping[str, PatternMatcher] = MappingProxyType({})
 

@@ -80,10 +80,10 @@ def backend_rules(backend: Backend, stage: str) -> PatternMatcher | None:
 
 def apply_backend_rules(lowering: Lowering, stage: str) -> None:
     """The backend's own rules for ``stage`` (:func:`backend_rules`), on every kernel before the
-    stage's own rules: each kernel is a traced pass ``<backend> rules <kernel>`` inside the stage,
-    its steps named after the backend's rules and the lines they are written on.  A rule that takes
-    ``ctx`` gets the kernel's :class:`ScheduleItem` (``ctx.body``: the kernel as the stage got it,
-    ``ctx.kernel.name``)."""
+    stage's own rules: each kernel is a traced pass ``<backend> rules`` inside the stage (the player
+    names its kernel), its steps named after the backend's rules and the lines they are written on.
+    A rule that takes ``ctx`` gets the kernel's :class:`ScheduleItem` (``ctx.body``: the kernel as
+    the stage got it, ``ctx.kernel.name``)."""
     if not lowering.items:
         return
     backend = backend_named(lowering.backend)
@@ -91,7 +91,7 @@ def apply_backend_rules(lowering: Lowering, stage: str) -> None:
     if matcher is None:
         return
     lowering.replace_bodies(once_per_body(lowering, lambda item: graph_rewrite(
-        item.body, matcher, ctx=item, name=f"{backend.name} rules {item.kernel.name}")))
+        item.body, matcher, ctx=item, name=f"{backend.name} rules")))
 
 
 def run_stage(lowering: Lowering, name: str, stage: Stage) -> None:
