@@ -5,6 +5,7 @@ backend's name with the line each rule is written on."""
 from __future__ import annotations
 
 import linecache
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,9 +16,10 @@ from uopviz import Tensor
 from uopviz.backends.python import PythonBackend
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import PatternMatcher, UPat
+from uopviz.core.rewrite import PatternMatcher, RewriteError, UPat, graph_rewrite
 from uopviz.core.uop import UOp
 from uopviz.passes.pipeline import KERNEL_STAGES, PipelineError
+from uopviz.passes.schedule import ROOT_REWRITE_LIMIT, rewrite_kernel, whole_kernel_rules
 
 
 def double_as_add(x: UOp) -> UOp:
@@ -98,3 +100,28 @@ def test_rules_for_a_stage_that_rewrites_no_kernels_are_an_error(use_backend) ->
                                             "that rewrite kernels: Optimize, Expand"):
         uv.compile(Tensor(np.ones(4, np.float32)) * 2, backend=name)
     assert KERNEL_STAGES[0] == "Optimize" and KERNEL_STAGES[-1] == "Render"
+
+
+def test_whole_kernel_rules_run_at_the_root_and_give_what_graph_rewrite_gives() -> None:
+    from uopviz.backends.gpu_rules import gpu_linearize_rules
+
+    x = Tensor(np.arange(64 * 64, dtype=np.float32).reshape(64, 64))
+    program = uv.compile((x * 2).sum(1), backend="cuda", opts="heuristic", build=False)
+    (own,) = [p for p in program.trace.find("Linearize").passes if p.name == "cuda rules"]
+    item = program.items[0]
+    kernel = own.input
+    assert whole_kernel_rules(gpu_linearize_rules) and not whole_kernel_rules(doubling_rules)
+    context = SimpleNamespace(body=kernel)
+    at_root = rewrite_kernel(kernel, gpu_linearize_rules, ctx=context)
+    assert at_root is own.output is graph_rewrite(kernel, gpu_linearize_rules, ctx=context)
+    assert at_root is not kernel and item.body.src[0].op is Ops.LINEAR
+
+
+def test_whole_kernel_rules_that_never_stop_are_a_rule_loop() -> None:
+    kernel = UOp(Ops.SINK, (UOp.const(dtypes.float32, 1.0),))
+    retag = PatternMatcher([
+        (UPat(Ops.SINK, name="k"), lambda k: UOp(Ops.SINK, k.src, k.arg, (k.tag or 0) + 1), "retag forever"),
+    ])
+    with pytest.raises(RewriteError, match=f"rewrote the kernel's SINK {ROOT_REWRITE_LIMIT} times over; "
+                                           "last rule 'retag forever'"):
+        rewrite_kernel(kernel, retag, name="retagging")

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopviz.core.rewrite import PatternMatcher, UPat
 from uopviz.core.uop import UOp, toposort
 from uopviz.passes.optops.axes import kernel_order
-from uopviz.passes.schedule import Lowering, once_per_body
+from uopviz.passes.schedule import Lowering, once_per_body, rewrite_kernel
 
 
 class LinearizeError(UopvizError, ValueError):
@@ -315,11 +315,12 @@ linearize_rules = PatternMatcher([
 
 
 def linearize_kernel(ast: UOp, name: str) -> UOp:
-    """The LINEAR program of one kernel (a pass ``linearize <name>`` in the trace).  GPU backends
-    have made GLOBAL/LOCAL ranges SPECIAL thread indices first (their ``extra_rules``)."""
-    linear = graph_rewrite(ast, linearize_rules, ctx=LinearizeContext(ast, name), name=f"linearize {name}")
+    """The LINEAR program of one kernel (a pass ``linearize <name>`` in the trace, one step named
+    after the rule).  GPU backends have made GLOBAL/LOCAL ranges SPECIAL thread indices first (their
+    ``extra_rules``)."""
+    linear = rewrite_kernel(ast, linearize_rules, LinearizeContext(ast, name), name=f"linearize {name}")
     if linear.op is not Ops.LINEAR:
-        raise LinearizeError(f"kernel {name}: its body is {ast.op.name}, not a SINK: nothing to linearize")
+        raise LinearizeError(f"kernel {name}: its body is {ast.op.name}, not a SINK to linearize")
     return linear
 
 

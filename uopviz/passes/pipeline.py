@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from uopviz.backends.base import Backend
 from uopviz.core.errors import UopvizError
-from uopviz.core.rewrite import PatternMatcher, graph_rewrite, traced_pass
+from uopviz.core.rewrite import PatternMatcher, traced_pass
 from uopviz.passes.callify import callify_stage
 from uopviz.passes.expand import expand_stage
 from uopviz.passes.isel import instruction_selection_stage
@@ -37,7 +37,7 @@ from uopviz.passes.memory_plan import memory_plan_stage
 from uopviz.passes.optimize import optimize_stage
 from uopviz.passes.rangeify import rangeify_stage
 from uopviz.passes.render import backend_named, render_stage
-from uopviz.passes.schedule import Lowering, PipelineError, ScheduleItem, once_per_body
+from uopviz.passes.schedule import Lowering, PipelineError, ScheduleItem, once_per_body, rewrite_kernel
 
 Stage = Callable[[Lowering], None]
 
@@ -90,7 +90,7 @@ def apply_backend_rules(lowering: Lowering, stage: str) -> None:
     matcher = backend_rules(backend, stage)
     if matcher is None:
         return
-    lowering.replace_bodies(once_per_body(lowering, lambda item: graph_rewrite(
+    lowering.replace_bodies(once_per_body(lowering, lambda item: rewrite_kernel(
         item.body, matcher, ctx=item, name=f"{backend.name} rules")))
 
 
