@@ -230,3 +230,17 @@ def test_a_trace_records_only_the_rewrites_of_the_thread_that_opened_it():
     thread.join(10)
     assert [p.name for p in trace.walk()] == ["in main"]
     assert found["worker"] == ["worker pass", "in worker"]
+
+
+def test_substitute_replaces_a_key_whole_and_still_finds_what_is_reached_another_way():
+    from uopviz.core.rewrite import substitute
+
+    a, b = UOp.const(dtypes.float32, 1.0), UOp.const(dtypes.float32, 2.0)
+    inner = UOp(Ops.ADD, (a, b))
+    outer = UOp(Ops.MUL, (inner, a))  # a key with another key below it
+    root = UOp(Ops.SINK, (outer, UOp(Ops.ADD, (inner, b))))  # ... which is also reached outside it
+    new_inner, new_outer = UOp.const(dtypes.float32, 5.0), UOp.const(dtypes.float32, 7.0)
+    out = substitute(root, {inner: new_inner, outer: new_outer})
+    assert out.src[0] is new_outer  # replaced whole: not rebuilt from the new inner
+    assert out.src[1] is UOp(Ops.ADD, (new_inner, b))
+    assert substitute(root, {}) is root and substitute(root, {b: b}) is root

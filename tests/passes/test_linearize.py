@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from stage_text import check_stage
 
-from uopviz.backends import get
 from uopviz.core.ops import Ops
 from uopviz.passes.linearize import linearize_kernel
 
@@ -65,7 +64,7 @@ EXPECTED = """
 
 
 def test_linearize_lists_every_instruction_once_in_program_order() -> None:
-    linear = check_stage(BEFORE, lambda ast: linearize_kernel(ast, get("c"), "r_R3"), EXPECTED)
+    linear = check_stage(BEFORE, lambda ast: linearize_kernel(ast, "r_R3"), EXPECTED)
     assert linear.op is Ops.LINEAR and linear.arg == "r_R3"
     position = {u.op: i for i, u in reversed(list(enumerate(linear.src)))}  # each op's first place
     assert position[Ops.RANGE] < position[Ops.LOAD] < position[Ops.END]  # the loop opens, then closes

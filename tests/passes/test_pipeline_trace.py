@@ -75,9 +75,9 @@ def test_each_stage_records_its_work() -> None:
     assert {"realize_output", "bufferize", "kernelize", "index_through_reshape", "index_through_reduce",
             "load_buffer"} <= rules["Rangeify"]
     assert {"parallel_outputs", "split_axis", "pad_axis"} <= rules["Optimize"]
-    assert {"expand_range", "expand_reduce", "expand_memory"} <= rules["Expand"]
+    assert {"expand range", "expand reduce", "expand memory"} <= rules["Expand"]
     assert "lower_reduce" in rules["Instruction Selection"]
-    assert "linearize" in rules["Linearize"]
+    assert "kernel becomes LINEAR" in rules["Linearize"]
     assert "render_source" in rules["Render"]
 
 
@@ -176,3 +176,74 @@ def test_callify_starts_from_the_tensor_graph_and_each_step_shows_the_whole_prog
     assert params == list(range(len(params) - 1)) + [len(program.inputs)] and len(program.inputs) > 0
     assert graphs[-1] is callify.output and callify.output.op is uv.Ops.FUNCTION
     assert all(graph.op is uv.Ops.TUPLE for graph in graphs[:-1])  # the stage's graph, not a fragment
+
+
+def _rule_steps(record) -> dict[str, list]:
+    """A pass's steps by rule name."""
+    found: dict[str, list] = {}
+    for step in record.steps:
+        found.setdefault(step.rule, []).append(step)
+    return found
+
+
+def _written_in(step, module: str) -> str:
+    """The line of ``module`` a step says its rule is written on (asserting it is that module)."""
+    path, _, line = step.location.rpartition(":")
+    assert path == module, (step.rule, step.location)
+    return linecache.getline(str(REPO / path), int(line)).strip()
+
+
+def test_expand_names_its_rules_from_its_table() -> None:
+    from uopviz.passes.expand import expansion_rules
+
+    table = {rule.name: rule.location for rule in expansion_rules.rules}
+    expand = PROGRAMS["matmul with opts"].trace.find("Expand")
+    steps = _rule_steps(expand)
+    assert {"expand range", "expand memory", "expand reduce", "expand elementwise"} <= set(steps)
+    for name, fired in steps.items():
+        if name in table:  # Expand's own rules (the index simplifier after it has its own)
+            assert {step.location for step in fired} == {table[name]}
+            assert f'"{name}"' in _written_in(fired[0], "uopviz/passes/expand.py")
+    assert set(steps) - set(table) <= {rule.name for m in expand.matchers() for rule in m.rules}
+    assert expansion_rules in expand.matchers()
+
+
+def test_linearize_and_the_plans_name_their_rules() -> None:
+    x, y = Tensor(np.ones((4, 8), np.float32)), Tensor(np.ones((4, 6), np.float32))
+    # an intermediate buffer (the contiguous) and two accumulators one after the other in a kernel
+    program = uv.compile([(x * 2).contiguous().sum(1) + 1, x.sum(1) + y.max(1)])
+    linearized = _rule_steps(program.trace.find("Linearize"))["kernel becomes LINEAR"]
+    assert set(_rule_steps(program.trace.find("Linearize"))) == {"kernel becomes LINEAR"}
+    assert len(linearized) == len({item.body for item in program.items})
+    assert "kernel becomes LINEAR" in _written_in(linearized[0], "uopviz/passes/linearize.py")
+    assert all(step.after.op is uv.Ops.LINEAR and step.before.op is uv.Ops.SINK for step in linearized)
+    plan = _rule_steps(program.trace.find("Register/Memory Plan"))
+    assert {"share register", "declare each register once", "share memory"} <= set(plan)
+    for name in ("share register", "declare each register once", "share memory"):
+        assert f'"{name}"' in _written_in(plan[name][0], "uopviz/passes/memory_plan.py")
+    declared = plan["declare each register once"][0]
+    assert len(declared.before.src) == len(declared.after.src) + 1  # the shared register's second declaration
+
+
+def test_gpu_backends_make_thread_indices_with_a_rule_of_their_own() -> None:
+    from uopviz.backends.gpu_rules import gpu_linearize_rules
+
+    x = Tensor(np.ones((64, 64), np.float32))
+    opts = [Opt(OptOp.SPLIT, 0, (8, uv.AxisType.LOCAL, False))]
+    for backend in ("cuda", "opencl"):
+        program = uv.compile((x * 2).sum(1), backend=backend, opts=opts, build=False)
+        linearize = program.trace.find("Linearize")
+        own = [p for p in linearize.passes if p.name == f"{backend} rules"]
+        assert len(own) == len(program.items) == 1 and own[0].matcher is gpu_linearize_rules
+        (step,) = own[0].steps
+        assert step.rule == "ranges become SPECIAL thread indices"
+        assert "ranges become SPECIAL" in _written_in(step, "uopviz/backends/gpu_rules.py")
+        specials = sorted(u.arg for u in step.after.toposort() if u.op is uv.Ops.SPECIAL)
+        assert specials == ["gidx0", "lidx0"], backend
+        assert not any(u.op is uv.Ops.RANGE and u.arg[1] in (uv.AxisType.GLOBAL, uv.AxisType.LOCAL)
+                       for u in step.after.toposort())
+        # the backend's rules ran before the stage's own: Linearize's rule linearized their output
+        (linear_pass,) = [p for p in linearize.passes if p.name.startswith("linearize ")]
+        assert linear_pass.input is own[0].output
+    c_program = uv.compile((x * 2).sum(1), backend="c", build=False)
+    assert not any(" rules " in p.name for p in c_program.trace.walk())

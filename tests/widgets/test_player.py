@@ -176,7 +176,7 @@ def lane_programs() -> dict[str, uv.Program]:
 def test_every_step_of_every_pass_replays_a_whole_graph(lane_programs):
     for name, program in lane_programs.items():
         expand = program.trace.find("Expand")
-        assert any(s.rule == "expand_range" for s in expand.steps), name
+        assert any(s.rule == "expand range" for s in expand.steps), name
         for record in program.trace.walk():
             for step in record.steps:
                 graph = record.graph_after(step)

@@ -120,6 +120,17 @@ def test_sub_passes_name_the_kernel_they_work_on(programs, softmax):
         assert state.current is builders[0]
 
 
+def test_expand_and_a_backends_rules_name_their_kernel_once() -> None:
+    x = uv.Tensor(np.arange(64 * 64, dtype=np.float32).reshape(64, 64))
+    program = uv.compile((x * 2).sum(1), backend="cuda", opts="heuristic", build=False)
+    state = PlayerState(program.trace)
+    kernel = program.kernels[0].name
+    own = [e for e in state.entries if e.record.name == "cuda rules"]
+    assert [e.name for e in own] == [f"cuda rules {kernel}"]  # the pass's name, then its kernel's
+    expand = [e.name for e in state.entries if e.record.name.startswith("expand ")]
+    assert expand == [f"expand {kernel}"]  # the recorded name says the kernel: not said twice
+
+
 def test_rule_counts_sum_to_the_step_count(programs, softmax):
     for program in [*programs, softmax]:
         for entry in PlayerState(program.trace).entries:

@@ -71,11 +71,20 @@ def test_a_stage_tries_the_rules_of_every_pass_inside_it(program):
 
 def test_a_pass_without_rules_says_so_and_a_missing_node_is_an_error(program):
     state = PlayerState(program.trace, engine="layered")
-    state.select("Linearize", 0)
+    state.select("Render", 0)
     why = state.why_not(_shown_keys(state, Ops.STORE)[0])
-    assert why.explanations == [] and why.note.startswith("Linearize rewrites without pattern rules")
-    with pytest.raises(KeyError, match="no node 'u0' in the graph of 'Linearize' at step 0"):
+    assert why.explanations == [] and why.note.startswith("Render rewrites without pattern rules")
+    with pytest.raises(KeyError, match="no node 'u0' in the graph of 'Render' at step 0"):
         state.why_not("u0")
+
+
+def test_linearize_tries_its_rule_table(program):
+    state = PlayerState(program.trace, engine="layered")
+    state.select("Linearize", 0)
+    sink = _shown_keys(state, Ops.SINK)[0]
+    (explanation,) = state.why_not(sink).explanations
+    assert explanation.matcher == "linearize"
+    assert [(o.rule, o.status) for o in explanation.outcomes] == [("kernel becomes LINEAR", "needs context")]
 
 
 def test_the_widget_answers_the_front_ends_question_through_its_comm(program, monkeypatch):

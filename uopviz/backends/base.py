@@ -15,8 +15,9 @@ import abc
 import json
 import re
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Self
 
 import numpy as np
@@ -25,6 +26,7 @@ from uopviz.backends.target import CPUTarget, cpu_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
+from uopviz.core.rewrite import PatternMatcher
 from uopviz.core.uop import UOp
 from uopviz.core.uop_text import register_arg_type
 
@@ -424,6 +426,11 @@ class Backend(abc.ABC):
     #: True when ``compile`` may run in several threads at once (each build its own process), so
     #: the Render stage compiles a program's distinct kernels in parallel
     parallel_compile: bool = False
+    #: rules of the backend's own, by the name of the pipeline stage that runs them (``"Linearize"``,
+    #: ``"Instruction Selection"``, any stage from Optimize on): the stage rewrites each kernel with
+    #: them before its own rules, as a traced pass named after the backend (``cuda rules``); a
+    #: rule's ``ctx`` is the kernel's schedule item (``ctx.body``: the kernel as the stage got it)
+    extra_rules: Mapping[str, PatternMatcher] = MappingProxyType({})
 
     @property
     def runs_on_cpu(self) -> bool:

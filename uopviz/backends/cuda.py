@@ -39,6 +39,7 @@ from uopviz.backends.base import (
 )
 from uopviz.backends.cache import cached_file, content_key
 from uopviz.backends.cuda_render import CUDA_DIALECT, MMA_M16N8K16_F16_F32, CUDARenderer
+from uopviz.backends.gpu_rules import GPU_EXTRA_RULES
 from uopviz.backends.nvrtc import find_nvrtc, nvrtc_compile, nvrtc_version
 from uopviz.core.errors import UopvizError
 from uopviz.core.uop import UOp
@@ -256,6 +257,7 @@ class CUDABackend(Backend):
     has_local = True
     has_threads = False
     tensor_cores = (MMA_M16N8K16_F16_F32,)
+    extra_rules = GPU_EXTRA_RULES  # GLOBAL and LOCAL ranges become thread indices
 
     def __init__(self) -> None:
         self.renderer = CUDARenderer(self.tensor_cores)

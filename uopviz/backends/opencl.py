@@ -29,6 +29,7 @@ from uopviz.backends.base import (
     cpu_tensor_cores,
 )
 from uopviz.backends.cache import content_key, read_cached_bytes
+from uopviz.backends.gpu_rules import GPU_EXTRA_RULES
 from uopviz.backends.opencl_render import OpenCLRenderer, opencl_dialect
 from uopviz.backends.target import LEVELS, CPUTarget, cpu_target, resolve_target
 from uopviz.core.dtype import DType, dtypes
@@ -140,6 +141,7 @@ class OpenCLBackend(Backend):
     scalar_dtypes = frozenset({dtypes.bfloat16})
     has_threads = False
     tensor_cores = cpu_tensor_cores()
+    extra_rules = GPU_EXTRA_RULES  # GLOBAL and LOCAL ranges become thread indices
 
     def __init__(self) -> None:
         found = _opencl()

@@ -287,6 +287,11 @@ class PatternMatcher:
     def __len__(self) -> int:
         return len(self.rules)
 
+    def rules_for(self, op: Ops) -> list[Rule]:
+        """The rules whose pattern can match a UOp of ``op``, in order: what a pass with a walk of
+        its own tries on each node (Expand, whose rules give a value and its lanes, not a UOp)."""
+        return self._by_op[op]
+
     def rewrite(self, uop: UOp, ctx: Any = None) -> tuple[UOp, Rule] | None:
         """The first rule that rewrites ``uop``, with its result; None when no rule applies."""
         source_ops = None

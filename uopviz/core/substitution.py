@@ -19,7 +19,9 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
     if not mapping:
         return root
     new: dict[UOp, UOp] = {}
-    for u in toposort([root]):
+    # a key is replaced whole: what is only below it is never rebuilt, so the walk stops there (a
+    # stage putting new kernel bodies into the program graph walks the program, not every kernel)
+    for u in toposort([root], lambda node: () if node in mapping else node.src):
         if u in mapping:
             new[u] = mapping[u]
             continue

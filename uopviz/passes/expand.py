@@ -11,21 +11,33 @@ in one vector across those loops and are combined once after them.
 A REDUCE of a tensor-core multiply (``WMMA`` made by the TC opt) gathers the A, B and C tiles
 from the lanes in the tensor core's layouts.
 
-The rules are a table (op → rule function); each rewritten UOp is a recorded step named after
-its rule.  Backends without vectors get them split again in Instruction Selection.
+The rules are a table, :data:`expansion_rules` (``expand range``, ``expand memory``, ``expand
+reduce``, ...); the walk tries them on every node, sources first, and each node a rule changes is a
+recorded step named after the rule, at the line the rule is written on.  Backends without vectors
+get them split again in Instruction Selection.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import product
 
 from uopviz.core.affine import affine_coefficients
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import frontier_graph, graph_rewrite, location_of, substitute, traced_pass, untraced
+from uopviz.core.rewrite import (
+    PatternMatcher,
+    RewriteError,
+    Rule,
+    UPat,
+    frontier_graph,
+    graph_rewrite,
+    substitute,
+    traced_pass,
+    untraced,
+)
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import iadd, iconst, index_simplifier, simplify_indices
 from uopviz.passes.optops.axes import LANE_TYPES, kernel_order, range_size
@@ -187,8 +199,6 @@ def expand_reduce(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     """REDUCE over UNROLL ranges: combine those lanes; keep looping over the other ranges."""
     op = u.arg[0]
     value = u.src[0]
-    if value.op is Ops.WMMA:
-        return expand_tensor_core(ctx, u)
     unrolled = tuple(r for r in u.src[1:] if r.arg[1] in LANE_TYPES)
     loops = tuple(ctx.new[r] for r in u.src[1:] if r.arg[1] not in LANE_TYPES)
     source_axes = ctx.lanes_of(value)
@@ -290,11 +300,34 @@ def keep(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     return (u if all(a is b for a, b in zip(sources, u.src)) else UOp(u.op, sources, u.arg, u.tag)), ()
 
 
-EXPANSION_RULES: dict[Ops, Callable[[ExpandContext, UOp], tuple[UOp, Axes]]] = {
-    Ops.RANGE: expand_range, Ops.INDEX: expand_index, Ops.LOAD: expand_memory, Ops.STORE: expand_memory,
-    Ops.REDUCE: expand_reduce, Ops.CONST: keep, Ops.PARAM: keep, Ops.BUFFER: keep, Ops.SINK: keep,
-    Ops.STACK: keep,
-}
+def wait_for_reduce(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
+    """A WMMA is left as it is: its REDUCE expands it (``expand tensor core``)."""
+    return u, ()
+
+
+#: Expand's rules, tried in order on every node of a kernel (sources first); the first whose pattern
+#: matches gives the node's expanded form and its lane axes.  Not for :func:`graph_rewrite`: a rule
+#: reads the expanded sources of the *original* node from its context and returns (value, lanes),
+#: which :func:`expand_kernel`'s walk keeps; each node it changes is a step named after its rule.
+expansion_rules = PatternMatcher([
+    (UPat(Ops.WMMA, name="u"), wait_for_reduce, "tensor core waits for its REDUCE"),
+    (UPat(Ops.RANGE, name="u"), expand_range, "expand range"),
+    (UPat(Ops.INDEX, name="u"), expand_index, "expand index"),
+    (UPat((Ops.LOAD, Ops.STORE), name="u"), expand_memory, "expand memory"),
+    (UPat(Ops.REDUCE, src=(UPat(Ops.WMMA),), allow_any_len=True, name="u"), expand_tensor_core, "expand tensor core"),  # noqa: E501
+    (UPat(Ops.REDUCE, name="u"), expand_reduce, "expand reduce"),
+    (UPat((Ops.CONST, Ops.PARAM, Ops.BUFFER, Ops.SINK, Ops.STACK), name="u"), keep, "keep: no lanes of its own"),  # noqa: E501
+    (UPat(name="u"), expand_elementwise, "expand elementwise"),
+], name="expand")
+
+
+def expand_node(ctx: ExpandContext, u: UOp) -> tuple[Rule, UOp, Axes]:
+    """The first of :data:`expansion_rules` that matches ``u``, with its expanded form and lanes."""
+    for rule in expansion_rules.rules_for(u.op):
+        found = rule.apply(u, ctx)
+        if found is not None:
+            return rule, *found
+    raise RewriteError(f"no expansion rule matches {u.op.name}")  # the last rule matches every op
 
 
 def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
@@ -303,13 +336,9 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
         return ast
     ctx = ExpandContext()
     order = ast.toposort()
-    with traced_pass(f"expand {name}", ast) as record:
+    with traced_pass(f"expand {name}", ast, expansion_rules) as record:
         for position, u in enumerate(order):
-            if u.op is Ops.WMMA:  # expanded with its REDUCE
-                ctx.new[u] = u
-                continue
-            rule = EXPANSION_RULES.get(u.op, expand_elementwise)
-            new, axes = rule(ctx, u)
+            rule, new, axes = expand_node(ctx, u)
             ctx.new[u] = new
             if axes:
                 ctx.axes[u] = axes
@@ -317,13 +346,15 @@ def expand_kernel(ast: UOp, name: str = "kernel") -> UOp:
                 # the whole kernel after this step, built when shown: substituting ``new`` for ``u``
                 # would feed a vector to users that are not expanded yet
                 whole = partial(frontier_graph, ast, order, ctx.new, position + 1)
-                record.step(rule.__name__, u, new, graph=whole, location=location_of(rule))
+                record.step(rule.name, u, new, graph=whole, location=rule.location)
         record.output = ctx.new[ast]
     return simplify_indices(ctx.new[ast], name="simplify lane indices") if ctx.substituted else ctx.new[ast]
+
 
 def expand_stage(lowering: Lowering) -> None:
     """Expand: UPCAST and UNROLL ranges become vector lanes."""
     lowering.replace_bodies(once_per_body(lowering, lambda item: expand_kernel(item.body, item.kernel.name)))
 
 
-__all__ = ["expand_stage", "EXPANSION_RULES", "AxisType", "broadcast", "expand_kernel", "lane_map"]
+__all__ = ["expand_stage", "expansion_rules", "expand_node", "AxisType", "broadcast", "expand_kernel",
+           "lane_map"]

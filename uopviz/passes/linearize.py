@@ -5,8 +5,11 @@ Reductions arrive as REG accumulators (Instruction Selection made them: ``uopviz
 **Linearize** places every UOp in the innermost loop its dependencies need (so loop-invariant
 work is hoisted out of loops), nests the output loops in kernel order with each reduce loop inside
 the loops around its reduction, turns each gated store into an ``IF``/``ENDIF`` block, and orders
-each block topologically (ties broken by the original graph order).  On backends with workgroups
-the GLOBAL and LOCAL ranges become ``SPECIAL`` thread indices first.
+each block topologically (ties broken by the original graph order).  It is one rule,
+:data:`linearize_rules`' "kernel becomes LINEAR", fired on each kernel's SINK.  On backends with
+workgroups the GLOBAL and LOCAL ranges have become ``SPECIAL`` thread indices before it: the GPU
+backends' own rule for this stage (:mod:`uopviz.backends.gpu_rules`, run by
+:func:`uopviz.passes.pipeline.run_stage`).
 """
 
 from __future__ import annotations
@@ -15,36 +18,16 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from uopviz.backends.base import Backend
 from uopviz.core.errors import UopvizError
-from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import substitute
+from uopviz.core.ops import Ops
+from uopviz.core.rewrite import PatternMatcher, UPat
 from uopviz.core.uop import UOp, toposort
-from uopviz.passes.optops.axes import kernel_order, ranges_of
-from uopviz.passes.render import backend_named
-from uopviz.passes.schedule import Lowering, once_per_body, record_step
+from uopviz.passes.optops.axes import kernel_order
+from uopviz.passes.schedule import Lowering, once_per_body, rewrite_kernel
 
 
 class LinearizeError(UopvizError, ValueError):
     """A kernel graph whose dependencies do not nest into loops."""
-
-
-# ---------------------------------------------------------------------------------------------
-# GPU thread indices
-
-
-def to_special(ast: UOp) -> UOp:
-    """GLOBAL and LOCAL ranges become SPECIAL ``gidxN`` / ``lidxN`` (innermost is dimension 0; at
-    most three of each: further GLOBAL ranges stay loops in every thread).  A WARP range is
-    ``lidx0``, so the lanes of a warp are consecutive threads."""
-    mapping: dict[UOp, UOp] = {}
-    ranges = ranges_of(ast)
-    for prefix, chosen in (("gidx", [r for r in ranges if r.arg[1] is AxisType.GLOBAL][-3:]),
-                           ("lidx", ([r for r in ranges if r.arg[1] is AxisType.LOCAL]
-                                     + [r for r in ranges if r.arg[1] is AxisType.WARP])[-3:])):
-        for dimension, r in enumerate(reversed(chosen)):
-            mapping[r] = UOp(Ops.SPECIAL, (r.src[0],), f"{prefix}{dimension}")
-    return substitute(ast, mapping) if mapping else ast
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,20 +293,42 @@ def _rebuild(sequence: list[tuple[str, object]], name: str) -> UOp:
             program.append(UOp(Ops.ENDIF, (opened[id(item)],)))
     return UOp(Ops.LINEAR, tuple(program), name)
 
-def linearize_kernel(ast: UOp, backend: Backend, name: str) -> UOp:
-    """The LINEAR program of one kernel (GPU backends: GLOBAL/LOCAL ranges become SPECIALs)."""
-    if backend.has_local:
-        ast = to_special(ast)
-    return linearize(ast, name)
+
+@dataclass(frozen=True)
+class LinearizeContext:
+    """The kernel being linearized (its root SINK) and its name, the LINEAR's arg."""
+
+    kernel: UOp
+    name: str
+
+
+def kernel_to_linear(ctx: LinearizeContext, sink: UOp) -> UOp | None:
+    """The kernel's SINK becomes its LINEAR program (see :func:`linearize`)."""
+    return linearize(sink, ctx.name) if sink is ctx.kernel else None
+
+
+#: Linearize's rules: one, as the ordering is a whole-kernel decision (each node's loop and block,
+#: each block's order), made where the walk reaches the kernel's SINK
+linearize_rules = PatternMatcher([
+    (UPat(Ops.SINK, name="sink"), kernel_to_linear, "kernel becomes LINEAR"),
+], name="linearize")
+
+
+def linearize_kernel(ast: UOp, name: str) -> UOp:
+    """The LINEAR program of one kernel (a pass ``linearize <name>`` in the trace, one step named
+    after the rule).  GPU backends have made GLOBAL/LOCAL ranges SPECIAL thread indices first (their
+    ``extra_rules``)."""
+    linear = rewrite_kernel(ast, linearize_rules, LinearizeContext(ast, name), name=f"linearize {name}")
+    if linear.op is not Ops.LINEAR:
+        raise LinearizeError(f"kernel {name}: its body is {ast.op.name}, not a SINK to linearize")
+    return linear
 
 
 def linearize_stage(lowering: Lowering) -> None:
     """Linearize: every kernel as a LINEAR program."""
-    backend = backend_named(lowering.backend)
-    bodies = once_per_body(lowering, lambda item: linearize_kernel(item.body, backend, item.kernel.name))
-    for item, linear in bodies.items():
-        record_step(linearize, item.body, linear, f"linearize {item.kernel.name}")
+    bodies = once_per_body(lowering, lambda item: linearize_kernel(item.body, item.kernel.name))
     lowering.replace_bodies(bodies)
 
 
-__all__ = ["linearize_kernel", "linearize_stage", "LinearizeError", "linearize", "to_special"]
+__all__ = ["LinearizeContext", "LinearizeError", "kernel_to_linear", "linearize", "linearize_kernel",
+           "linearize_rules", "linearize_stage"]

@@ -133,7 +133,7 @@ def share_memory(ctx: MemoryPlan, buffer: UOp) -> UOp | None:
 
 
 memory_rules = PatternMatcher([
-    (UPat(Ops.BUFFER, name="buffer"), share_memory, "share_memory"),
+    (UPat(Ops.BUFFER, name="buffer"), share_memory, "share memory"),
 ], name="plan global memory")
 
 
@@ -199,8 +199,23 @@ def share_register(ctx: RegisterPlan, register: UOp) -> UOp | None:
     return ctx.mapping.get(register)
 
 
+def declare_registers_once(linear: UOp) -> UOp | None:
+    """A register shared by several accumulators is declared once, where the first of them was."""
+    program, declared = [], set()
+    for u in linear.src:
+        if u.op is Ops.BUFFER:
+            if u in declared:
+                continue
+            declared.add(u)
+        program.append(u)
+    return UOp(Ops.LINEAR, tuple(program), linear.arg) if len(program) < len(linear.src) else None
+
+
+#: the register plan's rules: each accumulator takes its planned register, then the LINEAR program
+#: (rewritten after its sources) keeps one declaration of each
 register_rules = PatternMatcher([
-    (UPat(Ops.BUFFER, name="register"), share_register, "share_register"),
+    (UPat(Ops.BUFFER, name="register"), share_register, "share register"),
+    (UPat(Ops.LINEAR, name="linear"), declare_registers_once, "declare each register once"),
 ], name="plan registers")
 
 
@@ -208,15 +223,7 @@ def apply_register_plan(linear: UOp, plan: RegisterPlan) -> UOp:
     """The LINEAR program with shared registers (its order unchanged)."""
     if not plan.mapping:
         return linear
-    shared = graph_rewrite(linear, register_rules, ctx=plan, name="plan registers")
-    program, declared = [], set()
-    for u in shared.src:  # the merged register is declared once
-        if u.op is Ops.BUFFER:
-            if u in declared:
-                continue
-            declared.add(u)
-        program.append(u)
-    return UOp(Ops.LINEAR, tuple(program), shared.arg)
+    return graph_rewrite(linear, register_rules, ctx=plan, name="plan registers")
 
 def memory_plan_stage(lowering: Lowering) -> None:
     """Register/Memory Plan: registers inside kernels, then GLOBAL buffers between kernels (a lone

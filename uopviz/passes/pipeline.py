@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from uopviz.backends.base import Backend
 from uopviz.core.errors import UopvizError
-from uopviz.core.rewrite import traced_pass
+from uopviz.core.rewrite import PatternMatcher, traced_pass
 from uopviz.passes.callify import callify_stage
 from uopviz.passes.expand import expand_stage
 from uopviz.passes.isel import instruction_selection_stage
@@ -35,8 +36,8 @@ from uopviz.passes.linearize import linearize_stage
 from uopviz.passes.memory_plan import memory_plan_stage
 from uopviz.passes.optimize import optimize_stage
 from uopviz.passes.rangeify import rangeify_stage
-from uopviz.passes.render import render_stage
-from uopviz.passes.schedule import Lowering, PipelineError, ScheduleItem
+from uopviz.passes.render import backend_named, render_stage
+from uopviz.passes.schedule import Lowering, PipelineError, ScheduleItem, once_per_body, rewrite_kernel
 
 Stage = Callable[[Lowering], None]
 
@@ -62,10 +63,44 @@ def lower(lowering: Lowering, first: str = "Callify", last: str = "Render") -> L
     return lowering
 
 
+#: The stages a backend can add rules to (``Backend.extra_rules``): those that rewrite kernels.
+KERNEL_STAGES = STAGES[STAGES.index("Optimize"):]
+
+
+def backend_rules(backend: Backend, stage: str) -> PatternMatcher | None:
+    """The rules ``backend`` adds to ``stage`` (None: none); a clear error for a stage name that is
+    not one of :data:`KERNEL_STAGES`."""
+    unknown = sorted(set(backend.extra_rules) - set(KERNEL_STAGES))
+    if unknown:
+        stages = ", ".join(KERNEL_STAGES)
+        raise PipelineError(f"backend {backend.name!r} adds rules to {', '.join(map(repr, unknown))}; a "
+                            f"backend adds rules to the stages that rewrite kernels: {stages}")
+    return backend.extra_rules.get(stage)
+
+
+def apply_backend_rules(lowering: Lowering, stage: str) -> None:
+    """The backend's own rules for ``stage`` (:func:`backend_rules`), on every kernel before the
+    stage's own rules: each kernel is a traced pass ``<backend> rules`` inside the stage (the player
+    names its kernel), its steps named after the backend's rules and the lines they are written on.
+    A rule that takes ``ctx`` gets the kernel's :class:`ScheduleItem` (``ctx.body``: the kernel as
+    the stage got it, ``ctx.kernel.name``)."""
+    if not lowering.items:
+        return
+    backend = backend_named(lowering.backend)
+    matcher = backend_rules(backend, stage)
+    if matcher is None:
+        return
+    lowering.replace_bodies(once_per_body(lowering, lambda item: rewrite_kernel(
+        item.body, matcher, ctx=item, name=f"{backend.name} rules")))
+
+
 def run_stage(lowering: Lowering, name: str, stage: Stage) -> None:
-    """Run one stage as a traced pass over the whole program graph."""
+    """Run one stage as a traced pass over the whole program graph: the backend's rules for it
+    (:func:`apply_backend_rules`), then the stage."""
     with traced_pass(name, lowering.stage_input()) as record:
         try:
+            if name in KERNEL_STAGES:
+                apply_backend_rules(lowering, name)
             stage(lowering)
         except (PipelineError, ValueError):
             raise  # errors about the program itself (CallifyError, OptError, ...) say what is wrong
@@ -79,4 +114,5 @@ def run_stage(lowering: Lowering, name: str, stage: Stage) -> None:
         record.output = lowering.graph if lowering.graph is not None else lowering.stage_input()
 
 
-__all__ = ["PIPELINE", "STAGES", "Lowering", "PipelineError", "ScheduleItem", "Stage", "lower", "run_stage"]
+__all__ = ["KERNEL_STAGES", "PIPELINE", "STAGES", "Lowering", "PipelineError", "ScheduleItem", "Stage",
+           "apply_backend_rules", "backend_rules", "lower", "run_stage"]

@@ -42,7 +42,7 @@ DIFF_LINE_LIMIT = 400
 
 
 #: Passes whose recorded name ends with the name of the kernel they work on.
-KERNEL_PASS_PREFIXES = ("linearize ", "render ", "parallel outputs ")
+KERNEL_PASS_PREFIXES = ("expand ", "linearize ", "render ", "parallel outputs ")
 
 
 @dataclass(frozen=True)
