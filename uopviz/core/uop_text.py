@@ -41,7 +41,7 @@ from typing import Any
 from uopviz.core.dtype import AddrSpace, DType, DTypeKind, PtrDType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, OpFamily, Ops
-from uopviz.core.uop import UOp, reserve_buffer_number
+from uopviz.core.uop import UOp, reserve_buffer_number, toposort
 from uopviz.core.uop_types import BufferArg, ParamArg
 
 
@@ -153,20 +153,7 @@ def _uops_in(arg: Any) -> list[UOp]:
 
 def _order(root: UOp) -> list[UOp]:
     """Sources before users, and a UOp an arg refers to before the UOp whose arg it is."""
-    order: list[UOp] = []
-    seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        u, ready = stack.pop()
-        if ready:
-            order.append(u)
-            continue
-        if u in seen:
-            continue
-        seen.add(u)
-        stack.append((u, True))
-        stack.extend((s, False) for s in reversed((*u.src, *_uops_in(u.arg))) if s not in seen)
-    return order
+    return toposort([root], lambda u: (*u.src, *_uops_in(u.arg)))
 
 
 def print_graph(root: UOp) -> str:
