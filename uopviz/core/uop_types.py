@@ -47,7 +47,6 @@ class UOpNode(Protocol):
 
     def toposort(self) -> Iterable[UOpNode]:
         """The graph under this node, each node after its sources."""
-        ...
 
 
 # ---------------------------------------------------------------------------------------------

@@ -327,15 +327,19 @@ GROUP_REDUCE_SLOT_READS_PER_TERM = 4
 GROUP_REDUCE_MAX_PADDING = 0.125
 
 
+def _load_steps(kernel: Kernel, r: UOp, loads: Sequence[UOp] | None = None) -> list[int | None]:
+    """How many elements each load's address (of ``loads``, default all) steps along ``r`` (None
+    where the address is not linear in it)."""
+    loads = loads if loads is not None else [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    return [linear_coefficient(load.src[0].src[1], r) for load in loads
+            if load.src[0].op is Ops.INDEX and len(load.src[0].src) > 1]
+
+
 def _read_along(kernel: Kernel, r: UOp, loads: Sequence[UOp] | None = None) -> bool:
     """True when some load (of ``loads``, default all) has an address that steps by one element
     along ``r``: threads that split ``r`` among them read neighbouring elements (a warp's loads
     coalesce)."""
-    for load in loads if loads is not None else [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]:
-        index = load.src[0]
-        if index.op is Ops.INDEX and len(index.src) > 1 and linear_coefficient(index.src[1], r) == 1:
-            return True
-    return False
+    return 1 in _load_steps(kernel, r, loads)
 
 
 def _footprint(kernel: Kernel, load: UOp) -> int:
@@ -472,13 +476,7 @@ GPU_TILE_MAX_STEP = 4
 def _steps_along(kernel: Kernel, r: UOp) -> bool:
     """True when some load's address steps by 1 to :data:`GPU_TILE_MAX_STEP` elements along ``r``
     (threads split along ``r`` read few lines per warp)."""
-    for load in (u for u in kernel.ast.toposort() if u.op is Ops.LOAD):
-        index = load.src[0]
-        if index.op is Ops.INDEX and len(index.src) > 1:
-            step = linear_coefficient(index.src[1], r)
-            if step is not None and 1 <= abs(step) <= GPU_TILE_MAX_STEP:
-                return True
-    return False
+    return any(step is not None and 1 <= abs(step) <= GPU_TILE_MAX_STEP for step in _load_steps(kernel, r))
 
 
 def _largest_divisor(size: int, most: int) -> int:

@@ -39,35 +39,28 @@ class ShapedKernel(Protocol):
     @property
     def name(self) -> str:
         """The kernel's name (``r_g16_R8``): error messages name the kernel by it."""
-        ...
 
     @property
     def ranges(self) -> list[UOp]:
         """The RANGE UOps in kernel order."""
-        ...
 
     @property
     def axes(self) -> tuple[tuple[int, AxisType], ...]:
         """``(size, AxisType)`` of every axis, in kernel order."""
-        ...
 
     @property
     def nolocals(self) -> bool:
         """True once NOLOCALS was applied."""
-        ...
 
     @property
     def backend_object(self) -> Any:
         """The Backend the kernel is shaped for."""
-        ...
 
     def axes_text(self) -> str:
         """The axes as error messages list them: ``[0: GLOBAL 16, 1: REDUCE 8]``."""
-        ...
 
     def with_ast(self, ast: UOp) -> ShapedKernel:
         """This kernel's backend, opts and name hint on another AST."""
-        ...
 
 
 class OptOp(enum.Enum):
