@@ -254,6 +254,9 @@ class Composer:
         position: ast.Position,
         lengths: list[int | None] | None = None,
     ) -> list:
+        """The values of the right-hand side ``value`` (an invocation, block, branch, loop or
+        expression) composed in ``frame``; ``names`` are the results it is assigned to, ``lengths``
+        the lengths their left side declares for packed ones."""
         if isinstance(value, ast.Invocation):
             return self._invoke(value, frame, names)
         if isinstance(value, ast.Block):
