@@ -117,12 +117,12 @@ class Composer:
 
     ``variable_loader(name, info)`` returns the data of a variable (or None when there is none);
     the loader of a model folder reads ``<name>.dat`` files with it. The composer keeps
-    resolution, invocation, composite expansion, blocks and branches; it owns the parts that do the
-    rest, each given what it works with: the graph being built (:attr:`builder`), shapes
-    (:attr:`shapes`), arguments (:attr:`arguments`), leaf operations (:attr:`leaves`), loops
-    (:attr:`loops`) and the graph's own inputs, outputs and declarations (:attr:`graph_io`). The
-    loops and the graph level compose the statements inside them through the composer (it is
-    their :class:`ComposesValues`).
+    invocation, composite expansion, blocks and branches; it owns the parts that do the rest, each
+    given what it works with: the graph being built (:attr:`builder`), shapes (:attr:`shapes`),
+    arguments (:attr:`arguments`), leaf operations (:attr:`leaves`), loops (:attr:`loops`) and the
+    graph's own inputs, outputs and declarations (:attr:`graph_io`). The loops and the graph level
+    compose the statements inside them through the composer (it is their
+    :class:`~uopviz.nnef.composition.support.ComposesValues`).
     """
 
     def __init__(
