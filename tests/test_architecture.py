@@ -4,8 +4,10 @@
 graph of ``uopviz/`` (module-level and in-function imports alike); the test fails with its report
 when a contract is broken, so the shape cannot rot unnoticed.  The imports under ``if TYPE_CHECKING:``
 count too, so a class is not split into parts that import it back only for annotations.  Beside it:
-no module imports another module's private ``_name``; every exception class derives from UopvizError
-and is documented; every backend makes its CompiledKernel through ``CompiledKernel.built``.
+no module imports another module's private ``_name``; no class reads through ``self`` what neither it
+nor its bases define (a mixin reaching into the class it is mixed into); every exception class derives
+from UopvizError and is documented; every backend makes its CompiledKernel through
+``CompiledKernel.built``.
 """
 
 from __future__ import annotations
@@ -152,6 +154,102 @@ def test_no_module_imports_a_private_name_of_another():
         found = private_imports(source, _module_name(path), path.name == "__init__.py", modules)
         offenders += [f"{path.relative_to(ROOT).as_posix()}:{hit}" for hit in found]
     assert offenders == [], "private names imported across modules:\n" + "\n".join(offenders)
+
+
+# ---------------------------------------------------------------------------------------------
+# classes own their parts: none reads through `self` what only the class it is mixed into defines
+
+
+def _class_facts(source: str, module: str) -> dict[str, tuple[list[str], set[str], set[str]]]:
+    """For each top-level class of ``source`` (the text of ``module``): its bases (qualified where
+    they are uopviz names), the attributes it defines (methods, class-level names, ``self.x = ...``)
+    and the ones it reads through ``self``."""
+    tree = ast.parse(source)
+    imported = {alias.asname or alias.name: f"{node.module}.{alias.name}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and not node.level
+                and (node.module or "").split(".")[0] in ("uopviz", module.split(".")[0])
+                for alias in node.names}
+    facts = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        defined: set[str] = set()
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                defined.add(item.name)
+            targets = (item.targets if isinstance(item, ast.Assign)
+                       else [item.target] if isinstance(item, ast.AnnAssign) else [])
+            defined |= {target.id for target in targets if isinstance(target, ast.Name)}
+        read: set[str] = set()
+        for item in ast.walk(node):
+            through_self = isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name)
+            if through_self and item.value.id == "self":
+                (defined if isinstance(item.ctx, ast.Store) else read).add(item.attr)
+        bases = [imported.get(ast.unparse(base), f"{module}.{ast.unparse(base)}") for base in node.bases]
+        facts[f"{module}.{node.name}"] = (bases, defined, read)
+    return facts
+
+
+def reads_of_the_class_mixed_into(sources: dict[str, str]) -> dict[str, list[str]]:
+    """For each class of ``sources`` (module name -> text): the attributes it reads through
+    ``self`` that neither it nor any of its bases defines, which only a class it is mixed into can
+    give it. A class with a base from outside ``sources`` (``Exception``, a widget) is left out:
+    what that base defines is not known here."""
+    facts: dict[str, tuple[list[str], set[str], set[str]]] = {}
+    for module, source in sources.items():
+        facts.update(_class_facts(source, module))
+
+    def defined_by(name: str) -> set[str] | None:
+        if name not in facts:
+            return None
+        bases, defined, _ = facts[name]
+        found = set(defined)
+        for base in bases:
+            inherited = defined_by(base)
+            if inherited is None:
+                return None
+            found |= inherited
+        return found
+
+    reaching = {}
+    for name, (_, _, read) in facts.items():
+        known = defined_by(name)
+        if known is None or "__getattr__" in known:
+            continue
+        missing = sorted(attribute for attribute in read - known if not attribute.startswith("__"))
+        if missing:
+            reaching[name] = missing
+    return reaching
+
+
+def test_reads_of_the_class_mixed_into_finds_mixins_not_parts_or_unknown_bases():
+    mixin = ("class Binding:\n    def bind(self):\n        return self._error(self.tensors)\n"
+             "class Composer(Binding):\n    def __init__(self):\n        self.tensors = {}\n"
+             "    def _error(self):\n        pass\n")
+    parts = ("class ShapeBinder:\n    def __init__(self, builder):\n        self.builder = builder\n"
+             "    def bind(self):\n        return self.builder.tensors, self.check()\n"
+             "    def check(self):\n        return self.limit\n    limit = 3\n"
+             "class Walk:\n    render: object\n    def walk(self):\n        self.render()\n"
+             "class Failure(ValueError):\n    def text(self):\n        return self.args\n")
+    assert reads_of_the_class_mixed_into({"m.mixin": mixin, "m.parts": parts}) == {
+        "m.mixin.Binding": ["_error", "tensors"]
+    }
+
+
+def test_no_class_is_made_of_mixins_that_reach_into_it():
+    # issue 22: the Composer was five mixins (binding, shapes, leaves, loops, graph I/O) reaching into
+    # its state through `self`; it owns its parts now, each given what it works with.  Tensor's
+    # method groups stay mixins: they are the public methods of one class (t.sum(), t.reshape()),
+    # written on `Self` in a file each, and the layer contract keeps them from importing tensor.py
+    sources = {_module_name(path): path.read_text(encoding="utf-8")
+               for path in sorted((ROOT / "uopviz").rglob("*.py"))}
+    assert sorted(reads_of_the_class_mixed_into(sources)) == [
+        "uopviz.core.tensor_elementwise.ElementwiseMixin",
+        "uopviz.core.tensor_movement.MovementMixin",
+        "uopviz.core.tensor_nn.NeuralNetworkMixin",
+        "uopviz.core.tensor_reduce.ReduceMixin",
+    ]
 
 
 def _public_exception_classes() -> dict[str, type]:

@@ -66,12 +66,18 @@ class Scope:
 
 class LinearWalk:
     """One rendering of one LINEAR program (see the module docstring).  Subclasses define the
-    ``render_*`` methods of :data:`RENDER_METHODS` they support, ``ref`` (the text of an earlier
-    uop's value), and how names and errors are spelled."""
+    ``render_*`` methods of :data:`RENDER_METHODS` they support, the scope hooks declared here,
+    ``ref`` (the text of an earlier uop's value), and how names and errors are spelled."""
 
     name_prefix = ""  # LLVM's SSA names start with "%"
     dialect: str  # the language, first word of every error (each subclass says)
     ref: Callable[[UOp], str]  # the name of an earlier uop's value (each subclass says how)
+    #: what the walk has each subclass write where it opens and closes a scope: a RANGE's loop header,
+    #: an IF's test, the end of each (the walk keeps the scopes themselves)
+    render_range: Callable[[UOp, Scope], None]
+    render_if: Callable[[UOp, Scope], None]
+    render_end: Callable[[UOp, Scope], None]
+    render_endif: Callable[[UOp, Scope], None]
     #: the lists of emitted text whose entries a source map attributes to uops, in the order they
     #: appear in the source, each with the prefix the source puts before its entries
     mapped_lists: tuple[tuple[str, str], ...] = (("lines", ""),)

@@ -1,7 +1,10 @@
 """Generic type arguments, attributes and inputs of an invocation (§2.5, §2.6.2).
 
-A mixin of :class:`~uopviz.nnef.composition.composer.Composer`: its methods use the composer's state and call
-one another through ``self``; see :mod:`uopviz.nnef.composition.composer` for the order of composition.
+The :class:`ArgumentBinder` is a part of the :class:`~uopviz.nnef.composition.composer.Composer`:
+it makes an invocation's :class:`Instance` from its arguments, with the shapes bound by the
+:class:`~uopviz.nnef.composition.shapes.ShapeBinder` and the constant tensors of literal defaults
+added to the :class:`~uopviz.nnef.composition.builder.GraphBuilder` it is given. See
+:mod:`uopviz.nnef.composition.composer` for the order of composition.
 """
 
 from __future__ import annotations
@@ -9,13 +12,17 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from uopviz.nnef.composition.builder import GraphBuilder
+from uopviz.nnef.composition.shapes import ShapeBinder
 from uopviz.nnef.composition.support import (
     ABSTRACT_TYPES,
     CONCRETE_TYPES,
     MISSING,
+    DefinitionInfo,
     Describe,
     Instance,
     describe_type,
+    element_type,
     is_scalar_argument,
     pack_shapes,
     shape_of,
@@ -37,17 +44,45 @@ from uopviz.nnef.syntax.ast import identifiers
 from uopviz.nnef.syntax.printer import print_expression
 
 
-class ArgumentBinding:
+class ArgumentBinder:
     """Binding an invocation's arguments: generic types, attributes (defaults, packs, types) and
     inputs."""
 
+    def __init__(self, shapes: ShapeBinder, builder: GraphBuilder) -> None:
+        self.shapes = shapes
+        self.builder = builder
+
+    def instantiate(
+        self,
+        info: DefinitionInfo,
+        attribs: dict[str, tuple[Any, ast.Node]],
+        type_args: tuple[str, ...],
+        args: list[tuple[Any, ast.Node | None]],
+        position: ast.Position,
+        label: str,
+    ) -> Instance:
+        """The invocation of ``info``'s operator under ``label`` with its arguments bound: generics,
+        attributes, inputs and their shapes, @using symbols, checked assertions (§2.5–2.9)."""
+        instance = Instance(info, position, label)
+        self._generic_arguments(instance, type_args)
+        deferred, uniform = self._attributes(instance, attribs)
+        self._inputs(instance, args)
+        check_generics(instance)
+        self._finish_attributes(instance, deferred, uniform)
+        self.shapes.usings_and_asserts(instance)
+        return instance
+
+    def bind_attributes(self, instance: Instance, given: dict[str, tuple[Any, ast.Node]]) -> None:
+        """Bind the attributes ``given`` (value, node) and the defaults of the rest (a graph's)."""
+        deferred, uniform = self._attributes(instance, given)
+        self._finish_attributes(instance, deferred, uniform)
 
     # -- generics ------------------------------------------------------------------------------------
 
     def _generic_arguments(self, instance: Instance, type_args: tuple[str, ...]) -> None:
         params = instance.info.definition.dtypes
         if len(type_args) > len(params):
-            raise self._error(
+            raise NNEFError.at(
                 instance.position,
                 f"{instance.name} takes {len(params)} generic type(s), got {len(type_args)}",
             )
@@ -64,7 +99,7 @@ class ArgumentBinding:
                 close = difflib.get_close_matches(name, list(info.attrib_names), n=3)
                 hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
                 known = ", ".join(param.name for param in definition.attribs) or "none"
-                raise self._error(
+                raise NNEFError.at(
                     node.pos, f"{instance.name} has no attribute '{name}'{hint} (its attributes: {known})"
                 )
         deferred: list[ast.Param] = []
@@ -76,7 +111,7 @@ class ArgumentBinding:
                 position = node.pos
             elif param.default is None:
                 if not param.type.optional:
-                    raise self._error(
+                    raise NNEFError.at(
                         instance.position,
                         f"{instance.name}: attribute '{param.name}' "
                         f"({describe_type(param.type)}) must be given",
@@ -112,10 +147,10 @@ class ArgumentBinding:
         what = Describe(instance, param)
         if value is None:
             if not spec.optional:
-                raise self._error(position, f"{what} must not be null")
+                raise NNEFError.at(position, f"{what} must not be null")
             return None
         if isinstance(value, list) and spec.pack is None:
-            raise self._error(
+            raise NNEFError.at(
                 position, f"{what} takes a single value, got the pack {format_value(value, True)}"
             )
         if isinstance(value, list):
@@ -142,19 +177,19 @@ class ArgumentBinding:
             bound = instance.types.get(expected)
             if bound is None:
                 if actual not in CONCRETE_TYPES:
-                    raise self._error(position, f"{what} got {actual} {format_value(item, True)}")
+                    raise NNEFError.at(position, f"{what} got {actual} {format_value(item, True)}")
                 _bind_type(instance, expected, actual, position, "from the value of an attribute")
                 return item
             expected = bound
         if expected in ABSTRACT_TYPES:
             if actual not in ABSTRACT_TYPES[expected]:
-                raise self._error(position, f"{what} got {actual} {format_value(item, True)}")
+                raise NNEFError.at(position, f"{what} got {actual} {format_value(item, True)}")
             return item
         if actual == expected:
             return item
         if expected == "real" and actual == "int" and not isinstance(item, DynamicExtent):
             return float(item)
-        raise self._error(position, f"{what} expects {expected}, got {actual} {format_value(item, True)}")
+        raise NNEFError.at(position, f"{what} expects {expected}, got {actual} {format_value(item, True)}")
 
     def _finish_attributes(
         self, instance: Instance, deferred: list[ast.Param], uniform: dict[str, Any]
@@ -178,7 +213,9 @@ class ArgumentBinding:
                 if (
                     count is None
                     or isinstance(count, ast.Placeholder)
-                    or self._bind_or_check(instance, count, len(value), param.pos, f"the length of '{name}'")
+                    or self.shapes.bind_or_check(
+                        instance, count, len(value), param.pos, f"the length of '{name}'"
+                    )
                 ):
                     lengths_done.add(name)
                     progress = True
@@ -190,7 +227,7 @@ class ArgumentBinding:
                 deferred.remove(param)
                 progress = True
                 if value is None and not param.type.optional:
-                    raise self._error(
+                    raise NNEFError.at(
                         instance.position,
                         f"{instance.name}: attribute '{param.name}' must be "
                         f"given: its default '{print_expression(param.default)}' "
@@ -208,7 +245,7 @@ class ArgumentBinding:
                 if isinstance(count, bool):
                     count = int(count)
                 if not isinstance(count, int):
-                    raise self._error(
+                    raise NNEFError.at(
                         count_node.pos,
                         f"{instance.name}: the length of '{name}' must be an int, got {format_value(count)}",
                     )
@@ -221,7 +258,7 @@ class ArgumentBinding:
                 break
         if uniform:
             name = next(iter(uniform))
-            raise self._error(
+            raise NNEFError.at(
                 instance.position,
                 f"{instance.name}: cannot tell the length of the packed "
                 f"attribute '{name}' given the single value "
@@ -230,7 +267,7 @@ class ArgumentBinding:
         if deferred:
             param = deferred[0]
             missing = _unknown_in(instance, param.default)
-            raise self._error(
+            raise NNEFError.at(
                 instance.position,
                 f"{instance.name}: the default of attribute '{param.name}' "
                 f"('{print_expression(param.default)}') refers to "
@@ -243,7 +280,7 @@ class ArgumentBinding:
         definition = instance.info.definition
         params = definition.inputs
         if len(args) > len(params):
-            raise self._error(
+            raise NNEFError.at(
                 instance.position, f"{instance.name} takes {len(params)} input(s), got {len(args)}"
             )
         pending: list[tuple[ast.Param, Any, ast.Position]] = []
@@ -256,7 +293,7 @@ class ArgumentBinding:
                     defaults.append(param)
                     continue
                 if not param.type.optional:
-                    raise self._error(
+                    raise NNEFError.at(
                         position,
                         f"{instance.name}: input '{param.name}' ({describe_type(param.type)}) must be given",
                     )
@@ -272,9 +309,9 @@ class ArgumentBinding:
                 if self._bind_input(instance, *entry):
                     pending.remove(entry)
                     progress = True
-            if not progress and not self._advance_usings(instance):
+            if not progress and not self.shapes.advance_usings(instance):
                 param, value, position = pending[0]
-                raise self._error(
+                raise NNEFError.at(
                     position,
                     f"{instance.name}: cannot bind the shape of input '{param.name}' "
                     f"({describe_type(param.type)}) unambiguously",
@@ -304,23 +341,23 @@ class ArgumentBinding:
         what = Describe(instance, param, "input")
         items = value if isinstance(value, list) else [value]
         if spec.pack is not None and not isinstance(value, list):
-            raise self._error(position, f"{what} takes a pack of tensors, got a single value")
+            raise NNEFError.at(position, f"{what} takes a pack of tensors, got a single value")
         if spec.pack is None and isinstance(value, list):
-            raise self._error(position, f"{what} takes one tensor, got a pack of {len(value)}")
+            raise NNEFError.at(position, f"{what} takes one tensor, got a pack of {len(value)}")
         for item in items:
             if isinstance(item, TensorInfo):
                 actual, source = item.dtype, f"from tensor '{item.name}'"
             elif isinstance(item, bool | int | float | str | DynamicExtent | RuntimeScalar):
                 continue  # literals adopt the declared type (checked when made constants)
             else:
-                raise self._error(position, f"{what} got {type_name_of(item)}")
+                raise NNEFError.at(position, f"{what} got {type_name_of(item)}")
             if spec.name in instance.info.dtype_params:
                 _bind_type(instance, spec.name, actual, position, source)
             elif spec.name in ABSTRACT_TYPES:
                 if actual not in ABSTRACT_TYPES[spec.name]:
-                    raise self._error(position, f"{what} got a {actual} tensor")
+                    raise NNEFError.at(position, f"{what} got a {actual} tensor")
             elif actual != spec.name:
-                raise self._error(
+                raise NNEFError.at(
                     position, f"{what} expects a {spec.name} tensor, got {actual} tensor '{item.name}'"
                 )
 
@@ -330,7 +367,7 @@ class ArgumentBinding:
         if spec.pack is not None:
             count = spec.pack.count
             if count is not None and not isinstance(count, ast.Placeholder):
-                if not self._bind_or_check(
+                if not self.shapes.bind_or_check(
                     instance, count, pack_length(value), position, f"the number of {what} tensors"
                 ):
                     return False
@@ -338,19 +375,19 @@ class ArgumentBinding:
             # an item-wise extent (concat's '..z') keeps each item's own; others bind the widest
             itemwise = any(extent.distinct for extent in spec.shape.extents)
             for shape in [shape_of(item) for item in value] if itemwise else pack_shapes(value):
-                if not self._bind_dims(instance, spec, shape, position, what, distinct, value):
+                if not self.shapes.bind_dims(instance, spec, shape, position, what, distinct, value):
                     return False
             for name, values in distinct.items():
                 if name in instance.symbols and instance.symbols[name] is not None:
                     if instance.symbols[name] != values:
-                        raise self._error(
+                        raise NNEFError.at(
                             position,
                             f"{instance.name}: {what}: extents '{name}' are "
                             f"{format_value(values)}, expected {format_value(instance.symbols[name])}",
                         )
                 else:
                     instance.symbols[name] = values
-        elif not self._bind_dims(instance, spec, shape_of(value), position, what, None, value):
+        elif not self.shapes.bind_dims(instance, spec, shape_of(value), position, what, None, value):
             return False
         instance.symbols[param.name] = value
         instance.inputs[param.name] = value
@@ -360,10 +397,12 @@ class ArgumentBinding:
         element = element_type(instance, param.type) or "real"
         value = instance.evaluator()(param.default)
         shape = (
-            self._evaluate_shape(instance, param.type, param.name, 0) if param.type.shape is not None else []
+            self.shapes.evaluate_shape(instance, param.type, param.name, 0)
+            if param.type.shape is not None
+            else []
         )
         name = f"{instance.label}.{param.name}" if instance.label else param.name
-        tensor = self._constant_tensor(value, element, tuple(shape), name, param.pos)
+        tensor = self.builder.constant_tensor(value, element, tuple(shape), name, param.pos)
         instance.symbols[param.name] = tensor
         instance.inputs[param.name] = tensor
 
@@ -372,8 +411,7 @@ class ArgumentBinding:
 # checks and computations that need no composer state (module functions, not methods)
 
 
-def _bind_type(instance: Instance, name: str, concrete: str, position: ast.Position, source: str
-) -> None:
+def _bind_type(instance: Instance, name: str, concrete: str, position: ast.Position, source: str) -> None:
     param = instance.info.dtype_params.get(name)
     if param is None:
         return
@@ -406,18 +444,6 @@ def check_generics(instance: Instance) -> None:
                     f"{param.name}; give it as {instance.name}<type>(...)",
                 )
             instance.types[param.name] = param.default
-
-
-def element_type(instance: Instance, spec: ast.TypeSpec) -> str | None:
-    """The element type ``spec`` names for ``instance``: a concrete type, a generic bound by the
-    invocation, or None for an abstract one."""
-    if spec.name in CONCRETE_TYPES:
-        return spec.name
-    if spec.name in instance.info.dtype_params:
-        return instance.types.get(spec.name)
-    if spec.name in ABSTRACT_TYPES:
-        return None
-    raise NNEFError.at(spec.pos, f"unknown type '{spec.name}'")
 
 
 def _unknown_in(instance: Instance, node: ast.Node) -> str:

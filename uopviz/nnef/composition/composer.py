@@ -41,49 +41,50 @@ deduced from the inputs and attributes; null values propagate (§2.4.1). Every p
 :class:`NNEFError` located at the invocation in the model's file (for errors found inside standard
 operators, the message names the operator and where in the library the check is).
 
-The :class:`Composer` is written in parts, one module per concern, composed as mixins that share the
-composer's state: ``composer_binding`` (generics, attributes, inputs), ``composer_shapes`` (extents,
-``@using`` and asserts, declared outputs), ``composer_leaves`` (leaf operations and constants),
-``composer_loops`` (unrolled and host loops), ``composer_graph_io`` (the graph's inputs, outputs and
-declarations); ``composer_support`` holds the records they share (:class:`DefinitionInfo`, the
-state of an invocation and of a block) and the limits of composition. This module keeps resolution,
-invocation, composite expansion, blocks and branches.
+The :class:`Composer` owns its parts, one module per concern, each an object given what it works
+with when the composer makes it (none imports this module): the
+:class:`~uopviz.nnef.composition.builder.GraphBuilder` (``builder.py``: the tensors, operations and
+composites of the graph being built; it adds, names and renames tensors), the
+:class:`~uopviz.nnef.composition.shapes.ShapeBinder` (``shapes.py``: extents, ``@using`` and
+asserts, declared outputs), the :class:`~uopviz.nnef.composition.binding.ArgumentBinder`
+(``binding.py``: generics, attributes, inputs), the :class:`~uopviz.nnef.composition.leaves.LeafBuilder`
+(``leaves.py``: leaf operations and constants), the :class:`~uopviz.nnef.composition.loops.LoopBuilder`
+(``loops.py``: unrolled and host loops) and :class:`~uopviz.nnef.composition.graph_io.GraphIO`
+(``graph_io.py``: the graph's inputs, outputs and declarations). The loops and the graph level
+compose the statements inside them through the composer, which they know only as a
+:class:`~uopviz.nnef.composition.support.ComposesValues`; ``support.py`` holds the records the parts
+share (:class:`DefinitionInfo`, the state of an invocation and of a block), operator resolution and
+the limits of composition. This module keeps invocation, composite expansion, blocks and branches.
 """
 
 from __future__ import annotations
 
-import difflib
-import itertools
 import math
 from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from uopviz.nnef.composition.binding import ArgumentBinding, check_generics
-from uopviz.nnef.composition.graph_io import GraphLevel
-from uopviz.nnef.composition.leaves import LeafComposition
-from uopviz.nnef.composition.loops import LoopComposition
+from uopviz.nnef.composition.binding import ArgumentBinder
+from uopviz.nnef.composition.builder import GraphBuilder
+from uopviz.nnef.composition.graph_io import GraphIO
+from uopviz.nnef.composition.leaves import LeafBuilder
+from uopviz.nnef.composition.loops import LoopBuilder
 from uopviz.nnef.composition.results import bind_frame_count, check_output, declared_length
-from uopviz.nnef.composition.shapes import ShapeBinding
+from uopviz.nnef.composition.shapes import ShapeBinder
 from uopviz.nnef.composition.stdlib import ModuleSet
 from uopviz.nnef.composition.support import (
     CONCRETE_TYPES,
-    MAX_EXTENT,
     RESULT_DEFINITION,
     DefinitionInfo,
     Frame,
     Instance,
     VariableLoader,
-    filled_array,
     first_name,
     in_stdlib,
     names_of,
     operator_name,
     prefers_lowering,
-    rename_captured,
-    replace_name,
+    resolve_operator,
     shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
@@ -99,10 +100,7 @@ from uopviz.nnef.evaluation.values import (
 from uopviz.nnef.graph import (
     Composite,
     Graph,
-    LoopOperation,
-    Operation,
     TensorInfo,
-    numpy_dtype_of,
 )
 from uopviz.nnef.syntax import ast
 from uopviz.nnef.syntax.ast import identifiers
@@ -114,29 +112,31 @@ __all__ = ["Composer", "DefinitionInfo", "compose", "identifiers"]
 # the composer
 
 
-class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, GraphLevel):
+class Composer:
     """Composes graphs of one model (a :class:`ModuleSet`).
 
     ``variable_loader(name, info)`` returns the data of a variable (or None when there is none);
-    the loader of a model folder reads ``<name>.dat`` files with it.
+    the loader of a model folder reads ``<name>.dat`` files with it. The composer keeps
+    invocation, composite expansion, blocks and branches; it owns the parts that do the rest, each
+    given what it works with: the graph being built (:attr:`builder`), shapes (:attr:`shapes`),
+    arguments (:attr:`arguments`), leaf operations (:attr:`leaves`), loops (:attr:`loops`) and the
+    graph's own inputs, outputs and declarations (:attr:`graph_io`). The loops and the graph level
+    compose the statements inside them through the composer (it is their
+    :class:`~uopviz.nnef.composition.support.ComposesValues`).
     """
 
     def __init__(
         self, modules: ModuleSet, variable_loader: VariableLoader | None = None, progress: Any = None
     ) -> None:
         self.modules = modules
-        self.variable_loader = variable_loader
         # progress(done, total, stage) after each statement of the graph's @compose block
         self.progress = progress
-        self.tensors: dict[str, TensorInfo] = {}
-        self.operations: list[Operation] = []
-        self.composites: list[Composite] = []
-        self.updates: dict[str, str] = {}
-        self.packs: dict[str, list[str]] = {}  # graph input / output packs: name -> item tensor names
-        # run-time extents counted by a tensor of the graph (a loop's trip count): key -> tensor name
-        self.trip_counters: dict[str, str] = {}
-        self._serial = itertools.count()
-        self._subgraph_tensors: set[str] = set()  # tensors owned by the sub-graphs of loop nodes
+        self.builder = GraphBuilder()
+        self.shapes = ShapeBinder()
+        self.arguments = ArgumentBinder(self.shapes, self.builder)
+        self.leaves = LeafBuilder(self.builder, self.shapes, variable_loader)
+        self.loops = LoopBuilder(self.builder, self.shapes, modules, self)
+        self.graph_io = GraphIO(self.builder, self.arguments, self.shapes, self.leaves, modules, self)
         # The composite operators being expanded, outermost first: invoking one of them again is
         # recursion, which §2.10 leaves out (an invocation names an already defined operator).
         self._expanding: list[DefinitionInfo] = []
@@ -154,8 +154,10 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         try:
             return self._compose_graph(module_name, graph_name, attribs, input_shapes)
         except Unknown as unknown:  # a name declared but never bound where a value was needed
-            message = (f"'{unknown.name}' has no value where it is used (it is not bound at this point of "
-                       "the composition)")
+            message = (
+                f"'{unknown.name}' has no value where it is used (it is not bound at this point of "
+                "the composition)"
+            )
             raise NNEFError.at(unknown.position, message) from None
 
     def _compose_graph(
@@ -182,12 +184,12 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
             definition = matches[0]
         info = DefinitionInfo.of(definition, module_name)
         instance = Instance(info, definition.pos, "")
-        self._graph_attributes(instance, dict(attribs or {}))
-        inputs = self._graph_inputs(instance, dict(input_shapes or {}))
+        self.graph_io.graph_attributes(instance, dict(attribs or {}))
+        inputs = self.graph_io.graph_inputs(instance, dict(input_shapes or {}))
         keys = frozenset(
             extent.key
             for name in inputs
-            for extent in self.tensors[name].shape
+            for extent in self.builder.tensors[name].shape
             if isinstance(extent, DynamicExtent)
         )
         bounded: set[str] = set()
@@ -208,170 +210,43 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         instance: Instance,
         inputs: list[str],
     ) -> Graph:
-        self._usings_and_asserts(instance)
+        self.shapes.usings_and_asserts(instance)
         frame = Frame(module_name, instance.symbols, instance.types, "", info.declared)
-        self._declare_locals(definition, frame, instance)
+        self.graph_io.declare_locals(definition, frame, instance)
         for done, component in enumerate(definition.components, 1):
             self._component(component, frame)
             if self.progress is not None:
                 self.progress(done, len(definition.components), None)
-        outputs = self._graph_outputs(instance, frame)
-        self._updates(definition, frame)
-        self._quantizations(definition, frame)
+        outputs = self.graph_io.graph_outputs(instance, frame)
+        self.graph_io.updates(definition, frame)
+        self.graph_io.quantizations(definition, frame)
+        builder = self.builder
         return Graph(
             name=definition.name,
             inputs=inputs,
             outputs=outputs,
-            tensors={n: t for n, t in self.tensors.items() if n not in self._subgraph_tensors},
-            operations=self.operations,
+            tensors=builder.graph_tensors(),
+            operations=builder.operations,
             attribs=dict(instance.attribs),
-            composites=self.composites,
-            updates=self.updates,
+            composites=builder.composites,
+            updates=builder.updates,
             definition=definition,
             modules=dict(self.modules.modules),
-            packs=self.packs,
-            counts={
-                key: name for key, name in self.trip_counters.items() if name not in self._subgraph_tensors
-            },
+            packs=builder.packs,
+            counts=builder.graph_counts(),
         )
-
-    # -- errors -------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _error(position: ast.Position, message: str) -> NNEFError:
-        return NNEFError.at(position, message)
-
-    # -- tensors ------------------------------------------------------------------------------------
-
-    def _new_tensor(
-        self,
-        name: str,
-        dtype: str,
-        shape: list | tuple,
-        kind: str,
-        position: ast.Position,
-        data: np.ndarray | None = None,
-    ) -> TensorInfo:
-        if name in self.tensors:
-            raise self._error(
-                position, f"tensor name '{name}' is already used (defined at {self.tensors[name].position})"
-            )
-        for extent in shape:
-            if isinstance(extent, int) and not isinstance(extent, bool) and not 0 <= extent < MAX_EXTENT:
-                raise self._error(
-                    position,
-                    f"tensor '{name}' would have the {'negative' if extent < 0 else 'too large'} extent "
-                    f"{extent} in its shape {format_value(list(shape))}"
-                    + ("" if extent < 0 else f" (extents are below 2**{MAX_EXTENT.bit_length() - 1})"),
-                )
-        tensor = TensorInfo(
-            name, dtype, tuple(shape), kind, data, position=position, serial=next(self._serial)
-        )
-        self.tensors[name] = tensor
-        return tensor
-
-    def _unique_name(self, base: str) -> str:
-        if base not in self.tensors:
-            return base
-        for number in itertools.count(1):
-            candidate = f"{base}#{number}"
-            if candidate not in self.tensors:
-                return candidate
-        raise AssertionError("unreachable")
-
-    def _rename(self, tensor: TensorInfo, name: str, position: ast.Position) -> None:
-        if tensor.name == name:
-            return
-        if name in self.tensors:
-            raise self._error(
-                position, f"tensor name '{name}' is already used (defined at {self.tensors[name].position})"
-            )
-        del self.tensors[tensor.name]
-        old = tensor.name
-        tensor.name = name
-        self.tensors[name] = tensor
-        producer = tensor.producer
-        if producer is not None:
-            producer.outputs = replace_name(producer.outputs, old, name)
-        for op in reversed(self.operations):
-            if op is producer:
-                break
-            if old in op.input_names():
-                op.inputs = replace_name(op.inputs, old, name)
-        for composite in self.composites:
-            composite.inputs = replace_name(composite.inputs, old, name)
-            composite.outputs = replace_name(composite.outputs, old, name)
-        for op in self.operations:
-            if isinstance(op, LoopOperation):
-                rename_captured(op, old, name)
-
-    def _constant_tensor(
-        self, value: Any, dtype: str, shape: tuple, name: str, position: ast.Position
-    ) -> TensorInfo:
-        array = (
-            filled_array(shape, value, numpy_dtype_of(dtype), name, position)
-            if not isinstance(value, np.ndarray)
-            else value.astype(numpy_dtype_of(dtype))
-        )
-        return self._new_tensor(self._unique_name(name), dtype, shape, "constant", position, array)
-
-    # -- operator resolution ------------------------------------------------------------------------
-
-    def _resolve(self, name: str, module_name: str, position: ast.Position) -> DefinitionInfo:
-        module = self.modules.get(module_name)
-        target_module, _, operator = name.rpartition(".")
-        if not target_module:
-            target_module = module_name
-        elif target_module != module_name and target_module not in {item.module for item in module.imports}:
-            raise self._error(
-                position,
-                f"unknown operator '{name}': module '{target_module}' is not imported "
-                f"by {module_name} (add 'import {target_module};')",
-            )
-        target = self.modules.get(target_module, position)
-        for definition in target.definitions:
-            if definition.name == operator:
-                return DefinitionInfo.of(definition, target_module)
-        names = [definition.name for definition in target.definitions]
-        close = difflib.get_close_matches(operator, names, n=3)
-        hint = f"; did you mean {', '.join(repr(f'{target_module}.{c}') for c in close)}?" if close else ""
-        raise self._error(
-            position,
-            f"unknown operator '{name}': module '{target_module}' has no operator '{operator}'{hint}",
-        )
-
-    # ==============================================================================================
-    # instantiation: attributes, inputs, using, asserts, outputs
-
-    def _instantiate(
-        self,
-        info: DefinitionInfo,
-        attribs: dict[str, tuple[Any, ast.Node]],
-        type_args: tuple[str, ...],
-        args: list[tuple[Any, ast.Node | None]],
-        position: ast.Position,
-        label: str,
-    ) -> Instance:
-        instance = Instance(info, position, label)
-        self._generic_arguments(instance, type_args)
-        deferred, uniform = self._attributes(instance, attribs)
-        self._inputs(instance, args)
-        check_generics(instance)
-        self._finish_attributes(instance, deferred, uniform)
-        self._usings_and_asserts(instance)
-        return instance
 
     # ==============================================================================================
     # composition
 
     def _component(self, component: ast.Component, frame: Frame) -> None:
-        serial = next(self._serial)
+        serial = self.builder.next_serial()
         names = [first_name(group) for group in component.results]
         lengths = [declared_length(group, frame) for group in component.results]
-        values = self._callable(component.value, frame, names, component.pos, lengths)
+        values = self.compose_callable(component.value, frame, names, component.pos, lengths)
         self._assign(component.results, values, frame, serial, component.pos)
 
-    def _callable(
+    def compose_callable(
         self,
         value: ast.Callable,
         frame: Frame,
@@ -379,6 +254,9 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         position: ast.Position,
         lengths: list[int | None] | None = None,
     ) -> list:
+        """The values of the right-hand side ``value`` (an invocation, block, branch, loop or
+        expression) composed in ``frame``; ``names`` are the results it is assigned to, ``lengths``
+        the lengths their left side declares for packed ones."""
         if isinstance(value, ast.Invocation):
             return self._invoke(value, frame, names)
         if isinstance(value, ast.Block):
@@ -386,30 +264,30 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         if isinstance(value, ast.If):
             return self._branch(value, frame, names)
         if isinstance(value, ast.Loop):
-            return self._loop(value, frame, names, lengths or [])
+            return self.loops.loop(value, frame, names, lengths or [])
         result = frame.evaluator()(value)
-        return [self._as_tensor_value(result, frame, names[0] if names else None, value.pos)]
+        return [self.as_tensor_value(result, frame, names[0] if names else None, value.pos)]
 
-    def _as_tensor_value(self, value: Any, frame: Frame, name: str | None, position: ast.Position) -> Any:
+    def as_tensor_value(self, value: Any, frame: Frame, name: str | None, position: ast.Position) -> Any:
         """A compose-level value as tensors: literals become constant tensors of rank 0."""
         if isinstance(value, list):
             return [
-                self._as_tensor_value(item, frame, f"{name}[{index}]" if name else None, position)
+                self.as_tensor_value(item, frame, f"{name}[{index}]" if name else None, position)
                 for index, item in enumerate(value)
             ]
         if isinstance(value, DynamicExtent | RuntimeScalar):
             base = frame.scope + (name or "value")
-            return self._runtime_scalar_tensor(value, type_name_of(value), base, position, frame)
+            return self.leaves.runtime_scalar_tensor(value, type_name_of(value), base, position, frame)
         if isinstance(value, bool | int | float):
             base = frame.scope + (name or "constant")
-            return self._constant_tensor(value, type_name_of(value), (), base, position)
+            return self.builder.constant_tensor(value, type_name_of(value), (), base, position)
         return value
 
     def _assign(
         self, results: tuple, values: list, frame: Frame, serial: int, position: ast.Position
     ) -> None:
         if len(values) < len(results):
-            raise self._error(
+            raise NNEFError.at(
                 position, f"{len(results)} results are assigned but only {len(values)} value(s) are produced"
             )
         for group, value in zip(results, values, strict=False):
@@ -425,12 +303,12 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
             return
         own = frame.symbols.maps[0] if isinstance(frame.symbols, ChainMap) else frame.symbols
         if isinstance(own.get(result.name), TensorInfo | list):
-            raise self._error(
+            raise NNEFError.at(
                 result.pos, f"'{result.name}' is already defined; every result needs a new name"
             )
         if result.pack is not None:
             if not isinstance(value, list):
-                raise self._error(result.pos, f"'{result.name}..' expects a pack of tensors, got one value")
+                raise NNEFError.at(result.pos, f"'{result.name}..' expects a pack of tensors, got one value")
             count = result.pack.count
             if count is not None and not isinstance(count, ast.Placeholder):
                 bind_frame_count(frame, count, len(value), result)
@@ -447,13 +325,13 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
 
     def _assign_list(self, group: ast.ResultList, value: Any, frame: Frame, serial: int) -> None:
         if not isinstance(value, list):
-            raise self._error(group.pos, "a bracketed result list needs a pack of tensors")
+            raise NNEFError.at(group.pos, "a bracketed result list needs a pack of tensors")
         packed = [
             i for i, item in enumerate(group.items) if isinstance(item, ast.Result) and item.pack is not None
         ]
         fixed = len(group.items) - len(packed)
         if len(packed) > 1 or (not packed and fixed != len(value)) or len(value) < fixed:
-            raise self._error(
+            raise NNEFError.at(
                 group.pos, f"cannot destructure {len(value)} tensors into {len(group.items)} results"
             )
         offset, rest = 0, len(value) - fixed
@@ -470,7 +348,7 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
 
     def _assign_tuple(self, group: ast.ResultTuple, value: Any, frame: Frame, serial: int) -> None:
         if not isinstance(value, list) or len(value) % len(group.items):
-            raise self._error(
+            raise NNEFError.at(
                 group.pos, "a (a, b).. result needs a pack whose length is a multiple of its items"
             )
         for offset, item in enumerate(group.items):
@@ -495,13 +373,15 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
             if not isinstance(item, TensorInfo):
                 continue
             if spec.name in CONCRETE_TYPES and item.dtype != spec.name:
-                raise self._error(
+                raise NNEFError.at(
                     result.pos, f"'{result.name}' is declared {spec.name} but is a {item.dtype} tensor"
                 )
             if spec.shape is not None:
-                expected = self._evaluate_shape(instance, spec, result.name or "", 0, bind_dynamic=False)
+                expected = self.shapes.evaluate_shape(
+                    instance, spec, result.name or "", 0, bind_dynamic=False
+                )
                 if not shapes_match(expected, item.shape):
-                    raise self._error(
+                    raise NNEFError.at(
                         result.pos,
                         f"'{result.name}' is declared with shape {format_value(expected)} "
                         f"but has shape {format_value(list(item.shape))}",
@@ -514,13 +394,13 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
             and value.serial > serial
             and value.kind in ("intermediate", "constant")
         ):
-            if value.name != name and name not in self.tensors:
-                self._rename(value, name, position)
+            if value.name != name and name not in self.builder.tensors:
+                self.builder.rename(value, name, position)
 
     # -- invocations --------------------------------------------------------------------------------------
 
     def _invoke(self, invocation: ast.Invocation, frame: Frame, names: list[str | None]) -> list:
-        info = self._resolve(invocation.name, frame.module_name, invocation.pos)
+        info = resolve_operator(self.modules, invocation.name, frame.module_name, invocation.pos)
         evaluator = frame.evaluator()
         attribs = {name: (evaluator(node), node) for name, node in invocation.attribs}
         args = [
@@ -531,11 +411,11 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
             label = next((name for name in names if name), None) or f"_{invocation.name.replace('.', '_')}"
         self._check_recursion(info, invocation.pos)
         try:
-            instance = self._instantiate(
+            instance = self.arguments.instantiate(
                 info, attribs, invocation.types, args, invocation.pos, frame.scope + label
             )
             if info.is_leaf or (info.lowers_runtime_extents and prefers_lowering(instance)):
-                return self._leaf(instance, frame, names, invocation.pos)
+                return self.leaves.leaf(instance, frame, names, invocation.pos)
             self._expanding.append(info)
             try:
                 return self._expand(instance, frame, invocation)
@@ -557,7 +437,7 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         cycle = [*self._expanding[starts[0] :], info]
         names = [operator_name(item) for item in cycle]
         through = f" through {', '.join(repr(name) for name in names[1:-1])}" if len(cycle) > 2 else ""
-        raise self._error(
+        raise NNEFError.at(
             position,
             f"operator '{names[0]}' invokes itself{through} (a cycle: {' -> '.join(names)}); "
             f"recursion is not allowed",
@@ -566,9 +446,9 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
     # -- composite expansion --------------------------------------------------------------------------------
 
     def _expand(self, instance: Instance, frame: Frame, invocation: ast.Invocation) -> list:
-        self._input_tensors(instance, frame)
+        self.leaves.input_tensors(instance, frame)
         definition = instance.info.definition
-        declared = self._declared_outputs(instance)
+        declared = self.shapes.declared_outputs(instance)
         propagate = (
             len(definition.components) == 1
             and not definition.constants
@@ -595,9 +475,9 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
             invocation.pos,
             frame.scopes,
         )
-        self.composites.append(composite)
-        serial = next(self._serial)
-        self._operator_locals(instance)
+        self.builder.composites.append(composite)
+        serial = self.builder.next_serial()
+        self.leaves.operator_locals(instance)
         if propagate:
             component = definition.components[0]
             value = component.value
@@ -623,15 +503,15 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         results = []
         for param in definition.outputs:
             if param.name not in instance.symbols or instance.symbols[param.name] is None:
-                raise self._error(
+                raise NNEFError.at(
                     param.pos, f"{instance.name}: output '{param.name}' is not assigned by its @compose"
                 )
             value = instance.symbols[param.name]
             check_output(instance, param, value, declared[param.name], invocation.pos)
             results.append(value)
         composite.outputs = tuple(names_of(value) for value in results)
-        self._updates(definition, inner)
-        self._quantizations(definition, inner)
+        self.graph_io.updates(definition, inner)
+        self.graph_io.quantizations(definition, inner)
         return results
 
     def _propagated(
@@ -657,7 +537,7 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
                 frame.scopes,
             )
             return self._invoke(labelled, outer, [None] * len(names))
-        return self._callable(
+        return self.compose_callable(
             value,
             Frame(
                 frame.module_name,
@@ -690,23 +570,23 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         for index, node in enumerate(block.yields):
             value = evaluator(node)
             if value is None:
-                raise self._error(node.pos, "a block must not yield a null value")
+                raise NNEFError.at(node.pos, "a block must not yield a null value")
             values.append(
-                self._as_tensor_value(value, inner, names[index] if index < len(names) else None, node.pos)
+                self.as_tensor_value(value, inner, names[index] if index < len(names) else None, node.pos)
             )
         return values
 
     def _condition(self, value: ast.Callable, frame: Frame) -> bool | TensorInfo:
         """A branch condition: a compile-time bool, or a bool tensor decided at run time."""
         if isinstance(value, ast.Invocation | ast.Block | ast.Loop | ast.If):
-            (condition,) = self._callable(value, frame, [None], value.pos)[:1]
+            (condition,) = self.compose_callable(value, frame, [None], value.pos)[:1]
         else:
             condition = frame.evaluator()(value)
         if isinstance(condition, TensorInfo):
             if condition.kind == "constant" and condition.data is not None and condition.data.size == 1:
                 return bool(condition.data.reshape(()))
             if condition.dtype != "bool" or math.prod(condition.upper_shape) != 1:
-                raise self._error(
+                raise NNEFError.at(
                     value.pos,
                     f"a branch condition must be a single bool, got the "
                     f"{condition.dtype} tensor '{condition.name}' of shape "
@@ -714,7 +594,7 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
                 )
             return condition
         if not isinstance(condition, bool):
-            raise self._error(value.pos, f"a branch condition must be a bool, got {format_value(condition)}")
+            raise NNEFError.at(value.pos, f"a branch condition must be a bool, got {format_value(condition)}")
         return condition
 
     def _branch(self, branch: ast.If, frame: Frame, names: list[str | None]) -> list:
@@ -722,39 +602,67 @@ class Composer(ArgumentBinding, ShapeBinding, LeafComposition, LoopComposition, 
         for index, (condition, then) in enumerate(branch.branches):
             decided = self._condition(condition, frame)
             if decided is True:
-                return self._callable(then, frame, names, then.pos)
+                return self.compose_callable(then, frame, names, then.pos)
             if decided is False:
                 continue
-            taken = self._callable(then, frame, names, then.pos)
+            taken = self.compose_callable(then, frame, names, then.pos)
             rest = (
                 ast.If(branch.branches[index + 1 :], branch.otherwise, pos=branch.pos)
                 if index + 1 < len(branch.branches)
                 else branch.otherwise
             )
-            other = self._callable(rest, frame, [None] * len(names), rest.pos)
+            other = self.compose_callable(rest, frame, [None] * len(names), rest.pos)
             base = next((name for name in names if name), "branch")
             return [
-                self._select(decided, a, b, frame, f"{base}.select{position}", branch.pos)
+                self.select(decided, a, b, frame, f"{base}.select{position}", branch.pos)
                 for position, (a, b) in enumerate(zip(taken, other, strict=False))
             ]
-        return self._callable(branch.otherwise, frame, names, branch.otherwise.pos)
+        return self.compose_callable(branch.otherwise, frame, names, branch.otherwise.pos)
 
-    def _select(
+    def select(
         self, condition: TensorInfo, a: Any, b: Any, frame: Frame, name: str, position: ast.Position
     ) -> Any:
         """``condition ? a : b`` of tensors (packs item by item), as a math.select operation."""
         if isinstance(a, list) or isinstance(b, list):
             if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
-                raise self._error(position, "the branches of a run-time condition yield different packs")
+                raise NNEFError.at(position, "the branches of a run-time condition yield different packs")
             return [
-                self._select(condition, x, y, frame, f"{name}[{i}]", position)
+                self.select(condition, x, y, frame, f"{name}[{i}]", position)
                 for i, (x, y) in enumerate(zip(a, b, strict=True))
             ]
         if a is b:
             return a
-        return self._call(
-            "math.select", [condition, a, b], frame, frame.scope, self._unique_name(name), position
+        return self.call(
+            "math.select", [condition, a, b], frame, frame.scope, self.builder.unique_name(name), position
         )
+
+    def call(
+        self,
+        operator: str,
+        args: list[Any],
+        frame: Frame,
+        scope: str,
+        name: str,
+        position: ast.Position,
+        attribs: tuple = (),
+    ) -> Any:
+        """Invoke a standard ``math`` operator on values (tensors, literals) from the composer itself."""
+        names = [f"__arg{index}__" for index in range(len(args))]
+        invocation = ast.Invocation(
+            operator, tuple(ast.Identifier(n, pos=position) for n in names), attribs, pos=position
+        )
+        local = Frame(
+            "__uopviz__",
+            ChainMap(dict(zip(names, args, strict=True)), frame.symbols),
+            frame.types,
+            scope,
+            frame.declared,
+            frame.scopes,
+        )
+        if "__uopviz__" not in self.modules.modules:
+            self.modules.add("__uopviz__", ast.Module("<uopviz>", imports=(ast.Import("math"),)))
+        (value,) = self._invoke(invocation, local, [name])
+        return value
 
 
 def compose(

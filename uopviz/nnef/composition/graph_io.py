@@ -1,7 +1,12 @@
 """The graph level of a composition: graph attributes, inputs and outputs, locals, @update and @quantize.
 
-A mixin of :class:`~uopviz.nnef.composition.composer.Composer`: its methods use the composer's state and call
-one another through ``self``; see :mod:`uopviz.nnef.composition.composer` for the order of composition.
+The :class:`GraphIO` is a part of the :class:`~uopviz.nnef.composition.composer.Composer`: it binds
+the graph's attributes with the :class:`~uopviz.nnef.composition.binding.ArgumentBinder`, its input
+shapes with the :class:`~uopviz.nnef.composition.shapes.ShapeBinder`, makes its locals with the
+:class:`~uopviz.nnef.composition.leaves.LeafBuilder`, adds its tensors to the
+:class:`~uopviz.nnef.composition.builder.GraphBuilder`, and composes @update statements and the
+copies of graph outputs through the composer that owns it (a :class:`ComposesValues`). See
+:mod:`uopviz.nnef.composition.composer` for the order of composition.
 """
 
 from __future__ import annotations
@@ -9,12 +14,18 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Any
 
-from uopviz.nnef.composition.binding import element_type
-from uopviz.nnef.composition.shapes import extent_count
+from uopviz.nnef.composition.binding import ArgumentBinder
+from uopviz.nnef.composition.builder import GraphBuilder
+from uopviz.nnef.composition.leaves import LeafBuilder
+from uopviz.nnef.composition.shapes import ShapeBinder, extent_count
+from uopviz.nnef.composition.stdlib import ModuleSet
 from uopviz.nnef.composition.support import (
+    ComposesValues,
     Frame,
     Instance,
+    element_type,
     first_name,
+    resolve_operator,
     shapes_match,
 )
 from uopviz.nnef.errors import NNEFError
@@ -25,14 +36,28 @@ from uopviz.nnef.graph import (
 from uopviz.nnef.syntax import ast
 
 
-class GraphLevel:
+class GraphIO:
     """The graph's own declarations: attributes, input and output tensors (packs included),
     locals, updates, quantizations."""
 
+    def __init__(
+        self,
+        builder: GraphBuilder,
+        arguments: ArgumentBinder,
+        shapes: ShapeBinder,
+        leaves: LeafBuilder,
+        modules: ModuleSet,
+        composer: ComposesValues,
+    ) -> None:
+        self.builder = builder
+        self.arguments = arguments
+        self.shapes = shapes
+        self.leaves = leaves
+        self.modules = modules  # resolves the operators @quantize names
+        self.composer = composer
 
-    # -- graph level ----------------------------------------------------------------------------------------
-
-    def _graph_attributes(self, instance: Instance, given: dict[str, Any]) -> None:
+    def graph_attributes(self, instance: Instance, given: dict[str, Any]) -> None:
+        """Bind the graph's attributes: the values ``given`` by the caller, the defaults of the rest."""
         definition = instance.info.definition
         unknown = set(given) - instance.info.attrib_names
         if unknown:
@@ -41,10 +66,10 @@ class GraphLevel:
                 f"{', '.join(param.name for param in definition.attribs) or 'none'}"
             )
         wrapped = {name: (value, definition) for name, value in given.items()}
-        deferred, uniform = self._attributes(instance, wrapped)
-        self._finish_attributes(instance, deferred, uniform)
+        self.arguments.bind_attributes(instance, wrapped)
 
-    def _graph_inputs(self, instance: Instance, shapes: dict[str, tuple[int, ...]]) -> list[str]:
+    def graph_inputs(self, instance: Instance, shapes: dict[str, tuple[int, ...]]) -> list[str]:
+        """The graph's input tensors (pack items one by one), of the shapes given or declared."""
         definition = instance.info.definition
         unknown = set(shapes) - {param.name for param in definition.inputs}
         if unknown:
@@ -53,9 +78,9 @@ class GraphLevel:
         for param in definition.inputs:
             element = element_type(instance, param.type)
             if element is None:
-                raise self._error(param.pos, f"graph input '{param.name}' needs a concrete type")
+                raise NNEFError.at(param.pos, f"graph input '{param.name}' needs a concrete type")
             if param.type.shape is None:
-                raise self._error(param.pos, f"graph input '{param.name}' needs a shape")
+                raise NNEFError.at(param.pos, f"graph input '{param.name}' needs a shape")
             if param.type.pack is not None:
                 names.extend(self._graph_input_pack(instance, param, element, shapes.get(param.name)))
                 continue
@@ -63,7 +88,7 @@ class GraphLevel:
                 shape = self._given_input_shape(instance, param, list(shapes[param.name]))
             else:
                 shape = self._input_shape(instance, param)
-            tensor = self._new_tensor(param.name, element, tuple(shape), "input", param.pos)
+            tensor = self.builder.new_tensor(param.name, element, tuple(shape), "input", param.pos)
             instance.symbols[param.name] = tensor
             names.append(param.name)
         return names
@@ -92,7 +117,7 @@ class GraphLevel:
             elif bound is not None:
                 count = bound
             else:
-                raise self._error(
+                raise NNEFError.at(
                     param.pos,
                     f"graph input pack '{param.name}': a length decided at run time needs an upper "
                     f"bound (..(n|5) or ..(~|5))",
@@ -112,10 +137,10 @@ class GraphLevel:
                 shape = self._given_input_shape(instance, param, list(given[item]))
             else:
                 shape = self._input_shape(instance, param)
-            items.append(self._new_tensor(name, element, tuple(shape), "input", param.pos))
+            items.append(self.builder.new_tensor(name, element, tuple(shape), "input", param.pos))
             names.append(name)
         instance.symbols[param.name] = items
-        self.packs[param.name] = names
+        self.builder.packs[param.name] = names
         return names
 
     def _given_input_shape(self, instance: Instance, param: ast.Param, dims: list[int]) -> list[int]:
@@ -134,8 +159,10 @@ class GraphLevel:
                     f"graph input '{param.name}': the given shape {dims} does not fit the declared "
                     f"{format_value(upper)}"
                 )
-        if not self._bind_dims(instance, param.type, dims, param.pos, f"input '{param.name}'", None, None):
-            raise self._error(param.pos, f"cannot bind the shape of graph input '{param.name}'")
+        if not self.shapes.bind_dims(
+            instance, param.type, dims, param.pos, f"input '{param.name}'", None, None
+        ):
+            raise NNEFError.at(param.pos, f"cannot bind the shape of graph input '{param.name}'")
         return dims
 
     def _input_shape(self, instance: Instance, param: ast.Param, probe: bool = False) -> list:
@@ -147,19 +174,18 @@ class GraphLevel:
             count = 1 if extent.pack is None else extent_count(instance, extent, evaluator)
             if isinstance(node, ast.Placeholder):
                 if bound is None:
-                    raise self._error(
+                    raise NNEFError.at(
                         extent.pos,
                         f"graph input '{param.name}': an omitted extent needs an upper bound (~|n)",
                     )
                 # named after the input and the axis (a string: a tuple key reads as an expression)
                 shape.extend(
-                    DynamicExtent(f"{param.name}.shape[{position + item}]", bound)
-                    for item in range(count)
+                    DynamicExtent(f"{param.name}.shape[{position + item}]", bound) for item in range(count)
                 )
                 continue
             if isinstance(node, ast.Identifier) and node.name not in instance.symbols:
                 if bound is None:
-                    raise self._error(
+                    raise NNEFError.at(
                         extent.pos,
                         f"graph input '{param.name}': the extent '{node.name}' is not "
                         f"known; give it an upper bound ({node.name}|n)",
@@ -179,23 +205,24 @@ class GraphLevel:
                 shape.extend([value] * count)
         return shape
 
-    def _graph_outputs(self, instance: Instance, frame: Frame) -> list[str]:
+    def graph_outputs(self, instance: Instance, frame: Frame) -> list[str]:
+        """The graph's output tensors, checked against their declarations and named as declared."""
         names = []
         for param in instance.info.definition.outputs:
             value = frame.symbols.get(param.name)
             if value is None:
-                raise self._error(param.pos, f"graph output '{param.name}' is not assigned in @compose")
+                raise NNEFError.at(param.pos, f"graph output '{param.name}' is not assigned in @compose")
             if isinstance(value, list):
                 names.extend(self._graph_output_pack(instance, param, value, frame))
                 continue
             if not isinstance(value, TensorInfo):
-                raise self._error(param.pos, f"graph output '{param.name}' is not a tensor")
+                raise NNEFError.at(param.pos, f"graph output '{param.name}' is not a tensor")
             if param.type.shape is not None and all(
                 not isinstance(e.value, ast.Placeholder) for e in param.type.shape.extents
             ):
-                expected = self._evaluate_shape(instance, param.type, param.name, 0, bind_dynamic=False)
+                expected = self.shapes.evaluate_shape(instance, param.type, param.name, 0, bind_dynamic=False)
                 if not shapes_match(expected, value.shape):
-                    raise self._error(
+                    raise NNEFError.at(
                         param.pos,
                         f"graph output '{param.name}' is declared with shape "
                         f"{format_value(expected)} but the graph computes "
@@ -203,7 +230,7 @@ class GraphLevel:
                     )
             element = element_type(instance, param.type)
             if element is not None and element != value.dtype:
-                raise self._error(
+                raise NNEFError.at(
                     param.pos,
                     f"graph output '{param.name}' is declared {element} but is a {value.dtype} tensor",
                 )
@@ -219,12 +246,12 @@ class GraphLevel:
         """The item tensors ``name[k]`` of a pack graph output (``ys: real[]..(3)``)."""
         spec = param.type.pack
         if spec is None:
-            raise self._error(param.pos, f"graph output '{param.name}' is declared a tensor but is a pack")
+            raise NNEFError.at(param.pos, f"graph output '{param.name}' is declared a tensor but is a pack")
         count_node = spec.count
         if count_node is not None and not isinstance(count_node, ast.Placeholder):
             declared = instance.evaluator()(count_node)
             if isinstance(declared, int) and declared != len(items):
-                raise self._error(
+                raise NNEFError.at(
                     param.pos,
                     f"graph output pack '{param.name}' is declared with {declared} items, the graph "
                     f"computes {len(items)}",
@@ -233,11 +260,11 @@ class GraphLevel:
         names = []
         for index, value in enumerate(items):
             if not isinstance(value, TensorInfo):
-                raise self._error(
+                raise NNEFError.at(
                     param.pos, f"item {index} of graph output pack '{param.name}' is not a tensor"
                 )
             if element is not None and element != value.dtype:
-                raise self._error(
+                raise NNEFError.at(
                     param.pos,
                     f"graph output pack '{param.name}' is declared {element} but item {index} is a "
                     f"{value.dtype} tensor",
@@ -247,50 +274,26 @@ class GraphLevel:
                 value = self._identity(value, name, frame, param.pos)
             value.kind = "output"
             names.append(name)
-        self.packs[param.name] = names
+        self.builder.packs[param.name] = names
         return names
 
     def _identity(self, tensor: TensorInfo, name: str, frame: Frame, position: ast.Position) -> TensorInfo:
         """An explicit copy (``math.iden``) so that a graph output has a tensor of its own name."""
-        if name in self.tensors:
-            self._rename(self.tensors[name], self._unique_name(f"{name}.source"), position)
-        return self._call("math.iden", [tensor], frame, "", name, position)
+        if name in self.builder.tensors:
+            self.builder.rename(
+                self.builder.tensors[name], self.builder.unique_name(f"{name}.source"), position
+            )
+        return self.composer.call("math.iden", [tensor], frame, "", name, position)
 
-    def _call(
-        self,
-        operator: str,
-        args: list[Any],
-        frame: Frame,
-        scope: str,
-        name: str,
-        position: ast.Position,
-        attribs: tuple = (),
-    ) -> Any:
-        """Invoke a standard ``math`` operator on values (tensors, literals) from the composer itself."""
-        names = [f"__arg{index}__" for index in range(len(args))]
-        invocation = ast.Invocation(
-            operator, tuple(ast.Identifier(n, pos=position) for n in names), attribs, pos=position
-        )
-        local = Frame(
-            "__uopviz__",
-            ChainMap(dict(zip(names, args, strict=True)), frame.symbols),
-            frame.types,
-            scope,
-            frame.declared,
-            frame.scopes,
-        )
-        if "__uopviz__" not in self.modules.modules:
-            self.modules.add("__uopviz__", ast.Module("<uopviz>", imports=(ast.Import("math"),)))
-        (value,) = self._invoke(invocation, local, [name])
-        return value
-
-    def _declare_locals(self, definition: ast.Definition, frame: Frame, instance: Instance) -> None:
+    def declare_locals(self, definition: ast.Definition, frame: Frame, instance: Instance) -> None:
+        """The graph's constants and variables, as tensors bound in ``frame``."""
         for param in (*definition.constants, *definition.variables):
             kind = "constant" if param in definition.constants else "variable"
-            tensor = self._local_tensor(instance, param, kind, param.name)
+            tensor = self.leaves.local_tensor(instance, param, kind, param.name)
             frame.symbols[param.name] = tensor
 
-    def _updates(self, definition: ast.Definition, frame: Frame) -> None:
+    def updates(self, definition: ast.Definition, frame: Frame) -> None:
+        """Compose ``definition``'s @update statements and record each variable's new value."""
         if not definition.updates:
             return
         variables = {param.name for param in definition.variables}
@@ -303,10 +306,10 @@ class GraphLevel:
             frame.scopes,
         )
         for component in definition.updates:
-            serial = next(self._serial)
+            serial = self.builder.next_serial()
             names = [first_name(group) for group in component.results]
             renamed = [f"{name}.updated" if name in variables else name for name in names]
-            values = self._callable(component.value, update_frame, renamed, component.pos)
+            values = self.composer.compose_callable(component.value, update_frame, renamed, component.pos)
             for name, value in zip(names, values, strict=False):
                 if name is None:
                     continue
@@ -314,18 +317,21 @@ class GraphLevel:
                     variable = frame.symbols[name]
                     target = f"{variable.name}.updated"
                     if isinstance(value, TensorInfo) and value.serial > serial and value.name != target:
-                        self._rename(value, self._unique_name(target), component.pos)
-                    self.updates[variable.name] = value.name
+                        self.builder.rename(value, self.builder.unique_name(target), component.pos)
+                    self.builder.updates[variable.name] = value.name
                 else:
                     update_frame.symbols[name] = value
 
-    def _quantizations(self, definition: ast.Definition, frame: Frame) -> None:
+    def quantizations(self, definition: ast.Definition, frame: Frame) -> None:
+        """Attach ``definition``'s @quantize entries to the tensors they name."""
         for entry in definition.quantizations:
             name = frame.scope + entry.tensor
-            tensor = self.tensors.get(name) or self.tensors.get(entry.tensor)
+            tensor = self.builder.tensors.get(name) or self.builder.tensors.get(entry.tensor)
             if tensor is None:
-                raise self._error(entry.pos, f"@quantize names the unknown tensor '{entry.tensor}'")
-            info = self._resolve(entry.invocation.name, frame.module_name, entry.invocation.pos)
+                raise NNEFError.at(entry.pos, f"@quantize names the unknown tensor '{entry.tensor}'")
+            info = resolve_operator(
+                self.modules, entry.invocation.name, frame.module_name, entry.invocation.pos
+            )
             evaluator = frame.evaluator()
             attribs = {name: evaluator(node) for name, node in entry.invocation.attribs}
             tensor.quantization = {"op": info.qualified, "attribs": attribs, "types": entry.invocation.types}

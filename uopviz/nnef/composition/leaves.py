@@ -1,7 +1,11 @@
 """Leaf operations of a composition: input, literal and run-time scalar tensors, variables and constants.
 
-A mixin of :class:`~uopviz.nnef.composition.composer.Composer`: its methods use the composer's state and call
-one another through ``self``; see :mod:`uopviz.nnef.composition.composer` for the order of composition.
+The :class:`LeafBuilder` is a part of the :class:`~uopviz.nnef.composition.composer.Composer`: it
+adds the tensors and operations it makes to the
+:class:`~uopviz.nnef.composition.builder.GraphBuilder` it is given, with the declared shapes
+evaluated by the :class:`~uopviz.nnef.composition.shapes.ShapeBinder`, and reads the data of
+variables through the model's loader. See :mod:`uopviz.nnef.composition.composer` for the order of
+composition.
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.nnef.composition.binding import element_type
+from uopviz.nnef.composition.builder import GraphBuilder
+from uopviz.nnef.composition.shapes import ShapeBinder
 from uopviz.nnef.composition.support import (
     MAX_FORMULA_ELEMENTS,
     RUNTIME_SCALAR_DEFINITION,
     Frame,
     Instance,
+    VariableLoader,
     check_constant_size,
+    element_type,
     filled_array,
     is_scalar_argument,
     names_of,
@@ -35,12 +42,21 @@ from uopviz.nnef.graph import (
 from uopviz.nnef.syntax import ast
 
 
-class LeafComposition:
+class LeafBuilder:
     """Making leaf operations: the tensors of graph inputs, literals, run-time scalars, variables
-    and constants."""
+    and constants.
 
+    ``variable_loader(name, info)`` returns the data of a variable (or None when there is none).
+    """
 
-    def _input_tensors(self, instance: Instance, frame: Frame) -> None:
+    def __init__(
+        self, builder: GraphBuilder, shapes: ShapeBinder, variable_loader: VariableLoader | None = None
+    ) -> None:
+        self.builder = builder
+        self.shapes = shapes
+        self.variable_loader = variable_loader
+
+    def input_tensors(self, instance: Instance, frame: Frame) -> None:
         """Turn literal arguments into constant tensors of the declared (or deduced) type."""
         for param in instance.info.definition.inputs:
             value = instance.inputs.get(param.name)
@@ -69,7 +85,7 @@ class LeafComposition:
                 else RuntimeScalar(("real", runtime_expression(value)), "real")
             )
         if type_name_of(value) != element:
-            raise self._error(
+            raise NNEFError.at(
                 instance.position,
                 f"{instance.name}: input '{param.name}' expects {element}, got "
                 f"{type_name_of(value)} {format_value(value, True)}",
@@ -77,10 +93,10 @@ class LeafComposition:
         suffix = f"[{index}]" if index is not None else ""
         name = f"{instance.label}.{param.name}{suffix}"
         if isinstance(value, DynamicExtent | RuntimeScalar):
-            return self._runtime_scalar_tensor(value, element, name, instance.position, frame)
-        return self._constant_tensor(value, element, (), name, instance.position)
+            return self.runtime_scalar_tensor(value, element, name, instance.position, frame)
+        return self.builder.constant_tensor(value, element, (), name, instance.position)
 
-    def _runtime_scalar_tensor(
+    def runtime_scalar_tensor(
         self,
         value: DynamicExtent | RuntimeScalar,
         element: str,
@@ -91,7 +107,9 @@ class LeafComposition:
         """A rank-0 tensor holding a value computed at run time from run-time extents (§3.1: the
         shape expressions after a data-dependent operation are computed during execution): an
         operation of its own whose kernel reads the counters."""
-        tensor = self._new_tensor(self._unique_name(name), element, (), "intermediate", position)
+        tensor = self.builder.new_tensor(
+            self.builder.unique_name(name), element, (), "intermediate", position
+        )
         op = RuntimeScalarOperation(
             type="runtime.scalar",
             attribs={"value": value},
@@ -104,15 +122,15 @@ class LeafComposition:
             scopes=frame.scopes,
         )
         tensor.producer = op
-        self.operations.append(op)
+        self.builder.operations.append(op)
         return tensor
 
-    def _leaf(
-        self, instance: Instance, frame: Frame, names: list[str | None], position: ast.Position
-    ) -> list:
-        self._input_tensors(instance, frame)
-        declared = self._declared_outputs(instance)
-        constants = self._operator_locals(instance)
+    def leaf(self, instance: Instance, frame: Frame, names: list[str | None], position: ast.Position) -> list:
+        """The outputs of a leaf invocation: new tensors of the declared shapes, produced by one
+        :class:`Operation` added to the graph."""
+        self.input_tensors(instance, frame)
+        declared = self.shapes.declared_outputs(instance)
+        constants = self.operator_locals(instance)
         results = []
         for index, param in enumerate(instance.info.definition.outputs):
             element, shape = declared[param.name]
@@ -120,13 +138,13 @@ class LeafComposition:
             base = frame.scope + name if name else f"{instance.label}.{param.name}"
             if param.type.pack is not None:
                 if shape is None:
-                    raise self._error(
+                    raise NNEFError.at(
                         param.pos,
                         f"{instance.name}: the length of the output pack '{param.name}' is not declared",
                     )
                 value = [
-                    self._new_tensor(
-                        self._unique_name(f"{base}[{item}]"),
+                    self.builder.new_tensor(
+                        self.builder.unique_name(f"{base}[{item}]"),
                         element,
                         tuple(item_shape),
                         "intermediate",
@@ -136,11 +154,11 @@ class LeafComposition:
                 ]
             else:
                 if shape is None:
-                    raise self._error(
+                    raise NNEFError.at(
                         param.pos, f"{instance.name}: output '{param.name}' has no declared shape"
                     )
-                value = self._new_tensor(
-                    self._unique_name(base), element, tuple(shape), "intermediate", position
+                value = self.builder.new_tensor(
+                    self.builder.unique_name(base), element, tuple(shape), "intermediate", position
                 )
             instance.symbols[param.name] = value
             results.append(value)
@@ -162,33 +180,35 @@ class LeafComposition:
         for value in results:
             for tensor in value if isinstance(value, list) else [value]:
                 tensor.producer = op
-        self.operations.append(op)
+        self.builder.operations.append(op)
         return results
 
-    def _operator_locals(self, instance: Instance) -> dict[str, TensorInfo]:
+    def operator_locals(self, instance: Instance) -> dict[str, TensorInfo]:
         """Constants and variables declared by an operator, as tensors under its label."""
         created: dict[str, TensorInfo] = {}
         definition = instance.info.definition
         for param in (*definition.constants, *definition.variables):
             kind = "constant" if param in definition.constants else "variable"
-            tensor = self._local_tensor(instance, param, kind, f"{instance.label}.{param.name}")
+            tensor = self.local_tensor(instance, param, kind, f"{instance.label}.{param.name}")
             instance.symbols[param.name] = tensor
             created[param.name] = tensor
         return created
 
-    def _local_tensor(self, instance: Instance, param: ast.Param, kind: str, name: str) -> TensorInfo:
+    def local_tensor(self, instance: Instance, param: ast.Param, kind: str, name: str) -> TensorInfo:
+        """The tensor ``name`` of a declared constant (its data evaluated) or variable (its data
+        loaded, when the loader has it)."""
         element = element_type(instance, param.type)
         if element is None:
-            raise self._error(param.pos, f"{kind} '{param.name}' needs a concrete type")
+            raise NNEFError.at(param.pos, f"{kind} '{param.name}' needs a concrete type")
         shape = (
-            tuple(self._evaluate_shape(instance, param.type, param.name, 0))
+            tuple(self.shapes.evaluate_shape(instance, param.type, param.name, 0))
             if param.type.shape is not None
             else ()
         )
         if kind == "constant":
             data = self._constant_data(instance, param, element, shape)
-            return self._new_tensor(name, element, shape, kind, param.pos, data)
-        tensor = self._new_tensor(name, element, shape, kind, param.pos)
+            return self.builder.new_tensor(name, element, shape, kind, param.pos, data)
+        tensor = self.builder.new_tensor(name, element, shape, kind, param.pos)
         if self.variable_loader is not None:
             data = self.variable_loader(name, tensor)
             if data is not None:
@@ -197,7 +217,7 @@ class LeafComposition:
 
     def _constant_data(self, instance: Instance, param: ast.Param, element: str, shape: tuple) -> np.ndarray:
         if param.default is None:
-            raise self._error(param.pos, f"constant '{param.name}' needs a value")
+            raise NNEFError.at(param.pos, f"constant '{param.name}' needs a value")
         dtype = numpy_dtype_of(element)
         if not all(isinstance(extent, int) for extent in shape):
             return self._constant_at_upper_bounds(instance, param, dtype, shape)
@@ -205,7 +225,7 @@ class LeafComposition:
             value = instance.evaluator()(param.default)
             if isinstance(value, list):
                 if len(value) != int(np.prod(shape, dtype=np.int64)):
-                    raise self._error(
+                    raise NNEFError.at(
                         param.pos,
                         f"constant '{param.name}' of shape {list(shape)} needs "
                         f"{int(np.prod(shape))} values, got {len(value)}",
@@ -213,10 +233,10 @@ class LeafComposition:
                 try:
                     return np.array(value, dtype=dtype).reshape(shape)
                 except (OverflowError, ValueError, TypeError) as error:
-                    raise self._error(param.pos, f"constant '{param.name}': its values cannot be {dtype} "
+                    raise NNEFError.at(param.pos, f"constant '{param.name}': its values cannot be {dtype} "
                                                  f"values ({error})") from None  # fmt: skip
             if value is None:
-                raise self._error(param.pos, f"the value of constant '{param.name}' is null")
+                raise NNEFError.at(param.pos, f"the value of constant '{param.name}' is null")
             return filled_array(shape, value, dtype, param.name, param.pos)
         return self._constant_per_element(instance, param, dtype, shape)
 
@@ -227,7 +247,7 @@ class LeafComposition:
         bounds (kernels never read past the actual extents); each value must be known at compile
         time (a uniform value, or a formula of the indices)."""
         if any(isinstance(extent, DynamicExtent) and extent.bound is None for extent in shape):
-            raise self._error(
+            raise NNEFError.at(
                 param.pos, f"constant '{param.name}' has a run-time extent without an upper bound"
             )
         upper = tuple(extent if isinstance(extent, int) else int(extent.bound) for extent in shape)
@@ -236,7 +256,7 @@ class LeafComposition:
         else:
             value = instance.evaluator()(param.default)
             if isinstance(value, list):
-                raise self._error(
+                raise NNEFError.at(
                     param.pos,
                     f"constant '{param.name}' has the run-time shape {format_value(list(shape))}; a list of "
                     f"values cannot fill it (give a uniform value or a formula of the indices)",
@@ -257,7 +277,7 @@ class LeafComposition:
                 axes.append((name, None, bound))
         extents = tuple(extent for _, _, extent in axes)
         if extents != tuple(shape):
-            raise self._error(
+            raise NNEFError.at(
                 param.pos,
                 f"the index bounds {list(extents)} of constant '{param.name}' do not match "
                 f"its shape {list(shape)}",
@@ -265,7 +285,7 @@ class LeafComposition:
         upper = tuple(shape) if upper is None else upper
         check_constant_size(upper, dtype, param.name, param.pos)
         if math.prod(upper) > MAX_FORMULA_ELEMENTS:
-            raise self._error(
+            raise NNEFError.at(
                 param.pos,
                 f"constant '{param.name}' of shape {list(upper)} is computed element by element at compose "
                 f"time; at most {MAX_FORMULA_ELEMENTS} elements (compute a larger one with operations)",

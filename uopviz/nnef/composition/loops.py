@@ -1,21 +1,28 @@
 """Loops of a composition: unrolled loops and loops run on the host as a node with sub-graphs (§2.10).
 
-A mixin of :class:`~uopviz.nnef.composition.composer.Composer`: its methods use the composer's state and call
-one another through ``self``; see :mod:`uopviz.nnef.composition.composer` for the order of composition.
+The :class:`LoopBuilder` is a part of the :class:`~uopviz.nnef.composition.composer.Composer`: it
+composes a loop's body through the composer that owns it (a :class:`ComposesValues`: a body holds
+any statement), adds the tensors and operations it makes to the
+:class:`~uopviz.nnef.composition.builder.GraphBuilder` it is given, and evaluates declared shapes
+with the :class:`~uopviz.nnef.composition.shapes.ShapeBinder`. See
+:mod:`uopviz.nnef.composition.composer` for the order of composition.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import ChainMap
 from collections.abc import Callable
 from typing import Any
 
+from uopviz.nnef.composition.builder import GraphBuilder
+from uopviz.nnef.composition.shapes import ShapeBinder
+from uopviz.nnef.composition.stdlib import ModuleSet
 from uopviz.nnef.composition.support import (
     CONCRETE_TYPES,
     MAX_UNROLLED_ITERATIONS,
     RESULT_DEFINITION,
+    ComposesValues,
     DefinitionInfo,
     Frame,
     Instance,
@@ -35,17 +42,23 @@ from uopviz.nnef.graph import (
 from uopviz.nnef.syntax import ast
 
 
-class LoopComposition:
+class LoopBuilder:
     """Composing loops: unrolled when the count is known at compose time, else one
     :class:`~uopviz.nnef.graph.LoopOperation` with sub-graphs."""
 
+    def __init__(
+        self, builder: GraphBuilder, shapes: ShapeBinder, modules: ModuleSet, composer: ComposesValues
+    ) -> None:
+        self.builder = builder
+        self.shapes = shapes
+        self.modules = modules  # the sub-graphs of loop nodes know the model's modules, as the graph
+        self.composer = composer
 
-    def _loop(
-        self, loop: ast.Loop, frame: Frame, names: list[str | None], declared: list[int | None]
-    ) -> list:
+    def loop(self, loop: ast.Loop, frame: Frame, names: list[str | None], declared: list[int | None]) -> list:
+        """The values of a loop statement: its carried values, then its scan outputs (packs)."""
         if loop.condition is not None:
             if loop.unroll:
-                raise self._error(
+                raise NNEFError.at(
                     loop.pos,
                     "a loop with a condition cannot be unrolled: its trip count is decided at run time",
                 )
@@ -55,19 +68,19 @@ class LoopComposition:
         for scan in loop.scans:
             pack = evaluator(scan.pack)
             if not isinstance(pack, list):
-                raise self._error(scan.pos, f"the scanned value of '{scan.name}' must be a pack of tensors")
+                raise NNEFError.at(scan.pos, f"the scanned value of '{scan.name}' must be a pack of tensors")
             scans.append((scan.name, pack))
         lengths = {len(pack) for _, pack in scans}
         if len(lengths) > 1:
-            raise self._error(loop.pos, f"scanned packs have different lengths {sorted(lengths)}")
+            raise NNEFError.at(loop.pos, f"scanned packs have different lengths {sorted(lengths)}")
         count = evaluator(loop.count) if loop.count is not None else None
         dynamic = None
         if isinstance(count, TensorInfo):  # a run-time count: unrolled to the packs' length, masked
             if count.dtype != "int" or math.prod(count.upper_shape) != 1:
-                raise self._error(loop.count.pos, f"a loop count must be a single int, got '{count.name}'")
+                raise NNEFError.at(loop.count.pos, f"a loop count must be a single int, got '{count.name}'")
             if not scans:  # nothing bounds it at compile time: a loop node, run on the host
                 if loop.unroll:
-                    raise self._error(
+                    raise NNEFError.at(
                         loop.count.pos,
                         f"the loop count '{count.name}' is decided at run time; 'unroll' needs a "
                         f"compile-time count",
@@ -76,14 +89,14 @@ class LoopComposition:
             dynamic, count = count, None
         if count is None:
             if not scans:
-                raise self._error(loop.pos, "a loop needs a 'for' clause or an iteration count")
+                raise NNEFError.at(loop.pos, "a loop needs a 'for' clause or an iteration count")
             count = lengths.pop()
         if scans and count > len(scans[0][1]):
-            raise self._error(
+            raise NNEFError.at(
                 loop.pos, f"the loop count {count} exceeds the scanned packs' length {len(scans[0][1])}"
             )
         if isinstance(count, int) and count > MAX_UNROLLED_ITERATIONS:
-            raise self._error(
+            raise NNEFError.at(
                 loop.pos,
                 f"a loop of {count} iterations known at compile time is unrolled, one copy of its body each; "
                 f"at most {MAX_UNROLLED_ITERATIONS} (give the count as an int tensor to run it as a loop)",
@@ -102,7 +115,7 @@ class LoopComposition:
             }
             local.update({name: pack[step] for name, pack in scans})
             if loop.index is not None:
-                local[loop.index] = self._constant_tensor(
+                local[loop.index] = self.builder.constant_tensor(
                     step, "int", (), f"{frame.scope}{base}.{step}.{loop.index}", loop.pos
                 )
             body_frame = Frame(
@@ -113,21 +126,21 @@ class LoopComposition:
                 frame.declared,
                 frame.scopes,
             )
-            outputs = self._callable(loop.body, body_frame, [None] * 8, loop.body.pos)
+            outputs = self.composer.compose_callable(loop.body, body_frame, [None] * 8, loop.body.pos)
             if len(outputs) < len(carries):
-                raise self._error(
+                raise NNEFError.at(
                     loop.body.pos,
                     f"the loop body yields {len(outputs)} values but {len(carries)} are carried",
                 )
             updated = outputs[: len(carries)]
             if dynamic is not None:  # past the run-time count the carried values stay as they were
                 scope = f"{frame.scope}{base}.{step}."
-                step_tensor = self._constant_tensor(step, "int", (), f"{scope}step", loop.pos)
-                running = self._call(
+                step_tensor = self.builder.constant_tensor(step, "int", (), f"{scope}step", loop.pos)
+                running = self.composer.call(
                     "math.lt", [step_tensor, dynamic], frame, scope, f"{scope}running", loop.pos
                 )
                 updated = [
-                    self._select(running, new, old, frame, f"{scope}carry{index}", loop.pos)
+                    self.composer.select(running, new, old, frame, f"{scope}carry{index}", loop.pos)
                     for index, (new, old) in enumerate(zip(updated, carries, strict=True))
                 ]
             carries = updated
@@ -146,8 +159,8 @@ class LoopComposition:
         """The run-time length of the scan outputs of a loop unrolled to ``bound`` steps whose count
         is the tensor ``count``: the count clamped to [0, bound], computed by the graph into a tensor
         that is the extent's counter (kernels read it and stop there; the runner cuts outputs)."""
-        trips = self._call("math.clamp", [count, 0, bound], frame, scope, "trips", position)
-        self.trip_counters[trips.name] = trips.name
+        trips = self.composer.call("math.clamp", [count, 0, bound], frame, scope, "trips", position)
+        self.builder.trip_counters[trips.name] = trips.name
         return DynamicExtent(trips.name, bound)
 
     # -- loops run on the host: a node with sub-graphs ----------------------------------------------------
@@ -165,7 +178,7 @@ class LoopComposition:
         time (§2.6.1: upper bounds prescribe run-time checks)."""
         evaluator = frame.evaluator()
         base = next((name for name in names if name), "loop")
-        label = self._unique_label(frame.scope + base)
+        label = self.builder.unique_label(frame.scope + base)
         carried = []
         for carry in loop.carries:
             initial = evaluator(carry.initial)
@@ -176,10 +189,10 @@ class LoopComposition:
         for scan in loop.scans:
             pack = evaluator(scan.pack)
             if not isinstance(pack, list) or not pack or not all(isinstance(t, TensorInfo) for t in pack):
-                raise self._error(scan.pos, f"the scanned value of '{scan.name}' must be a pack of tensors")
+                raise NNEFError.at(scan.pos, f"the scanned value of '{scan.name}' must be a pack of tensors")
             first = _loop_tensor(pack[0], f"the scanned pack '{scan.name}'", scan.pos)
             if any(t.dtype != first.dtype or t.shape != first.shape for t in pack):
-                raise self._error(
+                raise NNEFError.at(
                     scan.pos,
                     f"the tensors scanned by '{scan.name}' must share one type and shape in a "
                     f"loop decided at run time",
@@ -187,15 +200,15 @@ class LoopComposition:
             scans.append((scan.name, pack))
         scan_lengths = {len(pack) for _, pack in scans}
         if len(scan_lengths) > 1:
-            raise self._error(loop.pos, f"scanned packs have different lengths {sorted(scan_lengths)}")
+            raise NNEFError.at(loop.pos, f"scanned packs have different lengths {sorted(scan_lengths)}")
         count = evaluator(loop.count) if loop.count is not None else None
         if isinstance(count, TensorInfo):
             if count.dtype != "int" or math.prod(count.upper_shape) != 1 or not count.is_static:
-                raise self._error(
+                raise NNEFError.at(
                     loop.count.pos, f"a loop count must be a single int, got the tensor '{count.name}'"
                 )
         elif count is not None and (isinstance(count, bool) or not isinstance(count, int)):
-            raise self._error(loop.count.pos, f"a loop count must be an int, got {format_value(count)}")
+            raise NNEFError.at(loop.count.pos, f"a loop count must be an int, got {format_value(count)}")
         bound = min([*scan_lengths, *([count] if isinstance(count, int) else [])], default=None)
         body, outputs, condition, formals, owned, varying = self._loop_graphs(
             loop, label, frame, carried, scans
@@ -207,7 +220,7 @@ class LoopComposition:
             if length is not None
         }
         if len(declared) > 1:
-            raise self._error(
+            raise NNEFError.at(
                 loop.pos,
                 f"the scan outputs of a loop have one length (one item per iteration); the left side "
                 f"declares {sorted(declared)}",
@@ -215,7 +228,7 @@ class LoopComposition:
         scan_limit = None
         if scan_outputs and bound is None:
             if not declared:
-                raise self._error(
+                raise NNEFError.at(
                     loop.pos,
                     "a loop that stops on a condition yields scan outputs only with a bound on its "
                     "iterations, which gives the length of their packs: declare that length on the left "
@@ -248,7 +261,9 @@ class LoopComposition:
             name = f"{label}.carry{i}"
             shape = result_shape(shape, name, lambda axis, _, i=i: (i, axis) in varying, ("carry", i))
             results.append(
-                self._new_tensor(self._unique_name(name), carry.dtype, shape, "intermediate", loop.pos)
+                self.builder.new_tensor(
+                    self.builder.unique_name(name), carry.dtype, shape, "intermediate", loop.pos
+                )
             )
         for index, value in enumerate(scan_outputs):
             items = []
@@ -258,7 +273,9 @@ class LoopComposition:
                     value.shape, name, lambda _, e: not evaluable(e.key, imported), ("scan", index, item)
                 )
                 items.append(
-                    self._new_tensor(self._unique_name(name), value.dtype, shape, "intermediate", loop.pos)
+                    self.builder.new_tensor(
+                        self.builder.unique_name(name), value.dtype, shape, "intermediate", loop.pos
+                    )
                 )
             results.append(items)
         kind = "repeat" if condition is None else "while" if loop.pretest else "do_while"
@@ -303,8 +320,8 @@ class LoopComposition:
         for value in results:
             for tensor in value if isinstance(value, list) else [value]:
                 tensor.producer = op
-        self.operations.append(op)
-        self._subgraph_tensors |= owned
+        self.builder.operations.append(op)
+        self.builder.subgraph_tensors |= owned
         return results
 
     def _loop_graphs(
@@ -319,7 +336,7 @@ class LoopComposition:
         its own there (``loop.x#0``), whose actual value the runner passes on every iteration.
         Returns (body, its outputs, condition, formals, owned tensor names, varying (carry, axis)).
         """
-        snapshot = set(self.tensors), set(self._subgraph_tensors)
+        snapshot = self.builder.snapshot()
         varying: dict[tuple[int, int], int] = {}
         for attempt in range(2):
             formals = []
@@ -337,7 +354,7 @@ class LoopComposition:
             owned: set[str] = set()
             body, outputs = self._subgraph(f"{label}.body", loop.body, frame, formals, owned)
             if len(outputs) < len(carried):
-                raise self._error(
+                raise NNEFError.at(
                     loop.body.pos,
                     f"the loop body yields {len(outputs)} values but {len(carried)} are carried",
                 )
@@ -345,18 +362,16 @@ class LoopComposition:
             if not set(found) - set(varying):
                 break
             if attempt == 1:  # cannot happen: a varying extent stays varying
-                raise self._error(loop.body.pos, "the extents of the carried values do not settle")
+                raise NNEFError.at(loop.body.pos, "the extents of the carried values do not settle")
             varying = found
-            for name in set(self.tensors) - snapshot[0]:  # compose again, with the varying extents
-                del self.tensors[name]
-            self._subgraph_tensors = set(snapshot[1])
+            self.builder.roll_back(snapshot)  # compose again, with the varying extents
         condition = None
         if loop.condition is not None:
             condition, (test, *_) = self._subgraph(
                 f"{label}.condition", loop.condition, frame, formals, owned, minimum=1
             )
             if test.dtype != "bool" or not test.is_static or math.prod(test.shape) != 1:
-                raise self._error(
+                raise NNEFError.at(
                     loop.condition.pos,
                     f"a loop condition must be a single bool, got the {test.dtype} tensor '{test.name}' "
                     f"of shape {format_value(list(test.shape))}",
@@ -373,16 +388,6 @@ class LoopComposition:
                 import_extents(graph, fresh)
         return body, outputs, condition, formals, owned, varying
 
-    def _unique_label(self, base: str) -> str:
-        labels = {op.label for op in self.operations}
-        if base not in labels and base not in self.tensors:
-            return base
-        return next(
-            f"{base}#{n}"
-            for n in itertools.count(1)
-            if f"{base}#{n}" not in labels and f"{base}#{n}" not in self.tensors
-        )
-
     def _subgraph(
         self,
         name: str,
@@ -394,52 +399,48 @@ class LoopComposition:
     ) -> tuple[Graph, list[TensorInfo]]:
         """``value`` composed as a graph of its own: its inputs are new tensors for ``formals``
         (name, type, shape); tensors of the enclosing graph it reads become its ``captures``."""
-        saved = self.operations, self.composites
-        self.operations, self.composites = [], []
-        before = set(self.tensors)
-        local: dict[str, Any] = {}
-        inputs = []
-        for formal, dtype, shape in formals:
-            tensor = self._new_tensor(self._unique_name(f"{name}.{formal}"), dtype, shape, "input", value.pos)
-            local[formal] = tensor
-            inputs.append(tensor.name)
-        inner = Frame(
-            frame.module_name,
-            ChainMap(local, frame.symbols),
-            frame.types,
-            f"{name}.",
-            frame.declared,
-            (*frame.scopes, name),
-        )
-        try:
-            values = self._callable(value, inner, [None] * 8, value.pos)
-        finally:
-            operations, composites = self.operations, self.composites
-            self.operations, self.composites = saved
+        tensors = self.builder.tensors
+        before = set(tensors)
+        with self.builder.apart() as (operations, composites):
+            local: dict[str, Any] = {}
+            inputs = []
+            for formal, dtype, shape in formals:
+                tensor = self.builder.new_tensor(
+                    self.builder.unique_name(f"{name}.{formal}"), dtype, shape, "input", value.pos
+                )
+                local[formal] = tensor
+                inputs.append(tensor.name)
+            inner = Frame(
+                frame.module_name,
+                ChainMap(local, frame.symbols),
+                frame.types,
+                f"{name}.",
+                frame.declared,
+                (*frame.scopes, name),
+            )
+            values = self.composer.compose_callable(value, inner, [None] * 8, value.pos)
         if len(values) < minimum:
-            raise self._error(value.pos, "the loop condition yields no value")
+            raise NNEFError.at(value.pos, "the loop condition yields no value")
         outputs = []
         for item in values:
             if not isinstance(item, TensorInfo):
-                raise self._error(
+                raise NNEFError.at(
                     value.pos,
                     f"a loop body or condition must yield tensors, got {format_value(names_of(item))}",
                 )
             outputs.append(item)
-        created = [n for n in self.tensors if n not in before and n not in self._subgraph_tensors]
-        own = {n: self.tensors[n] for n in created}
+        created = [n for n in tensors if n not in before and n not in self.builder.subgraph_tensors]
+        own = {n: tensors[n] for n in created}
         read = [n for op in operations for n in op.input_names()] + [t.name for t in outputs]
         captures = [n for n in dict.fromkeys(read) if n not in own]
         for captured in captures:
-            _loop_tensor(
-                self.tensors[captured], f"the tensor '{captured}' read inside the loop", value.pos
-            )
+            _loop_tensor(tensors[captured], f"the tensor '{captured}' read inside the loop", value.pos)
         owned |= set(own)
         graph = Graph(
             name=name,
             inputs=inputs,
             outputs=[t.name for t in outputs],
-            tensors={**own, **{n: self.tensors[n] for n in captures}},
+            tensors={**own, **{n: tensors[n] for n in captures}},
             operations=operations,
             composites=composites,
             modules=dict(self.modules.modules),
@@ -449,7 +450,7 @@ class LoopComposition:
 
     def _carry_constant(self, carry: ast.Carry, value: Any, frame: Frame) -> TensorInfo:
         if carry.type is None or carry.type.shape is None:
-            return self._as_tensor_value(value, frame, carry.name, carry.pos)
+            return self.composer.as_tensor_value(value, frame, carry.name, carry.pos)
         instance = Instance(
             DefinitionInfo.of(RESULT_DEFINITION, frame.module_name),
             carry.pos,
@@ -457,21 +458,20 @@ class LoopComposition:
             symbols=dict(frame.symbols),
             types=dict(frame.types),
         )
-        shape = self._evaluate_shape(instance, carry.type, carry.name, 0, bind_dynamic=False)
+        shape = self.shapes.evaluate_shape(instance, carry.type, carry.name, 0, bind_dynamic=False)
         element = (
-            carry.type.name
-            if carry.type.name in CONCRETE_TYPES
-            else frame.types.get(carry.type.name, "real")
+            carry.type.name if carry.type.name in CONCRETE_TYPES else frame.types.get(carry.type.name, "real")
         )
-        return self._constant_tensor(value, element, tuple(shape), f"{frame.scope}{carry.name}", carry.pos)
+        return self.builder.constant_tensor(
+            value, element, tuple(shape), f"{frame.scope}{carry.name}", carry.pos
+        )
 
 
 # ------------------------------------------------------------------------------------------------
 # checks and computations that need no composer state (module functions, not methods)
 
 
-def _varying_extents(loop: ast.Loop, formals: list, outputs: list[TensorInfo]
-) -> dict[tuple[int, int], int]:
+def _varying_extents(loop: ast.Loop, formals: list, outputs: list[TensorInfo]) -> dict[tuple[int, int], int]:
     """The (carry, axis) whose extent the body changes to one decided at run time, with the
     bound the carried value keeps there; any other change of type or shape is an error."""
     found: dict[tuple[int, int], int] = {}

@@ -1,7 +1,8 @@
 """Shapes of an invocation: binding extents, @using and asserts, declared outputs (§2.6.2, §2.9).
 
-A mixin of :class:`~uopviz.nnef.composition.composer.Composer`: its methods use the composer's state and call
-one another through ``self``; see :mod:`uopviz.nnef.composition.composer` for the order of composition.
+The :class:`ShapeBinder` is a part of the :class:`~uopviz.nnef.composition.composer.Composer`; it
+keeps no state of its own: every method works on the :class:`Instance` (one invocation's symbols)
+it is given. See :mod:`uopviz.nnef.composition.composer` for the order of composition.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Any
 
-from uopviz.nnef.composition.binding import element_type
 from uopviz.nnef.composition.support import (
     Instance,
     describe_type,
+    element_type,
     extent_matches,
     in_stdlib,
     target_names,
@@ -28,14 +29,13 @@ from uopviz.nnef.syntax.ast import identifiers
 from uopviz.nnef.syntax.printer import print_expression
 
 
-class ShapeBinding:
+class ShapeBinder:
     """Binding and checking shapes: extents solved for their symbols, @using symbols and
     assertions, the declared output shapes."""
 
-
     # -- binding shapes ------------------------------------------------------------------------------
 
-    def _bind_dims(
+    def bind_dims(
         self,
         instance: Instance,
         spec: ast.TypeSpec,
@@ -46,7 +46,7 @@ class ShapeBinding:
         value: Any,
     ) -> bool:
         """Bind/check ``dims`` against a declared shape; False when it cannot be bound yet."""
-        if spec.rank is not None and not self._bind_or_check(
+        if spec.rank is not None and not self.bind_or_check(
             instance, spec.rank, len(dims), position, f"the rank of {what}"
         ):
             return False
@@ -105,7 +105,7 @@ class ShapeBinding:
             except Unknown:
                 return False, False
             if isinstance(value, list):
-                raise self._error(extent.pos, "a pack used as a shape extent needs '..' after it")
+                raise NNEFError.at(extent.pos, "a pack used as a shape extent needs '..' after it")
             return (0 if value is None else 1), False
         count = extent.pack.count
         if count is None or isinstance(count, ast.Placeholder):
@@ -129,7 +129,7 @@ class ShapeBinding:
         if isinstance(length, bool):
             return int(length), True
         if not isinstance(length, int) or length < 0:
-            raise self._error(
+            raise NNEFError.at(
                 count.pos, f"a pack length must be a non-negative int, got {format_value(length)}"
             )
         return length, False
@@ -153,7 +153,7 @@ class ShapeBinding:
             return
         if extent.distinct:
             if not isinstance(node, ast.Identifier) or distinct is None:
-                raise self._error(extent.pos, "a distinct extent '..x' must be a name in a tensor pack")
+                raise NNEFError.at(extent.pos, "a distinct extent '..x' must be a name in a tensor pack")
             distinct.setdefault(node.name, []).append(part[0])
             return
         if extent.pack is not None and not count_is_bool:
@@ -196,7 +196,7 @@ class ShapeBinding:
                 f"extent {format_value(actual)} where '{print_expression(node)}' = {format_value(expected)}",
             )
 
-    def _bind_or_check(
+    def bind_or_check(
         self, instance: Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
     ) -> bool:
         """Bind ``node`` (a new symbol or an affine expression of one) to ``value``, or check it."""
@@ -210,7 +210,7 @@ class ShapeBinding:
         if isinstance(expected, bool):
             expected = int(expected)
         if expected is not None and not extent_matches(expected, value):
-            raise self._error(
+            raise NNEFError.at(
                 position,
                 f"{instance.name}: {what} is {format_value(value)} but "
                 f"'{print_expression(node)}' = {format_value(expected)}",
@@ -219,7 +219,7 @@ class ShapeBinding:
 
     # -- using and asserts ------------------------------------------------------------------------------
 
-    def _advance_usings(self, instance: Instance) -> bool:
+    def advance_usings(self, instance: Instance) -> bool:
         """Evaluate every @using entry that can be evaluated now (asserts first, §2.9)."""
         progress = False
         for index, using in enumerate(instance.info.definition.usings):
@@ -235,7 +235,9 @@ class ShapeBinding:
             progress = True
         return progress
 
-    def _usings_and_asserts(self, instance: Instance) -> None:
+    def usings_and_asserts(self, instance: Instance) -> None:
+        """Evaluate the remaining @using entries in order, each after the assertions it may already
+        check (§2.9), then every assertion left; a failed one raises its message."""
         usings = instance.info.definition.usings
         schedule = instance.info.assert_schedule
         position = 0
@@ -248,7 +250,7 @@ class ShapeBinding:
             try:
                 value = instance.evaluator()(using.value)
             except Unknown as unknown:
-                raise self._error(
+                raise NNEFError.at(
                     using.pos,
                     f"{instance.name}: '{unknown.name}' is used before it is known "
                     f"(in @using '{print_expression(using.value)}')",
@@ -269,7 +271,7 @@ class ShapeBinding:
                 instance.symbols[name] = None
             return
         if not isinstance(value, list):
-            raise self._error(
+            raise NNEFError.at(
                 using.pos, f"{instance.name}: cannot destructure the non-pack {format_value(value)}"
             )
         _destructure(instance, target, value, using.pos)
@@ -289,7 +291,7 @@ class ShapeBinding:
             value = instance.evaluator()(assertion.condition)
         except Unknown as unknown:
             if final:
-                raise self._error(
+                raise NNEFError.at(
                     assertion.pos,
                     f"{instance.name}: assertion refers to '{unknown.name}', which is never defined",
                 ) from None
@@ -300,7 +302,7 @@ class ShapeBinding:
             if item is None or item is UNDECIDED or isinstance(item, RuntimeScalar):
                 continue  # decided by run-time extents: not checked at compile time
             if not isinstance(item, bool):
-                raise self._error(
+                raise NNEFError.at(
                     assertion.pos, f"{instance.name}: an assertion must be a bool, got {format_value(item)}"
                 )
             if not item:
@@ -308,7 +310,7 @@ class ShapeBinding:
 
     # -- output declarations -----------------------------------------------------------------------------
 
-    def _evaluate_shape(
+    def evaluate_shape(
         self, instance: Instance, spec: ast.TypeSpec, name: str, item: int, bind_dynamic: bool = True
     ) -> list:
         """The shape of a declared output / constant / variable (item ``item`` of a pack)."""
@@ -339,7 +341,7 @@ class ShapeBinding:
             value = evaluator(node)
             if extent.distinct:
                 if not isinstance(value, list) or item >= len(value):
-                    raise self._error(
+                    raise NNEFError.at(
                         extent.pos,
                         f"the distinct extent '..{print_expression(node)}' needs a pack "
                         f"with an item per tensor",
@@ -357,7 +359,7 @@ class ShapeBinding:
                             and length != len(value)
                             and not isinstance(evaluator(count), bool)
                         ):
-                            raise self._error(
+                            raise NNEFError.at(
                                 extent.pos,
                                 f"'{print_expression(node)}' has {len(value)} items, "
                                 f"its declared length is {length}",
@@ -369,7 +371,7 @@ class ShapeBinding:
                 if value is None:
                     continue
                 if isinstance(value, list):
-                    raise self._error(
+                    raise NNEFError.at(
                         extent.pos, f"'{print_expression(node)}' is a pack; expand it with '..'"
                     )
                 shape.append(value)
@@ -377,27 +379,27 @@ class ShapeBinding:
             if isinstance(extent, RuntimeScalar) and extent.type == "int":  # computed from run-time extents
                 converted = extent.as_extent()
                 if converted is None:
-                    raise self._error(
+                    raise NNEFError.at(
                         spec.pos,
                         f"{instance.name}: the extent {extent!r} of '{name}' is computed at run time and "
                         f"has no upper bound that follows from its extents' bounds",
                     )
                 shape[index] = extent = converted
             if isinstance(extent, bool) or not isinstance(extent, int | DynamicExtent):
-                raise self._error(
+                raise NNEFError.at(
                     spec.pos,
                     f"{instance.name}: the shape of '{name}' evaluates to "
                     f"{format_value(shape)}, which is not a list of ints",
                 )
         return shape
 
-    def _declared_outputs(self, instance: Instance) -> dict[str, tuple[str, Any]]:
+    def declared_outputs(self, instance: Instance) -> dict[str, tuple[str, Any]]:
         """Each declared output: (element type, shape or list of shapes for a pack)."""
         out: dict[str, tuple[str, Any]] = {}
         for param in instance.info.definition.outputs:
             element = element_type(instance, param.type)
             if element is None:
-                raise self._error(
+                raise NNEFError.at(
                     param.pos,
                     f"{instance.name}: output '{param.name}' has the abstract type '{param.type.name}'",
                 )
@@ -407,14 +409,14 @@ class ShapeBinding:
     def _declared_shapes(self, instance: Instance, param: ast.Param) -> Any:
         spec = param.type
         if spec.pack is None:
-            return None if spec.shape is None else self._evaluate_shape(instance, spec, param.name, 0)
+            return None if spec.shape is None else self.evaluate_shape(instance, spec, param.name, 0)
         count_node = spec.pack.count
         if count_node is None or isinstance(count_node, ast.Placeholder):
             return None
         count = instance.evaluator().repeat_count(count_node)
         if spec.shape is None:
             return [None] * (count or 0)
-        return [self._evaluate_shape(instance, spec, param.name, item) for item in range(count or 0)]
+        return [self.evaluate_shape(instance, spec, param.name, item) for item in range(count or 0)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -430,7 +432,8 @@ def _declares(instance: Instance, node: ast.Node) -> bool:
     return all(name in instance.symbols for name in others)
 
 
-def _shape_error(instance: Instance,
+def _shape_error(
+    instance: Instance,
     spec: ast.TypeSpec,
     dims: list,
     position: ast.Position,
@@ -449,8 +452,7 @@ def _shape_error(instance: Instance,
     )
 
 
-def _solve(instance: Instance, node: ast.Expr, value: Any, position: ast.Position, what: str
-) -> None:
+def _solve(instance: Instance, node: ast.Expr, value: Any, position: ast.Position, what: str) -> None:
     """Solve the affine ``node`` (one unknown symbol) for ``node == value`` and bind the symbol."""
     if isinstance(node, ast.Identifier):
         instance.symbols[node.name] = value
@@ -500,8 +502,7 @@ def _check_using_count(instance: Instance, using: ast.Using, value: Any) -> None
         )
 
 
-def _destructure(instance: Instance, target: ast.List, value: list, position: ast.Position
-) -> None:
+def _destructure(instance: Instance, target: ast.List, value: list, position: ast.Position) -> None:
     items = target.items
     expanded = [i for i, item in enumerate(items) if isinstance(item, ast.Expand)]
     if len(items) == 1 and expanded and isinstance(items[0].value, ast.Zip):

@@ -4,15 +4,16 @@ of one block, the limits of composition, and small functions on values and shape
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from uopviz.core.limits import MemoryLimitError, check_allocation
-from uopviz.nnef.composition.stdlib import STDLIB_DIR
+from uopviz.nnef.composition.stdlib import STDLIB_DIR, ModuleSet
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.expressions import Evaluator
 from uopviz.nnef.evaluation.scalar_ops import widest_extent
@@ -41,6 +42,7 @@ VariableLoader = Callable[[str, TensorInfo], "np.ndarray | None"]
 
 # ------------------------------------------------------------------------------------------------
 # static analysis of definitions (cached)
+
 
 def _type_identifiers(spec: ast.TypeSpec) -> set[str]:
     names: set[str] = set(identifiers(spec.rank))
@@ -225,7 +227,88 @@ class Frame:
 
 
 # ------------------------------------------------------------------------------------------------
+# what the composer's parts ask of the composer
+
+
+class ComposesValues(Protocol):
+    """The composition of values, as the parts that compose inside a statement (a loop's body, a
+    graph's @update, a graph output's copy) ask it of the
+    :class:`~uopviz.nnef.composition.composer.Composer` that owns them."""
+
+    def compose_callable(
+        self,
+        value: ast.Callable,
+        frame: Frame,
+        names: list[str | None],
+        position: ast.Position,
+        lengths: list[int | None] | None = None,
+    ) -> list:
+        """The values of the right-hand side ``value`` (an invocation, block, branch, loop or
+        expression) composed in ``frame``; ``names`` are the results it is assigned to."""
+
+    def call(
+        self,
+        operator: str,
+        args: list[Any],
+        frame: Frame,
+        scope: str,
+        name: str,
+        position: ast.Position,
+        attribs: tuple = (),
+    ) -> Any:
+        """The result, named ``name``, of the standard operator ``operator`` invoked on ``args``."""
+
+    def select(
+        self, condition: TensorInfo, a: Any, b: Any, frame: Frame, name: str, position: ast.Position
+    ) -> Any:
+        """``condition ? a : b`` of tensors (packs item by item)."""
+
+    def as_tensor_value(self, value: Any, frame: Frame, name: str | None, position: ast.Position) -> Any:
+        """``value`` as tensors: literals and run-time scalars become rank-0 tensors."""
+
+
+def resolve_operator(
+    modules: ModuleSet, name: str, module_name: str, position: ast.Position
+) -> DefinitionInfo:
+    """The operator ``name`` invoked in module ``module_name``: a qualified name through the module's
+    imports, an unqualified one in the module itself."""
+    module = modules.get(module_name)
+    target_module, _, operator = name.rpartition(".")
+    if not target_module:
+        target_module = module_name
+    elif target_module != module_name and target_module not in {item.module for item in module.imports}:
+        raise NNEFError.at(
+            position,
+            f"unknown operator '{name}': module '{target_module}' is not imported "
+            f"by {module_name} (add 'import {target_module};')",
+        )
+    target = modules.get(target_module, position)
+    for definition in target.definitions:
+        if definition.name == operator:
+            return DefinitionInfo.of(definition, target_module)
+    names = [definition.name for definition in target.definitions]
+    close = difflib.get_close_matches(operator, names, n=3)
+    hint = f"; did you mean {', '.join(repr(f'{target_module}.{c}') for c in close)}?" if close else ""
+    raise NNEFError.at(
+        position,
+        f"unknown operator '{name}': module '{target_module}' has no operator '{operator}'{hint}",
+    )
+
+
+# ------------------------------------------------------------------------------------------------
 # helpers
+
+
+def element_type(instance: Instance, spec: ast.TypeSpec) -> str | None:
+    """The element type ``spec`` names for ``instance``: a concrete type, a generic bound by the
+    invocation, or None for an abstract one."""
+    if spec.name in CONCRETE_TYPES:
+        return spec.name
+    if spec.name in instance.info.dtype_params:
+        return instance.types.get(spec.name)
+    if spec.name in ABSTRACT_TYPES:
+        return None
+    raise NNEFError.at(spec.pos, f"unknown type '{spec.name}'")
 
 
 def operator_name(info: DefinitionInfo) -> str:
@@ -405,5 +488,3 @@ def shapes_match(expected: list, actual: tuple) -> bool:
     if len(expected) != len(actual):
         return False
     return all(extent_matches(e, a) for e, a in zip(expected, actual, strict=True))
-
-
