@@ -78,7 +78,7 @@ def test_each_stage_records_its_work() -> None:
     assert {"expand range", "expand reduce", "expand memory"} <= rules["Expand"]
     assert "lower_reduce" in rules["Instruction Selection"]
     assert "kernel becomes LINEAR" in rules["Linearize"]
-    assert "render_source" in rules["Render"]
+    assert "LINEAR becomes PROGRAM" in rules["Render"]
 
 
 def test_step_graphs_replay() -> None:
