@@ -107,10 +107,10 @@ def run_kernel_pass(
 ) -> list[LoweredKernel]:
     """Run one kernel pass as a traced pass over the run's kernels (a SINK of their ASTs): one step
     per kernel it made or changed, named after the kernel and what the pass did to it and written at
-    the pass's ``def`` line (the function :data:`KERNEL_PASSES` names), each showing the run's kernels as they are once
-    that kernel changed (:class:`_KernelSteps`).  A pass decides over the whole run (fusion folds a
-    producer into every reader), so its steps are what it decided, kernel by kernel, not the
-    firings of pattern rules."""
+    the pass's ``def`` line (the function :data:`KERNEL_PASSES` names), each showing the run's
+    kernels as they are once that kernel changed (:class:`_KernelSteps`).  A pass decides over the
+    whole run (fusion folds a producer into every reader), so its steps are what it decided, kernel
+    by kernel, not the firings of pattern rules."""
     with traced_pass(name, kernel_sink(kernels)) as record:
         rewritten = kernel_pass(kernels, context)
         steps = _KernelSteps(kernels, rewritten)
