@@ -223,8 +223,9 @@ class RunFunction:
 
 
 def kernels_to_function(ctx: RunFunction, kernels: UOp) -> UOp:
-    """The run's kernels (a SINK of their ASTs) become one FUNCTION: each kernel a CALL on its
-    buffers, the kept buffers the result (an NNEF program's Callify)."""
+    """The run's kernels (the SINK of their ASTs the rule matched) become one FUNCTION: each kernel a
+    CALL on its buffers, the kept buffers the result (an NNEF program's Callify).  The buffers'
+    names, which the ASTs do not hold, are the context's :class:`LoweredKernel` records'."""
     return ctx.function()
 
 

@@ -45,6 +45,7 @@ def _float_operations(u: UOp) -> int:
                    for v in expanded_ops(u.op, u.dtype))
     return 0 if u.op in _NOT_FLOPS else 1
 
+
 def loops_to_global(sink: UOp) -> UOp | None:
     """Every output LOOP range of the kernel becomes a GLOBAL one (split over the hardware's threads)."""
     mapping = {r: UOp.range(r.src[0], AxisType.GLOBAL, r.arg[0])
@@ -173,7 +174,7 @@ class Kernel:
         if not (backend.has_local or backend.has_threads):
             return self
         if not any(r.arg[1] is AxisType.LOOP for r in self.ranges):
-            return self
+            return self  # nothing for the rule to do: no pass in the trace either
         ast = rewrite_root(self.ast, parallel_output_rules, name=f"parallel outputs {self.name}")
         return self.with_ast(ast)
 
