@@ -244,3 +244,39 @@ def test_substitute_replaces_a_key_whole_and_still_finds_what_is_reached_another
     assert out.src[0] is new_outer  # replaced whole: not rebuilt from the new inner
     assert out.src[1] is UOp(Ops.ADD, (new_inner, b))
     assert substitute(root, {}) is root and substitute(root, {b: b}) is root
+
+
+# a rule for a whole graph whose result holds what it matched (as Render's PROGRAM holds its LINEAR)
+wrap_rules = PatternMatcher([
+    (UPat(Ops.SINK, name="sink"), lambda sink: UOp(Ops.TUPLE, (sink,)), "wrap the SINK"),
+])
+
+
+def test_rewrite_root_tries_the_root_alone_and_records_each_firing():
+    from uopviz.core.rewrite import rewrite_root
+
+    x = UOp.const(dtypes.float32, 1.0)
+    inner = UOp(Ops.SINK, (x,))
+    root = UOp(Ops.SINK, (inner,))  # a SINK below the root: not rewritten
+    with tracing() as trace:
+        out = rewrite_root(root, wrap_rules, name="wrap")
+    assert out is UOp(Ops.TUPLE, (root,))  # once: the TUPLE holding the SINK is not matched again
+    (record,) = trace.passes
+    assert record.name == "wrap" and record.matcher is wrap_rules and record.output is out
+    (step,) = record.steps
+    assert (step.rule, step.before, step.after, step.graph) == ("wrap the SINK", root, out, out)
+    path, _, line = step.location.rpartition(":")
+    assert step.location == wrap_rules.rules[0].location
+    assert '"wrap the SINK"' in linecache.getline(os.path.join(ROOT, path), int(line))
+    assert rewrite_root(out, wrap_rules) is out  # no rule for the new root: unchanged
+
+
+def test_rewrite_root_rules_that_never_stop_are_a_rule_loop():
+    from uopviz.core.rewrite import ROOT_REWRITE_LIMIT, rewrite_root
+
+    retag = PatternMatcher([
+        (UPat(Ops.SINK, name="k"), lambda k: UOp(Ops.SINK, k.src, k.arg, (k.tag or 0) + 1), "retag forever"),
+    ])
+    with pytest.raises(RewriteError, match=f"pass 'retagging': rules rewrote the SINK at the root "
+                                           f"{ROOT_REWRITE_LIMIT} times over; last rule 'retag forever'"):
+        rewrite_root(UOp(Ops.SINK, ()), retag, name="retagging")

@@ -12,6 +12,7 @@ skipped where nnef-tools is not installed."""
 
 from __future__ import annotations
 
+import linecache
 import sys
 import tempfile
 from pathlib import Path
@@ -178,6 +179,14 @@ def test_the_rewrites_are_named_in_the_trace_and_the_zoos_spelling_has_none(tmp_
     program = graph.compile(backend="c", opts="heuristic", build=False)
     (canonical,) = [p for p in program.trace.passes if p.name == "Canonicalize"]
     assert [step.rule.split(":")[0] for step in canonical.steps] == [step.rule for step in graph.canonical]
+    # each step at its rule's code in uopviz/nnef/model/canonical.py, not at the line recording it
+    code = {"scalar parameter": "def _scalar_parameters(", "fold parameter arithmetic": "def _elementwise(",
+            "fold parameter layout": "def _layout("}
+    for step in canonical.steps:
+        path, _, line = step.location.rpartition(":")
+        assert path == "uopviz/nnef/model/canonical.py", step.location
+        written = linecache.getline(str(Path(__file__).resolve().parents[2] / path), int(line))
+        assert written.startswith(code[step.rule.split(":")[0]]), (step.rule, written)
     plain = uv.nnef.load(_folder(tmp_path / "zoo", ZOO, _zoo_weights(weights), 9, 1, "0.25"))
     assert plain.canonical == []
 

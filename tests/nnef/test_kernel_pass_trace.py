@@ -72,3 +72,41 @@ def test_the_player_shows_each_kernel_pass_step_by_step():
     state.select("Padding")
     state.move_to(state.current.step_count)
     assert state.frame().rule.startswith("Padding: kernel ")
+
+
+def _written_at(location: str) -> str:
+    """The line a step's ``file:line`` names, read from the repository."""
+    import linecache
+    from pathlib import Path
+
+    path, _, line = location.rpartition(":")
+    return linecache.getline(str(Path(__file__).resolve().parents[2] / path), int(line)).strip()
+
+
+def test_each_front_end_and_kernel_pass_step_names_its_rule_and_its_line():
+    from uopviz.nnef.program.compile import run_function_rules
+
+    trace = _alexnet_program("c").trace
+    # Callify: a rule of a rule table, at the root (the SINK of the run's kernels as they lowered)
+    callify = trace.find("Callify")
+    assert callify.matcher is run_function_rules
+    (step,) = callify.steps
+    assert step.rule == "kernels become one FUNCTION"
+    assert step.location == run_function_rules.rules[0].location
+    assert '"kernels become one FUNCTION"' in _written_at(step.location)
+    assert step.before is callify.input and step.before.op is Ops.SINK and len(step.before.src) == 24
+    assert step.after is callify.output is trace.find("Rangeify").input and step.after.op is Ops.FUNCTION
+    calls = [u.src[0] for u in step.after.toposort() if u.op is Ops.CALL]
+    assert calls == list(step.before.src)  # each kernel a CALL, in run order
+    # Rangeify: each @lower formula at its line of the standard library, written from the package
+    rangeify = trace.find("Rangeify").steps
+    assert rangeify[0].location.startswith("uopviz/nnef/stdlib/nn.sknd:")
+    assert _written_at(rangeify[0].location) == "operator conv {"
+    # the kernel passes: each step at the def of the pass that made it
+    located = {}
+    for name, kernel_pass in KERNEL_PASSES.items():
+        for step in trace.find(name).steps:
+            if step.rule.startswith(f"{name}: "):  # the pass's own (its nested rewrites name theirs)
+                located.setdefault(name, set()).add(_written_at(step.location).split("(")[0])
+        assert located.get(name, {f"def {kernel_pass.__name__}"}) == {f"def {kernel_pass.__name__}"}
+    assert set(located) == set(KERNEL_PASSES)  # every pass changed a kernel of AlexNet on C

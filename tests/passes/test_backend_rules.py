@@ -16,10 +16,10 @@ from uopviz import Tensor
 from uopviz.backends.python import PythonBackend
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import PatternMatcher, RewriteError, UPat, graph_rewrite
+from uopviz.core.rewrite import ROOT_REWRITE_LIMIT, PatternMatcher, RewriteError, UPat, graph_rewrite
 from uopviz.core.uop import UOp
 from uopviz.passes.pipeline import KERNEL_STAGES, PipelineError
-from uopviz.passes.schedule import ROOT_REWRITE_LIMIT, rewrite_kernel, whole_kernel_rules
+from uopviz.passes.schedule import rewrite_kernel, whole_kernel_rules
 
 
 def double_as_add(x: UOp) -> UOp:
@@ -122,6 +122,6 @@ def test_whole_kernel_rules_that_never_stop_are_a_rule_loop() -> None:
     retag = PatternMatcher([
         (UPat(Ops.SINK, name="k"), lambda k: UOp(Ops.SINK, k.src, k.arg, (k.tag or 0) + 1), "retag forever"),
     ])
-    with pytest.raises(RewriteError, match=f"rewrote the kernel's SINK {ROOT_REWRITE_LIMIT} times over; "
+    with pytest.raises(RewriteError, match=f"rewrote the SINK at the root {ROOT_REWRITE_LIMIT} times over; "
                                            "last rule 'retag forever'"):
         rewrite_kernel(kernel, retag, name="retagging")

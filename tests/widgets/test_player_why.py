@@ -69,13 +69,31 @@ def test_a_stage_tries_the_rules_of_every_pass_inside_it(program):
     assert summary.startswith("1 rule of instruction selection applies to STORE")
 
 
-def test_a_pass_without_rules_says_so_and_a_missing_node_is_an_error(program):
+def test_render_tries_its_rule_table(program):
     state = PlayerState(program.trace, engine="layered")
     state.select("Render", 0)
-    why = state.why_not(_shown_keys(state, Ops.STORE)[0])
-    assert why.explanations == [] and why.note.startswith("Render rewrites without pattern rules")
+    (explanation,) = state.why_not(_shown_keys(state, Ops.STORE)[0]).explanations
+    # its one rule is for a LINEAR: on a STORE nothing is tried, and the rule is counted
+    assert (explanation.matcher, explanation.outcomes, explanation.other_ops) == ("render", (), ("LINEAR",))
     with pytest.raises(KeyError, match="no node 'u0' in the graph of 'Render' at step 0"):
         state.why_not("u0")
+
+
+def test_a_pass_without_rules_says_so():
+    import uopviz.nnef as nnef
+
+    text = """import nn; import math;
+graph G {
+  @input { x: real[4]; }
+  @output { y: real; }
+  @compose { y = math.exp(x); }
+}"""
+    # an NNEF graph's Rangeify: its steps are the @lower formulas, recorded as the operations lowered
+    trace = nnef.loads(text, progress=False).compile(backend="c", build=False, progress=False).trace
+    state = PlayerState(trace, engine="layered")
+    state.select("Rangeify", 1)
+    why = state.why_not(_shown_keys(state, Ops.STORE)[0])
+    assert why.explanations == [] and why.note.startswith("Rangeify rewrites without pattern rules")
 
 
 def test_linearize_tries_its_rule_table(program):

@@ -339,6 +339,34 @@ def graph_rewrite(
     return result
 
 
+#: how many times in a row root rules may rewrite a graph's root before it is a rule loop
+ROOT_REWRITE_LIMIT = 100
+
+
+def rewrite_root(root: UOp, matcher: PatternMatcher, ctx: Any = None, name: str | None = None) -> UOp:
+    """``root`` rewritten by ``matcher`` at the root alone, until no rule applies, as a traced pass
+    ``name``: for rules that see a whole graph (a kernel's SINK becomes its LINEAR, a LINEAR its
+    PROGRAM, a program's outputs its FUNCTION), each firing a step named after its rule and the line
+    it is written on, as :func:`graph_rewrite`'s do.  The root alone, not a walk: such a rule's
+    result may hold what it matched (``PROGRAM(LINEAR, SOURCE)``), which a walk would rewrite again,
+    and its step is replayed as one replacement of the whole graph."""
+    pass_name = name or matcher.name or "rewrite root"
+    with traced_pass(pass_name, root, matcher) as record:
+        current = root
+        for _ in range(ROOT_REWRITE_LIMIT):
+            found = matcher.rewrite(current, ctx)
+            if found is None:
+                break
+            after, rule = found
+            record.step(rule.name, current, after, location=rule.location)
+            current = after
+        else:
+            raise RewriteError(f"pass {pass_name!r}: rules rewrote the {current.op.name} at the root "
+                               f"{ROOT_REWRITE_LIMIT} times over; last rule {rule.name!r} ({rule.location})")
+        record.output = current
+    return current
+
+
 class _Rewriter:
     def __init__(self, matcher: PatternMatcher, ctx: Any, trace: bool, max_steps: int, pass_name: str):
         self.matcher, self.ctx, self.trace, self.max_steps, self.pass_name = (
@@ -423,7 +451,8 @@ class _Rewriter:
 
 
 __all__ = [
-    "GraphFrame", "PassRecorder", "PassTrace", "PatternMatcher", "RewriteError", "RewriteStep", "Rule",
-    "Trace", "UPat", "arg_matches", "frontier_graph", "graph_rewrite", "is_tracing", "location_of",
-    "short_path", "substitute", "substitute_closure", "traced_pass", "tracing", "untraced",
+    "ROOT_REWRITE_LIMIT", "GraphFrame", "PassRecorder", "PassTrace", "PatternMatcher", "RewriteError",
+    "RewriteStep", "Rule", "Trace", "UPat", "arg_matches", "frontier_graph", "graph_rewrite", "is_tracing",
+    "location_of", "rewrite_root", "short_path", "substitute", "substitute_closure", "traced_pass",
+    "tracing", "untraced",
 ]

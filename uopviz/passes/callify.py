@@ -1,12 +1,14 @@
 """Callify: the Tensor graph becomes one stateless FUNCTION of its inputs.
 
-Two passes, both rules:
+Three passes, all rules:
 
 1. **resolve functions**: every ``GET_TUPLE(FUNCTION(TUPLE(body...), args...), i)`` made by
    ``@function`` is replaced by ``body[i]`` with each ``PARAM(k)`` substituted by ``args[k]``
    (``uopviz.core.inline.resolve_functions``);
 2. **parametrize inputs**: every data leaf (a ``BUFFER`` or raw ``BINARY`` data) becomes
-   ``PARAM(k)``, in order of first use.
+   ``PARAM(k)``, in order of first use;
+3. **make function**: the outputs and the inputs become one ``FUNCTION`` (:data:`function_rules`,
+   tried at the root alone).
 
 The result is ``FUNCTION(TUPLE(outputs...), input0, input1, ...)``: the body depends only on
 PARAMs and constants; the inputs are the FUNCTION's arguments, whose data the Program binds
@@ -22,7 +24,7 @@ from uopviz.core.dtype import AddrSpace
 from uopviz.core.errors import UopvizError
 from uopviz.core.inline import resolve_functions
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, traced_pass
+from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, rewrite_root
 from uopviz.core.uop import UOp
 from uopviz.passes.schedule import Lowering
 
@@ -57,6 +59,18 @@ input_rules = PatternMatcher([
 ], name="parametrize inputs")
 
 
+def make_function(ctx: InputContext, body: UOp) -> UOp:
+    """The program's outputs (``TUPLE``, their data leaves PARAMs) and the inputs those PARAMs stand
+    for become one ``FUNCTION(body, inputs...)``."""
+    return UOp(Ops.FUNCTION, (body, *ctx.inputs))
+
+
+#: the rule that closes Callify, tried at the root alone (its FUNCTION holds the TUPLE it matched)
+function_rules = PatternMatcher([
+    (UPat(Ops.TUPLE, name="body"), make_function, "program becomes one FUNCTION"),
+], name="make function")
+
+
 def callify(outputs: Sequence[UOp]) -> UOp:
     """``FUNCTION(TUPLE(outputs...), inputs...)``: the whole program as one stateless function."""
     for position, out in enumerate(outputs):
@@ -73,11 +87,9 @@ def callify(outputs: Sequence[UOp]) -> UOp:
                            f"a program needs concrete inputs: call the @function with Tensors or use BUFFERs")
     ctx = InputContext()
     body = graph_rewrite(body, input_rules, ctx=ctx, name="parametrize inputs")
-    function = UOp(Ops.FUNCTION, (body, *ctx.inputs))
-    with traced_pass("make function", body) as record:  # recorded: the stage's last graph is its output
-        record.step("make_function: the body and its inputs as one FUNCTION", body, function)
-        record.output = function
-    return function
+    # a rule at the root, so the stage's last step shows its output, the FUNCTION
+    return rewrite_root(body, function_rules, ctx=ctx, name="make function")
+
 
 def callify_stage(lowering: Lowering) -> None:
     """Callify: the graph becomes one stateless FUNCTION of its inputs."""

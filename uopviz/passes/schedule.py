@@ -18,16 +18,7 @@ from typing import Any
 from uopviz.backends.base import CompiledKernel
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import (
-    PatternMatcher,
-    RewriteError,
-    Trace,
-    graph_rewrite,
-    is_tracing,
-    location_of,
-    substitute,
-    traced_pass,
-)
+from uopviz.core.rewrite import PatternMatcher, Trace, graph_rewrite, rewrite_root, substitute
 from uopviz.core.uop import UOp
 from uopviz.passes.optops.kernel import Kernel
 
@@ -157,20 +148,6 @@ def once_per_body(lowering: Lowering, transform: Callable[[ScheduleItem], UOp]) 
     return bodies
 
 
-def record_step(rule: Callable, before: UOp, after: UOp, pass_name: str) -> None:
-    """Record a transformation made by a function (not a pattern rule) as one step of its own pass
-    (nothing to do outside ``tracing()``: Kernel.lower and BEAM's candidates run untraced)."""
-    if not is_tracing():
-        return
-    with traced_pass(pass_name, before) as record:
-        record.step(rule.__name__, before, after, location=location_of(rule))
-        record.output = after
-
-
-#: how many times in a row whole-kernel rules may rewrite a kernel's root before it is a rule loop
-ROOT_REWRITE_LIMIT = 100
-
-
 def whole_kernel_rules(matcher: PatternMatcher) -> bool:
     """True when every rule of ``matcher`` is for a SINK: rules that see a whole kernel, which
     :func:`rewrite_kernel` tries at the kernel's root only."""
@@ -183,25 +160,12 @@ def rewrite_kernel(kernel: UOp, matcher: PatternMatcher, ctx: Any = None, name: 
     Rules for a SINK see the whole kernel and fire at its root (a kernel has one SINK); a matcher of
     such rules only (Linearize's, the GPU backends' thread indices) is tried on the root alone, each
     firing a step named after its rule, which gives what :func:`graph_rewrite` gives without its
-    walk over every node (a tenth of Linearize).  Any other matcher runs as :func:`graph_rewrite`."""
+    walk over every node (a tenth of Linearize): :func:`~uopviz.core.rewrite.rewrite_root`.  Any other
+    matcher runs as :func:`graph_rewrite`."""
     if not whole_kernel_rules(matcher):
         return graph_rewrite(kernel, matcher, ctx=ctx, name=name)
-    pass_name = name or matcher.name or "rewrite kernel"
-    with traced_pass(pass_name, kernel, matcher) as record:
-        current = kernel
-        for _ in range(ROOT_REWRITE_LIMIT):
-            found = matcher.rewrite(current, ctx)
-            if found is None:
-                break
-            after, rule = found
-            record.step(rule.name, current, after, location=rule.location)
-            current = after
-        else:
-            raise RewriteError(f"pass {pass_name!r}: rules rewrote the kernel's SINK {ROOT_REWRITE_LIMIT} "
-                               f"times over; last rule {rule.name!r} ({rule.location})")
-        record.output = current
-    return current
+    return rewrite_root(kernel, matcher, ctx=ctx, name=name or matcher.name or "rewrite kernel")
 
 
 __all__ = ["VIEW_OPS", "Lowering", "PipelineError", "ScheduleItem", "once_per_body",
-           "record_step", "rewrite_kernel", "storage_of", "whole_kernel_rules"]
+           "rewrite_kernel", "storage_of", "whole_kernel_rules"]

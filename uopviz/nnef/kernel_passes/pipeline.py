@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from uopviz.core.ops import Ops
 from uopviz.core.origins import carry_origins
-from uopviz.core.rewrite import traced_pass
+from uopviz.core.rewrite import location_of, traced_pass
 from uopviz.core.uop import UOp
 from uopviz.nnef.kernel_passes.fusion import fuse_kernels
 from uopviz.nnef.kernel_passes.loop_merge import merge_contiguous_loops
@@ -106,8 +106,11 @@ def run_kernel_pass(
     name: str, kernel_pass: KernelPass, kernels: list[LoweredKernel], context: KernelPassContext
 ) -> list[LoweredKernel]:
     """Run one kernel pass as a traced pass over the run's kernels (a SINK of their ASTs): one step
-    per kernel it made or changed, named after the kernel and what the pass did to it, each showing
-    the run's kernels as they are once that kernel changed (:class:`_KernelSteps`)."""
+    per kernel it made or changed, named after the kernel and what the pass did to it and written at
+    the pass's ``def`` line (the function :data:`KERNEL_PASSES` names), each showing the run's
+    kernels as they are once that kernel changed (:class:`_KernelSteps`).  A pass decides over the
+    whole run (fusion folds a producer into every reader), so its steps are what it decided, kernel
+    by kernel, not the firings of pattern rules."""
     with traced_pass(name, kernel_sink(kernels)) as record:
         rewritten = kernel_pass(kernels, context)
         steps = _KernelSteps(kernels, rewritten)
@@ -117,6 +120,7 @@ def run_kernel_pass(
                 old.ast if old is not None else UOp(Ops.SINK, ()),
                 kernel.ast,
                 lambda count=count: steps.graph_after(count),
+                location=location_of(kernel_pass),
             )
         record.output = kernel_sink(rewritten)
     return rewritten

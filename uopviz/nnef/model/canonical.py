@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from uopviz.core.rewrite import location_of
 from uopviz.nnef.model.nodes import Operation, TensorInfo
 
 if TYPE_CHECKING:
@@ -49,13 +50,15 @@ __all__ = ["RULES", "CanonicalRule", "CanonicalStep", "canonicalize", "folded_so
 
 @dataclass(frozen=True)
 class CanonicalStep:
-    """One rewrite: the rule's name, the operation (or tensor) it rewrote, what became of it, and the
-    variables whose values it took (they are no longer read at run time)."""
+    """One rewrite: the rule's name, the operation (or tensor) it rewrote, what became of it, the
+    variables whose values it took (they are no longer read at run time) and where the rule's code
+    is written (``file:line``, as the trace of ``g.compile`` names it)."""
 
     rule: str
     label: str
     description: str
     sources: tuple[str, ...]
+    location: str = ""
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,9 @@ def _scalar_parameters(graph: ComposedGraph, steps: list[CanonicalStep]) -> None
         if tensor.kind == "variable" and _parameter(graph, name) is not None and tensor.data.size == 1:
             tensor.kind = "constant"
             described = f"variable '{name}' = {tensor.data.reshape(-1)[0]!r} read as a literal"
-            steps.append(CanonicalStep("scalar parameter", name, described, (name,)))
+            steps.append(
+                CanonicalStep("scalar parameter", name, described, (name,), location_of(_scalar_parameters))
+            )
 
 
 def _sources(graph: ComposedGraph, names: list[str], steps: list[CanonicalStep]) -> tuple[str, ...]:
@@ -183,7 +188,8 @@ def canonicalize(graph: ComposedGraph) -> list[CanonicalStep]:
         output.data = np.ascontiguousarray(value, dtype=output.numpy_dtype)
         output.kind, output.producer = "constant", None
         sources = _sources(graph, names, steps)
-        steps.append(CanonicalStep(rule.name, outputs[0], f"{op.type} '{op.label}' computed once", sources))
+        described = f"{op.type} '{op.label}' computed once"
+        steps.append(CanonicalStep(rule.name, outputs[0], described, sources, location_of(rule.fold)))
     graph.operations = kept
     graph.canonical = [*graph.canonical, *steps]
     return steps

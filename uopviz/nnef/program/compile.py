@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
+from uopviz.core.rewrite import PatternMatcher, UPat, rewrite_root, short_path, traced_pass
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
-from uopviz.nnef.kernel_passes.pipeline import KernelPassContext, run_kernel_passes
+from uopviz.nnef.kernel_passes.pipeline import KernelPassContext, kernel_sink, run_kernel_passes
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel, record_kernel_origins
 from uopviz.nnef.lowering.kernel_math import uop_dtype
 from uopviz.nnef.lowering.operation_lowering import kernel_count
@@ -148,7 +150,7 @@ def _compile_segment(
         return found
 
     with tracing() as trace:
-        _record_front_end(graph, lowered, _program_function(lowered, buffer, context.kept, first_inputs))
+        _record_front_end(graph, lowered, RunFunction(lowered, buffer, context.kept, first_inputs))
         kernels = run_kernel_passes(lowered, context) if kernel_passes else lowered
         made.extend(kernels)
         input_names, output_names = _program_buffers(kernels, context.kept, first_inputs)
@@ -205,26 +207,47 @@ def _program_function(
     return UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, outputs), *inputs))
 
 
-def _record_front_end(graph: ComposedGraph, kernels: list[LoweredKernel], function: UOp) -> None:
-    """Record the NNEF front end in the open trace: the rewrites made at load (Canonicalize), the
-    composition (it stands for Callify) and the ``@lower`` formulas (they stand for Rangeify), one
-    step per kernel as its operation lowered."""
-    from uopviz.core.rewrite import traced_pass
+@dataclass(frozen=True)
+class RunFunction:
+    """What makes a run of kernels one FUNCTION (:func:`_program_function`): the kernels, their
+    buffers by name, the tensors kept after the run and the inputs it reads first."""
 
+    kernels: list[LoweredKernel]
+    buffer: Callable[[str], UOp]
+    kept: frozenset[str]
+    first_inputs: Sequence[str]
+
+    def function(self) -> UOp:
+        """The run as one FUNCTION."""
+        return _program_function(self.kernels, self.buffer, self.kept, self.first_inputs)
+
+
+def kernels_to_function(ctx: RunFunction, kernels: UOp) -> UOp:
+    """The run's kernels (the SINK of their ASTs the rule matched) become one FUNCTION: each kernel a
+    CALL on its buffers, the kept buffers the result (an NNEF program's Callify).  The buffers'
+    names, which the ASTs do not hold, are the context's :class:`LoweredKernel` records'."""
+    return ctx.function()
+
+
+#: an NNEF program's Callify: one rule, tried at the root alone (the SINK of the run's kernels)
+run_function_rules = PatternMatcher([
+    (UPat(Ops.SINK, name="kernels"), kernels_to_function, "kernels become one FUNCTION"),
+], name="Callify")
+
+
+def _record_front_end(graph: ComposedGraph, kernels: list[LoweredKernel], run: RunFunction) -> None:
+    """Record the NNEF front end in the open trace: the rewrites made at load (Canonicalize, each at
+    its rule's line), the run's kernels made one FUNCTION (:data:`run_function_rules`, Callify) and
+    the ``@lower`` formulas (they stand for Rangeify, each at its line of the NNEF source), one step
+    per kernel as its operation lowered."""
     if graph.canonical:  # the rewrites made at load (uopviz.nnef.model.canonical), one step each
         with traced_pass("Canonicalize", None) as record:
+            canonical = run.function()  # the same UOp Callify makes next (hash-consed)
             for step in graph.canonical:
-                record.step(f"{step.rule}: {step.description}", UOp(Ops.SINK, ()), function, function)
-            record.output = function
-    with traced_pass("Callify", None) as record:
-        record.step(
-            f"compose NNEF graph {graph.name} ({len(graph.operations)} operations)",
-            UOp(Ops.SINK, ()),
-            function,
-            function,
-            location=str(graph.definition.pos if graph.definition else ""),
-        )
-        record.output = function
+                record.step(f"{step.rule}: {step.description}", UOp(Ops.SINK, ()), canonical, canonical,
+                            location=step.location)
+            record.output = canonical
+    function = rewrite_root(kernel_sink(kernels), run_function_rules, ctx=run, name="Callify")
     with traced_pass("Rangeify", function) as record:
         for kernel in kernels:
             op = kernel.operation
@@ -233,7 +256,7 @@ def _record_front_end(graph: ComposedGraph, kernels: list[LoweredKernel], functi
                 UOp(Ops.SINK, ()),
                 kernel.ast,
                 function,
-                location=f"{op.definition.pos.file}:{op.definition.pos.line}",
+                location=f"{short_path(op.definition.pos.file)}:{op.definition.pos.line}",
             )
         record.output = function
 

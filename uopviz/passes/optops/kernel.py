@@ -16,7 +16,7 @@ from typing import Any
 from uopviz.core.entry_points import entry_point
 from uopviz.core.exp_log import expanded_ops
 from uopviz.core.ops import AxisType, Ops
-from uopviz.core.rewrite import location_of, traced_pass
+from uopviz.core.rewrite import PatternMatcher, UPat, location_of, rewrite_root, traced_pass
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import simplify_indices
 from uopviz.passes.optops.axes import (
@@ -44,6 +44,21 @@ def _float_operations(u: UOp) -> int:
         return sum(v.op.is_elementwise and v.dtype.scalar.is_float and v.op not in _NOT_FLOPS
                    for v in expanded_ops(u.op, u.dtype))
     return 0 if u.op in _NOT_FLOPS else 1
+
+
+def loops_to_global(sink: UOp) -> UOp | None:
+    """Every output LOOP range of the kernel becomes a GLOBAL one (split over the hardware's threads)."""
+    mapping = {r: UOp.range(r.src[0], AxisType.GLOBAL, r.arg[0])
+               for r in ranges_of(sink) if r.arg[1] is AxisType.LOOP}
+    return substitute_ranges(sink, mapping) if mapping else None
+
+
+#: the first state of a kernel on parallel hardware (:meth:`Kernel.with_parallel_outputs`): a rule
+#: on the whole kernel, tried at its SINK alone
+parallel_output_rules = PatternMatcher([
+    (UPat(Ops.SINK, name="sink"), loops_to_global, "output loops become GLOBAL"),
+], name="parallel outputs")
+
 
 class Kernel:
     """One kernel: its AST, the opts applied to it, and the backend it is shaped for."""
@@ -158,15 +173,9 @@ class Kernel:
         backend = self.backend_object
         if not (backend.has_local or backend.has_threads):
             return self
-        mapping = {r: UOp.range(r.src[0], AxisType.GLOBAL, r.arg[0])
-                   for r in self.ranges if r.arg[1] is AxisType.LOOP}
-        if not mapping:
-            return self
-        with traced_pass(f"parallel outputs {self.name}", self.ast) as record:
-            ast = substitute_ranges(self.ast, mapping)
-            where = location_of(Kernel.with_parallel_outputs)
-            record.step("parallel_outputs", self.ast, ast, location=where)
-            record.output = ast
+        if not any(r.arg[1] is AxisType.LOOP for r in self.ranges):
+            return self  # nothing for the rule to do: no pass in the trace either
+        ast = rewrite_root(self.ast, parallel_output_rules, name=f"parallel outputs {self.name}")
         return self.with_ast(ast)
 
     def with_ast(self, ast: UOp) -> Kernel:
@@ -234,4 +243,4 @@ OPT_HANDLERS: dict[OptOp, Callable[[Kernel, Opt], UOp]] = {
 }
 
 
-__all__ = ["OPT_HANDLERS", "Kernel"]
+__all__ = ["OPT_HANDLERS", "Kernel", "loops_to_global", "parallel_output_rules"]
