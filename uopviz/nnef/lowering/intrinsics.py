@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
-from uopviz.nnef.lowering.kernel_builder import KernelBuilder, LoweredKernel, compact_slots, runtime_value
+from uopviz.nnef.lowering.kernel_builder import KernelBuilder, LoweredKernel, runtime_value
 from uopviz.nnef.lowering.kernel_math import (
     INDEX,
     absolute,
@@ -39,6 +39,7 @@ from uopviz.nnef.lowering.kernel_math import (
     uop_dtype,
 )
 from uopviz.nnef.model.nodes import Operation, TensorInfo
+from uopviz.passes.rangeify import drop_unread_params
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -351,7 +352,7 @@ def _kernel(
     else:
         target = output
     builder = KernelBuilder(target, graph)
-    kernel, names = compact_slots(tidy(UOp(Ops.SINK, tuple(stores(builder)))), builder)
+    kernel, names = drop_unread_params(tidy(UOp(Ops.SINK, tuple(stores(builder)))), builder.names, keep=(0,))
     used = {name: spec for name, spec in scratch.items() if name in names}
     return LoweredKernel(name, kernel, names, op, used, note)
 

@@ -257,23 +257,6 @@ def runtime_value(graph: ComposedGraph, value: Any, counter: Callable[[str], UOp
     return value
 
 
-def compact_slots(kernel: UOp, builder: KernelBuilder) -> tuple[UOp, list[str]]:
-    """The kernel with only the PARAMs it uses, numbered 0..n-1 (slot 0 stays the output)."""
-    used = {u for u in kernel.toposort() if u.op is Ops.PARAM}
-    names: list[str] = []
-    mapping: dict[UOp, UOp] = {}
-    for name in builder.names:
-        param = builder.params[name]
-        if param not in used and name != builder.names[0]:
-            continue
-        slot = len(names)
-        names.append(name)
-        if slot != param.arg.slot:
-            arg = param.arg
-            mapping[param] = UOp.param(slot, param.shape, arg.dtype, arg.device, arg.addrspace)
-    return substitute_in(kernel, mapping), names
-
-
 def rebind_params(value: UOp, source: KernelBuilder, target: KernelBuilder) -> UOp:
     """``value`` built with ``source``'s PARAM slots, re-expressed with ``target``'s."""
     mapping = {}
