@@ -323,8 +323,15 @@ def build_kernel(target: UOp, value: UOp, shard: Shard | None = None) -> tuple[U
     root = UOp(Ops.SINK, (UOp(Ops.STORE, (address, indexed(value, indices))),))
     root = graph_rewrite(root, index_pushdown, ctx=ctx, name="index pushdown")
     root = graph_rewrite(root, gate_rules, name="gate loads")
-    root = simplify_indices(root)
-    return drop_unread_params(root, list(ctx.params))  # the keys in slot order
+    return finish_kernel(root, list(ctx.params))  # the keys in slot order
+
+
+def finish_kernel(root: UOp, bound: Sequence[T], keep: Collection[int] = ()) -> tuple[UOp, list[T]]:
+    """A built kernel tidied and its slots compacted: the index arithmetic simplified and the gates
+    its bounds decided dropped (:func:`~uopviz.passes.indexing.simplify_indices`), then the PARAM
+    slots nothing reads any more dropped (:func:`drop_unread_params`).  The last step of every
+    kernel Rangeify builds, and of every kernel NNEF's lowering and kernel passes build."""
+    return drop_unread_params(simplify_indices(root), bound, keep)
 
 
 def drop_unread_params(root: UOp, bound: Sequence[T], keep: Collection[int] = ()) -> tuple[UOp, list[T]]:

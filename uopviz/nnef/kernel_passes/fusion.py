@@ -31,8 +31,9 @@ from uopviz.core.origins import carry_origins
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp, toposort
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
-from uopviz.nnef.lowering.kernel_math import gate_loads, tidy
+from uopviz.nnef.lowering.kernel_math import gate_loads
 from uopviz.nnef.model.nodes import Operation
+from uopviz.passes.indexing import simplify_indices
 from uopviz.passes.rangeify import drop_unread_params
 
 __all__ = ["Producer", "fuse_kernels", "producer_form"]
@@ -397,7 +398,7 @@ def _inline(
         replaced[load] = _inlined_value(producer.value, load, mapping, replaced, load in anywhere)
     ast, kept = drop_unread_params(substitute(reader, replaced), references, keep=(0,))  # 0: the output
     if needs_tidy:
-        ast = tidy(ast)
+        ast = simplify_indices(ast)
     return ast, tuple(kept)
 
 
