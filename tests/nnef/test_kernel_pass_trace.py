@@ -35,6 +35,9 @@ def test_each_kernel_pass_records_what_it_did_to_each_kernel():
     padding = [step.rule for step in trace.find("Padding").steps]
     border = "Padding: kernel border_pool1_2low (the low border of axis 2 of pool1's padded buffer"
     assert any(rule.startswith(border) for rule in padding)
+    # the kernels a pass rewrote are finished by Rangeify's rules (finish_kernel), named in the trace
+    tidied = [record for record in trace.find("Padding").walk() if record.name == "simplify indices"]
+    assert tidied and "x + 0 → x" in {step.rule for record in tidied for step in record.steps}
 
 
 def test_the_last_kernel_pass_gives_the_kernels_that_compile():

@@ -11,6 +11,7 @@ import pytest
 
 from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import AxisType, Ops
+from uopviz.core.rewrite import tracing
 from uopviz.nnef import NNEFError, loads
 
 RNG = np.random.default_rng(3)
@@ -67,6 +68,20 @@ def test_matmul_is_one_kernel_with_a_reduce_range_and_the_init_folded_in():
     np.testing.assert_allclose(graph.run({"a": a, "b": b, "z": z})["y"], a @ b + z, rtol=1e-5, atol=1e-5)
     graph = graph_of(MATMUL, "y = matmul(a, b);", {"a": a, "b": b})
     np.testing.assert_allclose(graph.run({"a": a, "b": b})["y"], a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_lowered_kernel_is_finished_by_rangeifys_named_rules():
+    """The kernel a formula builds is finished as Rangeify finishes its kernels (finish_kernel): its
+    index arithmetic simplified by the named rules of "simplify indices", which a trace shows."""
+    graph = graph_of(MATMUL, "y = matmul(a, b, z);", {"a": real(3, 5), "b": real(5, 4), "z": real(3, 4)})
+    with tracing() as trace:
+        (kernel,) = graph.lower()
+    (simplified,) = trace.passes
+    assert simplified.name == "simplify indices" and simplified.output is kernel.ast
+    assert [step.rule for step in simplified.steps] == [
+        "canonical sum (combine like terms)",
+        "order the operands (commutative)",
+    ]
 
 
 SMOOTH = """

@@ -6,8 +6,10 @@ import numpy as np
 from stage_text import check_stage
 
 import uopviz as uv
-from uopviz.core.ops import Ops
-from uopviz.passes.rangeify import rangeify
+from uopviz.core.dtype import AddrSpace, dtypes
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.uop import ParamArg, UOp, shape_uop
+from uopviz.passes.rangeify import drop_unread_params, rangeify
 
 # (x * 2).sum(axis=1) of a 2x3 input, as Callify leaves it: movement ops, a REDUCE over a shape
 BEFORE = """
@@ -65,3 +67,26 @@ def test_the_kernel_rangeify_made_computes_the_sum() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     got = uv.compile((uv.Tensor(x) * 2).sum(axis=1), backend="python").run()[0]
     np.testing.assert_array_equal(got, (x * 2).sum(axis=1))
+
+
+def test_drop_unread_params_keeps_the_slots_read_and_the_slots_kept_renumbered() -> None:
+    """Rangeify's last kernel step, which NNEF's lowering and kernel passes share: values are bound
+    to the slots by position (tensor names in NNEF), slot 0 kept there; placeholders stay."""
+    params = [UOp.param(slot, (4,), dtypes.float32, "CPU", AddrSpace.GLOBAL) for slot in range(4)]
+    r = UOp.range(4, AxisType.LOOP, 0)
+    placeholder = UOp(Ops.PARAM, (shape_uop(()),), ParamArg(-1, dtypes.float32, None, None))
+    value = UOp(Ops.LOAD, (UOp(Ops.INDEX, (params[3], r)),)) + placeholder
+    kernel = UOp(Ops.SINK, (UOp(Ops.STORE, (UOp(Ops.INDEX, (params[1], r)), value)),))
+
+    def slots(root: UOp) -> list[tuple[str, int]]:
+        return [
+            ("store" if u is root.src[0].src[0].src[0] else "read", u.arg.slot)
+            for u in root.toposort()
+            if u.op is Ops.PARAM
+        ]
+
+    root, kept = drop_unread_params(kernel, ["out", "a", "b", "c"])
+    assert kept == ["a", "c"] and sorted(slots(root)) == [("read", -1), ("read", 1), ("store", 0)]
+    root, kept = drop_unread_params(kernel, ["out", "a", "b", "c"], keep=(0,))
+    assert kept == ["out", "a", "c"] and sorted(slots(root)) == [("read", -1), ("read", 2), ("store", 1)]
+    assert drop_unread_params(root, kept, keep=(0,))[0] is root  # nothing more to drop or renumber

@@ -13,14 +13,15 @@ error, raised here and there; :mod:`uopviz.passes.rangeify` re-exports it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from uopviz.core.dtype import AddrSpace, dtypes
+from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat
 from uopviz.core.uop import UOp, UOpError
+from uopviz.core.uop_types import Device
 from uopviz.passes.indexing import (
     at_least,
     bounds,
@@ -67,9 +68,11 @@ class Shard:
 
 @dataclass
 class KernelContext:
-    """State of building one kernel: its PARAMs (program value → kernel PARAM) and its ranges."""
+    """State of building one kernel: its PARAMs (program value → kernel PARAM) and its ranges.
+    NNEF's :class:`~uopviz.nnef.lowering.kernel_builder.KernelBuilder` keeps its PARAM slots in one
+    too (tensor name → kernel PARAM)."""
 
-    params: dict[UOp, UOp] = field(default_factory=dict)
+    params: dict[Hashable, UOp] = field(default_factory=dict)
     reduce_ranges: dict[tuple, UOp] = field(default_factory=dict)
     next_range: int = 0
     shard: Shard | None = None
@@ -82,14 +85,22 @@ class KernelContext:
     def param_for(self, value: UOp, local: bool | None = None) -> UOp:
         """The kernel PARAM bound to program-level buffer ``value`` (slots in order of first use)."""
         found = self.params.get(value)
+        if found is not None:
+            return found
+        base = _storage_of(value)
+        dtype = base.arg.dtype if base.op in (Ops.BUFFER, Ops.PARAM) else value.dtype
+        size = value.shape[0]
+        if self.local(value) if local is None else local:
+            size //= self.shard.count  # this device's part
+        return self.bind_param(value, size, dtype, value.device)
+
+    def bind_param(self, key: Hashable, size: int, dtype: DType, device: Device) -> UOp:
+        """The kernel PARAM bound to ``key`` (a program-level value, or the name of an NNEF tensor),
+        a flat global buffer of ``size`` elements made at its first use: slots in order of first use."""
+        found = self.params.get(key)
         if found is None:
-            base = _storage_of(value)
-            dtype = base.arg.dtype if base.op in (Ops.BUFFER, Ops.PARAM) else value.dtype
-            size = value.shape[0]
-            if self.local(value) if local is None else local:
-                size //= self.shard.count  # this device's part
-            found = UOp.param(len(self.params), (size,), dtype, value.device, AddrSpace.GLOBAL)
-            self.params[value] = found
+            found = UOp.param(len(self.params), (size,), dtype, device, AddrSpace.GLOBAL)
+            self.params[key] = found
         return found
 
     def new_range(self, size: int, axis_type: AxisType) -> UOp:

@@ -25,8 +25,9 @@ COPY.  Everything runs inside the "Rangeify" stage of the pipeline, so the trace
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
@@ -44,6 +45,8 @@ from uopviz.passes.index_pushdown import (
 from uopviz.passes.indexing import iadd, iconst, simplify_indices
 from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.schedule import Lowering, ScheduleItem
+
+T = TypeVar("T")
 
 REALIZE = "realize"  # tag of the values that get their own buffer
 
@@ -320,21 +323,32 @@ def build_kernel(target: UOp, value: UOp, shard: Shard | None = None) -> tuple[U
     root = UOp(Ops.SINK, (UOp(Ops.STORE, (address, indexed(value, indices))),))
     root = graph_rewrite(root, index_pushdown, ctx=ctx, name="index pushdown")
     root = graph_rewrite(root, gate_rules, name="gate loads")
-    root = simplify_indices(root)
-    return drop_unread_params(root, ctx.params)
+    return finish_kernel(root, list(ctx.params))  # the keys in slot order
 
 
-def drop_unread_params(root: UOp, params: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
-    """The kernel with only the PARAMs its body still reaches, renumbered 0..n-1 in slot order, and the
-    program-level values bound to them.  A read can fold away entirely (a PAD of a zero-size value,
-    a SHRINK of only padding): its buffer is then neither an argument nor needed, so an empty
-    buffer that no kernel wrote is never asked for."""
-    reached = {u for u in root.toposort() if u.op is Ops.PARAM}
-    ordered = sorted(params.items(), key=lambda kv: kv[1].arg.slot)
-    kept = [(value, param) for value, param in ordered if param in reached]
-    renumbered = {param: UOp(Ops.PARAM, param.src, replace(param.arg, slot=slot), param.tag)
-                  for slot, (_, param) in enumerate(kept) if param.arg.slot != slot}
-    return substitute(root, renumbered), [value for value, _ in kept]
+def finish_kernel(root: UOp, bound: Sequence[T], keep: Collection[int] = ()) -> tuple[UOp, list[T]]:
+    """A built kernel tidied and its slots compacted: the index arithmetic simplified and the gates
+    its bounds decided dropped (:func:`~uopviz.passes.indexing.simplify_indices`), then the PARAM
+    slots nothing reads any more dropped (:func:`drop_unread_params`).  The last step of every
+    kernel Rangeify builds, and of every kernel NNEF's lowering and kernel passes build."""
+    return drop_unread_params(simplify_indices(root), bound, keep)
+
+
+def drop_unread_params(root: UOp, bound: Sequence[T], keep: Collection[int] = ()) -> tuple[UOp, list[T]]:
+    """The kernel with only the PARAM slots its body still reaches (and the slots in ``keep``),
+    renumbered 0..n-1 in slot order, and what is bound to them: ``bound[slot]`` is bound to slot
+    ``slot`` (a program-level value here; a tensor's name in NNEF's lowering and kernel passes,
+    which keep slot 0, the output).  A read can fold away entirely (a PAD of a zero-size value, a
+    SHRINK of only padding): its buffer is then neither an argument nor needed, so an empty buffer
+    that no kernel wrote is never asked for.  PARAMs of other slots (NNEF's negative placeholders)
+    stay as they are."""
+    params = [u for u in root.toposort() if u.op is Ops.PARAM and 0 <= u.arg.slot < len(bound)]
+    reached = {param.arg.slot for param in params}
+    kept = [slot for slot in range(len(bound)) if slot in reached or slot in keep]
+    new_slot = {old: new for new, old in enumerate(kept)}
+    renumbered = {param: UOp(Ops.PARAM, param.src, replace(param.arg, slot=new_slot[param.arg.slot]),
+                             param.tag) for param in params if new_slot[param.arg.slot] != param.arg.slot}
+    return substitute(root, renumbered), [bound[slot] for slot in kept]
 
 
 def _view_base(target: UOp) -> UOp:

@@ -31,8 +31,10 @@ from uopviz.core.origins import carry_origins
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp, toposort
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
-from uopviz.nnef.lowering.kernel_math import gate_loads, tidy
+from uopviz.nnef.lowering.kernel_math import gate_loads
 from uopviz.nnef.model.nodes import Operation
+from uopviz.passes.indexing import simplify_indices
+from uopviz.passes.rangeify import drop_unread_params
 
 __all__ = ["Producer", "fuse_kernels", "producer_form"]
 
@@ -394,11 +396,10 @@ def _inline(
     for load, ranges in mappings.items():
         mapping = {**param_map, **fresh, **ranges}
         replaced[load] = _inlined_value(producer.value, load, mapping, replaced, load in anywhere)
-    ast = substitute(reader, replaced)
-    ast, kept = _compact(ast)
+    ast, kept = drop_unread_params(substitute(reader, replaced), references, keep=(0,))  # 0: the output
     if needs_tidy:
-        ast = tidy(ast)
-    return ast, tuple(references[old] for old in kept)
+        ast = simplify_indices(ast)
+    return ast, tuple(kept)
 
 
 def _inlined_value(
@@ -423,8 +424,9 @@ def _inlined_value(
 def _compacted_at_once(
     producer: Producer, reader: UOp, mappings: dict[UOp, dict[UOp, UOp]], renamed: dict[UOp, UOp]
 ) -> tuple[UOp, list[int]] | None:
-    """What :func:`_compact` makes of ``reader`` with the producer's value in place of each load
-    (``mappings``: the load -> the producer's ranges as the reader's; ``renamed``: the producer's
+    """What :func:`~uopviz.passes.rangeify.drop_unread_params` makes of ``reader`` with the producer's
+    value in place of each load (``mappings``: the load -> the producer's ranges as the reader's;
+    ``renamed``: the producer's
     PARAMs as the reader's and its reductions renumbered), and the old slot of each new one —
     without walking the inlined value twice.  The slots the result keeps are those the reader still
     reaches (its graph with the replaced loads left out) and the producer's, so each PARAM goes to
@@ -440,7 +442,7 @@ def _compacted_at_once(
     params: dict[int, UOp] = {}
     for param in [*(u for u in reached if u.op is Ops.PARAM), *targets]:
         if params.setdefault(param.arg.slot, param) is not param:
-            return None  # two PARAMs of one slot: which one _compact keeps depends on the walk
+            return None  # two PARAMs of one slot: one substitution per slot would miss one
     used = sorted(params)
     if 0 not in used:
         used.insert(0, 0)
@@ -471,22 +473,6 @@ def _fresh_ranges(producer: Producer, reader_nodes: list[UOp]) -> dict[UOp, UOp]
     numbers = [u.arg[0] for u in reader_nodes if u.op is Ops.RANGE] + [r.arg[0] for r in producer.ranges]
     start = max(numbers) + 1
     return {r: UOp.range(r.src[0], r.arg[1], start + offset) for offset, r in enumerate(inner)}
-
-
-def _compact(ast: UOp) -> tuple[UOp, list[int]]:
-    """``ast`` with the slots it no longer uses dropped and the others numbered 0.. (slot 0 stays),
-    and the old slot of each new one."""
-    params = _params(ast)
-    used = sorted(params)
-    if 0 not in used:
-        used.insert(0, 0)
-    mapping = {}
-    for new_slot, old_slot in enumerate(used):
-        param = params.get(old_slot)
-        if param is not None and new_slot != old_slot:
-            arg = param.arg
-            mapping[param] = UOp.param(new_slot, param.shape, arg.dtype, arg.device, arg.addrspace)
-    return (substitute(ast, mapping) if mapping else ast), used
 
 
 def fuse_kernels(kernels: Iterable[LoweredKernel], kept: Iterable[str]) -> list[LoweredKernel]:

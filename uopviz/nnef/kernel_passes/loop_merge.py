@@ -26,7 +26,8 @@ from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
-from uopviz.nnef.lowering.kernel_math import tidy, uop_constant
+from uopviz.nnef.lowering.kernel_math import uop_constant
+from uopviz.passes.indexing import simplify_indices
 
 __all__ = ["merge_contiguous_loops"]
 
@@ -78,7 +79,7 @@ def _merge_once(ast: UOp) -> UOp | None:
         width = _extent(inner)
         if _mergeable(nodes, inside, outer, inner, width):
             merged = UOp.range(_extent(outer) * width, AxisType.LOOP, outer.arg[0])
-            return tidy(substitute(ast, {inner: merged, outer: uop_constant(outer.dtype, 0)}))
+            return simplify_indices(substitute(ast, {inner: merged, outer: uop_constant(outer.dtype, 0)}))
     return None
 
 

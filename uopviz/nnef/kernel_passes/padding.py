@@ -48,7 +48,9 @@ from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
 from uopviz.nnef.kernel_passes.fusion import producer_form
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
-from uopviz.nnef.lowering.kernel_math import tidy, uop_constant, uop_dtype
+from uopviz.nnef.lowering.kernel_math import uop_constant, uop_dtype
+from uopviz.passes.indexing import simplify_indices
+from uopviz.passes.rangeify import finish_kernel
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -311,7 +313,7 @@ def _padded_kernel(kernel: LoweredKernel, graph: ComposedGraph) -> tuple[Lowered
         padded = plan.padded_shape
         flat = _padded_flat(plan.positions, plan.low, padded)
         mapping[plan.load] = UOp(Ops.LOAD, (UOp(Ops.INDEX, (param, flat)),))
-    new_ast, kept = without_unread_params(tidy(substitute(ast, mapping)), buffers)
+    new_ast, kept = finish_kernel(substitute(ast, mapping), buffers, keep=(0,))  # 0: the output
     return replace(kernel, ast=new_ast, buffers=kept, scratch=scratch), plans
 
 
@@ -326,22 +328,6 @@ def _padded_flat(positions, low: tuple[int, ...], padded: tuple[int, ...]) -> UO
             flat_terms[r] = flat_terms.get(r, 0) + c * stride
         flat_constant += (constant + low[axis]) * stride
     return build_range_sum({r: c for r, c in flat_terms.items() if c}, flat_constant)
-
-
-def without_unread_params(ast: UOp, buffers: list) -> tuple[UOp, list]:
-    """``ast`` and its ``buffers`` without the PARAM slots nothing reads any more (an input that a
-    rewrite replaced by a copy), the rest renumbered: slots are positions in the kernel's buffer list.
-    Slot 0, the output, always stays."""
-    used = {u.arg.slot for u in ast.toposort() if u.op is Ops.PARAM}
-    keep = [slot for slot in range(len(buffers)) if slot == 0 or slot in used]
-    renumber = {}
-    for u in ast.toposort():
-        if u.op is Ops.PARAM and u.arg.slot >= 0 and keep.index(u.arg.slot) != u.arg.slot:
-            arg = u.arg
-            renumber[u] = UOp.param(keep.index(arg.slot), u.shape, arg.dtype, arg.device, arg.addrspace)
-    if renumber:
-        ast = substitute(ast, renumber)
-    return ast, [buffers[slot] for slot in keep]
 
 
 def _pad_kernel(plan: _Plan, operation) -> LoweredKernel:
@@ -371,7 +357,7 @@ def _pad_kernel(plan: _Plan, operation) -> LoweredKernel:
     source_param = UOp.param(1, (math.prod(plan.shape),), dtype, "CPU", space)
     fill = uop_constant(dtype, plan.fill if plan.fill else 0)  # an integer sum pads with the int 0
     value = UOp(Ops.LOAD, (UOp(Ops.INDEX, (source_param, read)), fill, gate))
-    ast = tidy(UOp(Ops.SINK, (UOp(Ops.STORE, (UOp(Ops.INDEX, (output, write)), value)),)))
+    ast = simplify_indices(UOp(Ops.SINK, (UOp(Ops.STORE, (UOp(Ops.INDEX, (output, write)), value)),)))
     name = "pad_" + re.sub(r"\W", "_", plan.tensor)
     return LoweredKernel(
         name=name,
@@ -416,7 +402,7 @@ def _border_kernels(plan: _Plan, operation) -> list[LoweredKernel]:
             kernels.append(
                 LoweredKernel(
                     name=f"border_{label}_{axis}{side}",
-                    ast=tidy(UOp(Ops.SINK, (store,))),
+                    ast=simplify_indices(UOp(Ops.SINK, (store,))),
                     buffers=[plan.buffer],
                     operation=operation,
                     scratch={plan.buffer: (dtype, math.prod(padded))},
@@ -446,7 +432,7 @@ def _written_in_place(producer: LoweredKernel, plan: _Plan) -> LoweredKernel | N
     moved = UOp(Ops.STORE, (UOp(Ops.INDEX, (target, flat)), *store.src[1:]))
     return replace(
         producer,
-        ast=tidy(substitute(producer.ast, {store: moved})),
+        ast=simplify_indices(substitute(producer.ast, {store: moved})),
         buffers=[plan.buffer, *producer.buffers[1:]],
         scratch={**producer.scratch, plan.buffer: (plan.load.dtype, math.prod(padded))},
         note=(producer.note + "; " if producer.note else "")

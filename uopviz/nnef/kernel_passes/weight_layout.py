@@ -48,9 +48,10 @@ from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import substitute
 from uopviz.core.uop import UOp
-from uopviz.nnef.kernel_passes.padding import index_linear_form, index_span, without_unread_params
+from uopviz.nnef.kernel_passes.padding import index_linear_form, index_span
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
-from uopviz.nnef.lowering.kernel_math import tidy, uop_dtype
+from uopviz.nnef.lowering.kernel_math import uop_dtype
+from uopviz.passes.rangeify import finish_kernel
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -177,7 +178,7 @@ def _blocked_kernel(
             layouts.append(layout)
     if not mapping:
         return kernel, []
-    ast, kept = without_unread_params(tidy(substitute(kernel.ast, mapping)), buffers)
+    ast, kept = finish_kernel(substitute(kernel.ast, mapping), buffers, keep=(0,))  # 0: the output
     note = ", ".join(f"{layout.source} read blocked by {layout.lanes}" for layout in layouts)
     return replace(kernel, ast=ast, buffers=kept,
                    note=f"{kernel.note}; {note}" if kernel.note else note), layouts

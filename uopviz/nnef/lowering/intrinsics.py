@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
-from uopviz.nnef.lowering.kernel_builder import KernelBuilder, LoweredKernel, compact_slots, runtime_value
+from uopviz.nnef.lowering.kernel_builder import KernelBuilder, LoweredKernel, runtime_value
 from uopviz.nnef.lowering.kernel_math import (
     INDEX,
     absolute,
@@ -34,11 +34,12 @@ from uopviz.nnef.lowering.kernel_math import (
     reflect_index,
     round_half_away,
     select,
-    tidy,
     uop_constant,
     uop_dtype,
 )
 from uopviz.nnef.model.nodes import Operation, TensorInfo
+from uopviz.passes.indexing import simplify_indices
+from uopviz.passes.rangeify import finish_kernel
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -82,7 +83,7 @@ def _intrinsic_top_k(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]
         kernels.append(
             LoweredKernel(
                 f"{op.label}.{output_name}",
-                tidy(UOp(Ops.SINK, (store,))),
+                simplify_indices(UOp(Ops.SINK, (store,))),
                 list(builder.names),
                 op,
                 note="rank by counting",
@@ -133,7 +134,9 @@ def _intrinsic_random(graph: ComposedGraph, op: Operation) -> list[LoweredKernel
         Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), position)), value.cast(uop_dtype(output.dtype)))
     )
     return [
-        LoweredKernel(op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="Threefry-2x32")
+        LoweredKernel(
+            op.label, simplify_indices(UOp(Ops.SINK, (store,))), list(builder.names), op, note="Threefry-2x32"
+        )
     ]
 
 
@@ -189,7 +192,11 @@ def _intrinsic_cubic_resize(graph: ComposedGraph, op: Operation) -> list[Lowered
     )
     return [
         LoweredKernel(
-            op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="cubic (Keys) taps"
+            op.label,
+            simplify_indices(UOp(Ops.SINK, (store,))),
+            list(builder.names),
+            op,
+            note="cubic (Keys) taps",
         )
     ]
 
@@ -244,7 +251,11 @@ def _intrinsic_cubic_grid_sample(graph: ComposedGraph, op: Operation) -> list[Lo
     )
     return [
         LoweredKernel(
-            op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="Keys cubic taps"
+            op.label,
+            simplify_indices(UOp(Ops.SINK, (store,))),
+            list(builder.names),
+            op,
+            note="Keys cubic taps",
         )
     ]
 
@@ -261,7 +272,11 @@ def _intrinsic_runtime_scalar(graph: ComposedGraph, op: Operation) -> list[Lower
     store = UOp(Ops.STORE, (UOp(Ops.INDEX, (builder.param(output), uop_constant(INDEX, 0))), stored))
     return [
         LoweredKernel(
-            op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note=repr(op.attribs["value"])
+            op.label,
+            simplify_indices(UOp(Ops.SINK, (store,))),
+            list(builder.names),
+            op,
+            note=repr(op.attribs["value"]),
         )
     ]
 
@@ -329,7 +344,9 @@ def _intrinsic_roi_pool(graph: ComposedGraph, op: Operation) -> list[LoweredKern
         (UOp(Ops.INDEX, (builder.param(output), flat_offset(out_ranges, output.upper_shape))), value),
     )
     return [
-        LoweredKernel(op.label, tidy(UOp(Ops.SINK, (store,))), list(builder.names), op, note="bins gated")
+        LoweredKernel(
+            op.label, simplify_indices(UOp(Ops.SINK, (store,))), list(builder.names), op, note="bins gated"
+        )
     ]
 
 
@@ -351,7 +368,7 @@ def _kernel(
     else:
         target = output
     builder = KernelBuilder(target, graph)
-    kernel, names = compact_slots(tidy(UOp(Ops.SINK, tuple(stores(builder)))), builder)
+    kernel, names = finish_kernel(UOp(Ops.SINK, tuple(stores(builder))), builder.names, keep=(0,))
     used = {name: spec for name, spec in scratch.items() if name in names}
     return LoweredKernel(name, kernel, names, op, used, note)
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from uopviz.core.dtype import AddrSpace, DType, dtypes
+from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.origins import record_nnef_operation
 from uopviz.core.uop import ParamArg, UOp, shape_uop
@@ -50,6 +50,7 @@ from uopviz.nnef.lowering.kernel_math import (
 )
 from uopviz.nnef.model.nodes import Operation, TensorInfo
 from uopviz.nnef.syntax import ast
+from uopviz.passes.index_pushdown import KernelContext
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -111,8 +112,7 @@ class KernelBuilder:
     def __init__(self, output: TensorInfo, graph: ComposedGraph) -> None:
         self.graph = graph
         self.output = output
-        self.names: list[str] = []
-        self.params: dict[str, UOp] = {}
+        self.slots = KernelContext()  # the PARAM slots, as Rangeify keeps a kernel's (keyed by name)
         self.term_gates: list[Any] = []
         self.gate_stack: list[UOp] = []
         self.current: dict[int, UOp] = {}  # position of a `:` item -> placeholder of the output value
@@ -122,14 +122,22 @@ class KernelBuilder:
         """The PARAM bound to ``tensor`` (slots in order of first use; slot 0 is the output)."""
         name = tensor if isinstance(tensor, str) else tensor.name
         found = self.params.get(name)
-        if found is None:
-            if not isinstance(tensor, str):
-                dtype = uop_dtype(tensor.dtype)
-                size = max(math.prod(tensor.upper_shape), 1)
-            found = UOp.param(len(self.names), (size,), dtype, "CPU", AddrSpace.GLOBAL)
-            self.params[name] = found
-            self.names.append(name)
-        return found
+        if found is not None:
+            return found
+        if not isinstance(tensor, str):
+            dtype = uop_dtype(tensor.dtype)
+            size = max(math.prod(tensor.upper_shape), 1)
+        return self.slots.bind_param(name, size, dtype, "CPU")
+
+    @property
+    def params(self) -> dict[str, UOp]:
+        """The PARAM of each tensor name the kernel reads or writes, in slot order."""
+        return self.slots.params
+
+    @property
+    def names(self) -> list[str]:
+        """The tensor names bound to the PARAM slots, in slot order (slot 0: the output)."""
+        return list(self.slots.params)
 
     def load(
         self,
@@ -255,23 +263,6 @@ def runtime_value(graph: ComposedGraph, value: Any, counter: Callable[[str], UOp
             raise NNEFError(f"the run-time extent {value!r} has no upper bound and no kernel counts it")
         return int(value.bound)
     return value
-
-
-def compact_slots(kernel: UOp, builder: KernelBuilder) -> tuple[UOp, list[str]]:
-    """The kernel with only the PARAMs it uses, numbered 0..n-1 (slot 0 stays the output)."""
-    used = {u for u in kernel.toposort() if u.op is Ops.PARAM}
-    names: list[str] = []
-    mapping: dict[UOp, UOp] = {}
-    for name in builder.names:
-        param = builder.params[name]
-        if param not in used and name != builder.names[0]:
-            continue
-        slot = len(names)
-        names.append(name)
-        if slot != param.arg.slot:
-            arg = param.arg
-            mapping[param] = UOp.param(slot, param.shape, arg.dtype, arg.device, arg.addrspace)
-    return substitute_in(kernel, mapping), names
 
 
 def rebind_params(value: UOp, source: KernelBuilder, target: KernelBuilder) -> UOp:

@@ -4,9 +4,9 @@ The element types of SkriptND (:func:`uop_dtype`), constants and type promotion 
 the math functions the UOp dialect has no op for (``exp`` and ``log`` through EXP2/LOG2, ``erf``,
 ``atan``, the hyperbolic functions, ...), :class:`KernelScalarOps` (the scalar operations of the
 expression evaluator on UOps), flat row-major offsets of an index tuple, the accumulations of the
-lowering operators (``+= *= &= |= <?= >?=``: identity, combination and REDUCE), and the kernel
-tidying helpers (simplify, gate the loads of a value). Nothing here knows about graphs or
-operations.
+lowering operators (``+= *= &= |= <?= >?=``: identity, combination and REDUCE), and the gating of
+the loads of a value (a built kernel is tidied by Rangeify's
+:func:`~uopviz.passes.rangeify.finish_kernel`). Nothing here knows about graphs or operations.
 """
 
 from __future__ import annotations
@@ -394,19 +394,6 @@ def flat_offset(indices: Sequence[Any], shape: Sequence[int]) -> UOp:
 
 
 COMPARISONS = frozenset({Ops.CMP_GT, Ops.CMP_GE, Ops.CMP_LT, Ops.CMP_LE})
-
-
-def tidy(kernel: UOp) -> UOp:
-    """The kernel simplified by the core simplifier (index arithmetic, constant gates dropped)."""
-    from uopviz.core.symbolic import simplify
-
-    simplified = simplify(kernel)
-    mapping = {}
-    for u in simplified.toposort():
-        gate = u.src[2] if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3 else None
-        if gate is not None and gate.op is Ops.CONST and gate.arg[0] is True:
-            mapping[u] = UOp(u.op, u.src[:2] if u.op is Ops.STORE else u.src[:1], u.arg)
-    return substitute_in(simplified, mapping)
 
 
 def gate_loads(value: UOp, gate: Any) -> UOp:

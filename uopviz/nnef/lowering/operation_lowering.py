@@ -71,7 +71,6 @@ from uopviz.nnef.lowering.kernel_builder import (
     ALL_ITEMS,
     KernelBuilder,
     LoweredKernel,
-    compact_slots,
     rebind_params,
     record_kernel_origins,
     runtime_extent,
@@ -86,7 +85,6 @@ from uopviz.nnef.lowering.kernel_math import (
     reduce_over,
     select,
     substitute_in,
-    tidy,
     uop_constant,
     uop_dtype,
 )
@@ -106,6 +104,7 @@ from uopviz.nnef.model.nodes import Operation, TensorInfo
 from uopviz.nnef.syntax import ast
 from uopviz.nnef.syntax.ast import identifiers
 from uopviz.nnef.syntax.printer import print_expression
+from uopviz.passes.rangeify import finish_kernel
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -436,7 +435,7 @@ class _OperationLowering:
             raise self.error(
                 statement, "the statement reads the output it assigns in a way uopviz cannot lower"
             )
-        ast_uop, names = compact_slots(tidy(ast_uop), builder)
+        ast_uop, names = finish_kernel(ast_uop, builder.names, keep=(0,))  # 0: the output
         self.kernels.append(
             LoweredKernel(
                 label,

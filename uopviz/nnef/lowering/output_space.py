@@ -1,7 +1,8 @@
 """The output space of a lowering statement: how its left side maps iteration points to outputs.
 
 A plain index on the left becomes an output (LOOP) range; an affine mixed-radix sum (flatten's
-``(i * strides) + ..``) one range split back by ``//`` and ``%``; any other affine index (deconv's
+``(i * strides) + ..``) one range split back by ``//`` and ``%`` (Rangeify's
+:func:`~uopviz.passes.indexing.unflatten`, as for a RESHAPE); any other affine index (deconv's
 ``stride * i + j - offset``) is inverted, the eliminated index recovered behind a divisibility and
 bounds gate; a data-dependent index (scatter) is matched against the output position; symbols the
 left side leaves out are REDUCE ranges. :mod:`uopviz.nnef.lowering.operation_lowering` evaluates the
@@ -24,6 +25,7 @@ from uopviz.nnef.lowering.kernel_builder import ALL_ITEMS
 from uopviz.nnef.lowering.kernel_math import INDEX, as_index, flat_offset, substitute_in, uop_constant
 from uopviz.nnef.model.nodes import TensorInfo
 from uopviz.nnef.syntax import ast
+from uopviz.passes.indexing import unflatten
 
 
 def ranges_in(u: Any) -> set[UOp]:
@@ -146,8 +148,9 @@ class OutputSpace:
             if radix is not None:
                 total = radix[-1][1] * range_bound(radix[-1][0])
                 final = UOp.range(total, AxisType.LOOP, next(number))
-                for r, coefficient in radix:
-                    solved[r] = _div_mod(final, coefficient, range_bound(r))
+                outermost_first = [r for r, _ in reversed(radix)]
+                indices = unflatten(final, [range_bound(r) for r in outermost_first])
+                solved.update(zip(outermost_first, indices, strict=True))
                 outputs.append(final)
                 index = final + affine[1] if affine[1] else final
                 self._bounds_gate(index, extent, total + affine[1] - 1, affine[1], guarded, evaluated)
@@ -267,8 +270,3 @@ def _mixed_radix(affine: tuple[dict[UOp, int], int]) -> list[tuple[UOp, int]] | 
             return None
         expected *= range_bound(r)
     return terms if len(terms) > 1 else None
-
-
-def _div_mod(final: UOp, coefficient: int, bound: int) -> UOp:
-    index = final if coefficient == 1 else UOp(Ops.IDIV, (final, uop_constant(INDEX, coefficient)))
-    return UOp(Ops.MOD, (index, uop_constant(INDEX, bound)))

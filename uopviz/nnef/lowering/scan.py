@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
-from uopviz.nnef.lowering.kernel_builder import KernelBuilder, LoweredKernel, compact_slots
-from uopviz.nnef.lowering.kernel_math import INDEX, all_of, as_index, flat_offset, tidy, uop_constant
+from uopviz.nnef.lowering.kernel_builder import KernelBuilder, LoweredKernel
+from uopviz.nnef.lowering.kernel_math import INDEX, all_of, as_index, flat_offset, uop_constant
 from uopviz.nnef.model.nodes import Operation, TensorInfo
+from uopviz.passes.rangeify import finish_kernel
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -66,7 +67,7 @@ def lower_cumsum(graph: ComposedGraph, op: Operation) -> list[LoweredKernel]:
     address = UOp(Ops.INDEX, (builder.param(output), at(position)))
     store = UOp(Ops.STORE, (address, value) if valid is True else (address, value, valid))
     note = "sequential scan" + (", exclusive" if exclusive else "") + (", reverse" if reverse else "")
-    kernel, names = compact_slots(tidy(UOp(Ops.SINK, (store,))), builder)
+    kernel, names = finish_kernel(UOp(Ops.SINK, (store,)), builder.names, keep=(0,))
     return [LoweredKernel(op.label, kernel, names, op, note=note)]
 
 
