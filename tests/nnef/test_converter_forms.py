@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import uopviz as uv
-from uopviz.nnef import NNEFError, write_tensor
+from uopviz.nnef import NNEFError, read_tensor, write_tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import zoo  # noqa: E402
@@ -214,3 +214,85 @@ def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources():
         if "c" in uv.backends.available():
             out = converted.run({converted.inputs[0]: x}, backend="c")[converted.outputs[0]]
             np.testing.assert_allclose(out, zoo.reference(net, x), rtol=1e-4, atol=1e-6)
+
+
+# -- padding either way: a zero ``pad`` before a conv (uopviz.nnef.nnef1.canonical) ----------------
+
+PADDED = """version 1.0;
+
+graph G( external1 ) -> ( {output} )
+{{
+    external1 = external<scalar>(shape = [1, 4, 10, 10]);
+    variable1 = variable<scalar>(shape = [{channels}, 4, 3, 3], label = 'variable1');
+    variable2 = variable<scalar>(shape = [1, {channels}], label = 'variable2');
+{body}
+}}
+"""
+
+
+def _padded_folder(root: Path, body: str, output: str = "relu1") -> Path:
+    rng = np.random.default_rng(7)
+    root.mkdir(parents=True)
+    (root / "graph.nnef").write_text(PADDED.format(output=output, channels=C, body=body))
+    write_tensor(root / "variable1.dat", (rng.standard_normal((C, 4, 3, 3)) / 6).astype(np.float32))
+    write_tensor(root / "variable2.dat", rng.uniform(-0.1, 0.1, (1, C)).astype(np.float32))
+    return root
+
+
+def _conv_line(source: str, padding: str) -> str:
+    return (f"    conv1 = conv({source}, variable1, variable2, stride = [1, 1], dilation = [1, 1], "
+            f"padding = {padding}, groups = 1);\n    relu1 = relu(conv1);")  # fmt: skip
+
+
+def _padded_reference(
+    x: np.ndarray, folder: Path, pad: list[tuple[int, int]], value: float = 0.0
+) -> np.ndarray:
+    """relu(conv(x padded by ``pad`` with ``value``, no further padding)) in float64 numpy."""
+    w = read_tensor(folder / "variable1.dat").astype(np.float64)
+    b = read_tensor(folder / "variable2.dat").astype(np.float64).reshape(1, -1, 1, 1)
+    padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), *pad], constant_values=value)
+    return np.maximum(zoo._np_conv(padded, w, 1, 0, 1) + b, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("pad", "own", "total"),
+    [([(1, 1), (1, 1)], [(0, 0), (0, 0)], [(1, 1), (1, 1)]),  # TensorFlow's exports: Pad, then Conv
+     ([(0, 1), (2, 0)], [(1, 1), (0, 1)], [(1, 2), (2, 1)])],  # both, unequal sides: the sums
+)  # fmt: skip
+def test_a_zero_pad_before_a_conv_is_the_convs_padding(tmp_path, pad, own, total):
+    """``pad`` (zeros) then ``conv``: the conv's padding, the same kernels and sources as the conv
+    padded itself, and a step ``pad into convolution`` in the trace."""
+    spelled = (f"    pad1 = pad(external1, padding = [(0, 0), (0, 0), {pad[0]}, {pad[1]}], "
+               f"border = 'constant', value = 0.0);\n" + _conv_line("pad1", str(own)))  # fmt: skip
+    converted = _padded_folder(tmp_path / "converted", spelled)
+    ours = _padded_folder(tmp_path / "zoo", _conv_line("external1", str(total)))
+    graph = uv.nnef.load(converted)
+    assert [(step.rule, step.label) for step in graph.canonical] == [("pad into convolution", "pad1")]
+    programs = [_rendered(folder) for folder in (converted, ours)]
+    assert [k.name for k in programs[0].kernels] == [k.name for k in programs[1].kernels]
+    assert programs[0].sources == programs[1].sources
+    (canonical,) = [p for p in programs[0].trace.passes if p.name == "Canonicalize"]
+    assert [step.rule.split(":")[0] for step in canonical.steps] == ["pad into convolution"]
+    x = np.random.default_rng(3).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    out = graph.run({"external1": x}, backend="c" if "c" in uv.backends.available() else "python")["relu1"]
+    total_pad = [(a + c, b + d) for (a, b), (c, d) in zip(pad, own, strict=True)]
+    np.testing.assert_allclose(out, _padded_reference(x, converted, total_pad), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("pad_line", "extra", "value"),
+    [("value = 1.0, border = 'constant'", "", 1.0),  # not zeros: a padded copy
+     ("border = 'constant'", "\n    relu2 = relu(pad1);", 0.0)],  # read by another operation too
+)  # fmt: skip
+def test_a_pad_that_is_not_a_convs_padding_stays(tmp_path, pad_line, extra, value):
+    body = (f"    pad1 = pad(external1, padding = [(0, 0), (0, 0), (1, 1), (1, 1)], {pad_line});\n"
+            + _conv_line("pad1", "[(0, 0), (0, 0)]") + extra)  # fmt: skip
+    folder = _padded_folder(tmp_path / "model", body)
+    graph = uv.nnef.load(folder)
+    assert graph.canonical == []
+    assert "layout.pad" in {op.type for op in graph.operations}
+    x = np.random.default_rng(4).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    out = graph.run({"external1": x}, backend="python")["relu1"]
+    np.testing.assert_allclose(
+        out, _padded_reference(x, folder, [(1, 1), (1, 1)], value), rtol=1e-5, atol=1e-6
+    )
