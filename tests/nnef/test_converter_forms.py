@@ -190,9 +190,9 @@ def test_a_folded_variable_given_at_run_time_is_refused(tmp_path):
         graph.run({"external1": x, "variable3": weights["variable3"]}, backend="python")
 
 
-def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources():
-    """Khronos' converter (a subprocess; UOPVIZ_NNEF_TOOLS_PYTHON names its Python) on the zoo's ONNX
-    MobileNet-v2: the same kernels and sources as the zoo's own NNEF 1.0 folder."""
+def _converter() -> tuple:
+    """bench_zoo (convert_onnx), onnx and zoo_onnx where Khronos' converter runs here (a subprocess;
+    UOPVIZ_NNEF_TOOLS_PYTHON names its Python); else the test is skipped with the reason."""
     pytest.importorskip("onnx", reason="the ONNX form of the zoo needs the onnx package")
     pytest.importorskip("onnxruntime", reason="benchmarks/zoo_onnx.py imports onnxruntime")
     import bench_zoo
@@ -202,7 +202,22 @@ def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources():
     missing = bench_zoo.converter_missing()
     if missing is not None:
         pytest.skip(missing)
-    net = zoo.mobilenet_v2(size=32, width=0.25)
+    return bench_zoo, onnx, zoo_onnx
+
+
+def _relative_error(out: np.ndarray, expected: np.ndarray) -> float:
+    """The largest error relative to the largest expected value (as bench_zoo reports it)."""
+    return float(np.abs(out - expected).max() / np.abs(expected).max())
+
+
+@pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50"])
+def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources(model):
+    """Khronos' converter on the zoo's ONNX MobileNet-v2 and ResNet-50 (conv without bias and
+    batch_normalization, relu6's bound a scalar variable, add residuals, max_pool border 'ignore',
+    reshape and linear): the same kernels and sources as the zoo's own NNEF 1.0 folder, values
+    within 1e-5 of the float64 reference relative to the largest."""
+    bench_zoo, onnx, zoo_onnx = _converter()
+    net = zoo.BUILDERS[model](size=32, width=0.25)
     with tempfile.TemporaryDirectory(prefix="uopviz-converted-") as root:
         onnx.save(zoo_onnx.onnx_model(net), f"{root}/model.onnx")
         converted = uv.nnef.load(bench_zoo.convert_onnx(Path(root) / "model.onnx", Path(root) / "model.nnef"))
@@ -213,7 +228,49 @@ def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources():
         x = net.input_data()
         if "c" in uv.backends.available():
             out = converted.run({converted.inputs[0]: x}, backend="c")[converted.outputs[0]]
-            np.testing.assert_allclose(out, zoo.reference(net, x), rtol=1e-4, atol=1e-6)
+            assert _relative_error(out, zoo.reference(net, x)) <= 1e-5
+
+
+def test_nnef_tools_conversion_of_an_onnx_pad_before_a_conv_is_the_convs_padding(tmp_path):
+    """An ONNX ``Pad`` before a ``Conv`` without pads (TensorFlow's exports), converted: nnef-tools
+    writes a ``pad`` and a conv, which compile to the sources of the conv with the pads itself."""
+    bench_zoo, onnx, _ = _converter()
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    weights = {"w": (rng.standard_normal((C, 4, 3, 3)) / 6).astype(np.float32),
+               "b": rng.uniform(-0.1, 0.1, C).astype(np.float32),
+               "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)}  # fmt: skip
+
+    def model(nodes: list, name: str) -> Path:
+        graph = helper.make_graph(
+            nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, 11, 11])],
+            [numpy_helper.from_array(value, key) for key, value in weights.items()],
+        )  # fmt: skip
+        onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        onnx_model.ir_version = 8
+        onnx.save(onnx_model, tmp_path / f"{name}.onnx")
+        return bench_zoo.convert_onnx(tmp_path / f"{name}.onnx", tmp_path / name)
+
+    node = helper.make_node
+    pad = node("Pad", ["x", "pads"], ["p"])
+    padded = model(
+        [pad, node("Conv", ["p", "w", "b"], ["c"], kernel_shape=[3, 3]), node("Relu", ["c"], ["y"])], "padded"
+    )
+    conv = node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 2, 2, 1])
+    plain = model([conv, node("Relu", ["c"], ["y"])], "plain")
+    assert "pad(" in (padded / "graph.nnef").read_text()
+    graph = uv.nnef.load(padded)
+    assert [step.rule for step in graph.canonical] == ["pad into convolution"]
+    programs = [_rendered(folder) for folder in (padded, plain)]
+    assert programs[0].sources == programs[1].sources
+    x = np.random.default_rng(2).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    out = graph.run({graph.inputs[0]: x}, backend="c" if "c" in uv.backends.available() else "python")
+    w, b = weights["w"].astype(np.float64), weights["b"].astype(np.float64).reshape(1, -1, 1, 1)
+    expected = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 2), (2, 1)])
+    expected = np.maximum(zoo._np_conv(expected, w, 1, 0, 1) + b, 0.0)
+    assert _relative_error(out[graph.outputs[0]], expected) <= 1e-5
 
 
 # -- padding either way: a zero ``pad`` before a conv (uopviz.nnef.nnef1.canonical) ----------------
