@@ -7,8 +7,12 @@ as a scalar variable, parameters computed from variables (``abs(v)``, ``add(s, 1
 Each converter-spelled network runs like numpy and compiles to as many kernels as the same network
 spelled as the zoo writes it (``benchmarks/zoo.py``: literals, ``[1, C]`` parameters, ``add``);
 where the two spellings mean the same values, to the same generated sources
-(:mod:`uopviz.nnef.model.canonical`).  The last test converts a zoo model with nnef-tools itself and is
-skipped where nnef-tools is not installed."""
+(:mod:`uopviz.nnef.model.canonical`).  The 1.0 forms rewritten before translation
+(:mod:`uopviz.nnef.nnef1.canonical`: a zero ``pad`` before a conv, a Dropout's ``copy``, a pooling
+over the whole image) compile to the sources of the plain form.  The ``nnef_tools`` tests convert
+ONNX models (the zoo's ResNet-50 and MobileNet-v2, small ONNX graphs) with nnef-tools itself, run
+in the Python UOPVIZ_NNEF_TOOLS_PYTHON names, and are skipped, with the reason, where it is not
+installed."""
 
 from __future__ import annotations
 
@@ -231,35 +235,41 @@ def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources(model
             assert _relative_error(out, zoo.reference(net, x)) <= 1e-5
 
 
-def test_nnef_tools_conversion_of_an_onnx_pad_before_a_conv_is_the_convs_padding(tmp_path):
-    """An ONNX ``Pad`` before a ``Conv`` without pads (TensorFlow's exports), converted: nnef-tools
-    writes a ``pad`` and a conv, which compile to the sources of the conv with the pads itself."""
+def _converted_onnx(root: Path, name: str, nodes: list, weights: dict, shape: list[int]) -> Path:
+    """The ONNX graph of ``nodes`` (input ``x`` [1, 4, 10, 10], output ``y`` of ``shape``, the
+    ``weights`` as initializers) converted by nnef-tools into the folder ``root / name``."""
     bench_zoo, onnx, _ = _converter()
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = np.random.default_rng(9)
-    weights = {"w": (rng.standard_normal((C, 4, 3, 3)) / 6).astype(np.float32),
-               "b": rng.uniform(-0.1, 0.1, C).astype(np.float32),
-               "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)}  # fmt: skip
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(value, key) for key, value in weights.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, root / f"{name}.onnx")
+    return bench_zoo.convert_onnx(root / f"{name}.onnx", root / name)
 
-    def model(nodes: list, name: str) -> Path:
-        graph = helper.make_graph(
-            nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, 11, 11])],
-            [numpy_helper.from_array(value, key) for key, value in weights.items()],
-        )  # fmt: skip
-        onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        onnx_model.ir_version = 8
-        onnx.save(onnx_model, tmp_path / f"{name}.onnx")
-        return bench_zoo.convert_onnx(tmp_path / f"{name}.onnx", tmp_path / name)
 
-    node = helper.make_node
-    pad = node("Pad", ["x", "pads"], ["p"])
-    padded = model(
-        [pad, node("Conv", ["p", "w", "b"], ["c"], kernel_shape=[3, 3]), node("Relu", ["c"], ["y"])], "padded"
-    )
+def _onnx_weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"w": (rng.standard_normal((C, 4, 3, 3)) / 6).astype(np.float32),
+            "b": rng.uniform(-0.1, 0.1, C).astype(np.float32)}  # fmt: skip
+
+
+def test_nnef_tools_conversion_of_an_onnx_pad_before_a_conv_is_the_convs_padding(tmp_path):
+    """An ONNX ``Pad`` before a ``Conv`` without pads (TensorFlow's exports), converted: nnef-tools
+    writes a ``pad`` and a conv, which compile to the sources of the conv with the pads itself."""
+    _converter()
+    from onnx.helper import make_node as node
+
+    weights = {**_onnx_weights(9), "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)}
+    pad, relu = node("Pad", ["x", "pads"], ["p"]), node("Relu", ["c"], ["y"])
+    spelled = [pad, node("Conv", ["p", "w", "b"], ["c"], kernel_shape=[3, 3]), relu]
+    padded = _converted_onnx(tmp_path, "padded", spelled, weights, [1, C, 11, 11])
     conv = node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 2, 2, 1])
-    plain = model([conv, node("Relu", ["c"], ["y"])], "plain")
+    plain = _converted_onnx(tmp_path, "plain", [conv, relu], weights, [1, C, 11, 11])
     assert "pad(" in (padded / "graph.nnef").read_text()
     graph = uv.nnef.load(padded)
     assert [step.rule for step in graph.canonical] == ["pad into convolution"]
@@ -270,6 +280,36 @@ def test_nnef_tools_conversion_of_an_onnx_pad_before_a_conv_is_the_convs_padding
     w, b = weights["w"].astype(np.float64), weights["b"].astype(np.float64).reshape(1, -1, 1, 1)
     expected = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 2), (2, 1)])
     expected = np.maximum(zoo._np_conv(expected, w, 1, 0, 1) + b, 0.0)
+    assert _relative_error(out[graph.outputs[0]], expected) <= 1e-5
+
+
+def test_nnef_tools_conversion_of_a_squeezenet_tail_is_the_global_pool(tmp_path):
+    """SqueezeNet's and Inception's tail in ONNX (``Dropout``, an ``AveragePool`` over the whole
+    image, ``Flatten``), converted: nnef-tools writes a copy, an avg_pool and a mean_reduce of its
+    1 x 1 result, which compile to the sources of ``GlobalAveragePool`` itself."""
+    _converter()
+    from onnx.helper import make_node as node
+
+    weights = _onnx_weights(10)
+    conv = node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    relu, flatten = node("Relu", ["c"], ["r"]), node("Flatten", ["g"], ["y"], axis=1)
+    spelled = [
+        conv,
+        relu,
+        node("Dropout", ["r"], ["d"]),
+        node("AveragePool", ["d"], ["g"], kernel_shape=[10, 10]),
+    ]
+    converted = _converted_onnx(tmp_path, "squeezenet", [*spelled, flatten], weights, [1, C])
+    plain = _converted_onnx(tmp_path, "plain", [conv, relu, node("GlobalAveragePool", ["r"], ["g"]), flatten],
+                            weights, [1, C])  # fmt: skip
+    graph = uv.nnef.load(converted)
+    assert {"copy read in place", "whole-extent pooling as a reduction"} <= {s.rule for s in graph.canonical}
+    programs = [_rendered(folder) for folder in (converted, plain)]
+    assert programs[0].sources == programs[1].sources
+    x = np.random.default_rng(6).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    out = graph.run({graph.inputs[0]: x}, backend="c" if "c" in uv.backends.available() else "python")
+    w, b = weights["w"].astype(np.float64), weights["b"].astype(np.float64).reshape(1, -1, 1, 1)
+    expected = np.maximum(zoo._np_conv(x.astype(np.float64), w, 1, 1, 1) + b, 0.0).mean(axis=(2, 3))
     assert _relative_error(out[graph.outputs[0]], expected) <= 1e-5
 
 
@@ -353,3 +393,62 @@ def test_a_pad_that_is_not_a_convs_padding_stays(tmp_path, pad_line, extra, valu
     np.testing.assert_allclose(
         out, _padded_reference(x, folder, [(1, 1), (1, 1)], value), rtol=1e-5, atol=1e-6
     )
+
+
+# -- identities and whole-extent pools: Dropout, SqueezeNet's / Inception's last AveragePool ---------
+
+HEADED = """version 1.0;
+
+graph G( external1 ) -> ( {output} )
+{{
+    external1 = external<scalar>(shape = [1, 4, 6, 6]);
+    variable1 = variable<scalar>(shape = [{channels}, 4, 1, 1], label = 'variable1');
+    conv1 = conv(external1, variable1, 0.0, padding = [(0, 0), (0, 0)]);
+    relu1 = relu(conv1);
+{body}
+}}
+"""
+WHOLE = "size = [1, 1, 6, 6], stride = [1, 1, 1, 1], padding = [(0, 0), (0, 0), (0, 0), (0, 0)]"
+HEAD_TAIL = "    reshape1 = reshape(pooled, shape = [0, -1]);\n    softmax1 = softmax(reshape1, axes = [1]);"
+
+
+def _headed_folder(root: Path, body: str, output: str = "softmax1") -> Path:
+    root.mkdir(parents=True)
+    (root / "graph.nnef").write_text(HEADED.format(output=output, channels=C, body=body))
+    weights = np.random.default_rng(8).standard_normal((C, 4, 1, 1)).astype(np.float32) / 2
+    write_tensor(root / "variable1.dat", weights)
+    return root
+
+
+@pytest.mark.parametrize(("pool", "reduction", "reduce"), [("avg_pool", "mean_reduce", np.mean),
+                                                           ("max_pool", "max_reduce", np.max)])  # fmt: skip
+def test_a_dropouts_copy_and_a_whole_extent_pool_are_the_global_reduction(tmp_path, pool, reduction, reduce):
+    """``copy`` (a converted Dropout) is read in place; a pooling whose window is the whole image
+    is the reduction, and the global mean of its 1 x 1 result is that result: the same kernels and
+    sources as the plain reduction, each rewrite a step of its own."""
+    spelled = (f"    copy1 = copy(relu1);\n    pooled1 = {pool}(copy1, {WHOLE}, border = 'ignore');\n"
+               f"    pooled = mean_reduce(pooled1, axes = [2, 3]);\n{HEAD_TAIL}")  # fmt: skip
+    converted = _headed_folder(tmp_path / "converted", spelled)
+    ours = _headed_folder(tmp_path / "zoo", f"    pooled = {reduction}(relu1, axes = [2, 3]);\n{HEAD_TAIL}")
+    graph = uv.nnef.load(converted)
+    assert [step.rule for step in graph.canonical] == [
+        "copy read in place", "whole-extent pooling as a reduction", "reduction of unit axes"
+    ]  # fmt: skip
+    programs = [_rendered(folder) for folder in (converted, ours)]
+    assert [k.name for k in programs[0].kernels] == [k.name for k in programs[1].kernels]
+    assert programs[0].sources == programs[1].sources
+    x = np.random.default_rng(5).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    out = graph.run({"external1": x}, backend="c" if "c" in uv.backends.available() else "python")["softmax1"]
+    w = read_tensor(converted / "variable1.dat").astype(np.float64)
+    features = reduce(np.maximum(zoo._np_conv(x.astype(np.float64), w, 1, 0, 1), 0.0), axis=(2, 3))
+    assert _relative_error(out, zoo._np_softmax(features)) <= 1e-5
+
+
+def test_a_copy_given_out_and_a_pool_of_part_of_the_image_stay(tmp_path):
+    """A copy that is a graph output and a pooling of 3 x 3 windows of a 6 x 6 image are not rewritten."""
+    part = "size = [1, 1, 3, 3], stride = [1, 1, 3, 3], padding = [(0, 0), (0, 0), (0, 0), (0, 0)]"
+    body = (f"    copy1 = copy(relu1);\n    pooled1 = avg_pool(relu1, {part}, border = 'ignore');\n"
+            f"    pooled = mean_reduce(pooled1, axes = [2, 3]);\n{HEAD_TAIL}")  # fmt: skip
+    graph = uv.nnef.load(_headed_folder(tmp_path / "model", body, output="copy1, softmax1"))
+    assert graph.canonical == []
+    assert {"math.iden", "nn.sum_pool"} <= {op.type for op in graph.operations}  # the copy, the pooling

@@ -1,21 +1,30 @@
 """NNEF 1.0 spellings rewritten before translation: one meaning, one form of the 1.0 graph.
 
-Converters write a convolution's zero padding in two ways: as the ``padding`` of the ``conv``, or
-(ONNX models exported from TensorFlow, whose ``Pad`` nodes ``nnef-tools`` keeps) as a ``pad`` with
-``border = 'constant'`` and ``value = 0.0`` before a ``conv`` without padding.  Translated as
-written, the second is a padded copy of its own, written by a kernel with masked loads, and the
-convolution reads that copy; the first is the convolution's padding, written in place by
-:mod:`uopviz.nnef.kernel_passes.padding`.  The rules here rewrite the parsed 1.0 graph (the ``nnef``
-package's operations, their ``attribs`` and ``inputs`` edited in place) before
-:func:`~uopviz.nnef.nnef1.loader.translate`, where the 1.0 meaning is still plain:
+Converters (Khronos' ``nnef-tools`` from ONNX) write some operations of a network in forms that
+mean what a plainer form means, and that, translated as written, cost kernels of their own:
 
-- ``pad into convolution``: a zero ``pad`` of the spatial axes read only by convolutions (as
-  their input, padding given) becomes their padding; the ``pad`` goes.
+- ``pad into convolution``: a ``pad`` with ``border = 'constant'`` and ``value = 0.0`` of the
+  spatial axes before a ``conv`` without padding (ONNX models exported from TensorFlow keep their
+  ``Pad`` nodes) is a padded copy written by a kernel with masked loads; as the convolution's
+  padding it is written in place by :mod:`uopviz.nnef.kernel_passes.padding`.  A zero ``pad``
+  read only by convolutions (as their input, padding given) becomes their padding.
+- ``copy read in place``: a ``copy`` (a converted ``Dropout`` or ``Identity``) is a kernel that
+  copies; its readers read its input (a copy that is a graph output stays).
+- ``whole-extent pooling as a reduction``: a pooling whose window is its input's extent along
+  each axis it pools, without padding or dilation (SqueezeNet's, Inception's and DenseNet's last
+  ``AveragePool``) is the ``mean_reduce`` (``max_reduce`` for ``max_pool``, ``sum_reduce`` for
+  ``box``) over those axes.
+- ``reduction of unit axes``: a reduction over axes of extent 1 only (the converter's
+  ``mean_reduce`` of that 1 x 1 result, before the ``reshape``) gives its input back; its readers
+  read that.
 
-The forms the rules of the composed graph already bring together (scalar and computed parameters,
-:mod:`uopviz.nnef.model.canonical`) are not repeated here.  Each rewrite is a
-:class:`~uopviz.nnef.model.canonical.CanonicalStep` in ``graph.canonical``, which ``g.compile``
-records in the trace (pass ``Canonicalize``) beside those of the composed graph.
+The rules rewrite the parsed 1.0 graph (the ``nnef`` package's operations, their ``attribs`` and
+``inputs`` edited in place) before :func:`~uopviz.nnef.nnef1.loader.translate`, where the 1.0
+meaning is still plain, pass after pass until none applies.  The forms the rules of the composed
+graph bring together (scalar and computed parameters, :mod:`uopviz.nnef.model.canonical`) are not
+repeated here.  Each rewrite is a :class:`~uopviz.nnef.model.canonical.CanonicalStep` in
+``graph.canonical``, which ``g.compile`` records in the trace (pass ``Canonicalize``) beside those
+of the composed graph.
 """
 
 from __future__ import annotations
@@ -31,13 +40,35 @@ __all__ = ["SPELLING_RULES", "SpellingRule", "rewrite_spellings"]
 
 @dataclass(frozen=True)
 class SpellingRule:
-    """A named rewrite of one 1.0 operator: ``rewrite(graph, op, readers)`` edits the graph's other
-    operations and gives a description of what it did, or None where the rule does not apply (the
-    graph untouched); the operation itself is then dropped."""
+    """A named rewrite of one 1.0 operator: ``rewrite(graph, op, readers)`` gives a description of
+    what it did and the operations that stand in the place of ``op`` (none: it goes; the rewrite
+    may have edited the operations that read its output), or None where the rule does not apply
+    (the graph untouched)."""
 
     name: str
-    operator: str
-    rewrite: Callable[[Any, Any, dict[str, list[Any]]], str | None]
+    operators: frozenset[str]
+    rewrite: Callable[[Any, Any, dict[str, list[Any]]], tuple[str, list[Any]] | None]
+
+
+def _output(op: Any) -> str:
+    """The one output tensor of a 1.0 operation."""
+    (output,) = op.outputs.values()
+    return output
+
+
+def _read_instead(graph: Any, op: Any, source: str, readers: dict[str, list[Any]]) -> bool:
+    """Let every operation that reads ``op``'s output read ``source`` instead (``op`` computes
+    the same values): False, the graph untouched, where the output is one of the graph's."""
+    output = _output(op)
+    if output in graph.outputs:
+        return False
+    for reader in readers.get(output, []):
+        for key, value in reader.inputs.items():
+            if isinstance(value, list | tuple):
+                reader.inputs[key] = type(value)(source if item == output else item for item in value)
+            elif value == output:
+                reader.inputs[key] = source
+    return True
 
 
 def _zero_padding(op: Any) -> list[tuple[int, int]] | None:
@@ -63,10 +94,10 @@ def _pads_this_convolution(conv: Any, padded: str, rank: int) -> bool:
     return len(padding) == rank and conv.attribs.get("border", "constant") in ("constant", "ignore")
 
 
-def _pad_into_convolution(graph: Any, op: Any, readers: dict[str, list[Any]]) -> str | None:
+def _pad_into_convolution(graph: Any, op: Any, readers: dict[str, list[Any]]) -> tuple[str, list] | None:
     """Rule ``pad into convolution`` (see the module's docstring)."""
     padding = _zero_padding(op)
-    (padded,) = op.outputs.values()
+    padded = _output(op)
     convs = readers.get(padded, [])
     if padding is None or not convs or padded in graph.outputs:
         return None
@@ -76,13 +107,72 @@ def _pad_into_convolution(graph: Any, op: Any, readers: dict[str, list[Any]]) ->
         own = [tuple(pair) for pair in conv.attribs["padding"]]
         conv.attribs["padding"] = [(a + c, b + d) for (a, b), (c, d) in zip(padding, own, strict=True)]
         conv.inputs["input"] = op.inputs["input"]
-    names = ", ".join(f"'{next(iter(conv.outputs.values()))}'" for conv in convs)
-    return f"pad '{padded}' of zeros {padding} written as the padding of conv {names}"
+    names = ", ".join(f"'{_output(conv)}'" for conv in convs)
+    return f"pad '{padded}' of zeros {padding} written as the padding of conv {names}", []
 
 
-#: The rules, by the 1.0 operator they rewrite.
+def _copy_read_in_place(graph: Any, op: Any, readers: dict[str, list[Any]]) -> tuple[str, list] | None:
+    """Rule ``copy read in place``: the operations that read a ``copy`` (an ONNX ``Dropout`` or
+    ``Identity`` converted) read its input."""
+    (source,) = op.inputs.values()
+    if not isinstance(source, str) or not _read_instead(graph, op, source, readers):
+        return None
+    return f"copy '{_output(op)}' of '{source}': its readers read '{source}'", []
+
+
+#: 1.0 reductions that give their input back where every reduced axis has extent 1
+_IDENTITY_REDUCTIONS = {"sum_reduce", "mean_reduce", "max_reduce", "min_reduce"}
+
+
+def _unit_reduction(graph: Any, op: Any, readers: dict[str, list[Any]]) -> tuple[str, list] | None:
+    """Rule ``reduction of unit axes``: a reduction over axes of extent 1 only (a global pool after
+    a pooling that left 1 x 1) is its input; its readers read that."""
+    (source,) = op.inputs.values()
+    shape = graph.tensors[source].shape
+    axes = [int(axis) for axis in op.attribs.get("axes", [])]
+    if not axes or any(axis >= len(shape) or shape[axis] != 1 for axis in axes):
+        return None
+    if not _read_instead(graph, op, source, readers):
+        return None
+    return f"{op.name} '{_output(op)}' over axes {axes} of extent 1: its readers read '{source}'", []
+
+
+#: the 1.0 reduction each pooling over its input's whole extent computes
+_WHOLE_EXTENT_REDUCTIONS = {"avg_pool": "mean_reduce", "max_pool": "max_reduce", "box": "sum_reduce"}
+
+
+def _whole_extent_pool(graph: Any, op: Any, readers: dict[str, list[Any]]) -> tuple[str, list] | None:
+    """Rule ``whole-extent pooling as a reduction``: a pooling whose window is its input's extent
+    along every axis it pools, without padding or dilation (SqueezeNet's, Inception's and
+    DenseNet's last ``AveragePool``, converted) is the reduction over those axes."""
+    (source,) = op.inputs.values()
+    shape = list(graph.tensors[source].shape)
+    size = [int(extent) for extent in op.attribs["size"]]
+    padding = [tuple(pair) for pair in op.attribs.get("padding", [])]
+    dilation = [int(step) for step in op.attribs.get("dilation", [])]
+    if op.name == "box" and op.attribs.get("normalize"):
+        return None  # a normalised box is a mean: not the sum the rule writes
+    if len(size) != len(shape) or len(padding) != len(shape) or any(any(pair) for pair in padding):
+        return None
+    if any(step != 1 for step in dilation):
+        return None
+    axes = [axis for axis, extent in enumerate(size) if extent != 1]
+    if not axes or any(size[axis] != shape[axis] for axis in axes):
+        return None
+    reduction = _WHOLE_EXTENT_REDUCTIONS[op.name]
+    replaced = op._replace(name=reduction, attribs={"axes": axes}, inputs={"input": source})
+    return f"{op.name} '{_output(op)}' over the whole extent {size}: {reduction} over axes {axes}", [replaced]
+
+
+#: The rules, by the 1.0 operators they rewrite (a pooling rewritten to a reduction meets the
+#: reduction's rule on the next pass).
 SPELLING_RULES: tuple[SpellingRule, ...] = (
-    SpellingRule("pad into convolution", "pad", _pad_into_convolution),
+    SpellingRule("pad into convolution", frozenset({"pad"}), _pad_into_convolution),
+    SpellingRule("copy read in place", frozenset({"copy"}), _copy_read_in_place),
+    SpellingRule(
+        "whole-extent pooling as a reduction", frozenset(_WHOLE_EXTENT_REDUCTIONS), _whole_extent_pool
+    ),
+    SpellingRule("reduction of unit axes", frozenset(_IDENTITY_REDUCTIONS), _unit_reduction),
 )
 
 
@@ -98,17 +188,30 @@ def _readers(graph: Any) -> dict[str, list[Any]]:
     return readers
 
 
-def rewrite_spellings(graph: Any) -> list[CanonicalStep]:
-    """Rewrite the parsed 1.0 ``graph`` in place by :data:`SPELLING_RULES`; the steps taken."""
-    by_operator = {rule.operator: rule for rule in SPELLING_RULES}
-    steps: list[CanonicalStep] = []
-    kept = []
-    for op in graph.operations:
+def _rewrite_once(graph: Any, steps: list[CanonicalStep]) -> bool:
+    """One pass of the rules over the graph's operations, in order; whether any applied."""
+    by_operator = {operator: rule for rule in SPELLING_RULES for operator in rule.operators}
+    changed = False
+    index = 0
+    while index < len(graph.operations):
+        op = graph.operations[index]
         rule = by_operator.get(op.name)
-        described = rule.rewrite(graph, op, _readers(graph)) if rule is not None else None
-        if described is None:
-            kept.append(op)
+        done = rule.rewrite(graph, op, _readers(graph)) if rule is not None else None
+        if done is None:
+            index += 1
             continue
-        steps.append(CanonicalStep(rule.name, next(iter(op.outputs.values())), described, ()))
-    graph.operations[:] = kept
+        described, replacement = done
+        graph.operations[index : index + 1] = replacement
+        index += len(replacement)
+        steps.append(CanonicalStep(rule.name, _output(op), described, ()))
+        changed = True
+    return changed
+
+
+def rewrite_spellings(graph: Any) -> list[CanonicalStep]:
+    """Rewrite the parsed 1.0 ``graph`` in place by :data:`SPELLING_RULES` until none applies; the
+    steps taken."""
+    steps: list[CanonicalStep] = []
+    while _rewrite_once(graph, steps):
+        pass
     return steps
