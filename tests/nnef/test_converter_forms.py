@@ -444,11 +444,25 @@ def test_a_dropouts_copy_and_a_whole_extent_pool_are_the_global_reduction(tmp_pa
     assert _relative_error(out, zoo._np_softmax(features)) <= 1e-5
 
 
-def test_a_copy_given_out_and_a_pool_of_part_of_the_image_stay(tmp_path):
-    """A copy that is a graph output and a pooling of 3 x 3 windows of a 6 x 6 image are not rewritten."""
-    part = "size = [1, 1, 3, 3], stride = [1, 1, 3, 3], padding = [(0, 0), (0, 0), (0, 0), (0, 0)]"
-    body = (f"    copy1 = copy(relu1);\n    pooled1 = avg_pool(relu1, {part}, border = 'ignore');\n"
+@pytest.mark.parametrize(
+    ("window", "channel_step"),
+    [("size = [1, 1, 3, 3], stride = [1, 1, 3, 3]", 1),  # part of the image (its mean: the image's)
+     ("size = [1, 1, 6, 6], stride = [1, 2, 1, 1]", 2)],  # the whole image, every other channel
+)  # fmt: skip
+def test_a_copy_given_out_and_a_pool_that_is_no_global_reduction_stay(tmp_path, window, channel_step):
+    """A copy that is a graph output, a pooling of 3 x 3 windows of a 6 x 6 image, and one of the
+    whole image that strides over the channels are not rewritten."""
+    body = (f"    copy1 = copy(relu1);\n    pooled1 = avg_pool(relu1, {window}, "
+            "padding = [(0, 0), (0, 0), (0, 0), (0, 0)], border = 'ignore');\n"
             f"    pooled = mean_reduce(pooled1, axes = [2, 3]);\n{HEAD_TAIL}")  # fmt: skip
     graph = uv.nnef.load(_headed_folder(tmp_path / "model", body, output="copy1, softmax1"))
-    assert graph.canonical == []
+    # (the global mean of the strided pool's 1 x 1 result is that result: rule 'reduction of unit axes')
+    assert not {"copy read in place", "whole-extent pooling as a reduction"} & {
+        s.rule for s in graph.canonical
+    }
     assert {"math.iden", "nn.sum_pool"} <= {op.type for op in graph.operations}  # the copy, the pooling
+    x = np.random.default_rng(7).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    out = graph.run({"external1": x}, backend="python")["softmax1"]
+    w = read_tensor(tmp_path / "model" / "variable1.dat").astype(np.float64)
+    relu = np.maximum(zoo._np_conv(x.astype(np.float64), w, 1, 0, 1), 0.0)
+    assert _relative_error(out, zoo._np_softmax(relu[:, ::channel_step].mean(axis=(2, 3)))) <= 1e-5

@@ -159,6 +159,9 @@ def _whole_extent_pool(graph: Any, op: Any, readers: dict[str, list[Any]]) -> tu
     axes = [axis for axis, extent in enumerate(size) if extent != 1]
     if not axes or any(size[axis] != shape[axis] for axis in axes):
         return None
+    stride = [int(step) for step in op.attribs.get("stride", [])] or [1] * len(shape)
+    if any(stride[axis] != 1 for axis in range(len(shape)) if axis not in axes):
+        return None  # a stride along an axis it does not pool subsamples that axis
     reduction = _WHOLE_EXTENT_REDUCTIONS[op.name]
     replaced = op._replace(name=reduction, attribs={"axes": axes}, inputs={"input": source})
     return f"{op.name} '{_output(op)}' over the whole extent {size}: {reduction} over axes {axes}", [replaced]
