@@ -33,7 +33,7 @@ The converter's spelling (``... converted resnet50 c``): the ONNX form of the ne
 and converted to NNEF 1.0 by Khronos' ``nnef-tools`` (``python -m nnef_tools.convert``), run in
 the Python that ``UOPVIZ_NNEF_TOOLS_PYTHON`` names (default: this one) as a subprocess, never
 imported here; the converted folder, our own folder of the same network and ONNX Runtime on that
-very ONNX file are timed in one child, in turn, round by round (median and best of 15)
+very ONNX file are timed in one child, the folders in turn, round by round (median and best of 16)
 (``UOPVIZ_ZOO_CONVERTED``: the models, default ``resnet50,mobilenet_v2``).  Without nnef-tools
 those rows say so and are skipped.
 """
@@ -315,20 +315,22 @@ def _timed_folder(folder: Path, x: Any, backend: str) -> dict:
             "call": lambda: graph.run(inputs, backend=backend, opts=OPTS)}  # fmt: skip
 
 
-def _interleaved(calls: dict[str, Any], rounds: int = 15, warmup: int = 2) -> dict[str, tuple[float, float]]:
-    """Each call timed once per round, the calls in turn within a round (a busy host slows them
-    alike): ``(median, best)`` seconds of each after ``warmup`` untimed rounds."""
+def _interleaved(calls: dict[str, Any], rounds: int = 16, warmup: int = 2) -> dict[str, tuple[float, float]]:
+    """Each call timed once per round, the calls in turn within a round, the order rotated from
+    round to round (a busy host slows them alike; none always follows the same one):
+    ``(median, best)`` seconds of each after ``warmup`` untimed rounds."""
     import gc
     import statistics
 
-    samples: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for index in range(warmup + rounds):
-            for name, call in calls.items():
+            for name in names[index % len(names) :] + names[: index % len(names)]:
                 started = time.perf_counter()
-                call()
+                calls[name]()
                 if index >= warmup:
                     samples[name].append(time.perf_counter() - started)
     finally:
@@ -354,7 +356,8 @@ def _model_folder(model: str, form: str, root: Path, net: Any) -> Path:
 def _converted_child(model: str, backend: str) -> dict:
     """Runs in a child: the converter's NNEF folder of ``model``, our own folder, and ONNX Runtime on
     the ONNX file the converter read (compile cold: the converted folder first, so our folder's
-    kernels are not in the cache yet), then the three inferences timed in turn, round by round."""
+    kernels are not in the cache yet), then the two folders' inferences timed in turn, round by
+    round, and ONNX Runtime's after them."""
     import numpy as np
     import onnxruntime
     import zoo
@@ -370,8 +373,10 @@ def _converted_child(model: str, backend: str) -> dict:
         options.intra_op_num_threads, options.inter_op_num_threads = ORT_THREADS, 1
         onnx_file = str(Path(root) / f"{model}.onnx")
         session = onnxruntime.InferenceSession(onnx_file, options, providers=["CPUExecutionProvider"])
-    times = _interleaved({"converted": converted.pop("call"), "zoo": ours.pop("call"),
-                          "peer": lambda: session.run(None, inputs)})  # fmt: skip
+    # ONNX Runtime's threads keep spinning after a call and take the cores from the next call's
+    # kernels: it is timed on its own, after the two folders timed in turn
+    times = _interleaved({"converted": converted.pop("call"), "zoo": ours.pop("call")})
+    times["peer"] = _interleaved({"peer": lambda: session.run(None, inputs)})["peer"]
     for name, found in (("converted", converted), ("zoo", ours)):
         found["error"] = float(np.abs(found.pop("output") - expected).max())
         found["relative_error"] = found["error"] / float(np.abs(expected).max())
