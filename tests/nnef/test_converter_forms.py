@@ -214,12 +214,12 @@ def _relative_error(out: np.ndarray, expected: np.ndarray) -> float:
     return float(np.abs(out - expected).max() / np.abs(expected).max())
 
 
-@pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50"])
+@pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50", "inception_v1"])
 def test_nnef_tools_conversion_of_a_zoo_model_compiles_to_the_zoos_sources(model):
-    """Khronos' converter on the zoo's ONNX MobileNet-v2 and ResNet-50 (conv without bias and
-    batch_normalization, relu6's bound a scalar variable, add residuals, max_pool border 'ignore',
-    reshape and linear): the same kernels and sources as the zoo's own NNEF 1.0 folder, values
-    within 1e-5 of the float64 reference relative to the largest."""
+    """Khronos' converter on the zoo's ONNX MobileNet-v2, ResNet-50 and Inception-v1 (conv without
+    bias and batch_normalization, relu6's bound a scalar variable, add residuals, max_pool border
+    'ignore', concat, reshape and linear): the same kernels and sources as the zoo's own NNEF 1.0
+    folder, values within 1e-5 of the float64 reference relative to the largest."""
     bench_zoo, onnx, zoo_onnx = _converter()
     net = zoo.BUILDERS[model](size=32, width=0.25)
     with tempfile.TemporaryDirectory(prefix="uopviz-converted-") as root:
