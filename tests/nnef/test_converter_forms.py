@@ -466,3 +466,26 @@ def test_a_copy_given_out_and_a_pool_that_is_no_global_reduction_stay(tmp_path, 
     w = read_tensor(tmp_path / "model" / "variable1.dat").astype(np.float64)
     relu = np.maximum(zoo._np_conv(x.astype(np.float64), w, 1, 0, 1), 0.0)
     assert _relative_error(out, zoo._np_softmax(relu[:, ::channel_step].mean(axis=(2, 3)))) <= 1e-5
+
+
+def test_a_sum_of_three_is_the_additions_in_order(tmp_path):
+    """``add_n`` of three (an ONNX ``Sum``, converted) compiles to the sources of the two additions
+    a file writes for it, each fused into the convolutions' store; values as numpy's."""
+    convs = ("    conv1 = conv(external1, variable1, variable2, padding = [(1, 1), (1, 1)]);\n"
+             "    conv2 = conv(external1, variable1, 0.0, padding = [(1, 1), (1, 1)]);\n"
+             "    relu2 = relu(conv1);\n")  # fmt: skip
+    spelled = convs + "    sum1 = add_n([conv1, conv2, relu2]);\n    relu1 = relu(sum1);"
+    plain = convs + "    add1 = add(conv1, conv2);\n    sum1 = add(add1, relu2);\n    relu1 = relu(sum1);"
+    converted = _padded_folder(tmp_path / "converted", spelled)
+    graph = uv.nnef.load(converted)
+    assert [step.rule for step in graph.canonical] == ["add_n as additions"]
+    programs = [_rendered(folder) for folder in (converted, _padded_folder(tmp_path / "zoo", plain))]
+    assert [k.name for k in programs[0].kernels] == [k.name for k in programs[1].kernels]
+    assert programs[0].sources == programs[1].sources
+    x = np.random.default_rng(11).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    out = graph.run({"external1": x}, backend="c" if "c" in uv.backends.available() else "python")["relu1"]
+    w = read_tensor(converted / "variable1.dat").astype(np.float64)
+    b = read_tensor(converted / "variable2.dat").astype(np.float64).reshape(1, -1, 1, 1)
+    conv = zoo._np_conv(x.astype(np.float64), w, 1, 1, 1)
+    expected = np.maximum((conv + b) + conv + np.maximum(conv + b, 0.0), 0.0)
+    assert _relative_error(out, expected) <= 1e-5

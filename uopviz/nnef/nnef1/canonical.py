@@ -14,6 +14,8 @@ mean what a plainer form means, and that, translated as written, cost kernels of
   each axis it pools, without padding or dilation (SqueezeNet's, Inception's and DenseNet's last
   ``AveragePool``) is the ``mean_reduce`` (``max_reduce`` for ``max_pool``, ``sum_reduce`` for
   ``box``) over those axes.
+- ``add_n as additions``: ``add_n`` of three or more tensors (an ONNX ``Sum``) is the additions in
+  order, which fuse into the producers' stores as a file's ``add`` chain does.
 - ``reduction of unit axes``: a reduction over axes of extent 1 only (the converter's
   ``mean_reduce`` of that 1 x 1 result, before the ``reshape``) gives its input back; its readers
   read that.
@@ -137,6 +139,29 @@ def _unit_reduction(graph: Any, op: Any, readers: dict[str, list[Any]]) -> tuple
     return f"{op.name} '{_output(op)}' over axes {axes} of extent 1: its readers read '{source}'", []
 
 
+def _sum_as_additions(graph: Any, op: Any, readers: dict[str, list[Any]]) -> tuple[str, list] | None:
+    """Rule ``add_n as additions``: ``add_n`` of three or more tensors (an ONNX ``Sum``, converted)
+    is the additions in order, ``add(add(a, b), c)``, as a file writes the sum of a residual and a
+    shortcut and another branch (``add_n`` of two already meets ``add``'s kernels)."""
+    (values,) = op.inputs.values()
+    output = _output(op)
+    if not isinstance(values, list | tuple) or len(values) < 3:
+        return None
+    tensor = graph.tensors[output]
+    additions, total = [], values[0]
+    for index, value in enumerate(values[1:], start=1):
+        result = output if index == len(values) - 1 else f"{output}_add{index}"
+        if result != output:
+            if result in graph.tensors:
+                return None  # the file has a tensor of that name: leave the sum as written
+            graph.tensors[result] = tensor._replace(name=result)
+        inputs = type(op.inputs)([("x", total), ("y", value)])
+        additions.append(op._replace(name="add", attribs=type(op.attribs)(), inputs=inputs,
+                                     outputs=type(op.outputs)([("z", result)])))  # fmt: skip
+        total = result
+    return f"add_n '{output}' of {len(values)} tensors as {len(additions)} additions in order", additions
+
+
 #: the 1.0 reduction each pooling over its input's whole extent computes
 _WHOLE_EXTENT_REDUCTIONS = {"avg_pool": "mean_reduce", "max_pool": "max_reduce", "box": "sum_reduce"}
 
@@ -176,6 +201,7 @@ SPELLING_RULES: tuple[SpellingRule, ...] = (
         "whole-extent pooling as a reduction", frozenset(_WHOLE_EXTENT_REDUCTIONS), _whole_extent_pool
     ),
     SpellingRule("reduction of unit axes", frozenset(_IDENTITY_REDUCTIONS), _unit_reduction),
+    SpellingRule("add_n as additions", frozenset({"add_n"}), _sum_as_additions),
 )
 
 
