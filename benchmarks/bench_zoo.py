@@ -7,7 +7,9 @@ before.  The child writes the NNEF 1.0 folder (untimed), then times
 
 - load: ``uv.nnef.load(folder)`` (the Khronos parser, translation, composition, ``.dat`` weights);
 - compile: ``g.compile(backend, opts="heuristic")`` (lowering, fusion, the pipeline, the C compiler or LLVM);
-- inference: the median of ``g.run`` on a 224x224 batch-1 input (after the first run);
+- inference: the median of ``g.run`` on a 224x224 input (after the first run);
+- time by kind: each kernel alone (conv, pooling, linear, elementwise, copies) against ONNX
+  Runtime's own profile of the same model (``zoo_breakdown``);
 - peer: ONNX Runtime's CPU provider (2 intra-op threads) on the ONNX form of the same network;
 - the largest absolute error of our output against the numpy reference (float64), and relative
   to the largest output;
@@ -16,21 +18,24 @@ and, in this process, a one-operation NNEF 1.0 graph loaded and run the first ti
 stage's 3x3 convolution of ResNet-50 alone (GFLOP/s against ONNX Runtime's on the same weights).
 
 Environment: ``UOPVIZ_ZOO_MODELS`` (comma-separated, default: every model) and
-``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs, ``UOPVIZ_ZOO_OPTS=none`` compiles
-without the heuristic's optimizations; a child that takes more than
-``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an error row.
+``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs, ``UOPVIZ_ZOO_BATCH`` the batches
+(default ``1,8``: batch 8 for the models of ``UOPVIZ_ZOO_BATCHED``, default ResNet-50 and
+MobileNet-v2), ``UOPVIZ_ZOO_OPTS=none`` compiles without the heuristic's optimizations; a child
+that takes more than ``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an error row.
 
-The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c``
+The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c [batch]``
 prints one JSON object (``... conv c``: the single convolutions' times and errors;
-``... kernels resnet50 c``: where a model's inference time goes, each kernel's median time bound
-to its arrays, slowest first, with the sum and ``graph.run``'s median).
+``... kernels resnet50 c [converted]``: where a model's inference time goes, each kernel's median
+time bound to its arrays, slowest first, with the sum and ``graph.run``'s median; ``converted``:
+of the folder nnef-tools writes from the ONNX form).
 
 The converter's spelling (``... converted resnet50 c``): the ONNX form of the network is written
 and converted to NNEF 1.0 by Khronos' ``nnef-tools`` (``python -m nnef_tools.convert``), run in
 the Python that ``UOPVIZ_NNEF_TOOLS_PYTHON`` names (default: this one) as a subprocess, never
 imported here; the converted folder, our own folder of the same network and ONNX Runtime on that
-very ONNX file are timed in one child (``UOPVIZ_ZOO_CONVERTED``: the models, default
-``resnet50,mobilenet_v2``).  Without nnef-tools those rows say so and are skipped.
+very ONNX file are timed in one child, the folders in turn, round by round (median and best of 16)
+(``UOPVIZ_ZOO_CONVERTED``: the models, default ``resnet50,mobilenet_v2``).  Without nnef-tools
+those rows say so and are skipped.
 """
 
 from __future__ import annotations
@@ -53,16 +58,19 @@ ORT_THREADS = 2
 OPTS = None if os.environ.get("UOPVIZ_ZOO_OPTS", "heuristic") == "none" else "heuristic"
 
 
-def _child(model: str, backend: str) -> dict:
-    """Runs in the child process: the measurements of one model on one backend."""
+def _child(model: str, backend: str, batch: int = 1) -> dict:
+    """Runs in the child process: the measurements of one model on one backend at ``batch``, with
+    the time of each kind of work, ours and ONNX Runtime's (:mod:`zoo_breakdown`)."""
     import numpy as np
     import zoo
+    import zoo_breakdown
     import zoo_onnx
     from run import measure
 
     import uopviz as uv
 
     net = zoo.BUILDERS[model]()
+    net = zoo.batched(net, batch) if batch != 1 else net
     x = net.input_data()
     with tempfile.TemporaryDirectory(prefix="uopviz-zoo-") as folder:
         zoo.write_nnef1(net, folder)
@@ -79,6 +87,7 @@ def _child(model: str, backend: str) -> dict:
     peer = measure(lambda: session.run(None, inputs), repeat=5, warmup=1, min_time_s=0.0)
     expected = zoo.reference(net, x)
     error = float(np.abs(out - expected).max())
+    onnx_model = zoo_onnx.onnx_model(net).SerializeToString()
     return {
         "load_s": loaded - started,
         "compile_s": compiled - loaded,
@@ -89,15 +98,19 @@ def _child(model: str, backend: str) -> dict:
         "relative_error": error / float(np.abs(expected).max()),
         "operations": len(graph.operations),
         "kernels": len(program.kernels),
+        "by_kind": zoo_breakdown.ours_by_kind(graph, program, inputs),
+        "peer_by_kind": zoo_breakdown.ort_by_kind(onnx_model, inputs, ORT_THREADS),
         "onnxruntime": __import__("onnxruntime").__version__,
     }
 
 
-def _measure_in_child(model: str, backend: str, timeout: float, mode: tuple[str, ...] = ()) -> dict:
+def _measure_in_child(
+    model: str, backend: str, timeout: float, mode: tuple[str, ...] = (), extra: tuple[str, ...] = ()
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="uopviz-zoo-cache-") as cache:
         environment = {**os.environ, "UOPVIZ_CACHE": cache}
         result = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), *mode, model, backend],
+            [sys.executable, str(Path(__file__).resolve()), *mode, model, backend, *extra],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -285,10 +298,9 @@ def convert_onnx(onnx_file: Path, folder: Path) -> Path:
 
 
 def _timed_folder(folder: Path, x: Any, backend: str) -> dict:
-    """Load, compile and inference of one NNEF folder on input ``x`` (the converter names the input
-    after the ONNX graph's, ``external1``: the graph's only input), with its output for the error."""
-    from run import measure
-
+    """Load and compile one NNEF folder and run it once on input ``x`` (the converter names the
+    input after the ONNX graph's, ``external1``: the graph's only input): the times, the output
+    (for the error) and ``call``, one inference (timed by :func:`_interleaved`)."""
     import uopviz as uv
 
     started = time.perf_counter()
@@ -298,38 +310,79 @@ def _timed_folder(folder: Path, x: Any, backend: str) -> dict:
     compiled = time.perf_counter()
     inputs = {graph.inputs[0]: x}
     out = graph.run(inputs, backend=backend, opts=OPTS)[graph.outputs[0]]
-    seconds = measure(lambda: graph.run(inputs, backend=backend, opts=OPTS), repeat=5, warmup=1)
-    return {"load_s": loaded - started, "compile_s": compiled - loaded, "inference_s": seconds,
-            "kernels": len(program.kernels), "operations": len(graph.operations), "output": out}  # fmt: skip
+    return {"load_s": loaded - started, "compile_s": compiled - loaded, "kernels": len(program.kernels),
+            "operations": len(graph.operations), "output": out,
+            "call": lambda: graph.run(inputs, backend=backend, opts=OPTS)}  # fmt: skip
+
+
+def _interleaved(calls: dict[str, Any], rounds: int = 16, warmup: int = 2) -> dict[str, tuple[float, float]]:
+    """Each call timed once per round, the calls in turn within a round, the order rotated from
+    round to round (a busy host slows them alike; none always follows the same one):
+    ``(median, best)`` seconds of each after ``warmup`` untimed rounds."""
+    import gc
+    import statistics
+
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for index in range(warmup + rounds):
+            for name in names[index % len(names) :] + names[: index % len(names)]:
+                started = time.perf_counter()
+                calls[name]()
+                if index >= warmup:
+                    samples[name].append(time.perf_counter() - started)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: (statistics.median(times), min(times)) for name, times in samples.items()}
+
+
+def _model_folder(model: str, form: str, root: Path, net: Any) -> Path:
+    """The NNEF 1.0 folder of ``net`` in ``form``: ``zoo`` (written by ``zoo.write_nnef1``) or
+    ``converted`` (its ONNX form converted by nnef-tools)."""
+    import onnx
+    import zoo
+    import zoo_onnx
+
+    if form == "zoo":
+        return zoo.write_nnef1(net, root / "zoo")
+    onnx_file = root / f"{model}.onnx"
+    onnx.save(zoo_onnx.onnx_model(net), str(onnx_file))
+    return convert_onnx(onnx_file, root / f"{model}.nnef")
 
 
 def _converted_child(model: str, backend: str) -> dict:
     """Runs in a child: the converter's NNEF folder of ``model``, our own folder, and ONNX Runtime on
-    the ONNX file the converter read, timed one after the other (compile cold: the converted folder
-    first, so our folder's kernels are not in the cache yet)."""
+    the ONNX file the converter read (compile cold: the converted folder first, so our folder's
+    kernels are not in the cache yet), then the two folders' inferences timed in turn, round by
+    round, and ONNX Runtime's after them."""
     import numpy as np
-    import onnx
     import onnxruntime
     import zoo
-    import zoo_onnx
-    from run import measure
 
     net = zoo.BUILDERS[model]()
     x = net.input_data()
     inputs = {net.input_name: x}
     expected = zoo.reference(net, x)
     with tempfile.TemporaryDirectory(prefix="uopviz-zoo-converted-") as root:
-        onnx_file = Path(root) / f"{model}.onnx"
-        onnx.save(zoo_onnx.onnx_model(net), str(onnx_file))
-        converted = _timed_folder(convert_onnx(onnx_file, Path(root) / f"{model}.nnef"), x, backend)
-        ours = _timed_folder(zoo.write_nnef1(net, Path(root) / "zoo"), x, backend)
+        converted = _timed_folder(_model_folder(model, "converted", Path(root), net), x, backend)
+        ours = _timed_folder(_model_folder(model, "zoo", Path(root), net), x, backend)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = ORT_THREADS, 1
-        session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
-        peer = measure(lambda: session.run(None, inputs), repeat=5, warmup=1, min_time_s=0.0)
-    for found in (converted, ours):
+        onnx_file = str(Path(root) / f"{model}.onnx")
+        session = onnxruntime.InferenceSession(onnx_file, options, providers=["CPUExecutionProvider"])
+    # ONNX Runtime's threads keep spinning after a call and take the cores from the next call's
+    # kernels: it is timed on its own, after the two folders timed in turn
+    times = _interleaved({"converted": converted.pop("call"), "zoo": ours.pop("call")})
+    times["peer"] = _interleaved({"peer": lambda: session.run(None, inputs)})["peer"]
+    for name, found in (("converted", converted), ("zoo", ours)):
         found["error"] = float(np.abs(found.pop("output") - expected).max())
-    return {"converted": converted, "zoo": ours, "peer_s": peer, "onnxruntime": onnxruntime.__version__}
+        found["relative_error"] = found["error"] / float(np.abs(expected).max())
+        found["inference_s"], found["best_s"] = times[name]
+    return {"converted": converted, "zoo": ours, "peer_s": times["peer"][0], "peer_best_s": times["peer"][1],
+            "onnxruntime": onnxruntime.__version__}  # fmt: skip
 
 
 def _converted_rows(backends: list[str], timeout: float) -> list[dict]:
@@ -357,21 +410,69 @@ def _converted_rows(backends: list[str], timeout: float) -> list[dict]:
                     converted["inference_s"],
                     peer=f"onnxruntime {m['onnxruntime']} CPU ({ORT_THREADS} threads), same ONNX file",
                     peer_s=m["peer_s"],
-                    notes=f"batch 1; our own folder of it {ours['inference_s'] * 1e3:.1f} ms; kernels "
-                    f"{converted['kernels']} converted, {ours['kernels']} ours; load + compile "
-                    f"{converted['load_s'] + converted['compile_s']:.1f} s cold; max error vs numpy "
-                    f"{converted['error']:.1e}",
+                    notes=f"batch 1; our own folder of it {ours['inference_s'] * 1e3:.1f} ms "
+                    f"(converted / ours {converted['inference_s'] / ours['inference_s']:.2f}x, best "
+                    f"{converted['best_s'] * 1e3:.1f} / {ours['best_s'] * 1e3:.1f} ms; in turn, round by "
+                    f"round); kernels {converted['kernels']} converted, {ours['kernels']} ours; load + "
+                    f"compile {converted['load_s'] + converted['compile_s']:.1f} s cold; max error vs "
+                    f"numpy {converted['error']:.1e} (relative {converted['relative_error']:.1e})",
                 )
             )
     return rows
 
 
-def run() -> list[dict]:
-    """One row for load + compile and one for inference (ONNX Runtime as the peer) per model and
-    backend (a model that fails becomes an error row of its own), the one-operation graph and the
-    single convolutions."""
+def _batches(models: list[str]) -> list[tuple[str, int]]:
+    """The (model, batch) pairs to measure: every model at batch 1, and at each other batch of
+    ``UOPVIZ_ZOO_BATCH`` (default ``1,8``) the models of ``UOPVIZ_ZOO_BATCHED`` (default
+    ``resnet50,mobilenet_v2``) that are measured at all."""
+    batches = [int(b) for b in os.environ.get("UOPVIZ_ZOO_BATCH", "1,8").split(",") if b]
+    batched = [m for m in os.environ.get("UOPVIZ_ZOO_BATCHED", ",".join(BATCHED_MODELS)).split(",") if m]
+    pairs = [(model, 1) for model in models if 1 in batches]
+    for batch in (b for b in batches if b != 1):
+        pairs += [(model, batch) for model in models if model in batched]
+    return pairs
+
+
+#: the models also measured at the batches other than 1 (UOPVIZ_ZOO_BATCHED)
+BATCHED_MODELS = ("resnet50", "mobilenet_v2")
+
+
+def _model_rows(case: str, m: dict, batch: int) -> list[dict]:
+    """The rows of one model measured in a child: load + compile, inference, and the time by kind."""
+    import zoo_breakdown
     from run import row
 
+    peer = f"onnxruntime {m['onnxruntime']} CPU ({ORT_THREADS} threads)"
+    return [
+        row(
+            f"{case}: load + compile, cold",
+            m["load_s"] + m["compile_s"],
+            notes=f"load {m['load_s']:.2f} s, compile {m['compile_s']:.2f} s (opts {OPTS}); "
+            f"{m['operations']} operations -> {m['kernels']} kernels; empty cache",
+        ),
+        row(
+            f"{case}: inference",
+            m["inference_s"],
+            peer=peer,
+            peer_s=m["peer_s"],
+            notes=f"batch {batch}; first run {m['first_run_s']:.3f} s; max error vs numpy "
+            f"{m['error']:.2e} (relative {m['relative_error']:.2e})",
+        ),
+        row(
+            f"{case}: time by kind",
+            sum(m["by_kind"].values()),
+            peer=f"{peer}, its profile",
+            peer_s=sum(m["peer_by_kind"].values()),
+            notes="each kernel alone vs onnxruntime's node times: "
+            + zoo_breakdown.format_breakdown(m["by_kind"], m["peer_by_kind"]),
+        ),
+    ]
+
+
+def run() -> list[dict]:
+    """Per model, batch and backend: a row for load + compile, one for inference (ONNX Runtime as
+    the peer) and one for the time by kind (a model that fails becomes an error row of its own);
+    the one-operation graph, the single convolutions and the converter's folders."""
     models = [m for m in os.environ.get("UOPVIZ_ZOO_MODELS", ",".join(MODELS)).split(",") if m]
     backends = [b for b in os.environ.get("UOPVIZ_ZOO_BACKENDS", ",".join(BACKENDS)).split(",") if b]
     timeout = float(os.environ.get("UOPVIZ_ZOO_TIMEOUT", "600"))
@@ -380,38 +481,26 @@ def run() -> list[dict]:
     backends = [backend for backend in backends if backend in uv.backends.available()]
     rows = _one_operation_rows(backends) + _conv_rows(backends, timeout) + _converted_rows(backends, timeout)
     for backend in backends:
-        for model in models:
-            case = f"{model} NNEF 1.0 ({backend})"
+        for model, batch in _batches(models):
+            case = (
+                f"{model} NNEF 1.0 ({backend})"
+                if batch == 1
+                else f"{model} NNEF 1.0 batch {batch} ({backend})"
+            )
             try:
-                m = _measure_in_child(model, backend, timeout)
+                m = _measure_in_child(model, backend, timeout, extra=(str(batch),))
             except Exception as error:  # noqa: BLE001 - one model's failure is its own row
                 rows.append({"case": f"{case}: load + compile, cold", "status": "error",
                              "notes": f"{type(error).__name__}: {error}"})  # fmt: skip
                 continue
-            rows.append(
-                row(
-                    f"{case}: load + compile, cold",
-                    m["load_s"] + m["compile_s"],
-                    notes=f"load {m['load_s']:.2f} s, compile {m['compile_s']:.2f} s (opts {OPTS}); "
-                    f"{m['operations']} operations -> {m['kernels']} kernels; empty cache",
-                )
-            )
-            rows.append(
-                row(
-                    f"{case}: inference",
-                    m["inference_s"],
-                    peer=f"onnxruntime {m['onnxruntime']} CPU ({ORT_THREADS} threads)",
-                    peer_s=m["peer_s"],
-                    notes=f"batch 1; first run {m['first_run_s']:.3f} s; max error vs numpy "
-                    f"{m['error']:.2e} (relative {m['relative_error']:.2e})",
-                )
-            )
+            rows += _model_rows(case, m, batch)
     return rows
 
 
-def _kernels_child(model: str, backend: str, repeat: int = 5) -> dict:
-    """Each kernel of ``model``'s program timed alone, bound to its arrays (no allocation), median
-    of ``repeat`` runs of the whole program; slowest first."""
+def _kernels_child(model: str, backend: str, form: str = "zoo", repeat: int = 5) -> dict:
+    """Each kernel of ``model``'s program (its folder in ``form``: ``zoo`` or ``converted``, see
+    :func:`_model_folder`) timed alone, bound to its arrays (no allocation), median of ``repeat``
+    runs of the whole program; slowest first."""
     import statistics
 
     import zoo
@@ -421,10 +510,9 @@ def _kernels_child(model: str, backend: str, repeat: int = 5) -> dict:
     from uopviz.nnef.program.runtime import program_inputs
 
     net = zoo.BUILDERS[model]()
-    inputs = {net.input_name: net.input_data()}
-    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-") as folder:
-        zoo.write_nnef1(net, folder)
-        graph = uv.nnef.load(folder)
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-") as root:
+        graph = uv.nnef.load(_model_folder(model, form, Path(root), net))
+    inputs = {graph.inputs[0]: net.input_data()}
     program = graph.compile(backend, opts=OPTS)
     run_s = measure(lambda: graph.run(inputs, backend=backend, opts=OPTS), repeat=5, warmup=1, min_time_s=0.0)
     steps = [step for kind, step in program.nnef_steps if kind == "kernels"]
@@ -447,6 +535,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "converted":
         print(json.dumps(_converted_child(sys.argv[2], sys.argv[3])))
     elif sys.argv[1] == "kernels":
-        print(json.dumps(_kernels_child(sys.argv[2], sys.argv[3])))
+        print(json.dumps(_kernels_child(*sys.argv[2:5])))
     else:
-        print(json.dumps(_child(sys.argv[1], sys.argv[2])))
+        print(json.dumps(_child(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:4]))))

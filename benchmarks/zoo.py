@@ -32,7 +32,7 @@ import numpy as np
 
 from uopviz.nnef.data import write_tensor
 
-__all__ = ["BUILDERS", "Network", "Node", "reference", "write_nnef1", "write_skriptnd"]
+__all__ = ["BUILDERS", "Network", "Node", "batched", "reference", "write_nnef1", "write_skriptnd"]
 
 
 @dataclass
@@ -383,6 +383,23 @@ def lstm(steps: int = 8, batch: int = 1, features: int = 64, hidden: int = 128, 
     last = net.add_node("lstm", ["input", w, u, b], (batch, hidden), hidden=hidden)
     net.softmax(net.linear(last, classes, scale=0.5))
     return net.calibrate()
+
+
+def batched(net: Network, batch: int) -> Network:
+    """``net`` on a batch of ``batch`` images: the same layers and weights (calibrated on one image,
+    so a model's batch-1 and batch-``batch`` forms compute the same function), every activation's
+    leading axis ``batch``.  The LSTM's batch is its own builder's argument (axis 1)."""
+    if net.name == "LSTM":
+        raise ValueError("zoo.batched: the LSTM's batch is lstm(batch=...)'s argument, not its leading axis")
+    activations = {net.input_name, *(name for node in net.nodes for name in node.outputs)}
+    shape = (batch, *net.input_shape[1:])
+    copy = Network(
+        net.name, net.input_name, shape, list(net.nodes), dict(net.weights), net.output, seed=net.seed
+    )
+    copy.shapes = {
+        name: (batch, *shape[1:]) if name in activations else shape for name, shape in net.shapes.items()
+    }
+    return copy
 
 
 BUILDERS: dict[str, Callable[..., Network]] = {

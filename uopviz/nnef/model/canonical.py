@@ -22,7 +22,10 @@ batch-norm chain after it is computed inside the fused convolution (folding it w
 code of every 1.0 file, not canonicalise a spelling).  The other operators that files spell in
 several ways (``add_n`` of two, ``linear`` as a matmul and an add, a convolution without a bias
 followed by ``batch_normalization``, ``max_pool`` with ``border = 'ignore'``) already reach the same
-kernels through :mod:`uopviz.nnef.kernel_passes.fusion` and :mod:`uopviz.nnef.kernel_passes.padding`.
+kernels through :mod:`uopviz.nnef.kernel_passes.fusion` and :mod:`uopviz.nnef.kernel_passes.padding`;
+a zero ``pad`` before a convolution, a ``copy``, a pooling over the whole image, a reduction of
+unit axes and an ``add_n`` of three or more are rewritten in the NNEF 1.0 graph before it is translated
+(:mod:`uopviz.nnef.nnef1.canonical`), their steps first in ``graph.canonical``.
 
 The rules are data (:data:`RULES`); each rewrite is a :class:`CanonicalStep` in
 ``graph.canonical``, which ``g.compile`` records in the trace (pass ``Canonicalize``).  Variables a

@@ -51,6 +51,7 @@ from uopviz.nnef.data import inside_folder, read_variable
 from uopviz.nnef.errors import NNEFError, register_source
 from uopviz.nnef.graph import Graph
 from uopviz.nnef.model.canonical import canonicalize
+from uopviz.nnef.nnef1.canonical import rewrite_spellings
 from uopviz.nnef.nnef1.compound import COMPOUND_TRANSLATORS
 from uopviz.nnef.nnef1.operations import OPERATION_TRANSLATORS
 from uopviz.nnef.nnef1.process import parse_nnef1
@@ -228,6 +229,8 @@ def _compose_translation(
     attribs: Mapping[str, Any] | None,
     progress: Any = None,
 ) -> Graph:
+    # the 1.0 spellings of one meaning brought to one form (uopviz.nnef.nnef1.canonical)
+    spelled = rewrite_spellings(graph)
     text, labels, names = translate(graph)
     file = f"{source_name} (as SkriptND)"
     register_source(file, text)
@@ -243,6 +246,7 @@ def _compose_translation(
     with progress_reporter(progress, len(graph.operations), "composing") as report:
         composed = Composer(modules, variable_data, report).compose("main", None, attribs)
     composed.source = text
+    composed.canonical = spelled
     canonicalize(composed)  # converters' spellings of parameters, computed once (uopviz.nnef.model.canonical)
     renamed = {skriptnd: original for original, skriptnd in names.items() if skriptnd != original}
     if renamed:
