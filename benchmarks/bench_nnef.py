@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from pathlib import Path
 
 from run import measure, row
 
@@ -111,9 +110,9 @@ def _compose(module, name: str = "main"):
 
 
 def _stdlib_rows() -> list[dict]:
-    from uopviz.nnef import stdlib_loader
+    from uopviz.nnef.composition.stdlib import STDLIB_DIR, stdlib_modules
 
-    texts = {path: path.read_text() for path in sorted(Path(stdlib_loader.STDLIB_DIR).glob("*.sknd"))}
+    texts = {path: path.read_text() for path in sorted(STDLIB_DIR.glob("*.sknd"))}
     parse = measure(
         lambda: [parse_module(text, str(path)) for path, text in texts.items()], repeat=3, warmup=0
     )
@@ -122,8 +121,7 @@ def _stdlib_rows() -> list[dict]:
         os.environ["UOPVIZ_CACHE"] = cache
 
         def from_cache():
-            stdlib_loader._stdlib = None
-            stdlib_loader.stdlib_modules()
+            stdlib_modules(reread=True)
 
         from_cache()  # writes the cache
         cached = measure(from_cache, repeat=3, warmup=0)
@@ -131,8 +129,7 @@ def _stdlib_rows() -> list[dict]:
             os.environ.pop("UOPVIZ_CACHE")
         else:
             os.environ["UOPVIZ_CACHE"] = previous
-    stdlib_loader._stdlib = None
-    stdlib_loader.stdlib_modules()
+    stdlib_modules(reread=True)  # this process's copy from the real cache again
     return [
         row("stdlib: parse all modules", parse, notes=f"{len(texts)} modules; once per process"),
         row("stdlib: load from the disk cache", cached, peer="parse", peer_s=parse, notes="pickled trees"),

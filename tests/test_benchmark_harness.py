@@ -3,6 +3,8 @@ compared with peers using the same instructions (issue #10: honest figures)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -133,3 +135,35 @@ def test_skipped_rows_need_a_reason_and_module_machine_info_is_kept(tmp_path):
     rows = run.run_module("probe", module, info)
     assert [r["status"] for r in rows] == ["skipped"] and info == {"probe": {"gpu": "none here"}}
     assert "skipped" in run.format_table(rows)
+
+
+def _uopviz_imports(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, name or None) of every ``import uopviz...`` / ``from uopviz... import name`` in
+    ``path``, the ones inside functions too (a benchmark imports lazily)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "uopviz":
+            found += [(node.lineno, node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, None) for alias in node.names
+                      if alias.name.split(".")[0] == "uopviz"]
+    return found
+
+
+def test_every_uopviz_name_a_benchmark_imports_exists():
+    """A module moved inside uopviz must not break ``make bench`` where no test runs it (bench_nnef
+    imported ``uopviz.nnef.stdlib_loader`` after the nnef package was split into subpackages)."""
+    missing = []
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        for line, module, name in _uopviz_imports(path):
+            try:
+                imported = importlib.import_module(module)
+            except ImportError as error:
+                missing.append(f"{path.name}:{line}: import {module}: {error}")
+                continue
+            if name is not None and not hasattr(imported, name):
+                try:
+                    importlib.import_module(f"{module}.{name}")
+                except ImportError:
+                    missing.append(f"{path.name}:{line}: {module} has no {name}")
+    assert not missing, "\n".join(missing)

@@ -85,13 +85,14 @@ def _store_cached(path: Path, modules: dict[str, ast.Module]) -> None:
         pass  # a read-only home only costs the parse time next run
 
 
-def stdlib_modules() -> dict[str, ast.Module]:
-    """Every standard module, parsed (once per process; from the disk cache when fresh)."""
+def stdlib_modules(reread: bool = False) -> dict[str, ast.Module]:
+    """Every standard module, parsed (once per process; from the disk cache when fresh).
+    ``reread``: forget this process's copy and read them again (the benchmark of the disk cache)."""
     global _stdlib
-    if _stdlib is not None:
+    if _stdlib is not None and not reread:
         return _stdlib
     with _lock:
-        if _stdlib is not None:
+        if _stdlib is not None and not reread:
             return _stdlib
         texts = {path.stem: path.read_text() for path in sorted(STDLIB_DIR.glob("*.sknd"))}
         files = {name: str(STDLIB_DIR / f"{name}.sknd") for name in texts}
