@@ -167,22 +167,42 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     return _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (best, AxisType.UPCAST, False)))
 
 
+def _broadcast_columns(size: int, lanes: int, accumulators: int) -> int | None:
+    """Output columns of a register tile narrower than a register (a conv's 28-wide rows on
+    AVX-512: each column's input is broadcast to the channels' vectors): the largest divisor of
+    ``size`` above 2 that leaves two channel registers per column within ``accumulators`` (7 of
+    28, 8 of 56, 7 of 14 and 7 on AVX-512: 7 columns × 32 channels in 14 registers, each weight
+    vector loaded for 7 multiply-adds), else the smallest divisor under a register's lanes (7 of
+    14 on AVX2: 7 × 8); None where no divisor lies between 2 and ``lanes``."""
+    divisors = [c for c in range(3, min(size, lanes - 1) + 1) if size % c == 0]
+    within = [c for c in divisors if c <= accumulators // 2]
+    return max(within) if within else min(divisors, default=None)
+
+
 def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> tuple[Kernel, list[int]]:
     """Upcast ``first`` (the innermost output axis that reuses loads) by two registers' lanes (or one,
     or less), and say how many rows the second axis may add: the accumulators take at most half the
-    vector registers (the rest hold the loaded row and broadcasts) and the tile at most
-    ``HEURISTIC_TILE_LANES`` lanes (AVX-512 float32: M4×N32 in 8 registers; AVX2: M4×N16).
-    ``alone``: no second axis follows (:func:`_row_tile`)."""
+    vector registers (the rest hold the loaded row and broadcasts).  A tile whose rows are whole
+    registers (gemm's N) also stays within ``HEURISTIC_TILE_LANES`` lanes (AVX-512 float32: M4×N32
+    in 8 registers; AVX2: M4×N16); one narrower than a register (a conv's columns, broadcast to
+    the channels' vectors: :func:`_broadcast_columns`) fills the half (AVX-512, 128 channels
+    28x28: 7 columns × 32 channels in 14 registers).  ``alone``: no second axis follows
+    (:func:`_row_tile`)."""
     backend = kernel.backend_object
+    accumulators = backend.vector_registers // 2
     factors = [f for f in (2 * lanes, lanes, 8, 4) if f <= max(backend.vector_widths or (1,)) * 2]
+    size = range_size(first)
     tiled = _row_tile(kernel, first, lanes) if alone else kernel
+    if tiled is kernel and not alone and not any(size % f == 0 for f in factors if f >= lanes):
+        columns = _broadcast_columns(size, lanes, accumulators)
+        if columns is not None:
+            tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (columns, AxisType.UPCAST, False)))
     if tiled is kernel:
         tiled = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
     if tiled is kernel:
         # no power of two divides the axis (a conv's 14 wide rows): the largest other divisor within
         # two registers still reuses the loads (256 channels 14x14: ~5 -> 20-31 GFLOP/s with the
         # lanes reordered by _power_of_two_lanes_inside)
-        size = range_size(first)
         divisors = [f for f in range(min(2 * lanes, size - 1), 2, -1) if size % f == 0]
         tiled = _first_that_applies(kernel, _splits(kernel, first, divisors[:1], AxisType.UPCAST))
         if tiled is kernel and 2 < size <= lanes:
@@ -191,15 +211,15 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> t
             tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (size, AxisType.UPCAST, False)))
     kernel = tiled
     width = _lanes(kernel)
-    registers_per_row = max(1, width // lanes)
-    by_registers = backend.vector_registers // 2 // registers_per_row
     if width < lanes:
-        # a row narrower than a register (a 28-wide conv's 4 columns): the rows become the vectors'
-        # lanes (_power_of_two_lanes_inside), so the accumulators are width * rows / lanes registers
-        # (AVX-512, 128 channels 28x28: 16 channels x 4 columns, 4 accumulators, 57 GFLOP/s on one
-        # core; 32 x 4, 8 accumulators: see the bench in the commit)
-        by_registers = backend.vector_registers // 2 * lanes // width
-    most = max(1, min(by_registers, HEURISTIC_TILE_LANES // width))
+        # a row narrower than a register (a conv's 7 columns): the rows become the vectors' lanes
+        # (_power_of_two_lanes_inside), so the accumulators are width * rows / lanes registers.
+        # AVX-512, one core, 128 channels 28x28: 4 columns x 32 channels (8 accumulators) 118
+        # GFLOP/s, 7 x 32 (14) 146, ONNX Runtime 172; 7 x 64 and 14 x 32 (28) spill: 107-138
+        most = accumulators * lanes // width
+    else:
+        registers_per_row = max(1, width // lanes)
+        most = max(1, min(accumulators // registers_per_row, HEURISTIC_TILE_LANES // width))
     rows = [f for f in (32, 16, 8, 4, 2) if f <= most]
     return kernel, rows
 
