@@ -26,7 +26,10 @@ from besides the kernel itself):
   from ``uopviz.backends.target``, never the host's by accident): the
   innermost such axis two registers wide, the next by as many rows as keep the accumulators in
   half the registers and the tile at 128 lanes (float32: M4×N32 on x86-64-v4, M4×N16 on v3, M4×N8
-  on v2); on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
+  on v2); output columns narrower than a register (a conv's 7, 14 or 28: each column's input
+  broadcast to the channels' vectors) fill half the registers instead (7 columns × 32 channels,
+  14 of 32 zmm; 4 × 16 on v3), and a grouped conv's channels are tiled in blocks within a group;
+  on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
   reduction unrolled by 4, as long as 132 workgroups remain.  An elementwise kernel has its innermost
   axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
   on GPUs;
