@@ -80,3 +80,21 @@ def test_a_conv_tile_fills_half_the_registers_and_gives_numpys_values(
     assert tile[0] == columns, kernel.name
     accumulators = tile[0] * tile[1] // lanes
     assert half // 2 < accumulators <= half, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+@pytest.mark.parametrize("channels,groups,tiled", [(128, 2, True), (64, 64, False), (32, 8, False)])
+def test_only_groups_of_whole_registers_get_a_channel_block(backend, target, channels, groups, tiled):
+    # 64 channels per group: blocks of a register's lanes within a group reuse the input; a
+    # depthwise conv (1 per group) or 4 per group has no such block and keeps its row tile (its
+    # rows and columns reuse only the weights, not a load each)
+    x = RNG.standard_normal((1, channels, 16, 16)).astype(np.float32)
+    w = RNG.standard_normal((channels, channels // groups, 3, 3)).astype(np.float32)
+    with using_target(target):
+        out = uv.Tensor(x).conv2d(uv.Tensor(w), groups=groups)
+        program = uv.compile([out], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, groups), rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    assert (len(_upcasts(kernel)) == 2) == tiled, kernel.name

@@ -227,12 +227,26 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> t
     return kernel, rows
 
 
+def _lanes_reuse_different_loads(kernel: Kernel) -> bool:
+    """Whether each of the kernel's two lane axes reuses a load that the other one does not (a conv:
+    the columns the weights, the channels the input), not both the same (a depthwise conv's rows
+    and columns reuse only the weights)."""
+    indices = [u.src[0] for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    upcasts = [r for r in kernel.ranges if r.arg[1] is AxisType.UPCAST]
+    if len(upcasts) != 2:
+        return False
+    first, second = upcasts
+    return all(any(depends_on(i, a) and not depends_on(i, b) for i in indices)
+               for a, b in ((first, second), (second, first)))
+
+
 def _grouped_rows(kernel: Kernel, first: UOp) -> Kernel | None:
     """The register tile of a grouped conv, or None: no output axis reuses the input, whose channel
     is the output channel's group (``o // 64`` with 2 groups of 64), but blocks of whole registers
     within a group do (``(o*32 + lane) // 64`` is ``o // 2``).  ``first`` (the columns) is tiled as
     in :func:`_cpu_register_tile`, then the innermost other output axis whose block of as many rows
-    (at least a register's lanes) some load does not vary over gets them (128 channels 14x14 in 2
+    (at least a register's lanes) reuses a load the columns do not (:func:`_lanes_reuse_different_loads`)
+    gets them (128 channels 14x14 in 2
     groups on AVX-512: 7 columns x 32 channels instead of a row of 14)."""
     lanes = _register_lanes(kernel)
     outputs = (AxisType.GLOBAL, AxisType.LOOP)
@@ -244,10 +258,7 @@ def _grouped_rows(kernel: Kernel, first: UOp) -> Kernel | None:
         for factor in [f for f in rows if f >= lanes]:
             block = _splits(tiled, tiled.ranges[position], [factor], AxisType.UPCAST)
             trial = _first_that_applies(tiled, block)
-            indices = [u.src[0] for u in trial.ast.toposort() if u.op is Ops.LOAD]
-            upcasts = [r for r in trial.ranges if r.arg[1] is AxisType.UPCAST]
-            # each lane axis reuses some load: the weights the columns', the input the channels'
-            if trial is not tiled and all(any(not depends_on(i, r) for i in indices) for r in upcasts):
+            if trial is not tiled and _lanes_reuse_different_loads(trial):
                 return trial
     return None
 
