@@ -207,6 +207,20 @@ def test_division_rules_respect_wraparound():
         assert evaluate_scalar(expression, env) == evaluate_scalar(result, env)
 
 
+def test_a_remainder_below_the_common_factor_does_not_carry():
+    # (a*8 + c) // 16 with c in [0, 7]: c never carries into a, so it is a // 2 (a grouped conv's
+    # input channel over a register tile's lanes); with c up to 8 (c + 1) it may, and stays
+    for expression, expected in (((A * 8 + C) // 16, A // 2), ((A * 8 + B + 4) // 32, A // 4)):
+        assert simplify(expression) is simplify(expected)
+    carrying = (A * 8 + C + 1) // 16
+    result = simplify(carrying)
+    assert any(u is C for u in result.toposort())  # not folded to a // 2
+    for a in range(16):
+        for c in range(8):
+            env = {A: a, C: c}
+            assert evaluate_scalar(carrying, env) == evaluate_scalar(result, env) == (a * 8 + c + 1) // 16
+
+
 def test_rule_groups_are_named_and_in_symbolic():
     groups = [constant_folding, algebraic_identities, canonical_form, index_arithmetic, comparison_folding,
               reduce_collapse]

@@ -84,6 +84,25 @@ def _positive_divisor(d: UOp) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else None
 
 
+def _drop_small_remainder(
+    dtype: DType, coefficients: dict[UOp, int], constant: int, divisor: int
+) -> UOp | None:
+    """``(g*S + R) // (g*q) → S // q`` when ``0 <= R < g`` (R never carries into S): a grouped
+    conv's input channel ``(o*32 + lane) // 64`` is ``o // 2`` for the 32 lanes of a register tile.
+    ``g`` is the divisor's common factor with some coefficient, below the divisor (at the divisor
+    itself :func:`_split_by_divisor` folds)."""
+    for g in sorted({math.gcd(divisor, c) for c in coefficients.values()} - {1, divisor}, reverse=True):
+        large = {b: c // g for b, c in coefficients.items() if c % g == 0}
+        small = {b: c for b, c in coefficients.items() if c % g != 0}
+        interval = sum_interval(small, constant)
+        if not large or interval is None or interval[0] < 0 or interval[1] >= g:
+            continue
+        if not _sum_fits(dtype, large, 0):
+            continue
+        return UOp(Ops.IDIV, (build_sum(dtype, large, 0), wrapped_const(dtype, divisor // g)))
+    return None
+
+
 def _fold_idiv(x: UOp, n: UOp, d: UOp) -> UOp | None:
     """Floor division of an integer sum by a constant ``d > 1``."""
     divisor = _positive_divisor(d)
@@ -135,6 +154,9 @@ def _fold_idiv(x: UOp, n: UOp, d: UOp) -> UOp | None:
     if split is not None:
         # the remainder part lies in one block m: n // d == quotient + m
         return build_sum(dtype, split.quotient, split.quotient_constant + split.block)
+    dropped = _drop_small_remainder(dtype, coefficients, constant, divisor)
+    if dropped is not None:
+        return dropped
     divisible = {b: c // divisor for b, c in coefficients.items() if c % divisor == 0}
     if divisible:
         # (x*d*q + rest) // d → x*q + rest // d  (floor division: exact for every sign of rest)

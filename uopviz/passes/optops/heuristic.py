@@ -26,7 +26,10 @@ from besides the kernel itself):
   from ``uopviz.backends.target``, never the host's by accident): the
   innermost such axis two registers wide, the next by as many rows as keep the accumulators in
   half the registers and the tile at 128 lanes (float32: M4×N32 on x86-64-v4, M4×N16 on v3, M4×N8
-  on v2); on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
+  on v2); output columns narrower than a register (a conv's 7, 14 or 28: each column's input
+  broadcast to the channels' vectors) fill half the registers instead (7 columns × 32 channels,
+  14 of 32 zmm; 4 × 16 on v3), and a grouped conv's channels are tiled in blocks within a group;
+  on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
   reduction unrolled by 4, as long as 132 workgroups remain.  An elementwise kernel has its innermost
   axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
   on GPUs;
@@ -167,22 +170,42 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     return _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (best, AxisType.UPCAST, False)))
 
 
+def _broadcast_columns(size: int, lanes: int, accumulators: int) -> int | None:
+    """Output columns of a register tile narrower than a register (a conv's 28-wide rows on
+    AVX-512: each column's input is broadcast to the channels' vectors): the largest divisor of
+    ``size`` above 2 that leaves two channel registers per column within ``accumulators`` (7 of
+    28, 8 of 56, 7 of 14 and 7 on AVX-512: 7 columns × 32 channels in 14 registers, each weight
+    vector loaded for 7 multiply-adds), else the smallest divisor under a register's lanes (7 of
+    14 on AVX2: 7 × 8); None where no divisor lies between 2 and ``lanes``."""
+    divisors = [c for c in range(3, min(size, lanes - 1) + 1) if size % c == 0]
+    within = [c for c in divisors if c <= accumulators // 2]
+    return max(within) if within else min(divisors, default=None)
+
+
 def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> tuple[Kernel, list[int]]:
     """Upcast ``first`` (the innermost output axis that reuses loads) by two registers' lanes (or one,
     or less), and say how many rows the second axis may add: the accumulators take at most half the
-    vector registers (the rest hold the loaded row and broadcasts) and the tile at most
-    ``HEURISTIC_TILE_LANES`` lanes (AVX-512 float32: M4×N32 in 8 registers; AVX2: M4×N16).
-    ``alone``: no second axis follows (:func:`_row_tile`)."""
+    vector registers (the rest hold the loaded row and broadcasts).  A tile whose rows are whole
+    registers (gemm's N) also stays within ``HEURISTIC_TILE_LANES`` lanes (AVX-512 float32: M4×N32
+    in 8 registers; AVX2: M4×N16); one narrower than a register (a conv's columns, broadcast to
+    the channels' vectors: :func:`_broadcast_columns`) fills the half (AVX-512, 128 channels
+    28x28: 7 columns × 32 channels in 14 registers).  ``alone``: no second axis follows
+    (:func:`_row_tile`)."""
     backend = kernel.backend_object
+    accumulators = backend.vector_registers // 2
     factors = [f for f in (2 * lanes, lanes, 8, 4) if f <= max(backend.vector_widths or (1,)) * 2]
+    size = range_size(first)
     tiled = _row_tile(kernel, first, lanes) if alone else kernel
+    if tiled is kernel and not alone and not any(size % f == 0 for f in factors if f >= lanes):
+        columns = _broadcast_columns(size, lanes, accumulators)
+        if columns is not None:
+            tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (columns, AxisType.UPCAST, False)))
     if tiled is kernel:
         tiled = _first_that_applies(kernel, _splits(kernel, first, factors, AxisType.UPCAST))
     if tiled is kernel:
         # no power of two divides the axis (a conv's 14 wide rows): the largest other divisor within
         # two registers still reuses the loads (256 channels 14x14: ~5 -> 20-31 GFLOP/s with the
         # lanes reordered by _power_of_two_lanes_inside)
-        size = range_size(first)
         divisors = [f for f in range(min(2 * lanes, size - 1), 2, -1) if size % f == 0]
         tiled = _first_that_applies(kernel, _splits(kernel, first, divisors[:1], AxisType.UPCAST))
         if tiled is kernel and 2 < size <= lanes:
@@ -191,17 +214,53 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> t
             tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (size, AxisType.UPCAST, False)))
     kernel = tiled
     width = _lanes(kernel)
-    registers_per_row = max(1, width // lanes)
-    by_registers = backend.vector_registers // 2 // registers_per_row
     if width < lanes:
-        # a row narrower than a register (a 28-wide conv's 4 columns): the rows become the vectors'
-        # lanes (_power_of_two_lanes_inside), so the accumulators are width * rows / lanes registers
-        # (AVX-512, 128 channels 28x28: 16 channels x 4 columns, 4 accumulators, 57 GFLOP/s on one
-        # core; 32 x 4, 8 accumulators: see the bench in the commit)
-        by_registers = backend.vector_registers // 2 * lanes // width
-    most = max(1, min(by_registers, HEURISTIC_TILE_LANES // width))
+        # a row narrower than a register (a conv's 7 columns): the rows become the vectors' lanes
+        # (_power_of_two_lanes_inside), so the accumulators are width * rows / lanes registers.
+        # AVX-512, one core, 128 channels 28x28: 4 columns x 32 channels (8 accumulators) 118
+        # GFLOP/s, 7 x 32 (14) 146, ONNX Runtime 172; 7 x 64 and 14 x 32 (28) spill: 107-138
+        most = accumulators * lanes // width
+    else:
+        registers_per_row = max(1, width // lanes)
+        most = max(1, min(accumulators // registers_per_row, HEURISTIC_TILE_LANES // width))
     rows = [f for f in (32, 16, 8, 4, 2) if f <= most]
     return kernel, rows
+
+
+def _lanes_reuse_different_loads(kernel: Kernel) -> bool:
+    """Whether each of the kernel's two lane axes reuses a load that the other one does not (a conv:
+    the columns the weights, the channels the input), not both the same (a depthwise conv's rows
+    and columns reuse only the weights)."""
+    indices = [u.src[0] for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    upcasts = [r for r in kernel.ranges if r.arg[1] is AxisType.UPCAST]
+    if len(upcasts) != 2:
+        return False
+    first, second = upcasts
+    return all(any(depends_on(i, a) and not depends_on(i, b) for i in indices)
+               for a, b in ((first, second), (second, first)))
+
+
+def _grouped_rows(kernel: Kernel, first: UOp) -> Kernel | None:
+    """The register tile of a grouped conv, or None: no output axis reuses the input, whose channel
+    is the output channel's group (``o // 64`` with 2 groups of 64), but blocks of whole registers
+    within a group do (``(o*32 + lane) // 64`` is ``o // 2``).  ``first`` (the columns) is tiled as
+    in :func:`_cpu_register_tile`, then the innermost other output axis whose block of as many rows
+    (at least a register's lanes) reuses a load the columns do not (:func:`_lanes_reuse_different_loads`)
+    gets them (128 channels 14x14 in 2
+    groups on AVX-512: 7 columns x 32 channels instead of a row of 14)."""
+    lanes = _register_lanes(kernel)
+    outputs = (AxisType.GLOBAL, AxisType.LOOP)
+    others = [_axis_of(kernel, r) for r in kernel.ranges if r.arg[1] in outputs and r is not first]
+    tiled, rows = _cpu_register_tile(kernel, first, lanes, False)
+    if tiled is kernel:
+        return None
+    for position in reversed(others):
+        for factor in [f for f in rows if f >= lanes]:
+            block = _splits(tiled, tiled.ranges[position], [factor], AxisType.UPCAST)
+            trial = _first_that_applies(tiled, block)
+            if trial is not tiled and _lanes_reuse_different_loads(trial):
+                return trial
+    return None
 
 
 def _power_of_two_lanes_inside(kernel: Kernel) -> Kernel:
@@ -623,7 +682,11 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
                 # an opt renumbers the ranges: find the second axis again by its position, which a
                 # SPLIT to UPCAST keeps (the new lanes go last)
                 second_axis = None if second is None else _axis_of(kernel, second)
-                kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel), second is None)
+                grouped = None if second is not None else _grouped_rows(kernel, first)
+                if grouped is not None:
+                    kernel = _power_of_two_lanes_inside(grouped)
+                else:
+                    kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel), second is None)
                 if second_axis is not None:
                     second = kernel.ranges[second_axis]
                     kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))

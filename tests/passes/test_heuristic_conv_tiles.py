@@ -1,0 +1,100 @@
+"""The heuristic's CPU register tile of a convolution whose output rows are narrower than a
+register: the columns are broadcast to the channels' vectors, so the tile is columns × channels
+with the accumulators filling half the target's vector registers (AVX-512: 7 columns × 32 channels
+in 14 of 32 zmm; AVX2: 4 × 16 in 8 of 16 ymm), and the values are numpy's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_targets import target_params
+
+import uopviz as uv
+from uopviz.backends.target import resolve_target, using_target
+from uopviz.passes.optops.heuristic import _broadcast_columns
+
+RNG = np.random.default_rng(25)
+CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndarray:
+    """The convolution (padding 1 already in ``x``) in float64 by numpy."""
+    k = w.shape[-1]
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (k, k), axis=(2, 3))
+    windows = windows[:, :, ::stride, ::stride]
+    n, c, h, wd = windows.shape[:4]
+    grouped = windows.reshape(n, groups, c // groups, h, wd, k, k)
+    filters = w.astype(np.float64).reshape(groups, w.shape[0] // groups, c // groups, k, k)
+    out = np.einsum("ngchwij,gocij->ngohw", grouped, filters)
+    return out.reshape(n, w.shape[0], h, wd)
+
+
+@pytest.mark.parametrize(
+    "size,lanes,accumulators,columns",
+    [
+        (28, 16, 16, 7),  # AVX-512: 7 columns, two registers of channels each
+        (56, 16, 16, 8),
+        (14, 16, 16, 7),
+        (7, 16, 16, 7),
+        (28, 8, 8, 4),  # AVX2: within 8 accumulators, 4 columns of two ymm
+        (14, 8, 8, 7),  # no divisor within: the smallest under a register, one ymm of channels
+        (14, 4, 8, None),  # SSE: no divisor between 2 and a register's 4 lanes
+        (11, 16, 16, 11),  # a prime under a register's lanes: the whole row, one register of channels
+        (17, 16, 16, None),  # a prime wider than the register's lanes
+    ],
+)
+def test_broadcast_columns_leave_two_channel_registers_per_column(size, lanes, accumulators, columns):
+    assert _broadcast_columns(size, lanes, accumulators) == columns
+
+
+def _upcasts(kernel) -> list[int]:
+    return [size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize(
+    "channels,width,stride,groups",
+    [(64, 28, 1, 1), (64, 14, 1, 1), (64, 7, 1, 1), (64, 56, 1, 1), (64, 28, 2, 1), (128, 14, 1, 2)],
+)
+def test_a_conv_tile_fills_half_the_registers_and_gives_numpys_values(
+    backend, target, channels, width, stride, groups
+):
+    x = RNG.standard_normal((1, channels, width + 2, width + 2)).astype(np.float32)
+    w = RNG.standard_normal((channels, channels // groups, 3, 3)).astype(np.float32)
+    with using_target(target):
+        out = uv.Tensor(x).conv2d(uv.Tensor(w), stride=stride, groups=groups)
+        program = uv.compile([out], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv_reference(x, w, stride, groups), rtol=1e-4, atol=1e-4)
+    profile = resolve_target(target)
+    lanes, half = profile.vector_bytes // 4, profile.vector_registers // 2
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    tile = _upcasts(kernel)
+    out_width = (width - 1) // stride + 1
+    columns = _broadcast_columns(out_width, lanes, half)
+    if columns is None or out_width % lanes == 0:
+        return  # rows of whole registers (gemm-like) or SSE's tile: not this rule's
+    # the columns broadcast to the channels' vectors; the accumulators fill at most half the
+    # registers, and at least half of that (no 4 columns x 32 channels on AVX-512)
+    assert tile[0] == columns, kernel.name
+    accumulators = tile[0] * tile[1] // lanes
+    assert half // 2 < accumulators <= half, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+@pytest.mark.parametrize("channels,groups,tiled", [(128, 2, True), (64, 64, False), (32, 8, False)])
+def test_only_groups_of_whole_registers_get_a_channel_block(backend, target, channels, groups, tiled):
+    # 64 channels per group: blocks of a register's lanes within a group reuse the input; a
+    # depthwise conv (1 per group) or 4 per group has no such block and keeps its row tile (its
+    # rows and columns reuse only the weights, not a load each)
+    x = RNG.standard_normal((1, channels, 16, 16)).astype(np.float32)
+    w = RNG.standard_normal((channels, channels // groups, 3, 3)).astype(np.float32)
+    with using_target(target):
+        out = uv.Tensor(x).conv2d(uv.Tensor(w), groups=groups)
+        program = uv.compile([out], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, groups), rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    assert (len(_upcasts(kernel)) == 2) == tiled, kernel.name
