@@ -16,6 +16,7 @@ from uopviz.backends import get
 from uopviz.backends.base import Backend, CompiledKernel
 from uopviz.core.ops import Ops
 from uopviz.core.uop import UOp
+from uopviz.passes.extent_sharing import ExtentBoundKernel, SharedExtents, share_extents
 from uopviz.passes.schedule import Lowering, record_step
 
 
@@ -45,8 +46,12 @@ def render_stage(lowering: Lowering) -> None:
     (identical kernels once; in parallel where the backend's builds are processes of their own)."""
     bodies = {}
     rendered_sources: dict[UOp, str] = {}
+    shared = _shared_extents(lowering)
     for item in lowering.items:
         linear = item.body
+        if linear in shared:
+            record_step(share_extents, linear, shared[linear].linear, f"share extents {linear.arg}")
+            linear = shared[linear].linear
         source = rendered_sources.get(linear)
         if source is None:
             source = rendered_sources[linear] = render_source(linear, lowering.backend)
@@ -55,11 +60,21 @@ def render_stage(lowering: Lowering) -> None:
         record_step(render_source, linear, rendered, f"render {linear.arg}")
         bodies[item] = rendered
     if lowering.build:
-        compiled = compile_sources({(item.source, str(item.body.arg)) for item in lowering.items},
-                                   lowering.backend)
+        names = {item: str(rendered.src[0].arg) for item, rendered in bodies.items()}
+        compiled = compile_sources({(item.source, names[item]) for item in lowering.items}, lowering.backend)
         for item in lowering.items:
-            item.compiled = compiled[item.source, str(item.body.arg)]
+            item.compiled = compiled[item.source, names[item]]
+            if item.body in shared:
+                item.compiled = ExtentBoundKernel.bind(item.compiled, shared[item.body].values)
     lowering.replace_bodies(bodies)
+
+
+def _shared_extents(lowering: Lowering) -> dict[UOp, SharedExtents]:
+    """The kernels that share a compiled kernel with others of their form (``share_extents``),
+    where the program asks for it and its backend launches such kernels."""
+    if not lowering.share_extents or not backend_named(lowering.backend).shares_extents:
+        return {}
+    return share_extents([item.body for item in lowering.items])
 
 
 def compile_sources(sources: Iterable[tuple[str, str]], backend_name: str) -> dict[tuple[str, str], Any]:
