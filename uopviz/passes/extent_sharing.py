@@ -149,12 +149,13 @@ def _affine_fit(column: tuple[int, ...], values: tuple[int, ...]) -> tuple[int, 
 
 def _share_group(members: list[UOp]) -> dict[UOp, SharedExtents]:
     first = members[0]
-    variable = sorted(_variable_constants(first))
+    columns = {position: tuple(member.src[position].arg[0] for member in members)
+               for position in _variable_constants(first)}  # fmt: skip
+    varying = [position for position, values in columns.items() if len(set(values)) > 1]
     generators = _Generators()
-    for position in variable:
-        values = tuple(member.src[position].arg[0] for member in members)
-        if len(set(values)) > 1:
-            generators.add(position, values)
+    # the smallest first: a channel count generates the strides that are multiples of it
+    for position in sorted(varying, key=lambda position: (abs(columns[position][0]), position)):
+        generators.add(position, columns[position])
     shared = _shared_linear(members, generators)
     return {
         member: SharedExtents(shared, tuple(column[m] for column in generators.columns), len(members))
@@ -164,35 +165,39 @@ def _share_group(members: list[UOp]) -> dict[UOp, SharedExtents]:
 
 def _shared_linear(members: list[UOp], generators: _Generators) -> UOp:
     """The group's LINEAR program: the first member's, with each varying constant computed from the
-    generators (read once, before the first loop, from a PARAM after the kernel's own; the constant's
-    ``a * generator + b`` just before its first use, where the compiler folds ``+ b`` into the
-    address it is part of), every PARAM as large as its smallest member's (a launch checks its
-    arrays hold at least that much)."""
+    generators, every PARAM as large as its smallest member's (a launch checks its arrays hold at
+    least that much).  The generators and their multiples ``a * generator`` are read once, before
+    the first loop; a constant's ``+ b`` comes just before its first use, in the innermost scope
+    around all its uses (where the compiler folds it into the address it is part of, instead of
+    holding one register per constant through the loops)."""
     first = members[0]
     params = [u for u in first.src if u.op is Ops.PARAM]
     slot = max(param.arg.slot for param in params) + 1
     generator_param = UOp.param(slot, (len(generators.columns),), GENERATOR_DTYPE)
     reads: list[UOp] = [generator_param]
-    loaded = []
+    scaled: dict[tuple[int, int], UOp] = {}  # (generator, a) -> a * generator, read before the loops
     for index in range(len(generators.columns)):
         position = UOp.const(dtypes.index, index)
         address = UOp(Ops.INDEX, (generator_param, position))
         load = UOp(Ops.LOAD, (address,))
-        value = UOp(Ops.CAST, (load,), dtypes.index)
-        reads += [position, address, load, value]
-        loaded.append(value)
-    computed: dict[UOp, list[UOp]] = {}  # a varying constant -> the instructions computing it
+        scaled[index, 1] = UOp(Ops.CAST, (load,), dtypes.index)
+        reads += [position, address, load, scaled[index, 1]]
+    computed: dict[UOp, list[UOp]] = {}  # a varying constant -> the instructions adding its b
+    values: dict[UOp, UOp] = {}  # a varying constant -> the instruction computing it
     for position, (generator, a, b) in generators.affine.items():
-        steps = [loaded[generator]]
-        if a != 1:
+        if (generator, a) not in scaled:
             factor = UOp.const(dtypes.index, a)
-            steps += [factor, UOp(Ops.MUL, (steps[-1], factor))]
+            scaled[generator, a] = UOp(Ops.MUL, (scaled[generator, 1], factor))
+            reads += [factor, scaled[generator, a]]
+        constant = first.src[position]
+        values[constant] = scaled[generator, a]
         if b != 0:
             offset = UOp.const(dtypes.index, b)
-            steps += [offset, UOp(Ops.ADD, (steps[-1], offset))]
-        computed[first.src[position]] = steps[1:] or steps
+            computed[constant] = [offset, UOp(Ops.ADD, (scaled[generator, a], offset))]
+            values[constant] = computed[constant][-1]
     resized = {param: _resized_param(param, members) for param in params}
-    return UOp(Ops.LINEAR, _rebuilt(first.src, computed, resized, reads), f"{first.arg}_shared")
+    instructions = _rebuilt(first.src, values, computed, resized, reads)
+    return UOp(Ops.LINEAR, instructions, f"{first.arg}_shared")
 
 
 def _resized_param(param: UOp, members: list[UOp]) -> UOp:
@@ -207,28 +212,73 @@ def _param_size(linear: UOp, slot: int) -> int:
     return int(np.prod(param.shape)) if param.shape else 1
 
 
+#: the instructions that open and close a scope of a LINEAR program (kernel-ir.md)
+SCOPE_OPENERS, SCOPE_CLOSERS = frozenset({Ops.RANGE, Ops.IF}), frozenset({Ops.END, Ops.ENDIF})
+
+
+def _scopes(instructions: tuple[UOp, ...]) -> list[tuple[int, ...]]:
+    """Each instruction's scope: the positions of the RANGEs and IFs open around it."""
+    open_now: list[int] = []
+    scopes = []
+    for index, u in enumerate(instructions):
+        if u.op in SCOPE_CLOSERS:
+            open_now.pop()
+        scopes.append(tuple(open_now))
+        if u.op in SCOPE_OPENERS:
+            open_now.append(index)
+    return scopes
+
+
+def _placements(instructions: tuple[UOp, ...], computed: dict[UOp, list[UOp]]) -> dict[int, list[UOp]]:
+    """Where each constant's instructions go: before the first use when that use is in the innermost
+    scope around all the uses, else before the opener (RANGE or IF) of the first use's scope that is
+    one deeper than that common scope."""
+    scopes = _scopes(instructions)
+    uses: dict[UOp, list[int]] = {constant: [] for constant in computed}
+    for index, u in enumerate(instructions):
+        for operand in u.src:
+            if operand in uses:
+                uses[operand].append(index)
+    placements: dict[int, list[UOp]] = defaultdict(list)
+    for constant, indexes in uses.items():
+        if not indexes:
+            continue
+        common = _common_prefix([scopes[index] for index in indexes])
+        first_use = indexes[0]
+        at = first_use if len(scopes[first_use]) == len(common) else scopes[first_use][len(common)]
+        placements[at] += computed[constant]
+    return placements
+
+
+def _common_prefix(paths: list[tuple[int, ...]]) -> tuple[int, ...]:
+    shortest = min(paths, key=len)
+    for depth in range(len(shortest)):
+        if any(path[depth] != shortest[depth] for path in paths):
+            return shortest[:depth]
+    return shortest
+
+
 def _rebuilt(
-    instructions: tuple[UOp, ...], computed: dict[UOp, list[UOp]], resized: dict[UOp, UOp], reads: list[UOp]
+    instructions: tuple[UOp, ...],
+    values: dict[UOp, UOp],
+    computed: dict[UOp, list[UOp]],
+    resized: dict[UOp, UOp],
+    reads: list[UOp],
 ) -> tuple[UOp, ...]:
-    """The instructions with each constant of ``computed`` replaced by the last of its instructions
-    (placed just before its first use) and each PARAM by its ``resized`` one; ``reads`` go before
-    the first instruction that is not a PARAM or a CONST (the kernel's leading declarations)."""
-    new: dict[UOp, UOp] = {constant: steps[-1] for constant, steps in computed.items()}
-    new.update(resized)
+    """The instructions with each varying constant replaced by its ``values`` instruction (the
+    ``computed`` ones placed by :func:`_placements`) and each PARAM by its ``resized`` one; ``reads``
+    go before the first instruction that is not a PARAM or a CONST (the kernel's declarations)."""
+    placements = _placements(instructions, computed)
+    new: dict[UOp, UOp] = {**values, **resized}
     out: list[UOp] = []
     placed = False
-    emitted: set[UOp] = set()
-    read_set = set(reads)
-    for u in instructions:
-        if u in computed:
+    for index, u in enumerate(instructions):
+        if u in values:
             continue
         if not placed and u.op not in (Ops.PARAM, Ops.CONST):
             out += reads
             placed = True
-        for operand in u.src:
-            if operand in computed and operand not in emitted:
-                out += [step for step in computed[operand] if step not in read_set]
-                emitted.add(operand)
+        out += placements.get(index, [])
         if u in resized:
             rebuilt = resized[u]
         elif any(operand in new for operand in u.src):
@@ -273,4 +323,12 @@ class ExtentBoundKernel(CompiledKernel):
         return self.shared.prepare(*arrays, self.generator_array())
 
 
-__all__ = ["GENERATOR_DTYPE", "VARIABLE_USES", "ExtentBoundKernel", "SharedExtents", "share_extents"]
+__all__ = [
+    "GENERATOR_DTYPE",
+    "SCOPE_CLOSERS",
+    "SCOPE_OPENERS",
+    "VARIABLE_USES",
+    "ExtentBoundKernel",
+    "SharedExtents",
+    "share_extents",
+]
