@@ -43,27 +43,30 @@ def program_uop(linear: UOp, source: str) -> UOp:
 
 def render_stage(lowering: Lowering) -> None:
     """Render: every LINEAR program rendered and, unless ``build=False``, compiled by the backend
-    (identical kernels once; in parallel where the backend's builds are processes of their own)."""
+    (identical kernels once, kernels differing only in an extent once where the program asks for
+    it; in parallel where the backend's builds are processes of their own, each build starting as
+    soon as its source is rendered)."""
     bodies = {}
     rendered_sources: dict[UOp, str] = {}
     shared = _shared_extents(lowering)
-    for item in lowering.items:
-        linear = item.body
-        if linear in shared:
-            record_step(share_extents, linear, shared[linear].linear, f"share extents {linear.arg}")
-            linear = shared[linear].linear
-        source = rendered_sources.get(linear)
-        if source is None:
-            source = rendered_sources[linear] = render_source(linear, lowering.backend)
-        item.source = source
-        rendered = program_uop(linear, source)
-        record_step(render_source, linear, rendered, f"render {linear.arg}")
-        bodies[item] = rendered
-    if lowering.build:
-        names = {item: str(rendered.src[0].arg) for item, rendered in bodies.items()}
-        compiled = compile_sources({(item.source, names[item]) for item in lowering.items}, lowering.backend)
+    with SourceBuilds(lowering.backend, lowering.build) as builds:
         for item in lowering.items:
-            item.compiled = compiled[item.source, names[item]]
+            linear = item.body
+            if linear in shared:
+                record_step(share_extents, linear, shared[linear].linear, f"share extents {linear.arg}")
+                linear = shared[linear].linear
+            source = rendered_sources.get(linear)
+            if source is None:
+                source = rendered_sources[linear] = render_source(linear, lowering.backend)
+                builds.submit(source, str(linear.arg))
+            item.source = source
+            rendered = program_uop(linear, source)
+            record_step(render_source, linear, rendered, f"render {linear.arg}")
+            bodies[item] = rendered
+        compiled = builds.results()
+    if lowering.build:
+        for item, rendered in bodies.items():
+            item.compiled = compiled[item.source, str(rendered.src[0].arg)]
             if item.body in shared:
                 item.compiled = ExtentBoundKernel.bind(item.compiled, shared[item.body].values)
     lowering.replace_bodies(bodies)
@@ -77,18 +80,51 @@ def _shared_extents(lowering: Lowering) -> dict[UOp, SharedExtents]:
     return share_extents([item.body for item in lowering.items])
 
 
+class SourceBuilds:
+    """The builds of a program's sources: each ``(source, name)`` compiled once, in a thread per core
+    from the moment it is submitted where the backend's builds run as processes of their own
+    (``Backend.parallel_compile``), else one after the other when the results are asked for; with
+    ``build=False`` none.  A context manager: leaving it waits for the builds still running."""
+
+    def __init__(self, backend: str | Backend, build: bool = True) -> None:
+        self.backend = backend_named(backend)
+        self.build = build
+        self.pending: dict[tuple[str, str], Any] = {}
+        cores = os.cpu_count() or 1
+        parallel = build and self.backend.parallel_compile and cores > 1
+        self.pool = ThreadPoolExecutor(cores, thread_name_prefix="uopviz-compile") if parallel else None
+
+    def submit(self, source: str, name: str) -> None:
+        """Compile ``source`` (started now when builds run in parallel)."""
+        if not self.build or (source, name) in self.pending:
+            return
+        self.pending[source, name] = (
+            self.pool.submit(compile_source, source, name, self.backend) if self.pool is not None else None
+        )
+
+    def results(self) -> dict[tuple[str, str], Any]:
+        """Every submitted ``(source, name)``'s compiled kernel (a build's error raised here)."""
+        return {
+            key: future.result() if future is not None else compile_source(*key, self.backend)
+            for key, future in self.pending.items()
+        }
+
+    def __enter__(self) -> SourceBuilds:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def compile_sources(sources: Iterable[tuple[str, str]], backend_name: str) -> dict[tuple[str, str], Any]:
     """Each ``(source, name)`` compiled once: in a thread per core when the backend's builds run as
     processes of their own (``Backend.parallel_compile``), else one after the other."""
-    backend = backend_named(backend_name)
-    pending = list(dict.fromkeys(sources))
-    workers = min(len(pending), os.cpu_count() or 1) if backend.parallel_compile else 1
-    if workers <= 1:
-        return {(source, name): compile_source(source, name, backend) for source, name in pending}
-    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
-        futures = {key: pool.submit(compile_source, key[0], key[1], backend) for key in pending}
-        return {key: future.result() for key, future in futures.items()}
+    with SourceBuilds(backend_name) as builds:
+        for source, name in sources:
+            builds.submit(source, name)
+        return builds.results()
 
 
-__all__ = ["backend_named", "compile_source", "compile_sources", "program_uop", "render_source",
-           "render_stage"]
+__all__ = ["SourceBuilds", "backend_named", "compile_source", "compile_sources", "program_uop",
+           "render_source", "render_stage"]
