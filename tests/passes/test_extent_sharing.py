@@ -96,17 +96,18 @@ def test_tensor_programs_keep_their_own_kernels():
     assert len(set(program.sources)) == len(program.items) == 4  # two rand fills, two row sums
 
 
-def _row_sums(columns: int, backend: str = "c") -> UOp:
-    """The LINEAR program of a 4 x ``columns`` row sum on ``backend``, as the pipeline makes it."""
-    rows = uv.Tensor(np.ones((4, columns), np.float32))
-    program = uv.compile(rows.sum(axis=1), backend=backend, build=False)
+def _block_sums(blocks: int, backend: str = "c") -> UOp:
+    """The LINEAR program summing the 4 rows of each of ``blocks`` 4 x 8 blocks on ``backend``, as
+    the pipeline makes it: a loop over the blocks around a loop over 8 columns around the sum."""
+    data = uv.Tensor(np.ones((blocks, 4, 8), np.float32))
+    program = uv.compile(data.sum(axis=1), backend=backend, build=False)
     (item,) = program.items
     return item.body.src[0]
 
 
 def test_share_extents_fits_each_varying_constant_to_a_generator():
-    # rows of 6, 10, 14: the reduction's length and the row stride vary together: one generator
-    linears = [_row_sums(columns) for columns in (6, 10, 14)]
+    # 6, 10, 14 blocks: the outer loop's length varies (the strides do not): one generator
+    linears = [_block_sums(blocks) for blocks in (6, 10, 14)]
     shared = share_extents(linears)
     assert set(shared) == set(linears)
     (program,) = {entry.linear for entry in shared.values()}
@@ -114,24 +115,36 @@ def test_share_extents_fits_each_varying_constant_to_a_generator():
     assert all(entry.members == 3 for entry in shared.values())
     params = sorted((u for u in program.src if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
     assert [p.arg.slot for p in params] == [0, 1, 2] and params[2].arg.dtype == dtypes.int64
-    assert params[1].shape == (24,)  # the smallest member's input
+    assert params[1].shape == (6 * 32,)  # the smallest member's input
     # alone, a kernel shares with nobody
     assert share_extents(linears[:1]) == {}
 
 
+def test_the_bound_of_a_scalar_innermost_loop_stays_in_the_code():
+    # a row sum's reduction is the innermost loop, with scalar values: C's compiler unrolls and
+    # vectorises it knowing its length, so sums of rows of 6 and 10 keep their own kernels
+    def row_sums(columns: int) -> UOp:
+        program = uv.compile(
+            uv.Tensor(np.ones((4, columns), np.float32)).sum(axis=1), backend="c", build=False
+        )
+        return program.items[0].body.src[0]
+
+    assert share_extents([row_sums(6), row_sums(10)]) == {}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_shared_linear_program_computes_each_members_row_sums(backend):
+def test_a_shared_linear_program_computes_each_members_sums(backend):
     from uopviz.passes.render import compile_source, render_source
 
-    linears = [_row_sums(columns, backend) for columns in (6, 10, 14)]
+    linears = [_block_sums(blocks, backend) for blocks in (6, 10, 14)]
     shared = share_extents(linears)
     (program,) = {entry.linear for entry in shared.values()}
     compiled = compile_source(render_source(program, backend), str(program.arg), backend)
-    for linear, columns in zip(linears, (6, 10, 14)):
-        data = RNG.standard_normal((4, columns)).astype(np.float32)
-        out = np.zeros(4, np.float32)
+    for linear, blocks in zip(linears, (6, 10, 14)):
+        data = RNG.standard_normal((blocks, 4, 8)).astype(np.float32)
+        out = np.zeros(blocks * 8, np.float32)
         ExtentBoundKernel.bind(compiled, shared[linear].values)(out, data.reshape(-1))
-        np.testing.assert_allclose(out, data.sum(axis=1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out.reshape(blocks, 8), data.sum(axis=1), rtol=1e-5, atol=1e-6)
 
 
 def test_affine_fit():

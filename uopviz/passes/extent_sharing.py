@@ -78,21 +78,39 @@ def share_extents(linears: Sequence[UOp], minimum_group: int = 2) -> dict[UOp, S
 
 
 def _variable_constants(linear: UOp) -> set[int]:
-    """Positions in ``linear.src`` of the index constants that may vary (every use in VARIABLE_USES,
-    never the length of a THREAD range)."""
-    position = {instruction: index for index, instruction in enumerate(linear.src)}
+    """Positions in ``linear.src`` of the index constants that may vary: every use in VARIABLE_USES,
+    never the length of a THREAD range, never in a scalar innermost loop (its own bound, or its
+    body's addresses: with them known the compiler unrolls and vectorises that loop itself)."""
+    instructions = linear.src
+    position = {instruction: index for index, instruction in enumerate(instructions)}
     candidates = {
-        index for index, u in enumerate(linear.src) if u.op is Ops.CONST and u.dtype == dtypes.index
+        index for index, u in enumerate(instructions) if u.op is Ops.CONST and u.dtype == dtypes.index
     }
-    for user in linear.src:
+    compiler_loops = _scalar_innermost_loops(instructions)
+    scopes = _scopes(instructions)
+    for index, user in enumerate(instructions):
+        loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
+        in_compiler_loop = bool(loops) and loops[-1] in compiler_loops
+        threads = user.op is Ops.RANGE and user.arg[1] is AxisType.THREAD
+        if user.op in VARIABLE_USES and not threads and not in_compiler_loop:
+            continue
         for operand in user.src:
-            index = position.get(operand)
-            if index not in candidates:
-                continue
-            threads = user.op is Ops.RANGE and user.arg[1] is AxisType.THREAD
-            if user.op not in VARIABLE_USES or threads:
-                candidates.discard(index)
+            candidates.discard(position.get(operand))
     return candidates
+
+
+def _scalar_innermost_loops(instructions: tuple[UOp, ...]) -> set[int]:
+    """The positions of the RANGEs with no RANGE inside and no vector value in their body: loops the
+    C compiler vectorises and unrolls itself when it knows their bounds and strides."""
+    scopes = _scopes(instructions)
+    ranges = {index for index, u in enumerate(instructions) if u.op is Ops.RANGE}
+    outer = {opener for index in ranges for opener in scopes[index] if opener in ranges}
+    vectorised = set()
+    for index, u in enumerate(instructions):
+        loops = [opener for opener in scopes[index] if opener in ranges]
+        if u.dtype.count > 1 and loops:
+            vectorised.add(loops[-1])
+    return ranges - outer - vectorised
 
 
 def _form(linear: UOp) -> tuple:
