@@ -1,7 +1,7 @@
 """Kernels that differ only in an extent share one compiled kernel, the extents read at run time.
 
 A network compiles many kernels that are the same code for other sizes: DenseNet-121's 488 kernels
-are 272 distinct LINEAR programs but about 40 forms, most differing only in a channel count (a
+are 272 distinct LINEAR programs but 63 forms, most differing only in a channel count (a
 reduction's length, a buffer's stride, the channel offset a concatenation writes at).  Render asks
 :func:`share_extents` for the groups of LINEAR programs equal up to such integer constants; each
 group becomes one LINEAR program whose differing constants are read from one more PARAM, an int64
@@ -12,8 +12,10 @@ few numbers and the compiler folds the rest into its address arithmetic.
 
 A constant may become a run-time value only where that costs no speed (:data:`VARIABLE_USES`): a
 loop bound, a term of an address sum or product, a comparison.  A divisor, a shift, a lane of a
-vector or a THREAD range's length (the parallel split) stays in the code, so kernels differing
-there stay apart.
+vector, a THREAD range's length (the parallel split) and anything in a scalar innermost loop (which
+the C compiler unrolls and vectorises itself when it knows its length and strides) stays in the
+code, so kernels differing there stay apart.  Measured on DenseNet-121, each kernel alone, shared
+against its own: the same time on C and LLVM.
 """
 
 from __future__ import annotations
@@ -86,8 +88,8 @@ def _variable_constants(linear: UOp) -> set[int]:
     candidates = {
         index for index, u in enumerate(instructions) if u.op is Ops.CONST and u.dtype == dtypes.index
     }
-    compiler_loops = _scalar_innermost_loops(instructions)
     scopes = _scopes(instructions)
+    compiler_loops = _scalar_innermost_loops(instructions, scopes)
     for index, user in enumerate(instructions):
         loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
         in_compiler_loop = bool(loops) and loops[-1] in compiler_loops
@@ -99,10 +101,10 @@ def _variable_constants(linear: UOp) -> set[int]:
     return candidates
 
 
-def _scalar_innermost_loops(instructions: tuple[UOp, ...]) -> set[int]:
+def _scalar_innermost_loops(instructions: tuple[UOp, ...], scopes: list[tuple[int, ...]]) -> set[int]:
     """The positions of the RANGEs with no RANGE inside and no vector value in their body: loops the
-    C compiler vectorises and unrolls itself when it knows their bounds and strides."""
-    scopes = _scopes(instructions)
+    C compiler vectorises and unrolls itself when it knows their bounds and strides (``scopes``:
+    each instruction's, :func:`_scopes`)."""
     ranges = {index for index, u in enumerate(instructions) if u.op is Ops.RANGE}
     outer = {opener for index in ranges for opener in scopes[index] if opener in ranges}
     vectorised = set()
@@ -124,7 +126,8 @@ def _form(linear: UOp) -> tuple:
             form.append((u.op, u.arg))
             continue
         arg: Any = "variable" if index in variable else u.arg
-        operands = tuple(position.get(operand, operand) for operand in u.src)
+        # an operand that is no instruction (a shape) by identity: never compared as a UOp (== builds one)
+        operands = tuple(position.get(operand, ("outside", id(operand))) for operand in u.src)
         form.append((u.op, u.dtype, arg, operands))
     return (tuple(form), frozenset(variable))
 
