@@ -13,6 +13,8 @@ before.  The child writes the NNEF 1.0 folder (untimed), then times
 - peer: ONNX Runtime's CPU provider (2 intra-op threads) on the ONNX form of the same network;
 - the largest absolute error of our output against the numpy reference (float64), and relative
   to the largest output;
+- warm: load + compile again in another child with the cache the first one filled (the front end
+  runs again, every compiled kernel comes from the persistent cache);
 
 and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time, and each
 stage's 3x3 convolution of ResNet-50 alone (GFLOP/s against ONNX Runtime's on the same weights).
@@ -24,7 +26,8 @@ MobileNet-v2), ``UOPVIZ_ZOO_OPTS=none`` compiles without the heuristic's optimiz
 that takes more than ``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an error row.
 
 The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c [batch]``
-prints one JSON object (``... conv c``: the single convolutions' times and errors;
+prints one JSON object (``... warm resnet50 c``: load + compile again with the cache the first
+child filled, in a new process; ``... conv c``: the single convolutions' times and errors;
 ``... kernels resnet50 c [converted]``: where a model's inference time goes, each kernel's median
 time bound to its arrays, slowest first, with the sum and ``graph.run``'s median; ``converted``:
 of the folder nnef-tools writes from the ONNX form).
@@ -100,25 +103,53 @@ def _child(model: str, backend: str, batch: int = 1) -> dict:
         "kernels": len(program.kernels),
         "by_kind": zoo_breakdown.ours_by_kind(graph, program, inputs),
         "peer_by_kind": zoo_breakdown.ort_by_kind(onnx_model, inputs, ORT_THREADS),
+        "compiled": len(set(program.sources)),
         "onnxruntime": __import__("onnxruntime").__version__,
     }
 
 
+def _warm_child(model: str, backend: str) -> dict:
+    """Runs in a child process after :func:`_child`, with its cache: load + compile again in a new
+    process, every compiled kernel a hit of the persistent cache (the front end runs again)."""
+    import zoo
+
+    import uopviz as uv
+
+    with tempfile.TemporaryDirectory(prefix="uopviz-zoo-") as folder:
+        zoo.write_nnef1(zoo.BUILDERS[model](), folder)
+        started = time.perf_counter()
+        graph = uv.nnef.load(folder)
+        loaded = time.perf_counter()
+        graph.compile(backend, opts=OPTS)
+        compiled = time.perf_counter()
+    return {"load_s": loaded - started, "compile_s": compiled - loaded}
+
+
 def _measure_in_child(
-    model: str, backend: str, timeout: float, mode: tuple[str, ...] = (), extra: tuple[str, ...] = ()
+    model: str, backend: str, timeout: float, mode: tuple[str, ...] = (), extra: tuple[str, ...] = (),
+    warm: bool = False,
 ) -> dict:
+    """The child's measurements, with an empty cache of its own; ``warm``: then load + compile again
+    in another child with that cache (``warm_load_s``, ``warm_compile_s``)."""
     with tempfile.TemporaryDirectory(prefix="uopviz-zoo-cache-") as cache:
-        environment = {**os.environ, "UOPVIZ_CACHE": cache}
-        result = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), *mode, model, backend, *extra],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=environment,
-            cwd=BENCH_DIR.parent,
-        )
+        found = _run_child([*mode, model, backend, *extra], cache, timeout, f"{model} on {backend}")
+        if warm:
+            again = _run_child(["warm", model, backend], cache, timeout, f"{model} on {backend}, warm")
+            found.update({f"warm_{key}": value for key, value in again.items()})
+    return found
+
+
+def _run_child(arguments: list[str], cache: str, timeout: float, what: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "UOPVIZ_CACHE": cache},
+        cwd=BENCH_DIR.parent,
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"{model} on {backend} failed:\n{result.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"{what} failed:\n{result.stderr.strip()[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -437,6 +468,22 @@ def _batches(models: list[str]) -> list[tuple[str, int]]:
 BATCHED_MODELS = ("resnet50", "mobilenet_v2")
 
 
+def _warm_rows(case: str, m: dict) -> list[dict]:
+    """Load + compile again in a new process with the cache the cold child filled (batch 1 only)."""
+    from run import row
+
+    if "warm_load_s" not in m:
+        return []
+    return [
+        row(
+            f"{case}: load + compile, warm",
+            m["warm_load_s"] + m["warm_compile_s"],
+            notes=f"load {m['warm_load_s']:.2f} s, compile {m['warm_compile_s']:.2f} s in a new "
+            "process, every kernel in the persistent cache",
+        )
+    ]
+
+
 def _model_rows(case: str, m: dict, batch: int) -> list[dict]:
     """The rows of one model measured in a child: load + compile, inference, and the time by kind."""
     import zoo_breakdown
@@ -448,8 +495,9 @@ def _model_rows(case: str, m: dict, batch: int) -> list[dict]:
             f"{case}: load + compile, cold",
             m["load_s"] + m["compile_s"],
             notes=f"load {m['load_s']:.2f} s, compile {m['compile_s']:.2f} s (opts {OPTS}); "
-            f"{m['operations']} operations -> {m['kernels']} kernels; empty cache",
+            f"{m['operations']} operations -> {m['kernels']} kernels, {m['compiled']} compiled; empty cache",
         ),
+        *_warm_rows(case, m),
         row(
             f"{case}: inference",
             m["inference_s"],
@@ -488,7 +536,7 @@ def run() -> list[dict]:
                 else f"{model} NNEF 1.0 batch {batch} ({backend})"
             )
             try:
-                m = _measure_in_child(model, backend, timeout, extra=(str(batch),))
+                m = _measure_in_child(model, backend, timeout, extra=(str(batch),), warm=batch == 1)
             except Exception as error:  # noqa: BLE001 - one model's failure is its own row
                 rows.append({"case": f"{case}: load + compile, cold", "status": "error",
                              "notes": f"{type(error).__name__}: {error}"})  # fmt: skip
@@ -534,6 +582,8 @@ if __name__ == "__main__":
         print(json.dumps(_conv_child(sys.argv[2])))
     elif sys.argv[1] == "converted":
         print(json.dumps(_converted_child(sys.argv[2], sys.argv[3])))
+    elif sys.argv[1] == "warm":
+        print(json.dumps(_warm_child(sys.argv[2], sys.argv[3])))
     elif sys.argv[1] == "kernels":
         print(json.dumps(_kernels_child(*sys.argv[2:5])))
     else:

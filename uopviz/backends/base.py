@@ -426,6 +426,10 @@ class Backend(abc.ABC):
     #: True when ``compile`` may run in several threads at once (each build its own process), so
     #: the Render stage compiles a program's distinct kernels in parallel
     parallel_compile: bool = False
+    #: True when one compiled kernel may serve kernels that differ only in an extent, each launch
+    #: reading its extents from one more int64 array (``uopviz.passes.extent_sharing``): CPU
+    #: backends, whose launch sizes do not come from the kernel's ranges
+    shares_extents: bool = False
     #: rules of the backend's own, by the name of the pipeline stage that runs them (``"Linearize"``,
     #: ``"Instruction Selection"``, any stage from Optimize on): the stage rewrites each kernel with
     #: them before its own rules, as a traced pass named after the backend (``cuda rules``); a

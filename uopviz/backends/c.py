@@ -338,6 +338,7 @@ class CBackend(TargetsCPU, Backend):
     scalar_dtypes = frozenset({dtypes.bfloat16})
     tensor_cores = cpu_tensor_cores()
     parallel_compile = True  # each build is a compiler process
+    shares_extents = True
 
     def __init__(self) -> None:
         self.renderer = CRenderer(self.tensor_cores)

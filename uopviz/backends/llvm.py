@@ -217,6 +217,7 @@ class LLVMBackend(TargetsCPU, Backend):
     vector_widths = (2, 4, 8, 16)
     has_local = False
     tensor_cores = cpu_tensor_cores()
+    shares_extents = True
 
     def __init__(self) -> None:
         self._compiled: dict[str, LLVMCompiledKernel] = {}

@@ -144,8 +144,12 @@ def _handle_allocate(session: int, specs: list[tuple]) -> int:
     return len(_SESSIONS[session])
 
 
-def _handle_run_bound(backend: str, source: str, name: str, session: int, arguments: list[tuple]) -> None:
-    _compile(backend, source, name)(*bound_arguments(_SESSIONS[session], arguments))
+def _handle_run_bound(backend: str, source: str, name: str, session: int, arguments: list[tuple],
+                      extents: tuple[int, ...] = ()) -> None:
+    arrays = bound_arguments(_SESSIONS[session], arguments)
+    if extents:  # a kernel shared by kernels that differ in an extent reads this launch's from its last array
+        arrays.append(np.array(extents, dtype=np.int64))
+    _compile(backend, source, name)(*arrays)
 
 
 def _handle_fetch(session: int, indexes: list[int]) -> list[np.ndarray]:
@@ -390,10 +394,13 @@ class Worker:
         session: int,
         arguments: Sequence[tuple[int, int, int | None]],
         timeout_s: float = 120.0,
+        extents: Sequence[int] = (),
     ) -> None:
-        """Run a kernel on buffers of an :meth:`allocate` session (see :func:`bound_arguments`)."""
+        """Run a kernel on buffers of an :meth:`allocate` session (see :func:`bound_arguments`);
+        ``extents``: the int64 values a kernel shared across extents reads from its last argument
+        (``uopviz.passes.extent_sharing``)."""
         payload = {"backend": backend, "source": source, "name": name, "session": session,
-                   "arguments": list(arguments)}  # fmt: skip
+                   "arguments": list(arguments), "extents": tuple(extents)}  # fmt: skip
         self.request("run_bound", payload, timeout_s, name, backend)
 
     def fetch(self, session: int, indexes: Sequence[int], timeout_s: float = 120.0) -> list[np.ndarray]:

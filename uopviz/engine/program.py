@@ -25,6 +25,7 @@ from uopviz.core.limits import check_allocation
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import tracing
 from uopviz.core.uop import UOp
+from uopviz.passes.extent_sharing import ExtentBoundKernel
 from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.pipeline import lower
 from uopviz.passes.render import backend_named
@@ -56,7 +57,8 @@ def compile(outputs: Any, backend: str = "python", opts: Any = None,  # noqa: A0
 
 def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: Sequence[UOp],
                     outputs: Sequence[UOp], backend: str = "python", opts: Any = None, build: bool = True,
-                    front_end: Callable[[Program], None] | None = None) -> Program:
+                    front_end: Callable[[Program], None] | None = None,
+                    share_extents: bool = False) -> Program:
     """Compile kernel ASTs made by a front end other than Tensors (already in the form Rangeify
     gives, ``docs/design/kernel-ir.md``) through Optimize ... Render: a runnable :class:`Program`.
 
@@ -65,7 +67,8 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
     the caller supplies (``Program.run`` takes them by position in this order); ``outputs``: the
     BUFFERs whose final contents ``run`` returns, flat.  ``front_end(program)``, when given, runs
     inside the trace before Optimize, so the front end can record its own passes there.  ``opts`` as
-    for :func:`compile`.
+    for :func:`compile`.  ``share_extents``: kernels that differ only in an extent share one
+    compiled kernel on the CPU backends (:mod:`uopviz.passes.extent_sharing`).
     """
     params = {buffer: UOp.param(slot, buffer.shape, buffer.arg.dtype, buffer.arg.device)
               for slot, buffer in enumerate(inputs)}
@@ -82,7 +85,7 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
     if build:
         backend_named(backend).require()
     with tracing() as trace:
-        program = Program(list(outputs), backend, build=build, opts=opts)
+        program = Program(list(outputs), backend, build=build, opts=opts, share_extents=share_extents)
         program.graph = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(current[b] for b in outputs)), *inputs))
         program.inputs = list(inputs)
         program.items = items
@@ -165,7 +168,9 @@ class Program(Lowering):
                 arguments = [self._argument_of(index, sizes, a, item, slot)
                              for slot, a in enumerate(item.arguments)]
                 compiled = item.compiled
-                worker.run_bound(compiled.backend, compiled.source, compiled.name, session, arguments)
+                extents = compiled.generators if isinstance(compiled, ExtentBoundKernel) else ()
+                worker.run_bound(compiled.backend, compiled.source, compiled.name, session, arguments,
+                                 extents=extents)
             wanted = list(dict.fromkeys(self._key_of(storage_of(value)) for value in self.output_values()))
             fetched = worker.fetch(session, [index[key] for key in wanted])
         except BaseException:

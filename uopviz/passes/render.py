@@ -19,6 +19,7 @@ from uopviz.backends.base import Backend, CompiledKernel
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, rewrite_root
 from uopviz.core.uop import UOp
+from uopviz.passes.extent_sharing import ExtentBoundKernel, SharedExtents, share_extents
 from uopviz.passes.schedule import Lowering
 
 
@@ -67,6 +68,19 @@ render_rules = PatternMatcher([
 ], name="render")
 
 
+def linear_shares_extents(ctx: dict[UOp, SharedExtents], linear: UOp) -> UOp | None:
+    """A kernel of a group that differs only in index constants becomes the group's one LINEAR, those
+    constants read from its extents PARAM (:func:`~uopviz.passes.extent_sharing.share_extents`)."""
+    group = ctx.get(linear)
+    return None if group is None else group.linear
+
+
+#: tried at the root of each kernel that shares a compiled kernel with others of its form
+share_extents_rules = PatternMatcher([
+    (UPat(Ops.LINEAR, name="linear"), linear_shares_extents, "kernels differing only in extents share one"),
+], name="share extents")
+
+
 def render_kernel(linear: UOp, context: RenderContext) -> UOp:
     """``PROGRAM(LINEAR, SOURCE)`` of one kernel, by :data:`render_rules` (a pass ``render <name>`` in
     the trace, one step named after the rule)."""
@@ -77,33 +91,87 @@ def render_kernel(linear: UOp, context: RenderContext) -> UOp:
 
 def render_stage(lowering: Lowering) -> None:
     """Render: every LINEAR program rendered and, unless ``build=False``, compiled by the backend
-    (identical kernels once; in parallel where the backend's builds are processes of their own)."""
+    (identical kernels once, kernels differing only in an extent once where the program asks for
+    it; in parallel where the backend's builds are processes of their own, each build starting as
+    soon as its source is rendered)."""
     context = RenderContext(lowering.backend)
     bodies = {}
-    for item in lowering.items:
-        rendered = render_kernel(item.body, context)
-        item.source = context.sources[item.body]
-        bodies[item] = rendered
-    if lowering.build:
-        compiled = compile_sources({(item.source, str(item.body.arg)) for item in lowering.items},
-                                   lowering.backend)
+    shared = _shared_extents(lowering)
+    with SourceBuilds(lowering.backend, lowering.build) as builds:
         for item in lowering.items:
-            item.compiled = compiled[item.source, str(item.body.arg)]
+            linear = item.body
+            if linear in shared:
+                name = f"share extents {linear.arg}"
+                linear = rewrite_root(linear, share_extents_rules, ctx=shared, name=name)
+            first = linear not in context.sources
+            rendered = render_kernel(linear, context)
+            item.source = context.sources[linear]
+            if first:
+                builds.submit(item.source, str(linear.arg))
+            bodies[item] = rendered
+        compiled = builds.results()
+    if lowering.build:
+        for item, rendered in bodies.items():
+            item.compiled = compiled[item.source, str(rendered.src[0].arg)]
+            if item.body in shared:
+                item.compiled = ExtentBoundKernel.bind(item.compiled, shared[item.body].values)
     lowering.replace_bodies(bodies)
+
+
+def _shared_extents(lowering: Lowering) -> dict[UOp, SharedExtents]:
+    """The kernels that share a compiled kernel with others of their form (``share_extents``),
+    where the program asks for it and its backend launches such kernels."""
+    if not lowering.share_extents or not backend_named(lowering.backend).shares_extents:
+        return {}
+    return share_extents([item.body for item in lowering.items])
+
+
+class SourceBuilds:
+    """The builds of a program's sources: each ``(source, name)`` compiled once, in a thread per core
+    from the moment it is submitted where the backend's builds run as processes of their own
+    (``Backend.parallel_compile``), else one after the other when the results are asked for; with
+    ``build=False`` none.  A context manager: leaving it waits for the builds still running."""
+
+    def __init__(self, backend: str | Backend, build: bool = True) -> None:
+        self.backend = backend_named(backend)
+        self.build = build
+        self.pending: dict[tuple[str, str], Any] = {}
+        cores = os.cpu_count() or 1
+        parallel = build and self.backend.parallel_compile and cores > 1
+        self.pool = ThreadPoolExecutor(cores, thread_name_prefix="uopviz-compile") if parallel else None
+
+    def submit(self, source: str, name: str) -> None:
+        """Compile ``source`` (started now when builds run in parallel)."""
+        if not self.build or (source, name) in self.pending:
+            return
+        self.pending[source, name] = (
+            self.pool.submit(compile_source, source, name, self.backend) if self.pool is not None else None
+        )
+
+    def results(self) -> dict[tuple[str, str], Any]:
+        """Every submitted ``(source, name)``'s compiled kernel (a build's error raised here)."""
+        return {
+            key: future.result() if future is not None else compile_source(*key, self.backend)
+            for key, future in self.pending.items()
+        }
+
+    def __enter__(self) -> SourceBuilds:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def compile_sources(sources: Iterable[tuple[str, str]], backend_name: str) -> dict[tuple[str, str], Any]:
     """Each ``(source, name)`` compiled once: in a thread per core when the backend's builds run as
     processes of their own (``Backend.parallel_compile``), else one after the other."""
-    backend = backend_named(backend_name)
-    pending = list(dict.fromkeys(sources))
-    workers = min(len(pending), os.cpu_count() or 1) if backend.parallel_compile else 1
-    if workers <= 1:
-        return {(source, name): compile_source(source, name, backend) for source, name in pending}
-    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
-        futures = {key: pool.submit(compile_source, key[0], key[1], backend) for key in pending}
-        return {key: future.result() for key, future in futures.items()}
+    with SourceBuilds(backend_name) as builds:
+        for source, name in sources:
+            builds.submit(source, name)
+        return builds.results()
 
 
-__all__ = ["RenderContext", "backend_named", "compile_source", "compile_sources", "linear_to_program",
-           "program_uop", "render_kernel", "render_rules", "render_source", "render_stage"]
+__all__ = ["RenderContext", "SourceBuilds", "backend_named", "compile_source", "compile_sources",
+           "linear_to_program", "linear_shares_extents", "program_uop", "render_kernel", "render_rules",
+           "render_source", "render_stage", "share_extents_rules"]

@@ -79,6 +79,7 @@ class Lowering:
     build: bool = True
     opts: Any = None
     optimized: bool = False
+    share_extents: bool = False  # kernels differing only in an extent share one (passes.extent_sharing)
 
     # -- what it is ---------------------------------------------------------------------------
     @property

@@ -163,6 +163,7 @@ def _compile_segment(
             backend=context.backend,
             opts=opts,
             build=build,
+            share_extents=True,
         )
     program.trace = trace
     program.nnef_inputs = input_names

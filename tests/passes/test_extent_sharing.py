@@ -1,0 +1,169 @@
+"""Kernels that differ only in an extent share one compiled kernel (uopviz.passes.extent_sharing):
+a dense block's layers (each a concatenation one growth wider) compile to fewer kernels than
+they launch, and still compute what numpy does, in this process and in the isolated worker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz.core.dtype import dtypes
+from uopviz.core.ops import Ops
+from uopviz.core.uop import UOp
+from uopviz.nnef.nnef1.loader import loads_nnef1
+from uopviz.passes.extent_sharing import ExtentBoundKernel, _affine_fit, share_extents
+
+BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]
+RNG = np.random.default_rng(25)
+GROWTH, FIRST, LAYERS = 4, 8, 4
+
+# a DenseNet block: each layer's 1x1 convolution reads every channel so far (FIRST + k * GROWTH)
+# and its output is concatenated after them
+LAYER = """    r{k} = relu(x{k});
+    c{k} = conv(r{k}, w{k}, 0.0);
+    x{n} = concat([x{k}, c{k}], axis = 1);
+"""
+DENSE_BLOCK = (
+    "version 1.0;\ngraph Dense( x0 ) -> ( x{layers} )\n{{\n"
+    "    x0 = external<scalar>(shape = [1, {first}, 6, 6]);\n{variables}{layers_text}}}\n"
+)
+
+
+def _dense_block() -> tuple[str, dict[str, np.ndarray]]:
+    weights = {f"w{k}": RNG.standard_normal((GROWTH, FIRST + k * GROWTH, 1, 1)).astype(np.float32)
+               for k in range(LAYERS)}  # fmt: skip
+    variables = "".join(
+        f"    w{k} = variable<scalar>(shape = [{GROWTH}, {FIRST + k * GROWTH}, 1, 1], label = 'w{k}');\n"
+        for k in range(LAYERS)
+    )
+    layers_text = "".join(LAYER.format(k=k, n=k + 1) for k in range(LAYERS))
+    text = DENSE_BLOCK.format(layers=LAYERS, first=FIRST, variables=variables, layers_text=layers_text)
+    return text, weights
+
+
+def _reference(x: np.ndarray, weights: dict[str, np.ndarray]) -> np.ndarray:
+    for k in range(LAYERS):
+        w = weights[f"w{k}"][:, :, 0, 0]
+        x = np.concatenate([x, np.einsum("oc,nchw->nohw", w, np.maximum(x, 0))], axis=1)
+    return x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dense_block_shares_kernels_across_channel_counts_and_computes_what_numpy_does(backend):
+    text, weights = _dense_block()
+    graph = loads_nnef1(text, weights)
+    program = graph.compile(backend, opts="heuristic", progress=False)
+    shared = [item for item in program.items if isinstance(item.compiled, ExtentBoundKernel)]
+    # every layer's convolution (its reduction over 8, 12, 16, 20 channels) and every layer's copy
+    # of the block so far into the wider concatenation differ only in a channel count
+    assert len(shared) >= 2 * LAYERS
+    assert len(set(program.sources)) <= len(program.items) - len(shared) // 2
+    by_source = {}
+    for item in shared:
+        by_source.setdefault(item.source, []).append(item.compiled.generators)
+    assert all(len(set(generators)) == len(generators) for generators in by_source.values())
+    x = RNG.standard_normal((1, FIRST, 6, 6)).astype(np.float32)
+    expected = _reference(x, weights)
+    out = graph.run({"x0": x}, backend=backend, opts="heuristic")[f"x{LAYERS}"]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shared_kernels_run_in_the_isolated_worker_with_their_extents(backend):
+    from uopviz.nnef.program.runtime import program_inputs
+
+    text, weights = _dense_block()
+    graph = loads_nnef1(text, weights)
+    program = graph.compile(backend, opts="heuristic", progress=False)
+    assert any(isinstance(item.compiled, ExtentBoundKernel) for item in program.items)
+    x = RNG.standard_normal((1, FIRST, 6, 6)).astype(np.float32)
+    inputs = program_inputs(graph, program, {"x0": x, **weights})
+    here = dict(zip(program.nnef_outputs, program.run(inputs)))
+    isolated = dict(zip(program.nnef_outputs, program.run(inputs, isolated=True)))
+    expected = _reference(x, weights)
+    for outputs in (here, isolated):
+        np.testing.assert_allclose(
+            outputs[f"x{LAYERS}"].reshape(expected.shape), expected, rtol=1e-5, atol=1e-5
+        )
+
+
+def test_tensor_programs_keep_their_own_kernels():
+    # sharing is asked for by the NNEF compile only: a Tensor program's sources stay as they were
+    a, b = uv.Tensor.rand(4, 6, seed=1), uv.Tensor.rand(4, 10, seed=2)
+    program = uv.compile([a.sum(axis=1), b.sum(axis=1)], backend=BACKENDS[0] if BACKENDS else "python")
+    assert not any(isinstance(item.compiled, ExtentBoundKernel) for item in program.items)
+    assert len(set(program.sources)) == len(program.items) == 4  # two rand fills, two row sums
+
+
+def _block_sums(blocks: int, backend: str = "c") -> UOp:
+    """The LINEAR program summing the 4 rows of each of ``blocks`` 4 x 8 blocks on ``backend``, as
+    the pipeline makes it: a loop over the blocks around a loop over 8 columns around the sum."""
+    data = uv.Tensor(np.ones((blocks, 4, 8), np.float32))
+    program = uv.compile(data.sum(axis=1), backend=backend, build=False)
+    (item,) = program.items
+    return item.body.src[0]
+
+
+def test_share_extents_fits_each_varying_constant_to_a_generator():
+    # 6, 10, 14 blocks: the outer loop's length varies (the strides do not): one generator
+    linears = [_block_sums(blocks) for blocks in (6, 10, 14)]
+    shared = share_extents(linears)
+    assert set(shared) == set(linears)
+    (program,) = {entry.linear for entry in shared.values()}
+    assert [shared[linear].values for linear in linears] == [(6,), (10,), (14,)]
+    assert all(entry.members == 3 for entry in shared.values())
+    params = sorted((u for u in program.src if u.op is Ops.PARAM), key=lambda u: u.arg.slot)
+    assert [p.arg.slot for p in params] == [0, 1, 2] and params[2].arg.dtype == dtypes.int64
+    assert params[1].shape == (6 * 32,)  # the smallest member's input
+    # alone, a kernel shares with nobody
+    assert share_extents(linears[:1]) == {}
+
+
+def test_the_bound_of_a_scalar_innermost_loop_stays_in_the_code():
+    # a row sum's reduction is the innermost loop, with scalar values: C's compiler unrolls and
+    # vectorises it knowing its length, so sums of rows of 6 and 10 keep their own kernels
+    def row_sums(columns: int) -> UOp:
+        program = uv.compile(
+            uv.Tensor(np.ones((4, columns), np.float32)).sum(axis=1), backend="c", build=False
+        )
+        return program.items[0].body.src[0]
+
+    assert share_extents([row_sums(6), row_sums(10)]) == {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shared_linear_program_computes_each_members_sums(backend):
+    from uopviz.passes.render import compile_source, render_source
+
+    linears = [_block_sums(blocks, backend) for blocks in (6, 10, 14)]
+    shared = share_extents(linears)
+    (program,) = {entry.linear for entry in shared.values()}
+    compiled = compile_source(render_source(program, backend), str(program.arg), backend)
+    for linear, blocks in zip(linears, (6, 10, 14)):
+        data = RNG.standard_normal((blocks, 4, 8)).astype(np.float32)
+        out = np.zeros(blocks * 8, np.float32)
+        ExtentBoundKernel.bind(compiled, shared[linear].values)(out, data.reshape(-1))
+        np.testing.assert_allclose(out.reshape(blocks, 8), data.sum(axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_affine_fit():
+    assert _affine_fit((256, 288, 320), (4096, 4608, 5120)) == (16, 0)
+    assert _affine_fit((0, 6272, 12544), (50176, 56448, 62720)) == (1, 50176)
+    assert _affine_fit((1, 2, 3), (1, 4, 9)) is None  # not affine
+    assert _affine_fit((2, 4), (1, 2)) is None  # not an integer slope
+
+
+def test_a_constant_used_in_two_sibling_loops_is_computed_before_both():
+    # inside the first loop its variable would be out of scope in the second
+    from uopviz.core.ops import AxisType
+    from uopviz.passes.extent_sharing import _placements
+
+    constant, four = UOp.const(dtypes.index, 7), UOp.const(dtypes.index, 4)
+    first, second = (UOp(Ops.RANGE, (four,), (axis, AxisType.LOOP)) for axis in (0, 1))
+    use_first, use_second = UOp(Ops.ADD, (first, constant)), UOp(Ops.MUL, (second, constant))
+    instructions = (four, constant, first, use_first, UOp(Ops.END, (use_first, first)),
+                    second, use_second, UOp(Ops.END, (use_second, second)))  # fmt: skip
+    add = UOp(Ops.ADD, (four, constant))  # stands for the constant's instructions
+    assert _placements(instructions, {constant: [add]}) == {2: [add]}  # before the first RANGE
+    assert _placements(instructions[:5], {constant: [add]}) == {3: [add]}  # in the loop, before its use
