@@ -58,6 +58,10 @@ def test_bound_runs_follow_each_input_and_each_weight(backend):
     g.tensors["b"].data = bias = b + 1  # a tensor's new data: bound again
     y = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
     np.testing.assert_allclose(y, _expected(x, w, bias), rtol=1e-4, atol=1e-4)
+    assert any(name in g.layouts for name in g.compile(backend, opts="heuristic").nnef_inputs)
+    g.tensors["w"].data = filters = w * 2  # new data for a filter read through its blocked copy
+    y = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(y, _expected(x, filters, bias), rtol=1e-4, atol=1e-4)
 
 
 def test_a_wrongly_shaped_input_is_refused_on_the_bound_path():
