@@ -26,8 +26,8 @@ that takes more than ``UOPVIZ_ZOO_TIMEOUT`` seconds (default 600) becomes an err
 The child is this file run as a script: ``python benchmarks/bench_zoo.py resnet50 c [batch]``
 prints one JSON object (``... conv c``: the single convolutions' times and errors;
 ``... kernels resnet50 c [converted]``: where a model's inference time goes, each kernel's median
-time bound to its arrays, slowest first (the borders a run writes once left out), with the sum
-and ``graph.run``'s median; ``converted``: of the folder nnef-tools writes from the ONNX form).
+time bound to its arrays, slowest first, with the sum and ``graph.run``'s median; ``converted``:
+of the folder nnef-tools writes from the ONNX form).
 
 The converter's spelling (``... converted resnet50 c``): the ONNX form of the network is written
 and converted to NNEF 1.0 by Khronos' ``nnef-tools`` (``python -m nnef_tools.convert``), run in
@@ -519,11 +519,7 @@ def _kernels_child(model: str, backend: str, form: str = "zoo", repeat: int = 5)
     times: list[tuple[str, list[float]]] = []
     for step in steps:
         bound = step.bind(program_inputs(graph, step, inputs))
-        launches = [
-            (item.kernel.name, launch, [])
-            for item, launch, lowered in zip(step.items, bound.launches, step.nnef_kernels, strict=True)
-            if not lowered.once  # a border a graph run writes once, when it binds its arrays
-        ]
+        launches = [(item.kernel.name, launch, []) for item, launch in zip(step.items, bound.launches)]
         for _ in range(repeat + 1):  # the first round warms the caches
             for _, launch, seconds in launches:
                 seconds.append(launch.run())

@@ -8,8 +8,7 @@ padded copies, weight layouts, reshapes, concatenations, ONNX Runtime's NCHWc re
 Ours (:func:`ours_by_kind`): each kernel of the compiled program timed alone, bound to its arrays
 (the median of ``repeat`` rounds), its kind that of the operations it was lowered from (a
 convolution with the batch norm and activation fused into it is a convolution); the padding
-kernels (a padded input copy, the zero border of a padded buffer) are copies, and the kernels a
-graph run runs once, when it binds its arrays (the borders), are left out.
+kernels (a padded input copy, the zero border of a padded buffer) are copies.
 ONNX Runtime's (:func:`ort_by_kind`): its own profile (``SessionOptions.enable_profiling``), the
 ``Node`` events of ``repeat`` runs after a warm-up, averaged per run, by operator type.
 """
@@ -87,9 +86,8 @@ def ours_by_kind(graph: Any, program: Any, inputs: Mapping[str, Any], repeat: in
                 elapsed = launch.run()
                 if round_index:
                     seconds.append(elapsed)
-        for kind, seconds, lowered in zip(kinds, samples, step.nnef_kernels, strict=True):
-            if not lowered.once:  # a border a graph run writes once, when it binds its arrays
-                totals[kind] += statistics.median(seconds)
+        for kind, seconds in zip(kinds, samples, strict=True):
+            totals[kind] += statistics.median(seconds)
     return totals
 
 

@@ -56,18 +56,16 @@ def compile(outputs: Any, backend: str = "python", opts: Any = None,  # noqa: A0
 
 def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: Sequence[UOp],
                     outputs: Sequence[UOp], backend: str = "python", opts: Any = None, build: bool = True,
-                    front_end: Callable[[Program], None] | None = None,
-                    persistent: Sequence[UOp] = ()) -> Program:
+                    front_end: Callable[[Program], None] | None = None) -> Program:
     """Compile kernel ASTs made by a front end other than Tensors (already in the form Rangeify
     gives, ``docs/design/kernel-ir.md``) through Optimize ... Render: a runnable :class:`Program`.
 
     ``kernels``: ``(name, ast, buffers)`` in run order; ``buffers`` are BUFFER UOps bound to the
     kernel's PARAM slots (slot 0 is the one it writes; it may read it too).  ``inputs``: the BUFFERs
     the caller supplies (``Program.run`` takes them by position in this order); ``outputs``: the
-    BUFFERs whose final contents ``run`` returns, flat; ``persistent``: BUFFERs that keep their
-    contents from one run on the same arrays to the next (no other buffer shares their bytes).
-    ``front_end(program)``, when given, runs inside the trace before Optimize, so the front end can
-    record its own passes there.  ``opts`` as for :func:`compile`.
+    BUFFERs whose final contents ``run`` returns, flat.  ``front_end(program)``, when given, runs
+    inside the trace before Optimize, so the front end can record its own passes there.  ``opts`` as
+    for :func:`compile`.
     """
     params = {buffer: UOp.param(slot, buffer.shape, buffer.arg.dtype, buffer.arg.device)
               for slot, buffer in enumerate(inputs)}
@@ -88,7 +86,6 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
         program.graph = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(current[b] for b in outputs)), *inputs))
         program.inputs = list(inputs)
         program.items = items
-        program.persistent = frozenset(persistent)
         if front_end is not None:
             front_end(program)
         lower(program, first="Optimize")

@@ -240,11 +240,10 @@ def memory_plan_stage(lowering: Lowering) -> None:
     lowering.replace_bodies(bodies)
     if lowering.graph is None:
         return
-    # outputs belong to the caller; persistent buffers keep what they hold from run to run
-    unshared = {storage_of(v) for v in lowering.output_values()} | set(lowering.persistent)
+    outputs = {storage_of(v) for v in lowering.output_values()}
     usage = [(storage_of(item.arguments[0]), [storage_of(a) for a in item.arguments[1:]])
              for item in lowering.items]
-    memory = plan_memory(usage, unshared)
+    memory = plan_memory(usage, outputs)
     memory.register_bytes_saved = saved
     lowering.memory_plan = memory
     if memory.placements:

@@ -79,9 +79,6 @@ class Lowering:
     build: bool = True
     opts: Any = None
     optimized: bool = False
-    #: buffers whose contents must last from one run on the same arrays to the next (a border
-    #: written once): Register/Memory Plan never places another buffer on their bytes
-    persistent: frozenset = frozenset()
 
     # -- what it is ---------------------------------------------------------------------------
     @property

@@ -408,7 +408,6 @@ def _border_kernels(plan: _Plan, operation) -> list[LoweredKernel]:
                     scratch={plan.buffer: (dtype, math.prod(padded))},
                     note=f"the {side} border of axis {axis} of {plan.tensor}'s padded buffer, filled "
                     f"with {plan.fill}: {plan.tensor}'s producer writes the interior",
-                    once=True,  # nothing else writes the border: arrays bound once keep it
                 )
             )
     return kernels

@@ -63,10 +63,6 @@ class LoweredKernel:
     ``buffers[0]`` is the tensor the kernel writes (it may read it too); ``scratch`` declares
     buffers that exist only for the kernels (name -> (dtype, element count)); ``fused`` lists the
     operations whose kernels :mod:`uopviz.nnef.kernel_passes.fusion` folded into this one (in run order).
-    ``once``: the kernel stores constants into elements of ``buffers[0]`` that no other kernel writes
-    (the border of a padded buffer, :mod:`uopviz.nnef.kernel_passes.padding`), so where a run's
-    arrays are bound once it runs when they are bound, not on every run; its buffer is planned
-    unshared, since another tensor placed on its bytes would overwrite them between runs.
     """
 
     name: str
@@ -76,7 +72,6 @@ class LoweredKernel:
     scratch: dict[str, tuple[DType, int]] = field(default_factory=dict)
     note: str = ""
     fused: tuple[Operation, ...] = ()
-    once: bool = False
 
 
 def record_kernel_origins(kernels: list[LoweredKernel], gaps_only: bool = False) -> list[LoweredKernel]:

@@ -163,7 +163,6 @@ def _compile_segment(
             backend=context.backend,
             opts=opts,
             build=build,
-            persistent=[buffer(kernel.buffers[0]) for kernel in kernels if kernel.once],
         )
     program.trace = trace
     program.nnef_inputs = input_names

@@ -327,23 +327,16 @@ class _BoundGraph:
 
 
 def _prepared_launches(program: Any, arrays: dict) -> tuple[list, Any]:
-    """The program's kernels bound to ``arrays`` for every run, and the same launches as one native
-    call (:class:`~uopviz.backends.loop_driver.NativeSequence`) or None where the driver cannot call
-    them (no C compiler, too many parameters).  The kernels that run once
-    (:attr:`~uopviz.nnef.lowering.kernel_builder.LoweredKernel.once`: a padded buffer's border) run
-    here, when the arrays are bound: their elements are written by no other kernel, and their
-    buffer shares its bytes with no other (``Program.persistent``), so the arrays keep them."""
+    """The program's kernels bound to ``arrays``, and the same launches as one native call
+    (:class:`~uopviz.backends.loop_driver.NativeSequence`) or None where the driver cannot call
+    them (no C compiler, too many parameters)."""
     from uopviz.backends.loop_driver import NativeLoop, NativeSequence, loop_driver
 
     array_of = program._array_of
-    launches = []
-    for item, lowered in zip(program.items, program.nnef_kernels, strict=True):
-        arguments = (array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments))
-        launch = item.compiled.prepare(*arguments)
-        if lowered.once:
-            launch.run()
-        else:
-            launches.append(launch)
+    launches = [
+        item.compiled.prepare(*(array_of(arrays, a, item, slot) for slot, a in enumerate(item.arguments)))
+        for item in program.items
+    ]
     if not launches or not NativeLoop.can_call(launches) or loop_driver() is None:
         return launches, None
     return launches, NativeSequence(launches)
