@@ -33,7 +33,7 @@ def test_each_kernel_pass_records_what_it_did_to_each_kernel():
     # the lanes are the C target's (16 on AVX-512, 8 on AVX2, 4 on SSE)
     assert any(rule.startswith("Weight Layout: kernel relu1 (kernel1 read blocked by ") for rule in layout)
     padding = [step.rule for step in trace.find("Padding").steps]
-    border = "Padding: kernel border_pool1_2low (the low border of axis 2 of pool1's padded buffer"
+    border = "Padding: kernel border_pool1_2both (both borders of axis 2 of pool1's padded buffer"
     assert any(rule.startswith(border) for rule in padding)
     # the kernels a pass rewrote are finished by Rangeify's rules (finish_kernel), named in the trace
     tidied = [record for record in trace.find("Padding").walk() if record.name == "simplify indices"]

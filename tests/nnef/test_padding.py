@@ -194,6 +194,12 @@ graph InPlace {{
     writers = [kernel for kernel in kernels if kernel.buffers[0].startswith("r#pad")]
     producer = next(kernel for kernel in writers if kernel not in borders)
     assert borders and all(kernel.buffers == [producer.buffers[0]] for kernel in borders)
+    # one border kernel per padded axis whose two sides are equally deep, else one per padded side
+    # (the padding each side needs, as the buffer's name gives it: r#pad<low>-<high>_... per axis)
+    pads = producer.buffers[0].split("#pad")[1].split("#")[0].split("_")
+    sides = [tuple(int(depth) for depth in pad.split("-")) for pad in pads]
+    border_count = sum(1 if low == high else (low > 0) + (high > 0) for low, high in sides if low or high)
+    assert len(borders) == border_count, [kernel.note for kernel in borders]
     # the borders come first, then the producer, then its reader; the tensor itself is never stored
     assert names.index(producer.name) > max(names.index(kernel.name) for kernel in borders)
     assert not any(kernel.buffers[0] == "r" for kernel in kernels)

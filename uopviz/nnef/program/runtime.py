@@ -252,6 +252,10 @@ class _BoundGraph:
                 initial[position] = np.array(_input_array(graph, name, given), copy=True)
             else:
                 initial[position] = self.fixed[name] = _input_array(graph, name, given)
+        # the tensors whose data the fixed arrays are (a blocked copy's: its source's), with that
+        # data: a run checks these identities, not every array again (MobileNet-v2: graph.run around
+        # its kernels 0.146 -> 0.037 ms)
+        self.sources = [(tensor, tensor.data) for tensor in self._fixed_tensors(graph, self.fixed)]
         self.arrays = program._allocate(initial)
         self.inputs = {
             name: self.arrays[program.inputs[position]]
@@ -298,9 +302,16 @@ class _BoundGraph:
                 return bound
         return cls(graph, program, given, (backend, repr(opts), id(program)))
 
+    @staticmethod
+    def _fixed_tensors(graph: ComposedGraph, fixed: Mapping[str, np.ndarray]) -> list[Any]:
+        """The tensors whose data the arrays ``fixed`` (by name) were made from."""
+        names = {name if name in graph.tensors else graph.layouts[name].source: None for name in fixed}
+        return [graph.tensors[name] for name in names]
+
     def current(self) -> bool:
-        """Whether the arrays bound for variables and constants are still the graph's."""
-        return all(_input_array(self.graph, name, {}) is array for name, array in self.fixed.items())
+        """Whether the arrays bound for variables and constants are still the graph's: each tensor
+        they were made from holds the same data (an array replaced is bound again)."""
+        return all(tensor.data is data for tensor, data in self.sources)
 
     def give_back(self) -> None:
         """Make this bound form available to the graph's next run."""
