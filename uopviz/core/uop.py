@@ -84,14 +84,20 @@ class _UOpMeta(type):
     def __call__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
         if type(src) is not tuple:
             src = tuple(src)
-        op, src, arg = _normalise(op, src, arg)
+        normalised = type(op) is not Ops or op in _NORMALISED_OPS
+        if normalised:
+            op, src, arg = _normalise(op, src, arg)
         # ids, not the UOps, in the key: the cached UOp keeps its sources alive, so their ids are stable
         key = (op, tuple(map(id, src)), _arg_key(arg) if type(arg) in _SPECIAL_ARG_TYPES else arg, tag)
         ref = _cache.get(key)
         if ref is not None:
             found = ref()
             if found is not None:
+                # the sources are the living UOps the found one holds (no other object has their
+                # ids): checking them is for a UOp being built, most calls find one
                 return found
+        if not normalised:
+            _normalise(op, src, arg)  # the sources' check: raises for one that is not a UOp
         uop = super().__call__(op, src, arg, tag)
 
         def forget(dead: weakref.ref, key: tuple = key) -> None:
