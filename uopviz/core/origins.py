@@ -102,8 +102,9 @@ def _add(node: UOp, origin: Origin) -> None:
         _origins[key] = (weakref.ref(node, functools.partial(_forget, key)), [origin])
         return
     found = entry[1]
-    if any(known is origin for known in found):
-        return
+    for known in found:  # by identity (an equal Origin of another call is another origin); a loop,
+        if known is origin:  # not any(...): carrying a fused kernel's origins calls this 300,000 times
+            return
     if len(found) >= MAX_ORIGINS:  # the oldest but the first goes: the program explained is a recent one
         del found[1]
     found.append(origin)

@@ -270,19 +270,32 @@ def _make_rule(entry: tuple) -> Rule:
     return Rule(pattern, function, name, _function_location(function, pattern), wants_ctx)
 
 
+#: numbers the structural matchers: each notes the UOps none of its rules applies to under a key of its own
+_structural_matchers = itertools.count()
+
+
 class PatternMatcher:
     """An ordered list of rules with dispatch by op.  The first rule whose pattern matches and
-    whose function returns a UOp wins."""
+    whose function returns a UOp wins.
 
-    def __init__(self, rules: Sequence[tuple | Rule], name: str | None = None):
+    ``structural``: every rule decides from the matched UOp's graph alone (no ``ctx``, no outside
+    state), so that no rule applies to a UOp is a fact of the UOp: :func:`graph_rewrite` notes it on
+    the UOp (without ``ctx``) and does not try the rules on it again.  The index simplifier runs over
+    every kernel many times (once per opt applied, per lane address), nearly all of it already
+    simplified."""
+
+    def __init__(self, rules: Sequence[tuple | Rule], name: str | None = None, structural: bool = False):
         self.rules: list[Rule] = [_make_rule(r) for r in rules]
         self.name = name
+        self.structural = structural
+        self.fixed_point_key = f"_no_rule_of_matcher_{next(_structural_matchers)}" if structural else None
         self._by_op: dict[Ops, list[Rule]] = {}
         for op in Ops:
             self._by_op[op] = [r for r in self.rules if r.pattern.ops is None or op in r.pattern.ops]
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
-        return PatternMatcher(self.rules + other.rules, name=self.name or other.name)
+        return PatternMatcher(self.rules + other.rules, name=self.name or other.name,
+                              structural=self.structural and other.structural)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -378,11 +391,18 @@ class _Rewriter:
         )
         self.done: dict[UOp, UOp] = {}
         self.steps = 0
+        # where no rule applying to a UOp is noted on it (a structural matcher, no ctx)
+        self.fixed_point_key = matcher.fixed_point_key if ctx is None else None
         self.chain: dict[UOp, str] = {}  # nodes waiting for their replacement's result -> rule name
 
     def _apply(self, uop: UOp) -> UOp | None:
+        fixed_point_key = self.fixed_point_key
+        if fixed_point_key is not None and fixed_point_key in uop.__dict__:
+            return None
         found = self.matcher.rewrite(uop, self.ctx)
         if found is None:
+            if fixed_point_key is not None:
+                uop.__dict__[fixed_point_key] = True
             return None
         result, rule = found
         self.steps += 1

@@ -449,12 +449,17 @@ def _canonical_sum(x: UOp) -> UOp | None:
     """Flatten an integer ADD/SUB/NEG chain into terms, combine like terms (``x*c1 + x*c2``,
     ``x + x``, ``x - x``), recombine ``(y%d)*m + (y//d)*d*m → y*m`` and rebuild it sorted with the
     constant last."""
-    if not is_scalar_int(x):
+    if not is_scalar_int(x) or x.__dict__.get("_canonical_sum"):
         return None
     coefficients, constant = linear_terms(x)
     constant += recombine_divmod(coefficients) or 0
     result = build_sum(x.dtype, coefficients, constant)
-    return None if result is x else result
+    if result is x:
+        # noted on the UOp (a pure function of its structure): each simplification of a kernel walks
+        # the same sums again (once per opt applied, per lane address), and most are canonical already
+        x.__dict__["_canonical_sum"] = True
+        return None
+    return result
 
 
 def _scale_single_term(x: UOp, s: UOp, c: UOp) -> UOp | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.core.collector import collector_paused
 from uopviz.core.limits import MemoryLimitError, check_allocation
 from uopviz.core.progress import progress_reporter
 from uopviz.nnef.composition.composer import Composer
@@ -48,6 +49,7 @@ _ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
 Fetch = Callable[[Path], None]
 
 
+@collector_paused()
 def loads(
     text: str,
     *,
@@ -71,6 +73,7 @@ def loads(
     )
 
 
+@collector_paused()  # a model's parsed and composed objects live as long as it does (core.collector)
 def load(
     path: str | os.PathLike,
     *,

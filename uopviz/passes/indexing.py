@@ -233,7 +233,7 @@ gate_rules = PatternMatcher([
     (UPat(Ops.STORE, src=(UPat.var("address"), UPat.var("value"), UPat.const(dtypes.bool, True))), lambda address, value: UOp(Ops.STORE, (address, value)), "store_gate_true"),  # noqa: E501
 ], name="decided gates")
 
-index_simplifier = PatternMatcher((symbolic + gate_rules).rules, name="simplify indices")
+index_simplifier = PatternMatcher((symbolic + gate_rules).rules, name="simplify indices", structural=True)
 
 
 def simplify_indices(root: UOp, name: str = "simplify indices") -> UOp:

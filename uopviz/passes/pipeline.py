@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from uopviz.backends.base import Backend
+from uopviz.core.collector import collector_paused
 from uopviz.core.errors import UopvizError
 from uopviz.core.rewrite import PatternMatcher, traced_pass
 from uopviz.passes.callify import callify_stage
@@ -55,6 +56,7 @@ PIPELINE: dict[str, Stage] = {
 STAGES = tuple(PIPELINE)  # the stage names, in order
 
 
+@collector_paused()  # a program's UOps and trace live as long as it does: no collector walks over them
 def lower(lowering: Lowering, first: str = "Callify", last: str = "Render") -> Lowering:
     """Run the stages from ``first`` to ``last`` (the whole pipeline by default) on ``lowering``."""
     names = list(PIPELINE)

@@ -20,13 +20,11 @@ Like :mod:`uopviz.widgets.models`, this module knows models by what they have; o
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from typing import Any
 
 import networkx as nx
 
+from uopviz.core.collector import collector_paused
 from uopviz.widgets.graph import CHAR_WIDTH, LINE_HEIGHT, place
 from uopviz.widgets.serialize import placed_node_json
 
@@ -311,20 +309,6 @@ def written_tensors(operation: Any) -> list[str]:
     return [name for name in _flatten(operation.outputs) if name is not None]
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held while a graph's many small objects are made: they all
-    live as long as the graph, and the passes it made over them were a fifth of the time a
-    2,000-operation model took to lay out."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def operator_graph(model: Any, *, engine: str = "auto") -> nx.DiGraph:
     """The operator graph of ``model`` (an NNEF graph), laid out top to bottom.
 
@@ -340,7 +324,7 @@ def operator_graph(model: Any, *, engine: str = "auto") -> nx.DiGraph:
     """
     if not all(hasattr(model, name) for name in ("inputs", "outputs", "tensors", "operations")):
         raise TypeError(f"operator_graph() takes a model graph (uv.nnef.load), got {type(model).__name__}")
-    with _collector_paused():
+    with collector_paused():  # its many small objects live as long as the graph
         return _operator_graph(model, engine)
 
 

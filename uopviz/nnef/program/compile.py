@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from uopviz.core.collector import collector_paused
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, rewrite_root, short_path, traced_pass
@@ -328,6 +329,7 @@ class GraphProgram:
         return self.graph.run(dict(inputs or {}), self.backend, self.opts)
 
 
+@collector_paused()  # lowering and kernel passes make many long-lived UOps (core.collector)
 def compile_graph(
     graph: ComposedGraph,
     backend: str = "python",
