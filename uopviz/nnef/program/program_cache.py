@@ -32,6 +32,7 @@ Graphs with loop nodes (a :class:`~uopviz.nnef.program.compile.GraphProgram`) ar
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import pickle
 import tempfile
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uopviz.backends.cache import cache_dir
+from uopviz.core.uop import UOp, toposort
 from uopviz.engine.program import Program
 from uopviz.passes.extent_sharing import ExtentBoundKernel
 from uopviz.passes.render import backend_named, compile_source
@@ -56,7 +58,7 @@ __all__ = ["CachedProgram", "CachedState", "graph_fingerprint", "load_program", 
 #: the folder of the cache below ``cache_dir()``
 NAMESPACE = "nnef-programs"
 #: bumped when :class:`CachedState` changes shape (older entries then fail to load and are rebuilt)
-FORMAT = 1
+FORMAT = 2
 #: the environment variable that turns the cache off (``0``)
 SWITCH = "UOPVIZ_PROGRAM_CACHE"
 #: environment variables that do not change what compiles (where the caches live)
@@ -198,6 +200,66 @@ def _state_of(program: Program, graph: ComposedGraph) -> CachedState:
     return CachedState(FORMAT, fields, items, list(program.nnef_inputs), list(program.nnef_outputs), layouts)
 
 
+class _RecordingPickler(pickle.Pickler):
+    """Pickles nothing worth keeping: finds every UOp the state holds (the roots of the table)."""
+
+    def __init__(self, stream: io.BytesIO) -> None:
+        super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
+        self.roots: dict[UOp, None] = {}
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is UOp:
+            self.roots[obj] = None
+            return 0
+        return None
+
+
+class _TablePickler(pickle.Pickler):
+    """Pickles each UOp as its position in the shared table."""
+
+    def __init__(self, stream: io.BytesIO, number: dict[UOp, int]) -> None:
+        super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
+        self.number = number
+
+    def persistent_id(self, obj: Any) -> Any:
+        return self.number[obj] if type(obj) is UOp else None
+
+
+class _TableUnpickler(pickle.Unpickler):
+    """Reads each UOp back as the table's UOp at its position."""
+
+    def __init__(self, stream: io.BytesIO, built: list[UOp]) -> None:
+        super().__init__(stream)
+        self.built = built
+
+    def persistent_load(self, pid: Any) -> UOp:
+        return self.built[pid]
+
+
+def _encode(state: CachedState) -> bytes:
+    """The state with its UOps in one table, each once, sources first: a UOp shared by many
+    kernels, buffers and the graph (pickled one root at a time) is rebuilt once, not once per root."""
+    recorder = _RecordingPickler(io.BytesIO())
+    recorder.dump(state)
+    order = toposort(list(recorder.roots))
+    number = {uop: position for position, uop in enumerate(order)}
+    table = [(u.op, tuple(number[s] for s in u.src), u.arg, u.tag) for u in order]
+    stream = io.BytesIO()
+    _TablePickler(stream, number).dump(state)
+    return pickle.dumps((FORMAT, table, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _decode(data: bytes) -> CachedState | None:
+    entry_format, table, state_bytes = pickle.loads(data)
+    if entry_format != FORMAT:
+        return None
+    built: list[UOp] = []
+    for op, src, arg, tag in table:
+        built.append(UOp(op, tuple(built[i] for i in src), arg, tag))
+    state = _TableUnpickler(io.BytesIO(state_bytes), built).load()
+    return state if isinstance(state, CachedState) and state.format == FORMAT else None
+
+
 def _entry_path(key: str) -> Path:
     return cache_dir() / NAMESPACE / f"{key}.pickle"
 
@@ -210,7 +272,7 @@ def store_program(program: Any, graph: ComposedGraph, key: str) -> None:
     path = _entry_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = pickle.dumps(_state_of(program, graph), protocol=pickle.HIGHEST_PROTOCOL)
+        data = _encode(_state_of(program, graph))
         handle, temporary = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(handle, "wb") as stream:
@@ -230,12 +292,9 @@ def _read_state(key: str) -> CachedState | None:
     except OSError:
         return None
     try:
-        state = pickle.loads(data)
+        return _decode(data)
     except Exception:  # noqa: BLE001 - any unreadable entry (truncated, stale classes) is a miss
         return None
-    if not isinstance(state, CachedState) or state.format != FORMAT:
-        return None
-    return state
 
 
 def load_program(
