@@ -53,7 +53,14 @@ from uopviz.passes.schedule import ScheduleItem
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
 
-__all__ = ["CachedProgram", "CachedState", "graph_fingerprint", "load_program", "program_key", "store_program"]
+__all__ = [
+    "CachedProgram",
+    "CachedState",
+    "graph_fingerprint",
+    "load_program",
+    "program_key",
+    "store_program",
+]
 
 #: the folder of the cache below ``cache_dir()``
 NAMESPACE = "nnef-programs"
@@ -297,9 +304,7 @@ def _read_state(key: str) -> CachedState | None:
         return None
 
 
-def load_program(
-    graph: ComposedGraph, key: str, relower: Callable[[], Any]
-) -> CachedProgram | None:
+def load_program(graph: ComposedGraph, key: str, relower: Callable[[], Any]) -> CachedProgram | None:
     """The program stored under ``key`` for ``graph``, its kernels loaded through the backend; None
     on a miss (or an entry that no longer loads).  ``relower()`` compiles the graph again without
     the cache: the program's trace and lowered NNEF kernels come from it when first read."""
