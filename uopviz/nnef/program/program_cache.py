@@ -118,7 +118,7 @@ def graph_fingerprint(graph: ComposedGraph) -> str:
 
     add(f"{graph.name}|{graph.inputs!r}|{graph.outputs!r}|{graph.updates!r}|{graph.packs!r}")
     add(f"{sorted(map(repr, graph.counts.items()))!r}|{sorted(map(repr, graph.extent_inputs.items()))!r}")
-    add(f"{graph.captures!r}|{sorted(graph.layouts)!r}")
+    add(f"{graph.captures!r}")  # not graph.layouts: compiling fills them in (one per blocked filter)
     baked = {name for step in graph.canonical for name in step.sources}
     for step in graph.canonical:
         add(f"{step.rule}|{step.label}|{step.description}|{step.sources!r}")
