@@ -185,3 +185,21 @@ def test_the_switch_turns_the_cache_off(tmp_path, monkeypatch):
     monkeypatch.setenv(program_cache.SWITCH, "0")
     uv.nnef.load(_tiny_folder(tmp_path)).compile("c", opts="heuristic", progress=False)
     assert _entries() == []
+
+
+def test_a_hit_leaves_later_lowerings_in_this_process_as_they_were(tmp_path, monkeypatch):
+    # the hit rebuilds hash-consed UOps a later lowering gets back: their dtypes must be the very
+    # ``dtypes`` objects (passes compare them with ``is``), so padding still finds its guarded reads
+    net = zoo.BUILDERS["resnet18"](**SMALL["resnet18"])
+    folder = zoo.write_nnef1(net, tmp_path / "resnet18")
+    first = uv.nnef.load(folder).compile("c", opts="heuristic", progress=False)
+    cached = uv.nnef.load(folder).compile("c", opts="heuristic", progress=False)
+    assert isinstance(cached, CachedProgram)
+    assert all(buffer.arg.dtype is uv.dtypes.float32 for buffer in cached.inputs)
+    monkeypatch.setenv(program_cache.SWITCH, "0")
+    again = uv.nnef.load(folder).compile("c", opts="heuristic", progress=False)
+    assert type(again) is Program and again.sources == first.sources
+    names = [kernel.name for kernel in again.nnef_kernels]
+    assert names == [kernel.name for kernel in first.nnef_kernels] and any(
+        n.startswith("pad_") for n in names
+    )

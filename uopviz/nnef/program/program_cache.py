@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uopviz.backends.cache import cache_dir
+from uopviz.core.dtype import DType, dtypes
 from uopviz.core.uop import UOp, toposort
 from uopviz.engine.program import Program
 from uopviz.passes.extent_sharing import ExtentBoundKernel
@@ -65,7 +66,7 @@ __all__ = [
 #: the folder of the cache below ``cache_dir()``
 NAMESPACE = "nnef-programs"
 #: bumped when :class:`CachedState` changes shape (older entries then fail to load and are rebuilt)
-FORMAT = 2
+FORMAT = 3
 #: the environment variable that turns the cache off (``0``)
 SWITCH = "UOPVIZ_PROGRAM_CACHE"
 #: environment variables that do not change what compiles (where the caches live)
@@ -221,26 +222,50 @@ class _RecordingPickler(pickle.Pickler):
         return None
 
 
-class _TablePickler(pickle.Pickler):
-    """Pickles each UOp as its position in the shared table."""
+def _dtype_id(obj: Any) -> Any:
+    """A scalar DType as its name: it must come back as *the* ``dtypes`` object, not an equal copy
+    (passes compare dtypes with ``is``, and a hash-consed UOp rebuilt here is the very UOp a later
+    lowering in this process gets back)."""
+    if type(obj) is DType and getattr(dtypes, obj.name, None) is obj:
+        return ("dtype", obj.name)
+    return None
 
-    def __init__(self, stream: io.BytesIO, number: dict[UOp, int]) -> None:
+
+class _TablePickler(pickle.Pickler):
+    """Pickles each UOp as its position in the shared table, each scalar DType as its name."""
+
+    def __init__(self, stream: io.BytesIO, number: dict[UOp, int] | None = None) -> None:
         super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
         self.number = number
 
     def persistent_id(self, obj: Any) -> Any:
-        return self.number[obj] if type(obj) is UOp else None
+        if self.number is not None and type(obj) is UOp:
+            return self.number[obj]
+        return _dtype_id(obj)
 
 
 class _TableUnpickler(pickle.Unpickler):
-    """Reads each UOp back as the table's UOp at its position."""
+    """Reads each UOp back as the table's UOp at its position, each scalar DType as ``dtypes``'."""
 
-    def __init__(self, stream: io.BytesIO, built: list[UOp]) -> None:
+    def __init__(self, stream: io.BytesIO, built: list[UOp] | None = None) -> None:
         super().__init__(stream)
         self.built = built
 
-    def persistent_load(self, pid: Any) -> UOp:
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple):
+            return getattr(dtypes, pid[1])
+        assert self.built is not None
         return self.built[pid]
+
+
+def _dumps(value: Any, number: dict[UOp, int] | None = None) -> bytes:
+    stream = io.BytesIO()
+    _TablePickler(stream, number).dump(value)
+    return stream.getvalue()
+
+
+def _loads(data: bytes, built: list[UOp] | None = None) -> Any:
+    return _TableUnpickler(io.BytesIO(data), built).load()
 
 
 def _encode(state: CachedState) -> bytes:
@@ -251,19 +276,17 @@ def _encode(state: CachedState) -> bytes:
     order = toposort(list(recorder.roots))
     number = {uop: position for position, uop in enumerate(order)}
     table = [(u.op, tuple(number[s] for s in u.src), u.arg, u.tag) for u in order]
-    stream = io.BytesIO()
-    _TablePickler(stream, number).dump(state)
-    return pickle.dumps((FORMAT, table, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
+    return _dumps((FORMAT, _dumps(table), _dumps(state, number)))
 
 
 def _decode(data: bytes) -> CachedState | None:
-    entry_format, table, state_bytes = pickle.loads(data)
+    entry_format, table_bytes, state_bytes = _loads(data)
     if entry_format != FORMAT:
         return None
     built: list[UOp] = []
-    for op, src, arg, tag in table:
+    for op, src, arg, tag in _loads(table_bytes):
         built.append(UOp(op, tuple(built[i] for i in src), arg, tag))
-    state = _TableUnpickler(io.BytesIO(state_bytes), built).load()
+    state = _loads(state_bytes, built)
     return state if isinstance(state, CachedState) and state.format == FORMAT else None
 
 
