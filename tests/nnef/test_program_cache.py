@@ -203,3 +203,15 @@ def test_a_hit_leaves_later_lowerings_in_this_process_as_they_were(tmp_path, mon
     assert names == [kernel.name for kernel in first.nnef_kernels] and any(
         n.startswith("pad_") for n in names
     )
+
+
+def test_opts_whose_text_is_not_their_content_are_not_cached(tmp_path):
+    from uopviz.engine.records import TuningRecords
+
+    graph = uv.nnef.load(_tiny_folder(tmp_path))
+    assert program_key(graph, "c", TuningRecords(), True) is None
+    chosen = {0: [uv.Opt(uv.OptOp.SPLIT, 0, (4, uv.AxisType.UPCAST, False))]}
+    assert program_key(graph, "c", (chosen, False), True) not in (
+        None,
+        program_key(graph, "c", (None, False), True),
+    )

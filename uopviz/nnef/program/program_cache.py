@@ -135,6 +135,20 @@ def graph_fingerprint(graph: ComposedGraph) -> str:
     return digest.hexdigest()
 
 
+def _plain_opts(opts: Any) -> bool:
+    """Whether ``opts`` is made of values whose repr is their whole content (None, names, numbers,
+    ``Opt``, lists and dicts of them): tuning records and other objects are not cached by."""
+    from uopviz.passes.optops.opts import Opt
+
+    if opts is None or isinstance(opts, str | int | float | bool | Opt):
+        return True
+    if type(opts) in (list, tuple):
+        return all(_plain_opts(item) for item in opts)
+    if type(opts) is dict:
+        return all(_plain_opts(key) and _plain_opts(value) for key, value in opts.items())
+    return False
+
+
 def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> str | None:
     """The cache key of ``graph`` compiled on ``backend`` with ``opts``; None when it is not cached
     (the cache is off, the graph has loop nodes, or ``opts`` has no stable text)."""
@@ -143,9 +157,9 @@ def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> s
 
     if not enabled() or any(isinstance(op, LoopOperation) for op in graph.operations):
         return None
-    opts_text = repr(opts)
-    if " at 0x" in opts_text:  # an object without a repr of its contents: nothing to key on
+    if not _plain_opts(opts):
         return None
+    opts_text = repr(opts)
     environment = sorted(
         (name, value) for name, value in os.environ.items()
         if name.startswith("UOPVIZ_") and name not in _NEUTRAL_VARIABLES
