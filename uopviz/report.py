@@ -29,6 +29,7 @@ from uopviz.core.errors import UopvizError
 from uopviz.core.progress import Report
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
+from uopviz.engine.program import compiled_graph
 
 
 class ReportError(UopvizError, RuntimeError):
@@ -246,8 +247,7 @@ def _add_item(page: Any, name: str, value: Any, **options: Any) -> None:
 
 def _add_program(page: Any, name: str, program: Any, graph: UOp | None, **options: Any) -> None:
     if graph is None:
-        stage = next((p for p in program.trace.passes if p.input is not None), None)
-        graph = stage.input if stage is not None else None
+        graph = compiled_graph(program)
     if graph is not None:
         page.add_dag("Graph", f"{name}: tensor graph", graph)
     rangeify = next((p for p in program.trace.passes if p.name == "Rangeify" and p.output is not None), None)

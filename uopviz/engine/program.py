@@ -340,4 +340,14 @@ def _input_array(data_uop: UOp, value: Any, position: int) -> np.ndarray:
     return array
 
 
-__all__ = ["BoundProgram", "Program", "compile", "compile_kernels"]
+def compiled_graph(program: Any) -> UOp | None:
+    """The tensor graph ``program`` was compiled from: the input of the first pass of its trace that
+    has one (Callify's: a Tensor program's outputs).  None for a program compiled from an NNEF
+    graph, whose source is its operator graph (its first input is the run of lowered kernels that
+    Callify makes one FUNCTION), and for a program without a traced input."""
+    if hasattr(program, "nnef_inputs") or hasattr(program, "nnef_steps"):
+        return None
+    return next((stage.input for stage in program.trace.passes if stage.input is not None), None)
+
+
+__all__ = ["BoundProgram", "Program", "compile", "compile_kernels", "compiled_graph"]

@@ -25,6 +25,7 @@ from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import Trace
 from uopviz.core.uop import UOp
+from uopviz.engine.program import compiled_graph
 from uopviz.widgets.models import is_model_graph
 
 TABS = ("Model", "Graph", "Pipeline", "Kernels", "Backends", "Operations")
@@ -143,7 +144,7 @@ def _program_graphs(program: Any, graph: UOp | None) -> dict[str, UOp]:
     """The graphs a program's Graph tab offers: what was compiled, and the program after Rangeify
     (each kernel the body of a CALL, to open one by one)."""
     graphs: dict[str, UOp] = {}
-    root = graph if graph is not None else _program_input(program)
+    root = graph if graph is not None else compiled_graph(program)
     if root is not None:
         graphs["tensor graph"] = root
     rangeify = next((p for p in program.trace.passes if p.name == "Rangeify" and p.output is not None), None)
@@ -171,13 +172,6 @@ def _build_program(
 
         tabs["Backends"] = backends_panel(program.kernels, backends=backends)
     return tabs
-
-
-def _program_input(program: Any) -> UOp | None:
-    for stage in program.trace.passes:
-        if stage.input is not None:
-            return stage.input
-    return None
 
 
 def _build_tensor(

@@ -33,6 +33,9 @@ from the tensor's data, or from the array a run gives for the variable by name. 
 new data array (``graph.tensors[name].data = array``): the copy follows the array, not changes made
 inside it.  Only CPU backends generating code for the CPU target's vector registers (C, LLVM) get
 the blocked layout.
+
+Activations stay in NCHW: blocking them the same way (ONNX Runtime's NCHWc) was measured and did
+not pay (``docs/design/cpu-conv-layout.md``).
 """
 
 from __future__ import annotations
