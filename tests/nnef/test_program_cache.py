@@ -215,3 +215,13 @@ def test_opts_whose_text_is_not_their_content_are_not_cached(tmp_path):
         None,
         program_key(graph, "c", (None, False), True),
     )
+
+
+def test_a_compile_inside_an_open_trace_is_lowered_and_traced(tmp_path):
+    from uopviz.core.rewrite import tracing
+
+    folder = _tiny_folder(tmp_path)
+    uv.nnef.load(folder).compile("c", opts="heuristic", progress=False)
+    with tracing() as trace:
+        inner = uv.nnef.load(folder).compile("c", opts="heuristic", progress=False)
+    assert type(inner) is Program and "Rangeify" in [found.name for found in trace.walk()]

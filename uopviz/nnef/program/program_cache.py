@@ -45,6 +45,7 @@ import numpy as np
 
 from uopviz.backends.cache import cache_dir
 from uopviz.core.dtype import DType, dtypes
+from uopviz.core.rewrite_trace import is_tracing
 from uopviz.core.uop import UOp, toposort
 from uopviz.engine.program import Program
 from uopviz.passes.extent_sharing import ExtentBoundKernel
@@ -151,11 +152,13 @@ def _plain_opts(opts: Any) -> bool:
 
 def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> str | None:
     """The cache key of ``graph`` compiled on ``backend`` with ``opts``; None when it is not cached
-    (the cache is off, the graph has loop nodes, or ``opts`` has no stable text)."""
+    (the cache is off, a trace is open, the graph has loop nodes, or ``opts`` is not plain data)."""
     from uopviz.backends.target import cpu_target
     from uopviz.nnef.model.graph import LoopOperation
 
-    if not enabled() or any(isinstance(op, LoopOperation) for op in graph.operations):
+    # inside an open trace the caller records this lowering (a loop node's body and condition
+    # compile into the graph's trace): it must run
+    if not enabled() or is_tracing() or any(isinstance(op, LoopOperation) for op in graph.operations):
         return None
     if not _plain_opts(opts):
         return None
