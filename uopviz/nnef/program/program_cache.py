@@ -25,7 +25,9 @@ On a hit, ``g.compile()`` returns a :class:`CachedProgram`: it runs as the progr
 from.  Its lowering trace (``program.trace``, for the player) and the lowered NNEF kernels
 (``program.nnef_kernels``) are made on first use, by lowering the graph again under tracing.
 
-Graphs with loop nodes (a :class:`~uopviz.nnef.program.compile.GraphProgram`) are not cached.
+Graphs with loop nodes (a :class:`~uopviz.nnef.program.compile.GraphProgram`) or with extents
+decided at run time (their lowering registers counters on the graph) are not cached, nor is a
+compile inside an open trace (the caller records it).
 ``UOPVIZ_PROGRAM_CACHE=0`` turns the cache off.
 """
 
@@ -152,13 +154,18 @@ def _plain_opts(opts: Any) -> bool:
 
 def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> str | None:
     """The cache key of ``graph`` compiled on ``backend`` with ``opts``; None when it is not cached
-    (the cache is off, a trace is open, the graph has loop nodes, or ``opts`` is not plain data)."""
+    (the cache is off, a trace is open, the graph has loop nodes or run-time extents, or ``opts``
+    is not plain data)."""
     from uopviz.backends.target import cpu_target
     from uopviz.nnef.model.graph import LoopOperation
 
     # inside an open trace the caller records this lowering (a loop node's body and condition
     # compile into the graph's trace): it must run
     if not enabled() or is_tracing() or any(isinstance(op, LoopOperation) for op in graph.operations):
+        return None
+    # extents decided at run time: the lowering registers their counters on the graph (graph.counts),
+    # which the runner reads; such graphs lower every time
+    if graph.counts or graph.extent_inputs or not all(info.is_static for info in graph.tensors.values()):
         return None
     if not _plain_opts(opts):
         return None
