@@ -251,3 +251,17 @@ def test_a_compile_inside_an_open_trace_is_lowered_and_traced(tmp_path):
     with tracing() as trace:
         inner = uv.nnef.load(folder).compile("c", opts="heuristic", progress=False)
     assert type(inner) is Program and "Rangeify" in [found.name for found in trace.walk()]
+
+
+def test_graphs_with_run_time_extents_lower_every_time():
+    # their lowering registers the extents' counters on the graph (graph.counts), which running reads
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from counted_graphs import counted_graph
+
+    graph = counted_graph(
+        "x: real[2, 3];", "y: int;", "y = layout.nonzero(x);", imports=("layout",), file="extents.sknd"
+    )
+    assert program_key(graph, "c", None, True) is None
+    x = np.array([[0, 1, 2], [3, 0, 0]], np.float32)
+    assert type(graph.compile("c", progress=False)) is Program
+    np.testing.assert_array_equal(graph.run({"x": x}, backend="c")["y"], np.argwhere(x).T)
