@@ -337,6 +337,7 @@ def compile_graph(
     progress: Callable[[int, int, Operation | None], None] | None = None,
     fuse: bool | None = None,
     build: bool = True,
+    cache: bool = True,
 ):
     """Lower every operation of ``graph`` and compile its kernels with the pipeline (``build=False``:
     render the sources only, as ``uv.compile`` does).
@@ -361,11 +362,43 @@ def compile_graph(
     blocked by the vector lanes (:mod:`uopviz.nnef.kernel_passes.weight_layout`).
     By default on, except with choices per kernel (a list or a dict by index), which number the
     kernels before fusion.
+
+    ``cache``: keep the program in, and take it from, the whole-program disk cache
+    (:mod:`uopviz.nnef.program.program_cache`; graphs without loop nodes): a hit skips the lowering,
+    and its trace is made when first read.
     """
-    from uopviz.core.rewrite import traced_pass, tracing
+    from uopviz.nnef.program import program_cache
 
     if fuse is None:
         fuse = not (_per_kernel_list(opts) or isinstance(opts, dict))
+    key = program_cache.program_key(graph, backend, (opts, fuse), build) if cache else None
+    if key is not None:
+
+        def relower() -> Any:
+            return compile_graph(graph, backend, opts, fuse=fuse, build=build, cache=False)
+
+        found = program_cache.load_program(graph, key, relower)
+        if found is not None:
+            if progress is not None:
+                progress(len(graph.operations), len(graph.operations), None)
+            return found
+    program = _compile_graph(graph, backend, opts, progress, fuse, build)
+    if key is not None:
+        program_cache.store_program(program, graph, key)
+    return program
+
+
+def _compile_graph(
+    graph: ComposedGraph,
+    backend: str,
+    opts: Any,
+    progress: Callable[[int, int, Operation | None], None] | None,
+    fuse: bool,
+    build: bool,
+):
+    """:func:`compile_graph` without the whole-program cache."""
+    from uopviz.core.rewrite import traced_pass, tracing
+
 
     kernels = _lower_all(graph, progress)
     if _per_kernel_list(opts) and len(opts) < kernel_count(graph):

@@ -1,0 +1,422 @@
+"""A whole-program disk cache for NNEF graphs: a warm ``g.compile()`` skips the front end as well.
+
+The persistent cache of :mod:`uopviz.backends.cache` spares the C compiler and LLVM; the Python
+front end (lowering, the kernel passes, Optimize ... Render) still took seconds per model
+(DenseNet-121: ~11 CPU-s).  This cache keeps what running a compiled graph needs, keyed by what
+determines it:
+
+- the graph's content (:func:`graph_fingerprint`): its tensors' names, kinds, dtypes and shapes,
+  its operations (type, label, attributes, bound types, tensors, the text of their definitions),
+  the load-time rewrites, and the *values* of constants (the lowering reads them: a constant whose
+  items are all equal becomes a literal) but not of variables (kernels read those from buffers);
+  where the graph was read from (a temporary folder) is left out;
+- the backend, the CPU target (:attr:`CPUTarget.key`), ``opts``, ``build`` and every ``UOPVIZ_``
+  environment variable but the cache's own folder;
+- uopviz itself: a hash of its sources (``*.py``, ``*.sknd``), so any change to the compiler misses.
+
+The value (:class:`CachedState`, pickled to ``$UOPVIZ_CACHE/nnef-programs/<key>.pickle``, written
+to a temporary file and renamed into place) holds the Program's kernels (ASTs, opts, LINEAR
+bodies, sources), the buffers bound to them, the memory plan, the NNEF input/output names and the
+blocked weight layouts the program reads; each compiled kernel is stored as its source and name and
+loaded again through the backend (a hit of the compiled-object cache).  An entry that cannot be
+read (corrupt, written by another format, naming a class that moved) is ignored and rewritten.
+
+On a hit, ``g.compile()`` returns a :class:`CachedProgram`: it runs as the program it was stored
+from.  Its lowering trace (``program.trace``, for the player) and the lowered NNEF kernels
+(``program.nnef_kernels``) are made on first use, by lowering the graph again under tracing.
+
+Graphs with loop nodes (a :class:`~uopviz.nnef.program.compile.GraphProgram`) or with extents
+decided at run time (their lowering registers counters on the graph) are not cached, nor is a
+compile inside an open trace (the caller records it).
+``UOPVIZ_PROGRAM_CACHE=0`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from uopviz.backends.cache import cache_dir
+from uopviz.core.dtype import DType, dtypes
+from uopviz.core.rewrite_trace import is_tracing
+from uopviz.core.uop import UOp, toposort
+from uopviz.engine.program import Program
+from uopviz.passes.extent_sharing import ExtentBoundKernel
+from uopviz.passes.render import backend_named, compile_source
+from uopviz.passes.schedule import ScheduleItem
+
+if TYPE_CHECKING:
+    from uopviz.nnef.model.graph import ComposedGraph
+
+__all__ = [
+    "CachedProgram",
+    "CachedState",
+    "graph_fingerprint",
+    "load_program",
+    "program_key",
+    "store_program",
+]
+
+#: the folder of the cache below ``cache_dir()``
+NAMESPACE = "nnef-programs"
+#: bumped when :class:`CachedState` changes shape (older entries then fail to load and are rebuilt)
+FORMAT = 3
+#: the environment variable that turns the cache off (``0``)
+SWITCH = "UOPVIZ_PROGRAM_CACHE"
+#: environment variables that do not change what compiles (where the caches live)
+_NEUTRAL_VARIABLES = frozenset({"UOPVIZ_CACHE", SWITCH})
+_PACKAGE = Path(__file__).resolve().parents[2]
+_source_digest: str | None = None
+
+
+def enabled() -> bool:
+    """Whether the whole-program cache is in use (``UOPVIZ_PROGRAM_CACHE`` is not ``0``)."""
+    return os.environ.get(SWITCH, "1").strip() not in ("0", "false", "no", "off")
+
+
+def source_digest() -> str:
+    """A hash of uopviz's own sources (computed once per process): any edit to the compiler misses."""
+    global _source_digest
+    if _source_digest is None:
+        digest = hashlib.sha256()
+        files = sorted([*_PACKAGE.rglob("*.py"), *_PACKAGE.rglob("*.sknd")])
+        for path in files:
+            digest.update(str(path.relative_to(_PACKAGE)).encode())
+            digest.update(path.read_bytes())
+        _source_digest = digest.hexdigest()
+    return _source_digest
+
+
+def _tensor_description(info: Any, baked: set[str]) -> str:
+    """One tensor's part of the fingerprint: its values too when the lowering may read them."""
+    text = f"{info.name}|{info.kind}|{info.dtype}|{info.shape!r}|{info.quantization!r}"
+    data = info.data
+    if data is not None and (info.kind == "constant" or info.name in baked):
+        array = np.ascontiguousarray(data)
+        text += f"|{array.dtype.str}{array.shape}|{hashlib.sha256(array.tobytes()).hexdigest()}"
+    elif data is not None:
+        text += f"|{np.asarray(data).dtype.str}{np.shape(data)}"
+    return text
+
+
+def graph_fingerprint(graph: ComposedGraph) -> str:
+    """A hex sha256 of everything in ``graph`` that its compiled program depends on (see the
+    module's docstring); never the file it was read from."""
+    from uopviz.nnef.syntax.printer import print_definition
+
+    digest = hashlib.sha256()
+
+    def add(text: str) -> None:
+        data = text.encode()
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+
+    add(f"{graph.name}|{graph.inputs!r}|{graph.outputs!r}|{graph.updates!r}|{graph.packs!r}")
+    add(f"{sorted(map(repr, graph.counts.items()))!r}|{sorted(map(repr, graph.extent_inputs.items()))!r}")
+    add(f"{graph.captures!r}")  # not graph.layouts: compiling fills them in (one per blocked filter)
+    baked = {name for step in graph.canonical for name in step.sources}
+    for step in graph.canonical:
+        add(f"{step.rule}|{step.label}|{step.description}|{step.sources!r}")
+    for info in graph.tensors.values():
+        add(_tensor_description(info, baked))
+    definitions: dict[int, str] = {}
+    for op in graph.operations:
+        text = definitions.get(id(op.definition))
+        if text is None:
+            text = definitions[id(op.definition)] = print_definition(op.definition)
+        add(f"{type(op).__name__}|{op.type}|{op.label}|{op.attribs!r}|{op.inputs!r}|{op.outputs!r}")
+        add(f"{op.dtypes!r}|{op.scopes!r}|{op.constants!r}|{text}")
+    return digest.hexdigest()
+
+
+def _plain_opts(opts: Any) -> bool:
+    """Whether ``opts`` is made of values whose repr is their whole content (None, names, numbers,
+    ``Opt``, lists and dicts of them): tuning records and other objects are not cached by."""
+    from uopviz.passes.optops.opts import Opt
+
+    if opts is None or isinstance(opts, str | int | float | bool | Opt):
+        return True
+    if type(opts) in (list, tuple):
+        return all(_plain_opts(item) for item in opts)
+    if type(opts) is dict:
+        return all(_plain_opts(key) and _plain_opts(value) for key, value in opts.items())
+    return False
+
+
+def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> str | None:
+    """The cache key of ``graph`` compiled on ``backend`` with ``opts``; None when it is not cached
+    (the cache is off, a trace is open, the graph has loop nodes or run-time extents, or ``opts``
+    is not plain data)."""
+    from uopviz.backends.target import cpu_target
+    from uopviz.nnef.model.graph import LoopOperation
+
+    # inside an open trace the caller records this lowering (a loop node's body and condition
+    # compile into the graph's trace): it must run
+    if not enabled() or is_tracing() or any(isinstance(op, LoopOperation) for op in graph.operations):
+        return None
+    # extents decided at run time: the lowering registers their counters on the graph (graph.counts),
+    # which the runner reads; such graphs lower every time
+    if graph.counts or graph.extent_inputs or not all(info.is_static for info in graph.tensors.values()):
+        return None
+    if not _plain_opts(opts):
+        return None
+    opts_text = repr(opts)
+    environment = sorted(
+        (name, value) for name, value in os.environ.items()
+        if name.startswith("UOPVIZ_") and name not in _NEUTRAL_VARIABLES
+    )  # fmt: skip
+    digest = hashlib.sha256()
+    for part in (f"format {FORMAT}", source_digest(), graph_fingerprint(graph), backend, opts_text,
+                 repr(build), cpu_target().key, repr(environment)):  # fmt: skip
+        data = part.encode()
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class CompiledReference:
+    """A compiled kernel as the cache keeps it: what the backend builds it from (a hit of the
+    compiled-object cache) and, for a member of an extent-sharing group, its generators."""
+
+    backend: str
+    source: str
+    name: str
+    generators: tuple[int, ...] | None = None
+
+
+@dataclass
+class CachedState:
+    """What running a compiled NNEF graph needs, as pickled: the Program's fields but its trace,
+    its items with their compiled kernels as :class:`CompiledReference`, the NNEF names and the
+    weight layouts the program reads."""
+
+    format: int
+    program: dict[str, Any]
+    items: list[tuple[int, Any, list, Any, str, CompiledReference | None, Any]]
+    nnef_inputs: list[str]
+    nnef_outputs: list[str]
+    layouts: dict[str, Any]
+
+
+def _reference(compiled: Any) -> CompiledReference | None:
+    if compiled is None:
+        return None
+    if isinstance(compiled, ExtentBoundKernel):
+        shared = compiled.shared
+        return CompiledReference(shared.backend, shared.source, shared.name, tuple(compiled.generators))
+    return CompiledReference(compiled.backend, compiled.source, compiled.name)
+
+
+_PROGRAM_FIELDS = ("outputs", "backend", "graph", "inputs", "memory_plan", "build", "opts", "optimized",
+                   "share_extents")  # fmt: skip
+
+
+def _state_of(program: Program, graph: ComposedGraph) -> CachedState:
+    items = [
+        (item.index, item.body, list(item.arguments), item.kernel, item.source, _reference(item.compiled),
+         item.shard)
+        for item in program.items
+    ]  # fmt: skip
+    layouts = {name: graph.layouts[name] for name in program.nnef_inputs if name in graph.layouts}
+    fields = {name: getattr(program, name) for name in _PROGRAM_FIELDS}
+    return CachedState(FORMAT, fields, items, list(program.nnef_inputs), list(program.nnef_outputs), layouts)
+
+
+class _RecordingPickler(pickle.Pickler):
+    """Pickles nothing worth keeping: finds every UOp the state holds (the roots of the table)."""
+
+    def __init__(self, stream: io.BytesIO) -> None:
+        super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
+        self.roots: dict[UOp, None] = {}
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is UOp:
+            self.roots[obj] = None
+            return 0
+        return None
+
+
+def _dtype_id(obj: Any) -> Any:
+    """A scalar DType as its name: it must come back as *the* ``dtypes`` object, not an equal copy
+    (passes compare dtypes with ``is``, and a hash-consed UOp rebuilt here is the very UOp a later
+    lowering in this process gets back)."""
+    if type(obj) is DType and getattr(dtypes, obj.name, None) is obj:
+        return ("dtype", obj.name)
+    return None
+
+
+class _TablePickler(pickle.Pickler):
+    """Pickles each UOp as its position in the shared table, each scalar DType as its name."""
+
+    def __init__(self, stream: io.BytesIO, number: dict[UOp, int] | None = None) -> None:
+        super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
+        self.number = number
+
+    def persistent_id(self, obj: Any) -> Any:
+        if self.number is not None and type(obj) is UOp:
+            return self.number[obj]
+        return _dtype_id(obj)
+
+
+class _TableUnpickler(pickle.Unpickler):
+    """Reads each UOp back as the table's UOp at its position, each scalar DType as ``dtypes``'."""
+
+    def __init__(self, stream: io.BytesIO, built: list[UOp] | None = None) -> None:
+        super().__init__(stream)
+        self.built = built
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple):
+            return getattr(dtypes, pid[1])
+        assert self.built is not None
+        return self.built[pid]
+
+
+def _dumps(value: Any, number: dict[UOp, int] | None = None) -> bytes:
+    stream = io.BytesIO()
+    _TablePickler(stream, number).dump(value)
+    return stream.getvalue()
+
+
+def _loads(data: bytes, built: list[UOp] | None = None) -> Any:
+    return _TableUnpickler(io.BytesIO(data), built).load()
+
+
+def _encode(state: CachedState) -> bytes:
+    """The state with its UOps in one table, each once, sources first: a UOp shared by many
+    kernels, buffers and the graph (pickled one root at a time) is rebuilt once, not once per root."""
+    recorder = _RecordingPickler(io.BytesIO())
+    recorder.dump(state)
+    order = toposort(list(recorder.roots))
+    number = {uop: position for position, uop in enumerate(order)}
+    table = [(u.op, tuple(number[s] for s in u.src), u.arg, u.tag) for u in order]
+    return _dumps((FORMAT, _dumps(table), _dumps(state, number)))
+
+
+def _decode(data: bytes) -> CachedState | None:
+    entry_format, table_bytes, state_bytes = _loads(data)
+    if entry_format != FORMAT:
+        return None
+    built: list[UOp] = []
+    for op, src, arg, tag in _loads(table_bytes):
+        built.append(UOp(op, tuple(built[i] for i in src), arg, tag))
+    state = _loads(state_bytes, built)
+    return state if isinstance(state, CachedState) and state.format == FORMAT else None
+
+
+def _entry_path(key: str) -> Path:
+    return cache_dir() / NAMESPACE / f"{key}.pickle"
+
+
+def store_program(program: Any, graph: ComposedGraph, key: str) -> None:
+    """Keep ``program`` (a Program compiled from ``graph``) under ``key``, written atomically; a
+    cache folder that cannot be written only costs the next compile its time."""
+    if type(program) is not Program or not hasattr(program, "nnef_inputs"):
+        return
+    path = _entry_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _encode(_state_of(program, graph))
+        handle, temporary = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+    except OSError:
+        return
+
+
+def _read_state(key: str) -> CachedState | None:
+    """The entry under ``key``, or None when there is none or it cannot be read back whole."""
+    try:
+        data = _entry_path(key).read_bytes()
+    except OSError:
+        return None
+    try:
+        return _decode(data)
+    except Exception:  # noqa: BLE001 - any unreadable entry (truncated, stale classes) is a miss
+        return None
+
+
+def load_program(graph: ComposedGraph, key: str, relower: Callable[[], Any]) -> CachedProgram | None:
+    """The program stored under ``key`` for ``graph``, its kernels loaded through the backend; None
+    on a miss (or an entry that no longer loads).  ``relower()`` compiles the graph again without
+    the cache: the program's trace and lowered NNEF kernels come from it when first read."""
+    state = _read_state(key)
+    if state is None:
+        return None
+    fields = state.program
+    if fields["build"]:
+        backend_named(fields["backend"]).require()
+    loaded: dict[tuple[str, str, str], Any] = {}
+
+    def compiled_kernel(reference: CompiledReference | None) -> Any:
+        if reference is None:
+            return None
+        where = (reference.backend, reference.source, reference.name)
+        shared = loaded.get(where)
+        if shared is None:
+            shared = loaded[where] = compile_source(reference.source, reference.name, reference.backend)
+        if reference.generators is None:
+            return shared
+        return ExtentBoundKernel.bind(shared, reference.generators)
+
+    items = [
+        ScheduleItem(index, body, arguments, kernel, source, compiled_kernel(reference), shard)
+        for index, body, arguments, kernel, source, reference, shard in state.items
+    ]  # fmt: skip
+    program = CachedProgram(**fields, items=items)
+    program.nnef_inputs = state.nnef_inputs
+    program.nnef_outputs = state.nnef_outputs
+    program.nnef_loop_opts = {}
+    program.nnef_steps = [("kernels", program)]
+    program._relower = relower
+    for name, layout in state.layouts.items():
+        graph.layouts.setdefault(name, layout)
+    return program
+
+
+class CachedProgram(Program):
+    """A Program read from the whole-program cache: it runs as the one it was stored from; its
+    lowering ``trace`` and ``nnef_kernels`` are made when first read, by lowering the graph again
+    under tracing (the player then shows every step, as for a program compiled afresh)."""
+
+    _relower: Callable[[], Any] | None = None
+    _relowered: Any = None
+
+    def _lowered_again(self) -> Any:
+        if self._relowered is None:
+            if self._relower is None:
+                raise RuntimeError("a cached program without the graph it was compiled from has no trace")
+            self._relowered = self._relower()
+        return self._relowered
+
+    @property  # type: ignore[override]
+    def trace(self) -> Any:
+        """The trace of the lowering (made on first use: the graph is lowered again)."""
+        found = self.__dict__.get("_trace")
+        if found is None:
+            found = self.__dict__["_trace"] = self._lowered_again().trace
+        return found
+
+    @trace.setter
+    def trace(self, value: Any) -> None:
+        self.__dict__["_trace"] = value
+
+    @property
+    def nnef_kernels(self) -> list:
+        """The lowered NNEF kernels after the kernel passes, in run order (made on first use)."""
+        return self._lowered_again().nnef_kernels
