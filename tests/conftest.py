@@ -63,6 +63,12 @@ settings.register_profile("slow", deadline=None, derandomize=True, print_blob=Tr
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if IN_CI else "dev"))
 
+# The tests exercise the lowering itself: NNEF programs compiled by an earlier run (or another worker)
+# must not come back from the whole-program cache in ~/.cache (a hit reports no per-operation
+# progress and builds no trace until it is read).  tests/nnef/test_program_cache.py turns it on, with
+# a cache folder of its own per test.
+os.environ["UOPVIZ_PROGRAM_CACHE"] = "0"
+
 
 # --------------------------------------------------------------------------------------------
 # environment probes
