@@ -45,7 +45,15 @@ def cached_file(namespace: str, key: str, suffix: str, build: Callable[[Path], N
     target = folder / f"{key}{suffix}"
     if target.exists():
         return target, True
-    handle, temporary = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=suffix, dir=folder)
+    replace_atomically(target, build)
+    return target, False
+
+
+def replace_atomically(target: Path, build: Callable[[Path], None]) -> None:
+    """``build(path)`` writes a file beside ``target`` that then replaces it in one step: a reader (a
+    process of another worker) never sees half of it; the temporary file goes on failure."""
+    prefix = f".{target.stem[:16]}-"
+    handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=target.suffix, dir=target.parent)
     os.close(handle)
     try:
         build(Path(temporary))
@@ -53,7 +61,6 @@ def cached_file(namespace: str, key: str, suffix: str, build: Callable[[Path], N
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
-    return target, False
 
 
 def read_cached_bytes(

@@ -55,3 +55,21 @@ def live_uops(program: Sequence[UOp], gather_by_lanes: bool = True) -> set[UOp]:
                 sources = (u.src[0], *u.src[1].src)
         live.update(sources)
     return live
+
+
+#: the instructions that open and close a scope of a LINEAR program (kernel-ir.md)
+SCOPE_OPENERS, SCOPE_CLOSERS = frozenset({Ops.RANGE, Ops.IF}), frozenset({Ops.END, Ops.ENDIF})
+
+
+def open_scopes(instructions: Sequence[UOp]) -> list[tuple[int, ...]]:
+    """Each instruction's scope: the positions of the RANGEs and IFs open around it, outermost
+    first (an END or ENDIF is outside the scope it closes, a RANGE or IF outside its own)."""
+    open_now: list[int] = []
+    scopes = []
+    for index, u in enumerate(instructions):
+        if u.op in SCOPE_CLOSERS:
+            open_now.pop()
+        scopes.append(tuple(open_now))
+        if u.op in SCOPE_OPENERS:
+            open_now.append(index)
+    return scopes

@@ -87,8 +87,7 @@ class _UOpMeta(type):
         normalised = type(op) is not Ops or op in _NORMALISED_OPS
         if normalised:
             op, src, arg = _normalise(op, src, arg)
-        # ids, not the UOps, in the key: the cached UOp keeps its sources alive, so their ids are stable
-        key = (op, tuple(map(id, src)), _arg_key(arg) if type(arg) in _SPECIAL_ARG_TYPES else arg, tag)
+        key = _cache_key(op, src, arg, tag)
         ref = _cache.get(key)
         if ref is not None:
             found = ref()
@@ -109,6 +108,12 @@ class _UOpMeta(type):
 
 
 _SPECIAL_ARG_TYPES = (tuple, float)
+
+
+def _cache_key(op: Ops, src: tuple, arg: Any, tag: Any) -> tuple:
+    """The key a UOp is hash-consed under.  Ids, not the UOps, of the sources: the cached UOp keeps
+    its sources alive, so their ids are stable."""
+    return (op, tuple(map(id, src)), _arg_key(arg) if type(arg) in _SPECIAL_ARG_TYPES else arg, tag)
 
 
 def _normalise(op: Ops, src: tuple, arg: Any) -> tuple[Ops, tuple, Any]:
@@ -283,7 +288,7 @@ class UOp(metaclass=_UOpMeta):
         # the living CONST looked up first, by the key UOp(...) would make: index constants are
         # built hundreds of thousands of times while compiling a model, nearly all already alive
         arg = (value, dtype)
-        ref = _cache.get((Ops.CONST, (), _arg_key(arg) if type(value) in _SPECIAL_ARG_TYPES else arg, None))
+        ref = _cache.get(_cache_key(Ops.CONST, (), arg, None))
         found = ref() if ref is not None else None
         return found if found is not None else UOp(Ops.CONST, (), arg)
 

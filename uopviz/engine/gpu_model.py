@@ -21,7 +21,7 @@ import numpy as np
 
 from uopviz.backends import get as backend
 from uopviz.backends.base import KernelMeta
-from uopviz.backends.linear_program import underlying_buffer
+from uopviz.backends.linear_program import open_scopes, underlying_buffer
 from uopviz.core.alu import evaluate
 from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import Ops
@@ -309,20 +309,8 @@ def _program_of(subject: Any) -> tuple[UOp, str, Kernel | None]:
 
 def _scopes(program: tuple[UOp, ...]) -> list[tuple[list[UOp], list[UOp]]]:
     """For each position, the RANGEs around it (outermost first) and the IF gates around it."""
-    ranges: list[UOp] = []
-    gates: list[UOp] = []
-    out = []
-    for u in program:
-        if u.op is Ops.END:
-            ranges = [r for r in ranges if r is not u.src[-1]]
-        elif u.op is Ops.ENDIF and gates:
-            gates = gates[:-1]
-        out.append((list(ranges), list(gates)))
-        if u.op is Ops.RANGE:
-            ranges = [*ranges, u]
-        elif u.op is Ops.IF:
-            gates = [*gates, u.src[0]]
-    return out
+    return [([program[i] for i in scope if program[i].op is Ops.RANGE],
+             [program[i].src[0] for i in scope if program[i].op is Ops.IF]) for scope in open_scopes(program)]
 
 
 def _bound(r: UOp) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from uopviz.backends.base import CompiledKernel, Launch
+from uopviz.backends.linear_program import open_scopes
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
@@ -88,7 +89,7 @@ def _variable_constants(linear: UOp) -> set[int]:
     candidates = {
         index for index, u in enumerate(instructions) if u.op is Ops.CONST and u.dtype == dtypes.index
     }
-    scopes = _scopes(instructions)
+    scopes = open_scopes(instructions)
     compiler_loops = _scalar_innermost_loops(instructions, scopes)
     for index, user in enumerate(instructions):
         loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
@@ -233,28 +234,11 @@ def _param_size(linear: UOp, slot: int) -> int:
     return int(np.prod(param.shape)) if param.shape else 1
 
 
-#: the instructions that open and close a scope of a LINEAR program (kernel-ir.md)
-SCOPE_OPENERS, SCOPE_CLOSERS = frozenset({Ops.RANGE, Ops.IF}), frozenset({Ops.END, Ops.ENDIF})
-
-
-def _scopes(instructions: tuple[UOp, ...]) -> list[tuple[int, ...]]:
-    """Each instruction's scope: the positions of the RANGEs and IFs open around it."""
-    open_now: list[int] = []
-    scopes = []
-    for index, u in enumerate(instructions):
-        if u.op in SCOPE_CLOSERS:
-            open_now.pop()
-        scopes.append(tuple(open_now))
-        if u.op in SCOPE_OPENERS:
-            open_now.append(index)
-    return scopes
-
-
 def _placements(instructions: tuple[UOp, ...], computed: dict[UOp, list[UOp]]) -> dict[int, list[UOp]]:
     """Where each constant's instructions go: before the first use when that use is in the innermost
     scope around all the uses, else before the opener (RANGE or IF) of the first use's scope that is
     one deeper than that common scope."""
-    scopes = _scopes(instructions)
+    scopes = open_scopes(instructions)
     uses: dict[UOp, list[int]] = {constant: [] for constant in computed}
     for index, u in enumerate(instructions):
         for operand in u.src:
@@ -346,8 +330,6 @@ class ExtentBoundKernel(CompiledKernel):
 
 __all__ = [
     "GENERATOR_DTYPE",
-    "SCOPE_CLOSERS",
-    "SCOPE_OPENERS",
     "VARIABLE_USES",
     "ExtentBoundKernel",
     "SharedExtents",

@@ -37,7 +37,6 @@ import hashlib
 import io
 import os
 import pickle
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from uopviz.backends.cache import cache_dir
+from uopviz.backends.cache import cache_dir, replace_atomically
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.rewrite_trace import is_tracing
 from uopviz.core.uop import UOp, toposort
@@ -327,14 +326,7 @@ def store_program(program: Any, graph: ComposedGraph, key: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = _encode(_state_of(program, graph))
-        handle, temporary = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+        replace_atomically(path, lambda temporary: temporary.write_bytes(data))
     except OSError:
         return
 
