@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from uopviz.backends.aligned import aligned_zeros
 from uopviz.backends.timing import Timing, TimingOptions, random_arguments, time_compiled
 from uopviz.core.errors import UopvizError
 
@@ -123,8 +124,8 @@ def allocate_buffers(specs: Sequence[tuple]) -> list[np.ndarray]:
         kind = spec[0]
         if kind == "data":
             arrays.append(spec[1])  # the caller's own array in-process, a fresh copy in the worker
-        elif kind == "zeros":
-            arrays.append(np.zeros(spec[1], spec[2]))
+        elif kind == "zeros":  # on a cache line (and so every buffer an arena places on one)
+            arrays.append(aligned_zeros(spec[1], spec[2]))
         elif kind == "view":
             _, arena, offset, nbytes, dtype = spec
             arrays.append(arrays[arena][offset:offset + nbytes].view(dtype))

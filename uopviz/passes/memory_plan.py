@@ -16,13 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from uopviz.backends.aligned import CACHE_LINE
 from uopviz.core.dtype import AddrSpace, dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopviz.core.uop import UOp
 from uopviz.passes.schedule import Lowering, storage_of
 
-ALIGNMENT = 16  # bytes: every planned buffer starts aligned for any element type (and SIMD loads)
+# bytes: every planned buffer starts on a cache line (an AVX-512 load of one touches one line)
+ALIGNMENT = CACHE_LINE
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from uopviz.backends.aligned import aligned
 from uopviz.core.affine import build_range_sum
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
@@ -213,11 +214,11 @@ def layout_array(graph: ComposedGraph, layout: WeightLayout, source: np.ndarray)
     array a run gives for the variable by name)."""
     tensor = graph.tensors[layout.source]
     if source is not tensor.data:
-        return layout.apply(source)
+        return aligned(layout.apply(source))
     cache = graph.__dict__.setdefault("_layout_copies", {})
     found = cache.get(layout.name)
     if found is not None and found[0] is source:
         return found[1]
-    copy = layout.apply(source)
+    copy = aligned(layout.apply(source))
     cache[layout.name] = (source, copy)
     return copy

@@ -14,12 +14,17 @@ form:
   one repeated value is);
 - ``fold parameter arithmetic``: an elementwise ``math`` operation of parameters (variables and
   constants whose data the file holds) computed once, its result a constant;
-- ``fold parameter layout``: a ``reshape``, ``unsqueeze`` or ``tile`` of a parameter computed once.
+- ``fold parameter layout``: a ``reshape``, ``unsqueeze`` or ``tile`` of a parameter computed once;
+- ``affine chain as scale and shift``: a chain of additions, subtractions, multiplications and
+  divisions of a tensor by per-channel parameters (a batch normalisation, however it is spelled:
+  ``batch_normalization``, or its ``sub``/``div``/``mul``/``add``) becomes ``x * s + t``, ``s`` and
+  ``t`` computed once (in float64) from the parameters, read through the ``squeeze`` views of NNEF
+  1.0 ``[1, C]`` variables: one multiply-add per element where there were four operations and a
+  division.
 
-``squeeze`` is not folded: it is the view through which every NNEF 1.0 ``[1, C]`` parameter becomes
-the ``[C]`` the standard library wants; the kernels read the variable through it in place, and the
-batch-norm chain after it is computed inside the fused convolution (folding it would change the
-code of every 1.0 file, not canonicalise a spelling).  The other operators that files spell in
+``squeeze`` itself is not folded: it is the view through which every NNEF 1.0 ``[1, C]`` parameter
+becomes the ``[C]`` the standard library wants, and the kernels read a variable through it in place
+(a conv's bias).  The other operators that files spell in
 several ways (``add_n`` of two, ``linear`` as a matmul and an add, a convolution without a bias
 followed by ``batch_normalization``, ``max_pool`` with ``border = 'ignore'``) already reach the same
 kernels through :mod:`uopviz.nnef.kernel_passes.fusion` and :mod:`uopviz.nnef.kernel_passes.padding`;
@@ -133,6 +138,238 @@ RULES: tuple[CanonicalRule, ...] = (
 )
 
 
+# -- per-channel affine chains ---------------------------------------------------------------------
+
+#: how each step of an affine chain changes ``(scale, shift)`` of the running value
+#: ``x * scale + shift`` when it combines it with a parameter ``p`` (``x`` on the left)
+_AFFINE_STEPS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]] = {
+    "math.add": lambda scale, shift, p: (scale, shift + p),
+    "math.sub": lambda scale, shift, p: (scale, shift - p),
+    "math.mul": lambda scale, shift, p: (scale * p, shift * p),
+    "math.div": lambda scale, shift, p: (scale / p, shift / p),
+}  # fmt: skip
+
+#: how a parameter expression's operations are computed (the folds of :data:`RULES`, and the
+#: ``squeeze`` through which an NNEF 1.0 ``[1, C]`` parameter is read as ``[C]``)
+_COMPUTED = {
+    **{operator: rule.fold for rule in RULES for operator in rule.operators},
+    "layout.squeeze": _layout,
+}
+
+
+def _parameter_value(
+    graph: ComposedGraph, name: str, memo: dict[str, tuple[np.ndarray, tuple[str, ...]] | None]
+) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """The value of tensor ``name`` when it is computed from parameters alone (a variable, a
+    ``squeeze`` of one, ``sqrt(add(variance, epsilon))``), with the variables it is computed from;
+    None otherwise."""
+    if name in memo:
+        return memo[name]
+    memo[name] = None  # (a cycle cannot arise in a graph in execution order; this ends any walk)
+    tensor = _parameter(graph, name)
+    if tensor is not None:
+        memo[name] = (tensor.data, (name,) if tensor.kind == "variable" else ())
+        return memo[name]
+    tensor = graph.tensors.get(name)
+    op = tensor.producer if tensor is not None else None
+    compute = _COMPUTED.get(op.type) if op is not None else None
+    if compute is None or tensor.kind != "intermediate" or not tensor.is_static:
+        return None
+    if len(op.output_names()) != 1:
+        return None
+    inputs = [_parameter_value(graph, input_name, memo) for input_name in op.input_names()]
+    if not inputs or None in inputs:
+        return None
+    with np.errstate(all="ignore"):
+        value = compute(op, [np.asarray(data, np.float64) for data, _ in inputs], tensor)
+    if value is None or tuple(np.shape(value)) != tuple(tensor.shape):
+        return None
+    variables = tuple(dict.fromkeys(source for _, names in inputs for source in names))
+    memo[name] = (np.asarray(value, np.float64), variables)
+    return memo[name]
+
+
+def _readers_of(graph: ComposedGraph) -> dict[str, list[Operation]]:
+    """The operations that read each tensor."""
+    readers: dict[str, list[Operation]] = {}
+    for op in graph.operations:
+        for name in dict.fromkeys(op.input_names()):
+            readers.setdefault(name, []).append(op)
+    return readers
+
+
+def _affine_step(
+    graph: ComposedGraph, op: Operation, memo: dict
+) -> tuple[str, np.ndarray, int | None, tuple] | None:
+    """``(x, p, align, variables)`` when ``op`` is ``x <op> p`` of a running tensor ``x`` and a
+    parameter ``p`` that is one value or a vector aligned by ``rhs_align``; None otherwise."""
+    if op.type not in _AFFINE_STEPS or len(op.inputs) != 2 or op.constants:
+        return None
+    if op.attribs.get("lhs_align") is not None:
+        return None
+    x, p = op.inputs
+    found = _parameter_value(graph, p, memo) if isinstance(p, str) else None
+    if not isinstance(x, str) or found is None or _parameter_value(graph, x, memo) is not None:
+        return None
+    value, variables = found
+    align = op.attribs.get("rhs_align")
+    if value.size == 1:
+        return x, value.reshape(()), None, variables
+    if value.ndim != 1 or align is None:
+        return None
+    return x, value, int(align), variables
+
+
+def _chain_from(graph: ComposedGraph, first: Operation, readers: dict, memo: dict) -> list[Operation]:
+    """The longest affine chain that ``first`` starts: each next step reads the step before as its
+    ``x``, and is that tensor's only reader (no other operation, no graph output reads it)."""
+    chain = [first]
+    if graph.tensors[first.output_names()[0]].shape != graph.tensors[first.inputs[0]].shape:
+        return []  # the step broadcasts its input to more elements: not a scale and shift of it
+    while True:
+        (output,) = chain[-1].output_names()
+        following = readers.get(output, [])
+        if len(following) != 1 or output in _kept_tensors(graph):
+            return chain
+        step = _affine_step(graph, following[0], memo)
+        if step is None or step[0] != output:
+            return chain
+        if graph.tensors[following[0].output_names()[0]].shape != graph.tensors[first.inputs[0]].shape:
+            return chain  # a step that broadcasts the running tensor to more elements ends the chain
+        chain.append(following[0])
+
+
+def _scale_and_shift(graph: ComposedGraph, chain: list[Operation], memo: dict) -> tuple | None:
+    """``(scale, shift, align, variables)`` of a chain, every vector parameter of one length and
+    alignment (float64, as computed once); None where they differ or none is a vector."""
+    scale, shift = np.ones(()), np.zeros(())
+    aligns: set[int] = set()
+    lengths: set[int] = set()
+    variables: list[str] = []
+    for op in chain:
+        _, value, align, names = _affine_step(graph, op, memo)
+        if align is not None:
+            aligns.add(align)
+            lengths.add(value.size)
+        variables.extend(names)
+        scale, shift = _AFFINE_STEPS[op.type](scale, shift, value)
+    if len(aligns) != 1 or len(lengths) != 1:
+        return None
+    (length,) = lengths
+    scale, shift = np.broadcast_to(scale, (length,)), np.broadcast_to(shift, (length,))
+    return scale, shift, aligns.pop(), tuple(dict.fromkeys(variables))
+
+
+def _affine_chains(graph: ComposedGraph, steps: list[CanonicalStep]) -> None:
+    """Rule ``affine chain as scale and shift``: a chain of additions, subtractions,
+    multiplications and divisions of a tensor by per-channel parameters (a batch normalisation's
+    ``(x - mean) / sqrt(variance + epsilon) * scale + bias``) is one multiply-add per element,
+    ``x * s + t``, with ``s`` and ``t`` computed once from the parameters (ONNX Runtime folds the
+    same into a convolution's weights).  Four operations and a division per element become one
+    fused multiply-add; only chains that lose a division or an operation are rewritten."""
+    memo: dict = {}
+    readers = _readers_of(graph)
+    done: set[int] = set()
+    for op in list(graph.operations):
+        if id(op) in done or _affine_step(graph, op, memo) is None:
+            continue
+        chain = _chain_from(graph, op, readers, memo)
+        done.update(id(step) for step in chain)
+        found = _scale_and_shift(graph, chain, memo) if chain else None
+        if found is None:
+            continue
+        scale, shift, align, variables = found
+        units = (("math.mul", np.all(scale == 1.0)), ("math.add", np.all(shift == 0.0)))
+        needed = [kind for kind, unit in units if not unit]
+        has_division = any(step.type == "math.div" for step in chain)
+        if not needed or (len(needed) >= len(chain) and not has_division):
+            continue
+        (last,) = chain[-1].output_names()
+        described = (
+            f"{' -> '.join(step.type for step in chain)} of '{chain[0].inputs[0]}' by parameters: "
+            f"{' and '.join(needed)} by values computed once"
+        )
+        _rewrite_chain(graph, chain, needed, scale, shift, align)
+        steps.append(CanonicalStep("affine chain as scale and shift", last, described, variables,
+                                   location_of(_affine_chains)))  # fmt: skip
+    _drop_unread_parameter_operations(graph)
+
+
+def _rewrite_chain(
+    graph: ComposedGraph,
+    chain: list[Operation],
+    needed: list[str],
+    scale: np.ndarray,
+    shift: np.ndarray,
+    align: int,
+) -> None:
+    """The chain's first operations become ``needed`` (a multiplication by ``scale``, an addition of
+    ``shift``, in that order) writing the chain's last output; the other operations and the tensors
+    between them go."""
+    (last,) = chain[-1].output_names()
+    running = chain[0].inputs[0]
+    math_module = graph.modules["math"]
+    # the operator's bound symbols (shapes, ranks, alignments) are those of a step by a vector: every
+    # binary math operator declares the same ones, and every tensor of the chain has the input's shape
+    template = next(step for step in chain if step.attribs.get("rhs_align") == align).symbols
+    for index, kind in enumerate(needed):
+        op = chain[index]
+        value = scale if kind == "math.mul" else shift
+        constant = _new_tensor_name(graph, f"{last}.{'scale' if kind == 'math.mul' else 'shift'}")
+        graph.tensors[constant] = TensorInfo(
+            constant, "real", (value.size,), kind="constant", data=np.ascontiguousarray(value, np.float32)
+        )
+        output = last if index == len(needed) - 1 else op.output_names()[0]
+        op.type, op.definition = kind, math_module.definition(kind.partition(".")[2])
+        op.label = chain[-1].label if output == last else chain[0].label
+        op.inputs, op.outputs = (running, constant), (output,)
+        op.attribs = {**op.attribs, "lhs_align": None, "rhs_align": align}
+        tensors = {"x": graph.tensors[running], "y": graph.tensors[constant], "z": graph.tensors[output]}
+        op.symbols = {**template, **tensors}
+        graph.tensors[output].producer = op
+        running = output
+    gone = chain[len(needed):]
+    for op in gone:
+        for name in op.output_names():
+            if name != last:
+                del graph.tensors[name]
+    gone_ids = {id(op) for op in gone}
+    graph.operations = [op for op in graph.operations if id(op) not in gone_ids]
+
+
+def _kept_tensors(graph: ComposedGraph) -> set[str]:
+    """Tensors read from outside the operations: the graph's outputs, the variables an ``update``
+    assigns and the values it assigns them."""
+    return {*graph.outputs, *graph.updates, *graph.updates.values()}
+
+
+def _new_tensor_name(graph: ComposedGraph, wanted: str) -> str:
+    name, count = wanted, 1
+    while name in graph.tensors:
+        count += 1
+        name = f"{wanted}{count}"
+    return name
+
+
+def _drop_unread_parameter_operations(graph: ComposedGraph) -> None:
+    """Operations computing parameters (:data:`_COMPUTED`) that nothing reads any more (the
+    ``squeeze`` and ``sqrt`` of a batch normalisation's parameters after its chain was rewritten)
+    go, with their tensors."""
+    kept = _kept_tensors(graph)
+    while True:
+        readers = _readers_of(graph)
+        unread = [op for op in graph.operations if op.type in _COMPUTED and all(
+            name not in readers and name not in kept and graph.tensors[name].kind == "intermediate"
+            for name in op.output_names())]  # fmt: skip
+        if not unread:
+            return
+        unread_ids = {id(op) for op in unread}
+        graph.operations = [op for op in graph.operations if id(op) not in unread_ids]
+        for op in unread:
+            for name in op.output_names():
+                del graph.tensors[name]
+
+
 # -- the pass ---------------------------------------------------------------------------------------
 
 
@@ -194,6 +431,7 @@ def canonicalize(graph: ComposedGraph) -> list[CanonicalStep]:
         described = f"{op.type} '{op.label}' computed once"
         steps.append(CanonicalStep(rule.name, outputs[0], described, sources, location_of(rule.fold)))
     graph.operations = kept
+    _affine_chains(graph, steps)
     graph.canonical = [*graph.canonical, *steps]
     return steps
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from uopviz.backends.aligned import aligned
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.evaluation.scalar_ops import PythonScalarOps
 from uopviz.nnef.evaluation.values import DynamicExtent
@@ -56,11 +57,14 @@ def _input_array(graph: ComposedGraph, name: str, given: Mapping[str, Any]) -> n
                 f"'{name}' must have shape {list(expected)}, the array given has shape {list(array.shape)}"
             )
         try:
-            return _stored(np.ascontiguousarray(array.astype(tensor.numpy_dtype, copy=False)))
+            return _stored(aligned(array.astype(tensor.numpy_dtype, copy=False)))
         except (TypeError, ValueError, OverflowError) as error:
             raise NNEFError(f"'{name}' is {tensor.numpy_dtype} data; the array given ({array.dtype}) cannot "
                             f"become that: {error}") from None  # fmt: skip
     if tensor.data is not None:
+        # on a cache line once, kept (a .dat file's array starts anywhere): the kernels' vector
+        # loads of a misaligned weight touch two lines each (uopviz.backends.aligned)
+        tensor.data = aligned(tensor.data)
         return _stored(tensor.data)
     if 0 in tuple(tensor.upper_shape):  # no kernel writes a zero-size tensor: it holds no values to miss
         return _stored(np.zeros(0, tensor.numpy_dtype))
