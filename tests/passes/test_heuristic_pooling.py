@@ -1,0 +1,50 @@
+"""The heuristic's row tile of a pooling (heuristic._slides_a_window): no output axis reuses a load,
+but the window slides along the output rows, so each row becomes vectors, one window per lane (a
+stride-2 row read as two loads and a shuffle); a row sum, whose loads step a row per output, keeps
+its unrolled reduction.  Values against numpy on random inputs of several shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_targets import target_params
+
+import uopviz as uv
+from uopviz.backends.target import using_target
+
+RNG = np.random.default_rng(27)
+CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
+
+
+def _windows(x: np.ndarray, size: int, stride: int, padding: int, fill: float) -> np.ndarray:
+    padded = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=fill)
+    view = np.lib.stride_tricks.sliding_window_view(padded, (size, size), axis=(2, 3))
+    return view[:, :, ::stride, ::stride]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize("shape,size,stride,padding", [((1, 8, 64, 64), 2, 2, 0), ((2, 5, 28, 28), 3, 1, 1),
+                                                       ((1, 3, 33, 33), 3, 2, 0), ((1, 4, 14, 14), 3, 1, 1)])
+def test_a_poolings_rows_become_vectors_with_numpys_values(backend, target, shape, size, stride, padding):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    with using_target(target):
+        pooled = uv.Tensor(x).max_pool2d(size, stride, padding)
+        averaged = uv.Tensor(x).avg_pool2d(size, stride, padding)
+        program = uv.compile([pooled, averaged], backend=backend, opts="heuristic")
+        got_max, got_mean = program.run()
+    np.testing.assert_array_equal(got_max, _windows(x, size, stride, padding, -np.inf).max(axis=(-2, -1)))
+    expected = _windows(x.astype(np.float64), size, stride, padding, 0.0).mean(axis=(-2, -1))
+    np.testing.assert_allclose(got_mean, expected, rtol=1e-5, atol=1e-6)
+    reducing = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    assert reducing and all(any(t is uv.AxisType.UPCAST for _, t in k.axes) for k in reducing), \
+        [k.name for k in reducing]  # fmt: skip
+
+
+def test_a_row_sum_keeps_its_unrolled_reduction():
+    x = RNG.standard_normal((64, 48)).astype(np.float32)
+    with using_target("x86-64-v4"):
+        program = uv.compile([uv.Tensor(x).sum(1)], backend="c", opts="heuristic")
+    (kernel,) = program.kernels
+    assert not any(t is uv.AxisType.UPCAST for _, t in kernel.axes), kernel.name
+    np.testing.assert_allclose(program.run()[0], x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
