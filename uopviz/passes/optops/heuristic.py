@@ -87,6 +87,16 @@ def _splits(kernel: Kernel, r: UOp, factors: Sequence[int], target: AxisType) ->
             if f > 1 and size % f == 0 and (size > f or target is AxisType.UNROLL)]
 
 
+def _row_splits(kernel: Kernel, r: UOp, factors: Sequence[int]) -> list[Opt]:
+    """The register tile's second axis ``r`` upcast by each of ``factors`` that divides it, its
+    whole extent included: DenseNet-121's 3x3 convolutions to 32 channels at 56x56 take all 32 as
+    8 columns × 32 channels (16 accumulators) instead of 8 × 16 (2 cores, each alone: 1.7 ms,
+    ONNX Runtime 0.72)."""
+    size = range_size(r)
+    return [Opt(OptOp.SPLIT, _axis_of(kernel, r), (f, AxisType.UPCAST, False)) for f in factors
+            if f > 1 and size % f == 0]
+
+
 def _lanes(kernel: Kernel) -> int:
     return math.prod(size for size, t in kernel.axes if t in (AxisType.UPCAST, AxisType.UNROLL))
 
@@ -741,7 +751,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
                     kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel), second is None)
                 if second_axis is not None:
                     second = kernel.ranges[second_axis]
-                    kernel = _first_that_applies(kernel, _splits(kernel, second, rows, AxisType.UPCAST))
+                    kernel = _first_that_applies(kernel, _row_splits(kernel, second, rows))
                     kernel = _power_of_two_lanes_inside(kernel)
                 kernel = _order_for_staging(kernel)
         elif not gpu and outputs and not candidates and _slides_a_window(kernel, outputs[-1]):
