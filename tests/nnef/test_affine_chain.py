@@ -62,6 +62,9 @@ def test_a_batch_norm_becomes_one_scale_and_shift_with_numpys_values(shape, with
     (step,) = [s for s in graph.canonical if s.rule == RULE]
     assert step.label == "b" and "math.sub -> math.div" in step.description
     assert set(step.sources) <= {"mean", "var", "off", "sc"}
+    for tensor in graph.tensors.values():  # every intermediate left has the operation that writes it
+        if tensor.kind == "intermediate":
+            assert tensor.producer is not None and tensor.name in tensor.producer.output_names(), tensor
     scale = graph.tensors[graph.operations[0].inputs[1]]
     assert scale.kind == "constant" and scale.shape == (shape[1],)
     x = RNG.standard_normal(shape).astype(np.float32)

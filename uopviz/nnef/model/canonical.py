@@ -208,6 +208,8 @@ def _affine_step(
     if op.attribs.get("lhs_align") is not None:
         return None
     x, p = op.inputs
+    if not isinstance(x, str) or x not in graph.tensors or graph.tensors[x].dtype != "real":
+        return None  # an integer division is not a multiplication by a reciprocal
     found = _parameter_value(graph, p, memo) if isinstance(p, str) else None
     if not isinstance(x, str) or found is None or _parameter_value(graph, x, memo) is not None:
         return None
@@ -308,6 +310,7 @@ def _rewrite_chain(
     between them go."""
     (last,) = chain[-1].output_names()
     running = chain[0].inputs[0]
+    between = {name for step in chain for name in step.output_names()} - {last}
     math_module = graph.modules["math"]
     # the operator's bound symbols (shapes, ranks, alignments) are those of a step by a vector: every
     # binary math operator declares the same ones, and every tensor of the chain has the input's shape
@@ -329,10 +332,8 @@ def _rewrite_chain(
         graph.tensors[output].producer = op
         running = output
     gone = chain[len(needed):]
-    for op in gone:
-        for name in op.output_names():
-            if name != last:
-                del graph.tensors[name]
+    for name in between - {name for step in chain[: len(needed)] for name in step.output_names()}:
+        del graph.tensors[name]
     gone_ids = {id(op) for op in gone}
     graph.operations = [op for op in graph.operations if id(op) not in gone_ids]
 
