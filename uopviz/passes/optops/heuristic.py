@@ -89,12 +89,13 @@ def _splits(kernel: Kernel, r: UOp, factors: Sequence[int], target: AxisType) ->
 
 def _row_splits(kernel: Kernel, r: UOp, factors: Sequence[int]) -> list[Opt]:
     """The register tile's second axis ``r`` upcast by each of ``factors`` that divides it, its
-    whole extent included: DenseNet-121's 3x3 convolutions to 32 channels at 56x56 take all 32 as
-    8 columns × 32 channels (16 accumulators) instead of 8 × 16 (2 cores, each alone: 1.7 ms,
-    ONNX Runtime 0.72)."""
+    whole extent included when that is two registers or more: DenseNet-121's 3x3 convolutions to
+    32 channels at 56x56 take all 32 as 8 columns × 32 channels (16 accumulators) instead of 8 × 16
+    (2 cores, each alone: 1.7 -> ~0.75 ms, ONNX Runtime 0.72)."""
     size = range_size(r)
+    whole = size >= 2 * _register_lanes(kernel)
     return [Opt(OptOp.SPLIT, _axis_of(kernel, r), (f, AxisType.UPCAST, False)) for f in factors
-            if f > 1 and size % f == 0]
+            if f > 1 and size % f == 0 and (size > f or whole)]
 
 
 def _lanes(kernel: Kernel) -> int:
