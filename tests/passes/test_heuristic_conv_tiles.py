@@ -101,13 +101,14 @@ def test_only_groups_of_whole_registers_get_a_channel_block(backend, target, cha
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
 @pytest.mark.parametrize("out_channels,tile", [(32, [8, 32]), (64, [8, 32])])
-def test_a_conv_with_as_few_channels_as_the_tile_takes_them_all(backend, out_channels, tile):
+def test_a_conv_with_as_few_channels_as_the_tile_takes_them_all(backend, target, out_channels, tile):
     # DenseNet-121's growth convolutions: 128 -> 32 channels at 56x56; the channel axis goes whole
     # into the tile (8 columns × 32 channels, 16 of 32 zmm) instead of 8 × 16 with a loop of 2
     x = RNG.standard_normal((1, 64, 58, 58)).astype(np.float32)
     w = RNG.standard_normal((out_channels, 64, 3, 3)).astype(np.float32)
-    with using_target("x86-64-v4"):
+    with using_target(target):
         program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
         result = program.run()[0]
     np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)

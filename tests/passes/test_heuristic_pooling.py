@@ -41,9 +41,10 @@ def test_a_poolings_rows_become_vectors_with_numpys_values(backend, target, shap
         [k.name for k in reducing]  # fmt: skip
 
 
-def test_a_row_sum_keeps_its_unrolled_reduction():
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+def test_a_row_sum_keeps_its_unrolled_reduction(target):
     x = RNG.standard_normal((64, 48)).astype(np.float32)
-    with using_target("x86-64-v4"):
+    with using_target(target):
         program = uv.compile([uv.Tensor(x).sum(1)], backend="c", opts="heuristic")
     (kernel,) = program.kernels
     assert not any(t is uv.AxisType.UPCAST for _, t in kernel.axes), kernel.name
