@@ -79,12 +79,14 @@ def _first_that_applies(kernel: Kernel, opts: Sequence[Opt]) -> Kernel:
     return kernel
 
 
-def _splits(kernel: Kernel, r: UOp, factors: Sequence[int], target: AxisType) -> list[Opt]:
+def _splits(
+    kernel: Kernel, r: UOp, factors: Sequence[int], target: AxisType, whole: bool = False
+) -> list[Opt]:
     """SPLITs of range ``r`` by each factor that divides it (and leaves more than one iteration, unless
-    it is the whole axis of a reduction unrolled fully)."""
+    it is the whole axis of a reduction unrolled fully, or ``whole`` lets any axis go whole)."""
     size = range_size(r)
     return [Opt(OptOp.SPLIT, _axis_of(kernel, r), (f, target, False)) for f in factors
-            if f > 1 and size % f == 0 and (size > f or target is AxisType.UNROLL)]
+            if f > 1 and size % f == 0 and (size > f or whole or target is AxisType.UNROLL)]
 
 
 def _row_splits(kernel: Kernel, r: UOp, factors: Sequence[int]) -> list[Opt]:
@@ -92,10 +94,8 @@ def _row_splits(kernel: Kernel, r: UOp, factors: Sequence[int]) -> list[Opt]:
     whole extent included when that is two registers or more: DenseNet-121's 3x3 convolutions to
     32 channels at 56x56 take all 32 as 8 columns × 32 channels (16 accumulators) instead of 8 × 16
     (2 cores, each alone: 1.7 -> ~0.75 ms, ONNX Runtime 0.72)."""
-    size = range_size(r)
-    whole = size >= 2 * _register_lanes(kernel)
-    return [Opt(OptOp.SPLIT, _axis_of(kernel, r), (f, AxisType.UPCAST, False)) for f in factors
-            if f > 1 and size % f == 0 and (size > f or whole)]
+    whole = range_size(r) >= 2 * _register_lanes(kernel)
+    return _splits(kernel, r, factors, AxisType.UPCAST, whole)
 
 
 def _lanes(kernel: Kernel) -> int:
