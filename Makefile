@@ -6,7 +6,8 @@
 #   make test-targets  backend, pipeline and NNEF-lowering tests again for each lesser CPU target
 #                   (UOPVIZ_TARGET=x86-64-v3, x86-64-v2) this host can run
 #   make test-emulated  the same tests on emulated older CPUs (qemu-x86_64: Haswell = AVX2, no
-#                   AVX-512; Nehalem = SSE4.2): `native` is detected there, and code using an
+#                   AVX-512; Nehalem = SSE4.2), less the `host_independent` ones (Python
+#                   interpreter, CUDA sources): `native` is detected there, and code using an
 #                   instruction the CPU lacks would SIGILL; a few failures are run once more alone
 #                   (scripts/emulated-tests.sh: qemu-user flakes under load), a real one fails twice
 #   make fuzz-slow  tests/fuzz under the slow hypothesis profile (> 10,000 fuzz inputs, 500 generated
@@ -103,8 +104,8 @@ test-emulated: venv
 	  echo "== test-emulated: needs qemu-user on an x86-64 host (make system-deps as root); skipped"; \
 	  exit 0; fi; \
 	$(foreach cpu,$(EMULATED_CPUS), \
-	  echo "== scripts/emulated-tests.sh $(cpu) -m 'not slow and not browser' $(EMULATED_TESTS_$(cpu))"; \
-	  VENV=$(VENV) bash scripts/emulated-tests.sh $(cpu) -m "not slow and not browser" \
+	  echo "== scripts/emulated-tests.sh $(cpu) -m 'not slow and not browser and not host_independent' $(EMULATED_TESTS_$(cpu))"; \
+	  VENV=$(VENV) bash scripts/emulated-tests.sh $(cpu) -m "not slow and not browser and not host_independent" \
 	    $(EMULATED_TESTS_$(cpu)) $(PYTEST_ARGS) || exit $$?;)
 
 fuzz-slow: venv
