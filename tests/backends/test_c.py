@@ -330,3 +330,19 @@ def test_vectors_of_constants_are_static_so_the_openmp_body_sees_their_lanes(tar
     assert "static const float32x" in body
     constant = re.compile(r"^\s*float32x\d+ \w+ = \(\(float32x\d+\)\{[-+0-9.ef, ]+\}\);$")
     assert not [line for line in body.splitlines() if constant.match(line)]
+
+
+@pytest.mark.parametrize("value", [-(2**63), 2**63 - 1, -(2**31), 2**31])
+def test_extreme_index_constants_are_written_as_c_constants_that_fit(value: int) -> None:
+    """An index constant of -2**63 (a max reduction's identity over index values) was written
+    ``-9223372036854775808LL``: the literal 2**63 does not fit a signed 64-bit constant, gcc warns
+    and makes it unsigned.  It is written as a sum of constants that fit, and the kernel stores it."""
+    b = lp.Builder()
+    out = b.param(0, 1, dtypes.int64)
+    i = b.loop(1)
+    b.end(i, b.store(out, i, UOp(Ops.CAST, (lp.idx(value),), dtypes.int64)))
+    case = lp.LinearCase(f"extreme_index_{value}", b.linear("extreme_index"),
+                         lambda rng: [np.zeros(1, np.int64)],
+                         lambda arrays: {0: np.array([value], np.int64)}, exact=True)
+    assert "9223372036854775808" not in get("c").render(case.linear)
+    lp.assert_case_matches("c", case)

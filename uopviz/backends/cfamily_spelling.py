@@ -227,6 +227,8 @@ class CSpelling:
             return self.float_const(float(value), scalar)
         value = int(value)
         if scalar is dtypes.index:
+            if value == -(2**63):  # the literal 2**63 does not fit a signed 64-bit constant
+                return f"({value + 1}{long_suffix}-1)"
             return str(value) if -(2**31) < value < 2**31 else f"{value}{long_suffix}"
         if scalar.is_unsigned:
             suffix = f"u{long_suffix.lower()}" if scalar.itemsize == 8 else "u"
