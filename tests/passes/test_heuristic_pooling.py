@@ -54,3 +54,35 @@ def test_a_row_sum_keeps_its_unrolled_reduction(target):
     (kernel,) = program.kernels
     assert not any(t is uv.AxisType.UPCAST for _, t in kernel.axes), kernel.name
     np.testing.assert_allclose(program.run()[0], x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+@pytest.mark.parametrize("channels,width", [(6, 14), (5, 7), pytest.param(3, 28, marks=pytest.mark.slow)])
+def test_a_row_short_of_a_register_is_padded_to_one_with_numpys_values(backend, target, channels, width):
+    # a 3x3 stride-1 max pool over an input already padded (NNEF's form: Inception-v1's pools of
+    # 14x14 and 7x7): the row's lanes padded up to a whole register (heuristic._padded_row), the
+    # padded lanes' loads and stores gated off; NaN and -inf inputs keep max's semantics
+    x = RNG.standard_normal((1, channels, width + 2, width + 2)).astype(np.float32)
+    x[0, 0, 3, 4], x[0, -1, -1, -1], x[0, 1, 0, 0] = np.nan, -np.inf, np.inf
+    with using_target(target) as profile:
+        program = uv.compile([uv.Tensor(x).max_pool2d(3, 1)], backend=backend, opts="heuristic")
+        (got,) = program.run()
+    np.testing.assert_array_equal(got, _windows(x, 3, 1, 0, -np.inf).max(axis=(-2, -1)))
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    upcasts = [size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST]
+    lanes = profile.vector_bytes // 4
+    if width < 2 * lanes:  # twice the real lanes a register op than the row's even chunks
+        assert upcasts == [1 << (width - 1).bit_length()], kernel.name
+
+
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+def test_a_stride_two_row_is_not_padded(target):
+    # its padded lanes would be gathers (each lane two elements apart): the exact row tile stays
+    x = RNG.standard_normal((1, 4, 29, 29)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).max_pool2d(3, 2)], backend="c", opts="heuristic")
+        (got,) = program.run()
+    np.testing.assert_array_equal(got, _windows(x, 3, 2, 0, -np.inf).max(axis=(-2, -1)))
+    (kernel,) = program.kernels
+    assert 14 in [size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST], kernel.name
