@@ -188,7 +188,8 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     # row; a stride-2 row keeps its exact tile (Inception-v1's 3x3 stride-2 max pools padded, each
     # alone, two cores: 192 channels to 28x28 0.105 -> 0.219 ms, 64 to 56x56 0.141 -> 0.338)
     contiguous = all(step in (0, 1) for step in _load_steps(kernel, first))
-    padded = _padded_row(divisors, best, lanes, widths) if contiguous else None
+    itemsize = kernel.backend_object.register_bytes // lanes
+    padded = _padded_row(divisors, best, lanes, widths, itemsize) if contiguous else None
     split = Opt(OptOp.SPLIT, _axis_of(kernel, first), (padded[0] if padded else best, AxisType.UPCAST, False))
     tiled = _try(kernel, split)
     if padded is None or tiled is kernel:
@@ -200,20 +201,30 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     return padded_tile
 
 
-#: how many times more real lanes per register op a padded row must give than the exact one: a row
-#: of 56 on AVX-512 (8 exact lanes, or 28 padded to 32: 14 a register op) was no faster padded
-#: (MobileNet-v2's depthwise conv of 144 channels at 56x56: 0.131 -> 0.138 ms)
-ROW_PADDING_MIN_GAIN = 2.0
+#: how many times more real lanes per register op a padded row must give than the exact one (28 on
+#: AVX2: 7 of 8 a register op, not 4; 14 on SSE: 3.5 of 4, not 2)
+ROW_PADDING_MIN_GAIN = 1.75
+#: an exact row tile whose chunks are this many bytes or more is not padded: on AVX-512 a 256-bit
+#: op issues 3 a cycle to a 512-bit op's 2, so 8-lane chunks are not the half-empty registers they
+#: look (a row of 56: 8 exact lanes, or 28 padded to 32, MobileNet-v2's depthwise conv of 144
+#: channels at 56x56 alone, one core, random inputs: 92 -> 115 us padded)
+ROW_PADDING_MAX_CHUNK_BYTES = 32
 
 
-def _padded_row(divisors: list[int], best: int, lanes: int, widths: Sequence[int]) -> tuple[int, int] | None:
+def _padded_row(
+    divisors: list[int], best: int, lanes: int, widths: Sequence[int], itemsize: int
+) -> tuple[int, int] | None:
     """``(lanes, padded)``: a row tile of ``lanes`` (a divisor of the row) padded up to a multiple
     of a register width, where that gives :data:`ROW_PADDING_MIN_GAIN` times the real lanes per
-    register op of the exact tile ``best``; None otherwise (the least padding of the best).  A row
+    register op of the exact tile ``best`` and that tile's chunks are narrower than
+    :data:`ROW_PADDING_MAX_CHUNK_BYTES`; None otherwise (the least padding of the best).  A row
     of 14 on AVX-512 as one 16-lane vector of which 14 are stored instead of seven 2-lane chunks:
     each kernel alone in the model, two cores, Inception-v1's 3x3 max pools of 512 channels at
     14x14 0.142 -> 0.035 ms (ONNX Runtime 0.029), of 832 at 7x7 0.066 -> 0.030; MobileNet-v2's
-    depthwise convs of 576 channels at 14x14 0.078 -> 0.035 ms, 960 at 7x7 0.068 -> 0.028."""
+    depthwise convs of 576 channels at 14x14 0.078 -> 0.035 ms, 960 at 7x7 0.068 -> 0.028.  Alone,
+    one core, random inputs: on AVX2 a row of 28 as 14 lanes padded to 16 (the 256-channel max pool
+    168 -> 98 us), on SSE a row of 14 as 7 lanes padded to 8 (the 512-channel max pool 95 -> 69 us,
+    the 384-channel depthwise conv 68 -> 38 us)."""
     fitting = [w for w in widths if w <= lanes]
     if not fitting:
         return None
@@ -221,6 +232,8 @@ def _padded_row(divisors: list[int], best: int, lanes: int, widths: Sequence[int
     def per_op(real: int, padded: int) -> float:
         return real / len(chunk_sizes(padded, fitting))
 
+    if max(chunk_sizes(best, fitting)) * itemsize >= ROW_PADDING_MAX_CHUNK_BYTES:
+        return None
     exact = per_op(best, best)
     options = [(per_op(f, p), f, p) for f in divisors
                for w in fitting if w > 1 for p in [-(-f // w) * w] if p != f and p <= 2 * lanes]
