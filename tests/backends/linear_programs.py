@@ -369,6 +369,28 @@ def gated_store(n: int) -> LinearCase:
     return LinearCase(f"gated_store_{n}", b.linear(f"E_gs_{n}"), make, expected, exact=True)
 
 
+def prefix_gated_store(rows: int, width: int, lanes_: int) -> LinearCase:
+    """Rows of ``width`` elements each stored as one vector of ``lanes_`` lanes whose lanes past the
+    row are gated off by a constant gate (a row padded to a whole register): the next row's first
+    elements and the buffer's last ones are never written by the padded lanes."""
+    b = Builder()
+    out, a = b.param(0, rows * width), b.param(1, rows * lanes_)
+    i = b.loop(rows)
+    vector = b.load(a, lanes(*(i * idx(lanes_) + idx(k) for k in range(lanes_))))
+    gate = lanes(*(const(dtypes.bool, k < width) for k in range(lanes_)))
+    address = lanes(*(i * idx(width) + idx(k) for k in range(lanes_)))
+    b.end(i, b.store(out, address, vector + vector, gate))
+
+    def make(rng):
+        return [np.full(rows * width, np.nan, np.float32), random_array(rng, rows * lanes_, dtypes.float32)]
+
+    def expected(x):
+        return {0: (x[1].reshape(rows, lanes_)[:, :width] * 2).reshape(-1)}
+
+    return LinearCase(f"prefix_gated_store_{rows}x{width}of{lanes_}", b.linear(f"E_pgs_{rows}_{width}"),
+                      make, expected, exact=True)
+
+
 def wmma_gemm(tiles_m: int, tiles_n: int, tiles_k: int, config: TensorCore | None = None) -> LinearCase:
     """A gemm made of one-thread tensor-core tiles: each tile a WMMA of row-major vectors."""
     tc = config or cpu_tensor_cores()[0]
@@ -959,6 +981,7 @@ def correctness_cases() -> list[LinearCase]:
     cases += [vector_gather(r, c) for r, c in ((4, 3), (8, 16))]
     cases += [if_block(n) for n in (4, 31)]
     cases += [gated_store(n) for n in (5, 64)]
+    cases += [prefix_gated_store(r, w, n) for r, w, n in ((3, 14, 16), (5, 7, 8), (2, 3, 4))]
     cases += [wmma_gemm(1, 1, 1), wmma_gemm(2, 3, 4), wmma_gemm(1, 2, 2, cpu_tensor_cores()[1])]
     cases += [gemm(8, 8, 8), gemm(5, 12, 7, upcast=4), gemm(16, 32, 16, upcast=8), gemm(4, 64, 8, upcast=32)]
     cases += [

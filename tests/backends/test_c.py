@@ -346,3 +346,11 @@ def test_extreme_index_constants_are_written_as_c_constants_that_fit(value: int)
                          lambda arrays: {0: np.array([value], np.int64)}, exact=True)
     assert "9223372036854775808" not in get("c").render(case.linear)
     lp.assert_case_matches("c", case)
+
+
+def test_a_vector_store_whose_constant_gate_keeps_its_first_lanes_copies_those_lanes() -> None:
+    """A row padded to a whole register stores its real lanes as one copy of their bytes, not one
+    conditional store per lane; the lanes past the row write nothing (the cases' values)."""
+    source = get("c").render(lp.prefix_gated_store(3, 14, 16).linear)
+    assert "store_float32x16_first14(" in source and "__builtin_memcpy(p, &v, 56)" in source
+    assert not re.search(r"if \(.*\) data0\[", source)

@@ -343,6 +343,18 @@ class CSpelling:
             value = dialect.vector_bool_store.format(count=dtype.count, value=value)
         return dialect.vector_store.format(count=dtype.count, pointer=pointer, value=value)
 
+    def prefix_vector_store(self, address: Address, value: str, lanes: int) -> str | None:
+        """A statement storing the first ``lanes`` lanes of a vector variable ``value`` to contiguous
+        elements (a row padded to a whole register: its lanes past the row are gated off by a
+        constant gate), as one copy of their bytes; None where the dialect stores vectors otherwise
+        (lane by lane, or with its own vector stores)."""
+        dtype, dialect = address.dtype, self.dialect
+        if self.struct_vector(dtype) or dialect.element_vectors or dialect.vector_store is not None:
+            return None
+        if not value.isidentifier():
+            return None  # the copy takes the vector's address
+        return f"{self.helper_vector_store(dtype, lanes)}({address.buffer} + {address.offset}, {value});"
+
     def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
         """Statements and the expression reinterpreting ``value``'s bits as ``target``."""
         if self.held_as_float(source) or self.held_as_float(target):
@@ -578,14 +590,16 @@ class CSpelling:
             ),
         )
 
-    def helper_vector_store(self, dtype: DType) -> str:
-        """``store_<vec>(pointer, value)``: contiguous unaligned vector store."""
+    def helper_vector_store(self, dtype: DType, lanes: int | None = None) -> str:
+        """``store_<vec>(pointer, value)``: contiguous unaligned vector store (of its first ``lanes``
+        lanes only: ``store_<vec>_first<lanes>``)."""
         vtype, element = self.vector_type(dtype), self.memory_type(dtype.scalar)
-        size = dtype.count * dtype.scalar.itemsize
+        size = (dtype.count if lanes is None else lanes) * dtype.scalar.itemsize
+        name = f"store_{vtype}" if lanes is None else f"store_{vtype}_first{lanes}"
         return self.helper(
-            f"store_{vtype}",
+            name,
             lambda: (
-                f"{self.dialect.helper_prefix} void store_{vtype}({element}* p, {vtype} v) {{ "
+                f"{self.dialect.helper_prefix} void {name}({element}* p, {vtype} v) {{ "
                 f"__builtin_memcpy(p, &v, {size}); }}"
             ),
         )

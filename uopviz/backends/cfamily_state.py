@@ -31,6 +31,16 @@ from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
 
 
+def true_prefix(gate: UOp) -> int | None:
+    """How many leading lanes of a constant vector gate are on, where exactly those are (a row
+    padded to a whole register: its padded lanes are off); None for any other gate."""
+    if gate.op is not Ops.VECTORIZE or not all(s.op is Ops.CONST for s in gate.src):
+        return None
+    lanes = [bool(s.const_value) for s in gate.src]
+    on = lanes.index(False) if False in lanes else len(lanes)
+    return on if 0 < on < len(lanes) and not any(lanes[on:]) else None
+
+
 def _is_buffer_like(u: UOp) -> bool:
     return u.op in (Ops.PARAM, Ops.BUFFER)
 
@@ -537,6 +547,12 @@ class CFamilyRenderState(LinearWalk):
             statement = self.r.vector_store(address, value)
             self.emit(statement if gate is None else f"if ({gate}) {{ {statement} }}")
             return
+        prefix = true_prefix(u.src[2]) if gate is not None and address.contiguous else None
+        if prefix is not None:
+            statement = self.r.prefix_vector_store(address, value, prefix)
+            if statement is not None:
+                self.emit(statement)
+                return
         offsets = (
             address.lanes
             if address.lanes is not None
