@@ -204,10 +204,10 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
 #: how many times more real lanes per register op a padded row must give than the exact one (28 on
 #: AVX2: 7 of 8 a register op, not 4; 14 on SSE: 3.5 of 4, not 2)
 ROW_PADDING_MIN_GAIN = 1.75
-#: an exact row tile whose chunks are this many bytes or more is not padded: on AVX-512 a 256-bit
-#: op issues 3 a cycle to a 512-bit op's 2, so 8-lane chunks are not the half-empty registers they
-#: look (a row of 56: 8 exact lanes, or 28 padded to 32, MobileNet-v2's depthwise conv of 144
-#: channels at 56x56 alone, one core, random inputs: 92 -> 115 us padded)
+#: an exact row tile whose chunks are this many bytes or more is not padded: on the AVX-512 Xeons
+#: measured, 256-bit ops issue on three ports and 512-bit ones on two, so 8-lane chunks are not the
+#: half-empty registers they look (a row of 56: 8 exact lanes, or 28 padded to 32; MobileNet-v2's
+#: depthwise conv of 144 channels at 56x56, Kernel.time on random inputs: 92 -> 115 us padded)
 ROW_PADDING_MAX_CHUNK_BYTES = 32
 
 
@@ -221,10 +221,10 @@ def _padded_row(
     of 14 on AVX-512 as one 16-lane vector of which 14 are stored instead of seven 2-lane chunks:
     each kernel alone in the model, two cores, Inception-v1's 3x3 max pools of 512 channels at
     14x14 0.142 -> 0.035 ms (ONNX Runtime 0.029), of 832 at 7x7 0.066 -> 0.030; MobileNet-v2's
-    depthwise convs of 576 channels at 14x14 0.078 -> 0.035 ms, 960 at 7x7 0.068 -> 0.028.  Alone,
-    one core, random inputs: on AVX2 a row of 28 as 14 lanes padded to 16 (the 256-channel max pool
-    168 -> 98 us), on SSE a row of 14 as 7 lanes padded to 8 (the 512-channel max pool 95 -> 69 us,
-    the 384-channel depthwise conv 68 -> 38 us)."""
+    depthwise convs of 576 channels at 14x14 0.078 -> 0.035 ms, 960 at 7x7 0.068 -> 0.028.
+    ``Kernel.time`` on random inputs, two threads: on AVX2 a row of 28 as 14 lanes padded to 16
+    (the 256-channel max pool 168 -> 98 us), on SSE a row of 14 as 7 lanes padded to 8 (the
+    512-channel max pool 95 -> 69 us, the 384-channel depthwise conv 68 -> 38 us)."""
     fitting = [w for w in widths if w <= lanes]
     if not fitting:
         return None
