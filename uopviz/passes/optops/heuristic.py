@@ -30,7 +30,10 @@ from besides the kernel itself):
   broadcast to the channels' vectors) fill half the registers instead (7 columns × 32 channels,
   14 of 32 zmm; 4 × 16 on v3), and a grouped conv's channels are tiled in blocks within a group;
   on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
-  reduction unrolled by 4, as long as 132 workgroups remain.  An elementwise kernel has its innermost
+  reduction unrolled by 4, as long as 132 workgroups remain.  A CPU kernel whose outputs reuse no
+  load but read along a row (a depthwise conv, a pooling) gets its row as lanes; a row short of a
+  register (14 or 7 columns on x86-64-v4) has its lanes padded up to one, the padded lanes' loads
+  and stores gated off (:func:`_padded_row`).  An elementwise kernel has its innermost
   axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
   on GPUs;
 * **unrolls**: the innermost reduction is unrolled fully when it is small, else (on CPUs, with no
