@@ -93,3 +93,21 @@ def test_a_stride_two_row_is_not_padded(target):
     np.testing.assert_array_equal(got, _windows(x, 3, 2, 0, -np.inf).max(axis=(-2, -1)))
     (kernel,) = program.kernels
     assert 14 in [size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST], kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, np.int8, np.uint8])
+def test_padded_rows_of_every_dtype_give_numpys_values(backend, target, dtype):
+    # rows of 14 and 7, padded to 16 and 8 lanes for every element size (a register holds 8 to 64)
+    x = RNG.integers(-100, 100, (1, 3, 16, 16)).astype(dtype) if np.dtype(dtype).kind in "iu" \
+        else RNG.standard_normal((1, 3, 16, 16)).astype(dtype)
+    y = x[:, :, :9, :9]
+    pooled = [uv.Tensor(x).max_pool2d(3, 1), uv.Tensor(np.ascontiguousarray(y)).max_pool2d(3, 1)]
+    with using_target(target):
+        program = uv.compile(pooled, backend=backend, opts="heuristic")
+        results = program.run()
+    for got, source in zip(results, (x, y)):
+        np.testing.assert_array_equal(got, _windows(source, 3, 1, 0, 0).max(axis=(-2, -1)))
+    upcasts = sorted(size for k in program.kernels for size, kind in k.axes if kind is uv.AxisType.UPCAST)
+    assert upcasts == [8, 16], [k.name for k in program.kernels]  # 7 and 14 lanes, padded
