@@ -379,13 +379,14 @@ def prefix_gated_store(rows: int, width: int, lanes_: int) -> LinearCase:
     vector = b.load(a, lanes(*(i * idx(lanes_) + idx(k) for k in range(lanes_))))
     gate = lanes(*(const(dtypes.bool, k < width) for k in range(lanes_)))
     address = lanes(*(i * idx(width) + idx(k) for k in range(lanes_)))
-    b.end(i, b.store(out, address, vector + vector, gate))
+    b.end(i, b.store(out, address, vector, gate))  # the load itself: a value read twice is pinned to
+    # a register, which a 16-lane vector is not under x86-64-v3 or -v2
 
     def make(rng):
         return [np.full(rows * width, np.nan, np.float32), random_array(rng, rows * lanes_, dtypes.float32)]
 
     def expected(x):
-        return {0: (x[1].reshape(rows, lanes_)[:, :width] * 2).reshape(-1)}
+        return {0: x[1].reshape(rows, lanes_)[:, :width].reshape(-1)}
 
     return LinearCase(f"prefix_gated_store_{rows}x{width}of{lanes_}", b.linear(f"E_pgs_{rows}_{width}"),
                       make, expected, exact=True)
