@@ -74,6 +74,7 @@ def test_candidates_cover_the_optops_and_all_apply() -> None:
 
 
 @needs_c
+@pytest.mark.slow  # 9 s here, minutes under qemu: `make test` runs it, the emulated CPUs' runs do not
 def test_beam_on_gemm_256_is_at_least_as_fast_as_the_heuristic(tmp_path) -> None:
     kernel, a, b = _gemm(256)
     events: list[BeamProgress] = []

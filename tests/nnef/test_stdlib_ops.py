@@ -1316,7 +1316,10 @@ LSTM_BACKENDS = ["python", *(name for name in ("c", "llvm", "opencl") if name in
 
 
 @pytest.mark.parametrize("backend", LSTM_BACKENDS)
-@pytest.mark.parametrize("steps, batch, channels, hidden", [(3, 1, 5, 4), (4, 3, 2, 3), (5, 2, 3, 2)])
+# one shape in the target and emulated-CPU runs (an LSTM case takes ~1 s here, ~15 s under qemu);
+# every shape in `make test`
+@pytest.mark.parametrize("steps, batch, channels, hidden", [
+    (3, 1, 5, 4), *(pytest.param(*shape, marks=pytest.mark.slow) for shape in [(4, 3, 2, 3), (5, 2, 3, 2)])])
 def test_lstm_over_a_run_time_length_returns_that_many_rows(backend, steps, batch, channels, hidden):
     # Y: real[~|steps, batch, hidden] has the run-time extent of the longest run (issue 21): with
     # len=[2] of 3 steps it had 3 rows, the third an extra unmasked step
@@ -1343,7 +1346,8 @@ def test_lstm_over_a_run_time_length_returns_that_many_rows(backend, steps, batc
 
 
 @pytest.mark.parametrize("backend", LSTM_BACKENDS)
-@pytest.mark.parametrize("steps, batch, channels, hidden", [(5, 2, 3, 2), (3, 3, 2, 3), (4, 2, 4, 8)])
+@pytest.mark.parametrize("steps, batch, channels, hidden", [  # one shape outside `make test`, as above
+    (5, 2, 3, 2), *(pytest.param(*shape, marks=pytest.mark.slow) for shape in [(3, 3, 2, 3), (4, 2, 4, 8)])])
 def test_lstm_final_state_of_every_per_item_length_combination(backend, steps, batch, channels, hidden):
     # issue 21: cN of the per-item loops (nn._jagged_lstm_loops) was reported wrong on C for lengths
     # such as [5, 2] and [2, 0]; every combination of none, some, all and more than all steps per
