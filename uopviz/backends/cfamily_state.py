@@ -37,8 +37,8 @@ def true_prefix(gate: UOp) -> int | None:
     if gate.op is not Ops.VECTORIZE or not all(s.op is Ops.CONST for s in gate.src):
         return None
     lanes = [bool(s.const_value) for s in gate.src]
-    on = lanes.index(False) if False in lanes else len(lanes)
-    return on if 0 < on < len(lanes) and not any(lanes[on:]) else None
+    on = sum(lanes)
+    return on if 0 < on < len(lanes) and lanes == [True] * on + [False] * (len(lanes) - on) else None
 
 
 def _is_buffer_like(u: UOp) -> bool:

@@ -193,15 +193,16 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     contiguous = all(step in (0, 1) for step in _load_steps(kernel, first))
     itemsize = kernel.backend_object.register_bytes // lanes
     padded = _padded_row(divisors, best, lanes, widths, itemsize) if contiguous else None
-    split = Opt(OptOp.SPLIT, _axis_of(kernel, first), (padded[0] if padded else best, AxisType.UPCAST, False))
-    tiled = _try(kernel, split)
-    if padded is None or tiled is kernel:
-        return tiled
-    lane_axis = len(tiled.ranges) - 1  # a SPLIT's UPCAST lanes go last
-    padded_tile = _try(tiled, Opt(OptOp.PADTO, lane_axis, padded[1]))
-    if padded_tile is tiled:  # the padded row does not apply: the exact one
-        return _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (best, AxisType.UPCAST, False)))
-    return padded_tile
+    axis = _axis_of(kernel, first)
+    exact = Opt(OptOp.SPLIT, axis, (best, AxisType.UPCAST, False))
+    if padded is None:
+        return _try(kernel, exact)
+    tiled = _try(kernel, Opt(OptOp.SPLIT, axis, (padded[0], AxisType.UPCAST, False)))
+    if tiled is kernel:
+        return kernel
+    # a SPLIT's UPCAST lanes go last; where the padding does not apply, the exact row
+    padded_tile = _try(tiled, Opt(OptOp.PADTO, len(tiled.ranges) - 1, padded[1]))
+    return padded_tile if padded_tile is not tiled else _try(kernel, exact)
 
 
 #: how many times more real lanes per register op a padded row must give than the exact one (28 on
