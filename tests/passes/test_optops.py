@@ -455,6 +455,23 @@ def test_tensor_core_with_more_upcasts(backend: str) -> None:
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, opts, tiles", [
+    ((16, 32, 8), [split(2, 2, AxisType.UNROLL)], 2),
+    ((16, 32, 8), [split(2, 4, AxisType.UNROLL), Opt(OptOp.SWAP, 0, 1)], 4),
+    ((8, 64, 16), [split(2, 4, AxisType.UNROLL), split(0, 2, U)], 8),
+    ((4, 48, 12), [split(1, 3, AxisType.UNROLL), split(1, 2, AxisType.UNROLL)], 6),  # M is one tile
+], ids=str)
+def test_tensor_core_with_an_unrolled_reduce_sums_its_tiles(backend: str, shape, opts, tiles: int) -> None:
+    # a reduce axis split to UNROLL after TC: one WMMA per unrolled K step, their C tiles summed
+    # (BEAM found such kernels; each unrolled step once stored its own tile over the last)
+    out, expected = matmul(*shape, seed=sum(shape))
+    program = uv.compile(out, backend=backend, opts=[Opt(OptOp.TC, 0, (-1, 2, 1)), *opts])
+    linear = program.items[0].body.src[0]
+    assert sum(u.op is Ops.WMMA for u in linear.src) == tiles
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
 def test_flops_count_what_runs_after_a_reduce_once_per_output() -> None:
     # a bias and a ReLU after a matmul's reduce run once per output, not once per reduce step;
     # opts reshape the loops but not the work

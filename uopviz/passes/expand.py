@@ -250,7 +250,9 @@ def _gep(vector: UOp, lanes: list[int]) -> UOp:
 def expand_tensor_core(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
     """REDUCE(WMMA(a, b, 0)) after TC: ``a``'s lanes over A's element range are its fragment (element
     order), ``b``'s over B's, and the WMMA's result has one lane per element of C.  Lanes of other
-    UPCAST axes (opts applied after TC) make one WMMA per combination."""
+    axes (opts applied after TC) make one WMMA per combination: an UPCAST's combinations are output
+    lanes, an UNROLL of the reduction (a reduce axis split after TC) is summed over, its WMMAs'
+    results combined with the REDUCE's op."""
     wmma = u.src[0]
     config, element_a, element_b, element_c, _ = wmma.arg
     a, b = wmma.src[0], wmma.src[1]
@@ -266,15 +268,23 @@ def expand_tensor_core(ctx: ExpandContext, u: UOp) -> tuple[UOp, Axes]:
         tiles = [_gep(full, _lanes_where(_union((element,), others), fixed, element))
                  for full, element in ((full_a, element_a), (full_b, element_b))]
         results[coordinates] = UOp(Ops.WMMA, (*tiles, zero), config)
-    out_axes = _union((element_c,), others)
-    if not others:
-        value = results[()]
+    reduced = tuple(r for r in others if any(r is x for x in u.src[1:]))
+    kept = tuple(r for r in others if not any(r is x for x in reduced))
+    tiles_c: dict[tuple[int, ...], UOp] = {}  # C's tile per kept coordinate, summed over the reduced ones
+    for kept_coordinates in product(*(range(range_size(r)) for r in kept)):
+        where_kept = dict(zip(kept, kept_coordinates))
+        parts = [results[tuple({**where_kept, **dict(zip(reduced, summed))}[r] for r in others)]
+                 for summed in product(*(range(range_size(r)) for r in reduced))]
+        tiles_c[kept_coordinates] = _combine(u.arg[0], parts)
+    out_axes = _union((element_c,), kept)
+    if not kept:
+        value = tiles_c[()]
     else:
         lanes = []
         for coordinates in product(*(range(range_size(r)) for r in out_axes)):
             where = dict(zip(out_axes, coordinates))
-            result = results[tuple(where[r] for r in others)]
-            lanes.append(UOp(Ops.GEP, (result,), (where[element_c],)))
+            tile = tiles_c[tuple(where[r] for r in kept)]
+            lanes.append(UOp(Ops.GEP, (tile,), (where[element_c],)))
         value = UOp(Ops.VECTORIZE, tuple(lanes))
     if not loops:
         return value, out_axes
