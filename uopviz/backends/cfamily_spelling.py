@@ -199,7 +199,12 @@ class CSpelling:
         form (the vector is then built lane by lane)."""
         return None
 
-    def two_vector_shuffle(self, dtype: DType, halves: Sequence[str], picks: Sequence[int]):
+    #: whether :meth:`two_vector_shuffle` has a form in this dialect
+    shuffles_two_vectors = False
+
+    def two_vector_shuffle(
+        self, dtype: DType, halves: Sequence[str], picks: Sequence[int], prefix: str = "even"
+    ):
         """``(lines, name)``: a vector of ``dtype`` whose lane i is lane ``picks[i]`` of the two
         vectors ``halves`` (numbered on), ``lines(fallback)`` declaring it, with ``fallback`` the
         expression for compilers without the shuffle; None where the dialect has no shuffle."""

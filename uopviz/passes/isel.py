@@ -70,6 +70,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uopviz.backends.base import Backend, chunk_sizes
+from uopviz.core.affine import affine_lanes, contiguous_start
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.exp_log import decompose_exp, decompose_log
 from uopviz.core.ops import GroupOp, Ops
@@ -387,14 +388,66 @@ def _vectorize_of_geps(v: UOp) -> UOp | None:
     return UOp(Ops.GEP, (vector,), tuple(s.arg[0] for s in v.src))
 
 
+#: a store split by address runs takes runs of at least this many lanes (narrower: lane order stays)
+TRANSPOSED_STORE_MIN_LANES = 4
+
+
+def _address_runs(
+    index: UOp, chunks: list[tuple[int, ...]], widths: frozenset[int]
+) -> list[tuple[int, ...]] | None:
+    """A STORE's lanes regrouped by address, where its lane-order ``chunks`` scatter: each group a run
+    of consecutive elements, as wide as the target renders (at least
+    :data:`TRANSPOSED_STORE_MIN_LANES`).  A register tile of a convolution holds its lanes as
+    positions × channels (each vector: the channels of one position, for the broadcast input) but
+    the output's rows are positions: 8 positions × 16 channels were 128 single-element stores, and
+    are 16 row stores of 8 (the renderer transposes the tile).  None when lane order is already
+    contiguous, an address is not a base plus a constant, the runs do not come out whole, or a run is
+    not one column of the tile (the same lane of as many lane-order chunks, a power of two)."""
+    lanes = affine_lanes(index)
+    if lanes is None or any(base is None for base, _ in lanes):
+        return None
+    # stores lane order makes: one per contiguous chunk, one per element of a scattered one
+    lane_order_stores = sum(1 if len(chunk) > 1 and contiguous_start(_piece(index, chunk)) is not None
+                            else len(chunk) for chunk in chunks)
+    by_base: dict[int, list[tuple[int, int]]] = {}
+    for lane, (base, constant) in enumerate(lanes):
+        by_base.setdefault(id(base), []).append((constant, lane))
+    runs: list[tuple[int, ...]] = []
+    for group in by_base.values():
+        group.sort()
+        if len({constant for constant, _ in group}) != len(group):
+            return None  # two lanes store to one element: their order would matter
+        start = 0
+        for end in range(1, len(group) + 1):
+            if end == len(group) or group[end][0] != group[end - 1][0] + 1:
+                run = [lane for _, lane in group[start:end]]
+                for size in chunk_sizes(len(run), widths):
+                    if size < TRANSPOSED_STORE_MIN_LANES:
+                        return None
+                    runs.append(tuple(run[:size]))
+                    run = run[size:]
+                start = end
+    # each run one lane, the same, of as many lane-order chunks: a column of the tile whose rows are
+    # the chunks (the renderer's transpose); other regroupings would build vectors lane by lane
+    offset_in_chunk = {lane: offset for chunk in chunks for offset, lane in enumerate(chunk)}
+    for run in runs:
+        one_column = len({offset_in_chunk[lane] for lane in run}) == 1
+        if not one_column or len(run) & (len(run) - 1) or len(run) > len(chunks[0]):
+            return None
+    return runs if len(runs) < lane_order_stores else None
+
+
 def _split_widths(
-    vector_widths: tuple[int, ...], scalar_dtypes: frozenset[DType] = frozenset(), vector_bytes: int = 0
+    vector_widths: tuple[int, ...], scalar_dtypes: frozenset[DType] = frozenset(), vector_bytes: int = 0,
+    transposed_stores: bool = False,
 ) -> PatternMatcher:
     """Vector ops whose lane count the target does not render, split into chunks of the widest width
     it does render that divides them (scalar lanes when none does): ALU ops, LOADs and STOREs.
     Values of ``scalar_dtypes`` are never vectors there (C-family renderers hold bfloat16 in float
     variables, one lane at a time), and with ``vector_bytes`` no chunk is wider than one register
-    (GCC lowers a vector type wider than the target's registers through memory: 10× slower)."""
+    (GCC lowers a vector type wider than the target's registers through memory: 10× slower).  With
+    ``transposed_stores`` a STORE whose lanes scatter in lane order is split by address runs
+    (:func:`_address_runs`)."""
     all_widths = frozenset(vector_widths)
 
     def widths_for(*values: UOp) -> frozenset[int]:
@@ -427,8 +480,11 @@ def _split_widths(
         count, widths = value.dtype.count, widths_for(value)
         if count == 1 or count in widths or index.op is not Ops.INDEX or index.src[1].dtype.count != count:
             return None
+        chunks = _lane_chunks(chunk_sizes(count, widths))
+        if transposed_stores:
+            chunks = _address_runs(index.src[1], chunks, widths) or chunks
         stores = []
-        for lanes in _lane_chunks(chunk_sizes(count, widths)):
+        for lanes in chunks:
             address = UOp(Ops.INDEX, (index.src[0], _piece(index.src[1], lanes)))
             stores.append(UOp(Ops.STORE, (address, *(_piece(s, lanes) for s in x.src[1:])), x.arg))
         return UOp(Ops.GROUP, tuple(stores))
@@ -455,6 +511,7 @@ def instruction_selection_matcher(
     has_float64: bool = True,
     scalar_dtypes: frozenset[DType] = frozenset(),
     vector_bytes: int = 0,
+    transposed_stores: bool = False,
 ) -> PatternMatcher:
     """The Instruction Selection rules of a target that renders ``supported_ops`` natively and
     vectors of ``vector_widths`` lanes: every decomposed op it lacks is rewritten into ones it has
@@ -462,7 +519,9 @@ def instruction_selection_matcher(
     of other widths are split into chunks of widths it has.  Without ``has_float64`` float32 SIN
     reduces its argument in float32 (accurate for |x| up to 2.5e4 only).  Vectors of
     ``scalar_dtypes`` are split into scalar lanes (the backend renders no vectors of them), and vectors
-    wider than ``vector_bytes`` (when given) into chunks of at most one register."""
+    wider than ``vector_bytes`` (when given) into chunks of at most one register; with
+    ``transposed_stores`` (:attr:`Backend.transposes_stores`) a store whose lanes scatter is split by
+    address runs."""
     supported = frozenset(supported_ops)
     rules: list = list(always_rules.rules)
     chosen = DECOMPOSITIONS if has_float64 else {**DECOMPOSITIONS, **_WITHOUT_FLOAT64}
@@ -471,7 +530,8 @@ def instruction_selection_matcher(
             rules.extend(decompositions)
     if Ops.MULACC in supported:
         rules.extend(mulacc_fusion.rules)
-    rules.extend(_split_widths(tuple(vector_widths), frozenset(scalar_dtypes), vector_bytes).rules)
+    splits = _split_widths(tuple(vector_widths), frozenset(scalar_dtypes), vector_bytes, transposed_stores)
+    rules.extend(splits.rules)
     return PatternMatcher(rules, name="instruction selection")
 
 
@@ -544,7 +604,7 @@ def select_instructions(ast: UOp, backend: Backend, name: str = "kernel") -> UOp
     ast = lower_reductions(ast)
     matcher = instruction_selection_matcher(
         backend.supported_ops, backend.vector_widths, backend.supports_dtype(dtypes.float64),
-        backend.scalar_dtypes, backend.vector_bytes,
+        backend.scalar_dtypes, backend.vector_bytes, transposed_stores=backend.transposes_stores,
     )
     ast = graph_rewrite(ast, matcher, name="instruction selection")
     if not backend.vector_widths:

@@ -1,0 +1,122 @@
+"""A register tile stored transposed: a convolution's CPU tile holds positions × channels (each vector
+the channels of one position) while its output's rows are positions.  Instruction Selection splits
+such a STORE by address runs (`_address_runs`: one run of positions per channel) where the backend
+transposes stores (C), and the C renderer makes the runs' vectors by a transpose of the tile in
+registers (two-vector shuffles), not lane by lane.  Values are numpy's on every target and backend."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from cpu_targets import target_params
+
+import uopviz as uv
+from uopviz.backends.target import using_target
+from uopviz.core.ops import AxisType, Ops
+from uopviz.core.uop import UOp
+from uopviz.passes.indexing import iadd, iconst
+from uopviz.passes.isel import TRANSPOSED_STORE_MIN_LANES, _address_runs
+
+RNG = np.random.default_rng(31)
+BACKENDS = [b for b in ("c", "llvm", "python") if b in uv.backends.available()]
+
+
+def _index(addresses) -> UOp:
+    """A vector index of one loop variable plus a constant per lane."""
+    base = UOp(Ops.RANGE, (iconst(64),), (0, AxisType.LOOP))
+    return UOp(Ops.VECTORIZE, tuple(iadd(base, a) for a in addresses))
+
+
+def _lane_order(count: int, width: int) -> list[tuple[int, ...]]:
+    return [tuple(range(start, start + width)) for start in range(0, count, width)]
+
+
+def test_a_tile_of_positions_by_channels_is_stored_as_rows_of_positions() -> None:
+    # 8 positions (stride 1) x 16 channels (stride 100), channels innermost in lane order
+    index = _index([channel * 100 + position for position in range(8) for channel in range(16)])
+    runs = _address_runs(index, _lane_order(128, 16), frozenset({2, 4, 8, 16}))
+    assert runs == [tuple(position * 16 + channel for position in range(8)) for channel in range(16)]
+
+
+def test_runs_longer_than_a_register_come_in_register_chunks() -> None:
+    # AVX2: 16 positions x 8 channels in chunks of 8 (one position each): two runs of 8 per channel
+    index = _index([channel * 100 + position for position in range(16) for channel in range(8)])
+    runs = _address_runs(index, _lane_order(128, 8), frozenset({4, 8}))
+    assert [len(run) for run in runs] == [8] * 16
+    assert runs[:2] == [tuple(position * 8 for position in range(8)), tuple(position * 8 for position in range(8, 16))]
+
+
+def test_a_run_across_lanes_of_different_offsets_is_not_a_column() -> None:
+    # 16 positions x 4 channels in chunks of 8 (two positions each): a channel's positions sit at
+    # two offsets of the chunks, which no transpose of the chunks puts in one vector
+    index = _index([channel * 100 + position for position in range(16) for channel in range(4)])
+    assert _address_runs(index, _lane_order(64, 8), frozenset({4, 8})) is None
+
+
+@pytest.mark.parametrize("addresses, why", [
+    (list(range(32)), "lane order is contiguous already"),
+    ([c * 100 + p for p in range(2) for c in range(16)], "runs of 2 positions are narrower than the minimum"),
+    ([c * 100 + p // 2 for p in range(8) for c in range(4)], "two lanes store one element"),
+])
+def test_stores_that_gain_nothing_keep_lane_order(addresses, why) -> None:
+    index = _index(addresses)
+    assert _address_runs(index, _lane_order(len(addresses), 16), frozenset({4, 8, 16})) is None, why
+    assert TRANSPOSED_STORE_MIN_LANES == 4
+
+
+def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """numpy's convolution (no padding, stride 1) in float64."""
+    k = w.shape[-1]
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (k, k), axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", windows, w.astype(np.float64))
+
+
+def _stores(program) -> list[UOp]:
+    linear = program.items[-1].body.src[0]
+    return [u for u in linear.src if u.op is Ops.STORE]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("in_channels, out_channels, size, kernel_size", [
+    (24, 144, 56, 1),  # MobileNet-v2's expansion: 8 positions x 16 channels on AVX-512
+    (64, 64, 28, 1),
+    (16, 32, 14, 3),
+    (8, 48, 9, 3),
+])
+def test_conv_tiles_store_rows_and_give_numpys_values(backend, target, dtype, in_channels, out_channels,
+                                                      size, kernel_size) -> None:
+    x = RNG.standard_normal((1, in_channels, size, size)).astype(dtype)
+    w = RNG.standard_normal((out_channels, in_channels, kernel_size, kernel_size)).astype(dtype)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w)).relu()], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    tolerance = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(result, np.maximum(_conv(x, w), 0), rtol=tolerance, atol=tolerance)
+    if backend != "c":
+        return
+    stores = _stores(program)
+    scattered = [s for s in stores if s.src[1].dtype.count == 1]
+    transposed = "transposed" in program.items[-1].source
+    # where the tile has rows of 4 or more positions, every store is a vector of positions
+    if transposed:
+        assert not scattered and all(s.src[1].dtype.count >= TRANSPOSED_STORE_MIN_LANES for s in stores)
+
+
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+def test_the_expansion_conv_renders_one_transpose_per_tile(target) -> None:
+    # 8 positions x 16 channels: 3 rounds of 8 shuffles, then 16 row stores of 8, no element stores
+    x = RNG.standard_normal((1, 24, 56, 56)).astype(np.float32)
+    w = RNG.standard_normal((144, 24, 1, 1)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend="c", opts="heuristic", build=False)
+    (kernel,) = program.kernels
+    upcasts = [size for size, kind in kernel.axes if kind is AxisType.UPCAST]
+    assert upcasts == [8, 16], kernel.name
+    source = program.items[-1].source
+    assert len(re.findall(r"float32x16 transposed\d+;", source)) == 24
+    assert source.count("store_float32x8(data0") == 16
+    assert "data0[" not in source
