@@ -1,8 +1,9 @@
 """A register tile stored transposed: a convolution's CPU tile holds positions × channels (each vector
 the channels of one position) while its output's rows are positions.  Instruction Selection splits
 such a STORE by address runs (`_address_runs`: one run of positions per channel) where the backend
-transposes stores (C), and the C renderer makes the runs' vectors by a transpose of the tile in
-registers (two-vector shuffles), not lane by lane.  Values are numpy's on every target and backend."""
+transposes stores (C, LLVM), and the renderer makes the runs' vectors by a transpose of the tile in
+registers (`transpose_plan`: two-vector shuffles), not lane by lane.  Values are numpy's on every
+target and backend."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from cpu_targets import target_params
 
 import uopviz as uv
-from uopviz.backends.target import using_target
+from uopviz.backends.linear_program import transpose_plan, underlying_buffer
+from uopviz.backends.target import resolve_target, using_target
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import iadd, iconst
@@ -45,7 +47,8 @@ def test_runs_longer_than_a_register_come_in_register_chunks() -> None:
     index = _index([channel * 100 + position for position in range(16) for channel in range(8)])
     runs = _address_runs(index, _lane_order(128, 8), frozenset({4, 8}))
     assert [len(run) for run in runs] == [8] * 16
-    assert runs[:2] == [tuple(position * 8 for position in range(8)), tuple(position * 8 for position in range(8, 16))]
+    first, second = (tuple(position * 8 for position in range(start, start + 8)) for start in (0, 8))
+    assert runs[:2] == [first, second]
 
 
 def test_a_run_across_lanes_of_different_offsets_is_not_a_column() -> None:
@@ -66,6 +69,21 @@ def test_stores_that_gain_nothing_keep_lane_order(addresses, why) -> None:
     assert TRANSPOSED_STORE_MIN_LANES == 4
 
 
+@pytest.mark.parametrize("count, width", [(4, 4), (4, 8), (8, 8), (8, 16), (16, 16), (4, 16)])
+def test_the_transpose_plan_puts_each_column_in_order_in_one_vector(count: int, width: int) -> None:
+    rows = RNG.standard_normal((count, width))
+    steps, columns = transpose_plan(count, width)
+    vectors = list(rows)
+    for first, second, picks in steps:
+        vectors.append(np.concatenate([vectors[first], vectors[second]])[picks])
+    for column in range(width):
+        number, lane = columns[column]
+        np.testing.assert_array_equal(vectors[number][lane:lane + count], rows[:, column])
+    # log2(count) rounds of count shuffles, each of whole vectors
+    assert len(steps) == count * (count.bit_length() - 1)
+    assert all(len(picks) == width for _, _, picks in steps)
+
+
 def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """numpy's convolution (no padding, stride 1) in float64."""
     k = w.shape[-1]
@@ -74,8 +92,9 @@ def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _stores(program) -> list[UOp]:
+    """The kernel's stores to its output (not to its accumulators)."""
     linear = program.items[-1].body.src[0]
-    return [u for u in linear.src if u.op is Ops.STORE]
+    return [u for u in linear.src if u.op is Ops.STORE and underlying_buffer(u.src[0].src[0]).op is Ops.PARAM]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -96,27 +115,37 @@ def test_conv_tiles_store_rows_and_give_numpys_values(backend, target, dtype, in
         result = program.run()[0]
     tolerance = 1e-4 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(result, np.maximum(_conv(x, w), 0), rtol=tolerance, atol=tolerance)
-    if backend != "c":
-        return
+    if resolve_target(target).vector_bytes // np.dtype(dtype).itemsize < TRANSPOSED_STORE_MIN_LANES:
+        return  # SSE's 2 doubles a register: no run of 4 fits a vector
+    if backend == "python":
+        return  # the interpreter stores lane by lane, as Instruction Selection left it
+    positions = [size for size, kind in program.kernels[-1].axes if kind is AxisType.UPCAST][0]
+    if positions < TRANSPOSED_STORE_MIN_LANES or positions & (positions - 1):
+        return  # 7 positions (a 7-wide output): no vector of 7, the elements are stored one by one
+    # every store to the output is a vector of 4 positions or more (before: elements one by one)
     stores = _stores(program)
-    scattered = [s for s in stores if s.src[1].dtype.count == 1]
-    transposed = "transposed" in program.items[-1].source
-    # where the tile has rows of 4 or more positions, every store is a vector of positions
-    if transposed:
-        assert not scattered and all(s.src[1].dtype.count >= TRANSPOSED_STORE_MIN_LANES for s in stores)
+    widths = [s.src[1].dtype.count for s in stores]
+    assert widths and min(widths) >= TRANSPOSED_STORE_MIN_LANES, program.kernels[-1].name
 
 
+@pytest.mark.parametrize("backend", [b for b in ("c", "llvm") if b in BACKENDS])
 @pytest.mark.parametrize("target", target_params("x86-64-v4"))
-def test_the_expansion_conv_renders_one_transpose_per_tile(target) -> None:
+def test_the_expansion_conv_renders_one_transpose_per_tile(backend, target) -> None:
     # 8 positions x 16 channels: 3 rounds of 8 shuffles, then 16 row stores of 8, no element stores
     x = RNG.standard_normal((1, 24, 56, 56)).astype(np.float32)
     w = RNG.standard_normal((144, 24, 1, 1)).astype(np.float32)
     with using_target(target):
-        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend="c", opts="heuristic", build=False)
+        out = uv.Tensor(x).conv2d(uv.Tensor(w))
+        program = uv.compile([out], backend=backend, opts="heuristic", build=False)
     (kernel,) = program.kernels
     upcasts = [size for size, kind in kernel.axes if kind is AxisType.UPCAST]
     assert upcasts == [8, 16], kernel.name
     source = program.items[-1].source
-    assert len(re.findall(r"float32x16 transposed\d+;", source)) == 24
-    assert source.count("store_float32x8(data0") == 16
-    assert "data0[" not in source
+    if backend == "c":
+        assert len(re.findall(r"float32x16 transposed\d+;", source)) == 24
+        assert source.count("store_float32x8(data0") == 16
+        assert "data0[" not in source
+    else:
+        assert len(re.findall(r"%transposed\d+ = shufflevector <16 x float>", source)) == 24
+        assert source.count("store <8 x float>") == 16
+        assert "store float " not in source

@@ -422,9 +422,8 @@ class Backend(abc.ABC):
     #: dtypes whose values the backend never holds in vectors (Instruction Selection splits them)
     scalar_dtypes: frozenset[DType] = frozenset()
     #: True when a vector store whose lanes scatter (a register tile of channels stored to rows of
-    #: positions) is better split by address runs, whose values the renderer transposes in
-    #: registers (``uopviz.passes.isel``): C.  LLVM compiles the scattered stores well already
-    #: (MobileNet-v2's 24 -> 144 channel conv: 100 us scattered, 110 us transposed by insertelement)
+    #: positions) is split by address runs, whose values the renderer transposes in registers
+    #: (``uopviz.passes.isel``, :func:`uopviz.backends.linear_program.transpose_plan`): C and LLVM
     transposes_stores: bool = False
     #: how many threads a THREAD axis is split for (GPU backends use workgroups instead)
     thread_count: int = 1

@@ -28,8 +28,8 @@ from uopviz.backends.base import (
 from uopviz.backends.cache import cached_file, content_key
 from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import C_COMPARISONS, CDialect
-from uopviz.backends.cfamily_state import power_of_two
 from uopviz.backends.cpu_runtime import CPUCompiledKernel, CPULaunch, load_function
+from uopviz.backends.linear_program import power_of_two
 from uopviz.backends.toolchain import (
     C_FLAGS,
     GCC_WORKAROUND_FLAG,

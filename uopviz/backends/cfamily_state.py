@@ -17,7 +17,13 @@ from dataclasses import replace
 
 from uopviz.backends.base import KernelMeta, RenderError, TensorCore
 from uopviz.backends.cfamily_spelling import Address, CSpelling
-from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
+from uopviz.backends.linear_program import (
+    PREFETCH_ITERATIONS,
+    PREFETCH_MIN_STRIDE_BYTES,
+    matrix_column,
+    transpose_plan,
+    underlying_buffer,
+)
 from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.core.affine import (
     constant_chunk_width,
@@ -29,11 +35,6 @@ from uopviz.core.affine import (
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
-
-
-def power_of_two(count: int) -> bool:
-    """Whether ``count`` is 2, 4, 8, ...: a lane count shuffles and halvings work on."""
-    return count >= 2 and count & (count - 1) == 0
 
 
 def true_prefix(gate: UOp) -> int | None:
@@ -143,7 +144,12 @@ class CFamilyRenderState(LinearWalk):
                     broadcast = u.op is Ops.GEP and len(set(u.arg)) == 1
                     lane_uses[s] = lane_uses.get(s, True) and broadcast
         self.broadcast_only = {load for load, only in lane_uses.items() if only}
-        self.matrix_columns = {u for u in self.program if u.op is Ops.VECTORIZE and self.is_matrix_column(u)}
+        # VECTORIZEs rendered as columns of a transposed register tile, where the dialect shuffles
+        self.matrix_columns: dict[UOp, tuple[tuple[UOp, ...], int]] = {}
+        if self.r.shuffles_two_vectors:
+            found = ((u, matrix_column(u)) for u in self.program if u.op is Ops.VECTORIZE)
+            self.matrix_columns = {u: column for u, column in found
+                                   if column is not None and self.r.selects_lanes(column[0][0].dtype)}
         # a lane read only by matrix columns is named, not assigned: the transpose reads whole vectors
         column_uses: dict[UOp, bool] = {}
         for u in self.program:
@@ -296,7 +302,7 @@ class CFamilyRenderState(LinearWalk):
     def render_vectorize(self, u: UOp) -> None:
         lanes = [(s.src[0], s.arg[0]) if s.op is Ops.GEP and len(s.arg) == 1 else (None, 0) for s in u.src]
         if u in self.matrix_columns:
-            self.render_matrix_column(u, lanes)
+            self.render_matrix_column(u)
             return
         if self.render_lane_runs(u, lanes):
             return
@@ -309,38 +315,18 @@ class CFamilyRenderState(LinearWalk):
                 return
         self.assign(u, "vec", self.r.vector_literal(u.dtype, items))
 
-    def is_matrix_column(self, u: UOp) -> bool:
-        """Whether VECTORIZE ``u`` is lane c of each of n distinct vectors of one type (n a power of two,
-        4 to their width, also a power of two): a column of the matrix those vectors are the rows
-        of, as a register tile's store gets it (ISel's address runs: the n positions of one channel
-        from the n vectors of channels), and the dialect shuffles two vectors."""
-        sources = [s.src[0] if s.op is Ops.GEP and len(s.arg) == 1 else None for s in u.src]
-        if any(s is None or s.op is Ops.VECTORIZE for s in sources):
-            return False
-        count, width = len(sources), sources[0].dtype.count
-        return (
-            4 <= count <= width
-            and power_of_two(count) and power_of_two(width)
-            and len(set(sources)) == count
-            and all(s.dtype == sources[0].dtype for s in sources)
-            and len({s.arg[0] for s in u.src}) == 1
-            and not u.dtype.scalar.is_bool
-            and self.r.selects_lanes(sources[0].dtype)
-            and self.r.shuffles_two_vectors
-        )
-
-    def render_matrix_column(self, u: UOp, lanes: list[tuple[UOp | None, int]]) -> None:
-        """A matrix column (:meth:`is_matrix_column`) as a slice of the transposed matrix: the
-        transpose is rendered once per matrix and scope, log2(n) rounds of two-vector shuffles, and
-        each of its columns is then a run of lanes of one of its vectors.  Lane by lane, an 8 x 16
-        register tile's 16 columns were 128 inserts through the stack (MobileNet-v2's 24 -> 144
-        channel 1x1 conv: 182 us, against 141 us storing its 128 elements one by one and 100 us
-        transposed)."""
-        rows = tuple(source for source, _ in lanes)
+    def render_matrix_column(self, u: UOp) -> None:
+        """A matrix column (:func:`matrix_column`) as a slice of the transposed matrix: the transpose
+        is rendered once per matrix and scope (:func:`transpose_plan`: log2(n) rounds of two-vector
+        shuffles), and each of its columns is then a run of lanes of one of its vectors.  Lane by
+        lane, an 8 x 16 register tile's 16 columns were 128 inserts through the stack
+        (MobileNet-v2's 24 -> 144 channel 1x1 conv: 182 us, against 141 us storing its 128 elements
+        one by one and 100 us transposed)."""
+        rows, column = self.matrix_columns[u]
         key = (rows, self.scope_path())
         if key not in self.transposes:
             self.transposes[key] = self.render_transpose(rows)
-        name, first = self.transposes[key][lanes[0][1]]
+        name, first = self.transposes[key][column]
         width = rows[0].dtype.count
         if first == 0 and len(rows) == width:
             self.define(u, name)
@@ -348,45 +334,27 @@ class CFamilyRenderState(LinearWalk):
         rendered = self.r.vector_from_runs(u.dtype, [(name, width, first, len(rows))])
         if rendered is None:
             raise self.fail(u, "a matrix column needs a dialect that copies runs of lanes")
-        lines, column = rendered
+        lines, picked = rendered
         for line in lines:
             self.emit(line)
-        self.define(u, column)
+        self.define(u, picked)
 
     def render_transpose(self, rows: tuple[UOp, ...]) -> dict[int, tuple[str, int]]:
-        """The transpose of the vectors ``rows`` (n rows of width w): rounds pair two vectors that hold
-        the same columns, the second's rows after the first's, and split those columns in halves;
-        after log2(n) rounds each vector holds w/n whole columns.  Returns column -> (vector, first
+        """The transpose of the vectors ``rows`` (:func:`transpose_plan`): column -> (vector, first
         lane)."""
         dtype, width = rows[0].dtype, rows[0].dtype.count
-        # each vector: its name and, per lane, (row, column)
-        current = [(self.ref(row), [(index, column) for column in range(width)])
-                   for index, row in enumerate(rows)]
-        while len({r for r, _ in current[0][1]}) < len(rows):
-            paired: list[tuple[str, list[tuple[int, int]]]] = []
-            for first, second in zip(current[0::2], current[1::2]):
-                columns = list(dict.fromkeys(c for _, c in first[1]))
-                half = len(columns) // 2
-                for part in (columns[:half], columns[half:]):
-                    picks, placed = [], []
-                    for column in part:
-                        for offset, (_, held) in ((0, first), (width, second)):
-                            for lane, (row, held_column) in enumerate(held):
-                                if held_column == column:
-                                    picks.append(offset + lane)
-                                    placed.append((row, column))
-                    lines, name = self.r.two_vector_shuffle(dtype, (first[0], second[0]), picks, "transposed")
-                    fallback = self.r.vector_literal(dtype, [
-                        self.r.lane(first[0] if pick < width else second[0], pick % width, dtype)
-                        for pick in picks
-                    ])
-                    for line in lines(fallback):
-                        self.emit(line)
-                    paired.append((name, placed))
-            # the next round pairs vectors holding the same columns: those of one half, in row order
-            current = sorted(paired, key=lambda vector: (vector[1][0][1], vector[1][0][0]))
-        return {column: (name, lane) for name, held in current
-                for lane, (row, column) in enumerate(held) if row == 0}
+        steps, columns = transpose_plan(len(rows), width)
+        names = [self.ref(row) for row in rows]
+        for first, second, picks in steps:
+            lines, name = self.r.two_vector_shuffle(dtype, (names[first], names[second]), picks, "transposed")
+            fallback = self.r.vector_literal(dtype, [
+                self.r.lane(names[first] if pick < width else names[second], pick % width, dtype)
+                for pick in picks
+            ])
+            for line in lines(fallback):
+                self.emit(line)
+            names.append(name)
+        return {column: (names[number], lane) for column, (number, lane) in columns.items()}
 
     def render_lane_runs(self, u: UOp, lanes: list[tuple[UOp | None, int]]) -> bool:
         """Render vector ``u`` made of ``lanes`` (source vector, lane) as copies of runs of

@@ -73,3 +73,61 @@ def open_scopes(instructions: Sequence[UOp]) -> list[tuple[int, ...]]:
         if u.op in SCOPE_OPENERS:
             open_now.append(index)
     return scopes
+
+
+def power_of_two(count: int) -> bool:
+    """Whether ``count`` is 2, 4, 8, ...: a lane count shuffles and halvings work on."""
+    return count >= 2 and count & (count - 1) == 0
+
+
+def matrix_column(u: UOp) -> tuple[tuple[UOp, ...], int] | None:
+    """``(rows, column)`` when VECTORIZE ``u`` is lane ``column`` of each of n vectors ``rows`` of one
+    type (n a power of two from 4 to their width, also a power of two): a column of the matrix those
+    vectors are the rows of, as a register tile's store gets it (Instruction Selection's address
+    runs: the n positions of one channel from the n vectors of channels).  None for any other
+    VECTORIZE."""
+    if u.op is not Ops.VECTORIZE or u.dtype.scalar.is_bool:
+        return None
+    if not all(s.op is Ops.GEP and len(s.arg) == 1 and s.src[0].op is not Ops.VECTORIZE for s in u.src):
+        return None
+    rows = tuple(s.src[0] for s in u.src)
+    count, width = len(rows), rows[0].dtype.count
+    if not (4 <= count <= width and power_of_two(count) and power_of_two(width)):
+        return None
+    if any(row.dtype != rows[0].dtype for row in rows) or len({s.arg[0] for s in u.src}) != 1:
+        return None
+    return rows, u.src[0].arg[0]
+
+
+def transpose_plan(
+    count: int, width: int
+) -> tuple[list[tuple[int, int, list[int]]], dict[int, tuple[int, int]]]:
+    """How ``count`` vectors of ``width`` lanes (numbered 0 .. count-1) are transposed by two-vector
+    shuffles: the steps, each ``(first, second, picks)`` making the next-numbered vector whose lane
+    i is lane ``picks[i]`` of ``first`` and ``second`` (numbered on after ``first``'s lanes), and
+    column -> ``(vector, first lane)`` of the result.  Each round pairs two vectors that hold the
+    same columns, the second's rows after the first's, and splits those columns in halves; after
+    log2(count) rounds each vector holds ``width / count`` whole columns, rows in order."""
+    # each vector: its number and, per lane, (row, column)
+    current = [(row, [(row, column) for column in range(width)]) for row in range(count)]
+    steps: list[tuple[int, int, list[int]]] = []
+    while len({row for row, _ in current[0][1]}) < count:
+        paired = []
+        for (first, first_lanes), (second, second_lanes) in zip(current[0::2], current[1::2]):
+            columns = list(dict.fromkeys(column for _, column in first_lanes))
+            half = len(columns) // 2
+            for part in (columns[:half], columns[half:]):
+                picks, placed = [], []
+                for column in part:
+                    for offset, held in ((0, first_lanes), (width, second_lanes)):
+                        for lane, (row, held_column) in enumerate(held):
+                            if held_column == column:
+                                picks.append(offset + lane)
+                                placed.append((row, column))
+                steps.append((first, second, picks))
+                paired.append((count + len(steps) - 1, placed))
+        # the next round pairs vectors holding the same columns: those of one half, in row order
+        current = sorted(paired, key=lambda vector: (vector[1][0][1], vector[1][0][0]))
+    columns = {column: (number, lane) for number, held in current
+               for lane, (row, column) in enumerate(held) if row == 0}
+    return steps, columns

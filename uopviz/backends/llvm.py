@@ -215,6 +215,7 @@ class LLVMBackend(TargetsCPU, Backend):
     name = "llvm"
     supported_ops = COMPILED_ALU_OPS
     vector_widths = (2, 4, 8, 16)
+    transposes_stores = True  # 8 x 16 tiles: 99-110 -> 90-95 us (LLVMRenderState.render_matrix_column)
     has_local = False
     tensor_cores = cpu_tensor_cores()
     shares_extents = True

@@ -26,7 +26,13 @@ from uopviz.backends.base import (
     SourceMap,
     TensorCore,
 )
-from uopviz.backends.linear_program import PREFETCH_ITERATIONS, PREFETCH_MIN_STRIDE_BYTES, underlying_buffer
+from uopviz.backends.linear_program import (
+    PREFETCH_ITERATIONS,
+    PREFETCH_MIN_STRIDE_BYTES,
+    matrix_column,
+    transpose_plan,
+    underlying_buffer,
+)
 from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.backends.llvm_instructions import (
     alu_instruction,
@@ -116,6 +122,7 @@ class LLVMRenderState(LinearWalk):
         self.helpers: dict[str, str] = {}
         self.block = "entry"
         self.thread_range: UOp | None = None
+        self.transposes: dict[tuple, dict[int, tuple[str, int]]] = {}  # per matrix and scope
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -286,10 +293,43 @@ class LLVMRenderState(LinearWalk):
             self.names[u] = "<" + ", ".join(f"{stype} {self.ref(s)}" for s in u.src) + ">"
             self.defined_in[u] = (0,)
             return
+        column = matrix_column(u)
+        if column is not None:
+            self.render_matrix_column(u, *column)
+            return
         current = "poison"
         for lane, s in enumerate(u.src):
             current = self.temp("vec", f"insertelement {vtype} {current}, {stype} {self.ref(s)}, i32 {lane}")
         self.define(u, current)
+
+    def render_matrix_column(self, u: UOp, rows: tuple[UOp, ...], column: int) -> None:
+        """A column of a register tile (:func:`matrix_column`) as lanes of its transpose, rendered once
+        per tile and scope (:func:`transpose_plan`'s shufflevectors): inserted lane by lane, an
+        8 x 16 tile's columns took 110 us where storing its elements one by one took 100."""
+        key = (rows, self.scope_path())
+        if key not in self.transposes:
+            self.transposes[key] = self.render_transpose(rows)
+        name, first = self.transposes[key][column]
+        vtype = value_type(rows[0].dtype)
+        if first == 0 and len(rows) == rows[0].dtype.count:
+            self.define(u, name)
+            return
+        mask = ", ".join(f"i32 {first + lane}" for lane in range(len(rows)))
+        self.assign(u, "column",
+                    f"shufflevector {vtype} {name}, {vtype} poison, <{len(rows)} x i32> <{mask}>")
+
+    def render_transpose(self, rows: tuple[UOp, ...]) -> dict[int, tuple[str, int]]:
+        """The transpose of the vectors ``rows`` by :func:`transpose_plan`: column -> (vector, first
+        lane)."""
+        vtype = value_type(rows[0].dtype)
+        steps, columns = transpose_plan(len(rows), rows[0].dtype.count)
+        names = [self.ref(row) for row in rows]
+        for first, second, picks in steps:
+            mask = ", ".join(f"i32 {pick}" for pick in picks)
+            names.append(self.temp(
+                "transposed", f"shufflevector {vtype} {names[first]}, {vtype} {names[second]}, "
+                f"<{len(picks)} x i32> <{mask}>"))
+        return {column: (names[number], lane) for column, (number, lane) in columns.items()}
 
     def render_gep(self, u: UOp) -> None:
         source = u.src[0]
