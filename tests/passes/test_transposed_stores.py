@@ -149,3 +149,25 @@ def test_the_expansion_conv_renders_one_transpose_per_tile(backend, target) -> N
         assert len(re.findall(r"%transposed\d+ = shufflevector <16 x float>", source)) == 24
         assert source.count("store <8 x float>") == 16
         assert "store float " not in source
+
+
+@pytest.mark.parametrize("backend", [b for b in ("c", "llvm") if b in BACKENDS])
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+@pytest.mark.parametrize("dtype", [np.float16, np.int32, np.int8, np.uint8, np.int64],
+                         ids=lambda d: np.dtype(d).name)
+def test_every_dtype_gives_numpys_values(backend, target, dtype) -> None:
+    # tiles of 8 or 16 positions by channels, transposed where a register holds a power of two of
+    # positions (int32 on AVX-512, float16 on AVX2's LLVM), stored element by element elsewhere
+    if np.issubdtype(dtype, np.integer):
+        x = RNG.integers(0, 3, (1, 24, 16, 16)).astype(dtype)
+        w = RNG.integers(0, 2, (144, 24, 1, 1)).astype(dtype)
+    else:
+        x = RNG.standard_normal((1, 24, 16, 16)).astype(dtype)
+        w = RNG.standard_normal((144, 24, 1, 1)).astype(dtype)
+    with using_target(target):
+        result = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic").run()[0]
+    expected = _conv(x, w)
+    if np.issubdtype(dtype, np.integer):
+        np.testing.assert_array_equal(result, expected.astype(np.int64).astype(dtype))
+    else:
+        np.testing.assert_allclose(result.astype(np.float64), expected, rtol=2e-2, atol=0.1)
