@@ -171,3 +171,22 @@ def test_every_dtype_gives_numpys_values(backend, target, dtype) -> None:
         np.testing.assert_array_equal(result, expected.astype(np.int64).astype(dtype))
     else:
         np.testing.assert_allclose(result.astype(np.float64), expected, rtol=2e-2, atol=0.1)
+
+
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))  # (8 x 16 tiles; AVX2 takes another)
+def test_the_transpose_for_gcc_before_12_gives_the_same_values(target) -> None:
+    # GCC 11 has no __builtin_shufflevector: the #else branch shuffles with __builtin_shuffle (a
+    # lane-by-lane literal there made the tile slower than its element stores); forced here
+    x = RNG.standard_normal((1, 24, 56, 56)).astype(np.float32)
+    w = RNG.standard_normal((144, 24, 1, 1)).astype(np.float32)
+    backend = uv.backends.get("c")
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend="c", opts="heuristic", build=False)
+        (item,) = program.items
+        modern = "#if defined(__clang__) || __GNUC__ >= 12"
+        assert modern in item.source and "__builtin_shuffle(" in item.source
+        name = str(item.body.src[0].arg)
+        item.compiled = backend.compile(item.source.replace(modern, "#if 0"), name)
+        program.build = True
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv(x, w), rtol=1e-4, atol=1e-4)

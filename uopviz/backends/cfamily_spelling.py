@@ -202,6 +202,13 @@ class CSpelling:
     #: whether :meth:`two_vector_shuffle` has a form in this dialect
     shuffles_two_vectors = False
 
+    def two_vector_shuffle_fallback(self, dtype: DType, halves: Sequence[str], picks: Sequence[int]) -> str:
+        """The expression :meth:`two_vector_shuffle` falls back to: lane ``picks[i]`` of the two
+        vectors ``halves`` for each lane i, one by one."""
+        count = dtype.count
+        lanes = [self.lane(halves[pick >= count], pick % count, dtype) for pick in picks]
+        return self.vector_literal(dtype, lanes)
+
     def two_vector_shuffle(
         self, dtype: DType, halves: Sequence[str], picks: Sequence[int], prefix: str = "even"
     ):

@@ -347,10 +347,7 @@ class CFamilyRenderState(LinearWalk):
         names = [self.ref(row) for row in rows]
         for first, second, picks in steps:
             lines, name = self.r.two_vector_shuffle(dtype, (names[first], names[second]), picks, "transposed")
-            fallback = self.r.vector_literal(dtype, [
-                self.r.lane(names[first] if pick < width else names[second], pick % width, dtype)
-                for pick in picks
-            ])
+            fallback = self.r.two_vector_shuffle_fallback(dtype, (names[first], names[second]), picks)
             for line in lines(fallback):
                 self.emit(line)
             names.append(name)
