@@ -16,7 +16,8 @@ from . import linear_programs as lp
 #: (a new override here should be a new structure, not a spelling a CDialect attribute can hold)
 STRUCTURAL_HOOKS = {
     CRenderer: {
-        "vector_from_runs", "two_vector_shuffle", "constant_vector", "register_pin", "_mask_type", "_pick",
+        "vector_from_runs", "two_vector_shuffle", "two_vector_shuffle_fallback", "constant_vector",
+        "register_pin", "_mask_type", "_pick",
         "selects_lanes",
         "select_lanes", "vector_expression", "helper_vector_trunc", "helper_vector_shift", "vector_cast",
         "helper_vector_float_to_int",
