@@ -78,6 +78,9 @@ class LinearWalk:
     render_if: Callable[[UOp, Scope], None]
     render_end: Callable[[UOp, Scope], None]
     render_endif: Callable[[UOp, Scope], None]
+    #: the shuffles transposing a register tile (rows: its vectors) and column -> (vector, first
+    #: lane) of the result, in renderers that store tiles transposed (C, LLVM)
+    render_transpose: Callable[[tuple[UOp, ...]], dict[int, tuple[str, int]]]
     #: the lists of emitted text whose entries a source map attributes to uops, in the order they
     #: appear in the source, each with the prefix the source puts before its entries
     mapped_lists: tuple[tuple[str, str], ...] = (("lines", ""),)
@@ -96,6 +99,8 @@ class LinearWalk:
         self.position = 0
         #: for each list of :attr:`mapped_lists`: the position of the uop each entry was written for
         self.owners: dict[str, list[int | None]] = {name: [] for name, _ in self.mapped_lists}
+        #: register tiles transposed so far, per rows and scope: column -> (vector name, first lane)
+        self.transposes: dict[tuple, dict[int, tuple[str, int]]] = {}
 
     # -- names and scopes ---------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -114,6 +119,15 @@ class LinearWalk:
     def scope_path(self) -> tuple[int, ...]:
         """The numbers of the open scopes, outermost first."""
         return tuple(s.number for s in self.scopes)
+
+    def transposed_column(self, rows: tuple[UOp, ...], column: int) -> tuple[str, int]:
+        """The vector holding ``column`` of the tile whose rows are ``rows``, and its first lane: the
+        tile is transposed once per scope (the subclass's ``render_transpose``), its columns read
+        from that transpose after."""
+        key = (rows, self.scope_path())
+        if key not in self.transposes:
+            self.transposes[key] = self.render_transpose(rows)
+        return self.transposes[key][column]
 
     def define(self, u: UOp, name: str) -> str:
         """Name ``u``'s value, defined in the innermost open scope."""

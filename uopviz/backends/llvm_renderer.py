@@ -122,7 +122,6 @@ class LLVMRenderState(LinearWalk):
         self.helpers: dict[str, str] = {}
         self.block = "entry"
         self.thread_range: UOp | None = None
-        self.transposes: dict[tuple, dict[int, tuple[str, int]]] = {}  # per matrix and scope
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -306,10 +305,7 @@ class LLVMRenderState(LinearWalk):
         """A column of a register tile (:func:`matrix_column`) as lanes of its transpose, rendered once
         per tile and scope (:func:`transpose_plan`'s shufflevectors): inserted lane by lane, an
         8 x 16 tile's columns took 110 us where storing its elements one by one took 100."""
-        key = (rows, self.scope_path())
-        if key not in self.transposes:
-            self.transposes[key] = self.render_transpose(rows)
-        name, first = self.transposes[key][column]
+        name, first = self.transposed_column(rows, column)
         vtype = value_type(rows[0].dtype)
         if first == 0 and len(rows) == rows[0].dtype.count:
             self.define(u, name)

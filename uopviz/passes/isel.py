@@ -70,6 +70,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uopviz.backends.base import Backend, chunk_sizes
+from uopviz.backends.linear_program import power_of_two
 from uopviz.core.affine import affine_lanes, contiguous_start
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.exp_log import decompose_exp, decompose_log
@@ -406,9 +407,6 @@ def _address_runs(
     lanes = affine_lanes(index)
     if lanes is None or any(base is None for base, _ in lanes):
         return None
-    # stores lane order makes: one per contiguous chunk, one per element of a scattered one
-    lane_order_stores = sum(1 if len(chunk) > 1 and contiguous_start(_piece(index, chunk)) is not None
-                            else len(chunk) for chunk in chunks)
     by_base: dict[int, list[tuple[int, int]]] = {}
     for lane, (base, constant) in enumerate(lanes):
         by_base.setdefault(id(base), []).append((constant, lane))
@@ -432,8 +430,11 @@ def _address_runs(
     offset_in_chunk = {lane: offset for chunk in chunks for offset, lane in enumerate(chunk)}
     for run in runs:
         one_column = len({offset_in_chunk[lane] for lane in run}) == 1
-        if not one_column or len(run) & (len(run) - 1) or len(run) > len(chunks[0]):
+        if not one_column or not power_of_two(len(run)) or len(run) > len(chunks[0]):
             return None
+    # stores lane order makes: one per contiguous chunk, one per element of a scattered one
+    lane_order_stores = sum(1 if len(chunk) > 1 and contiguous_start(_piece(index, chunk)) is not None
+                            else len(chunk) for chunk in chunks)
     return runs if len(runs) < lane_order_stores else None
 
 
