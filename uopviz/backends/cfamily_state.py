@@ -11,7 +11,6 @@ and a one-thread WMMA tile as scalar multiply-adds.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -133,17 +132,6 @@ class CFamilyRenderState(LinearWalk):
 
     # -- passes -------------------------------------------------------------------------------
     def run(self) -> str:
-        self.use_counts = Counter(s for u in self.program for s in u.src)
-        # vector loads whose every use broadcasts one of their lanes (a conv's row of input columns,
-        # each column broadcast against a vector of output channels): not pinned in a register, so
-        # the C compiler broadcasts each lane from memory (a load port) instead of by shuffles
-        lane_uses: dict[UOp, bool] = {}
-        for u in self.program:
-            for s in u.src:
-                if s.op is Ops.LOAD and s.dtype.count > 1:
-                    broadcast = u.op is Ops.GEP and len(set(u.arg)) == 1
-                    lane_uses[s] = lane_uses.get(s, True) and broadcast
-        self.broadcast_only = {load for load, only in lane_uses.items() if only}
         # VECTORIZEs rendered as columns of a transposed register tile, where the dialect shuffles
         self.matrix_columns: dict[UOp, tuple[tuple[UOp, ...], int]] = {}
         if self.r.shuffles_two_vectors:
@@ -475,6 +463,8 @@ class CFamilyRenderState(LinearWalk):
             self.prefetch(address)
             value = self.r.vector_load(address)
             name = self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
+            # a load read by several FMAs stays in a register; one whose lanes are only broadcast
+            # is read lane by lane from memory (LinearWalk.broadcast_only)
             pinned = self.use_counts[u] > 1 and u not in self.broadcast_only
             pin = self.r.register_pin(name) if pinned else None
             if pin is not None:

@@ -13,6 +13,7 @@ written for (the source map).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,20 @@ class Scope:
     number: int
 
 
+def broadcast_only_loads(program: Sequence[UOp]) -> set[UOp]:
+    """The vector LOADs of ``program`` whose every use broadcasts one of their lanes (a conv's row
+    of input columns or of weights, each broadcast against a vector): renderers have the compiler
+    read each lane from memory as the broadcast operand of an FMA (a load port) instead of
+    shuffling it out of a register."""
+    lane_uses: dict[UOp, bool] = {}
+    for u in program:
+        for s in u.src:
+            if s.op is Ops.LOAD and s.dtype.count > 1:
+                broadcast = u.op is Ops.GEP and len(set(u.arg)) == 1
+                lane_uses[s] = lane_uses.get(s, True) and broadcast
+    return {load for load, only in lane_uses.items() if only}
+
+
 class LinearWalk:
     """One rendering of one LINEAR program (see the module docstring).  Subclasses define the
     ``render_*`` methods of :data:`RENDER_METHODS` they support, the scope hooks declared here,
@@ -101,6 +116,8 @@ class LinearWalk:
         self.owners: dict[str, list[int | None]] = {name: [] for name, _ in self.mapped_lists}
         #: register tiles transposed so far, per rows and scope: column -> (vector name, first lane)
         self.transposes: dict[tuple, dict[int, tuple[str, int]]] = {}
+        self.use_counts = Counter(s for u in self.program for s in u.src)
+        self.broadcast_only = broadcast_only_loads(self.program)
 
     # -- names and scopes ---------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:

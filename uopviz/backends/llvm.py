@@ -209,6 +209,18 @@ class _ObjectCache:
         return path.read_bytes() if path.exists() else None
 
 
+def _optimize(module: Any, machine: Any) -> None:
+    """LLVM's -O3 pipeline on ``module``, with the loop and SLP vectorizers on: clang -O3 turns
+    them on; llvmlite leaves SLP off, and the UPCAST lanes the pipeline devectorized are exactly
+    what SLP puts back into vector registers."""
+    llvm = _llvm()
+    options = llvm.create_pipeline_tuning_options(speed_level=3)
+    options.slp_vectorization = True
+    options.loop_vectorization = True
+    builder = llvm.create_pass_builder(machine, options)
+    builder.getModulePassManager().run(module, builder)
+
+
 class LLVMBackend(TargetsCPU, Backend):
     """LLVM IR JIT-compiled with llvmlite for the host CPU."""
 
@@ -248,6 +260,35 @@ class LLVMBackend(TargetsCPU, Backend):
     def render_mapped(self, linear: UOp) -> tuple[str, SourceMap]:
         return self.renderer.render_mapped(linear)
 
+    def assembly(self, source: str, name: str) -> str:
+        """The machine code LLVM makes of the IR ``source`` (kernel ``name``) for this backend's CPU
+        target, as assembly text: what :meth:`compile` runs (made again, not cached)."""
+        self.require()
+        module, machine = self._parsed(source, name)
+        _optimize(module, machine)
+        return machine.emit_assembly(module)
+
+    def _parsed(self, source: str, name: str) -> tuple[Any, Any]:
+        """``source`` parsed and verified, with this target's CPU attributes, and a target machine
+        for it; a :class:`CompileError` naming the kernel for IR LLVM rejects."""
+        llvm = _llvm()
+        cpu, features = llvm_cpu_and_features(self.target)
+        # host-specific attributes are added here, not in the rendered IR, to keep the IR readable
+        text = source.replace(
+            "attributes #0 = { nounwind }",
+            f'attributes #0 = {{ nounwind "target-cpu"="{cpu}" "target-features"="{features}" }}',
+        )
+        if "half" in source:
+            text += SOFT_HALF_FUNCTIONS
+        try:
+            module = llvm.parse_assembly(text)
+            module.verify()
+        except RuntimeError as error:
+            raise CompileError(self.name, name, str(error), source) from None
+        machine = _target_machine(cpu, features)
+        module.triple, module.data_layout = machine.triple, str(machine.target_data)
+        return module, machine
+
     def compile(self, source: str, name: str) -> LLVMCompiledKernel:
         self.require()
         llvm = _llvm()
@@ -264,30 +305,11 @@ class LLVMBackend(TargetsCPU, Backend):
                 self.name, name, f"the kernel runs on OpenMP threads but {libgomp_reason()}", source
             )
         start = time.perf_counter()
-        # host-specific attributes are added here, not in the rendered IR, to keep the IR readable
-        text = source.replace(
-            "attributes #0 = { nounwind }",
-            f'attributes #0 = {{ nounwind "target-cpu"="{cpu}" "target-features"="{features}" }}',
-        )
-        if "half" in source:
-            text += SOFT_HALF_FUNCTIONS
-        try:
-            module = llvm.parse_assembly(text)
-            module.verify()
-        except RuntimeError as error:
-            raise CompileError(self.name, name, str(error), source) from None
-        machine = _target_machine(cpu, features)
-        module.triple, module.data_layout = machine.triple, str(machine.target_data)
+        module, machine = self._parsed(source, name)
         object_cache = _ObjectCache(key)
         was_cached = object_cache.path().exists()
         if not was_cached:
-            options = llvm.create_pipeline_tuning_options(speed_level=3)
-            # clang -O3 turns these on; llvmlite leaves SLP off, and the UPCAST lanes the pipeline
-            # devectorized are exactly what SLP puts back into vector registers
-            options.slp_vectorization = True
-            options.loop_vectorization = True
-            builder = llvm.create_pass_builder(machine, options)
-            builder.getModulePassManager().run(module, builder)
+            _optimize(module, machine)
         engine = llvm.create_mcjit_compiler(module, machine)
         engine.set_object_cache(object_cache.notify, object_cache.get)
         engine.finalize_object()
