@@ -1,11 +1,11 @@
 """What LLVM makes of a convolution's register tile: the IR the renderer writes for it and the
 machine code LLVM makes of that IR.
 
-- A vector load whose lanes are each broadcast to one FMA (a tile of 16 channels x 16 positions:
-  each weight is the broadcast operand of one FMA) reads through an opaque pointer (an empty
-  ``asm``), so x86 addresses the FMAs' memory operands ``disp(base)``: an FMA with an indexed
-  operand ``(base,index)`` issues as two micro-ops.  Lanes broadcast to several FMAs go through a
-  register and keep the plain pointer.
+- On AVX-512, a vector load whose lanes are each broadcast to one FMA (a tile of 16 channels x 16
+  positions: each weight is the broadcast operand of one FMA) reads through an opaque pointer (an
+  empty ``asm``), so x86 addresses the FMAs' memory operands ``disp(base)``: an FMA with an
+  indexed operand ``(base,index)`` issues as two micro-ops.  Lanes broadcast to several FMAs go
+  through a register and keep the plain pointer, as every broadcast does without AVX-512.
 - A reduction loop holding the tile's innermost loop is kept rolled (``llvm.loop.unroll.disable``)
   where unrolling it whole would copy more than ``FULL_UNROLL_FMA_BUDGET`` vector FMAs (an 8 x 32
   tile's 3x3 taps: 144), and left to LLVM below that (a 7 x 32 tile's: 126).
@@ -80,6 +80,14 @@ def test_weights_each_broadcast_to_one_fma_are_read_through_an_opaque_base(targe
     # the weights' vector load reads from the opaque pointer, and its lanes feed the FMAs
     for base in bases:
         assert re.search(rf"= load <16 x float>, ptr {base},", source), base
+
+
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64-v2"])
+def test_without_avx512_no_fma_takes_a_broadcast_operand_and_pointers_stay_plain(target) -> None:
+    # AVX2 and SSE broadcast with an instruction of its own (a plain load): the asm would only cost
+    with using_target(target):
+        source, _ = _rendered((16, 16))
+    assert 'call ptr asm ""' not in source
 
 
 @pytest.mark.parametrize("target", target_params("x86-64-v4"))

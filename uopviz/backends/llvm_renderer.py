@@ -51,6 +51,7 @@ from uopviz.backends.llvm_types import (
     splat,
     value_type,
 )
+from uopviz.backends.target import cpu_target
 from uopviz.core.affine import contiguous_start, even_lane_picks, every_other_lane, linear_coefficient
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
@@ -214,9 +215,12 @@ class LLVMRenderState(LinearWalk):
         # loads with a lane taken as a scalar, or broadcast to several uses (through a register)
         other_lanes = {u.src[0] for u in self.program
                        if u.op is Ops.GEP and (u.dtype.count == 1 or self.use_counts[u] > 1)}
-        #: broadcast-only loads of several lanes, each read by one instruction (:meth:`broadcast_base`)
+        #: broadcast-only loads of several lanes, each read by one instruction (:meth:`broadcast_base`);
+        #: only AVX-512 FMAs take a broadcast memory operand (elsewhere a broadcast is a load of its own)
         self.memory_operand_broadcasts = {load for load in self.broadcast_only
                                           if self.use_counts[load] > 1 and load not in other_lanes}
+        if "avx512f" not in cpu_target().features:
+            self.memory_operand_broadcasts = set()
         self.kept_rolled = loops_kept_rolled(self.program)
         self.loop_metadata: list[str] = []  # one loop ID per loop kept rolled
         params = self.collect_params()
@@ -546,7 +550,8 @@ class LLVMRenderState(LinearWalk):
         one use, and that several times (:attr:`memory_operand_broadcasts`), that pointer through an
         empty ``asm``.
 
-        Each such broadcast becomes an FMA's memory operand.  Seeing the pointer's sum, x86's
+        On AVX-512 each such broadcast becomes an FMA's memory operand (``{1to16}``; AVX2 and SSE
+        broadcast with a load of its own, and get no ``asm``).  Seeing the pointer's sum, x86's
         instruction selection addresses them ``(base,index)``, and an FMA with an indexed memory
         operand issues as two micro-ops instead of one (un-lamination): VGG-16's 3x3 convs at
         112x112 (16 channels x 16 columns, each weight read by one FMA) ran 1.7x the C backend's
