@@ -23,18 +23,34 @@ function ensureBokeh(model) {
   return loading;
 }
 
+// BokehJS embeds only into an element under <body>: a view not attached yet (or being moved) draws
+// once it is, a view taken off the page draws nothing (the tuner replaces its charts while a run's
+// timings arrive; drawing into the removed chart threw "element ... must be under <body>").
+const ATTACH_WAIT_FRAMES = 600; // ~10 s of animation frames; a later change of the chart tries again
+
 async function render({ model, el }) {
   const box = document.createElement("div");
   box.className = "uv-bokeh";
   el.appendChild(box);
+  let removed = false;
   const Bokeh = await ensureBokeh(model);
-  const draw = () => {
+  const draw = (framesLeft = ATTACH_WAIT_FRAMES) => {
+    if (removed) return;
+    if (!box.isConnected) {
+      if (framesLeft > 0) requestAnimationFrame(() => draw(framesLeft - 1));
+      return;
+    }
     box.innerHTML = "";
     Bokeh.embed.embed_item(JSON.parse(model.get("item")), box);
     box.dataset.drawn = "1";
   };
+  const redraw = () => draw();
   draw();
-  model.on("change:item", draw);
+  model.on("change:item", redraw);
+  return () => {
+    removed = true;
+    model.off("change:item", redraw);
+  };
 }
 
 export default { render };
