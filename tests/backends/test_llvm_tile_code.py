@@ -132,13 +132,19 @@ def test_a_1x1_conv_and_a_pool_keep_every_loop_to_llvm() -> None:
 # the machine code (x86 with AVX-512: embedded broadcasts)
 
 
+def _assembly(tile, target: str) -> str:
+    """The machine code LLVM makes of the tile's conv for ``target``; it holds the kernel's function."""
+    with using_target(target):
+        source, program = _rendered(tile)
+        assembly = get("llvm").assembly(source, program.items[0].kernel.name)
+    assert f"{program.items[0].body.src[0].arg}:" in assembly
+    return assembly
+
+
 @needs_llvm
 @pytest.mark.parametrize("target", target_params("x86-64-v4"))
 def test_broadcast_fma_operands_are_addressed_from_one_register(target) -> None:
-    with using_target(target):
-        source, program = _rendered((16, 16))
-        assembly = get("llvm").assembly(source, program.items[0].kernel.name)
-    assert f"{program.items[0].body.src[0].arg}:" in assembly
+    assembly = _assembly((16, 16), target)
     operands = re.findall(r"vfmadd\w+\s+(-?\d*\([^)]*\))\{1to16\}", assembly)
     assert len(operands) >= 16, "the tile's FMAs take their weights as broadcast memory operands"
     indexed = [operand for operand in operands if "," in operand]
@@ -148,10 +154,7 @@ def test_broadcast_fma_operands_are_addressed_from_one_register(target) -> None:
 @needs_llvm
 @pytest.mark.parametrize("target", target_params("x86-64-v4"))
 def test_the_rolled_taps_loop_holds_one_row_of_taps(target) -> None:
-    with using_target(target):
-        source, program = _rendered((32, 8))
-        assembly = get("llvm").assembly(source, program.items[0].kernel.name)
-    fmas = len(re.findall(r"^\s+vfmadd\w+ps", assembly, re.M))
+    fmas = len(re.findall(r"^\s+vfmadd\w+ps", _assembly((32, 8), target), re.M))
     assert 0 < fmas < 9 * 16, fmas  # 3 taps of 16 (LLVM unrolls the innermost loop), not all 9
 
 
