@@ -264,15 +264,14 @@ class LLVMBackend(TargetsCPU, Backend):
         """The machine code LLVM makes of the IR ``source`` (kernel ``name``) for this backend's CPU
         target, as assembly text: what :meth:`compile` runs (made again, not cached)."""
         self.require()
-        module, machine = self._parsed(source, name)
+        module, machine = self._parsed(source, name, *llvm_cpu_and_features(self.target))
         _optimize(module, machine)
         return machine.emit_assembly(module)
 
-    def _parsed(self, source: str, name: str) -> tuple[Any, Any]:
-        """``source`` parsed and verified, with this target's CPU attributes, and a target machine
-        for it; a :class:`CompileError` naming the kernel for IR LLVM rejects."""
+    def _parsed(self, source: str, name: str, cpu: str, features: str) -> tuple[Any, Any]:
+        """``source`` parsed and verified, with the CPU attributes ``cpu`` and ``features``, and a
+        target machine for them; a :class:`CompileError` naming the kernel for IR LLVM rejects."""
         llvm = _llvm()
-        cpu, features = llvm_cpu_and_features(self.target)
         # host-specific attributes are added here, not in the rendered IR, to keep the IR readable
         text = source.replace(
             "attributes #0 = { nounwind }",
@@ -305,7 +304,7 @@ class LLVMBackend(TargetsCPU, Backend):
                 self.name, name, f"the kernel runs on OpenMP threads but {libgomp_reason()}", source
             )
         start = time.perf_counter()
-        module, machine = self._parsed(source, name)
+        module, machine = self._parsed(source, name, cpu, features)
         object_cache = _ObjectCache(key)
         was_cached = object_cache.path().exists()
         if not was_cached:

@@ -212,15 +212,15 @@ class LLVMRenderState(LinearWalk):
 
     # -- the whole module ---------------------------------------------------------------------
     def run(self) -> str:
-        # loads with a lane taken as a scalar, or broadcast to several uses (through a register)
-        other_lanes = {u.src[0] for u in self.program
-                       if u.op is Ops.GEP and (u.dtype.count == 1 or self.use_counts[u] > 1)}
         #: broadcast-only loads of several lanes, each read by one instruction (:meth:`broadcast_base`);
         #: only AVX-512 FMAs take a broadcast memory operand (elsewhere a broadcast is a load of its own)
-        self.memory_operand_broadcasts = {load for load in self.broadcast_only
-                                          if self.use_counts[load] > 1 and load not in other_lanes}
-        if "avx512f" not in cpu_target().features:
-            self.memory_operand_broadcasts = set()
+        self.memory_operand_broadcasts: set[UOp] = set()
+        if "avx512f" in cpu_target().features:
+            # loads with a lane taken as a scalar, or broadcast to several uses (through a register)
+            other_lanes = {u.src[0] for u in self.program
+                           if u.op is Ops.GEP and (u.dtype.count == 1 or self.use_counts[u] > 1)}
+            self.memory_operand_broadcasts = {load for load in self.broadcast_only
+                                              if self.use_counts[load] > 1 and load not in other_lanes}
         self.kept_rolled = loops_kept_rolled(self.program)
         self.loop_metadata: list[str] = []  # one loop ID per loop kept rolled
         params = self.collect_params()

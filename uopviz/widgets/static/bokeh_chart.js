@@ -44,7 +44,7 @@ async function render({ model, el }) {
     Bokeh.embed.embed_item(JSON.parse(model.get("item")), box);
     box.dataset.drawn = "1";
   };
-  const redraw = () => draw();
+  const redraw = () => draw(); // (the event's arguments are no frame count)
   draw();
   model.on("change:item", redraw);
   return () => {
