@@ -4,18 +4,20 @@ Each operation of a graph lowers to kernels of its own (:mod:`uopviz.nnef.loweri
 of them compiles as one Program, these passes rewrite the list (each keeps the kernels' results and
 says what it did in :attr:`~uopviz.nnef.lowering.kernel_builder.LoweredKernel.note`):
 
-==============  ==========================================================  ========================
-pass            what it does                                                module
-==============  ==========================================================  ========================
-Fusion          a tensor that only feeds later kernels is computed where    ``kernel_passes.fusion``
-                it is read (batch norm, bias, ReLU folded into the conv)
-Padding         a sum whose loads are gated by bounds tests reads a         ``kernel_passes.padding``
-                zero-padded buffer instead
-Weight Layout   filters read with output channels in vector lanes come      ``kernel_passes.weight_layout``
-                from a copy blocked by the CPU target's lanes
-Loop Merge      nested output loops that every address walks as one run     ``kernel_passes.loop_merge``
-                become one loop
-==============  ==========================================================  ========================
+===============  ==========================================================  ========================
+pass             what it does                                                module
+===============  ==========================================================  ========================
+Fusion           a tensor that only feeds later kernels is computed where    ``kernel_passes.fusion``
+                 it is read (batch norm, bias, ReLU folded into the conv)
+Padding          a sum whose loads are gated by bounds tests reads a         ``kernel_passes.padding``
+                 zero-padded buffer instead
+Concat In Place  a tensor copied whole to the front of another (a            ``kernel_passes.concat_in_place``
+                 concatenation's first piece) is written there: no copy
+Weight Layout    filters read with output channels in vector lanes come      ``kernel_passes.weight_layout``
+                 from a copy blocked by the CPU target's lanes
+Loop Merge       nested output loops that every address walks as one run     ``kernel_passes.loop_merge``
+                 become one loop
+===============  ==========================================================  ========================
 
 :func:`run_kernel_passes` walks the table, each pass one traced pass
 (:func:`~uopviz.core.rewrite.traced_pass`) whose steps are the kernels it made or changed, so the
@@ -33,6 +35,7 @@ from uopviz.core.ops import Ops
 from uopviz.core.origins import carry_origins
 from uopviz.core.rewrite import location_of, traced_pass
 from uopviz.core.uop import UOp
+from uopviz.nnef.kernel_passes.concat_in_place import concatenate_in_place
 from uopviz.nnef.kernel_passes.fusion import fuse_kernels
 from uopviz.nnef.kernel_passes.loop_merge import merge_contiguous_loops
 from uopviz.nnef.kernel_passes.padding import pad_guarded_reads
@@ -67,6 +70,11 @@ def padding(kernels: list[LoweredKernel], context: KernelPassContext) -> list[Lo
     return pad_guarded_reads(kernels, context.graph, context.kept)
 
 
+def concat_in_place(kernels: list[LoweredKernel], context: KernelPassContext) -> list[LoweredKernel]:
+    """Write each tensor copied whole to another's front there (:func:`concatenate_in_place`)."""
+    return concatenate_in_place(kernels, context.kept)
+
+
 def weight_layout(kernels: list[LoweredKernel], context: KernelPassContext) -> list[LoweredKernel]:
     """Read filters from copies blocked by the target's vector lanes (:func:`block_weight_reads`)."""
     return block_weight_reads(kernels, context.graph, context.backend)
@@ -81,6 +89,7 @@ def loop_merge(kernels: list[LoweredKernel], context: KernelPassContext) -> list
 KERNEL_PASSES: dict[str, KernelPass] = {
     "Fusion": fusion,
     "Padding": padding,
+    "Concat In Place": concat_in_place,
     "Weight Layout": weight_layout,
     "Loop Merge": loop_merge,
 }
@@ -138,7 +147,9 @@ class _KernelSteps:
         self.changed = [
             (kernel, self.before.get(kernel.name))
             for kernel in rewritten
-            if kernel.name not in self.before or self.before[kernel.name].ast is not kernel.ast
+            if kernel.name not in self.before
+            or self.before[kernel.name].ast is not kernel.ast
+            or self.before[kernel.name].buffers != kernel.buffers  # the same AST on other buffers
         ]
 
     def graph_after(self, count: int) -> UOp:
