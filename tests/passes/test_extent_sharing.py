@@ -26,24 +26,28 @@ LAYER = """    r{k} = relu(x{k});
 """
 DENSE_BLOCK = (
     "version 1.0;\ngraph Dense( x0 ) -> ( x{layers} )\n{{\n"
-    "    x0 = external<scalar>(shape = [1, {first}, 6, 6]);\n{variables}{layers_text}}}\n"
+    "    x0 = external<scalar>(shape = [1, {first}, {size}, {size}]);\n{variables}{layers_text}}}\n"
 )
 
 
-def _dense_block() -> tuple[str, dict[str, np.ndarray]]:
-    weights = {f"w{k}": RNG.standard_normal((GROWTH, FIRST + k * GROWTH, 1, 1)).astype(np.float32)
-               for k in range(LAYERS)}  # fmt: skip
+def _dense_block(
+    first: int = FIRST, growth: int = GROWTH, layers: int = LAYERS, size: int = 6
+) -> tuple[str, dict[str, np.ndarray]]:
+    weights = {f"w{k}": RNG.standard_normal((growth, first + k * growth, 1, 1)).astype(np.float32)
+               for k in range(layers)}  # fmt: skip
     variables = "".join(
-        f"    w{k} = variable<scalar>(shape = [{GROWTH}, {FIRST + k * GROWTH}, 1, 1], label = 'w{k}');\n"
-        for k in range(LAYERS)
+        f"    w{k} = variable<scalar>(shape = [{growth}, {first + k * growth}, 1, 1], label = 'w{k}');\n"
+        for k in range(layers)
     )
-    layers_text = "".join(LAYER.format(k=k, n=k + 1) for k in range(LAYERS))
-    text = DENSE_BLOCK.format(layers=LAYERS, first=FIRST, variables=variables, layers_text=layers_text)
+    layers_text = "".join(LAYER.format(k=k, n=k + 1) for k in range(layers))
+    text = DENSE_BLOCK.format(
+        layers=layers, first=first, size=size, variables=variables, layers_text=layers_text
+    )
     return text, weights
 
 
 def _reference(x: np.ndarray, weights: dict[str, np.ndarray]) -> np.ndarray:
-    for k in range(LAYERS):
+    for k in range(len(weights)):
         w = weights[f"w{k}"][:, :, 0, 0]
         x = np.concatenate([x, np.einsum("oc,nchw->nohw", w, np.maximum(x, 0))], axis=1)
     return x
@@ -55,9 +59,11 @@ def test_a_dense_block_shares_kernels_across_channel_counts_and_computes_what_nu
     graph = loads_nnef1(text, weights)
     program = graph.compile(backend, opts="heuristic", progress=False)
     shared = [item for item in program.items if isinstance(item.compiled, ExtentBoundKernel)]
-    # every layer's convolution (its reduction over 8, 12, 16, 20 channels) and every layer's copy
-    # of the block so far into the wider concatenation differ only in a channel count
-    assert len(shared) >= 2 * LAYERS
+    # every layer's convolution (its reduction over 8, 12, 16, 20 channels) differs only in a channel
+    # count (the copies of the block so far into each wider concatenation are gone: Concat In Place)
+    assert len(shared) >= LAYERS
+    copies = [kernel.buffers for kernel in program.nnef_kernels if kernel.name.endswith("[0]")]
+    assert copies == [[f"x{LAYERS}", "x0"]]  # the graph's input only, into the block's last buffer
     assert len(set(program.sources)) <= len(program.items) - len(shared) // 2
     by_source = {}
     for item in shared:
@@ -67,6 +73,49 @@ def test_a_dense_block_shares_kernels_across_channel_counts_and_computes_what_nu
     expected = _reference(x, weights)
     out = graph.run({"x0": x}, backend=backend, opts="heuristic")[f"x{LAYERS}"]
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def _densenet_block(first: int, size: int, layers: int = 3):
+    """A block of DenseNet-121's layers (BN-ReLU-conv1x1 to 128, BN-ReLU-conv3x3 to 32, concatenated
+    on), as the benchmark zoo writes it, loaded."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import zoo
+
+    net = zoo.Network("Block", "input", (1, first, size, size), seed=first + size)
+    x = "input"
+    for _ in range(layers):
+        y = net.conv(net.unary("relu", net.batch_norm(x)), 128, 1, bias=False)
+        y = net.conv(net.unary("relu", net.batch_norm(y)), 32, 3, bias=False)
+        x = net.concat([x, y])
+    net.output = x
+    return net.calibrate(), zoo
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("first, size", [(256, 28), (512, 14), (128, 28)])
+def test_convolutions_that_stage_their_input_share_one_kernel(backend, first, size, tmp_path):
+    # DenseNet's 1x1 convs at 28x28 from 256 input channels: the heuristic's 7 x 32 tile, with the
+    # 4 tiles of the 128 output channels innermost, copies the 7 input positions of every input
+    # channel into a kernel-local BUFFER first (a scalar loop over the channels): a staging copy,
+    # whose bound and array size vary with the channel count, so the layers' convs share a kernel
+    net, zoo = _densenet_block(first, size)
+    zoo.write_nnef1(net, str(tmp_path))
+    graph = uv.nnef.load(str(tmp_path))
+    program = graph.compile(backend, opts="heuristic", progress=False)
+    convs = [item for item in program.items if "_R1_R1_" in item.kernel.name]
+    assert len(convs) == 3
+    staged = [item for item in convs if any(u.op is Ops.BUFFER for u in item.body.src[0].src)]
+    if (first, size) == (256, 28):  # the case this test is about: each conv stages its input
+        assert staged == convs
+    assert all(isinstance(item.compiled, ExtentBoundKernel) for item in convs)
+    assert len({item.source for item in convs}) == 1
+    x = net.input_data()
+    out = graph.run({net.input_name: x}, backend=backend, opts="heuristic")[net.output]
+    expected = zoo.reference(net, x)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -132,15 +181,26 @@ def test_the_bound_of_a_scalar_innermost_loop_stays_in_the_code():
     assert share_extents([row_sums(6), row_sums(10)]) == {}
 
 
+def test_a_member_whose_extent_equals_another_constant_shares_too():
+    # a number of blocks equal to another constant of the program (8 columns, 4 rows, 32 elements a
+    # block) is one CONST with it (one UOp, one instruction): that member has an instruction fewer,
+    # and its uses of the constant are still the same use sites as the other members'
+    for sizes in ((6, 8, 10), (4, 6, 10), (6, 10, 32)):
+        linears = [_block_sums(blocks) for blocks in sizes]
+        shared = share_extents(linears)
+        assert [shared[linear].values for linear in linears] == [(blocks,) for blocks in sizes]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_shared_linear_program_computes_each_members_sums(backend):
+@pytest.mark.parametrize("sizes", [(6, 10, 14), (6, 8, 10), (4, 6, 10)])
+def test_a_shared_linear_program_computes_each_members_sums(backend, sizes):
     from uopviz.passes.render import compile_source, render_source
 
-    linears = [_block_sums(blocks, backend) for blocks in (6, 10, 14)]
+    linears = [_block_sums(blocks, backend) for blocks in sizes]
     shared = share_extents(linears)
     (program,) = {entry.linear for entry in shared.values()}
     compiled = compile_source(render_source(program, backend), str(program.arg), backend)
-    for linear, blocks in zip(linears, (6, 10, 14)):
+    for linear, blocks in zip(linears, sizes):
         data = RNG.standard_normal((blocks, 4, 8)).astype(np.float32)
         out = np.zeros(blocks * 8, np.float32)
         ExtentBoundKernel.bind(compiled, shared[linear].values)(out, data.reshape(-1))
@@ -164,6 +224,6 @@ def test_a_constant_used_in_two_sibling_loops_is_computed_before_both():
     use_first, use_second = UOp(Ops.ADD, (first, constant)), UOp(Ops.MUL, (second, constant))
     instructions = (four, constant, first, use_first, UOp(Ops.END, (use_first, first)),
                     second, use_second, UOp(Ops.END, (use_second, second)))  # fmt: skip
-    add = UOp(Ops.ADD, (four, constant))  # stands for the constant's instructions
-    assert _placements(instructions, {constant: [add]}) == {2: [add]}  # before the first RANGE
-    assert _placements(instructions[:5], {constant: [add]}) == {3: [add]}  # in the loop, before its use
+    add = UOp(Ops.ADD, (four, constant))  # stands for the value computed for the constant's uses
+    assert _placements(instructions, {add: [3, 6]}) == {2: [add]}  # before the first RANGE
+    assert _placements(instructions[:5], {add: [3]}) == {3: [add]}  # in the loop, before its use

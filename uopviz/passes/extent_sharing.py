@@ -16,13 +16,24 @@ vector, a THREAD range's length (the parallel split) and anything in a scalar in
 the C compiler unrolls and vectorises itself when it knows its length and strides) stays in the
 code, so kernels differing there stay apart.  Measured on DenseNet-121, each kernel alone, shared
 against its own: the same time on C and LLVM.
+
+A scalar innermost loop that only stages values into a kernel-local array (a conv's input rows
+copied to a register BUFFER before the tile reads them) is not such a loop: it runs once per
+reduction step outside the tile and the compiler has nothing to vectorise in it (its stores are a
+few scattered lanes), so its bound may vary too, and the local array's size with it: the group's
+array is as large as its largest member's.  And a constant varies where it is used, not as one
+instruction: a member whose channel count equals another constant of its program (128 input
+channels where 128 is also a stride) has one CONST for both, so the form describes each use of an
+index constant at its user.  DenseNet-121's 205 LINEAR programs were 56 forms; staging copies
+varying made them 49, uses instead of instructions 40 (its cold compile on C 14.7-15.6 -> 12.2-13.4
+s, same-hour runs).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -80,57 +91,103 @@ def share_extents(linears: Sequence[UOp], minimum_group: int = 2) -> dict[UOp, S
 # the form of a LINEAR program: its instructions with the variable constants' values left out
 
 
-def _variable_constants(linear: UOp) -> set[int]:
-    """Positions in ``linear.src`` of the index constants that may vary: every use in VARIABLE_USES,
-    never the length of a THREAD range, never in a scalar innermost loop (its own bound, or its
-    body's addresses: with them known the compiler unrolls and vectorises that loop itself)."""
+def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
+    """The uses of index constants whose value may vary, as ``(instruction, operand slot)``
+    positions in ``linear.src``: every use by an op of VARIABLE_USES, but never the length of a
+    THREAD range and never inside a scalar innermost loop (its own bound, or its body's addresses:
+    with them known the compiler unrolls and vectorises that loop itself).  A constant is a use
+    site, not an instruction: one CONST may be a channel count where it bounds a loop and a fixed
+    stride elsewhere, when the two happen to be equal in one member."""
     instructions = linear.src
-    position = {instruction: index for index, instruction in enumerate(instructions)}
-    candidates = {
-        index for index, u in enumerate(instructions) if u.op is Ops.CONST and u.dtype == dtypes.index
-    }
     scopes = open_scopes(instructions)
     compiler_loops = _scalar_innermost_loops(instructions, scopes)
+    sites = set()
     for index, user in enumerate(instructions):
-        loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
-        in_compiler_loop = bool(loops) and loops[-1] in compiler_loops
-        threads = user.op is Ops.RANGE and user.arg[1] is AxisType.THREAD
-        if user.op in VARIABLE_USES and not threads and not in_compiler_loop:
+        if user.op not in VARIABLE_USES or (user.op is Ops.RANGE and user.arg[1] is AxisType.THREAD):
             continue
-        for operand in user.src:
-            candidates.discard(position.get(operand))
-    return candidates
+        loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
+        if loops and loops[-1] in compiler_loops:
+            continue
+        for slot, operand in enumerate(user.src):
+            if _is_index_constant(operand):
+                sites.add((index, slot))
+    return sites
+
+
+def _is_index_constant(u: UOp) -> bool:
+    return u.op is Ops.CONST and u.dtype == dtypes.index
 
 
 def _scalar_innermost_loops(instructions: tuple[UOp, ...], scopes: list[tuple[int, ...]]) -> set[int]:
-    """The positions of the RANGEs with no RANGE inside and no vector value in their body: loops the
-    C compiler vectorises and unrolls itself when it knows their bounds and strides (``scopes``:
-    each instruction's, :func:`_scopes`)."""
+    """The positions of the RANGEs with no RANGE inside and no vector value in their body that
+    compute (store something other than a staging copy, :func:`_stages`): loops the C compiler
+    vectorises and unrolls itself when it knows their bounds and strides (``scopes``: each
+    instruction's, :func:`open_scopes`)."""
     ranges = {index for index, u in enumerate(instructions) if u.op is Ops.RANGE}
     outer = {opener for index in ranges for opener in scopes[index] if opener in ranges}
     vectorised = set()
+    computing = set()  # loops with a STORE that is not a copy into a kernel-local array
     for index, u in enumerate(instructions):
         loops = [opener for opener in scopes[index] if opener in ranges]
         if u.dtype.count > 1 and loops:
             vectorised.add(loops[-1])
-    return ranges - outer - vectorised
+        if u.op is Ops.STORE and loops and not _stages(u):
+            computing.add(loops[-1])
+    return (ranges - outer - vectorised) & computing
+
+
+def _stages(store: UOp) -> bool:
+    """Whether ``store`` copies a loaded value into a kernel-local BUFFER (a staging copy; an
+    accumulator's update stores a computed value)."""
+    target = store.src[0]
+    while target.op not in (Ops.PARAM, Ops.BUFFER) and target.src:
+        target = target.src[0]
+    return target.op is Ops.BUFFER and store.src[1].op is Ops.LOAD
 
 
 def _form(linear: UOp) -> tuple:
     """What two LINEAR programs must share to share a kernel: every instruction's op, dtype, arg
-    and operands (by position), except the values of variable constants and the sizes of PARAMs."""
-    position = {instruction: index for index, instruction in enumerate(linear.src)}
-    variable = _variable_constants(linear)
+    and operands (by position among the instructions that are not index constants), an index
+    constant's value where its use may not vary (:func:`_variable_sites`), and nothing of the sizes
+    of PARAMs and kernel-local BUFFERs."""
+    variable = _variable_sites(linear)
+    position: dict[UOp, int] = {}
     form: list[tuple] = []
     for index, u in enumerate(linear.src):
+        if _is_index_constant(u):
+            continue  # described where it is used
+        position[u] = len(form)
         if u.op is Ops.PARAM:
             form.append((u.op, u.arg))
-            continue
-        arg: Any = "variable" if index in variable else u.arg
-        # an operand that is no instruction (a shape) by identity: never compared as a UOp (== builds one)
-        operands = tuple(position.get(operand, ("outside", id(operand))) for operand in u.src)
-        form.append((u.op, u.dtype, arg, operands))
-    return (tuple(form), frozenset(variable))
+        elif u.op is Ops.BUFFER:  # as large as the group's largest (_shared_linear)
+            form.append((u.op, u.dtype, replace(u.arg, size=0)))
+        else:
+            form.append((u.op, u.dtype, u.arg, tuple(
+                _operand_form(operand, (index, slot) in variable, position)
+                for slot, operand in enumerate(u.src))))
+    return tuple(form)
+
+
+def _operand_form(operand: UOp, variable: bool, position: dict[UOp, int]) -> Any:
+    if _is_index_constant(operand):
+        return "variable" if variable else ("constant", operand.arg)
+    # an operand that is no instruction (a shape) by identity: never compared as a UOp (== builds one)
+    return position.get(operand, ("outside", id(operand)))
+
+
+def _site_values(linear: UOp) -> dict[tuple[int, int], int]:
+    """The value of the index constant at each variable use site of ``linear``, keyed by the site's
+    ``(ordinal, slot)``: its user's position among the instructions that are not index constants
+    (the same in every member of a group) and the operand slot."""
+    ordinal = _ordinals(linear.src)
+    return {(ordinal[index], slot): int(linear.src[index].src[slot].arg[0])
+            for index, slot in _variable_sites(linear)}  # fmt: skip
+
+
+def _ordinals(instructions: tuple[UOp, ...]) -> dict[int, int]:
+    """Each instruction's position among those that are not index constants."""
+    kept = [index for index, u in enumerate(instructions) if not _is_index_constant(u)]
+    return {index: ordinal for ordinal, index in enumerate(kept)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,21 +196,21 @@ def _form(linear: UOp) -> tuple:
 
 @dataclass
 class _Generators:
-    """The generators of a group (each a column of values, one per member) and each varying
-    constant's ``(generator, a, b)``: its value is ``a * generator + b`` in every member."""
+    """The generators of a group (each a column of values, one per member) and each varying use
+    site's ``(generator, a, b)``: its value is ``a * generator + b`` in every member."""
 
     columns: list[tuple[int, ...]] = field(default_factory=list)
-    affine: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    affine: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
 
-    def add(self, position: int, values: tuple[int, ...]) -> None:
-        """Express the constant at ``position`` by an existing generator, or make it one."""
+    def add(self, site: tuple[int, int], values: tuple[int, ...]) -> None:
+        """Express the constant at use ``site`` by an existing generator, or make it one."""
         for generator, column in enumerate(self.columns):
             fit = _affine_fit(column, values)
             if fit is not None:
-                self.affine[position] = (generator, *fit)
+                self.affine[site] = (generator, *fit)
                 return
         self.columns.append(values)
-        self.affine[position] = (len(self.columns) - 1, 1, 0)
+        self.affine[site] = (len(self.columns) - 1, 1, 0)
 
 
 def _affine_fit(column: tuple[int, ...], values: tuple[int, ...]) -> tuple[int, int] | None:
@@ -170,14 +227,13 @@ def _affine_fit(column: tuple[int, ...], values: tuple[int, ...]) -> tuple[int, 
 
 
 def _share_group(members: list[UOp]) -> dict[UOp, SharedExtents]:
-    first = members[0]
-    columns = {position: tuple(member.src[position].arg[0] for member in members)
-               for position in _variable_constants(first)}  # fmt: skip
-    varying = [position for position, values in columns.items() if len(set(values)) > 1]
+    values = [_site_values(member) for member in members]
+    columns = {site: tuple(member_values[site] for member_values in values) for site in values[0]}
+    varying = [site for site, column in columns.items() if len(set(column)) > 1]
     generators = _Generators()
     # the smallest first: a channel count generates the strides that are multiples of it
-    for position in sorted(varying, key=lambda position: (abs(columns[position][0]), position)):
-        generators.add(position, columns[position])
+    for site in sorted(varying, key=lambda site: (abs(columns[site][0]), site)):
+        generators.add(site, columns[site])
     shared = _shared_linear(members, generators)
     return {
         member: SharedExtents(shared, tuple(column[m] for column in generators.columns), len(members))
@@ -186,12 +242,13 @@ def _share_group(members: list[UOp]) -> dict[UOp, SharedExtents]:
 
 
 def _shared_linear(members: list[UOp], generators: _Generators) -> UOp:
-    """The group's LINEAR program: the first member's, with each varying constant computed from the
-    generators, every PARAM as large as its smallest member's (a launch checks its arrays hold at
-    least that much).  The generators and their multiples ``a * generator`` are read once, before
-    the first loop; a constant's ``+ b`` comes just before its first use, in the innermost scope
-    around all its uses (where the compiler folds it into the address it is part of, instead of
-    holding one register per constant through the loops)."""
+    """The group's LINEAR program: the first member's, with each varying use of a constant computed
+    from the generators, every PARAM as large as its smallest member's (a launch checks its arrays
+    hold at least that much) and every kernel-local BUFFER as large as its largest member's.  The
+    generators and their multiples ``a * generator`` are read once, before the first loop; a
+    value's ``+ b`` comes just before its first use, in the innermost scope around all its uses
+    (where the compiler folds it into the address it is part of, instead of holding one register
+    per value through the loops)."""
     first = members[0]
     params = [u for u in first.src if u.op is Ops.PARAM]
     slot = max(param.arg.slot for param in params) + 1
@@ -204,21 +261,26 @@ def _shared_linear(members: list[UOp], generators: _Generators) -> UOp:
         load = UOp(Ops.LOAD, (address,))
         scaled[index, 1] = UOp(Ops.CAST, (load,), dtypes.index)
         reads += [position, address, load, scaled[index, 1]]
-    computed: dict[UOp, list[UOp]] = {}  # a varying constant -> the instructions adding its b
-    values: dict[UOp, UOp] = {}  # a varying constant -> the instruction computing it
-    for position, (generator, a, b) in generators.affine.items():
+    computed: dict[UOp, list[UOp]] = {}  # a value a * generator + b -> the instructions adding b
+    sites: dict[tuple[int, int], UOp] = {}  # a varying use site -> the instruction computing it
+    for site, (generator, a, b) in generators.affine.items():
         if (generator, a) not in scaled:
             factor = UOp.const(dtypes.index, a)
             scaled[generator, a] = UOp(Ops.MUL, (scaled[generator, 1], factor))
             reads += [factor, scaled[generator, a]]
-        constant = first.src[position]
-        values[constant] = scaled[generator, a]
+        sites[site] = scaled[generator, a]
         if b != 0:
             offset = UOp.const(dtypes.index, b)
-            computed[constant] = [offset, UOp(Ops.ADD, (scaled[generator, a], offset))]
-            values[constant] = computed[constant][-1]
+            value = UOp(Ops.ADD, (scaled[generator, a], offset))
+            computed[value] = [offset, value]
+            sites[site] = value
     resized = {param: _resized_param(param, members) for param in params}
-    instructions = _rebuilt(first.src, values, computed, resized, reads)
+    # the k-th BUFFER of each member is the same array (the members' forms are equal)
+    buffers = [[u for u in member.src if u.op is Ops.BUFFER] for member in members]
+    for k, u in enumerate(buffers[0]):
+        largest = max(member_buffers[k].arg.size for member_buffers in buffers)
+        resized[u] = u.replace(arg=replace(u.arg, size=largest)) if largest != u.arg.size else u
+    instructions = _rebuilt(first.src, sites, computed, resized, reads)
     return UOp(Ops.LINEAR, instructions, f"{first.arg}_shared")
 
 
@@ -234,24 +296,18 @@ def _param_size(linear: UOp, slot: int) -> int:
     return int(np.prod(param.shape)) if param.shape else 1
 
 
-def _placements(instructions: tuple[UOp, ...], computed: dict[UOp, list[UOp]]) -> dict[int, list[UOp]]:
-    """Where each constant's instructions go: before the first use when that use is in the innermost
-    scope around all the uses, else before the opener (RANGE or IF) of the first use's scope that is
-    one deeper than that common scope."""
+def _placements(instructions: tuple[UOp, ...], uses: dict[UOp, list[int]]) -> dict[int, list[UOp]]:
+    """Where each computed value's instructions go (``uses``: the value -> the positions of the
+    instructions that use it): before the first use when that use is in the innermost scope around
+    all the uses, else before the opener (RANGE or IF) of the first use's scope that is one deeper
+    than that common scope."""
     scopes = open_scopes(instructions)
-    uses: dict[UOp, list[int]] = {constant: [] for constant in computed}
-    for index, u in enumerate(instructions):
-        for operand in u.src:
-            if operand in uses:
-                uses[operand].append(index)
     placements: dict[int, list[UOp]] = defaultdict(list)
-    for constant, indexes in uses.items():
-        if not indexes:
-            continue
+    for value, indexes in uses.items():
         common = _common_prefix([scopes[index] for index in indexes])
         first_use = indexes[0]
         at = first_use if len(scopes[first_use]) == len(common) else scopes[first_use][len(common)]
-        placements[at] += computed[constant]
+        placements[at].append(value)
     return placements
 
 
@@ -265,34 +321,50 @@ def _common_prefix(paths: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 def _rebuilt(
     instructions: tuple[UOp, ...],
-    values: dict[UOp, UOp],
+    sites: dict[tuple[int, int], UOp],
     computed: dict[UOp, list[UOp]],
     resized: dict[UOp, UOp],
     reads: list[UOp],
 ) -> tuple[UOp, ...]:
-    """The instructions with each varying constant replaced by its ``values`` instruction (the
-    ``computed`` ones placed by :func:`_placements`) and each PARAM by its ``resized`` one; ``reads``
-    go before the first instruction that is not a PARAM or a CONST (the kernel's declarations)."""
-    placements = _placements(instructions, computed)
-    new: dict[UOp, UOp] = {**values, **resized}
+    """The instructions with the constant at each varying use site (``(ordinal, slot)``,
+    :func:`_site_values`) replaced by its ``sites`` instruction (the ``computed`` ones placed by
+    :func:`_placements`), each PARAM or BUFFER by its ``resized`` one, and the index constants no
+    instruction uses any more left out; ``reads`` go before the first instruction that is not a
+    PARAM, a BUFFER or a CONST (the kernel's declarations)."""
+    ordinal = _ordinals(instructions)
+    replaced: dict[int, dict[int, UOp]] = defaultdict(dict)  # position -> operand slot -> value
+    uses: dict[UOp, list[int]] = defaultdict(list)
+    for index, at in ordinal.items():
+        for slot in range(len(instructions[index].src)):
+            value = sites.get((at, slot))
+            if value is not None:
+                replaced[index][slot] = value
+                if value in computed and index not in uses[value]:
+                    uses[value].append(index)
+    placements = _placements(instructions, uses)
+    new: dict[UOp, UOp] = dict(resized)
     out: list[UOp] = []
     placed = False
     for index, u in enumerate(instructions):
-        if u in values:
-            continue
-        if not placed and u.op not in (Ops.PARAM, Ops.CONST):
+        if not placed and u.op not in (Ops.PARAM, Ops.BUFFER, Ops.CONST):
             out += reads
             placed = True
-        out += placements.get(index, [])
+        for value in placements.get(index, []):
+            out += computed[value]
+        given = replaced[index]
+        operands = tuple(given.get(slot, new.get(operand, operand)) for slot, operand in enumerate(u.src))
         if u in resized:
             rebuilt = resized[u]
-        elif any(operand in new for operand in u.src):
-            rebuilt = u.replace(src=tuple(new.get(operand, operand) for operand in u.src))
+        elif any(new_operand is not operand for new_operand, operand in zip(operands, u.src)):
+            rebuilt = u.replace(src=operands)
         else:
             rebuilt = u
         new[u] = rebuilt
         out.append(rebuilt)
-    return tuple(out) if placed else (*out, *reads)
+    if not placed:
+        out += reads
+    used = {operand for u in out for operand in u.src}
+    return tuple(u for u in out if not _is_index_constant(u) or u in used)
 
 
 # ---------------------------------------------------------------------------------------------
