@@ -75,8 +75,8 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
     current: dict[UOp, UOp] = dict(params)  # buffer -> its value after the kernels so far
     items = []
     for index, (name, ast, buffers) in enumerate(kernels):
-        arguments = [current.get(buffer, buffer) for buffer in buffers]
-        written = buffers[0]
+        arguments = [_current_value(current, buffer) for buffer in buffers]
+        written = storage_of(buffers[0])
         current[written] = UOp(Ops.AFTER, (written, UOp(Ops.CALL, (ast, *arguments))))
         items.append(ScheduleItem(index, ast, arguments, Kernel(ast, backend, name_hint=name)))
     unwritten = [buffer for buffer in outputs if buffer not in current]
@@ -94,6 +94,14 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
         lower(program, first="Optimize")
     program.trace = trace
     return program
+
+
+def _current_value(current: dict[UOp, UOp], buffer: UOp) -> UOp:
+    """``buffer``'s value after the kernels so far (``current``: buffer -> value); a view of a
+    buffer (a SHRINK: the elements from an offset on) is that view of the buffer's value."""
+    if buffer.op is Ops.SHRINK:
+        return buffer.replace(src=(current.get(buffer.src[0], buffer.src[0]), *buffer.src[1:]))
+    return current.get(buffer, buffer)
 
 
 def _as_uop(value: Any, position: int) -> UOp:
@@ -253,6 +261,9 @@ class Program(Lowering):
         """``_array_of`` as ``(buffer index, start, stop)`` for arrays that live in the kernel worker."""
         storage = storage_of(value)
         position = index[self._key_of(storage)]
+        start = _view_start(value)
+        if start:
+            return (position, start, None)
         if item.shard is not None:
             device, count, whole = item.shard
             if isinstance(storage.device, tuple) and (slot == 0 or not whole):
@@ -264,6 +275,9 @@ class Program(Lowering):
                   slot: int = 0) -> np.ndarray:
         storage = storage_of(value)
         array = arrays[self._key_of(storage)]
+        start = _view_start(value)
+        if start:  # a view of the buffer from an element on: the array from there
+            return array[start:]
         if item is not None and item.shard is not None:
             index, count, whole = item.shard
             if isinstance(storage.device, tuple) and (slot == 0 or not whole):
@@ -286,6 +300,20 @@ class Program(Lowering):
             out = (out.astype(np.uint32) << np.uint32(16)).view(np.float32)
         return out.reshape(original.shape)
 
+
+
+def _view_start(value: UOp) -> int:
+    """The element a kernel argument's view of its buffer starts at: a one-dimensional SHRINK of a
+    buffer (``nnef.kernel_passes.offset_views``) from its offset; 0 for anything else."""
+    if value.op is not Ops.SHRINK or len(value.shape) != 1:
+        return 0
+    source = value.src[0]
+    if source.op is Ops.AFTER:
+        source = source.src[0]
+    if source.op is not Ops.BUFFER:
+        return 0
+    offsets, _ = value.marg
+    return int(offsets[0])
 
 
 def _spec_size(spec: tuple) -> int:

@@ -17,6 +17,9 @@ Weight Layout    filters read with output channels in vector lanes come      ``k
                  from a copy blocked by the CPU target's lanes
 Loop Merge       nested output loops that every address walks as one run     ``kernel_passes.loop_merge``
                  become one loop
+Offset Views     a kernel writing its buffer from a constant offset on       ``kernel_passes.offset_views``
+                 writes a view from there (kernels differing only in where
+                 they write are one body)
 ===============  ==========================================================  ========================
 
 :func:`run_kernel_passes` walks the table, each pass one traced pass
@@ -38,6 +41,7 @@ from uopviz.core.uop import UOp
 from uopviz.nnef.kernel_passes.concat_in_place import concatenate_in_place
 from uopviz.nnef.kernel_passes.fusion import fuse_kernels
 from uopviz.nnef.kernel_passes.loop_merge import merge_contiguous_loops
+from uopviz.nnef.kernel_passes.offset_views import write_through_views
 from uopviz.nnef.kernel_passes.padding import pad_guarded_reads
 from uopviz.nnef.kernel_passes.weight_layout import block_weight_reads
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
@@ -85,6 +89,11 @@ def loop_merge(kernels: list[LoweredKernel], context: KernelPassContext) -> list
     return [merge_contiguous_loops(kernel) for kernel in kernels]
 
 
+def offset_views(kernels: list[LoweredKernel], context: KernelPassContext) -> list[LoweredKernel]:
+    """Write through a view where a kernel writes from a constant offset (:func:`write_through_views`)."""
+    return write_through_views(kernels)
+
+
 #: The kernel passes: name (as the trace writes it) -> the pass, in order.
 KERNEL_PASSES: dict[str, KernelPass] = {
     "Fusion": fusion,
@@ -92,6 +101,7 @@ KERNEL_PASSES: dict[str, KernelPass] = {
     "Concat In Place": concat_in_place,
     "Weight Layout": weight_layout,
     "Loop Merge": loop_merge,
+    "Offset Views": offset_views,
 }
 
 

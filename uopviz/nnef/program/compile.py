@@ -25,6 +25,7 @@ from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, rewrite_root, short_path, traced_pass
 from uopviz.core.uop import UOp
 from uopviz.nnef.errors import NNEFError
+from uopviz.nnef.kernel_passes.offset_views import split_view_name
 from uopviz.nnef.kernel_passes.pipeline import KernelPassContext, kernel_sink, run_kernel_passes
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel, record_kernel_origins
 from uopviz.nnef.lowering.kernel_math import uop_dtype
@@ -146,6 +147,11 @@ def _compile_segment(
     def buffer(name: str) -> UOp:
         found = storage.get(name)
         if found is None:
+            base, offset = split_view_name(name)
+            if offset is not None:  # a view from element ``offset`` on (kernel_passes.offset_views)
+                whole = buffer(base)
+                found = storage[name] = whole.shrink((offset,), (whole.shape[0] - offset,))
+                return found
             dtype, size = _buffer_spec(graph, [*every_kernel, *made], name)
             found = storage[name] = UOp.buffer(size, dtype, "CPU")
         return found
@@ -178,11 +184,12 @@ def _program_buffers(
 ) -> tuple[list[str], list[str]]:
     """The input and output buffer names of a run of kernels: what it reads and does not write
     (``first_inputs`` first), and what it writes that ``kept`` names."""
-    written = {kernel.buffers[0] for kernel in kernels}
-    input_names = list(
-        dict.fromkeys([*first_inputs, *(n for k in kernels for n in k.buffers if n not in written)])
-    )
-    output_names = [name for name in dict.fromkeys(k.buffers[0] for k in kernels) if name in kept]
+    # a kernel writing a view of a buffer (kernel_passes.offset_views) writes that buffer
+    buffers = [[split_view_name(name)[0] for name in kernel.buffers] for kernel in kernels]
+    written = {names[0] for names in buffers}
+    read = (name for names in buffers for name in names if name not in written)
+    input_names = list(dict.fromkeys([*first_inputs, *read]))
+    output_names = [name for name in dict.fromkeys(names[0] for names in buffers) if name in kept]
     return input_names, output_names
 
 
