@@ -301,14 +301,29 @@ def densenet121(size: int = 224, width: float = 1.0, classes: int = 1000) -> Net
     growth = _channels(32, width, 2)
     x = net.pool("max_pool", _conv_bn(net, "input", _channels(64, width), 7, 2), 3, 2, 1)
     for stage, layers in enumerate((6, 12, 24, 16)):
-        for _ in range(layers):
-            y = net.conv(net.unary("relu", net.batch_norm(x)), 4 * growth, 1, bias=False)
-            y = net.conv(net.unary("relu", net.batch_norm(y)), growth, 3, bias=False)
-            x = net.concat([x, y])
+        x = dense_layers(net, x, layers, growth)
         if stage < 3:
             y = net.conv(net.unary("relu", net.batch_norm(x)), net.shapes[x][1] // 2, 1, bias=False)
             x = net.pool("avg_pool", y, 2, 2)
     _classifier(net, net.unary("relu", net.batch_norm(x)), classes)
+    return net.calibrate()
+
+
+def dense_layers(net: Network, x: str, layers: int, growth: int) -> str:
+    """``layers`` DenseNet layers on ``x`` (BN-ReLU-conv1x1 to ``4 * growth`` channels, BN-ReLU-conv3x3
+    to ``growth``, concatenated after everything so far); the block's output."""
+    for _ in range(layers):
+        y = net.conv(net.unary("relu", net.batch_norm(x)), 4 * growth, 1, bias=False)
+        y = net.conv(net.unary("relu", net.batch_norm(y)), growth, 3, bias=False)
+        x = net.concat([x, y])
+    return x
+
+
+def dense_block(first: int, size: int, layers: int, growth: int = 32) -> Network:
+    """One DenseNet block alone: ``layers`` of :func:`dense_layers` on a ``first``-channel input of
+    ``size`` x ``size``, the block's concatenation its output."""
+    net = Network("DenseBlock", "input", (1, first, size, size), seed=first + size)
+    net.output = dense_layers(net, "input", layers, growth)
     return net.calibrate()
 
 

@@ -24,23 +24,10 @@ import zoo  # noqa: E402
 BACKENDS = [name for name in ("python", "c", "llvm", "opencl") if name in uv.backends.available()]
 
 
-def _dense_block(first: int, size: int, layers: int):
-    """DenseNet-121's layers (BN-ReLU-conv1x1 to 4 x growth, BN-ReLU-conv3x3 to growth, concatenated
-    on), growth 8, as the zoo writes them."""
-    net = zoo.Network("Block", "input", (1, first, size, size), seed=first + size)
-    x = "input"
-    for _ in range(layers):
-        y = net.conv(net.unary("relu", net.batch_norm(x)), 32, 1, bias=False)
-        y = net.conv(net.unary("relu", net.batch_norm(y)), 8, 3, bias=False)
-        x = net.concat([x, y])
-    net.output = x
-    return net.calibrate()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("first, size, layers", [(16, 6, 3), (8, 5, 4), (24, 7, 2)])
 def test_growth_convolutions_are_one_body_writing_views(backend, first, size, layers, tmp_path):
-    net = _dense_block(first, size, layers)
+    net = zoo.dense_block(first, size, layers, growth=8)
     zoo.write_nnef1(net, str(tmp_path))
     graph = uv.nnef.load(str(tmp_path))
     program = graph.compile(backend, opts="heuristic", progress=False)
@@ -63,7 +50,7 @@ def test_growth_convolutions_are_one_body_writing_views(backend, first, size, la
 def test_a_padded_interior_keeps_its_offset_in_the_code(tmp_path):
     # a 3x3 conv's input written one row and one column into its padded buffer (59 elements in, a
     # kernel reaching 7 rows of 9): positioned by its own shape, not made a view
-    net = _dense_block(8, 7, 1)
+    net = zoo.dense_block(8, 7, 1, growth=8)
     zoo.write_nnef1(net, str(tmp_path))
     program = uv.nnef.load(str(tmp_path)).compile("python", opts="heuristic", progress=False)
     interior = [kernel for kernel in program.nnef_kernels if "#pad" in kernel.buffers[0]]

@@ -149,21 +149,30 @@ def build_range_sum(terms: Coefficients, constant: int) -> UOp:
 # lanes of an index vector
 
 
+def constant_term(u: UOp) -> tuple[UOp | None, int]:
+    """``u`` as ``rest + constant`` through its top-level ADDs of integer constants (``rest`` None
+    when ``u`` is a constant; ``(u, 0)`` when it adds none)."""
+    if u.op is Ops.CONST:
+        return None, int(u.arg[0])
+    if u.op is Ops.ADD:
+        for constant, rest in ((u.src[1], u.src[0]), (u.src[0], u.src[1])):
+            if constant.op is Ops.CONST:
+                inner, value = constant_term(rest)
+                return inner, value + int(constant.arg[0])
+    return u, 0
+
+
 def _split_constant(lane: UOp) -> tuple[Any, int]:
     """A lane as (structural key of its non-constant part, constant): ``x*4 + 1`` (an ADD or a fused
     MULACC) and ``x*4`` share the key of ``x*4``."""
-    if lane.op is Ops.CONST:
-        return None, int(lane.arg[0])
-    if lane.op is Ops.ADD:
-        for constant, rest in ((lane.src[1], lane.src[0]), (lane.src[0], lane.src[1])):
-            if constant.op is Ops.CONST:
-                key, value = _split_constant(rest)
-                return key, value + int(constant.arg[0])
-    if lane.op is Ops.MULACC and lane.src[2].op is Ops.CONST:
-        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), int(lane.src[2].arg[0])
-    if lane.op is Ops.MUL:
-        return ("mul", *sorted((lane.src[0], lane.src[1]), key=id)), 0
-    return ("uop", lane), 0
+    rest, constant = constant_term(lane)
+    if rest is None:
+        return None, constant
+    if rest.op is Ops.MULACC and rest.src[2].op is Ops.CONST:
+        return ("mul", *sorted((rest.src[0], rest.src[1]), key=id)), constant + int(rest.src[2].arg[0])
+    if rest.op is Ops.MUL:
+        return ("mul", *sorted((rest.src[0], rest.src[1]), key=id)), constant
+    return ("uop", rest), constant
 
 
 def _same_key(first: Any, second: Any) -> bool:
@@ -270,6 +279,7 @@ __all__ = [
     "affine_lanes",
     "build_range_sum",
     "constant_chunk_width",
+    "constant_term",
     "contiguous_start",
     "linear_coefficient",
     "range_sum",

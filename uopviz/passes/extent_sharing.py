@@ -21,12 +21,13 @@ A scalar innermost loop that only stages values into a kernel-local array (a con
 copied to a register BUFFER before the tile reads them) is not such a loop: it runs once per
 reduction step outside the tile and the compiler has nothing to vectorise in it (its stores are a
 few scattered lanes), so its bound may vary too, and the local array's size with it: the group's
-array is as large as its largest member's.  And a constant varies where it is used, not as one
-instruction: a member whose channel count equals another constant of its program (128 input
-channels where 128 is also a stride) has one CONST for both, so the form describes each use of an
-index constant at its user.  DenseNet-121's 205 LINEAR programs were 56 forms; staging copies
-varying made them 49, uses instead of instructions 40 (its cold compile on C 14.7-15.6 -> 12.2-13.4
-s, same-hour runs).
+array is as large as its largest member's: DenseNet-121's 151 LINEAR programs are 54 forms
+without it, 47 with it.  Forms are written over the uses of constants, not their instructions: a
+member whose channel count equals another constant of its program (one CONST for both) has an
+instruction fewer, and still shares where every use of that CONST may vary.  A constant that has
+one use that may not vary stays whole in the code: measured on MobileNet-v2, letting its other
+uses vary (per-lane address offsets of a padded buffer read at run time) made two shared kernels
+1.5x and 2.7x their own time.
 """
 
 from __future__ import annotations
@@ -95,23 +96,29 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
     """The uses of index constants whose value may vary, as ``(instruction, operand slot)``
     positions in ``linear.src``: every use by an op of VARIABLE_USES, but never the length of a
     THREAD range and never inside a scalar innermost loop (its own bound, or its body's addresses:
-    with them known the compiler unrolls and vectorises that loop itself).  A constant is a use
-    site, not an instruction: one CONST may be a channel count where it bounds a loop and a fixed
-    stride elsewhere, when the two happen to be equal in one member."""
+    with them known the compiler unrolls and vectorises that loop itself), and none of a constant
+    that has such a use (the same value in the code: measured, a shared kernel whose strides were
+    partly read at run time ran up to 2.7x its own).  Sites, not instructions, because one CONST
+    may be a channel count and a stride that happen to be equal in one member."""
     instructions = linear.src
     scopes = open_scopes(instructions)
     compiler_loops = _scalar_innermost_loops(instructions, scopes)
     sites = set()
+    fixed: set[UOp] = set()  # constants with a use that may not vary: none of their uses varies
     for index, user in enumerate(instructions):
-        if user.op not in VARIABLE_USES or (user.op is Ops.RANGE and user.arg[1] is AxisType.THREAD):
-            continue
         loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
-        if loops and loops[-1] in compiler_loops:
-            continue
+        variable = (
+            user.op in VARIABLE_USES
+            and not (user.op is Ops.RANGE and user.arg[1] is AxisType.THREAD)
+            and not (loops and loops[-1] in compiler_loops)
+        )
         for slot, operand in enumerate(user.src):
             if _is_index_constant(operand):
-                sites.add((index, slot))
-    return sites
+                if variable:
+                    sites.add((index, slot))
+                else:
+                    fixed.add(operand)
+    return {(index, slot) for index, slot in sites if instructions[index].src[slot] not in fixed}
 
 
 def _is_index_constant(u: UOp) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from uopviz.core.affine import constant_term
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import substitute
@@ -50,19 +51,6 @@ def split_view_name(name: str) -> tuple[str, int | None]:
     return buffer, int(offset)
 
 
-def _constant_term(index: UOp) -> tuple[UOp | None, int]:
-    """``index`` as ``rest + constant`` through its top-level ADDs of constants (``rest`` None when
-    the index is a constant)."""
-    if index.op is Ops.CONST:
-        return None, int(index.arg[0])
-    if index.op is Ops.ADD:
-        for constant, rest in ((index.src[1], index.src[0]), (index.src[0], index.src[1])):
-            if constant.op is Ops.CONST:
-                inner, value = _constant_term(rest)
-                return inner, value + int(constant.arg[0])
-    return index, 0
-
-
 def _through_view(kernel: LoweredKernel) -> LoweredKernel | None:
     """``kernel`` writing a view of its buffer, or None when its accesses to it have no common
     constant offset (see the module's docstring)."""
@@ -74,7 +62,7 @@ def _through_view(kernel: LoweredKernel) -> LoweredKernel | None:
     users = [u for u in nodes if any(source is param for source in u.src)]
     if not users or any(u.op is not Ops.INDEX or len(u.src) != 2 or u.src[0] is not param for u in users):
         return None  # the buffer used other than as one flat index
-    terms = [_constant_term(u.src[1]) for u in users]
+    terms = [constant_term(u.src[1]) for u in users]
     if any(rest is not None and bounds(rest)[0] < 0 for rest, _ in terms):
         return None
     offset = min(constant for _, constant in terms)
