@@ -79,12 +79,13 @@ def share_extents(linears: Sequence[UOp], minimum_group: int = 2) -> dict[UOp, S
     """The LINEAR programs of ``linears`` that share a kernel with others (groups of at least
     ``minimum_group``), each mapped to the group's program and its own generator values."""
     groups: dict[tuple, list[UOp]] = defaultdict(list)
-    for linear in dict.fromkeys(linears):
-        groups[_form(linear)].append(linear)
+    sites = {linear: _variable_sites(linear) for linear in dict.fromkeys(linears)}
+    for linear, variable in sites.items():
+        groups[_form(linear, variable)].append(linear)
     shared: dict[UOp, SharedExtents] = {}
     for members in groups.values():
         if len(members) >= minimum_group:
-            shared.update(_share_group(members))
+            shared.update(_share_group(members, [sites[member] for member in members]))
     return shared
 
 
@@ -152,12 +153,11 @@ def _stages(store: UOp) -> bool:
     return target.op is Ops.BUFFER and store.src[1].op is Ops.LOAD
 
 
-def _form(linear: UOp) -> tuple:
+def _form(linear: UOp, variable: set[tuple[int, int]]) -> tuple:
     """What two LINEAR programs must share to share a kernel: every instruction's op, dtype, arg
     and operands (by position among the instructions that are not index constants), an index
-    constant's value where its use may not vary (:func:`_variable_sites`), and nothing of the sizes
-    of PARAMs and kernel-local BUFFERs."""
-    variable = _variable_sites(linear)
+    constant's value where its use may not vary (``variable``: the uses that may,
+    :func:`_variable_sites`), and nothing of the sizes of PARAMs and kernel-local BUFFERs."""
     position: dict[UOp, int] = {}
     form: list[tuple] = []
     for index, u in enumerate(linear.src):
@@ -182,13 +182,13 @@ def _operand_form(operand: UOp, variable: bool, position: dict[UOp, int]) -> Any
     return position.get(operand, ("outside", id(operand)))
 
 
-def _site_values(linear: UOp) -> dict[tuple[int, int], int]:
-    """The value of the index constant at each variable use site of ``linear``, keyed by the site's
-    ``(ordinal, slot)``: its user's position among the instructions that are not index constants
-    (the same in every member of a group) and the operand slot."""
+def _site_values(linear: UOp, variable: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """The value of the index constant at each variable use site of ``linear`` (``variable``:
+    :func:`_variable_sites`), keyed by the site's ``(ordinal, slot)``: its user's position among
+    the instructions that are not index constants (the same in every member of a group) and the
+    operand slot."""
     ordinal = _ordinals(linear.src)
-    return {(ordinal[index], slot): int(linear.src[index].src[slot].arg[0])
-            for index, slot in _variable_sites(linear)}  # fmt: skip
+    return {(ordinal[index], slot): int(linear.src[index].src[slot].arg[0]) for index, slot in variable}
 
 
 def _ordinals(instructions: tuple[UOp, ...]) -> dict[int, int]:
@@ -233,8 +233,8 @@ def _affine_fit(column: tuple[int, ...], values: tuple[int, ...]) -> tuple[int, 
     return (a, b) if all(v == a * c + b for v, c in zip(values, column)) else None
 
 
-def _share_group(members: list[UOp]) -> dict[UOp, SharedExtents]:
-    values = [_site_values(member) for member in members]
+def _share_group(members: list[UOp], sites: list[set[tuple[int, int]]]) -> dict[UOp, SharedExtents]:
+    values = [_site_values(member, variable) for member, variable in zip(members, sites)]
     columns = {site: tuple(member_values[site] for member_values in values) for site in values[0]}
     varying = [site for site, column in columns.items() if len(set(column)) > 1]
     generators = _Generators()
@@ -358,7 +358,7 @@ def _rebuilt(
             placed = True
         for value in placements.get(index, []):
             out += computed[value]
-        given = replaced[index]
+        given = replaced.get(index, {})
         operands = tuple(given.get(slot, new.get(operand, operand)) for slot, operand in enumerate(u.src))
         if u in resized:
             rebuilt = resized[u]

@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from uopviz.core.affine import range_sum
-from uopviz.core.ops import AxisType, Ops
+from uopviz.core.ops import Ops
 from uopviz.core.symbolic_bounds import bounds
-from uopviz.core.uop import UOp
+from uopviz.nnef.kernel_passes.fusion import dense_walk
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
 
 __all__ = ["concatenate_in_place", "prefix_copy"]
@@ -61,23 +61,8 @@ def prefix_copy(kernel: LoweredKernel) -> int | None:
         return None
     if written.dtype != read.dtype or value.dtype != read.dtype.scalar or value.dtype.count != 1:
         return None
-    count = _dense_walk(target.src[1])
+    count = dense_walk(range_sum(target.src[1]))
     return count if count is not None and count == read.shape[0] <= written.shape[0] else None
-
-
-def _dense_walk(index: UOp) -> int | None:
-    """The element count of the range ``index`` walks when it is a dense row-major walk (a
-    mixed-radix sum of LOOP ranges from 0, every element once); None otherwise."""
-    affine = range_sum(index)
-    if affine is None or affine[1] != 0:
-        return None
-    expected = 1
-    for r, stride in sorted(affine[0].items(), key=lambda pair: pair[1]):
-        bound = r.src[0] if r.op is Ops.RANGE else None
-        if bound is None or bound.op is not Ops.CONST or r.arg[1] is not AxisType.LOOP or stride != expected:
-            return None
-        expected *= int(bound.arg[0])
-    return expected
 
 
 def _writes_beyond(kernel: LoweredKernel, count: int) -> bool:

@@ -36,7 +36,7 @@ from uopviz.nnef.model.nodes import Operation
 from uopviz.passes.indexing import simplify_indices
 from uopviz.passes.rangeify import drop_unread_params
 
-__all__ = ["Producer", "fuse_kernels", "producer_form"]
+__all__ = ["Producer", "dense_walk", "fuse_kernels", "producer_form"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,21 @@ class Producer:
 def _const_bound(r: UOp) -> int | None:
     bound = r.src[0]
     return int(bound.arg[0]) if bound.op is Ops.CONST else None
+
+
+def dense_walk(affine: tuple[dict[UOp, int], int] | None) -> int | None:
+    """The element count an index walks when it is a dense row-major walk (``affine``: its
+    :func:`~uopviz.core.affine.range_sum`; a mixed-radix sum of LOOP ranges of constant bounds,
+    from 0, every element once); None otherwise."""
+    if affine is None or affine[1] != 0:
+        return None
+    expected = 1
+    for r, stride in sorted(affine[0].items(), key=lambda pair: pair[1]):
+        bound = _const_bound(r)
+        if bound is None or r.arg[1] is not AxisType.LOOP or stride != expected:
+            return None
+        expected *= bound
+    return expected
 
 
 def _params(ast: UOp) -> dict[int, UOp]:
@@ -142,22 +157,9 @@ def producer_form(kernel: LoweredKernel, known: dict[UOp, _Facts] | None = None)
     if facts.forbidden:
         return None
     affine = range_sum(index)
-    if affine is None or affine[1] != 0:
+    if dense_walk(affine) != target.shape[0]:  # the store covers the tensor exactly once
         return None
     strides = affine[0]
-    bounds = {}
-    for r in strides:
-        bound = _const_bound(r)
-        if bound is None or r.arg[1] is not AxisType.LOOP:
-            return None
-        bounds[r] = bound
-    expected = 1  # the store covers the tensor exactly once: a mixed-radix sum of its ranges
-    for r, stride in sorted(strides.items(), key=lambda pair: pair[1]):
-        if stride != expected:
-            return None
-        expected *= bounds[r]
-    if expected != target.shape[0]:
-        return None
     for u in facts.ranges:
         if u not in strides and (u.arg[1] is not AxisType.REDUCE or _const_bound(u) is None):
             return None
