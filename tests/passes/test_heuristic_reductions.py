@@ -10,6 +10,7 @@ from cpu_targets import target_params
 
 import uopviz as uv
 from uopviz.backends.target import using_target
+from uopviz.passes.optops.heuristic import LONG_REDUCTION
 
 RNG = np.random.default_rng(11)
 CPU_BACKENDS = [b for b in ("c", "llvm", "opencl") if b in uv.backends.available()]
@@ -85,3 +86,25 @@ def test_few_output_and_reduction_lanes_accumulate_together(backend, outputs, st
     else:
         assert sum(sizes) == outputs  # one accumulator lane per output
     np.testing.assert_allclose(program.run()[0], w.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("native", "x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize("k", [LONG_REDUCTION // 2, LONG_REDUCTION, 6 * LONG_REDUCTION + 512])
+def test_a_long_matrix_vector_reduction_is_unrolled_into_shorter_chains(backend, target, k):
+    # a linear layer's outputs take one or two registers of lanes; from LONG_REDUCTION terms on its
+    # reduction is unrolled too (independent partial sums: shorter chains of float roundings)
+    w = RNG.standard_normal((64, k)).astype(np.float32)
+    x = RNG.standard_normal((k,)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile(uv.Tensor(w) @ uv.Tensor(x), backend=backend, opts="heuristic")
+        (kernel,) = program.kernels
+        register = kernel.backend_object.register_bytes // 4
+        upcast = np.prod([size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST], dtype=int)
+        unrolled = [size for size, kind in kernel.axes if kind is uv.AxisType.UNROLL]
+        if upcast == 2 * register:
+            assert bool(unrolled) == (k >= LONG_REDUCTION), (kernel.name, k)
+        got = program.run()[0]
+    expected = w.astype(np.float64) @ x.astype(np.float64)
+    scale = np.abs(w).astype(np.float64) @ np.abs(x).astype(np.float64)
+    assert np.max(np.abs(got - expected) / scale) < 2e-6

@@ -146,6 +146,14 @@ def _op_cost(u: UOp) -> int:
 #: for ~80 s.  BEAM may go past it
 HEURISTIC_SOURCE_LANE_OPS = 4800
 
+#: reduction steps from which a reduction with two registers of output lanes is unrolled too: each
+#: output's float sum is one chain of additions as long as the loop, and its rounding error grows
+#: with the chain.  VGG-16's first linear layer (25088 terms, 16 outputs a step) summed in one
+#: chain put the network's softmax 1.1e-5 from float64 on LLVM (AVX2 host, 3.2e-6 on C: the same
+#: chains, other roundings); unrolled by 4 the layer's outputs went 4.0e-6 -> 2.0e-6 and the
+#: softmax 2.9e-6 (LLVM) / 7.3e-6 (C), the layer as fast (memory-bound: 15-19 ms either way)
+LONG_REDUCTION = 4096
+
 
 def _within_source_budget(before: Kernel, after: Kernel) -> bool:
     """Whether ``after`` adds no lanes to ``before`` or stays within
@@ -842,10 +850,13 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
             break
         fits = size & (size - 1) == 0 or not gpu
         factors = [size] if size <= 16 and lanes * size <= budget and fits else []
-        if gpu or lanes < 2 * _register_lanes(kernel):
+        register = _register_lanes(kernel)
+        if gpu or lanes < 2 * register or (lanes == 2 * register and size >= LONG_REDUCTION):
             # a reduction without a register tile (a row's max or sum) gets a vector's width of
             # independent lanes: the loads and the math before the reduce (softmax's exp) run as
-            # whole vectors. By 4 left pocl's exp-sum 2.8x slower than by 32 (OpenCL, 1024x1024)
+            # whole vectors. By 4 left pocl's exp-sum 2.8x slower than by 32 (OpenCL, 1024x1024).
+            # Two registers of outputs (a matrix-vector product on AVX2) over a long reduction
+            # are unrolled too, for shorter chains of roundings (LONG_REDUCTION)
             wide = (_register_lanes(kernel), 8) if lanes == 1 and not gpu else ()
             factors += [f for f in (*wide, 4, 2) if lanes * f <= min(budget, 128)]
         kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
@@ -859,6 +870,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
 __all__ = [
     "HEURISTIC_SOURCE_LANE_OPS",
     "HEURISTIC_TILE_LANES",
+    "LONG_REDUCTION",
     "TENSOR_CORE_MAX_PADDING",
     "TENSOR_CORE_MIN_WARPS",
     "hand_coded_optimizations",
