@@ -1,7 +1,8 @@
 """The heuristic's CPU register tile of a convolution whose output rows are narrower than a
-register: the columns are broadcast to the channels' vectors, so the tile is columns × channels
-with the accumulators filling half the target's vector registers (AVX-512: 7 columns × 32 channels
-in 14 of 32 zmm; AVX2: 4 × 16 in 8 of 16 ymm), and the values are numpy's."""
+register, or of any stride-1 convolution on a target of 16 vector registers (AVX2, SSE): the
+columns are broadcast to the channels' vectors, so the tile is columns × channels with the
+accumulators filling half the target's vector registers (AVX-512: 7 columns × 32 channels in 14 of
+32 zmm; AVX2: 4 × 16 in 8 of 16 ymm), and the values are numpy's."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def _upcasts(kernel) -> list[int]:
 @pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize(
     "channels,width,stride,groups",
-    [(64, 28, 1, 1), (64, 14, 1, 1), (64, 7, 1, 1), (64, 56, 1, 1), (64, 28, 2, 1), (128, 14, 1, 2)],
+    [(64, 28, 1, 1), (64, 14, 1, 1), (64, 7, 1, 1), (64, 56, 1, 1), (64, 28, 2, 1), (128, 14, 1, 2),
+     (32, 112, 1, 1)],
 )
 def test_a_conv_tile_fills_half_the_registers_and_gives_numpys_values(
     backend, target, channels, width, stride, groups
@@ -73,11 +75,15 @@ def test_a_conv_tile_fills_half_the_registers_and_gives_numpys_values(
     tile = _upcasts(kernel)
     out_width = (width - 1) // stride + 1
     columns = _broadcast_columns(out_width, lanes, half)
-    if columns is None or out_width % lanes == 0:
+    broadcast = profile.vector_registers <= 16 and stride == 1  # 16 registers: any sliding window
+    if columns is None or (out_width % lanes == 0 and not broadcast):
         return  # rows of whole registers (gemm-like) or SSE's tile: not this rule's
     # the columns broadcast to the channels' vectors; the accumulators fill at most half the
     # registers, and at least half of that (no 4 columns x 32 channels on AVX-512)
     assert tile[0] == columns, kernel.name
+    globals_ = [size for size, kind in kernel.axes if kind is uv.AxisType.GLOBAL]
+    # the columns' axis, not the channels' (a row as wide as the tile has no loop left)
+    assert out_width == columns or out_width // columns in globals_, kernel.name
     accumulators = tile[0] * tile[1] // lanes
     assert half // 2 < accumulators <= half, kernel.name
 
@@ -114,3 +120,23 @@ def test_a_conv_with_as_few_channels_as_the_tile_takes_them_all(backend, target,
     np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
     (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
     assert _upcasts(kernel) == tile, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+def test_strided_convs_and_matmuls_keep_rows_of_whole_registers_on_avx2(backend, target):
+    # the broadcast columns are for a window sliding one column at a time: a stride-2 conv (ResNet's
+    # first 7x7, 112 columns) and a matmul (N steps a whole row along K) keep whole ymm of columns
+    x = RNG.standard_normal((1, 3, 229, 229)).astype(np.float32)
+    w = RNG.standard_normal((32, 3, 7, 7)).astype(np.float32)
+    a = RNG.standard_normal((64, 96)).astype(np.float32)
+    b = RNG.standard_normal((96, 128)).astype(np.float32)
+    with using_target(target) as profile:
+        lanes = profile.vector_bytes // 4
+        conv = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), stride=2)], backend=backend, opts="heuristic")
+        matmul = uv.compile([uv.Tensor(a) @ uv.Tensor(b)], backend=backend, opts="heuristic")
+        np.testing.assert_allclose(conv.run()[0], _conv_reference(x, w, 2, 1), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(matmul.run()[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    for program in (conv, matmul):
+        (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+        assert _upcasts(kernel)[-1] % lanes == 0, kernel.name
