@@ -124,9 +124,9 @@ def test_a_conv_with_as_few_channels_as_the_tile_takes_them_all(backend, target,
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("target", target_params("x86-64-v3"))
-def test_strided_convs_and_matmuls_keep_rows_of_whole_registers_on_avx2(backend, target):
-    # the broadcast columns are for a window sliding one column at a time: a stride-2 conv (ResNet's
-    # first 7x7, 112 columns) and a matmul (N steps a whole row along K) keep whole ymm of columns
+def test_a_strided_conv_broadcasts_its_columns_and_a_matmul_keeps_whole_registers_on_avx2(backend, target):
+    # ResNet's first conv (7x7, stride 2, 112 columns) slides its window too: 4 columns broadcast
+    # to the channels' vectors; a matmul (its N steps a whole row along K) keeps whole ymm of N
     x = RNG.standard_normal((1, 3, 229, 229)).astype(np.float32)
     w = RNG.standard_normal((32, 3, 7, 7)).astype(np.float32)
     a = RNG.standard_normal((64, 96)).astype(np.float32)
@@ -137,6 +137,9 @@ def test_strided_convs_and_matmuls_keep_rows_of_whole_registers_on_avx2(backend,
         matmul = uv.compile([uv.Tensor(a) @ uv.Tensor(b)], backend=backend, opts="heuristic")
         np.testing.assert_allclose(conv.run()[0], _conv_reference(x, w, 2, 1), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(matmul.run()[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
-    for program in (conv, matmul):
-        (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
-        assert _upcasts(kernel)[-1] % lanes == 0, kernel.name
+    (conv_kernel,) = [k for k in conv.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    (matmul_kernel,) = [k for k in matmul.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    columns = _broadcast_columns(112, lanes, profile.vector_registers // 2)
+    assert _upcasts(conv_kernel)[0] == columns, conv_kernel.name
+    assert 112 // columns in [size for size, kind in conv_kernel.axes if kind is uv.AxisType.GLOBAL]
+    assert _upcasts(matmul_kernel)[-1] % lanes == 0, matmul_kernel.name
