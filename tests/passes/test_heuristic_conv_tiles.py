@@ -86,6 +86,8 @@ def test_a_conv_tile_fills_half_the_registers_and_gives_numpys_values(
     assert out_width == columns or out_width // columns in globals_, kernel.name
     accumulators = tile[0] * tile[1] // lanes
     assert half // 2 < accumulators <= half, kernel.name
+    if profile.vector_registers <= 16:  # the filter row stays a loop: a multiply-add per product
+        assert all(kind is not uv.AxisType.UNROLL for _, kind in kernel.axes), kernel.name
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
