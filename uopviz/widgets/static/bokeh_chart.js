@@ -25,7 +25,8 @@ function ensureBokeh(model) {
 
 // BokehJS embeds only into an element under <body>: a view not attached yet (or being moved) draws
 // once it is, a view taken off the page draws nothing (the tuner replaces its charts while a run's
-// timings arrive; drawing into the removed chart threw "element ... must be under <body>").
+// timings arrive; drawing into the removed chart threw "element ... must be under <body>", also when
+// the view went between the call and BokehJS's own check, a deferral later).
 const ATTACH_WAIT_FRAMES = 600; // ~10 s of animation frames; a later change of the chart tries again
 
 async function render({ model, el }) {
@@ -41,8 +42,22 @@ async function render({ model, el }) {
       return;
     }
     box.innerHTML = "";
-    Bokeh.embed.embed_item(JSON.parse(model.get("item")), box);
-    box.dataset.drawn = "1";
+    Bokeh.embed.embed_item(JSON.parse(model.get("item")), box).then(
+      () => {
+        box.dataset.drawn = "1";
+      },
+      (error) => {
+        // BokehJS looks for the element only after a deferral: a view taken off the page in
+        // between rejects with "must be under <body>" (the tuning walk's flake).  A removed view
+        // has nothing to draw; one that is only being moved draws once it is attached again
+        if (removed) return;
+        if (!box.isConnected) {
+          draw();
+          return;
+        }
+        throw error;
+      },
+    );
   };
   const redraw = () => draw(); // (the event's arguments are no frame count)
   draw();
