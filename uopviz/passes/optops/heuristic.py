@@ -886,7 +886,7 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
             # whole vectors. By 4 left pocl's exp-sum 2.8x slower than by 32 (OpenCL, 1024x1024).
             # Two registers of outputs (a matrix-vector product on AVX2) over a long reduction
             # are unrolled too, for shorter chains of roundings (LONG_REDUCTION)
-            wide = (_register_lanes(kernel), 8) if lanes == 1 and not gpu else ()
+            wide = (register, 8) if lanes == 1 and not gpu else ()
             factors += [f for f in (*wide, 4, 2) if lanes * f <= min(budget, 128)]
         kernel = _first_that_applies(kernel, _splits(kernel, r, factors, AxisType.UNROLL))
     if backend.has_local and gpu:
