@@ -6,6 +6,7 @@
 #
 #   scripts/emulated-host.sh haswell  COMMAND...   AVX2 + FMA + F16C, no AVX-512 (x86-64-v3)
 #   scripts/emulated-host.sh nehalem  COMMAND...   SSE4.2 + POPCNT, no AVX     (x86-64-v2)
+#   scripts/emulated-host.sh --level haswell|nehalem   prints the CPU's x86-64 level, runs nothing
 #
 # Inside, `python` and `python3` are the project's .venv interpreter under qemu (sys.executable
 # points back at the wrapper, so pytest-xdist workers and uopviz's kernel workers are emulated
@@ -25,8 +26,10 @@
 # Env: VENV (default .venv).
 set -euo pipefail
 
-usage() { echo "usage: $0 haswell|nehalem COMMAND..." >&2; exit 2; }
+usage() { echo "usage: $0 haswell|nehalem COMMAND... | $0 --level haswell|nehalem" >&2; exit 2; }
 [ $# -ge 2 ] || usage
+query_level=false
+if [ "$1" = --level ]; then query_level=true; shift; fi
 case "$1" in
     # qemu's Haswell, less the features its TCG does not implement (each would print a warning)
     haswell) cpu_model="Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid"; level=x86-64-v3 ;;
@@ -35,6 +38,7 @@ case "$1" in
 esac
 cpu_name=$1
 shift
+if $query_level; then echo "$level"; exit 0; fi
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=$(cd "$repo" && cd "${VENV:-.venv}" && pwd)
