@@ -1,8 +1,10 @@
 """The heuristic's loop order for a reduction over strided rows (heuristic._order_for_staging): a
 long one (gemm's K of 512) puts the N tiles outside the M tiles so a copied strip of B serves
-every tile of A; a short one whose operands fit in L2 (a 1x1 convolution of 64 channels, as a
-matmul of the weights by the image) keeps M outside, each output row written in long runs and
-nothing staged.  Values against numpy on random inputs, on C and LLVM, AVX-512 and AVX2."""
+every tile of A; a short one whose operands fit in half a core's L2 (a 1x1 convolution of 64
+channels, as a matmul of the weights by the image, on a core of 2 MiB) keeps M outside, each output
+row written in long runs and nothing staged; the same one on a core of 512 KiB is staged, unless
+the staged order would write more than STAGED_MAX_ROWS rows at once (M of 512).  Values
+against numpy on random inputs, on C and LLVM, AVX-512 and AVX2."""
 
 from __future__ import annotations
 
@@ -11,25 +13,35 @@ import pytest
 from cpu_targets import target_params
 
 import uopviz as uv
-from uopviz.backends.target import using_target
-from uopviz.passes.optops.heuristic import IN_ORDER_MAX_OPERAND_BYTES, STAGE_MIN_REDUCTION
+from uopviz.backends.base import TargetsCPU
+from uopviz.backends.target import cpu_target, using_target
+from uopviz.passes.optops.heuristic import STAGE_MIN_REDUCTION, STAGED_MAX_ROWS, in_order_max_operand_bytes
 from uopviz.passes.optops.opts import OptOp
 
 RNG = np.random.default_rng(26)
 CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
 
 
+MiB, KiB = 1 << 20, 1 << 10
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
 @pytest.mark.parametrize(
-    "m,k,n,in_order",
-    # two cases in the emulated CPUs' runs (qemu takes ~10 s a case); all of them in `make test`
-    [(128, 64, 1024, True), (256, 1024, 512, False),
+    "m,k,n,l2,in_order",
+    # three cases in the emulated CPUs' runs (qemu takes ~10 s a case); all of them in `make test`
+    [(128, 64, 1024, 2 * MiB, True), (256, 1024, 512, 2 * MiB, False), (256, 64, 3136, 512 * KiB, False),
      *(pytest.param(*case, marks=pytest.mark.slow) for case in
-       [(256, 64, 3136, True), (512, 128, 784, True), (256, 512, 3136, False)])],
+       [(256, 64, 3136, 2 * MiB, True), (512, 128, 784, 2 * MiB, True), (256, 512, 3136, 2 * MiB, False),
+        (64, 64, 512, 512 * KiB, True), (128, 64, 1024, 512 * KiB, False),
+        (512, 128, 784, 512 * KiB, True)])],
 )  # fmt: skip
-def test_a_short_reduction_keeps_its_output_loops_in_order(backend, target, m, k, n, in_order):
-    assert (k < STAGE_MIN_REDUCTION and 4 * k * (m + n) <= IN_ORDER_MAX_OPERAND_BYTES) == in_order
+def test_a_short_reduction_keeps_its_output_loops_in_order(
+    monkeypatch, backend, target, m, k, n, l2, in_order
+):
+    monkeypatch.setattr(TargetsCPU, "l2_bytes", property(lambda self: l2))
+    fits = 4 * k * (m + n) <= in_order_max_operand_bytes(uv.backends.get(backend))
+    assert (k < STAGE_MIN_REDUCTION and (fits or m > STAGED_MAX_ROWS)) == in_order
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal((k, n)).astype(np.float32)
     with using_target(target):
@@ -41,3 +53,13 @@ def test_a_short_reduction_keeps_its_output_loops_in_order(backend, target, m, k
     assert swapped != in_order, kernel.opts
     if in_order:
         assert "acc0[" not in kernel.source("c")  # nothing staged: the rows are read where they are
+
+
+def test_the_target_profile_reads_a_cores_l2_cache():
+    """The L2 size the loop order reads is the host's, in every target profile, and shown to people."""
+    target = cpu_target()
+    assert 64 * KiB <= target.l2_bytes <= 64 * MiB
+    assert f"{target.l2_bytes >> 10} KiB L2" in target.describe()
+    assert target.to_json()["l2_bytes"] == target.l2_bytes
+    with using_target("x86-64-v2"):
+        assert uv.backends.get("c").l2_bytes == target.l2_bytes

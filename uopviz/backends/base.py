@@ -22,7 +22,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from uopviz.backends.target import CPUTarget, cpu_target
+from uopviz.backends.target import DEFAULT_L2_BYTES, CPUTarget, cpu_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
@@ -416,6 +416,8 @@ class Backend(abc.ABC):
     #: the vector registers the heuristics plan register tiles for: bytes of one, and how many
     register_bytes: int = 16
     vector_registers: int = 16
+    #: bytes of one core's L2 cache on CPU targets (the heuristic's loop order)
+    l2_bytes: int = DEFAULT_L2_BYTES
     #: the widest vector the renderer's compiler handles well, in bytes (0: any of ``vector_widths``);
     #: Instruction Selection splits wider vector ops into chunks of this size
     vector_bytes: int = 0
@@ -515,6 +517,11 @@ class TargetsCPU:
     def thread_count(self) -> int:
         """How many threads THREAD axes are split for: the target's cores."""
         return self.target.cores
+
+    @property
+    def l2_bytes(self) -> int:
+        """Bytes of one core's L2 cache on the target (the heuristic's loop order)."""
+        return self.target.l2_bytes
 
     @property
     def device(self) -> str:

@@ -196,6 +196,11 @@ class OpenCLBackend(Backend):
         """The device target's SIMD register count on a CPU device, else the base default."""
         return self.device_target.vector_registers if self.runs_on_cpu else Backend.vector_registers
 
+    @property
+    def l2_bytes(self) -> int:  # type: ignore[override]
+        """The device target's L2 cache a core on a CPU device, else the base default."""
+        return self.device_target.l2_bytes if self.runs_on_cpu else Backend.l2_bytes
+
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
 

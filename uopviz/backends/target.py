@@ -2,10 +2,11 @@
 
 One :class:`CPUTarget` says which instruction set the C, LLVM and OpenCL (CPU device) backends
 generate code for: its ISA level and features, the SIMD registers the heuristics plan register
-tiles for, whether FMA and native float16/bfloat16 conversions exist, and how many cores run
-THREAD loops.  Everything that depends on the CPU reads it from here — the heuristic's tile
-sizes, BEAM's records, the C compiler's ``-march``, LLVM's target machine, the compile caches'
-keys — never from constants that happen to fit the machine that wrote the code.
+tiles for, whether FMA and native float16/bfloat16 conversions exist, how many cores run
+THREAD loops and how large each core's L2 cache is (the heuristic's loop order).  Everything that
+depends on the CPU reads it from here — the heuristic's tile sizes, BEAM's records, the C
+compiler's ``-march``, LLVM's target machine, the compile caches' keys — never from constants
+that happen to fit the machine that wrote the code.
 
 The target is chosen, in this order, by :func:`set_target` (or the :func:`using_target` context),
 by the environment variable ``UOPVIZ_TARGET``, else ``native`` (the host as detected).  Names:
@@ -45,6 +46,10 @@ _LEVEL_FEATURES: dict[str, tuple[str, ...]] = {
 }
 LEVELS: tuple[str, ...] = tuple(_LEVEL_FEATURES)
 
+#: the L2 cache a core is assumed to have where the system does not say (x86-64 cores since 2019
+#: have 512 KiB to 2 MiB)
+DEFAULT_L2_BYTES = 1 << 20
+
 # /proc/cpuinfo flag → LLVM feature name, for the flags that change generated code
 _LLVM_FEATURE_NAMES = {
     "pni": "sse3", "ssse3": "ssse3", "sse4_1": "sse4.1", "sse4_2": "sse4.2", "popcnt": "popcnt",
@@ -74,6 +79,8 @@ class HostCPU:
     architecture: str
     features: frozenset[str]
     cores: int
+    #: bytes of one core's L2 cache (Linux's sysfs; DEFAULT_L2_BYTES where it does not say)
+    l2_bytes: int = DEFAULT_L2_BYTES
 
     @property
     def level(self) -> str | None:
@@ -102,7 +109,27 @@ def host_cpu() -> HostCPU:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return HostCPU(model or platform.processor() or platform.machine(), platform.machine(), features, cores)
+    name = model or platform.processor() or platform.machine()
+    return HostCPU(name, platform.machine(), features, cores, _l2_bytes())
+
+_CACHE_FOLDER = Path("/sys/devices/system/cpu/cpu0/cache")
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _l2_bytes() -> int:
+    """Bytes of the first core's level-2 data (or unified) cache, from Linux's sysfs
+    (``index*/level``, ``type``, ``size`` such as ``512K``); DEFAULT_L2_BYTES where unreadable."""
+    try:
+        for index in sorted(_CACHE_FOLDER.glob("index*")):
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            if level == "2" and kind in ("Unified", "Data"):
+                size = (index / "size").read_text().strip()
+                unit = _SIZE_UNITS.get(size[-1:].upper(), 1)
+                return int(size.rstrip("KMGkmg")) * unit
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2_BYTES
 
 
 @dataclass(frozen=True)
@@ -120,6 +147,8 @@ class CPUTarget:
     vector_registers: int
     #: cores that run THREAD loops
     cores: int
+    #: bytes of one core's L2 cache: the operands a loop nest may keep there (the host's, as cores)
+    l2_bytes: int
     #: the host CPU's model name (where this profile was resolved)
     host_model: str = field(compare=False)
 
@@ -191,12 +220,13 @@ class CPUTarget:
         return f"[{self.name}] {self.key}"
 
     def describe(self) -> str:
-        """One line for people: name, level, registers, FMA, half types, cores."""
+        """One line for people: name, level, registers, FMA, half types, cores, L2."""
         level = f" ({self.level})" if self.is_native and self.level else ""
         return (f"{self.name}{level}: {self.vector_registers} × {self.vector_bytes * 8}-bit vector "
                 f"registers, FMA {'yes' if self.has_fma else 'no'}, float16 "
                 f"{'native' if self.native_float16 else 'emulated'}, bfloat16 "
-                f"{'native' if self.native_bfloat16 else 'emulated'}, {self.cores} cores")
+                f"{'native' if self.native_bfloat16 else 'emulated'}, {self.cores} cores, "
+                f"{self.l2_bytes >> 10} KiB L2 a core")
 
     def to_json(self) -> dict[str, object]:
         """The profile as JSON fields (benchmarks' results.json, tuning records)."""
@@ -204,7 +234,7 @@ class CPUTarget:
             "name": self.name, "level": self.level, "key": self.key, "host_model": self.host_model,
             "vector_bits": self.vector_bytes * 8, "vector_registers": self.vector_registers,
             "fma": self.has_fma, "native_float16": self.native_float16,
-            "native_bfloat16": self.native_bfloat16, "cores": self.cores,
+            "native_bfloat16": self.native_bfloat16, "cores": self.cores, "l2_bytes": self.l2_bytes,
             "features": sorted(self.features),
         }
 
@@ -239,7 +269,8 @@ def resolve_target(name: str) -> CPUTarget:
             f"(set by uopviz.set_target or ${TARGET_ENVIRONMENT_VARIABLE})"
         )
     vector_bytes, registers = _registers_for(features, host.architecture if name == "native" else "x86_64")
-    return CPUTarget(name, level, features, vector_bytes, registers, host.cores, host.model)
+    return CPUTarget(name, level, features, vector_bytes, registers, host.cores, host.l2_bytes,
+                     host.model)
 
 
 _chosen: str | None = None
@@ -272,5 +303,5 @@ def using_target(name: str) -> Iterator[CPUTarget]:
         _chosen = previous
 
 
-__all__ = ["LEVELS", "TARGET_ENVIRONMENT_VARIABLE", "CPUTarget", "HostCPU", "cpu_target", "host_cpu",
-           "level_features", "resolve_target", "set_target", "using_target"]
+__all__ = ["DEFAULT_L2_BYTES", "LEVELS", "TARGET_ENVIRONMENT_VARIABLE", "CPUTarget", "HostCPU", "cpu_target",
+           "host_cpu", "level_features", "resolve_target", "set_target", "using_target"]

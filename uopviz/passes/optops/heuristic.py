@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from uopviz.backends.base import chunk_sizes
+from uopviz.backends.base import Backend, chunk_sizes
 from uopviz.core.affine import linear_coefficient
 from uopviz.core.dtype import dtypes
 from uopviz.core.exp_log import expanded_ops
@@ -413,9 +413,25 @@ def _stages(kernel: Kernel) -> bool:
 #: 0.95 -> 0.71 (0.59); two such convolutions fused (1.6 MB of operands) were slower in order:
 #: 1.66 -> 2.45 ms, so they keep the staged order
 STAGE_MIN_REDUCTION = 256
-#: bytes a reduction's operands may take for its output loops to stay in order (L2: 2 MiB a core on
-#: the AVX-512 hosts measured, half of it left to the outputs)
-IN_ORDER_MAX_OPERAND_BYTES = 1 << 20
+#: the share of a core's L2 a reduction's operands may take for its output loops to stay in order
+#: (half: the rest is left to the outputs).  The AVX-512 host measured above has 2 MiB a core: 1
+#: MiB.  An AMD EPYC with 512 KiB (AVX2, 2 cores, each conv alone, C / LLVM): 64 -> 256 channels at
+#: 56x56 (864 KB of operands) in order 1.14-1.65 / 1.33-1.72 ms, staged 0.88-0.94 / 0.77-0.88;
+#: MobileNet-v2's 16 -> 96 at 112x112 0.51 -> 0.45 / 0.53 -> 0.39, 24 -> 144 at 56x56 0.23 -> 0.20
+#: / 0.27 -> 0.19
+IN_ORDER_L2_SHARE = 0.5
+#: a short reduction stays in order, whatever its operands, when the staged order would write more
+#: output rows than this at once (one per channel of a 1x1 conv, each in its own pages, beside as
+#: many residual rows): the same EPYC, in the model, 128 -> 512 channels at 28x28 with a residual
+#: staged 1.22-1.67 / 1.05-1.18 ms, in order 1.08-1.41 / 1.03-1.11; 64 -> 256 at 56x56 with a
+#: residual staged 1.02-1.72 / 1.03-1.11, in order 1.55-1.94 / 1.57-1.83
+STAGED_MAX_ROWS = 256
+
+
+def in_order_max_operand_bytes(backend: Backend) -> int:
+    """Bytes a short reduction's operands may take for its output loops to stay in order on
+    ``backend``'s target (:data:`IN_ORDER_L2_SHARE` of a core's L2)."""
+    return int(backend.l2_bytes * IN_ORDER_L2_SHARE)
 
 
 def _reduction_terms(kernel: Kernel) -> int:
@@ -433,10 +449,26 @@ def _operand_bytes(kernel: Kernel) -> int:
     return sum(_footprint(kernel, load) * load.dtype.scalar.itemsize for load in loads)
 
 
+def _rows_in_flight(kernel: Kernel) -> int:
+    """Output rows the staged order writes at once: the extent of the output axes (lanes included)
+    that the reduction's largest operand does not vary over (a 1x1 conv's channels)."""
+    reduces = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
+    loads = [u for u in kernel.ast.toposort()
+             if u.op is Ops.LOAD and any(depends_on(u.src[0], r) for r in reduces)]  # fmt: skip
+    if not loads:
+        return 1
+    largest = max(loads, key=lambda load: _footprint(kernel, load))
+    outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.UPCAST)]
+    return math.prod(range_size(r) for r in outputs if not depends_on(largest.src[0], r))
+
+
 def _short_reduction(kernel: Kernel) -> bool:
-    """A reduction whose output loops stay in order (:data:`STAGE_MIN_REDUCTION`)."""
-    short = _reduction_terms(kernel) < STAGE_MIN_REDUCTION
-    return short and _operand_bytes(kernel) <= IN_ORDER_MAX_OPERAND_BYTES
+    """A reduction whose output loops stay in order (:data:`STAGE_MIN_REDUCTION`): few terms, and
+    operands that fit in the target's L2 or more rows than the staged order writes well."""
+    if _reduction_terms(kernel) >= STAGE_MIN_REDUCTION:
+        return False
+    fits = _operand_bytes(kernel) <= in_order_max_operand_bytes(kernel.backend_object)
+    return fits or _rows_in_flight(kernel) > STAGED_MAX_ROWS
 
 
 def _order_for_staging(kernel: Kernel) -> Kernel:
