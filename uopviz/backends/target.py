@@ -112,6 +112,7 @@ def host_cpu() -> HostCPU:
     name = model or platform.processor() or platform.machine()
     return HostCPU(name, platform.machine(), features, cores, _l2_bytes())
 
+
 _CACHE_FOLDER = Path("/sys/devices/system/cpu/cpu0/cache")
 _SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

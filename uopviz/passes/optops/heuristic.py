@@ -441,20 +441,22 @@ def _reduction_terms(kernel: Kernel) -> int:
     return sum(math.prod(range_size(r) for r in u.src[1:] if r.op is Ops.RANGE) for u in reductions)
 
 
+def _reduction_loads(kernel: Kernel) -> list[UOp]:
+    """The loads inside the kernel's reductions (their addresses vary over a reduced axis)."""
+    reduces = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
+    return [u for u in kernel.ast.toposort()
+            if u.op is Ops.LOAD and any(depends_on(u.src[0], r) for r in reduces)]  # fmt: skip
+
+
 def _operand_bytes(kernel: Kernel) -> int:
     """Bytes the kernel's reductions read: every load inside a reduction, over the whole kernel."""
-    reduces = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
-    loads = [u for u in kernel.ast.toposort()
-             if u.op is Ops.LOAD and any(depends_on(u.src[0], r) for r in reduces)]  # fmt: skip
-    return sum(_footprint(kernel, load) * load.dtype.scalar.itemsize for load in loads)
+    return sum(_footprint(kernel, load) * load.dtype.scalar.itemsize for load in _reduction_loads(kernel))
 
 
 def _rows_in_flight(kernel: Kernel) -> int:
     """Output rows the staged order writes at once: the extent of the output axes (lanes included)
     that the reduction's largest operand does not vary over (a 1x1 conv's channels)."""
-    reduces = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
-    loads = [u for u in kernel.ast.toposort()
-             if u.op is Ops.LOAD and any(depends_on(u.src[0], r) for r in reduces)]  # fmt: skip
+    loads = _reduction_loads(kernel)
     if not loads:
         return 1
     largest = max(loads, key=lambda load: _footprint(kernel, load))
