@@ -23,9 +23,7 @@ shift
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 max_reruns=${MAX_RERUNS:-5}
 level=$(bash "$repo/scripts/emulated-host.sh" --level "$cpu") || exit 2
-venv=$(cd "$repo" && cd "${VENV:-.venv}" && pwd) || exit 2
-host_level=$("$venv/bin/python" -c \
-    'from uopviz.backends.target import resolve_target; print(resolve_target("native").level)') || exit 2
+host_level=$(bash "$repo/scripts/host-level.sh") || exit 2
 if [ "$level" = "$host_level" ]; then
     echo "== emulated $cpu ($level): not emulated, this host is $host_level itself and make test ran natively on it"
     exit 0
