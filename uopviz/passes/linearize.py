@@ -5,7 +5,9 @@ Reductions arrive as REG accumulators (Instruction Selection made them: ``uopviz
 **Linearize** places every UOp in the innermost loop its dependencies need (so loop-invariant
 work is hoisted out of loops), nests the output loops in kernel order with each reduce loop inside
 the loops around its reduction, turns each gated store into an ``IF``/``ENDIF`` block, and orders
-each block topologically (ties broken by the original graph order).  It is one rule,
+each block topologically (ties broken by the original graph order), except that a pure value or a
+load of an input the kernel never writes, used only after a loop of its block, goes after that loop,
+just before its first user (a value held across a loop takes a register the loop needs).  It is one rule,
 :data:`linearize_rules`' "kernel becomes LINEAR", fired on each kernel's SINK.  On backends with
 workgroups the GLOBAL and LOCAL ranges have become ``SPECIAL`` thread indices before it: the GPU
 backends' own rule for this stage (:mod:`uopviz.backends.gpu_rules`, run by
@@ -14,12 +16,13 @@ backends' own rule for this stage (:mod:`uopviz.backends.gpu_rules`, run by
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from uopviz.core.errors import UopvizError
-from uopviz.core.ops import Ops
+from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat
 from uopviz.core.uop import UOp, toposort
 from uopviz.passes.optops.axes import kernel_order
@@ -160,8 +163,31 @@ def linearize(ast: UOp, name: str) -> UOp:
     for block in _all_blocks(root):
         block.priority = min((priority[n] for n in _contents(block)), default=1 << 60)
     sequence: list[tuple[str, object]] = []
-    _emit(root, home, priority, sequence)
+    _emit(root, home, _Ordering(priority, _sinkable(order)), sequence)
     return _rebuild(sequence, name)
+
+
+@dataclass(frozen=True)
+class _Ordering:
+    """What orders a block's items: the graph order, and the uops that may sink past a loop."""
+
+    priority: dict[UOp, int]
+    sinkable: frozenset[UOp]
+
+
+#: uops that compute a value and nothing else: placing one later changes no result
+_PURE_OPS = GroupOp.UNARY_ALU | GroupOp.BINARY_ALU | GroupOp.TERNARY_ALU | {
+    Ops.CONST, Ops.INDEX, Ops.GEP, Ops.VECTORIZE, Ops.BITCAST}
+
+
+def _sinkable(order: Sequence[UOp]) -> frozenset[UOp]:
+    """The pure values and the loads of inputs the kernel never stores to: these may be placed
+    after a loop their users follow (:func:`_sunk_keys`).  A load through a kernel-local buffer
+    or of a buffer the kernel writes keeps its place: its order against the stores is the graph's."""
+    stored = {u.src[0].src[0] for u in order if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+    return frozenset(u for u in order if u.op in _PURE_OPS or (
+        u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM
+        and u.src[0].src[0] not in stored))
 
 
 def _all_blocks(block: Block) -> list[Block]:
@@ -190,7 +216,7 @@ def _through_groups(sources: Sequence[UOp]) -> list[UOp]:
     return out
 
 
-def _emit(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
+def _emit(block: Block, home: dict[UOp, Block], ordering: _Ordering,
           sequence: list[tuple[str, object]]) -> None:
     """Emit ``block``'s items (its UOps and child blocks) in dependency order, recursively."""
     items: list[object] = [*block.nodes, *block.children]
@@ -214,8 +240,10 @@ def _emit(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
                 depends[id(item)].add(id(owner))
                 users[id(owner)].append(item)
 
+    keys = _sunk_keys(items, depends, users, ordering)
+
     def key(item: object) -> int:
-        return priority[item] if isinstance(item, UOp) else item.priority
+        return keys[id(item)]
 
     ready = [(key(i), n, i) for n, i in enumerate(items) if not depends[id(i)]]
     heapq.heapify(ready)
@@ -227,7 +255,7 @@ def _emit(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
         if isinstance(item, UOp):
             sequence.append(("uop", item))
         else:
-            _emit_block(item, home, priority, sequence)
+            _emit_block(item, home, ordering, sequence)
         for user in users[id(item)]:
             depends[id(user)].discard(id(item))
             if not depends[id(user)]:
@@ -237,15 +265,48 @@ def _emit(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
         raise LinearizeError("a dependency cycle between the uops of one loop")
 
 
-def _emit_block(block: Block, home: dict[UOp, Block], priority: dict[UOp, int],
+def _sunk_keys(items: list[object], depends: dict[int, set[int]], users: dict[int, list[object]],
+               ordering: _Ordering) -> dict[int, int]:
+    """Each item's place in its block: its graph order, except that a value computed before a
+    loop and used only after it goes just before its first user.  Values held across a loop take
+    registers the loop needs: gcc spilled the staged input of a 1x1 convolution to the stack in
+    its innermost loop (a store and eight memory operands an iteration) while holding the scales
+    of the epilogue, loaded before the reduction loop, in registers."""
+    base = {id(i): ordering.priority[i] if isinstance(i, UOp) else i.priority for i in items}
+    loops = sorted(base[id(i)] for i in items if isinstance(i, Block))
+    keys = dict(base)
+    for item in reversed(_topological(items, depends, users)):
+        if not isinstance(item, UOp) or item not in ordering.sinkable or not users[id(item)]:
+            continue
+        first_use = min(keys[id(user)] for user in users[id(item)])
+        index = bisect.bisect_right(loops, base[id(item)])
+        if index < len(loops) and loops[index] < first_use:
+            keys[id(item)] = first_use
+    return keys
+
+
+def _topological(items: list[object], depends: dict[int, set[int]],
+                 users: dict[int, list[object]]) -> list[object]:
+    """``items`` in an order where each follows the items it depends on."""
+    waiting = {id(i): len(depends[id(i)]) for i in items}
+    out = [i for i in items if not waiting[id(i)]]
+    for item in out:
+        for user in users[id(item)]:
+            waiting[id(user)] -= 1
+            if not waiting[id(user)]:
+                out.append(user)
+    return out
+
+
+def _emit_block(block: Block, home: dict[UOp, Block], ordering: _Ordering,
                 sequence: list[tuple[str, object]]) -> None:
     if block.kind == "loop":
         sequence.append(("open", block))
-        _emit(block, home, priority, sequence)
+        _emit(block, home, ordering, sequence)
         sequence.append(("close", block))
     else:
         sequence.append(("if", block))
-        _emit(block, home, priority, sequence)
+        _emit(block, home, ordering, sequence)
         sequence.append(("endif", block))
 
 
