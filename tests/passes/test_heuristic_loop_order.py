@@ -17,6 +17,7 @@ from uopviz.backends.base import TargetsCPU
 from uopviz.backends.target import cpu_target, using_target
 from uopviz.passes.optops.heuristic import STAGE_MIN_REDUCTION, STAGED_MAX_ROWS, in_order_max_operand_bytes
 from uopviz.passes.optops.opts import OptOp
+from uopviz.passes.optops.staging import STAGE_LONG_MIN_ROWS, STAGE_LONG_MIN_STRIDE_BYTES
 
 RNG = np.random.default_rng(26)
 CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
@@ -63,3 +64,25 @@ def test_the_target_profile_reads_a_cores_l2_cache():
     assert target.to_json()["l2_bytes"] == target.l2_bytes
     with using_target("x86-64-v2"):
         assert uv.backends.get("c").l2_bytes == target.l2_bytes
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize(
+    "cin,cout,size,staged",
+    [(1024, 256, 14, True), (528, 160, 14, True),  # long strips of 7-position rows, 784 bytes apart
+     (256, 1024, 14, False), (384, 96, 14, False),  # fewer than STAGE_LONG_MIN_ROWS channels
+     (2048, 512, 7, False)],  # rows 196 bytes apart: neighbouring channels share cache lines
+)  # fmt: skip
+def test_a_1x1_convolution_at_14x14_stages_its_long_strips(backend, cin, cout, size, staged):
+    """A 1x1 convolution reading rows of 7 positions (28 bytes) from 512 or more channels 784 bytes
+    apart copies its strip into a contiguous buffer (staging.STAGE_LONG_MIN_STRIDE_BYTES); shorter
+    strips and 7x7 images are read in place.  Values against numpy in float64."""
+    x = RNG.standard_normal((1, cin, size, size)).astype(np.float32)
+    w = RNG.standard_normal((cout, cin, 1, 1)).astype(np.float32)
+    assert (cin >= STAGE_LONG_MIN_ROWS and size * size * 4 >= STAGE_LONG_MIN_STRIDE_BYTES) == staged
+    program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+    (result,) = program.run()
+    expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3 * np.sqrt(cin))
+    (kernel,) = program.kernels
+    assert ("acc0[" in kernel.source("c")) == staged, kernel.name
