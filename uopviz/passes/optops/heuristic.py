@@ -441,25 +441,18 @@ def _reduction_terms(kernel: Kernel) -> int:
     return sum(math.prod(range_size(r) for r in u.src[1:] if r.op is Ops.RANGE) for u in reductions)
 
 
-def _reduction_loads(kernel: Kernel) -> list[UOp]:
-    """The loads inside the kernel's reductions (their addresses vary over a reduced axis)."""
+def _reduction_operands(kernel: Kernel) -> dict[UOp, int]:
+    """Each load inside the kernel's reductions (its address varies over a reduced axis) and the
+    elements it reads over the whole kernel (:func:`_footprint`)."""
     reduces = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
-    return [u for u in kernel.ast.toposort()
-            if u.op is Ops.LOAD and any(depends_on(u.src[0], r) for r in reduces)]  # fmt: skip
+    return {u: _footprint(kernel, u) for u in kernel.ast.toposort()
+            if u.op is Ops.LOAD and any(depends_on(u.src[0], r) for r in reduces)}  # fmt: skip
 
 
-def _operand_bytes(kernel: Kernel) -> int:
-    """Bytes the kernel's reductions read: every load inside a reduction, over the whole kernel."""
-    return sum(_footprint(kernel, load) * load.dtype.scalar.itemsize for load in _reduction_loads(kernel))
-
-
-def _rows_in_flight(kernel: Kernel) -> int:
+def _rows_in_flight(kernel: Kernel, largest: UOp) -> int:
     """Output rows the staged order writes at once: the extent of the output axes (lanes included)
-    that the reduction's largest operand does not vary over (a 1x1 conv's channels)."""
-    loads = _reduction_loads(kernel)
-    if not loads:
-        return 1
-    largest = max(loads, key=lambda load: _footprint(kernel, load))
+    that the reduction's largest operand (the load ``largest``) does not vary over (a 1x1 conv's
+    channels)."""
     outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.UPCAST)]
     return math.prod(range_size(r) for r in outputs if not depends_on(largest.src[0], r))
 
@@ -469,8 +462,11 @@ def _short_reduction(kernel: Kernel) -> bool:
     operands that fit in the target's L2 or more rows than the staged order writes well."""
     if _reduction_terms(kernel) >= STAGE_MIN_REDUCTION:
         return False
-    fits = _operand_bytes(kernel) <= in_order_max_operand_bytes(kernel.backend_object)
-    return fits or _rows_in_flight(kernel) > STAGED_MAX_ROWS
+    operands = _reduction_operands(kernel)
+    operand_bytes = sum(elements * load.dtype.scalar.itemsize for load, elements in operands.items())
+    if operand_bytes <= in_order_max_operand_bytes(kernel.backend_object):
+        return True
+    return _rows_in_flight(kernel, max(operands, key=operands.__getitem__)) > STAGED_MAX_ROWS
 
 
 def _order_for_staging(kernel: Kernel) -> Kernel:
