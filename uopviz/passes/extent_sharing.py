@@ -27,12 +27,14 @@ member whose channel count equals another constant of its program (one CONST for
 instruction fewer, and still shares where every use of that CONST may vary.  A constant that has
 one use that may not vary stays whole in the code: measured on MobileNet-v2, letting its other
 uses vary (per-lane address offsets of a padded buffer read at run time) made two shared kernels
-1.5x and 2.7x their own time.  Likewise the constants added into the lanes of a contiguous vector
-address stay in the code (:func:`_contiguous_lane_constants`): the second 8-channel vector of a
-16-channel weight tile sits ``channels * 8`` elements after the first, and with that offset read at
-run time C loaded it lane by lane.  Kept apart, VGG-16's 3x3 convolutions on C summed 385 -> 286 ms
-and DenseNet-121's kernels 62.9 -> 49.6 ms (each alone, warm, in the model); DenseNet-121 then
-compiles 51 sources instead of 39 (cold, 12.0 -> 16.8 s on a 2-core AMD EPYC).
+1.5x and 2.7x their own time.  The lanes of a contiguous vector address need care
+(:func:`_contiguous_lanes`): the second 8-channel vector of a 16-channel weight tile sits
+``channels * 8`` elements after the first, and with each lane's offset read at run time C loaded it
+lane by lane (VGG-16's 3x3 convolutions 1.7-1.9x their own time).  So a lane's varying constant is
+rebuilt as ``(value + a * generator) + b``: the eight lanes share the sum and differ by the
+constants ``b``, and the vector is loaded at once.  Measured each kernel alone, warm, in the model,
+shared against its own source (C, 2-core AMD EPYC): VGG-16's 3x3 convolutions and DenseNet-121's 1x1
+ones the same time (0.97-1.03x); DenseNet-121 compiles 39 sources, VGG-16 33.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
     compiler_loops = _scalar_innermost_loops(instructions, scopes)
     sites = set()
     # constants with a use that may not vary: none of their uses varies
-    fixed: set[UOp] = _contiguous_lane_constants(instructions)
+    fixed: set[UOp] = _contiguous_lanes(instructions)[1]
     for index, user in enumerate(instructions):
         loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
         variable = (
@@ -129,25 +131,54 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
     return {(index, slot) for index, slot in sites if instructions[index].src[slot] not in fixed}
 
 
-def _contiguous_lane_constants(instructions: tuple[UOp, ...]) -> set[UOp]:
-    """The constants added into the lanes of vector indices whose lanes are consecutive: a renderer
-    loads or stores such a vector at once because it reads ``base + 0 .. base + 7`` from the
-    constants; a lane offset read at run time turned VGG-16's shared 256- and 512-channel 3x3
-    convolutions' second weight vector into eight scalar loads on C (1.7-1.9x either's own time)."""
-    constants: set[UOp] = set()
+def _contiguous_lanes(instructions: tuple[UOp, ...]) -> tuple[set[tuple[int, int]], set[UOp]]:
+    """The lanes of vector indices whose lanes are consecutive (a renderer loads or stores such a
+    vector at once because it reads ``base + 0 .. base + 7`` from the constants): ``(sites,
+    fixed)``.  ``sites``: each lane's own added constant, as ``(instruction, operand slot)``, where
+    the lane is an ADD of it to a value (or a MULACC with it as the addend); varying, it is
+    rebuilt as the value plus the generator's multiple, plus the constant's own offset
+    (:func:`_lane_rebuilt`), so the lanes still differ by constants.  ``fixed``: the constants
+    deeper inside such lanes, which stay in the code (read at run time they made VGG-16's shared
+    256- and 512-channel 3x3 convolutions load their second weight vector lane by lane on C:
+    1.7-1.9x either's own time)."""
+    position = {u: index for index, u in enumerate(instructions)}
+    sites: set[tuple[int, int]] = set()
+    fixed: set[UOp] = set()
     for u in instructions:
         if u.op is not Ops.VECTORIZE or u.dtype.scalar != dtypes.index or contiguous_start(u) is None:
             continue
-        pending = list(u.src)
+        pending = []
+        for lane in u.src:
+            slot = _lane_constant_slot(lane)
+            if slot is None:
+                pending.append(lane)
+            else:
+                sites.add((position[lane], slot))
+                pending += [operand for other, operand in enumerate(lane.src) if other != slot]
         while pending:
             term = pending.pop()
             if _is_index_constant(term):
-                constants.add(term)
+                fixed.add(term)
             elif term.op is Ops.ADD:
                 pending.extend(term.src)
             elif term.op is Ops.MULACC:  # a * b + c: only its addend offsets the lane
                 pending.append(term.src[2])
-    return constants
+    return sites, fixed
+
+
+def _lane_constant_slot(lane: UOp) -> int | None:
+    """The operand slot of the constant a lane adds to a value that is not a constant: ``x + 3``,
+    ``3 + x``, ``a * b + 3``; None for any other lane."""
+    if lane.op is Ops.ADD:
+        constants = [slot for slot, operand in enumerate(lane.src) if _is_index_constant(operand)]
+        return constants[0] if len(constants) == 1 else None
+    if (
+        lane.op is Ops.MULACC
+        and _is_index_constant(lane.src[2])
+        and not any(_is_index_constant(operand) for operand in lane.src[:2])
+    ):
+        return 2
+    return None
 
 
 def _is_index_constant(u: UOp) -> bool:
@@ -298,13 +329,17 @@ def _shared_linear(members: list[UOp], generators: _Generators) -> UOp:
         reads += [position, address, load, scaled[index, 1]]
     computed: dict[UOp, list[UOp]] = {}  # a value a * generator + b -> the instructions adding b
     sites: dict[tuple[int, int], UOp] = {}  # a varying use site -> the instruction computing it
+    lanes: dict[tuple[int, int], tuple[UOp, int]] = {}  # a lane's site -> (a * generator, b)
+    lane_sites = _nested_lane_sites(first, generators)
     for site, (generator, a, b) in generators.affine.items():
         if (generator, a) not in scaled:
             factor = UOp.const(dtypes.index, a)
             scaled[generator, a] = UOp(Ops.MUL, (scaled[generator, 1], factor))
             reads += [factor, scaled[generator, a]]
         sites[site] = scaled[generator, a]
-        if b != 0:
+        if site in lane_sites:
+            lanes[site] = (scaled[generator, a], b)
+        elif b != 0:
             offset = UOp.const(dtypes.index, b)
             value = UOp(Ops.ADD, (scaled[generator, a], offset))
             computed[value] = [offset, value]
@@ -315,8 +350,32 @@ def _shared_linear(members: list[UOp], generators: _Generators) -> UOp:
     for k, u in enumerate(buffers[0]):
         largest = max(member_buffers[k].arg.size for member_buffers in buffers)
         resized[u] = u.replace(arg=replace(u.arg, size=largest)) if largest != u.arg.size else u
-    instructions = _rebuilt(first.src, sites, computed, resized, reads)
+    instructions = _rebuilt(first.src, sites, computed, resized, reads, lanes)
     return UOp(Ops.LINEAR, instructions, f"{first.arg}_shared")
+
+
+def _nested_lane_sites(first: UOp, generators: _Generators) -> set[tuple[int, int]]:
+    """The varying lane sites (:func:`_contiguous_lanes`, as ``(ordinal, slot)``) that may be
+    rebuilt as ``(value + a * generator) + b`` (:func:`_rebuilt`): the lanes that add the same
+    multiple to the same value share that sum, computed just before the first of them, so every
+    other must sit in that one's scope or deeper."""
+    instructions = first.src
+    ordinal = _ordinals(instructions)
+    scopes = open_scopes(instructions)
+    sharing: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # the sum -> its lanes' sites
+    for index, slot in sorted(_contiguous_lanes(instructions)[0]):
+        site = (ordinal[index], slot)
+        if site in generators.affine:
+            generator, a, _ = generators.affine[site]
+            lane = instructions[index]
+            others = tuple(id(operand) for other, operand in enumerate(lane.src) if other != slot)
+            sharing[lane.op, slot, others, generator, a].append((index, slot))
+    nested = set()
+    for members in sharing.values():
+        first_scope = scopes[members[0][0]]
+        if all(scopes[index][: len(first_scope)] == first_scope for index, _ in members):
+            nested.update((ordinal[index], slot) for index, slot in members)
+    return nested
 
 
 def _resized_param(param: UOp, members: list[UOp]) -> UOp:
@@ -360,12 +419,16 @@ def _rebuilt(
     computed: dict[UOp, list[UOp]],
     resized: dict[UOp, UOp],
     reads: list[UOp],
+    lanes: dict[tuple[int, int], tuple[UOp, int]],
 ) -> tuple[UOp, ...]:
     """The instructions with the constant at each varying use site (``(ordinal, slot)``,
     :func:`_site_values`) replaced by its ``sites`` instruction (the ``computed`` ones placed by
     :func:`_placements`), each PARAM or BUFFER by its ``resized`` one, and the index constants no
     instruction uses any more left out; ``reads`` go before the first instruction that is not a
-    PARAM, a BUFFER or a CONST (the kernel's declarations)."""
+    PARAM, a BUFFER or a CONST (the kernel's declarations).  A lane of a contiguous vector index
+    whose site is in ``lanes`` (``(a * generator, b)``) becomes the lane's value with ``a *
+    generator`` in place of the constant, plus ``b``: the lanes of one vector share the first
+    part and differ by constants, as in each member."""
     ordinal = _ordinals(instructions)
     replaced: dict[int, dict[int, UOp]] = defaultdict(dict)  # position -> operand slot -> value
     uses: dict[UOp, list[int]] = defaultdict(list)
@@ -379,27 +442,50 @@ def _rebuilt(
     placements = _placements(instructions, uses)
     new: dict[UOp, UOp] = dict(resized)
     out: list[UOp] = []
-    placed = False
+    emitted: set[UOp] = set()
+
+    def emit(*values: UOp) -> None:
+        for value in values:
+            if value not in emitted:
+                emitted.add(value)
+                out.append(value)
+
     for index, u in enumerate(instructions):
-        if not placed and u.op not in (Ops.PARAM, Ops.BUFFER, Ops.CONST):
-            out += reads
-            placed = True
+        if reads and u.op not in (Ops.PARAM, Ops.BUFFER, Ops.CONST):
+            emit(*reads)
+            reads = []
         for value in placements.get(index, []):
-            out += computed[value]
+            emit(*computed[value])
         given = replaced.get(index, {})
         operands = tuple(given.get(slot, new.get(operand, operand)) for slot, operand in enumerate(u.src))
-        if u in resized:
+        at = ordinal.get(index)
+        lane_slot = next((slot for slot in given if (at, slot) in lanes), None)
+        if lane_slot is not None:
+            *parts, rebuilt = _lane_rebuilt(u, operands, lane_slot, *lanes[at, lane_slot])
+            emit(*parts)
+        elif u in resized:
             rebuilt = resized[u]
         elif any(new_operand is not operand for new_operand, operand in zip(operands, u.src)):
             rebuilt = u.replace(src=operands)
         else:
             rebuilt = u
         new[u] = rebuilt
-        out.append(rebuilt)
-    if not placed:
-        out += reads
+        emit(rebuilt)
+    emit(*reads)
     used = {operand for u in out for operand in u.src}
     return tuple(u for u in out if not _is_index_constant(u) or u in used)
+
+
+def _lane_rebuilt(lane: UOp, operands: tuple[UOp, ...], slot: int, scaled: UOp, offset: int) -> list[UOp]:
+    """The instructions of a contiguous vector's lane whose constant (at ``slot``) is ``scaled +
+    offset`` in the shared program: the lane with ``scaled`` in the constant's place (the same
+    instruction for every lane of the vector), then, unless ``offset`` is 0, its constant and the
+    sum (the last instruction is the lane's value)."""
+    value = lane.replace(src=(*operands[:slot], scaled, *operands[slot + 1 :]))
+    if offset == 0:
+        return [value]
+    constant = UOp.const(dtypes.index, offset)
+    return [value, constant, UOp(Ops.ADD, (value, constant))]
 
 
 # ---------------------------------------------------------------------------------------------
