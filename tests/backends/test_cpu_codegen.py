@@ -298,3 +298,47 @@ def test_opencl_on_a_cpu_device_gets_register_tiles_and_a_gpu_gets_workgroups() 
         [uv.Tensor(a) @ uv.Tensor(b)], backend="cuda", opts="heuristic", build=False
     ).kernels[0]
     assert any(axis_type is AxisType.LOCAL for _, axis_type in cuda_kernel.axes), cuda_kernel.name
+
+
+def _convolution(channels_in: int, channels_out: int, size: int, window: int, seed: int):
+    """A convolution graph (padding keeps the size), its weights and input, and numpy's output."""
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    rng = np.random.default_rng(seed)
+    pad = window // 2
+    text = f"""version 1.0;
+graph G( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [1, {channels_in}, {size}, {size}]);
+    w = variable<scalar>(shape = [{channels_out}, {channels_in}, {window}, {window}], label = 'w');
+    y = conv(x, w, 0.0, padding = [({pad}, {pad}), ({pad}, {pad})]);
+}}
+"""
+    w = rng.standard_normal((channels_out, channels_in, window, window)).astype(np.float32)
+    x = rng.standard_normal((1, channels_in, size, size)).astype(np.float32)
+    padded = np.pad(x[0].astype(np.float64), ((0, 0), (pad, pad), (pad, pad)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (window, window), axis=(1, 2))
+    expected = np.einsum("chwij,ocij->ohw", windows, w.astype(np.float64))[None]
+    return loads_nnef1(text, {"w": w}), x, expected
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "channels_in, channels_out, size, window, gcse_off",
+    [(32, 64, 14, 3, True), (16, 32, 14, 5, True), (32, 64, 7, 3, True), (64, 64, 14, 1, False)],
+)
+def test_window_tiles_of_seven_positions_compile_without_gccs_global_cse(
+    channels_in, channels_out, size, window, gcse_off
+) -> None:
+    # a 3x3 or 5x5 convolution's 7-position register tile: GCC's global CSE keeps the inputs that
+    # consecutive window steps share live across the unrolled steps and spills an accumulator, so
+    # the source turns that pass off; a 1x1 convolution's tile keeps it
+    from uopviz.backends.c import NO_GCSE_PRAGMA
+
+    graph, x, expected = _convolution(channels_in, channels_out, size, window, seed=window + size)
+    program = graph.compile("c", opts="heuristic", progress=False)
+    (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+    assert (NO_GCSE_PRAGMA in conv.source) == gcse_off, conv.kernel.name
+    assert all(NO_GCSE_PRAGMA not in item.source for item in program.items if item is not conv)
+    out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)

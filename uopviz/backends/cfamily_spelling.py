@@ -56,6 +56,7 @@ class CRendering(Protocol):
     """What the spelling records into the rendering in progress
     (:class:`~uopviz.backends.cfamily_state.CFamilyRenderState`) and asks of it."""
 
+    linear: UOp  # the LINEAR program being rendered
     typedefs: dict[str, str]  # the vector types used, each declared once
     helpers: dict[str, str]  # the helper functions used, each defined once
     top_lines: list[str]  # declarations hoisted to the top of the function
@@ -785,7 +786,13 @@ class CSpelling:
     def assemble(self, state: CRendering, signature: str, body: list[str], meta: KernelMeta) -> str:
         """The whole source file from its parts."""
         out = [f"{self.dialect.comment} {meta.to_comment_text()}", *self.includes()]
+        out += self.directives(state)
         out += list(state.typedefs.values())
         out += list(state.helpers.values())
         out += [signature + " {", *state.top_lines, *body, "}", ""]
         return "\n".join(out)
+
+    def directives(self, state: CRendering) -> list[str]:
+        """Compiler directives after the includes, for the helpers and the kernel alike (a helper
+        compiled with other options than its caller may not be inlined); none by default."""
+        return []
