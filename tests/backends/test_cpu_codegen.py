@@ -342,3 +342,35 @@ def test_window_tiles_of_seven_positions_compile_without_gccs_global_cse(
     assert all(NO_GCSE_PRAGMA not in item.source for item in program.items if item is not conv)
     out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_c
+@pytest.mark.parametrize("size, channels", [(28, 16), (13, 3), (30, 8)])
+def test_a_padded_copy_compiles_with_gccs_loop_if_conversion(size, channels) -> None:
+    # a max pool's -inf padded copy of its input reads under a gate, with no reduction: GCC
+    # vectorises it only with loop if-conversion, which the C backend's flags turn off for the
+    # reductions that GCC 12.2 miscompiled with it; the pool itself keeps it off
+    from uopviz.backends.c import IF_CONVERSION_PRAGMA
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    text = f"""version 1.0;
+graph G( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [1, {channels}, {size}, {size}]);
+    y = max_pool(x, size = [1, 1, 3, 3], stride = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (1, 1), (1, 1)],
+                 border = 'ignore');
+}}
+"""
+    graph = loads_nnef1(text, {})
+    program = graph.compile("c", opts="heuristic", progress=False)
+    copies = [item for item in program.items if item.kernel.name.startswith("E_")]
+    pools = [item for item in program.items if item.kernel.name.startswith("r_")]
+    assert copies and pools
+    assert all(IF_CONVERSION_PRAGMA in item.source for item in copies)
+    assert all(IF_CONVERSION_PRAGMA not in item.source for item in pools)
+    x = np.random.default_rng(size).standard_normal((1, channels, size, size)).astype(np.float32)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    expected = windows.max(axis=(4, 5))
+    out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
+    np.testing.assert_array_equal(out, expected)
