@@ -36,3 +36,6 @@ def test_a_stride_2_row_is_read_as_two_loads_and_a_shuffle(backend, target, chan
     if lanes and lanes[-1] in (4, 8, 16):
         assert ("__builtin_shufflevector(low, high, 0, 2" in source) if backend == "c" else \
             ("shufflevector" in source and "i32 0, i32 2" in source)
+    if backend == "c" and "float32x8 low" in source:  # AVX: within each 128-bit half, then the pairs
+        assert "pairs = __builtin_shufflevector(low, high, 0, 2, 9, 11, 4, 6, 13, 15);" in source
+        assert "= __builtin_shufflevector(pairs, pairs, 0, 1, 4, 5, 2, 3, 6, 7);" in source
