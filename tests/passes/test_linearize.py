@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from stage_text import check_stage
 
 from uopviz.core.ops import Ops
@@ -148,3 +149,70 @@ def test_linearize_places_loads_used_after_a_loop_after_it() -> None:
     loads = [u for u in linear.src if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
     slots = {load.src[0].src[0].arg.slot: place[load] for load in loads}
     assert slots[0] < place[end] < slots[2]
+
+
+def _conv_batch_norm(channels: int, size: int, rng):
+    """A 3x3 convolution, its batch normalization and a relu (NNEF text), its variables and numpy's output."""
+    import numpy as np
+
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    text = f"""version 1.0;
+graph G( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [1, {channels}, {size}, {size}]);
+    w = variable<scalar>(shape = [{channels}, {channels}, 3, 3], label = 'w');
+    mean = variable<scalar>(shape = [1, {channels}], label = 'mean');
+    variance = variable<scalar>(shape = [1, {channels}], label = 'variance');
+    offset = variable<scalar>(shape = [1, {channels}], label = 'offset');
+    scale = variable<scalar>(shape = [1, {channels}], label = 'scale');
+    c = conv(x, w, 0.0, padding = [(1, 1), (1, 1)]);
+    b = batch_normalization(c, mean, variance, offset, scale, epsilon = 1e-5);
+    y = relu(b);
+}}
+"""
+    variables = {"w": rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) / channels,
+                 "mean": rng.standard_normal((1, channels)).astype(np.float32),
+                 "variance": rng.uniform(0.5, 2.0, (1, channels)).astype(np.float32),
+                 "offset": rng.standard_normal((1, channels)).astype(np.float32),
+                 "scale": rng.standard_normal((1, channels)).astype(np.float32)}  # fmt: skip
+    x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    padded = np.pad(x[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))
+    c = np.einsum("chwij,ocij->ohw", windows, variables["w"].astype(np.float64))[None]
+    per_channel = {k: variables[k].reshape(1, channels, 1, 1) for k in ("mean", "variance", "offset", "scale")}
+    b = (c - per_channel["mean"]) / np.sqrt(per_channel["variance"] + 1e-5) * per_channel["scale"]
+    return loads_nnef1(text, variables), x, np.maximum(b + per_channel["offset"], 0)
+
+
+
+@pytest.mark.parametrize("channels, size, moves", [(128, 28, True), (64, 56, True), (256, 14, False)])
+def test_a_wide_tiles_per_channel_vectors_are_loaded_after_its_reduction(channels, size, moves) -> None:
+    # a 4 positions x 16 channels tile (8 accumulators, 2 weight vectors, 4 broadcasts: 14 of AVX2's
+    # 16 registers) over a 3x3 window: its batch norm's scale and shift vectors, which depend only on
+    # the channel tile, are loaded in the tile's loop after the reduction, not held across it; a
+    # 7 x 8 tile keeps them before its loops (moved, GCC's allocation measured up to 1.4x slower)
+    import numpy as np
+
+    from uopviz.backends.linear_program import open_scopes
+
+    graph, x, expected = _conv_batch_norm(channels, size, np.random.default_rng(channels + size))
+    program = graph.compile("c", opts="heuristic", progress=False)
+    (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+    assert ("_u4_u16" in conv.kernel.name) == moves, conv.kernel.name
+    linear = conv.body.src[0] if conv.body.op is not Ops.LINEAR else conv.body
+    instructions = linear.src
+    scopes = open_scopes(instructions)
+    position = {id(u): i for i, u in enumerate(instructions)}  # (== on UOps builds a CMP_EQ)
+    reduce_loops = {i for i, u in enumerate(instructions) if u.op is Ops.RANGE and u.arg[1].name == "REDUCE"}
+    ends = [i for i, u in enumerate(instructions) if u.op is Ops.END and position[id(u.src[-1])] in reduce_loops]
+    first_reduce, last_end = min(reduce_loops), max(ends)
+    per_channel = [i for i, u in enumerate(instructions) if u.op is Ops.LOAD and u.dtype.count > 1
+                   and not reduce_loops & set(scopes[i]) and u.src[0].src[0].op is Ops.PARAM]
+    assert len(per_channel) >= (4 if moves else 2)  # 16 or 8 channels: scale and shift
+    if moves:
+        assert all(i > last_end for i in per_channel)
+    else:
+        assert all(i < first_reduce for i in per_channel)
+    out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
