@@ -374,3 +374,20 @@ graph G( x ) -> ( y )
     expected = windows.max(axis=(4, 5))
     out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
     np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("backend", [name for name in ("c", "llvm") if get(name).available()])
+@pytest.mark.parametrize("size", [13, 11, 17])
+def test_a_conv_over_rows_of_prime_width_pads_them_to_four_column_tiles(backend, size) -> None:
+    # no divisor of 13 tiles the columns: padded to 16 (the last 3 columns' loads and stores gated
+    # off), 4 columns x 16 channels, instead of a tile of channels alone
+    from uopviz.passes.optops.heuristic import PADDED_COLUMNS
+
+    graph, x, expected = _convolution(32, 64, size, 3, seed=size)
+    program = graph.compile(backend, opts="heuristic", progress=False)
+    (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+    padded = -(-size // PADDED_COLUMNS) * PADDED_COLUMNS
+    assert Opt(OptOp.PADTO, 2, padded) in conv.kernel.opts, conv.kernel.opts
+    assert (PADDED_COLUMNS, AxisType.UPCAST) in conv.kernel.axes, conv.kernel.axes
+    out = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
