@@ -161,7 +161,7 @@ def linearize(ast: UOp, name: str) -> UOp:
         deepest.nodes.append(u)
         home[u] = deepest
     sinkable = _sinkable(order)
-    _sink_loads_into_tiles(root, order, home, sinkable)
+    _sink_loads_into_tiles(order, home, sinkable)
     for block in _all_blocks(root):
         block.priority = min((priority[n] for n in _contents(block)), default=1 << 60)
     sequence: list[tuple[str, object]] = []
@@ -192,8 +192,7 @@ def _sinkable(order: Sequence[UOp]) -> frozenset[UOp]:
         and u.src[0].src[0] not in stored))
 
 
-def _sink_loads_into_tiles(root: Block, order: Sequence[UOp], home: dict[UOp, Block],
-                           sinkable: frozenset[UOp]) -> None:
+def _sink_loads_into_tiles(order: Sequence[UOp], home: dict[UOp, Block], sinkable: frozenset[UOp]) -> None:
     """A load of an input the kernel never stores to, placed in an outer loop because it depends
     on no inner one (a conv's per-channel scale, loaded once per channel tile), moves into the
     loop where all its users are when that loop holds a wide register tile's long reduction
@@ -242,6 +241,8 @@ def _sink_loads_into_tiles(root: Block, order: Sequence[UOp], home: dict[UOp, Bl
 #: the iterations of its reduction; and the loaded vectors held across it that move into its loop
 WIDE_TILE_FMAS, WIDE_TILE_WEIGHT_VECTORS, WIDE_TILE_MIN_TRIPS = 8, 2, 64
 WIDE_TILE_HELD_VECTORS = 3
+#: the most trips of a window's loop (a 7x7 filter's row); a loop of 1 is a 1x1 filter's
+WINDOW_MAX_TRIPS = 7
 
 
 def _wide_tile(block: Block) -> bool | None:
@@ -256,7 +257,7 @@ def _wide_tile(block: Block) -> bool | None:
         if bound is None or bound.op is not Ops.CONST:
             return None
         trips *= int(bound.arg[0])
-        window = window or 2 <= int(bound.arg[0]) <= 7
+        window = window or 2 <= int(bound.arg[0]) <= WINDOW_MAX_TRIPS
         block, loops = inner, [child for child in inner.children if child.kind == "loop"]
     if loops or block.kind != "loop" or trips < WIDE_TILE_MIN_TRIPS:
         return None
