@@ -51,7 +51,10 @@ def show_stage(page, player, stage: str) -> None:
                page, f"stage {stage} to be shown")
     player.click(position={"x": 5, "y": 5})
     page.keyboard.press("End")
-    at_last_step = "el => { const s = el.querySelector('input.uv-slider'); return s && s.value === s.max; }"
+    # the slider follows the position at once; the frame (graph and sources) is drawn when it
+    # arrives, and drawFrame writes its step into data-step: wait for both
+    at_last_step = ("el => { const s = el.querySelector('input.uv-slider');"
+                    " return s && s.value === s.max && el.dataset.step === s.max; }")
     page.wait_for_function(at_last_step, arg=player.element_handle(), timeout=60_000)
 
 
