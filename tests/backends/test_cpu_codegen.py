@@ -190,6 +190,31 @@ def test_llvm_prefetches_loads_that_jump_a_page_per_iteration() -> None:
     np.testing.assert_allclose(program.run()[0], a @ b, rtol=1e-3, atol=1e-3)
 
 
+PREFETCH_CALL = {"c": "__builtin_prefetch(", "llvm": "call void @llvm.prefetch.p0("}
+
+
+@pytest.mark.parametrize(
+    "backend", [pytest.param("c", marks=needs_c), pytest.param("llvm", marks=needs_llvm)]
+)
+@pytest.mark.parametrize(
+    ("channels", "size", "prefetched"), [(256, 7, True), (832, 7, True), (256, 14, False)]
+)
+def test_broadcast_inputs_stepping_a_line_per_iteration_are_prefetched(backend, channels, size, prefetched):
+    """A 1x1 convolution's register tile broadcasts a row of the input from each channel in turn:
+    at 7x7 each channel's row is 196 bytes after the last, a new cache line every iteration, and
+    the row is prefetched PREFETCH_ITERATIONS channels ahead, once for the row's 7 loads
+    (linear_program.line_prefetch_stride); at 14x14 (784 bytes) the hardware follows the stream
+    and nothing is prefetched.  Values against numpy in float64."""
+    rng = np.random.default_rng(channels + size)
+    x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    w = rng.standard_normal((64, channels, 1, 1)).astype(np.float32)
+    program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+    (kernel,) = program.kernels
+    assert kernel.source(backend).count(PREFETCH_CALL[backend]) == int(prefetched), kernel.name
+    expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-3 * np.sqrt(channels))
+
+
 # ---------------------------------------------------------------------------------------------
 # the register-tile heuristic follows the host's registers
 

@@ -455,6 +455,7 @@ class CFamilyRenderState(LinearWalk):
             self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
             return
         if dtype.count == 1 or address.offset is not None and dtype.count == 1:
+            self.prefetch_line(u, address)
             value = self.element(address, address.offset)
             self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
             return
@@ -569,6 +570,18 @@ class CFamilyRenderState(LinearWalk):
             return
         stride = linear_coefficient(address.base, loop)
         if stride is None or abs(stride) * address.dtype.scalar.itemsize < PREFETCH_MIN_STRIDE_BYTES:
+            return
+        ahead = f"{address.buffer} + {address.offset} + {PREFETCH_ITERATIONS * stride}"
+        statement = self.r.prefetch_statement(ahead)
+        if statement:
+            self.emit(statement)
+
+    def prefetch_line(self, u: UOp, address: Address) -> None:
+        """Before a scalar load that steps to a new cache line each iteration of a reduction (a
+        register tile's broadcast inputs), prefetch its line a few iterations ahead, once per
+        buffer and loop (``LinearWalk.line_to_prefetch``)."""
+        stride = self.line_to_prefetch(u) if address.offset is not None else None
+        if stride is None:
             return
         ahead = f"{address.buffer} + {address.offset} + {PREFETCH_ITERATIONS * stride}"
         statement = self.r.prefetch_statement(ahead)

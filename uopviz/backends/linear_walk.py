@@ -24,7 +24,7 @@ from uopviz.backends.base import (
     SourceMap,
     map_lines,
 )
-from uopviz.backends.linear_program import live_uops, underlying_buffer
+from uopviz.backends.linear_program import line_prefetch_stride, live_uops, underlying_buffer
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.uop import UOp
 
@@ -118,6 +118,8 @@ class LinearWalk:
         self.transposes: dict[tuple, dict[int, tuple[str, int]]] = {}
         self.use_counts = Counter(s for u in self.program for s in u.src)
         self.broadcast_only = broadcast_only_loads(self.program)
+        #: (buffer, loop) pairs whose scalar stream is prefetched already (:meth:`line_to_prefetch`)
+        self.prefetched_lines: set[tuple[UOp, UOp]] = set()
 
     # -- names and scopes ---------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -145,6 +147,20 @@ class LinearWalk:
         if key not in self.transposes:
             self.transposes[key] = self.render_transpose(rows)
         return self.transposes[key][column]
+
+    def line_to_prefetch(self, load: UOp) -> int | None:
+        """The stride (elements per iteration) to prefetch a scalar LOAD by, the first time its
+        buffer is read in the innermost open loop (``linear_program.line_prefetch_stride``); None
+        when not to (one prefetch per buffer and loop: a row of 7 broadcast inputs is one line)."""
+        loop = next((s.opener for s in reversed(self.scopes) if s.kind == "range"), None)
+        stride = line_prefetch_stride(load, loop)
+        if stride is None:
+            return None
+        key = (underlying_buffer(load.src[0].src[0]), loop)
+        if key in self.prefetched_lines:
+            return None
+        self.prefetched_lines.add(key)
+        return stride
 
     def define(self, u: UOp, name: str) -> str:
         """Name ``u``'s value, defined in the innermost open scope."""

@@ -464,7 +464,11 @@ class LLVMRenderState(LinearWalk):
         stride = linear_coefficient(base, loop)
         if stride is None or abs(stride) * itemsize < PREFETCH_MIN_STRIDE_BYTES:
             return
-        distance = PREFETCH_ITERATIONS * stride
+        self.prefetch_ahead(pointer, element, PREFETCH_ITERATIONS * stride)
+
+    def prefetch_ahead(self, pointer: str, element: str, distance: int) -> None:
+        """Prefetch (for reading, kept in every cache level) the element ``distance`` elements of
+        type ``element`` after ``pointer``."""
         ahead = self.temp("ahead", f"getelementptr {element}, ptr {pointer}, i64 {distance}")
         self.declare("llvm.prefetch.p0", "void @llvm.prefetch.p0(ptr, i32, i32, i32)")
         self.emit(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 3, i32 1)")
@@ -529,6 +533,9 @@ class LLVMRenderState(LinearWalk):
             self.masked_load(u, address)
             return
         if not gated:
+            stride = self.line_to_prefetch(u) if dtype.count == 1 else None
+            if stride is not None:
+                self.prefetch_ahead(address.pointer, memory_scalar_type(dtype), PREFETCH_ITERATIONS * stride)
             pointer = self.broadcast_base(u, address.pointer)
             raw = self.temp("val", f"load {mtype}, ptr {pointer}, align {align}")
             self.define(u, self.from_memory(raw, dtype))
