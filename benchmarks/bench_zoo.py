@@ -91,6 +91,8 @@ def _child(model: str, backend: str, batch: int = 1) -> dict:
     expected = zoo.reference(net, x)
     error = float(np.abs(out - expected).max())
     onnx_model = zoo_onnx.onnx_model(net).SerializeToString()
+    kernels = zoo_breakdown.our_kernels(graph, program, inputs)
+    nodes = zoo_breakdown.ort_nodes(onnx_model, inputs, ORT_THREADS)
     return {
         "load_s": loaded - started,
         "compile_s": compiled - loaded,
@@ -101,8 +103,9 @@ def _child(model: str, backend: str, batch: int = 1) -> dict:
         "relative_error": error / float(np.abs(expected).max()),
         "operations": len(graph.operations),
         "kernels": len(program.kernels),
-        "by_kind": zoo_breakdown.ours_by_kind(graph, program, inputs),
-        "peer_by_kind": zoo_breakdown.ort_by_kind(onnx_model, inputs, ORT_THREADS),
+        "by_kind": zoo_breakdown.by_kind(kernels),
+        "peer_by_kind": zoo_breakdown.by_kind(nodes),
+        "conv_pairs": [list(pair) for pair in zoo_breakdown.paired_convolutions(kernels, nodes)],
         "compiled": len(set(program.sources)),
         "onnxruntime": __import__("onnxruntime").__version__,
     }
@@ -512,9 +515,19 @@ def _model_rows(case: str, m: dict, batch: int) -> list[dict]:
             peer=f"{peer}, its profile",
             peer_s=sum(m["peer_by_kind"].values()),
             notes="each kernel alone vs onnxruntime's node times: "
-            + zoo_breakdown.format_breakdown(m["by_kind"], m["peer_by_kind"]),
+            + zoo_breakdown.format_breakdown(m["by_kind"], m["peer_by_kind"])
+            + _worst_pairs_note(m.get("conv_pairs", [])),
         ),
     ]
+
+
+def _worst_pairs_note(pairs: list) -> str:
+    """The convolutions we lose most time on against onnxruntime's nodes, as a note's tail ('' where
+    the two do not pair: :func:`zoo_breakdown.paired_convolutions`)."""
+    import zoo_breakdown
+
+    worst = zoo_breakdown.format_worst_pairs([tuple(pair) for pair in pairs])
+    return f"; convolutions paired in order, most behind: {worst}" if worst else ""
 
 
 def run() -> list[dict]:

@@ -11,6 +11,8 @@ convolution with the batch norm and activation fused into it is a convolution); 
 kernels (a padded input copy, the zero border of a padded buffer) are copies.
 ONNX Runtime's (:func:`ort_by_kind`): its own profile (``SessionOptions.enable_profiling``), the
 ``Node`` events of ``repeat`` runs after a warm-up, averaged per run, by operator type.
+Convolution by convolution (:func:`paired_convolutions`): our conv kernels and its conv nodes
+paired in order, where both have as many, so a row can name the convolutions we lose most on.
 """
 
 from __future__ import annotations
@@ -23,9 +25,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "format_breakdown", "ort_by_kind", "ort_kind", "our_kind", "ours_by_kind"]
+__all__ = [
+    "KINDS", "Timed", "by_kind", "format_breakdown", "format_worst_pairs", "ort_by_kind", "ort_kind",
+    "ort_nodes", "our_kernels", "our_kind", "ours_by_kind", "paired_convolutions",
+]  # fmt: skip
 
 KINDS = ("conv", "pooling", "linear", "elementwise", "copies")
+#: a kernel or node timed: its name, its kind and its seconds per inference
+Timed = tuple[str, str, float]
 
 #: Our operators by kind (the operator's name, module left off); anything else is elementwise.
 _OUR_KINDS = {
@@ -67,14 +74,14 @@ def ort_kind(op_type: str) -> str:
     return _ORT_KINDS.get(op_type, "elementwise")
 
 
-def ours_by_kind(graph: Any, program: Any, inputs: Mapping[str, Any], repeat: int = 5) -> dict[str, float]:
-    """Seconds per inference of each kind in our ``program`` of ``graph`` on ``inputs``: each
-    kernel's median time alone, bound to its arrays, summed by kind."""
+def our_kernels(graph: Any, program: Any, inputs: Mapping[str, Any], repeat: int = 5) -> list[Timed]:
+    """Each kernel of our ``program`` of ``graph`` on ``inputs``, in launch order: its name, its kind
+    and its median time alone over ``repeat`` rounds (bound to its arrays; the first round warms
+    the caches)."""
     from uopviz.nnef.program.runtime import program_inputs
 
-    totals = dict.fromkeys(KINDS, 0.0)
-    steps = [step for kind, step in program.nnef_steps if kind == "kernels"]
-    for step in steps:
+    timed: list[Timed] = []
+    for step in [step for kind, step in program.nnef_steps if kind == "kernels"]:
         bound = step.bind(program_inputs(graph, step, inputs))
         kinds = [
             our_kind(lowered, item.kernel)
@@ -86,20 +93,23 @@ def ours_by_kind(graph: Any, program: Any, inputs: Mapping[str, Any], repeat: in
                 elapsed = launch.run()
                 if round_index:
                     seconds.append(elapsed)
-        for kind, seconds in zip(kinds, samples, strict=True):
-            totals[kind] += statistics.median(seconds)
-    return totals
+        timed += [(item.kernel.name, kind, statistics.median(seconds))
+                  for item, kind, seconds in zip(step.items, kinds, samples, strict=True)]  # fmt: skip
+    return timed
 
 
-def ort_by_kind(
-    model: bytes | str, inputs: Mapping[str, Any], threads: int, repeat: int = 5
-) -> dict[str, float]:
-    """Seconds per inference of each kind in ONNX Runtime's CPU session of ``model`` (bytes or a
-    file) with ``threads`` intra-op threads: its profile's node times over ``repeat`` runs after a
-    warm-up run, per run."""
+def ours_by_kind(graph: Any, program: Any, inputs: Mapping[str, Any], repeat: int = 5) -> dict[str, float]:
+    """Seconds per inference of each kind in our ``program`` of ``graph`` on ``inputs``: each
+    kernel's median time alone (:func:`our_kernels`), summed by kind."""
+    return by_kind(our_kernels(graph, program, inputs, repeat))
+
+
+def ort_nodes(model: bytes | str, inputs: Mapping[str, Any], threads: int, repeat: int = 5) -> list[Timed]:
+    """Each node of ONNX Runtime's CPU session of ``model`` (bytes or a file) with ``threads``
+    intra-op threads, in run order: its name, its kind and its seconds per run, from the
+    profile's node times over ``repeat`` runs after a warm-up run."""
     import onnxruntime
 
-    totals = dict.fromkeys(KINDS, 0.0)
     with tempfile.TemporaryDirectory(prefix="uopviz-ort-profile-") as folder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
@@ -110,9 +120,50 @@ def ort_by_kind(
             session.run(None, dict(inputs))
         events = _node_events(Path(session.end_profiling()))
     per_run = len(events) // (repeat + 1)  # every run runs the same nodes: the warm-up's come first
+    seconds: dict[str, float] = {}
+    kinds: dict[str, str] = {}
     for event in events[per_run:]:
-        totals[ort_kind(event["args"].get("op_name", ""))] += event["dur"] * 1e-6 / repeat
+        name = event["name"].removesuffix("_kernel_time")
+        seconds[name] = seconds.get(name, 0.0) + event["dur"] * 1e-6 / repeat
+        kinds[name] = ort_kind(event["args"].get("op_name", ""))
+    return [(name, kinds[name], total) for name, total in seconds.items()]
+
+
+def ort_by_kind(
+    model: bytes | str, inputs: Mapping[str, Any], threads: int, repeat: int = 5
+) -> dict[str, float]:
+    """Seconds per inference of each kind in ONNX Runtime's CPU session of ``model`` (its node
+    times, :func:`ort_nodes`), summed by kind."""
+    return by_kind(ort_nodes(model, inputs, threads, repeat))
+
+
+def by_kind(timed: list[Timed]) -> dict[str, float]:
+    """The seconds of ``timed`` (kernels or nodes) summed by kind, every kind listed."""
+    totals = dict.fromkeys(KINDS, 0.0)
+    for _, kind, seconds in timed:
+        totals[kind] += seconds
     return totals
+
+
+def paired_convolutions(ours: list[Timed], theirs: list[Timed]) -> list[tuple[str, str, float, float]]:
+    """Our convolution kernels and ONNX Runtime's convolution nodes paired in order: ``(our kernel,
+    its node, our seconds, its seconds)``.  Both run a network's convolutions in the graph's order,
+    one kernel or node each with what is fused into it, so the i-th of one is the i-th of the
+    other where both have as many; none where they do not (a convolution fused into another's
+    kernel on one side: ResNet-50's downsampling branch in its residual sum)."""
+    mine = [(name, seconds) for name, kind, seconds in ours if kind == "conv"]
+    peer = [(name, seconds) for name, kind, seconds in theirs if kind == "conv"]
+    if len(mine) != len(peer):
+        return []
+    return [(a, b, ta, tb) for (a, ta), (b, tb) in zip(mine, peer)]
+
+
+def format_worst_pairs(pairs: list[tuple[str, str, float, float]], count: int = 3) -> str:
+    """``conv 7 r_t2_... 0.78 ms (onnxruntime's node 0.39)``: the ``count`` pairs we lose most time
+    on, worst first; '' without pairs."""
+    positions = sorted(range(len(pairs)), key=lambda i: pairs[i][3] - pairs[i][2])[:count]
+    return ", ".join(f"conv {i} {pairs[i][0]} {pairs[i][2] * 1e3:.3f} ms (onnxruntime's node "
+                     f"{pairs[i][3] * 1e3:.3f})" for i in positions)  # fmt: skip
 
 
 def _node_events(profile: Path) -> list[dict]:

@@ -98,3 +98,33 @@ def test_batch_eight_rows_are_for_the_batched_models(monkeypatch):
     monkeypatch.setenv("UOPVIZ_ZOO_BATCH", "8")
     monkeypatch.setenv("UOPVIZ_ZOO_BATCHED", "alexnet")
     assert bench_zoo._batches(["alexnet", "resnet50"]) == [("alexnet", 8)]
+
+
+def test_convolutions_pair_in_order_only_where_both_have_as_many():
+    ours = [("r_a", "conv", 0.004), ("E_pad", "copies", 0.001), ("r_b", "conv", 0.002),
+            ("r_fc", "linear", 1e-4)]
+    theirs = [("conv1", "conv", 0.001), ("relu1", "elementwise", 1e-5), ("conv2", "conv", 0.003)]
+    pairs = zoo_breakdown.paired_convolutions(ours, theirs)
+    assert pairs == [("r_a", "conv1", 0.004, 0.001), ("r_b", "conv2", 0.002, 0.003)]
+    worst = zoo_breakdown.format_worst_pairs(pairs, count=1)
+    assert worst == "conv 0 r_a 4.000 ms (onnxruntime's node 1.000)"
+    assert zoo_breakdown.paired_convolutions(ours, theirs[:2]) == []  # a fused convolution on one side
+    assert zoo_breakdown.format_worst_pairs([]) == ""
+    assert zoo_breakdown.by_kind(ours) == {"conv": 0.006, "pooling": 0.0, "linear": 1e-4, "elementwise": 0.0,
+                                           "copies": 0.001}  # fmt: skip
+
+
+def test_a_small_mobilenets_convolutions_pair_with_onnx_runtimes_nodes(mobilenet):
+    """Each of our conv kernels (depthwise and 1x1, batch norm and clamp fused) against the node
+    ONNX Runtime runs for the same convolution: as many of each, in the graph's order."""
+    pytest.importorskip("onnxruntime", reason="ONNX Runtime's profile needs the onnxruntime package")
+    import zoo_onnx
+
+    net, graph, program, inputs = mobilenet
+    kernels = zoo_breakdown.our_kernels(graph, program, inputs, repeat=2)
+    assert [name for name, _, _ in kernels] == [kernel.name for kernel in program.kernels]
+    nodes = zoo_breakdown.ort_nodes(zoo_onnx.onnx_model(net).SerializeToString(), inputs, threads=1, repeat=2)
+    pairs = zoo_breakdown.paired_convolutions(kernels, nodes)
+    assert len(pairs) == sum(op.type == "nn.conv" for op in graph.operations)
+    assert all(ours > 0 and theirs > 0 for _, _, ours, theirs in pairs)
+    assert zoo_breakdown.by_kind(kernels)["conv"] == pytest.approx(sum(pair[2] for pair in pairs))
