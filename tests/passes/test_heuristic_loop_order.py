@@ -100,7 +100,7 @@ def test_a_batch_of_images_keeps_its_rows_outside_its_column_strips(
     monkeypatch, backend, batch, cin, cout, size
 ):
     """A staged 1x1 convolution of a batch moves its channel tiles inside the image's rows and
-    column strips without reversing those two (heuristic._moved_inside): the loops run batch,
+    column strips without reversing those two (heuristic._swapped_with_next): the loops run batch,
     rows, column strips, channel tiles, as they do for one image, so each output row is finished
     a strip after another.  One SWAP of channels and columns had put the strips outside the rows
     (ResNet-50 at batch 8, C, AVX2: those convolutions 0.89-0.98x with the rows outside).  Two

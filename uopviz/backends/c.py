@@ -30,7 +30,7 @@ from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import C_COMPARISONS, CDialect
 from uopviz.backends.cfamily_spelling import CRendering
 from uopviz.backends.cpu_runtime import CPUCompiledKernel, CPULaunch, load_function
-from uopviz.backends.linear_program import power_of_two
+from uopviz.backends.linear_program import WINDOW_MAX_TRIPS, power_of_two
 from uopviz.backends.toolchain import (
     C_FLAGS,
     GCC_WORKAROUND_FLAG,
@@ -104,9 +104,9 @@ C_DIALECT = CDialect(
 
 #: GCC only (clang has no such pragma): the functions after it are compiled without ``-fgcse``
 NO_GCSE_PRAGMA = '#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize ("no-gcse")\n#endif'
-#: a window loop GCC unrolls whole (a 3x3 or 5x5 convolution's kx), with at least this many
-#: broadcast inputs in its body (a register tile of 7 positions)
-GCSE_WINDOW_MAX_TRIPS, GCSE_MIN_BROADCASTS = 7, 7
+#: a window loop GCC unrolls whole (a 3x3 or 5x5 convolution's kx, of at most WINDOW_MAX_TRIPS
+#: trips), with at least this many broadcast inputs in its body (a register tile of 7 positions)
+GCSE_MIN_BROADCASTS = 7
 
 
 def gcse_spills_tile(linear: UOp) -> bool:
@@ -122,7 +122,7 @@ def gcse_spills_tile(linear: UOp) -> bool:
     for start, u in enumerate(instructions):
         if u.op is not Ops.RANGE or u.src[0].op is not Ops.CONST:
             continue
-        if not 2 <= int(u.src[0].arg[0]) <= GCSE_WINDOW_MAX_TRIPS:
+        if not 2 <= int(u.src[0].arg[0]) <= WINDOW_MAX_TRIPS:
             continue
         broadcasts = set()
         for inner in instructions[start + 1 :]:

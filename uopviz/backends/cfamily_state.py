@@ -565,24 +565,25 @@ class CFamilyRenderState(LinearWalk):
         1024, 34 → 52 GFLOP/s on one core)."""
         if address.base is None or address.buffer_uop.op is not Ops.PARAM:
             return
-        loop = next((scope.opener for scope in reversed(self.scopes) if scope.kind == "range"), None)
+        loop = self.innermost_loop()
         if loop is None:
             return
         stride = linear_coefficient(address.base, loop)
         if stride is None or abs(stride) * address.dtype.scalar.itemsize < PREFETCH_MIN_STRIDE_BYTES:
             return
-        ahead = f"{address.buffer} + {address.offset} + {PREFETCH_ITERATIONS * stride}"
-        statement = self.r.prefetch_statement(ahead)
-        if statement:
-            self.emit(statement)
+        self.prefetch_ahead(address, stride)
 
     def prefetch_line(self, u: UOp, address: Address) -> None:
         """Before a scalar load that steps to a new cache line each iteration of a reduction (a
         register tile's broadcast inputs), prefetch its line a few iterations ahead, once per
         buffer and loop (``LinearWalk.line_to_prefetch``)."""
         stride = self.line_to_prefetch(u) if address.offset is not None else None
-        if stride is None:
-            return
+        if stride is not None:
+            self.prefetch_ahead(address, stride)
+
+    def prefetch_ahead(self, address: Address, stride: int) -> None:
+        """Prefetch what ``address`` reads PREFETCH_ITERATIONS iterations of a loop ahead, where it
+        steps ``stride`` elements an iteration (where the dialect has a prefetch)."""
         ahead = f"{address.buffer} + {address.offset} + {PREFETCH_ITERATIONS * stride}"
         statement = self.r.prefetch_statement(ahead)
         if statement:

@@ -18,6 +18,9 @@ def underlying_buffer(u: UOp) -> UOp:
     return u
 
 
+#: the most trips of a window's loop (a 7x7 filter's row); a loop of 1 is a 1x1 filter's
+WINDOW_MAX_TRIPS = 7
+
 PREFETCH_MIN_STRIDE_BYTES = 1024
 PREFETCH_ITERATIONS = 8  # measured on gemm 1024: 4 → 50.8, 8 → 52.4, 16 → 51.2, 32 → 46.1 GFLOP/s
 #: a scalar load in a reduction loop that steps to a new cache line each iteration, but by less

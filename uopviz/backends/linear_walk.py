@@ -148,11 +148,15 @@ class LinearWalk:
             self.transposes[key] = self.render_transpose(rows)
         return self.transposes[key][column]
 
+    def innermost_loop(self) -> UOp | None:
+        """The RANGE of the innermost loop open where the walk is (None outside every loop)."""
+        return next((s.opener for s in reversed(self.scopes) if s.kind == "range"), None)
+
     def line_to_prefetch(self, load: UOp) -> int | None:
         """The stride (elements per iteration) to prefetch a scalar LOAD by, the first time its
         buffer is read in the innermost open loop (``linear_program.line_prefetch_stride``); None
         when not to (one prefetch per buffer and loop: a row of 7 broadcast inputs is one line)."""
-        loop = next((s.opener for s in reversed(self.scopes) if s.kind == "range"), None)
+        loop = self.innermost_loop()
         stride = line_prefetch_stride(load, loop)
         if stride is None:
             return None

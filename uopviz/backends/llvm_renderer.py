@@ -451,14 +451,7 @@ class LLVMRenderState(LinearWalk):
     def prefetch(self, pointer: str, element: str, base: UOp, itemsize: int) -> None:
         """Prefetch a few iterations ahead of a contiguous access that jumps a kilobyte or more per
         iteration of its loop (the C backend's rule, see ``cfamily_state.CFamilyRenderState.prefetch``)."""
-        loop = next(
-            (
-                scope.opener
-                for scope in reversed(self.scopes)
-                if scope.opener is not None and scope.opener.op is Ops.RANGE
-            ),
-            None,
-        )
+        loop = self.innermost_loop()
         if loop is None:
             return
         stride = linear_coefficient(base, loop)

@@ -21,6 +21,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from uopviz.backends.linear_program import WINDOW_MAX_TRIPS
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat
@@ -241,8 +242,6 @@ def _sink_loads_into_tiles(order: Sequence[UOp], home: dict[UOp, Block], sinkabl
 #: the iterations of its reduction; and the loaded vectors held across it that move into its loop
 WIDE_TILE_FMAS, WIDE_TILE_WEIGHT_VECTORS, WIDE_TILE_MIN_TRIPS = 8, 2, 64
 WIDE_TILE_HELD_VECTORS = 3
-#: the most trips of a window's loop (a 7x7 filter's row); a loop of 1 is a 1x1 filter's
-WINDOW_MAX_TRIPS = 7
 
 
 def _wide_tile(block: Block) -> bool | None:

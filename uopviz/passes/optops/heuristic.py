@@ -499,33 +499,31 @@ def _order_for_staging(kernel: Kernel) -> Kernel:
     if _stages(kernel) or _short_reduction(kernel):
         return kernel
     count = len(_globals(kernel))
-    for i in range(count):
-        for j in range(i + 1, count):
-            moved = _moved_inside(kernel, i, j)
-            if moved is not kernel and _stages(moved):
+    for position in range(count):
+        moved = kernel  # the axis at `position` moved inside one neighbour at a time
+        for step in range(position, count - 1):
+            moved = _swapped_with_next(moved, step)
+            if moved is None:
+                break
+            if _stages(moved):
                 return moved
     return kernel
 
 
-def _moved_inside(kernel: Kernel, position: int, target: int) -> Kernel:
-    """The kernel with its GLOBAL axis at ``position`` (among the GLOBAL axes) moved to ``target``,
-    the axes between keeping their order (one SWAP with each next neighbour).  One SWAP of the two
-    would reverse the loops between them as well: a batch of images tiled by columns and staged
-    by channels kept its column strips outside its rows (each output row written a strip at a time
-    from 28 rows at once); ``kernel`` itself where a SWAP does not apply.  Each changed kernel
-    against the one SWAP's, in one process on the model's arrays (C, AMD EPYC, AVX2, 2 cores):
-    ResNet-50 at batch 8, its 1x1 convolutions at 56x56 and 28x28 0.89-0.94x, at 14x14 0.98-1.00x
-    (218 -> 206 ms); at batch 1, where the threads now split the rows instead of two column
-    strips, the 1x1 convolutions at 14x14 of ResNet-50 0.87-0.98x, DenseNet-121 0.84-0.95x,
-    Inception-v1 0.88-1.01x (LLVM 0.95-1.03x)."""
-    moved = kernel
-    for step in range(position, target):
-        axes = _globals(moved)
-        swapped = _try(moved, Opt(OptOp.SWAP, _axis_of(moved, axes[step]), _axis_of(moved, axes[step + 1])))
-        if swapped is moved:
-            return kernel
-        moved = swapped
-    return moved
+def _swapped_with_next(kernel: Kernel, step: int) -> Kernel | None:
+    """The kernel with its GLOBAL axes at ``step`` and ``step + 1`` (among the GLOBAL axes) swapped;
+    None where the SWAP does not apply.  An axis moves inside by such steps, the axes it passes
+    keeping their order: one SWAP of it with a farther axis would reverse the loops between as
+    well, and a batch of images tiled by columns and staged by channels kept its column strips
+    outside its rows (each output row written a strip at a time from 28 rows at once).  Each
+    changed kernel against the one SWAP's, in one process on the model's arrays (C, AMD EPYC,
+    AVX2, 2 cores): ResNet-50 at batch 8, its 1x1 convolutions at 56x56 and 28x28 0.89-0.94x, at
+    14x14 0.98-1.00x (218 -> 206 ms); at batch 1, where the threads now split the rows instead of
+    two column strips, the 1x1 convolutions at 14x14 of ResNet-50 0.87-0.98x, DenseNet-121
+    0.84-0.95x, Inception-v1 0.88-1.01x (LLVM 0.95-1.03x)."""
+    axes = _globals(kernel)
+    swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, axes[step]), _axis_of(kernel, axes[step + 1])))
+    return None if swapped is kernel else swapped
 
 
 #: kernels of fewer iterations (all axes, lanes included) run on one core: waking the others costs
