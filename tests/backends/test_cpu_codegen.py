@@ -4,6 +4,8 @@ computes (against numpy and the Python interpreter on random inputs of several s
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from cpu_targets import target_params
@@ -372,6 +374,75 @@ def test_window_tiles_of_seven_positions_compile_without_gccs_global_cse(
     assert ("_u7_u8" in conv.kernel.name) == gcse_off, conv.kernel.name
     assert (NO_GCSE_PRAGMA in conv.source) == gcse_off, conv.kernel.name
     assert all(NO_GCSE_PRAGMA not in item.source for item in program.items if item is not conv)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_c
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize(
+    "channels_in, channels_out, size, window, unrolled",
+    [(64, 64, 14, 1, True), (96, 32, 7, 1, True), (16, 64, 14, 1, False), (32, 64, 14, 3, False)],
+)
+def test_a_one_by_one_convolutions_register_tile_compiles_with_gccs_loop_unrolling(
+    target, channels_in, channels_out, size, window, unrolled
+) -> None:
+    # the tile's reduction over the input channels (24 or more, each trip broadcasting the inputs of
+    # 4 or 7 positions against one or two weight vectors) runs unrolled, as LLVM unrolls it; fewer
+    # channels, a 3x3 convolution (whose innermost loop is its window's row) and SSE's tiles of
+    # 4-lane vectors (x86-64-v2) keep GCC's default
+    from uopviz.backends.c import UNROLL_LOOPS_PRAGMA
+
+    graph, x, expected = _convolution(channels_in, channels_out, size, window, seed=channels_in + size)
+    with using_target(target):
+        program = graph.compile("c", opts="heuristic", progress=False)
+        out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
+    (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+    assert re.search(r"_u\d+_u\d+$", conv.kernel.name), conv.kernel.name  # a register tile
+    assert (UNROLL_LOOPS_PRAGMA in conv.source) == (unrolled and target == "x86-64-v3"), conv.kernel.name
+    assert all(UNROLL_LOOPS_PRAGMA not in item.source for item in program.items if item is not conv)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_c
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+def test_kernels_reading_their_trip_counts_at_run_time_are_not_unrolled(monkeypatch, target) -> None:
+    # a dense block's 1x1 convolutions differ only in their channel count and share one compiled
+    # kernel that reads it at run time: GCC's unrolled loop of unknown trips ran 1.5-1.9x slower
+    from uopviz.backends.c import UNROLL_LOOPS_PRAGMA, CBackend
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+    from uopviz.passes.extent_sharing import ExtentBoundKernel
+
+    rng = np.random.default_rng(7)
+    layers, first, growth, size = 3, 64, 32, 14
+    weights = {f"w{k}": rng.standard_normal((growth, first + k * growth, 1, 1)).astype(np.float32)
+               for k in range(layers)}  # fmt: skip
+    body = "".join(
+        f"    w{k} = variable<scalar>(shape = [{growth}, {first + k * growth}, 1, 1], label = 'w{k}');\n"
+        f"    c{k} = conv(relu(x{k}), w{k}, 0.0);\n    x{k + 1} = concat([x{k}, c{k}], axis = 1);\n"
+        for k in range(layers)
+    )
+    text = (f"version 1.0;\ngraph Dense( x0 ) -> ( x{layers} )\n{{\n"
+            f"    x0 = external<scalar>(shape = [1, {first}, {size}, {size}]);\n{body}}}\n")
+    graph = loads_nnef1(text, weights)
+    with using_target(target):
+        program = graph.compile("c", opts="heuristic", progress=False)
+        x = rng.standard_normal((1, first, size, size)).astype(np.float32)
+        out = graph.run({"x0": x}, backend="c", opts="heuristic")[f"x{layers}"]
+    shared = [item for item in program.items
+              if isinstance(item.compiled, ExtentBoundKernel) and item.kernel.name.startswith("r_")]
+    assert len(shared) == layers
+    assert all(UNROLL_LOOPS_PRAGMA not in item.source for item in shared)
+    # each layer compiled alone, with its own constants, is unrolled
+    monkeypatch.setattr(CBackend, "shares_extents", False)
+    with using_target(target):
+        alone = graph.compile("c", opts="heuristic", progress=False, build=False)
+    convolutions = [item for item in alone.items if item.kernel.name.startswith("r_")]
+    assert len(convolutions) == layers
+    assert all(UNROLL_LOOPS_PRAGMA in item.source for item in convolutions)
+    expected = x.astype(np.float64)
+    for k in range(layers):
+        w = weights[f"w{k}"][:, :, 0, 0].astype(np.float64)
+        expected = np.concatenate([expected, np.einsum("oc,nchw->nohw", w, np.maximum(expected, 0))], axis=1)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
