@@ -351,6 +351,19 @@ graph G( x ) -> ( y )
     return loads_nnef1(text, {"w": w}), x, expected
 
 
+def _compiled_convolution(
+    target: str, channels_in: int, channels_out: int, size: int, window: int, seed: int
+):
+    """:func:`_convolution` compiled for C under ``target`` with the heuristic and run: the program,
+    its one conv kernel's item, the output and numpy's."""
+    graph, x, expected = _convolution(channels_in, channels_out, size, window, seed=seed)
+    with using_target(target):
+        program = graph.compile("c", opts="heuristic", progress=False)
+        out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
+    (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+    return program, conv, out, expected
+
+
 @needs_c
 @pytest.mark.parametrize("target", target_params("x86-64-v3"))
 @pytest.mark.parametrize(
@@ -366,11 +379,9 @@ def test_window_tiles_of_seven_positions_compile_without_gccs_global_cse(
     # that pass off; a 1x1 convolution's tile keeps it
     from uopviz.backends.c import NO_GCSE_PRAGMA
 
-    graph, x, expected = _convolution(channels_in, channels_out, size, window, seed=window + size)
-    with using_target(target):
-        program = graph.compile("c", opts="heuristic", progress=False)
-        out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
-    (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+    program, conv, out, expected = _compiled_convolution(
+        target, channels_in, channels_out, size, window, seed=window + size
+    )
     assert ("_u7_u8" in conv.kernel.name) == gcse_off, conv.kernel.name
     assert (NO_GCSE_PRAGMA in conv.source) == gcse_off, conv.kernel.name
     assert all(NO_GCSE_PRAGMA not in item.source for item in program.items if item is not conv)
@@ -392,11 +403,9 @@ def test_a_one_by_one_convolutions_register_tile_compiles_with_gccs_loop_unrolli
     # 4-lane vectors (x86-64-v2) keep GCC's default
     from uopviz.backends.c import UNROLL_LOOPS_PRAGMA
 
-    graph, x, expected = _convolution(channels_in, channels_out, size, window, seed=channels_in + size)
-    with using_target(target):
-        program = graph.compile("c", opts="heuristic", progress=False)
-        out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
-    (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+    program, conv, out, expected = _compiled_convolution(
+        target, channels_in, channels_out, size, window, seed=channels_in + size
+    )
     assert re.search(r"_u\d+_u\d+$", conv.kernel.name), conv.kernel.name  # a register tile
     assert (UNROLL_LOOPS_PRAGMA in conv.source) == (unrolled and target == "x86-64-v3"), conv.kernel.name
     assert all(UNROLL_LOOPS_PRAGMA not in item.source for item in program.items if item is not conv)
