@@ -169,28 +169,33 @@ def unrolls_tile_reduction(linear: UOp) -> bool:
     instructions = linear.src
     if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in instructions):
         return False
-    for start, u in enumerate(instructions):
-        if u.op is not Ops.RANGE or u.arg[1] is not AxisType.REDUCE:
-            continue
-        if int(u.src[0].arg[0]) < TILE_UNROLL_MIN_TRIPS:
-            continue
-        broadcasts, vector_loads = set(), set()
-        for inner in instructions[start + 1 :]:
-            if inner.op is Ops.RANGE and int(inner.src[0].arg[0]) > 1:
-                break  # a loop of its own inside: not the tile's innermost reduction
-            if inner.op is Ops.END and inner.src[-1] is u:
-                # each weight vector meets several broadcast positions (a classifier's row of
-                # weights meets one each: 1.1-1.4x slower unrolled)
-                weights = vector_loads - {b.src[0] for b in broadcasts}
-                if len(broadcasts) >= TILE_UNROLL_MIN_BROADCASTS and len(broadcasts) > len(weights):
-                    return True
-                break
-            if (_broadcast_load(inner) or _broadcast_lane(inner)) and (
-                inner.dtype.count * inner.dtype.scalar.itemsize >= TILE_UNROLL_MIN_VECTOR_BYTES
-            ):
-                broadcasts.add(inner)
-            elif _vector_load_from_memory(inner):
-                vector_loads.add(inner)
+    return any(
+        u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE and int(u.src[0].arg[0]) >= TILE_UNROLL_MIN_TRIPS
+        and _broadcasts_over_weights(instructions, start)
+        for start, u in enumerate(instructions)
+    )
+
+
+def _broadcasts_over_weights(instructions: tuple[UOp, ...], start: int) -> bool:
+    """Whether the loop opened at ``instructions[start]``, with only one-trip loops inside it,
+    broadcasts at least :data:`TILE_UNROLL_MIN_BROADCASTS` loaded scalars into vectors of
+    :data:`TILE_UNROLL_MIN_VECTOR_BYTES` or more each trip, more than the weight vectors it loads:
+    each weight vector meets several broadcast positions (a classifier's row of weights meets one
+    each, and ran 1.1-1.4x slower unrolled)."""
+    loop = instructions[start]
+    broadcasts, vector_loads = set(), set()
+    for inner in instructions[start + 1 :]:
+        if inner.op is Ops.RANGE and int(inner.src[0].arg[0]) > 1:
+            return False  # a loop of its own inside: not the tile's innermost reduction
+        if inner.op is Ops.END and inner.src[-1] is loop:
+            weights = vector_loads - {b.src[0] for b in broadcasts}
+            return len(broadcasts) >= TILE_UNROLL_MIN_BROADCASTS and len(broadcasts) > len(weights)
+        if (_broadcast_load(inner) or _broadcast_lane(inner)) and (
+            inner.dtype.count * inner.dtype.scalar.itemsize >= TILE_UNROLL_MIN_VECTOR_BYTES
+        ):
+            broadcasts.add(inner)
+        elif _vector_load_from_memory(inner):
+            vector_loads.add(inner)
     return False
 
 
