@@ -124,17 +124,25 @@ def gcse_spills_tile(linear: UOp) -> bool:
             continue
         if not 2 <= int(u.src[0].arg[0]) <= WINDOW_MAX_TRIPS:
             continue
-        broadcasts = set()
-        for inner in instructions[start + 1 :]:
-            if inner.op is Ops.RANGE:
-                break  # not innermost
-            if inner.op is Ops.END and inner.src[-1] is u:
-                if len(broadcasts) >= GCSE_MIN_BROADCASTS:
-                    return True
-                break
-            if _broadcast_load(inner):
-                broadcasts.add(inner)
+        body = _loop_body(instructions, start, max_inner_trips=0)
+        if body is not None and len({b for b in body if _broadcast_load(b)}) >= GCSE_MIN_BROADCASTS:
+            return True
     return False
+
+
+def _loop_body(instructions: tuple[UOp, ...], start: int, max_inner_trips: int) -> list[UOp] | None:
+    """The instructions between the RANGE at ``instructions[start]`` and its END; None where a loop
+    of more than ``max_inner_trips`` trips opens inside it (0: the loop must be innermost; 1: loops
+    of one trip, a 1x1 filter's, may sit inside) or the END never comes."""
+    loop = instructions[start]
+    for end in range(start + 1, len(instructions)):
+        inner = instructions[end]
+        bound = inner.src[0] if inner.op is Ops.RANGE else None
+        if bound is not None and (bound.op is not Ops.CONST or int(bound.arg[0]) > max_inner_trips):
+            return None
+        if inner.op is Ops.END and inner.src[-1] is loop:
+            return list(instructions[start + 1 : end])
+    return None
 
 
 #: GCC only: the functions after it are compiled as with ``-funroll-loops``
@@ -182,21 +190,15 @@ def _broadcasts_over_weights(instructions: tuple[UOp, ...], start: int) -> bool:
     :data:`TILE_UNROLL_MIN_VECTOR_BYTES` or more each trip, more than the weight vectors it loads:
     each weight vector meets several broadcast positions (a classifier's row of weights meets one
     each, and ran 1.1-1.4x slower unrolled)."""
-    loop = instructions[start]
-    broadcasts, vector_loads = set(), set()
-    for inner in instructions[start + 1 :]:
-        if inner.op is Ops.RANGE and int(inner.src[0].arg[0]) > 1:
-            return False  # a loop of its own inside: not the tile's innermost reduction
-        if inner.op is Ops.END and inner.src[-1] is loop:
-            weights = vector_loads - {b.src[0] for b in broadcasts}
-            return len(broadcasts) >= TILE_UNROLL_MIN_BROADCASTS and len(broadcasts) > len(weights)
-        if (_broadcast_load(inner) or _broadcast_lane(inner)) and (
-            inner.dtype.count * inner.dtype.scalar.itemsize >= TILE_UNROLL_MIN_VECTOR_BYTES
-        ):
-            broadcasts.add(inner)
-        elif _vector_load_from_memory(inner):
-            vector_loads.add(inner)
-    return False
+    body = _loop_body(instructions, start, max_inner_trips=1)
+    if body is None:
+        return False  # a loop of its own inside: not the tile's innermost reduction
+    broadcasts = {
+        u for u in body if (_broadcast_load(u) or _broadcast_lane(u))
+        and u.dtype.count * u.dtype.scalar.itemsize >= TILE_UNROLL_MIN_VECTOR_BYTES
+    }
+    weights = {u for u in body if _vector_load_from_memory(u)} - {b.src[0] for b in broadcasts}
+    return len(broadcasts) >= TILE_UNROLL_MIN_BROADCASTS and len(broadcasts) > len(weights)
 
 
 #: GCC only: if-conversion back on (``GCC_WORKAROUND_FLAG`` turns it off for every kernel)
