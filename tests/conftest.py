@@ -68,6 +68,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if IN_CI else "d
 # progress and builds no trace until it is read).  tests/nnef/test_program_cache.py turns it on, with
 # a cache folder of its own per test.
 os.environ["UOPVIZ_PROGRAM_CACHE"] = "0"
+# Likewise loads: a graph read back from the disk cache of composed graphs reports no composing
+# progress; tests/nnef/test_load_cache.py turns it on, with a cache folder of its own per test.
+os.environ["UOPVIZ_LOAD_CACHE"] = "0"
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,23 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+_PACKAGE = Path(__file__).resolve().parents[1]
+_package_digest: str | None = None
+
+
+def package_digest() -> str:
+    """A hash of uopviz's own sources (``*.py``, ``*.sknd``; computed once per process): a cache
+    whose entries depend on the compiler itself (a whole compiled program, a composed graph) keys
+    them by it, so any edit to uopviz misses."""
+    global _package_digest
+    if _package_digest is None:
+        digest = hashlib.sha256()
+        for path in sorted([*_PACKAGE.rglob("*.py"), *_PACKAGE.rglob("*.sknd")]):
+            digest.update(str(path.relative_to(_PACKAGE)).encode())
+            digest.update(path.read_bytes())
+        _package_digest = digest.hexdigest()
+    return _package_digest
+
 
 def cache_dir() -> Path:
     """The root of uopviz's on-disk caches (created on first use)."""

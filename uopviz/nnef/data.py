@@ -34,6 +34,7 @@ from typing import BinaryIO
 import numpy as np
 
 from uopviz.nnef.errors import NNEFError
+from uopviz.nnef.load_recording import note_read
 
 __all__ = [
     "DECLARED_ITEM_TYPES", "HEADER_SIZE", "MAX_RANK", "ItemType", "TensorHeader", "check_declared",
@@ -264,8 +265,9 @@ def read_tensor(source: Source) -> np.ndarray:
     """
     if isinstance(source, (str, os.PathLike)):
         mapped = _mapped(source)
-        if mapped is not None:
-            return mapped
+        # a cached load keeps the file's name, not its items, and reads it again (nnef.load_cache)
+        return note_read(mapped if mapped is not None else _decode_items(*_load(source)), read_tensor,
+                         os.fspath(source))
     header, data = _load(source)
     return _decode_items(header, data)
 

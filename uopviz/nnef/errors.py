@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from uopviz.core.errors import UopvizError
+from uopviz.nnef.load_recording import note_source
 
 __all__ = ["NNEFError", "NNEFWarning", "register_source", "source_line"]
 
@@ -29,6 +30,7 @@ _LINES: dict[str, tuple[str, list[str]]] = {}  # file -> (its text, the text spl
 
 def register_source(file: str, text: str) -> None:
     """Remember ``text`` as the contents of ``file`` so later errors can quote its lines."""
+    note_source(file, text)  # a cached load registers it again (uopviz.nnef.load_cache)
     _SOURCES[file] = text
     _SOURCES.move_to_end(file)
     while len(_SOURCES) > _MAX_SOURCES:

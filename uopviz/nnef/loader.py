@@ -40,6 +40,7 @@ from uopviz.nnef.composition.stdlib import ModuleSet, read_source_text
 from uopviz.nnef.data import inside_folder, read_tensor, read_variable
 from uopviz.nnef.errors import NNEFError
 from uopviz.nnef.graph import Graph, TensorInfo
+from uopviz.nnef.load_cache import cached_load
 from uopviz.nnef.syntax.parser import parse_module
 
 __all__ = ["load", "loads"]
@@ -85,13 +86,17 @@ def load(
     """Load a SkriptND file or model folder, an NNEF 1.0 folder, or a .tgz of either.
 
     ``progress`` as in :mod:`uopviz.core.progress`: by default a bar over the graph's statements
-    appears when composing takes more than a second."""
+    appears when composing takes more than a second.  A file or folder loaded before, unchanged
+    since, is read back from the disk cache of composed graphs (:mod:`uopviz.nnef.load_cache`)."""
     path = Path(path)
     if not path.exists():
         raise NNEFError(f"no such file or folder: {path}")
     if path.is_file() and path.name.endswith(_ARCHIVE_SUFFIXES):
         return _load_archive(path, graph, attribs, lenient, progress)
-    return _load_path(path, graph, attribs, lenient, None, progress)
+    # a warm load reads the composed graph back (uopviz.nnef.load_cache)
+    options = {"graph": graph, "attribs": dict(attribs) if attribs else None, "lenient": lenient}
+    return cached_load(path, path if path.is_dir() else path.parent, options,
+                       lambda: _load_path(path, graph, attribs, lenient, None, progress))
 
 
 def _load_path(

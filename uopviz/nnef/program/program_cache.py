@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from uopviz.backends.cache import cache_dir, replace_atomically
+from uopviz.backends.cache import cache_dir, package_digest, replace_atomically
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.rewrite_trace import is_tracing
 from uopviz.core.uop import UOp, toposort
@@ -73,26 +73,11 @@ FORMAT = 3
 SWITCH = "UOPVIZ_PROGRAM_CACHE"
 #: environment variables that do not change what compiles (where the caches live)
 _NEUTRAL_VARIABLES = frozenset({"UOPVIZ_CACHE", SWITCH})
-_PACKAGE = Path(__file__).resolve().parents[2]
-_source_digest: str | None = None
 
 
 def enabled() -> bool:
     """Whether the whole-program cache is in use (``UOPVIZ_PROGRAM_CACHE`` is not ``0``)."""
     return os.environ.get(SWITCH, "1").strip() not in ("0", "false", "no", "off")
-
-
-def source_digest() -> str:
-    """A hash of uopviz's own sources (computed once per process): any edit to the compiler misses."""
-    global _source_digest
-    if _source_digest is None:
-        digest = hashlib.sha256()
-        files = sorted([*_PACKAGE.rglob("*.py"), *_PACKAGE.rglob("*.sknd")])
-        for path in files:
-            digest.update(str(path.relative_to(_PACKAGE)).encode())
-            digest.update(path.read_bytes())
-        _source_digest = digest.hexdigest()
-    return _source_digest
 
 
 def _tensor_description(info: Any, baked: set[str]) -> str:
@@ -174,7 +159,7 @@ def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> s
         if name.startswith("UOPVIZ_") and name not in _NEUTRAL_VARIABLES
     )  # fmt: skip
     digest = hashlib.sha256()
-    for part in (f"format {FORMAT}", source_digest(), graph_fingerprint(graph), backend, opts_text,
+    for part in (f"format {FORMAT}", package_digest(), graph_fingerprint(graph), backend, opts_text,
                  repr(build), cpu_target().key, repr(environment)):  # fmt: skip
         data = part.encode()
         digest.update(len(data).to_bytes(8, "little"))
