@@ -115,13 +115,23 @@ def test_progress_reports_while_loading_and_compiling():
 
 def test_the_automatic_bar_appears_only_for_work_longer_than_the_delay(capsys, monkeypatch):
     monkeypatch.setattr(progress_module, "DELAY_S", 0.2)
+    opened = []
+    open_bar = progress_module._LateBar._open
+
+    def counted_open(bar):
+        opened.append(bar.description)
+        open_bar(bar)
+
+    monkeypatch.setattr(progress_module._LateBar, "_open", counted_open)
     with progress_module.progress_reporter(None, 3, "quick work") as report:
         report(3, 3)
     assert "quick work" not in capsys.readouterr().err
+    assert opened == [], "quick work made a bar (and imported tqdm) it never drew"
     with progress_module.progress_reporter(None, 3, "slow work") as report:
         report(1, 3)
         time.sleep(0.5)  # no step ends for longer than the delay: the bar is drawn all the same
         report(3, 3, "last stage")
-    assert "slow work" in capsys.readouterr().err
+    drawn = capsys.readouterr().err
+    assert opened == ["slow work"] and "slow work" in drawn and "last stage" in drawn and "3/3" in drawn
     with progress_module.progress_reporter(False, 3, "silent") as report:
         assert report is None
