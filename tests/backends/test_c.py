@@ -354,3 +354,32 @@ def test_a_vector_store_whose_constant_gate_keeps_its_first_lanes_copies_those_l
     source = get("c").render(lp.prefix_gated_store(3, 14, 16).linear)
     assert "store_float32x16_first14(" in source and "__builtin_memcpy(p, &v, 56)" in source
     assert not re.search(r"if \(.*\) data0\[", source)
+
+
+def test_the_compiler_probes_are_kept_in_the_persistent_cache(tmp_path, monkeypatch):
+    """The compiler's version and its OpenMP probe run once per compiler (path, size, stamp), not
+    once per process; a damaged entry is probed again."""
+    import subprocess
+
+    from uopviz.backends import toolchain
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+    compiler = find_c_compiler()
+    runs = []
+    run = subprocess.run
+
+    def counted(command, *arguments, **keywords):
+        runs.append(command[1] if len(command) > 1 else command[0])
+        return run(command, *arguments, **keywords)
+
+    monkeypatch.setattr(toolchain.subprocess, "run", counted)
+    first = toolchain._probed(compiler)
+    assert len(runs) == 2  # --version and the OpenMP probe's build
+    assert first == {"version": toolchain._version(compiler), "openmp": toolchain._openmp_probe(compiler)}
+    runs.clear()
+    again = toolchain._probed(compiler)
+    assert again == first and runs == [], "the second process asked the compiler again"
+    (entry,) = (tmp_path / "toolchain").glob("*.json")
+    entry.write_text("{not json")
+    assert toolchain._probed(compiler) == first and len(runs) == 2
+    assert toolchain._probed(compiler) == first and len(runs) == 2, "the damaged entry was not written again"

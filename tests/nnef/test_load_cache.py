@@ -253,3 +253,30 @@ def test_a_zoo_model_comes_back_whole(tmp_path, cold_loads):
     assert cold_program.sources == warm_program.sources
     x = np.random.default_rng(6).standard_normal(cold.tensors[cold.inputs[0]].shape).astype(np.float32)
     np.testing.assert_allclose(_run(warm, x, backend), _run(cold, x, backend), rtol=1e-5, atol=1e-6)
+
+
+def test_hashed_files_are_checked_by_their_stamps_once_settled(tmp_path, cold_loads, monkeypatch):
+    """A folder written just before its first load is checked by content; once a hit has found the
+    contents unchanged and the files settled, the entry drops the hashes (a rewrite now gets a later
+    stamp): a large model is not hashed on every load."""
+    folder = _tiny_folder(tmp_path, age_ns=0)
+    uv.nnef.load(folder)
+    hashed = []
+    file_hash = load_cache._file_hash
+    monkeypatch.setattr(load_cache, "_file_hash", lambda path: hashed.append(path.name) or file_hash(path))
+    uv.nnef.load(folder)  # not settled yet: checked by content, the hashes kept
+    assert sorted(hashed) == ["b.dat", "graph.nnef", "w.dat"] and len(cold_loads) == 1
+    monkeypatch.setattr(load_cache, "SETTLED_SECONDS", 0.0)  # as two seconds later
+    hashed.clear()
+    uv.nnef.load(folder)
+    assert sorted(hashed) == ["b.dat", "graph.nnef", "w.dat"], "the last check by content"
+    hashed.clear()
+    graph = uv.nnef.load(folder)
+    assert hashed == [] and len(cold_loads) == 1
+    write_tensor(folder / "b.dat", np.full((1, 3), 2, np.float32))
+    _stamp_all(folder, -HOUR_NS)  # a later stamp, as any rewrite after the check gets
+    again = uv.nnef.load(folder)
+    assert len(cold_loads) == 2
+    x = np.ones((1, 4, 6, 6), np.float32)
+    np.testing.assert_allclose(_run(again, x), _reference(folder, x), rtol=1e-5, atol=1e-5)
+    assert graph is not again

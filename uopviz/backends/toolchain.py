@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 #: libgomp's spin-wait before its threads sleep (``GOMP_SPINCOUNT``, in iterations). Its default
 #: (300,000) keeps a THREAD kernel's threads spinning for their partner's time slice when another
@@ -46,13 +48,48 @@ def find_c_compiler() -> str | None:
 @functools.cache
 def compiler_version(compiler: str) -> str:
     """The first line of ``compiler --version`` (part of the cache key)."""
-    out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
-    return out.stdout.splitlines()[0] if out.stdout else compiler
+    return _probed(compiler)["version"]
 
 
 @functools.cache
 def openmp_works(compiler: str) -> str | None:
     """None when ``compiler -fopenmp`` builds and runs a parallel loop, else why not."""
+    return _probed(compiler)["openmp"]
+
+
+def _probed(compiler: str) -> dict[str, Any]:
+    """The compiler's version and whether its OpenMP works, kept in the persistent cache by the
+    compiler's resolved path, size and modification time: every process that compiles a C kernel
+    or loads one from the caches asked both (a gcc build and a run of ``gcc --version``, 70 ms of a
+    warm start)."""
+    from uopviz.backends.cache import cached_file, content_key, replace_atomically
+
+    try:
+        status = os.stat(os.path.realpath(compiler))
+        identity = f"{os.path.realpath(compiler)}|{status.st_size}|{status.st_mtime_ns}"
+    except OSError:
+        return {"version": _version(compiler), "openmp": _openmp_probe(compiler)}
+
+    def write(path: Path) -> None:
+        path.write_text(json.dumps({"version": _version(compiler), "openmp": _openmp_probe(compiler)}))
+
+    path, _ = cached_file("toolchain", content_key("probe 1", identity), ".json", write)
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        found = None  # a damaged entry: probed again and written again below
+    if isinstance(found, dict) and set(found) == {"version", "openmp"}:
+        return found
+    replace_atomically(path, write)
+    return json.loads(path.read_text())
+
+
+def _version(compiler: str) -> str:
+    out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.splitlines()[0] if out.stdout else compiler
+
+
+def _openmp_probe(compiler: str) -> str | None:
     import tempfile
 
     code = (

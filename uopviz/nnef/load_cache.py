@@ -27,6 +27,7 @@ cache off.
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import hashlib
 import io
@@ -37,9 +38,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from uopviz.backends.cache import cache_dir, package_digest, replace_atomically
+from uopviz.core.dtype import DType, dtypes
+from uopviz.nnef.composition.stdlib import stdlib_modules
 from uopviz.nnef.errors import register_source
 from uopviz.nnef.load_recording import Recording, recorded
+from uopviz.nnef.syntax import ast
 
 __all__ = ["cached_load", "enabled"]
 
@@ -134,11 +140,16 @@ def _snapshot(folder: Path) -> Snapshot | None:
     return tuple(sorted(found))
 
 
-def _unsettled_hashes(folder: Path, snapshot: Snapshot, now_ns: int) -> dict[str, str]:
-    """The content hash of each file of ``snapshot`` written less than :data:`SETTLED_SECONDS`
-    before ``now_ns`` (its stamp alone could miss a rewrite within the same clock tick)."""
+def _unsettled(snapshot: Snapshot, now_ns: int) -> list[str]:
+    """The files of ``snapshot`` written less than :data:`SETTLED_SECONDS` before ``now_ns`` (their
+    stamps alone could miss a rewrite within the same clock tick)."""
     limit = now_ns - int(SETTLED_SECONDS * 1e9)
-    return {name: _file_hash(folder / name) for name, _, modified, _ in snapshot if modified > limit}
+    return [name for name, _, modified, _ in snapshot if modified > limit]
+
+
+def _unsettled_hashes(folder: Path, snapshot: Snapshot, now_ns: int) -> dict[str, str]:
+    """The content hash of each file of ``snapshot`` that has not settled at ``now_ns``."""
+    return {name: _file_hash(folder / name) for name in _unsettled(snapshot, now_ns)}
 
 
 def _file_hash(path: Path) -> str:
@@ -166,44 +177,64 @@ def _still_valid(folder: Path, snapshot: Snapshot, validity: Validity) -> bool:
 
 
 class _GraphPickler(pickle.Pickler):
-    """Pickles an array a data file gave as the call that read it; a scalar DType as its name (it
-    must come back as *the* ``dtypes`` object: passes compare dtypes with ``is``)."""
+    """Pickles by reference what this process has already or can read again, through a dispatch
+    table (a ``persistent_id`` would be a Python call per object: DenseNet-121's graph took 0.9 s
+    to pickle that way):
+
+    - an array a data file gave: as the call that read it (read again on a hit);
+    - a scalar DType: as its name (it must come back as *the* ``dtypes`` object: passes compare
+      dtypes with ``is``);
+    - a standard module and each of its definitions: by name (the process parses them once,
+      :func:`~uopviz.nnef.composition.stdlib.stdlib_modules`; operations keep pointing into them).
+    """
 
     def __init__(self, stream: io.BytesIO, recording: Recording) -> None:
         super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
-        self.reads = recording.reads
+        reads = recording.reads
+        standard = _standard_objects()
 
-    def persistent_id(self, obj: Any) -> Any:
-        read = self.reads.get(id(obj))
-        if read is not None and read[0] is obj:
-            return ("read", id(obj), read[1], read[2])
-        return _dtype_id(obj)
+        def array(obj: np.ndarray) -> Any:
+            read = reads.get(id(obj))
+            if read is not None and read[0] is obj:
+                return read[1], read[2]
+            return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+        def by_name(obj: Any) -> Any:
+            where = standard.get(id(obj))
+            if where is not None:
+                return _standard_object, where
+            return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+        def data_type(obj: DType) -> Any:
+            if getattr(dtypes, obj.name, None) is obj:
+                return getattr, (dtypes, obj.name)
+            return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+        self.dispatch_table = {
+            **copyreg.dispatch_table,
+            np.ndarray: array,
+            np.memmap: array,
+            DType: data_type,
+            ast.Module: by_name,
+            ast.Definition: by_name,
+        }
 
 
-class _GraphUnpickler(pickle.Unpickler):
-    """Reads each data array again (once per array: arrays the graph shares stay shared)."""
-
-    def __init__(self, stream: io.BytesIO) -> None:
-        super().__init__(stream)
-        self.arrays: dict[int, Any] = {}
-
-    def persistent_load(self, pid: Any) -> Any:
-        from uopviz.core.dtype import dtypes
-
-        if pid[0] == "dtype":
-            return getattr(dtypes, pid[1])
-        _, number, reader, arguments = pid
-        if number not in self.arrays:
-            self.arrays[number] = reader(*arguments)
-        return self.arrays[number]
+def _standard_objects() -> dict[int, tuple[str, int | None]]:
+    """The standard modules of this process (``(name, None)``) and their definitions (``(name,
+    position)``), by ``id``."""
+    found: dict[int, tuple[str, int | None]] = {}
+    for name, module in stdlib_modules().items():
+        found[id(module)] = (name, None)
+        for position, definition in enumerate(module.definitions):
+            found[id(definition)] = (name, position)
+    return found
 
 
-def _dtype_id(obj: Any) -> Any:
-    from uopviz.core.dtype import DType, dtypes
-
-    if type(obj) is DType and getattr(dtypes, obj.name, None) is obj:
-        return ("dtype", obj.name)
-    return None
+def _standard_object(name: str, position: int | None) -> Any:
+    """A standard module (``position`` None) or one of its definitions, as this process parsed it."""
+    module = stdlib_modules()[name]
+    return module if position is None else module.definitions[position]
 
 
 def _entry_path(key: str) -> Path:
@@ -222,9 +253,13 @@ def _write_entry(key: str, validity: Validity, graph: Any, recording: Recording)
         return
     finally:
         graph.recompose = recompose
-    path = _entry_path(key)
     # the folder's snapshot first, on its own: a stale entry is found out before the graph is read
-    data = pickle.dumps((FORMAT, validity, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
+    _write_bytes(key, pickle.dumps((FORMAT, validity, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _write_bytes(key: str, data: bytes) -> None:
+    """The entry ``key`` written atomically; a cache folder that cannot be written is left alone."""
+    path = _entry_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_atomically(path, lambda temporary: temporary.write_bytes(data))
@@ -243,9 +278,14 @@ def _read_entry(key: str, folder: Path, snapshot: Snapshot) -> tuple[Any, bool] 
         entry_format, validity, payload = pickle.loads(data)
         if entry_format != FORMAT or not _still_valid(folder, snapshot, validity):
             return None
-        sources, recomposes, graph = _GraphUnpickler(io.BytesIO(payload)).load()
+        sources, recomposes, graph = pickle.loads(payload)
     except Exception:  # noqa: BLE001 - any unreadable entry (truncated, stale classes, a data file gone) is a miss
         return None
+    if validity[1] and not _unsettled(snapshot, time.time_ns()):
+        # the hashed files matched and have settled since: a later rewrite gets a later stamp, so
+        # the stamps alone check them from now on (a model written just before its first load is
+        # not hashed on every load: VGG-16's 528 MB)
+        _write_bytes(key, pickle.dumps((FORMAT, (snapshot, {}), payload), protocol=pickle.HIGHEST_PROTOCOL))
     for file, text in sources.items():
         register_source(file, text)
     return graph, recomposes
