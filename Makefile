@@ -19,6 +19,8 @@
 #   make accuracy   scripts/accuracy.py: max ulp error per op, dtype and backend into docs/accuracy.md
 #   make lint       ruff, and lint-imports (the layer contract in pyproject.toml; make test runs it too)
 #   make venv       system packages (when root) + .venv with `pip install -e .[dev,bench]`
+#   make converter  .venv-nnef-tools: Khronos' NNEF converter in a venv of its own (make test and
+#                   make bench use it: tests/nnef/test_converter_forms.py, bench_zoo's converted rows)
 #   make clean      caches and build outputs; `make distclean` also removes .venv
 
 SHELL := /bin/bash
@@ -45,7 +47,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 export DEBIAN_FRONTEND := noninteractive
 
-.PHONY: help venv system-deps test test-fast test-targets test-emulated fuzz-slow lab bench bench-gpu accuracy lint clean distclean
+.PHONY: help venv converter system-deps test test-fast test-targets test-emulated fuzz-slow lab bench bench-gpu accuracy lint clean distclean
 
 # The tests whose generated code depends on the CPU target, run again under each lesser target.
 TARGET_TESTS ?= tests/backends tests/passes tests/engine tests/nnef/test_lowering.py tests/nnef/test_stdlib_ops.py
@@ -60,8 +62,16 @@ EMULATED_TESTS_nehalem ?= tests/backends
 # tests/backends/test_targets.py, which runs there and under each level natively.
 EMULATED_IGNORE ?= --ignore=tests/backends/test_opencl.py
 
+# Khronos' converter (nnef-tools, with onnx) in a venv of its own, never a dependency of uopviz: the
+# tests and the benchmark run it as a subprocess (UOPVIZ_NNEF_TOOLS_PYTHON).  A failed install only
+# costs those tests (they are skipped, saying why) and the benchmark's converted rows.
+CONVERTER_VENV ?= .venv-nnef-tools
+CONVERTER_STAMP := $(CONVERTER_VENV)/.installed
+CONVERTER_PACKAGES ?= nnef-tools onnx
+export UOPVIZ_NNEF_TOOLS_PYTHON ?= $(abspath $(CONVERTER_VENV))/bin/python
+
 help:
-	@echo "uopviz: make lab | test | test-fast | test-targets | test-emulated | fuzz-slow | bench | bench-gpu | accuracy | lint | venv | system-deps | clean | distclean"
+	@echo "uopviz: make lab | test | test-fast | test-targets | test-emulated | fuzz-slow | bench | bench-gpu | accuracy | lint | venv | converter | system-deps | clean | distclean"
 
 system-deps:
 	@PYTHON="$(PYTHON)" bash scripts/system-deps.sh
@@ -85,7 +95,15 @@ $(STAMP): pyproject.toml Makefile | system-deps
 	@touch $@
 	@echo "$(VENV) is ready."
 
-test: venv
+converter: $(CONVERTER_STAMP)
+
+$(CONVERTER_STAMP): Makefile
+	@{ test -x $(CONVERTER_VENV)/bin/python || $(PYTHON) -m venv $(CONVERTER_VENV); } && \
+	 $(CONVERTER_VENV)/bin/python -m pip install -q --progress-bar off $(CONVERTER_PACKAGES) && \
+	 $(CONVERTER_VENV)/bin/python -c 'import nnef_tools.convert' && touch $@ || \
+	 echo "== $(CONVERTER_VENV): nnef-tools did not install; the converter's tests are skipped"
+
+test: venv converter
 	@echo "$(PY) -m pytest -n auto $(PYTEST_ARGS)"
 	@rc=0; $(PY) -m pytest -n auto $(PYTEST_ARGS) || rc=$$?; \
 	 if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
@@ -123,7 +141,7 @@ fuzz-slow: venv
 lab: venv
 	$(VENV)/bin/uopviz lab $(LAB_ARGS)
 
-bench: venv
+bench: venv converter
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 bench-gpu: venv
@@ -142,4 +160,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(CONVERTER_VENV)
