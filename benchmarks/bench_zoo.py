@@ -54,7 +54,10 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
-MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "densenet121", "inception_v1", "mobilenet_v2", "lstm")
+MODELS = (
+    "alexnet", "vgg16", "resnet18", "resnet50", "densenet121", "inception_v1", "mobilenet_v2", "squeezenet",
+    "lstm",
+)  # fmt: skip
 BACKENDS = ("c", "llvm")
 ORT_THREADS = 2
 # the pipeline's hand-coded optimizations (register tiles, threads, vectors); UOPVIZ_ZOO_OPTS=none

@@ -356,6 +356,30 @@ def inception_v1(size: int = 224, width: float = 1.0, classes: int = 1000) -> Ne
     return net.calibrate()
 
 
+# SqueezeNet-1.1 fire modules after each max pool: (squeeze, expand 1x1, expand 3x3) per module
+_SQUEEZENET = (((16, 64, 64), (16, 64, 64)), ((32, 128, 128), (32, 128, 128)),
+               ((48, 192, 192), (48, 192, 192), (64, 256, 256), (64, 256, 256)))  # fmt: skip
+
+
+def squeezenet(size: int = 224, width: float = 1.0, classes: int = 1000) -> Network:
+    """SqueezeNet-1.1: a 3x3 stride-2 conv, then fire modules (a 1x1 squeeze conv feeding a 1x1 and
+    a 3x3 expand conv, concatenated) between 3x3 stride-2 max pools, and a 1x1 conv to the classes
+    at 13x13 (no linear layer) before global pooling and the softmax."""
+    net = Network("SqueezeNet11", "input", (1, 3, size, size), seed=5)
+    relu_conv = lambda x, c, k, s=1, p=None: net.unary("relu", net.conv(x, c, k, s, p))  # noqa: E731
+    x = relu_conv("input", _channels(64, width), 3, 2, 0)
+    for modules in _SQUEEZENET:
+        x = net.pool("max_pool", x, 3, 2)
+        for squeeze, expand1, expand3 in modules:
+            y = relu_conv(x, _channels(squeeze, width), 1)
+            x = net.concat([relu_conv(y, _channels(channels, width), kernel)
+                            for channels, kernel in ((expand1, 1), (expand3, 3))])
+    logits = net.conv(x, classes, 1)
+    net.weights[net.nodes[-1].inputs[1]] *= np.float32(0.2)  # a softmax that is not saturated
+    net.softmax(net.global_pool(net.unary("relu", logits)))
+    return net.calibrate()
+
+
 # MobileNet-v2 stages: (expansion, channels, repeats, stride)
 _MOBILENET = (
     (1, 16, 1, 1),
@@ -419,7 +443,8 @@ def batched(net: Network, batch: int) -> Network:
 
 BUILDERS: dict[str, Callable[..., Network]] = {
     "alexnet": alexnet, "vgg16": vgg16, "resnet18": resnet18, "resnet50": resnet50,
-    "densenet121": densenet121, "inception_v1": inception_v1, "mobilenet_v2": mobilenet_v2, "lstm": lstm,
+    "densenet121": densenet121, "inception_v1": inception_v1, "mobilenet_v2": mobilenet_v2,
+    "squeezenet": squeezenet, "lstm": lstm,
 }  # fmt: skip
 
 

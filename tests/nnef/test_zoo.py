@@ -29,6 +29,7 @@ SMALL = {
     "resnet50": {"size": 32, "width": 0.125},
     "inception_v1": {"size": 32, "width": 0.125},
     "mobilenet_v2": {"size": 32, "width": 0.25},
+    "squeezenet": {"size": 32, "width": 0.25},
     "lstm": {"steps": 4, "features": 8, "hidden": 8},
     "densenet121": {"size": 32, "width": 0.125},
 }

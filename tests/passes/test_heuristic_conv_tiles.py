@@ -145,3 +145,40 @@ def test_a_strided_conv_broadcasts_its_columns_and_a_matmul_keeps_whole_register
     assert _upcasts(conv_kernel)[0] == columns, conv_kernel.name
     assert 112 // columns in [size for size, kind in conv_kernel.axes if kind is uv.AxisType.GLOBAL]
     assert _upcasts(matmul_kernel)[-1] % lanes == 0, matmul_kernel.name
+
+
+SQUEEZE_CLASSIFIER = """
+version 1.0;
+
+graph classifier( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [1, {channels}, 13, 13]);
+    w = variable<scalar>(shape = [{classes}, {channels}, 1, 1], label = 'w');
+    y = conv(x, w);
+}}
+"""
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+def test_a_1x1_conv_at_13x13_pads_its_positions_past_the_accumulators(backend, target):
+    # SqueezeNet's classifier: a 1x1 conv whose 169 positions are one loop; its only divisor
+    # within two registers, 13, takes 13 accumulators: within AVX-512's 16 (kept, checked on the
+    # rendered kernel), beyond AVX2's 8, where the positions are padded to 176 and tiled by a
+    # register's 8 lanes instead
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    channels, classes = 64, 40
+    x = RNG.standard_normal((1, channels, 13, 13)).astype(np.float32)
+    w = RNG.standard_normal((classes, channels, 1, 1)).astype(np.float32)
+    graph = loads_nnef1(SQUEEZE_CLASSIFIER.format(channels=channels, classes=classes), variables={"w": w})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+    with using_target("x86-64-v4"):
+        wide = graph.compile(backend, opts="heuristic", progress=False, build=False)
+    for compiled, positions in ((program, 8), (wide, 13)):
+        (kernel,) = [k for k in compiled.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+        upcasts = _upcasts(kernel)
+        assert positions in upcasts and (positions == 13) == (13 in upcasts), kernel.name

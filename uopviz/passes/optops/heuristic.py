@@ -298,9 +298,17 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> t
     if tiled is kernel:
         # no power of two divides the axis (a conv's 14 wide rows): the largest other divisor within
         # two registers still reuses the loads (256 channels 14x14: ~5 -> 20-31 GFLOP/s with the
-        # lanes reordered by _power_of_two_lanes_inside)
+        # lanes reordered by _power_of_two_lanes_inside), as long as it is within the accumulators
+        # (each of its positions takes one: 13 of 16 registers spilled); an axis whose divisors all
+        # exceed them (SqueezeNet's 13x13 = 169 positions of a 1x1 conv: 13) is padded to a
+        # register's lanes instead.  C, AVX2, 2 cores, each alone: SqueezeNet-1.1's 512 -> 1000
+        # classifier conv 3.52 -> 2.55 ms (13 positions x 8 channels -> 8 of 176 x 8), its nine 1x1
+        # convs at 13x13 4.61 -> 3.53 ms
         divisors = [f for f in range(min(2 * lanes, size - 1), 2, -1) if size % f == 0]
-        tiled = _first_that_applies(kernel, _splits(kernel, first, divisors[:1], AxisType.UPCAST))
+        within = [f for f in divisors if f <= accumulators]
+        tiled = _first_that_applies(kernel, _splits(kernel, first, within[:1], AxisType.UPCAST))
+        if tiled is kernel and divisors and not within:
+            tiled = _padded_columns(kernel, first, lanes)
         if tiled is kernel and 2 < size <= lanes:
             # a prime width (a conv's 7): the whole axis is the tile (512 channels 7x7: 4-7 -> 20-32
             # GFLOP/s with the lanes reordered below)
@@ -326,19 +334,19 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> t
 PADDED_COLUMNS = 4
 
 
-def _padded_columns(kernel: Kernel, columns: UOp) -> Kernel:
+def _padded_columns(kernel: Kernel, columns: UOp, width: int = PADDED_COLUMNS) -> Kernel:
     """A row of prime width wider than a register (AlexNet's 13x13 convolutions) padded up to a
-    multiple of 4 and tiled by 4 columns (the padded columns' loads and stores gated off): with no
-    divisor the row was not tiled and the channels alone were, each weight vector loaded for one
-    multiply-add.  A 384 -> 384 channel 3x3 conv at 13x13 alone on C (AVX2, 2 cores): 33.3 ms
-    untiled, 4 padded columns x 16 channels 14.9, 7 of 14 x 8 22.3, 13 x 8 23.5 ms."""
+    multiple of ``width`` (4) and tiled by ``width`` columns (the padded columns' loads and stores
+    gated off): with no divisor the row was not tiled and the channels alone were, each weight
+    vector loaded for one multiply-add.  A 384 -> 384 channel 3x3 conv at 13x13 alone on C (AVX2, 2
+    cores): 33.3 ms untiled, 4 padded columns x 16 channels 14.9, 7 of 14 x 8 22.3, 13 x 8 23.5 ms."""
     size = range_size(columns)
-    padded = -(-size // PADDED_COLUMNS) * PADDED_COLUMNS
+    padded = -(-size // width) * width
     axis = _axis_of(kernel, columns)
     grown = _try(kernel, Opt(OptOp.PADTO, axis, padded))
     if grown is kernel:
         return kernel
-    tiled = _try(grown, Opt(OptOp.SPLIT, axis, (PADDED_COLUMNS, AxisType.UPCAST, False)))
+    tiled = _try(grown, Opt(OptOp.SPLIT, axis, (width, AxisType.UPCAST, False)))
     return tiled if tiled is not grown else kernel
 
 
