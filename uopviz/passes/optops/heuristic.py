@@ -29,6 +29,9 @@ from besides the kernel itself):
   on v2); output columns narrower than a register (a conv's 7, 14 or 28: each column's input
   broadcast to the channels' vectors) fill half the registers instead (7 columns × 32 channels,
   14 of 32 zmm; 4 × 16 on v3), and a grouped conv's channels are tiled in blocks within a group;
+  an axis that no power of two divides takes its largest divisor within two registers and the
+  accumulators, else is padded to a register's lanes (a 1x1 conv's 13x13 = 169 positions: 13 on
+  AVX-512, 176 = 22 × 8 on AVX2);
   on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
   reduction unrolled by 4, as long as 132 workgroups remain.  A CPU kernel whose outputs reuse no
   load but read along a row (a depthwise conv, a pooling) gets its row as lanes; a row short of a
