@@ -12,6 +12,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _package_digest: str | None = None
@@ -29,6 +30,18 @@ def package_digest() -> str:
             digest.update(path.read_bytes())
         _package_digest = digest.hexdigest()
     return _package_digest
+
+
+def plain_data(value: Any, leaves: tuple[type, ...] = ()) -> bool:
+    """Whether ``value`` is made of values whose repr is their whole content, so the repr can key a
+    cache: None, strings, numbers, bools and ``leaves``, in lists, tuples and dicts."""
+    if value is None or isinstance(value, (str, int, float, bool, *leaves)):
+        return True
+    if type(value) in (list, tuple):
+        return all(plain_data(item, leaves) for item in value)
+    if type(value) is dict:
+        return all(plain_data(key, leaves) and plain_data(item, leaves) for key, item in value.items())
+    return False
 
 
 def cache_dir() -> Path:

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from uopviz.backends.cache import cache_dir, package_digest, replace_atomically
+from uopviz.backends.cache import cache_dir, package_digest, plain_data, replace_atomically
 from uopviz.core.dtype import DType, dtypes
 from uopviz.nnef.composition.stdlib import stdlib_modules
 from uopviz.nnef.errors import register_source
@@ -95,7 +95,7 @@ def cached_load(path: Path, folder: Path, options: Mapping[str, Any], load: Call
 
 def _key(path: Path, options: Mapping[str, Any]) -> str | None:
     """The entry's key; None when an option is not plain data (its repr would not be its content)."""
-    if not all(_plain(value) for value in options.values()):
+    if not plain_data(dict(options)):
         return None
     digest = hashlib.sha256()
     for part in (f"format {FORMAT}", package_digest(), str(path.resolve()), repr(sorted(options.items()))):
@@ -103,16 +103,6 @@ def _key(path: Path, options: Mapping[str, Any]) -> str | None:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
-
-
-def _plain(value: Any) -> bool:
-    if value is None or isinstance(value, str | int | float | bool):
-        return True
-    if type(value) in (list, tuple):
-        return all(_plain(item) for item in value)
-    if type(value) is dict:
-        return all(_plain(key) and _plain(item) for key, item in value.items())
-    return False
 
 
 def _snapshot(folder: Path) -> Snapshot | None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from uopviz.backends.cache import cache_dir, package_digest, replace_atomically
+from uopviz.backends.cache import cache_dir, package_digest, plain_data, replace_atomically
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.rewrite_trace import is_tracing
 from uopviz.core.uop import UOp, toposort
@@ -122,26 +122,13 @@ def graph_fingerprint(graph: ComposedGraph) -> str:
     return digest.hexdigest()
 
 
-def _plain_opts(opts: Any) -> bool:
-    """Whether ``opts`` is made of values whose repr is their whole content (None, names, numbers,
-    ``Opt``, lists and dicts of them): tuning records and other objects are not cached by."""
-    from uopviz.passes.optops.opts import Opt
-
-    if opts is None or isinstance(opts, str | int | float | bool | Opt):
-        return True
-    if type(opts) in (list, tuple):
-        return all(_plain_opts(item) for item in opts)
-    if type(opts) is dict:
-        return all(_plain_opts(key) and _plain_opts(value) for key, value in opts.items())
-    return False
-
-
 def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> str | None:
     """The cache key of ``graph`` compiled on ``backend`` with ``opts``; None when it is not cached
     (the cache is off, a trace is open, the graph has loop nodes or run-time extents, or ``opts``
     is not plain data)."""
     from uopviz.backends.target import cpu_target
     from uopviz.nnef.model.graph import LoopOperation
+    from uopviz.passes.optops.opts import Opt
 
     # inside an open trace the caller records this lowering (a loop node's body and condition
     # compile into the graph's trace): it must run
@@ -151,7 +138,7 @@ def program_key(graph: ComposedGraph, backend: str, opts: Any, build: bool) -> s
     # which the runner reads; such graphs lower every time
     if graph.counts or graph.extent_inputs or not all(info.is_static for info in graph.tensors.values()):
         return None
-    if not _plain_opts(opts):
+    if not plain_data(opts, (Opt,)):  # tuning records and other objects are not cached by
         return None
     opts_text = repr(opts)
     environment = sorted(
