@@ -111,3 +111,23 @@ def test_padded_rows_of_every_dtype_give_numpys_values(backend, target, dtype):
         np.testing.assert_array_equal(got, _windows(source, 3, 1, 0, 0).max(axis=(-2, -1)))
     upcasts = sorted(size for k in program.kernels for size, kind in k.axes if kind is uv.AxisType.UPCAST)
     assert upcasts == [8, 16], [k.name for k in program.kernels]  # 7 and 14 lanes, padded
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+@pytest.mark.parametrize("width,lanes", [(111, 8), (55, 16), (27, None)])
+def test_a_strided_row_of_odd_width_is_padded_to_whole_registers(backend, target, width, lanes):
+    # SqueezeNet's 3x3 stride-2 max pools: 111 -> 55 columns (56 as 7 tiles of 8 lanes) and 55 -> 27
+    # (32 as 2 of 16), not 11 or 9 lanes; 27 -> 13 is within two registers and keeps its row of 13
+    x = RNG.standard_normal((1, 16, width, width)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).max_pool2d(3, 2, 0)], backend=backend, opts="heuristic")
+        got = program.run()[0]
+    np.testing.assert_array_equal(got, _windows(x, 3, 2, 0, -np.inf).max(axis=(-2, -1)))
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    upcasts = [size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST]
+    columns = (width - 3) // 2 + 1
+    if lanes is None:
+        assert upcasts == [columns], kernel.name
+    else:
+        assert upcasts == [lanes] and any(op.op is uv.OptOp.PADTO for op in kernel.opts), kernel.name

@@ -202,6 +202,17 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     # row; a stride-2 row keeps its exact tile (Inception-v1's 3x3 stride-2 max pools padded, each
     # alone, two cores: 192 channels to 28x28 0.105 -> 0.219 ms, 64 to 56x56 0.141 -> 0.338)
     contiguous = all(step in (0, 1) for step in _load_steps(kernel, first))
+    if not contiguous and size % 2 and size > 2 * lanes:
+        # a strided row of odd width wider than two registers, whose divisors are odd lane counts
+        # (a 3x3 stride-2 max pool to 55 or 27 columns: 11 or 9 lanes), is padded up to whole
+        # registers instead, the tile that pads least (the wider on a tie): SqueezeNet-1.1's max
+        # pools, each alone on C, AVX2, 2 cores: 64 channels to 55x55 0.36-0.40 -> 0.22 ms (56 as
+        # 7 x 8), 128 to 27x27 0.38 -> 0.11 ms (32 as 2 x 16); AlexNet's first, 64 to 27x27, 0.154
+        # -> 0.062 ms (x86-64-v2's code: 0.175 -> 0.068 ms, 28 as 7 x 4)
+        width = min((lanes * 2, lanes), key=lambda w: -(-size // w) * w)
+        padded_tile = _padded_columns(kernel, first, width)
+        if padded_tile is not kernel:
+            return padded_tile
     itemsize = kernel.backend_object.register_bytes // lanes
     padded = _padded_row(divisors, best, lanes, widths, itemsize) if contiguous else None
     axis = _axis_of(kernel, first)
