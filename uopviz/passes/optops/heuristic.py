@@ -36,7 +36,8 @@ from besides the kernel itself):
   reduction unrolled by 4, as long as 132 workgroups remain.  A CPU kernel whose outputs reuse no
   load but read along a row (a depthwise conv, a pooling) gets its row as lanes; a row short of a
   register (14 or 7 columns on x86-64-v4) has its lanes padded up to one, the padded lanes' loads
-  and stores gated off (:func:`_padded_row`).  An elementwise kernel has its innermost
+  and stores gated off (:func:`_padded_row`), and a strided row of odd width over two registers (a
+  3x3 stride-2 max pool to 55 or 27 columns) is padded up to whole registers.  An elementwise kernel has its innermost
   axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
   on GPUs;
 * **unrolls**: the innermost reduction is unrolled fully when it is small, else (on CPUs, with no
