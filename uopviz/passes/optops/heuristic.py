@@ -37,9 +37,9 @@ from besides the kernel itself):
   load but read along a row (a depthwise conv, a pooling) gets its row as lanes; a row short of a
   register (14 or 7 columns on x86-64-v4) has its lanes padded up to one, the padded lanes' loads
   and stores gated off (:func:`_padded_row`), and a strided row of odd width over two registers (a
-  3x3 stride-2 max pool to 55 or 27 columns) is padded up to whole registers.  An elementwise kernel has its innermost
-  axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8 on v3), by 8 (or 4)
-  on GPUs;
+  3x3 stride-2 max pool to 55 or 27 columns) is padded up to whole registers.  An elementwise
+  kernel has its innermost axis upcast by one register's lanes on CPUs (16 float32 on x86-64-v4, 8
+  on v3), by 8 (or 4) on GPUs;
 * **unrolls**: the innermost reduction is unrolled fully when it is small, else (on CPUs, with no
   register tile) by one register's lanes, or by 4 or 2 when the
   register tile is narrow (under two registers), keeping the kernel at 128 lanes at most.
