@@ -280,3 +280,15 @@ def test_hashed_files_are_checked_by_their_stamps_once_settled(tmp_path, cold_lo
     x = np.ones((1, 4, 6, 6), np.float32)
     np.testing.assert_allclose(_run(again, x), _reference(folder, x), rtol=1e-5, atol=1e-5)
     assert graph is not again
+
+
+def test_a_cache_folder_that_cannot_be_made_loads_uncached(tmp_path, monkeypatch, cold_loads):
+    folder = _tiny_folder(tmp_path)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("UOPVIZ_CACHE", str(blocker / "cache"))
+    x = np.ones((1, 4, 6, 6), np.float32)
+    for _ in range(2):
+        graph = uv.nnef.load(folder)
+        np.testing.assert_allclose(_run(graph, x), _reference(folder, x), rtol=1e-5, atol=1e-5)
+    assert len(cold_loads) == 2

@@ -108,11 +108,12 @@ def _key(path: Path, options: Mapping[str, Any]) -> str | None:
 def _snapshot(folder: Path) -> Snapshot | None:
     """Every file under ``folder`` as ``(relative path, size, modification time ns, inode)``,
     sorted (the cache's own folder left out); None for a folder with more than :data:`MAX_FILES`
-    files or one that cannot be read."""
+    files, one that cannot be read, or a cache folder that cannot be made (a read-only home: the
+    load runs uncached)."""
     found: list[tuple[str, int, int, int]] = []
     pending = [folder]
-    own = os.path.realpath(cache_dir())  # a cache inside the model folder is not part of the model
     try:
+        own = os.path.realpath(cache_dir())  # a cache inside the model folder is not part of the model
         while pending:
             with os.scandir(pending.pop()) as entries:
                 for entry in entries:
