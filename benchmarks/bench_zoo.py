@@ -489,7 +489,8 @@ def _warm_rows(case: str, m: dict) -> list[dict]:
             f"{case}: load + compile, warm",
             m["warm_load_s"] + m["warm_compile_s"],
             notes=f"load {m['warm_load_s']:.2f} s, compile {m['warm_compile_s']:.2f} s in a new "
-            "process, every kernel in the persistent cache",
+            "process opening the same folder: the composed graph, the program and every kernel "
+            "in the persistent caches",
         )
     ]
 
