@@ -61,6 +61,14 @@ class DType:
             object.__setattr__(self, "_hash", cached)
         return cached
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # a scalar type of ``dtypes`` comes back as that very object, not an equal copy: passes
+        # compare dtypes with ``is``, and the caches' hash-consed UOps rebuilt from a pickle are the
+        # very UOps a later lowering in the process gets back
+        if getattr(dtypes, self.name, None) is self:
+            return _named_dtype, (self.name,)
+        return object.__reduce_ex__(self, protocol)
+
     def __getstate__(self) -> dict:
         # the cached hash must not travel to another process: str hashes differ between processes
         state = dict(self.__dict__)
@@ -278,3 +286,8 @@ def round_to_bfloat16(values: Any) -> np.ndarray:
     bits = values.view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
     return np.where(np.isnan(values), values, rounded.view(np.float32))
+
+
+def _named_dtype(name: str) -> DType:
+    """The scalar type ``dtypes.<name>`` (how a pickled one comes back: :meth:`DType.__reduce_ex__`)."""
+    return getattr(dtypes, name)

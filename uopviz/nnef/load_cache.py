@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from uopviz.backends.cache import cache_dir, package_digest, plain_data, replace_atomically
-from uopviz.core.dtype import DType, dtypes
 from uopviz.nnef.composition.stdlib import stdlib_modules
 from uopviz.nnef.errors import register_source
 from uopviz.nnef.load_recording import Recording, recorded
@@ -74,8 +73,8 @@ def enabled() -> bool:
 def cached_load(path: Path, folder: Path, options: Mapping[str, Any], load: Callable[[], Any]) -> Any:
     """The graph ``load()`` makes of ``path`` (its model folder ``folder``), from the cache when an
     entry for the same path, options and folder contents is there; else loaded and stored."""
-    key = _key(path, options)
-    snapshot = _snapshot(folder) if key is not None and enabled() else None
+    key = _key(path, options) if enabled() else None
+    snapshot = _snapshot(folder) if key is not None else None
     if key is None or snapshot is None:
         return load()
     found = _read_entry(key, folder, snapshot)
@@ -173,8 +172,6 @@ class _GraphPickler(pickle.Pickler):
     to pickle that way):
 
     - an array a data file gave: as the call that read it (read again on a hit);
-    - a scalar DType: as its name (it must come back as *the* ``dtypes`` object: passes compare
-      dtypes with ``is``);
     - a standard module and each of its definitions: by name (the process parses them once,
       :func:`~uopviz.nnef.composition.stdlib.stdlib_modules`; operations keep pointing into them).
     """
@@ -196,16 +193,10 @@ class _GraphPickler(pickle.Pickler):
                 return _standard_object, where
             return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
 
-        def data_type(obj: DType) -> Any:
-            if getattr(dtypes, obj.name, None) is obj:
-                return getattr, (dtypes, obj.name)
-            return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-
         self.dispatch_table = {
             **copyreg.dispatch_table,
             np.ndarray: array,
             np.memmap: array,
-            DType: data_type,
             ast.Module: by_name,
             ast.Definition: by_name,
         }
@@ -244,12 +235,14 @@ def _write_entry(key: str, validity: Validity, graph: Any, recording: Recording)
         return
     finally:
         graph.recompose = recompose
-    # the folder's snapshot first, on its own: a stale entry is found out before the graph is read
-    _write_bytes(key, pickle.dumps((FORMAT, validity, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL))
+    _write_bytes(key, validity, stream.getvalue())
 
 
-def _write_bytes(key: str, data: bytes) -> None:
-    """The entry ``key`` written atomically; a cache folder that cannot be written is left alone."""
+def _write_bytes(key: str, validity: Validity, payload: bytes) -> None:
+    """The entry ``key``: the folder's validity first, on its own (a stale entry is found out before
+    the graph is read), then the pickled graph; written atomically, and a cache folder that cannot
+    be written is left alone."""
+    data = pickle.dumps((FORMAT, validity, payload), protocol=pickle.HIGHEST_PROTOCOL)
     path = _entry_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -276,7 +269,7 @@ def _read_entry(key: str, folder: Path, snapshot: Snapshot) -> tuple[Any, bool] 
         # the hashed files matched and have settled since: a later rewrite gets a later stamp, so
         # the stamps alone check them from now on (a model written just before its first load is
         # not hashed on every load: VGG-16's 528 MB)
-        _write_bytes(key, pickle.dumps((FORMAT, (snapshot, {}), payload), protocol=pickle.HIGHEST_PROTOCOL))
+        _write_bytes(key, (snapshot, {}), payload)
     for file, text in sources.items():
         register_source(file, text)
     return graph, recomposes

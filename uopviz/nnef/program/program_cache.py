@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uopviz.backends.cache import cache_dir, package_digest, plain_data, replace_atomically
-from uopviz.core.dtype import DType, dtypes
 from uopviz.core.rewrite_trace import is_tracing
 from uopviz.core.uop import UOp, toposort
 from uopviz.engine.program import Program
@@ -217,17 +216,9 @@ class _RecordingPickler(pickle.Pickler):
         return None
 
 
-def _dtype_id(obj: Any) -> Any:
-    """A scalar DType as its name: it must come back as *the* ``dtypes`` object, not an equal copy
-    (passes compare dtypes with ``is``, and a hash-consed UOp rebuilt here is the very UOp a later
-    lowering in this process gets back)."""
-    if type(obj) is DType and getattr(dtypes, obj.name, None) is obj:
-        return ("dtype", obj.name)
-    return None
-
-
 class _TablePickler(pickle.Pickler):
-    """Pickles each UOp as its position in the shared table, each scalar DType as its name."""
+    """Pickles each UOp as its position in the shared table (a scalar DType pickles as its name:
+    :meth:`~uopviz.core.dtype.DType.__reduce_ex__`)."""
 
     def __init__(self, stream: io.BytesIO, number: dict[UOp, int] | None = None) -> None:
         super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
@@ -236,19 +227,17 @@ class _TablePickler(pickle.Pickler):
     def persistent_id(self, obj: Any) -> Any:
         if self.number is not None and type(obj) is UOp:
             return self.number[obj]
-        return _dtype_id(obj)
+        return None
 
 
 class _TableUnpickler(pickle.Unpickler):
-    """Reads each UOp back as the table's UOp at its position, each scalar DType as ``dtypes``'."""
+    """Reads each UOp back as the table's UOp at its position."""
 
     def __init__(self, stream: io.BytesIO, built: list[UOp] | None = None) -> None:
         super().__init__(stream)
         self.built = built
 
     def persistent_load(self, pid: Any) -> Any:
-        if isinstance(pid, tuple):
-            return getattr(dtypes, pid[1])
         assert self.built is not None
         return self.built[pid]
 
