@@ -17,6 +17,7 @@ from typing import Any
 
 from uopviz.core.entry_points import entry_point
 from uopviz.core.uop import UOp
+from uopviz.passes.optops.axes import settle_pad_clamps
 from uopviz.passes.optops.heuristic import hand_coded_optimizations
 from uopviz.passes.optops.kernel import Kernel
 from uopviz.passes.optops.local_buffers import insert_local_buffers
@@ -26,9 +27,10 @@ from uopviz.passes.schedule import Lowering
 
 
 def finish_optimize(kernel: Kernel) -> UOp:
-    """The kernel's AST with what the Optimize stage adds after the opts: strips staged into
-    contiguous buffers (CPU), GROUP_REDUCE reductions through LOCAL buffers (GPU)."""
-    return insert_local_buffers(stage_strided_loads(kernel.ast, kernel.backend_object))
+    """The kernel's AST with what the Optimize stage adds after the opts: PADTO's clamps settled
+    (the loads of padded vector lanes gated), strips staged into contiguous buffers (CPU),
+    GROUP_REDUCE reductions through LOCAL buffers (GPU)."""
+    return insert_local_buffers(stage_strided_loads(settle_pad_clamps(kernel.ast), kernel.backend_object))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,119 @@
+"""PADTO's clamps settled after the opts (``settle_pad_clamps``): the loads of padded vector lanes
+read whole vectors under a gate, every other clamped load keeps its clamp, and a clamp PADTO did
+not make (a replicate border's, of the same form) is never touched.  IR in, IR out, then values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopviz as uv
+from uopviz import AxisType, Ops, Tensor
+from uopviz.backends import available
+from uopviz.core.rewrite import substitute
+from uopviz.passes.optimize import finish_optimize
+from uopviz.passes.optops import Kernel, Opt, OptOp
+from uopviz.passes.optops.axes import PAD_CLAMP, settle_pad_clamps
+
+U, T = AxisType.UPCAST, AxisType.THREAD
+BACKENDS = available()
+
+
+def split(axis: int, factor: int, target: AxisType, top: bool = False) -> Opt:
+    return Opt(OptOp.SPLIT, axis, (factor, target, top))
+
+
+def _matmul(m: int, k: int, n: int, seed: int, transposed: bool = False) -> tuple[Tensor, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+    right = Tensor(b).T if transposed else Tensor(b)
+    return Tensor(a) @ right, a @ (b.T if transposed else b)
+
+
+def _kernel(out: Tensor, opts: list[Opt]) -> Kernel:
+    return uv.compile(out, backend="c").kernels[0].with_parallel_outputs().apply_all(opts)
+
+
+def _clamps(ast: uv.UOp) -> list[uv.UOp]:
+    return [u for u in ast.toposort() if u.op is Ops.WHERE and u.src[0].op is Ops.CMP_LT
+            and u.src[1] is u.src[0].src[0] and u.src[2].op is Ops.CONST]
+
+
+def _gated_loads(ast: uv.UOp) -> list[uv.UOp]:
+    return [u for u in ast.toposort() if u.op is Ops.LOAD and len(u.src) == 3]
+
+
+#: the columns (axis 1) padded to whole 8-lane vectors and split into them: the last UPCAST axis
+COLUMN_LANES = [Opt(OptOp.PADTO, 1, 8), split(1, 8, U)]
+
+
+def test_padto_tags_its_clamp_until_the_opts_are_settled() -> None:
+    out, _ = _matmul(4, 6, 13, 0)
+    kernel = _kernel(out, [Opt(OptOp.PADTO, 1, 8)])
+    tagged = [u for u in kernel.ast.toposort() if u.tag == PAD_CLAMP]
+    assert len(tagged) == 1 and tagged[0].op is Ops.WHERE
+    settled = finish_optimize(kernel)
+    assert not [u for u in settled.toposort() if u.tag == PAD_CLAMP]
+    assert len(_clamps(settled)) == 1  # no lanes: the column's load still reads the last column
+
+
+def test_a_padded_vector_lane_load_is_gated_not_clamped() -> None:
+    out, _ = _matmul(4, 6, 13, 0)
+    kernel = _kernel(out, COLUMN_LANES)
+    assert len(_clamps(kernel.ast)) == 1 and not _gated_loads(kernel.ast)
+    settled = finish_optimize(kernel)
+    assert _clamps(settled) == []
+    (load,) = _gated_loads(settled)  # b[k, column]: its lanes are consecutive columns
+    assert load.src[2].op is Ops.CMP_LT and load.src[1].op is Ops.CONST and load.src[1].const_value == 0
+
+
+def test_a_strided_lane_load_keeps_its_clamp() -> None:
+    # b stored transposed: consecutive columns are k elements apart, a gather either way
+    out, _ = _matmul(4, 6, 13, 0, transposed=True)
+    settled = finish_optimize(_kernel(out, COLUMN_LANES))
+    assert len(_clamps(settled)) == 1 and not _gated_loads(settled)
+
+
+def test_a_clamp_on_an_outer_upcast_axis_stays() -> None:
+    # rows padded and split into lanes, then the columns: the rows' lanes are broadcast one by one
+    out, _ = _matmul(5, 6, 16, 0)
+    kernel = _kernel(out, [Opt(OptOp.PADTO, 0, 4), split(0, 4, U), split(1, 8, U)])
+    assert [r.arg[1] for r in kernel.ranges][-2:] == [U, U]
+    settled = finish_optimize(kernel)
+    assert len(_clamps(settled)) == 1 and not _gated_loads(settled)
+
+
+def test_a_clamp_padto_did_not_make_is_left_alone() -> None:
+    # a replicate border's clamp has PADTO's form, and its values are used: the same kernel with
+    # the clamp untagged (as any other pass would build it) is settled to itself
+    out, _ = _matmul(4, 6, 13, 0)
+    kernel = _kernel(out, COLUMN_LANES)
+    (clamp,) = (u for u in kernel.ast.toposort() if u.tag == PAD_CLAMP)
+    untagged = substitute(kernel.ast, {clamp: clamp.replace(tag=None)})
+    assert settle_pad_clamps(untagged) is untagged
+
+
+CASES = [
+    (4, 6, 13, COLUMN_LANES),
+    (3, 9, 21, [Opt(OptOp.PADTO, 1, 8), split(1, 8, U), split(0, 3, U)]),
+    (6, 5, 13, [Opt(OptOp.PADTO, 1, 16), split(1, 8, U)]),
+    (5, 7, 29, [Opt(OptOp.PADTO, 1, 8), split(1, 8, U), Opt(OptOp.PADTO, 0, 2), split(0, 2, U)]),
+]
+#: THREAD axes run on the CPU backends
+CPU_BACKENDS = [backend for backend in BACKENDS if backend in ("python", "c", "llvm")]
+THREAD_CASES = [
+    (6, 5, 13, [Opt(OptOp.PADTO, 1, 16), split(1, 8, U), split(1, 2, T, top=True)]),
+    (5, 7, 29, [Opt(OptOp.PADTO, 1, 8), split(1, 8, U), Opt(OptOp.PADTO, 0, 2), split(0, 2, T, top=True)]),
+]
+
+
+@pytest.mark.parametrize(("backend", "m", "k", "n", "opts"), [
+    *((backend, *case) for backend in BACKENDS for case in CASES),
+    *((backend, *case) for backend in CPU_BACKENDS for case in THREAD_CASES),
+])
+def test_gated_padded_lanes_keep_the_results(backend: str, m: int, k: int, n: int, opts: list[Opt]) -> None:
+    for seed in range(2):
+        out, expected = _matmul(m, k, n, seed)
+        program = uv.compile(out, backend=backend, opts=opts)
+        np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
