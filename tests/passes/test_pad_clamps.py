@@ -10,6 +10,7 @@ import pytest
 import uopviz as uv
 from uopviz import AxisType, Ops, Tensor
 from uopviz.backends import available
+from uopviz.backends.target import using_target
 from uopviz.core.rewrite import substitute
 from uopviz.passes.optimize import finish_optimize
 from uopviz.passes.optops import Kernel, Opt, OptOp
@@ -31,8 +32,8 @@ def _matmul(m: int, k: int, n: int, seed: int, transposed: bool = False) -> tupl
     return Tensor(a) @ right, a @ (b.T if transposed else b)
 
 
-def _kernel(out: Tensor, opts: list[Opt]) -> Kernel:
-    return uv.compile(out, backend="c").kernels[0].with_parallel_outputs().apply_all(opts)
+def _kernel(out: Tensor, opts: list[Opt], backend: str = "c") -> Kernel:
+    return uv.compile(out, backend=backend).kernels[0].with_parallel_outputs().apply_all(opts)
 
 
 def _clamps(ast: uv.UOp) -> list[uv.UOp]:
@@ -68,6 +69,21 @@ def test_a_padded_vector_lane_load_is_gated_not_clamped() -> None:
     assert load.src[2].op is Ops.CMP_LT and load.src[1].op is Ops.CONST and load.src[1].const_value == 0
 
 
+@pytest.mark.parametrize(("backend", "target", "gated"), [
+    ("c", "x86-64-v2", True),  # a whole-vector load and a select on every target
+    ("llvm", "x86-64-v3", True),  # llvm.masked.load is AVX's vmaskmovps
+    ("llvm", "x86-64-v2", False),  # without AVX, LLVM reads a masked load lane by lane
+])
+def test_lanes_are_gated_where_the_backend_reads_a_gated_vector_whole(backend: str, target: str,
+                                                                     gated: bool) -> None:
+    if backend not in BACKENDS:
+        pytest.skip(f"the {backend} backend is not available here")
+    out, _ = _matmul(4, 6, 13, 0)
+    with using_target(target):
+        settled = finish_optimize(_kernel(out, COLUMN_LANES, backend))
+    assert (len(_gated_loads(settled)), len(_clamps(settled))) == ((1, 0) if gated else (0, 1))
+
+
 def test_a_strided_lane_load_keeps_its_clamp() -> None:
     # b stored transposed: consecutive columns are k elements apart, a gather either way
     out, _ = _matmul(4, 6, 13, 0, transposed=True)
@@ -91,7 +107,7 @@ def test_a_clamp_padto_did_not_make_is_left_alone() -> None:
     kernel = _kernel(out, COLUMN_LANES)
     (clamp,) = (u for u in kernel.ast.toposort() if u.tag == PAD_CLAMP)
     untagged = substitute(kernel.ast, {clamp: clamp.replace(tag=None)})
-    assert settle_pad_clamps(untagged) is untagged
+    assert settle_pad_clamps(untagged, kernel.backend_object) is untagged
 
 
 CASES = [

@@ -436,6 +436,10 @@ class Backend(abc.ABC):
     #: reading its extents from one more int64 array (``uopviz.passes.extent_sharing``): CPU
     #: backends, whose launch sizes do not come from the kernel's ranges
     shares_extents: bool = False
+    #: True when a contiguous vector LOAD gated lane by lane is read as one vector (not lane by
+    #: lane): the Optimize stage then gates the loads of padded vector lanes instead of clamping
+    #: each lane (``uopviz.passes.optops.axes.settle_pad_clamps``)
+    loads_gated_vectors_whole: bool = False
     #: rules of the backend's own, by the name of the pipeline stage that runs them (``"Linearize"``,
     #: ``"Instruction Selection"``, any stage from Optimize on): the stage rewrites each kernel with
     #: them before its own rules, as a traced pass named after the backend (``cuda rules``); a

@@ -518,6 +518,8 @@ class CBackend(TargetsCPU, Backend):
     tensor_cores = cpu_tensor_cores()
     parallel_compile = True  # each build is a compiler process
     shares_extents = True
+    #: a whole-vector load and a select of its lanes, on every target (CFamilyState.gated_vector_load)
+    loads_gated_vectors_whole = True
 
     def __init__(self) -> None:
         self.renderer = CRenderer(self.tensor_cores)

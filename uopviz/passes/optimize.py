@@ -30,7 +30,8 @@ def finish_optimize(kernel: Kernel) -> UOp:
     """The kernel's AST with what the Optimize stage adds after the opts: PADTO's clamps settled
     (the loads of padded vector lanes gated), strips staged into contiguous buffers (CPU),
     GROUP_REDUCE reductions through LOCAL buffers (GPU)."""
-    return insert_local_buffers(stage_strided_loads(settle_pad_clamps(kernel.ast), kernel.backend_object))
+    backend = kernel.backend_object
+    return insert_local_buffers(stage_strided_loads(settle_pad_clamps(kernel.ast, backend), backend))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -339,7 +339,7 @@ def pad_axis(kernel: ShapedKernel, opt: Opt) -> UOp:
     return graph_rewrite(ast, pad_rules, ctx=_PadContext(padded, valid, clamped), name="padto masks")
 
 
-def settle_pad_clamps(ast: UOp) -> UOp:
+def settle_pad_clamps(ast: UOp, backend: Any) -> UOp:
     """The kernel's AST with its opts all applied, PADTO's clamps settled: a load that reads a
     padded axis at its last real iteration, where that axis makes the kernel's vector lanes and the
     load's lanes are consecutive elements, is gated instead (reads 0 on the padded lanes), and the
@@ -353,13 +353,14 @@ def settle_pad_clamps(ast: UOp) -> UOp:
     that form the vectors) are settled so: a load on an outer UPCAST axis has its lanes broadcast
     one by one, read from memory, and a gated vector there went through a register (SqueezeNet's
     13x13 3x3 convs 1.4x slower); a strided load keeps its clamp too, for the renderers' paths for
-    strided lanes take no gate."""
+    strided lanes take no gate.  Only for a backend that reads a gated vector whole
+    (``Backend.loads_gated_vectors_whole``); the others keep every clamp."""
     clamps = [u for u in ast.toposort() if u.op is Ops.WHERE and u.tag == PAD_CLAMP]
     if not clamps:
         return ast
     upcasts = [r for r in ranges_of(ast) if r.arg[1] is AxisType.UPCAST]
     mapping: dict[UOp, UOp] = {}
-    if upcasts:
+    if upcasts and backend.loads_gated_vectors_whole:
         lanes = upcasts[-1]
         for clamp in (c for c in clamps if depends_on(c, lanes)):
             mapping.update(_gated_loads(ast, clamp, lanes))
