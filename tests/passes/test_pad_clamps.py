@@ -133,3 +133,26 @@ def test_gated_padded_lanes_keep_the_results(backend: str, m: int, k: int, n: in
         out, expected = _matmul(m, k, n, seed)
         program = uv.compile(out, backend=backend, opts=opts)
         np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def _optimize_steps(program: uv.Program, rule: str) -> list:
+    return [step for step in program.trace.find("Optimize").steps if step.rule == rule]
+
+
+def test_the_trace_records_each_gated_load() -> None:
+    out, expected = _matmul(4, 6, 13, 0)
+    program = uv.compile(out, backend="c", opts=COLUMN_LANES)
+    (gated,) = _optimize_steps(program, "gate_padded_lanes")
+    assert gated.before.op is Ops.LOAD and len(gated.before.src) == 1 and len(gated.after.src) == 3
+    assert gated.location.startswith("uopviz/passes/optops/axes.py:")
+    assert _optimize_steps(program, "untag_pad_clamp") == []  # the clamp went with the load it fed
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_trace_records_each_clamp_kept() -> None:
+    out, expected = _matmul(5, 6, 16, 0)
+    program = uv.compile(out, backend="c", opts=[Opt(OptOp.PADTO, 0, 4), split(0, 4, U), split(1, 8, U)])
+    (untagged,) = _optimize_steps(program, "untag_pad_clamp")
+    assert untagged.before.tag == PAD_CLAMP and untagged.after.tag is None
+    assert _optimize_steps(program, "gate_padded_lanes") == []
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)

@@ -339,11 +339,50 @@ def pad_axis(kernel: ShapedKernel, opt: Opt) -> UOp:
     return graph_rewrite(ast, pad_rules, ctx=_PadContext(padded, valid, clamped), name="padto masks")
 
 
+@dataclass
+class _SettleContext:
+    clamps: tuple[UOp, ...]  # PADTO's clamps on the vector lanes
+    lanes: UOp  # the last UPCAST axis: the lanes of the kernel's vectors
+
+
+def gate_padded_lanes(ctx: _SettleContext, load: UOp) -> UOp | None:
+    """A load that reads through PADTO's clamp on the vector lanes (directly: not through an
+    address loaded from memory) at consecutive elements of them reads unclamped, gated off on
+    the padded lanes (0 there: the values are never stored)."""
+    for clamp in ctx.clamps:
+        inner_loads = (u for u in load.toposort() if u.op is Ops.LOAD and u is not load)
+        if not depends_on(load, clamp) or any(depends_on(inner, clamp) for inner in inner_loads):
+            continue
+        valid, unclamped = clamp.src[0], clamp.src[1]
+        address = substitute(load.src[0], {clamp: unclamped})
+        index = address.src[1] if address.op is Ops.INDEX and len(address.src) > 1 else None
+        if index is None or linear_coefficient(index, ctx.lanes) != 1:
+            continue
+        if len(load.src) == 1:
+            return UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), valid))
+        gate = substitute(load.src[2], {clamp: unclamped})
+        return UOp(Ops.LOAD, (address, load.src[1], UOp(Ops.AND, (gate, valid))))
+    return None
+
+
+def untag_pad_clamp(clamp: UOp) -> UOp | None:
+    """PADTO's clamp, settled, becomes a WHERE like any other."""
+    return clamp.replace(tag=None) if clamp.tag == PAD_CLAMP else None
+
+
+settle_rules = PatternMatcher([
+    (UPat(Ops.LOAD, name="load"), gate_padded_lanes, "gate_padded_lanes"),
+], name="settle pad clamps")
+untag_rules = PatternMatcher([
+    (UPat(Ops.WHERE, name="clamp"), untag_pad_clamp, "untag_pad_clamp"),
+], name="untag pad clamps")
+
+
 def settle_pad_clamps(ast: UOp, backend: Any) -> UOp:
     """The kernel's AST with its opts all applied, PADTO's clamps settled: a load that reads a
     padded axis at its last real iteration, where that axis makes the kernel's vector lanes and the
-    load's lanes are consecutive elements, is gated instead (reads 0 on the padded lanes), and the
-    clamps lose their :data:`PAD_CLAMP` tag.
+    load's lanes are consecutive elements, is gated instead (reads 0 on the padded lanes:
+    :func:`gate_padded_lanes`), and the clamps lose their :data:`PAD_CLAMP` tag.
 
     A clamped lane is a read of its own (lanes 13..15 of a 16-lane row read element 12 again), so
     the vector was gathered element by element; gated, it is one whole-vector load and a select
@@ -359,35 +398,12 @@ def settle_pad_clamps(ast: UOp, backend: Any) -> UOp:
     if not clamps:
         return ast
     upcasts = [r for r in ranges_of(ast) if r.arg[1] is AxisType.UPCAST]
-    mapping: dict[UOp, UOp] = {}
     if upcasts and backend.loads_gated_vectors_whole:
-        lanes = upcasts[-1]
-        for clamp in (c for c in clamps if depends_on(c, lanes)):
-            mapping.update(_gated_loads(ast, clamp, lanes))
-    settled = substitute(ast, mapping)
-    return substitute(settled, {c: c.replace(tag=None) for c in settled.toposort()
-                                if c.op is Ops.WHERE and c.tag == PAD_CLAMP})
-
-
-def _gated_loads(ast: UOp, clamp: UOp, lanes: UOp) -> dict[UOp, UOp]:
-    """``{load: gated load}`` for the loads that read through ``clamp`` directly (not through an
-    address loaded from memory) at consecutive elements of ``lanes``."""
-    valid, unclamped = clamp.src[0], clamp.src[1]
-    gated = {}
-    for load in (u for u in ast.toposort() if u.op is Ops.LOAD and depends_on(u, clamp)):
-        if any(inner.op is Ops.LOAD and inner is not load and depends_on(inner, clamp)
-               for inner in load.toposort()):
-            continue
-        address = substitute(load.src[0], {clamp: unclamped})
-        index = address.src[1] if address.op is Ops.INDEX and len(address.src) > 1 else None
-        if index is None or linear_coefficient(index, lanes) != 1:
-            continue
-        if len(load.src) == 1:
-            gated[load] = UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), valid))
-        else:
-            gate = substitute(load.src[2], {clamp: unclamped})
-            gated[load] = UOp(Ops.LOAD, (address, load.src[1], UOp(Ops.AND, (gate, valid))))
-    return gated
+        on_lanes = tuple(c for c in clamps if depends_on(c, upcasts[-1]))
+        if on_lanes:
+            ast = graph_rewrite(ast, settle_rules, ctx=_SettleContext(on_lanes, upcasts[-1]),
+                                name="settle pad clamps")
+    return graph_rewrite(ast, untag_rules, name="untag pad clamps")
 
 
 def swap_axes(kernel: ShapedKernel, opt: Opt) -> UOp:
