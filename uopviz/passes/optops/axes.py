@@ -266,11 +266,17 @@ def pad_mask_load(ctx: _PadContext, load: UOp) -> UOp | None:
     address = load.src[0]
     if ctx.clamped is not None or not depends_on(address, ctx.padded):
         return None
-    if len(load.src) == 1:
-        return UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), ctx.valid))
-    if any(t is ctx.valid for t in conjuncts(load.src[2])):
+    if len(load.src) > 1 and any(t is ctx.valid for t in conjuncts(load.src[2])):
         return None
-    return UOp(Ops.LOAD, (address, load.src[1], UOp(Ops.AND, (load.src[2], ctx.valid))))
+    return _gated_load(load, address, load.src[2] if len(load.src) > 1 else None, ctx.valid)
+
+
+def _gated_load(load: UOp, address: UOp, gate: UOp | None, valid: UOp) -> UOp:
+    """``load`` reading ``address`` under its ``gate`` (None: it had none) and ``valid``: its alt,
+    or 0 for a load that had no gate, where either is off."""
+    if gate is None:
+        return UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), valid))
+    return UOp(Ops.LOAD, (address, load.src[1], UOp(Ops.AND, (gate, valid))))
 
 
 def pad_mask_store(ctx: _PadContext, store: UOp) -> UOp | None:
@@ -349,19 +355,18 @@ def gate_padded_lanes(ctx: _SettleContext, load: UOp) -> UOp | None:
     """A load that reads through PADTO's clamp on the vector lanes (directly: not through an
     address loaded from memory) at consecutive elements of them reads unclamped, gated off on
     the padded lanes (0 there: the values are never stored)."""
+    nodes = load.toposort()
+    inner_loads = [u for u in nodes if u.op is Ops.LOAD and u is not load]
     for clamp in ctx.clamps:
-        inner_loads = (u for u in load.toposort() if u.op is Ops.LOAD and u is not load)
-        if not depends_on(load, clamp) or any(depends_on(inner, clamp) for inner in inner_loads):
+        if not any(u is clamp for u in nodes) or any(depends_on(inner, clamp) for inner in inner_loads):
             continue
-        valid, unclamped = clamp.src[0], clamp.src[1]
-        address = substitute(load.src[0], {clamp: unclamped})
+        unclamped = {clamp: clamp.src[1]}
+        address = substitute(load.src[0], unclamped)
         index = address.src[1] if address.op is Ops.INDEX and len(address.src) > 1 else None
         if index is None or linear_coefficient(index, ctx.lanes) != 1:
             continue
-        if len(load.src) == 1:
-            return UOp(Ops.LOAD, (address, UOp.const(load.dtype.scalar, 0), valid))
-        gate = substitute(load.src[2], {clamp: unclamped})
-        return UOp(Ops.LOAD, (address, load.src[1], UOp(Ops.AND, (gate, valid))))
+        gate = substitute(load.src[2], unclamped) if len(load.src) > 1 else None
+        return _gated_load(load, address, gate, clamp.src[0])
     return None
 
 
