@@ -429,8 +429,8 @@ class Backend(abc.ABC):
     transposes_stores: bool = False
     #: how many threads a THREAD axis is split for (GPU backends use workgroups instead)
     thread_count: int = 1
-    #: True when ``compile`` may run in several threads at once (each build its own process), so
-    #: the Render stage compiles a program's distinct kernels in parallel
+    #: True when :meth:`compile_alongside` may run in several threads at once (each build a process
+    #: of its own), so the Render stage compiles a program's distinct kernels in parallel
     parallel_compile: bool = False
     #: True when one compiled kernel may serve kernels that differ only in an extent, each launch
     #: reading its extents from one more int64 array (``uopviz.passes.extent_sharing``): CPU
@@ -489,6 +489,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compile(self, source: str, name: str) -> CompiledKernel:
         """Compile a rendered source (cached by source hash)."""
+
+    def compile_alongside(self, source: str, name: str) -> CompiledKernel:
+        """:meth:`compile`, called by one of the threads that build a program's kernels side by side
+        (``parallel_compile``): a backend whose compiler holds a lock for the whole process (LLVM's)
+        makes the machine code in a process of its own here."""
+        return self.compile(source, name)
 
     def require(self) -> None:
         """Raise BackendUnavailable with the reason when the backend cannot run here."""

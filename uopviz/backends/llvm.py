@@ -142,6 +142,8 @@ def llvm_cpu_and_features(target: CPUTarget) -> tuple[str, str]:
 # model's 32-bit PC-relative references then overflow (an assertion, or a wild jump without
 # one).  The large code model addresses constants and callees with 64-bit immediates.
 CODE_MODEL = "large"
+#: seconds a worker process may take to optimize and compile one kernel (C's compiler has as long)
+COMPILE_TIMEOUT_S = 300.0
 
 
 def _target_machine(cpu: str, features: str) -> Any:
@@ -196,6 +198,10 @@ class _ObjectCache:
         return folder / f"{self.key}.o"
 
     def notify(self, module: Any, buffer: bytes) -> None:
+        self.store(buffer)
+
+    def store(self, buffer: bytes) -> None:
+        """Write an object to the disk cache (whole or not at all: a reader never sees half of one)."""
         import os
         import tempfile
 
@@ -225,6 +231,8 @@ class LLVMBackend(TargetsCPU, Backend):
     """LLVM IR JIT-compiled with llvmlite for the host CPU."""
 
     name = "llvm"
+    # a program's kernels build side by side, each in a worker process (compile_alongside)
+    parallel_compile = True
     supported_ops = COMPILED_ALU_OPS
     vector_widths = (2, 4, 8, 16)
     transposes_stores = True  # 8 x 16 tiles: 99-110 -> 90-95 us (LLVMRenderState.render_matrix_column)
@@ -275,7 +283,19 @@ class LLVMBackend(TargetsCPU, Backend):
         _optimize(module, machine)
         return machine.emit_assembly(module)
 
-    def _parsed(self, source: str, name: str, cpu: str, features: str) -> tuple[Any, Any]:
+    def _object_code_in_worker(self, source: str, name: str, cpu: str, features: str) -> tuple[bytes, str]:
+        """:meth:`object_code` in a worker process; a worker that dies (LLVM aborting on IR it
+        accepted) is a :class:`CompileError` naming the kernel, and this process goes on."""
+        from uopviz.backends.worker import KernelCrashed, default_pool
+
+        payload = {"source": source, "name": name, "cpu": cpu, "features": features}
+        try:
+            return default_pool().request("llvm_object", payload, COMPILE_TIMEOUT_S, name, self.name)
+        except KernelCrashed as crash:
+            raise CompileError(self.name, name, f"LLVM crashed while compiling it: {crash}", source) from None
+
+    @staticmethod
+    def _parsed(source: str, name: str, cpu: str, features: str) -> tuple[Any, Any]:
         """``source`` parsed and verified, with the CPU attributes ``cpu`` and ``features``, and a
         target machine for them; a :class:`CompileError` naming the kernel for IR LLVM rejects."""
         llvm = _llvm()
@@ -290,12 +310,30 @@ class LLVMBackend(TargetsCPU, Backend):
             module = llvm.parse_assembly(text)
             module.verify()
         except RuntimeError as error:
-            raise CompileError(self.name, name, str(error), source) from None
+            raise CompileError(LLVMBackend.name, name, str(error), source) from None
         machine = _target_machine(cpu, features)
         module.triple, module.data_layout = machine.triple, str(machine.target_data)
         return module, machine
 
+    @staticmethod
+    def object_code(source: str, name: str, cpu: str, features: str) -> tuple[bytes, str]:
+        """The IR ``source`` (kernel ``name``) optimized and compiled for ``cpu`` with ``features``:
+        the ELF object MCJIT loads and the optimized IR.  What a worker process makes for
+        :meth:`compile_alongside`."""
+        module, machine = LLVMBackend._parsed(source, name, cpu, features)
+        _optimize(module, machine)
+        return machine.emit_object(module), str(module)
+
     def compile(self, source: str, name: str) -> LLVMCompiledKernel:
+        return self._compile(source, name, in_worker=False)
+
+    def compile_alongside(self, source: str, name: str) -> LLVMCompiledKernel:
+        """:meth:`compile`, with the optimization and the machine code made in a worker process
+        (``worker.default_pool``): llvmlite holds one lock around all of LLVM in a process, so a
+        program's builds in threads ran one after the other; this process loads the object."""
+        return self._compile(source, name, in_worker=True)
+
+    def _compile(self, source: str, name: str, in_worker: bool) -> LLVMCompiledKernel:
         self.require()
         llvm = _llvm()
         target = self.target
@@ -314,7 +352,11 @@ class LLVMBackend(TargetsCPU, Backend):
         module, machine = self._parsed(source, name, cpu, features)
         object_cache = _ObjectCache(key)
         was_cached = object_cache.path().exists()
-        if not was_cached:
+        optimized_ir = None
+        if not was_cached and in_worker:
+            code, optimized_ir = self._object_code_in_worker(source, name, cpu, features)
+            object_cache.store(code)  # MCJIT loads it through the cache, as a warm build does
+        elif not was_cached:
             _optimize(module, machine)
         engine = llvm.create_mcjit_compiler(module, machine)
         engine.set_object_cache(object_cache.notify, object_cache.get)
@@ -323,7 +365,9 @@ class LLVMBackend(TargetsCPU, Backend):
         if not address:
             raise CompileError(self.name, name, f"function @{meta.name} not found after JIT", source)
         function = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(meta.params)))(address)
-        info = {"cached": was_cached, "optimized_ir": None if was_cached else str(module),
+        if not was_cached and optimized_ir is None:
+            optimized_ir = str(module)
+        info = {"cached": was_cached, "optimized_ir": optimized_ir,
                 "target": target.name, "cannot_run": target.why_not_here()}  # fmt: skip
         kernel = LLVMCompiledKernel.built(self.name, meta, source, start, info,
                                           engine=engine, function=function)

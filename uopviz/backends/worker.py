@@ -17,6 +17,7 @@ import atexit
 import itertools
 import os
 import pickle
+import queue
 import signal
 import subprocess
 import sys
@@ -186,6 +187,12 @@ def _handle_compile_many(backend: str, sources: list[tuple[str, str]]) -> list[f
         return list(pool.map(lambda pair: _compile(backend, *pair).compile_s, sources))
 
 
+def _handle_llvm_object(source: str, name: str, cpu: str, features: str) -> tuple[bytes, str]:
+    from uopviz.backends import get
+
+    return get("llvm").object_code(source, name, cpu, features)
+
+
 def _handle_ping() -> int:
     import os
 
@@ -195,7 +202,8 @@ def _handle_ping() -> int:
 _REQUESTS = {"run": _handle_run, "time": _handle_time, "compile": _handle_compile,
              "compile_many": _handle_compile_many, "ping": _handle_ping,
              "allocate": _handle_allocate, "run_bound": _handle_run_bound, "fetch": _handle_fetch,
-             "release": _handle_release, "time_random": _handle_time_random}
+             "release": _handle_release, "time_random": _handle_time_random,
+             "llvm_object": _handle_llvm_object}
 
 
 def worker_main(receiver: Connection, sender: Connection) -> None:
@@ -436,7 +444,49 @@ class Worker:
                 self._discard(kill=True)
 
 
+class WorkerPool:
+    """Up to ``size`` workers, each answering one request at a time: requests made from several
+    threads at once run side by side, each in a process of its own (LLVM's builds: llvmlite holds
+    one lock around all of LLVM in a process).  Workers start on demand and are kept for later
+    requests; one that crashed is restarted by its next request, as a lone :class:`Worker` is."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(1, size)
+        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        self._workers: list[Worker] = []
+        self._lock = threading.Lock()
+
+    def request(
+        self, kind: str, payload: dict[str, Any], timeout_s: float, kernel: str = "", backend: str = ""
+    ) -> Any:
+        """:meth:`Worker.request` on an idle worker (a new one while fewer than ``size`` exist, else
+        the first to become idle)."""
+        worker = self._acquire()
+        try:
+            return worker.request(kind, payload, timeout_s, kernel, backend)
+        finally:
+            self._idle.put(worker)
+
+    def _acquire(self) -> Worker:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            if len(self._workers) < self.size:
+                self._workers.append(Worker())
+                return self._workers[-1]
+        return self._idle.get()
+
+    def close(self) -> None:
+        """Stop every worker process."""
+        with self._lock:
+            for worker in self._workers:
+                worker.close()
+
+
 _default: Worker | None = None
+_default_pool: WorkerPool | None = None
 _SESSION_NUMBERS = itertools.count(1)
 
 
@@ -447,6 +497,15 @@ def default_worker() -> Worker:
         _default = Worker()
         atexit.register(_default.close)
     return _default
+
+
+def default_pool() -> WorkerPool:
+    """The process-wide pool of a worker per core that builds LLVM kernels side by side."""
+    global _default_pool
+    if _default_pool is None:
+        _default_pool = WorkerPool(os.cpu_count() or 1)
+        atexit.register(_default_pool.close)
+    return _default_pool
 
 
 def run_isolated(

@@ -97,7 +97,9 @@ def render_stage(lowering: Lowering) -> None:
     context = RenderContext(lowering.backend)
     bodies = {}
     shared = _shared_extents(lowering)
-    with SourceBuilds(lowering.backend, lowering.build) as builds:
+    # one kernel builds here: a worker process would only add its start (LLVM's builds)
+    several = len({item.body for item in lowering.items}) > 1
+    with SourceBuilds(lowering.backend, lowering.build, parallel=several) as builds:
         for item in lowering.items:
             linear = item.body
             if linear in shared:
@@ -129,15 +131,16 @@ def _shared_extents(lowering: Lowering) -> dict[UOp, SharedExtents]:
 class SourceBuilds:
     """The builds of a program's sources: each ``(source, name)`` compiled once, in a thread per core
     from the moment it is submitted where the backend's builds run as processes of their own
-    (``Backend.parallel_compile``), else one after the other when the results are asked for; with
-    ``build=False`` none.  A context manager: leaving it waits for the builds still running."""
+    (``Backend.parallel_compile``) and ``parallel`` is True, else one after the other when the
+    results are asked for; with ``build=False`` none.  A context manager: leaving it waits for the
+    builds still running."""
 
-    def __init__(self, backend: str | Backend, build: bool = True) -> None:
+    def __init__(self, backend: str | Backend, build: bool = True, parallel: bool = True) -> None:
         self.backend = backend_named(backend)
         self.build = build
         self.pending: dict[tuple[str, str], Any] = {}
         cores = os.cpu_count() or 1
-        parallel = build and self.backend.parallel_compile and cores > 1
+        parallel = parallel and build and self.backend.parallel_compile and cores > 1
         self.pool = ThreadPoolExecutor(cores, thread_name_prefix="uopviz-compile") if parallel else None
 
     def submit(self, source: str, name: str) -> None:
@@ -145,7 +148,7 @@ class SourceBuilds:
         if not self.build or (source, name) in self.pending:
             return
         self.pending[source, name] = (
-            self.pool.submit(compile_source, source, name, self.backend) if self.pool is not None else None
+            self.pool.submit(self.backend.compile_alongside, source, name) if self.pool is not None else None
         )
 
     def results(self) -> dict[tuple[str, str], Any]:
