@@ -150,6 +150,28 @@ def elementwise(n: int) -> LinearCase:
     )
 
 
+def fill(rows: int, cols: int, value: float = 0.0) -> LinearCase:
+    """``out[i * stride + j] = value`` for the first ``cols`` of each row of ``cols + 2``: a padded
+    buffer's border filled (the NNEF front end's padding), a nest that reads no memory."""
+    b = Builder()
+    stride = cols + 2
+    out = b.param(0, rows * stride)
+    i = b.loop(rows)
+    j = b.loop(cols)
+    b.end(j, b.store(out, i * stride + j, const(dtypes.float32, value)))
+    b.end(i)
+
+    def make(rng):
+        return [random_array(rng, rows * stride, dtypes.float32)]
+
+    def expected(x):
+        filled = x[0].reshape(rows, stride).copy()
+        filled[:, :cols] = value
+        return {0: filled.reshape(-1)}
+
+    return LinearCase(f"fill_{rows}x{cols}", b.linear(f"E_{rows}_{cols}"), make, expected)
+
+
 def reduction(rows: int, cols: int) -> LinearCase:
     """``out[i] = sum_j a[i, j]`` with a REG accumulator, re-read after the reduce loop (again)."""
     b = Builder()

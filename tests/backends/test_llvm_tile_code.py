@@ -9,6 +9,8 @@ machine code LLVM makes of that IR.
 - A reduction loop holding the tile's innermost loop is kept rolled (``llvm.loop.unroll.disable``)
   where unrolling it whole would copy more than ``FULL_UNROLL_FMA_BUDGET`` vector FMAs (an 8 x 32
   tile's 3x3 taps: 144), and left to LLVM below that (a 7 x 32 tile's: 126).
+- A loop nest without vector values that reads no memory (a fill) or is a reduction's loop is kept
+  rolled too: LLVM's later passes took up to a second over such nests unrolled whole.
 
 Values are numpy's on every target, backend and dtype checked."""
 
@@ -26,6 +28,8 @@ from uopviz.backends.llvm_renderer import FULL_UNROLL_FMA_BUDGET, loops_kept_rol
 from uopviz.backends.target import using_target
 from uopviz.core.ops import AxisType, Ops
 from uopviz.passes.optops.opts import Opt, OptOp
+
+from . import linear_programs as lp
 
 needs_llvm = pytest.mark.skipif(not get("llvm").available(), reason="llvmlite is not installed")
 RNG = np.random.default_rng(53)
@@ -186,3 +190,28 @@ def test_the_python_interpreter_agrees_on_the_tiles() -> None:
         np.testing.assert_allclose(reference, _numpy_conv(x, w), rtol=1e-4, atol=1e-4)
         if get("llvm").available():
             np.testing.assert_allclose(_program(x, w, tile, "llvm").run()[0], reference, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# scalar nests kept rolled (compile time)
+
+
+@pytest.mark.parametrize(
+    "case, rolled_kinds",
+    [
+        (lp.fill(64, 58), [AxisType.LOOP, AxisType.LOOP]),  # reads no memory: every loop of it
+        (lp.reduction(512, 49), [AxisType.REDUCE]),  # a scalar reduction: its REDUCE loop only
+        (lp.elementwise(1024), []),  # a scalar copy reads memory: LLVM's to unroll
+        (lp.vector_lanes(64), []),  # vector values: LLVM's to unroll
+    ],
+    ids=repr,
+)
+def test_scalar_fills_and_reductions_are_kept_rolled(case: lp.LinearCase, rolled_kinds) -> None:
+    rolled = loops_kept_rolled(case.linear.src)
+    assert sorted(u.arg[1].name for u in rolled) == sorted(kind.name for kind in rolled_kinds)
+    source = get("llvm").render(case.linear)
+    assert source.count(", !llvm.loop !") == len(rolled_kinds)
+    assert source.count('!{!"llvm.loop.unroll.disable"}') == len(rolled_kinds)
+    if get("llvm").available():
+        for seed in (0, 1):
+            lp.assert_case_matches("llvm", case, seed)

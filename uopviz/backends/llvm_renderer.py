@@ -95,7 +95,31 @@ def loops_kept_rolled(program: Sequence[UOp]) -> set[UOp]:
             and trips[program[index]] * fmas.get(index, 0) > FULL_UNROLL_FMA_BUDGET}
     # the innermost of a nest over the budget: the loops around it unroll no further once it stays
     around_another = {opener for index in over for opener in scopes[index] if opener in over}
-    return {program[index] for index in over - around_another}
+    return {program[index] for index in over - around_another} | _scalar_nests_kept_rolled(program, scopes)
+
+
+def _scalar_nests_kept_rolled(program: Sequence[UOp], scopes: Sequence[Sequence[int]]) -> set[UOp]:
+    """The loops whose nest holds no vector value and that are a REDUCE loop or read no memory (a
+    fill): LLVM is told not to unroll them, for compile time, not speed.
+
+    At -O3 LLVM unrolled such nests whole and its later passes then took seconds over the result:
+    DenseNet-121's 7x7 average pool (a scalar REDUCE loop of 7 taps in a loop of 512 channels), 1 s,
+    0.9 s of it LoopLoadElimination; its padding's border fills (thousands of unrolled stores),
+    0.1-0.5 s each, in the machine schedulers, the unroller and the loop vectorizer; its 40 kernels
+    4.5 CPU-s, 1.6 with these loops rolled.  Their time is the same (each kernel of DenseNet-121,
+    ResNet-50, MobileNet-v2 and SqueezeNet timed both ways in one process: sums 0.996-1.00x; a fill of
+    a few microseconds took 3-4 more).  A scalar loop that reads memory and is no reduction (a
+    padded copy) stays LLVM's to unroll: unrolled, its edge conditions fold (2x faster)."""
+    holds_vector: set[int] = set()  # the loops (positions) whose nest holds a vector value
+    holds_load: set[int] = set()
+    for index, u in enumerate(program):
+        if u.dtype.count > 1:
+            holds_vector.update(scopes[index])
+        if u.op is Ops.LOAD:
+            holds_load.update(scopes[index])
+    return {u for index, u in enumerate(program)
+            if u.op is Ops.RANGE and index not in holds_vector
+            and (u.arg[1] is AxisType.REDUCE or index not in holds_load)}
 
 
 @dataclass
