@@ -187,10 +187,11 @@ class LLVMCompiledKernel(CompiledKernel):
 
 @dataclass
 class _ObjectCache:
-    """MCJIT's object cache hooks, backed by the uopviz disk cache."""
+    """MCJIT's object cache hooks, backed by the uopviz disk cache; ``provided``: an object made
+    elsewhere (a worker process), given to MCJIT as a cached one."""
 
     key: str
-    stored: dict[str, bytes] = field(default_factory=dict)
+    provided: bytes | None = None
 
     def path(self):
         folder = cache_dir() / "llvm"
@@ -211,6 +212,8 @@ class _ObjectCache:
         os.replace(temporary, self.path())
 
     def get(self, module: Any) -> bytes | None:
+        if self.provided is not None:
+            return self.provided
         path = self.path()
         return path.read_bytes() if path.exists() else None
 
@@ -355,7 +358,8 @@ class LLVMBackend(TargetsCPU, Backend):
         optimized_ir = None
         if not was_cached and in_worker:
             code, optimized_ir = self._object_code_in_worker(source, name, cpu, features)
-            object_cache.store(code)  # MCJIT loads it through the cache, as a warm build does
+            object_cache.provided = code  # MCJIT loads it as a cached object, as a warm build does
+            object_cache.store(code)
         elif not was_cached:
             _optimize(module, machine)
         engine = llvm.create_mcjit_compiler(module, machine)
