@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from uopviz.backends.base import CompileError
-from uopviz.backends.worker import KernelCrashed, WorkerPool
+from uopviz.backends.worker import KernelCrashed, KernelTimeout, WorkerPool
 
 from . import linear_programs as lp
 
@@ -118,6 +118,41 @@ def test_a_worker_that_dies_is_a_compile_error_naming_the_kernel(fresh_cache: Pa
         backend.compile_alongside(backend.render(case.linear), case.linear.arg)
     assert case.linear.arg in str(info.value) and "SIGABRT" in str(info.value)
     assert not _objects(fresh_cache)  # nothing half-built is left for a later build to load
+
+
+def test_a_worker_past_its_time_is_a_compile_error(fresh_cache: Path, monkeypatch) -> None:
+    import uopviz.backends.worker as worker_module
+
+    class SlowPool:
+        def request(self, kind, payload, timeout_s, kernel="", backend=""):
+            raise KernelTimeout(kernel, backend, timeout_s)
+
+    monkeypatch.setattr(worker_module, "default_pool", lambda: SlowPool())
+    backend = _fresh_backend()
+    case = CASES[1]
+    with pytest.raises(CompileError) as info:
+        backend.compile_alongside(backend.render(case.linear), case.linear.arg)
+    assert case.linear.arg in str(info.value) and "did not finish" in str(info.value)
+
+
+def test_the_default_pool_is_made_once_when_threads_ask_at_once(monkeypatch) -> None:
+    import uopviz.backends.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "_default_pool", None)  # none made yet in this process
+    pools: list[WorkerPool] = []
+    start = threading.Barrier(8)
+
+    def ask() -> None:
+        start.wait()
+        pools.append(worker_module.default_pool())
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(pools) == 8 and len({id(pool) for pool in pools}) == 1
+    pools[0].close()
 
 
 def test_invalid_ir_is_rejected_here_before_any_worker(fresh_cache: Path, monkeypatch) -> None:

@@ -288,14 +288,15 @@ class LLVMBackend(TargetsCPU, Backend):
 
     def _object_code_in_worker(self, source: str, name: str, cpu: str, features: str) -> tuple[bytes, str]:
         """:meth:`object_code` in a worker process; a worker that dies (LLVM aborting on IR it
-        accepted) is a :class:`CompileError` naming the kernel, and this process goes on."""
-        from uopviz.backends.worker import KernelCrashed, default_pool
+        accepted) or runs past :data:`COMPILE_TIMEOUT_S` is a :class:`CompileError` naming the
+        kernel, and this process goes on."""
+        from uopviz.backends.worker import KernelCrashed, KernelTimeout, default_pool
 
         payload = {"source": source, "name": name, "cpu": cpu, "features": features}
         try:
             return default_pool().request("llvm_object", payload, COMPILE_TIMEOUT_S, name, self.name)
-        except KernelCrashed as crash:
-            raise CompileError(self.name, name, f"LLVM crashed while compiling it: {crash}", source) from None
+        except (KernelCrashed, KernelTimeout) as failure:
+            raise CompileError(self.name, name, f"LLVM did not compile it: {failure}", source) from None
 
     @staticmethod
     def _parsed(source: str, name: str, cpu: str, features: str) -> tuple[Any, Any]:

@@ -106,10 +106,10 @@ def _scalar_nests_kept_rolled(program: Sequence[UOp], scopes: Sequence[Sequence[
     DenseNet-121's 7x7 average pool (a scalar REDUCE loop of 7 taps in a loop of 512 channels), 1 s,
     0.9 s of it LoopLoadElimination; its padding's border fills (thousands of unrolled stores),
     0.1-0.5 s each, in the machine schedulers, the unroller and the loop vectorizer; its 40 kernels
-    4.5 CPU-s, 1.6 with these loops rolled.  Their time is the same (each kernel of DenseNet-121,
-    ResNet-50, MobileNet-v2 and SqueezeNet timed both ways in one process: sums 0.996-1.00x; a fill of
-    a few microseconds took 3-4 more).  A scalar loop that reads memory and is no reduction (a
-    padded copy) stays LLVM's to unroll: unrolled, its edge conditions fold (2x faster)."""
+    4.5 CPU-s, 1.6-1.9 with these loops rolled.  Their time is the same (each kernel of ten zoo
+    models timed both ways in one process: sums 0.991-1.003x; a fill of 3 us took 7).  A scalar loop
+    that reads memory and is no reduction (a padded copy) stays LLVM's to unroll: unrolled, its edge
+    conditions fold (2x faster)."""
     holds_vector: set[int] = set()  # the loops (positions) whose nest holds a vector value
     holds_load: set[int] = set()
     for index, u in enumerate(program):

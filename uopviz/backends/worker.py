@@ -487,6 +487,7 @@ class WorkerPool:
 
 _default: Worker | None = None
 _default_pool: WorkerPool | None = None
+_default_pool_lock = threading.Lock()
 _SESSION_NUMBERS = itertools.count(1)
 
 
@@ -500,12 +501,14 @@ def default_worker() -> Worker:
 
 
 def default_pool() -> WorkerPool:
-    """The process-wide pool of a worker per core that builds LLVM kernels side by side."""
+    """The process-wide pool of a worker per core that builds LLVM kernels side by side (made once,
+    also when the Render stage's build threads first ask for it at the same time)."""
     global _default_pool
-    if _default_pool is None:
-        _default_pool = WorkerPool(os.cpu_count() or 1)
-        atexit.register(_default_pool.close)
-    return _default_pool
+    with _default_pool_lock:
+        if _default_pool is None:
+            _default_pool = WorkerPool(os.cpu_count() or 1)
+            atexit.register(_default_pool.close)
+        return _default_pool
 
 
 def run_isolated(
