@@ -104,35 +104,30 @@ def test_builds_from_several_threads_each_get_their_kernel(fresh_cache: Path) ->
             np.testing.assert_allclose(arrays[slot], want, rtol=case.rtol, atol=case.atol)
 
 
-def test_a_worker_that_dies_is_a_compile_error_naming_the_kernel(fresh_cache: Path, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "failure, says",
+    [
+        (lambda kernel, backend, timeout_s: KernelCrashed(kernel, backend, -6), "SIGABRT"),
+        (lambda kernel, backend, timeout_s: KernelTimeout(kernel, backend, timeout_s), "did not finish"),
+    ],
+    ids=["crashed", "past its time"],
+)
+def test_a_worker_that_fails_is_a_compile_error_naming_the_kernel(
+    failure, says: str, fresh_cache: Path, monkeypatch
+) -> None:
     import uopviz.backends.worker as worker_module
 
-    class DyingPool:
+    class FailingPool:
         def request(self, kind, payload, timeout_s, kernel="", backend=""):
-            raise KernelCrashed(kernel, backend, -6)
+            raise failure(kernel, backend, timeout_s)
 
-    monkeypatch.setattr(worker_module, "default_pool", lambda: DyingPool())
+    monkeypatch.setattr(worker_module, "default_pool", lambda: FailingPool())
     backend = _fresh_backend()
     case = CASES[0]
     with pytest.raises(CompileError) as info:
         backend.compile_alongside(backend.render(case.linear), case.linear.arg)
-    assert case.linear.arg in str(info.value) and "SIGABRT" in str(info.value)
+    assert case.linear.arg in str(info.value) and says in str(info.value)
     assert not _objects(fresh_cache)  # nothing half-built is left for a later build to load
-
-
-def test_a_worker_past_its_time_is_a_compile_error(fresh_cache: Path, monkeypatch) -> None:
-    import uopviz.backends.worker as worker_module
-
-    class SlowPool:
-        def request(self, kind, payload, timeout_s, kernel="", backend=""):
-            raise KernelTimeout(kernel, backend, timeout_s)
-
-    monkeypatch.setattr(worker_module, "default_pool", lambda: SlowPool())
-    backend = _fresh_backend()
-    case = CASES[1]
-    with pytest.raises(CompileError) as info:
-        backend.compile_alongside(backend.render(case.linear), case.linear.arg)
-    assert case.linear.arg in str(info.value) and "did not finish" in str(info.value)
 
 
 def test_the_default_pool_is_made_once_when_threads_ask_at_once(monkeypatch) -> None:

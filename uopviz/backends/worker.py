@@ -175,7 +175,8 @@ def _handle_compile(backend: str, source: str, name: str) -> float:
 def _handle_compile_many(backend: str, sources: list[tuple[str, str]]) -> list[float]:
     """Compile many ``(source, name)`` kernels of one backend, filling its caches: side by side in a
     thread per core where its builds are processes of their own (``Backend.parallel_compile``: C's
-    compiler), else one after the other.  Their compile times, in order."""
+    compiler; LLVM's worker processes, ``compile_alongside``), else one after the other.  Their
+    compile times, in order."""
     from concurrent.futures import ThreadPoolExecutor
 
     from uopviz.backends import get
@@ -184,7 +185,7 @@ def _handle_compile_many(backend: str, sources: list[tuple[str, str]]) -> list[f
     if workers <= 1:
         return [_compile(backend, source, name).compile_s for source, name in sources]
     with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
-        return list(pool.map(lambda pair: _compile(backend, *pair).compile_s, sources))
+        return list(pool.map(lambda pair: get(backend).compile_alongside(*pair).compile_s, sources))
 
 
 def _handle_llvm_object(source: str, name: str, cpu: str, features: str) -> tuple[bytes, str]:
