@@ -12,7 +12,7 @@ from cpu_targets import target_params
 
 import uopviz as uv
 from uopviz.backends.target import resolve_target, using_target
-from uopviz.passes.optops.heuristic import _broadcast_columns
+from uopviz.passes.optops.heuristic import _broadcast_columns, _pads_to_broadcast_columns
 
 RNG = np.random.default_rng(25)
 CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
@@ -46,6 +46,51 @@ def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> n
 )
 def test_broadcast_columns_leave_two_channel_registers_per_column(size, lanes, accumulators, columns):
     assert _broadcast_columns(size, lanes, accumulators) == columns
+
+
+@pytest.mark.parametrize(
+    "size,columns,lanes,accumulators,padded",
+    [
+        (55, 5, 8, 8, True),  # AVX2: 5 columns take one ymm of channels each; 56 as 4 x 16
+        (27, 3, 8, 8, True),  # 3 columns fill 6 of 8 accumulators; 28 as 4 x 16
+        (111, 3, 8, 8, True),  # 0.9 % padding (a stride-2 row is kept exact by the caller)
+        (56, 4, 8, 8, False),  # a divisor fills them
+        (14, 7, 8, 8, False),  # 16 would pad 14 %
+        (7, 7, 8, 8, False),
+        (13, None, 8, 8, False),  # 23 %: the row of a prime is padded by _padded_columns instead
+        (55, None, 4, 8, False),  # SSE: 4 columns are a whole register, not broadcast
+        (55, 5, 16, 16, True),  # 16 accumulators: 8 columns x 32 channels where a row pads to them
+    ],
+)
+def test_a_row_is_padded_to_broadcast_columns_that_fill_the_accumulators(
+    size, columns, lanes, accumulators, padded
+):
+    assert _pads_to_broadcast_columns(size, columns, lanes, accumulators) == padded
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize("width,stride", [(55, 1), (27, 1), (27, 2)])
+def test_a_conv_row_of_55_or_27_is_padded_to_4_columns_on_avx2(backend, target, width, stride):
+    # SqueezeNet-1.1's 3x3 convs at 55x55 and 27x27 (AlexNet's 5x5 at 27x27): 4 columns x 16
+    # channels over the row padded to 56 or 28 (its last columns' loads and stores gated off), not
+    # 5 columns x 8 channels or 3 x 16; a stride-2 row keeps its exact divisor, and SSE (4 columns
+    # would be a whole register) its own tile
+    x = RNG.standard_normal((1, 16, width + 2, width + 2)).astype(np.float32)
+    w = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    with using_target(target) as profile:
+        out = uv.Tensor(x).conv2d(uv.Tensor(w), stride=stride)
+        program = uv.compile([out], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv_reference(x, w, stride, 1), rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    out_width = (width - 1) // stride + 1
+    padded = profile.vector_bytes == 32 and stride == 1
+    globals_ = [size for size, kind in kernel.axes if kind is uv.AxisType.GLOBAL]
+    if padded:
+        assert _upcasts(kernel) == [4, 16] and -(-out_width // 4) in globals_, kernel.name
+    else:
+        assert all(out_width % size == 0 for size in _upcasts(kernel) if size < 8), kernel.name
 
 
 def _upcasts(kernel) -> list[int]:
