@@ -49,23 +49,31 @@ def test_broadcast_columns_leave_two_channel_registers_per_column(size, lanes, a
 
 
 @pytest.mark.parametrize(
-    "size,columns,lanes,accumulators,padded",
+    "size,columns,terms,channels,padded",
     [
-        (55, 5, 8, 8, True),  # AVX2: 5 columns take one ymm of channels each; 56 as 4 x 16
-        (27, 3, 8, 8, True),  # 3 columns fill 6 of 8 accumulators; 28 as 4 x 16
-        (111, 3, 8, 8, True),  # 0.9 % padding (a stride-2 row is kept exact by the caller)
-        (56, 4, 8, 8, False),  # a divisor fills them
-        (14, 7, 8, 8, False),  # 16 would pad 14 %
-        (7, 7, 8, 8, False),
-        (13, None, 8, 8, False),  # 23 %: the row of a prime is padded by _padded_columns instead
-        (55, None, 4, 8, False),  # SSE: 4 columns are a whole register, not broadcast
-        (55, 5, 16, 16, True),  # 16 accumulators: 8 columns x 32 channels where a row pads to them
+        (55, 5, 144, 64, True),  # 5 columns take one ymm of channels each; 56 as 4 x 16
+        (3025, 5, 64, 16, True),  # a 1x1 conv's 55x55 positions from 64 channels
+        (3025, 5, 16, 64, False),  # ... but not from 16: the gated stores weigh more
+        (27, 3, 288, 128, True),  # 3 columns fill 6 of 8 accumulators; 28 as 4 x 16
+        (729, 3, 32, 128, False),  # a short reduction keeps them
+        (169, None, 256, 64, True),  # a 1x1 conv's 13x13 positions, a long reduction: 172 as 4 x 16
+        (169, None, 64, 256, False),  # a short one keeps a register of positions
+        (169, None, 512, 1000, False),  # 1000 channels: 4 columns x 8 channels would fill 4
+        (49, 7, 512, 2048, False),  # 7 columns of one register fill 7 of 8
+        (111, 3, 147, 64, True),  # 0.9 % padding (a stride-2 row is kept exact by the caller)
+        (56, 4, 576, 64, False),  # a divisor fills them
+        (14, 7, 576, 64, False),  # 16 would pad 14 %
+        (13, None, 576, 64, False),  # 23 %: the row of a prime is padded by _padded_columns instead
+        (55, 5, 144, None, False),  # no second axis known (a grouped conv's)
     ],
 )
 def test_a_row_is_padded_to_broadcast_columns_that_fill_the_accumulators(
-    size, columns, lanes, accumulators, padded
+    size, columns, terms, channels, padded
 ):
-    assert _pads_to_broadcast_columns(size, columns, lanes, accumulators) == padded
+    # AVX2: 8 lanes, 8 accumulators
+    assert _pads_to_broadcast_columns(size, columns, 8, 8, terms, channels) == padded
+    # SSE: 4 columns are a whole register of 4 lanes, not broadcast
+    assert not _pads_to_broadcast_columns(size, columns, 4, 8, terms, channels)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -91,6 +99,45 @@ def test_a_conv_row_of_55_or_27_is_padded_to_4_columns_on_avx2(backend, target, 
         assert _upcasts(kernel) == [4, 16] and -(-out_width // 4) in globals_, kernel.name
     else:
         assert all(out_width % size == 0 for size in _upcasts(kernel) if size < 8), kernel.name
+
+
+ONE_BY_ONE = """
+version 1.0;
+
+graph pointwise( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [1, {channels}, {width}, {width}]);
+    w = variable<scalar>(shape = [{outputs}, {channels}, 1, 1], label = 'w');
+    y = conv(x, w);
+}}
+"""
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+@pytest.mark.parametrize(
+    "width,channels,padded", [(55, 64, True), (55, 16, False), (13, 256, True), (13, 48, False)]
+)
+def test_a_1x1_conv_of_odd_positions_is_padded_to_4_columns_on_avx2(backend, target, width, channels, padded):
+    # SqueezeNet-1.1's 1x1 convs: 55x55 = 3025 positions from 64 channels (5 columns x 8 channels
+    # before) and 13x13 from 256 as 4 columns x 16 channels over 3028 and 172 positions; from 16
+    # channels at 55x55 and 48 at 13x13 they keep their tiles (short reductions: the padded tile's
+    # gated stores weigh more)
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    outputs = 32
+    x = RNG.standard_normal((1, channels, width, width)).astype(np.float32)
+    w = RNG.standard_normal((outputs, channels, 1, 1)).astype(np.float32)
+    text = ONE_BY_ONE.format(channels=channels, width=width, outputs=outputs)
+    graph = loads_nnef1(text, variables={"w": w})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    positions = width * width
+    globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
+    assert (_upcasts(kernel) == [4, 16] and -(-positions // 4) in globals_) == padded, kernel.name
 
 
 def _upcasts(kernel) -> list[int]:

@@ -285,29 +285,52 @@ def _broadcast_columns(size: int, lanes: int, accumulators: int) -> int | None:
 #: the most a row of broadcast columns is padded (a fraction of its width) to reach tiles of two
 #: channel registers per column (:func:`_pads_to_broadcast_columns`)
 BROADCAST_ROW_MAX_PADDING = 1 / 16
+#: reduction terms from which a row is padded to broadcast columns (below, the padded tile's gated
+#: one-lane stores weigh more than its multiply-adds): where its divisor tile takes one channel
+#: register per column (5 columns), and where it takes two already (3 columns) or a register of
+#: positions (a row of no divisor)
+PADDED_BROADCAST_MIN_TERMS = 32
+PADDED_BROADCAST_MIN_TERMS_FILLED = 128
 
 
-def _pads_to_broadcast_columns(size: int, columns: int | None, lanes: int, accumulators: int) -> bool:
+def _pads_to_broadcast_columns(
+    size: int, columns: int | None, lanes: int, accumulators: int, terms: int, channels: int | None
+) -> bool:
     """Whether a row of ``size`` broadcast columns, whose divisor tile is ``columns``, is padded up
-    to tiles of ``accumulators // 2`` columns instead (two channel registers per column fill the
-    accumulators): where no divisor fills them (``columns`` fewer or more than that, or no divisor),
-    those columns are narrower than a register (on SSE 4 columns are a whole register: 1.4-1.8x
-    slower padded), and the padding is at most :data:`BROADCAST_ROW_MAX_PADDING` of the row; the
-    caller pads only rows whose loads step one element along them (a stride-2 row of 111 padded to
-    112: 0.51 -> 0.56 ms).  AVX2 (AMD EPYC, 2 cores), every changed kernel of the zoo compiled both
-    ways in one process and run in turn on the model's arrays, min of 14, C / LLVM: SqueezeNet-1.1's
-    3x3 convs at 55x55 as 4 columns x 16 channels of 56 instead of 5 x 8, 0.56 -> 0.43 / 0.53 -> 0.45
-    ms, at 27x27 as 4 x 16 of 28 instead of 3 x 16, 0.44 -> 0.43 / 0.43 -> 0.40 ms; AlexNet's 5x5
-    conv at 27x27 3.60 -> 2.96 / 3.59 -> 3.09 ms.  Rows of 14 and 7 keep their 7 columns (16 and 8
-    would pad 14 %)."""
+    to tiles of ``accumulators // 2`` columns by two channel registers (``channels`` divisible by two
+    registers' ``lanes``): where no divisor fills three quarters of the accumulators (5 columns of
+    one register, 3 of two, or no divisor), those columns are narrower than a register (on SSE 4
+    columns are a whole register: 1.4-1.8x slower padded), the reduction has ``terms`` enough
+    (:data:`PADDED_BROADCAST_MIN_TERMS`) and the padding is at most
+    :data:`BROADCAST_ROW_MAX_PADDING` of the row.  The caller pads only rows whose loads step one
+    element along them (a stride-2 row of 111 padded to 112: 0.51 -> 0.56 ms).  AVX2 (AMD EPYC, 2
+    cores), every changed kernel of the zoo compiled both ways in one process and run in turn on
+    the model's arrays, min of 14, C / LLVM: SqueezeNet-1.1's 12 changed convs 2.82 -> 2.18 / 2.66
+    -> 2.24 ms (its 3x3 ones at 55x55 as 4 columns x 16 channels of 56 instead of 5 x 8, 0.58 ->
+    0.39-0.44 / 0.53 -> 0.43 ms; its 1x1 ones at 55x55 as 4 x 16 of 3028 positions, at 27x27 of 732
+    and at 13x13 of 172, from 128 channels or more, 0.05-0.18 -> 0.04-0.12 ms each); AlexNet's 5x5
+    conv at 27x27 3.50 -> 2.87 / 3.48 -> 2.90 ms.  Left alone, measured: rows of 14 and 7 (16 and 8
+    would pad 14 %), 49 positions (7 columns of one register; ResNet-50's 1x1 convs 5 % slower, Inception-v1's
+    4-7 % faster), 13x13 1x1 convs from 48 or 64 channels (a register of positions: 0.035 -> 0.050
+    ms padded), SqueezeNet's classifier (1000 channels: 4 columns x 8 channels, 2.0 -> 2.4 ms on
+    LLVM)."""
     width = accumulators // 2
     if columns == width or size % width == 0 or not 2 <= width < lanes:
         return False
+    if columns is not None and columns * (2 if columns < width else 1) > accumulators * 3 // 4:
+        return False  # 7 columns of one register each: ResNet-50's 7x7 1x1 convs 5 % slower padded
+    filled = columns is None or columns < width
+    if terms < (PADDED_BROADCAST_MIN_TERMS_FILLED if filled else PADDED_BROADCAST_MIN_TERMS):
+        return False
+    if channels is None or channels % (2 * lanes):
+        return False  # 4 columns x 8 channels fill half the accumulators (a classifier's 1000)
     padded = -(-size // width) * width
     return padded - size <= size * BROADCAST_ROW_MAX_PADDING
 
 
-def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> tuple[Kernel, list[int]]:
+def _cpu_register_tile(
+    kernel: Kernel, first: UOp, lanes: int, alone: bool, channels: int | None = None
+) -> tuple[Kernel, list[int]]:
     """Upcast ``first`` (the innermost output axis that reuses loads) by two registers' lanes (or one,
     or less), and say how many rows the second axis may add: the accumulators take at most half the
     vector registers (the rest hold the loaded row and broadcasts).  A tile whose rows are whole
@@ -315,7 +338,7 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> t
     in 16 registers; AVX2: M4×N16 in 8); one narrower than a register (a conv's columns, broadcast to
     the channels' vectors: :func:`_broadcast_columns`) fills the half (AVX-512, 128 channels
     28x28: 7 columns × 32 channels in 14 registers).  ``alone``: no second axis follows
-    (:func:`_row_tile`)."""
+    (:func:`_row_tile`); ``channels``: the second axis's extent, where the caller knows it."""
     backend = kernel.backend_object
     accumulators = backend.vector_registers // 2
     factors = [f for f in (2 * lanes, lanes, 8, 4) if f <= max(backend.vector_widths or (1,)) * 2]
@@ -333,7 +356,9 @@ def _cpu_register_tile(kernel: Kernel, first: UOp, lanes: int, alone: bool) -> t
         columns = _broadcast_columns(size, lanes, accumulators)
         # padded columns are gated loads: a strided row keeps its exact divisor (see the docstring)
         contiguous = all(step in (0, 1) for step in _load_steps(kernel, first))
-        if broadcast and contiguous and _pads_to_broadcast_columns(size, columns, lanes, accumulators):
+        terms = _reduction_terms(kernel)
+        if backend.vector_registers <= 16 and contiguous and \
+                _pads_to_broadcast_columns(size, columns, lanes, accumulators, terms, channels):
             tiled = _padded_columns(kernel, first, accumulators // 2)
         if tiled is kernel and columns is not None:
             tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (columns, AxisType.UPCAST, False)))
@@ -960,7 +985,9 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
                 if grouped is not None:
                     kernel = _power_of_two_lanes_inside(grouped)
                 else:
-                    kernel, rows = _cpu_register_tile(kernel, first, _register_lanes(kernel), second is None)
+                    channels = None if second is None else range_size(second)
+                    lanes = _register_lanes(kernel)
+                    kernel, rows = _cpu_register_tile(kernel, first, lanes, second is None, channels)
                 if second_axis is not None:
                     second = kernel.ranges[second_axis]
                     kernel = _first_that_applies(kernel, _row_splits(kernel, second, rows))
