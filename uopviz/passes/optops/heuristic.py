@@ -28,7 +28,9 @@ from besides the kernel itself):
   half the registers and the tile at 256 lanes (float32: M8×N32 on x86-64-v4, M4×N16 on v3, M4×N8
   on v2); output columns narrower than a register (a conv's 7, 14 or 28: each column's input
   broadcast to the channels' vectors) fill half the registers instead (7 columns × 32 channels,
-  14 of 32 zmm; 4 × 16 on v3), and a grouped conv's channels are tiled in blocks within a group;
+  14 of 32 zmm; 4 × 16 on v3; on v3 a row of 55 or 27 columns, or a 1x1 conv's 3025 positions,
+  padded to 4-column tiles where its divisors fill the accumulators less:
+  :func:`_pads_to_broadcast_columns`), and a grouped conv's channels are tiled in blocks within a group;
   an axis that no power of two divides takes its largest divisor within two registers and the
   accumulators, else is padded to a register's lanes (a 1x1 conv's 13x13 = 169 positions: 13 on
   AVX-512, 176 = 22 × 8 on AVX2);
