@@ -18,7 +18,12 @@ from cpu_targets import target_params
 import uopviz as uv
 from uopviz.backends.base import TargetsCPU
 from uopviz.backends.target import cpu_target, using_target
-from uopviz.passes.optops.heuristic import STAGE_MIN_REDUCTION, STAGED_MAX_ROWS, in_order_max_operand_bytes
+from uopviz.passes.optops.heuristic import (
+    ROW_ORDER_MAX_TERMS,
+    STAGE_MIN_REDUCTION,
+    STAGED_MAX_ROWS,
+    in_order_max_operand_bytes,
+)
 from uopviz.passes.optops.opts import OptOp
 from uopviz.passes.optops.staging import STAGE_LONG_MIN_ROWS, STAGE_LONG_MIN_STRIDE_BYTES
 
@@ -118,3 +123,52 @@ def test_a_batch_of_images_keeps_its_rows_outside_its_column_strips(
     bounds = [int(b) for b in re.findall(r"ridx\d+ < (\d+); ridx\d+\+\+\) \{  // (?:GLOBAL|THREAD)", source)]
     rows = bounds.index(size)
     assert math.prod(bounds[:rows]) == batch, (kernel.name, bounds)  # the batch, then the rows
+
+
+EXPAND_THEN_DEPTHWISE = """
+version 1.0;
+
+graph block( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [{batch}, {channels}, 56, 56]);
+    w = variable<scalar>(shape = [96, {channels}, 1, 1], label = 'w');
+    d = variable<scalar>(shape = [96, 1, 3, 3], label = 'd');
+    h = conv(x, w);
+    y = conv(h, d, groups = 0, padding = [(1, 1), (1, 1)]);
+}}
+"""
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+@pytest.mark.parametrize("batch,channels,row_order", [(8, 16, True), (8, 64, False), (1, 16, False)])
+def test_a_batch_s_conv_of_few_channels_keeps_its_channels_inside_the_rows(
+    monkeypatch, backend, target, batch, channels, row_order
+):
+    # MobileNet-v2's expand convs at batch 8 (16 or 24 input channels, written into the padded
+    # buffer the depthwise conv reads, so rows and columns stay two loops): the channel tiles go
+    # inside the rows but outside the column tiles (each channel's row written whole) instead of
+    # innermost (staged); from 32 channels, and at batch 1, the order is the staged one or in order
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    monkeypatch.setattr(TargetsCPU, "thread_count", property(lambda self: 2))
+    x = RNG.standard_normal((batch, channels, 56, 56)).astype(np.float32)
+    w = RNG.standard_normal((96, channels, 1, 1)).astype(np.float32)
+    d = RNG.standard_normal((96, 1, 3, 3)).astype(np.float32)
+    text = EXPAND_THEN_DEPTHWISE.format(batch=batch, channels=channels)
+    graph = loads_nnef1(text, variables={"w": w, "d": d})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    h = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x)
+    h = np.pad(h, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(h, (3, 3), axis=(2, 3))
+    expected = np.einsum("nchwij,cij->nchw", windows, d[:, 0].astype(np.float64))
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3 * np.sqrt(channels))
+    (expand,) = [k for k in program.kernels if any(size == channels and kind is uv.AxisType.REDUCE
+                                                   for size, kind in k.axes)]
+    globals_ = [size for size, kind in expand.axes if kind is uv.AxisType.GLOBAL]
+    rows = globals_.index(56)
+    inside_rows = globals_[rows + 1:]  # the channel tiles (96 / 8 = 12) and the column tiles (7)
+    assert channels < ROW_ORDER_MAX_TERMS or not row_order
+    assert (inside_rows == [12, 7]) == row_order, expand.name

@@ -570,22 +570,41 @@ def _short_reduction(kernel: Kernel) -> bool:
     return _rows_in_flight(kernel, max(operands, key=operands.__getitem__)) > STAGED_MAX_ROWS
 
 
+#: a reduction of fewer terms than this, in a kernel with an output loop outside the one staging
+#: would move (a batch of images), takes that loop only inside the rows, outside the columns: each
+#: channel's output row is written whole, column tile after column tile, instead of a tile's width
+#: of every channel's row at once, and the input row (a few channels of it) stays in L1 for every
+#: channel.  MobileNet-v2 at batch 8 (AMD EPYC, AVX2, 2 cores, each changed kernel both ways in one
+#: process on the model's arrays, min of 14), C / LLVM: its 16 -> 96 channel conv at 112x112 3.92 ->
+#: 3.27 / 4.89 -> 3.98 ms, its 24 -> 144 ones at 56x56 1.89-1.99 -> 1.50-1.54 / 2.42-2.47 -> 1.95-2.02.
+#: From 32 channels it is mixed (MobileNet-v2's 32 -> 192 at 28x28 0.78-0.88 -> 0.63-0.65 on C,
+#: 0.87-0.93 -> 0.89-1.06 on LLVM; ResNet-50's 64 -> 256 at 56x56 2.39 -> 2.22 / 1.91 -> 2.04) and
+#: from 128 slower (DenseNet-121's 1x1 convs at 56x56 from 128-224 channels 1.06-1.20x on C); at
+#: batch 1 (the rows split among the cores) MobileNet-v2's 16 -> 96 conv moved within the noise and
+#: DenseNet-121's 1x1 convs were 1.05-1.10x slower, so batch 1 keeps the staged order
+ROW_ORDER_MAX_TERMS = 32
+
+
 def _order_for_staging(kernel: Kernel) -> Kernel:
     """The loop order in which a strided strip gets staged (:func:`stage_strided_load`): an output
     loop the strip does not depend on moved inside the ones it does (gemm: N tiles outside M
     tiles, so each copied strip of B serves every tile of A); not for a short reduction
-    (:data:`STAGE_MIN_REDUCTION`)."""
+    (:data:`STAGE_MIN_REDUCTION`), and only inside the rows for a batch's very short one
+    (:data:`ROW_ORDER_MAX_TERMS`)."""
     if _stages(kernel) or _short_reduction(kernel):
         return kernel
     count = len(_globals(kernel))
     for position in range(count):
         moved = kernel  # the axis at `position` moved inside one neighbour at a time
         for step in range(position, count - 1):
-            moved = _swapped_with_next(moved, step)
+            before, moved = moved, _swapped_with_next(moved, step)
             if moved is None:
                 break
             if _stages(moved):
-                return moved
+                # a batch's 1x1 conv of very few input channels stops one step short: inside the
+                # rows, outside the columns (see ROW_ORDER_MAX_TERMS)
+                batched = position > 0 and step > position
+                return before if batched and _reduction_terms(kernel) < ROW_ORDER_MAX_TERMS else moved
     return kernel
 
 
