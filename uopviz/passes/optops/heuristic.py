@@ -309,8 +309,9 @@ def _pads_to_broadcast_columns(
     cores), every changed kernel of the zoo compiled both ways in one process and run in turn on
     the model's arrays, min of 14, C / LLVM: SqueezeNet-1.1's 12 changed convs 2.82 -> 2.18 / 2.66
     -> 2.24 ms (its 3x3 ones at 55x55 as 4 columns x 16 channels of 56 instead of 5 x 8, 0.58 ->
-    0.39-0.44 / 0.53 -> 0.43 ms; its 1x1 ones at 55x55 as 4 x 16 of 3028 positions, at 27x27 of 732
-    and at 13x13 of 172, from 128 channels or more, 0.05-0.18 -> 0.04-0.12 ms each); AlexNet's 5x5
+    0.39-0.44 / 0.53 -> 0.43 ms; its 1x1 ones at 55x55 as 4 x 16 of 3028 positions from 64 or 128
+    channels, at 27x27 of 732 and at 13x13 of 172 from 128 or more, 0.05-0.18 -> 0.04-0.12 ms
+    each); AlexNet's 5x5
     conv at 27x27 3.50 -> 2.87 / 3.48 -> 2.90 ms.  Left alone, measured: rows of 14 and 7 (16 and 8
     would pad 14 %), 49 positions (7 columns of one register; ResNet-50's 1x1 convs 5 % slower, Inception-v1's
     4-7 % faster), 13x13 1x1 convs from 48 or 64 channels (a register of positions: 0.035 -> 0.050
@@ -576,7 +577,8 @@ def _short_reduction(kernel: Kernel) -> bool:
 #: of every channel's row at once, and the input row (a few channels of it) stays in L1 for every
 #: channel.  MobileNet-v2 at batch 8 (AMD EPYC, AVX2, 2 cores, each changed kernel both ways in one
 #: process on the model's arrays, min of 14), C / LLVM: its 16 -> 96 channel conv at 112x112 3.92 ->
-#: 3.27 / 4.89 -> 3.98 ms, its 24 -> 144 ones at 56x56 1.89-1.99 -> 1.50-1.54 / 2.42-2.47 -> 1.95-2.02.
+#: 3.27 / 4.89 -> 3.98 ms (another run 4.73 -> 3.55 / 3.54 -> 3.47), its 24 -> 144 ones at 56x56
+#: 1.89-2.20 -> 1.50-1.60 / 1.86-2.47 -> 1.54-2.02.
 #: From 32 channels it is mixed (MobileNet-v2's 32 -> 192 at 28x28 0.78-0.88 -> 0.63-0.65 on C,
 #: 0.87-0.93 -> 0.89-1.06 on LLVM; ResNet-50's 64 -> 256 at 56x56 2.39 -> 2.22 / 1.91 -> 2.04) and
 #: from 128 slower (DenseNet-121's 1x1 convs at 56x56 from 128-224 channels 1.06-1.20x on C); at
@@ -1007,8 +1009,8 @@ def hand_coded_optimizations(kernel: Kernel) -> Kernel:
                     kernel = _power_of_two_lanes_inside(grouped)
                 else:
                     channels = None if second is None else range_size(second)
-                    lanes = _register_lanes(kernel)
-                    kernel, rows = _cpu_register_tile(kernel, first, lanes, second is None, channels)
+                    register_lanes = _register_lanes(kernel)
+                    kernel, rows = _cpu_register_tile(kernel, first, register_lanes, second is None, channels)
                 if second_axis is not None:
                     second = kernel.ranges[second_axis]
                     kernel = _first_that_applies(kernel, _row_splits(kernel, second, rows))
