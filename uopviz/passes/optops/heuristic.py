@@ -33,7 +33,7 @@ from besides the kernel itself):
   :func:`_pads_to_broadcast_columns`), and a grouped conv's channels are tiled in blocks within a group;
   an axis that no power of two divides takes its largest divisor within two registers and the
   accumulators, else is padded to a register's lanes (a 1x1 conv's 13x13 = 169 positions: 13 on
-  AVX-512, 176 = 22 × 8 on AVX2);
+  AVX-512, 176 = 11 × 16 on AVX2: two registers where that pads no more than one);
   on GPUs 4x4 lanes (strided: a warp's loads of each lane are neighbours) and the
   reduction unrolled by 4, as long as 132 workgroups remain.  A CPU kernel whose outputs reuse no
   load but read along a row (a depthwise conv, a pooling) gets its row as lanes; a row short of a
