@@ -181,11 +181,12 @@ def _handle_compile_many(backend: str, sources: list[tuple[str, str]]) -> list[f
 
     from uopviz.backends import get
 
-    workers = min(len(sources), os.cpu_count() or 1) if get(backend).parallel_compile else 1
+    compiler = get(backend)
+    workers = min(len(sources), os.cpu_count() or 1) if compiler.parallel_compile else 1
     if workers <= 1:
-        return [_compile(backend, source, name).compile_s for source, name in sources]
+        return [compiler.compile(source, name).compile_s for source, name in sources]
     with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
-        return list(pool.map(lambda pair: get(backend).compile_alongside(*pair).compile_s, sources))
+        return list(pool.map(lambda pair: compiler.compile_alongside(*pair).compile_s, sources))
 
 
 def _handle_llvm_object(source: str, name: str, cpu: str, features: str) -> tuple[bytes, str]:

@@ -204,7 +204,7 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     # padded lanes are gated loads: whole-vector loads where each load steps one element along the
     # row; a stride-2 row keeps its exact tile (Inception-v1's 3x3 stride-2 max pools padded, each
     # alone, two cores: 192 channels to 28x28 0.105 -> 0.219 ms, 64 to 56x56 0.141 -> 0.338)
-    contiguous = all(step in (0, 1) for step in _load_steps(kernel, first))
+    contiguous = _steps_by_one(kernel, first)
     if not contiguous and size % 2 and size > 2 * lanes:
         # a strided row of odd width wider than two registers, whose divisors are odd lane counts
         # (a 3x3 stride-2 max pool to 55 or 27 columns: 11 or 9 lanes), is padded up to whole
@@ -358,10 +358,8 @@ def _cpu_register_tile(
     if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
         columns = _broadcast_columns(size, lanes, accumulators)
         # padded columns are gated loads: a strided row keeps its exact divisor (see the docstring)
-        contiguous = all(step in (0, 1) for step in _load_steps(kernel, first))
-        terms = _reduction_terms(kernel)
-        if backend.vector_registers <= 16 and contiguous and \
-                _pads_to_broadcast_columns(size, columns, lanes, accumulators, terms, channels):
+        if backend.vector_registers <= 16 and _steps_by_one(kernel, first) and _pads_to_broadcast_columns(
+                size, columns, lanes, accumulators, _reduction_terms(kernel), channels):
             tiled = _padded_columns(kernel, first, accumulators // 2)
         if tiled is kernel and columns is not None:
             tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (columns, AxisType.UPCAST, False)))
@@ -727,6 +725,12 @@ def _load_steps(kernel: Kernel, r: UOp, loads: Sequence[UOp] | None = None) -> l
     loads = loads if loads is not None else [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
     return [linear_coefficient(load.src[0].src[1], r) for load in loads
             if load.src[0].op is Ops.INDEX and len(load.src[0].src) > 1]
+
+
+def _steps_by_one(kernel: Kernel, r: UOp) -> bool:
+    """Whether every load steps at most one element along ``r``: lanes of ``r`` padded and gated
+    are whole-vector loads (a strided row's are not)."""
+    return all(step in (0, 1) for step in _load_steps(kernel, r))
 
 
 def _read_along(kernel: Kernel, r: UOp, loads: Sequence[UOp] | None = None) -> bool:
