@@ -34,6 +34,47 @@ def test_collector_paused_restores_its_state_nested_and_on_error():
         gc.enable()
 
 
+
+class _Node:
+    """A tracked object that can sit in a reference cycle."""
+
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+def test_collector_paused_moves_what_the_block_made_into_the_oldest_generation_and_still_frees_cycles():
+    import weakref
+
+    gc.collect()
+    with collector_paused():
+        made = [_Node() for _ in range(50)]
+        first, second = _Node(), _Node()
+        first.other, second.other = second, first  # a cycle that only the collector frees
+        cycle = weakref.ref(first)
+        del first, second
+    assert gc.get_count()[0] < 50  # the 52 new objects are no longer counted in the youngest generation
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(node) in oldest for node in made)
+    assert cycle() is not None  # nothing walked them on the way out
+    gc.collect()
+    assert cycle() is None  # the oldest generation's collection frees the cycle made in the block
+
+
+def test_collector_paused_leaves_objects_frozen_by_someone_else_frozen():
+    gc.collect()
+    kept = [_Node() for _ in range(10)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_paused():
+            made = _Node()
+        assert gc.get_freeze_count() == frozen  # not unfrozen on the way out
+        assert id(made) not in {id(o) for o in gc.get_objects(generation=2)}  # nor promoted
+    finally:
+        gc.unfreeze()
+    assert kept
+
+
 def _counting_matcher(structural: bool) -> tuple[PatternMatcher, list[UOp]]:
     tried: list[UOp] = []
 
