@@ -383,3 +383,106 @@ def test_the_compiler_probes_are_kept_in_the_persistent_cache(tmp_path, monkeypa
     entry.write_text("{not json")
     assert toolchain._probed(compiler) == first and len(runs) == 2
     assert toolchain._probed(compiler) == first and len(runs) == 2, "the damaged entry was not written again"
+
+
+# ---------------------------------------------------------------------------------------------
+# sources built together (CBackend.compile_together, the Render stage's SourceBuilds)
+
+
+def _check_values(case: lp.LinearCase, kernel, seed: int) -> None:
+    arrays = case.make_arrays(np.random.default_rng(seed))
+    kernel(*arrays)
+    for slot, expected in case.expected(arrays).items():
+        np.testing.assert_allclose(arrays[slot], expected, rtol=case.rtol, atol=case.atol)
+
+
+def test_sources_built_together_share_one_library_cached_under_each_key(tmp_path, monkeypatch) -> None:
+    import os
+
+    from uopviz.backends.c import CBackend
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+    cases = [lp.elementwise(16), lp.reduction(4, 32), lp.elementwise(40), lp.reduction(3, 7)]
+    backend = CBackend()
+    builds = [(backend.render(case.linear), case.linear.arg) for case in cases]
+    kernels = backend.compile_together([*builds, builds[0]])  # one source twice: built once
+    assert len(kernels) == 5 and kernels[4] is kernels[0]
+    assert {kernel.extra["built_with"] for kernel in kernels} == {3}
+    assert not any(kernel.extra["cached"] for kernel in kernels)
+    assert len({kernel.library_path for kernel in kernels}) == 4  # one entry per source ...
+    assert len({os.stat(kernel.library_path).st_ino for kernel in kernels}) == 1  # ... one library
+    for seed, (case, kernel) in enumerate(zip(cases, kernels)):
+        _check_values(case, kernel, seed)
+    fresh = CBackend()  # only the disk remembers: each source is found under its own key
+    again = [fresh.compile(source, name) for source, name in builds]
+    assert all(kernel.extra["cached"] and "built_with" not in kernel.extra for kernel in again)
+    for seed, (case, kernel) in enumerate(zip(cases, again)):
+        _check_values(case, kernel, seed + 10)
+    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".")]  # no scratch left
+
+
+def test_kernels_of_one_name_are_built_in_libraries_of_their_own(tmp_path, monkeypatch) -> None:
+    from uopviz.backends.c import CBackend
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+    twice, other = lp.elementwise(24), lp.reduction(5, 9)
+    backend = CBackend()
+    source = backend.render(twice.linear)
+    changed = source.replace("2.0f", "3.0f")  # the same function name, another body
+    assert changed != source
+    builds = [(source, twice.linear.arg), (changed, twice.linear.arg), (backend.render(other.linear), "r")]
+    first, second, third = backend.compile_together(builds)
+    assert first.library_path != second.library_path
+    assert first.extra["built_with"] == 1 and third.extra["built_with"] == 1  # one library of two
+    assert "built_with" not in second.extra  # a group of one is an ordinary build
+    _check_values(twice, first, 0)
+    _check_values(other, third, 1)
+    arrays = twice.make_arrays(np.random.default_rng(2))
+    second(*arrays)
+    np.testing.assert_allclose(arrays[0], arrays[1] * 3 + arrays[2], rtol=1e-6)
+
+
+def test_a_source_that_does_not_compile_among_others_names_its_own_kernel(tmp_path, monkeypatch) -> None:
+    from uopviz.backends.c import CBackend
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+    good, bad = lp.elementwise(12), lp.reduction(2, 6)
+    backend = CBackend()
+    broken = backend.render(bad.linear) + "\nthis is not C;\n"
+    with pytest.raises(CompileError, match=r"kernel 'broken_one'") as caught:
+        backend.compile_together([(backend.render(good.linear), good.linear.arg), (broken, "broken_one")])
+    assert "this is not C" in caught.value.source
+    kernel = CBackend().compile(backend.render(good.linear), good.linear.arg)  # only the disk remembers
+    assert kernel.extra["cached"] is True  # built alone before the broken one failed
+    _check_values(good, kernel, 0)
+
+
+def test_a_program_s_builds_go_to_the_compiler_a_few_sources_at_a_time(tmp_path, monkeypatch) -> None:
+    from uopviz.backends.c import CBackend
+    from uopviz.passes.render import SourceBuilds
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    backend = CBackend()
+    calls: list[int] = []  # how many sources each build took
+    together, alone = backend.compile_together, backend.compile_alongside
+
+    def counted_together(builds):
+        calls.append(len(builds))
+        return together(builds)
+
+    def counted_alone(source, name):
+        calls.append(1)
+        return alone(source, name)
+
+    monkeypatch.setattr(backend, "compile_together", counted_together)
+    monkeypatch.setattr(backend, "compile_alongside", counted_alone)
+    cases = [lp.elementwise(n) for n in (3, 5, 7, 9, 11, 13, 15)]
+    with SourceBuilds(backend) as builds:
+        for case in cases:
+            builds.submit(backend.render(case.linear), case.linear.arg)
+        compiled = builds.results()
+    # four as soon as they were submitted; the last three shared out between the two cores
+    assert calls[0] == backend.sources_per_build == 4 and sorted(calls[1:]) == [1, 2]
+    for seed, case in enumerate(cases):
+        _check_values(case, compiled[backend.render(case.linear), case.linear.arg], seed)

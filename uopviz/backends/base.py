@@ -432,6 +432,9 @@ class Backend(abc.ABC):
     #: True when :meth:`compile_alongside` may run in several threads at once (each build a process
     #: of its own), so the Render stage compiles a program's distinct kernels in parallel
     parallel_compile: bool = False
+    #: How many of a program's sources one build may take at once (:meth:`compile_together`): a C
+    #: compiler's process start and link cost as much as a small kernel's compile
+    sources_per_build: int = 1
     #: True when one compiled kernel may serve kernels that differ only in an extent, each launch
     #: reading its extents from one more int64 array (``uopviz.passes.extent_sharing``): CPU
     #: backends, whose launch sizes do not come from the kernel's ranges
@@ -495,6 +498,11 @@ class Backend(abc.ABC):
         (``parallel_compile``): a backend whose compiler holds a lock for the whole process (LLVM's)
         makes the machine code in a process of its own here."""
         return self.compile(source, name)
+
+    def compile_together(self, builds: Sequence[tuple[str, str]]) -> list[CompiledKernel]:
+        """:meth:`compile_alongside` of each ``(source, name)``, in order; a backend whose builds
+        take several sources at once (``sources_per_build``) builds them in one go."""
+        return [self.compile_alongside(source, name) for source, name in builds]
 
     def require(self) -> None:
         """Raise BackendUnavailable with the reason when the backend cannot run here."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -67,16 +68,39 @@ def content_key(*parts: str | bytes | Iterable[str]) -> str:
     return digest.hexdigest()
 
 
+def cached_path(namespace: str, key: str, suffix: str) -> Path:
+    """Where the cached object ``namespace/key+suffix`` lives (its folder created; the object may
+    not exist yet)."""
+    folder = cache_dir() / namespace
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{key}{suffix}"
+
+
 def cached_file(namespace: str, key: str, suffix: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
     """The path of the cached object ``namespace/key+suffix``, building it with ``build(tmp_path)`` when
     missing.  Returns ``(path, was_cached)``.  ``build`` writes the object to the path it is given."""
-    folder = cache_dir() / namespace
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{key}{suffix}"
+    target = cached_path(namespace, key, suffix)
     if target.exists():
         return target, True
     replace_atomically(target, build)
     return target, False
+
+
+def store_built_file(built: Path, namespace: str, key: str, suffix: str) -> Path:
+    """``built`` (a file made beside the cache's ``namespace`` folder) cached under ``key`` as well:
+    a hard link, so one build serves several keys without a copy (a copy where the filesystem has
+    no hard links); placed atomically, as :func:`cached_file` places its builds."""
+    target = cached_path(namespace, key, suffix)
+
+    def place(temporary: Path) -> None:
+        temporary.unlink()
+        try:
+            os.link(built, temporary)
+        except OSError:
+            shutil.copyfile(built, temporary)
+
+    replace_atomically(target, place)
+    return target
 
 
 def replace_atomically(target: Path, build: Callable[[Path], None]) -> None:
