@@ -604,9 +604,20 @@ class Module(Node):
 
 def children(node: Node) -> Iterator[Node]:
     """The nodes directly contained in ``node`` (through fields, tuples and pairs)."""
-    for item in fields(node):
-        if item.name != "pos":
-            yield from _nodes_in(getattr(node, item.name))
+    for name in _field_names(type(node)):
+        yield from _nodes_in(getattr(node, name))
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    """The fields of a node class but its position (``dataclasses.fields`` walks the class's fields
+    each call: a third of parsing the standard library went to it)."""
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(item.name for item in fields(kind) if item.name != "pos")
+    return names
 
 
 def _nodes_in(value: object) -> Iterator[Node]:
