@@ -386,7 +386,7 @@ def test_the_compiler_probes_are_kept_in_the_persistent_cache(tmp_path, monkeypa
 
 
 # ---------------------------------------------------------------------------------------------
-# sources built together (CBackend.compile_together, the Render stage's SourceBuilds)
+# sources built together (CBackend.compile_together; SourceBuilds, the Render stage's and the worker's)
 
 
 def _check_values(case: lp.LinearCase, kernel, seed: int) -> None:
@@ -458,8 +458,8 @@ def test_a_source_that_does_not_compile_among_others_names_its_own_kernel(tmp_pa
 
 
 def test_a_program_s_builds_go_to_the_compiler_a_few_sources_at_a_time(tmp_path, monkeypatch) -> None:
+    from uopviz.backends.builds import SourceBuilds
     from uopviz.backends.c import CBackend
-    from uopviz.passes.render import SourceBuilds
 
     monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr("os.cpu_count", lambda: 2)

@@ -173,20 +173,14 @@ def _handle_compile(backend: str, source: str, name: str) -> float:
 
 
 def _handle_compile_many(backend: str, sources: list[tuple[str, str]]) -> list[float]:
-    """Compile many ``(source, name)`` kernels of one backend, filling its caches: side by side in a
-    thread per core where its builds are processes of their own (``Backend.parallel_compile``: C's
-    compiler; LLVM's worker processes, ``compile_alongside``), else one after the other.  Their
+    """Compile many ``(source, name)`` kernels of one backend, filling its caches, as the Render
+    stage builds a program's (:class:`~uopviz.backends.builds.SourceBuilds`: side by side where its
+    builds are processes of their own, several sources to a build where it takes them).  Their
     compile times, in order."""
-    from concurrent.futures import ThreadPoolExecutor
+    from uopviz.backends.builds import compile_sources
 
-    from uopviz.backends import get
-
-    compiler = get(backend)
-    workers = min(len(sources), os.cpu_count() or 1) if compiler.parallel_compile else 1
-    if workers <= 1:
-        return [compiler.compile(source, name).compile_s for source, name in sources]
-    with ThreadPoolExecutor(workers, thread_name_prefix="uopviz-compile") as pool:
-        return list(pool.map(lambda pair: compiler.compile_alongside(*pair).compile_s, sources))
+    built = compile_sources(sources, backend)
+    return [built[pair].compile_s for pair in map(tuple, sources)]
 
 
 def _handle_llvm_object(source: str, name: str, cpu: str, features: str) -> tuple[bytes, str]:
