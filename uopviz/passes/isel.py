@@ -67,6 +67,7 @@ target's rules see the multiply-add of a reduction: ``REDUCE(value, r...)`` beco
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from uopviz.backends.base import Backend, chunk_sizes
@@ -506,6 +507,7 @@ def _split_widths(
 # the matcher of one target
 
 
+@functools.lru_cache(maxsize=32)  # one per target: building it was a tenth of the stage on DenseNet-121
 def instruction_selection_matcher(
     supported_ops: frozenset[Ops],
     vector_widths: tuple[int, ...] = (),
