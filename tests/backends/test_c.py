@@ -486,3 +486,22 @@ def test_a_program_s_builds_go_to_the_compiler_a_few_sources_at_a_time(tmp_path,
     assert calls[0] == backend.sources_per_build == 4 and sorted(calls[1:]) == [1, 2]
     for seed, case in enumerate(cases):
         _check_values(case, compiled[backend.render(case.linear), case.linear.arg], seed)
+
+
+def test_sources_built_together_are_copied_where_the_cache_has_no_hard_links(tmp_path, monkeypatch) -> None:
+    import os
+
+    from uopviz.backends.c import CBackend
+
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+
+    def no_links(*args, **kwargs):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    cases = [lp.elementwise(6), lp.reduction(2, 5)]
+    backend = CBackend()
+    kernels = backend.compile_together([(backend.render(case.linear), case.linear.arg) for case in cases])
+    assert len({os.stat(kernel.library_path).st_ino for kernel in kernels}) == 2  # a copy each
+    for seed, (case, kernel) in enumerate(zip(cases, kernels)):
+        _check_values(case, kernel, seed)
