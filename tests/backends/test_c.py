@@ -505,3 +505,68 @@ def test_sources_built_together_are_copied_where_the_cache_has_no_hard_links(tmp
     assert len({os.stat(kernel.library_path).st_ino for kernel in kernels}) == 2  # a copy each
     for seed, (case, kernel) in enumerate(zip(cases, kernels)):
         _check_values(case, kernel, seed)
+
+
+def _machine_code(library: str, function: str) -> list[list[str]]:
+    """The instructions of ``function`` and of the parallel regions OpenMP outlined from it, as
+    objdump gives them: addresses, the outlined functions' numbers and alignment padding left out."""
+    import subprocess
+
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", library], capture_output=True,
+                             text=True, check=True).stdout
+    functions: dict[str, list[str]] = {}
+    current = None
+    for line in listing.splitlines():
+        start = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+        if start:
+            current = functions.setdefault(start.group(1), [])
+            continue
+        if current is None or "\t" not in line:
+            continue
+        instruction = line.split("\t", 1)[1].strip()
+        if instruction.startswith(("nop", "xchg   %ax,%ax", "cs nopw", "data16")):
+            continue  # padding to the next function's alignment
+        instruction = re.sub(r"[0-9a-f]+ <[^>]*>", "<address>", instruction)
+        current.append(re.sub(r"0x[0-9a-f]+\(%rip\)", "<rip>", instruction))
+    return [code for name, code in sorted(functions.items())
+            if name == function or re.fullmatch(re.escape(function) + r"\._omp_fn\.\d+", name)]
+
+
+def test_kernels_built_in_one_unit_have_the_machine_code_they_have_built_alone(tmp_path, monkeypatch) -> None:
+    import shutil
+
+    from uopviz.backends.c import CBackend, shares_a_unit
+
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed: the machine code cannot be compared")
+    cases = [case for case in [*lp.correctness_cases(), *lp.integer_cases()] if "wmma" not in case.tags
+             and case.tensor_core is None]
+    backend = CBackend()
+    builds = [(backend.render(case.linear), case.linear.arg) for case in cases]
+    assert sum(shares_a_unit(source) for source, _ in builds) >= len(builds) // 2
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path / "together"))
+    together = backend.compile_together(builds)
+    assert any(kernel.extra.get("built_with", 0) > 0 for kernel in together)
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path / "alone"))
+    for (source, name), case, kernel in zip(builds, cases, together):
+        alone = CBackend().compile(source, name)
+        assert "built_with" not in alone.extra
+        expected = _machine_code(alone.library_path, alone.name)
+        assert expected and _machine_code(kernel.library_path, kernel.name) == expected, case.name
+    for seed, (case, kernel) in enumerate(zip(cases, together)):
+        _check_values(case, kernel, seed)
+
+
+def test_what_keeps_a_source_out_of_a_shared_unit() -> None:
+    from uopviz.backends.c import CBackend, one_unit, shares_a_unit
+
+    source = CBackend().render(lp.vector_lanes(4).linear)
+    assert shares_a_unit(source)
+    pragma = source.replace("#endif\n", '#endif\n#pragma GCC optimize ("no-gcse")\n', 1)
+    assert pragma != source and not shares_a_unit(pragma)  # it changes the functions after it
+    assert not shares_a_unit("typedef struct { float v[3]; } float32x3;\n" + source)
+    assert not shares_a_unit("static const float table[2] = {1.0f, 2.0f};\n" + source)
+    unit = one_unit([source, source.replace(lp.vector_lanes(4).linear.arg, "other_kernel")])
+    helpers = re.findall(r"^static [^(]*?\b(\w+)\(", source, re.M)
+    assert helpers and all(f"#define {helper} {helper}_unit1" in unit for helper in helpers)
+    assert unit.count("#include <stdint.h>") == 3  # once first, then once per source (a no-op)
