@@ -116,18 +116,20 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
     # constants with a use that may not vary: none of their uses varies
     fixed: set[UOp] = _contiguous_lanes(instructions)[1]
     for index, user in enumerate(instructions):
+        constants = [slot for slot, operand in enumerate(user.src) if _is_index_constant(operand)]
+        if not constants:
+            continue
         loops = [opener for opener in (*scopes[index], index) if instructions[opener].op is Ops.RANGE]
         variable = (
             user.op in VARIABLE_USES
             and not (user.op is Ops.RANGE and user.arg[1] is AxisType.THREAD)
             and not (loops and loops[-1] in compiler_loops)
         )
-        for slot, operand in enumerate(user.src):
-            if _is_index_constant(operand):
-                if variable:
-                    sites.add((index, slot))
-                else:
-                    fixed.add(operand)
+        for slot in constants:
+            if variable:
+                sites.add((index, slot))
+            else:
+                fixed.add(user.src[slot])
     return {(index, slot) for index, slot in sites if instructions[index].src[slot] not in fixed}
 
 
@@ -182,7 +184,8 @@ def _lane_constant_slot(lane: UOp) -> int | None:
 
 
 def _is_index_constant(u: UOp) -> bool:
-    return u.op is Ops.CONST and u.dtype == dtypes.index
+    # identity first: nearly every index CONST holds dtypes.index itself (== compares five fields)
+    return u.op is Ops.CONST and (u.dtype is dtypes.index or u.dtype == dtypes.index)
 
 
 def _scalar_innermost_loops(instructions: tuple[UOp, ...], scopes: list[tuple[int, ...]]) -> set[int]:
