@@ -49,10 +49,7 @@ class SourceBuilds:
 
     def _start(self, builds: list[tuple[str, str]]) -> None:
         assert self.pool is not None
-        if len(builds) == 1:
-            future = self.pool.submit(lambda key: [self.backend.compile_alongside(*key)], builds[0])
-        else:
-            future = self.pool.submit(self.backend.compile_together, builds)
+        future = self.pool.submit(self.backend.compile_together, builds)
         for position, key in enumerate(builds):
             self.pending[key] = (future, position)
 
@@ -75,8 +72,9 @@ class SourceBuilds:
 
 
 def compile_sources(sources: Iterable[tuple[str, str]], backend: str | Backend) -> dict[tuple[str, str], Any]:
-    """Each ``(source, name)`` compiled once: in a thread per core when the backend's builds run as
-    processes of their own (``Backend.parallel_compile``), else one after the other."""
+    """Each ``(source, name)`` compiled once, as :class:`SourceBuilds` builds them: in a thread per
+    core when the backend's builds run as processes of their own (``Backend.parallel_compile``),
+    several sources to a build where it takes them, else one after the other."""
     with SourceBuilds(backend) as builds:
         for source, name in sources:
             builds.submit(source, name)

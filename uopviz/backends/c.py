@@ -27,7 +27,7 @@ from uopviz.backends.base import (
     TargetsCPU,
     cpu_tensor_cores,
 )
-from uopviz.backends.cache import cache_dir, cached_file, cached_path, content_key, store_built_file
+from uopviz.backends.cache import cache_folder, cached_file, cached_path, content_key, store_built_file
 from uopviz.backends.cfamily import CStyleRenderer
 from uopviz.backends.cfamily_dialect import C_COMPARISONS, CDialect
 from uopviz.backends.cfamily_spelling import CRendering
@@ -601,15 +601,13 @@ class CBackend(TargetsCPU, Backend):
         when the build fails.  The sources that can share a translation unit (:func:`one_unit`) are
         compiled as one, the others as files of their own in the same compiler process."""
         start = time.perf_counter()
-        folder = cache_dir() / "c"
-        folder.mkdir(parents=True, exist_ok=True)
-        sources = [source for source, _ in group.values()]
-        joined = [source for source in sources if shares_a_unit(source)]
-        texts = [one_unit(joined)] if len(joined) > 1 else list(joined)
-        texts += [source for source in sources if source not in joined]
-        with tempfile.TemporaryDirectory(prefix=".together-", dir=folder) as scratch:
+        joined, apart = [], []
+        for source, _ in group.values():
+            (joined if shares_a_unit(source) else apart).append(source)
+        texts = [one_unit(joined)] if len(joined) > 1 else joined
+        with tempfile.TemporaryDirectory(prefix=".together-", dir=cache_folder("c")) as scratch:
             files = []
-            for number, text in enumerate(texts):
+            for number, text in enumerate([*texts, *apart]):
                 path = Path(scratch, f"kernels{number}.c")
                 path.write_text(text)
                 files.append(str(path))

@@ -68,12 +68,16 @@ def content_key(*parts: str | bytes | Iterable[str]) -> str:
     return digest.hexdigest()
 
 
-def cached_path(namespace: str, key: str, suffix: str) -> Path:
-    """Where the cached object ``namespace/key+suffix`` lives (its folder created; the object may
-    not exist yet)."""
+def cache_folder(namespace: str) -> Path:
+    """The folder of the cache's ``namespace`` (created on first use)."""
     folder = cache_dir() / namespace
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{key}{suffix}"
+    return folder
+
+
+def cached_path(namespace: str, key: str, suffix: str) -> Path:
+    """Where the cached object ``namespace/key+suffix`` lives (the object may not exist yet)."""
+    return cache_folder(namespace) / f"{key}{suffix}"
 
 
 def cached_file(namespace: str, key: str, suffix: str, build: Callable[[Path], None]) -> tuple[Path, bool]:

@@ -31,6 +31,7 @@ Operator spellings kept as strings (``Binary.op`` etc.) are exactly the SkriptND
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
@@ -608,16 +609,11 @@ def children(node: Node) -> Iterator[Node]:
         yield from _nodes_in(getattr(node, name))
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-
-
+@functools.cache
 def _field_names(kind: type) -> tuple[str, ...]:
     """The fields of a node class but its position (``dataclasses.fields`` walks the class's fields
     each call: a third of parsing the standard library went to it)."""
-    names = _FIELD_NAMES.get(kind)
-    if names is None:
-        names = _FIELD_NAMES[kind] = tuple(item.name for item in fields(kind) if item.name != "pos")
-    return names
+    return tuple(item.name for item in fields(kind) if item.name != "pos")
 
 
 def _nodes_in(value: object) -> Iterator[Node]:

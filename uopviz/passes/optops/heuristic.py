@@ -311,12 +311,11 @@ def _pads_to_broadcast_columns(
     -> 2.24 ms (its 3x3 ones at 55x55 as 4 columns x 16 channels of 56 instead of 5 x 8, 0.58 ->
     0.39-0.44 / 0.53 -> 0.43 ms; its 1x1 ones at 55x55 as 4 x 16 of 3028 positions from 64 or 128
     channels, at 27x27 of 732 and at 13x13 of 172 from 128 or more, 0.05-0.18 -> 0.04-0.12 ms
-    each); AlexNet's 5x5
-    conv at 27x27 3.50 -> 2.87 / 3.48 -> 2.90 ms.  Left alone, measured: rows of 14 and 7 (16 and 8
-    would pad 14 %), 49 positions (7 columns of one register; ResNet-50's 1x1 convs 5 % slower, Inception-v1's
-    4-7 % faster), 13x13 1x1 convs from 48 or 64 channels (a register of positions: 0.035 -> 0.050
-    ms padded), SqueezeNet's classifier (1000 channels: 4 columns x 8 channels, 2.0 -> 2.4 ms on
-    LLVM)."""
+    each); AlexNet's 5x5 conv at 27x27 3.50 -> 2.87 / 3.48 -> 2.90 ms.  Left alone, measured: rows
+    of 14 and 7 (16 and 8 would pad 14 %), 49 positions (7 columns of one register; ResNet-50's 1x1
+    convs 5 % slower, Inception-v1's 4-7 % faster), 13x13 1x1 convs from 48 or 64 channels (a
+    register of positions: 0.035 -> 0.050 ms padded), SqueezeNet's classifier (1000 channels: 4
+    columns x 8 channels, 2.0 -> 2.4 ms on LLVM)."""
     width = accumulators // 2
     if columns == width or size % width == 0 or not 2 <= width < lanes:
         return False
