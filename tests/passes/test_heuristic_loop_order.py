@@ -172,3 +172,59 @@ def test_a_batch_s_conv_of_few_channels_keeps_its_channels_inside_the_rows(
     inside_rows = globals_[rows + 1:]  # the channel tiles (96 / 8 = 12) and the column tiles (7)
     assert channels < ROW_ORDER_MAX_TERMS or not row_order
     assert (inside_rows == [12, 7]) == row_order, expand.name
+
+
+PROJECTION_AND_EXPAND = """
+version 1.0;
+
+graph block( x, a ) -> ( y )
+{{
+    x = external<scalar>(shape = [1, {channels}, {size}, {size}]);
+    a = external<scalar>(shape = [1, 256, {half}, {half}]);
+    w = variable<scalar>(shape = [512, 256, 1, 1], label = 'w');
+    p = variable<scalar>(shape = [512, {channels}, 1, 1], label = 'p');
+    e = conv(a, w);
+    s = conv(x, p, stride = [2, 2]);
+    y = relu(add(e, s));
+}}
+"""
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v4"))
+@pytest.mark.parametrize("channels,size", [(512, 28), (1024, 14)])
+def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, target, channels, size):
+    """ResNet-50's bottleneck end: the expand conv and the stride-2 projection of the block's input,
+    summed in one kernel of two reductions.  The projection reads every other position of rows
+    far apart (a channel's 28x28 or 14x14 plane): its strip is copied into a contiguous buffer
+    (staging.STAGED_ROW_STEPS) and the channel tiles run inside the rows, so each copied strip
+    serves every channel tile (C, AVX2, 2 cores, each kernel in the model: 14x14 3.7 -> 2.6 ms).
+    At 7x7 the 7 rows are split among the cores only where a THREAD loop inside them runs in
+    parallel (C): on LLVM the channels stay outermost and nothing is staged.  Values against numpy
+    in float64."""
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    monkeypatch.setattr(TargetsCPU, "thread_count", property(lambda self: 2))
+    half = size // 2
+    x = RNG.standard_normal((1, channels, size, size)).astype(np.float32)
+    a = RNG.standard_normal((1, 256, half, half)).astype(np.float32)
+    w = RNG.standard_normal((512, 256, 1, 1)).astype(np.float32)
+    p = RNG.standard_normal((512, channels, 1, 1)).astype(np.float32)
+    text = PROJECTION_AND_EXPAND.format(channels=channels, size=size, half=half)
+    graph = loads_nnef1(text, variables={"w": w, "p": p})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x, "a": a}, backend=backend, opts="heuristic")["y"]
+    expand = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), a)
+    projection = np.einsum("oc,nchw->nohw", p[:, :, 0, 0].astype(np.float64), x[:, :, ::2, ::2])
+    expected = np.maximum(expand + projection, 0.0)
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3 * np.sqrt(channels + 256))
+    (kernel,) = program.kernels  # the two convolutions, the sum and the relu in one kernel
+    source = kernel.source("c")
+    threaded_inside = half % 2 == 1 and uv.backends.get(backend).nested_threads
+    staged = half % 2 == 0 or threaded_inside
+    assert ("acc0[" in source) == staged, (kernel.name, kernel.opts)
+    bounds = re.findall(r"ridx\d+ < (\d+); ridx\d+\+\+\) \{  // (GLOBAL|THREAD)", source)
+    if staged:  # the rows (split among the cores, or not) outside the channel tiles
+        assert ("THREAD" in [kind for _, kind in bounds[1:]]) == threaded_inside, bounds
+    assert not any(opt.op is OptOp.PADTO for opt in kernel.opts), kernel.opts

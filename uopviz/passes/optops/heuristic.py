@@ -613,11 +613,27 @@ def _order_for_staging(kernel: Kernel) -> Kernel:
             if moved is None:
                 break
             if _stages(moved):
+                if not _cores_split_outer(moved):
+                    return kernel
                 # a batch's 1x1 conv of very few input channels stops one step short: inside the
                 # rows, outside the columns (see ROW_ORDER_MAX_TERMS)
                 batched = position > 0 and step > position
                 return before if batched and _reduction_terms(kernel) < ROW_ORDER_MAX_TERMS else moved
     return kernel
+
+
+def _cores_split_outer(kernel: Kernel) -> bool:
+    """Whether the target's cores can share the kernel's outermost output loop: the cores divide
+    it, or padding it to them adds few iterations (:data:`THREADED_PADDING_MAX_WASTE`), or a THREAD
+    loop inside it runs in parallel as well (``Backend.nested_threads``).  A staged order that leaves
+    7 rows outermost is not taken on LLVM: 7 rows padded to 8, the strip staged, ran ResNet-50's
+    7x7 projection at 1.3x its time in the order that splits the channels."""
+    backend = kernel.backend_object
+    threads = backend.thread_count
+    size = range_size(_globals(kernel)[0])
+    if threads < 2 or backend.nested_threads or size % threads == 0:
+        return True
+    return _padding_waste(size, threads) <= THREADED_PADDING_MAX_WASTE
 
 
 def _swapped_with_next(kernel: Kernel, step: int) -> Kernel | None:
@@ -642,6 +658,16 @@ def _swapped_with_next(kernel: Kernel, step: int) -> Kernel | None:
 #: core well below 16K (MobileNet-v2's border columns, 10K strided stores: 61 us on one core, 37 on
 #: two; its borders in all 0.73 -> 0.52 ms)
 MIN_THREADED_ITERATIONS = 4096
+
+
+#: the share of padded iterations an outer axis may get to be split among the cores (63 -> 64);
+#: more (7 -> 8) and the next axis that the cores divide is split inside it instead
+THREADED_PADDING_MAX_WASTE = 1 / 16
+
+
+def _padding_waste(size: int, threads: int) -> float:
+    """The share of iterations added by padding ``size`` to a multiple of ``threads``."""
+    return (-(-size // threads) * threads - size) / size
 
 
 def _globals(kernel: Kernel) -> list[UOp]:
@@ -681,9 +707,13 @@ def _threaded(kernel: Kernel, threads: int) -> Kernel:
         swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, even)))
         if swapped is not kernel and (not _stages(kernel) or _stages(swapped)):  # keeps a staged strip
             kernel, even = swapped, _globals(swapped)[0]
-        else:  # the outer axis stays outermost: padded if no core count divides it
-            kernel, even = (kernel, outer) if range_size(outer) % threads == 0 else \
-                _padded_for_threads(kernel, [outer], threads)
+        elif range_size(outer) % threads == 0:
+            even = outer
+        elif _padding_waste(range_size(outer), threads) <= THREADED_PADDING_MAX_WASTE or not \
+                kernel.backend_object.nested_threads:
+            kernel, even = _padded_for_threads(kernel, [outer], threads)
+        # else `even`, inside the outer axis, is split: a parallel region per outer iteration costs
+        # less than the outer axis' padded iterations (ResNet-50's 7x7 projection, 7 rows)
     if even is None:
         even = _globals(kernel)[0]  # split by the most cores that divide it
     size = range_size(even)

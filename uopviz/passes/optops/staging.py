@@ -34,6 +34,12 @@ STAGE_LONG_MIN_STRIDE_BYTES = 512
 STAGE_LONG_MIN_ROWS = 512
 STAGE_LONG_MIN_ROW_BYTES = 24
 STAGE_MAX_BYTES = 512 * 1024  # a staged strip stays in L2, and on a thread's stack
+#: the element steps along a strip's row that staging copies: contiguous rows, and every other
+#: element (a stride-2 1x1 convolution, ResNet-50's projections, whose rows of 7 positions span 13
+#: elements).  The copy makes them contiguous; in place, each channel tile re-read their cache
+#: lines from L2 or L3.  AMD EPYC, AVX2, 2 cores, in the model, C: the 14x14 projection fused with
+#: its expand conv 3.73 -> 2.58 ms, the 28x28 one 2.22 -> 2.14, the 7x7 one 3.31 -> 2.95
+STAGED_ROW_STEPS = (1, 2)
 
 
 @dataclass
@@ -67,9 +73,9 @@ def stage_strided_load(ctx: _StageContext, load: UOp) -> UOp | None:
     itemsize = load.dtype.scalar.itemsize
     if coefficients is None:
         return None
-    row = [r for r in lanes if r.arg[1] is AxisType.UPCAST and coefficients[r] == 1]
+    row = [r for r in lanes if r.arg[1] is AxisType.UPCAST and coefficients[r] in STAGED_ROW_STEPS]
     if not row:
-        return None  # no contiguous row: nothing to gain from a copy
+        return None  # no row of neighbouring elements: nothing to gain from a copy
     row_bytes = math.prod(range_size(r) for r in row) * itemsize
     rows = math.prod(range_size(r) for r in reduces)
     if not _far_apart(abs(coefficients[reduces[-1]]) * itemsize, rows, row_bytes):
@@ -125,5 +131,7 @@ def stage_strided_loads(ast: UOp, backend: Any) -> UOp:
     return graph_rewrite(ast, stage_rules, ctx=_StageContext(outputs, set()), name="stage strided loads")
 
 
-__all__ = ["STAGE_LONG_MIN_ROWS", "STAGE_LONG_MIN_ROW_BYTES", "STAGE_LONG_MIN_STRIDE_BYTES",
-           "STAGE_MAX_BYTES", "STAGE_MIN_STRIDE_BYTES", "stage_rules", "stage_strided_loads"]
+__all__ = [
+    "STAGED_ROW_STEPS", "STAGE_LONG_MIN_ROWS", "STAGE_LONG_MIN_ROW_BYTES", "STAGE_LONG_MIN_STRIDE_BYTES",
+    "STAGE_MAX_BYTES", "STAGE_MIN_STRIDE_BYTES", "stage_rules", "stage_strided_loads",
+]  # fmt: skip
