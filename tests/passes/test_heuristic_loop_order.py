@@ -25,7 +25,11 @@ from uopviz.passes.optops.heuristic import (
     in_order_max_operand_bytes,
 )
 from uopviz.passes.optops.opts import OptOp
-from uopviz.passes.optops.staging import STAGE_LONG_MIN_ROWS, STAGE_LONG_MIN_STRIDE_BYTES
+from uopviz.passes.optops.staging import (
+    STAGE_EVERY_OTHER_MIN_ROWS,
+    STAGE_LONG_MIN_ROWS,
+    STAGE_LONG_MIN_STRIDE_BYTES,
+)
 
 RNG = np.random.default_rng(26)
 CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
@@ -192,7 +196,7 @@ graph block( x, a ) -> ( y )
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v4"))
-@pytest.mark.parametrize("channels,size", [(512, 28), (1024, 14)])
+@pytest.mark.parametrize("channels,size", [(512, 28), (1024, 14), (128, 28)])
 def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, target, channels, size):
     """ResNet-50's bottleneck end: the expand conv and the stride-2 projection of the block's input,
     summed in one kernel of two reductions.  The projection reads every other position of rows
@@ -200,8 +204,9 @@ def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, 
     (staging.STAGED_ROW_STEPS) and the channel tiles run inside the rows, so each copied strip
     serves every channel tile (C, AVX2, 2 cores, each kernel in the model: 14x14 3.7 -> 2.6 ms).
     At 7x7 the 7 rows are split among the cores only where a THREAD loop inside them runs in
-    parallel (C): on LLVM the channels stay outermost and nothing is staged.  Values against numpy
-    in float64."""
+    parallel (C): on LLVM the channels stay outermost and nothing is staged.  A projection of fewer
+    channels (STAGE_EVERY_OTHER_MIN_ROWS, ResNet-18's) is read in place.  Values against numpy in
+    float64."""
     from uopviz.nnef.nnef1.loader import loads_nnef1
 
     monkeypatch.setattr(TargetsCPU, "thread_count", property(lambda self: 2))
@@ -222,7 +227,7 @@ def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, 
     (kernel,) = program.kernels  # the two convolutions, the sum and the relu in one kernel
     source = kernel.source("c")
     threaded_inside = half % 2 == 1 and uv.backends.get(backend).nested_threads
-    staged = half % 2 == 0 or threaded_inside
+    staged = channels >= STAGE_EVERY_OTHER_MIN_ROWS and (half % 2 == 0 or threaded_inside)
     assert ("acc0[" in source) == staged, (kernel.name, kernel.opts)
     bounds = re.findall(r"ridx\d+ < (\d+); ridx\d+\+\+\) \{  // (GLOBAL|THREAD)", source)
     if staged:  # the rows (split among the cores, or not) outside the channel tiles
