@@ -429,9 +429,6 @@ class Backend(abc.ABC):
     transposes_stores: bool = False
     #: how many threads a THREAD axis is split for (GPU backends use workgroups instead)
     thread_count: int = 1
-    #: True when a THREAD axis inside other loops runs in parallel too (C: OpenMP's pragma on any
-    #: loop); LLVM runs only a THREAD range at the top of the kernel on its threads
-    nested_threads: bool = False
     #: True when :meth:`compile_alongside` may run in several threads at once (each build a process
     #: of its own), so the Render stage compiles a program's distinct kernels in parallel
     parallel_compile: bool = False

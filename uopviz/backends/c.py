@@ -534,11 +534,6 @@ class CBackend(TargetsCPU, Backend):
         compiler = find_c_compiler()
         return compiler is not None and openmp_works(compiler) is None
 
-    @property
-    def nested_threads(self) -> bool:  # type: ignore[override]
-        """True with OpenMP: a THREAD loop inside others is a parallel region of its own."""
-        return self.has_threads
-
     def threads_note(self) -> str:
         """Why THREAD axes run sequentially, or '' when they run in parallel."""
         compiler = find_c_compiler()
