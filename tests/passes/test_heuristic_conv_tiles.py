@@ -12,7 +12,7 @@ from cpu_targets import target_params
 
 import uopviz as uv
 from uopviz.backends.target import resolve_target, using_target
-from uopviz.passes.optops.heuristic import _broadcast_columns, _pads_to_broadcast_columns
+from uopviz.passes.optops.heuristic import FIVE_ROWS, _broadcast_columns, _pads_to_broadcast_columns
 
 RNG = np.random.default_rng(25)
 CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
@@ -274,3 +274,29 @@ def test_a_1x1_conv_at_13x13_pads_its_positions_past_the_accumulators(backend, t
         (kernel,) = [k for k in compiled.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
         upcasts = _upcasts(kernel)
         assert positions in upcasts and (positions == 13) == (13 in upcasts), kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+@pytest.mark.parametrize("channels,classes,rows", [(512, 1000, 5), (64, 40, 5), (64, 64, 4), (48, 96, 4)])
+def test_a_1x1_conv_takes_five_channel_rows_where_five_divide_them(backend, target, channels, classes, rows):
+    # the classifier's 176 positions are two registers wide on AVX2; its channels take 5 rows (ten
+    # accumulators: no filter tap's row beside them) where 5 divides them, else 4 (half the
+    # registers); 6 rows (12 accumulators) were slower on LLVM.  AVX-512's 32 registers keep their
+    # own rows (checked on the rendered kernel)
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    x = RNG.standard_normal((1, channels, 13, 13)).astype(np.float32)
+    w = RNG.standard_normal((classes, channels, 1, 1)).astype(np.float32)
+    graph = loads_nnef1(SQUEEZE_CLASSIFIER.format(channels=channels, classes=classes), variables={"w": w})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4 * np.sqrt(channels))
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    assert sorted(_upcasts(kernel)) == [rows, 16], kernel.name
+    assert rows in (4, FIVE_ROWS)
+    with using_target("x86-64-v4"):
+        wide = graph.compile(backend, opts="heuristic", progress=False, build=False)
+    (kernel,) = [k for k in wide.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    assert FIVE_ROWS not in _upcasts(kernel), kernel.name
