@@ -19,18 +19,22 @@ from besides the kernel itself):
   output axes reuse loads (gemm, conv) gets its threads first (up to 32 along the innermost axis,
   256 in all) and then a register tile of lanes a workgroup apart (:func:`_gpu_register_tile`);
 * **CPU** (threads): the outermost GLOBAL axis is split into THREAD chunks (one per core of the
-  CPU target, ``Backend.thread_count``);
+  CPU target, ``Backend.thread_count``); where the cores do not divide it and padding it would add
+  too many iterations (7 rows of a staged 7x7 conv), an axis inside it that they divide is split
+  and its THREAD part moved outermost (:func:`_thread_outermost`);
 * **upcasts**: an output axis that some input does not vary over (so a loaded value is reused across
   its lanes: matmul's M and N) is upcast, which blocks the reduction in registers.  On CPUs the
   tile follows the CPU target's SIMD registers (``Backend.register_bytes``, ``vector_registers``,
   from ``uopviz.backends.target``, never the host's by accident): the
   innermost such axis two registers wide, the next by as many rows as keep the accumulators in
   half the registers and the tile at 256 lanes (float32: M8×N32 on x86-64-v4, M4×N16 on v3, M4×N8
-  on v2); output columns narrower than a register (a conv's 7, 14 or 28: each column's input
-  broadcast to the channels' vectors) fill half the registers instead (7 columns × 32 channels,
-  14 of 32 zmm; 4 × 16 on v3; on v3 a row of 55 or 27 columns, or a 1x1 conv's 3025 positions,
-  padded to 4-column tiles where its divisors fill the accumulators less:
-  :func:`_pads_to_broadcast_columns`), and a grouped conv's channels are tiled in blocks within a group;
+  on v2; on 16 registers a 1x1 conv's two registers of positions take 5 rows where 5 divides the
+  channels: :data:`FIVE_ROWS`); output columns narrower than a register (a conv's 7, 14 or 28:
+  each column's input broadcast to the channels' vectors) fill half the registers instead (7
+  columns × 32 channels, 14 of 32 zmm; 4 × 16 on v3; on v3 a row of 55 or 27 columns, or a 1x1
+  conv's 3025 positions, padded to 4-column tiles where its divisors fill the accumulators less:
+  :func:`_pads_to_broadcast_columns`), and a grouped conv's channels are tiled in blocks within a
+  group;
   an axis that no power of two divides takes its largest divisor within two registers and the
   accumulators, else is padded to a register's lanes (a 1x1 conv's 13x13 = 169 positions: 13 on
   AVX-512, 176 = 11 × 16 on AVX2: two registers where that pads no more than one);
@@ -409,7 +413,7 @@ def _cpu_register_tile(
 #: Ten accumulators, the row's two registers and a broadcast leave two registers to the compiler;
 #: no filter tap's row needs one.  SqueezeNet-1.1's 1000-channel classifier (176 positions x 5
 #: channels) in the model, the old and new rule compiled in one process (AMD EPYC, AVX2, 2 cores,
-#: min of 9): C 1.93 -> 1.78 ms, LLVM 1.88 -> 1.81 (alone, C: 1.47 -> 1.31).  Not 6 rows (12
+#: min of 9): C 1.74-1.93 -> 1.60-1.78 ms, LLVM 1.88-1.93 -> 1.42-1.81.  Not 6 rows (12
 #: accumulators): MobileNet-v2's 96- and 144-channel 1x1 convs at 56x56 and 28x28 were 0.94-1.03x on C
 #: but 1.03-1.10x on LLVM, SqueezeNet's 192-channel ones 0.88x / 1.13-1.24x
 FIVE_ROWS = 5
@@ -659,7 +663,8 @@ MIN_THREADED_ITERATIONS = 4096
 
 
 #: the share of padded iterations an outer axis may get to be split among the cores (63 -> 64);
-#: more (7 -> 8) and the next axis that the cores divide is split inside it instead
+#: more (7 -> 8) and the next axis that the cores divide is split instead, its THREAD part moved
+#: outermost (:func:`_thread_outermost`)
 THREADED_PADDING_MAX_WASTE = 1 / 16
 
 
@@ -725,7 +730,10 @@ def _thread_outermost(kernel: Kernel) -> Kernel:
     time (the axes it passes keep their order): each core then runs every iteration of those axes
     over its share of the split one.  ResNet-50's 7x7 projection, staged, 7 rows outside 128
     channel tiles: the cores share the channel tiles instead of 7 rows padded to 8 (which ran 4.39
-    ms against 3.36 unstaged), each in model, C / LLVM: 3.36 -> 2.63 / 3.23 -> 2.44 ms."""
+    ms against 3.36 unstaged).  Against the unstaged order, C, in one process on the model's arrays:
+    3.10-3.22 -> 2.52-2.82 ms; LLVM, the kernel alone: 3.23 -> 2.44 ms.  A THREAD loop left inside
+    the rows ran as fast on C (2.43-2.51 ms) but on one core on LLVM, which runs only a THREAD
+    range at the top of a kernel in parallel."""
     while True:
         outputs = [r for r in kernel.ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.THREAD)]
         position = next((i for i, r in enumerate(outputs) if r.arg[1] is AxisType.THREAD), 0)

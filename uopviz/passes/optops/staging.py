@@ -37,8 +37,9 @@ STAGE_MAX_BYTES = 512 * 1024  # a staged strip stays in L2, and on a thread's st
 #: the element steps along a strip's row that staging copies: contiguous rows, and every other
 #: element (a stride-2 1x1 convolution, ResNet-50's projections, whose rows of 7 positions span 13
 #: elements).  The copy makes them contiguous; in place, each channel tile re-read their cache
-#: lines from L2 or L3.  AMD EPYC, AVX2, 2 cores, in the model, C: the 14x14 projection fused with
-#: its expand conv 3.73 -> 2.58 ms, the 28x28 one 2.22 -> 2.14, the 7x7 one 3.31 -> 2.95
+#: lines from L2 or L3.  AMD EPYC, AVX2, 2 cores, in the model, C / LLVM: the 14x14 projection
+#: fused with its expand conv 3.6-3.9 -> 2.6-2.8 / 3.5 -> 2.5 ms, the 28x28 one 2.2-2.4 -> 2.1-2.2
+#: (docs/design/cpu-conv-layout.md, section 11)
 STAGED_ROW_STEPS = (1, 2)
 #: a strip of every other element is staged from this many rows: fewer rows' lines (one or two
 #: each) stay in L1 in place.  ResNet-18's projections of 64 and 128 channels, fused with a 3x3
