@@ -566,7 +566,7 @@ class CBackend(TargetsCPU, Backend):
         return [*C_FLAGS, *self.target.c_flags(), *extra]
 
     def compile(self, source: str, name: str) -> CPUCompiledKernel:
-        return self._compile(source, name, {})
+        return self.compile_together([(source, name)])[0]
 
     def compile_together(self, builds: Sequence[tuple[str, str]]) -> list[CPUCompiledKernel]:
         """Each ``(source, name)`` compiled and loaded, in order; the sources not built before go to
@@ -578,16 +578,17 @@ class CBackend(TargetsCPU, Backend):
         compiler = find_c_compiler()
         assert compiler is not None
         flags = self.flags()
+        keys = [self._key(source, compiler, flags) for source, _ in builds]
         fresh: dict[str, tuple[str, str]] = {}  # key -> (source, the function it defines)
-        for source, _ in builds:
-            key = self._key(source, compiler, flags)
+        for key, (source, _) in zip(keys, builds):
             if key not in self._compiled and not cached_path("c", key, ".so").exists():
                 fresh.setdefault(key, (source, KernelMeta.from_source(source, self.name).name))
         built: dict[str, tuple[float, int]] = {}
         for group in _distinct_names(fresh):
             if len(group) > 1:
                 built.update(self._build_together(compiler, flags, group))
-        return [self._compile(source, name, built) for source, name in builds]
+        return [self._load(source, name, key, compiler, flags, built)
+                for key, (source, name) in zip(keys, builds)]
 
     def _key(self, source: str, compiler: str, flags: list[str]) -> str:
         # keyed by the resolved target, never by the text -march=native: an object built for
@@ -620,15 +621,11 @@ class CBackend(TargetsCPU, Backend):
                 store_built_file(library, "c", key, ".so")
         return {key: (start, len(group)) for key in group}
 
-    def _compile(self, source: str, name: str, built: Mapping[str, tuple[float, int]]) -> CPUCompiledKernel:
-        """``source`` compiled (unless cached, or ``built`` together with others just now) and
-        loaded."""
-        self.require()
-        compiler = find_c_compiler()
-        assert compiler is not None
-        flags = self.flags()
+    def _load(self, source: str, name: str, key: str, compiler: str, flags: list[str],
+              built: Mapping[str, tuple[float, int]]) -> CPUCompiledKernel:
+        """``source`` (cache key ``key``) compiled alone unless cached or ``built`` together with
+        others just now, and loaded."""
         target = self.target
-        key = self._key(source, compiler, flags)
         cached = self._compiled.get(key)
         if cached is not None:
             return cached

@@ -710,8 +710,6 @@ def _threaded(kernel: Kernel, threads: int) -> Kernel:
         swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, even)))
         if swapped is not kernel and (not _stages(kernel) or _stages(swapped)):  # keeps a staged strip
             kernel, even = swapped, _globals(swapped)[0]
-        elif range_size(outer) % threads == 0:
-            even = outer
         elif _padding_waste(range_size(outer), threads) <= THREADED_PADDING_MAX_WASTE:
             kernel, even = _padded_for_threads(kernel, [outer], threads)
         # else `even` is split where it is and its THREAD part moved outermost (below)
