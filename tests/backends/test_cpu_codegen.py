@@ -488,17 +488,25 @@ graph G( x ) -> ( y )
 
 
 @pytest.mark.parametrize("backend", [name for name in ("c", "llvm") if get(name).available()])
-@pytest.mark.parametrize("size", [13, 11, 17])
-def test_a_conv_over_rows_of_prime_width_pads_them_to_four_column_tiles(backend, size) -> None:
-    # no divisor of 13 tiles the columns: padded to 16 (the last 3 columns' loads and stores gated
-    # off), 4 columns x 16 channels, instead of a tile of channels alone
-    from uopviz.passes.optops.heuristic import PADDED_COLUMNS
-
-    graph, x, expected = _convolution(32, 64, size, 3, seed=size)
-    program = graph.compile(backend, opts="heuristic", progress=False)
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize("size, channels_out", [(13, 64), (11, 64), (17, 64), (29, 32), (13, 24)])
+def test_a_conv_over_rows_of_prime_width_pads_them_to_column_tiles(
+    backend, target, size, channels_out
+) -> None:
+    # no divisor of 13 tiles the columns: padded (the padded columns' loads and stores gated off)
+    # to tiles of 4 columns x 16 channels (11 -> 12, 17 -> 20), or of 5 x 16 where that pads less
+    # on 8-lane registers (13 -> 15, 29 -> 30: 10 accumulators), instead of a tile of channels
+    # alone; 24 channels, which two registers do not divide, take one register per column
+    graph, x, expected = _convolution(32, channels_out, size, 3, seed=size)
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        out = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
     (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
-    padded = -(-size // PADDED_COLUMNS) * PADDED_COLUMNS
+    lanes = 8 if target == "x86-64-v3" else 4
+    columns = 5 if lanes == 8 and size in (13, 29) else 4
+    padded = -(-size // columns) * columns
+    channels = 2 * lanes if channels_out % (2 * lanes) == 0 else lanes
     assert Opt(OptOp.PADTO, 2, padded) in conv.kernel.opts, conv.kernel.opts
-    assert (PADDED_COLUMNS, AxisType.UPCAST) in conv.kernel.axes, conv.kernel.axes
-    out = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    assert (columns, AxisType.UPCAST) in conv.kernel.axes, conv.kernel.axes
+    assert (channels, AxisType.UPCAST) in conv.kernel.axes, conv.kernel.axes
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)

@@ -358,6 +358,7 @@ def _cpu_register_tile(
     # (3 -> 64 channels, 112x112) in the model 4.50 -> 2.85 / 2.43 -> 1.79 ms
     slides = _slides_columns(kernel, first)
     broadcast = backend.vector_registers <= 16 and slides
+    wide_columns = False  # a row padded to tiles of PADDED_COLUMNS_WIDE columns
     tiled = _row_tile(kernel, first, lanes) if alone else kernel
     if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
         columns = _broadcast_columns(size, lanes, accumulators)
@@ -390,10 +391,14 @@ def _cpu_register_tile(
             # GFLOP/s with the lanes reordered below)
             tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (size, AxisType.UPCAST, False)))
         if tiled is kernel and broadcast and not alone and size > lanes:
-            tiled = _padded_columns(kernel, first)
+            padded_width = _prime_row_columns(size, lanes)
+            tiled = _padded_columns(kernel, first, padded_width)
+            wide_columns = tiled is not kernel and padded_width == PADDED_COLUMNS_WIDE
     kernel = tiled
     width = _lanes(kernel)
-    if width < lanes:
+    if wide_columns:
+        most = 2 * lanes  # two registers of channels per column: 10 accumulators
+    elif width < lanes:
         # a row narrower than a register (a conv's 7 columns): the rows become the vectors' lanes
         # (_power_of_two_lanes_inside), so the accumulators are width * rows / lanes registers.
         # AVX-512, one core, 128 channels 28x28: 4 columns x 32 channels (8 accumulators) 118
@@ -432,6 +437,24 @@ PADDED_ROW_REGISTERS = 2
 
 #: the columns of a register tile over a row of prime width (:func:`_padded_columns`)
 PADDED_COLUMNS = 4
+#: ... or 5 where that pads the row less (13 to 15, not 16), each column by two registers of
+#: channels (10 accumulators of 16 vector registers; the weights' two rows and a broadcast beside
+#: them), on registers wider than 5 lanes.  SqueezeNet-1.1's 13x13 3x3 convs (64 -> 256 and 48 ->
+#: 192 channels) in the model, both tiles compiled in one process and run in turn on the model's
+#: arrays (AMD EPYC, AVX2, 2 cores, min of 14): C 0.380 -> 0.329 and 0.397 -> 0.362 ms, LLVM
+#: 0.426 -> 0.357-0.364.  Measured and not taken there: 3 columns x 32 channels of 15 (0.570 ms), 7
+#: x 16 of 14 (0.606: 14 accumulators spill), 2 x 32 of 14 (0.370)
+PADDED_COLUMNS_WIDE = 5
+
+
+def _prime_row_columns(size: int, lanes: int) -> int:
+    """The columns of a register tile over a row of ``size`` that no column count divides:
+    :data:`PADDED_COLUMNS_WIDE` where a row padded to its multiple is shorter than one padded to
+    :data:`PADDED_COLUMNS`'s (13, 29; registers wider than 5 lanes), else :data:`PADDED_COLUMNS`."""
+    wide, narrow = PADDED_COLUMNS_WIDE, PADDED_COLUMNS
+    if lanes > wide and -(-size // wide) * wide < -(-size // narrow) * narrow:
+        return wide
+    return narrow
 
 
 def _padded_columns(kernel: Kernel, columns: UOp, width: int = PADDED_COLUMNS) -> Kernel:
