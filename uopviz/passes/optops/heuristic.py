@@ -33,8 +33,9 @@ from besides the kernel itself):
   each column's input broadcast to the channels' vectors) fill half the registers instead (7
   columns × 32 channels, 14 of 32 zmm; 4 × 16 on v3; on v3 a row of 55 or 27 columns, or a 1x1
   conv's 3025 positions, padded to 4-column tiles where its divisors fill the accumulators less:
-  :func:`_pads_to_broadcast_columns`), and a grouped conv's channels are tiled in blocks within a
-  group;
+  :func:`_pads_to_broadcast_columns`; a row of prime width padded to 4-column tiles, or to
+  5 × 16 where that pads less: 13 to 15, :data:`PADDED_COLUMNS_WIDE`), and a grouped conv's
+  channels are tiled in blocks within a group;
   an axis that no power of two divides takes its largest divisor within two registers and the
   accumulators, else is padded to a register's lanes (a 1x1 conv's 13x13 = 169 positions: 13 on
   AVX-512, 176 = 11 × 16 on AVX2: two registers where that pads no more than one);
@@ -439,11 +440,15 @@ PADDED_ROW_REGISTERS = 2
 PADDED_COLUMNS = 4
 #: ... or 5 where that pads the row less (13 to 15, not 16), each column by two registers of
 #: channels (10 accumulators of 16 vector registers; the weights' two rows and a broadcast beside
-#: them), on registers wider than 5 lanes.  SqueezeNet-1.1's 13x13 3x3 convs (64 -> 256 and 48 ->
-#: 192 channels) in the model, both tiles compiled in one process and run in turn on the model's
-#: arrays (AMD EPYC, AVX2, 2 cores, min of 14): C 0.380 -> 0.329 and 0.397 -> 0.362 ms, LLVM
-#: 0.426 -> 0.357-0.364.  Measured and not taken there: 3 columns x 32 channels of 15 (0.570 ms), 7
-#: x 16 of 14 (0.606: 14 accumulators spill), 2 x 32 of 14 (0.370)
+#: them), on registers wider than 5 lanes.  In the model, both rules compiled in one process and
+#: run in turn on the model's arrays (AMD EPYC, AVX2, 2 cores, min of 20), C / LLVM: SqueezeNet-1.1's
+#: 13x13 3x3 convs 0.225 -> 0.198 / 0.228 -> 0.200 ms (48 -> 192 channels) and 0.392 -> 0.341 /
+#: 0.397 -> 0.344 (64 -> 256), AlexNet's 1.70 -> 1.48, 3.42 -> 2.92 and 2.33 -> 1.99 ms (both
+#: backends alike).  Measured and not taken: 3 columns x 32 channels of 15 (0.570 ms against 0.380),
+#: 7 x 16 of 14 (0.606: 14 accumulators spill), 2 x 32 of 14 (0.370); and 5 x 16 on rows that a
+#: divisor tiles today (55 unpadded instead of 4 x 16 of 56, ResNet-50's 14 padded to 15 and
+#: MobileNet-v2's 49 positions padded to 50 instead of 7 x 8): 1.3-2x slower, so only rows of prime
+#: width take it
 PADDED_COLUMNS_WIDE = 5
 
 
