@@ -282,3 +282,53 @@ def test_a_1x1_conv_at_13x13_pads_its_positions_past_the_accumulators(
             assert sorted(upcasts) == sorted([rows, 16]), kernel.name
         else:
             assert FIVE_ROWS not in upcasts, kernel.name
+
+
+BOTTLENECK_1X1 = """
+version 1.0;
+
+graph bottleneck( x ) -> ( y )
+{{
+    x = external<scalar>(shape = [{batch}, {channels}, {size}, {size}]);
+    w1 = variable<scalar>(shape = [{middle}, {channels}, 1, 1], label = 'w1');
+    w2 = variable<scalar>(shape = [{middle}, {middle}, 3, 3], label = 'w2');
+    r = relu(conv(x, w1));
+    y = conv(r, w2, padding = [(1, 1), (1, 1)]);
+}}
+"""
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize(
+    "batch,channels,middle,size,stacked",
+    [(1, 64, 64, 56, True), (1, 256, 32, 40, True), (2, 96, 48, 24, True), (1, 24, 48, 56, False)],
+)
+def test_a_1x1_conv_writing_a_padded_buffer_stacks_two_rows_of_one_register(
+    backend, target, batch, channels, middle, size, stacked
+):
+    # a ResNet bottleneck's 1x1 conv writes the interior of the 3x3 conv's padded input, rows 56
+    # wide that 16 columns do not divide: one register of 8 columns, which took 8 channel rows (9
+    # loads for 8 multiply-adds); on AVX2 it stacks two output rows instead (STACKED_ROWS), 2 x 8
+    # positions by 4 channels, each broadcast weight used twice. Not over 24 input channels (the
+    # tile's stores outweigh its multiply-adds), nor on SSE, whose 56 columns are two registers
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    x = RNG.standard_normal((batch, channels, size, size)).astype(np.float32)
+    w1 = RNG.standard_normal((middle, channels, 1, 1)).astype(np.float32)
+    w2 = RNG.standard_normal((middle, middle, 3, 3)).astype(np.float32)
+    text = BOTTLENECK_1X1.format(batch=batch, channels=channels, middle=middle, size=size)
+    graph = loads_nnef1(text, variables={"w1": w1, "w2": w2})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    r = np.maximum(_conv_reference(x, w1, 1, 1), 0)
+    expected = _conv_reference(np.pad(r, ((0, 0), (0, 0), (1, 1), (1, 1))), w2, 1, 1)
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    (first,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)][:1]
+    upcasts = _upcasts(first)
+    lanes = resolve_target(target).vector_bytes // 4
+    if stacked and lanes == 8:
+        assert sorted(upcasts) == [2, 4, 8], first.name
+    else:
+        assert 2 not in upcasts, first.name
