@@ -34,7 +34,8 @@ from besides the kernel itself):
   columns × 32 channels, 14 of 32 zmm; 4 × 16 on v3; on v3 a row of 55 or 27 columns, or a 1x1
   conv's 3025 positions, padded to 4-column tiles where its divisors fill the accumulators less:
   :func:`_pads_to_broadcast_columns`; a row of prime width padded to 4-column tiles, or to
-  5 × 16 where that pads less: 13 to 15, :data:`PADDED_COLUMNS_WIDE`), and a grouped conv's
+  5 × 16 where that pads less: 13 to 15, :data:`PADDED_COLUMNS_WIDE`; a 1x1 conv's one register
+  of columns, 56 wide on v3, stacks two output rows: :data:`STACKED_ROWS`), and a grouped conv's
   channels are tiled in blocks within a group;
   an axis that no power of two divides takes its largest divisor within two registers and the
   accumulators, else is padded to a register's lanes (a 1x1 conv's 13x13 = 169 positions: 13 on
