@@ -5,7 +5,9 @@ One IR instruction (or a few) per uop; loops are the canonical header/body/latch
 ``phi`` induction variable; REG and LOCAL buffers are ``alloca``s in the entry block (``mem2reg``
 turns accumulators into registers).  UPCAST lanes are LLVM vector types (``<4 x float>``):
 contiguous vector addresses become vector loads and stores, others ``llvm.masked.gather`` /
-``llvm.masked.scatter``, gated vector accesses ``llvm.masked.load`` / ``llvm.masked.store``.
+``llvm.masked.scatter``, gated vector accesses ``llvm.masked.load`` / ``llvm.masked.store`` (a
+gated store behind a test of its mask: every lane in range, as all but a padded tile's last vectors
+are, takes the plain store).
 The instructions of ALU ops and conversions are in :mod:`uopviz.backends.llvm_instructions`, the
 spelling of types and constants in :mod:`uopviz.backends.llvm_types`.
 
@@ -684,10 +686,22 @@ class LLVMRenderState(LinearWalk):
                 function = self.intrinsic(
                     "masked.store", "void", [mtype, "ptr", "i32", f"<{count} x i1>"], [mtype, "ptr"]
                 )
+                # a padded tile's lanes are all in range but in its last vectors: those take the
+                # plain store, the masked one (vmaskmovps: microcoded on AMD's Zen) only the rest
+                number = self.scope_numbers = self.scope_numbers + 1
+                reduce = self.intrinsic("vector.reduce.and", "i1", [f"<{count} x i1>"], [f"<{count} x i1>"])
+                every = self.temp("all", f"call i1 {reduce}(<{count} x i1> {mask})")
+                self.emit(f"br i1 {every}, label %store{number}.whole, label %store{number}.lanes")
+                self.label(f"store{number}.whole")
+                self.emit(f"store {mtype} {value}, ptr {address.pointer}, align {align}")
+                self.emit(f"br label %store{number}.end")
+                self.label(f"store{number}.lanes")
                 self.emit(
                     f"call void {function}({mtype} {value}, ptr {address.pointer}, i32 {align}, "
                     f"<{count} x i1> {mask})"
                 )
+                self.emit(f"br label %store{number}.end")
+                self.label(f"store{number}.end")
             return
         if not gated:
             self.emit(f"store {mtype} {value}, ptr {address.pointer}, align {align}")
