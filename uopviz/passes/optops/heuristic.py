@@ -400,7 +400,7 @@ def _cpu_register_tile(
             wide_columns = tiled is not kernel and padded_width == PADDED_COLUMNS_WIDE
     kernel = tiled
     if not alone and not slides and backend.vector_registers <= 16 and _lanes(kernel) == lanes >= 8:
-        kernel = _stacked_rows(kernel, second_position)  # AVX2's 8 lanes (measured there, not SSE)
+        kernel = _stacked_rows(kernel, second_position, lanes)  # AVX2's 8 lanes (measured there, not SSE)
     width = _lanes(kernel)
     if wide_columns:
         most = 2 * lanes  # two registers of channels per column: 10 accumulators
@@ -447,13 +447,14 @@ STACKED_ROWS = 2
 STACKED_ROWS_MIN_TERMS = 64
 
 
-def _stacked_rows(kernel: Kernel, second_position: int | None) -> Kernel:
+def _stacked_rows(kernel: Kernel, second_position: int | None, lanes: int) -> Kernel:
     """A tile of one register of columns with no window (a 1x1 conv writing rows 56 wide into a
     padded buffer, where 16 columns do not divide the row) takes :data:`STACKED_ROWS` output rows:
     two registers of positions, each broadcast weight used for both, so the channels take 4 rows
     (8 accumulators, 6 loads a step) instead of 8 (8 accumulators, 9 loads a step).  The rows are
     the innermost output axis that some load does not vary over (the weights), other than the
-    channels (``second_position``).  Both rules compiled in one process, each changed kernel run in
+    channels (``second_position``) and the columns' own groups (a load steps ``lanes`` along
+    them).  Both rules compiled in one process, each changed kernel run in
     turn on the model's arrays (AMD EPYC, AVX2, 2 cores, min of 14), C / LLVM: ResNet-50's four
     1x1 convs at 56x56 0.210 -> 0.187, 0.759 -> 0.701, 0.820 -> 0.733 and 1.434 -> 1.331 ms / within
     0.99-1.03x, the whole model C 63.4 -> 61.4 ms (min); Inception-v1's 0.234 -> 0.203 / 0.232 ->
@@ -461,9 +462,8 @@ def _stacked_rows(kernel: Kernel, second_position: int | None) -> Kernel:
     (the whole model 49.1 -> 47.9 ms), 0.94-1.04x on LLVM.  Not over fewer than
     :data:`STACKED_ROWS_MIN_TERMS` terms: MobileNet-v2's 24 -> 144 channel expand convs 0.19 -> 0.22
     ms on C (the tile's stores outweigh 24 multiply-adds), 0.96x on LLVM."""
-    if STACKED_ROWS < 2 or _reduction_terms(kernel) < STACKED_ROWS_MIN_TERMS:
+    if _reduction_terms(kernel) < STACKED_ROWS_MIN_TERMS:
         return kernel
-    lanes = _lanes(kernel)
     indices = [u.src[0] for u in kernel.ast.toposort() if u.op is Ops.LOAD]
     for position in reversed(range(len(kernel.ranges))):
         r = kernel.ranges[position]
@@ -748,7 +748,7 @@ def _globals(kernel: Kernel) -> list[UOp]:
 def _padded_for_threads(kernel: Kernel, candidates: list[UOp], threads: int) -> tuple[Kernel, UOp | None]:
     """The kernel with the candidate axis that wastes least padded to a multiple of ``threads``, and
     that axis; ``(kernel, None)`` when none can be."""
-    waste = lambda r: -(-range_size(r) // threads) * threads / range_size(r)  # noqa: E731
+    waste = lambda r: _padding_waste(range_size(r), threads)  # noqa: E731
     least = min((r for r in candidates if range_size(r) >= threads), key=waste, default=None)
     if least is None:
         return kernel, None
