@@ -3,6 +3,8 @@ contiguous loads over exactly the span and one shuffle of their even lanes, the 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from cpu_targets import target_params
@@ -39,3 +41,35 @@ def test_a_stride_2_row_is_read_as_two_loads_and_a_shuffle(backend, target, chan
     if backend == "c" and "float32x8 low" in source:  # AVX: within each 128-bit half, then the pairs
         assert "pairs = __builtin_shufflevector(low, high, 0, 2, 9, 11, 4, 6, 13, 15);" in source
         assert "= __builtin_shufflevector(pairs, pairs, 0, 1, 4, 5, 2, 3, 6, 7);" in source
+
+
+def _max_pool_3x3_stride_2(x: np.ndarray) -> np.ndarray:
+    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    return windows.max(axis=(-2, -1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize("width,picks", [(111, "0, 2, 4, 6, 11, 13, 15, 0"), (29, None), (27, None)])
+def test_a_padded_rows_clamped_lanes_are_read_apart_from_its_run_of_every_other_element(
+    backend, target, width, picks
+):
+    # a 3x3 stride-2 max pool to 55 columns, padded to 7 vectors of 8: the last vector's lanes 0-6
+    # read every other element (two loads over exactly them and a shuffle), its lane 7 is clamped
+    # to the row's last column and read on its own; so are the padded lanes of 14 and 13 columns
+    # padded to 16.  The row's last column holds NaN in one channel: the clamped lane passes it on
+    x = RNG.standard_normal((1, 4, width, width)).astype(np.float32)
+    x[0, 1, :, -1] = np.nan
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).max_pool2d(3, 2)], backend=backend, opts="heuristic")
+        out = program.run()[0]
+        source = program.kernels[-1].source(backend)
+    np.testing.assert_array_equal(out, _max_pool_3x3_stride_2(x))
+    if picks is not None and target == "x86-64-v3":
+        if backend == "c":
+            assert f"__builtin_shufflevector(low, high, {picks});" in source
+            assert re.search(r"\beven\d+\[7\] = data1\[", source), source
+        else:
+            llvm_picks = ", ".join(f"i32 {p}" for p in picks.split(", "))
+            assert f"<8 x i32> <{llvm_picks}>" in source
+            assert re.search(r"insertelement <8 x float> %vec\d+, float %val\d+, i32 7", source), source

@@ -114,12 +114,20 @@ def test_padded_rows_of_every_dtype_give_numpys_values(backend, target, dtype):
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("target", target_params("x86-64-v3"))
-@pytest.mark.parametrize("width,lanes", [(111, 8), (55, 16), (27, None)])
+@pytest.mark.parametrize(
+    "target,width,lanes",
+    [pytest.param(*target.values, width, lanes, marks=target.marks)
+     for level, cases in (("x86-64-v3", [(111, 8), (55, 16), (27, 16), (15, None)]),
+                          ("x86-64-v2", [(15, 8), (27, 8), (9, None)]))
+     for target in target_params(level) for width, lanes in cases],
+)  # fmt: skip
 def test_a_strided_row_of_odd_width_is_padded_to_whole_registers(backend, target, width, lanes):
-    # SqueezeNet's 3x3 stride-2 max pools: 111 -> 55 columns (56 as 7 tiles of 8 lanes) and 55 -> 27
-    # (32 as 2 of 16), not 11 or 9 lanes; 27 -> 13 is within two registers and keeps its row of 13
+    # SqueezeNet's 3x3 stride-2 max pools: 111 -> 55 columns (56 as 7 tiles of 8 lanes), 55 -> 27
+    # (32 as 2 of 16) and 27 -> 13 (16), not 11, 9 or 13 lanes; AVX2's 7 columns (15 wide) are within
+    # a register and keep their row; on SSE (4 lanes) 7 columns become 8, 13 two tiles of 8
+    # (16), and 4 columns (9 wide) stay
     x = RNG.standard_normal((1, 16, width, width)).astype(np.float32)
+    x[0, 3, :, -1] = np.nan  # the row's last column: a clamped lane reads it, max passes NaN on
     with using_target(target):
         program = uv.compile([uv.Tensor(x).max_pool2d(3, 2, 0)], backend=backend, opts="heuristic")
         got = program.run()[0]

@@ -328,13 +328,15 @@ class CRenderer(CStyleRenderer):
         else:
             steps = [f"  {name} = __builtin_shufflevector(low, high, {lanes});"]
 
-        def lines(fallback: str) -> list[str]:
+        def lines(fallback: str, tail: Sequence[tuple[int, str]] = ()) -> list[str]:
+            """The declaration; ``tail``: lanes ``(lane, value)`` set after the shuffle."""
             return [
                 f"{vector} {name};",
                 "#if defined(__clang__) || __GNUC__ >= 12",
                 "{",
                 f"  {vector} low = {halves[0]}, high = {halves[1]};",
                 *steps,
+                *(f"  {name}[{lane}] = {value};" for lane, value in tail),
                 "}",
                 "#else",
                 f"{name} = {fallback};",

@@ -214,8 +214,9 @@ class CSpelling:
         self, dtype: DType, halves: Sequence[str], picks: Sequence[int], prefix: str = "even"
     ):
         """``(lines, name)``: a vector of ``dtype`` whose lane i is lane ``picks[i]`` of the two
-        vectors ``halves`` (numbered on), ``lines(fallback)`` declaring it, with ``fallback`` the
-        expression for compilers without the shuffle; None where the dialect has no shuffle."""
+        vectors ``halves`` (numbered on), ``lines(fallback, tail=())`` declaring it, with ``fallback``
+        the expression for compilers without the shuffle and ``tail`` lanes ``(lane, value)`` set
+        after it; None where the dialect has no shuffle."""
         return None
 
     def constant_vector(self, name: str, dtype: DType, items: Sequence[str]) -> tuple[str, str] | None:

@@ -54,7 +54,13 @@ from uopviz.backends.llvm_types import (
     value_type,
 )
 from uopviz.backends.target import cpu_target
-from uopviz.core.affine import contiguous_start, even_lane_picks, every_other_lane, linear_coefficient
+from uopviz.core.affine import (
+    contiguous_start,
+    even_lane_picks,
+    every_other_lane,
+    every_other_lane_loads,
+    linear_coefficient,
+)
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
 from uopviz.core.uop import UOp
@@ -590,25 +596,31 @@ class LLVMRenderState(LinearWalk):
         return self.temp("base", f'call ptr asm "", "=r,0"(ptr {pointer})')
 
     def every_other_lane(self, u: UOp, address: _Address) -> str | None:
-        """A load of every other element (a stride-2 convolution's input row) as two vector loads
-        over exactly the elements it spans and one shufflevector of their even lanes; None for
-        other lane patterns (the C backend's rule, ``CFamilyRenderState.render_every_other_lane``)."""
+        """A load of every other element (a stride-2 convolution's or pool's input row) as two vector
+        loads over exactly the elements it spans and one shufflevector of their even lanes, lanes
+        past the run of every other element (a padded row's last tile, clamped to the row's end)
+        inserted one by one; None for other lane patterns (the C backend's rule,
+        ``CFamilyRenderState.render_every_other_lane``)."""
         count = u.dtype.count
         wide = u.dtype.scalar.itemsize >= 4 and not u.dtype.scalar.is_bool  # (4 and 8-byte lanes)
         found = every_other_lane(u) if wide else None
         if found is None or found[0] not in self.names:
             return None
-        base, first = found
+        base, first, lanes = found
         mtype, element, align = memory_type(u.dtype), memory_scalar_type(u.dtype), u.dtype.scalar.itemsize
         start = self.temp("alu", f"add i64 {self.ref(base)}, {first}")
         halves = []
-        for skip in (0, count - 1):
+        for skip in every_other_lane_loads(count, lanes):
             offset = self.temp("alu", f"add i64 {start}, {skip}")
             pointer = self.temp("ptr", f"getelementptr {element}, ptr {address.buffer}, i64 {offset}")
             halves.append(self.temp("val", f"load {mtype}, ptr {pointer}, align {align}"))
-        mask = ", ".join(f"i32 {p}" for p in even_lane_picks(count))
+        mask = ", ".join(f"i32 {p}" for p in even_lane_picks(count, lanes))
         pair = f"{mtype} {halves[0]}, {mtype} {halves[1]}"
-        return self.temp("vec", f"shufflevector {pair}, <{count} x i32> <{mask}>")
+        vector = self.temp("vec", f"shufflevector {pair}, <{count} x i32> <{mask}>")
+        for lane in range(lanes, count):
+            value = self.temp("val", f"load {element}, ptr {address.lane_pointers[lane]}, align {align}")
+            vector = self.temp("vec", f"insertelement {mtype} {vector}, {element} {value}, i32 {lane}")
+        return vector
 
     def mask_of(self, u: UOp, count: int) -> str:
         if len(u.src) == 3:

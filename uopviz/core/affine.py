@@ -251,31 +251,47 @@ def constant_chunk_width(index: UOp) -> int | None:
     return index.dtype.count
 
 
-def every_other_lane(load: UOp) -> tuple[UOp, int] | None:
-    """``(base, first)`` when the lanes of a vector LOAD's address are ``base + first + 2 * lane``
-    (a stride-2 convolution's input row) for 4, 8 or 16 lanes, else None."""
+def every_other_lane(load: UOp) -> tuple[UOp, int, int] | None:
+    """``(base, first, lanes)`` when the first ``lanes`` lanes of a vector LOAD's address are
+    ``base + first + 2 * lane`` (a stride-2 convolution's or pool's input row) for 4, 8 or 16 lanes,
+    ``lanes`` the whole vector or at least enough that two vectors inside the elements they span
+    cover them (a padded row's last tile, whose last lanes are clamped to the row's end); else
+    None."""
     index = load.src[0].src[1] if len(load.src[0].src) > 1 else None
-    if index is None or load.dtype.count not in (4, 8, 16):
+    count = load.dtype.count
+    if index is None or count not in (4, 8, 16):
         return None
     lanes = affine_lanes(index)
     if lanes is None or lanes[0][0] is None:
         return None
     base, first = lanes[0]
-    if any(b is not base or c != first + 2 * i for i, (b, c) in enumerate(lanes)):
-        return None
-    return base, first
+    prefix = 0
+    while prefix < count and lanes[prefix][0] is base and lanes[prefix][1] == first + 2 * prefix:
+        prefix += 1
+    return (base, first, prefix) if 2 * (prefix - 1) + 1 >= count else None
 
 
-def even_lane_picks(count: int) -> list[int]:
-    """The shuffle of two ``count``-lane vectors, loaded at ``first`` and ``first + count - 1``, that
-    gives elements ``first + 2 * lane``: lanes 0, 2, .. of the first, then odd lanes of the second."""
-    return [2 * i if 2 * i < count else count + 2 * i - (count - 1) for i in range(count)]
+def every_other_lane_loads(count: int, lanes: int) -> tuple[int, int]:
+    """Where the two ``count``-lane loads of :func:`every_other_lane`'s ``lanes`` start, after its
+    ``first`` element: at it, and where the second ends on the last element the lanes read."""
+    return 0, 2 * (lanes - 1) - (count - 1)
+
+
+def even_lane_picks(count: int, lanes: int | None = None) -> list[int]:
+    """The shuffle of two ``count``-lane vectors, loaded where :func:`every_other_lane_loads` says,
+    that gives elements ``first + 2 * lane`` for the first ``lanes`` lanes (all by default): lanes
+    0, 2, .. of the first vector, then those of the second; lanes past ``lanes`` pick lane 0 (the
+    caller fills them)."""
+    lanes = count if lanes is None else lanes
+    second = every_other_lane_loads(count, lanes)[1]
+    return [(2 * i if 2 * i < count else count + 2 * i - second) if i < lanes else 0 for i in range(count)]
 
 
 __all__ = [
     "affine_coefficients",
     "even_lane_picks",
     "every_other_lane",
+    "every_other_lane_loads",
     "affine_lanes",
     "build_range_sum",
     "constant_chunk_width",

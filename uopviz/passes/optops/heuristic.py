@@ -203,25 +203,33 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     upcast lanes are padded (PADTO on the lanes gates off their loads and stores)."""
     size = range_size(first)
     widths = kernel.backend_object.vector_widths or (1,)
-    divisors = [f for f in range(2, min(2 * lanes, size) + 1) if size % f == 0]
-    if not divisors:
-        return kernel
-    best = max(divisors, key=lambda f: (f / len(chunk_sizes(f, widths)), f))
     # padded lanes are gated loads: whole-vector loads where each load steps one element along the
     # row; a stride-2 row keeps its exact tile (Inception-v1's 3x3 stride-2 max pools padded, each
     # alone, two cores: 192 channels to 28x28 0.105 -> 0.219 ms, 64 to 56x56 0.141 -> 0.338)
     contiguous = _steps_by_one(kernel, first)
-    if not contiguous and size % 2 and size > 2 * lanes:
-        # a strided row of odd width wider than two registers, whose divisors are odd lane counts
-        # (a 3x3 stride-2 max pool to 55 or 27 columns: 11 or 9 lanes), is padded up to whole
-        # registers instead, the tile that pads least (the wider on a tie): SqueezeNet-1.1's max
-        # pools, each alone on C, AVX2, 2 cores: 64 channels to 55x55 0.36-0.40 -> 0.22 ms (56 as
-        # 7 x 8), 128 to 27x27 0.38 -> 0.11 ms (32 as 2 x 16); AlexNet's first, 64 to 27x27, 0.154
-        # -> 0.062 ms (x86-64-v2's code: 0.175 -> 0.068 ms, 28 as 7 x 4)
+    if not contiguous and size % 2 and size > lanes:  # (whatever its divisors: 13 on SSE has none)
+        # a strided row of odd width wider than a register, whose divisors are odd lane counts (a
+        # 3x3 stride-2 max pool to 55, 27 or 13 columns: 11, 9 or 13 lanes, scalars in GCC's code),
+        # is padded up to whole registers instead, the tile that pads least (the wider on a tie):
+        # each register reads its every other element as two loads and a shuffle, the padded
+        # lanes clamped to the row's end read one by one (CFamilyRenderState.render_every_other_lane).
+        # SqueezeNet-1.1's max pools, each alone on C, AVX2, 2 cores: 64 channels to 55x55
+        # 0.36-0.40 -> 0.22 ms (56 as 7 x 8), 128 to 27x27 0.38 -> 0.11 ms (32 as 2 x 16); AlexNet's
+        # first, 64 to 27x27, 0.154 -> 0.062 ms (x86-64-v2's code: 0.175 -> 0.068 ms, 28 as 7 x 4).
+        # Rows within two registers, in the models, both rules compiled in one process and run in
+        # turn (min of 15-21), C / LLVM: 13 columns as 16 lanes, SqueezeNet-1.1's last pool (256
+        # channels) 0.074 -> 0.046 / 0.034 -> 0.030 ms, AlexNet's second (192) 0.070 -> 0.045 /
+        # 0.026 -> 0.024; x86-64-v2's 7 columns as 8, MobileNet-v2's stride-2 depthwise conv of 576
+        # channels 0.093 -> 0.047 / 0.034 -> 0.028 ms, Inception-v1's 832-channel pool 0.108 -> 0.049
+        # / 0.062 -> 0.041 ms
         width = min((lanes * 2, lanes), key=lambda w: -(-size // w) * w)
         padded_tile = _padded_columns(kernel, first, width)
         if padded_tile is not kernel:
             return padded_tile
+    divisors = [f for f in range(2, min(2 * lanes, size) + 1) if size % f == 0]
+    if not divisors:
+        return kernel
+    best = max(divisors, key=lambda f: (f / len(chunk_sizes(f, widths)), f))
     itemsize = kernel.backend_object.register_bytes // lanes
     padded = _padded_row(divisors, best, lanes, widths, itemsize) if contiguous else None
     axis = _axis_of(kernel, first)
