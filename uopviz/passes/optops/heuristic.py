@@ -194,6 +194,36 @@ def source_estimate(kernel: Kernel) -> int:
     return total
 
 
+#: the most padding a strided row within two registers takes (a fraction of the padded row)
+STRIDED_ROW_MAX_PADDING = 1 / 4
+
+
+def _strided_row_width(size: int, lanes: int) -> int | None:
+    """The tile (one or two registers' ``lanes``, the one that pads least, the wider on a tie) a
+    strided row of ``size`` is padded to, or None where its exact tile stays: a row no register
+    divides that is odd and wider than a register, or within two registers and padded by at most
+    :data:`STRIDED_ROW_MAX_PADDING` (14 or 13 to 16, 7 or 6 to 8 on AVX2); not 28 on AVX2 (7 x 4:
+    padded to 4 x 8, its last vector's lanes half clamped, Inception-v1's 192-channel pool 0.119 ->
+    0.121 ms).  The rows within two registers, in the models, both rules compiled in one process
+    and run in turn (AVX2, 2 cores, min of 15-21), C / LLVM: Inception-v1's 3x3 stride-2 max pools
+    of 480 channels to 14 columns 0.156 -> 0.084 / 0.148 -> 0.077 ms and of 832 to 7 0.104 -> 0.045 /
+    0.066 -> 0.041; MobileNet-v2's stride-2 depthwise convs to 14 and 7 columns 0.043 -> 0.035 and
+    0.052 -> 0.030 on C, within the noise on LLVM (0.107 -> 0.129, 0.159 -> 0.109, 0.036 -> 0.034 ms
+    in three runs); VGG-16's 2x2 max pools to 14 and 7 0.94x and 0.84x / 0.93x and 0.91x; the one
+    loss, DenseNet-121's 2x2 average pools (transitions to 14 and 7 columns), 0.016 -> 0.019 and
+    0.021 -> 0.024 / 0.022 -> 0.027 and 0.015 -> 0.021 ms; AlexNet's last pool (6 to 8) alike."""
+    if size % lanes == 0:
+        return None
+    width = min((lanes * 2, lanes), key=lambda w: -(-size // w) * w)
+    padded = -(-size // width) * width
+    if size % 2 and size > lanes:
+        return width
+    if size < 2 * lanes and padded - size <= padded * STRIDED_ROW_MAX_PADDING:
+        return width
+    return None
+
+
+
 def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     """``first`` upcast alone (no second axis reuses a load: a depthwise conv, a pooling) by the
     divisor of at most two registers' lanes that fills the vectors best, lanes per vector op of the
@@ -204,10 +234,13 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     size = range_size(first)
     widths = kernel.backend_object.vector_widths or (1,)
     # padded lanes are gated loads: whole-vector loads where each load steps one element along the
-    # row; a stride-2 row keeps its exact tile (Inception-v1's 3x3 stride-2 max pools padded, each
-    # alone, two cores: 192 channels to 28x28 0.105 -> 0.219 ms, 64 to 56x56 0.141 -> 0.338)
+    # row; a stride-2 row keeps its exact tile unless _strided_row_width pads it (padded with each
+    # lane read on its own, before the shuffle of render_every_other_lane, Inception-v1's 3x3
+    # stride-2 max pools alone, two cores: 192 channels to 28x28 0.105 -> 0.219 ms, 64 to 56x56
+    # 0.141 -> 0.338)
     contiguous = _steps_by_one(kernel, first)
-    if not contiguous and size % 2 and size > lanes:  # (whatever its divisors: 13 on SSE has none)
+    width = _strided_row_width(size, lanes) if not contiguous else None
+    if width is not None:  # (whatever its divisors: 13 on SSE has none)
         # a strided row of odd width wider than a register, whose divisors are odd lane counts (a
         # 3x3 stride-2 max pool to 55, 27 or 13 columns: 11, 9 or 13 lanes, scalars in GCC's code),
         # is padded up to whole registers instead, the tile that pads least (the wider on a tie):
@@ -222,7 +255,6 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
         # 0.026 -> 0.024; x86-64-v2's 7 columns as 8, MobileNet-v2's stride-2 depthwise conv of 576
         # channels 0.093 -> 0.047 / 0.034 -> 0.028 ms, Inception-v1's 832-channel pool 0.108 -> 0.049
         # / 0.062 -> 0.041 ms
-        width = min((lanes * 2, lanes), key=lambda w: -(-size // w) * w)
         padded_tile = _padded_columns(kernel, first, width)
         if padded_tile is not kernel:
             return padded_tile
