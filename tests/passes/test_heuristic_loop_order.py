@@ -27,6 +27,8 @@ from uopviz.passes.optops.heuristic import (
 )
 from uopviz.passes.optops.opts import OptOp
 from uopviz.passes.optops.staging import (
+    HOISTED_MIN_REUSE,
+    HOISTED_MIN_ROWS,
     STAGE_EVERY_OTHER_MIN_ROWS,
     STAGE_LONG_MIN_ROWS,
     STAGE_LONG_MIN_STRIDE_BYTES,
@@ -83,13 +85,12 @@ def test_the_target_profile_reads_a_cores_l2_cache():
 @pytest.mark.parametrize(
     "cin,cout,size,staged",
     [(1024, 256, 14, True), (528, 160, 14, True),  # long strips of 7-position rows, 784 bytes apart
-     (256, 1024, 14, False), (384, 96, 14, False),  # fewer than STAGE_LONG_MIN_ROWS channels
-     (2048, 512, 7, False)],  # rows 196 bytes apart: neighbouring channels share cache lines
+     (256, 1024, 14, False), (384, 96, 14, False)],  # fewer than STAGE_LONG_MIN_ROWS channels
 )  # fmt: skip
 def test_a_1x1_convolution_at_14x14_stages_its_long_strips(backend, cin, cout, size, staged):
     """A 1x1 convolution reading rows of 7 positions (28 bytes) from 512 or more channels 784 bytes
     apart copies its strip into a contiguous buffer (staging.STAGE_LONG_MIN_STRIDE_BYTES); shorter
-    strips and 7x7 images are read in place.  Values against numpy in float64."""
+    strips are read in place.  Values against numpy in float64."""
     x = RNG.standard_normal((1, cin, size, size)).astype(np.float32)
     w = RNG.standard_normal((cout, cin, 1, 1)).astype(np.float32)
     assert (cin >= STAGE_LONG_MIN_ROWS and size * size * 4 >= STAGE_LONG_MIN_STRIDE_BYTES) == staged
@@ -99,6 +100,37 @@ def test_a_1x1_convolution_at_14x14_stages_its_long_strips(backend, cin, cout, s
     np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3 * np.sqrt(cin))
     (kernel,) = program.kernels
     assert ("acc0[" in kernel.source("c")) == staged, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize(
+    "cin,cout,kernel_size,hoisted",
+    [(2048, 512, 1, True), (512, 2048, 1, True), (960, 320, 1, True),  # ResNet-50's, MobileNet-v2's
+     (832, 32, 1, False),  # 2 channel groups a core: too little reuse for the copy
+     (128, 512, 1, False),  # fewer than HOISTED_MIN_ROWS terms
+     (512, 512, 3, False)],  # a filter window: the copy would repeat each position 9 times
+)  # fmt: skip
+def test_a_1x1_convolution_at_7x7_stages_its_whole_plane_before_the_channel_groups(
+    backend, cin, cout, kernel_size, hoisted
+):
+    """A 1x1 convolution at 7x7 whose channel groups run outside its positions reads 7 positions (28
+    bytes) of a cache line for each input channel, once per group: the whole plane is copied first,
+    before the groups' loop, then read contiguously (staging._hoisted_outputs); not with few
+    groups, a short reduction or a filter window.  Values against numpy in float64."""
+    x = RNG.standard_normal((1, cin, 7, 7)).astype(np.float32)
+    w = RNG.standard_normal((cout, cin, kernel_size, kernel_size)).astype(np.float32)
+    program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), padding=kernel_size // 2)], backend=backend,
+                         opts="heuristic")
+    (result,) = program.run()
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (kernel_size // 2,) * 2, (kernel_size // 2,) * 2))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel_size, kernel_size), axis=(2, 3))
+    expected = np.einsum("ocij,nchwij->nohw", w.astype(np.float64), windows)
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3 * np.sqrt(cin * kernel_size**2))
+    kernel = program.kernels[-1]
+    source = kernel.source("c")
+    copied = "acc0[" in source and source.index("acc0[") < source.index("#pragma omp parallel")
+    assert copied == hoisted, (kernel.name, kernel.opts)
+    assert hoisted == (cin >= HOISTED_MIN_ROWS and cout // 16 >= HOISTED_MIN_REUSE and kernel_size == 1)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -639,7 +639,9 @@ def _slides_a_window(kernel: Kernel, output: UOp) -> bool:
 
 
 def _stages(kernel: Kernel) -> bool:
-    return stage_strided_loads(kernel.ast, kernel.backend_object) is not kernel.ast
+    """Whether staging copies a strip reused by an output loop inside its own (the loop orders are
+    chosen for those; a strip hoisted before the loop around it follows whatever order is chosen)."""
+    return stage_strided_loads(kernel.ast, kernel.backend_object, hoist=False) is not kernel.ast
 
 
 #: a short reduction (fewer terms per output than this) whose operands fit in L2 keeps its output
