@@ -134,6 +134,29 @@ def test_a_1x1_convolution_at_7x7_stages_its_whole_plane_before_the_channel_grou
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_an_expand_conv_fused_with_its_strided_projection_at_7x7_hoists_both_strips(backend):
+    """ResNet-50's last block's first expand conv (512 -> 2048 at 7x7) fused with its stride-2
+    projection (1024 -> 2048 from 14x14): the heuristic keeps the channel groups outside the
+    positions, where both strips (the 7x7 plane and every other position of the 14x14 one) are
+    copied before them.  Values against numpy in float64."""
+    x = RNG.standard_normal((1, 512, 7, 7)).astype(np.float32)
+    y = RNG.standard_normal((1, 1024, 14, 14)).astype(np.float32)
+    w = RNG.standard_normal((2048, 512, 1, 1)).astype(np.float32)
+    v = RNG.standard_normal((2048, 1024, 1, 1)).astype(np.float32)
+    fused = uv.Tensor(x).conv2d(uv.Tensor(w)) + uv.Tensor(y).conv2d(uv.Tensor(v), stride=2)
+    program = uv.compile([fused], backend=backend, opts="heuristic")
+    (result,) = program.run()
+    expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+    strided = y[:, :, ::2, ::2].astype(np.float64)
+    expected += np.einsum("oc,nchw->nohw", v[:, :, 0, 0].astype(np.float64), strided)
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3 * np.sqrt(1536))
+    (kernel,) = program.kernels
+    source = kernel.source("c")
+    parallel = source.index("#pragma omp parallel")
+    assert 0 < source.index("acc0[") < parallel and 0 < source.index("acc1[") < parallel, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize(
     "batch,cin,cout,size",
     [(4, 512, 128, 28), (8, 1024, 256, 14), pytest.param(2, 256, 64, 56, marks=pytest.mark.slow)],
@@ -238,8 +261,9 @@ def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, 
     far apart (a channel's 28x28 or 14x14 plane): its strip is copied into a contiguous buffer
     (staging.STAGED_ROW_STEPS) and the channel tiles run inside the rows, so each copied strip
     serves every channel tile (C, AVX2, 2 cores, each kernel in the model: 14x14 3.7 -> 2.6 ms).
-    At 7x7 the two cores do not divide the 7 rows outside: they share the channel tiles inside
-    them, the THREAD loop moved outermost (heuristic._thread_outermost), not the rows padded to 8.
+    At 7x7 the channel tiles run outside the 7 rows, each core's share of them outermost, and both
+    strips (the 7x7 plane and every other position of the 14x14 one) are copied whole before them
+    (staging._hoisted_outputs; 3.9 -> 2.5 ms), not the rows padded to 8 for the cores.
     A projection of fewer channels (STAGE_EVERY_OTHER_MIN_ROWS, ResNet-18's) is read in place.
     Values against numpy in float64."""
     from uopviz.nnef.nnef1.loader import loads_nnef1
@@ -266,5 +290,9 @@ def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, 
     loops = re.findall(r"ridx\d+ < (\d+); ridx\d+\+\+\) \{  // (GLOBAL|THREAD)", source)
     assert loops[0] == ("2", "THREAD"), loops  # one parallel region, the cores' shares outermost
     assert not any(opt.op is OptOp.PADTO for opt in kernel.opts), kernel.opts
-    if staged:  # the positions outside the channel tiles (512 / 8 = 64, of which each core has 32)
-        assert [int(extent) for extent, _ in loops][-1] in (32, 64), loops
+    extents = [int(extent) for extent, _ in loops]
+    if staged and half == 7:  # both strips copied whole before the channel tiles, the 7 rows inside
+        parallel = source.index("#pragma omp parallel")
+        assert extents[-2:] == [32, 7] and source.index("acc1[") < parallel, loops
+    elif staged:  # the positions outside the channel tiles (512 / 8 = 64, of which each core has 32)
+        assert extents[-1] in (32, 64), loops

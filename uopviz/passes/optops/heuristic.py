@@ -638,10 +638,10 @@ def _slides_a_window(kernel: Kernel, output: UOp) -> bool:
     return _reduction_terms(kernel) <= WINDOW_MAX_TERMS and bool(steps) and all(s in (1, 2) for s in steps)
 
 
-def _stages(kernel: Kernel) -> bool:
-    """Whether staging copies a strip reused by an output loop inside its own (the loop orders are
-    chosen for those; a strip hoisted before the loop around it follows whatever order is chosen)."""
-    return stage_strided_loads(kernel.ast, kernel.backend_object, hoist=False) is not kernel.ast
+def _stages(kernel: Kernel, hoist: bool = True) -> bool:
+    """Whether staging copies a strip of the kernel in its present loop order (``hoist``: a strip
+    copied before the loop around its own that reuses it counts)."""
+    return stage_strided_loads(kernel.ast, kernel.backend_object, hoist) is not kernel.ast
 
 
 #: a short reduction (fewer terms per output than this) whose operands fit in L2 keeps its output
@@ -740,7 +740,7 @@ def _order_for_staging(kernel: Kernel) -> Kernel:
             before, moved = moved, _swapped_with_next(moved, step)
             if moved is None:
                 break
-            if _stages(moved):
+            if _stages(moved, hoist=False):  # moved for a strip staged inside its reuse only
                 # a batch's 1x1 conv of very few input channels stops one step short: inside the
                 # rows, outside the columns (see ROW_ORDER_MAX_TERMS)
                 batched = position > 0 and step > position
@@ -818,7 +818,8 @@ def _threaded(kernel: Kernel, threads: int) -> Kernel:
         # moved outermost: one parallel region per launch, not one per outer iteration
         outer = _globals(kernel)[0]
         swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, even)))
-        if swapped is not kernel and (not _stages(kernel) or _stages(swapped)):  # keeps a staged strip
+        # keeps a strip staged inside its reuse
+        if swapped is not kernel and (not _stages(kernel, False) or _stages(swapped, False)):
             kernel, even = swapped, _globals(swapped)[0]
         elif _padding_waste(range_size(outer), threads) <= THREADED_PADDING_MAX_WASTE:
             kernel, even = _padded_for_threads(kernel, [outer], threads)
