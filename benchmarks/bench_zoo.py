@@ -37,7 +37,8 @@ The converter's spelling (``... converted resnet50 c``): the ONNX form of the ne
 and converted to NNEF 1.0 by Khronos' ``nnef-tools`` (``python -m nnef_tools.convert``), run in
 the Python that ``UOPVIZ_NNEF_TOOLS_PYTHON`` names (default: this one) as a subprocess, never
 imported here; the converted folder, our own folder of the same network and ONNX Runtime on that
-very ONNX file are timed in one child, the folders in turn, round by round (median and best of 16)
+very ONNX file are timed in one child, the folders in turn, round by round, in four blocks that
+alternate with ONNX Runtime's (median and best of 16 each)
 (``UOPVIZ_ZOO_CONVERTED``: the models, default ``resnet50,mobilenet_v2``).  Without nnef-tools
 those rows say so and are skipped.
 """
@@ -356,12 +357,19 @@ def _timed_folder(folder: Path, x: Any, backend: str) -> dict:
             "call": lambda: graph.run(inputs, backend=backend, opts=OPTS)}  # fmt: skip
 
 
-def _interleaved(calls: dict[str, Any], rounds: int = 16, warmup: int = 2) -> dict[str, tuple[float, float]]:
+#: rounds of the converted child (ours, both folders in turn) and of ONNX Runtime, in blocks
+INTERLEAVED_ROUNDS = 16
+INTERLEAVED_BLOCKS = 4
+#: seconds left between ONNX Runtime's block and ours: its threads spin after a call and would take
+#: the cores from our next kernels (MobileNet-v2: 3-4x slower right after it)
+PEER_SETTLE_S = 0.2
+
+
+def _interleaved(calls: dict[str, Any], rounds: int = 16, warmup: int = 2) -> dict[str, list[float]]:
     """Each call timed once per round, the calls in turn within a round, the order rotated from
-    round to round (a busy host slows them alike; none always follows the same one):
-    ``(median, best)`` seconds of each after ``warmup`` untimed rounds."""
+    round to round (a busy host slows them alike; none always follows the same one): the seconds
+    of each round after ``warmup`` untimed ones."""
     import gc
-    import statistics
 
     names = list(calls)
     samples: dict[str, list[float]] = {name: [] for name in names}
@@ -377,6 +385,26 @@ def _interleaved(calls: dict[str, Any], rounds: int = 16, warmup: int = 2) -> di
     finally:
         if gc_was_enabled:
             gc.enable()
+    return samples
+
+
+def _in_blocks(ours: dict[str, Any], peer: Any) -> dict[str, tuple[float, float]]:
+    """``(median, best)`` seconds of each of ``ours`` (timed in turn, :func:`_interleaved`) and of
+    ``peer`` (``"peer"``), over :data:`INTERLEAVED_ROUNDS` rounds each, in
+    :data:`INTERLEAVED_BLOCKS` alternating blocks: a host whose speed drifts over seconds slows
+    both sides alike, where all of ours and then all of the peer's did not (ONNX Runtime's own time
+    moved 1.3-1.6x between children).  The peer goes after ours in each block, with
+    :data:`PEER_SETTLE_S` after it for its spinning threads to stop."""
+    import statistics
+
+    rounds = INTERLEAVED_ROUNDS // INTERLEAVED_BLOCKS
+    samples: dict[str, list[float]] = {name: [] for name in [*ours, "peer"]}
+    for block in range(INTERLEAVED_BLOCKS):
+        warmup = 2 if block == 0 else 0
+        for name, times in _interleaved(ours, rounds, warmup).items():
+            samples[name] += times
+        samples["peer"] += _interleaved({"peer": peer}, rounds, warmup)["peer"]
+        time.sleep(PEER_SETTLE_S)
     return {name: (statistics.median(times), min(times)) for name, times in samples.items()}
 
 
@@ -415,9 +443,9 @@ def _converted_child(model: str, backend: str) -> dict:
         onnx_file = str(Path(root) / f"{model}.onnx")
         session = onnxruntime.InferenceSession(onnx_file, options, providers=["CPUExecutionProvider"])
     # ONNX Runtime's threads keep spinning after a call and take the cores from the next call's
-    # kernels: it is timed on its own, after the two folders timed in turn
-    times = _interleaved({"converted": converted.pop("call"), "zoo": ours.pop("call")})
-    times["peer"] = _interleaved({"peer": lambda: session.run(None, inputs)})["peer"]
+    # kernels: it is timed in blocks of its own, after the two folders' blocks timed in turn
+    times = _in_blocks({"converted": converted.pop("call"), "zoo": ours.pop("call")},
+                       lambda: session.run(None, inputs))  # fmt: skip
     for name, found in (("converted", converted), ("zoo", ours)):
         found["error"] = float(np.abs(found.pop("output") - expected).max())
         found["relative_error"] = found["error"] / float(np.abs(expected).max())
