@@ -134,6 +134,23 @@ def test_a_1x1_convolution_at_7x7_stages_its_whole_plane_before_the_channel_grou
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_a_7x7_plane_of_other_dtypes_is_copied_with_its_values(backend, dtype):
+    """The whole-plane copy for 8- and 2-byte elements (rows of 56 and 14 bytes: the float64 plane's
+    rows are too wide to be copied, the float16 one's are)."""
+    x = RNG.standard_normal((1, 512, 7, 7)).astype(dtype)
+    w = (RNG.standard_normal((320, 512, 1, 1)) / 16).astype(dtype)
+    program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+    (result,) = program.run()
+    expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+    tolerance = 1e-9 if dtype == np.float64 else 0.1
+    np.testing.assert_allclose(result.astype(np.float64), expected, rtol=tolerance, atol=tolerance)
+    source = program.kernels[-1].source("c")
+    copied = "acc0[" in source and source.index("acc0[") < source.index("#pragma omp parallel")
+    assert copied == (dtype == np.float16), program.kernels[-1].name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_an_expand_conv_fused_with_its_strided_projection_at_7x7_hoists_both_strips(backend):
     """ResNet-50's last block's first expand conv (512 -> 2048 at 7x7) fused with its stride-2
     projection (1024 -> 2048 from 14x14): the heuristic keeps the channel groups outside the

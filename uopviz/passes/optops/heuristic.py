@@ -223,7 +223,6 @@ def _strided_row_width(size: int, lanes: int) -> int | None:
     return None
 
 
-
 def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     """``first`` upcast alone (no second axis reuses a load: a depthwise conv, a pooling) by the
     divisor of at most two registers' lanes that fills the vectors best, lanes per vector op of the
@@ -819,7 +818,7 @@ def _threaded(kernel: Kernel, threads: int) -> Kernel:
         outer = _globals(kernel)[0]
         swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, even)))
         # keeps a strip staged inside its reuse
-        if swapped is not kernel and (not _stages(kernel, False) or _stages(swapped, False)):
+        if swapped is not kernel and (not _stages(kernel, hoist=False) or _stages(swapped, hoist=False)):
             kernel, even = swapped, _globals(swapped)[0]
         elif _padding_waste(range_size(outer), threads) <= THREADED_PADDING_MAX_WASTE:
             kernel, even = _padded_for_threads(kernel, [outer], threads)

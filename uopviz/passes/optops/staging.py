@@ -95,7 +95,8 @@ def stage_strided_load(ctx: _StageContext, load: UOp) -> UOp | None:
         if not _far_apart(abs(coefficients[reduces[-1]]) * itemsize, rows, row_bytes):
             return None
     else:
-        hoisted = _hoisted_outputs(ctx.outputs, used, reduces, row_bytes) if ctx.hoist else []
+        row_lanes = row_bytes // itemsize
+        hoisted = _hoisted_outputs(ctx.outputs, used, reduces, row_lanes, row_bytes) if ctx.hoist else []
         if not hoisted:
             return None  # no loop inside the strip's own loops reuses it, nor one around them
     staged = [*hoisted, *reduces, *[r for r in lanes if r.arg[1] is AxisType.UNROLL],
@@ -129,7 +130,7 @@ HOISTED_MIN_REUSE = 10
 
 
 def _hoisted_outputs(
-    outputs: tuple[UOp, ...], used: list[int], reduces: list[UOp], row_bytes: int
+    outputs: tuple[UOp, ...], used: list[int], reduces: list[UOp], row_lanes: int, row_bytes: int
 ) -> list[UOp]:
     """The output loops of a load that an output loop it does not depend on encloses, to be staged
     with the strip before that loop: a 1x1 conv at 7x7 whose channel groups run outside its
@@ -158,7 +159,7 @@ def _hoisted_outputs(
     if not free or windowed or math.prod(range_size(r) for r in reduces) < HOISTED_MIN_ROWS:
         return []
     hoisted = [outputs[i] for i in used if i > free[-1]]
-    positions = math.prod(range_size(r) for r in hoisted) * row_bytes // 4
+    positions = math.prod(range_size(r) for r in hoisted) * row_lanes
     if row_bytes >= HOISTED_MAX_ROW_BYTES or positions > HOISTED_MAX_POSITIONS:
         return []
     return hoisted if range_size(outputs[free[-1]]) >= HOISTED_MIN_REUSE else []
