@@ -110,8 +110,9 @@ def test_a_1x1_convolution_at_14x14_stages_its_long_strips(backend, cin, cout, s
      (128, 512, 1, False),  # fewer than HOISTED_MIN_ROWS terms
      (512, 512, 3, False)],  # a filter window: the copy would repeat each position 9 times
 )  # fmt: skip
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))  # AVX2's 7 x 8 tiles, where measured
 def test_a_1x1_convolution_at_7x7_stages_its_whole_plane_before_the_channel_groups(
-    backend, cin, cout, kernel_size, hoisted
+    backend, target, cin, cout, kernel_size, hoisted
 ):
     """A 1x1 convolution at 7x7 whose channel groups run outside its positions reads 7 positions (28
     bytes) of a cache line for each input channel, once per group: the whole plane is copied first,
@@ -119,9 +120,10 @@ def test_a_1x1_convolution_at_7x7_stages_its_whole_plane_before_the_channel_grou
     groups, a short reduction or a filter window.  Values against numpy in float64."""
     x = RNG.standard_normal((1, cin, 7, 7)).astype(np.float32)
     w = RNG.standard_normal((cout, cin, kernel_size, kernel_size)).astype(np.float32)
-    program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), padding=kernel_size // 2)], backend=backend,
-                         opts="heuristic")
-    (result,) = program.run()
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), padding=kernel_size // 2)], backend=backend,
+                             opts="heuristic")
+        (result,) = program.run()
     padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (kernel_size // 2,) * 2, (kernel_size // 2,) * 2))
     windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel_size, kernel_size), axis=(2, 3))
     expected = np.einsum("ocij,nchwij->nohw", w.astype(np.float64), windows)
@@ -134,14 +136,16 @@ def test_a_1x1_convolution_at_7x7_stages_its_whole_plane_before_the_channel_grou
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
-def test_a_7x7_plane_of_other_dtypes_is_copied_with_its_values(backend, dtype):
+def test_a_7x7_plane_of_other_dtypes_is_copied_with_its_values(backend, target, dtype):
     """The whole-plane copy for 8- and 2-byte elements (rows of 56 and 14 bytes: the float64 plane's
     rows are too wide to be copied, the float16 one's are)."""
     x = RNG.standard_normal((1, 512, 7, 7)).astype(dtype)
     w = (RNG.standard_normal((320, 512, 1, 1)) / 16).astype(dtype)
-    program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
-    (result,) = program.run()
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+        (result,) = program.run()
     expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
     tolerance = 1e-9 if dtype == np.float64 else 0.1
     np.testing.assert_allclose(result.astype(np.float64), expected, rtol=tolerance, atol=tolerance)
@@ -151,7 +155,8 @@ def test_a_7x7_plane_of_other_dtypes_is_copied_with_its_values(backend, dtype):
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_an_expand_conv_fused_with_its_strided_projection_at_7x7_hoists_both_strips(backend):
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+def test_an_expand_conv_fused_with_its_strided_projection_at_7x7_hoists_both_strips(backend, target):
     """ResNet-50's last block's first expand conv (512 -> 2048 at 7x7) fused with its stride-2
     projection (1024 -> 2048 from 14x14): the heuristic keeps the channel groups outside the
     positions, where both strips (the 7x7 plane and every other position of the 14x14 one) are
@@ -161,8 +166,9 @@ def test_an_expand_conv_fused_with_its_strided_projection_at_7x7_hoists_both_str
     w = RNG.standard_normal((2048, 512, 1, 1)).astype(np.float32)
     v = RNG.standard_normal((2048, 1024, 1, 1)).astype(np.float32)
     fused = uv.Tensor(x).conv2d(uv.Tensor(w)) + uv.Tensor(y).conv2d(uv.Tensor(v), stride=2)
-    program = uv.compile([fused], backend=backend, opts="heuristic")
-    (result,) = program.run()
+    with using_target(target):
+        program = uv.compile([fused], backend=backend, opts="heuristic")
+        (result,) = program.run()
     expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
     strided = y[:, :, ::2, ::2].astype(np.float64)
     expected += np.einsum("oc,nchw->nohw", v[:, :, 0, 0].astype(np.float64), strided)
