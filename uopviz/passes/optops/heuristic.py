@@ -204,8 +204,20 @@ def _strided_row_width(size: int, lanes: int) -> int | None:
     divides that is odd and wider than a register, or within two registers and padded by at most
     :data:`STRIDED_ROW_MAX_PADDING` (14 or 13 to 16, 7 or 6 to 8 on AVX2); not 28 on AVX2 (7 x 4:
     padded to 4 x 8, its last vector's lanes half clamped, Inception-v1's 192-channel pool 0.119 ->
-    0.121 ms).  The rows within two registers, in the models, both rules compiled in one process
-    and run in turn (AVX2, 2 cores, min of 15-21), C / LLVM: Inception-v1's 3x3 stride-2 max pools
+    0.121 ms).  Each padded register reads its every other element as two loads and a shuffle, the
+    lanes clamped to the row's end one by one (CFamilyRenderState.render_every_other_lane), where
+    the odd row's divisors were odd lane counts (a 3x3 stride-2 max pool to 55, 27 or 13 columns:
+    11, 9 or 13 lanes, scalars in GCC's code).
+
+    Odd rows wider than two registers, SqueezeNet-1.1's max pools each alone on C (AVX2, 2 cores):
+    64 channels to 55x55 0.36-0.40 -> 0.22 ms (56 as 7 x 8), 128 to 27x27 0.38 -> 0.11 ms (32 as 2 x
+    16); AlexNet's first, 64 to 27x27, 0.154 -> 0.062 ms (x86-64-v2's code: 0.175 -> 0.068 ms, 28 as
+    7 x 4).  Odd rows within two registers, in the models, both rules compiled in one process and
+    run in turn (min of 15-21), C / LLVM: 13 columns as 16 lanes, SqueezeNet-1.1's last pool (256
+    channels) 0.074 -> 0.046 / 0.034 -> 0.030 ms, AlexNet's second (192) 0.070 -> 0.045 / 0.026 ->
+    0.024; x86-64-v2's 7 columns as 8, MobileNet-v2's stride-2 depthwise conv of 576 channels 0.093
+    -> 0.047 / 0.034 -> 0.028 ms, Inception-v1's 832-channel pool 0.108 -> 0.049 / 0.062 -> 0.041 ms.
+    Even rows within two registers, the same way: Inception-v1's 3x3 stride-2 max pools
     of 480 channels to 14 columns 0.156 -> 0.084 / 0.148 -> 0.077 ms and of 832 to 7 0.104 -> 0.045 /
     0.066 -> 0.041; MobileNet-v2's stride-2 depthwise convs to 14 and 7 columns 0.043 -> 0.035 and
     0.052 -> 0.030 on C, within the noise on LLVM (0.107 -> 0.129, 0.159 -> 0.109, 0.036 -> 0.034 ms
@@ -239,21 +251,7 @@ def _row_tile(kernel: Kernel, first: UOp, lanes: int) -> Kernel:
     # 0.141 -> 0.338)
     contiguous = _steps_by_one(kernel, first)
     width = _strided_row_width(size, lanes) if not contiguous else None
-    if width is not None:  # (whatever its divisors: 13 on SSE has none)
-        # a strided row of odd width wider than a register, whose divisors are odd lane counts (a
-        # 3x3 stride-2 max pool to 55, 27 or 13 columns: 11, 9 or 13 lanes, scalars in GCC's code),
-        # is padded up to whole registers instead, the tile that pads least (the wider on a tie):
-        # each register reads its every other element as two loads and a shuffle, the padded
-        # lanes clamped to the row's end read one by one (CFamilyRenderState.render_every_other_lane).
-        # SqueezeNet-1.1's max pools, each alone on C, AVX2, 2 cores: 64 channels to 55x55
-        # 0.36-0.40 -> 0.22 ms (56 as 7 x 8), 128 to 27x27 0.38 -> 0.11 ms (32 as 2 x 16); AlexNet's
-        # first, 64 to 27x27, 0.154 -> 0.062 ms (x86-64-v2's code: 0.175 -> 0.068 ms, 28 as 7 x 4).
-        # Rows within two registers, in the models, both rules compiled in one process and run in
-        # turn (min of 15-21), C / LLVM: 13 columns as 16 lanes, SqueezeNet-1.1's last pool (256
-        # channels) 0.074 -> 0.046 / 0.034 -> 0.030 ms, AlexNet's second (192) 0.070 -> 0.045 /
-        # 0.026 -> 0.024; x86-64-v2's 7 columns as 8, MobileNet-v2's stride-2 depthwise conv of 576
-        # channels 0.093 -> 0.047 / 0.034 -> 0.028 ms, Inception-v1's 832-channel pool 0.108 -> 0.049
-        # / 0.062 -> 0.041 ms
+    if width is not None:  # whatever its divisors (13 on SSE has none)
         padded_tile = _padded_columns(kernel, first, width)
         if padded_tile is not kernel:
             return padded_tile

@@ -84,7 +84,8 @@ def stage_strided_load(ctx: _StageContext, load: UOp) -> UOp | None:
     row = [r for r in lanes if r.arg[1] is AxisType.UPCAST and coefficients[r] in STAGED_ROW_STEPS]
     if not row:
         return None  # no row of neighbouring elements: nothing to gain from a copy
-    row_bytes = math.prod(range_size(r) for r in row) * itemsize
+    row_lanes = math.prod(range_size(r) for r in row)
+    row_bytes = row_lanes * itemsize
     rows = math.prod(range_size(r) for r in reduces)
     if any(coefficients[r] != 1 for r in row) and rows < STAGE_EVERY_OTHER_MIN_ROWS:
         return None
@@ -95,8 +96,7 @@ def stage_strided_load(ctx: _StageContext, load: UOp) -> UOp | None:
         if not _far_apart(abs(coefficients[reduces[-1]]) * itemsize, rows, row_bytes):
             return None
     else:
-        row_lanes = row_bytes // itemsize
-        hoisted = _hoisted_outputs(ctx.outputs, used, reduces, row_lanes, row_bytes) if ctx.hoist else []
+        hoisted = _hoisted_outputs(ctx.outputs, used, reduces, row_lanes, itemsize) if ctx.hoist else []
         if not hoisted:
             return None  # no loop inside the strip's own loops reuses it, nor one around them
     staged = [*hoisted, *reduces, *[r for r in lanes if r.arg[1] is AxisType.UNROLL],
@@ -130,7 +130,7 @@ HOISTED_MIN_REUSE = 10
 
 
 def _hoisted_outputs(
-    outputs: tuple[UOp, ...], used: list[int], reduces: list[UOp], row_lanes: int, row_bytes: int
+    outputs: tuple[UOp, ...], used: list[int], reduces: list[UOp], row_lanes: int, itemsize: int
 ) -> list[UOp]:
     """The output loops of a load that an output loop it does not depend on encloses, to be staged
     with the strip before that loop: a 1x1 conv at 7x7 whose channel groups run outside its
@@ -160,7 +160,7 @@ def _hoisted_outputs(
         return []
     hoisted = [outputs[i] for i in used if i > free[-1]]
     positions = math.prod(range_size(r) for r in hoisted) * row_lanes
-    if row_bytes >= HOISTED_MAX_ROW_BYTES or positions > HOISTED_MAX_POSITIONS:
+    if row_lanes * itemsize >= HOISTED_MAX_ROW_BYTES or positions > HOISTED_MAX_POSITIONS:
         return []
     return hoisted if range_size(outputs[free[-1]]) >= HOISTED_MIN_REUSE else []
 
