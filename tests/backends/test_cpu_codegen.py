@@ -217,6 +217,43 @@ def test_broadcast_inputs_stepping_a_line_per_iteration_are_prefetched(backend, 
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-3 * np.sqrt(channels))
 
 
+PREFETCH_DISTANCE = {
+    "c": re.compile(r"__builtin_prefetch\(data1 \+ [^;]* \+ (\d+)\);"),
+    "llvm": re.compile(r"getelementptr float, ptr %\w+, i64 (\d+)\n\s*call void @llvm\.prefetch\.p0\("),
+}
+
+
+@pytest.mark.parametrize(
+    "backend", [pytest.param("c", marks=needs_c), pytest.param("llvm", marks=needs_llvm)]
+)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))  # AVX2's tiles, where measured
+@pytest.mark.parametrize(
+    ("channels", "outputs", "size", "distance"),
+    # a loop of 32 or 16 channels' rows: 256 bytes along them; of 512: 8 channels ahead
+    [(32, 16, 56, 64), (16, 96, 112, 64), (24, 144, 56, 64), (512, 64, 56, 8 * 56 * 56)],
+)
+def test_a_short_loop_of_rows_far_apart_prefetches_along_the_rows(
+    backend, target, channels, outputs, size, distance
+):
+    """A 1x1 convolution with few input channels reads, for each tile of positions, one row of each
+    channel (a plane apart): PREFETCH_ITERATIONS channels ahead would miss the first rows of every
+    tile, so the rows are prefetched PREFETCH_ALONG_ROW_BYTES along themselves (the next tiles'
+    positions, linear_program.vector_prefetch_distance); a long reduction keeps prefetching its
+    channels ahead.  Values against numpy in float64."""
+    rng = np.random.default_rng(channels + size)
+    x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    w = rng.standard_normal((outputs, channels, 1, 1)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+        (kernel,) = program.kernels
+        distances = {int(found) for found in PREFETCH_DISTANCE[backend].findall(kernel.source(backend))}
+        if backend == "c" or distance == 64:  # LLVM reads that tile's inputs one by one (no vector load)
+            assert distances == {distance}, kernel.name
+        result = program.run()[0]
+    expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4 * np.sqrt(channels))
+
+
 # ---------------------------------------------------------------------------------------------
 # the register-tile heuristic follows the host's registers
 

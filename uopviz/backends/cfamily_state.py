@@ -18,10 +18,10 @@ from uopviz.backends.base import KernelMeta, RenderError, TensorCore
 from uopviz.backends.cfamily_spelling import Address, CSpelling
 from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
-    PREFETCH_MIN_STRIDE_BYTES,
     matrix_column,
     transpose_plan,
     underlying_buffer,
+    vector_prefetch_distance,
 )
 from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.core.affine import (
@@ -30,7 +30,6 @@ from uopviz.core.affine import (
     even_lane_picks,
     every_other_lane,
     every_other_lane_loads,
-    linear_coefficient,
 )
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
@@ -577,13 +576,10 @@ class CFamilyRenderState(LinearWalk):
         1024, 34 → 52 GFLOP/s on one core)."""
         if address.base is None or address.buffer_uop.op is not Ops.PARAM:
             return
-        loop = self.innermost_loop()
-        if loop is None:
-            return
-        stride = linear_coefficient(address.base, loop)
-        if stride is None or abs(stride) * address.dtype.scalar.itemsize < PREFETCH_MIN_STRIDE_BYTES:
-            return
-        self.prefetch_ahead(address, stride)
+        distance = vector_prefetch_distance(address.base, self.innermost_loop(), self.loop_around_innermost(),
+                                            address.dtype.scalar.itemsize)  # fmt: skip
+        if distance is not None:
+            self.prefetch_at(address, distance)
 
     def prefetch_line(self, u: UOp, address: Address) -> None:
         """Before a scalar load that steps to a new cache line each iteration of a reduction (a
@@ -591,12 +587,12 @@ class CFamilyRenderState(LinearWalk):
         buffer and loop (``LinearWalk.line_to_prefetch``)."""
         stride = self.line_to_prefetch(u) if address.offset is not None else None
         if stride is not None:
-            self.prefetch_ahead(address, stride)
+            self.prefetch_at(address, PREFETCH_ITERATIONS * stride)
 
-    def prefetch_ahead(self, address: Address, stride: int) -> None:
-        """Prefetch what ``address`` reads PREFETCH_ITERATIONS iterations of a loop ahead, where it
-        steps ``stride`` elements an iteration (where the dialect has a prefetch)."""
-        ahead = f"{address.buffer} + {address.offset} + {PREFETCH_ITERATIONS * stride}"
+    def prefetch_at(self, address: Address, distance: int) -> None:
+        """Prefetch the element ``distance`` elements after what ``address`` reads (where the
+        dialect has a prefetch)."""
+        ahead = f"{address.buffer} + {address.offset} + {distance}"
         statement = self.r.prefetch_statement(ahead)
         if statement:
             self.emit(statement)

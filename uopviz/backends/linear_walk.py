@@ -152,6 +152,11 @@ class LinearWalk:
         """The RANGE of the innermost loop open where the walk is (None outside every loop)."""
         return next((s.opener for s in reversed(self.scopes) if s.kind == "range"), None)
 
+    def loop_around_innermost(self) -> UOp | None:
+        """The RANGE of the loop around the innermost open loop (None where there is none)."""
+        loops = [s.opener for s in self.scopes if s.kind == "range"]
+        return loops[-2] if len(loops) >= 2 else None
+
     def line_to_prefetch(self, load: UOp) -> int | None:
         """The stride (elements per iteration) to prefetch a scalar LOAD by, the first time its
         buffer is read in the innermost open loop (``linear_program.line_prefetch_stride``); None

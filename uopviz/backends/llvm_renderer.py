@@ -30,11 +30,11 @@ from uopviz.backends.base import (
 )
 from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
-    PREFETCH_MIN_STRIDE_BYTES,
     matrix_column,
     open_scopes,
     transpose_plan,
     underlying_buffer,
+    vector_prefetch_distance,
 )
 from uopviz.backends.linear_walk import LinearWalk, Scope
 from uopviz.backends.llvm_instructions import (
@@ -59,7 +59,6 @@ from uopviz.core.affine import (
     even_lane_picks,
     every_other_lane,
     every_other_lane_loads,
-    linear_coefficient,
 )
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.ops import AxisType, GroupOp, Ops
@@ -483,13 +482,10 @@ class LLVMRenderState(LinearWalk):
     def prefetch(self, pointer: str, element: str, base: UOp, itemsize: int) -> None:
         """Prefetch a few iterations ahead of a contiguous access that jumps a kilobyte or more per
         iteration of its loop (the C backend's rule, see ``cfamily_state.CFamilyRenderState.prefetch``)."""
-        loop = self.innermost_loop()
-        if loop is None:
-            return
-        stride = linear_coefficient(base, loop)
-        if stride is None or abs(stride) * itemsize < PREFETCH_MIN_STRIDE_BYTES:
-            return
-        self.prefetch_ahead(pointer, element, PREFETCH_ITERATIONS * stride)
+        loop, around = self.innermost_loop(), self.loop_around_innermost()
+        distance = vector_prefetch_distance(base, loop, around, itemsize)
+        if distance is not None:
+            self.prefetch_ahead(pointer, element, distance)
 
     def prefetch_ahead(self, pointer: str, element: str, distance: int) -> None:
         """Prefetch (for reading, kept in every cache level) the element ``distance`` elements of
