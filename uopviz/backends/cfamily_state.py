@@ -571,13 +571,13 @@ class CFamilyRenderState(LinearWalk):
 
     def prefetch(self, address: Address) -> None:
         """Before a contiguous vector load that jumps a kilobyte or more per iteration of its loop (a
-        column strip of a row-major matrix), prefetch the vector a few iterations ahead: each
-        iteration touches a new page, where hardware prefetchers lose the stream (measured: gemm
-        1024, 34 → 52 GFLOP/s on one core)."""
+        column strip of a row-major matrix), prefetch the vector a few iterations ahead, or along
+        its row where the loop is short and the loop around it walks the row
+        (``linear_program.vector_prefetch_distance``)."""
         if address.base is None or address.buffer_uop.op is not Ops.PARAM:
             return
-        distance = vector_prefetch_distance(address.base, self.innermost_loop(), self.loop_around_innermost(),
-                                            address.dtype.scalar.itemsize)  # fmt: skip
+        loop, around = self.innermost_loop(), self.loop_around_innermost()
+        distance = vector_prefetch_distance(address.base, loop, around, address.dtype.scalar.itemsize)
         if distance is not None:
             self.prefetch_at(address, distance)
 
