@@ -120,9 +120,9 @@ graph pointwise( x ) -> ( y )
 )
 def test_a_1x1_conv_of_odd_positions_is_padded_to_4_columns_on_avx2(backend, target, width, channels, padded):
     # SqueezeNet-1.1's 1x1 convs: 55x55 = 3025 positions from 64 channels (5 columns x 8 channels
-    # before) and 13x13 from 256 as 4 columns x 16 channels over 3028 and 172 positions; from 16
-    # channels at 55x55 and 48 at 13x13 they keep their tiles (short reductions: the padded tile's
-    # gated stores weigh more)
+    # before) and 13x13 from 256 as 4 columns x 16 channels over 3028 and 172 positions; from 48
+    # channels at 13x13 it keeps its tile (a short reduction: the padded tile's gated stores weigh
+    # more), from 16 at 55x55 its positions go into registers (the next test)
     from uopviz.nnef.nnef1.loader import loads_nnef1
 
     outputs = 32
@@ -138,6 +138,38 @@ def test_a_1x1_conv_of_odd_positions_is_padded_to_4_columns_on_avx2(backend, tar
     positions = width * width
     globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
     assert (_upcasts(kernel) == [4, 16] and -(-positions // 4) in globals_) == padded, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize(
+    "width,channels,outputs,tiled",
+    [(55, 16, 64, True), (27, 32, 128, True), (27, 16, 40, True), (55, 64, 64, False), (27, 48, 64, False)],
+)
+def test_a_1x1_conv_of_a_short_reduction_takes_its_positions_as_two_registers(
+    backend, target, width, channels, outputs, tiled
+):
+    # SqueezeNet-1.1's 1x1 expand convs from 16 channels at 55x55 and 32 at 27x27: on AVX2 their
+    # positions (3025, 729) padded to two registers of lanes (3040, 736) by 4 channel rows (5 where
+    # 5 divides the channels), not 5 or 3 broadcast columns by 8 or 16 channels stored lane by lane;
+    # not from 48 or 64 channels (broadcast columns, the test above), not on SSE's 4 lanes
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    x = RNG.standard_normal((1, channels, width, width)).astype(np.float32)
+    w = RNG.standard_normal((outputs, channels, 1, 1)).astype(np.float32)
+    text = ONE_BY_ONE.format(channels=channels, width=width, outputs=outputs)
+    graph = loads_nnef1(text, variables={"w": w})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    padded = -(-(width * width) // 16) * 16
+    globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
+    rows = 5 if outputs % 5 == 0 else 4
+    expected = tiled and resolve_target(target).vector_bytes == 32
+    tile = sorted(_upcasts(kernel)) == sorted([16, rows]) and padded // 16 in globals_
+    assert tile == expected, kernel.name
 
 
 def _upcasts(kernel) -> list[int]:

@@ -34,7 +34,9 @@ from besides the kernel itself):
   columns × 32 channels, 14 of 32 zmm; 4 × 16 on v3; on v3 a row of 55 or 27 columns, or a 1x1
   conv's 3025 positions, padded to 4-column tiles where its divisors fill the accumulators less:
   :func:`_pads_to_broadcast_columns`; a row of prime width padded to 4-column tiles, or to
-  5 × 16 where that pads less: 13 to 15, :data:`PADDED_COLUMNS_WIDE`; a 1x1 conv's one register
+  5 × 16 where that pads less: 13 to 15, :data:`PADDED_COLUMNS_WIDE`; a 1x1 conv of 32 input
+  channels or fewer takes its positions as two registers instead, 3025 padded to 3040:
+  :data:`SHORT_REDUCTION_MAX_TERMS`; a 1x1 conv's one register
   of columns, 56 wide on v3, stacks two output rows: :data:`STACKED_ROWS`), and a grouped conv's
   channels are tiled in blocks within a group;
   an axis that no power of two divides takes its largest divisor within two registers and the
@@ -373,6 +375,34 @@ def _pads_to_broadcast_columns(
     return padded - size <= size * BROADCAST_ROW_MAX_PADDING
 
 
+#: reduction terms up to which a 1x1 conv's positions that no register divides are padded to two
+#: registers of lanes (:func:`_short_positions_tile`).  SqueezeNet-1.1's expand convs from 16
+#: channels at 55x55 and from 32 at 27x27 (the only kernels of the zoo that change), both ways in
+#: one process on the model's arrays (AMD EPYC, AVX2, 2 cores, min of 21, three runs), C: 0.093-0.127
+#: -> 0.066-0.111 ms and 0.074-0.094 -> 0.059-0.101 (0.58-1.07x), LLVM 0.080-0.111 -> 0.075-0.099 and
+#: 0.076-0.118 -> 0.054-0.068; the model C 6.20 -> 5.97 ms (min), LLVM 6.00 -> 5.91.  Measured and
+#: left out: positions outside the channel groups (C 0.75x on the 27x27 one but 1.06x on the 55x55,
+#: LLVM the other way round), rows padded by more than a sixteenth (MobileNet-v2's 32 -> 192 convs,
+#: a row of 28 as 32: C 1.06x, LLVM 1.37x slower) and SSE (8 positions x 4 channels: LLVM 1.4-1.6x
+#: slower, C 0.74-1.0x)
+SHORT_REDUCTION_MAX_TERMS = 32
+
+
+def _short_positions_tile(kernel: Kernel, positions: UOp, slides: bool, lanes: int) -> bool:
+    """Whether a 1x1 conv's positions (no filter window slides over them), stepping by one element
+    and wider than two registers, are padded to two registers of lanes (by at most
+    :data:`BROADCAST_ROW_MAX_PADDING`) rather than tiled as broadcast columns: with a reduction of
+    :data:`SHORT_REDUCTION_MAX_TERMS` terms or fewer a tile of broadcast columns stores each of its
+    few sums lane by lane (5 columns x 8 channels: 40 element stores per 16 x 5 multiply-adds), a
+    tile of positions stores whole vectors.  On 16 registers of 8 lanes or more (AVX2)."""
+    size, width = range_size(positions), 2 * lanes
+    if slides or kernel.backend_object.vector_registers > 16 or lanes < 8 or size <= width:
+        return False  # measured on AVX2's 16 registers of 8 lanes (SSE's 4: LLVM 1.4-1.6x slower)
+    if -(-size // width) * width - size > size * BROADCAST_ROW_MAX_PADDING:
+        return False  # a row of 28 padded to 32: MobileNet-v2's 32 -> 192 convs 1.06x / 1.37x slower
+    return _reduction_terms(kernel) <= SHORT_REDUCTION_MAX_TERMS and _steps_by_one(kernel, positions)
+
+
 def _cpu_register_tile(
     kernel: Kernel, first: UOp, lanes: int, alone: bool, channels: int | None = None,
     second_position: int | None = None,
@@ -401,6 +431,9 @@ def _cpu_register_tile(
     broadcast = backend.vector_registers <= 16 and slides
     wide_columns = False  # a row padded to tiles of PADDED_COLUMNS_WIDE columns
     tiled = _row_tile(kernel, first, lanes) if alone else kernel
+    if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
+        if _short_positions_tile(kernel, first, slides, lanes):
+            tiled = _padded_columns(kernel, first, 2 * lanes)
     if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
         columns = _broadcast_columns(size, lanes, accumulators)
         # padded columns are gated loads: a strided row keeps its exact divisor (see the docstring)
