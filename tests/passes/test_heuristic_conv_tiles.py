@@ -113,6 +113,23 @@ graph pointwise( x ) -> ( y )
 """
 
 
+def _one_by_one_kernel(backend: str, target, width: int, channels: int, outputs: int):
+    """The conv kernel of an NNEF 1x1 conv graph (``ONE_BY_ONE``) compiled for ``target``, after
+    checking its values on random inputs against numpy."""
+    from uopviz.nnef.nnef1.loader import loads_nnef1
+
+    x = RNG.standard_normal((1, channels, width, width)).astype(np.float32)
+    w = RNG.standard_normal((outputs, channels, 1, 1)).astype(np.float32)
+    text = ONE_BY_ONE.format(channels=channels, width=width, outputs=outputs)
+    graph = loads_nnef1(text, variables={"w": w})
+    with using_target(target):
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    return kernel
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("target", target_params("x86-64-v3"))
 @pytest.mark.parametrize(
@@ -123,18 +140,7 @@ def test_a_1x1_conv_of_odd_positions_is_padded_to_4_columns_on_avx2(backend, tar
     # before) and 13x13 from 256 as 4 columns x 16 channels over 3028 and 172 positions; from 48
     # channels at 13x13 it keeps its tile (a short reduction: the padded tile's gated stores weigh
     # more), from 16 at 55x55 its positions go into registers (the next test)
-    from uopviz.nnef.nnef1.loader import loads_nnef1
-
-    outputs = 32
-    x = RNG.standard_normal((1, channels, width, width)).astype(np.float32)
-    w = RNG.standard_normal((outputs, channels, 1, 1)).astype(np.float32)
-    text = ONE_BY_ONE.format(channels=channels, width=width, outputs=outputs)
-    graph = loads_nnef1(text, variables={"w": w})
-    with using_target(target):
-        program = graph.compile(backend, opts="heuristic", progress=False)
-        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
-    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
-    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    kernel = _one_by_one_kernel(backend, target, width, channels, 32)
     positions = width * width
     globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
     assert (_upcasts(kernel) == [4, 16] and -(-positions // 4) in globals_) == padded, kernel.name
@@ -153,17 +159,7 @@ def test_a_1x1_conv_of_a_short_reduction_takes_its_positions_as_two_registers(
     # positions (3025, 729) padded to two registers of lanes (3040, 736) by 4 channel rows (5 where
     # 5 divides the channels), not 5 or 3 broadcast columns by 8 or 16 channels stored lane by lane;
     # not from 48 or 64 channels (broadcast columns, the test above), not on SSE's 4 lanes
-    from uopviz.nnef.nnef1.loader import loads_nnef1
-
-    x = RNG.standard_normal((1, channels, width, width)).astype(np.float32)
-    w = RNG.standard_normal((outputs, channels, 1, 1)).astype(np.float32)
-    text = ONE_BY_ONE.format(channels=channels, width=width, outputs=outputs)
-    graph = loads_nnef1(text, variables={"w": w})
-    with using_target(target):
-        program = graph.compile(backend, opts="heuristic", progress=False)
-        result = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
-    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
-    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    kernel = _one_by_one_kernel(backend, target, width, channels, outputs)
     padded = -(-(width * width) // 16) * 16
     globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
     rows = 5 if outputs % 5 == 0 else 4

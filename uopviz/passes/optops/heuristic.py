@@ -434,11 +434,11 @@ def _cpu_register_tile(
     if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
         if _short_positions_tile(kernel, first, slides, lanes):
             tiled = _padded_columns(kernel, first, 2 * lanes)
-    if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
         columns = _broadcast_columns(size, lanes, accumulators)
         # padded columns are gated loads: a strided row keeps its exact divisor (see the docstring)
-        if backend.vector_registers <= 16 and _steps_by_one(kernel, first) and _pads_to_broadcast_columns(
-                size, columns, lanes, accumulators, _reduction_terms(kernel), channels):
+        terms = _reduction_terms(kernel)
+        if tiled is kernel and backend.vector_registers <= 16 and _steps_by_one(kernel, first) and \
+                _pads_to_broadcast_columns(size, columns, lanes, accumulators, terms, channels):
             tiled = _padded_columns(kernel, first, accumulators // 2)
         if tiled is kernel and columns is not None:
             tiled = _try(kernel, Opt(OptOp.SPLIT, _axis_of(kernel, first), (columns, AxisType.UPCAST, False)))
