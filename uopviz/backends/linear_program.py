@@ -160,6 +160,10 @@ def transpose_plan(
     return steps, columns
 
 
+#: the loops a tile of positions walks along its rows in (not a window's taps)
+_ROW_WALKING_LOOPS = frozenset({AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD})
+
+
 def vector_prefetch_distance(index: UOp, loop: UOp | None, around: UOp | None, itemsize: int) -> int | None:
     """How many elements ahead of a contiguous vector load at ``index`` to prefetch, or None: it
     jumps :data:`PREFETCH_MIN_STRIDE_BYTES` or more per iteration of ``loop`` (the innermost loop
@@ -179,10 +183,6 @@ def vector_prefetch_distance(index: UOp, loop: UOp | None, around: UOp | None, i
         if step is not None and 0 < step * itemsize < PREFETCH_MIN_STRIDE_BYTES:
             return PREFETCH_ALONG_ROW_BYTES // itemsize
     return PREFETCH_ITERATIONS * stride
-
-
-#: the loops a tile of positions walks along its rows in (not a window's taps)
-_ROW_WALKING_LOOPS = frozenset({AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD})
 
 
 def line_prefetch_stride(load: UOp, loop: UOp | None) -> int | None:

@@ -481,7 +481,8 @@ class LLVMRenderState(LinearWalk):
 
     def prefetch(self, pointer: str, element: str, base: UOp, itemsize: int) -> None:
         """Prefetch a few iterations ahead of a contiguous access that jumps a kilobyte or more per
-        iteration of its loop (the C backend's rule, see ``cfamily_state.CFamilyRenderState.prefetch``)."""
+        iteration of its loop, or along its row where the loop is short and the loop around it walks
+        the row (``linear_program.vector_prefetch_distance``, shared with the C backend)."""
         loop, around = self.innermost_loop(), self.loop_around_innermost()
         distance = vector_prefetch_distance(base, loop, around, itemsize)
         if distance is not None:

@@ -388,11 +388,11 @@ def _pads_to_broadcast_columns(
 SHORT_REDUCTION_MAX_TERMS = 32
 
 
-def _short_positions_tile(kernel: Kernel, positions: UOp, slides: bool, lanes: int) -> bool:
+def _short_positions_tile(kernel: Kernel, positions: UOp, slides: bool, lanes: int, terms: int) -> bool:
     """Whether a 1x1 conv's positions (no filter window slides over them), stepping by one element
     and wider than two registers, are padded to two registers of lanes (by at most
     :data:`BROADCAST_ROW_MAX_PADDING`) rather than tiled as broadcast columns: with a reduction of
-    :data:`SHORT_REDUCTION_MAX_TERMS` terms or fewer a tile of broadcast columns stores each of its
+    :data:`SHORT_REDUCTION_MAX_TERMS` ``terms`` or fewer a tile of broadcast columns stores each of its
     few sums lane by lane (5 columns x 8 channels: 40 element stores per 16 x 5 multiply-adds), a
     tile of positions stores whole vectors.  On 16 registers of 8 lanes or more (AVX2)."""
     size, width = range_size(positions), 2 * lanes
@@ -400,7 +400,7 @@ def _short_positions_tile(kernel: Kernel, positions: UOp, slides: bool, lanes: i
         return False  # measured on AVX2's 16 registers of 8 lanes (SSE's 4: LLVM 1.4-1.6x slower)
     if -(-size // width) * width - size > size * BROADCAST_ROW_MAX_PADDING:
         return False  # a row of 28 padded to 32: MobileNet-v2's 32 -> 192 convs 1.06x / 1.37x slower
-    return _reduction_terms(kernel) <= SHORT_REDUCTION_MAX_TERMS and _steps_by_one(kernel, positions)
+    return terms <= SHORT_REDUCTION_MAX_TERMS and _steps_by_one(kernel, positions)
 
 
 def _cpu_register_tile(
@@ -432,11 +432,11 @@ def _cpu_register_tile(
     wide_columns = False  # a row padded to tiles of PADDED_COLUMNS_WIDE columns
     tiled = _row_tile(kernel, first, lanes) if alone else kernel
     if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
-        if _short_positions_tile(kernel, first, slides, lanes):
+        terms = _reduction_terms(kernel)
+        if _short_positions_tile(kernel, first, slides, lanes, terms):
             tiled = _padded_columns(kernel, first, 2 * lanes)
         columns = _broadcast_columns(size, lanes, accumulators)
         # padded columns are gated loads: a strided row keeps its exact divisor (see the docstring)
-        terms = _reduction_terms(kernel)
         if tiled is kernel and backend.vector_registers <= 16 and _steps_by_one(kernel, first) and \
                 _pads_to_broadcast_columns(size, columns, lanes, accumulators, terms, channels):
             tiled = _padded_columns(kernel, first, accumulators // 2)
