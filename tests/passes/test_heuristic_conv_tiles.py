@@ -11,8 +11,10 @@ import pytest
 from cpu_targets import target_params
 
 import uopviz as uv
+from uopviz.backends.aligned import CACHE_LINE
 from uopviz.backends.target import resolve_target, using_target
 from uopviz.passes.optops.heuristic import FIVE_ROWS, _broadcast_columns, _pads_to_broadcast_columns
+from uopviz.passes.optops.staging import HOISTED_MIN_ROWS
 
 RNG = np.random.default_rng(25)
 CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
@@ -310,6 +312,30 @@ def test_a_1x1_conv_at_13x13_pads_its_positions_past_the_accumulators(
             assert sorted(upcasts) == sorted([rows, 16]), kernel.name
         else:
             assert FIVE_ROWS not in upcasts, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+@pytest.mark.parametrize(
+    "width,channels,outputs,copied",
+    [(13, 512, 1000, True), (11, 512, 1000, True), (13, 256, 500, True),  # rows across two lines
+     (12, 512, 1000, False),  # rows 576 bytes apart: each 16-position row on one line
+     (13, 128, 1000, False)],  # fewer than HOISTED_MIN_ROWS terms: a short strip
+)  # fmt: skip
+def test_a_1x1_conv_reading_rows_across_two_cache_lines_copies_its_plane_first(
+    backend, target, width, channels, outputs, copied
+):
+    # SqueezeNet-1.1's classifier on AVX2 reads 16 positions (64 bytes) of each of its 512 input
+    # channels a step, rows 676 bytes apart: every row spans two cache lines, and each of its groups
+    # of 5 output channels reads them all again; the plane is copied once, before the parallel
+    # region, its padded tile's last lanes as zeros, and read a line a step
+    # (staging.HOISTED_LINE_MAX_POSITIONS); values against numpy in the helper
+    kernel = _one_by_one_kernel(backend, target, width, channels, outputs)
+    assert sorted(_upcasts(kernel)) == [5, 16], kernel.name
+    source = kernel.source("c")
+    hoisted = "acc0[" in source and source.index("acc0[") < source.index("#pragma omp parallel")
+    assert hoisted == copied, kernel.name
+    assert copied == (width * width * 4 % CACHE_LINE != 0 and channels >= HOISTED_MIN_ROWS)
 
 
 BOTTLENECK_1X1 = """
