@@ -98,7 +98,7 @@ def stage_strided_load(ctx: _StageContext, load: UOp) -> UOp | None:
             return None
     else:
         if ctx.hoist:
-            hoisted = _hoisted_outputs(ctx.outputs, used, reduces, row_lanes, itemsize, row_stride)
+            hoisted = _hoisted_outputs(ctx.outputs, used, reduces, row_lanes, row_bytes, row_stride)
         if not hoisted:
             return None  # no loop inside the strip's own loops reuses it, nor one around them
     staged = [*hoisted, *reduces, *[r for r in lanes if r.arg[1] is AxisType.UNROLL],
@@ -148,7 +148,7 @@ HOISTED_LINE_MAX_POSITIONS = 256
 
 
 def _hoisted_outputs(
-    outputs: tuple[UOp, ...], used: list[int], reduces: list[UOp], row_lanes: int, itemsize: int,
+    outputs: tuple[UOp, ...], used: list[int], reduces: list[UOp], row_lanes: int, row_bytes: int,
     row_stride: int,
 ) -> list[UOp]:
     """The output loops of a load that an output loop it does not depend on encloses, to be staged
@@ -171,10 +171,10 @@ def _hoisted_outputs(
     taken: 8 groups or fewer (Inception-v1's 832 -> 32-64, 1.05-1.7x), 14x14 planes of 7-position rows
     (Inception-v1's 512 -> N, 1.1-1.2x), rows of 16 positions (MobileNet-v2's 14x14 projections,
     1.2-1.4x: a whole line a step already), filter windows (3x3 and 5x5 convs at 7x7, 1.1-2.4x).
-    SqueezeNet-1.1's classifier, rows of 16 positions 676 bytes apart: C 1.30-1.39
-    -> 1.12-1.16 ms, LLVM 1.39 -> 1.16 (batch 8: C 10.2 -> 8.4, LLVM 10.6 -> 8.8); alone, to 500 and
-    250 channels (50 and 25 groups a core) C 0.89x / 0.97x, LLVM 0.86x / 0.88x, at 11x11 0.88x /
-    0.87x; at 12x12 (rows 576 bytes apart, each on one line) 0.84 / 0.87-0.88 ms either way.
+    SqueezeNet-1.1's classifier, rows of 16 positions 676 bytes apart: C 1.30-1.39 -> 1.12-1.16 ms,
+    LLVM 1.39 -> 1.16 (batch 8: C 10.2 -> 8.4, LLVM 10.6 -> 8.8); alone, to 500 and 250 channels (50
+    and 25 groups a core) C 0.89x / 0.97x, LLVM 0.86x / 0.88x, at 11x11 0.88x / 0.87x; at 12x12 (rows
+    576 bytes apart, each on one line) 0.84 / 0.87-0.88 ms either way.
     The heuristic keeps a loop order whose strips are hoisted (``heuristic._order_for_staging``), but
     moves loops only for strips staged inside their reuse: ResNet-50's expand conv fused with its
     stride-2 projection at 7x7 keeps its channel groups outside its positions, both strips hoisted,
@@ -187,13 +187,12 @@ def _hoisted_outputs(
         return []
     hoisted = [outputs[i] for i in used if i > free[-1]]
     positions = math.prod(range_size(r) for r in hoisted) * row_lanes
-    row_bytes, reuse = row_lanes * itemsize, range_size(outputs[free[-1]])
     if row_bytes < HOISTED_MAX_ROW_BYTES:
         worth = positions <= HOISTED_MAX_POSITIONS
     else:  # a whole line a step: worth a copy only where each row straddles two lines
         straddles = row_bytes >= CACHE_LINE and row_stride % CACHE_LINE != 0
         worth = straddles and positions <= HOISTED_LINE_MAX_POSITIONS
-    return hoisted if worth and reuse >= HOISTED_MIN_REUSE else []
+    return hoisted if worth and range_size(outputs[free[-1]]) >= HOISTED_MIN_REUSE else []
 
 
 def _far_apart(stride_bytes: int, rows: int, row_bytes: int) -> bool:
