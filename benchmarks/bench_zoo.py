@@ -18,7 +18,8 @@ before.  The child writes the NNEF 1.0 folder (untimed), then times
   compiled kernel come from the persistent caches);
 
 and, in this process, a one-operation NNEF 1.0 graph loaded and run the first time, and each
-stage's 3x3 convolution of ResNet-50 alone (GFLOP/s against ONNX Runtime's on the same weights).
+stage's 3x3 convolution of ResNet-50 alone (GFLOP/s against ONNX Runtime's on the same weights, both
+also as shares of the multiply-add peak of the same threads measured in the run: ``fma_peak.py``).
 
 Environment: ``UOPVIZ_ZOO_MODELS`` (comma-separated, default: every model) and
 ``UOPVIZ_ZOO_BACKENDS`` (default ``c,llvm``) choose what runs, ``UOPVIZ_ZOO_BATCH`` the batches
@@ -274,6 +275,7 @@ def _conv_rows(backends: list[str], timeout: float) -> list[dict]:
             ours[backend] = _measure_in_child("conv", backend, timeout)
         except Exception as error:  # noqa: BLE001 - one backend's failure is its own row
             ours[backend] = error
+    peak = _fma_peak(ORT_THREADS)
     rows = []
     for net in _conv_nets():
         x = net.input_data()
@@ -297,11 +299,31 @@ def _conv_rows(backends: list[str], timeout: float) -> list[dict]:
                     seconds,
                     peer=f"onnxruntime CPU ({ORT_THREADS} threads)",
                     peer_s=peer,
-                    notes=f"{flops / seconds / 1e9:.1f} GFLOP/s (onnxruntime {flops / peer / 1e9:.1f}), "
-                    f"graph.run including its host work; max error vs numpy {found['errors'][net.name]:.1e}",
+                    notes=f"{flops / seconds / 1e9:.1f} GFLOP/s (onnxruntime {flops / peer / 1e9:.1f})"
+                    f"{_of_peak(flops / seconds, flops / peer, peak)}, graph.run including its host work; "
+                    f"max error vs numpy {found['errors'][net.name]:.1e}",
                 )
             )
     return rows
+
+
+def _fma_peak(threads: int) -> float | str:
+    """GFLOP/s of nothing but multiply-adds on ``threads`` threads (:mod:`fma_peak`), measured in this
+    run; why not, where the probe cannot run here."""
+    import fma_peak
+
+    try:
+        return fma_peak.fma_peak_gflops(threads)
+    except Exception as error:  # noqa: BLE001 - the rows stand without the peak, saying why
+        return f"{type(error).__name__}: {error}"[:200]
+
+
+def _of_peak(ours: float, peer: float, peak: float | str) -> str:
+    """Both rates (FLOP/s) as percentages of the multiply-add peak (GFLOP/s) measured in this run."""
+    if isinstance(peak, str):
+        return f"; no multiply-add peak measured ({peak})"
+    return (f"; ours {100 * ours / 1e9 / peak:.0f}%, onnxruntime {100 * peer / 1e9 / peak:.0f}% of the "
+            f"{peak:.0f} GFLOP/s multiply-add peak of {ORT_THREADS} threads measured in this run")
 
 
 CONVERTED_MODELS = ("resnet50", "mobilenet_v2")

@@ -167,3 +167,35 @@ def test_every_uopviz_name_a_benchmark_imports_exists():
                 except ImportError:
                     missing.append(f"{path.name}:{line}: {module} has no {name}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_multiply_add_peak_probe_reads_below_what_any_cpu_can_do(monkeypatch):
+    """The probe's steps all run: a probe whose sums go unused loses its loop to the compiler and
+    reads 22,000 GFLOP/s; a reading above two multiply-adds per cycle at 6 GHz on each thread is
+    such a bug, not a fast machine."""
+    import fma_peak
+
+    from uopviz.backends.c import CBackend
+
+    backend = CBackend()
+    if (reason := backend.unavailable_reason()) is not None:
+        pytest.skip(f"the probe is a C kernel: {reason}")
+    pins = fma_peak.accumulator_pins(backend)
+    if pins is None:
+        pytest.skip("the C renderer pins no SIMD register on this architecture")
+    monkeypatch.setattr(fma_peak, "STEPS", 200_000)  # ~1 ms a call natively; emulated CPUs are slower
+    lanes = max(1, backend.vector_bytes // 4)
+    for threads in (1, 2):
+        peak = fma_peak.fma_peak_gflops(threads)
+        assert 0.05 * threads < peak < fma_peak.upper_bound_gflops(threads, lanes), (threads, peak)
+    source = fma_peak.probe_source(2, lanes, pins)
+    assert source.count(" * scale + shift;") == source.count("__asm__") == fma_peak.ACCUMULATORS
+    assert f"vector_size({4 * lanes})" in source
+
+
+def test_the_conv_rows_give_both_rates_as_shares_of_the_peak_or_say_why_not():
+    import bench_zoo
+
+    assert bench_zoo._of_peak(90e9, 135e9, 180.0).startswith("; ours 50%, onnxruntime 75% of the 180 GFLOP/s")
+    why = bench_zoo._of_peak(90e9, 135e9, "no C compiler")
+    assert why == "; no multiply-add peak measured (no C compiler)"
