@@ -7,10 +7,9 @@ cycle) or elsewhere (memory, copies, launches).  The probe is a C kernel compile
 itself (its compiler, flags and target: ``-march`` of the target profile, OpenMP), so the vector
 width is the one our kernels get: each thread keeps ``ACCUMULATORS`` vectors of one SIMD register
 each, more chains than the multiply-add units' latency needs, started apart (identical chains are
-one chain to the compiler); the C renderer's register pin (an empty ``asm``) on each per step and
-the sums written out keep every step (a probe whose results went unused lost its loop and read
-22,000 GFLOP/s).  Benchmark-only: never
-imported by ``uopviz``.
+one chain to the compiler); the C renderer's register pin (an empty ``asm``) on each at every step
+and the sums written out keep every step (a probe whose results went unused lost its loop and read
+22,000 GFLOP/s).  Benchmark-only: never imported by ``uopviz``.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import numpy as np
 
 #: independent accumulators per thread: more than two multiply-add units of latency 4 keep busy
 ACCUMULATORS = 12
-#: multiply-add steps of every accumulator per call (about 50 ms on a 3 GHz AVX2 core)
+#: multiply-add steps of every accumulator per call (about 21 ms on a 2.8 GHz AVX2 core)
 STEPS = 10_000_000
 #: calls timed; the fastest counts (the probe has no memory traffic to vary)
 REPEAT = 5
