@@ -67,6 +67,11 @@ def accumulator_pins(backend) -> list[str] | None:  # noqa: ANN001 - the C backe
     return None if None in pins else pins
 
 
+def float32_lanes(backend) -> int:  # noqa: ANN001 - the C backend
+    """Float32 lanes of one SIMD register of the backend's target: the probe's vector width."""
+    return max(1, backend.vector_bytes // 4)
+
+
 def flops_per_call(threads: int, lanes: int) -> int:
     """Floating-point operations of one probe call: a multiply and an add per lane and step."""
     return 2 * lanes * ACCUMULATORS * STEPS * threads
@@ -89,7 +94,7 @@ def fma_peak_gflops(threads: int) -> float:
     pins = accumulator_pins(backend)
     if pins is None:
         raise RuntimeError(f"the C renderer pins no SIMD register on {platform.machine()}")
-    lanes = max(1, backend.vector_bytes // 4)
+    lanes = float32_lanes(backend)
     kernel = backend.compile(probe_source(threads, lanes, pins), "fma_peak")
     launch = kernel.prepare(np.zeros(threads, dtype=np.float32))
     best = min(launch.run() for _ in range(REPEAT))  # each run returns its own seconds

@@ -184,7 +184,7 @@ def test_the_multiply_add_peak_probe_reads_below_what_any_cpu_can_do(monkeypatch
     if pins is None:
         pytest.skip("the C renderer pins no SIMD register on this architecture")
     monkeypatch.setattr(fma_peak, "STEPS", 200_000)  # ~1 ms a call natively; emulated CPUs are slower
-    lanes = max(1, backend.vector_bytes // 4)
+    lanes = fma_peak.float32_lanes(backend)
     for threads in (1, 2):
         peak = fma_peak.fma_peak_gflops(threads)
         assert 0.05 * threads < peak < fma_peak.upper_bound_gflops(threads, lanes), (threads, peak)
