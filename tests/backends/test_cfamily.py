@@ -17,7 +17,7 @@ from . import linear_programs as lp
 STRUCTURAL_HOOKS = {
     CRenderer: {
         "vector_from_runs", "two_vector_shuffle", "two_vector_shuffle_fallback", "constant_vector",
-        "register_pin", "directives", "_mask_type", "_pick",
+        "register_pin", "register_tile_lanes", "directives", "_mask_type", "_pick",
         "selects_lanes",
         "select_lanes", "vector_expression", "helper_vector_trunc", "helper_vector_shift", "vector_cast",
         "helper_vector_float_to_int",

@@ -388,6 +388,15 @@ graph G( x ) -> ( y )
     return loads_nnef1(text, {"w": w}), x, expected
 
 
+def _compiler_code_only(monkeypatch) -> None:
+    """The C backend writing every register tile as GCC's code, with the tiles of half the
+    registers that such code keeps (no assembly blocks: uopviz.backends.register_tile)."""
+    from uopviz.backends.c import CBackend, CRenderer
+
+    monkeypatch.setattr(CRenderer, "register_tile_lanes", lambda self: None)
+    monkeypatch.setattr(CBackend, "writes_register_tiles", False)
+
+
 def _compiled_convolution(
     target: str, channels_in: int, channels_out: int, size: int, window: int, seed: int
 ):
@@ -408,13 +417,16 @@ def _compiled_convolution(
     [(32, 64, 14, 3, True), (16, 32, 14, 5, True), (32, 64, 7, 3, True), (64, 64, 14, 1, False)],
 )
 def test_window_tiles_of_seven_positions_compile_without_gccs_global_cse(
-    target, channels_in, channels_out, size, window, gcse_off
+    monkeypatch, target, channels_in, channels_out, size, window, gcse_off
 ) -> None:
     # a 3x3 or 5x5 convolution's 7-position register tile on AVX2 (7 accumulators, 7 broadcasts and
     # a weight vector of 16 registers): GCC's global CSE keeps the inputs that consecutive window
     # steps share live across the unrolled steps and spills an accumulator, so the source turns
-    # that pass off; a 1x1 convolution's tile keeps it
+    # that pass off; a 1x1 convolution's tile keeps it.  GCC's code for the tile, as kernels that
+    # the renderer writes no assembly block for have it (tests/backends/test_register_tile.py)
     from uopviz.backends.c import NO_GCSE_PRAGMA
+
+    _compiler_code_only(monkeypatch)
 
     program, conv, out, expected = _compiled_convolution(
         target, channels_in, channels_out, size, window, seed=window + size
@@ -432,13 +444,16 @@ def test_window_tiles_of_seven_positions_compile_without_gccs_global_cse(
     [(64, 64, 14, 1, True), (96, 32, 7, 1, True), (16, 64, 14, 1, False), (32, 64, 14, 3, False)],
 )
 def test_a_one_by_one_convolutions_register_tile_compiles_with_gccs_loop_unrolling(
-    target, channels_in, channels_out, size, window, unrolled
+    monkeypatch, target, channels_in, channels_out, size, window, unrolled
 ) -> None:
     # the tile's reduction over the input channels (24 or more, each trip broadcasting the inputs of
     # 4 or 7 positions against one or two weight vectors) runs unrolled, as LLVM unrolls it; fewer
     # channels, a 3x3 convolution (whose innermost loop is its window's row) and SSE's tiles of
-    # 4-lane vectors (x86-64-v2) keep GCC's default
+    # 4-lane vectors (x86-64-v2) keep GCC's default.  GCC's code for the tile (an assembly block's
+    # loop is not unrolled: tests/backends/test_register_tile.py)
     from uopviz.backends.c import UNROLL_LOOPS_PRAGMA
+
+    _compiler_code_only(monkeypatch)
 
     program, conv, out, expected = _compiled_convolution(
         target, channels_in, channels_out, size, window, seed=channels_in + size

@@ -11,9 +11,15 @@ import pytest
 from cpu_targets import target_params
 
 import uopviz as uv
+from uopviz.backends import get
 from uopviz.backends.aligned import CACHE_LINE
 from uopviz.backends.target import resolve_target, using_target
-from uopviz.passes.optops.heuristic import FIVE_ROWS, _broadcast_columns, _pads_to_broadcast_columns
+from uopviz.passes.optops.heuristic import (
+    FIVE_ROWS,
+    REGISTER_TILE_SPARE_REGISTERS,
+    _broadcast_columns,
+    _pads_to_broadcast_columns,
+)
 from uopviz.passes.optops.staging import HOISTED_MIN_ROWS
 
 RNG = np.random.default_rng(25)
@@ -207,7 +213,10 @@ def test_a_conv_tile_fills_half_the_registers_and_gives_numpys_values(
     # the columns' axis, not the channels' (a row as wide as the tile has no loop left)
     assert out_width == columns or out_width // columns in globals_, kernel.name
     accumulators = tile[0] * tile[1] // lanes
-    assert half // 2 < accumulators <= half, kernel.name
+    with using_target(target):  # a tile the renderer writes as an assembly block: all but 2 registers
+        planned = get(backend).writes_register_tiles and tile[0] < lanes
+    most = profile.vector_registers - REGISTER_TILE_SPARE_REGISTERS if planned else half
+    assert half // 2 < accumulators <= most, kernel.name
     if profile.vector_registers <= 16:  # the filter row stays a loop: a multiply-add per product
         assert all(kind is not uv.AxisType.UNROLL for _, kind in kernel.axes), kernel.name
 

@@ -189,22 +189,33 @@ graph G( x ) -> ( y )
 
 
 @pytest.mark.parametrize("target", target_params("x86-64-v3"))
-@pytest.mark.parametrize("channels, size, moves", [(128, 28, True), (64, 56, True), (256, 14, False)])
-def test_a_wide_tiles_per_channel_vectors_are_loaded_after_its_reduction(target, channels, size, moves) -> None:
+@pytest.mark.parametrize(
+    "channels, size, moves, blocks",
+    [(128, 28, True, True), (64, 56, True, True), (256, 14, True, True), (256, 14, False, False)],
+)
+def test_a_wide_tiles_per_channel_vectors_are_loaded_after_its_reduction(
+    monkeypatch, target, channels, size, moves, blocks
+) -> None:
     # a 4 positions x 16 channels tile (8 accumulators, 2 weight vectors, 4 broadcasts: 14 of AVX2's
     # 16 registers) over a 3x3 window: its batch norm's scale and shift vectors, which depend only on
-    # the channel tile, are loaded in the tile's loop after the reduction, not held across it; a
-    # 7 x 8 tile keeps them before its loops (moved, GCC's allocation measured up to 1.4x slower)
+    # the channel tile, are loaded in the tile's loop after the reduction, not held across it; so
+    # are a 7 x 16 tile's (an assembly block's 14 accumulators); GCC's 7 x 8 tile (no blocks) keeps
+    # them before its loops (moved, GCC's allocation measured up to 1.4x slower)
     import numpy as np
 
+    from uopviz.backends.c import CBackend, CRenderer
     from uopviz.backends.linear_program import open_scopes
+
+    if not blocks:
+        monkeypatch.setattr(CRenderer, "register_tile_lanes", lambda self: None)
+        monkeypatch.setattr(CBackend, "writes_register_tiles", False)
 
     graph, x, expected = _conv_batch_norm(channels, size, np.random.default_rng(channels + size))
     with using_target(target):  # AVX2's 16 registers: 4 x 16 and 7 x 8 tiles
         program = graph.compile("c", opts="heuristic", progress=False)
         out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
     (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
-    assert ("_u4_u16" in conv.kernel.name) == moves, conv.kernel.name
+    assert conv.kernel.name.endswith("_u4_u16" if size > 14 else "_u7_u16" if blocks else "_u7_u8"), conv.kernel.name
     linear = conv.body.src[0] if conv.body.op is not Ops.LINEAR else conv.body
     instructions = linear.src
     scopes = open_scopes(instructions)

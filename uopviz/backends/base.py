@@ -443,6 +443,10 @@ class Backend(abc.ABC):
     #: lane): the Optimize stage then gates the loads of padded vector lanes instead of clamping
     #: each lane (``uopviz.passes.optops.axes.settle_pad_clamps``)
     loads_gated_vectors_whole: bool = False
+    #: True when the renderer writes a register tile's step as one assembly block whose registers it
+    #: plans (:mod:`uopviz.backends.register_tile`): the heuristic's tiles of broadcast columns then
+    #: take all but two vector registers as accumulators (GCC and LLVM spill such tiles themselves)
+    writes_register_tiles: bool = False
     #: rules of the backend's own, by the name of the pipeline stage that runs them (``"Linearize"``,
     #: ``"Instruction Selection"``, any stage from Optimize on): the stage rewrites each kernel with
     #: them before its own rules, as a traced pass named after the backend (``cuda rules``); a

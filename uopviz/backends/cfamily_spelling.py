@@ -61,6 +61,7 @@ class CRendering(Protocol):
     helpers: dict[str, str]  # the helper functions used, each defined once
     top_lines: list[str]  # declarations hoisted to the top of the function
     vector_masks: dict[UOp, str]  # vector comparisons: the 0/-1 mask variable of each
+    register_tiles: dict  # loops written as assembly blocks, by RANGE (uopviz.backends.register_tile)
 
     def fresh(self, prefix: str) -> str:
         """A new name starting with ``prefix``."""
@@ -186,6 +187,11 @@ class CSpelling:
 
     def register_pin(self, name: str) -> str | None:
         """A statement that keeps vector variable ``name`` in a register (None: the dialect has none)."""
+        return None
+
+    def register_tile_lanes(self) -> int | None:
+        """The float32 lanes of the register tiles this dialect writes as assembly blocks
+        (:mod:`uopviz.backends.register_tile`), None where it writes none."""
         return None
 
     def lane_target(self, expression: str, index: int, dtype: DType) -> str:

@@ -24,6 +24,7 @@ from uopviz.backends.linear_program import (
     vector_prefetch_distance,
 )
 from uopviz.backends.linear_walk import LinearWalk, Scope
+from uopviz.backends.register_tile import RegisterTile, find_register_tiles
 from uopviz.core.affine import (
     constant_chunk_width,
     contiguous_start,
@@ -147,12 +148,45 @@ class CFamilyRenderState(LinearWalk):
         self.column_lanes = {gep for gep, only in column_uses.items() if only}
         params = self.collect_params()
         self.plan_registers()
+        self.plan_register_tiles()
         meta_sizes = self.launch_sizes()
         self.declare_registers(None)  # the function's own registers come first
         self.walk(params)
         meta = KernelMeta(str(self.linear.arg), tuple(p for p, _ in params), *meta_sizes)
         signature = self.r.kernel_signature(meta.name, params)
         return self.r.assemble(self, signature, self.lines, meta)
+
+    def plan_register_tiles(self) -> None:
+        """The loops written as assembly blocks, where the dialect writes them: those whose
+        accumulators are vector variables of the tile's lanes (an asm operand is a variable) and
+        whose loads read arrays (a pointer into each is an operand)."""
+        lanes = self.r.register_tile_lanes()
+        if lanes is None:
+            return
+        tiles = find_register_tiles(self.program, lanes)
+        self.use_register_tiles({
+            loop: tile for loop, tile in tiles.items()
+            if all(self.register_widths.get(underlying_buffer(a.src[0])) == lanes for a in tile.accumulators)
+            and not any(underlying_buffer(buffer) in self.register_widths for buffer, _ in tile.bases)
+        })
+
+    def render_tile_member(self, u: UOp) -> None:
+        """A broadcast input's prefetch, as its LOAD would have had (:meth:`prefetch_line`)."""
+        if u.op is Ops.LOAD and u.dtype.count == 1:
+            self.prefetch_line(u, self.address_of(u))
+
+    def render_register_tile(self, tile: RegisterTile) -> None:
+        """The step as GCC extended ``asm`` statements (:meth:`RegisterTile.statements`): the
+        accumulators in-out, each base a pointer, the block's own registers clobbered."""
+        bases = [f'"r"({self.ref(buffer)} + {self.ref(base)})' for buffer, base in tile.bases]
+        # "memory": the block reads buffers that stores earlier in the kernel may have written
+        clobbers = [f'"xmm{n}"' for n in tile.scratch_registers()] + ['"memory"']
+        for accumulators, lines in tile.statements(lambda n: f"%{n}", lambda n: f"%%ymm{n}"):
+            outputs = [f'"+x"({self.addresses[a].variable})' for a in accumulators]
+            self.emit("__asm__(" + "".join(f'"{line}\\n\\t"' for line in lines))
+            self.emit(f"  : {', '.join(outputs)}")
+            self.emit(f"  : {', '.join(bases)}")
+            self.emit(f"  : {', '.join(clobbers)});")
 
     def plan_registers(self) -> None:
         """Each REG buffer is declared at the start of the innermost loop holding all its uses, so

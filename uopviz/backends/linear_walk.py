@@ -25,6 +25,7 @@ from uopviz.backends.base import (
     map_lines,
 )
 from uopviz.backends.linear_program import line_prefetch_stride, live_uops, underlying_buffer
+from uopviz.backends.register_tile import RegisterTile
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.uop import UOp
 
@@ -120,6 +121,16 @@ class LinearWalk:
         self.broadcast_only = broadcast_only_loads(self.program)
         #: (buffer, loop) pairs whose scalar stream is prefetched already (:meth:`line_to_prefetch`)
         self.prefetched_lines: set[tuple[UOp, UOp]] = set()
+        #: loops written as one assembly block each (:meth:`use_register_tiles`), by RANGE
+        self.register_tiles: dict[UOp, RegisterTile] = {}
+        self.tile_members: frozenset[UOp] = frozenset()
+
+    def use_register_tiles(self, tiles: dict[UOp, RegisterTile]) -> None:
+        """Write each of ``tiles`` (:mod:`uopviz.backends.register_tile`) as one assembly block at its
+        loop's end (``render_register_tile``), its member uops not one by one (``render_tile_member``:
+        what a renderer still writes for one, such as a prefetch)."""
+        self.register_tiles = tiles
+        self.tile_members = frozenset().union(*(tile.members for tile in tiles.values()))
 
     # -- names and scopes ---------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -200,7 +211,11 @@ class LinearWalk:
             )
 
     def render_uop(self, u: UOp) -> None:
-        """Render one uop through the method :data:`RENDER_METHODS` names for its op."""
+        """Render one uop through the method :data:`RENDER_METHODS` names for its op (a register
+        tile's member through ``render_tile_member``)."""
+        if u in self.tile_members:
+            self.render_tile_member(u)
+            return
         name = RENDER_METHODS.get(u.op) or ("render_alu" if u.op in GroupOp.ELEMENTWISE else None)
         method = getattr(self, name, None) if name is not None else None
         if method is None:
@@ -237,6 +252,8 @@ class LinearWalk:
                 f"END closes range {target.arg[0]} but the innermost open block is "
                 f"{'the function' if innermost is None else innermost.op.name}",
             )
+        if target in self.register_tiles:
+            self.render_register_tile(self.register_tiles[target])
         self.render_end(u, self.scopes.pop())
 
     def walk_endif(self, u: UOp) -> None:
@@ -250,6 +267,14 @@ class LinearWalk:
 
     def render_nothing(self, u: UOp) -> None:
         """A uop that writes no code."""
+
+    def render_tile_member(self, u: UOp) -> None:
+        """A uop of a register tile's step, which its assembly block computes (nothing here)."""
+
+    def render_register_tile(self, tile: RegisterTile) -> None:
+        """A register tile's step as one assembly block (renderers that :meth:`use_register_tiles`
+        define it)."""
+        raise RenderError(f"{self.dialect}: this renderer writes no register tiles")
 
     render_const = render_nothing  # constants are written inline where they are used
 

@@ -175,6 +175,15 @@ def _split_constant(lane: UOp) -> tuple[Any, int]:
     return ("uop", rest), constant
 
 
+def constant_difference(first: UOp, second: UOp) -> int | None:
+    """``second - first`` where the two index expressions differ only by an added constant (``x*7``,
+    ``x*7 + 3`` fused into a MULACC, ``x*7 + 5``), else None."""
+    first_key, first_constant = _split_constant(first)
+    second_key, second_constant = _split_constant(second)
+    same = first_key is None and second_key is None or _same_key(first_key, second_key)
+    return second_constant - first_constant if same else None
+
+
 def _same_key(first: Any, second: Any) -> bool:
     """Keys of ``_split_constant`` compared by identity (``==`` on UOps builds a CMP_EQ)."""
     return (

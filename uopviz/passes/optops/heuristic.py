@@ -31,7 +31,8 @@ from besides the kernel itself):
   on v2; on 16 registers a 1x1 conv's two registers of positions take 5 rows where 5 divides the
   channels: :data:`FIVE_ROWS`); output columns narrower than a register (a conv's 7, 14 or 28:
   each column's input broadcast to the channels' vectors) fill half the registers instead (7
-  columns × 32 channels, 14 of 32 zmm; 4 × 16 on v3; on v3 a row of 55 or 27 columns, or a 1x1
+  columns × 32 channels, 14 of 32 zmm; 4 × 16 on v3, 7 × 16 where the backend writes the tile's
+  step as an assembly block, :data:`REGISTER_TILE_SPARE_REGISTERS`; on v3 a row of 55 or 27 columns, or a 1x1
   conv's 3025 positions, padded to 4-column tiles where its divisors fill the accumulators less:
   :func:`_pads_to_broadcast_columns`; a row of prime width padded to 4-column tiles, or to
   5 × 16 where that pads less: 13 to 15, :data:`PADDED_COLUMNS_WIDE`; a 1x1 conv of 32 input
@@ -418,6 +419,7 @@ def _cpu_register_tile(
     ``second_position`` its position (an axis :func:`_stacked_rows` leaves alone)."""
     backend = kernel.backend_object
     accumulators = backend.vector_registers // 2
+    planned = backend.writes_register_tiles and _planned_tile(kernel, second_position)
     factors = [f for f in (2 * lanes, lanes, 8, 4) if f <= max(backend.vector_widths or (1,)) * 2]
     size = range_size(first)
     # on 16 vector registers a conv's columns are broadcast to the channels' vectors even where
@@ -478,8 +480,12 @@ def _cpu_register_tile(
         # a row narrower than a register (a conv's 7 columns): the rows become the vectors' lanes
         # (_power_of_two_lanes_inside), so the accumulators are width * rows / lanes registers.
         # AVX-512, one core, 128 channels 28x28: 4 columns x 32 channels (8 accumulators) 118
-        # GFLOP/s, 7 x 32 (14) 146, ONNX Runtime 172; 7 x 64 and 14 x 32 (28) spill: 107-138
-        most = accumulators * lanes // width
+        # GFLOP/s, 7 x 32 (14) 146, ONNX Runtime 172; 7 x 64 and 14 x 32 (28) spill: 107-138.
+        # Where the renderer plans the tile's registers (a weight vector and the broadcast beside
+        # the accumulators: REGISTER_TILE_SPARE_REGISTERS), 7 columns take 16 channels on AVX2
+        # (:func:`_planned_tile`)
+        registers = backend.vector_registers - REGISTER_TILE_SPARE_REGISTERS if planned else accumulators
+        most = registers * lanes // width
     else:
         registers_per_row = max(1, width // lanes)
         most = max(1, min(accumulators // registers_per_row, HEURISTIC_TILE_LANES // width))
@@ -487,6 +493,11 @@ def _cpu_register_tile(
     if not slides and width == 2 * lanes and backend.vector_registers <= 16 and most == 4:
         rows = [FIVE_ROWS, *rows]  # tried first: a channel count that 5 divides takes it
     return kernel, rows
+
+
+#: vector registers a register tile written as an assembly block keeps beside its accumulators
+#: (``uopviz.backends.register_tile``): one weight vector and the broadcast
+REGISTER_TILE_SPARE_REGISTERS = 2
 
 
 #: rows of a register tile of two registers of positions without a filter's taps (a 1x1 conv's
@@ -709,6 +720,23 @@ def _reduction_terms(kernel: Kernel) -> int:
     kernel that fuses a residual's convolution into another's has two)."""
     reductions = [u for u in kernel.ast.toposort() if u.op is Ops.REDUCE]
     return sum(math.prod(range_size(r) for r in u.src[1:] if r.op is Ops.RANGE) for u in reductions)
+
+
+def _planned_tile(kernel: Kernel, second_position: int | None) -> bool:
+    """Whether the renderer will write this conv's register tile as an assembly block (its step:
+    broadcast inputs times one row of weights, ``uopviz.backends.register_tile``): one reduction (two,
+    a residual's conv fused into another's, keep the first's accumulators through the second's
+    loop), of float32 read from float32 memory (float16 inputs summed in float32 are not), and only
+    the weights vary over the channels (a grouped conv's input does too: its weights were gathered,
+    0.58 -> 0.79 ms as 7 x 16 at 128 channels in 2 groups, 14x14)."""
+    uops = kernel.ast.toposort()
+    reductions = [u for u in uops if u.op is Ops.REDUCE]
+    if second_position is None or len(reductions) != 1 or reductions[0].dtype.scalar is not dtypes.float32:
+        return False
+    if any(u.dtype.scalar is not dtypes.float32 for u in uops if u.op is Ops.LOAD):
+        return False
+    channels = kernel.ranges[second_position]
+    return sum(depends_on(load.src[0], channels) for load in _reduction_operands(kernel)) == 1
 
 
 def _reduction_operands(kernel: Kernel) -> dict[UOp, int]:
