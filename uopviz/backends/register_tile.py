@@ -63,7 +63,6 @@ class TileProduct:
 class RegisterTile:
     """A loop whose body is one register tile step (see the module docstring)."""
 
-    loop: UOp  # the RANGE
     products: tuple[TileProduct, ...]
     #: each base address: (buffer, the index it adds to the buffer)
     bases: tuple[tuple[UOp, UOp], ...]
@@ -71,8 +70,6 @@ class RegisterTile:
     addresses: dict[UOp, tuple[int, int]]
     #: the uops the statement computes: not rendered one by one
     members: frozenset[UOp]
-    #: float32 lanes of the step's vectors
-    lanes: int
 
     @property
     def accumulators(self) -> tuple[UOp, ...]:
@@ -183,7 +180,7 @@ def find_register_tiles(program: Sequence[UOp], lanes: int) -> dict[UOp, Registe
             loop, start = opened.pop()
             body = program[start + 1 : position]
             if not any(b.op in (Ops.RANGE, Ops.END) for b in body):
-                tile = _tile_of(loop, body, uses, lanes)
+                tile = _tile_of(body, uses, lanes)
                 if tile is not None:
                     tiles[loop] = tile
     # a kernel of two tiles (a residual's conv fused into another's) keeps the first's accumulators
@@ -192,7 +189,7 @@ def find_register_tiles(program: Sequence[UOp], lanes: int) -> dict[UOp, Registe
     return tiles if len(tiles) == 1 else {}
 
 
-def _tile_of(loop: UOp, body: Sequence[UOp], uses: dict[UOp, list[UOp]], lanes: int) -> RegisterTile | None:
+def _tile_of(body: Sequence[UOp], uses: dict[UOp, list[UOp]], lanes: int) -> RegisterTile | None:
     """The register tile step ``body`` is, or None when it is anything else."""
     vector_type = dtypes.float32.vec(lanes)
     in_body = set(body)
@@ -214,7 +211,7 @@ def _tile_of(loop: UOp, body: Sequence[UOp], uses: dict[UOp, list[UOp]], lanes: 
     if addressed is None:
         return None
     bases, addresses = addressed
-    tile = RegisterTile(loop, tuple(products), bases, addresses, frozenset(members), lanes)
+    tile = RegisterTile(tuple(products), bases, addresses, frozenset(members))
     # the compiler's own code where it keeps the tile in registers (half of them accumulators: a
     # depthwise conv's row, a 7 x 8 tile, measured 1.0-1.1x slower as blocks); a statement takes
     # at least one column (GCC counts an in-out operand twice)
