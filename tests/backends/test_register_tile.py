@@ -17,16 +17,27 @@ from uopviz.backends.register_tile import find_register_tiles, register_tiles_su
 from uopviz.backends.target import resolve_target, using_target
 
 needs_c = pytest.mark.skipif(not get("c").available(), reason="no C compiler on this machine")
+needs_llvm = pytest.mark.skipif(not get("llvm").available(), reason="llvmlite is not installed")
 
 
-def _run(graph, x: np.ndarray, target: str):
-    """The graph (:func:`_convolution`: padding keeps the size) compiled for C under ``target`` with
-    the heuristic: its conv kernel's item, and the output."""
+def _run(graph, x: np.ndarray, target: str, backend: str = "c"):
+    """The graph (:func:`_convolution`: padding keeps the size) compiled for ``backend`` under
+    ``target`` with the heuristic: its conv kernel's item, and the output."""
     with using_target(target):
-        program = graph.compile("c", opts="heuristic", progress=False)
-        out = graph.run({"x": x}, backend="c", opts="heuristic")["y"]
+        program = graph.compile(backend, opts="heuristic", progress=False)
+        out = graph.run({"x": x}, backend=backend, opts="heuristic")["y"]
     (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
     return conv, out
+
+
+def _conv_linear(backend: str, channels_in: int, channels_out: int, window: int, size: int, seed: int):
+    """The LINEAR program of :func:`_convolution`'s conv kernel as ``backend`` gets it under
+    x86-64-v3 with the heuristic."""
+    graph, _, _ = _convolution(channels_in, channels_out, size, window, seed)
+    with using_target("x86-64-v3"):
+        program = graph.compile(backend, opts="heuristic", progress=False, build=False)
+        (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
+        return conv.kernel.linear(get(backend))
 
 
 def _blocks_off(monkeypatch) -> None:
@@ -134,14 +145,10 @@ def test_which_targets_get_blocks() -> None:
 def test_the_step_of_a_tile_is_found_and_its_block_planned() -> None:
     # the 3x3 conv's innermost loop (one window row's tap): 7 broadcast columns x 2 weight vectors
     # into 14 accumulators; one weight vector kept (16 registers: 14 + it + the broadcast), the other
-    # read by each multiply-add from memory; the inputs one pointer, the weights another
-    from uopviz.backends.c import CBackend
-
-    graph, _, _ = _convolution(32, 64, 14, 3, seed=1)
-    with using_target("x86-64-v3"):
-        program = graph.compile("c", opts="heuristic", progress=False, build=False)
-        (conv,) = [item for item in program.items if item.kernel.name.startswith("r_")]
-        linear = conv.kernel.linear(CBackend())
+    # read by each multiply-add from memory; the inputs one pointer, the weights another.  Its loop
+    # is inside the taps' and the channels' loops: no tile where only one reduced axis is allowed
+    linear = _conv_linear("c", 32, 64, window=3, size=14, seed=1)
+    assert find_register_tiles(linear.src, lanes=8, over_windows=False) == {}
     (tile,) = find_register_tiles(linear.src, lanes=8).values()
     assert (len(tile.accumulators), len(tile.broadcasts), len(tile.vectors), len(tile.bases)) == (14, 7, 2, 2)
     assert tile.plan() == tile.vectors[:1] and tile.scratch_registers() == (15, 14)
@@ -176,3 +183,52 @@ def test_loops_that_are_not_tile_steps_are_left_alone(case) -> None:
     else:
         linear = (elementwise(64) if case == "elementwise" else reduction(8, 32)).linear
     assert find_register_tiles(linear.src, lanes=8) == {}
+
+
+@needs_llvm
+@pytest.mark.parametrize("target", target_params("x86-64-v3"))
+@pytest.mark.parametrize(
+    "channels_in, channels_out, size, window, tile, blocks",
+    [
+        (40, 48, 7, 1, "_u7_u16", True),  # a 1x1 conv: one reduced axis, a block
+        (160, 96, 7, 1, "_u7_u16", True),
+        # a 3x3 conv: LLVM's own code for 7 x 8 (llvm_renderer.REGISTER_TILES_OVER_WINDOWS)
+        (32, 64, 14, 3, "_u7_u8", False),
+    ],
+)
+def test_llvm_writes_blocks_for_tiles_reducing_over_one_axis(
+    monkeypatch, target, channels_in, channels_out, size, window, tile, blocks
+) -> None:
+    from uopviz.backends.llvm_renderer import LLVMRenderState
+
+    seed = size + window + channels_in
+    graph, x, expected = _convolution(channels_in, channels_out, size, window, seed)
+    conv, out = _run(graph, x, target, "llvm")
+    assert conv.kernel.name.endswith(tile), conv.kernel.name
+    assert ("vfmadd231ps" in conv.source) == blocks and ("~{memory}" in conv.source) == blocks
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    if blocks:
+        # 16 channels are two registers a vector: each accumulator is split into its halves for
+        # the block and joined after; LLVM's own code for the same tile computes the same bits
+        assert "shufflevector <16 x float>" in conv.source and " x i32> <i32 8, " in conv.source
+        monkeypatch.setattr(LLVMRenderState, "plan_register_tiles", lambda self: None)
+        graph, _, _ = _convolution(channels_in, channels_out, size, window, seed)
+        plain_conv, plain_out = _run(graph, x, target, "llvm")
+        assert plain_conv.kernel.name == conv.kernel.name and "vfmadd231ps" not in plain_conv.source
+        np.testing.assert_array_equal(out, plain_out)
+
+
+def test_vectors_of_two_registers_are_two_parts_each() -> None:
+    # LLVM's vectors of 16 float32 lanes (a 1x1 conv's 16 channels) on 8-lane registers: each
+    # multiply-add is two products; the weights' second half is the next 8-channel block of the
+    # blocked layout, apart from the first (a part's own address)
+    linear = _conv_linear("llvm", 48, 32, window=1, size=7, seed=2)
+    (tile,) = find_register_tiles(linear.src, lanes=8, over_windows=False).values()
+    assert len(tile.accumulators) == 14 and {a.part for a in tile.accumulators} == {0, 1}
+    assert {a.uop.dtype.count for a in tile.accumulators} == {16} and len(tile.broadcasts) == 7
+    first, second = tile.vectors
+    assert first.uop is second.uop and (first.part, second.part) == (0, 1)
+    (base, first_offset), (second_base, second_offset) = tile.addresses[first], tile.addresses[second]
+    assert base == second_base and second_offset - first_offset == 48 * 8  # 48 channels in x 8 out
+    assert len(tile.products) == 14 and all(p.accumulator.part == p.vector.part for p in tile.products)
+

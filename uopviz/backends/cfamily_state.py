@@ -166,7 +166,8 @@ class CFamilyRenderState(LinearWalk):
         tiles = find_register_tiles(self.program, lanes)
         self.use_register_tiles({
             loop: tile for loop, tile in tiles.items()
-            if all(self.register_widths.get(underlying_buffer(a.src[0])) == lanes for a in tile.accumulators)
+            if all(self.register_widths.get(underlying_buffer(part.uop.src[0])) == lanes
+                   for part in tile.accumulators)
             and not any(underlying_buffer(buffer) in self.register_widths for buffer, _ in tile.bases)
         })
 
@@ -182,7 +183,7 @@ class CFamilyRenderState(LinearWalk):
         # "memory": the block reads buffers that stores earlier in the kernel may have written
         clobbers = [f'"xmm{n}"' for n in tile.scratch_registers()] + ['"memory"']
         for accumulators, lines in tile.statements(lambda n: f"%{n}", lambda n: f"%%ymm{n}"):
-            outputs = [f'"+x"({self.addresses[a].variable})' for a in accumulators]
+            outputs = [f'"+x"({self.addresses[a.uop].variable})' for a in accumulators]
             self.emit("__asm__(" + "".join(f'"{line}\\n\\t"' for line in lines))
             self.emit(f"  : {', '.join(outputs)}")
             self.emit(f"  : {', '.join(bases)}")

@@ -36,8 +36,9 @@ from uopviz.backends.base import (
 )
 from uopviz.backends.cache import cache_dir, content_key
 from uopviz.backends.cpu_runtime import CPULaunch
-from uopviz.backends.llvm_renderer import LLVMRenderer
+from uopviz.backends.llvm_renderer import REGISTER_TILES_OVER_WINDOWS, LLVMRenderer
 from uopviz.backends.llvm_types import float_literal
+from uopviz.backends.register_tile import register_tiles_supported
 from uopviz.backends.target import CPUTarget
 from uopviz.backends.toolchain import configure_openmp_runtime
 from uopviz.core.uop import UOp
@@ -128,6 +129,8 @@ def _llvm() -> Any:
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # the assembly blocks of register tiles (uopviz.backends.register_tile) are parsed when compiled
+    llvm.initialize_native_asmparser()
     return llvm
 
 
@@ -249,6 +252,15 @@ class LLVMBackend(TargetsCPU, Backend):
         ``vmaskmovps``); elsewhere LLVM reads it lane by lane behind a branch per lane (SSE4.2:
         Inception-v1's padded 7x7 convs 1.3-1.8x their clamped time)."""
         return "avx" in self.target.features
+
+    #: 1x1 convs' tiles only (``llvm_renderer.REGISTER_TILES_OVER_WINDOWS``: measured there)
+    register_tiles_over_windows = REGISTER_TILES_OVER_WINDOWS
+
+    @property
+    def writes_register_tiles(self) -> bool:  # type: ignore[override]
+        """True on x86-64 targets with FMA and 32-byte registers, as for C
+        (``LLVMRenderState.plan_register_tiles``)."""
+        return register_tiles_supported(self.target)
 
     def __init__(self) -> None:
         self._compiled: dict[str, LLVMCompiledKernel] = {}

@@ -53,6 +53,7 @@ from uopviz.backends.llvm_types import (
     splat,
     value_type,
 )
+from uopviz.backends.register_tile import RegisterTile, find_register_tiles, register_tiles_supported
 from uopviz.backends.target import cpu_target
 from uopviz.core.affine import (
     contiguous_start,
@@ -67,6 +68,16 @@ from uopviz.core.uop import UOp
 #: vector multiply-adds a reduction loop's body may hold, its inner loops unrolled, when LLVM
 #: unrolls the loop whole: measured on 3x3 convs' taps (below), 126 ran faster unrolled, 144 slower
 FULL_UNROLL_FMA_BUDGET = 128
+#: whether a conv's register tile whose loop sits inside a window's tap loops is written as inline
+#: assembly too (:mod:`uopviz.backends.register_tile`): not on LLVM, which unrolls the taps around the
+#: block and whose own code for the 7 x 8 tile these convs get otherwise was as fast.  AVX2 (AMD
+#: EPYC), ResNet-50's 3x3 conv of 256 channels at 14x14 alone, one core, aligned arrays, both in one
+#: process: 2.95 ms LLVM's 7 x 8, 2.91 as a 7 x 16 block (C: 3.16 GCC's 7 x 8, 2.96 the block); in
+#: the models (two cores, min of 15) Inception-v1's 3x3 and 5x5 convs of 16-192 channels were
+#: 1.03-1.20x slower as blocks, ResNet-50's and VGG-16's of 256-512 channels 0.90-1.08x.  Tiles
+#: reducing over one axis (1x1 convs) are blocks: ResNet-50's 0.84-0.94x, MobileNet-v2's 0.90-0.98x,
+#: Inception-v1's 0.80-0.94x (a few of its smallest 1.1x)
+REGISTER_TILES_OVER_WINDOWS = False
 #: the most iterations of a loop LLVM unrolls whole (loops of more are no candidates and get no
 #: metadata, which keeps the IR readable)
 FULL_UNROLL_MAX_TRIP = 16
@@ -253,6 +264,7 @@ class LLVMRenderState(LinearWalk):
             self.memory_operand_broadcasts = {load for load in self.broadcast_only
                                               if self.use_counts[load] > 1 and load not in other_lanes}
         self.kept_rolled = loops_kept_rolled(self.program)
+        self.plan_register_tiles()
         self.loop_metadata: list[str] = []  # one loop ID per loop kept rolled
         params = self.collect_params()
         self.thread_range = parallel_range(self.program) if self.r.parallel else None
@@ -321,6 +333,90 @@ class LLVMRenderState(LinearWalk):
             *self.loop_metadata,
         ]
         return "\n".join(out)
+
+    # -- register tiles -----------------------------------------------------------------------
+    def plan_register_tiles(self) -> None:
+        """The loops written as inline assembly (:mod:`uopviz.backends.register_tile`), on targets
+        that get them: those whose accumulators are whole vectors of a register buffer, and whose
+        nest reduces over one axis (:data:`REGISTER_TILES_OVER_WINDOWS`)."""
+        target = cpu_target()
+        if not register_tiles_supported(target):
+            return
+        lanes = target.vector_bytes // dtypes.float32.itemsize
+        tiles = find_register_tiles(self.program, lanes, over_windows=REGISTER_TILES_OVER_WINDOWS)
+        self.use_register_tiles({
+            loop: tile for loop, tile in tiles.items()
+            if all(contiguous_start(a.uop.src[1]) is not None or a.uop.src[1].dtype.count == 1
+                   for a in tile.accumulators)
+        })
+
+    def render_tile_member(self, u: UOp) -> None:
+        """A broadcast input's prefetch, as its LOAD would have had (:meth:`render_load`)."""
+        if u.op is Ops.LOAD and u.dtype.count == 1:
+            stride = self.line_to_prefetch(u)
+            if stride is not None:
+                pointer = self.address_of(u).pointer
+                self.prefetch_ahead(pointer, memory_scalar_type(u.dtype), PREFETCH_ITERATIONS * stride)
+
+    def render_register_tile(self, tile: RegisterTile) -> None:
+        """The step as LLVM inline ``asm`` calls (:meth:`RegisterTile.statements`): each returns its
+        accumulators' registers, which it takes tied (``0``, ``1``, ...) from their register buffer
+        (a vector of two registers split in its two halves, joined again after), reads through one
+        pointer per base (``r``) and clobbers the block's own registers and memory (it reads buffers
+        that stores earlier in the kernel may have written)."""
+        part_type = value_type(dtypes.float32.vec(tile.lanes))
+        bases = [self.tile_base(buffer, element) for buffer, element in tile.bases]
+        clobbers = [f"~{{xmm{n}}}" for n in tile.scratch_registers()]
+        clobbers += ["~{memory}", "~{dirflag}", "~{fpsr}", "~{flags}"]
+        for accumulators, lines in tile.statements(lambda n: f"${n}", lambda n: f"%ymm{n}"):
+            parts = {a.uop: self.register_parts(a.uop, tile.lanes) for a in accumulators}
+            count = len(accumulators)
+            tied = [str(n) for n in range(count)]
+            constraints = ",".join(["=x"] * count + ["r"] * len(bases) + tied + clobbers)
+            result_type = "{ " + ", ".join([part_type] * count) + " }" if count > 1 else part_type
+            arguments = [f"ptr {b}" for b in bases]
+            arguments += [f"{part_type} {parts[a.uop][a.part]}" for a in accumulators]
+            text = "\\0A\\09".join(lines)
+            call = f'call {result_type} asm "{text}", "{constraints}"({", ".join(arguments)})'
+            result = self.temp("tile", call)
+            for number, a in enumerate(accumulators):
+                parts[a.uop][a.part] = result if count == 1 else self.temp(
+                    "acc", f"extractvalue {result_type} {result}, {number}")
+            for index, values in parts.items():
+                whole, pointer = self.joined(values, tile.lanes), self.addresses[index].pointer
+                self.emit(f"store {value_type(index.dtype)} {whole}, ptr {pointer}, align 4")
+
+    def tile_base(self, buffer: UOp, element: UOp) -> str:
+        """The pointer to ``element`` of ``buffer``: a base a register tile's block reads through."""
+        source = underlying_buffer(buffer)
+        scalar = memory_scalar_type(source.arg.dtype)
+        return self.temp("base", f"getelementptr {scalar}, ptr {self.ref(source)}, i64 {self.ref(element)}")
+
+    def register_parts(self, index: UOp, lanes: int) -> list[str]:
+        """The vector at ``index`` (an accumulator of a register buffer) loaded, as its parts of
+        ``lanes`` lanes each (one register's)."""
+        whole_type = value_type(index.dtype)
+        whole = self.temp("acc", f"load {whole_type}, ptr {self.addresses[index].pointer}, align 4")
+        if index.dtype.count == lanes:
+            return [whole]
+        parts = []
+        for part in range(index.dtype.count // lanes):
+            picks = ", ".join(f"i32 {lane}" for lane in range(part * lanes, (part + 1) * lanes))
+            parts.append(self.temp("part", f"shufflevector {whole_type} {whole}, {whole_type} poison, "
+                                           f"<{lanes} x i32> <{picks}>"))
+        return parts
+
+    def joined(self, values: list[str], lanes: int) -> str:
+        """Float32 vectors of ``lanes`` lanes each (a power of two of them) joined into one, the
+        first's lanes first."""
+        while len(values) > 1:
+            vector = value_type(dtypes.float32.vec(lanes))
+            picks = ", ".join(f"i32 {lane}" for lane in range(2 * lanes))
+            values = [self.temp("joined", f"shufflevector {vector} {first}, {vector} {second}, "
+                                          f"<{2 * lanes} x i32> <{picks}>")
+                      for first, second in zip(values[::2], values[1::2], strict=True)]
+            lanes *= 2
+        return values[0]
 
     # -- per op (the methods linear_walk.RENDER_METHODS names) ----------------------------------
     def render_buffer(self, u: UOp) -> None:

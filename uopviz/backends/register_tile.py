@@ -23,10 +23,13 @@ step reaches 87% as 7 x 16 (docs/design/cpu-conv-layout.md, section 20):
 The multiply-adds are the same fused operations in the same order, so the results are
 bit-identical to the compiler's code for the same tile.  :func:`find_register_tiles` decides which
 loops are such steps from the LINEAR program alone, and leaves to the compiler the tiles it keeps in
-registers itself (at most half of them accumulators) and kernels of two tiles; the C renderer
-spells the statements (``CFamilyRenderState.render_register_tile``).  Only x86-64 targets with FMA
+registers itself (at most half of them accumulators) and kernels of two tiles.  The C renderer
+spells the statements as GCC extended ``asm`` (``CFamilyRenderState.render_register_tile``), the
+LLVM renderer as inline ``asm`` calls (``LLVMRenderState.render_register_tile``), there only for
+tiles reducing over one axis (1x1 convs: ``llvm_renderer.REGISTER_TILES_OVER_WINDOWS``); LLVM's
+vectors of 16 lanes are two registers each, a :class:`Part` apiece.  Only x86-64 targets with FMA
 and 32-byte registers get blocks (``x86-64-v3``, ``native`` on such a CPU): AVX-512 has not been
-measured on a host of its own.  LLVM writes its own code for these tiles (not yet blocks).
+measured on a host of its own.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from uopviz.backends.linear_program import underlying_buffer
 from uopviz.backends.target import CPUTarget
 from uopviz.core.affine import constant_difference, contiguous_start
 from uopviz.core.dtype import dtypes
-from uopviz.core.ops import Ops
+from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
 
 #: the vector registers the statement's register operands may take ("x": xmm/ymm 0-15 on AVX2)
@@ -50,13 +53,29 @@ ASM_MAX_OPERANDS = 30
 MAX_BASES = 4
 
 
+@dataclass(frozen=True, eq=False)
+class Part:
+    """One register's share of a vector value: the ``lanes`` lanes from ``part * lanes`` on of the
+    value ``uop`` computes (a vector of 16 float32 lanes is two ymm registers' parts, 0 and 1)."""
+
+    uop: UOp
+    part: int
+
+    # by the uop's identity: a UOp's ``==`` builds a comparison uop
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Part) and self.uop is other.uop and self.part == other.part
+
+    def __hash__(self) -> int:
+        return hash((id(self.uop), self.part))
+
+
 @dataclass(frozen=True)
 class TileProduct:
-    """One multiply-add of the step: ``accumulator += broadcast * vector``."""
+    """One multiply-add of the step on one register: ``accumulator += broadcast * vector``."""
 
-    accumulator: UOp  # the INDEX of the accumulator in the register buffer
+    accumulator: Part  # of the INDEX of the accumulator in the register buffer
     broadcast: UOp  # the scalar LOAD broadcast to every lane
-    vector: UOp  # the vector LOAD
+    vector: Part  # of the vector LOAD
 
 
 @dataclass(frozen=True)
@@ -64,21 +83,24 @@ class RegisterTile:
     """A loop whose body is one register tile step (see the module docstring)."""
 
     products: tuple[TileProduct, ...]
+    #: the lanes of one register (8 float32 on AVX2)
+    lanes: int
     #: each base address: (buffer, the index it adds to the buffer)
     bases: tuple[tuple[UOp, UOp], ...]
-    #: each load of the step: (its base's number, its element offset from the base)
-    addresses: dict[UOp, tuple[int, int]]
+    #: each load's part of the step (a scalar load: part 0): (its base's number, its element offset
+    #: from the base)
+    addresses: dict[Part, tuple[int, int]]
     #: the uops the statement computes: not rendered one by one
     members: frozenset[UOp]
 
     @property
-    def accumulators(self) -> tuple[UOp, ...]:
-        """The accumulators' INDEXes in the order their first multiply-add comes."""
+    def accumulators(self) -> tuple[Part, ...]:
+        """The accumulators (parts of their INDEXes) in the order their first multiply-add comes."""
         return tuple(dict.fromkeys(p.accumulator for p in self.products))
 
     @property
-    def vectors(self) -> tuple[UOp, ...]:
-        """The vector LOADs, in the order their first multiply-add comes."""
+    def vectors(self) -> tuple[Part, ...]:
+        """The vectors (parts of their LOADs), in the order their first multiply-add comes."""
         return tuple(dict.fromkeys(p.vector for p in self.products))
 
     @property
@@ -86,7 +108,7 @@ class RegisterTile:
         """The broadcast scalar LOADs, in the order their first multiply-add comes."""
         return tuple(dict.fromkeys(p.broadcast for p in self.products))
 
-    def plan(self) -> tuple[UOp, ...]:
+    def plan(self) -> tuple[Part, ...]:
         """The vectors kept in registers: as many as the registers left by the accumulators and one
         broadcast register hold (the rest are memory operands of their multiply-adds)."""
         free = ASM_VECTOR_REGISTERS - len(self.accumulators) - 1
@@ -100,7 +122,7 @@ class RegisterTile:
 
     def statements(
         self, operand: Callable[[int], str], register: Callable[[int], str]
-    ) -> list[tuple[tuple[UOp, ...], list[str]]]:
+    ) -> list[tuple[tuple[Part, ...], list[str]]]:
         """The step as ``asm`` statements, each ``(its accumulators, its instructions)`` (AT&T
         syntax): the columns (broadcasts) in order, as many to a statement as GCC's
         :data:`ASM_MAX_OPERANDS` allow (an in-out accumulator counts twice: 7 columns of 2 vectors
@@ -108,7 +130,7 @@ class RegisterTile:
         spells a statement's operand ``n`` (GCC ``%n``, LLVM ``$n``): its accumulators (in-out)
         first, then the bases (pointers); ``register(n)`` spells vector register ``n`` (GCC
         ``%%ymmn``)."""
-        statements: list[tuple[tuple[UOp, ...], list[str]]] = []
+        statements: list[tuple[tuple[Part, ...], list[str]]] = []
         chunk: list[UOp] = []
         for broadcast in self.broadcasts:
             operands = 2 * len(self._accumulators_of([*chunk, broadcast])) + len(self.bases)
@@ -119,14 +141,14 @@ class RegisterTile:
         statements.append(self._statement(chunk, operand, register))
         return statements
 
-    def _accumulators_of(self, broadcasts: Sequence[UOp]) -> tuple[UOp, ...]:
+    def _accumulators_of(self, broadcasts: Sequence[UOp]) -> tuple[Part, ...]:
         """The accumulators the multiply-adds of ``broadcasts`` add into, in order."""
         columns = {id(b) for b in broadcasts}
         return tuple(dict.fromkeys(p.accumulator for p in self.products if id(p.broadcast) in columns))
 
     def _statement(
         self, broadcasts: Sequence[UOp], operand: Callable[[int], str], register: Callable[[int], str]
-    ) -> tuple[tuple[UOp, ...], list[str]]:
+    ) -> tuple[tuple[Part, ...], list[str]]:
         """The statement of ``broadcasts``' multiply-adds: the kept vectors they read loaded, then
         each broadcast loaded and multiplied by its vectors into their accumulators."""
         columns = {id(b) for b in broadcasts}
@@ -134,17 +156,17 @@ class RegisterTile:
         accumulators = self._accumulators_of(broadcasts)
         number = {a: i for i, a in enumerate(accumulators)}
         broadcast_register, *kept_registers = map(register, self.scratch_registers())
-        read = {id(p.vector) for p in products}
-        kept = {v: name for v, name in zip(self.plan(), kept_registers) if id(v) in read}
+        read = {p.vector for p in products}
+        kept = {v: name for v, name in zip(self.plan(), kept_registers) if v in read}
         itemsize = dtypes.float32.itemsize
 
-        def memory(load: UOp) -> str:
+        def memory(load: Part) -> str:
             base, offset = self.addresses[load]
             return f"{offset * itemsize}({operand(len(accumulators) + base)})"
 
         lines = [f"vmovups {memory(vector)}, {name}" for vector, name in kept.items()]
         for broadcast in broadcasts:
-            lines.append(f"vbroadcastss {memory(broadcast)}, {broadcast_register}")
+            lines.append(f"vbroadcastss {memory(Part(broadcast, 0))}, {broadcast_register}")
             for p in products:
                 if p.broadcast is broadcast:
                     source = kept.get(p.vector) or memory(p.vector)
@@ -164,9 +186,13 @@ def register_tiles_supported(target: CPUTarget) -> bool:
     )
 
 
-def find_register_tiles(program: Sequence[UOp], lanes: int) -> dict[UOp, RegisterTile]:
+def find_register_tiles(
+    program: Sequence[UOp], lanes: int, over_windows: bool = True
+) -> dict[UOp, RegisterTile]:
     """The innermost loop of ``program`` whose body is a register tile step on float32 vectors of
-    ``lanes`` lanes, by its RANGE, where it is the kernel's only one (else none)."""
+    ``lanes`` lanes, by its RANGE, where it is the kernel's only one (else none).  ``over_windows``
+    False: only a tile whose loop nest reduces over one axis (a 1x1 conv's channels), not over a
+    window's taps as well (:func:`reduces_over_one_axis`)."""
     uses: dict[UOp, list[UOp]] = {}
     for u in program:
         for s in u.src:
@@ -177,11 +203,12 @@ def find_register_tiles(program: Sequence[UOp], lanes: int) -> dict[UOp, Registe
         if u.op is Ops.RANGE:
             opened.append((u, position))
         elif u.op is Ops.END and opened:
+            nest = [loop for loop, _ in opened]
             loop, start = opened.pop()
             body = program[start + 1 : position]
             if not any(b.op in (Ops.RANGE, Ops.END) for b in body):
                 tile = _tile_of(body, uses, lanes)
-                if tile is not None:
+                if tile is not None and (over_windows or reduces_over_one_axis(nest)):
                     tiles[loop] = tile
     # a kernel of two tiles (a residual's conv fused into another's) keeps the first's accumulators
     # through the second's loop, where the block's own registers would push them to memory: the
@@ -189,29 +216,37 @@ def find_register_tiles(program: Sequence[UOp], lanes: int) -> dict[UOp, Registe
     return tiles if len(tiles) == 1 else {}
 
 
+def reduces_over_one_axis(loops: Sequence[UOp]) -> bool:
+    """Whether at most one of ``loops`` (a loop nest, RANGEs) is a REDUCE loop of more than one trip
+    (a 1x1 conv's channels, its window's loops of one trip; a 3x3 conv's taps are two more)."""
+    reducing = [loop for loop in loops if loop.arg[1] is AxisType.REDUCE
+                and not (loop.src[0].op is Ops.CONST and loop.src[0].arg[0] == 1)]
+    return len(reducing) <= 1
+
+
 def _tile_of(body: Sequence[UOp], uses: dict[UOp, list[UOp]], lanes: int) -> RegisterTile | None:
-    """The register tile step ``body`` is, or None when it is anything else."""
-    vector_type = dtypes.float32.vec(lanes)
+    """The register tile step ``body`` is, or None when it is anything else.  Its vectors may be
+    several registers wide (LLVM's 16 float32 lanes on AVX2): each register is a part of its own."""
     in_body = set(body)
     products: list[TileProduct] = []
     members: set[UOp] = set()
     for u in body:
-        if u.op is Ops.MULACC and u.dtype == vector_type:
-            product = _product(u, uses, in_body, lanes)
-            if product is None:
+        if u.op is Ops.MULACC and u.dtype.scalar is dtypes.float32 and u.dtype.count >= lanes:
+            found = _products(u, uses, in_body, lanes)
+            if found is None:
                 return None
-            products.append(product[0])
-            members.update(product[1])
+            products.extend(found[0])
+            members.update(found[1])
     if not products:
         return None
     for u in body:  # everything else must be address arithmetic
         if u not in members and u.op not in (Ops.INDEX, Ops.AFTER) and u.dtype.scalar is not dtypes.index:
             return None
-    addressed = _addresses([p.broadcast for p in products] + [p.vector for p in products])
+    addressed = _addresses([Part(p.broadcast, 0) for p in products] + [p.vector for p in products], lanes)
     if addressed is None:
         return None
     bases, addresses = addressed
-    tile = RegisterTile(tuple(products), bases, addresses, frozenset(members))
+    tile = RegisterTile(tuple(products), lanes, bases, addresses, frozenset(members))
     # the compiler's own code where it keeps the tile in registers (half of them accumulators: a
     # depthwise conv's row, a 7 x 8 tile, measured 1.0-1.1x slower as blocks); a statement takes
     # at least one column (GCC counts an in-out operand twice)
@@ -223,18 +258,20 @@ def _tile_of(body: Sequence[UOp], uses: dict[UOp, list[UOp]], lanes: int) -> Reg
     return tile
 
 
-def _product(
+def _products(
     fma: UOp, uses: dict[UOp, list[UOp]], body: set[UOp], lanes: int
-) -> tuple[TileProduct, list[UOp]] | None:
-    """The multiply-add ``fma`` as a product of the step and the uops it alone uses, or None where it
-    is not ``broadcast * vector + accumulator`` stored back to its accumulator."""
+) -> tuple[list[TileProduct], list[UOp]] | None:
+    """The multiply-add ``fma`` as products of the step, one per register of ``lanes`` lanes, and
+    the uops it alone uses, or None where it is not ``broadcast * vector + accumulator`` stored back
+    to its accumulator."""
+    width = fma.dtype.count
     first, second, accumulated = fma.src
     broadcast, vector = (first, second) if first.op is Ops.VECTORIZE else (second, first)
     stores = uses.get(fma, [])
     if (
         broadcast.op is not Ops.VECTORIZE
         or any(s is not broadcast.src[0] for s in broadcast.src)
-        or len(broadcast.src) != lanes
+        or width % lanes
         or accumulated.op is not Ops.LOAD
         or len(accumulated.src) != 1
         or len(stores) != 1
@@ -249,7 +286,7 @@ def _product(
     # trip): the block reads it again, the same value, since it writes nothing but accumulators
     if not (
         _plain_load(scalar, count=1)
-        and _plain_load(vector, count=lanes)
+        and _plain_load(vector, count=width)
         and underlying_buffer(accumulator.src[0]).op is Ops.BUFFER
         and all(u.op is Ops.MULACC for u in uses.get(broadcast, []))
         and all(u.op is Ops.VECTORIZE and u.src[0] is scalar for u in uses.get(scalar, []))
@@ -259,7 +296,8 @@ def _product(
     ):
         return None
     members = [fma, broadcast, scalar, vector, accumulated, stores[0]]
-    return TileProduct(accumulator, scalar, vector), members
+    parts = range(width // lanes)
+    return [TileProduct(Part(accumulator, part), scalar, Part(vector, part)) for part in parts], members
 
 
 def _plain_load(load: UOp, count: int) -> bool:
@@ -275,21 +313,25 @@ def _plain_load(load: UOp, count: int) -> bool:
 
 
 def _addresses(
-    loads: Sequence[UOp],
-) -> tuple[tuple[tuple[UOp, UOp], ...], dict[UOp, tuple[int, int]]] | None:
-    """The loads' addresses as bases (buffer, an index the program computes) and element offsets
-    from them: loads of one buffer whose indices differ by constants share a base (a row of 7
-    broadcast columns is one pointer).  None where a vector load's lanes are not contiguous or the
-    step reads through more than :data:`MAX_BASES` bases."""
+    loads: Sequence[Part], lanes: int
+) -> tuple[tuple[tuple[UOp, UOp], ...], dict[Part, tuple[int, int]]] | None:
+    """The addresses of the loads' parts (a scalar load is its part 0) as bases (buffer, an index the
+    program computes) and element offsets from them: parts of one buffer whose indices differ by
+    constants share a base (a row of 7 broadcast columns is one pointer).  None where a vector
+    part's lanes are not contiguous (a vector's parts may lie apart: LLVM's 16 weights of 8-channel
+    blocks) or the step reads through more than :data:`MAX_BASES` bases."""
     bases: list[tuple[UOp, UOp]] = []
-    addresses: dict[UOp, tuple[int, int]] = {}
+    addresses: dict[Part, tuple[int, int]] = {}
     for load in dict.fromkeys(loads):
-        index = load.src[0]
+        index = load.uop.src[0]
         buffer, element = index.src[0], index.src[1]
-        if load.dtype.count > 1:
-            if element.op is not Ops.VECTORIZE or contiguous_start(element) is None:
+        if load.uop.dtype.count > 1:
+            if element.op is not Ops.VECTORIZE:
                 return None
-            element = element.src[0]
+            part_lanes = element.src[load.part * lanes : (load.part + 1) * lanes]
+            if contiguous_start(UOp(Ops.VECTORIZE, part_lanes)) is None:
+                return None
+            element = part_lanes[0]
         found = next(((number, offset) for number, (b, base) in enumerate(bases) if b is buffer
                       for offset in [constant_difference(base, element)] if offset is not None), None)
         if found is None:
