@@ -75,8 +75,8 @@ FULL_UNROLL_FMA_BUDGET = 128
 #: process: 2.95 ms LLVM's 7 x 8, 2.91 as a 7 x 16 block (C: 3.16 GCC's 7 x 8, 2.96 the block); in
 #: the models (two cores, min of 15) Inception-v1's 3x3 and 5x5 convs of 16-192 channels were
 #: 1.03-1.20x slower as blocks, ResNet-50's and VGG-16's of 256-512 channels 0.90-1.08x.  Tiles
-#: reducing over one axis (1x1 convs) are blocks: ResNet-50's 0.84-0.94x, MobileNet-v2's 0.90-0.98x,
-#: Inception-v1's 0.80-0.94x (a few of its smallest 1.1x)
+#: reducing over one axis (1x1 convs) are blocks: ResNet-50's 0.81-1.09x, MobileNet-v2's 0.83-0.98x,
+#: Inception-v1's 0.77-0.93x (its two smallest, 0.08 ms, 1.2x); docs/design/cpu-conv-layout.md 20.1
 REGISTER_TILES_OVER_WINDOWS = False
 #: the most iterations of a loop LLVM unrolls whole (loops of more are no candidates and get no
 #: metadata, which keeps the IR readable)
