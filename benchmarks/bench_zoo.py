@@ -38,8 +38,9 @@ The converter's spelling (``... converted resnet50 c``): the ONNX form of the ne
 and converted to NNEF 1.0 by Khronos' ``nnef-tools`` (``python -m nnef_tools.convert``), run in
 the Python that ``UOPVIZ_NNEF_TOOLS_PYTHON`` names (default: this one) as a subprocess, never
 imported here; the converted folder, our own folder of the same network and ONNX Runtime on that
-very ONNX file are timed in one child, the folders in turn, round by round, in four blocks that
-alternate with ONNX Runtime's (median and best of 16 each)
+very ONNX file are timed in one child, in four blocks each that alternate (our two folders' and
+ONNX Runtime's: consecutive calls of one model each, all three timed the same way; median and best
+of 16 each)
 (``UOPVIZ_ZOO_CONVERTED``: the models, default ``resnet50,mobilenet_v2``).  Without nnef-tools
 those rows say so and are skipped.
 """
@@ -411,20 +412,24 @@ def _interleaved(calls: dict[str, Any], rounds: int = 16, warmup: int = 2) -> di
 
 
 def _in_blocks(ours: dict[str, Any], peer: Any) -> dict[str, tuple[float, float]]:
-    """``(median, best)`` seconds of each of ``ours`` (timed in turn, :func:`_interleaved`) and of
-    ``peer`` (``"peer"``), over :data:`INTERLEAVED_ROUNDS` rounds each, in
-    :data:`INTERLEAVED_BLOCKS` alternating blocks: a host whose speed drifts over seconds slows
-    both sides alike, where all of ours and then all of the peer's did not (ONNX Runtime's own time
-    moved 1.3-1.6x between children).  The peer goes after ours in each block, with
-    :data:`PEER_SETTLE_S` after it for its spinning threads to stop."""
+    """``(median, best)`` seconds of each of ``ours`` and of ``peer`` (``"peer"``), over
+    :data:`INTERLEAVED_ROUNDS` rounds each, in :data:`INTERLEAVED_BLOCKS` alternating blocks of
+    consecutive calls of one of them (:func:`_interleaved`): a host whose speed drifts over seconds
+    slows every side alike, where all of ours and then all of the peer's did not (ONNX Runtime's own
+    time moved 1.3-1.6x between children).  Each side is timed the same way, on its own weights
+    warm from its previous call (MobileNet-v2 on LLVM, one run each way: our two folders in turn,
+    evicting each other's weights, 1.38x ORT's time; a block of each 1.17-1.25x).  The peer goes
+    after ours in each block, with :data:`PEER_SETTLE_S` after it for its spinning threads to stop."""
     import statistics
 
     rounds = INTERLEAVED_ROUNDS // INTERLEAVED_BLOCKS
     samples: dict[str, list[float]] = {name: [] for name in [*ours, "peer"]}
     for block in range(INTERLEAVED_BLOCKS):
         warmup = 2 if block == 0 else 0
-        for name, times in _interleaved(ours, rounds, warmup).items():
-            samples[name] += times
+        # each folder in a block of its own, as the peer: a model's weights stay in the caches from
+        # one call to the next for each side alike (two folders in turn evicted each other's)
+        for name, call in ours.items():
+            samples[name] += _interleaved({name: call}, rounds, warmup)[name]
         samples["peer"] += _interleaved({"peer": peer}, rounds, warmup)["peer"]
         time.sleep(PEER_SETTLE_S)
     return {name: (statistics.median(times), min(times)) for name, times in samples.items()}
