@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import itertools
 import json
 import subprocess
 import sys
@@ -199,3 +200,22 @@ def test_the_conv_rows_give_both_rates_as_shares_of_the_peak_or_say_why_not():
     assert bench_zoo._of_peak(90e9, 135e9, 180.0).startswith("; ours 50%, onnxruntime 75% of the 180 GFLOP/s")
     why = bench_zoo._of_peak(90e9, 135e9, "no C compiler")
     assert why == "; no multiply-add peak measured (no C compiler)"
+
+
+def test_converted_rows_time_each_side_in_blocks_of_its_own_calls(monkeypatch):
+    # every side (our two folders and ONNX Runtime) in blocks of consecutive calls of its own, the
+    # blocks alternating, each side as many timed rounds: a model's weights stay warm between its
+    # calls for each side alike
+    import bench_zoo
+
+    monkeypatch.setattr(bench_zoo, "PEER_SETTLE_S", 0.0)
+    calls: list[str] = []
+    ours = {name: (lambda name=name: calls.append(name)) for name in ("converted", "zoo")}
+    times = bench_zoo._in_blocks(ours, lambda: calls.append("peer"))
+    rounds = bench_zoo.INTERLEAVED_ROUNDS // bench_zoo.INTERLEAVED_BLOCKS
+    runs = [(name, sum(1 for _ in group)) for name, group in itertools.groupby(calls)]
+    assert [name for name, _ in runs] == ["converted", "zoo", "peer"] * bench_zoo.INTERLEAVED_BLOCKS
+    assert [length for _, length in runs[:3]] == [rounds + 2] * 3  # two untimed warm-up calls first
+    assert all(length == rounds for _, length in runs[3:])
+    assert set(times) == {"converted", "zoo", "peer"}
+    assert all(best <= median for median, best in times.values())
