@@ -351,12 +351,9 @@ class LLVMRenderState(LinearWalk):
         })
 
     def render_tile_member(self, u: UOp) -> None:
-        """A broadcast input's prefetch, as its LOAD would have had (:meth:`render_load`)."""
+        """A broadcast input's prefetch, as its LOAD would have had (:meth:`prefetch_line`)."""
         if u.op is Ops.LOAD and u.dtype.count == 1:
-            stride = self.line_to_prefetch(u)
-            if stride is not None:
-                pointer = self.address_of(u).pointer
-                self.prefetch_ahead(pointer, memory_scalar_type(u.dtype), PREFETCH_ITERATIONS * stride)
+            self.prefetch_line(u, self.address_of(u))
 
     def render_register_tile(self, tile: RegisterTile) -> None:
         """The step as LLVM inline ``asm`` calls (:meth:`RegisterTile.statements`): each returns its
@@ -591,6 +588,13 @@ class LLVMRenderState(LinearWalk):
         self.declare("llvm.prefetch.p0", "void @llvm.prefetch.p0(ptr, i32, i32, i32)")
         self.emit(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 3, i32 1)")
 
+    def prefetch_line(self, u: UOp, address: _Address) -> None:
+        """Prefetch a scalar LOAD's stream a few iterations ahead, once per buffer and loop
+        (``LinearWalk.line_to_prefetch``)."""
+        stride = self.line_to_prefetch(u)
+        if stride is not None:
+            self.prefetch_ahead(address.pointer, memory_scalar_type(u.dtype), PREFETCH_ITERATIONS * stride)
+
     def vector_of_pointers(self, address: _Address) -> str:
         """The ``<N x ptr>`` of a lane-by-lane address (for masked gathers and scatters)."""
         if address.pointers is None:
@@ -651,9 +655,8 @@ class LLVMRenderState(LinearWalk):
             self.masked_load(u, address)
             return
         if not gated:
-            stride = self.line_to_prefetch(u) if dtype.count == 1 else None
-            if stride is not None:
-                self.prefetch_ahead(address.pointer, memory_scalar_type(dtype), PREFETCH_ITERATIONS * stride)
+            if dtype.count == 1:
+                self.prefetch_line(u, address)
             pointer = self.broadcast_base(u, address.pointer)
             raw = self.temp("val", f"load {mtype}, ptr {pointer}, align {align}")
             self.define(u, self.from_memory(raw, dtype))
