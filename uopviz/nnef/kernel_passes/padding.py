@@ -31,7 +31,10 @@ When nothing else reads the tensor (and the graph does not output it), there is 
 its one producer stores into the interior of the padded buffer, and border kernels fill the rest
 with the padding's value, one per padded axis whose two sides are equally deep, else one per
 padded side (MobileNet-v2's expand conv feeding a padded depthwise conv: 4.9 MB written once
-instead of written, read and written again).
+instead of written, read and written again).  Padded buffers of one border (one padded shape,
+padding and fill) alive one after the other are one buffer, its border filled once by the first
+one's border kernels: a network repeats its block shapes (DenseNet-121: 313 kernels -> 205,
+ResNet-50 93 -> 75, MobileNet-v2 95 -> 81).
 """
 
 from __future__ import annotations
@@ -458,9 +461,11 @@ def _written_in_place(producer: LoweredKernel, plan: _Plan) -> LoweredKernel | N
 
 def _write_in_place(
     out: list[LoweredKernel], pads: dict[int, _Plan], needed: set[str]
-) -> list[LoweredKernel]:
+) -> tuple[list[LoweredKernel], dict[str, list[LoweredKernel]]]:
     """``out`` with each pad kernel whose tensor is read by nothing else replaced: the tensor's one
-    producer writes the padded buffer's interior, a border kernel before it fills the rest."""
+    producer writes the padded buffer's interior, a border kernel before it fills the rest; and
+    the border kernels of each padded buffer so written, by buffer."""
+    bordered: dict[str, list[LoweredKernel]] = {}
     for kernel in list(out):
         plan = pads.get(id(kernel))
         if plan is None or plan.tensor in needed:
@@ -473,9 +478,57 @@ def _write_in_place(
         moved = _written_in_place(writers[0], plan)
         if moved is None or at > out.index(kernel):
             continue
-        out[at : at + 1] = [*_border_kernels(plan, writers[0].operation), moved]
+        borders = _border_kernels(plan, writers[0].operation)
+        bordered[plan.buffer] = borders
+        out[at : at + 1] = [*borders, moved]
         out.remove(kernel)
-    return out
+    return out, bordered
+
+
+def _share_bordered_buffers(
+    out: list[LoweredKernel], bordered: dict[str, list[LoweredKernel]]
+) -> list[LoweredKernel]:
+    """``out`` with padded buffers of the same border, alive one after the other, made one buffer
+    whose border is filled once: the border kernels of the first fill it, those of the others are
+    dropped.  Nothing writes that border but them (a producer writes the interior, readers read),
+    and one buffer alive from the first producer to the last reader keeps every other tensor out
+    of its bytes, so the border holds from one padded buffer to the next.  Same border: the same
+    border kernels (one AST for one padded shape, padding and fill).  A network repeats its block
+    shapes: DenseNet-121's 58 padded 3x3 inputs take 2 border kernels each, 8 in all now."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for index, kernel in enumerate(out):
+        for name in kernel.buffers:
+            first.setdefault(name, index)
+            last[name] = index
+    chains: dict[tuple, list[str]] = {}  # a border -> the buffers standing for its chains
+    renamed: dict[str, str] = {}
+    dropped: set[int] = set()
+    for buffer in sorted(bordered, key=first.__getitem__):
+        border = tuple(kernel.ast for kernel in bordered[buffer])
+        heads = chains.setdefault(border, [])
+        head = next((name for name in heads if last[name] < first[buffer]), None)
+        if head is None:
+            heads.append(buffer)
+            continue
+        renamed[buffer] = head
+        last[head] = last[buffer]
+        dropped.update(id(kernel) for kernel in bordered[buffer])
+    return [_renamed(kernel, renamed) for kernel in out if id(kernel) not in dropped]
+
+
+def _renamed(kernel: LoweredKernel, renamed: dict[str, str]) -> LoweredKernel:
+    """``kernel`` with the buffers ``renamed`` names given their new names."""
+    if not any(name in renamed for name in (*kernel.buffers, *kernel.scratch)):
+        return kernel
+    shared = sorted({renamed[name] for name in kernel.buffers if name in renamed})
+    return replace(
+        kernel,
+        buffers=[renamed.get(name, name) for name in kernel.buffers],
+        scratch={renamed.get(name, name): spec for name, spec in kernel.scratch.items()},
+        note=(kernel.note + "; " if kernel.note else "")
+        + f"shares the padded buffer {', '.join(shared)} (its border filled once)",
+    )
 
 
 def pad_guarded_reads(
@@ -502,4 +555,4 @@ def pad_guarded_reads(
                 out.append(_pad_kernel(plan, kernel.operation))
                 pads[id(out[-1])] = plan
         out.append(padded)
-    return _write_in_place(out, pads, set(needed))
+    return _share_bordered_buffers(*_write_in_place(out, pads, set(needed)))
