@@ -5,8 +5,10 @@ prefetched.  The walk that renders a program is :mod:`uopviz.backends.linear_wal
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from uopviz.core.affine import contiguous_start, linear_coefficient
+from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
 
@@ -100,6 +102,71 @@ def open_scopes(instructions: Sequence[UOp]) -> list[tuple[int, ...]]:
         if u.op in SCOPE_OPENERS:
             open_now.append(index)
     return scopes
+
+
+#: the largest register buffer parked across a later loop (:func:`parked_accumulators`): sixteen
+#: AVX2 registers, what an accumulator tile can hold
+PARKED_MAX_BYTES = 512
+
+
+@dataclass(frozen=True)
+class Parking:
+    """A register buffer whose final values wait across a later loop (:func:`parked_accumulators`):
+    copied to a slot of memory after the END at ``after``, and read from there by the INDEXes at
+    ``readers``."""
+
+    after: int
+    readers: frozenset[int]
+
+
+def parked_accumulators(instructions: Sequence[UOp]) -> dict[UOp, Parking]:
+    """The register BUFFERs of a LINEAR program whose last value is read only after another whole
+    loop ran: a residual's convolution fused into another's sums its own channels in a second loop
+    after the first one's, and the first's accumulators are read after both.  Kept in registers, the
+    two tiles' accumulators (7 x 8 and 7 x 8 on AVX2) and the second loop's broadcasts outnumber the
+    registers; LLVM's register allocator then chose, for the generic x86-64-v3 CPU, to spill the
+    second loop's accumulators inside it (a load and a store around each of their multiply-adds:
+    ResNet-50's fused kernels 2.0-2.2x their time for znver4, which spills the first's once, after
+    their loop).  Parked, the first tile leaves the registers after its loop, whatever the target.
+
+    A buffer is parked after the END of the outermost loop around its last STORE that holds none of
+    its later reads, where another loop runs between that END and its last read, and none of those
+    reads is inside a loop (a sum's maximum read in every trip of the next loop stays in a register);
+    buffers of more than :data:`PARKED_MAX_BYTES` are kernel-local arrays, not accumulators."""
+    scopes = open_scopes(instructions)
+    position = {u: index for index, u in enumerate(instructions)}
+    end_of: dict[int, int] = {}  # a RANGE's position -> its END's
+    stores: dict[UOp, list[int]] = {}  # buffer -> positions of its STOREs
+    reads: dict[UOp, list[int]] = {}  # buffer -> positions of the INDEXes its LOADs read through
+    for index, u in enumerate(instructions):
+        if u.op is Ops.END:
+            end_of[position[[s for s in u.src if s.op is Ops.RANGE][-1]]] = index
+        address = underlying_buffer(u.src[0]) if u.op in (Ops.LOAD, Ops.STORE) else None
+        if address is None or address.op is not Ops.INDEX or address not in position:
+            continue
+        buffer = underlying_buffer(address.src[0])
+        if buffer.op is Ops.BUFFER and buffer.arg.addrspace is AddrSpace.REG:
+            if u.op is Ops.STORE:
+                stores.setdefault(buffer, []).append(index)
+            else:
+                reads.setdefault(buffer, []).append(position[address])
+    parked: dict[UOp, Parking] = {}
+    for buffer, written in stores.items():
+        if buffer.arg.size * buffer.arg.dtype.itemsize > PARKED_MAX_BYTES:
+            continue
+        last = max(written)
+        later = [index for index in reads.get(buffer, ()) if index > last]
+        after = None
+        for opener in reversed(scopes[last]):  # innermost first
+            end = end_of.get(opener)
+            if end is None or not later or any(index < end for index in later):
+                break
+            after = end
+        if after is None or any(scopes[index] != scopes[after] for index in later):
+            continue
+        if any(after < opener and end < max(later) for opener, end in end_of.items()):
+            parked[buffer] = Parking(after, frozenset(later))
+    return parked
 
 
 def power_of_two(count: int) -> bool:

@@ -3,7 +3,10 @@
 
 One IR instruction (or a few) per uop; loops are the canonical header/body/latch/exit blocks with a
 ``phi`` induction variable; REG and LOCAL buffers are ``alloca``s in the entry block (``mem2reg``
-turns accumulators into registers).  UPCAST lanes are LLVM vector types (``<4 x float>``):
+turns accumulators into registers).  An accumulator whose values wait across a later loop (a fused
+residual conv's first sum, read after the second: ``linear_program.parked_accumulators``) is copied
+to a second ``alloca`` with volatile stores after its loop and read back with volatile loads, so it
+leaves the registers to that loop on every target.  UPCAST lanes are LLVM vector types (``<4 x float>``):
 contiguous vector addresses become vector loads and stores, others ``llvm.masked.gather`` /
 ``llvm.masked.scatter``, gated vector accesses ``llvm.masked.load`` / ``llvm.masked.store`` (a
 gated store behind a test of its mask: every lane in range, as all but a padded tile's last vectors
@@ -32,6 +35,7 @@ from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
     matrix_column,
     open_scopes,
+    parked_accumulators,
     transpose_plan,
     underlying_buffer,
     vector_prefetch_distance,
@@ -264,6 +268,7 @@ class LLVMRenderState(LinearWalk):
             self.memory_operand_broadcasts = {load for load in self.broadcast_only
                                               if self.use_counts[load] > 1 and load not in other_lanes}
         self.kept_rolled = loops_kept_rolled(self.program)
+        self.plan_parking()
         self.plan_register_tiles()
         self.loop_metadata: list[str] = []  # one loop ID per loop kept rolled
         params = self.collect_params()
@@ -423,6 +428,38 @@ class LLVMRenderState(LinearWalk):
         element = memory_type(u.arg.dtype)
         self.allocas.append(f"{name} = alloca [{u.arg.size} x {element}], align 64")
         self.names[u] = name
+        if u in self.parked:
+            self.park_slots[u] = self.fresh("park")
+            self.allocas.append(f"{self.park_slots[u]} = alloca [{u.arg.size} x {element}], align 64")
+
+    # -- accumulators parked across a later loop (linear_program.parked_accumulators) ----------
+    def plan_parking(self) -> None:
+        """The register buffers to park (:func:`~uopviz.backends.linear_program.parked_accumulators`):
+        each gets a second ``alloca``, written with ``store volatile`` after its last loop and read
+        with ``load volatile`` after the next one, so that no optimisation carries its values in
+        registers across that loop (SROA still keeps the buffer itself in registers inside its own)."""
+        self.parked = parked_accumulators(self.program)
+        self.park_slots: dict[UOp, str] = {}
+        self.parked_readers = {
+            index: buffer for buffer, parking in self.parked.items() for index in parking.readers
+        }
+        self.parking_after: dict[int, list[UOp]] = {}
+        for buffer, parking in self.parked.items():
+            self.parking_after.setdefault(parking.after, []).append(buffer)
+
+    def park(self, buffer: UOp) -> None:
+        """Copy ``buffer``'s values to its park slot, a vector register's width at a time."""
+        dtype = buffer.arg.dtype
+        element = memory_scalar_type(dtype)
+        lanes = max(1, 32 // dtype.itemsize)
+        whole = buffer.arg.size - buffer.arg.size % lanes
+        pieces = [(offset, f"<{lanes} x {element}>") for offset in range(0, whole, lanes)]
+        pieces += [(offset, element) for offset in range(whole, buffer.arg.size)]
+        for offset, piece in pieces:
+            source = self.temp("ptr", f"getelementptr {element}, ptr {self.names[buffer]}, i64 {offset}")
+            value = self.temp("val", f"load {piece}, ptr {source}, align {dtype.itemsize}")
+            target = self.temp("ptr", f"getelementptr {element}, ptr {self.park_slots[buffer]}, i64 {offset}")
+            self.emit(f"store volatile {piece} {value}, ptr {target}, align {dtype.itemsize}")
 
     def render_special(self, u: UOp) -> None:
         raise self.fail(u, f"SPECIAL {u.arg!r} needs a GPU backend; CPU backends use RANGEs")
@@ -456,6 +493,8 @@ class LLVMRenderState(LinearWalk):
         else:
             self.emit(f"br label %{loop}")
         self.label(f"{loop}.exit")
+        for buffer in self.parking_after.get(self.position, ()):
+            self.park(buffer)
 
     def render_if(self, u: UOp, scope: Scope) -> None:
         number = scope.number
@@ -544,6 +583,10 @@ class LLVMRenderState(LinearWalk):
         if buffer_uop.arg.dtype.count > 1:
             element = memory_type(buffer_uop.arg.dtype)
         index = u.src[1]
+        if self.parked_readers.get(self.position) is buffer_uop and (
+            index.dtype.count == 1 or contiguous_start(index) is not None
+        ):  # a read of a parked accumulator (a gather reads the buffer itself: still its values)
+            buffer = self.park_slots[buffer_uop]
         if index.dtype.count == 1:
             pointer = self.temp("ptr", f"getelementptr {element}, ptr {buffer}, i64 {self.ref(index)}")
             self.addresses[u] = _Address(buffer, u.dtype, pointer=pointer)
@@ -658,7 +701,8 @@ class LLVMRenderState(LinearWalk):
             if dtype.count == 1:
                 self.prefetch_line(u, address)
             pointer = self.broadcast_base(u, address.pointer)
-            raw = self.temp("val", f"load {mtype}, ptr {pointer}, align {align}")
+            volatile = "volatile " if address.buffer in self.park_slots.values() else ""
+            raw = self.temp("val", f"load {volatile}{mtype}, ptr {pointer}, align {align}")
             self.define(u, self.from_memory(raw, dtype))
             return
         number = self.scope_numbers = self.scope_numbers + 1
