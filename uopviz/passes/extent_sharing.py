@@ -32,9 +32,13 @@ uses vary (per-lane address offsets of a padded buffer read at run time) made tw
 ``channels * 8`` elements after the first, and with each lane's offset read at run time C loaded it
 lane by lane (VGG-16's 3x3 convolutions 1.7-1.9x their own time).  So a lane's varying constant is
 rebuilt as ``(value + a * generator) + b``: the eight lanes share the sum and differ by the
-constants ``b``, and the vector is loaded at once.  Measured each kernel alone, warm, in the model,
-shared against its own source (C, 2-core AMD EPYC): VGG-16's 3x3 convolutions and DenseNet-121's 1x1
-ones the same time (0.97-1.03x); DenseNet-121 compiles 39 sources, VGG-16 33.
+constants ``b``, and the vector is loaded at once.  LLVM's vector of those 16 channels is one
+16-lane index of two such runs; its second run rebuilt so too, it stays a register tile block
+(DenseNet-121 on LLVM: its shared 1x1 convs at 14x14 and 7x7 0.65-0.75x their time as LLVM's own
+code, whose 14 accumulators partly lived on the stack; the model 46.9 -> 43.1 ms).  Measured each
+kernel alone, warm, in the model, shared against its own source (C, 2-core AMD EPYC): VGG-16's 3x3
+convolutions and DenseNet-121's 1x1 ones the same time (0.97-1.03x); DenseNet-121 compiles 39
+sources, VGG-16 33.
 """
 
 from __future__ import annotations
@@ -134,8 +138,9 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
 
 
 def _contiguous_lanes(instructions: tuple[UOp, ...]) -> tuple[set[tuple[int, int]], set[UOp]]:
-    """The lanes of vector indices whose lanes are consecutive (a renderer loads or stores such a
-    vector at once because it reads ``base + 0 .. base + 7`` from the constants): ``(sites,
+    """The lanes of vector indices whose lanes are consecutive, or runs of consecutive lanes
+    (:func:`_contiguous_runs`; a renderer loads or stores such a vector, or each run, at once
+    because it reads ``base + 0 .. base + 7`` from the constants): ``(sites,
     fixed)``.  ``sites``: each lane's own added constant, as ``(instruction, operand slot)``, where
     the lane is an ADD of it to a value (or a MULACC with it as the addend); varying, it is
     rebuilt as the value plus the generator's multiple, plus the constant's own offset
@@ -147,7 +152,7 @@ def _contiguous_lanes(instructions: tuple[UOp, ...]) -> tuple[set[tuple[int, int
     sites: set[tuple[int, int]] = set()
     fixed: set[UOp] = set()
     for u in instructions:
-        if u.op is not Ops.VECTORIZE or u.dtype.scalar != dtypes.index or contiguous_start(u) is None:
+        if u.op is not Ops.VECTORIZE or u.dtype.scalar != dtypes.index or not _contiguous_runs(u):
             continue
         pending = []
         for lane in u.src:
@@ -166,6 +171,24 @@ def _contiguous_lanes(instructions: tuple[UOp, ...]) -> tuple[set[tuple[int, int
             elif term.op is Ops.MULACC:  # a * b + c: only its addend offsets the lane
                 pending.append(term.src[2])
     return sites, fixed
+
+
+def _contiguous_runs(vector: UOp) -> bool:
+    """Whether the lanes of an index VECTORIZE are contiguous, or runs of contiguous lanes of one
+    power-of-two length (4 or more): LLVM's 16 float32 weights on AVX2 are two 8-channel blocks of
+    the blocked layout, a whole plane of channels apart, each part loaded at once.  Their second
+    part's lanes rebuilt as one value plus constants stay one load (DenseNet-121's shared 1x1 convs
+    at 14x14 and 7x7 then are register tile blocks on LLVM, :mod:`uopviz.backends.register_tile`)."""
+    count = len(vector.src)
+    run = count
+    while run >= 4:
+        if count % run == 0 and all(
+            contiguous_start(UOp(Ops.VECTORIZE, vector.src[start : start + run])) is not None
+            for start in range(0, count, run)
+        ):
+            return True
+        run //= 2
+    return False
 
 
 def _lane_constant_slot(lane: UOp) -> int | None:
