@@ -139,8 +139,9 @@ def parked_accumulators(instructions: Sequence[UOp]) -> dict[UOp, Parking]:
     stores: dict[UOp, list[int]] = {}  # buffer -> positions of its STOREs
     reads: dict[UOp, list[int]] = {}  # buffer -> positions of the INDEXes its LOADs read through
     for index, u in enumerate(instructions):
-        if u.op is Ops.END:
-            end_of[position[[s for s in u.src if s.op is Ops.RANGE][-1]]] = index
+        closed = [s for s in u.src if s.op is Ops.RANGE] if u.op is Ops.END else []
+        if closed and closed[-1] in position:  # (an END without its RANGE is the renderer's error)
+            end_of[position[closed[-1]]] = index
         address = underlying_buffer(u.src[0]) if u.op in (Ops.LOAD, Ops.STORE) else None
         if address is None or address.op is not Ops.INDEX or address not in position:
             continue
