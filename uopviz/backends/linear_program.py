@@ -165,7 +165,8 @@ def parked_accumulators(instructions: Sequence[UOp]) -> dict[UOp, Parking]:
             after = end
         if after is None or any(scopes[index] != scopes[after] for index in later):
             continue
-        if any(after < opener and end < max(later) for opener, end in end_of.items()):
+        last_read = max(later)
+        if any(after < opener and end < last_read for opener, end in end_of.items()):
             parked[buffer] = Parking(after, frozenset(later))
     return parked
 

@@ -430,6 +430,7 @@ class LLVMRenderState(LinearWalk):
         self.names[u] = name
         if u in self.parked:
             self.park_slots[u] = self.fresh("park")
+            self.park_names.add(self.park_slots[u])
             self.allocas.append(f"{self.park_slots[u]} = alloca [{u.arg.size} x {element}], align 64")
 
     # -- accumulators parked across a later loop (linear_program.parked_accumulators) ----------
@@ -440,6 +441,7 @@ class LLVMRenderState(LinearWalk):
         registers across that loop (SROA still keeps the buffer itself in registers inside its own)."""
         self.parked = parked_accumulators(self.program)
         self.park_slots: dict[UOp, str] = {}
+        self.park_names: set[str] = set()  # the slots' names: a LOAD through one is volatile
         self.parked_readers = {
             index: buffer for buffer, parking in self.parked.items() for index in parking.readers
         }
@@ -451,7 +453,7 @@ class LLVMRenderState(LinearWalk):
         """Copy ``buffer``'s values to its park slot, a vector register's width at a time."""
         dtype = buffer.arg.dtype
         element = memory_scalar_type(dtype)
-        lanes = max(1, 32 // dtype.itemsize)
+        lanes = max(1, cpu_target().vector_bytes // dtype.itemsize)
         whole = buffer.arg.size - buffer.arg.size % lanes
         pieces = [(offset, f"<{lanes} x {element}>") for offset in range(0, whole, lanes)]
         pieces += [(offset, element) for offset in range(whole, buffer.arg.size)]
@@ -701,7 +703,7 @@ class LLVMRenderState(LinearWalk):
             if dtype.count == 1:
                 self.prefetch_line(u, address)
             pointer = self.broadcast_base(u, address.pointer)
-            volatile = "volatile " if address.buffer in self.park_slots.values() else ""
+            volatile = "volatile " if address.buffer in self.park_names else ""
             raw = self.temp("val", f"load {volatile}{mtype}, ptr {pointer}, align {align}")
             self.define(u, self.from_memory(raw, dtype))
             return
