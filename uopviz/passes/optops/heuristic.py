@@ -474,7 +474,7 @@ def _cpu_register_tile(
     if not alone and not slides and backend.vector_registers <= 16 and _lanes(kernel) == lanes >= 8:
         kernel = _stacked_rows(kernel, second_position, lanes)  # AVX2's 8 lanes (measured there, not SSE)
     width = _lanes(kernel)
-    if wide_columns:
+    if wide_columns or _five_broadcast_columns(width, lanes, backend.vector_registers):
         most = 2 * lanes  # two registers of channels per column: 10 accumulators
     elif width < lanes:
         # a row narrower than a register (a conv's 7 columns): the rows become the vectors' lanes
@@ -493,6 +493,19 @@ def _cpu_register_tile(
     if not slides and width == 2 * lanes and backend.vector_registers <= 16 and most == 4:
         rows = [FIVE_ROWS, *rows]  # tried first: a channel count that 5 divides takes it
     return kernel, rows
+
+
+def _five_broadcast_columns(width: int, lanes: int, vector_registers: int) -> bool:
+    """Whether a tile of columns narrower than a register, on 16 vector registers, is
+    :data:`PADDED_COLUMNS_WIDE` (5) columns that divide its row (a strided row keeps its exact
+    divisor: AlexNet's 11x11 stride-4 stem, 55 columns): it
+    takes two registers of channels per column (10 accumulators) as a row padded to 5 columns does,
+    whether or not the renderer writes it as an assembly block (:func:`_planned_tile`).  The tile
+    of half the registers, 5 columns x 8 channels, left a register of channels a column unused.
+    AlexNet's stem on LLVM (its own code, no block), both rules compiled in one process and run in
+    turn on the model's arrays (AMD EPYC, AVX2, 2 cores, min of 8): 1.19 -> 0.76 ms (5 x 16, as C's
+    block tile: 0.75); no other kernel of the zoo changes (its other 5-column tiles are padded rows)."""
+    return vector_registers <= 16 and width == PADDED_COLUMNS_WIDE < lanes
 
 
 #: vector registers a register tile written as an assembly block keeps beside its accumulators
