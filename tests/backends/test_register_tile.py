@@ -146,9 +146,10 @@ def test_the_step_of_a_tile_is_found_and_its_block_planned() -> None:
     # the 3x3 conv's innermost loop (one window row's tap): 7 broadcast columns x 2 weight vectors
     # into 14 accumulators; one weight vector kept (16 registers: 14 + it + the broadcast), the other
     # read by each multiply-add from memory; the inputs one pointer, the weights another.  Its loop
-    # is inside the taps' and the channels' loops: no tile where only one reduced axis is allowed
+    # is inside the taps' and the channels' loops: no block where a window's tile needs more
+    # accumulators than 14
     linear = _conv_linear("c", 32, 64, window=3, size=14, seed=1)
-    assert find_register_tiles(linear.src, lanes=8, over_windows=False) == {}
+    assert find_register_tiles(linear.src, lanes=8, window_tiles_above=14) == {}
     (tile,) = find_register_tiles(linear.src, lanes=8).values()
     assert (len(tile.accumulators), len(tile.broadcasts), len(tile.vectors), len(tile.bases)) == (14, 7, 2, 2)
     assert tile.plan() == tile.vectors[:1] and tile.scratch_registers() == (15, 14)
@@ -192,11 +193,15 @@ def test_loops_that_are_not_tile_steps_are_left_alone(case) -> None:
     [
         (40, 48, 7, 1, "_u7_u16", True),  # a 1x1 conv: one reduced axis, a block
         (160, 96, 7, 1, "_u7_u16", True),
-        # a 3x3 conv: LLVM's own code for 7 x 8 (llvm_renderer.REGISTER_TILES_OVER_WINDOWS)
-        (32, 64, 14, 3, "_u7_u8", False),
+        # a 3x3 or 5x5 conv's 14 accumulators: a block, the window's rows kept rolled around it
+        (32, 64, 14, 3, "_u7_u16", True),
+        (24, 32, 14, 5, "_u7_u16", True),
+        # 5 columns x 16 channels (13x13): LLVM's own code keeps the 10 accumulators in registers
+        # (llvm_renderer.OWN_WINDOW_TILE_ACCUMULATORS)
+        (48, 64, 13, 3, "_u5_u16", False),
     ],
 )
-def test_llvm_writes_blocks_for_tiles_reducing_over_one_axis(
+def test_llvm_writes_blocks_for_tiles_its_own_code_would_spill(
     monkeypatch, target, channels_in, channels_out, size, window, tile, blocks
 ) -> None:
     from uopviz.backends.llvm_renderer import LLVMRenderState
@@ -206,6 +211,9 @@ def test_llvm_writes_blocks_for_tiles_reducing_over_one_axis(
     conv, out = _run(graph, x, target, "llvm")
     assert conv.kernel.name.endswith(tile), conv.kernel.name
     assert ("vfmadd231ps" in conv.source) == blocks and ("~{memory}" in conv.source) == blocks
+    # the loops LLVM is told to keep rolled: a window's rows around a block's row of taps
+    rolled = "llvm.loop.unroll.disable" in conv.source
+    assert rolled == (blocks and window > 1), conv.source
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     if blocks:
         # 16 channels are two registers a vector: each accumulator is split into its halves for
@@ -218,12 +226,33 @@ def test_llvm_writes_blocks_for_tiles_reducing_over_one_axis(
         np.testing.assert_array_equal(out, plain_out)
 
 
+@pytest.mark.parametrize("window", [3, 5])
+def test_llvm_keeps_a_windows_rows_rolled_around_a_block_and_unrolls_its_row(window) -> None:
+    # the block's own loop (one row's taps) is LLVM's to unroll; the loop of the window's rows around
+    # it is kept rolled (unrolled whole, nine blocks a channel ran slower than LLVM's 7 x 8 tile);
+    # the channels' loop, longer than LLVM unrolls whole, needs no word
+    from uopviz.backends.llvm_renderer import FULL_UNROLL_MAX_TRIP, loops_around_register_tiles
+    from uopviz.core.ops import AxisType, Ops
+
+    linear = _conv_linear("llvm", 24, 32, window=window, size=14, seed=window)
+    (tile_loop,) = find_register_tiles(linear.src, lanes=8).keys()
+    (rows,) = loops_around_register_tiles(linear.src, [tile_loop])
+    assert rows.op is Ops.RANGE and rows.arg[1] is AxisType.REDUCE and rows.src[0].arg[0] == window
+    assert tile_loop.src[0].arg[0] == window and rows is not tile_loop
+    position = {id(u): index for index, u in enumerate(linear.src)}  # (== on UOps builds a CMP_EQ)
+    assert position[id(rows)] < position[id(tile_loop)]  # the rows hold the row's taps
+    outside = linear.src[: position[id(rows)]]
+    channels = [u for u in outside if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+    assert channels and all(u.src[0].arg[0] > FULL_UNROLL_MAX_TRIP for u in channels)
+    assert loops_around_register_tiles(linear.src, []) == set()
+
+
 def test_vectors_of_two_registers_are_two_parts_each() -> None:
     # LLVM's vectors of 16 float32 lanes (a 1x1 conv's 16 channels) on 8-lane registers: each
     # multiply-add is two products; the weights' second half is the next 8-channel block of the
     # blocked layout, apart from the first (a part's own address)
     linear = _conv_linear("llvm", 48, 32, window=1, size=7, seed=2)
-    (tile,) = find_register_tiles(linear.src, lanes=8, over_windows=False).values()
+    (tile,) = find_register_tiles(linear.src, lanes=8, window_tiles_above=14).values()
     assert len(tile.accumulators) == 14 and {a.part for a in tile.accumulators} == {0, 1}
     assert {a.uop.dtype.count for a in tile.accumulators} == {16} and len(tile.broadcasts) == 7
     first, second = tile.vectors

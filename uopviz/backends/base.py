@@ -447,9 +447,6 @@ class Backend(abc.ABC):
     #: plans (:mod:`uopviz.backends.register_tile`): the heuristic's tiles of broadcast columns then
     #: take all but two vector registers as accumulators (GCC and LLVM spill such tiles themselves)
     writes_register_tiles: bool = False
-    #: False where only tiles whose loops reduce over one axis (a 1x1 conv's channels) are such
-    #: blocks, not those inside a window's tap loops (the heuristic keeps those tiles the compiler's)
-    register_tiles_over_windows: bool = True
     #: rules of the backend's own, by the name of the pipeline stage that runs them (``"Linearize"``,
     #: ``"Instruction Selection"``, any stage from Optimize on): the stage rewrites each kernel with
     #: them before its own rules, as a traced pass named after the backend (``cuda rules``); a

@@ -36,7 +36,7 @@ from uopviz.backends.base import (
 )
 from uopviz.backends.cache import cache_dir, content_key
 from uopviz.backends.cpu_runtime import CPULaunch
-from uopviz.backends.llvm_renderer import REGISTER_TILES_OVER_WINDOWS, LLVMRenderer
+from uopviz.backends.llvm_renderer import LLVMRenderer
 from uopviz.backends.llvm_types import float_literal
 from uopviz.backends.register_tile import register_tiles_supported
 from uopviz.backends.target import CPUTarget
@@ -252,9 +252,6 @@ class LLVMBackend(TargetsCPU, Backend):
         ``vmaskmovps``); elsewhere LLVM reads it lane by lane behind a branch per lane (SSE4.2:
         Inception-v1's padded 7x7 convs 1.3-1.8x their clamped time)."""
         return "avx" in self.target.features
-
-    #: 1x1 convs' tiles only (``llvm_renderer.REGISTER_TILES_OVER_WINDOWS``: measured there)
-    register_tiles_over_windows = REGISTER_TILES_OVER_WINDOWS
 
     @property
     def writes_register_tiles(self) -> bool:  # type: ignore[override]

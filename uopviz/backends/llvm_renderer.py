@@ -21,7 +21,7 @@ and ``@name`` hands chunks of the range to the threads of libgomp's ``GOMP_paral
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from uopviz.backends.base import (
@@ -72,16 +72,14 @@ from uopviz.core.uop import UOp
 #: vector multiply-adds a reduction loop's body may hold, its inner loops unrolled, when LLVM
 #: unrolls the loop whole: measured on 3x3 convs' taps (below), 126 ran faster unrolled, 144 slower
 FULL_UNROLL_FMA_BUDGET = 128
-#: whether a conv's register tile whose loop sits inside a window's tap loops is written as inline
-#: assembly too (:mod:`uopviz.backends.register_tile`): not on LLVM, which unrolls the taps around the
-#: block and whose own code for the 7 x 8 tile these convs get otherwise was as fast.  AVX2 (AMD
-#: EPYC), ResNet-50's 3x3 conv of 256 channels at 14x14 alone, one core, aligned arrays, both in one
-#: process: 2.95 ms LLVM's 7 x 8, 2.91 as a 7 x 16 block (C: 3.16 GCC's 7 x 8, 2.96 the block); in
-#: the models (two cores, min of 15) Inception-v1's 3x3 and 5x5 convs of 16-192 channels were
-#: 1.03-1.20x slower as blocks, ResNet-50's and VGG-16's of 256-512 channels 0.90-1.08x.  Tiles
-#: reducing over one axis (1x1 convs) are blocks: ResNet-50's 0.81-1.09x, MobileNet-v2's 0.83-0.98x,
-#: Inception-v1's 0.77-0.93x (its two smallest, 0.08 ms, 1.2x); docs/design/cpu-conv-layout.md 20.1
-REGISTER_TILES_OVER_WINDOWS = False
+#: the most accumulator registers of a register tile inside a window's tap loops that stays LLVM's
+#: own code rather than an assembly block (:mod:`uopviz.backends.register_tile`): LLVM keeps a 5 x 16
+#: tile's ten in registers itself, and the 13x13 convs of AlexNet and SqueezeNet that take it were
+#: 1.00-1.16x slower as blocks (AlexNet's 384 -> 256 channels 1.75 -> 2.03 ms).  The 7 x 16 tiles (14)
+#: are blocks: LLVM's own code for them spills (5.68 ms against 2.91 at 512 channels 7x7), and as
+#: blocks, the window's rows kept rolled (:func:`loops_around_register_tiles`), they beat the 7 x 8
+#: tile LLVM's own code gets otherwise; docs/design/cpu-conv-layout.md 20.1
+OWN_WINDOW_TILE_ACCUMULATORS = 10
 #: the most iterations of a loop LLVM unrolls whole (loops of more are no candidates and get no
 #: metadata, which keeps the IR readable)
 FULL_UNROLL_MAX_TRIP = 16
@@ -118,6 +116,32 @@ def loops_kept_rolled(program: Sequence[UOp]) -> set[UOp]:
     # the innermost of a nest over the budget: the loops around it unroll no further once it stays
     around_another = {opener for index in over for opener in scopes[index] if opener in over}
     return {program[index] for index in over - around_another} | _scalar_nests_kept_rolled(program, scopes)
+
+
+def loops_around_register_tiles(program: Sequence[UOp], tile_loops: Iterable[UOp]) -> set[UOp]:
+    """The REDUCE loops of 2 to :data:`FULL_UNROLL_MAX_TRIP` iterations around a register
+    tile's loop written as an assembly block (a 3x3 or 5x5 window's rows of taps around the loop of
+    one row's taps): LLVM is told not to unroll them; the tile's own loop it unrolls.
+
+    Unrolled whole, a 3x3 conv's nine blocks a channel were slower than LLVM's own code for a tile
+    of half the size (Inception-v1's 3x3 and 5x5 convs 1.03-1.20x); all the taps' loops kept
+    rolled, 1.7x slower still.  The rows rolled and each row's taps unrolled (three blocks), the 7 x
+    16 blocks mostly beat LLVM's 7 x 8: both in one process, each kernel run in turn on the model's
+    arrays (AMD EPYC, AVX2, 2 cores, min of 8): ResNet-18's and ResNet-50's stride-1 3x3 convs at 14x14
+    and 7x7 0.89-0.98x, Inception-v1's 3x3 and 5x5 convs 0.89-0.93x (models 0.97-0.985x); ResNet-50's
+    strided 512-channel one 1.09x, VGG-16's 512-channel ones at 14x14 1.10-1.15x (its model
+    1.007x); docs/design/cpu-conv-layout.md 20.1."""
+    scopes = open_scopes(program)
+    position = {u: index for index, u in enumerate(program)}
+    around: set[UOp] = set()
+    for loop in tile_loops:
+        for opener in scopes[position[loop]]:
+            u = program[opener]
+            bound = u.src[0] if u.op is Ops.RANGE else None
+            if bound is not None and u.arg[1] is AxisType.REDUCE and bound.op is Ops.CONST \
+                    and 1 < bound.arg[0] <= FULL_UNROLL_MAX_TRIP:
+                around.add(u)
+    return around
 
 
 def _scalar_nests_kept_rolled(program: Sequence[UOp], scopes: Sequence[Sequence[int]]) -> set[UOp]:
@@ -270,6 +294,7 @@ class LLVMRenderState(LinearWalk):
         self.kept_rolled = loops_kept_rolled(self.program)
         self.plan_parking()
         self.plan_register_tiles()
+        self.kept_rolled |= loops_around_register_tiles(self.program, self.register_tiles)
         self.loop_metadata: list[str] = []  # one loop ID per loop kept rolled
         params = self.collect_params()
         self.thread_range = parallel_range(self.program) if self.r.parallel else None
@@ -343,12 +368,13 @@ class LLVMRenderState(LinearWalk):
     def plan_register_tiles(self) -> None:
         """The loops written as inline assembly (:mod:`uopviz.backends.register_tile`), on targets
         that get them: those whose accumulators are whole vectors of a register buffer, and whose
-        nest reduces over one axis (:data:`REGISTER_TILES_OVER_WINDOWS`)."""
+        nest reduces over one axis or that take more accumulators than LLVM's own code keeps
+        (:data:`OWN_WINDOW_TILE_ACCUMULATORS`)."""
         target = cpu_target()
         if not register_tiles_supported(target):
             return
         lanes = target.vector_bytes // dtypes.float32.itemsize
-        tiles = find_register_tiles(self.program, lanes, over_windows=REGISTER_TILES_OVER_WINDOWS)
+        tiles = find_register_tiles(self.program, lanes, window_tiles_above=OWN_WINDOW_TILE_ACCUMULATORS)
         self.use_register_tiles({
             loop: tile for loop, tile in tiles.items()
             if all(contiguous_start(a.uop.src[1]) is not None or a.uop.src[1].dtype.count == 1

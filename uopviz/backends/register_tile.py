@@ -26,7 +26,9 @@ loops are such steps from the LINEAR program alone, and leaves to the compiler t
 registers itself (at most half of them accumulators) and kernels of two tiles.  The C renderer
 spells the statements as GCC extended ``asm`` (``CFamilyRenderState.render_register_tile``), the
 LLVM renderer as inline ``asm`` calls (``LLVMRenderState.render_register_tile``), there only for
-tiles reducing over one axis (1x1 convs: ``llvm_renderer.REGISTER_TILES_OVER_WINDOWS``); LLVM's
+tiles of more accumulators than its own code keeps in registers where the nest reduces over a
+window's taps (``llvm_renderer.OWN_WINDOW_TILE_ACCUMULATORS``), the window's rows kept rolled around
+the block (``llvm_renderer.loops_around_register_tiles``); LLVM's
 vectors of 16 lanes are two registers each, a :class:`Part` apiece.  Only x86-64 targets with FMA
 and 32-byte registers get blocks (``x86-64-v3``, ``native`` on such a CPU): AVX-512 has not been
 measured on a host of its own.
@@ -187,12 +189,13 @@ def register_tiles_supported(target: CPUTarget) -> bool:
 
 
 def find_register_tiles(
-    program: Sequence[UOp], lanes: int, over_windows: bool = True
+    program: Sequence[UOp], lanes: int, window_tiles_above: int = 0
 ) -> dict[UOp, RegisterTile]:
     """The innermost loop of ``program`` whose body is a register tile step on float32 vectors of
-    ``lanes`` lanes, by its RANGE, where it is the kernel's only one (else none).  ``over_windows``
-    False: only a tile whose loop nest reduces over one axis (a 1x1 conv's channels), not over a
-    window's taps as well (:func:`reduces_over_one_axis`)."""
+    ``lanes`` lanes, by its RANGE, where it is the kernel's only one (else none).  A tile whose loop
+    nest reduces over a window's taps as well as channels (not :func:`reduces_over_one_axis`) is one
+    only with more than ``window_tiles_above`` accumulator registers (LLVM's own code keeps a 5 x 16
+    tile's ten in registers: ``llvm_renderer.OWN_WINDOW_TILE_ACCUMULATORS``)."""
     uses: dict[UOp, list[UOp]] = {}
     for u in program:
         for s in u.src:
@@ -217,7 +220,8 @@ def find_register_tiles(
     # compiler's code (ResNet-50's 512 -> 1024 pair at 7x7: 2.39 ms, 2.74 as blocks)
     if len(tiles) != 1:
         return {}
-    return {loop: tile for loop, tile in tiles.items() if over_windows or reduces_over_one_axis(nests[loop])}
+    return {loop: tile for loop, tile in tiles.items()
+            if reduces_over_one_axis(nests[loop]) or len(tile.accumulators) > window_tiles_above}
 
 
 def reduces_over_one_axis(loops: Sequence[UOp]) -> bool:

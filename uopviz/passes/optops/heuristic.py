@@ -741,15 +741,13 @@ def _planned_tile(kernel: Kernel, second_position: int | None) -> bool:
     a residual's conv fused into another's, keep the first's accumulators through the second's
     loop), of float32 read from float32 memory (float16 inputs summed in float32 are not), and only
     the weights vary over the channels (a grouped conv's input does too: its weights were gathered,
-    0.58 -> 0.79 ms as 7 x 16 at 128 channels in 2 groups, 14x14); over one reduced axis only
-    where the backend writes no blocks inside a window's loops."""
+    0.58 -> 0.79 ms as 7 x 16 at 128 channels in 2 groups, 14x14).  LLVM leaves a window's tile of
+    at most ten accumulators its own code (``llvm_renderer.OWN_WINDOW_TILE_ACCUMULATORS``): a 5-column
+    tile, whose shape is the same either way."""
     uops = kernel.ast.toposort()
     reductions = [u for u in uops if u.op is Ops.REDUCE]
     if second_position is None or len(reductions) != 1 or reductions[0].dtype.scalar is not dtypes.float32:
         return False
-    reduced = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES and range_size(r) != 1]
-    if len(reduced) > 1 and not kernel.backend_object.register_tiles_over_windows:
-        return False  # a window's taps as well as channels (``Backend.register_tiles_over_windows``)
     if any(u.dtype.scalar is not dtypes.float32 for u in uops if u.op is Ops.LOAD):
         return False
     channels = kernel.ranges[second_position]
