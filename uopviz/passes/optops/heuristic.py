@@ -498,10 +498,10 @@ def _cpu_register_tile(
 def _five_broadcast_columns(width: int, lanes: int, vector_registers: int) -> bool:
     """Whether a tile of columns narrower than a register, on 16 vector registers, is
     :data:`PADDED_COLUMNS_WIDE` (5) columns that divide its row (a strided row keeps its exact
-    divisor: AlexNet's 11x11 stride-4 stem, 55 columns): it
-    takes two registers of channels per column (10 accumulators) as a row padded to 5 columns does,
-    whether or not the renderer writes it as an assembly block (:func:`_planned_tile`).  The tile
-    of half the registers, 5 columns x 8 channels, left a register of channels a column unused.
+    divisor: AlexNet's 11x11 stride-4 stem, 55 columns): it takes two registers of channels per
+    column (10 accumulators) as a row padded to 5 columns does, whether or not the renderer writes
+    it as an assembly block (:func:`_planned_tile`).  The tile of half the registers, 5 columns x 8
+    channels, left a register of channels a column unused.
     AlexNet's stem on LLVM (its own code, no block), both rules compiled in one process and run in
     turn on the model's arrays (AMD EPYC, AVX2, 2 cores, min of 8): 1.19 -> 0.76 ms (5 x 16, as C's
     block tile: 0.75); no other kernel of the zoo changes (its other 5-column tiles are padded rows)."""
