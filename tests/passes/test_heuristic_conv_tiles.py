@@ -109,6 +109,25 @@ def test_a_conv_row_of_55_or_27_is_padded_to_4_columns_on_avx2(backend, target, 
         assert all(out_width % size == 0 for size in _upcasts(kernel) if size < 8), kernel.name
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+@pytest.mark.parametrize("width,padded", [(55, True), (27, False)])
+def test_a_conv_row_of_55_is_padded_to_8_columns_on_avx512(backend, target, width, padded):
+    # SqueezeNet-1.1's 3x3 convs at 55x55 on AVX-512's 32 registers: 8 columns x 32 channels (16
+    # accumulators) over the row padded to 56, not 5 columns x 32 channels; a row of 27 keeps its
+    # divisor (32 would pad it by 18 %, more than BROADCAST_ROW_MAX_PADDING)
+    x = RNG.standard_normal((1, 16, width + 2, width + 2)).astype(np.float32)
+    w = RNG.standard_normal((64, 16, 3, 3)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    globals_ = [size for size, kind in kernel.axes if kind is uv.AxisType.GLOBAL]
+    assert (_upcasts(kernel) == [8, 32] and -(-width // 8) in globals_) == padded, kernel.name
+    assert all(width % size == 0 for size in _upcasts(kernel) if size < 16) != padded, kernel.name
+
+
 ONE_BY_ONE = """
 version 1.0;
 
@@ -155,7 +174,7 @@ def test_a_1x1_conv_of_odd_positions_is_padded_to_4_columns_on_avx2(backend, tar
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize(
     "width,channels,outputs,tiled",
     [(55, 16, 64, True), (27, 32, 128, True), (27, 16, 40, True), (55, 64, 64, False), (27, 48, 64, False)],
@@ -163,16 +182,22 @@ def test_a_1x1_conv_of_odd_positions_is_padded_to_4_columns_on_avx2(backend, tar
 def test_a_1x1_conv_of_a_short_reduction_takes_its_positions_as_two_registers(
     backend, target, width, channels, outputs, tiled
 ):
-    # SqueezeNet-1.1's 1x1 expand convs from 16 channels at 55x55 and 32 at 27x27: on AVX2 their
-    # positions (3025, 729) padded to two registers of lanes (3040, 736) by 4 channel rows (5 where
-    # 5 divides the channels), not 5 or 3 broadcast columns by 8 or 16 channels stored lane by lane;
-    # not from 48 or 64 channels (broadcast columns, the test above), not on SSE's 4 lanes
+    # SqueezeNet-1.1's 1x1 expand convs from 16 channels at 55x55 and 32 at 27x27: their positions
+    # (3025, 729) padded to two registers of lanes, on AVX2 (3040, 736) by 4 channel rows (5 where 5
+    # divides the channels), on AVX-512 (3040, 736 as 32 lanes) by 8, not 5 or 3 broadcast columns by
+    # 8 to 32 channels stored lane by lane; not from 48 or 64 channels (broadcast columns, the test
+    # above), not on SSE's 4 lanes
     kernel = _one_by_one_kernel(backend, target, width, channels, outputs)
-    padded = -(-(width * width) // 16) * 16
+    vector_bytes = resolve_target(target).vector_bytes
+    width_lanes = 2 * vector_bytes // 4
+    padded = -(-(width * width) // width_lanes) * width_lanes
     globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
-    rows = 5 if outputs % 5 == 0 else 4
-    expected = tiled and resolve_target(target).vector_bytes == 32
-    tile = sorted(_upcasts(kernel)) == sorted([16, rows]) and padded // 16 in globals_
+    rows = (5 if outputs % 5 == 0 else 4) if vector_bytes == 32 else 8
+    expected = tiled and vector_bytes >= 32
+    # the tiles of positions are a global axis, or two threads' halves of it (40 channels / 8 rows)
+    tiles = padded // width_lanes
+    tile = sorted(_upcasts(kernel)) == sorted([width_lanes, rows]) and (
+        tiles in globals_ or -(-tiles // 2) in globals_)
     assert tile == expected, kernel.name
 
 
@@ -235,7 +260,10 @@ def test_only_groups_of_whole_registers_get_a_channel_block(backend, target, cha
         program = uv.compile([out], backend=backend, opts="heuristic")
         result = program.run()[0]
     np.testing.assert_allclose(result, _conv_reference(x, w, 1, groups), rtol=1e-4, atol=1e-4)
-    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    # the conv's kernel: its reduction a loop, or unrolled whole (a depthwise 3x3 window of a row of
+    # one register, heuristic._unrolled_filter_rows)
+    reducing = (uv.AxisType.REDUCE, uv.AxisType.UNROLL)
+    (kernel,) = [k for k in program.kernels if any(t in reducing for _, t in k.axes)]
     assert (len(_upcasts(kernel)) == 2) == tiled, kernel.name
 
 

@@ -361,7 +361,11 @@ def _pads_to_broadcast_columns(
     of 14 and 7 (16 and 8 would pad 14 %), 49 positions (7 columns of one register; ResNet-50's 1x1
     convs 5 % slower, Inception-v1's 4-7 % faster), 13x13 1x1 convs from 48 or 64 channels (a
     register of positions: 0.035 -> 0.050 ms padded), SqueezeNet's classifier (1000 channels: 4
-    columns x 8 channels, 2.0 -> 2.4 ms on LLVM)."""
+    columns x 8 channels, 2.0 -> 2.4 ms on LLVM).  AVX-512 (32 registers: 8 columns x 32 channels),
+    the same way (min of 15), C / LLVM: SqueezeNet-1.1's 3x3 convs at 55x55 0.280 -> 0.276 / 0.278
+    -> 0.259 ms, its 1x1 convs at 13x13 from 128 and 256 channels 0.044 -> 0.043 and 0.081 -> 0.072
+    / 0.043 -> 0.039 and 0.076 -> 0.065; the model 4.67 -> 4.61 / 4.41 -> 4.39 ms (min); no other
+    kernel of the zoo changes."""
     width = accumulators // 2
     if columns == width or size % width == 0 or not 2 <= width < lanes:
         return False
@@ -395,10 +399,15 @@ def _short_positions_tile(kernel: Kernel, positions: UOp, slides: bool, lanes: i
     :data:`BROADCAST_ROW_MAX_PADDING`) rather than tiled as broadcast columns: with a reduction of
     :data:`SHORT_REDUCTION_MAX_TERMS` ``terms`` or fewer a tile of broadcast columns stores each of its
     few sums lane by lane (5 columns x 8 channels: 40 element stores per 16 x 5 multiply-adds), a
-    tile of positions stores whole vectors.  On 16 registers of 8 lanes or more (AVX2)."""
+    tile of positions stores whole vectors.  On registers of 8 lanes or more: AVX2's 16 (4 or 5
+    channel rows) and AVX-512's 32 (8 rows of 32 positions).  AVX-512 (AMD EPYC, 2 cores), the
+    model's changed kernels compiled both ways in one process and run in turn (min of 15), C /
+    LLVM: the 55x55 ones 0.089-0.099 -> 0.052-0.053 ms / 0.052-0.053 -> 0.044-0.045, the 27x27 ones
+    0.057-0.059 -> 0.037 / 0.057-0.062 -> 0.032; SqueezeNet-1.1 4.85 -> 4.71 / 4.73 -> 4.67 ms (min),
+    at batch 8 its four 1.69 -> 1.35 ms (C); no other kernel of the zoo changes (batch 1 and 8)."""
     size, width = range_size(positions), 2 * lanes
-    if slides or kernel.backend_object.vector_registers > 16 or lanes < 8 or size <= width:
-        return False  # measured on AVX2's 16 registers of 8 lanes (SSE's 4: LLVM 1.4-1.6x slower)
+    if slides or lanes < 8 or size <= width:
+        return False  # measured on AVX2's and AVX-512's lanes (SSE's 4: LLVM 1.4-1.6x slower)
     if -(-size // width) * width - size > size * BROADCAST_ROW_MAX_PADDING:
         return False  # a row of 28 padded to 32: MobileNet-v2's 32 -> 192 convs 1.06x / 1.37x slower
     return terms <= SHORT_REDUCTION_MAX_TERMS and _steps_by_one(kernel, positions)
@@ -439,7 +448,7 @@ def _cpu_register_tile(
             tiled = _padded_columns(kernel, first, 2 * lanes)
         columns = _broadcast_columns(size, lanes, accumulators)
         # padded columns are gated loads: a strided row keeps its exact divisor (see the docstring)
-        if tiled is kernel and backend.vector_registers <= 16 and _steps_by_one(kernel, first) and \
+        if tiled is kernel and _steps_by_one(kernel, first) and \
                 _pads_to_broadcast_columns(size, columns, lanes, accumulators, terms, channels):
             tiled = _padded_columns(kernel, first, accumulators // 2)
         if tiled is kernel and columns is not None:
