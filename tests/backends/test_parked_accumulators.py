@@ -104,6 +104,17 @@ graph G( x ) -> ( y )
         assert "%park" not in item.source
 
 
+def test_an_avx512_tile_of_fourteen_registers_is_parked_too():
+    """AVX-512's tile (7 positions x 32 channels, 14 zmm registers) is parked as AVX2's 7 x 8 is: the
+    bound is in registers of the target (PARKED_MAX_REGISTERS), not AVX2's bytes."""
+    _, linear = _fused_linear("x86-64-v4")
+    parked = parked_accumulators(linear.src, vector_bytes=64)
+    (buffer,) = parked
+    assert buffer.arg.size == 7 * 32
+    # the same buffer counted in AVX2's registers is 28 of them: a kernel-local array, not a tile
+    assert parked_accumulators(linear.src, vector_bytes=32) == {}
+
+
 @needs_llvm
 @pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2", "native"))
 @pytest.mark.parametrize("first, second, channels, size", [(24, 40, 32, 7), (64, 32, 64, 14), (8, 16, 16, 5)])

@@ -266,8 +266,8 @@ graph block( x, a ) -> ( y )
 {{
     x = external<scalar>(shape = [1, {channels}, {size}, {size}]);
     a = external<scalar>(shape = [1, 256, {half}, {half}]);
-    w = variable<scalar>(shape = [512, 256, 1, 1], label = 'w');
-    p = variable<scalar>(shape = [512, {channels}, 1, 1], label = 'p');
+    w = variable<scalar>(shape = [{outputs}, 256, 1, 1], label = 'w');
+    p = variable<scalar>(shape = [{outputs}, {channels}, 1, 1], label = 'p');
     e = conv(a, w);
     s = conv(x, p, stride = [2, 2]);
     y = relu(add(e, s));
@@ -288,6 +288,8 @@ def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, 
     strips (the 7x7 plane and every other position of the 14x14 one) are copied whole before them
     (staging._hoisted_outputs; 3.9 -> 2.5 ms), not the rows padded to 8 for the cores.
     A projection of fewer channels (STAGE_EVERY_OTHER_MIN_ROWS, ResNet-18's) is read in place.
+    The output channels are ResNet-50's (twice the input's): with 512 at 7x7, AVX-512's tiles of 32
+    channels left each core 8 groups, under staging.HOISTED_MIN_REUSE (the model's have 32).
     Values against numpy in float64."""
     from uopviz.nnef.nnef1.loader import loads_nnef1
 
@@ -295,9 +297,10 @@ def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, 
     half = size // 2
     x = RNG.standard_normal((1, channels, size, size)).astype(np.float32)
     a = RNG.standard_normal((1, 256, half, half)).astype(np.float32)
-    w = RNG.standard_normal((512, 256, 1, 1)).astype(np.float32)
-    p = RNG.standard_normal((512, channels, 1, 1)).astype(np.float32)
-    text = PROJECTION_AND_EXPAND.format(channels=channels, size=size, half=half)
+    outputs = 2 * channels  # ResNet-50's: its projections double the channels
+    w = RNG.standard_normal((outputs, 256, 1, 1)).astype(np.float32)
+    p = RNG.standard_normal((outputs, channels, 1, 1)).astype(np.float32)
+    text = PROJECTION_AND_EXPAND.format(channels=channels, size=size, half=half, outputs=outputs)
     graph = loads_nnef1(text, variables={"w": w, "p": p})
     with using_target(target):
         program = graph.compile(backend, opts="heuristic", progress=False)
@@ -314,8 +317,10 @@ def test_a_strided_projection_stages_every_other_position(monkeypatch, backend, 
     assert loops[0] == ("2", "THREAD"), loops  # one parallel region, the cores' shares outermost
     assert not any(opt.op is OptOp.PADTO for opt in kernel.opts), kernel.opts
     extents = [int(extent) for extent, _ in loops]
+    # the channel tiles: 8 channels on AVX2, 32 on AVX-512 (the kernel's last UPCAST)
+    tiles = outputs // int(re.findall(r"_u(\d+)$", kernel.name)[0])
     if staged and half == 7:  # both strips copied whole before the channel tiles, the 7 rows inside
         parallel = source.index("#pragma omp parallel")
-        assert extents[-2:] == [32, 7] and source.index("acc1[") < parallel, loops
-    elif staged:  # the positions outside the channel tiles (512 / 8 = 64, of which each core has 32)
-        assert extents[-1] in (32, 64), loops
+        assert extents[-2:] == [tiles // 2, 7] and source.index("acc1[") < parallel, (kernel.name, loops)
+    elif staged:  # the positions outside the channel tiles (all of them, or each core's half)
+        assert extents[-1] in (tiles // 2, tiles), (kernel.name, loops)

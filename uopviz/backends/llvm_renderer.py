@@ -465,7 +465,7 @@ class LLVMRenderState(LinearWalk):
         each gets a second ``alloca``, written with ``store volatile`` after its last loop and read
         with ``load volatile`` after the next one, so that no optimisation carries its values in
         registers across that loop (SROA still keeps the buffer itself in registers inside its own)."""
-        self.parked = parked_accumulators(self.program)
+        self.parked = parked_accumulators(self.program, cpu_target().vector_bytes)
         self.park_slots: dict[UOp, str] = {}
         self.park_names: set[str] = set()  # the slots' names: a LOAD through one is volatile
         self.parked_readers = {
