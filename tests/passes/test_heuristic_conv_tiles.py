@@ -16,7 +16,10 @@ from uopviz.backends.aligned import CACHE_LINE
 from uopviz.backends.target import resolve_target, using_target
 from uopviz.passes.optops.heuristic import (
     FIVE_ROWS,
+    NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS,
     REGISTER_TILE_SPARE_REGISTERS,
+    SHORT_REDUCTION_MAX_TERMS,
+    SHORT_REDUCTION_MAX_TERMS_32_REGISTERS,
     _broadcast_columns,
     _pads_to_broadcast_columns,
 )
@@ -176,29 +179,58 @@ def test_a_1x1_conv_of_odd_positions_is_padded_to_4_columns_on_avx2(backend, tar
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3", "x86-64-v2"))
 @pytest.mark.parametrize(
-    "width,channels,outputs,tiled",
-    [(55, 16, 64, True), (27, 32, 128, True), (27, 16, 40, True), (55, 64, 64, False), (27, 48, 64, False)],
+    "width,channels,outputs,tiled,tiled_on_avx512",
+    [(55, 16, 64, True, True), (27, 32, 128, True, True), (27, 16, 40, True, True),
+     (55, 64, 64, False, True), (27, 48, 64, False, True), (55, 96, 64, False, False)],
 )
 def test_a_1x1_conv_of_a_short_reduction_takes_its_positions_as_two_registers(
-    backend, target, width, channels, outputs, tiled
+    backend, target, width, channels, outputs, tiled, tiled_on_avx512
 ):
     # SqueezeNet-1.1's 1x1 expand convs from 16 channels at 55x55 and 32 at 27x27: their positions
     # (3025, 729) padded to two registers of lanes, on AVX2 (3040, 736) by 4 channel rows (5 where 5
     # divides the channels), on AVX-512 (3040, 736 as 32 lanes) by 8, not 5 or 3 broadcast columns by
-    # 8 to 32 channels stored lane by lane; not from 48 or 64 channels (broadcast columns, the test
-    # above), not on SSE's 4 lanes
+    # 8 to 32 channels stored lane by lane; on AVX2 not from 48 or 64 channels (broadcast columns, the
+    # test above), on AVX-512 from up to 64 (SHORT_REDUCTION_MAX_TERMS_32_REGISTERS); not on SSE's 4
+    # lanes
     kernel = _one_by_one_kernel(backend, target, width, channels, outputs)
     vector_bytes = resolve_target(target).vector_bytes
     width_lanes = 2 * vector_bytes // 4
     padded = -(-(width * width) // width_lanes) * width_lanes
     globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
     rows = (5 if outputs % 5 == 0 else 4) if vector_bytes == 32 else 8
-    expected = tiled and vector_bytes >= 32
+    expected = (tiled_on_avx512 if vector_bytes == 64 else tiled) and vector_bytes >= 32
     # the tiles of positions are a global axis, or two threads' halves of it (40 channels / 8 rows)
     tiles = padded // width_lanes
     tile = sorted(_upcasts(kernel)) == sorted([width_lanes, rows]) and (
         tiles in globals_ or -(-tiles // 2) in globals_)
     assert tile == expected, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+@pytest.mark.parametrize(
+    "width,channels,outputs,tiled_on_avx512",
+    [(55, 64, 16, True), (55, 128, 16, True), (55, 256, 16, True), (55, 128, 32, False),
+     (27, 256, 32, False)],
+)
+def test_a_squeeze_conv_takes_its_positions_as_two_registers_on_avx512_only(
+    backend, target, width, channels, outputs, tiled_on_avx512
+):
+    # SqueezeNet-1.1's squeeze convs (64 and 128 terms to 16 channels, more terms than
+    # SHORT_REDUCTION_MAX_TERMS): on AVX-512's 32 registers 8 channel rows x 32 positions, up to
+    # NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS terms for outputs of one register; to 32 channels beyond
+    # SHORT_REDUCTION_MAX_TERMS_32_REGISTERS they keep broadcast columns (8 x 32 channels, whole
+    # registers); on AVX2 broadcast columns (padded positions measured 1.0-1.56x slower there)
+    kernel = _one_by_one_kernel(backend, target, width, channels, outputs)
+    profile = resolve_target(target)
+    width_lanes = 2 * profile.vector_bytes // 4
+    tiles = -(-(width * width) // width_lanes)  # the padded positions' tiles, a global axis (or halves)
+    globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
+    tile = sorted(_upcasts(kernel)) == sorted([width_lanes, 8]) and (
+        tiles in globals_ or -(-tiles // 2) in globals_)
+    assert tile == (tiled_on_avx512 and profile.vector_registers >= 32), kernel.name
+    assert SHORT_REDUCTION_MAX_TERMS < channels <= NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS
+    assert (channels <= SHORT_REDUCTION_MAX_TERMS_32_REGISTERS or outputs <= 16) == tiled_on_avx512
 
 
 def _upcasts(kernel) -> list[int]:

@@ -391,15 +391,35 @@ def _pads_to_broadcast_columns(
 #: a row of 28 as 32: C 1.06x, LLVM 1.37x slower) and SSE (8 positions x 4 channels: LLVM 1.4-1.6x
 #: slower, C 0.74-1.0x)
 SHORT_REDUCTION_MAX_TERMS = 32
+#: the same bound on 32 vector registers (AVX-512: 8 channel rows x 32 positions), and on them the
+#: bound for outputs of one register of channels or fewer (whose broadcast tile is 5 columns x 8
+#: channels, half a register).  Each 1x1 conv alone, both ways in one process (AMD EPYC with
+#: full-width AVX-512, 2 cores, min of 40), positions tile / broadcast columns, C and LLVM: 64 -> 64
+#: channels at 55x55 0.82 / 0.72, 48 -> 64 at 27x27 0.66 / 0.77, 64 -> 128 and 64 -> 256 at 27x27
+#: 0.67-0.70, 128 -> 16 at 55x55 0.41 / 0.38; but 96 -> 64 and 128 -> 64 at 55x55 1.04 / 0.92 and
+#: 1.16 / 1.19, 128 and 256 -> 32 at 55x55 1.00-1.10, 256 -> 64 at 27x27 1.03 / 1.08 (a broadcast
+#: tile of 8 columns x 32 channels is already whole registers).  In SqueezeNet-1.1 (its squeeze convs
+#: 64 and 128 -> 16 at 55x55), both ways on the model's arrays (min of 15), C 0.096-0.142 ->
+#: 0.034-0.056 ms and 0.053-0.074 -> 0.021-0.030, LLVM 0.088-0.099 -> 0.030-0.031 and 0.047-0.056 ->
+#: 0.021; the model C 2.81 -> 2.67 ms, LLVM 2.75 -> 2.72 (min); at batch 8 the two C 1.31 -> 0.45 ms,
+#: LLVM 1.66 -> 0.40; no other kernel of the zoo changes.  Under x86-64-v3 on the same host they ran
+#: 1.0-1.56x slower padded: AVX2 keeps
+#: :data:`SHORT_REDUCTION_MAX_TERMS` whatever the outputs
+SHORT_REDUCTION_MAX_TERMS_32_REGISTERS = 64
+NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS = 256
 
 
-def _short_positions_tile(kernel: Kernel, positions: UOp, slides: bool, lanes: int, terms: int) -> bool:
+def _short_positions_tile(
+    kernel: Kernel, positions: UOp, slides: bool, lanes: int, terms: int, channels: int | None
+) -> bool:
     """Whether a 1x1 conv's positions (no filter window slides over them), stepping by one element
     and wider than two registers, are padded to two registers of lanes (by at most
     :data:`BROADCAST_ROW_MAX_PADDING`) rather than tiled as broadcast columns: with a reduction of
-    :data:`SHORT_REDUCTION_MAX_TERMS` ``terms`` or fewer a tile of broadcast columns stores each of its
-    few sums lane by lane (5 columns x 8 channels: 40 element stores per 16 x 5 multiply-adds), a
-    tile of positions stores whole vectors.  On registers of 8 lanes or more: AVX2's 16 (4 or 5
+    :data:`SHORT_REDUCTION_MAX_TERMS` ``terms`` or fewer (on AVX-512's 32 registers
+    :data:`SHORT_REDUCTION_MAX_TERMS_32_REGISTERS`, or :data:`NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS`
+    for ``channels`` outputs of one register or fewer) a tile of broadcast columns stores each of its few
+    sums lane by lane (5 columns x 8 channels: 40 element stores per 16 x 5 multiply-adds), a tile of
+    positions stores whole vectors.  On registers of 8 lanes or more: AVX2's 16 (4 or 5
     channel rows) and AVX-512's 32 (8 rows of 32 positions).  AVX-512 (AMD EPYC, 2 cores), the
     model's changed kernels compiled both ways in one process and run in turn (min of 15), C /
     LLVM: the 55x55 ones 0.089-0.099 -> 0.052-0.053 ms / 0.052-0.053 -> 0.044-0.045, the 27x27 ones
@@ -410,7 +430,13 @@ def _short_positions_tile(kernel: Kernel, positions: UOp, slides: bool, lanes: i
         return False  # measured on AVX2's and AVX-512's lanes (SSE's 4: LLVM 1.4-1.6x slower)
     if -(-size // width) * width - size > size * BROADCAST_ROW_MAX_PADDING:
         return False  # a row of 28 padded to 32: MobileNet-v2's 32 -> 192 convs 1.06x / 1.37x slower
-    return terms <= SHORT_REDUCTION_MAX_TERMS and _steps_by_one(kernel, positions)
+    if kernel.backend_object.vector_registers < 32:
+        most = SHORT_REDUCTION_MAX_TERMS
+    elif channels is not None and channels <= lanes:
+        most = NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS
+    else:
+        most = SHORT_REDUCTION_MAX_TERMS_32_REGISTERS
+    return terms <= most and _steps_by_one(kernel, positions)
 
 
 def _cpu_register_tile(
@@ -444,7 +470,7 @@ def _cpu_register_tile(
     tiled = _row_tile(kernel, first, lanes) if alone else kernel
     if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
         terms = _reduction_terms(kernel)
-        if _short_positions_tile(kernel, first, slides, lanes, terms):
+        if _short_positions_tile(kernel, first, slides, lanes, terms, channels):
             tiled = _padded_columns(kernel, first, 2 * lanes)
         columns = _broadcast_columns(size, lanes, accumulators)
         # padded columns are gated loads: a strided row keeps its exact divisor (see the docstring)
