@@ -17,6 +17,7 @@ from uopviz.backends.target import resolve_target, using_target
 from uopviz.passes.optops.heuristic import (
     FIVE_ROWS,
     NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS,
+    PART_REGISTER_CHANNELS_MAX_PADDING,
     REGISTER_TILE_SPARE_REGISTERS,
     SHORT_REDUCTION_MAX_TERMS,
     SHORT_REDUCTION_MAX_TERMS_32_REGISTERS,
@@ -233,6 +234,31 @@ def test_a_squeeze_conv_takes_its_positions_as_two_registers_on_avx512_only(
     assert (channels <= SHORT_REDUCTION_MAX_TERMS_32_REGISTERS or outputs <= 16) == tiled_on_avx512
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+@pytest.mark.parametrize("width,channels,outputs,padded", [(13, 512, 1000, True), (13, 128, 40, True),
+                                                           (13, 512, 64, False), (7, 256, 1000, False)])
+def test_channels_of_no_whole_register_take_the_positions_as_lanes_on_avx512(
+    backend, target, width, channels, outputs, padded
+):
+    # SqueezeNet-1.1's classifier (1000 channels: no whole zmm divides them) takes 8 channel rows x
+    # 32 positions, its 169 positions padded to 192 (_positions_for_part_register_channels), not 13
+    # broadcast columns x 8 channels; 64 channels (whole registers) keep their broadcast columns, a
+    # 7x7 plane (49 -> 64) pads too much (PART_REGISTER_CHANNELS_MAX_PADDING).  AVX2's 16 registers
+    # tile such planes as positions already (16 positions x 5 channels, section 19 of
+    # docs/design/cpu-conv-layout.md)
+    kernel = _one_by_one_kernel(backend, target, width, channels, outputs)
+    profile = resolve_target(target)
+    width_lanes = 2 * profile.vector_bytes // 4
+    positions = width * width
+    tiles = -(-positions // width_lanes)
+    globals_ = [size for size, kind in kernel.axes if kind in (uv.AxisType.GLOBAL, uv.AxisType.THREAD)]
+    tile = width_lanes in _upcasts(kernel) and (tiles in globals_ or -(-tiles // 2) in globals_)
+    assert tile == padded, kernel.name
+    if tile:
+        assert tiles * width_lanes - positions <= positions * PART_REGISTER_CHANNELS_MAX_PADDING
+
+
 def _upcasts(kernel) -> list[int]:
     return [size for size, kind in kernel.axes if kind is uv.AxisType.UPCAST]
 
@@ -382,7 +408,9 @@ def test_a_1x1_conv_at_13x13_pads_its_positions_past_the_accumulators(
     # rendered kernel), beyond AVX2's 8, where the positions are padded to 176 and tiled by two
     # registers' 16 lanes instead (176 too), with 5 rows of channels beside them where 5 divides
     # the channels (ten accumulators: no filter tap's row beside them; FIVE_ROWS), else 4 (half the
-    # registers).  AVX-512's 32 registers keep their own rows
+    # registers).  AVX-512's 32 registers keep their own rows where whole registers divide the
+    # channels; else (40, 1000) the positions are padded to 192 and tiled by two registers' 32 lanes
+    # (_positions_for_part_register_channels)
     from uopviz.nnef.nnef1.loader import loads_nnef1
 
     x = RNG.standard_normal((1, channels, 13, 13)).astype(np.float32)
@@ -394,12 +422,12 @@ def test_a_1x1_conv_at_13x13_pads_its_positions_past_the_accumulators(
     np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4 * np.sqrt(channels))
     with using_target("x86-64-v4"):
         wide = graph.compile(backend, opts="heuristic", progress=False, build=False)
-    for compiled, positions in ((program, 16), (wide, 13)):
+    for compiled, positions in ((program, 16), (wide, 13 if classes % 16 == 0 else 32)):
         (kernel,) = [k for k in compiled.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
         upcasts = _upcasts(kernel)
         assert positions in upcasts and (positions == 13) == (13 in upcasts), kernel.name
-        if positions == 16:
-            assert sorted(upcasts) == sorted([rows, 16]), kernel.name
+        if positions != 13:
+            assert sorted(upcasts) == sorted([rows if positions == 16 else 8, positions]), kernel.name
         else:
             assert FIVE_ROWS not in upcasts, kernel.name
 
