@@ -12,6 +12,7 @@ from cpu_targets import target_params
 import uopviz as uv
 from uopviz.backends.target import using_target
 from uopviz.core.ops import AxisType, Ops
+from uopviz.passes.optops.heuristic import PAIRED_OUTPUT_ROWS
 
 RNG = np.random.default_rng(31)
 CPU_BACKENDS = [b for b in ("c", "llvm") if b in uv.backends.available()]
@@ -68,3 +69,30 @@ def test_a_max_pool_keeps_its_rows_loop(target):
     np.testing.assert_array_equal(result, view.max(axis=(-2, -1)))
     (kernel,) = program.kernels
     assert len(_filter_loops(kernel)) == 1, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+@pytest.mark.parametrize(
+    "channels,size,stride,paired",
+    [(96, 16, 1, True), (40, 12, 1, True), (32, 9, 1, False), (24, 113, 2, False)],
+)
+def test_a_depthwise_tile_of_a_whole_row_takes_two_output_rows(
+    backend, target, channels, size, stride, paired
+):
+    # heuristic._paired_output_rows: where the columns' register holds a whole output row (14 and 10
+    # columns of 16 lanes), each tile computes two rows, which share input rows; an odd count of rows
+    # (7) keeps one, and rows of several column tiles (56 columns of 8) keep one (1.8x slower paired)
+    x = RNG.standard_normal((1, channels, size, size)).astype(np.float32)
+    w = RNG.standard_normal((channels, 1, 3, 3)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), stride=stride, groups=channels)],
+                             backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _depthwise_reference(x, w, stride), rtol=1e-4, atol=1e-4)
+    windowed = (AxisType.REDUCE, AxisType.UNROLL)
+    (kernel,) = [k for k in program.kernels if any(t in windowed for _, t in k.axes)]
+    upcasts = [n for n, t in kernel.axes if t is AxisType.UPCAST]
+    assert (PAIRED_OUTPUT_ROWS in upcasts[:-1]) == paired, kernel.name
+    if paired:
+        assert sorted(n for n, t in kernel.axes if t is AxisType.UNROLL) == [3, 3], kernel.name

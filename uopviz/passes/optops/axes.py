@@ -43,7 +43,10 @@ _GROUP = {AxisType.THREAD: 0, AxisType.GLOBAL: 0, AxisType.LOOP: 0, AxisType.LOC
           AxisType.GROUP_REDUCE: 2, AxisType.REDUCE: 2, AxisType.UPCAST: 3, AxisType.UNROLL: 4}
 REDUCE_TYPES = frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL})
 LANE_TYPES = frozenset({AxisType.UPCAST, AxisType.UNROLL})
-MAX_LANES = 256  # UPCAST x UNROLL lanes of one kernel: beyond this the vectors stop being registers
+#: UPCAST x UNROLL lanes of one kernel: beyond this the vectors stop being registers.  512: a
+#: depthwise conv's tile of two rows of 16 columns with its 3x3 filter unrolled is 288
+#: (heuristic._paired_output_rows); at 512 no other kernel of the zoo changes (AVX-512, batch 1)
+MAX_LANES = 512
 MAX_PAD_GROWTH = 4  # PADTO may at most quadruple an axis: more is wasted work, never a speed-up
 
 # what SPLIT may create, from what, in which direction (None: either)
