@@ -324,9 +324,21 @@ def _broadcast_columns(size: int, lanes: int, accumulators: int) -> int | None:
     ``size`` above 2 that leaves two channel registers per column within ``accumulators`` (7 of
     28, 8 of 56, 7 of 14 and 7 on AVX-512: 7 columns × 32 channels in 14 registers, each weight
     vector loaded for 7 multiply-adds), else the smallest divisor under a register's lanes (7 of
-    14 on AVX2: 7 × 8); None where no divisor lies between 2 and ``lanes``."""
+    14 on AVX2: 7 × 8); None where no divisor lies between 2 and ``lanes``.  Where the divisor
+    within fills less than half the accumulators and a larger one fills them with one channel
+    register a column, that one (27 columns on AVX-512: 9 × 16 channels, not 3 × 32).  In the
+    models, both ways in one process (AMD EPYC with full-width AVX-512, 2 cores, min of 15), C /
+    LLVM: AlexNet's 5x5 conv at 27x27 1.334 -> 1.017 / 1.274 -> 0.954 ms (the model 8.64 -> 8.35 /
+    8.64 -> 8.41), SqueezeNet-1.1's 3x3 convs at 27x27 0.172 -> 0.131 / 0.154 -> 0.118 (batch 8
+    0.75-0.77x); no other kernel of the zoo changes (AVX2's 8 lanes leave no such divisor)."""
     divisors = [c for c in range(3, min(size, lanes - 1) + 1) if size % c == 0]
     within = [c for c in divisors if c <= accumulators // 2]
+    # a divisor tile that fills less than half the accumulators with two channel registers a
+    # column (27 = 3 x 9 on AVX-512: 3 columns, 6 of 16) gives way to the largest divisor that
+    # fills them with one register a column (9 x 16 channels)
+    one_register = [c for c in divisors if accumulators // 2 < c <= accumulators]
+    if within and 4 * max(within) < accumulators and one_register:
+        return max(one_register)
     return max(within) if within else min(divisors, default=None)
 
 
@@ -619,6 +631,8 @@ def _paired_output_rows(kernel: Kernel) -> Kernel:
     # the channels and the rows: the columns' register holds a whole row (no axis of column tiles)
     if len(upcasts) != 1 or len(outputs) != 2 or range_size(outputs[-1]) % PAIRED_OUTPUT_ROWS:
         return kernel
+    if any(r.arg[1] is AxisType.REDUCE and range_size(r) > 1 for r in kernel.ranges):
+        return kernel  # a grouped conv's channels of a group still summed in a loop: not measured
     rows = outputs[-1]
     loads = [u.src[0] for u in kernel.ast.toposort() if u.op is Ops.LOAD]
     if not any(depends_on(index, rows) and depends_on(index, upcasts[0]) for index in loads):
