@@ -633,6 +633,8 @@ def _paired_output_rows(kernel: Kernel) -> Kernel:
         return kernel
     if any(r.arg[1] is AxisType.REDUCE and range_size(r) > 1 for r in kernel.ranges):
         return kernel  # a grouped conv's channels of a group still summed in a loop: not measured
+    if not _steps_by_one(kernel, upcasts[0]):
+        return kernel  # a stride-2 row (two loads and a shuffle a vector): not measured
     rows = outputs[-1]
     loads = [u.src[0] for u in kernel.ast.toposort() if u.op is Ops.LOAD]
     if not any(depends_on(index, rows) and depends_on(index, upcasts[0]) for index in loads):
