@@ -33,13 +33,9 @@ def _filter_loops(kernel) -> list:
             and not (r.src[0].op is Ops.CONST and r.src[0].arg[0] == 1)]  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
-@pytest.mark.parametrize(
-    "channels,size,stride",
-    [(16, 58, 1), (24, 57, 2), (32, 30, 2), (8, 9, 1), (12, 16, 1)],
-)
-def test_a_depthwise_tile_of_one_register_unrolls_its_filter_rows(backend, target, channels, size, stride):
+def _depthwise_kernel(backend: str, target: str, channels: int, size: int, stride: int):
+    """The kernel of a 3x3 depthwise conv compiled for ``target`` (after checking its values on
+    random inputs against numpy) and the target's float32 lanes."""
     x = RNG.standard_normal((1, channels, size, size)).astype(np.float32)
     w = RNG.standard_normal((channels, 1, 3, 3)).astype(np.float32)
     with using_target(target) as profile:
@@ -49,7 +45,17 @@ def test_a_depthwise_tile_of_one_register_unrolls_its_filter_rows(backend, targe
     np.testing.assert_allclose(result, _depthwise_reference(x, w, stride), rtol=1e-4, atol=1e-4)
     windowed = (AxisType.REDUCE, AxisType.UNROLL)
     (kernel,) = [k for k in program.kernels if any(t in windowed for _, t in k.axes)]
-    lanes = profile.vector_bytes // 4
+    return kernel, profile.vector_bytes // 4
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v3", "x86-64-v2"))
+@pytest.mark.parametrize(
+    "channels,size,stride",
+    [(16, 58, 1), (24, 57, 2), (32, 30, 2), (8, 9, 1), (12, 16, 1)],
+)
+def test_a_depthwise_tile_of_one_register_unrolls_its_filter_rows(backend, target, channels, size, stride):
+    kernel, lanes = _depthwise_kernel(backend, target, channels, size, stride)
     upcasts = [n for n, t in kernel.axes if t is AxisType.UPCAST]
     unrolled = [n for n, t in kernel.axes if t is AxisType.UNROLL]
     if len(upcasts) == 1 and upcasts[0] <= lanes:
@@ -83,15 +89,7 @@ def test_a_depthwise_tile_of_a_whole_row_takes_two_output_rows(
     # heuristic._paired_output_rows: where the columns' register holds a whole output row (14 and 10
     # columns of 16 lanes), each tile computes two rows, which share input rows; an odd count of rows
     # (7) keeps one, and rows of several column tiles (56 columns of 8) keep one (1.8x slower paired)
-    x = RNG.standard_normal((1, channels, size, size)).astype(np.float32)
-    w = RNG.standard_normal((channels, 1, 3, 3)).astype(np.float32)
-    with using_target(target):
-        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), stride=stride, groups=channels)],
-                             backend=backend, opts="heuristic")
-        result = program.run()[0]
-    np.testing.assert_allclose(result, _depthwise_reference(x, w, stride), rtol=1e-4, atol=1e-4)
-    windowed = (AxisType.REDUCE, AxisType.UNROLL)
-    (kernel,) = [k for k in program.kernels if any(t in windowed for _, t in k.axes)]
+    kernel, _ = _depthwise_kernel(backend, target, channels, size, stride)
     upcasts = [n for n, t in kernel.axes if t is AxisType.UPCAST]
     assert (PAIRED_OUTPUT_ROWS in upcasts[:-1]) == paired, kernel.name
     if paired:
