@@ -39,6 +39,10 @@ esac
 cpu_name=$1
 shift
 if $query_level; then echo "$level"; exit 0; fi
+# OpenBLAS (numpy's) detects the emulated CPU itself: a core type the real host's environment forces
+# (OPENBLAS_CORETYPE=Haswell, seen on a host of this workplace) runs AVX2 kernels on the emulated
+# Nehalem, and numpy's import dies there with SIGILL
+unset OPENBLAS_CORETYPE
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=$(cd "$repo" && cd "${VENV:-.venv}" && pwd)
