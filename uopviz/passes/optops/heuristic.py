@@ -415,10 +415,20 @@ SHORT_REDUCTION_MAX_TERMS = 32
 #: 0.034-0.056 ms and 0.053-0.074 -> 0.021-0.030, LLVM 0.088-0.099 -> 0.030-0.031 and 0.047-0.056 ->
 #: 0.021; the model C 2.81 -> 2.67 ms, LLVM 2.75 -> 2.72 (min); at batch 8 the two C 1.31 -> 0.45 ms,
 #: LLVM 1.66 -> 0.40; no other kernel of the zoo changes.  Under x86-64-v3 on the same host they ran
-#: 1.0-1.56x slower padded: AVX2 keeps
-#: :data:`SHORT_REDUCTION_MAX_TERMS` whatever the outputs
+#: 1.0-1.56x slower padded: AVX2 keeps :data:`SHORT_REDUCTION_MAX_TERMS` whatever the outputs
 SHORT_REDUCTION_MAX_TERMS_32_REGISTERS = 64
 NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS = 256
+
+
+def _positions_padding(kernel: Kernel, positions: UOp, slides: bool, lanes: int) -> float | None:
+    """How much a 1x1 conv's positions grow (a fraction of them) padded to two registers of
+    ``lanes``, or None where they cannot take the lanes: a window slides over them, registers of
+    fewer than 8 lanes (SSE's 4: LLVM 1.4-1.6x slower), a row within two registers already, or a
+    load that steps by more than one element along them (padded lanes are gated whole-vector loads)."""
+    size, width = range_size(positions), 2 * lanes
+    if slides or lanes < 8 or size <= width or not _steps_by_one(kernel, positions):
+        return None
+    return (-(-size // width) * width - size) / size
 
 
 def _short_positions_tile(
@@ -437,18 +447,14 @@ def _short_positions_tile(
     LLVM: the 55x55 ones 0.089-0.099 -> 0.052-0.053 ms / 0.052-0.053 -> 0.044-0.045, the 27x27 ones
     0.057-0.059 -> 0.037 / 0.057-0.062 -> 0.032; SqueezeNet-1.1 4.85 -> 4.71 / 4.73 -> 4.67 ms (min),
     at batch 8 its four 1.69 -> 1.35 ms (C); no other kernel of the zoo changes (batch 1 and 8)."""
-    size, width = range_size(positions), 2 * lanes
-    if slides or lanes < 8 or size <= width:
-        return False  # measured on AVX2's and AVX-512's lanes (SSE's 4: LLVM 1.4-1.6x slower)
-    if -(-size // width) * width - size > size * BROADCAST_ROW_MAX_PADDING:
+    padding = _positions_padding(kernel, positions, slides, lanes)
+    if padding is None or padding > BROADCAST_ROW_MAX_PADDING:
         return False  # a row of 28 padded to 32: MobileNet-v2's 32 -> 192 convs 1.06x / 1.37x slower
     if kernel.backend_object.vector_registers < 32:
-        most = SHORT_REDUCTION_MAX_TERMS
-    elif channels is not None and channels <= lanes:
-        most = NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS
-    else:
-        most = SHORT_REDUCTION_MAX_TERMS_32_REGISTERS
-    return terms <= most and _steps_by_one(kernel, positions)
+        return terms <= SHORT_REDUCTION_MAX_TERMS
+    if channels is not None and channels <= lanes:
+        return terms <= NARROW_OUTPUTS_MAX_TERMS_32_REGISTERS
+    return terms <= SHORT_REDUCTION_MAX_TERMS_32_REGISTERS
 
 
 #: the most a 1x1 conv's positions are padded by to take the lanes where its channels fill no whole
@@ -469,12 +475,10 @@ def _positions_for_part_register_channels(
     cores, min of 40), C: 0.816 -> 0.500 ms (212 -> 346 GFLOP/s of the 169 positions), by hand 48 x 5
     and 64 x 4 the same; the 13x13 1x1 convs whose channels are whole registers (64, 192, 256) keep
     their 13 x 16 tiles (padded 0.74-1.06x their time alone, 1.0-1.45x for 64 x 4)."""
-    if slides or kernel.backend_object.vector_registers < 32 or channels is None or channels % lanes == 0:
+    if kernel.backend_object.vector_registers < 32 or channels is None or channels % lanes == 0:
         return False
-    size, width = range_size(positions), 2 * lanes
-    if size <= width or -(-size // width) * width - size > size * PART_REGISTER_CHANNELS_MAX_PADDING:
-        return False
-    return _steps_by_one(kernel, positions)
+    padding = _positions_padding(kernel, positions, slides, lanes)
+    return padding is not None and padding <= PART_REGISTER_CHANNELS_MAX_PADDING
 
 
 def _cpu_register_tile(
