@@ -13,6 +13,7 @@ from cpu_targets import target_params
 import uopviz as uv
 from uopviz.backends import get
 from uopviz.backends.aligned import CACHE_LINE
+from uopviz.backends.base import TargetsCPU
 from uopviz.backends.target import resolve_target, using_target
 from uopviz.passes.optops.heuristic import (
     FIVE_ROWS,
@@ -22,7 +23,9 @@ from uopviz.passes.optops.heuristic import (
     REGISTER_TILE_SPARE_REGISTERS,
     SHORT_REDUCTION_MAX_TERMS,
     SHORT_REDUCTION_MAX_TERMS_32_REGISTERS,
+    WINDOW_ROWS_L1_SHARE,
     _broadcast_columns,
+    _load_steps,
     _pads_to_broadcast_columns,
 )
 from uopviz.passes.optops.staging import HOISTED_MIN_ROWS
@@ -534,3 +537,44 @@ def test_a_27_column_conv_takes_9_columns_by_16_channels_on_avx512(backend, targ
     np.testing.assert_allclose(result, _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
     (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
     assert sorted(_upcasts(kernel)) == [9, 16], kernel.name
+
+
+def _lanes_hold_columns(kernel) -> bool:
+    """Whether the tile's lanes (its last UPCAST axis) are output columns: the store steps one
+    element along them (the channels' lanes step a whole plane)."""
+    lanes_axis = [r for r in kernel.ranges if r.arg[1] is uv.AxisType.UPCAST][-1]
+    stores = [u for u in kernel.ast.toposort() if u.op is uv.Ops.STORE]
+    return _load_steps(kernel, lanes_axis, stores) == [1]
+
+
+KiB = 1 << 10
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+@pytest.mark.parametrize(
+    "channels,width,l1_bytes",
+    # VGG-16's 64 channels at 112 columns and a 32-channel row of 64 read 24-48 KiB of window rows a
+    # tile: over half a 32 KiB L1, within half of 1 MiB; a stem's 3 channels read 4 KiB
+    [(64, 112, 32 * KiB), (32, 64, 32 * KiB), (64, 112, 1024 * KiB), (3, 112, 32 * KiB)],
+)
+def test_a_conv_whose_window_rows_overflow_half_the_l1_broadcasts_its_columns_on_avx512(
+    monkeypatch, backend, target, channels, width, l1_bytes
+):
+    monkeypatch.setattr(TargetsCPU, "l1_bytes", property(lambda self: l1_bytes))
+    x = RNG.standard_normal((1, channels, width + 2, width + 2)).astype(np.float32)
+    w = RNG.standard_normal((32, channels, 3, 3)).astype(np.float32)
+    with using_target(target) as profile:
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+        np.testing.assert_allclose(program.run()[0], _conv_reference(x, w, 1, 1), rtol=1e-4, atol=1e-4)
+    lanes = profile.vector_bytes // 4
+    # a tile of two registers of columns reads, per channel and filter row, a row segment of its
+    # columns and the filter's two more, and a line for the misalignment
+    row_bytes = (-(-(2 * lanes + 2) * 4 // CACHE_LINE) + 1) * CACHE_LINE
+    overflows = channels * 3 * row_bytes > l1_bytes * WINDOW_ROWS_L1_SHARE
+    assert overflows == (channels > 3 and l1_bytes < 1024 * KiB)
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    assert _lanes_hold_columns(kernel) != overflows, kernel.name
+    if overflows:  # the columns broadcast to two registers of channels each
+        columns = _broadcast_columns(width, lanes, profile.vector_registers // 2)
+        assert _upcasts(kernel) == [columns, 2 * lanes], kernel.name

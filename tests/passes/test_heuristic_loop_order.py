@@ -81,6 +81,17 @@ def test_the_target_profile_reads_a_cores_l2_cache():
         assert uv.backends.get("c").l2_bytes == target.l2_bytes
 
 
+def test_the_target_profile_reads_a_cores_l1_data_cache():
+    """The L1 size the register tiles read is the host's data cache (not its instruction cache),
+    in every target profile, and shown to people."""
+    target = cpu_target()
+    assert 16 * KiB <= target.l1_bytes <= 256 * KiB < target.l2_bytes
+    assert f"{target.l1_bytes >> 10} KiB L1" in target.describe()
+    assert target.to_json()["l1_bytes"] == target.l1_bytes
+    with using_target("x86-64-v2"):
+        assert uv.backends.get("llvm").l1_bytes == target.l1_bytes
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize(
     "cin,cout,size,staged",

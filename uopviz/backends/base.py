@@ -22,7 +22,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from uopviz.backends.target import DEFAULT_L2_BYTES, CPUTarget, cpu_target
+from uopviz.backends.target import DEFAULT_L1_BYTES, DEFAULT_L2_BYTES, CPUTarget, cpu_target
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.errors import UopvizError
 from uopviz.core.ops import Ops
@@ -418,6 +418,8 @@ class Backend(abc.ABC):
     vector_registers: int = 16
     #: bytes of one core's L2 cache on CPU targets (the heuristic's loop order)
     l2_bytes: int = DEFAULT_L2_BYTES
+    #: bytes of one core's L1 data cache on CPU targets (the heuristic's register tiles)
+    l1_bytes: int = DEFAULT_L1_BYTES
     #: the widest vector the renderer's compiler handles well, in bytes (0: any of ``vector_widths``);
     #: Instruction Selection splits wider vector ops into chunks of this size
     vector_bytes: int = 0
@@ -544,6 +546,11 @@ class TargetsCPU:
     def l2_bytes(self) -> int:
         """Bytes of one core's L2 cache on the target (the heuristic's loop order)."""
         return self.target.l2_bytes
+
+    @property
+    def l1_bytes(self) -> int:
+        """Bytes of one core's L1 data cache on the target (the heuristic's register tiles)."""
+        return self.target.l1_bytes
 
     @property
     def device(self) -> str:

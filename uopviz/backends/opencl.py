@@ -201,6 +201,11 @@ class OpenCLBackend(Backend):
         """The device target's L2 cache a core on a CPU device, else the base default."""
         return self.device_target.l2_bytes if self.runs_on_cpu else Backend.l2_bytes
 
+    @property
+    def l1_bytes(self) -> int:  # type: ignore[override]
+        """The device target's L1 data cache a core on a CPU device, else the base default."""
+        return self.device_target.l1_bytes if self.runs_on_cpu else Backend.l1_bytes
+
     def render(self, linear: UOp) -> str:
         return self.renderer.render(linear)
 

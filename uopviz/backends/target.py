@@ -49,6 +49,9 @@ LEVELS: tuple[str, ...] = tuple(_LEVEL_FEATURES)
 #: the L2 cache a core is assumed to have where the system does not say (x86-64 cores since 2019
 #: have 512 KiB to 2 MiB)
 DEFAULT_L2_BYTES = 1 << 20
+#: the L1 data cache a core is assumed to have where the system does not say (32 KiB on x86-64
+#: cores from 2008 to 2021, 48 KiB on newer ones)
+DEFAULT_L1_BYTES = 32 << 10
 
 # /proc/cpuinfo flag → LLVM feature name, for the flags that change generated code
 _LLVM_FEATURE_NAMES = {
@@ -81,6 +84,8 @@ class HostCPU:
     cores: int
     #: bytes of one core's L2 cache (Linux's sysfs; DEFAULT_L2_BYTES where it does not say)
     l2_bytes: int = DEFAULT_L2_BYTES
+    #: bytes of one core's L1 data cache (Linux's sysfs; DEFAULT_L1_BYTES where it does not say)
+    l1_bytes: int = DEFAULT_L1_BYTES
 
     @property
     def level(self) -> str | None:
@@ -110,27 +115,28 @@ def host_cpu() -> HostCPU:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     name = model or platform.processor() or platform.machine()
-    return HostCPU(name, platform.machine(), features, cores, _l2_bytes())
+    return HostCPU(name, platform.machine(), features, cores, _cache_bytes("2", DEFAULT_L2_BYTES),
+                   _cache_bytes("1", DEFAULT_L1_BYTES))
 
 
 _CACHE_FOLDER = Path("/sys/devices/system/cpu/cpu0/cache")
 _SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def _l2_bytes() -> int:
-    """Bytes of the first core's level-2 data (or unified) cache, from Linux's sysfs
-    (``index*/level``, ``type``, ``size`` such as ``512K``); DEFAULT_L2_BYTES where unreadable."""
+def _cache_bytes(wanted: str, default: int) -> int:
+    """Bytes of the first core's data (or unified) cache of level ``wanted`` from Linux's sysfs
+    (``index*/level``, ``type``, ``size`` such as ``512K``); ``default`` where unreadable."""
     try:
         for index in sorted(_CACHE_FOLDER.glob("index*")):
             level = (index / "level").read_text().strip()
             kind = (index / "type").read_text().strip()
-            if level == "2" and kind in ("Unified", "Data"):
+            if level == wanted and kind in ("Unified", "Data"):
                 size = (index / "size").read_text().strip()
                 unit = _SIZE_UNITS.get(size[-1:].upper(), 1)
                 return int(size.rstrip("KMGkmg")) * unit
     except (OSError, ValueError):
         pass
-    return DEFAULT_L2_BYTES
+    return default
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,9 @@ class CPUTarget:
     l2_bytes: int
     #: the host CPU's model name (where this profile was resolved)
     host_model: str = field(compare=False)
+    #: bytes of one core's L1 data cache: the rows a register tile reads over its reduction
+    #: (the heuristic's choice of which operand the lanes hold; the host's, as cores)
+    l1_bytes: int = DEFAULT_L1_BYTES
 
     @property
     def has_fma(self) -> bool:
@@ -227,7 +236,7 @@ class CPUTarget:
                 f"registers, FMA {'yes' if self.has_fma else 'no'}, float16 "
                 f"{'native' if self.native_float16 else 'emulated'}, bfloat16 "
                 f"{'native' if self.native_bfloat16 else 'emulated'}, {self.cores} cores, "
-                f"{self.l2_bytes >> 10} KiB L2 a core")
+                f"{self.l1_bytes >> 10} KiB L1 and {self.l2_bytes >> 10} KiB L2 a core")
 
     def to_json(self) -> dict[str, object]:
         """The profile as JSON fields (benchmarks' results.json, tuning records)."""
@@ -235,7 +244,8 @@ class CPUTarget:
             "name": self.name, "level": self.level, "key": self.key, "host_model": self.host_model,
             "vector_bits": self.vector_bytes * 8, "vector_registers": self.vector_registers,
             "fma": self.has_fma, "native_float16": self.native_float16,
-            "native_bfloat16": self.native_bfloat16, "cores": self.cores, "l2_bytes": self.l2_bytes,
+            "native_bfloat16": self.native_bfloat16, "cores": self.cores, "l1_bytes": self.l1_bytes,
+            "l2_bytes": self.l2_bytes,
             "features": sorted(self.features),
         }
 
@@ -271,7 +281,7 @@ def resolve_target(name: str) -> CPUTarget:
         )
     vector_bytes, registers = _registers_for(features, host.architecture if name == "native" else "x86_64")
     return CPUTarget(name, level, features, vector_bytes, registers, host.cores, host.l2_bytes,
-                     host.model)
+                     host.model, host.l1_bytes)
 
 
 _chosen: str | None = None
@@ -304,5 +314,6 @@ def using_target(name: str) -> Iterator[CPUTarget]:
         _chosen = previous
 
 
-__all__ = ["DEFAULT_L2_BYTES", "LEVELS", "TARGET_ENVIRONMENT_VARIABLE", "CPUTarget", "HostCPU", "cpu_target",
-           "host_cpu", "level_features", "resolve_target", "set_target", "using_target"]
+__all__ = ["DEFAULT_L1_BYTES", "DEFAULT_L2_BYTES", "LEVELS", "TARGET_ENVIRONMENT_VARIABLE", "CPUTarget",
+           "HostCPU", "cpu_target", "host_cpu", "level_features", "resolve_target", "set_target",
+           "using_target"]

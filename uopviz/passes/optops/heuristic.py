@@ -61,6 +61,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from uopviz.backends.aligned import CACHE_LINE
 from uopviz.backends.base import Backend, chunk_sizes
 from uopviz.core.affine import linear_coefficient
 from uopviz.core.dtype import dtypes
@@ -507,7 +508,7 @@ def _cpu_register_tile(
     # 45-70 -> 96-110 C, 64 at 224x224 44-62 -> 69 / 35-56 -> 74; ResNet-18's 7x7 stride-2 conv
     # (3 -> 64 channels, 112x112) in the model 4.50 -> 2.85 / 2.43 -> 1.79 ms
     slides = _slides_columns(kernel, first)
-    broadcast = backend.vector_registers <= 16 and slides
+    broadcast = slides and (backend.vector_registers <= 16 or _window_rows_overflow_l1(kernel, first, lanes))
     wide_columns = False  # a row padded to tiles of PADDED_COLUMNS_WIDE columns
     tiled = _row_tile(kernel, first, lanes) if alone else kernel
     if tiled is kernel and not alone and (broadcast or not any(size % f == 0 for f in factors if f >= lanes)):
@@ -571,6 +572,37 @@ def _cpu_register_tile(
     if not slides and width == 2 * lanes and backend.vector_registers <= 16 and most == 4:
         rows = [FIVE_ROWS, *rows]  # tried first: a channel count that 5 divides takes it
     return kernel, rows
+
+
+#: the share of a core's L1 data cache that the input rows a tile of two registers of columns reads
+#: over its reduction may take (:func:`_window_rows_overflow_l1`): the rest holds the weights
+WINDOW_ROWS_L1_SHARE = 0.5
+
+
+def _window_rows_overflow_l1(kernel: Kernel, columns: UOp, lanes: int) -> bool:
+    """Whether a conv's columns, held in the lanes (two registers of them, each weight broadcast),
+    would read more input over the tile's reduction than :data:`WINDOW_ROWS_L1_SHARE` of the L1
+    data cache: one row segment (two registers of columns, the filter's width beside them, and a
+    line for the misalignment) per input channel and filter row.  Such a tile's vector loads come
+    from L2 in as many streams as it has rows, one plane apart; with the channels in the lanes
+    instead (the columns broadcast: :func:`_broadcast_columns`) a tile reads a few columns of each
+    row and the weights as one stream.  VGG-16's 3x3 convs, each changed kernel both ways in one
+    process on the model's arrays (AMD EPYC with a 32 KiB L1 and AVX-512, 2 cores, C, median of 10):
+    64 channels at 224x224 46.8 -> 18.0 ms (ONNX Runtime's 23), 64 -> 128 and 128 -> 128 at 112x112
+    14.4 -> 10.0 and 39.0 -> 21.0 ms.  A stem's 3 input channels (ResNet-50's 7x7, MobileNet-v2's
+    3x3) read 4-8 KiB and keep the columns in the lanes: broadcast they were 1.04-1.10x slower."""
+    reduced = [r for r in kernel.ranges if r.arg[1] in REDUCE_TYPES]
+    for load in (u for u in kernel.ast.toposort() if u.op is Ops.LOAD):
+        column_steps = _load_steps(kernel, columns, [load])
+        taps = [r for r in reduced if _load_steps(kernel, r, [load]) == [1]]
+        if not column_steps or column_steps[0] not in (1, 2) or not taps:
+            continue
+        rows = math.prod(range_size(r) for r in reduced if r is not taps[0] and depends_on(load.src[0], r))
+        elements = 2 * lanes * column_steps[0] + range_size(taps[0]) - 1
+        lines = -(-elements * load.dtype.scalar.itemsize // CACHE_LINE) + 1
+        if rows * lines * CACHE_LINE > kernel.backend_object.l1_bytes * WINDOW_ROWS_L1_SHARE:
+            return True
+    return False
 
 
 def _five_broadcast_columns(width: int, lanes: int, vector_registers: int) -> bool:
