@@ -25,6 +25,7 @@ from uopviz.passes.optops.heuristic import (
     SHORT_REDUCTION_MAX_TERMS_32_REGISTERS,
     WINDOW_ROWS_L1_SHARE,
     _broadcast_columns,
+    _pads_past_a_narrow_divisor,
     _load_steps,
     _pads_to_broadcast_columns,
 )
@@ -578,3 +579,40 @@ def test_a_conv_whose_window_rows_overflow_half_the_l1_broadcasts_its_columns_on
     if overflows:  # the columns broadcast to two registers of channels each
         columns = _broadcast_columns(width, lanes, profile.vector_registers // 2)
         assert _upcasts(kernel) == [columns, 2 * lanes], kernel.name
+
+
+@pytest.mark.parametrize(
+    "size,lanes,accumulators,padded",
+    [
+        (111, 16, 16, True),  # AVX-512: 3 columns x 2 registers fill 6 of 16; 112 pads 1 column
+        (111, 8, 8, False),  # AVX2: 6 of 8 filled
+        (27, 16, 16, False),  # 9 columns of 27 fill 9 or more (and 32 would pad 5 columns)
+        (51, 16, 16, False),  # 3 x 17: 64 pads 13 columns, past a sixteenth of the row
+        (141, 16, 16, True),  # 3 x 47: 6 of 16; 144 pads 3 columns
+        (57, 16, 16, False),  # 3 x 19: 64 pads 7 columns, past a sixteenth of the row
+        (95, 16, 16, False),  # 5 x 19: 5 columns x 2 registers fill 10 of 16
+        (55, 16, 16, False),  # 5 x 11: a divisor of 11 columns fills the accumulators itself
+    ],
+)
+def test_a_row_of_a_narrow_divisor_is_padded_to_a_register_of_columns(size, lanes, accumulators, padded):
+    divisor = _broadcast_columns(size, lanes, accumulators)
+    assert divisor is not None
+    assert _pads_past_a_narrow_divisor(size, divisor, lanes, accumulators) == padded
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+def test_a_strided_stem_of_111_columns_takes_16_columns_by_16_channels_on_avx512(backend, target):
+    # SqueezeNet-1.1's stem: 3 -> 64 channels, 3x3, stride 2, 224 -> 111 columns (3 x 37)
+    x = RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    w = RNG.standard_normal((64, 3, 3, 3)).astype(np.float32)
+    with using_target(target) as profile:
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w), stride=2)], backend=backend, opts="heuristic")
+        np.testing.assert_allclose(program.run()[0], _conv_reference(x, w, 2, 1), rtol=1e-4, atol=1e-4)
+    lanes = profile.vector_bytes // 4
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    if profile.vector_registers > 16:  # the row padded to 112: a register of columns, 16 channels
+        assert _lanes_hold_columns(kernel) and _upcasts(kernel) == [lanes, lanes], kernel.name
+        assert any(opt.op is uv.OptOp.PADTO and opt.arg == 112 for opt in kernel.opts), kernel.opts
+    else:  # AVX2: 3 columns broadcast to two registers of channels each
+        assert _upcasts(kernel)[0] == 3, kernel.name
