@@ -414,6 +414,30 @@ def prefix_gated_store(rows: int, width: int, lanes_: int) -> LinearCase:
                       make, expected, exact=True)
 
 
+def prefix_gated_load(rows: int, width: int, lanes_: int) -> LinearCase:
+    """Rows of ``width`` elements, packed, each loaded as one vector of ``lanes_`` lanes whose lanes
+    past the row are gated off by a constant gate (-1 there): the padded lanes of the last row lie
+    past the buffer's end, those of the others in the next row, and neither is read into the result."""
+    b = Builder()
+    out, a = b.param(0, rows * lanes_), b.param(1, rows * width)
+    i = b.loop(rows)
+    gate = lanes(*(const(dtypes.bool, k < width) for k in range(lanes_)))
+    alt = lanes(*(const(dtypes.float32, -1.0) for _ in range(lanes_)))
+    vector = b.load(a, lanes(*(i * idx(width) + idx(k) for k in range(lanes_))), alt, gate)
+    b.end(i, b.store(out, lanes(*(i * idx(lanes_) + idx(k) for k in range(lanes_))), vector))
+
+    def make(rng):
+        return [np.zeros(rows * lanes_, np.float32), random_array(rng, rows * width, dtypes.float32)]
+
+    def expected(x):
+        want = np.full((rows, lanes_), -1.0, np.float32)
+        want[:, :width] = x[1].reshape(rows, width)
+        return {0: want.reshape(-1)}
+
+    return LinearCase(f"prefix_gated_load_{rows}x{width}of{lanes_}", b.linear(f"E_pgl_{rows}_{width}"),
+                      make, expected, exact=True)
+
+
 def wmma_gemm(tiles_m: int, tiles_n: int, tiles_k: int, config: TensorCore | None = None) -> LinearCase:
     """A gemm made of one-thread tensor-core tiles: each tile a WMMA of row-major vectors."""
     tc = config or cpu_tensor_cores()[0]

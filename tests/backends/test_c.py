@@ -356,6 +356,29 @@ def test_a_vector_store_whose_constant_gate_keeps_its_first_lanes_copies_those_l
     assert not re.search(r"if \(.*\) data0\[", source)
 
 
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+@pytest.mark.parametrize("rows,width", [(5, 14), (3, 9), (1, 15)])
+def test_a_vector_load_whose_constant_gate_keeps_its_first_lanes_is_one_masked_load_on_avx512(
+    target, rows, width
+) -> None:
+    """A row padded to a whole register reads its real lanes with AVX-512's masked load: no test of
+    the buffer's end (the last row's padded lanes lie past it) and no read per lane behind it; the
+    lanes off take the gate's other value.  Without AVX-512 the whole-vector read behind that test
+    stays."""
+    from uopviz.backends.target import using_target
+
+    case = lp.prefix_gated_load(rows, width, 16)
+    with using_target(target) as profile:
+        source = get("c").render(case.linear)
+        lp.assert_case_matches("c", case)
+    body = source.split("{", 1)[1]
+    masked = "avx512f" in profile.features
+    assert ("__builtin_ia32_loadups512_mask(" in source) == masked, source
+    assert (f"(unsigned short){(1 << width) - 1:#x}" in source) == masked
+    if masked:
+        assert "<= " not in body  # no test of the buffer's end
+
+
 def test_the_compiler_probes_are_kept_in_the_persistent_cache(tmp_path, monkeypatch):
     """The compiler's version and its OpenMP probe run once per compiler (path, size, stamp), not
     once per process; a damaged entry is probed again."""

@@ -25,8 +25,8 @@ from uopviz.passes.optops.heuristic import (
     SHORT_REDUCTION_MAX_TERMS_32_REGISTERS,
     WINDOW_ROWS_L1_SHARE,
     _broadcast_columns,
-    _pads_past_a_narrow_divisor,
     _load_steps,
+    _pads_past_a_narrow_divisor,
     _pads_to_broadcast_columns,
 )
 from uopviz.passes.optops.staging import HOISTED_MIN_ROWS

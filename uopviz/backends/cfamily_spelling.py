@@ -375,6 +375,14 @@ class CSpelling:
             return None  # the copy takes the vector's address
         return f"{self.helper_vector_store(dtype, lanes)}({address.buffer} + {address.offset}, {value});"
 
+    def prefix_vector_load(self, address: Address, alt: str, lanes: int) -> str | None:
+        """An expression loading the first ``lanes`` lanes of a vector from contiguous elements and
+        taking the rest from ``alt`` (a row padded to a whole register, read with its lanes past the
+        row gated off by a constant gate) as one load that reads no element past them; None where
+        the dialect has no such load (the gated load is then a whole-vector read behind a test of
+        the buffer's end, or one read per lane)."""
+        return None
+
     def bitcast(self, value: str, source: DType, target: DType) -> tuple[list[str], str]:
         """Statements and the expression reinterpreting ``value``'s bits as ``target``."""
         if self.held_as_float(source) or self.held_as_float(target):

@@ -506,6 +506,12 @@ class CFamilyRenderState(LinearWalk):
             if pin is not None:
                 self.emit(pin)
             return
+        prefix = true_prefix(u.src[2]) if gate is not None and address.contiguous else None
+        if prefix is not None and address.lanes is None:
+            loaded = self.r.prefix_vector_load(address, alt, prefix)
+            if loaded is not None:
+                self.assign(u, "val", loaded)
+                return
         if address.contiguous and gate is not None:
             whole = self.gated_vector_load(u, address, gate, alt)
             if whole is not None:
