@@ -253,6 +253,13 @@ def _broadcast_lane(u: UOp) -> bool:
     )
 
 
+#: float32 lanes -> (the masked-load builtin, its mask's C type, the CPU feature it needs)
+MASKED_FLOAT32_LOADS = {
+    16: ("__builtin_ia32_loadups512_mask", "unsigned short", "avx512f"),
+    8: ("__builtin_ia32_loadups256_mask", "unsigned char", "avx512vl"),
+}
+
+
 class CRenderer(CStyleRenderer):
     """C99 with GCC vector extensions and OpenMP pragmas (:data:`C_DIALECT`).
 
@@ -396,12 +403,12 @@ class CRenderer(CStyleRenderer):
         bytes into the vector (``memcpy``, as the prefix store) went through the stack: a
         store-forwarding stall a load."""
         dtype = address.dtype
-        features = cpu_target().features
-        builtin = {16: ("__builtin_ia32_loadups512_mask", "unsigned short", "avx512f"),
-                   8: ("__builtin_ia32_loadups256_mask", "unsigned char", "avx512vl")}.get(dtype.count)
-        if dtype.scalar is not dtypes.float32 or builtin is None or builtin[2] not in features:
+        found = MASKED_FLOAT32_LOADS.get(dtype.count)
+        if dtype.scalar is not dtypes.float32 or found is None:
             return None
-        name, mask_type, _ = builtin
+        name, mask_type, feature = found
+        if feature not in cpu_target().features:
+            return None
         return f"{name}({address.buffer} + {address.offset}, {alt}, ({mask_type}){(1 << lanes) - 1:#x})"
 
     def two_vector_shuffle_fallback(self, dtype: DType, halves: Sequence[str], picks: Sequence[int]) -> str:
