@@ -22,7 +22,8 @@ copied to a register BUFFER before the tile reads them) is not such a loop: it r
 reduction step outside the tile and the compiler has nothing to vectorise in it (its stores are a
 few scattered lanes), so its bound may vary too, and the local array's size with it: the group's
 array is as large as its largest member's: DenseNet-121's 151 LINEAR programs are 54 forms
-without it, 47 with it.  Forms are written over the uses of constants, not their instructions: a
+without it, 47 with it (41 where the lanes of an index vector that are constants themselves vary
+too, below).  Forms are written over the uses of constants, not their instructions: a
 member whose channel count equals another constant of its program (one CONST for both) has an
 instruction fewer, and still shares where every use of that CONST may vary.  A constant that has
 one use that may not vary stays whole in the code: measured on MobileNet-v2, letting its other
@@ -32,7 +33,11 @@ uses vary (per-lane address offsets of a padded buffer read at run time) made tw
 ``channels * 8`` elements after the first, and with each lane's offset read at run time C loaded it
 lane by lane (VGG-16's 3x3 convolutions 1.7-1.9x their own time).  So a lane's varying constant is
 rebuilt as ``(value + a * generator) + b``: the eight lanes share the sum and differ by the
-constants ``b``, and the vector is loaded at once.  LLVM's vector of those 16 channels is one
+constants ``b``, and the vector is loaded at once.  A lane that is a constant alone (DenseNet-121's
+1x1 convs at 28x28 and 56x56: the 32-channel tile's second weight vector at ``channels * 16 + 0 ..
+15``) becomes ``a * generator + b`` the same way; measured each kernel alone in the model (C and LLVM,
+Sapphire Rapids), shared against its own: 0.97-1.05x, the changed kernels' sum 1.01x (C) and 1.00x
+(LLVM), and 7 fewer of the largest sources to compile.  LLVM's vector of those 16 channels is one
 16-lane index of two such runs; its second run rebuilt so too, it stays a register tile block
 (DenseNet-121 on LLVM: its shared 1x1 convs at 14x14 and 7x7 0.65-0.75x their time as LLVM's own
 code, whose 14 accumulators partly lived on the stack; the model 46.9 -> 43.1 ms).  Measured each
@@ -116,9 +121,10 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
     instructions = linear.src
     scopes = open_scopes(instructions)
     compiler_loops = _scalar_innermost_loops(instructions, scopes)
-    sites = set()
     # constants with a use that may not vary: none of their uses varies
-    fixed: set[UOp] = _contiguous_lanes(instructions)[1]
+    lanes = _contiguous_lanes(instructions)
+    fixed: set[UOp] = lanes.fixed
+    sites = set(lanes.constant)  # lanes that are constants: each a multiple of a generator plus its own
     for index, user in enumerate(instructions):
         constants = [slot for slot, operand in enumerate(user.src) if _is_index_constant(operand)]
         if not constants:
@@ -130,6 +136,8 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
             and not (loops and loops[-1] in compiler_loops)
         )
         for slot in constants:
+            if (index, slot) in lanes.constant:
+                continue
             if variable:
                 sites.add((index, slot))
             else:
@@ -137,25 +145,40 @@ def _variable_sites(linear: UOp) -> set[tuple[int, int]]:
     return {(index, slot) for index, slot in sites if instructions[index].src[slot] not in fixed}
 
 
-def _contiguous_lanes(instructions: tuple[UOp, ...]) -> tuple[set[tuple[int, int]], set[UOp]]:
+@dataclass
+class _ContiguousLanes:
+    """The lanes of a LINEAR program's contiguous vector indices (:func:`_contiguous_lanes`)."""
+
+    added: set[tuple[int, int]] = field(default_factory=set)  # a lane's constant added to a value
+    constant: set[tuple[int, int]] = field(default_factory=set)  # a lane that is a constant
+    fixed: set[UOp] = field(default_factory=set)  # constants deeper inside lanes: never varied
+
+
+def _contiguous_lanes(instructions: tuple[UOp, ...]) -> _ContiguousLanes:
     """The lanes of vector indices whose lanes are consecutive, or runs of consecutive lanes
     (:func:`_contiguous_runs`; a renderer loads or stores such a vector, or each run, at once
-    because it reads ``base + 0 .. base + 7`` from the constants): ``(sites,
-    fixed)``.  ``sites``: each lane's own added constant, as ``(instruction, operand slot)``, where
-    the lane is an ADD of it to a value (or a MULACC with it as the addend); varying, it is
-    rebuilt as the value plus the generator's multiple, plus the constant's own offset
-    (:func:`_lane_rebuilt`), so the lanes still differ by constants.  ``fixed``: the constants
-    deeper inside such lanes, which stay in the code (read at run time they made VGG-16's shared
-    256- and 512-channel 3x3 convolutions load their second weight vector lane by lane on C:
-    1.7-1.9x either's own time)."""
+    because it reads ``base + 0 .. base + 7`` from the constants).  ``added``: each lane's own
+    added constant, as ``(instruction, operand slot)``, where the lane is an ADD of it to a value
+    (or a MULACC with it as the addend); varying, it is rebuilt as the value plus the generator's
+    multiple, plus the constant's own offset (:func:`_lane_rebuilt`), so the lanes still differ by
+    constants.  ``constant``: each lane that is an index constant itself, as ``(vector, lane)``
+    (the 16 channels ``c .. c + 15`` a 1x1 conv's second weight vector starts at, ``c`` the input
+    channel count: DenseNet-121's 28x28 and 56x56 ones); varying, lane ``k`` is ``a * generator +
+    b_k``, one value plus a constant per lane, so the vector stays one load.  ``fixed``: the
+    constants deeper inside lanes, which stay in the code (read at run time they made VGG-16's
+    shared 256- and 512-channel 3x3 convolutions load their second weight vector lane by lane on
+    C: 1.7-1.9x either's own time)."""
     position = {u: index for index, u in enumerate(instructions)}
-    sites: set[tuple[int, int]] = set()
-    fixed: set[UOp] = set()
+    lanes = _ContiguousLanes()
+    sites, fixed = lanes.added, lanes.fixed
     for u in instructions:
         if u.op is not Ops.VECTORIZE or u.dtype.scalar != dtypes.index or not _contiguous_runs(u):
             continue
         pending = []
-        for lane in u.src:
+        for number, lane in enumerate(u.src):
+            if _is_index_constant(lane):
+                lanes.constant.add((position[u], number))
+                continue
             slot = _lane_constant_slot(lane)
             if slot is None:
                 pending.append(lane)
@@ -170,7 +193,7 @@ def _contiguous_lanes(instructions: tuple[UOp, ...]) -> tuple[set[tuple[int, int
                 pending.extend(term.src)
             elif term.op is Ops.MULACC:  # a * b + c: only its addend offsets the lane
                 pending.append(term.src[2])
-    return sites, fixed
+    return lanes
 
 
 def _contiguous_runs(vector: UOp) -> bool:
@@ -242,15 +265,17 @@ def _form(linear: UOp, variable: set[tuple[int, int]]) -> tuple:
     """What two LINEAR programs must share to share a kernel: every instruction's op, dtype, arg
     and operands (by position among the instructions that are not index constants), an index
     constant's value where its use may not vary (``variable``: the uses that may,
-    :func:`_variable_sites`), and nothing of the sizes of PARAMs and kernel-local BUFFERs."""
+    :func:`_variable_sites`), and nothing of the sizes of PARAMs and kernel-local BUFFERs except
+    those of PARAMs read by gated vectors (:func:`_gated_params`)."""
     position: dict[UOp, int] = {}
     form: list[tuple] = []
+    gated = _gated_params(linear.src)
     for index, u in enumerate(linear.src):
         if _is_index_constant(u):
             continue  # described where it is used
         position[u] = len(form)
         if u.op is Ops.PARAM:
-            form.append((u.op, u.arg))
+            form.append((u.op, u.arg, u.shape if u in gated else None))
         elif u.op is Ops.BUFFER:  # as large as the group's largest (_shared_linear)
             form.append((u.op, u.dtype, replace(u.arg, size=0)))
         else:
@@ -258,6 +283,23 @@ def _form(linear: UOp, variable: set[tuple[int, int]]) -> tuple:
                 _operand_form(operand, (index, slot) in variable, position)
                 for slot, operand in enumerate(u.src))))
     return tuple(form)
+
+
+def _gated_params(instructions: tuple[UOp, ...]) -> set[UOp]:
+    """The PARAMs read by a gated vector LOAD.  Their sizes belong to a program's form: a renderer loads a
+    gated vector whole where it lies inside the buffer, testing its start against the PARAM's size,
+    and a group's PARAM is as large as its smallest member's, so a larger member read its vectors
+    past that size lane by lane (SqueezeNet-1.1's shared 1x1 convs over a padded input: the
+    128-channel one 1.32x its own time on C)."""
+    gated = set()
+    for u in instructions:
+        if u.op is Ops.LOAD and len(u.src) == 3 and u.dtype.count > 1:
+            buffer = u.src[0]
+            while buffer.op not in (Ops.PARAM, Ops.BUFFER) and buffer.src:
+                buffer = buffer.src[0]
+            if buffer.op is Ops.PARAM:
+                gated.add(buffer)
+    return gated
 
 
 def _operand_form(operand: UOp, variable: bool, position: dict[UOp, int]) -> Any:
@@ -389,7 +431,7 @@ def _nested_lane_sites(first: UOp, generators: _Generators) -> set[tuple[int, in
     ordinal = _ordinals(instructions)
     scopes = open_scopes(instructions)
     sharing: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # the sum -> its lanes' sites
-    for index, slot in sorted(_contiguous_lanes(instructions)[0]):
+    for index, slot in sorted(_contiguous_lanes(instructions).added):
         site = (ordinal[index], slot)
         if site in generators.affine:
             generator, a, _ = generators.affine[site]
