@@ -90,6 +90,15 @@ def _zoo():
     return zoo
 
 
+def _dense_block_graph(first: int, size: int, folder) -> tuple:
+    """The zoo's module, a 3-layer dense block of ``first`` channels at ``size`` x ``size`` and its
+    graph, loaded from the NNEF 1.0 folder written to ``folder``."""
+    zoo = _zoo()
+    net = zoo.dense_block(first, size, 3)
+    zoo.write_nnef1(net, str(folder))
+    return zoo, net, uv.nnef.load(str(folder))
+
+
 #: a C vector built from scalar loads of one array (``(float32x8){data3[a], data3[b], ...}``)
 LANE_BY_LANE = re.compile(r"x\d+\)\{data\d+\[")
 
@@ -102,10 +111,7 @@ def test_convolutions_that_stage_their_input_share_one_kernel(backend, first, si
     # channel into a kernel-local BUFFER first (a scalar loop over the channels): a staging copy,
     # whose bound and array size vary with the channel count, so the layers' convs share a kernel
     # even where a contiguous vector's lane offsets vary too (below)
-    zoo = _zoo()
-    net = zoo.dense_block(first, size, 3)
-    zoo.write_nnef1(net, str(tmp_path))
-    graph = uv.nnef.load(str(tmp_path))
+    zoo, net, graph = _dense_block_graph(first, size, tmp_path)
     program = graph.compile(backend, opts="heuristic", progress=False)
     convs = [item for item in program.items if "_R1_R1_" in item.kernel.name]
     assert len(convs) == 3
@@ -135,10 +141,7 @@ def test_weight_vectors_at_a_constant_channel_offset_share_one_kernel(backend, f
     # is the channel count's multiple plus its own constant in every member, so the shared kernel
     # reads that multiple once and the vector stays one load: 3 sources were 1 (DenseNet-121's 48
     # C sources 41, 3.3 s of compiler time where it was 5.0 s)
-    zoo = _zoo()
-    net = zoo.dense_block(first, size, 3)
-    zoo.write_nnef1(net, str(tmp_path))
-    graph = uv.nnef.load(str(tmp_path))
+    zoo, net, graph = _dense_block_graph(first, size, tmp_path)
     program = graph.compile(backend, opts="heuristic", progress=False)
     convs = [item for item in program.items if item.kernel.name.endswith(("_R1_R1_u7_u32", "_R1_R1_u8_u32"))]
     assert len(convs) == 3
@@ -333,10 +336,7 @@ def test_llvm_shares_16_channel_weight_tiles_written_as_register_tile_blocks(fir
     # block's lanes are one address from the extents plus 0 .. 7 (each 8-lane run contiguous), so
     # the tile is still found and written as an assembly block; with each lane's whole offset read
     # at run time it was LLVM's own code, its 14 accumulators partly on the stack (1.4-1.5x the time)
-    zoo = _zoo()
-    net = zoo.dense_block(first, size, 3)
-    zoo.write_nnef1(net, str(tmp_path))
-    graph = uv.nnef.load(str(tmp_path))
+    zoo, net, graph = _dense_block_graph(first, size, tmp_path)
     with using_target(target):
         program = graph.compile("llvm", opts="heuristic", progress=False)
         out = graph.run({net.input_name: net.input_data()}, backend="llvm", opts="heuristic")[net.output]
