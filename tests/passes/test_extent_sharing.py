@@ -143,7 +143,8 @@ def test_weight_vectors_at_a_constant_channel_offset_share_one_kernel(backend, f
     # C sources 41, 3.3 s of compiler time where it was 5.0 s)
     zoo, net, graph = _dense_block_graph(first, size, tmp_path)
     program = graph.compile(backend, opts="heuristic", progress=False)
-    convs = [item for item in program.items if item.kernel.name.endswith(("_R1_R1_u7_u32", "_R1_R1_u8_u32"))]
+    # (on AVX2 the tiles are 16 channels, their weight vectors one run: shared before these rules too)
+    convs = [item for item in program.items if "_R1_R1_" in item.kernel.name]
     assert len(convs) == 3
     assert len({item.source for item in convs}) == 1
     assert all(isinstance(item.compiled, ExtentBoundKernel) for item in convs)
