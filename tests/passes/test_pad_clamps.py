@@ -156,3 +156,48 @@ def test_the_trace_records_each_clamp_kept() -> None:
     assert untagged.before.tag == PAD_CLAMP and untagged.after.tag is None
     assert _optimize_steps(program, "gate_padded_lanes") == []
     np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def _max_pool_rows(columns: int, seed: int = 0) -> tuple[Tensor, np.ndarray]:
+    """A 3x3 stride-2 max pool over rows of ``columns`` (a stride-2 read of each row), and numpy's."""
+    x = np.random.default_rng(seed).standard_normal((1, 3, 9, columns)).astype(np.float32)
+    out = (columns - 3) // 2 + 1
+    windows = [x[:, :, r : r + 7 : 2, c : c + 2 * out - 1 : 2] for r in range(3) for c in range(3)]
+    return Tensor(x).max_pool2d(3, 2), np.max(windows, axis=0)
+
+
+#: the pooled columns (axis 2) padded to whole 32-lane vectors and split into them
+POOL_COLUMN_LANES = [Opt(OptOp.PADTO, 2, 32), split(2, 32, U)]
+
+
+@pytest.mark.parametrize(("columns", "gated"), [
+    (111, True),  # 55 pooled columns as 2 tiles of 32: each tile's last lanes clamp by the tile
+    (55, False),  # 27 as one tile: its clamped lanes are constants, set after the shuffle
+])
+def test_a_stride_2_row_padded_in_several_tiles_is_gated_on_c(columns: int, gated: bool) -> None:
+    # SqueezeNet's first max pool: clamped, every tile's second vector was read lane by lane
+    # (0.211 ms); gated, two whole loads, a shuffle and a select (0.147 ms)
+    out, expected = _max_pool_rows(columns)
+    settled = finish_optimize(_kernel(out, POOL_COLUMN_LANES, "c"))
+    assert (len(_gated_loads(settled)) > 0, len(_clamps(settled)) == 0) == (gated, gated)
+    program = uv.compile(out, backend="c", opts=POOL_COLUMN_LANES)
+    if gated:
+        assert "__builtin_shufflevector" in program.sources[0] and "} else {" in program.sources[0]
+    np.testing.assert_array_equal(program.run()[0], expected)
+
+
+@pytest.mark.parametrize("backend", [backend for backend in ("python", "llvm") if backend in BACKENDS])
+def test_a_stride_2_row_keeps_its_clamps_where_the_backend_reads_no_gated_shuffle(backend: str) -> None:
+    out, expected = _max_pool_rows(111)
+    settled = finish_optimize(_kernel(out, POOL_COLUMN_LANES, backend))
+    assert not _gated_loads(settled)
+    np.testing.assert_array_equal(uv.compile(out, backend=backend, opts=POOL_COLUMN_LANES).run()[0], expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_gated_stride_2_row_at_the_buffers_end_reads_lane_by_lane(seed: int) -> None:
+    # the last row's second tile would read past the end of the input: its vectors are read lane
+    # by lane there (the test against the buffer's size), every value still the pool's
+    out, expected = _max_pool_rows(111, seed)
+    program = uv.compile(out, backend="c", opts=POOL_COLUMN_LANES)
+    np.testing.assert_array_equal(program.run()[0], expected)

@@ -445,6 +445,10 @@ class Backend(abc.ABC):
     #: lane): the Optimize stage then gates the loads of padded vector lanes instead of clamping
     #: each lane (``uopviz.passes.optops.axes.settle_pad_clamps``)
     loads_gated_vectors_whole: bool = False
+    #: True when a gated LOAD of every other element (a stride-2 pool's or conv's row) is read as
+    #: two whole vectors, a shuffle and a select where it lies inside the buffer: the Optimize stage
+    #: then gates such loads of padded vector lanes too instead of clamping each lane
+    loads_gated_strided_vectors_whole: bool = False
     #: True when the renderer writes a register tile's step as one assembly block whose registers it
     #: plans (:mod:`uopviz.backends.register_tile`): the heuristic's tiles of broadcast columns then
     #: take all but two vector registers as accumulators (GCC and LLVM spill such tiles themselves)

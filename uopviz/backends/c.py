@@ -565,6 +565,8 @@ class CBackend(TargetsCPU, Backend):
     shares_extents = True
     #: a whole-vector load and a select of its lanes, on every target (CFamilyState.gated_vector_load)
     loads_gated_vectors_whole = True
+    #: two whole loads, a shuffle and a select (CFamilyRenderState.render_every_other_lane)
+    loads_gated_strided_vectors_whole = True
 
     def __init__(self) -> None:
         self.renderer = CRenderer(self.tensor_cores)

@@ -519,6 +519,8 @@ class CFamilyRenderState(LinearWalk):
                 return
         if gate is None and self.render_every_other_lane(u, address):
             return
+        if gate is not None and self.render_gated_every_other_lane(u, address, gate, alt):
+            return
         self.assign(u, "val", self.lane_by_lane_load(u, address, gate, alt))
 
     def render_every_other_lane(self, u: UOp, address: Address) -> bool:
@@ -550,6 +552,40 @@ class CFamilyRenderState(LinearWalk):
                                      for lane, offset in enumerate(rest, start=lanes)]):
             self.emit(line)
         self.define(u, name)
+        return True
+
+    def render_gated_every_other_lane(self, u: UOp, address: Address, gate: str, alt: str) -> bool:
+        """A gated vector LOAD of every other element (a stride-2 pool's row padded in several
+        tiles, its padded lanes gated off) as :meth:`render_every_other_lane` reads it and a select
+        of its lanes, where both vectors lie inside the buffer (an element of a lane that is off is
+        read and never used); lane by lane behind each lane's gate where they cross an end of the
+        buffer.  False where the lanes are not every other element of one run or the buffer's size
+        is unknown."""
+        count = u.dtype.count
+        found = every_other_lane(u) if self.r.selects_lanes(u.dtype) else None
+        elements = self.buffer_elements(address.buffer_uop)
+        if found is None or found[0] not in self.names or found[2] != count or elements is None:
+            return False
+        base, first, _ = found
+        start = f"{self.ref(base)} + {first}"
+        halves = [self.r.vector_load(replace(address, offset=offset, lanes=None))
+                  for offset in (f"{start} + {skip}" if skip else start
+                                 for skip in every_other_lane_loads(count, count))]
+        shuffled = self.r.two_vector_shuffle(u.dtype, halves, even_lane_picks(count))
+        if shuffled is None:
+            return False
+        lines, name = shuffled
+        value = self.fresh("val")
+        last_start = elements - 2 * count + 1  # the last start whose two vectors end inside the buffer
+        self.emit(f"{self.r.vector_type(u.dtype)} {value};")
+        self.emit(f"if (0 <= {start} && {start} <= {last_start}) {{")
+        for line in lines(self.lane_by_lane_load(u, address, None, None)):
+            self.emit(line)
+        self.emit(f"  {value} = {self.r.select_lanes(gate, name, alt, u.dtype)};")
+        self.emit("} else {")
+        self.emit(f"  {value} = {self.lane_by_lane_load(u, address, gate, alt)};")
+        self.emit("}")
+        self.define(u, value)
         return True
 
     @staticmethod

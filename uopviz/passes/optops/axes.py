@@ -34,6 +34,7 @@ from typing import Any
 from uopviz.core.affine import linear_coefficient
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from uopviz.core.symbolic_bounds import bounds
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import conjuncts, iadd, iconst, imul
 from uopviz.passes.optops.opts import Opt, OptError, ShapedKernel
@@ -352,6 +353,7 @@ def pad_axis(kernel: ShapedKernel, opt: Opt) -> UOp:
 class _SettleContext:
     clamps: tuple[UOp, ...]  # PADTO's clamps on the vector lanes
     lanes: UOp  # the last UPCAST axis: the lanes of the kernel's vectors
+    strides: frozenset[int] = frozenset({1})  # the lane strides of loads the backend reads gated whole
 
 
 def gate_padded_lanes(ctx: _SettleContext, load: UOp) -> UOp | None:
@@ -366,11 +368,21 @@ def gate_padded_lanes(ctx: _SettleContext, load: UOp) -> UOp | None:
         unclamped = {clamp: clamp.src[1]}
         address = substitute(load.src[0], unclamped)
         index = address.src[1] if address.op is Ops.INDEX and len(address.src) > 1 else None
-        if index is None or linear_coefficient(index, ctx.lanes) != 1:
+        stride = linear_coefficient(index, ctx.lanes) if index is not None else None
+        if stride not in ctx.strides or (stride != 1 and not _clamped_in_every_tile(clamp, ctx.lanes)):
             continue
         gate = substitute(load.src[2], unclamped) if len(load.src) > 1 else None
         return _gated_load(load, address, gate, clamp.src[0])
     return None
+
+
+def _clamped_in_every_tile(clamp: UOp, lanes: UOp) -> bool:
+    """Whether PADTO's clamp ``WHERE(valid, padded, last)`` on a row padded by two lanes or more
+    depends on an axis besides ``lanes`` (the row is several tiles): its lanes then read through a
+    clamp in every tile, not only in the last one where the clamped lanes are constants."""
+    padded = int(bounds(clamp.src[1])[1]) - int(clamp.src[2].arg[0])
+    tiles = any(u.op is Ops.RANGE and u is not lanes for u in clamp.src[1].toposort())
+    return tiles and padded >= 2
 
 
 def untag_pad_clamp(clamp: UOp) -> UOp | None:
@@ -399,9 +411,18 @@ def settle_pad_clamps(ast: UOp, backend: Any) -> UOp:
     176 = 22 x 8 lanes, 2.67-2.82 -> 2.10-2.16 ms.  Only the lanes of the last UPCAST axis (those
     that form the vectors) are settled so: a load on an outer UPCAST axis has its lanes broadcast
     one by one, read from memory, and a gated vector there went through a register (SqueezeNet's
-    13x13 3x3 convs 1.4x slower); a strided load keeps its clamp too, for the renderers' paths for
-    strided lanes take no gate.  Only for a backend that reads a gated vector whole
-    (``Backend.loads_gated_vectors_whole``); the others keep every clamp."""
+    13x13 3x3 convs 1.4x slower).  A load of every other element (a stride-2 pool's row) is gated
+    too where the backend reads such a gated load whole (``Backend.loads_gated_strided_vectors_whole``:
+    two vectors, a shuffle and a select): clamped, a row padded in several tiles (SqueezeNet's first
+    max pool, 55 columns as 2 x 32 lanes) had lanes whose clamp depends on the tile, and read them
+    one by one in every tile; in the model, one process, C: that pool 0.211 -> 0.147 ms
+    (:func:`_clamped_in_every_tile`).  A row of one tile keeps its clamp: its clamped lanes are
+    constants, set one by one after the shuffle, which cost less than the select in DenseNet-121's
+    2x2 average pools (0.043 ms clamped, 0.053 gated), though more in the 3x3 pools and depthwise
+    convs of AlexNet, Inception-v1 and MobileNet-v2 (1.10-1.20x); so does a row padded by one lane
+    (SqueezeNet's stem conv, 111 columns as 7 x 16: 0.294 ms clamped, 0.310 gated).  Other strides
+    keep their clamps.  Only for a backend that reads a
+    gated vector whole (``Backend.loads_gated_vectors_whole``); the others keep every clamp."""
     clamps = [u for u in ast.toposort() if u.op is Ops.WHERE and u.tag == PAD_CLAMP]
     if not clamps:
         return ast
@@ -409,7 +430,8 @@ def settle_pad_clamps(ast: UOp, backend: Any) -> UOp:
     if upcasts and backend.loads_gated_vectors_whole:
         on_lanes = tuple(c for c in clamps if depends_on(c, upcasts[-1]))
         if on_lanes:
-            ast = graph_rewrite(ast, settle_rules, ctx=_SettleContext(on_lanes, upcasts[-1]),
+            strides = frozenset({1, 2}) if backend.loads_gated_strided_vectors_whole else frozenset({1})
+            ast = graph_rewrite(ast, settle_rules, ctx=_SettleContext(on_lanes, upcasts[-1], strides),
                                 name="settle pad clamps")
     return graph_rewrite(ast, untag_rules, name="untag pad clamps")
 
