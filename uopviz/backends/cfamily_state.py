@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from uopviz.backends.base import KernelMeta, RenderError, TensorCore
 from uopviz.backends.cfamily_spelling import Address, CSpelling
@@ -534,18 +535,10 @@ class CFamilyRenderState(LinearWalk):
         and 0.206, its second (27 as 2 x 16) 0.224 -> 0.165 ms on LLVM (in the model, both renders
         in one process and run in turn, AVX2, 2 cores, min of 21)."""
         count = u.dtype.count
-        found = every_other_lane(u) if self.r.selects_lanes(u.dtype) else None  # lanes held in vectors
-        if found is None or found[0] not in self.names:
+        found = self.every_other_lane_shuffle(u, address)
+        if found is None:
             return False
-        base, first, lanes = found
-        start = f"{self.ref(base)} + {first}"
-        halves = [self.r.vector_load(replace(address, offset=offset, lanes=None))
-                  for offset in (f"{start} + {skip}" if skip else start
-                                 for skip in every_other_lane_loads(count, lanes))]
-        shuffled = self.r.two_vector_shuffle(u.dtype, halves, even_lane_picks(count, lanes))
-        if shuffled is None:
-            return False
-        lines, name = shuffled
+        lines, name, _, lanes = found
         fallback = self.lane_by_lane_load(u, address, None, None)
         rest = self.lane_offsets(address, count)[lanes:]
         for line in lines(fallback, [(lane, self.element(address, offset))
@@ -562,19 +555,11 @@ class CFamilyRenderState(LinearWalk):
         buffer.  False where the lanes are not every other element of one run or the buffer's size
         is unknown."""
         count = u.dtype.count
-        found = every_other_lane(u) if self.r.selects_lanes(u.dtype) else None
+        found = self.every_other_lane_shuffle(u, address)
         elements = self.buffer_elements(address.buffer_uop)
-        if found is None or found[0] not in self.names or found[2] != count or elements is None:
+        if found is None or found[3] != count or elements is None:
             return False
-        base, first, _ = found
-        start = f"{self.ref(base)} + {first}"
-        halves = [self.r.vector_load(replace(address, offset=offset, lanes=None))
-                  for offset in (f"{start} + {skip}" if skip else start
-                                 for skip in every_other_lane_loads(count, count))]
-        shuffled = self.r.two_vector_shuffle(u.dtype, halves, even_lane_picks(count))
-        if shuffled is None:
-            return False
-        lines, name = shuffled
+        lines, name, start, _ = found
         value = self.fresh("val")
         last_start = elements - 2 * count + 1  # the last start whose two vectors end inside the buffer
         self.emit(f"{self.r.vector_type(u.dtype)} {value};")
@@ -587,6 +572,25 @@ class CFamilyRenderState(LinearWalk):
         self.emit("}")
         self.define(u, value)
         return True
+
+    def every_other_lane_shuffle(self, u: UOp, address: Address) -> tuple[Any, str, str, int] | None:
+        """The two whole loads and the shuffle of a vector LOAD of every other element
+        (:func:`~uopviz.core.affine.every_other_lane`): the dialect's ``lines(fallback, tail)``, the
+        shuffled vector's name, the first element's offset and how many lanes the run covers; None
+        where the lanes are no such run or the dialect has no shuffle for them."""
+        count = u.dtype.count
+        found = every_other_lane(u) if self.r.selects_lanes(u.dtype) else None  # lanes held in vectors
+        if found is None or found[0] not in self.names:
+            return None
+        base, first, lanes = found
+        start = f"{self.ref(base)} + {first}"
+        halves = [self.r.vector_load(replace(address, offset=offset, lanes=None))
+                  for offset in (f"{start} + {skip}" if skip else start
+                                 for skip in every_other_lane_loads(count, lanes))]
+        shuffled = self.r.two_vector_shuffle(u.dtype, halves, even_lane_picks(count, lanes))
+        if shuffled is None:
+            return None
+        return (*shuffled, start, lanes)
 
     @staticmethod
     def lane_offsets(address: Address, count: int) -> list[str]:
