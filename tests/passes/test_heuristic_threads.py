@@ -12,6 +12,8 @@ from cpu_targets import target_params
 import uopviz as uv
 from uopviz.backends.target import using_target
 from uopviz.core.ops import Ops
+from uopviz.passes.optops import heuristic
+from uopviz.passes.optops.axes import depends_on
 from uopviz.passes.optops.heuristic import MIN_THREADED_ITERATIONS, PAIRED_OUTPUT_ROWS
 
 RNG = np.random.default_rng(23)
@@ -113,3 +115,59 @@ def test_a_depthwise_conv_upcasts_whole_rows(backend, channels, width):
         assert upcasts in ([padded], [PAIRED_OUTPUT_ROWS, padded]), program.kernels[-1].name
     elif width in (14, 28) and width <= 2 * lanes:
         assert upcasts == [width], program.kernels[-1].name
+
+
+def _input_split(kernel, input_elements: int) -> bool:
+    """Whether the cores share the conv's input (the load of a buffer of ``input_elements`` varies
+    along the THREAD axis) rather than its weights."""
+    (thread,) = [r for r in kernel.ranges if r.arg[1] is uv.AxisType.THREAD]
+    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    (load,) = [u for u in loads if u.src[0].src[0].shape[0] == input_elements]
+    return depends_on(load.src[0], thread)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize(
+    "in_channels,out_channels,width,splits_input",
+    [(64, 16, 55, True), (16, 64, 55, True), (128, 16, 27, True), (256, 512, 13, False), (96, 320, 7, False)],
+)
+def test_a_memory_bound_conv_splits_the_axis_that_leaves_each_core_least_to_read(
+    backend, in_channels, out_channels, width, splits_input, monkeypatch
+):
+    # a 1x1 conv to 16 channels over 55x55 positions does 4 FLOPs per byte it reads: split over its
+    # output channels each core would read the whole input; split over positions, half of it.  A
+    # conv to 512 channels at 13x13 computes enough per byte to keep the first axis the cores divide
+    x = RNG.standard_normal((1, in_channels, width, width)).astype(np.float32)
+    w = RNG.standard_normal((out_channels, in_channels, 1, 1)).astype(np.float32)
+    expected = np.maximum(np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0]), 0)
+
+    def compiled():
+        graph = uv.Tensor(x).conv2d(uv.Tensor(w)).relu()
+        return uv.compile([graph], backend=backend, opts="heuristic")
+
+    program = compiled()
+    np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+    if program.kernels[-1].backend_object.thread_count < 2:
+        pytest.skip("one core: nothing to split")
+    assert _input_split(program.kernels[-1], x.size) == splits_input, program.kernels[-1].name
+
+
+@pytest.mark.skipif(
+    "c" not in uv.backends.available(), reason="the heuristic's CPU threads need the C backend"
+)
+def test_without_the_rule_the_cores_would_split_a_squeeze_convs_16_channels(monkeypatch):
+    # on AVX-512 (16 lanes) the 16 channels are two tiles of 8: the first axis the cores divide
+    # (build=False: the kernel's structure only, on any host)
+    x = RNG.standard_normal((1, 64, 55, 55)).astype(np.float32)
+    w = RNG.standard_normal((16, 64, 1, 1)).astype(np.float32)
+
+    def kernel():
+        with using_target("x86-64-v4"):
+            graph = uv.Tensor(x).conv2d(uv.Tensor(w)).relu()
+            return uv.compile([graph], backend="c", opts="heuristic", build=False).kernels[-1]
+
+    if kernel().backend_object.thread_count < 2:
+        pytest.skip("one core: nothing to split")
+    assert _input_split(kernel(), x.size)
+    monkeypatch.setattr(heuristic, "MEMORY_BOUND_FLOPS_PER_BYTE", 0)
+    assert not _input_split(kernel(), x.size)
