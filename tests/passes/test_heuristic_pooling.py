@@ -141,3 +141,21 @@ def test_a_strided_row_no_register_divides_is_padded_to_whole_registers(backend,
         assert not padded and upcasts and ((width - 3) // 2 + 1) % upcasts[0] == 0, kernel.name
     else:
         assert upcasts == [lanes] and padded, kernel.name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+@pytest.mark.parametrize("size,stride,width,lanes", [(3, 2, 15, 8), (3, 2, 13, 8), (2, 2, 14, 7)])
+def test_a_short_strided_row_takes_a_narrower_vector_of_a_wide_register(
+    backend, target, size, stride, width, lanes
+):
+    # AVX-512: 7 or 6 columns of a 3x3 stride-2 pool (Inception-v1's 832 channels, MobileNet-v2's
+    # stride-2 depthwise conv, AlexNet's last pool) as one 8-lane vector, not 7 scalars; a 2x2 one
+    # (windows that do not overlap: DenseNet-121's transitions) keeps its 7 lanes
+    x = RNG.standard_normal((1, 8, width, width)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).max_pool2d(size, stride, 0)], backend=backend, opts="heuristic")
+        got = program.run()[0]
+    np.testing.assert_array_equal(got, _windows(x, size, stride, 0, -np.inf).max(axis=(-2, -1)))
+    (kernel,) = [k for k in program.kernels if any(t is uv.AxisType.REDUCE for _, t in k.axes)]
+    assert [s for s, kind in kernel.axes if kind is uv.AxisType.UPCAST][:1] == [lanes], kernel.name
