@@ -48,3 +48,43 @@ def test_a_padded_row_stores_its_lanes_as_power_of_two_vectors(dtype, width, reg
         assert sum(copied) + len(scalars) * itemsize == lanes * itemsize, name
         assert all(count // itemsize & (count // itemsize - 1) == 0 for count in copied), name
         assert len(copied) + len(scalars) == bin(lanes).count("1"), name
+
+
+def test_the_conditions_a_mostly_on_gate_stores_a_whole_vector_behind():
+    from uopviz.backends.cfamily_state import lanes_that_may_be_off
+    from uopviz.core.dtype import dtypes
+    from uopviz.core.ops import AxisType, Ops
+    from uopviz.core.uop import UOp
+
+    on, off = UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)
+    tile = UOp.range(7, AxisType.LOOP, 0)
+    last, other = tile < 6, tile < 5
+
+    def gate(*lanes):
+        return UOp(Ops.VECTORIZE, tuple(lanes))
+
+    assert lanes_that_may_be_off(gate(on, on, on, last)) == [last]
+    assert lanes_that_may_be_off(gate(on, last, last, last)) == [last]
+    assert lanes_that_may_be_off(gate(on, on, on, on)) == []
+    assert lanes_that_may_be_off(gate(on, last, other, on)) == [last, other]
+    assert lanes_that_may_be_off(gate(on, on, on, off)) is None  # a lane off for good: a prefix
+    assert lanes_that_may_be_off(gate(last, other, tile < 4, on)) is None  # too many conditions
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("width,register", [(111, 16), (55, 8), (27, 16), (13, 8)])
+def test_a_row_tile_past_the_rows_end_stores_whole_vectors_where_every_lane_is_on(dtype, width, register):
+    # a row padded to whole registers (PADTO) and split into them: the last register's lanes past
+    # the row are off in the last tile only (``{1, .., 1, tile < 6}``): every other tile stores its
+    # vector whole, the last one lane by lane (a conv's rows of 111 columns as 7 tiles of 16)
+    x = (RNG.standard_normal((5, width)) * 100).astype(dtype)
+    padded = -(-width // register) * register
+    upcast = (register, uv.AxisType.UPCAST, False)
+    opts = [uv.Opt(uv.OptOp.PADTO, 1, padded), uv.Opt(uv.OptOp.SPLIT, 1, upcast)]
+    program = uv.compile([uv.Tensor(x) * 3 + 1], backend="c", opts=[opts])
+    np.testing.assert_allclose(program.run()[0], x * 3 + 1, rtol=1e-5)
+    source = program.kernels[0].source("c")
+    whole = re.search(r"if \((\w+)\) \{ store_\w+\(data0 \+ [^;]+; \} else \{\n(.*?)\n *\}", source, re.S)
+    assert whole is not None, source
+    lanes = re.findall(r"if \(\w+\[(\d+)\]\) data0\[", whole.group(2))
+    assert len(lanes) == min(register, cpu_target().vector_bytes // np.dtype(dtype).itemsize)

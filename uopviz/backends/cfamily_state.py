@@ -48,6 +48,24 @@ def true_prefix(gate: UOp) -> int | None:
     return on if 0 < on < len(lanes) and lanes == [True] * on + [False] * (len(lanes) - on) else None
 
 
+#: the most distinct conditions a vector store's gate may have for a whole-vector store behind them
+MOSTLY_ON_MAX_CONDITIONS = 2
+
+
+def lanes_that_may_be_off(gate: UOp) -> list[UOp] | None:
+    """The distinct conditions of a vector gate whose lanes are each on (a constant) or one of at
+    most :data:`MOSTLY_ON_MAX_CONDITIONS` scalar conditions: where they all hold, every lane is on
+    (an empty list: every lane is on always).  None where a lane is off for good or the conditions
+    are many.  A register tile of 16 columns over a row of 111: its last lane is on in every tile
+    but the last (``{1, .., 1, tile < 6}``)."""
+    if gate.op is not Ops.VECTORIZE:
+        return None
+    if any(lane.op is Ops.CONST and not lane.const_value for lane in gate.src):
+        return None
+    conditions = list(dict.fromkeys(lane for lane in gate.src if lane.op is not Ops.CONST))
+    return conditions if len(conditions) <= MOSTLY_ON_MAX_CONDITIONS else None
+
+
 def _is_buffer_like(u: UOp) -> bool:
     return u.op in (Ops.PARAM, Ops.BUFFER)
 
@@ -703,16 +721,38 @@ class CFamilyRenderState(LinearWalk):
             if statement is not None:
                 self.emit(statement)
                 return
+        lanes_off = lanes_that_may_be_off(u.src[2]) if gate is not None and address.contiguous else None
+        if lanes_off is not None:
+            # every lane on but a few that share a condition (a tile's last column, past the row
+            # in the last tile only): the whole vector where they are on, lane by lane elsewhere
+            whole = self.r.vector_store(address, value)
+            if not lanes_off:
+                self.emit(whole)
+                return
+            self.emit(f"if ({' && '.join(self.ref(lane) for lane in lanes_off)}) {{ {whole} }} else {{")
+            for statement in self.lane_stores(address, value, dtype, gate, gate_dtype):
+                self.emit(f"  {statement}")
+            self.emit("}")
+            return
+        for statement in self.lane_stores(address, value, dtype, gate, gate_dtype):
+            self.emit(statement)
+
+    def lane_stores(self, address: Address, value: str, dtype: DType, gate: str | None,
+                    gate_dtype: DType | None) -> list[str]:
+        """The statements storing each lane of the vector ``value`` on its own, behind its lane of
+        ``gate``."""
         offsets = (
             address.lanes
             if address.lanes is not None
             else [f"{address.offset} + {i}" for i in range(dtype.count)]
         )
+        statements = []
         for i, offset in enumerate(offsets):
             statement = self.r.store_element(address.buffer, offset, self.r.lane(value, i, dtype), dtype)
             if gate is not None:
                 statement = f"if ({self.r.lane(gate, i, gate_dtype)}) {statement}"
-            self.emit(statement)
+            statements.append(statement)
+        return statements
 
     # -- arithmetic ---------------------------------------------------------------------------
     def render_alu(self, u: UOp) -> None:
