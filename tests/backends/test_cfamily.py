@@ -18,7 +18,7 @@ STRUCTURAL_HOOKS = {
     CRenderer: {
         "vector_from_runs", "two_vector_shuffle", "two_vector_shuffle_fallback", "constant_vector",
         "register_pin", "register_tile_lanes", "directives", "_mask_type", "_pick",
-        "selects_lanes", "prefix_vector_load",
+        "selects_lanes", "prefix_vector_load", "range_header",
         "select_lanes", "vector_expression", "helper_vector_trunc", "helper_vector_shift", "vector_cast",
         "helper_vector_float_to_int",
     },
