@@ -73,3 +73,24 @@ def test_a_padded_rows_clamped_lanes_are_read_apart_from_its_run_of_every_other_
             llvm_picks = ", ".join(f"i32 {p}" for p in picks.split(", "))
             assert f"<8 x i32> <{llvm_picks}>" in source
             assert re.search(r"insertelement <8 x float> %vec\d+, float %val\d+, i32 7", source), source
+
+
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+@pytest.mark.parametrize("width", [15, 13, 29])
+def test_a_lane_clamped_to_the_rows_end_takes_that_element_in_the_shuffle(target, width):
+    # a 3x3 stride-2 max pool to 7, 6 or 14 columns as 8 or 16 lanes: the lanes past the row
+    # read its last element, which the run of every other element holds already; the shuffle
+    # repeats that lane instead of inserting the element after it (an insert a lane and a tap)
+    if "c" not in uv.backends.available():
+        pytest.skip("the shuffle is C's")
+    x = RNG.standard_normal((1, 8, width, width)).astype(np.float32)
+    x[0, 2, :, -1] = np.nan  # the clamped lanes read the row's last column: max passes NaN on
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).max_pool2d(3, 2)], backend="c", opts="heuristic")
+        got = program.run()[0]
+        source = program.kernels[-1].source("c")
+    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    np.testing.assert_array_equal(got, windows.max(axis=(-2, -1)))
+    shuffles = re.findall(r"__builtin_shufflevector\(low, high, ([\d, ]+)\);", source)
+    assert shuffles and not re.search(r"even\d+\[\d+\] = ", source), source
+    assert any(len(picks.split(", ")) != len(set(picks.split(", "))) for picks in shuffles)  # a lane repeated

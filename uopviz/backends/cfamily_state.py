@@ -556,11 +556,10 @@ class CFamilyRenderState(LinearWalk):
         found = self.every_other_lane_shuffle(u, address)
         if found is None:
             return False
-        lines, name, _, lanes = found
+        lines, name, _, rest = found
         fallback = self.lane_by_lane_load(u, address, None, None)
-        rest = self.lane_offsets(address, count)[lanes:]
-        for line in lines(fallback, [(lane, self.element(address, offset))
-                                     for lane, offset in enumerate(rest, start=lanes)]):
+        offsets = self.lane_offsets(address, count)
+        for line in lines(fallback, [(lane, self.element(address, offsets[lane])) for lane in rest]):
             self.emit(line)
         self.define(u, name)
         return True
@@ -575,7 +574,7 @@ class CFamilyRenderState(LinearWalk):
         count = u.dtype.count
         found = self.every_other_lane_shuffle(u, address)
         elements = self.buffer_elements(address.buffer_uop)
-        if found is None or found[3] != count or elements is None:
+        if found is None or found[3] or elements is None:
             return False
         lines, name, start, _ = found
         value = self.fresh("val")
@@ -591,11 +590,15 @@ class CFamilyRenderState(LinearWalk):
         self.define(u, value)
         return True
 
-    def every_other_lane_shuffle(self, u: UOp, address: Address) -> tuple[Any, str, str, int] | None:
+    def every_other_lane_shuffle(self, u: UOp, address: Address) -> tuple[Any, str, str, list[int]] | None:
         """The two whole loads and the shuffle of a vector LOAD of every other element
         (:func:`~uopviz.core.affine.every_other_lane`): the dialect's ``lines(fallback, tail)``, the
-        shuffled vector's name, the first element's offset and how many lanes the run covers; None
-        where the lanes are no such run or the dialect has no shuffle for them."""
+        shuffled vector's name, the first element's offset and the lanes past the run the caller
+        reads one by one; None where the lanes are no such run or the dialect has no shuffle for
+        them.  A lane past the run that reads an element of the run (a padded row's lanes clamped
+        to its last element) takes it in the shuffle: inserted one by one, GCC moved the vector's
+        upper half out and back for each (MobileNet-v2's stride-2 depthwise conv to 7 columns, 8
+        lanes, nine taps a row)."""
         count = u.dtype.count
         found = every_other_lane(u) if self.r.selects_lanes(u.dtype) else None  # lanes held in vectors
         if found is None or found[0] not in self.names:
@@ -605,10 +608,16 @@ class CFamilyRenderState(LinearWalk):
         halves = [self.r.vector_load(replace(address, offset=offset, lanes=None))
                   for offset in (f"{start} + {skip}" if skip else start
                                  for skip in every_other_lane_loads(count, lanes))]
-        shuffled = self.r.two_vector_shuffle(u.dtype, halves, even_lane_picks(count, lanes))
+        picks, offsets, rest = even_lane_picks(count, lanes), self.lane_offsets(address, count), []
+        for lane in range(lanes, count):
+            if offsets[lane] in offsets[:lanes]:
+                picks[lane] = picks[offsets.index(offsets[lane])]
+            else:
+                rest.append(lane)
+        shuffled = self.r.two_vector_shuffle(u.dtype, halves, picks)
         if shuffled is None:
             return None
-        return (*shuffled, start, lanes)
+        return (*shuffled, start, rest)
 
     @staticmethod
     def lane_offsets(address: Address, count: int) -> list[str]:
