@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from uopviz.backends.base import KernelMeta, RenderError, TensorCore
 from uopviz.backends.cfamily_spelling import Address, CSpelling
@@ -64,6 +64,16 @@ def lanes_that_may_be_off(gate: UOp) -> list[UOp] | None:
         return None
     conditions = list(dict.fromkeys(lane for lane in gate.src if lane.op is not Ops.CONST))
     return conditions if len(conditions) <= MOSTLY_ON_MAX_CONDITIONS else None
+
+
+class EveryOtherLane(NamedTuple):
+    """A vector LOAD of every other element as two whole loads and a shuffle
+    (:meth:`CFamilyRenderState.every_other_lane_shuffle`)."""
+
+    lines: Any  # the dialect's ``lines(fallback, tail)``: the statements, the lanes of ``tail`` set after
+    name: str  # the shuffled vector
+    start: str  # the first element's offset
+    rest: list[int]  # the lanes past the run of every other element, read one by one
 
 
 def _is_buffer_like(u: UOp) -> bool:
@@ -556,12 +566,12 @@ class CFamilyRenderState(LinearWalk):
         found = self.every_other_lane_shuffle(u, address)
         if found is None:
             return False
-        lines, name, _, rest = found
         fallback = self.lane_by_lane_load(u, address, None, None)
         offsets = self.lane_offsets(address, count)
-        for line in lines(fallback, [(lane, self.element(address, offsets[lane])) for lane in rest]):
+        tail = [(lane, self.element(address, offsets[lane])) for lane in found.rest]
+        for line in found.lines(fallback, tail):
             self.emit(line)
-        self.define(u, name)
+        self.define(u, found.name)
         return True
 
     def render_gated_every_other_lane(self, u: UOp, address: Address, gate: str, alt: str) -> bool:
@@ -574,9 +584,9 @@ class CFamilyRenderState(LinearWalk):
         count = u.dtype.count
         found = self.every_other_lane_shuffle(u, address)
         elements = self.buffer_elements(address.buffer_uop)
-        if found is None or found[3] or elements is None:
+        if found is None or found.rest or elements is None:
             return False
-        lines, name, start, _ = found
+        lines, name, start = found.lines, found.name, found.start
         value = self.fresh("val")
         last_start = elements - 2 * count + 1  # the last start whose two vectors end inside the buffer
         self.emit(f"{self.r.vector_type(u.dtype)} {value};")
@@ -590,15 +600,13 @@ class CFamilyRenderState(LinearWalk):
         self.define(u, value)
         return True
 
-    def every_other_lane_shuffle(self, u: UOp, address: Address) -> tuple[Any, str, str, list[int]] | None:
+    def every_other_lane_shuffle(self, u: UOp, address: Address) -> EveryOtherLane | None:
         """The two whole loads and the shuffle of a vector LOAD of every other element
-        (:func:`~uopviz.core.affine.every_other_lane`): the dialect's ``lines(fallback, tail)``, the
-        shuffled vector's name, the first element's offset and the lanes past the run the caller
-        reads one by one; None where the lanes are no such run or the dialect has no shuffle for
-        them.  A lane past the run that reads an element of the run (a padded row's lanes clamped
-        to its last element) takes it in the shuffle: inserted one by one, GCC moved the vector's
-        upper half out and back for each (MobileNet-v2's stride-2 depthwise conv to 7 columns, 8
-        lanes, nine taps a row)."""
+        (:func:`~uopviz.core.affine.every_other_lane`); None where the lanes are no such run or the
+        dialect has no shuffle for them.  A lane past the run that reads an element of the run (a
+        padded row's lanes clamped to its last element) takes it in the shuffle: inserted one by
+        one, GCC moved the vector's upper half out and back for each (MobileNet-v2's stride-2
+        depthwise conv to 7 columns, 8 lanes, nine taps a row)."""
         count = u.dtype.count
         found = every_other_lane(u) if self.r.selects_lanes(u.dtype) else None  # lanes held in vectors
         if found is None or found[0] not in self.names:
@@ -617,7 +625,7 @@ class CFamilyRenderState(LinearWalk):
         shuffled = self.r.two_vector_shuffle(u.dtype, halves, picks)
         if shuffled is None:
             return None
-        return (*shuffled, start, rest)
+        return EveryOtherLane(*shuffled, start, rest)
 
     @staticmethod
     def lane_offsets(address: Address, count: int) -> list[str]:
@@ -730,15 +738,16 @@ class CFamilyRenderState(LinearWalk):
             if statement is not None:
                 self.emit(statement)
                 return
-        lanes_off = lanes_that_may_be_off(u.src[2]) if gate is not None and address.contiguous else None
-        if lanes_off is not None:
+        conditions = lanes_that_may_be_off(u.src[2]) if gate is not None and address.contiguous else None
+        if conditions is not None:
             # every lane on but a few that share a condition (a tile's last column, past the row
             # in the last tile only): the whole vector where they are on, lane by lane elsewhere
             whole = self.r.vector_store(address, value)
-            if not lanes_off:
+            if not conditions:
                 self.emit(whole)
                 return
-            self.emit(f"if ({' && '.join(self.ref(lane) for lane in lanes_off)}) {{ {whole} }} else {{")
+            held = " && ".join(self.ref(condition) for condition in conditions)
+            self.emit(f"if ({held}) {{ {whole} }} else {{")
             for statement in self.lane_stores(address, value, dtype, gate, gate_dtype):
                 self.emit(f"  {statement}")
             self.emit("}")

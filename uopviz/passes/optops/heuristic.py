@@ -290,8 +290,10 @@ def _windows_overlap(kernel: Kernel, row: UOp) -> bool:
     """Whether the windows along a strided ``row`` overlap: a window's taps along it (the reduce
     axis its loads step one element along) outnumber the row's stride (a 3x3 stride-2 pool, not a
     2x2 one)."""
-    stride = max((step for step in _load_steps(kernel, row) if step), default=1)
-    taps = [range_size(r) for r in kernel.ranges if r.arg[1] in REDUCE_TYPES and _read_along(kernel, r)]
+    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD]
+    stride = max((step for step in _load_steps(kernel, row, loads) if step), default=1)
+    taps = [range_size(r) for r in kernel.ranges
+            if r.arg[1] in REDUCE_TYPES and _read_along(kernel, r, loads)]
     return max(taps, default=1) > stride
 
 
@@ -1135,12 +1137,11 @@ def _elements_read(kernel: Kernel, load: UOp) -> int:
     return min(_footprint(kernel, load), size) if size else _footprint(kernel, load)
 
 
-def _bytes_each_core_reads(kernel: Kernel, r: UOp, threads: int) -> float:
-    """The bytes of its loads each core reads when ``threads`` cores split ``r``: a load whose
-    address varies along ``r`` in shares, the others whole on every core."""
-    loads = [u for u in kernel.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
-    return sum(_elements_read(kernel, load) * load.dtype.scalar.itemsize
-               / (threads if depends_on(load.src[0], r) else 1) for load in loads)
+def _bytes_each_core_reads(read: dict[UOp, int], r: UOp, threads: int) -> float:
+    """The bytes each core reads of ``read`` (each load's bytes over the whole kernel) when
+    ``threads`` cores split ``r``: a load whose address varies along ``r`` in shares, the others
+    whole on every core."""
+    return sum(size / (threads if depends_on(load.src[0], r) else 1) for load, size in read.items())
 
 
 #: a kernel doing fewer FLOPs than this per byte each core reads waits on memory: its cores split
@@ -1164,7 +1165,9 @@ def _axis_reading_least(kernel: Kernel, even: UOp, threads: int) -> tuple[Kernel
     1.32 -> 1.27.  A kernel that computes enough per byte keeps its split: SqueezeNet's last conv
     (512 to 1000 channels at 13x13, 39 FLOPs a byte) split over its channels ran 0.52 -> 0.58
     ms: its weights read whole on both cores were not what it waited on."""
-    costs = {r: _bytes_each_core_reads(kernel, r, threads)
+    read = {load: _elements_read(kernel, load) * load.dtype.scalar.itemsize
+            for load in kernel.ast.toposort() if load.op is Ops.LOAD and load.src[0].op is Ops.INDEX}
+    costs = {r: _bytes_each_core_reads(read, r, threads)
              for r in _globals(kernel) if range_size(r) >= threads}
     least = min(costs, key=costs.__getitem__)
     memory_bound = kernel.flops / threads < MEMORY_BOUND_FLOPS_PER_BYTE * costs[even]
