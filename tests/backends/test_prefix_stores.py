@@ -15,7 +15,9 @@ from uopviz.backends.target import cpu_target
 
 RNG = np.random.default_rng(41)
 
-pytestmark = pytest.mark.skipif("c" not in uv.backends.available(), reason="C has the prefix stores")
+pytestmark = pytest.mark.skipif(
+    "c" not in uv.backends.available(), reason="no C compiler here: the prefix stores are the C backend's"
+)
 
 
 def _helper(source: str, name: str) -> str:

@@ -82,7 +82,7 @@ def test_a_lane_clamped_to_the_rows_end_takes_that_element_in_the_shuffle(target
     # read its last element, which the run of every other element holds already; the shuffle
     # repeats that lane instead of inserting the element after it (an insert a lane and a tap)
     if "c" not in uv.backends.available():
-        pytest.skip("the shuffle is C's")
+        pytest.skip("no C compiler here: the shuffle checked is the C backend's")
     x = RNG.standard_normal((1, 8, width, width)).astype(np.float32)
     x[0, 2, :, -1] = np.nan  # the clamped lanes read the row's last column: max passes NaN on
     with using_target(target):

@@ -15,7 +15,9 @@ from uopviz.backends.target import using_target
 
 RNG = np.random.default_rng(43)
 
-pytestmark = pytest.mark.skipif("c" not in uv.backends.available(), reason="the pragma is C's")
+pytestmark = pytest.mark.skipif(
+    "c" not in uv.backends.available(), reason="no C compiler here: the unroll pragma is the C backend's"
+)
 
 
 def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
