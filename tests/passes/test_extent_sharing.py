@@ -16,7 +16,7 @@ from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
 from uopviz.nnef.nnef1.loader import loads_nnef1
-from uopviz.passes.extent_sharing import ExtentBoundKernel, _affine_fit, share_extents
+from uopviz.passes.extent_sharing import ExtentBoundKernel, ExtentSharing, _affine_fit, share_extents
 
 BACKENDS = [name for name in ("c", "llvm") if name in uv.backends.available()]
 RNG = np.random.default_rng(25)
@@ -262,6 +262,26 @@ def test_share_extents_fits_each_varying_constant_to_a_generator():
     assert params[1].shape == (6 * 32,)  # the smallest member's input
     # alone, a kernel shares with nobody
     assert share_extents(linears[:1]) == {}
+
+
+def test_extent_sharing_asked_kernel_by_kernel_groups_as_share_extents_does():
+    # Render asks for each kernel's group as it reaches it, so that the first kernels build while
+    # the later groups are unknown: the answer is share_extents' own, and a program of another
+    # outline (a block sum against a row sum) is never worked out before it is asked for
+    def row_sums(columns: int) -> UOp:
+        program = uv.compile(uv.Tensor(np.ones((4, columns), np.float32)).sum(axis=1), backend="c",
+                             build=False)
+        return program.items[0].body.src[0]
+
+    blocks = [_block_sums(count) for count in (6, 10, 32)]
+    rows = [row_sums(6), row_sums(10)]
+    linears = [rows[0], *blocks, rows[1], blocks[0]]
+    everything = share_extents(linears)
+    sharing = ExtentSharing(linears)
+    assert sharing.get(rows[0]) is None and sharing.shared == {}  # the block sums not worked out yet
+    assert [sharing.get(linear) for linear in linears] == [everything.get(linear) for linear in linears]
+    assert set(everything) == set(blocks) and sharing.shared == everything
+    assert ExtentSharing(linears).everything() == everything
 
 
 def test_the_bound_of_a_scalar_innermost_loop_stays_in_the_code():

@@ -16,7 +16,7 @@ from uopviz.backends.builds import SourceBuilds, compile_sources
 from uopviz.core.ops import Ops
 from uopviz.core.rewrite import PatternMatcher, UPat, rewrite_root
 from uopviz.core.uop import UOp
-from uopviz.passes.extent_sharing import ExtentBoundKernel, SharedExtents, share_extents
+from uopviz.passes.extent_sharing import ExtentBoundKernel, ExtentSharing, SharedExtents
 from uopviz.passes.schedule import Lowering
 
 
@@ -65,7 +65,7 @@ render_rules = PatternMatcher([
 ], name="render")
 
 
-def linear_shares_extents(ctx: dict[UOp, SharedExtents], linear: UOp) -> UOp | None:
+def linear_shares_extents(ctx: ExtentSharing | dict[UOp, SharedExtents], linear: UOp) -> UOp | None:
     """A kernel of a group that differs only in index constants becomes the group's one LINEAR, those
     constants read from its extents PARAM (:func:`~uopviz.passes.extent_sharing.share_extents`)."""
     group = ctx.get(linear)
@@ -93,13 +93,16 @@ def render_stage(lowering: Lowering) -> None:
     soon as its source is rendered)."""
     context = RenderContext(lowering.backend)
     bodies = {}
-    shared = _shared_extents(lowering)
+    shared = _extent_sharing(lowering)
+    groups: dict[UOp, SharedExtents] = {}  # the kernels that share, each with its group's program
     # one kernel builds here: a worker process would only add its start (LLVM's builds)
     several = len({item.body for item in lowering.items}) > 1
     with SourceBuilds(lowering.backend, lowering.build, parallel=several) as builds:
         for item in lowering.items:
             linear = item.body
-            if linear in shared:
+            group = shared.get(linear) if shared is not None else None
+            if group is not None:
+                groups[linear] = group
                 name = f"share extents {linear.arg}"
                 linear = rewrite_root(linear, share_extents_rules, ctx=shared, name=name)
             first = linear not in context.sources
@@ -112,17 +115,17 @@ def render_stage(lowering: Lowering) -> None:
     if lowering.build:
         for item, rendered in bodies.items():
             item.compiled = compiled[item.source, str(rendered.src[0].arg)]
-            if item.body in shared:
-                item.compiled = ExtentBoundKernel.bind(item.compiled, shared[item.body].values)
+            if item.body in groups:
+                item.compiled = ExtentBoundKernel.bind(item.compiled, groups[item.body].values)
     lowering.replace_bodies(bodies)
 
 
-def _shared_extents(lowering: Lowering) -> dict[UOp, SharedExtents]:
-    """The kernels that share a compiled kernel with others of their form (``share_extents``),
-    where the program asks for it and its backend launches such kernels."""
+def _extent_sharing(lowering: Lowering) -> ExtentSharing | None:
+    """Which kernels share a compiled kernel with others of their form, worked out as Render reaches
+    them (``ExtentSharing``), where the program asks for it and its backend launches such kernels."""
     if not lowering.share_extents or not backend_named(lowering.backend).shares_extents:
-        return {}
-    return share_extents([item.body for item in lowering.items])
+        return None
+    return ExtentSharing([item.body for item in lowering.items])
 
 
 __all__ = ["RenderContext", "SourceBuilds", "backend_named", "compile_source", "compile_sources",
