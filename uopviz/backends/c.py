@@ -331,6 +331,11 @@ class CRenderer(CStyleRenderer):
         ], name
 
     shuffles_two_vectors = True
+    # GCC folds a lane read from memory into the FMA that broadcasts it (AVX-512's {1to16} operand,
+    # elsewhere vbroadcastss from memory: a load port); from a loaded vector it moved the first
+    # lanes through a general register and vmovd, vbroadcastss (port 5, beside the FMAs):
+    # MobileNet-v2's 1x1 convs as 8 columns x 16 channels took 1.1-1.2x LLVM's time
+    broadcasts_lanes_from_memory = True
 
     def two_vector_shuffle(
         self, dtype: DType, halves: Sequence[str], picks: Sequence[int], prefix: str = "even"

@@ -208,6 +208,9 @@ class CSpelling:
 
     #: whether :meth:`two_vector_shuffle` has a form in this dialect
     shuffles_two_vectors = False
+    #: whether a broadcast-only vector LOAD of a read-only array (``LinearWalk.broadcast_only``) is
+    #: written as one scalar read per broadcast lane rather than a vector load and lane extracts
+    broadcasts_lanes_from_memory = False
 
     def two_vector_shuffle_fallback(self, dtype: DType, halves: Sequence[str], picks: Sequence[int]) -> str:
         """The expression :meth:`two_vector_shuffle` falls back to: lane ``picks[i]`` of the two

@@ -175,6 +175,9 @@ class CFamilyRenderState(LinearWalk):
                 if s.op is Ops.GEP:
                     column_uses[s] = column_uses.get(s, True) and u in self.matrix_columns
         self.column_lanes = {gep for gep, only in column_uses.items() if only}
+        # the LOADs left to their broadcasts (reads_lanes_from_memory): each one's address and scope
+        self.lanes_in_memory: dict[UOp, tuple[Address, tuple]] = {}
+        self.stored_buffers = {underlying_buffer(u.src[0]) for u in self.program if u.op is Ops.STORE}
         params = self.collect_params()
         self.plan_registers()
         self.plan_register_tiles()
@@ -430,8 +433,42 @@ class CFamilyRenderState(LinearWalk):
         self.define(u, name)
         return True
 
+    def reads_lanes_from_memory(self, u: UOp, address: Address) -> bool:
+        """Whether the vector LOAD ``u`` (contiguous or one element per lane) is left to its
+        broadcasts, each reading its lane from memory (:meth:`render_lane_from_memory`): where the
+        dialect writes them so, the load's every use broadcasts a lane (``broadcast_only``) and
+        nothing in the kernel writes its array (a read later than the load's own place sees what
+        the load would have)."""
+        return (self.r.broadcasts_lanes_from_memory and (address.contiguous or address.lanes is not None)
+                and u in self.broadcast_only and underlying_buffer(u.src[0]) not in self.stored_buffers)
+
+    def render_lane_from_memory(self, u: UOp, address: Address) -> None:
+        """A GEP of one lane (broadcast to ``u``'s lanes) of a LOAD left to its broadcasts: the
+        element read where the GEP is, for the C compiler to read as its FMA's broadcast operand."""
+        lane = u.arg[0]
+        if address.lanes is not None:
+            offset = address.lanes[lane]
+        else:
+            offset = address.offset if lane == 0 else f"{address.offset} + {lane}"
+        value = self.element(address, offset)
+        if len(u.arg) == 1:
+            self.assign(u, "val", value)
+            return
+        scalar = self.fresh("val")
+        self.emit(f"{self.r.scalar_type(u.dtype.scalar)} {scalar} = {value};")
+        self.assign(u, "gep", self.r.vector_literal(u.dtype, [scalar] * len(u.arg)))
+
     def render_gep(self, u: UOp) -> None:
         source = u.src[0]
+        in_memory = self.lanes_in_memory.get(source)
+        if in_memory is not None:
+            address, scope = in_memory
+            here = self.scope_path()
+            if here[:len(scope)] != scope:
+                raise self.fail(u, f"uses a {source.op.name} defined inside a loop or IF that is "
+                                   "already closed")
+            self.render_lane_from_memory(u, address)
+            return
         if source.dtype.count == 1:
             lanes = [self.ref(source)] * len(u.arg)
         elif source.op is Ops.VECTORIZE:
@@ -524,6 +561,11 @@ class CFamilyRenderState(LinearWalk):
             self.assign(u, "val", value if gate is None else f"({gate} ? {value} : {alt})")
             return
         gate_dtype = u.src[2].dtype if gate is not None else None
+        if gate is None and self.reads_lanes_from_memory(u, address):
+            if address.contiguous:
+                self.prefetch(address)
+            self.lanes_in_memory[u] = (address, self.scope_path())
+            return
         if address.contiguous and (gate is None or gate_dtype.count == 1):
             self.prefetch(address)
             value = self.r.vector_load(address)
@@ -728,6 +770,11 @@ class CFamilyRenderState(LinearWalk):
             self.emit(statement if gate is None else f"if ({gate}) {statement}")
             return
         gate_dtype = u.src[2].dtype if gate is not None else None
+        if gate is None and self.reads_lanes_from_memory(u, address):
+            if address.contiguous:
+                self.prefetch(address)
+            self.lanes_in_memory[u] = (address, self.scope_path())
+            return
         if address.contiguous and (gate is None or gate_dtype.count == 1):
             statement = self.r.vector_store(address, value)
             self.emit(statement if gate is None else f"if ({gate}) {{ {statement} }}")
