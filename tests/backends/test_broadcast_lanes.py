@@ -13,9 +13,9 @@ import subprocess
 
 import numpy as np
 import pytest
+from cpu_targets import target_params
 
 import uopviz as uv
-from tests.cpu_targets import target_params
 from uopviz.backends import get
 from uopviz.backends.target import using_target
 from uopviz.backends.toolchain import find_c_compiler
