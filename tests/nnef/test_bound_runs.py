@@ -64,6 +64,28 @@ def test_bound_runs_follow_each_input_and_each_weight(backend):
     np.testing.assert_allclose(y, _expected(x, filters, bias), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
+def test_an_input_off_a_cache_line_or_of_another_dtype_goes_straight_into_the_bound_array(backend, dtype):
+    # the bound path copies what is given into its own aligned array (no aligned copy first): an
+    # input one element past a cache line, strided, or of another dtype gives the same values
+    g = compose(GRAPH)
+    w = RNG.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(16).astype(np.float32)
+    g.tensors["w"].data, g.tensors["b"].data = w, b
+    for run in range(3):
+        values = (RNG.standard_normal(1 * 4 * 5 * 5) * 4).astype(dtype)
+        backing = np.zeros(values.size * 2 + 1, dtype)
+        x = backing[1:values.size + 1] if run != 1 else backing[1::2][:values.size]
+        x[...] = values
+        x = x.reshape(1, 4, 5, 5)
+        assert x.ctypes.data % 64 != 0
+        y = g.run({"x": x}, backend=backend, opts="heuristic")["y"]
+        np.testing.assert_allclose(y, _expected(values.reshape(1, 4, 5, 5).astype(np.float32), w, b),
+                                   rtol=1e-4, atol=1e-4)
+    assert any(g.__dict__.get("_bound_graphs", {}).values())
+
+
 def test_a_wrongly_shaped_input_is_refused_on_the_bound_path():
     if "c" not in BACKENDS:
         pytest.skip("the C backend (a C compiler) is not available here")
