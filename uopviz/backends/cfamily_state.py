@@ -177,6 +177,8 @@ class CFamilyRenderState(LinearWalk):
         self.column_lanes = {gep for gep, only in column_uses.items() if only}
         # the LOADs left to their broadcasts (reads_lanes_from_memory): each one's address and scope
         self.lanes_in_memory: dict[UOp, tuple[Address, tuple]] = {}
+        # loads with a lane taken as a scalar (a VECTORIZE may gather such lanes back into runs)
+        self.scalar_lanes_taken = {u.src[0] for u in self.program if u.op is Ops.GEP and u.dtype.count == 1}
         self.stored_buffers = {underlying_buffer(u.src[0]) for u in self.program if u.op is Ops.STORE}
         params = self.collect_params()
         self.plan_registers()
@@ -436,11 +438,12 @@ class CFamilyRenderState(LinearWalk):
     def reads_lanes_from_memory(self, u: UOp, address: Address) -> bool:
         """Whether the vector LOAD ``u`` (contiguous or one element per lane) is left to its
         broadcasts, each reading its lane from memory (:meth:`render_lane_from_memory`): where the
-        dialect writes them so, the load's every use broadcasts a lane (``broadcast_only``) and
-        nothing in the kernel writes its array (a read later than the load's own place sees what
-        the load would have)."""
+        dialect writes them so, the load's every use broadcasts a lane to a vector (``broadcast_only``,
+        no lane taken as a scalar) and nothing in the kernel writes its array (a read later than the
+        load's own place sees what the load would have)."""
         return (self.r.broadcasts_lanes_from_memory and (address.contiguous or address.lanes is not None)
-                and u in self.broadcast_only and underlying_buffer(u.src[0]) not in self.stored_buffers)
+                and u in self.broadcast_only and u not in self.scalar_lanes_taken
+                and underlying_buffer(u.src[0]) not in self.stored_buffers)
 
     def render_lane_from_memory(self, u: UOp, address: Address) -> None:
         """A GEP of one lane (broadcast to ``u``'s lanes) of a LOAD left to its broadcasts: the
