@@ -148,11 +148,15 @@ class CFamilyRenderState(LinearWalk):
                 f"uses a {u.op.name} that was not rendered before it (is it missing from "
                 f"the LINEAR, or placed after its user?)",
             )
+        self.require_in_scope(u)
+        return self.names[u]
+
+    def require_in_scope(self, u: UOp) -> None:
+        """A clear error where ``u`` was defined inside a loop or IF that is already closed."""
         where = self.defined_in.get(u)
         here = self.scope_path()
         if where is not None and here[: len(where)] != where:
             raise self.fail(u, f"uses a {u.op.name} defined inside a loop or IF that is already closed")
-        return self.names[u]
 
     def assign(self, u: UOp, prefix: str, expression: str) -> str:
         name = self.fresh(prefix)
@@ -175,8 +179,8 @@ class CFamilyRenderState(LinearWalk):
                 if s.op is Ops.GEP:
                     column_uses[s] = column_uses.get(s, True) and u in self.matrix_columns
         self.column_lanes = {gep for gep, only in column_uses.items() if only}
-        # the LOADs left to their broadcasts (reads_lanes_from_memory): each one's address and scope
-        self.lanes_in_memory: dict[UOp, tuple[Address, tuple]] = {}
+        # the LOADs left to their broadcasts (reads_lanes_from_memory): each one's address
+        self.lanes_in_memory: dict[UOp, Address] = {}
         # loads with a lane taken as a scalar (a VECTORIZE may gather such lanes back into runs)
         self.scalar_lanes_taken = {u.src[0] for u in self.program if u.op is Ops.GEP and u.dtype.count == 1}
         self.stored_buffers = {underlying_buffer(u.src[0]) for u in self.program if u.op is Ops.STORE}
@@ -463,13 +467,9 @@ class CFamilyRenderState(LinearWalk):
 
     def render_gep(self, u: UOp) -> None:
         source = u.src[0]
-        in_memory = self.lanes_in_memory.get(source)
-        if in_memory is not None:
-            address, scope = in_memory
-            here = self.scope_path()
-            if here[:len(scope)] != scope:
-                raise self.fail(u, f"uses a {source.op.name} defined inside a loop or IF that is "
-                                   "already closed")
+        address = self.lanes_in_memory.get(source)
+        if address is not None:
+            self.require_in_scope(source)
             self.render_lane_from_memory(u, address)
             return
         if source.dtype.count == 1:
@@ -567,7 +567,8 @@ class CFamilyRenderState(LinearWalk):
         if gate is None and self.reads_lanes_from_memory(u, address):
             if address.contiguous:
                 self.prefetch(address)
-            self.lanes_in_memory[u] = (address, self.scope_path())
+            self.lanes_in_memory[u] = address
+            self.defined_in[u] = self.scope_path()
             return
         if address.contiguous and (gate is None or gate_dtype.count == 1):
             self.prefetch(address)
@@ -773,11 +774,6 @@ class CFamilyRenderState(LinearWalk):
             self.emit(statement if gate is None else f"if ({gate}) {statement}")
             return
         gate_dtype = u.src[2].dtype if gate is not None else None
-        if gate is None and self.reads_lanes_from_memory(u, address):
-            if address.contiguous:
-                self.prefetch(address)
-            self.lanes_in_memory[u] = (address, self.scope_path())
-            return
         if address.contiguous and (gate is None or gate_dtype.count == 1):
             statement = self.r.vector_store(address, value)
             self.emit(statement if gate is None else f"if ({gate}) {{ {statement} }}")

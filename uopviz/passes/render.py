@@ -65,7 +65,7 @@ render_rules = PatternMatcher([
 ], name="render")
 
 
-def linear_shares_extents(ctx: ExtentSharing | dict[UOp, SharedExtents], linear: UOp) -> UOp | None:
+def linear_shares_extents(ctx: ExtentSharing, linear: UOp) -> UOp | None:
     """A kernel of a group that differs only in index constants becomes the group's one LINEAR, those
     constants read from its extents PARAM (:func:`~uopviz.passes.extent_sharing.share_extents`)."""
     group = ctx.get(linear)
