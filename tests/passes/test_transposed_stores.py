@@ -19,7 +19,7 @@ from uopviz.backends.target import resolve_target, using_target
 from uopviz.core.ops import AxisType, Ops
 from uopviz.core.uop import UOp
 from uopviz.passes.indexing import iadd, iconst
-from uopviz.passes.isel import TRANSPOSED_STORE_MIN_LANES, _address_runs
+from uopviz.passes.isel import TRANSPOSED_STORE_MIN_LANES, _address_runs, padded_column_width
 
 RNG = np.random.default_rng(31)
 BACKENDS = [b for b in ("c", "llvm", "python") if b in uv.backends.available()]
@@ -56,6 +56,20 @@ def test_a_run_across_lanes_of_different_offsets_is_not_a_column() -> None:
     # two offsets of the chunks, which no transpose of the chunks puts in one vector
     index = _index([channel * 100 + position for position in range(16) for channel in range(4)])
     assert _address_runs(index, _lane_order(64, 8), frozenset({4, 8})) is None
+
+
+def test_seven_positions_are_a_padded_column_where_a_register_holds_eight() -> None:
+    # 7 positions x 16 channels: one run of 7 per channel, stored from an 8-row transpose
+    index = _index([channel * 100 + position for position in range(7) for channel in range(16)])
+    runs = _address_runs(index, _lane_order(112, 16), frozenset({2, 4, 8, 16}))
+    assert runs == [tuple(position * 16 + channel for position in range(7)) for channel in range(16)]
+    assert padded_column_width(7, frozenset({2, 4, 8, 16})) == 8
+    # SSE (4 floats a register): no register of 8, the elements are stored one by one
+    assert _address_runs(index, _lane_order(112, 4), frozenset({2, 4})) is None
+    assert padded_column_width(7, frozenset({2, 4})) is None
+    # widths a register holds, powers of two and runs under the minimum are no padded column
+    assert [padded_column_width(lanes, frozenset({4, 8, 16})) for lanes in (3, 4, 5, 6, 8, 12)] == [
+        None, None, 8, 8, None, 16]
 
 
 @pytest.mark.parametrize("addresses, why", [
@@ -104,7 +118,8 @@ def _stores(program) -> list[UOp]:
     (24, 144, 56, 1),  # MobileNet-v2's expansion: 8 positions x 16 channels on AVX-512
     (64, 64, 28, 1),
     (16, 32, 14, 3),
-    (8, 48, 9, 3),
+    (8, 48, 9, 3),  # 7 positions: a padded column, behind the channel tile's gate
+    (32, 64, 7, 1),  # 7 positions x 32 channels
 ])
 def test_conv_tiles_store_rows_and_give_numpys_values(backend, target, dtype, in_channels, out_channels,
                                                       size, kernel_size) -> None:
@@ -119,10 +134,13 @@ def test_conv_tiles_store_rows_and_give_numpys_values(backend, target, dtype, in
         return  # SSE's 2 doubles a register: no run of 4 fits a vector
     if backend == "python":
         return  # the interpreter stores lane by lane, as Instruction Selection left it
-    positions = [size for size, kind in program.kernels[-1].axes if kind is AxisType.UPCAST][0]
-    if positions < TRANSPOSED_STORE_MIN_LANES or positions & (positions - 1):
-        return  # 7 positions (a 7-wide output): no vector of 7, the elements are stored one by one
-    # every store to the output is a vector of 4 positions or more (before: elements one by one)
+    upcasts = [size for size, kind in program.kernels[-1].axes if kind is AxisType.UPCAST]
+    positions, channels = upcasts[0], upcasts[-1]
+    lanes = min(channels, resolve_target(target).vector_bytes // np.dtype(dtype).itemsize)
+    if positions < TRANSPOSED_STORE_MIN_LANES or (1 << (positions - 1).bit_length()) > lanes:
+        return  # no register of channels holds the positions (padded): elements one by one
+    # every store to the output is a vector of 4 positions or more (before: elements one by one); 7
+    # positions are a padded column (8 rows transposed, 7 lanes stored)
     stores = _stores(program)
     widths = [s.src[1].dtype.count for s in stores]
     assert widths and min(widths) >= TRANSPOSED_STORE_MIN_LANES, program.kernels[-1].name
@@ -148,6 +166,30 @@ def test_the_expansion_conv_renders_one_transpose_per_tile(backend, target) -> N
     else:
         assert len(re.findall(r"%transposed\d+ = shufflevector <16 x float>", source)) == 24
         assert source.count("store <8 x float>") == 16
+        assert "store float " not in source
+
+
+@pytest.mark.parametrize("backend", [b for b in ("c", "llvm") if b in BACKENDS])
+@pytest.mark.parametrize("target", target_params("x86-64-v4"))
+def test_a_seven_position_tile_renders_one_padded_transpose(backend, target) -> None:
+    # 7 positions x 32 channels (a 1x1 conv at 7x7): per 16 channels one transpose of 8 rows (the
+    # 7th repeated) in 3 rounds of 8 shuffles, then a column store of 7 lanes per channel; no element stores
+    x = RNG.standard_normal((1, 32, 7, 7)).astype(np.float32)
+    w = RNG.standard_normal((64, 32, 1, 1)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv(x, w), rtol=1e-4, atol=1e-4)
+    (kernel,) = program.kernels
+    assert [size for size, kind in kernel.axes if kind is AxisType.UPCAST] == [7, 32], kernel.name
+    source = program.items[-1].source
+    if backend == "c":
+        assert len(re.findall(r"float32x16 transposed\d+;", source)) == 2 * 24
+        assert source.count("store_float32x7_first7(data0") == 32
+        assert "data0[" not in source
+    else:
+        assert len(re.findall(r"%transposed\d+ = shufflevector <16 x float>", source)) == 2 * 24
+        assert source.count("store <7 x float>") == 32
         assert "store float " not in source
 
 

@@ -361,7 +361,9 @@ class CSpelling:
             )
         pointer = f"{address.buffer} + {address.offset}"
         if dialect.vector_store is None:
-            return f"{self.helper_vector_store(dtype)}({pointer}, {value});"
+            # a vector of lanes no register holds (a padded column of 7) stores its lanes only
+            lanes = dtype.count if self.padded_count(dtype.count) != dtype.count else None
+            return f"{self.helper_vector_store(dtype, lanes)}({pointer}, {value});"
         if dtype.scalar.is_bool:
             value = dialect.vector_bool_store.format(count=dtype.count, value=value)
         return dialect.vector_store.format(count=dtype.count, pointer=pointer, value=value)

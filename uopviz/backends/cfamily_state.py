@@ -20,6 +20,7 @@ from uopviz.backends.cfamily_spelling import Address, CSpelling
 from uopviz.backends.linear_program import (
     PREFETCH_ITERATIONS,
     matrix_column,
+    padded_rows,
     transpose_plan,
     underlying_buffer,
     vector_prefetch_distance,
@@ -384,11 +385,11 @@ class CFamilyRenderState(LinearWalk):
         one by one and 100 us transposed)."""
         rows, column = self.matrix_columns[u]
         name, first = self.transposed_column(rows, column)
-        width = rows[0].dtype.count
-        if first == 0 and len(rows) == width:
+        width, taken = rows[0].dtype.count, len(padded_rows(rows))  # 7 rows: 8 lanes, the last unused
+        if first == 0 and taken == width:
             self.define(u, name)
             return
-        rendered = self.r.vector_from_runs(u.dtype, [(name, width, first, len(rows))])
+        rendered = self.r.vector_from_runs(u.dtype.scalar.vec(taken), [(name, width, first, taken)])
         if rendered is None:
             raise self.fail(u, "a matrix column needs a dialect that copies runs of lanes")
         lines, picked = rendered

@@ -183,21 +183,29 @@ def power_of_two(count: int) -> bool:
 
 def matrix_column(u: UOp) -> tuple[tuple[UOp, ...], int] | None:
     """``(rows, column)`` when VECTORIZE ``u`` is lane ``column`` of each of n vectors ``rows`` of one
-    type (n a power of two from 4 to their width, also a power of two): a column of the matrix those
-    vectors are the rows of, as a register tile's store gets it (Instruction Selection's address
-    runs: the n positions of one channel from the n vectors of channels).  None for any other
-    VECTORIZE."""
+    type (n from 4 to their width, a power of two): a column of the matrix those vectors are the
+    rows of, as a register tile's store gets it (Instruction Selection's address runs: the n
+    positions of one channel from the n vectors of channels).  n need not be a power of two: 7
+    rows are transposed as 8 (:func:`padded_rows`), the column's first 7 lanes taken.  None for any
+    other VECTORIZE."""
     if u.op is not Ops.VECTORIZE or u.dtype.scalar.is_bool:
         return None
     if not all(s.op is Ops.GEP and len(s.arg) == 1 and s.src[0].op is not Ops.VECTORIZE for s in u.src):
         return None
     rows = tuple(s.src[0] for s in u.src)
     count, width = len(rows), rows[0].dtype.count
-    if not (4 <= count <= width and power_of_two(count) and power_of_two(width)):
+    if not (4 <= count <= width and power_of_two(width)):
         return None
     if any(row.dtype != rows[0].dtype for row in rows) or len({s.arg[0] for s in u.src}) != 1:
         return None
     return rows, u.src[0].arg[0]
+
+
+def padded_rows(rows: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """A register tile's ``rows`` padded to a power of two by repeating the last (a padded
+    column's transpose, :func:`matrix_column`): the lanes the repeats give are never stored."""
+    padded = 1 << (len(rows) - 1).bit_length()
+    return rows + (rows[-1],) * (padded - len(rows))
 
 
 def transpose_plan(

@@ -24,7 +24,7 @@ from uopviz.backends.base import (
     SourceMap,
     map_lines,
 )
-from uopviz.backends.linear_program import line_prefetch_stride, live_uops, underlying_buffer
+from uopviz.backends.linear_program import line_prefetch_stride, live_uops, padded_rows, underlying_buffer
 from uopviz.backends.register_tile import RegisterTile
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.uop import UOp
@@ -156,7 +156,7 @@ class LinearWalk:
         from that transpose after."""
         key = (rows, self.scope_path())
         if key not in self.transposes:
-            self.transposes[key] = self.render_transpose(rows)
+            self.transposes[key] = self.render_transpose(padded_rows(rows))
         return self.transposes[key][column]
 
     def innermost_loop(self) -> UOp | None:
