@@ -72,6 +72,18 @@ def test_seven_positions_are_a_padded_column_where_a_register_holds_eight() -> N
         None, None, 8, 8, None, 16]
 
 
+def test_lanes_with_their_constant_fused_into_a_mulacc_group_with_the_plain_product() -> None:
+    # a tile of rows clamped to the output (row * 7 + ...): lane 0 is row * 7, the others MULACC(row,
+    # 7, constant); they are one base plus constants, as ADDs of the product would be
+    row = UOp(Ops.RANGE, (iconst(8),), (0, AxisType.LOOP))
+    product = row * iconst(7)
+    lanes = [channel * 49 + position for position in range(7) for channel in range(16)]
+    index = UOp(Ops.VECTORIZE, tuple(
+        product if lane == 0 else UOp(Ops.MULACC, (row, iconst(7), iconst(lane))) for lane in lanes))
+    runs = _address_runs(index, _lane_order(112, 16), frozenset({2, 4, 8, 16}))
+    assert runs == [tuple(position * 16 + channel for position in range(7)) for channel in range(16)]
+
+
 @pytest.mark.parametrize("addresses, why", [
     (list(range(32)), "lane order is contiguous already"),
     ([c * 100 + p for p in range(2) for c in range(16)], "runs of 2 positions are narrower than the minimum"),
@@ -191,6 +203,25 @@ def test_a_seven_position_tile_renders_one_padded_transpose(backend, target) -> 
         assert len(re.findall(r"%transposed\d+ = shufflevector <16 x float>", source)) == 2 * 24
         assert source.count("store <7 x float>") == 32
         assert "store float " not in source
+
+
+@pytest.mark.parametrize("backend", [b for b in ("c", "llvm") if b in BACKENDS])
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+def test_a_tile_of_rows_padded_past_the_output_stores_columns_behind_one_test(backend, target) -> None:
+    # 3x3 conv to 7x7 on two cores: 7 rows padded to 8, each tile's row gated by row < 7 in every
+    # lane; its columns are stored behind that one test, with no lane-by-lane fallback
+    x = RNG.standard_normal((1, 128, 9, 9)).astype(np.float32)
+    w = RNG.standard_normal((32, 128, 3, 3)).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv(x, w), rtol=1e-4, atol=1e-4)
+    source = program.items[-1].source
+    if backend == "c":
+        assert "store_float32x7_first7(data0" in source and "data0[" not in source
+        assert "} else {" not in source
+    else:
+        assert "store <7 x float>" in source and "store float " not in source
 
 
 @pytest.mark.parametrize("backend", [b for b in ("c", "llvm") if b in BACKENDS])

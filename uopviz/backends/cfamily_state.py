@@ -794,6 +794,10 @@ class CFamilyRenderState(LinearWalk):
                 self.emit(whole)
                 return
             held = " && ".join(self.ref(condition) for condition in conditions)
+            if all(lane is conditions[0] for lane in u.src[2].src):
+                # one condition in every lane (a tile's row past the output's end): off, all are off
+                self.emit(f"if ({held}) {{ {whole} }}")
+                return
             self.emit(f"if ({held}) {{ {whole} }} else {{")
             for statement in self.lane_stores(address, value, dtype, gate, gate_dtype):
                 self.emit(f"  {statement}")

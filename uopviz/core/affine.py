@@ -250,6 +250,22 @@ def contiguous_start(index: UOp) -> tuple[UOp | None, int] | None:
     return None
 
 
+def lane_keys(index: UOp) -> list[tuple[tuple[int, ...], int]] | None:
+    """Each lane of a vector index as ``(key, constant)``: lanes of one key differ only by their
+    constants (``x*7 + 833`` fused into a MULACC and ``x*7`` share one), the key made of the ids of
+    the non-constant part's operands (for grouping lanes, never for rendering); None where a lane is
+    a constant or not a base plus a constant."""
+    if index.op is Ops.VECTORIZE:
+        split = [_split_constant(lane) for lane in index.src]
+        if any(key is None for key, _ in split):
+            return None
+        return [(tuple(id(part) for part in key), constant) for key, constant in split]
+    lanes = affine_lanes(index)
+    if lanes is None or any(base is None for base, _ in lanes):
+        return None
+    return [((id(base),), constant) for base, constant in lanes]
+
+
 def constant_chunk_width(index: UOp) -> int | None:
     """The lane count of a constant index at a multiple of it (``4`` or ``VECTORIZE(8..15)``), else None."""
     if index.dtype.count == 1:
@@ -306,6 +322,7 @@ __all__ = [
     "constant_chunk_width",
     "constant_term",
     "contiguous_start",
+    "lane_keys",
     "linear_coefficient",
     "range_sum",
 ]

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 
 from uopviz.backends.base import Backend, chunk_sizes
 from uopviz.backends.linear_program import power_of_two
-from uopviz.core.affine import affine_lanes, contiguous_start
+from uopviz.core.affine import contiguous_start, lane_keys
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.exp_log import decompose_exp, decompose_log
 from uopviz.core.ops import GroupOp, Ops
@@ -430,12 +430,12 @@ def _address_runs(
     are 16 row stores of 8 (the renderer transposes the tile).  None when lane order is already
     contiguous, an address is not a base plus a constant, the runs do not come out whole, or a run is
     not one column of the tile (the same lane of as many lane-order chunks, a power of two)."""
-    lanes = affine_lanes(index)
-    if lanes is None or any(base is None for base, _ in lanes):
+    lanes = lane_keys(index)
+    if lanes is None:
         return None
-    by_base: dict[int, list[tuple[int, int]]] = {}
-    for lane, (base, constant) in enumerate(lanes):
-        by_base.setdefault(id(base), []).append((constant, lane))
+    by_base: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for lane, (key, constant) in enumerate(lanes):
+        by_base.setdefault(key, []).append((constant, lane))
     runs: list[tuple[int, ...]] = []
     for group in by_base.values():
         group.sort()
