@@ -181,17 +181,24 @@ def test_the_expansion_conv_renders_one_transpose_per_tile(backend, target) -> N
         assert "store float " not in source
 
 
+def _checked_conv(backend: str, target: str, input_shape: tuple, filter_shape: tuple):
+    """The compiled program of a float32 conv (no padding, stride 1) on random arrays of these
+    shapes, its values checked against numpy's."""
+    x = RNG.standard_normal(input_shape).astype(np.float32)
+    w = RNG.standard_normal(filter_shape).astype(np.float32)
+    with using_target(target):
+        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
+        result = program.run()[0]
+    np.testing.assert_allclose(result, _conv(x, w), rtol=1e-4, atol=1e-4)
+    return program
+
+
 @pytest.mark.parametrize("backend", [b for b in ("c", "llvm") if b in BACKENDS])
 @pytest.mark.parametrize("target", target_params("x86-64-v4"))
 def test_a_seven_position_tile_renders_one_padded_transpose(backend, target) -> None:
     # 7 positions x 32 channels (a 1x1 conv at 7x7): per 16 channels one transpose of 8 rows (the
     # 7th repeated) in 3 rounds of 8 shuffles, then a column store of 7 lanes per channel; no element stores
-    x = RNG.standard_normal((1, 32, 7, 7)).astype(np.float32)
-    w = RNG.standard_normal((64, 32, 1, 1)).astype(np.float32)
-    with using_target(target):
-        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
-        result = program.run()[0]
-    np.testing.assert_allclose(result, _conv(x, w), rtol=1e-4, atol=1e-4)
+    program = _checked_conv(backend, target, (1, 32, 7, 7), (64, 32, 1, 1))
     (kernel,) = program.kernels
     assert [size for size, kind in kernel.axes if kind is AxisType.UPCAST] == [7, 32], kernel.name
     source = program.items[-1].source
@@ -210,13 +217,7 @@ def test_a_seven_position_tile_renders_one_padded_transpose(backend, target) -> 
 def test_a_tile_of_rows_padded_past_the_output_stores_columns_behind_one_test(backend, target) -> None:
     # 3x3 conv to 7x7 on two cores: 7 rows padded to 8, each tile's row gated by row < 7 in every
     # lane; its columns are stored behind that one test, with no lane-by-lane fallback
-    x = RNG.standard_normal((1, 128, 9, 9)).astype(np.float32)
-    w = RNG.standard_normal((32, 128, 3, 3)).astype(np.float32)
-    with using_target(target):
-        program = uv.compile([uv.Tensor(x).conv2d(uv.Tensor(w))], backend=backend, opts="heuristic")
-        result = program.run()[0]
-    np.testing.assert_allclose(result, _conv(x, w), rtol=1e-4, atol=1e-4)
-    source = program.items[-1].source
+    source = _checked_conv(backend, target, (1, 128, 9, 9), (32, 128, 3, 3)).items[-1].source
     if backend == "c":
         assert "store_float32x7_first7(data0" in source and "data0[" not in source
         assert "} else {" not in source
