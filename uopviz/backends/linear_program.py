@@ -201,11 +201,15 @@ def matrix_column(u: UOp) -> tuple[tuple[UOp, ...], int] | None:
     return rows, u.src[0].arg[0]
 
 
+def next_power_of_two(count: int) -> int:
+    """The smallest power of two of at least ``count`` (``count`` >= 1)."""
+    return 1 << (count - 1).bit_length()
+
+
 def padded_rows(rows: tuple[UOp, ...]) -> tuple[UOp, ...]:
     """A register tile's ``rows`` padded to a power of two by repeating the last (a padded
     column's transpose, :func:`matrix_column`): the lanes the repeats give are never stored."""
-    padded = 1 << (len(rows) - 1).bit_length()
-    return rows + (rows[-1],) * (padded - len(rows))
+    return rows + (rows[-1],) * (next_power_of_two(len(rows)) - len(rows))
 
 
 def transpose_plan(

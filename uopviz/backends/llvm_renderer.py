@@ -558,7 +558,7 @@ class LLVMRenderState(LinearWalk):
         8 x 16 tile's columns took 110 us where storing its elements one by one took 100."""
         name, first = self.transposed_column(rows, column)
         vtype = value_type(rows[0].dtype)
-        if first == 0 and len(rows) == rows[0].dtype.count:  # (a padded column's rows: fewer lanes)
+        if first == 0 and len(rows) == rows[0].dtype.count:  # a padded column (7 rows): its lanes below
             self.define(u, name)
             return
         mask = ", ".join(f"i32 {first + lane}" for lane in range(len(rows)))

@@ -71,7 +71,7 @@ import functools
 from dataclasses import dataclass
 
 from uopviz.backends.base import Backend, chunk_sizes
-from uopviz.backends.linear_program import power_of_two
+from uopviz.backends.linear_program import matrix_column, next_power_of_two, power_of_two
 from uopviz.core.affine import contiguous_start, lane_keys
 from uopviz.core.dtype import AddrSpace, DType, dtypes
 from uopviz.core.exp_log import decompose_exp, decompose_log
@@ -402,21 +402,17 @@ def padded_column_width(lanes: int, widths: frozenset[int]) -> int | None:
     time on DenseNet-121's sources."""
     if lanes < TRANSPOSED_STORE_MIN_LANES or lanes in widths or power_of_two(lanes):
         return None
-    padded = 1 << (lanes - 1).bit_length()
+    padded = next_power_of_two(lanes)
     return padded if padded in widths else None
 
 
 def _padded_column_store(store: UOp, widths: frozenset[int]) -> bool:
     """True for a STORE of one padded column (:func:`padded_column_width`) to contiguous elements:
-    lane ``c`` of each of its rows, as :func:`_address_runs` made it; left whole for the renderer."""
+    a column of a register tile (:func:`matrix_column`), as :func:`_address_runs` made it; left
+    whole for the renderer."""
     value, index = store.src[1], store.src[0].src[1]
-    if value.op is not Ops.VECTORIZE or padded_column_width(value.dtype.count, widths) is None:
-        return False
-    if not all(s.op is Ops.GEP and len(s.arg) == 1 and s.src[0].dtype.count > 1 for s in value.src):
-        return False
-    if len({s.arg[0] for s in value.src}) != 1 or len({s.src[0] for s in value.src}) != len(value.src):
-        return False
-    return contiguous_start(index) is not None
+    return (padded_column_width(value.dtype.count, widths) is not None and matrix_column(value) is not None
+            and contiguous_start(index) is not None)
 
 
 def _address_runs(
