@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from uopviz.core.buffers import initial_data, storage_array
 from uopviz.core.dtype import DType, dtypes
 from uopviz.core.limits import check_allocation
 from uopviz.core.ops import Ops
-from uopviz.core.rewrite import tracing
+from uopviz.core.rewrite import Trace, tracing
 from uopviz.core.uop import UOp
 from uopviz.passes.extent_sharing import ExtentBoundKernel
 from uopviz.passes.optops.kernel import Kernel
@@ -58,7 +59,7 @@ def compile(outputs: Any, backend: str = "python", opts: Any = None,  # noqa: A0
 def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: Sequence[UOp],
                     outputs: Sequence[UOp], backend: str = "python", opts: Any = None, build: bool = True,
                     front_end: Callable[[Program], None] | None = None,
-                    share_extents: bool = False) -> Program:
+                    share_extents: bool = False, traced: bool = True) -> Program:
     """Compile kernel ASTs made by a front end other than Tensors (already in the form Rangeify
     gives, ``docs/design/kernel-ir.md``) through Optimize ... Render: a runnable :class:`Program`.
 
@@ -68,7 +69,9 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
     BUFFERs whose final contents ``run`` returns, flat.  ``front_end(program)``, when given, runs
     inside the trace before Optimize, so the front end can record its own passes there.  ``opts`` as
     for :func:`compile`.  ``share_extents``: kernels that differ only in an extent share one
-    compiled kernel on the CPU backends (:mod:`uopviz.passes.extent_sharing`).
+    compiled kernel on the CPU backends (:mod:`uopviz.passes.extent_sharing`).  ``traced=False``
+    records no trace (the caller gives the program a ``retrace``); a big program's kernels then
+    lower on every core (:mod:`uopviz.passes.parallel`).
     """
     params = {buffer: UOp.param(slot, buffer.shape, buffer.arg.dtype, buffer.arg.device)
               for slot, buffer in enumerate(inputs)}
@@ -84,7 +87,7 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
         raise ValueError(f"compile_kernels: no kernel writes the output buffer(s) {unwritten}")
     if build:
         backend_named(backend).require()
-    with tracing() as trace:
+    with tracing() if traced else nullcontext() as trace:
         program = Program(list(outputs), backend, build=build, opts=opts, share_extents=share_extents)
         program.graph = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(current[b] for b in outputs)), *inputs))
         program.inputs = list(inputs)
@@ -92,7 +95,8 @@ def compile_kernels(kernels: Sequence[tuple[str, UOp, Sequence[UOp]]], inputs: S
         if front_end is not None:
             front_end(program)
         lower(program, first="Optimize")
-    program.trace = trace
+    if traced:
+        program.trace = trace
     return program
 
 
@@ -143,6 +147,25 @@ class Program(Lowering):
 
     def __repr__(self) -> str:
         return f"<Program {len(self.items)} kernels on {self.backend}: {[k.name for k in self.kernels]}>"
+
+    # -- its trace ------------------------------------------------------------------------------
+    #: where the lowering ran untraced (a big NNEF graph lowered on every core, a program read from
+    #: the whole-program cache), what makes ``trace`` on first read: the program lowered again
+    #: under tracing
+    retrace: Callable[[], Trace] | None = None
+
+    @property  # type: ignore[override]
+    def trace(self) -> Trace | None:
+        """The trace of the lowering: one pass per stage (made on first read where the lowering ran
+        untraced, by lowering the program again under tracing)."""
+        found = self.__dict__.get("_trace")
+        if found is None and self.retrace is not None:
+            found = self.__dict__["_trace"] = self.retrace()
+        return found
+
+    @trace.setter
+    def trace(self, value: Trace | None) -> None:
+        self.__dict__["_trace"] = value
 
     # -- running --------------------------------------------------------------------------------
     def run(self, inputs: Mapping[Any, Any] | None = None, isolated: bool = False) -> list[np.ndarray]:

@@ -36,6 +36,7 @@ from uopviz.passes.isel import instruction_selection_stage
 from uopviz.passes.linearize import linearize_stage
 from uopviz.passes.memory_plan import memory_plan_stage
 from uopviz.passes.optimize import optimize_stage
+from uopviz.passes.parallel import PER_KERNEL_STAGES, lower_kernels_in_processes, process_count, work_units
 from uopviz.passes.rangeify import rangeify_stage
 from uopviz.passes.render import backend_named, render_stage
 from uopviz.passes.schedule import Lowering, PipelineError, ScheduleItem, once_per_body, rewrite_kernel
@@ -60,9 +61,23 @@ STAGES = tuple(PIPELINE)  # the stage names, in order
 def lower(lowering: Lowering, first: str = "Callify", last: str = "Render") -> Lowering:
     """Run the stages from ``first`` to ``last`` (the whole pipeline by default) on ``lowering``."""
     names = list(PIPELINE)
-    for name in names[names.index(first):names.index(last) + 1]:
-        run_stage(lowering, name, PIPELINE[name])
+    chosen = names[names.index(first):names.index(last) + 1]
+    position = 0
+    while position < len(chosen):
+        per_kernel = chosen[position:position + len(PER_KERNEL_STAGES)]
+        if tuple(per_kernel) == PER_KERNEL_STAGES:
+            processes = process_count(lowering.backend, lowering.opts, len(work_units(lowering)))
+            if processes > 1:  # a big untraced program: its kernels on every core
+                lower_kernels_in_processes(lowering, _run_named_stage, processes)
+                position += len(PER_KERNEL_STAGES)
+                continue
+        run_stage(lowering, chosen[position], PIPELINE[chosen[position]])
+        position += 1
     return lowering
+
+
+def _run_named_stage(lowering: Lowering, name: str) -> None:
+    run_stage(lowering, name, PIPELINE[name])
 
 
 #: The stages a backend can add rules to (``Backend.extra_rules``): those that rewrite kernels.

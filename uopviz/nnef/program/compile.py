@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from uopviz.nnef.lowering.kernel_math import uop_dtype
 from uopviz.nnef.lowering.operation_lowering import kernel_count
 from uopviz.nnef.model.graph import LoopOperation
 from uopviz.nnef.model.nodes import Operation
+from uopviz.passes.parallel import process_count
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -129,6 +131,7 @@ def _compile_segment(
     first_inputs: Sequence[str] = (),
     build: bool = True,
     kernel_passes: bool = True,
+    traced: bool = True,
 ):
     """One run of lowered kernels, rewritten by the kernel passes (``kernel_passes``), as a
     pipeline Program (``compile_kernels``): its inputs are what it reads and does not write, its
@@ -137,7 +140,7 @@ def _compile_segment(
 
     The Program's trace is the run's whole lowering: the front end (Canonicalize, Callify,
     Rangeify, on the kernels as the operations lowered), the kernel passes, then the pipeline's
-    stages from Optimize."""
+    stages from Optimize; with ``traced=False`` none is recorded (the caller makes it later)."""
     from uopviz.core.rewrite import tracing
     from uopviz.engine.program import compile_kernels
 
@@ -156,7 +159,7 @@ def _compile_segment(
             found = storage[name] = UOp.buffer(size, dtype, "CPU")
         return found
 
-    with tracing() as trace:
+    with tracing() if traced else nullcontext() as trace:
         _record_front_end(graph, lowered, RunFunction(lowered, buffer, context.kept, first_inputs))
         kernels = run_kernel_passes(lowered, context) if kernel_passes else lowered
         made.extend(kernels)
@@ -171,8 +174,10 @@ def _compile_segment(
             opts=opts,
             build=build,
             share_extents=True,
+            traced=traced,
         )
-    program.trace = trace
+    if traced:
+        program.trace = trace
     program.nnef_inputs = input_names
     program.nnef_outputs = output_names
     program.nnef_kernels = kernels
@@ -395,6 +400,13 @@ def compile_graph(
     return program
 
 
+def _lowers_on_every_core(steps: list, kernels: list[LoweredKernel], backend: str, opts: Any) -> bool:
+    """Whether a graph of these steps and lowered kernels lowers its kernels on several cores
+    (:func:`uopviz.passes.parallel.process_count`): one run of kernels, no loop nodes."""
+    one_run = len(steps) == 1 and not isinstance(steps[0], LoopOperation)
+    return one_run and process_count(backend, opts, len(kernels)) > 1
+
+
 def _compile_graph(
     graph: ComposedGraph,
     backend: str,
@@ -402,10 +414,13 @@ def _compile_graph(
     progress: Callable[[int, int, Operation | None], None] | None,
     fuse: bool,
     build: bool,
+    eager_trace: bool = False,
 ):
-    """:func:`compile_graph` without the whole-program cache."""
-    from uopviz.core.rewrite import traced_pass, tracing
-
+    """:func:`compile_graph` without the whole-program cache.  A graph of kernels only, big enough
+    and lowered inside nobody's trace, lowers untraced so that its kernels lower on every core
+    (:mod:`uopviz.passes.parallel`); its program's trace is made when first read, by lowering the
+    graph again under tracing (rendering only).  ``eager_trace``: record the trace while lowering."""
+    from uopviz.core.rewrite import is_tracing, traced_pass, tracing
 
     kernels = _lower_all(graph, progress)
     if _per_kernel_list(opts) and len(opts) < kernel_count(graph):
@@ -423,7 +438,8 @@ def _compile_graph(
     compiled: list[tuple[str, Any]] = []
     loop_opts: dict[int, dict[str, Any]] = {}
     offset = 0
-    with tracing() as trace:
+    traced = eager_trace or is_tracing() or not _lowers_on_every_core(steps, kernels, backend, opts)
+    with tracing() if traced else nullcontext() as trace:
         for position, step in enumerate(steps):
             if isinstance(step, LoopOperation):
                 loop_opts[id(step)], offset = _loop_opts(opts, offset, step)
@@ -447,6 +463,7 @@ def _compile_graph(
                 graph.inputs if position == 0 else (),
                 build,
                 fuse,
+                traced,
             )
             offset += count
             compiled.append(("kernels", program))
@@ -454,5 +471,7 @@ def _compile_graph(
         program = compiled[0][1]
         program.nnef_steps = compiled
         program.nnef_loop_opts = {}
+        if not traced:  # made when first read: the graph lowered again, traced, rendering only
+            program.retrace = lambda: _compile_graph(graph, backend, opts, None, fuse, False, True).trace
         return program
     return GraphProgram(graph, backend, opts, compiled, trace, loop_opts)

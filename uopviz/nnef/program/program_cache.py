@@ -34,7 +34,6 @@ compile inside an open trace (the caller records it).
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import pickle
 from collections.abc import Callable
@@ -46,8 +45,9 @@ import numpy as np
 
 from uopviz.backends.cache import cache_dir, package_digest, plain_data, replace_atomically
 from uopviz.core.rewrite_trace import is_tracing
-from uopviz.core.uop import UOp, toposort
+from uopviz.core.uop_pickle import dumps_sharing_uops, loads_sharing_uops
 from uopviz.engine.program import Program
+from uopviz.passes import parallel
 from uopviz.passes.extent_sharing import ExtentBoundKernel
 from uopviz.passes.render import backend_named, compile_source
 from uopviz.passes.schedule import ScheduleItem
@@ -67,11 +67,11 @@ __all__ = [
 #: the folder of the cache below ``cache_dir()``
 NAMESPACE = "nnef-programs"
 #: bumped when :class:`CachedState` changes shape (older entries then fail to load and are rebuilt)
-FORMAT = 3
+FORMAT = 4
 #: the environment variable that turns the cache off (``0``)
 SWITCH = "UOPVIZ_PROGRAM_CACHE"
 #: environment variables that do not change what compiles (where the caches live)
-_NEUTRAL_VARIABLES = frozenset({"UOPVIZ_CACHE", SWITCH})
+_NEUTRAL_VARIABLES = frozenset({"UOPVIZ_CACHE", SWITCH, parallel.SWITCH})  # no effect on the program
 
 
 def enabled() -> bool:
@@ -202,75 +202,17 @@ def _state_of(program: Program, graph: ComposedGraph) -> CachedState:
     return CachedState(FORMAT, fields, items, list(program.nnef_inputs), list(program.nnef_outputs), layouts)
 
 
-class _RecordingPickler(pickle.Pickler):
-    """Pickles nothing worth keeping: finds every UOp the state holds (the roots of the table)."""
-
-    def __init__(self, stream: io.BytesIO) -> None:
-        super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
-        self.roots: dict[UOp, None] = {}
-
-    def persistent_id(self, obj: Any) -> Any:
-        if type(obj) is UOp:
-            self.roots[obj] = None
-            return 0
-        return None
-
-
-class _TablePickler(pickle.Pickler):
-    """Pickles each UOp as its position in the shared table (a scalar DType pickles as its name:
-    :meth:`~uopviz.core.dtype.DType.__reduce_ex__`)."""
-
-    def __init__(self, stream: io.BytesIO, number: dict[UOp, int] | None = None) -> None:
-        super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
-        self.number = number
-
-    def persistent_id(self, obj: Any) -> Any:
-        if self.number is not None and type(obj) is UOp:
-            return self.number[obj]
-        return None
-
-
-class _TableUnpickler(pickle.Unpickler):
-    """Reads each UOp back as the table's UOp at its position."""
-
-    def __init__(self, stream: io.BytesIO, built: list[UOp] | None = None) -> None:
-        super().__init__(stream)
-        self.built = built
-
-    def persistent_load(self, pid: Any) -> Any:
-        assert self.built is not None
-        return self.built[pid]
-
-
-def _dumps(value: Any, number: dict[UOp, int] | None = None) -> bytes:
-    stream = io.BytesIO()
-    _TablePickler(stream, number).dump(value)
-    return stream.getvalue()
-
-
-def _loads(data: bytes, built: list[UOp] | None = None) -> Any:
-    return _TableUnpickler(io.BytesIO(data), built).load()
-
-
 def _encode(state: CachedState) -> bytes:
-    """The state with its UOps in one table, each once, sources first: a UOp shared by many
-    kernels, buffers and the graph (pickled one root at a time) is rebuilt once, not once per root."""
-    recorder = _RecordingPickler(io.BytesIO())
-    recorder.dump(state)
-    order = toposort(list(recorder.roots))
-    number = {uop: position for position, uop in enumerate(order)}
-    table = [(u.op, tuple(number[s] for s in u.src), u.arg, u.tag) for u in order]
-    return _dumps((FORMAT, _dumps(table), _dumps(state, number)))
+    """The state with its UOps in one table, each once (:func:`dumps_sharing_uops`): a UOp shared by
+    many kernels, buffers and the graph is rebuilt once, not once per root."""
+    return pickle.dumps((FORMAT, dumps_sharing_uops(state)), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _decode(data: bytes) -> CachedState | None:
-    entry_format, table_bytes, state_bytes = _loads(data)
+    entry_format, payload = pickle.loads(data)
     if entry_format != FORMAT:
         return None
-    built: list[UOp] = []
-    for op, src, arg, tag in _loads(table_bytes):
-        built.append(UOp(op, tuple(built[i] for i in src), arg, tag))
-    state = _loads(state_bytes, built)
+    state = loads_sharing_uops(payload)
     return state if isinstance(state, CachedState) and state.format == FORMAT else None
 
 
@@ -337,6 +279,7 @@ def load_program(graph: ComposedGraph, key: str, relower: Callable[[], Any]) -> 
     program.nnef_loop_opts = {}
     program.nnef_steps = [("kernels", program)]
     program._relower = relower
+    program.retrace = lambda: program._lowered_again().trace
     for name, layout in state.layouts.items():
         graph.layouts.setdefault(name, layout)
     return program
@@ -356,18 +299,6 @@ class CachedProgram(Program):
                 raise RuntimeError("a cached program without the graph it was compiled from has no trace")
             self._relowered = self._relower()
         return self._relowered
-
-    @property  # type: ignore[override]
-    def trace(self) -> Any:
-        """The trace of the lowering (made on first use: the graph is lowered again)."""
-        found = self.__dict__.get("_trace")
-        if found is None:
-            found = self.__dict__["_trace"] = self._lowered_again().trace
-        return found
-
-    @trace.setter
-    def trace(self, value: Any) -> None:
-        self.__dict__["_trace"] = value
 
     @property
     def nnef_kernels(self) -> list:
