@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ from uopviz.nnef.program.runtime import program_inputs
 from uopviz.passes import parallel, pipeline
 from uopviz.passes.optops.opts import Opt, OptError, OptOp
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forked lowering needs os.fork (POSIX)")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="lowering splits across forked processes on Linux only")
 
 BACKENDS = [name for name in ("python", "c", "llvm") if name in uv.backends.available()]
 # channel counts along the chain: every conv a kernel of its own shape (26 distinct kernels and
@@ -166,6 +168,30 @@ def test_units_a_child_failed_on_are_lowered_again_by_the_parent(two_cores, monk
     monkeypatch.setattr(parallel, "_lower_unit", lower_unit)
     _, alone = _compile("llvm" if "llvm" in BACKENDS else "c", monkeypatch=monkeypatch, split=False)
     assert two_cores == [2] and split.sources == alone.sources
+
+
+class _NoSemaphores:
+    def Value(self, *arguments):  # noqa: N802 - multiprocessing's name
+        raise OSError("no /dev/shm")
+
+
+@pytest.mark.parametrize("missing", ["fork", "semaphore"])
+def test_where_no_child_can_be_made_this_process_lowers_every_kernel(missing, two_cores, monkeypatch):
+    if missing == "fork":
+        def no_fork():
+            raise OSError("Resource temporarily unavailable")
+
+        monkeypatch.setattr(parallel.os, "fork", no_fork)
+    else:
+        monkeypatch.setattr(parallel.multiprocessing, "get_context", lambda method: _NoSemaphores())
+    graph, split = _compile("c", monkeypatch=monkeypatch)
+    monkeypatch.undo()
+    _, alone = _compile("c", split=False, monkeypatch=monkeypatch)
+    assert two_cores == [2] and split.sources == alone.sources
+    data = _data(CHANNELS, 6, 4)
+    expected = _reference(data, CHANNELS)
+    np.testing.assert_allclose(_run(graph, split, data).reshape(expected.shape), expected, rtol=2e-4,
+                               atol=2e-4)
 
 
 def test_an_invalid_opt_raises_as_it_does_on_one_core(two_cores, monkeypatch):

@@ -14,11 +14,14 @@ program: the units are the same kernels the stages would lower, with the same op
 
 Only an untraced lowering splits (a trace records steps in the order they happen, in one process;
 the NNEF front end lowers a big graph untraced and makes its trace when first read), and only where
-forking is safe and pays: Linux (``os.fork``), more than one core, a CPU backend (a GPU runtime in
-the parent is not safe to use from a fork), opts that do not search (BEAM times candidates on the
-cores itself), and at least :data:`MINIMUM_UNITS` distinct kernels.  A child that fails or dies
-loses nothing: the parent lowers whatever did not come back itself (raising the error there, as a
-lowering on one core would).  ``UOPVIZ_PARALLEL_LOWERING=0`` keeps every lowering in one process.
+forking is safe and pays: Linux (``os.fork``; macOS's system libraries are not fork-safe), more
+than one core, a CPU backend (a GPU runtime in the parent is not safe to use from a fork), opts
+that do not search (BEAM times candidates on the cores itself), and at least
+:data:`MINIMUM_UNITS` distinct kernels.  A child that fails or dies loses nothing: the parent
+lowers whatever did not come back itself (raising the error there, as a lowering on one core
+would); where no child can be made (no fork, no temporary file, no POSIX semaphore for the shared
+counter) the parent lowers every unit.  ``UOPVIZ_PARALLEL_LOWERING=0`` keeps every lowering in one
+process.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -66,7 +70,7 @@ def searches(opts: Any) -> bool:
 def process_count(backend: str, opts: Any, kernels: int) -> int:
     """How many processes lower the per-kernel stages of a program of ``kernels`` distinct kernels
     on ``backend`` with ``opts`` (1: this one alone)."""
-    if not (enabled() and hasattr(os, "fork") and not is_tracing()):
+    if not (enabled() and sys.platform.startswith("linux") and not is_tracing()):
         return 1
     if backend not in FORK_SAFE_BACKENDS or searches(opts) or kernels < MINIMUM_UNITS:
         return 1
@@ -87,13 +91,20 @@ def lower_kernels_in_processes(lowering: Lowering, run_stage: RunStage, processe
     this process and ``processes - 1`` forked ones; the program graph gets the new bodies at once."""
     units = work_units(lowering)
     original = {item: item.body for item in lowering.items}
-    counter = multiprocessing.get_context("fork").Value("l", 0)
     children: list[tuple[int, str]] = []
     done: set[int] = set()
     try:
-        for _ in range(processes - 1):
-            children.append(_fork(lowering, units, counter, run_stage))
-        done.update(_take_units(lowering, units, counter, run_stage))
+        counter = multiprocessing.get_context("fork").Value("l", 0)
+    except OSError:  # no POSIX semaphores here (no /dev/shm): every unit below, in this process
+        counter = None
+    try:
+        if counter is not None:
+            for _ in range(processes - 1):
+                child = _fork(lowering, units, counter, run_stage)
+                if child is None:  # no fork (process limit, memory): fewer processes
+                    break
+                children.append(child)
+            done.update(_take_units(lowering, units, counter, run_stage))
         for pid, path in children:
             _collect(pid, path, units, done)
         children = []
@@ -132,11 +143,19 @@ def _take_units(lowering: Lowering, units: list[list[ScheduleItem]], counter: An
 
 
 def _fork(lowering: Lowering, units: list[list[ScheduleItem]], counter: Any,
-          run_stage: RunStage) -> tuple[int, str]:
-    """A child lowering units from the shared counter; it writes what it lowered to a file."""
-    handle, path = tempfile.mkstemp(prefix="uopviz-lowering-", suffix=".pickle")
-    os.close(handle)
-    pid = os.fork()
+          run_stage: RunStage) -> tuple[int, str] | None:
+    """A child lowering units from the shared counter, which writes what it lowered to a file: its
+    process id and that file; None where no child could be made."""
+    try:
+        handle, path = tempfile.mkstemp(prefix="uopviz-lowering-", suffix=".pickle")
+        os.close(handle)
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        _remove(path)
+        return None
     if pid:
         return pid, path
     status = 1
