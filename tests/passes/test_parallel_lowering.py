@@ -14,6 +14,7 @@ import pytest
 import uopviz as uv
 from uopviz.core.rewrite import tracing
 from uopviz.nnef.composition.composer import compose
+from uopviz.nnef.program import program_cache
 from uopviz.nnef.program.compile import compile_graph
 from uopviz.nnef.program.runtime import program_inputs
 from uopviz.passes import parallel, pipeline
@@ -119,6 +120,26 @@ def test_the_trace_of_a_split_lowering_is_made_when_first_read_and_is_the_one_lo
     assert [(s.pass_name, s.rule) for s in lazy.steps] == [(s.pass_name, s.rule) for s in eager.steps]
     assert lazy.passes[-1].name == "Render" and len(lazy.steps) > 1000
     assert two_cores == [2]  # the trace's lowering ran in one process, traced
+
+
+def test_compile_with_trace_records_it_in_one_process(two_cores, monkeypatch):
+    monkeypatch.setenv(parallel.SWITCH, "1")
+    graph = compose(_chain_text(CHANNELS, 6), file="chain.sknd")
+    program = graph.compile("c", "heuristic", progress=False, trace=True)  # as the explorer compiles
+    assert two_cores == [] and program.retrace is None
+    assert [p.name for p in program.trace.passes][-2:] == ["Register/Memory Plan", "Render"]
+
+
+def test_a_cached_big_program_makes_its_trace_in_one_process(two_cores, monkeypatch, tmp_path):
+    monkeypatch.setenv("UOPVIZ_CACHE", str(tmp_path))
+    monkeypatch.delenv(program_cache.SWITCH, raising=False)  # the suite turns the cache off
+    monkeypatch.setenv(parallel.SWITCH, "1")
+    first = compose(_chain_text(CHANNELS, 6), file="chain.sknd").compile("c", "heuristic", progress=False)
+    assert two_cores == [2]
+    again = compose(_chain_text(CHANNELS, 6), file="chain.sknd").compile("c", "heuristic", progress=False)
+    assert type(again).__name__ == "CachedProgram" and again.sources == first.sources
+    assert [p.name for p in again.trace.walk()] == [p.name for p in first.trace.walk()]
+    assert two_cores == [2]  # both traces lowered in one process, traced: no second split
 
 
 def test_inside_an_open_trace_the_lowering_stays_in_one_process_and_records_into_it(two_cores, monkeypatch):

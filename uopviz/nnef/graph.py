@@ -78,10 +78,15 @@ class Graph(ComposedGraph):
         """The compiled pipeline kernels (``uopviz.Kernel``) of one operation."""
         return operation_kernels(self, self._operation(operation), backend)
 
-    def compile(self, backend: str = "python", opts: Any = None, progress: Any = None, build: bool = True):
+    def compile(self, backend: str = "python", opts: Any = None, progress: Any = None, build: bool = True,
+                *, trace: bool = False):
         """Lower every operation and compile the kernels with the pipeline: a Program (a
         :class:`~uopviz.nnef.program.compile.GraphProgram` of several when the graph has loop nodes).
         ``build=False`` renders the sources without compiling them (CUDA without a GPU).
+
+        A big graph lowers its kernels on every core, untraced, and ``program.trace`` is made when
+        first read (:mod:`uopviz.passes.parallel`); ``trace=True`` records it while compiling, in
+        one process (what the explorer does: it shows the trace at once).
 
         ``progress``: None for a bar over the operations lowered, then the kernels compiling, when
         that takes more than a second (:mod:`uopviz.core.progress`); False for none; or a callable
@@ -97,7 +102,7 @@ class Graph(ComposedGraph):
         if key in self._programs:
             return self._programs[key]
         if callable(progress):
-            self._programs[key] = compile_graph(self, backend, opts, progress, build=build)
+            self._programs[key] = compile_graph(self, backend, opts, progress, build=build, trace=trace)
             return self._programs[key]
         with progress_reporter(progress, len(self.operations), f"lowering {self.name}") as report:
 
@@ -105,7 +110,7 @@ class Graph(ComposedGraph):
                 if report is not None:
                     report(done, total, f"compiling {self.name}" if operation is None else None)
 
-            self._programs[key] = compile_graph(self, backend, opts, lowered, build=build)
+            self._programs[key] = compile_graph(self, backend, opts, lowered, build=build, trace=trace)
         return self._programs[key]
 
     def run(

@@ -232,7 +232,7 @@ def _build_model(graph: Any, backend: str = "c", opts: Any = None, backends: lis
             f"pack lengths follow the run-time input extents {', '.join(placeholders)}: explore the graph "
             "composed for given shapes (model.recomposed({name: shape})) to see its kernels")
     elif compile:
-        program = graph.compile(backend=backend, opts=opts)
+        program = graph.compile(backend=backend, opts=opts, trace=True)  # its tabs show the trace
         tabs.update(_build_program(program, backends=backends, **options))
     else:
         tabs["Kernels"] = WholeGraphCompiler(graph, backend=backend, opts=opts, backends=backends, **options)
@@ -270,7 +270,8 @@ class WholeGraphCompiler(widgets.VBox):
         """Compile the whole graph and show the program's views; the Program."""
         self.button.disabled = True
         self.progress.layout.display = ""
-        self.program = self.graph.compile(backend=self.backend, opts=self.opts, progress=self._report)
+        self.program = self.graph.compile(backend=self.backend, opts=self.opts, progress=self._report,
+                                          trace=True)  # the program's tabs show its trace
         self.tabs = _build_program(self.program, backends=self.backends, **self.options)
         inner = widgets.Tab(children=list(self.tabs.values()))
         for index, title in enumerate(self.tabs):

@@ -350,6 +350,7 @@ def compile_graph(
     fuse: bool | None = None,
     build: bool = True,
     cache: bool = True,
+    trace: bool = False,
 ):
     """Lower every operation of ``graph`` and compile its kernels with the pipeline (``build=False``:
     render the sources only, as ``uv.compile`` does).
@@ -378,6 +379,10 @@ def compile_graph(
     ``cache``: keep the program in, and take it from, the whole-program disk cache
     (:mod:`uopviz.nnef.program.program_cache`; graphs without loop nodes): a hit skips the lowering,
     and its trace is made when first read.
+
+    ``trace``: record the program's trace while lowering, in one process.  Without it a big graph
+    of one run of kernels lowers them on every core, untraced (:mod:`uopviz.passes.parallel`), and
+    its trace is made when first read, by lowering the graph again under tracing.
     """
     from uopviz.nnef.program import program_cache
 
@@ -387,14 +392,14 @@ def compile_graph(
     if key is not None:
 
         def relower() -> Any:
-            return compile_graph(graph, backend, opts, fuse=fuse, build=build, cache=False)
+            return compile_graph(graph, backend, opts, fuse=fuse, build=build, cache=False, trace=True)
 
         found = program_cache.load_program(graph, key, relower)
         if found is not None:
             if progress is not None:
                 progress(len(graph.operations), len(graph.operations), None)
             return found
-    program = _compile_graph(graph, backend, opts, progress, fuse, build)
+    program = _compile_graph(graph, backend, opts, progress, fuse, build, trace)
     if key is not None:
         program_cache.store_program(program, graph, key)
     return program
