@@ -717,21 +717,6 @@ class CFamilyRenderState(LinearWalk):
         inside = f"(0 <= {address.offset} && {address.offset} <= {last_start})"
         return f"({inside} ? {selected} : {self.lane_by_lane_load(u, address, gate, alt)})"
 
-    def buffer_elements(self, buffer_uop: UOp) -> int | None:
-        """How many elements the kernel may read from a buffer: a PARAM's size as the kernel's
-        metadata states it (every launch checks that its array holds that many), a LOCAL array's
-        declared size; None where it is not known."""
-        if buffer_uop.op is Ops.PARAM and buffer_uop.arg.dtype.count == 1:
-            size = buffer_uop.shape[0] if buffer_uop.shape else 1
-            return size if isinstance(size, int) else None
-        if (
-            buffer_uop.op is Ops.BUFFER
-            and buffer_uop.arg.addrspace is AddrSpace.LOCAL
-            and buffer_uop.arg.dtype.count == 1
-        ):
-            return int(buffer_uop.arg.size)
-        return None
-
     def prefetch(self, address: Address) -> None:
         """Before a contiguous vector load that jumps a kilobyte or more per iteration of its loop (a
         column strip of a row-major matrix), prefetch the vector a few iterations ahead, or along

@@ -26,6 +26,7 @@ from uopviz.backends.base import (
 )
 from uopviz.backends.linear_program import line_prefetch_stride, live_uops, padded_rows, underlying_buffer
 from uopviz.backends.register_tile import RegisterTile
+from uopviz.core.dtype import AddrSpace
 from uopviz.core.ops import GroupOp, Ops
 from uopviz.core.uop import UOp
 
@@ -181,6 +182,21 @@ class LinearWalk:
             return None
         self.prefetched_lines.add(key)
         return stride
+
+    def buffer_elements(self, buffer_uop: UOp) -> int | None:
+        """How many elements the kernel may read from a buffer: a PARAM's size as the kernel's
+        metadata states it (every launch checks that its array holds that many), a LOCAL array's
+        declared size; None where it is not known."""
+        if buffer_uop.op is Ops.PARAM and buffer_uop.arg.dtype.count == 1:
+            size = buffer_uop.shape[0] if buffer_uop.shape else 1
+            return size if isinstance(size, int) else None
+        if (
+            buffer_uop.op is Ops.BUFFER
+            and buffer_uop.arg.addrspace is AddrSpace.LOCAL
+            and buffer_uop.arg.dtype.count == 1
+        ):
+            return int(buffer_uop.arg.size)
+        return None
 
     def define(self, u: UOp, name: str) -> str:
         """Name ``u``'s value, defined in the innermost open scope."""

@@ -254,6 +254,13 @@ class LLVMBackend(TargetsCPU, Backend):
         return "avx" in self.target.features
 
     @property
+    def loads_gated_strided_vectors_whole(self) -> bool:  # type: ignore[override]
+        """As for contiguous ones: a gated load of every other element is two vector loads, a
+        shuffle and a select inside the buffer, a masked gather at its ends
+        (``LLVMRenderState.gated_every_other_lane``)."""
+        return self.loads_gated_vectors_whole
+
+    @property
     def writes_register_tiles(self) -> bool:  # type: ignore[override]
         """True on x86-64 targets with FMA and 32-byte registers, as for C
         (``LLVMRenderState.plan_register_tiles``)."""

@@ -722,8 +722,10 @@ class LLVMRenderState(LinearWalk):
                 current = self.temp("vec", f"insertelement {mtype} {current}, {element} {lane}, i32 {i}")
             self.define(u, self.from_memory(current, dtype))
             return
+        if gated and address.lane_pointers is not None and self.gated_every_other_lane(u, address):
+            return
         if address.lane_pointers is not None or (gated and u.src[2].dtype.count > 1):
-            self.masked_load(u, address)
+            self.define(u, self.masked_load(u, address))
             return
         if not gated:
             if dtype.count == 1:
@@ -790,6 +792,42 @@ class LLVMRenderState(LinearWalk):
             vector = self.temp("vec", f"insertelement {mtype} {vector}, {element} {value}, i32 {lane}")
         return vector
 
+    def gated_every_other_lane(self, u: UOp, address: _Address) -> bool:
+        """A gated LOAD of every other element (a stride-2 pool's row padded in several tiles, its
+        padded lanes gated off) as :meth:`every_other_lane` reads it and a select of its lanes, where
+        both vectors lie inside the buffer (an element of a lane that is off is read and never used);
+        a masked gather where they cross an end of it (the C backend's rule,
+        ``CFamilyRenderState.render_gated_every_other_lane``).  False where the lanes are not every
+        other element of one run or the buffer's size is unknown."""
+        count = u.dtype.count
+        wide = u.dtype.scalar.itemsize >= 4 and not u.dtype.scalar.is_bool
+        found = every_other_lane(u) if wide else None
+        elements = self.buffer_elements(underlying_buffer(u.src[0].src[0]))
+        if found is None or found[0] not in self.names or found[2] != count or elements is None:
+            return False
+        base, first, _ = found
+        start = self.temp("alu", f"add i64 {self.ref(base)}, {first}")
+        last_start = elements - 2 * count + 1  # the last start whose two vectors end inside the buffer
+        after_first = self.temp("inside", f"icmp sge i64 {start}, 0")
+        before_last = self.temp("inside", f"icmp sle i64 {start}, {last_start}")
+        inside = self.temp("inside", f"and i1 {after_first}, {before_last}")
+        number = self.scope_numbers = self.scope_numbers + 1
+        self.emit(f"br i1 {inside}, label %strided{number}.whole, label %strided{number}.lanes")
+        self.label(f"strided{number}.whole")
+        mtype = memory_type(u.dtype)  # (4 and 8-byte lanes: their memory type is their value type)
+        shuffled = self.every_other_lane(u, address)
+        whole = self.temp("val", f"select <{count} x i1> {self.mask_of(u, count)}, {mtype} {shuffled}, "
+                                 f"{mtype} {self.ref(u.src[1])}")
+        whole_block = self.block
+        self.emit(f"br label %strided{number}.end")
+        self.label(f"strided{number}.lanes")
+        lanes = self.masked_load(u, address)
+        lanes_block = self.block
+        self.emit(f"br label %strided{number}.end")
+        self.label(f"strided{number}.end")
+        self.assign(u, "val", f"phi {mtype} [ {whole}, %{whole_block} ], [ {lanes}, %{lanes_block} ]")
+        return True
+
     def mask_of(self, u: UOp, count: int) -> str:
         if len(u.src) == 3:
             gate = u.src[2]
@@ -803,7 +841,9 @@ class LLVMRenderState(LinearWalk):
             )
         return splat("true", f"<{count} x i1>")
 
-    def masked_load(self, u: UOp, address: _Address) -> None:
+    def masked_load(self, u: UOp, address: _Address) -> str:
+        """A vector LOAD's lanes through ``llvm.masked.load`` (a contiguous address) or
+        ``llvm.masked.gather`` (lane by lane), each behind its lane of the gate: its value."""
         dtype = u.dtype
         count, mtype, align = dtype.count, memory_type(dtype), dtype.scalar.itemsize
         mask = self.mask_of(u, count)
@@ -832,7 +872,7 @@ class LLVMRenderState(LinearWalk):
                 f"call {mtype} {function}(ptr {address.pointer}, i32 {align}, "
                 f"<{count} x i1> {mask}, {mtype} {passthru})",
             )
-        self.define(u, self.from_memory(raw, dtype))
+        return self.from_memory(raw, dtype)
 
     def render_store(self, u: UOp) -> None:
         address = self.address_of(u)
