@@ -3,7 +3,7 @@ JIT-compiled by llvmlite for the host CPU.
 
 Semantics follow kernel-ir.md as the C backend does (see :mod:`uopviz.backends.llvm_instructions`).
 The only fast-math flag used is ``contract`` (fusing a multiply and an add into an FMA, which
-changes no special value); ``MAX`` is ``llvm.maximum`` (NaN wins, like numpy).
+changes no special value); a float ``MAX`` is the select C writes (NaN wins, like numpy).
 
 THREAD ranges run on libgomp's threads where the renderer made them parallel; without libgomp they
 run sequentially, and ``LLVMBackend.threads_note`` says why.

@@ -91,8 +91,13 @@ def alu_instruction(
         signed, unsigned = _INT_COMPARE[op]
         return state.temp("alu", f"icmp {signed if _signed(scalar) else unsigned} {vtype} {a}, {b}")
     if op is Ops.MAX:
-        base = "maximum" if is_float else ("smax" if _signed(scalar) else "umax")
-        function = state.intrinsic(base, vtype, [vtype, vtype], [vtype])
+        if is_float:  # a where a is NaN or greater, else b: NaN wins, as C's helper and numpy
+            condition = with_element(vtype, "i1")
+            unordered = state.temp("alu", f"fcmp uno {vtype} {a}, {a}")
+            greater = state.temp("alu", f"fcmp ogt {vtype} {a}, {b}")
+            either = state.temp("alu", f"or {condition} {unordered}, {greater}")
+            return state.temp("alu", f"select {condition} {either}, {vtype} {a}, {vtype} {b}")
+        function = state.intrinsic("smax" if _signed(scalar) else "umax", vtype, [vtype, vtype], [vtype])
         return state.temp("alu", f"call {vtype} {function}({vtype} {a}, {vtype} {b})")
     if op is Ops.WHERE:
         condition = value_type(u.src[0].dtype)
