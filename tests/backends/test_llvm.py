@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -172,3 +174,20 @@ def test_signed_and_unsigned_shifts_and_divisions_in_one_kernel(seed: int) -> No
     first = ((signed >> amounts) + signed // divisors + signed % divisors).view(np.uint64)
     expected = np.stack([first, (unsigned >> amounts.astype(np.uint64)) + unsigned // ud + unsigned % ud])
     np.testing.assert_array_equal(program.run()[0], expected)
+
+
+@pytest.mark.parametrize(("size", "pad", "value"),
+                         [(14, 1, float("-inf")), (6, 1, 0.0), (20, 2, 0.5), (30, 1, -1.0)])
+def test_a_gate_of_repeated_lanes_is_splats_not_lane_inserts(size: int, pad: int, value: float) -> None:
+    # a padded copy's lane gates repeat the row's condition (the edges' in the first and last
+    # lanes): built lane by lane, x86 made each mask one lane at a time in mask registers
+    import uopviz as uv
+    from uopviz import Tensor
+
+    x = np.random.default_rng(size).standard_normal((1, 3, size, size)).astype(np.float32)
+    widths = ((0, 0), (0, 0), (pad, pad), (pad, pad))
+    program = uv.compile(Tensor(x).pad(widths, value=value), backend="llvm", opts="heuristic")
+    source = "\n".join(program.sources)
+    assert re.search(r"and <\d+ x i1>", source)  # a splat's lanes picked by a constant
+    assert not re.search(r"insertelement <\d+ x i1> %", source)  # no lane inserted into a partial mask
+    np.testing.assert_array_equal(program.run()[0], np.pad(x, widths, constant_values=value))

@@ -547,10 +547,32 @@ class LLVMRenderState(LinearWalk):
         if column is not None:
             self.render_matrix_column(u, *column)
             return
+        if u.dtype.scalar.is_bool and len(set(u.src)) < len(u.src):
+            self.define(u, self.mask_of_repeated_lanes(u))
+            return
         current = "poison"
         for lane, s in enumerate(u.src):
             current = self.temp("vec", f"insertelement {vtype} {current}, {stype} {self.ref(s)}, i32 {lane}")
         self.define(u, current)
+
+    def mask_of_repeated_lanes(self, u: UOp) -> str:
+        """A VECTORIZE of bools that repeats lanes (a padded tile's gate: the row's condition in
+        every lane, the edges' in the first and last) as the OR of each distinct value's splat ANDed
+        with the lanes it fills.  Inserted lane by lane, x86 built the mask in mask registers one
+        lane at a time, spilling them (Inception-v1's padded copies of 14x14 maps: 66 instructions
+        for an 8-lane gate, 0.042 ms against C's 0.020)."""
+        count = len(u.src)
+        vtype = f"<{count} x i1>"
+        result = None
+        for value in dict.fromkeys(u.src):
+            lanes = ", ".join(f"i1 {'true' if s is value else 'false'}" for s in u.src)
+            first = self.temp("mask", f"insertelement {vtype} poison, i1 {self.ref(value)}, i32 0")
+            part = self.temp("mask", f"shufflevector {vtype} {first}, {vtype} poison, "
+                                     f"<{count} x i32> zeroinitializer")
+            part = self.temp("mask", f"and {vtype} {part}, <{lanes}>")
+            result = part if result is None else self.temp("mask", f"or {vtype} {result}, {part}")
+        assert result is not None
+        return result
 
     def render_matrix_column(self, u: UOp, rows: tuple[UOp, ...], column: int) -> None:
         """A column of a register tile (:func:`matrix_column`) as lanes of its transpose, rendered once
