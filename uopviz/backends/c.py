@@ -226,15 +226,22 @@ IF_CONVERSION_PRAGMA = (
 )
 
 
-def gated_copy(linear: UOp) -> bool:
-    """Whether ``linear`` has no reduction and reads an element under a gate (a padded copy: the
-    input where the position is inside it, a constant elsewhere).  GCC vectorises such a loop only
-    with its loop if-conversion, which ``GCC_WORKAROUND_FLAG`` turns off because it miscompiled
-    nested sums of gated terms, a reduction; without it Inception-v1's -inf padded copy of 240
-    channels at 29x29 took 0.21 ms, LLVM 0.066 ms, with it 0.066 ms."""
+def needs_if_conversion(linear: UOp) -> bool:
+    """Whether ``linear`` has no reduction and a scalar branch in its loop: an element read under a
+    gate (a padded copy: the input where the position is inside it, a constant elsewhere) or a float
+    MAX (the NaN test of ``max_float32``: a batch norm's ReLU left to the compiler's vectors).  GCC
+    vectorises such a loop only with its loop if-conversion, which ``GCC_WORKAROUND_FLAG`` turns off
+    because it miscompiled nested sums of gated terms, a reduction; without it Inception-v1's -inf
+    padded copy of 240 channels at 29x29 took 0.21 ms, LLVM 0.066 ms, with it 0.066 ms, and
+    DenseNet-121's batch norm + ReLU over 7x7 maps (49 positions, no lanes of ours) 0.027 ms
+    against LLVM's 0.010."""
     reduces = any(u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE for u in linear.src)
-    gated = any(u.op is Ops.LOAD and len(u.src) == 3 and u.dtype.count == 1 for u in linear.src)
-    return gated and not reduces
+    branches = any(
+        (u.op is Ops.LOAD and len(u.src) == 3 and u.dtype.count == 1)
+        or (u.op is Ops.MAX and u.dtype.count == 1 and u.dtype.is_float)
+        for u in linear.src
+    )
+    return branches and not reduces
 
 
 def _broadcast_load(u: UOp) -> bool:
@@ -398,14 +405,15 @@ class CRenderer(CStyleRenderer):
         unrolls into a register tile too full for the values it would share (:func:`gcse_spills_tile`),
         its loop unrolling on for a register tile's reduction (:func:`unrolls_tile_reduction`) not
         written as an assembly block, and
-        its loop if-conversion on for a padded copy (:func:`gated_copy`)."""
+        its loop if-conversion on for a loop with a scalar branch and no reduction
+        (:func:`needs_if_conversion`)."""
         lines = [NO_GCSE_PRAGMA] if gcse_spills_tile(state.linear) else []
         # a tile written as an assembly block is not unrolled: GCC gave each unrolled copy's
         # accumulators registers of their own and spilled them between copies (ResNet-50's 1x1
         # conv 1024 -> 256 at 14x14 as 7 x 16: 1.11 ms unrolled, 0.70 not)
         unrolled = unrolls_tile_reduction(state.linear) and not state.register_tiles
         lines += [UNROLL_LOOPS_PRAGMA] if unrolled else []
-        return lines + ([IF_CONVERSION_PRAGMA] if gated_copy(state.linear) else [])
+        return lines + ([IF_CONVERSION_PRAGMA] if needs_if_conversion(state.linear) else [])
 
     def register_pin(self, name: str) -> str | None:
         """An empty ``asm`` that takes the vector in a SIMD register: GCC otherwise folds a vector
