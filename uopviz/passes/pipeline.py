@@ -59,20 +59,19 @@ STAGES = tuple(PIPELINE)  # the stage names, in order
 
 @collector_paused()  # a program's UOps and trace live as long as it does: no collector walks over them
 def lower(lowering: Lowering, first: str = "Callify", last: str = "Render") -> Lowering:
-    """Run the stages from ``first`` to ``last`` (the whole pipeline by default) on ``lowering``."""
+    """Run the stages from ``first`` to ``last`` (the whole pipeline by default) on ``lowering``; a
+    big program lowered untraced runs Optimize ... Linearize on every core (:mod:`.parallel`)."""
     names = list(PIPELINE)
     chosen = names[names.index(first):names.index(last) + 1]
-    position = 0
-    while position < len(chosen):
-        per_kernel = chosen[position:position + len(PER_KERNEL_STAGES)]
-        if tuple(per_kernel) == PER_KERNEL_STAGES:
+    done_in_processes: set[str] = set()
+    for name in chosen:
+        if name == PER_KERNEL_STAGES[0] and set(PER_KERNEL_STAGES) <= set(chosen):
             processes = process_count(lowering.backend, lowering.opts, len(work_units(lowering)))
-            if processes > 1:  # a big untraced program: its kernels on every core
+            if processes > 1:
                 lower_kernels_in_processes(lowering, _run_named_stage, processes)
-                position += len(PER_KERNEL_STAGES)
-                continue
-        run_stage(lowering, chosen[position], PIPELINE[chosen[position]])
-        position += 1
+                done_in_processes = set(PER_KERNEL_STAGES)
+        if name not in done_in_processes:
+            run_stage(lowering, name, PIPELINE[name])
     return lowering
 
 
