@@ -794,9 +794,8 @@ class LLVMRenderState(LinearWalk):
         inserted one by one; None for other lane patterns (the C backend's rule,
         ``CFamilyRenderState.render_every_other_lane``)."""
         count = u.dtype.count
-        wide = u.dtype.scalar.itemsize >= 4 and not u.dtype.scalar.is_bool  # (4 and 8-byte lanes)
-        found = every_other_lane(u) if wide else None
-        if found is None or found[0] not in self.names:
+        found = self.every_other_run(u)
+        if found is None:
             return None
         base, first, lanes = found
         mtype, element, align = memory_type(u.dtype), memory_scalar_type(u.dtype), u.dtype.scalar.itemsize
@@ -814,6 +813,13 @@ class LLVMRenderState(LinearWalk):
             vector = self.temp("vec", f"insertelement {mtype} {vector}, {element} {value}, i32 {lane}")
         return vector
 
+    def every_other_run(self, u: UOp) -> tuple[UOp, int, int] | None:
+        """The run of every other element a vector LOAD reads (:func:`every_other_lane`: its base,
+        first offset and lane count) where its lanes are 4 or 8 bytes and its base is rendered."""
+        wide = u.dtype.scalar.itemsize >= 4 and not u.dtype.scalar.is_bool
+        found = every_other_lane(u) if wide else None
+        return found if found is not None and found[0] in self.names else None
+
     def gated_every_other_lane(self, u: UOp, address: _Address) -> bool:
         """A gated LOAD of every other element (a stride-2 pool's row padded in several tiles, its
         padded lanes gated off) as :meth:`every_other_lane` reads it and a select of its lanes, where
@@ -822,10 +828,9 @@ class LLVMRenderState(LinearWalk):
         ``CFamilyRenderState.render_gated_every_other_lane``).  False where the lanes are not every
         other element of one run or the buffer's size is unknown."""
         count = u.dtype.count
-        wide = u.dtype.scalar.itemsize >= 4 and not u.dtype.scalar.is_bool
-        found = every_other_lane(u) if wide else None
+        found = self.every_other_run(u)
         elements = self.buffer_elements(underlying_buffer(u.src[0].src[0]))
-        if found is None or found[0] not in self.names or found[2] != count or elements is None:
+        if found is None or found[2] != count or elements is None:
             return False
         base, first, _ = found
         start = self.temp("alu", f"add i64 {self.ref(base)}, {first}")

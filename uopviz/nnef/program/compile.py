@@ -405,11 +405,12 @@ def compile_graph(
     return program
 
 
-def _lowers_on_every_core(steps: list, kernels: list[LoweredKernel], backend: str, opts: Any) -> bool:
-    """Whether a graph of these steps and lowered kernels lowers its kernels on several cores
-    (:func:`uopviz.passes.parallel.process_count`): one run of kernels, no loop nodes."""
+def _lowers_on_every_core(steps: list, kernels: int, backend: str, opts: Any) -> bool:
+    """Whether a graph of these steps and ``kernels`` lowered kernels lowers them on several cores
+    (:func:`uopviz.passes.parallel.process_count`, which also says no inside an open trace): one run
+    of kernels, no loop nodes."""
     one_run = len(steps) == 1 and not isinstance(steps[0], LoopOperation)
-    return one_run and process_count(backend, opts, len(kernels)) > 1
+    return one_run and process_count(backend, opts, kernels) > 1
 
 
 def _compile_graph(
@@ -425,7 +426,7 @@ def _compile_graph(
     and lowered inside nobody's trace, lowers untraced so that its kernels lower on every core
     (:mod:`uopviz.passes.parallel`); its program's trace is made when first read, by lowering the
     graph again under tracing (rendering only).  ``eager_trace``: record the trace while lowering."""
-    from uopviz.core.rewrite import is_tracing, traced_pass, tracing
+    from uopviz.core.rewrite import traced_pass, tracing
 
     kernels = _lower_all(graph, progress)
     if _per_kernel_list(opts) and len(opts) < kernel_count(graph):
@@ -443,7 +444,7 @@ def _compile_graph(
     compiled: list[tuple[str, Any]] = []
     loop_opts: dict[int, dict[str, Any]] = {}
     offset = 0
-    traced = eager_trace or is_tracing() or not _lowers_on_every_core(steps, kernels, backend, opts)
+    traced = eager_trace or not _lowers_on_every_core(steps, len(kernels), backend, opts)
     with tracing() if traced else nullcontext() as trace:
         for position, step in enumerate(steps):
             if isinstance(step, LoopOperation):
@@ -477,6 +478,7 @@ def _compile_graph(
         program.nnef_steps = compiled
         program.nnef_loop_opts = {}
         if not traced:  # made when first read: the graph lowered again, traced, rendering only
-            program.retrace = lambda: _compile_graph(graph, backend, opts, None, fuse, False, True).trace
+            program.retrace = lambda: _compile_graph(graph, backend, opts, None, fuse, build=False,
+                                                     eager_trace=True).trace
         return program
     return GraphProgram(graph, backend, opts, compiled, trace, loop_opts)
