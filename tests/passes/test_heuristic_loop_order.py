@@ -60,6 +60,7 @@ def test_a_short_reduction_keeps_its_output_loops_in_order(
     # the order staging picks, not the cores' split (test_heuristic_threads): a matmul of 4 FLOPs a
     # byte would have its cores split the columns, whose SWAP moves them outermost
     monkeypatch.setattr(heuristic, "MEMORY_BOUND_FLOPS_PER_BYTE", 0)
+    monkeypatch.setattr(heuristic, "COMPUTE_BOUND_LEAST_READ_MAX_SHARE", 0)
     fits = 4 * k * (m + n) <= in_order_max_operand_bytes(uv.backends.get(backend))
     assert (k < STAGE_MIN_REDUCTION and (fits or m > STAGED_MAX_ROWS)) == in_order
     a = RNG.standard_normal((m, k)).astype(np.float32)

@@ -170,4 +170,42 @@ def test_without_the_rule_the_cores_would_split_a_squeeze_convs_16_channels(monk
         pytest.skip("one core: nothing to split")
     assert _input_split(kernel(), x.size)
     monkeypatch.setattr(heuristic, "MEMORY_BOUND_FLOPS_PER_BYTE", 0)
+    monkeypatch.setattr(heuristic, "COMPUTE_BOUND_LEAST_READ_MAX_SHARE", 0)
     assert not _input_split(kernel(), x.size)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("target", target_params("x86-64-v4", "x86-64-v3"))
+@pytest.mark.parametrize(
+    "in_channels,out_channels,width,window,splits_input",
+    # ResNet-50's shapes: a 3x3 conv over a wide plane shares the plane (each core reads half of it,
+    # the whole filter); a 1x1 conv of many channels over a small one shares the filter
+    [(64, 64, 56, 3, True), (1024, 256, 14, 1, False), (1024, 512, 14, 1, False)],
+)
+def test_a_compute_bound_conv_splits_the_axis_each_core_reads_less_of_in_place(
+    backend, target, in_channels, out_channels, width, window, splits_input, monkeypatch
+):
+    # the input given padded: the conv kernel alone, no padded copy before it
+    x = RNG.standard_normal((1, in_channels, width + window - 1, width + window - 1)).astype(np.float32)
+    w = (RNG.standard_normal((out_channels, in_channels, window, window)) / in_channels).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(x, (window, window), axis=(2, 3))
+    expected = np.maximum(np.einsum("nchwij,ocij->nohw", windows, w), 0)
+
+    def compiled():
+        with using_target(target):
+            graph = uv.Tensor(x).conv2d(uv.Tensor(w)).relu()
+            program = uv.compile([graph], backend=backend, opts="heuristic")
+            return program, program.run()[0]
+
+    program, out = compiled()
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    kernel = program.kernels[-1]
+    if kernel.backend_object.thread_count < 2:
+        pytest.skip("one core: nothing to split")
+    assert kernel.flops / 2 >= heuristic.MEMORY_BOUND_FLOPS_PER_BYTE * x.nbytes  # computes enough per byte
+    assert _input_split(kernel, x.size) == splits_input, kernel.name
+    # without the rule the cores split the first axis they divide: the output channels' tiles
+    monkeypatch.setattr(heuristic, "COMPUTE_BOUND_LEAST_READ_MAX_SHARE", 0)
+    program, out = compiled()
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert _input_split(program.kernels[-1], x.size) != splits_input, program.kernels[-1].name

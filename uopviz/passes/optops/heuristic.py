@@ -1105,11 +1105,12 @@ def _threaded(kernel: Kernel, threads: int) -> Kernel:
     if threads < 2 or not globals_ or iterations < MIN_THREADED_ITERATIONS:
         return kernel
     even = next((r for r in globals_ if range_size(r) % threads == 0 and range_size(r) > 1), None)
+    in_place = False
     if even is not None:
-        kernel, even = _axis_reading_least(kernel, even, threads)
+        kernel, even, in_place = _axis_reading_least(kernel, even, threads)
     if even is None:
         kernel, even = _padded_for_threads(kernel, globals_, threads)
-    if even is not None and even is not _globals(kernel)[0]:
+    if even is not None and even is not _globals(kernel)[0] and not in_place:
         # moved outermost: one parallel region per launch, not one per outer iteration
         outer = _globals(kernel)[0]
         swapped = _try(kernel, Opt(OptOp.SWAP, _axis_of(kernel, outer), _axis_of(kernel, even)))
@@ -1149,36 +1150,54 @@ def _bytes_each_core_reads(read: dict[UOp, int], r: UOp, threads: int) -> float:
 MEMORY_BOUND_FLOPS_PER_BYTE = 20
 #: ... where that reads at most this share of the bytes the first axis the cores divide would
 LEAST_READ_MAX_SHARE = 0.75
+#: a kernel that computes enough per byte still has its cores split the axis each reads least of
+#: where that reads at most this share (and the cores divide it without padding)
+COMPUTE_BOUND_LEAST_READ_MAX_SHARE = 0.95
 
 
-def _axis_reading_least(kernel: Kernel, even: UOp, threads: int) -> tuple[Kernel, UOp]:
-    """The kernel and the output axis its cores split: ``even`` (the first the cores divide) unless
-    the kernel waits on memory and another axis leaves each core far fewer bytes to read (padded to
-    a multiple of the cores where that wastes little).
+def _axis_reading_least(kernel: Kernel, even: UOp, threads: int) -> tuple[Kernel, UOp, bool]:
+    """The kernel, the output axis its cores split and whether to split it where it is: ``even``
+    (the first the cores divide) unless another axis leaves each core fewer bytes to read.
 
-    SqueezeNet's squeeze convs (1x1, 128 channels to 16 at 55x55) split their 16 output channels:
-    each core read the whole 1.5 MB input, 128 rows at a 12 KB stride, in the model partly from the
-    other core's cache: 0.214 ms against ONNX Runtime's 0.061.  Split over positions, each core
-    reads half the input: 0.069 ms.  Measured each model in one process against ONNX Runtime
-    (Sapphire Rapids, 2 cores, median of three children): SqueezeNet-1.1 C 1.41 -> 1.31, LLVM 1.27 ->
-    1.23; MobileNet-v2 (its 1x1 projections at 28x28 to 7x7, 0.62-0.76x each) C 1.42 -> 1.38, LLVM
-    1.32 -> 1.27.  A kernel that computes enough per byte keeps its split: SqueezeNet's last conv
-    (512 to 1000 channels at 13x13, 39 FLOPs a byte) split over its channels ran 0.52 -> 0.58
-    ms: its weights read whole on both cores were not what it waited on."""
+    A kernel that waits on memory takes an axis that reads far fewer bytes (padded to a multiple of
+    the cores where that wastes little), moved outermost.  SqueezeNet's squeeze convs (1x1, 128
+    channels to 16 at 55x55) split their 16 output channels: each core read the whole 1.5 MB
+    input, 128 rows at a 12 KB stride, in the model partly from the other core's cache: 0.214 ms
+    against ONNX Runtime's 0.061.  Split over positions, each core reads half the input: 0.069 ms.
+    Measured each model in one process against ONNX Runtime (Sapphire Rapids, 2 cores, median of
+    three children): SqueezeNet-1.1 C 1.41 -> 1.31, LLVM 1.27 -> 1.23; MobileNet-v2 (its 1x1
+    projections at 28x28 to 7x7, 0.62-0.76x each) C 1.42 -> 1.38, LLVM 1.32 -> 1.27.
+
+    A kernel that computes enough per byte takes an axis that reads somewhat fewer bytes
+    (:data:`COMPUTE_BOUND_LEAST_READ_MAX_SHARE`), split where it is, the rest of its loop order
+    kept: what a core reads is what comes from L3 or the other core's cache in a model, and the
+    order keeps each output row a stream.  ResNet-50 (C, each kernel in the model's sequence):
+    its 3x3 convs at 56x56 and 28x28 split their rows instead of their channel tiles (each core
+    reads half the plane, the whole filter) 2.16 -> 2.04 and 3.34 -> 2.97 ms, the 1024 -> 256 and
+    1024 -> 512 convs at 14x14 their channel tiles instead of their rows (each core reads half the
+    filter) 2.47 -> 2.27 and 1.09 -> 0.90 ms, the 7x7 stem 0.92 -> 0.85; the model 1.21-1.25 ->
+    1.15-1.18x ONNX Runtime (min of each of five alternating children).  The same axis moved
+    outermost instead put the position tiles outside the channel tiles, so that each tile wrote a
+    piece of every output row: the 64 -> 256 conv with its residual sum at 56x56 ran 0.86 -> 1.15
+    ms.  Positions padded for the cores (128 -> 512 channels at 28x28, 49 tiles to 50) ran 1.12 ->
+    1.21 ms, so this rule does not pad."""
     read = {load: _elements_read(kernel, load) * load.dtype.scalar.itemsize
             for load in kernel.ast.toposort() if load.op is Ops.LOAD and load.src[0].op is Ops.INDEX}
     costs = {r: _bytes_each_core_reads(read, r, threads)
              for r in _globals(kernel) if range_size(r) >= threads}
     least = min(costs, key=costs.__getitem__)
-    memory_bound = kernel.flops / threads < MEMORY_BOUND_FLOPS_PER_BYTE * costs[even]
-    if not memory_bound or costs[least] > LEAST_READ_MAX_SHARE * costs[even]:
-        return kernel, even
+    if kernel.flops / threads >= MEMORY_BOUND_FLOPS_PER_BYTE * costs[even]:
+        divides = range_size(least) % threads == 0
+        in_place = divides and costs[least] <= COMPUTE_BOUND_LEAST_READ_MAX_SHARE * costs[even]
+        return (kernel, least, True) if in_place else (kernel, even, False)
+    if costs[least] > LEAST_READ_MAX_SHARE * costs[even]:
+        return kernel, even, False
     if range_size(least) % threads == 0:
-        return kernel, least
+        return kernel, least, False
     if _padding_waste(range_size(least), threads) > THREADED_PADDING_MAX_WASTE:
-        return kernel, even
+        return kernel, even, False
     padded, axis = _padded_for_threads(kernel, [least], threads)
-    return (padded, axis) if axis is not None else (kernel, even)
+    return (padded, axis, False) if axis is not None else (kernel, even, False)
 
 
 def _thread_outermost(kernel: Kernel) -> Kernel:
