@@ -209,3 +209,28 @@ def test_a_compute_bound_conv_splits_the_axis_each_core_reads_less_of_in_place(
     program, out = compiled()
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     assert _input_split(program.kernels[-1], x.size) != splits_input, program.kernels[-1].name
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_compute_bound_conv_with_a_short_sum_keeps_its_cores_on_the_channels(backend, monkeypatch):
+    # MobileNet-v2's expand conv (16 -> 96 channels at 112x112) reads less per core split over its
+    # positions, but mostly writes its output, which the depthwise conv after it reads with its
+    # cores on the channels: a sum of 16 terms keeps the channel split
+    x = RNG.standard_normal((1, 16, 112, 112)).astype(np.float32)
+    w = (RNG.standard_normal((96, 16, 1, 1)) / 4).astype(np.float32)
+    expected = np.maximum(np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0]), 0)
+
+    def kernel():
+        with using_target("x86-64-v4"):
+            graph = uv.Tensor(x).conv2d(uv.Tensor(w)).relu()
+            program = uv.compile([graph], backend=backend, opts="heuristic")
+            np.testing.assert_allclose(program.run()[0], expected, rtol=1e-4, atol=1e-4)
+            return program.kernels[-1]
+
+    found = kernel()
+    if found.backend_object.thread_count < 2:
+        pytest.skip("one core: nothing to split")
+    assert found.flops / 2 >= heuristic.MEMORY_BOUND_FLOPS_PER_BYTE * x.nbytes
+    assert not _input_split(found, x.size), found.name
+    monkeypatch.setattr(heuristic, "COMPUTE_BOUND_MIN_REDUCTION_TERMS", 16)
+    assert _input_split(kernel(), x.size)

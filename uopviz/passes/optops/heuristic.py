@@ -1151,8 +1151,11 @@ MEMORY_BOUND_FLOPS_PER_BYTE = 20
 #: ... where that reads at most this share of the bytes the first axis the cores divide would
 LEAST_READ_MAX_SHARE = 0.75
 #: a kernel that computes enough per byte still has its cores split the axis each reads least of
-#: where that reads at most this share (and the cores divide it without padding)
+#: where that reads at most this share (and the cores divide it without padding) ...
 COMPUTE_BOUND_LEAST_READ_MAX_SHARE = 0.95
+#: ... and it sums at least this many terms per output (a short one mostly writes its output,
+#: which a depthwise conv after it reads with its cores on the channels)
+COMPUTE_BOUND_MIN_REDUCTION_TERMS = 64
 
 
 def _axis_reading_least(kernel: Kernel, even: UOp, threads: int) -> tuple[Kernel, UOp, bool]:
@@ -1180,15 +1183,19 @@ def _axis_reading_least(kernel: Kernel, even: UOp, threads: int) -> tuple[Kernel
     outermost instead put the position tiles outside the channel tiles, so that each tile wrote a
     piece of every output row: the 64 -> 256 conv with its residual sum at 56x56 ran 0.86 -> 1.15
     ms.  Positions padded for the cores (128 -> 512 channels at 28x28, 49 tiles to 50) ran 1.12 ->
-    1.21 ms, so this rule does not pad."""
+    1.21 ms, so this rule does not pad.  MobileNet-v2's expand convs (16 -> 96 channels at 112x112,
+    32 -> 192 at 28x28: 16 and 32 terms a sum) split over positions made them and the depthwise
+    convs after them, whose cores split the channels, slower: 0.34 -> 0.43 and 0.25 -> 0.28 ms a
+    pair, so this rule takes sums of :data:`COMPUTE_BOUND_MIN_REDUCTION_TERMS` terms or more."""
     read = {load: _elements_read(kernel, load) * load.dtype.scalar.itemsize
             for load in kernel.ast.toposort() if load.op is Ops.LOAD and load.src[0].op is Ops.INDEX}
     costs = {r: _bytes_each_core_reads(read, r, threads)
              for r in _globals(kernel) if range_size(r) >= threads}
     least = min(costs, key=costs.__getitem__)
     if kernel.flops / threads >= MEMORY_BOUND_FLOPS_PER_BYTE * costs[even]:
-        divides = range_size(least) % threads == 0
-        in_place = divides and costs[least] <= COMPUTE_BOUND_LEAST_READ_MAX_SHARE * costs[even]
+        in_place = (range_size(least) % threads == 0
+                    and costs[least] <= COMPUTE_BOUND_LEAST_READ_MAX_SHARE * costs[even]
+                    and _reduction_terms(kernel) >= COMPUTE_BOUND_MIN_REDUCTION_TERMS)
         return (kernel, least, True) if in_place else (kernel, even, False)
     if costs[least] > LEAST_READ_MAX_SHARE * costs[even]:
         return kernel, even, False
