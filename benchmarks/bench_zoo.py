@@ -419,7 +419,11 @@ def _in_blocks(ours: dict[str, Any], peer: Any) -> dict[str, tuple[float, float]
     time moved 1.3-1.6x between children).  Each side is timed the same way, on its own weights
     warm from its previous call (MobileNet-v2 on LLVM, one run each way: our two folders in turn,
     evicting each other's weights, 1.38x ORT's time; a block of each 1.17-1.25x).  The peer goes
-    after ours in each block, with :data:`PEER_SETTLE_S` after it for its spinning threads to stop."""
+    after ours in each block, with :data:`PEER_SETTLE_S` after it for its spinning threads to stop.
+    Our sides take turns at going first in a block, the one that follows that pause (the converted
+    SqueezeNet-1.1 on LLVM, always first: 1.21-1.39x ORT's time against our folder's 1.15-1.21x of
+    the same kernels in the same child; in one process, the two folders' kernels in turn ran
+    3.30 / 3.30 ms, median of 35)."""
     import statistics
 
     rounds = INTERLEAVED_ROUNDS // INTERLEAVED_BLOCKS
@@ -428,7 +432,8 @@ def _in_blocks(ours: dict[str, Any], peer: Any) -> dict[str, tuple[float, float]
         warmup = 2 if block == 0 else 0
         # each folder in a block of its own, as the peer: a model's weights stay in the caches from
         # one call to the next for each side alike (two folders in turn evicted each other's)
-        for name, call in ours.items():
+        turn = list(ours.items()) if block % 2 == 0 else list(ours.items())[::-1]
+        for name, call in turn:
             samples[name] += _interleaved({name: call}, rounds, warmup)[name]
         samples["peer"] += _interleaved({"peer": peer}, rounds, warmup)["peer"]
         time.sleep(PEER_SETTLE_S)

@@ -205,7 +205,7 @@ def test_the_conv_rows_give_both_rates_as_shares_of_the_peak_or_say_why_not():
 def test_converted_rows_time_each_side_in_blocks_of_its_own_calls(monkeypatch):
     # every side (our two folders and ONNX Runtime) in blocks of consecutive calls of its own, the
     # blocks alternating, each side as many timed rounds: a model's weights stay warm between its
-    # calls for each side alike
+    # calls for each side alike; our two sides take turns at going first after the peer's pause
     import bench_zoo
 
     monkeypatch.setattr(bench_zoo, "PEER_SETTLE_S", 0.0)
@@ -214,7 +214,10 @@ def test_converted_rows_time_each_side_in_blocks_of_its_own_calls(monkeypatch):
     times = bench_zoo._in_blocks(ours, lambda: calls.append("peer"))
     rounds = bench_zoo.INTERLEAVED_ROUNDS // bench_zoo.INTERLEAVED_BLOCKS
     runs = [(name, sum(1 for _ in group)) for name, group in itertools.groupby(calls)]
-    assert [name for name, _ in runs] == ["converted", "zoo", "peer"] * bench_zoo.INTERLEAVED_BLOCKS
+    turns = [["converted", "zoo", "peer"], ["zoo", "converted", "peer"]]
+    assert [name for name, _ in runs] == [
+        name for block in range(bench_zoo.INTERLEAVED_BLOCKS) for name in turns[block % 2]
+    ]
     assert [length for _, length in runs[:3]] == [rounds + 2] * 3  # two untimed warm-up calls first
     assert all(length == rounds for _, length in runs[3:])
     assert set(times) == {"converted", "zoo", "peer"}
