@@ -69,7 +69,7 @@ __all__ = ["BORDER_AFTER_PRODUCER_MAX_L2_SHARE", "pad_guarded_reads"]
 #: sequence): its border kernels of buffers of 0.3-0.65 MB ran 0.006-0.008 ms after the producer
 #: against 0.014-0.021 before it (the lines are in the cache from the producer's stores), but the
 #: 1.9 MB buffer of 144 channels at 57x57 0.028 ms against 0.020 (its first rows evicted by the
-#: time the border kernel reaches them); all its border kernels 0.288 -> 0.234 ms
+#: time the border kernel reaches them); all its border kernels 0.288 -> 0.232 ms
 BORDER_AFTER_PRODUCER_MAX_L2_SHARE = 0.5
 
 # ranges of the pad kernels: numbers of their own (one kernel, no clash with the reader's)

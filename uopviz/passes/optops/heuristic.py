@@ -1175,18 +1175,19 @@ def _axis_reading_least(kernel: Kernel, even: UOp, threads: int) -> tuple[Kernel
     (:data:`COMPUTE_BOUND_LEAST_READ_MAX_SHARE`), split where it is, the rest of its loop order
     kept: what a core reads is what comes from L3 or the other core's cache in a model, and the
     order keeps each output row a stream.  ResNet-50 (C, each kernel in the model's sequence):
-    its 3x3 convs at 56x56 and 28x28 split their rows instead of their channel tiles (each core
-    reads half the plane, the whole filter) 2.16 -> 2.04 and 3.34 -> 2.97 ms, the 1024 -> 256 and
-    1024 -> 512 convs at 14x14 their channel tiles instead of their rows (each core reads half the
-    filter) 2.47 -> 2.27 and 1.09 -> 0.90 ms, the 7x7 stem 0.92 -> 0.85; the model 1.21-1.25 ->
-    1.15-1.18x ONNX Runtime (min of each of five alternating children).  The same axis moved
-    outermost instead put the position tiles outside the channel tiles, so that each tile wrote a
-    piece of every output row: the 64 -> 256 conv with its residual sum at 56x56 ran 0.86 -> 1.15
-    ms.  Positions padded for the cores (128 -> 512 channels at 28x28, 49 tiles to 50) ran 1.12 ->
-    1.21 ms, so this rule does not pad.  MobileNet-v2's expand convs (16 -> 96 channels at 112x112,
-    32 -> 192 at 28x28: 16 and 32 terms a sum) split over positions made them and the depthwise
-    convs after them, whose cores split the channels, slower: 0.34 -> 0.43 and 0.25 -> 0.28 ms a
-    pair, so this rule takes sums of :data:`COMPUTE_BOUND_MIN_REDUCTION_TERMS` terms or more."""
+    its 3x3 convs at 56x56 and the 7x7 stem split their rows instead of their channel tiles (each
+    core reads half the plane, the whole filter) 2.16 -> 2.04 and 0.92 -> 0.85 ms, the 1024 -> 256
+    and 1024 -> 512 convs at 14x14 their channel tiles instead of their rows (each core reads half
+    the filter) 2.47 -> 2.21 and 1.09 -> 0.87 ms; all its kernels 34.61 -> 33.15 ms, the model
+    1.19-1.21 -> 1.15-1.18x ONNX Runtime (the least ratio of each of five alternating children).
+    The same axis moved outermost instead put the position tiles outside the channel tiles, so
+    that each tile wrote a piece of every output row: the 64 -> 256 conv with its residual sum at
+    56x56 ran 0.86 -> 1.15 ms.  Positions padded for the cores (128 -> 512 channels at 28x28, 49
+    tiles to 50) ran 1.12 -> 1.21 ms, so this rule does not pad.  MobileNet-v2's expand convs (16 ->
+    96 channels at 112x112, 32 -> 192 at 28x28: 16 and 32 terms a sum) split over positions made
+    them and the depthwise convs after them, whose cores split the channels, slower: 0.34 -> 0.43
+    and 0.25 -> 0.28 ms a pair, so this rule takes sums of
+    :data:`COMPUTE_BOUND_MIN_REDUCTION_TERMS` terms or more."""
     read = {load: _elements_read(kernel, load) * load.dtype.scalar.itemsize
             for load in kernel.ast.toposort() if load.op is Ops.LOAD and load.src[0].op is Ops.INDEX}
     costs = {r: _bytes_each_core_reads(read, r, threads)
