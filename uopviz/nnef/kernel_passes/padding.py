@@ -31,12 +31,10 @@ When nothing else reads the tensor (and the graph does not output it), there is 
 its one producer stores into the interior of the padded buffer, and border kernels fill the rest
 with the padding's value, one per padded axis whose two sides are equally deep, else one per
 padded side (MobileNet-v2's expand conv feeding a padded depthwise conv: 4.9 MB written once
-instead of written, read and written again).  The border kernels run after the producer where the
-buffer takes at most :data:`BORDER_AFTER_PRODUCER_MAX_L2_SHARE` of a core's L2 (the lines the
-border shares with the interior's rows are still in the cache then), before it otherwise.
-Padded buffers of one border (one padded shape, padding and fill) alive one after the other are one
-buffer, its border filled once by the first one's border kernels: a network repeats its block
-shapes (DenseNet-121: 313 kernels -> 205, ResNet-50 93 -> 75, MobileNet-v2 95 -> 81).
+instead of written, read and written again).  Padded buffers of one border (one padded shape,
+padding and fill) alive one after the other are one buffer, its border filled once by the first
+one's border kernels: a network repeats its block shapes (DenseNet-121: 313 kernels -> 205,
+ResNet-50 93 -> 75, MobileNet-v2 95 -> 81).
 """
 
 from __future__ import annotations
@@ -47,7 +45,6 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from uopviz.backends.target import DEFAULT_L2_BYTES
 from uopviz.core.affine import build_range_sum, range_sum
 from uopviz.core.dtype import dtypes
 from uopviz.core.ops import AxisType, Ops
@@ -62,15 +59,7 @@ from uopviz.passes.rangeify import finish_kernel
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
 
-__all__ = ["BORDER_AFTER_PRODUCER_MAX_L2_SHARE", "pad_guarded_reads"]
-
-#: a padded buffer of at most this share of a core's L2 has its border filled after its producer
-#: wrote the interior, a larger one before.  MobileNet-v2 (C, each kernel in the model's
-#: sequence): its border kernels of buffers of 0.3-0.65 MB ran 0.006-0.008 ms after the producer
-#: against 0.014-0.021 before it (the lines are in the cache from the producer's stores), but the
-#: 1.9 MB buffer of 144 channels at 57x57 0.028 ms against 0.020 (its first rows evicted by the
-#: time the border kernel reaches them); all its border kernels 0.288 -> 0.232 ms
-BORDER_AFTER_PRODUCER_MAX_L2_SHARE = 0.5
+__all__ = ["pad_guarded_reads"]
 
 # ranges of the pad kernels: numbers of their own (one kernel, no clash with the reader's)
 _RANGE_BASE = 0
@@ -471,12 +460,11 @@ def _written_in_place(producer: LoweredKernel, plan: _Plan) -> LoweredKernel | N
 
 
 def _write_in_place(
-    out: list[LoweredKernel], pads: dict[int, _Plan], needed: set[str], l2_bytes: int
+    out: list[LoweredKernel], pads: dict[int, _Plan], needed: set[str]
 ) -> tuple[list[LoweredKernel], dict[str, list[LoweredKernel]]]:
     """``out`` with each pad kernel whose tensor is read by nothing else replaced: the tensor's one
-    producer writes the padded buffer's interior, border kernels fill the rest (after it where the
-    buffer takes at most :data:`BORDER_AFTER_PRODUCER_MAX_L2_SHARE` of ``l2_bytes``, else before);
-    and the border kernels of each padded buffer so written, by buffer."""
+    producer writes the padded buffer's interior, a border kernel before it fills the rest; and
+    the border kernels of each padded buffer so written, by buffer."""
     bordered: dict[str, list[LoweredKernel]] = {}
     for kernel in list(out):
         plan = pads.get(id(kernel))
@@ -492,9 +480,7 @@ def _write_in_place(
             continue
         borders = _border_kernels(plan, writers[0].operation)
         bordered[plan.buffer] = borders
-        nbytes = math.prod(plan.padded_shape) * plan.load.dtype.itemsize
-        after = nbytes <= BORDER_AFTER_PRODUCER_MAX_L2_SHARE * l2_bytes
-        out[at : at + 1] = [moved, *borders] if after else [*borders, moved]
+        out[at : at + 1] = [*borders, moved]
         out.remove(kernel)
     return out, bordered
 
@@ -546,10 +532,7 @@ def _renamed(kernel: LoweredKernel, renamed: dict[str, str]) -> LoweredKernel:
 
 
 def pad_guarded_reads(
-    kernels: list[LoweredKernel],
-    graph: ComposedGraph,
-    needed: set[str] | frozenset[str] = frozenset(),
-    l2_bytes: int = DEFAULT_L2_BYTES,
+    kernels: list[LoweredKernel], graph: ComposedGraph, needed: set[str] | frozenset[str] = frozenset()
 ) -> list[LoweredKernel]:
     """The kernels of one program with guarded reads in sums turned into reads of zero-padded
     copies (see the module's docstring), each copy made by a pad kernel placed before its first
@@ -572,4 +555,4 @@ def pad_guarded_reads(
                 out.append(_pad_kernel(plan, kernel.operation))
                 pads[id(out[-1])] = plan
         out.append(padded)
-    return _share_bordered_buffers(*_write_in_place(out, pads, set(needed), l2_bytes))
+    return _share_bordered_buffers(*_write_in_place(out, pads, set(needed)))

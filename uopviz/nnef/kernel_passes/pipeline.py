@@ -45,7 +45,6 @@ from uopviz.nnef.kernel_passes.offset_views import write_through_views
 from uopviz.nnef.kernel_passes.padding import pad_guarded_reads
 from uopviz.nnef.kernel_passes.weight_layout import block_weight_reads
 from uopviz.nnef.lowering.kernel_builder import LoweredKernel
-from uopviz.passes.render import backend_named
 
 if TYPE_CHECKING:
     from uopviz.nnef.model.graph import ComposedGraph
@@ -72,7 +71,7 @@ def fusion(kernels: list[LoweredKernel], context: KernelPassContext) -> list[Low
 
 def padding(kernels: list[LoweredKernel], context: KernelPassContext) -> list[LoweredKernel]:
     """Turn guarded reads in sums into reads of padded buffers (:func:`pad_guarded_reads`)."""
-    return pad_guarded_reads(kernels, context.graph, context.kept, backend_named(context.backend).l2_bytes)
+    return pad_guarded_reads(kernels, context.graph, context.kept)
 
 
 def concat_in_place(kernels: list[LoweredKernel], context: KernelPassContext) -> list[LoweredKernel]:
